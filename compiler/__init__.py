@@ -1,0 +1,1 @@
+"""The driver: lowering a function, pipelines, and the stage objects."""

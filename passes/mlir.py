@@ -1,0 +1,85 @@
+"""The one place hlopt imports the MLIR Python bindings that ship in jaxlib.
+
+Every other module imports `ir`, `passmanager`, `rewrite` and the dialects from
+here, so a jaxlib upgrade that moves a private path is fixed in one file.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from jaxlib.mlir import ir, passmanager
+from jaxlib.mlir._mlir_libs import _jax_mlir_ext, _mosaic_gpu_ext, _stablehlo
+from jaxlib.mlir._mlir_libs._mlir import rewrite
+from jaxlib.mlir.dialects import chlo, func, mhlo, sdy, stablehlo
+
+__all__ = [
+    "chlo",
+    "func",
+    "get_context",
+    "ir",
+    "make_context",
+    "mhlo",
+    "passmanager",
+    "rewrite",
+    "sdy",
+    "stablehlo",
+    "serialize_portable_artifact",
+    "deserialize_portable_artifact",
+    "current_stablehlo_version",
+]
+
+_registry_lock = threading.Lock()
+_passes_registered = False
+_context: ir.Context | None = None
+
+
+def _register_upstream_passes() -> None:
+    global _passes_registered
+    with _registry_lock:
+        if not _passes_registered:
+            _stablehlo.register_stablehlo_passes()
+            mhlo.register_mhlo_passes()
+            _passes_registered = True
+
+
+def make_context() -> ir.Context:
+    """A new context with every dialect and pass hlopt's pipelines may name."""
+    _register_upstream_passes()
+    registry = ir.DialectRegistry()
+    _jax_mlir_ext.register_dialects(registry)
+    ctx = ir.Context()
+    ctx.append_dialect_registry(registry)
+    ctx.load_all_available_dialects()
+    stablehlo.register_dialect(ctx)
+    chlo.register_dialect(ctx)
+    sdy.register_dialect(ctx)
+    mhlo.register_mhlo_dialect(ctx)
+    # The func dialect's inliner interface; without it the upstream `inline` pass
+    # leaves every func.call alone. jaxlib exposes it only through this extension.
+    _mosaic_gpu_ext.register_inliner_extensions(ctx)
+    return ctx
+
+
+def get_context() -> ir.Context:
+    """The process-wide context that hlopt parses and rewrites modules in."""
+    global _context
+    if _context is None:
+        _context = make_context()
+    return _context
+
+
+def serialize_portable_artifact(module: ir.Module, target: str | None = None) -> bytes:
+    """`module` as a versioned StableHLO portable artifact (VHLO bytecode)."""
+    version = target or _stablehlo.get_current_version()
+    return _stablehlo.serialize_portable_artifact(module, version, allow_other_dialects=True)
+
+
+def deserialize_portable_artifact(data: bytes) -> ir.Module:
+    """Parse a StableHLO portable artifact into the hlopt context."""
+    with get_context():
+        return _stablehlo.deserialize_portable_artifact(get_context(), data)
+
+
+def current_stablehlo_version() -> str:
+    return _stablehlo.get_current_version()

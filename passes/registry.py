@@ -1,0 +1,52 @@
+"""The table of hlopt's passes and named pipelines.
+
+Names map to the module that defines the pass; modules are imported only when
+a pipeline names the pass (or `--list-passes` asks), so `hlopt-opt` starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from hlopt.passes.base import Pass
+
+# pass name -> (module under hlopt.passes, class name)
+PASSES: dict[str, tuple[str, str]] = {
+}
+
+# pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
+PIPELINES: dict[str, str] = {
+    "hlopt-default": "inline,canonicalize,cse,symbol-dce",
+}
+
+
+def get_pass_class(name: str) -> type[Pass]:
+    module_name, class_name = PASSES[name]
+    module = importlib.import_module(f"hlopt.passes.{module_name}")
+    cls = getattr(module, class_name)
+    assert cls.name == name, f"{module_name}.{class_name}.name is {cls.name!r}, registered as {name!r}"
+    return cls
+
+
+def is_pass(name: str) -> bool:
+    return name in PASSES
+
+
+def all_passes() -> dict[str, type[Pass]]:
+    return {name: get_pass_class(name) for name in sorted(PASSES)}
+
+
+# custom_call target (or prefix ending in '.') -> the pass that lowers it.
+ANNOTATIONS: dict[str, str] = {
+    "hlopt.bcoo.": "lower-bcoo",
+    "hlopt.jet": "jet-expand",
+    "hlopt.custom_partitioning": "lower-custom-partitioning",
+}
+
+
+def lowering_pass_for(target: str) -> str | None:
+    """The pass that lowers the annotation `target`, or None if it is not ours."""
+    for key, pass_name in ANNOTATIONS.items():
+        if target == key or (key.endswith(".") and target.startswith(key)):
+            return pass_name
+    return None

@@ -1,0 +1,1 @@
+"""hlopt's command-line tools: `hlopt-opt` and `hlopt`."""

@@ -1,0 +1,30 @@
+"""How both command-line tools report errors: one line, exit status 1."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+
+
+class UsageError(Exception):
+    """Bad command-line input: reported as one line, exit status 1."""
+
+
+def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
+    """Run `body`; turn any exception into `prog: error: ...` unless `debug`."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as e:  # noqa: BLE001 - the CLI's contract: no traceback
+        if debug:
+            traceback.print_exc()
+        message = str(e).strip() or type(e).__name__
+        if ": error:" not in message.split("\n", 1)[0]:
+            expected = isinstance(e, (UsageError, ValueError, TypeError, OSError, RuntimeError, LookupError))
+            message = f"{prog}: error: {message if expected else f'{type(e).__name__}: {message}'}"
+        print(message, file=sys.stderr)
+        return 1

@@ -1,0 +1,114 @@
+"""hlopt-opt: the mlir-opt of hlopt. Parses a module, runs a pipeline, prints it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hlopt.cli.errors import UsageError, run_main
+
+SPLIT_MARKER = "// -----"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hlopt-opt", description=__doc__)
+    p.add_argument("input", nargs="?", default="-", help="a .mlir file, or - for stdin")
+    p.add_argument("-p", "--pipeline", default="", help="comma-separated passes, e.g. 'lower-bcoo,canonicalize'")
+    p.add_argument("-o", "--output", default="-", help="where to write the result (default stdout)")
+    p.add_argument("--split-input-file", action="store_true", help="process each '// -----' chunk separately")
+    p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after each pass to stderr")
+    p.add_argument("--timing", action="store_true", help="report the time of each pass on stderr")
+    p.add_argument("--list-passes", action="store_true", help="list hlopt's passes and named pipelines")
+    p.add_argument("--debug-info", action="store_true", help="print locations in the output")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    return p
+
+
+def list_passes() -> str:
+    from hlopt.passes.registry import PIPELINES, all_passes
+
+    lines = ["Passes:"]
+    for name, cls in all_passes().items():
+        lines.append(f"  {name:32s} {cls.summary()}")
+    lines.append("Pipelines:")
+    for name, text in sorted(PIPELINES.items()):
+        lines.append(f"  {name:32s} {text}")
+    return "\n".join(lines)
+
+
+def _read(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read(), path
+    except OSError as e:
+        raise UsageError(f"cannot read '{path}': {e.strerror}") from None
+
+
+def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
+    """The pieces to process and the line each starts on (0-based)."""
+    if not split:
+        return [(text, 0)]
+    chunks, current, start = [], [], 0
+    for i, line in enumerate(text.splitlines(keepends=True)):
+        if line.strip().startswith(SPLIT_MARKER) and line.strip().rstrip("-").strip() == "//":
+            chunks.append(("".join(current), start))
+            current, start = [], i + 1
+        else:
+            current.append(line)
+    chunks.append(("".join(current), start))
+    return chunks
+
+
+def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bool = False,
+            timing: bool = False, debug_info: bool = False) -> str:
+    """Parse `source`, run `pipeline`, and return the printed module."""
+    from hlopt.compiler.pipeline import PipelineError, format_mlir_error, run_pipeline
+    from hlopt.passes.mlir import get_context, ir
+
+    with get_context():
+        try:
+            module = ir.Module.parse(source)
+        except ir.MLIRError as e:
+            raise PipelineError(format_mlir_error(e).replace("-:", f"{filename}:")) from None
+        result = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing) if pipeline else None
+        if result is not None:
+            for name, text in result.ir_after:
+                print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
+        return module.operation.get_asm(enable_debug_info=debug_info)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+
+    def body() -> int:
+        if args.list_passes:
+            print(list_passes())
+            return 0
+        text, filename = _read(args.input)
+        outputs, failed = [], False
+        for chunk, first_line in _chunks(text, args.split_input_file):
+            source = "\n" * first_line + chunk  # keep line numbers of the whole file
+            try:
+                outputs.append(process(source, filename, args.pipeline,
+                                       print_ir_after_all=args.print_ir_after_all,
+                                       timing=args.timing, debug_info=args.debug_info))
+            except Exception as e:  # noqa: BLE001 - with --split-input-file, go on to the next chunk
+                if not args.split_input_file or args.debug:
+                    raise
+                print(str(e), file=sys.stderr)
+                failed = True
+        out = (SPLIT_MARKER + "\n").join(o.rstrip("\n") + "\n" for o in outputs)
+        if args.output == "-":
+            sys.stdout.write(out)
+        else:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(out)
+        return 1 if failed else 0
+
+    return run_main(body, "hlopt-opt", args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""`hlopt.lower` and `hlopt.jit`: the user-facing entry points of the driver."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from hlopt.compiler.lowering import lower_function
+from hlopt.compiler.stages import Lowered
+from hlopt.runtime.executable import Compiled
+
+
+def lower(
+    fun: Callable,
+    *args: Any,
+    mesh: Mesh | None = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    static_argnums: int | Sequence[int] = (),
+) -> Lowered:
+    """Lower `fun` at `args` (arrays or `jax.ShapeDtypeStruct`s) to StableHLO."""
+    module, signature = lower_function(
+        fun,
+        *args,
+        mesh=mesh,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        static_argnums=static_argnums,
+    )
+    return Lowered(module, signature)
+
+
+def _aval_key(x: Any) -> Any:
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return (x.shape, np.dtype(x.dtype), False)
+    weak = bool(getattr(getattr(x, "aval", None), "weak_type", False)) or isinstance(x, (int, float, complex))
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        dtype = jax.numpy.asarray(x).dtype
+    return (np.shape(x), np.dtype(dtype), weak)
+
+
+class JitFunction:
+    """A function compiled by hlopt on first call for each input signature."""
+
+    def __init__(self, fun: Callable, *, pipeline: str, mesh: Mesh | None, in_shardings: Any,
+                 out_shardings: Any, static_argnums: Sequence[int]):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.pipeline = pipeline
+        self.options = dict(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
+                            static_argnums=tuple(static_argnums))
+        self._cache: dict[Any, Compiled] = {}
+
+    def _static(self, args: tuple[Any, ...]) -> set[int]:
+        return {i % len(args) for i in self.options["static_argnums"]} if args else set()
+
+    def _key(self, args: tuple[Any, ...]) -> Any:
+        static = self._static(args)
+        dynamic = [a for i, a in enumerate(args) if i not in static]
+        leaves, tree = jax.tree_util.tree_flatten(dynamic)
+        statics = tuple((i, args[i]) for i in sorted(static))
+        hash(statics)  # static arguments must be hashable, as in jax.jit
+        return tree, tuple(_aval_key(x) for x in leaves), statics
+
+    def lower(self, *args: Any) -> Lowered:
+        return lower(self.fun, *args, **self.options)
+
+    def __call__(self, *args: Any) -> Any:
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(args)):
+            return self.fun(*args)  # called while tracing: inline into the outer program
+        key = self._key(args)
+        compiled = self._cache.get(key)
+        if compiled is None:
+            compiled = self.lower(*args).compile(self.pipeline)
+            self._cache[key] = compiled
+        return compiled(*args)
+
+
+def jit(
+    fun: Callable,
+    *,
+    pipeline: str = "hlopt-default",
+    mesh: Mesh | None = None,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
+    static_argnums: int | Sequence[int] = (),
+) -> JitFunction:
+    """Compile `fun` with hlopt's pipeline on first call, once per input signature."""
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    return JitFunction(fun, pipeline=pipeline, mesh=mesh, in_shardings=in_shardings,
+                       out_shardings=out_shardings, static_argnums=static_argnums)

@@ -1,0 +1,115 @@
+"""Shared machinery for jax primitives that lower to `hlopt.*` annotations.
+
+An annotation primitive has an abstract evaluation rule (so shapes are known at
+trace time), a lowering rule that emits `stablehlo.custom_call @hlopt.<name>`
+with `api_version = 4` and a dictionary `backend_config`, and an eager
+implementation that compiles the single op with `hlopt.jit`. Inside plain
+`jax.jit` the lowering raises an error that says to use `hlopt.jit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from jax.extend import core as jex_core
+from jax.interpreters import mlir
+
+from hlopt.compiler.lowering import annotations_enabled
+from hlopt.passes.mlir import ir
+
+
+def to_attribute(value: Any) -> ir.Attribute:
+    """A Python value as an MLIR attribute for a `backend_config` dictionary."""
+    if isinstance(value, ir.Attribute):
+        return value
+    if isinstance(value, (bool, np.bool_)):
+        return ir.BoolAttr.get(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), int(value))
+    if isinstance(value, (float, np.floating)):
+        return ir.FloatAttr.get(ir.F64Type.get(), float(value))
+    if isinstance(value, str):
+        return ir.StringAttr.get(value)
+    if isinstance(value, Mapping):
+        return ir.DictAttr.get({str(k): to_attribute(v) for k, v in value.items()})
+    if isinstance(value, (tuple, list)):
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value):
+            return ir.DenseI64ArrayAttr.get([int(v) for v in value])
+        return ir.ArrayAttr.get([to_attribute(v) for v in value])
+    raise TypeError(f"cannot put {type(value).__name__} {value!r} into a backend_config")
+
+
+def emit_annotation(
+    target: str,
+    operands: Sequence[ir.Value],
+    result_types: Sequence[ir.Type],
+    config: Mapping[str, Any],
+    called_computations: Sequence[str] = (),
+) -> list[ir.Value]:
+    """Build `stablehlo.custom_call @target` at the current insertion point."""
+    op = mlir.custom_call(
+        target,
+        result_types=list(result_types),
+        operands=list(operands),
+        backend_config={k: to_attribute(v) for k, v in config.items()},
+        api_version=4,
+        called_computations=list(called_computations),
+    )
+    return list(op.results)
+
+
+def require_hlopt_lowering(name: str) -> None:
+    if not annotations_enabled():
+        raise RuntimeError(
+            f"{name} lowers to an hlopt annotation that XLA cannot compile: "
+            "use hlopt.jit (or hlopt.lower) instead of jax.jit around this function"
+        )
+
+
+def _hashable(params: Mapping[str, Any]) -> Any:
+    try:
+        key = tuple(sorted(params.items()))
+        hash(key)
+        return key
+    except TypeError:
+        return None
+
+
+def annotation_primitive(
+    name: str,
+    abstract_eval: Callable[..., Any],
+    lowering: Callable[..., Sequence[ir.Value]],
+    *,
+    multiple_results: bool = True,
+) -> jex_core.Primitive:
+    """A primitive whose lowering emits an hlopt annotation.
+
+    `lowering(ctx, *operands, **params)` is called only inside hlopt's lowering;
+    eager calls compile the op alone with `hlopt.jit` (cached per parameters).
+    """
+    prim = jex_core.Primitive(name)
+    prim.multiple_results = multiple_results
+    prim.def_abstract_eval(abstract_eval)
+    eager_cache: dict[Any, Callable] = {}
+
+    def impl(*args, **params):
+        from hlopt.jit import jit
+
+        key = _hashable(params)
+        fn = eager_cache.get(key) if key is not None else None
+        if fn is None:
+            fn = jit(lambda *a: prim.bind(*a, **params))
+            if key is not None:
+                eager_cache[key] = fn
+        return fn(*args)
+
+    prim.def_impl(impl)
+
+    def rule(ctx, *operands, **params):
+        require_hlopt_lowering(name)
+        return lowering(ctx, *operands, **params)
+
+    mlir.register_lowering(prim, rule)
+    return prim

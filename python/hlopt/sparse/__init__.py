@@ -1,0 +1,1 @@
+"""Batched-COO sparse arrays whose operations lower through the lower-bcoo pass."""

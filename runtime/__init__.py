@@ -1,0 +1,1 @@
+"""PJRT compile and execute, devices and meshes, executable files, the compilation cache."""

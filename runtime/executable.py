@@ -1,0 +1,115 @@
+"""`Compiled`: a loaded PJRT executable called with the function's pytrees."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax._src import sharding_impls  # parse_flatten_op_sharding: OpSharding -> PartitionSpec
+from jax.sharding import NamedSharding, SingleDeviceSharding
+
+from hlopt.compiler.lowering import Signature
+from hlopt.passes.mlir import ir
+
+
+class Compiled:
+    """A compiled hlopt program.
+
+    Call it with the function's arguments (static arguments may be given, and
+    must then equal the ones it was lowered with); it returns the function's
+    output pytree of `jax.Array`s, sharded as the program says.
+    """
+
+    def __init__(self, executable: Any, signature: Signature, module: ir.Module, pipeline: str):
+        self.executable = executable
+        self.signature = signature
+        self.module = module
+        self.pipeline = pipeline
+        self.devices: list[jax.Device] = list(executable.local_devices())
+        mesh = signature.mesh
+        if mesh is not None:
+            self.devices = list(mesh.devices.flat)
+        self.in_shardings = self._shardings(executable.get_parameter_shardings(), len(signature.in_avals))
+        self.out_shardings = self._shardings(executable.get_output_shardings(), len(signature.out_avals))
+
+    def _shardings(self, op_shardings: Sequence[Any] | None, count: int) -> list[jax.sharding.Sharding]:
+        mesh = self.signature.mesh
+        if mesh is None or op_shardings is None:
+            return [SingleDeviceSharding(self.devices[0]) for _ in range(count)]
+        return [
+            NamedSharding(mesh, sharding_impls.parse_flatten_op_sharding(s, mesh)[0])
+            for s in op_shardings
+        ]
+
+    def as_text(self) -> str:
+        """XLA's optimized HLO of the program (partitioned, for a mesh)."""
+        return "\n\n".join(m.to_string() for m in self.executable.hlo_modules())
+
+    def _dynamic_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        static = dict(self.signature.static_args)
+        n_dynamic = len(self.signature.in_tree.children()[0].children())
+        if not static or len(args) == n_dynamic:
+            return args
+        if len(args) != n_dynamic + len(static):
+            raise TypeError(
+                f"{self.signature.name}: expected {n_dynamic} arguments "
+                f"(or {n_dynamic + len(static)} with the static ones), got {len(args)}"
+            )
+        dynamic = []
+        for i, a in enumerate(args):
+            if i in static:
+                if not _same_static(a, static[i]):
+                    raise ValueError(
+                        f"{self.signature.name}: static argument {i} is {a!r} but the program "
+                        f"was compiled for {static[i]!r}; lower it again"
+                    )
+            else:
+                dynamic.append(a)
+        return tuple(dynamic)
+
+    def _flatten_inputs(self, args: tuple[Any, ...]) -> list[jax.Array]:
+        sig = self.signature
+        leaves, tree = jax.tree_util.tree_flatten((self._dynamic_args(args), {}))
+        if tree != sig.in_tree:
+            raise TypeError(
+                f"{sig.name}: arguments have structure {tree} but the program was "
+                f"compiled for {sig.in_tree}"
+            )
+        arrays = []
+        for i, (leaf, aval, sharding) in enumerate(zip(leaves, sig.in_avals, self.in_shardings)):
+            shape = np.shape(leaf)
+            dtype = getattr(leaf, "dtype", None)
+            if tuple(shape) != tuple(aval.shape) or (dtype is not None and np.dtype(dtype) != aval.dtype):
+                got = f"{np.dtype(dtype).name if dtype is not None else type(leaf).__name__}{list(shape)}"
+                raise TypeError(
+                    f"{sig.name}: argument {i} is {got} but the program was compiled for "
+                    f"{aval.dtype.name}{list(aval.shape)}"
+                )
+            if dtype is None:
+                leaf = np.asarray(leaf, dtype=aval.dtype)
+            if not (isinstance(leaf, jax.Array) and leaf.sharding == sharding):
+                leaf = jax.device_put(leaf, sharding)
+            arrays.append(leaf)
+        return arrays
+
+    def __call__(self, *args: Any) -> Any:
+        sig = self.signature
+        arrays = self._flatten_inputs(args)
+        results = self.executable.execute_sharded(arrays)
+        per_output = results.disassemble_into_single_device_arrays()
+        outs = [
+            jax.make_array_from_single_device_arrays(aval.shape, sharding, shards)
+            if sig.mesh is not None
+            else shards[0]
+            for aval, sharding, shards in zip(sig.out_avals, self.out_shardings, per_output)
+        ]
+        return jax.tree_util.tree_unflatten(sig.out_tree, outs)
+
+
+def _same_static(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - arrays and other values without a plain ==
+        return a is b

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's test command: install hlopt with its test dependencies, then run
+# the lit suite and the pytest suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install --quiet -e '.[test]'
+export XLA_FLAGS="${XLA_FLAGS:-} --xla_force_host_platform_device_count=8"
+python3 -m lit -sv test/lit
+python3 -m pytest test/python
