@@ -14,9 +14,14 @@ from hlopt.passes.base import Pass
 PASSES: dict[str, tuple[str, str]] = {
 }
 
+# The annotation-lowering passes of `hlopt-default`, in the order they run.
+DEFAULT_LOWERINGS = ("jet-expand", "lower-bcoo", "lower-custom-partitioning")
+
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {
-    "hlopt-default": "inline,canonicalize,cse,symbol-dce",
+    "hlopt-default": ",".join(
+        [name for name in DEFAULT_LOWERINGS if name in PASSES] + ["inline", "canonicalize", "cse", "symbol-dce"]
+    ),
 }
 
 

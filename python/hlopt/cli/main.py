@@ -1,0 +1,43 @@
+"""The `hlopt` command: compile, run, inspect executables, and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hlopt.cli.errors import run_main
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from hlopt import demo
+
+    demo.run(sys.stdout, args.sections or None)
+    return 0
+
+
+# subcommand -> (help, function adding its arguments, function running it)
+COMMANDS = {
+    "demo": ("an end-to-end tour on built-in examples",
+             lambda p: p.add_argument("sections", nargs="*", help="sections to run (default: all)"),
+             _cmd_demo),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hlopt", description="Ahead-of-time compilation of JAX programs.")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, add_args, _) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show Python tracebacks")
+        add_args(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_main(lambda: COMMANDS[args.command][2](args), "hlopt", args.debug)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
