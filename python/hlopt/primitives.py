@@ -17,7 +17,7 @@ from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
 from hlopt.compiler.lowering import annotations_enabled
-from hlopt.passes.mlir import ir
+from hlopt.passes.mlir import ir, stablehlo
 
 
 def to_attribute(value: Any) -> ir.Attribute:
@@ -49,15 +49,20 @@ def emit_annotation(
     called_computations: Sequence[str] = (),
 ) -> list[ir.Value]:
     """Build `stablehlo.custom_call @target` at the current insertion point."""
-    op = mlir.custom_call(
+    op = stablehlo.CustomCallOp(
+        list(result_types),
+        list(operands),
         target,
-        result_types=list(result_types),
-        operands=list(operands),
-        backend_config={k: to_attribute(v) for k, v in config.items()},
-        api_version=4,
-        called_computations=list(called_computations),
+        backend_config=ir.DictAttr.get({k: to_attribute(v) for k, v in config.items()}),
+        api_version=ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4),
+        called_computations=ir.ArrayAttr.get([ir.FlatSymbolRefAttr.get(c) for c in called_computations]),
     )
     return list(op.results)
+
+
+def result_types(ctx: Any) -> list[ir.Type]:
+    """The IR types of a lowering rule's outputs (`ctx.avals_out`)."""
+    return [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in ctx.avals_out]
 
 
 def require_hlopt_lowering(name: str) -> None:

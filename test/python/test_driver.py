@@ -1,0 +1,209 @@
+"""hlopt.lower / Lowered / Compiled / hlopt.jit against jax.jit."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import hlopt
+from hlopt.compiler.lowering import parse_module
+from hlopt.compiler.stages import Lowered
+
+RNG = np.random.default_rng(0)
+
+
+def assert_same(got, want):
+    got_leaves, got_tree = jax.tree_util.tree_flatten(got)
+    want_leaves, want_tree = jax.tree_util.tree_flatten(want)
+    assert got_tree == want_tree
+    for g, w in zip(got_leaves, want_leaves):
+        assert isinstance(g, jax.Array)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def _pytree_fn(tree):
+    a, (b, c) = tree["a"], tree["bc"]
+    return {"sum": a.sum() + b.astype(a.dtype).sum(), "pair": [a * 2, (c, None)], "neg": -b}
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, np.float16, ml_dtypes.bfloat16, np.int32, np.int8, np.uint32, np.complex64, np.bool_],
+)
+def test_dtypes_round_trip(dtype):
+    x = (RNG.standard_normal((3, 5)) * 4).astype(dtype)
+
+    def f(x):
+        y = x if dtype == np.bool_ else x + x
+        return y, jnp.reshape(x, (5, 3)).T
+
+    assert_same(hlopt.lower(f, x).compile()(x), jax.jit(f)(x))
+
+
+def test_pytrees_in_and_out():
+    tree = {
+        "a": RNG.standard_normal((4,)).astype(np.float32),
+        "bc": (np.arange(6, dtype=np.int32).reshape(2, 3), np.ones((2,), np.float32)),
+    }
+    compiled = hlopt.lower(_pytree_fn, tree).compile()
+    assert_same(compiled(tree), jax.jit(_pytree_fn)(tree))
+
+
+def test_scalars_python_and_numpy():
+    def f(x, s, t):
+        return x * s + t, s
+
+    x = np.arange(4, dtype=np.float32)
+    compiled = hlopt.lower(f, x, np.float32(2.5), 3.0).compile()
+    assert_same(compiled(x, np.float32(2.5), 3.0), jax.jit(f)(x, np.float32(2.5), 3.0))
+    assert_same(compiled(x, np.float32(-1), 0.5), jax.jit(f)(x, np.float32(-1), 0.5))
+
+
+def test_static_arguments():
+    def f(x, n, mode):
+        y = x ** n
+        return y.sum() if mode == "sum" else y.max()
+
+    x = RNG.standard_normal((6,)).astype(np.float32)
+    lowered = hlopt.lower(f, x, 3, "sum", static_argnums=(1, 2))
+    compiled = lowered.compile()
+    want = jax.jit(f, static_argnums=(1, 2))(x, 3, "sum")
+    assert_same(compiled(x, 3, "sum"), want)
+    assert_same(compiled(x), want)  # static arguments may be left out, as in jax's AOT API
+    with pytest.raises(ValueError, match="static argument 1 is 4"):
+        compiled(x, 4, "sum")
+
+
+def test_calls_other_jitted_functions():
+    @jax.jit
+    def inner(x):
+        return jnp.tanh(x) * 2
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def middle(x, k):
+        return inner(x) + k
+
+    def f(x):
+        return middle(inner(x), 1) + middle(x, 2)
+
+    x = RNG.standard_normal((3, 3)).astype(np.float32)
+    lowered = hlopt.lower(f, x)
+    assert "call @" in lowered.as_text()
+    np.testing.assert_allclose(lowered.compile()(x), jax.jit(f)(x), rtol=1e-6)
+    inlined = lowered.apply("inline,symbol-dce")
+    assert "call @" not in inlined.as_text()
+    np.testing.assert_allclose(inlined.compile(pipeline="")(x), jax.jit(f)(x), rtol=1e-6)
+
+
+def test_lower_from_shape_dtype_structs():
+    def f(x, y):
+        return x @ y
+
+    spec = (jax.ShapeDtypeStruct((2, 3), jnp.float32), jax.ShapeDtypeStruct((3, 4), jnp.float32))
+    compiled = hlopt.lower(f, *spec).compile()
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    y = RNG.standard_normal((3, 4)).astype(np.float32)
+    np.testing.assert_allclose(compiled(x, y), x @ y, rtol=1e-5)
+
+
+def test_unused_arguments_are_kept():
+    def f(x, unused):
+        return x + 1
+
+    x = np.ones(3, np.float32)
+    assert_same(hlopt.lower(f, x, x).compile()(x, x), jax.jit(f)(x, x))
+
+
+def test_wrong_arguments_are_refused():
+    compiled = hlopt.lower(lambda x, y: x + y, np.ones(3, np.float32), np.ones(3, np.float32)).compile()
+    with pytest.raises(TypeError, match=r"argument 1 is float32\[4\] but .* float32\[3\]"):
+        compiled(np.ones(3, np.float32), np.ones(4, np.float32))
+    with pytest.raises(TypeError, match=r"argument 0 is int32\[3\]"):
+        compiled(np.ones(3, np.int32), np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="structure"):
+        compiled((np.ones(3, np.float32),), np.ones(3, np.float32))
+
+
+def test_apply_returns_new_object_and_keeps_original():
+    def f(x):
+        return jnp.sin(x) * 1.0 + jnp.sin(x) * 1.0
+
+    lowered = hlopt.lower(f, np.ones(4, np.float32))
+    before = lowered.as_text()
+    after = lowered.apply("canonicalize,cse", print_ir_after_all=True)
+    assert after is not lowered and lowered.as_text() == before
+    assert before.count("stablehlo.sine") == 2 and after.as_text().count("stablehlo.sine") == 1
+    assert [name for name, _ in after.ir_after_passes] == ["canonicalize", "cse"]
+    assert after.ir_after_passes[-1][1].strip() == after.as_text().strip()
+    assert after.pipeline == "canonicalize,cse"
+
+
+def test_debug_locations_name_user_source():
+    lowered = hlopt.lower(lambda x: jnp.exp(x), np.ones(2, np.float32))
+    assert "test_driver.py" in lowered.as_text(debug_info=True)
+
+
+def test_jit_caches_per_signature():
+    calls = []
+
+    def f(x, n):
+        calls.append(1)  # counts traces
+        return x * n
+
+    g = hlopt.jit(f, static_argnums=1)
+    x3, x4 = np.ones(3, np.float32), np.ones(4, np.float32)
+    assert_same(g(x3, 2), jax.jit(f, static_argnums=1)(x3, 2))
+    traces = len(calls)
+    g(x3 + 1, 2)
+    assert len(calls) == traces and len(g._cache) == 1
+    g(x4, 2)
+    g(x3, 5)
+    g(x3.astype(np.int32), 2)
+    assert len(g._cache) == 4
+    assert isinstance(g.lower(x3, 2), Lowered)
+
+
+def test_jit_inlines_when_traced():
+    g = hlopt.jit(lambda x: x * 3)
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(jax.jit(lambda x: g(x) + 1)(x), x * 3 + 1)
+    np.testing.assert_array_equal(jax.grad(lambda x: g(x).sum())(x), np.full(3, 3, np.float32))
+
+
+ANNOTATED = """
+func.func @main(%d: tensor<4xf32>, %i: tensor<4x1xi32>) -> tensor<8xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%d, %i) {api_version = 4 : i32,
+      backend_config = {shape = array<i64: 8>, n_batch = 0 : i64, n_dense = 0 : i64}}
+      : (tensor<4xf32>, tensor<4x1xi32>) -> tensor<8xf32> loc("model.py":12:3)
+  return %0 : tensor<8xf32>
+}
+"""
+
+
+def test_annotation_refused_before_pjrt_naming_the_pass():
+    sig = hlopt.lower(lambda d, i: d, np.ones(4, np.float32), np.ones((4, 1), np.int32)).signature
+    lowered = Lowered(parse_module(ANNOTATED), sig)
+    with pytest.raises(hlopt.AnnotationError, match=r"model.py:12:3: error: custom_call @hlopt.bcoo.todense .*'lower-bcoo'"):
+        lowered.compile(pipeline="canonicalize")
+
+
+def test_annotation_primitive_outside_hlopt():
+    from hlopt.primitives import annotation_primitive, emit_annotation, result_types
+
+    prim = annotation_primitive(
+        "hlopt_test_double",
+        lambda x: [x],
+        lambda ctx, x: emit_annotation("hlopt.test.double", [x], result_types(ctx), {"k": 2}),
+    )
+    x = np.ones(3, np.float32)
+    with pytest.raises(RuntimeError, match="use hlopt.jit"):
+        jax.jit(lambda x: prim.bind(x)[0])(x)
+    text = hlopt.lower(lambda x: prim.bind(x)[0], x).as_text()
+    assert "stablehlo.custom_call @hlopt.test.double" in text
+    assert "api_version = 4" in text and "backend_config = {k = 2 : i64}" in text
