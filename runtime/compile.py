@@ -8,7 +8,7 @@ import jax
 
 from hlopt.compiler.lowering import module_to_bytecode
 from hlopt.runtime.executable import Compiled
-from hlopt.runtime.pjrt import compile_module
+from hlopt.runtime.pjrt import compile_module, unsharded_results
 
 if TYPE_CHECKING:
     from hlopt.compiler.stages import Lowered
@@ -24,5 +24,6 @@ def program_devices(signature) -> list[jax.Device]:
 def compile_lowered(lowered: "Lowered") -> Compiled:
     sig = lowered.signature
     devices = program_devices(sig)
-    executable = compile_module(module_to_bytecode(lowered.module), devices, sig.use_shardy)
+    executable = compile_module(module_to_bytecode(lowered.module), devices, sig.use_shardy,
+                                propagate_to_output=unsharded_results(lowered.module))
     return Compiled(executable, sig, lowered.module, lowered.pipeline)

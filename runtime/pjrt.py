@@ -10,24 +10,53 @@ import numpy as np
 from jax.extend import backend as jax_backend
 from jaxlib import xla_client as xc
 
+from hlopt.passes.mlir import ir
+
 
 def get_client(platform: str | None = None) -> Any:
     """The PJRT client jax uses for `platform` (the default backend if None)."""
     return jax_backend.get_backend(platform)
 
 
-def compile_options(num_devices: int, device_ids: Sequence[int] | None, use_shardy: bool) -> xc.CompileOptions:
-    """One SPMD program over `num_devices` partitions, one replica."""
+def compile_options(
+    num_devices: int,
+    device_ids: Sequence[int] | None,
+    use_shardy: bool,
+    propagate_to_output: Sequence[bool] = (),
+) -> xc.CompileOptions:
+    """One SPMD program over `num_devices` partitions, one replica.
+
+    `propagate_to_output[i]` lets XLA choose the sharding of result i (as
+    jax.jit does for results whose sharding is unspecified).
+    """
     options = xc.CompileOptions()
     options.num_replicas = 1
     options.num_partitions = num_devices
     build = options.executable_build_options
     build.use_spmd_partitioning = True
     build.use_shardy_partitioner = use_shardy
+    if num_devices > 1 and any(propagate_to_output):
+        build.allow_spmd_sharding_propagation_to_output = list(propagate_to_output)
     if device_ids is not None:
         assignment = np.asarray(device_ids, dtype=np.int64).reshape(1, num_devices)
         options.device_assignment = xc.DeviceAssignment.create(assignment)
     return options
+
+
+def unsharded_results(module: ir.Module) -> list[bool]:
+    """For each result of the public `main`, whether it carries no sharding attribute."""
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main":
+            if "res_attrs" not in op.attributes:
+                return [True] * len(ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value).results)
+            return [
+                all(name not in ir.DictAttr(attrs) for name in _SHARDING_ATTRS)
+                for attrs in ir.ArrayAttr(op.attributes["res_attrs"])
+            ]
+    return []
+
+
+_SHARDING_ATTRS = ("sdy.sharding", "mhlo.sharding")
 
 
 def compile_module(
@@ -35,10 +64,11 @@ def compile_module(
     devices: Sequence[jax.Device],
     use_shardy: bool,
     client: Any | None = None,
+    propagate_to_output: Sequence[bool] = (),
 ) -> Any:
     """Compile StableHLO bytecode into a loaded executable on `devices`."""
     client = client or get_client()
-    options = compile_options(len(devices), [d.id for d in devices], use_shardy)
+    options = compile_options(len(devices), [d.id for d in devices], use_shardy, propagate_to_output)
     return client.compile_and_load(
         module_bytecode,
         executable_devices=xc.DeviceList(tuple(devices)),
