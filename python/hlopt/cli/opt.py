@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.list_passes:
             print(list_passes())
             return 0
+        if args.pipeline:
+            from hlopt.compiler.pipeline import parse_pipeline
+
+            parse_pipeline(args.pipeline)  # a bad pipeline is reported before the input is read
         text, filename = _read(args.input)
         outputs, failed = [], False
         for chunk, first_line in _chunks(text, args.split_input_file):
