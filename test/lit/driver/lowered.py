@@ -55,5 +55,5 @@ def compiled_as_text_is_optimized_hlo():
 
 # CHECK-LABEL: TEST: compiled_as_text_is_optimized_hlo
 # CHECK: HloModule
+# CHECK: cosine(
 # CHECK: ENTRY
-# CHECK: cosine
