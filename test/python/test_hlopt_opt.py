@@ -136,3 +136,21 @@ def test_round_trips_every_lit_input(path, tmp_path, capsys):
     again.write_text(first.out)
     assert main([str(again), "--split-input-file"]) == 0
     assert capsys.readouterr().out == first.out
+
+
+def test_lowered_apply_matches_hlopt_opt(tmp_path, capsys):
+    import jax.numpy as jnp
+    import numpy as np
+
+    import hlopt
+
+    def f(x, y):
+        a = jnp.sin(x) * y + jnp.sin(x) * y
+        return a.sum(axis=0), jnp.dot(a, a.T)
+
+    lowered = hlopt.lower(f, np.ones((3, 4), np.float32), np.float32(2))
+    path = tmp_path / "lowered.mlir"
+    path.write_text(lowered.as_text())
+    for pipeline in ("canonicalize,cse", "hlopt-default", "inline,symbol-dce,cse"):
+        assert main([str(path), "-p", pipeline]) == 0
+        assert capsys.readouterr().out == lowered.apply(pipeline).as_text(), pipeline
