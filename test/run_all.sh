@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install --quiet -e '.[test]'
 export XLA_FLAGS="${XLA_FLAGS:-} --xla_force_host_platform_device_count=8"
-python3 -m lit -sv test/lit
+python3 -c "import lit.main; lit.main.main()" -sv test/lit
 python3 -m pytest test/python
