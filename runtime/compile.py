@@ -1,29 +1,43 @@
-"""From a post-pass `Lowered` to a `Compiled` through PJRT."""
+"""From a post-pass module to a `Compiled` through PJRT (and the persistent cache)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hlopt.compiler.lowering import module_to_bytecode
+from hlopt.compiler.lowering import Signature, module_to_bytecode
+from hlopt.passes.mlir import ir
+from hlopt.runtime.cache import compile_cached
 from hlopt.runtime.executable import Compiled
-from hlopt.runtime.pjrt import compile_module, unsharded_results
+from hlopt.runtime.pjrt import compile_options, unsharded_results
 
 if TYPE_CHECKING:
+    from jaxlib import xla_client as xc
+
     from hlopt.compiler.stages import Lowered
 
 
-def program_devices(signature) -> list[jax.Device]:
+def program_devices(signature: Signature) -> list[jax.Device]:
     """The devices a program runs on: its mesh's, else the first default device."""
     if signature.mesh is not None:
         return list(signature.mesh.devices.flat)
     return [jax.devices()[0]]
 
 
+def program_options(module: ir.Module, devices: Sequence[jax.Device], use_shardy: bool) -> "xc.CompileOptions":
+    """The compile options of `module` on `devices`: what compiling and loading it use."""
+    return compile_options(len(devices), [d.id for d in devices], use_shardy, unsharded_results(module))
+
+
+def compile_program(module: ir.Module, signature: Signature) -> Any:
+    """A loaded executable of the post-pass `module`, from the cache when it holds one."""
+    devices = program_devices(signature)
+    options = program_options(module, devices, signature.use_shardy)
+    return compile_cached(module_to_bytecode(module), devices, options)
+
+
 def compile_lowered(lowered: "Lowered") -> Compiled:
-    sig = lowered.signature
-    devices = program_devices(sig)
-    executable = compile_module(module_to_bytecode(lowered.module), devices, sig.use_shardy,
-                                propagate_to_output=unsharded_results(lowered.module))
-    return Compiled(executable, sig, lowered.module, lowered.pipeline)
+    executable = compile_program(lowered.module, lowered.signature)
+    return Compiled(executable, lowered.signature, lowered.module, lowered.pipeline)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,6 +43,18 @@ class Compiled:
             NamedSharding(mesh, sharding_impls.parse_flatten_op_sharding(s, mesh)[0])
             for s in op_shardings
         ]
+
+    def serialize(self) -> bytes:
+        """The bytes of this program's executable file; `hlopt.deserialize` reads them."""
+        from hlopt.runtime.files import serialize
+
+        return serialize(self)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write this program's executable file to `path`; `hlopt.load` reads it."""
+        from hlopt.runtime.files import save
+
+        save(self, path)
 
     def as_text(self) -> str:
         """XLA's optimized HLO of the program (partitioned, for a mesh)."""

@@ -67,10 +67,25 @@ def compile_module(
     propagate_to_output: Sequence[bool] = (),
 ) -> Any:
     """Compile StableHLO bytecode into a loaded executable on `devices`."""
-    client = client or get_client()
     options = compile_options(len(devices), [d.id for d in devices], use_shardy, propagate_to_output)
+    return compile_with_options(module_bytecode, devices, options, client)
+
+
+def compile_with_options(
+    module_bytecode: bytes, devices: Sequence[jax.Device], options: xc.CompileOptions, client: Any | None = None
+) -> Any:
+    """Compile StableHLO bytecode with explicit compile options."""
+    client = client or get_client()
     return client.compile_and_load(
         module_bytecode,
         executable_devices=xc.DeviceList(tuple(devices)),
         compile_options=options,
     )
+
+
+def load_executable(
+    serialized: bytes, devices: Sequence[jax.Device], options: xc.CompileOptions, client: Any | None = None
+) -> Any:
+    """Load an executable that `client.serialize_executable` wrote, onto `devices`."""
+    client = client or get_client()
+    return client.deserialize_executable(serialized, xc.DeviceList(tuple(devices)), options)

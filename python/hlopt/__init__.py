@@ -3,14 +3,24 @@
 from hlopt.compiler.pipeline import PipelineError
 from hlopt.compiler.stages import AnnotationError, Lowered
 from hlopt.jit import JitFunction, jit, lower
+from hlopt.runtime.cache import CacheInfo, cache_info, set_cache_dir
+from hlopt.runtime.container import ExecutableFileError
 from hlopt.runtime.executable import Compiled
+from hlopt.runtime.files import RecompileWarning, deserialize, load
 
 __all__ = [
     "AnnotationError",
+    "CacheInfo",
     "Compiled",
+    "ExecutableFileError",
     "JitFunction",
     "Lowered",
     "PipelineError",
+    "RecompileWarning",
+    "cache_info",
+    "deserialize",
     "jit",
+    "load",
     "lower",
+    "set_cache_dir",
 ]

@@ -1,0 +1,291 @@
+"""JSON encodings of what a program's `Signature` holds, without pickle.
+
+Treedefs of tuples, lists, dicts and None; avals of the dtypes in `DTYPES`;
+static arguments that are JSON scalars or tuples/lists of them; meshes as
+axis names, shape, axis types and device ids. Decoding validates every field
+and never imports or evaluates anything named in the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import ml_dtypes
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from hlopt.compiler.lowering import Signature
+
+
+class EncodingError(ValueError):
+    """A value cannot be encoded, or encoded data is malformed."""
+
+
+# dtype name -> MLIR element type, for every dtype a file may hold.
+DTYPES: dict[str, str] = {
+    "bool": "i1",
+    "int4": "i4", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint4": "ui4", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
+    "float8_e4m3fn": "f8E4M3FN", "float8_e5m2": "f8E5M2",
+    "bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64",
+    "complex64": "complex<f32>", "complex128": "complex<f64>",
+}
+
+_MAX_DEPTH = 64
+
+
+def _dtype(name: Any) -> np.dtype:
+    if not isinstance(name, str) or name not in DTYPES:
+        raise EncodingError(f"unsupported dtype {name!r} (supported: {', '.join(DTYPES)})")
+    return np.dtype(getattr(ml_dtypes, name, None) or name)
+
+
+def _check(cond: bool, what: str) -> None:
+    if not cond:
+        raise EncodingError(what)
+
+
+# --- pytree structure ---------------------------------------------------------
+
+_LEAF = "*"
+
+
+def encode_tree(treedef: Any) -> Any:
+    """A treedef of tuples, lists, dicts (str or int keys) and None as JSON."""
+    marker = object()
+    skeleton = jax.tree_util.tree_unflatten(treedef, [marker] * treedef.num_leaves)
+
+    def enc(x: Any) -> Any:
+        if x is marker:
+            return _LEAF
+        if x is None:
+            return None
+        if type(x) is tuple:
+            return {"tuple": [enc(c) for c in x]}
+        if type(x) is list:
+            return {"list": [enc(c) for c in x]}
+        if type(x) is dict:
+            for k in x:
+                if type(k) not in (str, int):
+                    raise EncodingError(f"dict key {k!r} of type {type(k).__name__}: only str and int keys can be saved")
+            return {"dict": [[k, enc(v)] for k, v in x.items()]}
+        raise EncodingError(
+            f"pytree node of type {type(x).__module__}.{type(x).__qualname__} cannot be saved: "
+            "only tuples, lists, dicts and None can (flatten it to those at the function boundary)"
+        )
+
+    return enc(skeleton)
+
+
+def decode_tree(data: Any) -> Any:
+    """The treedef that `encode_tree` encoded as `data`."""
+
+    def dec(x: Any, depth: int) -> Any:
+        _check(depth < _MAX_DEPTH, f"pytree nested deeper than {_MAX_DEPTH} levels")
+        if x == _LEAF:
+            return 0
+        if x is None:
+            return None
+        _check(isinstance(x, dict) and len(x) == 1, f"malformed pytree node {_short(x)}")
+        (kind, children), = x.items()
+        _check(isinstance(children, list), f"malformed pytree node {_short(x)}")
+        if kind == "tuple":
+            return tuple(dec(c, depth + 1) for c in children)
+        if kind == "list":
+            return [dec(c, depth + 1) for c in children]
+        if kind == "dict":
+            out = {}
+            for item in children:
+                _check(isinstance(item, list) and len(item) == 2 and type(item[0]) in (str, int),
+                       f"malformed dict entry {_short(item)}")
+                out[item[0]] = dec(item[1], depth + 1)
+            return out
+        raise EncodingError(f"unknown pytree node kind {kind!r}")
+
+    return jax.tree_util.tree_structure(dec(data, 0))
+
+
+# --- avals ----------------------------------------------------------------------
+
+
+def encode_aval(aval: Any) -> dict[str, Any]:
+    name = np.dtype(aval.dtype).name
+    _dtype(name)
+    return {"shape": [int(d) for d in aval.shape], "dtype": name, "weak_type": bool(getattr(aval, "weak_type", False))}
+
+
+def decode_aval(data: Any) -> jax.core.ShapedArray:
+    _check(isinstance(data, dict) and set(data) == {"shape", "dtype", "weak_type"}, f"malformed aval {_short(data)}")
+    shape = data["shape"]
+    _check(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape), f"malformed shape {_short(shape)}")
+    _check(isinstance(data["weak_type"], bool), f"malformed weak_type {_short(data['weak_type'])}")
+    return jax.core.ShapedArray(tuple(shape), _dtype(data["dtype"]), weak_type=data["weak_type"])
+
+
+def tensor_type(aval: Any) -> str:
+    """The MLIR tensor type of `aval`, e.g. `tensor<8x4xf32>`."""
+    dims = "".join(f"{d}x" for d in aval.shape)
+    return f"tensor<{dims}{DTYPES[np.dtype(aval.dtype).name]}>"
+
+
+def aval_str(aval: Any) -> str:
+    """`float32[8,4]`: how avals appear in messages and `hlopt inspect`."""
+    return f"{np.dtype(aval.dtype).name}[{','.join(str(d) for d in aval.shape)}]"
+
+
+# --- static arguments -------------------------------------------------------
+
+
+def encode_static(value: Any) -> Any:
+    """A static argument: None, bool, int, float, str, or tuples/lists of them."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if type(value) in (tuple, list):
+        return {type(value).__name__: [encode_static(v) for v in value]}
+    raise EncodingError(
+        f"static argument {value!r} of type {type(value).__name__} cannot be saved: "
+        "only None, bool, int, float, str and tuples/lists of them can"
+    )
+
+
+def decode_static(data: Any, depth: int = 0) -> Any:
+    _check(depth < _MAX_DEPTH, f"static argument nested deeper than {_MAX_DEPTH} levels")
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    _check(isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list")
+           and isinstance(next(iter(data.values())), list), f"malformed static argument {_short(data)}")
+    (kind, items), = data.items()
+    values = [decode_static(v, depth + 1) for v in items]
+    return tuple(values) if kind == "tuple" else values
+
+
+# --- meshes and shardings ---------------------------------------------------
+
+
+def encode_mesh(mesh: Mesh) -> dict[str, Any]:
+    return {
+        "axis_names": [str(a) for a in mesh.axis_names],
+        "shape": [int(s) for s in mesh.devices.shape],
+        "axis_types": [t.name for t in mesh.axis_types],
+        "device_ids": [int(d.id) for d in mesh.devices.flat],
+    }
+
+
+def devices_for(device_ids: Sequence[int]) -> list[jax.Device]:
+    """The devices with these ids, else the first as many devices of this process's platform.
+
+    Raises with the number of devices needed when there are too few.
+    """
+    available = jax.devices()
+    by_id = {d.id: d for d in available}
+    if all(i in by_id for i in device_ids):
+        return [by_id[i] for i in device_ids]
+    if len(available) < len(device_ids):
+        raise EncodingError(
+            f"the program runs on {len(device_ids)} devices but only {len(available)} "
+            f"{available[0].platform} device(s) are available; run it where {len(device_ids)} are "
+            f"(on CPU: XLA_FLAGS=--xla_force_host_platform_device_count={len(device_ids)})"
+        )
+    return available[: len(device_ids)]
+
+
+def decode_mesh(data: Any) -> Mesh:
+    _check(isinstance(data, dict) and set(data) == {"axis_names", "shape", "axis_types", "device_ids"},
+           f"malformed mesh {_short(data)}")
+    names, shape, types, ids = data["axis_names"], data["shape"], data["axis_types"], data["device_ids"]
+    _check(isinstance(names, list) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names),
+           f"malformed mesh axis names {_short(names)}")
+    _check(isinstance(shape, list) and len(shape) == len(names) and all(type(s) is int and s > 0 for s in shape),
+           f"malformed mesh shape {_short(shape)}")
+    _check(isinstance(types, list) and len(types) == len(names) and all(t in AxisType.__members__ for t in types),
+           f"malformed mesh axis types {_short(types)}")
+    _check(isinstance(ids, list) and all(type(i) is int for i in ids) and len(set(ids)) == len(ids)
+           and len(ids) == int(np.prod(shape)), f"mesh device ids {_short(ids)} do not fill shape {shape}")
+    devices = np.array(devices_for(ids), dtype=object).reshape(shape)
+    return Mesh(devices, tuple(names), axis_types=tuple(AxisType[t] for t in types))
+
+
+def encode_spec(sharding: Any) -> list[Any] | None:
+    """A NamedSharding's PartitionSpec as JSON (None for a single-device sharding)."""
+    if not isinstance(sharding, NamedSharding):
+        return None
+    return [list(p) if isinstance(p, tuple) else p for p in sharding.spec]
+
+
+def decode_spec(data: Any) -> PartitionSpec:
+    _check(isinstance(data, list), f"malformed partition spec {_short(data)}")
+    parts = []
+    for p in data:
+        _check(p is None or isinstance(p, str) or (isinstance(p, list) and all(isinstance(a, str) for a in p)),
+               f"malformed partition spec {_short(data)}")
+        parts.append(tuple(p) if isinstance(p, list) else p)
+    return PartitionSpec(*parts)
+
+
+def spec_str(data: list[Any] | None) -> str:
+    if data is None:
+        return "single device"
+    return "P(" + ", ".join("None" if p is None else repr(tuple(p)) if isinstance(p, list) else repr(p) for p in data) + ")"
+
+
+# --- signatures ----------------------------------------------------------------
+
+
+def encode_signature(sig: Signature) -> dict[str, Any]:
+    """Every field of `sig` as JSON; raises EncodingError naming what cannot be saved."""
+    try:
+        in_tree, out_tree = encode_tree(sig.in_tree), encode_tree(sig.out_tree)
+        static = [[i, encode_static(v)] for i, v in sig.static_args]
+    except EncodingError as e:
+        raise EncodingError(f"{sig.name}: {e}") from None
+    return {
+        "name": sig.name,
+        "in_tree": in_tree,
+        "in_avals": [encode_aval(a) for a in sig.in_avals],
+        "out_tree": out_tree,
+        "out_avals": [encode_aval(a) for a in sig.out_avals],
+        "static_args": static,
+        "mesh": None if sig.mesh is None else encode_mesh(sig.mesh),
+        "use_shardy": bool(sig.use_shardy),
+    }
+
+
+_SIGNATURE_FIELDS = {"name", "in_tree", "in_avals", "out_tree", "out_avals", "static_args", "mesh", "use_shardy"}
+
+
+def decode_signature(data: Any) -> Signature:
+    """The Signature encoded in `data`; checks that trees and avals agree."""
+    _check(isinstance(data, dict) and set(data) == _SIGNATURE_FIELDS, "malformed signature")
+    _check(isinstance(data["name"], str), "malformed signature name")
+    _check(isinstance(data["use_shardy"], bool), "malformed use_shardy")
+    for key in ("in_avals", "out_avals", "static_args"):
+        _check(isinstance(data[key], list), f"malformed {key}")
+    in_tree, out_tree = decode_tree(data["in_tree"]), decode_tree(data["out_tree"])
+    in_avals = tuple(decode_aval(a) for a in data["in_avals"])
+    out_avals = tuple(decode_aval(a) for a in data["out_avals"])
+    _check(in_tree.num_leaves == len(in_avals),
+           f"the input pytree has {in_tree.num_leaves} leaves but {len(in_avals)} input avals are listed")
+    _check(out_tree.num_leaves == len(out_avals),
+           f"the output pytree has {out_tree.num_leaves} leaves but {len(out_avals)} output avals are listed")
+    static = []
+    for item in data["static_args"]:
+        _check(isinstance(item, list) and len(item) == 2 and type(item[0]) is int and item[0] >= 0,
+               f"malformed static argument entry {_short(item)}")
+        static.append((item[0], decode_static(item[1])))
+    return Signature(
+        in_tree=in_tree,
+        in_avals=in_avals,
+        out_tree=out_tree,
+        out_avals=out_avals,
+        static_args=tuple(static),
+        mesh=None if data["mesh"] is None else decode_mesh(data["mesh"]),
+        use_shardy=data["use_shardy"],
+        name=data["name"],
+    )
+
+
+def _short(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
