@@ -12,6 +12,7 @@ from hlopt.passes.base import Pass
 
 # pass name -> (module under hlopt.passes, class name)
 PASSES: dict[str, tuple[str, str]] = {
+    "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
 }
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run.
