@@ -100,11 +100,16 @@ def decode_tree(data: Any) -> Any:
             for item in children:
                 _check(isinstance(item, list) and len(item) == 2 and type(item[0]) in (str, int),
                        f"malformed dict entry {_short(item)}")
+                _check(item[0] not in out, f"duplicate dict key {item[0]!r}")
                 out[item[0]] = dec(item[1], depth + 1)
             return out
         raise EncodingError(f"unknown pytree node kind {kind!r}")
 
-    return jax.tree_util.tree_structure(dec(data, 0))
+    skeleton = dec(data, 0)
+    try:
+        return jax.tree_util.tree_structure(skeleton)
+    except (TypeError, ValueError) as e:
+        raise EncodingError(f"cannot build the pytree: {e}") from None
 
 
 # --- avals ----------------------------------------------------------------------

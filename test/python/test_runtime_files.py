@@ -1,0 +1,225 @@
+"""Executable files: round trips (in-process and in a fresh process) against jax.jit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import jaxlib
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import hlopt
+from hlopt.runtime import container, encoding, files
+
+RNG = np.random.default_rng(6)
+
+
+def tree_f(x, y):
+    return {"s": jnp.sin(x) * y, "pair": (x.sum(), [x.T, None])}
+
+
+def int_f(x, k):
+    return (x * k) % 7, (x > 3)
+
+
+def narrow_f(x):
+    return (x * 2).astype(x.dtype), jnp.abs(x).sum()
+
+
+def complex_f(z):
+    return jnp.conj(z) * z, jnp.angle(z)
+
+
+CASES = {
+    "tree-f32": (tree_f, lambda: (RNG.standard_normal((3, 4)).astype(np.float32), np.float32(1.5)), ()),
+    "int32-static": (int_f, lambda: (np.arange(12, dtype=np.int32).reshape(3, 4), 5), (1,)),
+    "bf16": (narrow_f, lambda: (RNG.standard_normal((5,)).astype(ml_dtypes.bfloat16),), ()),
+    "f16": (narrow_f, lambda: (RNG.standard_normal((2, 3)).astype(np.float16),), ()),
+    "uint8": (narrow_f, lambda: (np.arange(6, dtype=np.uint8),), ()),
+    "complex64": (complex_f, lambda: ((RNG.standard_normal(4) + 1j * RNG.standard_normal(4)).astype(np.complex64),), ()),
+    "scalar-weak": (lambda a, b: a * b + 1, lambda: (np.float32(2), 3.0), ()),
+}
+
+
+def assert_same(got, want):
+    g_leaves, g_tree = jax.tree_util.tree_flatten(got)
+    w_leaves, w_tree = jax.tree_util.tree_flatten(want)
+    assert g_tree == w_tree
+    for g, w in zip(g_leaves, w_leaves, strict=True):
+        assert np.asarray(g).dtype == np.asarray(w).dtype
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_round_trip_in_process(case, tmp_path):
+    fun, make_args, static = CASES[case]
+    args = make_args()
+    compiled = hlopt.lower(fun, *args, static_argnums=static).compile()
+    path = tmp_path / "f.hlx"
+    compiled.save(path)
+    for loaded in (hlopt.load(path), hlopt.deserialize(compiled.serialize())):
+        assert loaded.signature == compiled.signature
+        assert loaded.pipeline == compiled.pipeline == "hlopt-default"
+        assert_same(loaded(*args), compiled(*args))
+        want = jax.jit(fun, static_argnums=static)(*args)
+        assert_same(loaded(*args), want)
+
+
+@pytest.fixture(scope="module")
+def sharded():
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    a = RNG.standard_normal((16, 8)).astype(np.float32)
+    b = RNG.standard_normal((8, 4)).astype(np.float32)
+
+    def f(a, b):
+        return {"act": jnp.tanh(a @ b), "total": a.sum()}
+
+    compiled = hlopt.lower(f, a, b, mesh=mesh, in_shardings=(P("x", "y"), P("y", None)),
+                           out_shardings={"act": P("x"), "total": P()}).compile()
+    return compiled, (a, b), f
+
+
+def test_sharded_round_trip_keeps_mesh_and_shardings(sharded):
+    compiled, args, f = sharded
+    loaded = hlopt.deserialize(compiled.serialize())
+    mesh = loaded.signature.mesh
+    assert mesh.shape == {"x": 4, "y": 2}
+    assert mesh.axis_types == compiled.signature.mesh.axis_types
+    assert [d.id for d in mesh.devices.flat] == [d.id for d in compiled.signature.mesh.devices.flat]
+    for got, want, ndim in zip(loaded.in_shardings + loaded.out_shardings,
+                               compiled.in_shardings + compiled.out_shardings, (2, 2, 2, 0)):
+        assert got.is_equivalent_to(want, ndim)
+    out = loaded(*args)
+    assert out["act"].sharding.spec == P("x")
+    assert len(out["act"].sharding.device_set) == 8
+    np.testing.assert_allclose(out["act"], jax.jit(f)(*args)["act"], rtol=1e-5, atol=1e-5)
+    assert_same(out, compiled(*args))
+
+
+WORKER = r"""
+import sys, numpy as np, jax, hlopt
+out = {}
+for name in sys.argv[2:]:
+    compiled = hlopt.load(f"{sys.argv[1]}/{name}.hlx")
+    inputs = np.load(f"{sys.argv[1]}/{name}-in.npz")
+    leaves = jax.tree_util.tree_leaves(compiled(*[inputs[k] for k in inputs.files]))
+    out.update({f"{name}-{i}": np.asarray(x) for i, x in enumerate(leaves)})
+np.savez(f"{sys.argv[1]}/out.npz", **out)
+"""
+
+
+def test_round_trip_in_a_fresh_process(sharded, tmp_path):
+    single = hlopt.lower(tree_f, *CASES["tree-f32"][1]()).compile()
+    single_args = CASES["tree-f32"][1]()
+    compiled, args, _ = sharded
+    want = {}
+    for name, c, a in (("single", single, single_args), ("sharded", compiled, args)):
+        c.save(tmp_path / f"{name}.hlx")
+        np.savez(tmp_path / f"{name}-in.npz", *a)
+        want.update({f"{name}-{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(c(*a)))})
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(tmp_path), "single", "sharded"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = np.load(tmp_path / "out.npz")
+    assert sorted(got.files) == sorted(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_other_jaxlib_version_is_recompiled_with_a_warning():
+    args = CASES["tree-f32"][1]()
+    compiled = hlopt.lower(tree_f, *args).compile()
+    manifest, sections = files.read_file(compiled.serialize(), "x")
+    for key, value in (("jaxlib_version", "0.0.1"), ("platform_version", "other 1.0")):
+        data = container.pack(dict(manifest, **{key: value}), sections)
+        with pytest.warns(hlopt.RecompileWarning, match=f"{key} {value}.*recompiling"):
+            loaded = hlopt.deserialize(data)
+        assert_same(loaded(*args), compiled(*args))
+
+
+def test_matching_file_loads_without_warning():
+    args = CASES["tree-f32"][1]()
+    data = hlopt.lower(tree_f, *args).compile().serialize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hlopt.deserialize(data)
+
+
+def test_manifest_records_what_inspect_shows(sharded):
+    compiled, _, _ = sharded
+    manifest, sections = files.read_file(compiled.serialize(), "x")
+    assert manifest["format"] == "hlopt-executable" and manifest["format_version"] == container.FORMAT_VERSION
+    assert manifest["device_count"] == 8
+    assert manifest["platform"] == "cpu"
+    assert manifest["jaxlib_version"] == jaxlib.__version__
+    assert manifest["signature"]["mesh"]["shape"] == [4, 2]
+    assert manifest["in_shardings"] == [["x", "y"], ["y"]]
+    assert manifest["out_shardings"][0][0] == "x"
+    assert [a["shape"] for a in manifest["signature"]["in_avals"]] == [[16, 8], [8, 4]]
+    assert manifest["pipeline"] == "hlopt-default"
+    assert [s["name"] for s in manifest["sections"]] == ["executable", "module"]
+    assert "sdy.mesh" in str(hlopt.passes.mlir.deserialize_portable_artifact(sections["module"]))
+
+
+def test_unsupported_pytrees_and_static_args_are_refused_when_saving():
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+    compiled = hlopt.lower(lambda x: Pair(x, x + 1), np.ones(2, np.float32)).compile()
+    with pytest.raises(ValueError, match="pytree node of type .*Pair cannot be saved"):
+        compiled.serialize()
+    arr_static = hlopt.lower(lambda x, s: x * len(s), np.ones(2, np.float32), frozenset({1, 2}), static_argnums=1)
+    with pytest.raises(ValueError, match="static argument frozenset.*cannot be saved"):
+        arr_static.compile().serialize()
+
+
+@pytest.mark.parametrize("tree", [
+    ((1, 2), {}),
+    {"b": [1, None, (2,)], "a": {3: 4, 1: []}},
+    [],
+    None,
+    7,
+    ((), {"x": [[[1]]]}),
+])
+def test_tree_encoding_round_trips(tree):
+    treedef = jax.tree_util.tree_structure(tree)
+    assert encoding.decode_tree(encoding.encode_tree(treedef)) == treedef
+
+
+@pytest.mark.parametrize("value", [None, True, 3, -2.5, "s", (1, (2, "a")), [1, [None]], ()])
+def test_static_encoding_round_trips(value):
+    decoded = encoding.decode_static(encoding.encode_static(value))
+    assert decoded == value and type(decoded) is type(value)
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"set": [1]}, "unknown pytree node kind"),
+    ({"tuple": 3}, "malformed pytree node"),
+    ({"dict": [[1.5, "*"]]}, "malformed dict entry"),
+    ("leaf", "malformed pytree node"),
+    (["*"], "malformed pytree node"),
+    ({"dict": [[1, "*"], ["a", "*"]]}, "cannot build the pytree"),
+    ({"dict": [["a", "*"], ["a", "*"]]}, "duplicate dict key"),
+])
+def test_malformed_trees_are_refused(bad, match):
+    with pytest.raises(encoding.EncodingError, match=match):
+        encoding.decode_tree(bad)
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"shape": [2], "dtype": "object", "weak_type": False}, "unsupported dtype 'object'"),
+    ({"shape": [-1], "dtype": "float32", "weak_type": False}, "malformed shape"),
+    ({"shape": [2], "dtype": "float32"}, "malformed aval"),
+    ({"shape": [2.0], "dtype": "float32", "weak_type": False}, "malformed shape"),
+])
+def test_malformed_avals_are_refused(bad, match):
+    with pytest.raises(encoding.EncodingError, match=match):
+        encoding.decode_aval(bad)
