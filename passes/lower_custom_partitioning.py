@@ -289,7 +289,7 @@ def _value_sharding(value: ir.Value) -> ir.Attribute | None:
     owner = value.owner
     if isinstance(owner, ir.Block):
         parent = owner.owner
-        if parent.name != "func.func" or "arg_attrs" not in parent.attributes:
+        if parent.operation.name != "func.func" or "arg_attrs" not in parent.attributes:
             return None
         attrs = ir.DictAttr(ir.ArrayAttr(parent.attributes["arg_attrs"])[ir.BlockArgument(value).arg_number])
         return attrs["sdy.sharding"] if "sdy.sharding" in attrs else None
@@ -323,10 +323,12 @@ class LowerCustomPartitioning(Pass):
             shardings = propagated_shardings(module) if any("mesh" in _config(op) for op in annotations) else {}
             splicer = _Splicer(module, self.target)
             for index, op in enumerate(annotations):
-                splicer.lower(op, shardings.get(index))
+                with op.location:
+                    splicer.lower(op, shardings.get(index))
             splicer.finish()
         if self.target == "gspmd":
-            to_gspmd(module)
+            with module.location:
+                to_gspmd(module)
 
 
 class _Splicer:
@@ -401,7 +403,7 @@ class _Splicer:
         """Parse the body module, rename and move its functions here; return its `@main`."""
         body = ir.Module.parse(text, self.module.context)
         table = ir.SymbolTable(body.operation)
-        main = func.FuncOp(table["main"])
+        main = table["main"]
         got_in, got_out = list(main.type.inputs), list(main.type.results)
         if [str(t) for t in got_in] != [str(t) for t in local_in] or [str(t) for t in got_out] != [str(t) for t in local_out]:
             raise PassError(
@@ -413,7 +415,7 @@ class _Splicer:
         self.count += 1
         for inner in list(body.body.operations):
             name = inner.attributes["sym_name"].value if "sym_name" in inner.attributes else None
-            if inner.name == "sdy.mesh" or name is None:
+            if inner.operation.name == "sdy.mesh" or name is None:
                 inner.operation.erase()
             elif name != "main":
                 new = f"{prefix}_{name}"
@@ -584,7 +586,7 @@ def to_gspmd(module: ir.Operation) -> None:
                 per_value = [hlo(s) for s in sdy.TensorShardingPerValueAttr(o.attributes["sdy.sharding"]).shardings]
                 o.attributes["mhlo.sharding"] = per_value[0] if len(per_value) == 1 else ir.StringAttr.get(
                     "{" + ", ".join(s.value for s in per_value) + "}")
-            for name in [a.name for a in o.attributes if a.name.startswith("sdy.")]:
+            for name in [a for a in o.attributes if a.startswith("sdy.")]:
                 del o.attributes[name]
         return ir.WalkResult.ADVANCE
 

@@ -2,6 +2,7 @@
 
 from hlopt.compiler.pipeline import PipelineError
 from hlopt.compiler.stages import AnnotationError, Lowered
+from hlopt.custom_partitioning import custom_partitioning
 from hlopt.jit import JitFunction, jit, lower
 from hlopt.runtime.cache import CacheInfo, cache_info, set_cache_dir
 from hlopt.runtime.container import ExecutableFileError
@@ -18,6 +19,7 @@ __all__ = [
     "PipelineError",
     "RecompileWarning",
     "cache_info",
+    "custom_partitioning",
     "deserialize",
     "jit",
     "load",
