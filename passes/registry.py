@@ -12,6 +12,7 @@ from hlopt.passes.base import Pass
 
 # pass name -> (module under hlopt.passes, class name)
 PASSES: dict[str, tuple[str, str]] = {
+    "check-key-reuse": ("check_key_reuse", "CheckKeyReuse"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
 }
 

@@ -4,6 +4,7 @@ from hlopt.compiler.pipeline import PipelineError
 from hlopt.compiler.stages import AnnotationError, Lowered
 from hlopt.custom_partitioning import custom_partitioning
 from hlopt.jit import JitFunction, jit, lower
+from hlopt.passes.check_key_reuse import KeyReuseError
 from hlopt.runtime.cache import CacheInfo, cache_info, set_cache_dir
 from hlopt.runtime.container import ExecutableFileError
 from hlopt.runtime.executable import Compiled
@@ -15,6 +16,7 @@ __all__ = [
     "Compiled",
     "ExecutableFileError",
     "JitFunction",
+    "KeyReuseError",
     "Lowered",
     "PipelineError",
     "RecompileWarning",

@@ -12,6 +12,7 @@ from jax.sharding import Mesh
 
 from hlopt.compiler.lowering import lower_function
 from hlopt.compiler.stages import Lowered
+from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
 from hlopt.runtime.executable import Compiled
 
 
@@ -22,8 +23,13 @@ def lower(
     in_shardings: Any = None,
     out_shardings: Any = None,
     static_argnums: int | Sequence[int] = (),
+    check_key_reuse: bool = False,
 ) -> Lowered:
-    """Lower `fun` at `args` (arrays or `jax.ShapeDtypeStruct`s) to StableHLO."""
+    """Lower `fun` at `args` (arrays or `jax.ShapeDtypeStruct`s) to StableHLO.
+
+    With `check_key_reuse=True`, raise `KeyReuseError` if the program consumes a
+    PRNG key twice (the `check-key-reuse` pass).
+    """
     module, signature = lower_function(
         fun,
         *args,
@@ -32,6 +38,10 @@ def lower(
         out_shardings=out_shardings,
         static_argnums=static_argnums,
     )
+    if check_key_reuse:
+        reports = find_key_reuse(module.operation)
+        if reports:
+            raise KeyReuseError(reports)
     return Lowered(module, signature)
 
 
@@ -49,12 +59,12 @@ class JitFunction:
     """A function compiled by hlopt on first call for each input signature."""
 
     def __init__(self, fun: Callable, *, pipeline: str, mesh: Mesh | None, in_shardings: Any,
-                 out_shardings: Any, static_argnums: Sequence[int]):
+                 out_shardings: Any, static_argnums: Sequence[int], check_key_reuse: bool = False):
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.pipeline = pipeline
         self.options = dict(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
-                            static_argnums=tuple(static_argnums))
+                            static_argnums=tuple(static_argnums), check_key_reuse=check_key_reuse)
         self._cache: dict[Any, Compiled] = {}
 
     def _static(self, args: tuple[Any, ...]) -> set[int]:
@@ -90,9 +100,15 @@ def jit(
     in_shardings: Any = None,
     out_shardings: Any = None,
     static_argnums: int | Sequence[int] = (),
+    check_key_reuse: bool = False,
 ) -> JitFunction:
-    """Compile `fun` with hlopt's pipeline on first call, once per input signature."""
+    """Compile `fun` with hlopt's pipeline on first call, once per input signature.
+
+    With `check_key_reuse=True`, each new signature is checked for PRNG key
+    reuse before compiling, raising `KeyReuseError`.
+    """
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     return JitFunction(fun, pipeline=pipeline, mesh=mesh, in_shardings=in_shardings,
-                       out_shardings=out_shardings, static_argnums=static_argnums)
+                       out_shardings=out_shardings, static_argnums=static_argnums,
+                       check_key_reuse=check_key_reuse)

@@ -1,0 +1,657 @@
+"""`check-key-reuse`: find PRNG keys consumed more than once, statically, in StableHLO.
+
+A key is a pair of uint32 words: raw `uint32[..., 2]` keys and typed
+`key<fry>` arrays lower to the same tensors. Every draw of random bits and
+every split hashes the key with JAX's threefry2x32 kernel, so a *consumer* is
+one application of that kernel whose counters are iota/constant data: a call
+of the kernel function JAX emits (`@threefry2x32...`, recognised by its key
+schedule constant 0x1BD11BDA, not by name), the same kernel inlined, or the
+GPU custom calls. A kernel application whose counters come from a function or
+block argument is a `fold_in`, which JAX's own checker does not count as
+consuming (`fold-in-consumes=true` counts it).
+
+The analysis gives every uint32 element an identity (a *cell*) and follows
+cells through the ops that move key data (slice, reshape, broadcast,
+transpose, concatenate, constant-index dynamic slices, sharding constraints,
+`Sharding` custom calls), into function calls (each function is summarised
+once: which argument keys it consumes, which it returns), through
+`stablehlo.while` (a key consumed in the cond or body that is captured or
+carried unchanged is consumed in every iteration) and through
+`stablehlo.case`/`if` (each branch sees the keys consumed before it, not those
+consumed by its sibling branches). Values that pass through
+`stablehlo.optimization_barrier` (JAX's marker of rematerialised
+recomputation) start fresh, as JAX's checker ignores the recomputed pass.
+
+    // error: PRNG key is consumed a second time   (at the second call)
+    // note: first consumed here                   (at the first call)
+    %k0 = stablehlo.slice %key [0:1] ...
+    %a:2 = call @threefry2x32(%w0, %w1, %c0, %c1)
+    %b:2 = call @threefry2x32(%w0, %w1, %c0, %c1)
+
+The pass changes nothing; it fails with `KeyReuseError` listing every reuse.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+from collections.abc import Callable, Iterable, MutableMapping
+from typing import ClassVar
+
+import numpy as np
+
+from hlopt.passes.base import Pass, PassError
+from hlopt.passes.mlir import ir
+
+# The threefry2x32 key-schedule parity constant: ks[2] = k0 ^ k1 ^ 0x1BD11BDA.
+THREEFRY_PARITY = 0x1BD11BDA
+
+# custom_call targets of the threefry kernel on GPU (operands: k0, k1, x0, x1).
+THREEFRY_CUSTOM_CALLS = frozenset(
+    {"cu_threefry2x32", "cu_threefry2x32_ffi", "hip_threefry2x32", "hip_threefry2x32_ffi"}
+)
+
+# custom_call targets that pass operand 0 through unchanged when shapes agree.
+FORWARDING_CUSTOM_CALLS = frozenset(
+    {"Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape", "MoveToHost", "MoveToDevice"}
+)
+
+# Larger uint32 tensors are not followed as key data (their elements are fresh).
+MAX_TRACKED_ELEMENTS = 1 << 16
+
+Cells = np.ndarray  # int64 cell ids, the shape of the value they describe
+Pair = tuple[int, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyReuse:
+    """One reuse: where the key is consumed again, and where it was consumed before."""
+
+    message: str
+    location: str
+    note: str
+    note_location: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: error: {self.message}\n{self.note_location}: note: {self.note}"
+
+
+class KeyReuseError(PassError):
+    """A PRNG key is consumed more than once; `reports` lists every reuse."""
+
+    def __init__(self, reports: list[KeyReuse]):
+        self.reports = list(reports)
+        super().__init__("\n".join(str(r) for r in self.reports))
+
+
+def source_location(loc: ir.Location) -> str | None:
+    """`file:line:col` of the innermost source frame of `loc`, None if it has none.
+
+    A call of a function that JAX lowered once and reused is located at
+    `callsite(<where it was first traced> at <this call>)`: the frames of this
+    call are then the ones after the first `at`.
+    """
+    node, _ = _parse_loc(str(loc), 4)  # skip "loc("
+    frame = _first_frame(node)
+    return None if frame is None else f"{frame[0]}:{frame[1]}:{frame[2]}"
+
+
+_TOKEN = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|(callsite|fused|unknown)|(.))')
+_POSITION = re.compile(r':(\d+):(\d+)(?: to (?:\d+)?:\d+)?')
+
+
+def _parse_loc(text: str, i: int) -> tuple[tuple, int]:
+    """One location from `text[i:]`: ("file", f, line, col), ("name", child), ("callsite", a, b), ("fused", [..])."""
+    m = _TOKEN.match(text, i)
+    quoted, word, char = m.groups()
+    i = m.end()
+    if quoted is not None:
+        pos = _POSITION.match(text, i)
+        if pos is not None:
+            return ("file", quoted, int(pos.group(1)), int(pos.group(2))), pos.end()
+        if text.startswith("(", i):
+            child, i = _parse_loc(text, i + 1)
+            return ("name", child), text.index(")", i) + 1
+        return ("name", None), i
+    if word == "callsite":
+        callee, i = _parse_loc(text, i + 1)
+        i = text.index(" at ", i) + 4
+        caller, i = _parse_loc(text, i)
+        return ("callsite", callee, caller), text.index(")", i) + 1
+    if word == "fused":
+        if text.startswith("<", i):
+            i = _skip_bracketed(text, i, "<", ">")
+        i = text.index("[", i) + 1
+        children = []
+        while not text.startswith("]", i):
+            child, i = _parse_loc(text, i)
+            children.append(child)
+            i = len(text) - len(text[i:].lstrip(", "))
+        return ("fused", children), i + 1
+    return ("unknown",), i
+
+
+def _skip_bracketed(text: str, i: int, open_: str, close: str) -> int:
+    depth = 0
+    while True:
+        if text[i] == open_:
+            depth += 1
+        elif text[i] == close:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+
+
+def _strip_names(node: tuple) -> tuple | None:
+    while node is not None and node[0] == "name":
+        node = node[1]
+    return node
+
+
+def _first_frame(node: tuple | None) -> tuple[str, int, int] | None:
+    node = _strip_names(node)
+    if node is None or node[0] == "unknown":
+        return None
+    if node[0] == "file":
+        return node[1], node[2], node[3]
+    if node[0] == "fused":
+        return next((f for f in map(_first_frame, node[1]) if f is not None), None)
+    callee, caller = node[1], node[2]
+    stale = _strip_names(callee)
+    order = (caller, callee) if stale is not None and stale[0] == "callsite" else (callee, caller)
+    return _first_frame(order[0]) or _first_frame(order[1])
+
+
+def _tracked_shape(value: ir.Value) -> tuple[int, ...] | None:
+    """The static shape of a uint32 tensor small enough to follow, else None."""
+    t = value.type
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    et = t.element_type
+    if not (isinstance(et, ir.IntegerType) and et.width == 32 and et.is_unsigned) or not t.has_static_shape:
+        return None
+    shape = tuple(t.shape)
+    return shape if int(np.prod(shape, dtype=np.int64)) <= MAX_TRACKED_ELEMENTS else None
+
+
+def _i64s(op: ir.Operation, name: str) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes[name]))
+
+
+def _int_attr(op: ir.Operation, name: str) -> int:
+    return ir.IntegerAttr(op.attributes[name]).value
+
+
+def _defining_op(value: ir.Value) -> ir.Operation | None:
+    owner = value.owner
+    return None if isinstance(owner, ir.Block) else owner.operation
+
+
+def _splat_int(value: ir.Value) -> int | None:
+    """The integer a (broadcast or reshaped) `stablehlo.constant` splat holds, else None."""
+    op = _defining_op(value)
+    while op is not None and op.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape"):
+        op = _defining_op(op.operands[0])
+    if op is None or op.name != "stablehlo.constant":
+        return None
+    attr = op.attributes["value"]
+    if not isinstance(attr, ir.DenseIntElementsAttr) or not attr.is_splat:
+        return None
+    return int(np.asarray(attr).reshape(-1)[0]) & 0xFFFFFFFF
+
+
+def _constant_ints(value: ir.Value) -> np.ndarray | None:
+    op = _defining_op(value)
+    if op is None or op.name != "stablehlo.constant":
+        return None
+    attr = op.attributes["value"]
+    if not isinstance(attr, ir.DenseIntElementsAttr):
+        return None
+    return np.asarray(attr).reshape(-1)
+
+
+def _parity_key_words(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
+    """(k0, k1) if `op` is `xor(xor(k0, k1), 0x1BD11BDA)`: the kernel's key schedule."""
+    if op.name != "stablehlo.xor":
+        return None
+    a, b = op.operands
+    for inner, const in ((a, b), (b, a)):
+        if _splat_int(const) == THREEFRY_PARITY:
+            producer = _defining_op(inner)
+            if producer is not None and producer.name == "stablehlo.xor":
+                return producer.operands[0], producer.operands[1]
+    return None
+
+
+def _inlined_counters(k0: ir.Value) -> list[ir.Value]:
+    """The counter inputs of an inlined kernel: the other addend of `x0 + k0`."""
+    counters = []
+    for use in k0.uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        results = [k0]
+        if user.name == "stablehlo.broadcast_in_dim":
+            results = [user.result]
+            adds = [u.owner for u in user.result.uses]
+        else:
+            adds = [user]
+        for add in adds:
+            add = add.operation if hasattr(add, "operation") else add
+            if add.name == "stablehlo.add":
+                counters.extend(v for v in add.operands if v not in results)
+    return counters
+
+
+@dataclasses.dataclass
+class _Summary:
+    """What a function does to the keys it is given, in its own cell ids."""
+
+    params: list[Cells | None]
+    results: list[Cells | None]
+    events: list[Pair]  # the argument keys it consumes
+    start: int
+    stop: int
+
+
+class _Scope:
+    """The keys consumed so far on one control path, and where."""
+
+    def __init__(self, consumed: MutableMapping[Pair, str | None] | None = None):
+        self.consumed: MutableMapping[Pair, str | None] = {} if consumed is None else consumed
+
+
+class _Analysis:
+    def __init__(self, module: ir.Operation, fold_in_consumes: bool):
+        self.fold_in_consumes = fold_in_consumes
+        self.funcs: dict[str, ir.Operation] = {}
+        for op in module.regions[0].blocks[0].operations:
+            if op.operation.name == "func.func":
+                self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
+        self.next_id = 0
+        self.env: dict[ir.Value, Cells | None] = {}
+        self.summaries: dict[str, _Summary] = {}
+        self.kernels: dict[str, bool] = {}
+        self.block_arg_deps: dict[ir.Value, bool] = {}
+        self.reports: list[KeyReuse] = []
+        self.handlers: dict[str, Callable[[ir.Operation, _Scope], None]] = {
+            "func.call": self._call,
+            "stablehlo.while": self._while,
+            "stablehlo.case": self._branches,
+            "stablehlo.if": self._branches,
+            "stablehlo.xor": self._xor,
+            "stablehlo.custom_call": self._custom_call,
+            "sdy.manual_computation": self._manual_computation,
+        }
+
+    # ---- cells ------------------------------------------------------------
+
+    def fresh(self, shape: tuple[int, ...]) -> Cells:
+        n = int(np.prod(shape, dtype=np.int64))
+        cells = np.arange(self.next_id, self.next_id + n, dtype=np.int64).reshape(shape)
+        self.next_id += n
+        return cells
+
+    def bind_fresh(self, value: ir.Value) -> Cells | None:
+        shape = _tracked_shape(value)
+        cells = None if shape is None else self.fresh(shape)
+        self.env[value] = cells
+        return cells
+
+    def cells(self, value: ir.Value) -> Cells | None:
+        if value in self.env:
+            return self.env[value]
+        return self.bind_fresh(value)  # defined by an op this analysis never visited
+
+    def bind(self, value: ir.Value, cells: Cells | None) -> None:
+        shape = _tracked_shape(value)
+        if shape is None:
+            self.env[value] = None
+        elif cells is None or cells.shape != shape:
+            self.bind_fresh(value)
+        else:
+            self.env[value] = cells
+
+    # ---- reports ----------------------------------------------------------
+
+    def report(self, message: str, loc: str | None, note: str, note_loc: str | None) -> None:
+        self.reports.append(KeyReuse(message, loc or "<unknown>", note, note_loc or "<unknown>"))
+
+    def consume(self, scope: _Scope, pair: Pair, loc: str | None) -> None:
+        first = scope.consumed.get(pair, _MISSING)
+        if first is _MISSING:
+            scope.consumed[pair] = loc
+        else:
+            self.report("PRNG key is consumed a second time", loc, "the key was first consumed here", first)
+
+    def consume_words(self, scope: _Scope, k0: ir.Value, k1: ir.Value, loc: str | None) -> None:
+        c0, c1 = self.cells(k0), self.cells(k1)
+        if c0 is None or c1 is None:
+            return
+        b0, b1 = np.broadcast_arrays(c0, c1) if c0.shape != c1.shape else (c0, c1)
+        pairs = np.unique(np.stack([b0.reshape(-1), b1.reshape(-1)], axis=1), axis=0)
+        for p0, p1 in pairs.tolist():
+            self.consume(scope, (p0, p1), loc)
+
+    # ---- walking ----------------------------------------------------------
+
+    def run(self) -> list[KeyReuse]:
+        for name in self.funcs:
+            if not self.is_kernel(name):
+                self.summary(name)
+        return self.reports
+
+    def walk_block(self, block: ir.Block, scope: _Scope) -> list[ir.Value]:
+        """Interpret `block`; return the operands of its terminator."""
+        terminator: list[ir.Value] = []
+        for op in block.operations:
+            op = op.operation
+            name = op.name
+            if name in ("func.return", "stablehlo.return", "sdy.return"):
+                terminator = list(op.operands)
+                continue
+            handler = self.handlers.get(name)
+            if handler is not None:
+                handler(op, scope)
+                continue
+            rule = MOVES.get(name)
+            if rule is not None and len(op.results) == 1:
+                cells = [self.cells(v) for v in op.operands]
+                result = op.results[0]
+                shape = _tracked_shape(result)
+                moved = None
+                if shape is not None and cells and cells[0] is not None:
+                    moved = rule(op, cells, shape)
+                self.bind(result, moved)
+                continue
+            for result in op.results:
+                self.bind_fresh(result)
+        return terminator
+
+    def summary(self, name: str) -> _Summary:
+        cached = self.summaries.get(name)
+        if cached is not None:
+            return cached
+        func = self.funcs[name]
+        block = func.regions[0].blocks[0]
+        start = self.next_id
+        params = [self.bind_fresh(arg) for arg in block.arguments]
+        param_stop = self.next_id
+        scope = _Scope()
+        returned = self.walk_block(block, scope)
+        events = [pair for pair in scope.consumed if start <= min(pair) and max(pair) < param_stop]
+        result = _Summary(params, [self.cells(v) for v in returned], events, start, self.next_id)
+        self.summaries[name] = result
+        return result
+
+    # ---- consumers --------------------------------------------------------
+
+    def is_kernel(self, name: str) -> bool:
+        """True if function `name` is the threefry2x32 kernel with key words (arg0, arg1)."""
+        known = self.kernels.get(name)
+        if known is None:
+            func = self.funcs.get(name)
+            known = False
+            if func is not None:
+                args = list(func.regions[0].blocks[0].arguments)
+                for op in func.regions[0].blocks[0].operations:
+                    words = _parity_key_words(op.operation)
+                    if words is not None and len(args) >= 4 and set(words) == {args[0], args[1]}:
+                        known = True
+                        break
+            self.kernels[name] = known
+        return known
+
+    def depends_on_block_argument(self, value: ir.Value) -> bool:
+        """True if `value` is computed from a block argument (a fold_in's data)."""
+        memo = self.block_arg_deps
+        stack = [(value, False)]
+        while stack:
+            v, expanded = stack.pop()
+            if v in memo:
+                continue
+            op = _defining_op(v)
+            if op is None:
+                memo[v] = True
+            elif expanded:
+                memo[v] = any(memo[o] for o in op.operands)
+            else:
+                stack.append((v, True))
+                stack.extend((o, False) for o in op.operands if o not in memo)
+        return memo[value]
+
+    def kernel_application(self, scope: _Scope, k0: ir.Value, k1: ir.Value,
+                           counters: Iterable[ir.Value], loc: str | None) -> None:
+        """Record a threefry2x32 application: a consumption unless it is a fold_in."""
+        if self.fold_in_consumes or not any(self.depends_on_block_argument(c) for c in counters):
+            self.consume_words(scope, k0, k1, loc)
+
+    def _xor(self, op: ir.Operation, scope: _Scope) -> None:
+        words = _parity_key_words(op)
+        if words is not None:
+            self.kernel_application(scope, words[0], words[1], _inlined_counters(words[0]),
+                                    source_location(op.location))
+        self.bind_fresh(op.results[0])
+
+    def _custom_call(self, op: ir.Operation, scope: _Scope) -> None:
+        target = ir.StringAttr(op.attributes["call_target_name"]).value
+        operands = list(op.operands)
+        if target in THREEFRY_CUSTOM_CALLS and len(operands) == 4:
+            self.kernel_application(scope, operands[0], operands[1], operands[2:], source_location(op.location))
+        if target in FORWARDING_CUSTOM_CALLS and len(op.results) == 1 and operands:
+            self.bind(op.results[0], self.cells(operands[0]))
+            return
+        for result in op.results:
+            self.bind_fresh(result)
+
+    # ---- calls, loops, branches -------------------------------------------
+
+    def _call(self, op: ir.Operation, scope: _Scope) -> None:
+        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        operands = list(op.operands)
+        loc = source_location(op.location)
+        if self.is_kernel(callee):
+            self.kernel_application(scope, operands[0], operands[1], operands[2:4], loc)
+            for result in op.results:
+                self.bind_fresh(result)
+            return
+        if callee not in self.funcs:
+            for result in op.results:
+                self.bind_fresh(result)
+            return
+        summary = self.summary(callee)
+        table = np.arange(self.next_id, self.next_id + summary.stop - summary.start, dtype=np.int64)
+        self.next_id += summary.stop - summary.start
+        for param, arg in zip(summary.params, operands):
+            actual = self.cells(arg)
+            if param is not None and actual is not None and param.shape == actual.shape:
+                table[param.reshape(-1) - summary.start] = actual.reshape(-1)
+        for p0, p1 in summary.events:  # reported at the call: the callee may be shared by many
+            self.consume(scope, (int(table[p0 - summary.start]), int(table[p1 - summary.start])), loc)
+        for result, cells in zip(op.results, summary.results):
+            self.bind(result, None if cells is None else table[cells - summary.start])
+
+    def _while(self, op: ir.Operation, scope: _Scope) -> None:
+        init = [self.cells(v) for v in op.operands]
+        cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+        start = self.next_id
+        carried = [self.bind_fresh(arg) for arg in body.arguments]
+        for arg, cells in zip(cond.arguments, carried):
+            self.env[arg] = cells
+        inner = _Scope()
+        self.walk_block(cond, inner)
+        returned = [self.cells(v) for v in self.walk_block(body, inner)]
+        # carried cell -> (initial cell, carried unchanged by the body)
+        origin: dict[int, tuple[int, bool]] = {}
+        for before, after, first in zip(carried, returned, init):
+            if before is None or first is None:
+                continue
+            same = np.zeros(before.shape, bool) if after is None else (after == before)
+            for cell, src, kept in zip(before.reshape(-1).tolist(), first.reshape(-1).tolist(),
+                                       same.reshape(-1).tolist()):
+                origin[cell] = (src, kept)
+        loop_loc = source_location(op.location)
+        for pair, loc in inner.consumed.items():
+            outer, every_iteration = [], True
+            for cell in pair:
+                if cell < start:
+                    outer.append(cell)
+                elif cell in origin:
+                    src, kept = origin[cell]
+                    outer.append(src)
+                    every_iteration &= kept
+                else:
+                    break  # made inside the loop: a new key each iteration
+            else:
+                if every_iteration:
+                    self.report("PRNG key is consumed in every iteration of a loop without being split",
+                                loc, "in this loop", loop_loc)
+                self.consume(scope, (outer[0], outer[1]), loc)
+        for result, before, after, first in zip(op.results, carried, returned, init):
+            cells = None
+            if before is not None and after is not None and first is not None:
+                cells = np.where(after == before, first, np.where(after < start, after, -1))
+                fresh = cells == -1
+                if fresh.any():
+                    cells[fresh] = self.fresh((int(fresh.sum()),))
+            self.bind(result, cells)
+
+    def _branches(self, op: ir.Operation, scope: _Scope) -> None:
+        new: dict[Pair, str | None] = {}
+        returned: list[list[Cells | None]] = []
+        for region in op.regions:
+            branch = _Scope(collections.ChainMap({}, scope.consumed))
+            returned.append([self.cells(v) for v in self.walk_block(region.blocks[0], branch)])
+            for pair, loc in branch.consumed.maps[0].items():
+                new.setdefault(pair, loc)
+        scope.consumed.update(new)
+        for i, result in enumerate(op.results):
+            options = [r[i] for r in returned]
+            cells = None
+            if all(c is not None and c.shape == options[0].shape for c in options):
+                agree = np.logical_and.reduce([c == options[0] for c in options])
+                cells = np.where(agree, options[0], -1)
+                if not agree.all():
+                    cells[~agree] = self.fresh((int((~agree).sum()),))
+            self.bind(result, cells)
+
+    def _manual_computation(self, op: ir.Operation, scope: _Scope) -> None:
+        block = op.regions[0].blocks[0]
+        for arg, operand in zip(block.arguments, op.operands):
+            self.bind(arg, self.cells(operand))
+        returned = self.walk_block(block, scope)
+        for result, value in zip(op.results, returned):
+            self.bind(result, self.cells(value))
+
+
+_MISSING = object()
+
+
+# ---- ops that move key data: (op, operand cells, result shape) -> result cells ----
+
+def _slice(op: ir.Operation, cells: list[Cells], shape: tuple[int, ...]) -> Cells:
+    start, limit, strides = _i64s(op, "start_indices"), _i64s(op, "limit_indices"), _i64s(op, "strides")
+    return cells[0][tuple(slice(a, b, s) for a, b, s in zip(start, limit, strides))]
+
+
+def _broadcast_in_dim(op: ir.Operation, cells: list[Cells], shape: tuple[int, ...]) -> Cells:
+    dims = _i64s(op, "broadcast_dimensions")
+    order = np.argsort(dims)
+    source = cells[0].transpose(order) if len(dims) else cells[0]
+    expanded = [1] * len(shape)
+    for axis, size in zip(sorted(dims), source.shape):
+        expanded[axis] = size
+    return np.broadcast_to(source.reshape(expanded), shape)
+
+
+def _concatenate(op: ir.Operation, cells: list[Cells | None], shape: tuple[int, ...]) -> Cells | None:
+    if any(c is None for c in cells):
+        return None
+    return np.concatenate(cells, axis=_int_attr(op, "dimension"))
+
+
+def _constant_starts(op: ir.Operation, first: int, rank: int) -> list[int] | None:
+    starts = []
+    for value in list(op.operands)[first:first + rank]:
+        const = _constant_ints(value)
+        if const is None or const.size != 1:
+            return None
+        starts.append(int(const[0]))
+    return starts
+
+
+def _dynamic_slice(op: ir.Operation, cells: list[Cells], shape: tuple[int, ...]) -> Cells | None:
+    source = cells[0]
+    if source.shape == shape:
+        return source  # the whole operand, wherever the slice starts
+    starts = _constant_starts(op, 1, source.ndim)
+    if starts is None:
+        return None
+    starts = [min(max(s, 0), d - n) for s, d, n in zip(starts, source.shape, shape)]
+    return source[tuple(slice(s, s + n) for s, n in zip(starts, shape))]
+
+
+def _dynamic_update_slice(op: ir.Operation, cells: list[Cells | None], shape: tuple[int, ...]) -> Cells | None:
+    source, update = cells[0], cells[1]
+    starts = _constant_starts(op, 2, source.ndim)
+    if update is None or starts is None:
+        return None
+    starts = [min(max(s, 0), d - n) for s, d, n in zip(starts, source.shape, update.shape)]
+    result = source.copy()
+    result[tuple(slice(s, s + n) for s, n in zip(starts, update.shape))] = update
+    return result
+
+
+def _select(op: ir.Operation, cells: list[Cells | None], shape: tuple[int, ...]) -> Cells | None:
+    on_true, on_false = cells[1], cells[2]
+    if on_true is None or on_false is None:
+        return None
+    pred = _constant_ints(op.operands[0])
+    if pred is not None and pred.size == 1:
+        return on_true if pred[0] else on_false
+    return on_true if np.array_equal(on_true, on_false) else None
+
+
+def _forward(op: ir.Operation, cells: list[Cells], shape: tuple[int, ...]) -> Cells:
+    return cells[0]
+
+
+MOVES: dict[str, Callable[[ir.Operation, list, tuple[int, ...]], Cells | None]] = {
+    "stablehlo.slice": _slice,
+    "stablehlo.reshape": lambda op, cells, shape: cells[0].reshape(shape),
+    "stablehlo.broadcast_in_dim": _broadcast_in_dim,
+    "stablehlo.transpose": lambda op, cells, shape: cells[0].transpose(_i64s(op, "permutation")),
+    "stablehlo.reverse": lambda op, cells, shape: np.flip(cells[0], axis=tuple(_i64s(op, "dimensions"))),
+    "stablehlo.concatenate": _concatenate,
+    "stablehlo.dynamic_slice": _dynamic_slice,
+    "stablehlo.dynamic_update_slice": _dynamic_update_slice,
+    "stablehlo.select": _select,
+    "stablehlo.convert": _forward,
+    "stablehlo.bitcast_convert": _forward,
+    "sdy.sharding_constraint": _forward,
+    "sdy.reshard": _forward,
+    "mhlo.copy": _forward,
+}
+
+
+def find_key_reuse(module: ir.Operation, *, fold_in_consumes: bool = False) -> list[KeyReuse]:
+    """Every PRNG key consumed more than once in the `builtin.module` `module`."""
+    return _Analysis(module, fold_in_consumes).run()
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckKeyReuse(Pass):
+    """Report every PRNG key consumed more than once, with both locations; change nothing.
+
+    Before and after: the same module. On reuse the pass fails with one
+    `file:line:col: error: PRNG key is consumed a second time` per reuse,
+    followed by `file:line:col: note: the key was first consumed here`.
+    """
+
+    name: ClassVar[str] = "check-key-reuse"
+    fold_in_consumes: bool = False
+
+    def apply(self, module: ir.Operation) -> None:
+        reports = find_key_reuse(module, fold_in_consumes=self.fold_in_consumes)
+        if reports:
+            raise KeyReuseError(reports)
