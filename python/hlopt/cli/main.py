@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hlopt.cli import aot
 from hlopt.cli.errors import run_main
 
 
@@ -17,6 +18,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 # subcommand -> (help, function adding its arguments, function running it)
 COMMANDS = {
+    "compile": ("lower a module:function (or a .mlir file), compile it, write an executable file",
+                aot.add_compile_args, aot.cmd_compile),
+    "run": ("run an executable file on .npy/.npz inputs", aot.add_run_args, aot.cmd_run),
+    "inspect": ("show what an executable file holds", aot.add_inspect_args, aot.cmd_inspect),
     "demo": ("an end-to-end tour on built-in examples",
              lambda p: p.add_argument("sections", nargs="*", help="sections to run (default: all)"),
              _cmd_demo),

@@ -1,0 +1,380 @@
+"""`hlopt compile`, `hlopt run`, `hlopt inspect`: executable files from the command line.
+
+jax is imported only when a command runs, so `hlopt --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hlopt.cli.errors import UsageError
+
+# short dtype names accepted by --arg, next to numpy's own names
+SHORT_DTYPES = {
+    "pred": "bool", "bool": "bool",
+    "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
+    "c64": "complex64", "c128": "complex128",
+}
+PROGRESS_AFTER_S = 2.0
+
+
+# --- compile ---------------------------------------------------------------------
+
+
+def add_compile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", help="pkg.module:function, or a .mlir file")
+    p.add_argument("--arg", action="append", default=[], metavar="TYPE",
+                   help="an argument's type, e.g. f32[128,8] or int32[] (one per argument, in order)")
+    p.add_argument("--mesh", help="a device mesh, e.g. x=4,y=2")
+    p.add_argument("--in-sharding", action="append", default=[], metavar="SPEC",
+                   help="one per argument: dims separated by ',', each an axis, axes joined by '+', or _ "
+                        "(e.g. x,_ or x+y); '' is replicated")
+    p.add_argument("--out-sharding", action="append", default=[], metavar="SPEC", help="one per result")
+    p.add_argument("--pipeline", default="hlopt-default", help="the pipeline to run before compiling")
+    p.add_argument("--host-devices", type=int, help="number of host CPU devices (default: the mesh size)")
+    p.add_argument("-o", "--output", required=True, help="the executable file to write")
+
+
+def parse_arg_type(text: str) -> Any:
+    """`f32[128,8]` -> ShapeDtypeStruct((128, 8), float32)."""
+    import jax
+
+    from hlopt.runtime.encoding import DTYPES, _dtype
+
+    m = re.fullmatch(r"\s*([a-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*", text)
+    if not m:
+        raise UsageError(f"cannot parse argument type '{text}': expected e.g. f32[128,8] or int32[]")
+    name = SHORT_DTYPES.get(m.group(1), m.group(1))
+    if name not in DTYPES:
+        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}' (e.g. {', '.join(list(SHORT_DTYPES)[:8])}, ...)")
+    dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
+    return jax.ShapeDtypeStruct(dims, _dtype(name))
+
+
+def mesh_axes(text: str) -> tuple[list[str], list[int]]:
+    """`x=4,y=2` -> (['x', 'y'], [4, 2])."""
+    names, sizes = [], []
+    for part in text.split(","):
+        m = re.fullmatch(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([0-9]+)\s*", part)
+        if not m or int(m.group(2)) < 1:
+            raise UsageError(f"cannot parse mesh '{text}': expected e.g. x=4,y=2")
+        names.append(m.group(1))
+        sizes.append(int(m.group(2)))
+    return names, sizes
+
+
+def parse_mesh(text: str) -> Any:
+    """`x=4,y=2` -> a Mesh over the first 8 devices."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    names, sizes = mesh_axes(text)
+    needed, devices = math.prod(sizes), jax.devices()
+    if needed > len(devices):
+        raise UsageError(f"mesh '{text}' needs {needed} devices but {len(devices)} are available "
+                         f"(on CPU: --host-devices {needed})")
+    return Mesh(np.array(devices[:needed], dtype=object).reshape(sizes), tuple(names))
+
+
+def parse_spec(text: str) -> Any:
+    """`x,_` -> P('x', None); `x+y` -> P(('x', 'y'),); '' -> P()."""
+    from jax.sharding import PartitionSpec
+
+    dims = []
+    for part in [p.strip() for p in text.split(",")] if text.strip() else []:
+        if part in ("_", "None", ""):
+            dims.append(None)
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\+[A-Za-z_][A-Za-z0-9_]*)*", part):
+            axes = tuple(part.split("+"))
+            dims.append(axes if len(axes) > 1 else axes[0])
+        else:
+            raise UsageError(f"cannot parse sharding '{text}': expected axes like x,_ or x+y")
+    return PartitionSpec(*dims)
+
+
+def import_function(target: str) -> Any:
+    """The function named by `pkg.module:qualname` (the current directory is importable)."""
+    module_name, _, qualname = target.partition(":")
+    if not module_name or not qualname:
+        raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UsageError(f"cannot import '{module_name}': {e}") from None
+    for attr in qualname.split("."):
+        if not hasattr(obj, attr):
+            raise UsageError(f"'{module_name}' has no attribute '{qualname}'")
+        obj = getattr(obj, attr)
+    if not callable(obj):
+        raise UsageError(f"'{target}' is not callable")
+    return obj
+
+
+def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
+    """A `Lowered` from a .mlir file; its signature comes from `@main`."""
+    import jax
+
+    from hlopt.compiler.lowering import Signature, parse_module
+    from hlopt.compiler.pipeline import PipelineError, format_mlir_error
+    from hlopt.compiler.stages import Lowered
+    from hlopt.passes.mlir import get_context, ir
+    from hlopt.runtime.encoding import DTYPES, _dtype, aval_str
+    from hlopt.runtime.files import main_function
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot read '{path}': {e.strerror}") from None
+    try:
+        module = parse_module(text)
+    except ir.MLIRError as e:
+        raise PipelineError(format_mlir_error(e).replace("-:", f"{path}:")) from None
+    main = main_function(module)
+    if main is None:
+        raise UsageError(f"{path}: no func.func @main to compile")
+    element = {v: k for k, v in DTYPES.items()}
+
+    def aval(t: ir.Type, what: str) -> Any:
+        with get_context():
+            try:
+                rt = ir.RankedTensorType(t)
+            except ValueError:
+                rt = None
+            if rt is None or not rt.has_static_shape:
+                raise UsageError(f"{path}: @main's {what} has type {t}; only static shapes can be compiled")
+        if str(rt.element_type) not in element:
+            raise UsageError(f"{path}: @main's {what} has unsupported element type {rt.element_type}")
+        return jax.core.ShapedArray(tuple(rt.shape), _dtype(element[str(rt.element_type)]))
+
+    ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    in_avals = tuple(aval(t, f"argument {i}") for i, t in enumerate(ftype.inputs))
+    out_avals = tuple(aval(t, f"result {i}") for i, t in enumerate(ftype.results))
+    if args and [aval_str(a) for a in args] != [aval_str(a) for a in in_avals]:
+        raise UsageError(f"--arg gives {', '.join(aval_str(a) for a in args)} but {path}'s @main takes "
+                         f"{', '.join(aval_str(a) for a in in_avals)}")
+    attrs = module.operation.attributes
+    partitions = ir.IntegerAttr(attrs["mhlo.num_partitions"]).value if "mhlo.num_partitions" in attrs else 1
+    if partitions != (1 if mesh is None else mesh.size):
+        raise UsageError(f"{path} is partitioned for {partitions} device(s): give a --mesh of that size")
+    leaves = lambda n: jax.tree_util.tree_structure(tuple(range(n)) if n != 1 else 0)  # noqa: E731
+    signature = Signature(
+        in_tree=jax.tree_util.tree_structure((tuple(range(len(in_avals))), {})),
+        in_avals=in_avals,
+        out_tree=leaves(len(out_avals)),
+        out_avals=out_avals,
+        mesh=mesh,
+        use_shardy="mhlo.sharding" not in text,
+        name=Path(path).stem,
+    )
+    return Lowered(module, signature)
+
+
+@contextlib.contextmanager
+def progress(what: str) -> Iterator[None]:
+    """Say on stderr that `what` is running if it takes longer than PROGRESS_AFTER_S."""
+    start = time.perf_counter()
+    timer = threading.Timer(PROGRESS_AFTER_S, lambda: print(f"hlopt: {what}...", file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        elapsed = time.perf_counter() - start
+        if elapsed >= PROGRESS_AFTER_S:
+            print(f"hlopt: {what}: done in {elapsed:.1f} s", file=sys.stderr, flush=True)
+
+
+def set_host_devices(count: int) -> None:
+    """Ask for `count` host CPU devices; only possible before jax starts its backends."""
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        pass  # backends already running: the device count check reports a shortage
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    import hlopt
+    from hlopt.runtime.encoding import aval_str
+
+    if args.host_devices or args.mesh:
+        set_host_devices(args.host_devices or math.prod(mesh_axes(args.mesh)[1]))
+    arg_types = [parse_arg_type(a) for a in args.arg]
+    mesh = parse_mesh(args.mesh) if args.mesh else None
+    in_shardings = tuple(parse_spec(s) for s in args.in_sharding) or None
+    out_shardings = tuple(parse_spec(s) for s in args.out_sharding) or None
+    if (in_shardings or out_shardings) and mesh is None:
+        raise UsageError("--in-sharding and --out-sharding need a --mesh")
+    if args.target.endswith(".mlir"):
+        if in_shardings or out_shardings:
+            raise UsageError("a .mlir file carries its own shardings; drop --in-sharding/--out-sharding")
+        lowered = lower_mlir(args.target, arg_types, mesh)
+    else:
+        fun = import_function(args.target)
+        if in_shardings is not None and len(in_shardings) != len(arg_types):
+            raise UsageError(f"{len(in_shardings)} --in-sharding for {len(arg_types)} --arg")
+        if out_shardings is not None and len(out_shardings) == 1:
+            out_shardings = out_shardings[0]
+        lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings)
+    with progress(f"compiling {lowered.signature.name}"):
+        compiled = lowered.compile(args.pipeline)
+    compiled.save(args.output)
+    sig = compiled.signature
+    print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {sig.name}"
+          f"({', '.join(aval_str(a) for a in sig.in_avals)}) -> ({', '.join(aval_str(a) for a in sig.out_avals)})"
+          f" on {sig.num_devices} device(s)")
+    return 0
+
+
+# --- run ---------------------------------------------------------------------------
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="an executable file written by hlopt compile or Compiled.save")
+    p.add_argument("--input", action="append", default=[], metavar="FILE",
+                   help="a .npy (one argument) or .npz (its arrays in order); in argument order")
+    p.add_argument("--output", help="write the results to this .npz (keys are the output paths)")
+
+
+def read_inputs(paths: list[str]) -> list[Any]:
+    import numpy as np
+
+    arrays = []
+    for path in paths:
+        try:
+            loaded = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"cannot read input '{path}': {e}") from None
+        if isinstance(loaded, np.ndarray):
+            arrays.append(loaded)
+        else:
+            with loaded:
+                arrays.extend(loaded[k] for k in loaded.files)
+    return arrays
+
+
+def leaf_names(tree: Any) -> list[str]:
+    """`a.0`-style names of a pytree's leaves (`out` for a lone leaf)."""
+    import jax
+
+    names = []
+    for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+        names.append(".".join(parts) or "out")
+    return names
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import jax
+    import numpy as np
+
+    from hlopt.runtime import files
+
+    try:
+        data = Path(args.file).read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read '{args.file}': {e.strerror}") from None
+    manifest, _ = files.read_file(data, args.file)
+    if manifest["device_count"] > 1:
+        set_host_devices(manifest["device_count"])
+    compiled = files.deserialize(data, args.file)
+    sig = compiled.signature
+    inputs = read_inputs(args.input)
+    if len(inputs) != len(sig.in_avals):
+        raise UsageError(f"{sig.name} takes {len(sig.in_avals)} arrays, {len(inputs)} were given")
+    dynamic, _ = jax.tree_util.tree_unflatten(sig.in_tree, inputs)
+    out = compiled(*dynamic)
+    names = leaf_names(out)
+    leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
+    if args.output:
+        np.savez(args.output, **dict(zip(names, leaves)))
+        print(f"wrote {args.output}: {', '.join(names)}")
+    else:
+        for name, value in zip(names, leaves):
+            print(f"{name}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
+    return 0
+
+
+# --- inspect -----------------------------------------------------------------------
+
+
+def add_inspect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="an executable file")
+    p.add_argument("--ir", action="store_true", help="also print the post-pass module")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+
+
+def describe(manifest: dict[str, Any], size: int, path: str) -> str:
+    """A readable summary of a checked manifest (no device is needed)."""
+    import jax
+
+    from hlopt.runtime import encoding
+
+    sig = manifest["signature"]
+    try:
+        in_tree, out_tree = encoding.decode_tree(sig["in_tree"]), encoding.decode_tree(sig["out_tree"])
+        in_avals = [encoding.decode_aval(a) for a in sig["in_avals"]]
+        out_avals = [encoding.decode_aval(a) for a in sig["out_avals"]]
+    except (encoding.EncodingError, KeyError, TypeError) as e:
+        raise UsageError(f"{path}: malformed signature in the manifest: {e}") from None
+    in_names = leaf_names(jax.tree_util.tree_unflatten(in_tree, [0] * len(in_avals))[0])
+    out_names = leaf_names(jax.tree_util.tree_unflatten(out_tree, [0] * len(out_avals)))
+    mesh = sig.get("mesh")
+    lines = [
+        f"file:       {path} ({size} bytes, format version {manifest['format_version']})",
+        f"program:    {sig['name']}",
+        f"written by: jax {manifest.get('jax_version')}, jaxlib {manifest['jaxlib_version']}, "
+        f"platform {manifest['platform']} {manifest['platform_version']}, StableHLO {manifest.get('stablehlo_version')}",
+        f"devices:    {manifest['device_count']}" + (
+            "" if not mesh else f", mesh {' '.join(f'{n}={s}' for n, s in zip(mesh['axis_names'], mesh['shape']))} "
+            f"({', '.join(mesh['axis_types'])}), device ids {mesh['device_ids']}"),
+        f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
+        f"pipeline:   {manifest['pipeline'] or '(none)'}",
+        "inputs:",
+        *[f"  {n:16s} {encoding.aval_str(a):20s} {encoding.spec_str(s)}"
+          for n, a, s in zip(in_names, in_avals, manifest["in_shardings"])],
+        "outputs:",
+        *[f"  {n:16s} {encoding.aval_str(a):20s} {encoding.spec_str(s)}"
+          for n, a, s in zip(out_names, out_avals, manifest["out_shardings"])],
+    ]
+    if sig["static_args"]:
+        lines.append("static arguments: " + ", ".join(
+            f"{i}={encoding.decode_static(v)!r}" for i, v in sig["static_args"]))
+    lines.append("sections:")
+    lines += [f"  {s['name']:12s} {s['size']:>10d} bytes  sha256 {s['sha256']}" for s in manifest["sections"]]
+    return "\n".join(lines)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from hlopt.passes.mlir import deserialize_portable_artifact
+    from hlopt.runtime import files
+
+    try:
+        data = Path(args.file).read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read '{args.file}': {e.strerror}") from None
+    manifest, sections = files.read_file(data, args.file)
+    print(json.dumps(manifest, indent=2, sort_keys=True) if args.json else describe(manifest, len(data), args.file))
+    if args.ir:
+        print(deserialize_portable_artifact(sections["module"]))
+    return 0

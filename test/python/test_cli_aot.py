@@ -1,0 +1,202 @@
+"""`hlopt compile`, `hlopt run`, `hlopt inspect` against jax.jit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from hlopt.cli import aot
+from hlopt.cli.main import main
+
+MODULE = """
+import jax.numpy as jnp
+
+def f(x, y):
+    return {"a": jnp.tanh(x) @ y, "b": [x.sum(axis=0), (y * 2).astype(jnp.int32)]}
+
+not_callable = 3
+"""
+
+
+def ref(x, y):
+    return {"a": jnp.tanh(x) @ y, "b": [x.sum(axis=0), (y * 2).astype(jnp.int32)]}
+
+
+RNG = np.random.default_rng(3)
+X = RNG.standard_normal((8, 4)).astype(np.float32)
+Y = RNG.standard_normal((4, 2)).astype(np.float32)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, request):
+    name = f"clitest_{request.node.name.replace('[', '_').replace(']', '').replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(MODULE)
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "y.npy", Y)
+    np.savez(tmp_path / "xy.npz", X, Y)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path, name
+
+
+def hlopt(*argv: str) -> int:
+    return main(list(argv))
+
+
+def check_outputs(path, want):
+    got = np.load(path)
+    assert sorted(got.files) == ["a", "b.0", "b.1"]
+    np.testing.assert_allclose(got["a"], want["a"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got["b.0"], want["b"][0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got["b.1"], want["b"][1])
+    assert got["b.1"].dtype == np.int32
+
+
+def test_compile_inspect_run(workdir, capsys):
+    tmp, name = workdir
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "float32[4,2]", "-o", "f.hlx") == 0
+    assert "wrote f.hlx" in capsys.readouterr().out
+    assert hlopt("inspect", "f.hlx") == 0
+    text = capsys.readouterr().out
+    for expected in ("program:    f", "devices:    1", "pipeline:   hlopt-default", "float32[8,4]",
+                     "b.1              int32[4,2]", "executable", "module"):
+        assert expected in text
+    assert hlopt("run", "f.hlx", "--input", "x.npy", "--input", "y.npy", "--output", "out.npz") == 0
+    check_outputs(tmp / "out.npz", jax.jit(ref)(X, Y))
+    assert hlopt("run", "f.hlx", "--input", "xy.npz", "--output", "out2.npz") == 0
+    check_outputs(tmp / "out2.npz", jax.jit(ref)(X, Y))
+    capsys.readouterr()
+    assert hlopt("run", "f.hlx", "--input", "xy.npz") == 0
+    assert "b.1: int32[4, 2]" in capsys.readouterr().out
+
+
+def test_compile_sharded(workdir, capsys):
+    tmp, name = workdir
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "--mesh", "x=4,y=2",
+                 "--in-sharding", "x,y", "--in-sharding", "y,_", "--pipeline", "hlopt-default,cse",
+                 "-o", "s.hlx") == 0
+    capsys.readouterr()
+    assert hlopt("inspect", "s.hlx", "--ir") == 0
+    text = capsys.readouterr().out
+    assert "devices:    8, mesh x=4 y=2" in text
+    assert "P('x', 'y')" in text and "P('y')" in text
+    assert "pipeline:   hlopt-default,cse" in text
+    assert "sdy.mesh @mesh" in text and "func.func public @main" in text
+    assert hlopt("run", "s.hlx", "--input", "x.npy", "--input", "y.npy", "--output", "out.npz") == 0
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    want = jax.jit(ref, in_shardings=(NamedSharding(mesh, P("x", "y")), NamedSharding(mesh, P("y"))))(X, Y)
+    check_outputs(tmp / "out.npz", want)
+
+
+def test_compile_mlir_file(workdir, capsys):
+    tmp, _ = workdir
+    (tmp / "prog.mlir").write_text(textwrap.dedent("""
+        func.func @main(%x: tensor<8x4xf32>, %y: tensor<4x2xf32>) -> tensor<8x2xf32> {
+          %0 = stablehlo.dot_general %x, %y, contracting_dims = [1] x [0] : (tensor<8x4xf32>, tensor<4x2xf32>) -> tensor<8x2xf32>
+          %1 = stablehlo.add %0, %0 : tensor<8x2xf32>
+          return %1 : tensor<8x2xf32>
+        }"""))
+    assert hlopt("compile", "prog.mlir", "--pipeline", "canonicalize", "-o", "p.hlx") == 0
+    assert hlopt("run", "p.hlx", "--input", "xy.npz", "--output", "out.npz") == 0
+    np.testing.assert_allclose(np.load(tmp / "out.npz")["out"], 2 * (X @ Y), rtol=1e-5)
+    capsys.readouterr()
+    assert hlopt("inspect", "p.hlx", "--json") == 0
+    manifest = json.loads(capsys.readouterr().out)
+    assert manifest["signature"]["name"] == "prog" and manifest["pipeline"] == "canonicalize"
+
+
+def test_progress_line_for_long_compiles(workdir, capsys, monkeypatch):
+    _, name = workdir
+    monkeypatch.setattr(aot, "PROGRESS_AFTER_S", 0.0)
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0
+    err = capsys.readouterr().err
+    assert "hlopt: compiling f: done in" in err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["compile", "{m}:f", "--arg", "f32[8,4", "-o", "o.hlx"], "cannot parse argument type 'f32[8,4'"),
+    (["compile", "{m}:f", "--arg", "q7[2]", "-o", "o.hlx"], "unknown dtype 'q7'"),
+    (["compile", "{m}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "--mesh", "x=4,y", "-o", "o.hlx"],
+     "cannot parse mesh 'x=4,y'"),
+    (["compile", "{m}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "--mesh", "x=16", "-o", "o.hlx"],
+     "mesh 'x=16' needs 16 devices but 8 are available"),
+    (["compile", "{m}:f", "--arg", "f32[8,4]", "--in-sharding", "x", "-o", "o.hlx"], "need a --mesh"),
+    (["compile", "{m}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "--mesh", "x=8", "--in-sharding", "x,!",
+      "-o", "o.hlx"], "cannot parse sharding 'x,!'"),
+    (["compile", "no_such_module_xyz:f", "-o", "o.hlx"], "cannot import 'no_such_module_xyz'"),
+    (["compile", "{m}:g", "-o", "o.hlx"], "has no attribute 'g'"),
+    (["compile", "{m}:not_callable", "-o", "o.hlx"], "is not callable"),
+    (["compile", "nonsense", "-o", "o.hlx"], "neither a .mlir file nor pkg.module:function"),
+    (["compile", "missing.mlir", "-o", "o.hlx"], "cannot read 'missing.mlir'"),
+    (["compile", "{m}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "--pipeline", "no-such-pass", "-o", "o.hlx"],
+     "unknown pass or pipeline 'no-such-pass'"),
+    (["run", "missing.hlx"], "cannot read 'missing.hlx'"),
+    (["run", "x.npy"], "not an hlopt file"),
+    (["inspect", "x.npy"], "not an hlopt file"),
+])
+def test_errors_are_one_line(workdir, capsys, argv, message):
+    _, name = workdir
+    assert hlopt(*[a.replace("{m}", name) for a in argv]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("hlopt: error: ") and message in err, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_run_errors(workdir, capsys):
+    tmp, name = workdir
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0
+    capsys.readouterr()
+    assert hlopt("run", "f.hlx", "--input", "x.npy") == 1
+    assert "f takes 2 arrays, 1 were given" in capsys.readouterr().err
+    assert hlopt("run", "f.hlx", "--input", "x.npy", "--input", "x.npy") == 1
+    assert "argument 1 is float32[8, 4] but the program was compiled for float32[4, 2]" in capsys.readouterr().err
+    (tmp / "bad.npy").write_bytes(b"nope")
+    assert hlopt("run", "f.hlx", "--input", "bad.npy", "--input", "y.npy") == 1
+    assert "cannot read input 'bad.npy'" in capsys.readouterr().err
+    damaged = bytearray((tmp / "f.hlx").read_bytes())
+    damaged[-5] ^= 1
+    (tmp / "d.hlx").write_bytes(bytes(damaged))
+    assert hlopt("inspect", "d.hlx") == 1
+    assert "section 'module' checksum mismatch" in capsys.readouterr().err
+
+
+def test_mlir_errors(workdir, capsys):
+    tmp, _ = workdir
+    (tmp / "bad.mlir").write_text("func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %y : tensor<4xf32>\n}\n")
+    assert hlopt("compile", "bad.mlir", "-o", "o.hlx") == 1
+    assert "bad.mlir:2:" in capsys.readouterr().err
+    (tmp / "nomain.mlir").write_text("func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n")
+    assert hlopt("compile", "nomain.mlir", "-o", "o.hlx") == 1
+    assert "no func.func @main" in capsys.readouterr().err
+    (tmp / "dyn.mlir").write_text("func.func @main(%x: tensor<?xf32>) -> tensor<?xf32> {\n  return %x : tensor<?xf32>\n}\n")
+    assert hlopt("compile", "dyn.mlir", "-o", "o.hlx") == 1
+    assert "only static shapes" in capsys.readouterr().err
+    (tmp / "ok.mlir").write_text("func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n")
+    assert hlopt("compile", "ok.mlir", "--arg", "f32[5]", "-o", "o.hlx") == 1
+    assert "--arg gives float32[5] but ok.mlir's @main takes float32[4]" in capsys.readouterr().err
+    assert hlopt("compile", "ok.mlir", "--mesh", "x=2", "-o", "o.hlx") == 1
+    assert "partitioned for 1 device(s)" in capsys.readouterr().err
+
+
+def test_command_line_in_a_fresh_process(workdir):
+    tmp, name = workdir
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one host device unless asked
+    env_run = lambda *argv: subprocess.run(["hlopt", *argv], capture_output=True, text=True, cwd=tmp,  # noqa: E731
+                                           env=env, timeout=120)
+    proc = env_run("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "--mesh", "x=8",
+                   "--in-sharding", "x,_", "--in-sharding", "", "-o", "fresh.hlx")
+    assert proc.returncode == 0, proc.stderr
+    proc = env_run("run", "fresh.hlx", "--input", "x.npy", "--input", "y.npy", "--output", "fresh.npz")
+    assert proc.returncode == 0, proc.stderr  # the run sets up the 8 host devices the file needs
+    check_outputs(tmp / "fresh.npz", jax.jit(ref)(X, Y))
+    proc = env_run("run", "x.npy")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("hlopt: error: ")
