@@ -97,6 +97,16 @@ def _spec_dims(sharding: Any, rank: int, what: str) -> DimShardings:
     return tuple(dims)
 
 
+def _flat_dims(tree: Any, shardings: Any, specs: Sequence[TensorSpec], what: str) -> tuple[DimShardings, ...]:
+    try:
+        flat = tree.flatten_up_to(shardings)
+    except (ValueError, TypeError):
+        raise ValueError(f"partition returned {what} shardings {shardings!r} that do not match the "
+                         f"{what} structure {tree}") from None
+    return tuple(_spec_dims(s, len(t.shape), f"{what} sharding {i} from partition")
+                 for i, (s, t) in enumerate(zip(flat, specs)))
+
+
 def _spec(dims: DimShardings) -> PartitionSpec:
     return PartitionSpec(*(None if not d else d[0] if len(d) == 1 else d for d in dims))
 
@@ -217,12 +227,8 @@ class custom_partitioning:
         new_mesh, lower_fn, result_shardings, arg_shardings = self.partition(
             *static_args, mesh, arg_shapes, result_shape)
         new_spec = _mesh_to_spec(new_mesh)
-        operand_dims = tuple(
-            _spec_dims(s, len(t.shape), f"argument sharding {i} from partition")
-            for i, (s, t) in enumerate(zip(in_tree.flatten_up_to(arg_shardings), request.operands)))
-        result_out = tuple(
-            _spec_dims(s, len(t.shape), f"result sharding {i} from partition")
-            for i, (s, t) in enumerate(zip(out_tree.flatten_up_to(result_shardings), request.results)))
+        operand_dims = _flat_dims(in_tree, arg_shardings, request.operands, "argument")
+        result_out = _flat_dims(out_tree, result_shardings, request.results, "result")
         return PartitionPlan(
             mesh=new_spec,
             body=_lower_per_device(lower_fn, new_mesh, in_tree, out_tree, request.operands, operand_dims),
