@@ -13,6 +13,7 @@ from hlopt.passes.base import Pass
 # pass name -> (module under hlopt.passes, class name)
 PASSES: dict[str, tuple[str, str]] = {
     "check-key-reuse": ("check_key_reuse", "CheckKeyReuse"),
+    "jet-expand": ("jet_expand", "JetExpand"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
 }
 

@@ -3,6 +3,7 @@
 from hlopt.compiler.pipeline import PipelineError
 from hlopt.compiler.stages import AnnotationError, Lowered
 from hlopt.custom_partitioning import custom_partitioning
+from hlopt.jet import jet
 from hlopt.jit import JitFunction, jit, lower
 from hlopt.passes.check_key_reuse import KeyReuseError
 from hlopt.runtime.cache import CacheInfo, cache_info, set_cache_dir
@@ -23,6 +24,7 @@ __all__ = [
     "cache_info",
     "custom_partitioning",
     "deserialize",
+    "jet",
     "jit",
     "load",
     "lower",

@@ -1,0 +1,290 @@
+"""`jet-expand`: Taylor-mode differentiation of StableHLO functions.
+
+The rules per op live in `hlopt.passes.jet_rules.RULES`; this module walks
+functions, loops and branches, keeps the series of every value, and turns
+`hlopt.jet` annotations into calls of the generated functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import ClassVar
+
+from hlopt.passes.base import Pass, PassError
+from hlopt.passes.jet_rules import RULES, JetBuilder, Series, is_differentiable
+from hlopt.passes.mlir import ir
+
+ANNOTATION = "hlopt.jet"
+ZERO_PRESERVING = ("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape")
+
+
+def is_zero_constant(value: ir.Value) -> bool:
+    """True if `value` is a splat zero constant (possibly broadcast, converted or reshaped)."""
+    if not isinstance(value, ir.OpResult):
+        return False
+    op = value.owner.operation
+    if op.name in ZERO_PRESERVING:
+        return is_zero_constant(op.operands[0])
+    if op.name != "stablehlo.constant":
+        return False
+    attr = ir.DenseElementsAttr(op.attributes["value"])
+    if not attr.is_splat:
+        return False
+    splat = attr.get_splat_value()
+    if isinstance(splat, ir.FloatAttr):
+        return ir.FloatAttr(splat).value == 0.0
+    if isinstance(splat, ir.IntegerAttr):
+        return ir.IntegerAttr(splat).value == 0
+    return False
+
+
+def _has_uses(value: ir.Value) -> bool:
+    return next(iter(value.uses), None) is not None
+
+
+class FunctionJet:
+    """The series of every value of one function being expanded, and the block walker."""
+
+    def __init__(self, module: "ModuleJet", order: int):
+        self.module = module
+        self.order = order
+        self.builder = JetBuilder(order, self)
+        self.series: dict[ir.Value, Series] = {}
+
+    def series_of(self, value: ir.Value) -> Series:
+        return self.series.get(value) or [value] + [None] * self.order
+
+    def record(self, value: ir.Value, series: Series) -> None:
+        if any(t is not None for t in series[1:]):
+            self.series[value] = series
+
+    def expand_block(self, block: ir.Block, arg_series: Sequence[Series]) -> list[Series]:
+        """Add the coefficient ops of every op in `block`; the series of its terminator's operands."""
+        for arg, s in zip(block.arguments, arg_series):
+            self.record(arg, s)
+        ops = [op.operation for op in block.operations]
+        for op, after in zip(ops, ops[1:]):
+            self.expand_op(op, after)
+        return [self.series_of(v) for v in ops[-1].operands]
+
+    def expand_op(self, op: ir.Operation, after: ir.Operation) -> None:
+        ins = [self.series_of(v) for v in op.operands]
+        if not any(v in self.series for v in op.operands) and not (op.regions and self._captures_series(op)):
+            return
+        if not any(is_differentiable(r.type) and _has_uses(r) for r in op.results):
+            return
+        rule = RULES.get(op.name)
+        if rule is None:
+            raise PassError(f"jet-expand: no Taylor rule for '{op.name}'", op.location)
+        with ir.InsertionPoint(after), op.location:
+            outs = rule(self.builder, op, ins)
+        replaced = False
+        for result, s in zip(op.results, outs):
+            if s is None:
+                continue
+            if s[0] != result:
+                result.replace_all_uses_with(s[0])
+                replaced = True
+            self.record(s[0], s)
+        if replaced:
+            op.erase()
+
+    def _captures_series(self, op: ir.Operation) -> bool:
+        return any(v in self.series for inner in _nested_ops(op) for v in inner.operands)
+
+    def may_carry_series(self, block: ir.Block, seeds: Sequence[ir.Value]) -> list[bool]:
+        """Which terminator operands of `block` may have a series, if `seeds` and the
+        values already known outside do (a conservative forward dataflow)."""
+        marked = set(seeds)
+
+        def hit(v: ir.Value) -> bool:
+            return v in marked or v in self.series
+
+        ops = [op.operation for op in block.operations]
+        for op in ops[:-1]:
+            if any(hit(v) for inner in [op, *_nested_ops(op)] for v in inner.operands):
+                marked.update(r for r in op.results if is_differentiable(r.type))
+        return [hit(v) for v in ops[-1].operands]
+
+    def move_block(self, block: ir.Block, region: ir.Region, arg_types: Sequence[ir.Type]) -> ir.Block:
+        """Move the ops of `block` into a new block of `region` with (more) arguments."""
+        new = region.blocks.append(*arg_types)
+        for op in list(block.operations):
+            new.append(op.operation)
+        for old, arg in zip(block.arguments, new.arguments):
+            old.replace_all_uses_with(arg)
+        return new
+
+    def finish_block(self, block: ir.Block, outs: Sequence[Series], which: Sequence[int]) -> None:
+        """Rebuild the terminator: the primals, then the K coefficients of each of `which`."""
+        term = list(block.operations)[-1].operation
+        with ir.InsertionPoint(term), term.location:
+            values = [s[0] for s in outs] + [self.builder.materialize(outs[i][k], outs[i][0])
+                                              for i in which for k in range(1, self.order + 1)]
+            ir.Operation.create(term.name, operands=values)
+        term.erase()
+
+
+def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                found.append(inner.operation)
+                found.extend(_nested_ops(inner.operation))
+    return found
+
+
+class ModuleJet:
+    """Generates `@NAME_jetK` functions in one module and expands its annotations."""
+
+    def __init__(self, module: ir.Operation):
+        self.body = module.regions[0].blocks[0]
+        self.funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
+                      for op in self.body.operations if op.operation.name == "func.func"}
+        self.names = {ir.StringAttr(op.attributes["sym_name"]).value
+                      for op in self.body.operations if "sym_name" in op.attributes}
+        self.generated: dict[tuple[str, int, frozenset], tuple[str, frozenset]] = {}
+        self.annotations_expanded: set[str] = set()
+
+    def unique_name(self, base: str) -> str:
+        name, i = base, 0
+        while name in self.names:
+            i += 1
+            name = f"{base}_{i}"
+        self.names.add(name)
+        return name
+
+    def jet_function(self, name: str, order: int, zero: frozenset = frozenset(),
+                     location: ir.Location | None = None, public: bool = False) -> tuple[str, frozenset]:
+        """The name of the order-`order` jet of `@name` whose coefficient arguments
+        `(i, k)` in `zero` are known to be zero, and the `(i, k)` of its results known zero."""
+        key = (name, order, zero)
+        if key in self.generated:
+            return self.generated[key]
+        if order < 1:
+            raise PassError(f"jet-expand: the order must be at least 1, got {order}", location)
+        src = self.funcs.get(name)
+        if src is None:
+            raise PassError(f"jet-expand: no function @{name} in the module", location)
+        self.expand_annotations(src)
+        fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
+        inputs, results = list(fn_type.inputs), list(fn_type.results)
+        new = src.clone(ip=ir.InsertionPoint(self.body))
+        new_name = self.unique_name(f"{name}_jet{order}")
+        new.attributes["sym_name"] = ir.StringAttr.get(new_name)
+        self.funcs[new_name] = new
+        self.generated[key] = (new_name, frozenset())
+        for attr in ("arg_attrs", "res_attrs"):
+            if attr in new.attributes:
+                del new.attributes[attr]
+        if public:
+            if "sym_visibility" in new.attributes:
+                del new.attributes["sym_visibility"]
+        else:
+            new.attributes["sym_visibility"] = ir.StringAttr.get("private")
+
+        block = new.regions[0].blocks[0]
+        coeffs = [block.add_argument(t, new.location) for t in inputs for _ in range(order)]
+        arg_series = [
+            [block.arguments[i]] + [None if (i, k) in zero or not is_differentiable(t) else coeffs[i * order + k - 1]
+                                    for k in range(1, order + 1)]
+            for i, t in enumerate(inputs)
+        ]
+        fj = FunctionJet(self, order)
+        outs = fj.expand_block(block, arg_series)
+        zero_out = frozenset((i, k) for i, s in enumerate(outs) for k in range(1, order + 1) if s[k] is None)
+        fj.finish_block(block, outs, range(len(outs)))
+        with new.context:
+            new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+                inputs + [t for t in inputs for _ in range(order)],
+                results + [t for t in results for _ in range(order)]))
+        self.generated[key] = (new_name, zero_out)
+        return self.generated[key]
+
+    def expand_annotations(self, func_op: ir.Operation) -> None:
+        """Replace every `hlopt.jet` custom_call in `func_op` by a call of a generated jet."""
+        name = ir.StringAttr(func_op.attributes["sym_name"]).value
+        if name in self.annotations_expanded:
+            return
+        self.annotations_expanded.add(name)
+        for op in _nested_ops(func_op):
+            if op.name == "stablehlo.custom_call" and \
+                    ir.StringAttr(op.attributes["call_target_name"]).value == ANNOTATION:
+                self.expand_annotation(op)
+
+    def expand_annotation(self, op: ir.Operation) -> None:
+        callee, order = _annotation_parameters(op)
+        n_in = len(op.operands) // (order + 1)
+        n_out = len(op.results) // (order + 1)
+        if n_in * (order + 1) != len(op.operands) or n_out * (order + 1) != len(op.results):
+            raise PassError(f"jet-expand: @{ANNOTATION} of order {order} needs (primals, {order} coefficients "
+                            f"per primal) operands and results, got {len(op.operands)} operands and "
+                            f"{len(op.results)} results", op.location)
+        src = self.funcs.get(callee)
+        if src is None:
+            raise PassError(f"jet-expand: no function @{callee} in the module", op.location)
+        fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
+        if list(fn_type.inputs) != [v.type for v in list(op.operands)[:n_in]] or \
+                list(fn_type.results) != [r.type for r in list(op.results)[:n_out]]:
+            raise PassError(f"jet-expand: the primal operands and results of @{ANNOTATION} do not match "
+                            f"@{callee}: {fn_type}", op.location)
+        zero = frozenset((i, k) for i in range(n_in) for k in range(1, order + 1)
+                         if is_zero_constant(op.operands[n_in + i * order + k - 1]))
+        name, _ = self.jet_function(callee, order, zero, op.location)
+        with ir.InsertionPoint(op), op.location:
+            call = ir.Operation.create("func.call", results=[r.type for r in op.results], operands=list(op.operands),
+                                       attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
+        for old, new in zip(op.results, call.results):
+            old.replace_all_uses_with(new)
+        op.erase()
+
+
+def _annotation_parameters(op: ir.Operation) -> tuple[str, int]:
+    try:
+        callee = ir.FlatSymbolRefAttr(ir.ArrayAttr(op.attributes["called_computations"])[0]).value
+        order = ir.IntegerAttr(ir.DictAttr(op.attributes["backend_config"])["order"]).value
+    except (KeyError, IndexError, ValueError) as e:
+        raise PassError(f"jet-expand: @{ANNOTATION} needs called_computations = [@f] and "
+                        f"backend_config = {{order = K}} ({e})", op.location) from None
+    if order < 1:
+        raise PassError(f"jet-expand: the order must be at least 1, got {order}", op.location)
+    return callee, order
+
+
+@dataclasses.dataclass(frozen=True)
+class JetExpand(Pass):
+    """Expand `hlopt.jet` annotations into calls of generated Taylor-mode functions.
+
+    A jet function of order K takes the primals, then K plain Taylor coefficients
+    (y^(k)/k!) per primal, and returns the primal results, then K coefficients per
+    result. With `func=NAME order=K` it also builds `@NAME_jetK` from any function.
+
+        %r:3 = stablehlo.custom_call @hlopt.jet(%x, %x1, %x2)
+                 {called_computations = [@f], backend_config = {order = 2 : i64}}
+        func.func private @f(%x: tensor<f32>) -> tensor<f32> { %y = stablehlo.sine %x ... }
+
+    becomes
+
+        %r:3 = func.call @f_jet2(%x, %x1, %x2)
+        func.func private @f_jet2(%x, %x1, %x2) {
+          %y = stablehlo.sine %x          // y0
+          %c = stablehlo.cosine %x
+          %y1 = x1 * c                     // y1 = x1 cos(x)
+          ...                              // y2 = (2 x2 cos(x) - x1 x1 sin(x)) / 2
+        }
+    """
+
+    name: ClassVar[str] = "jet-expand"
+    func: str = ""
+    order: int = 0
+
+    def apply(self, module: ir.Operation) -> None:
+        jets = ModuleJet(module)
+        if self.func:
+            jets.jet_function(self.func, self.order, public=True)
+        elif self.order:
+            raise PassError("jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})")
+        for func_op in list(jets.funcs.values()):
+            jets.expand_annotations(func_op)

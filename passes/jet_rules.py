@@ -1,0 +1,729 @@
+"""Taylor-mode rules of `jet-expand`: one entry per op name in `RULES`.
+
+A *series* is a list `[x0, x1, ..., xK]` of plain Taylor coefficients
+(x_k = x^(k)(0) / k!) of one SSA value; `x0` is the primal and any coefficient
+may be `None`, meaning "known to be zero": such terms are never materialized
+and produce no ops. A rule `rule(b, op, ins) -> outs` receives the builder
+`b` (insertion point already set right after `op`), the op and one series per
+operand, and returns one series per result (or `None` for "all zero"). A rule
+that rebuilds the op (loops, branches, calls, sorts) returns the new op's
+results as the primals; the driver then replaces and erases the old op.
+
+The families, as in `jax.experimental.jet`:
+
+- zero:        floor, sign, ... have zero Taylor coefficients;
+- linear:      the op itself applied to each coefficient (`linear(0, 2)` names
+               the operands it is linear in; the others, like indices, keep
+               their primal);
+- bilinear:    the Cauchy product v_k = sum_j op(u_j, w_{k-j});
+- ODE:         y' = c(x) u' gives y_k = 1/k sum_{j=1..k} j u_j c_{k-j}, with
+               c computed alongside y (exp, sin/cos, tanh, logistic, erf...);
+- composition: Faa di Bruno with known derivatives f^(m)(x0) (power, lgamma).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Optional
+
+from hlopt.passes.base import PassError
+from hlopt.passes.mlir import ir
+
+if TYPE_CHECKING:
+    from hlopt.passes.jet_expand import FunctionJet
+
+Term = Optional[ir.Value]
+Series = list  # [primal, c1, ..., cK]; None entries are zero
+Rule = Callable[["JetBuilder", ir.Operation, list[Series]], list[Optional[Series]]]
+
+
+def is_differentiable(t: ir.Type) -> bool:
+    """True for tensors of floating-point or complex numbers."""
+    return isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, (ir.FloatType, ir.ComplexType))
+
+
+def scalar_type(t: ir.Type) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get([], ir.RankedTensorType(t).element_type)
+
+
+def splat_attr(value: complex | float, t: ir.Type) -> ir.Attribute:
+    et = ir.RankedTensorType(t).element_type
+    if isinstance(et, ir.ComplexType):
+        text = f"({complex(value).real:.17e},{complex(value).imag:.17e})"
+    elif isinstance(et, ir.FloatType):
+        text = f"{float(value):.17e}"
+    elif ir.IntegerType(et).width == 1:
+        text = "true" if value else "false"
+    else:
+        text = str(int(value))
+    return ir.Attribute.parse(f"dense<{text}> : {t}")
+
+
+def attributes_of(op: ir.Operation) -> dict[str, ir.Attribute]:
+    return {name: op.attributes[name] for name in op.attributes}
+
+
+def body_kind(op: ir.Operation) -> str | None:
+    """For a single-region reducer `^bb(a, b): r = OP a, b; return r`, the name of OP.
+
+    A body that just returns its second argument (scatter's "replace") is "replace".
+    """
+    block = op.regions[0].blocks[0]
+    ops = list(block.operations)
+    args = list(block.arguments)
+    if len(ops) == 1 and len(args) == 2 and list(ops[0].operands) == [args[1]]:
+        return "replace"
+    if len(ops) == 2 and len(args) == 2 and list(ops[1].operands) == [ops[0].result]:
+        if list(ops[0].operands) == args:
+            return ops[0].name
+    return None
+
+
+class JetBuilder:
+    """Builds coefficient ops at the current insertion point; None is zero throughout."""
+
+    def __init__(self, order: int, function: "FunctionJet"):
+        self.order = order
+        self.function = function
+
+    # --- single ops -------------------------------------------------------
+
+    def create(self, name: str, operands: Sequence[ir.Value], result_type: ir.Type | None = None,
+               attributes: dict[str, ir.Attribute] | None = None) -> ir.Value:
+        rt = result_type if result_type is not None else operands[0].type
+        return ir.Operation.create(name, results=[rt], operands=list(operands), attributes=attributes or {}).result
+
+    def constant(self, value: complex | float, t: ir.Type) -> ir.Value:
+        return self.create("stablehlo.constant", [], t, {"value": splat_attr(value, t)})
+
+    def zeros(self, like: ir.Value) -> ir.Value:
+        return self.constant(0, like.type)
+
+    def materialize(self, term: Term, like: ir.Value) -> ir.Value:
+        return term if term is not None else self.zeros(like)
+
+    def add(self, a: Term, b: Term) -> Term:
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return self.create("stablehlo.add", [a, b])
+
+    def sub(self, a: Term, b: Term) -> Term:
+        if b is None:
+            return a
+        if a is None:
+            return self.neg(b)
+        return self.create("stablehlo.subtract", [a, b])
+
+    def neg(self, a: Term) -> Term:
+        return None if a is None else self.create("stablehlo.negate", [a])
+
+    def mul(self, a: Term, b: Term) -> Term:
+        if a is None or b is None:
+            return None
+        return self.create("stablehlo.multiply", [a, b])
+
+    def div(self, a: Term, b: ir.Value) -> Term:
+        return None if a is None else self.create("stablehlo.divide", [a, b])
+
+    def scale(self, a: Term, c: float) -> Term:
+        if a is None or c == 0:
+            return None
+        if c == 1:
+            return a
+        if c == -1:
+            return self.neg(a)
+        return self.mul(a, self.constant(c, a.type))
+
+    def total(self, terms: Sequence[Term]) -> Term:
+        out = None
+        for t in terms:
+            out = self.add(out, t)
+        return out
+
+    def unary(self, name: str, a: ir.Value) -> ir.Value:
+        return self.create(name, [a])
+
+    def compare(self, a: ir.Value, b: ir.Value, direction: str) -> ir.Value:
+        shape = ir.RankedTensorType(a.type).shape
+        i1 = ir.RankedTensorType.get(shape, ir.IntegerType.get_signless(1))
+        attr = ir.Attribute.parse(f"#stablehlo<comparison_direction {direction}>")
+        return self.create("stablehlo.compare", [a, b], i1, {"comparison_direction": attr})
+
+    def select(self, pred: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.create("stablehlo.select", [pred, a, b], a.type)
+
+    def convert(self, a: ir.Value, t: ir.Type) -> ir.Value:
+        return self.create("stablehlo.convert", [a], t)
+
+    def broadcast(self, a: ir.Value, t: ir.Type, dims: Sequence[int]) -> ir.Value:
+        return self.create("stablehlo.broadcast_in_dim", [a], t,
+                           {"broadcast_dimensions": ir.DenseI64ArrayAttr.get(list(dims))})
+
+    def reduce_sum(self, a: ir.Value, dims: Sequence[int], t: ir.Type) -> ir.Value:
+        st = scalar_type(a.type)
+        red = ir.Operation.create("stablehlo.reduce", results=[t], operands=[a, self.constant(0, st)],
+                                  attributes={"dimensions": ir.DenseI64ArrayAttr.get(list(dims))}, regions=1)
+        block = red.regions[0].blocks.append(st, st)
+        with ir.InsertionPoint(block):
+            ir.Operation.create("stablehlo.return", operands=[self.create("stablehlo.add", list(block.arguments))])
+        return red.result
+
+    def clone(self, op: ir.Operation, replace: dict[int, ir.Value]) -> ir.Operation:
+        """A copy of `op` (attributes, regions) at the insertion point with some operands replaced."""
+        new = op.clone(ip=ir.InsertionPoint.current)
+        for i, v in replace.items():
+            new.operands[i] = v
+        return new
+
+    # --- series -----------------------------------------------------------
+
+    def series(self, x0: ir.Value) -> Series:
+        return [x0] + [None] * self.order
+
+    def cauchy(self, u: Series, w: Series, k: int, lo: int = 0, hi: int | None = None) -> Term:
+        """sum_{j=lo..hi} u_j w_{k-j} (hi defaults to k)."""
+        hi = k if hi is None else hi
+        return self.total([self.mul(u[j], w[k - j]) for j in range(lo, hi + 1)])
+
+    def scaled_derivative(self, u: Series) -> Series:
+        """[0, 1 u_1, 2 u_2, ..., K u_K]: the coefficients of t u'(t)."""
+        return [None] + [self.scale(u[j], j) for j in range(1, len(u))]
+
+    def ode_term(self, du: Series, c: Series, k: int) -> Term:
+        """y_k of y' = c u', given du = scaled_derivative(u): 1/k sum_{j=1..k} j u_j c_{k-j}."""
+        return self.scale(self.cauchy(du, c, k, lo=1), 1.0 / k)
+
+
+# --- series-level building blocks shared by several rules --------------------
+
+def exp_series(b: JetBuilder, z: Series, y0: ir.Value, c0: ir.Value | None = None) -> Series:
+    """exp(z) with primal y0; `c0` replaces y0 as the derivative's primal (expm1)."""
+    dz = b.scaled_derivative(z)
+    y = [y0] + [None] * b.order
+    c = [y0 if c0 is None else c0] + [None] * b.order
+    for k in range(1, b.order + 1):
+        y[k] = b.ode_term(dz, c, k)
+        c[k] = y[k]
+    return y
+
+
+def log_series(b: JetBuilder, u: Series, y0: ir.Value, denominator: ir.Value | None = None) -> Series:
+    """log(u) (or log1p(u) with `denominator` = 1 + u0): u' = denom * y'."""
+    den = u[0] if denominator is None else denominator
+    y = [y0] + [None] * b.order
+    dy = [None] * (b.order + 1)
+    for k in range(1, b.order + 1):
+        conv = b.scale(b.cauchy(dy, u, k, lo=1, hi=k - 1), 1.0 / k)
+        y[k] = b.div(b.sub(u[k], conv), den)
+        dy[k] = b.scale(y[k], k)
+    return y
+
+
+def div_series(b: JetBuilder, u: Series, w: Series, v0: ir.Value) -> Series:
+    """u / w: v_k = (u_k - sum_{j<k} v_j w_{k-j}) / w0."""
+    v = [v0] + [None] * b.order
+    for k in range(1, b.order + 1):
+        v[k] = b.div(b.sub(u[k], b.cauchy(v, w, k, hi=k - 1)), w[0])
+    return v
+
+
+def mul_series(b: JetBuilder, u: Series, w: Series, v0: ir.Value) -> Series:
+    return [v0] + [b.cauchy(u, w, k) for k in range(1, b.order + 1)]
+
+
+def power_series(b: JetBuilder, u: Series, r: float, y0: ir.Value) -> Series:
+    """u^r for a constant r: k u0 y_k = sum_{j=1..k} (r j - (k - j)) u_j y_{k-j}."""
+    y = [y0] + [None] * b.order
+    for k in range(1, b.order + 1):
+        terms = [b.scale(b.mul(u[j], y[k - j]), (r * j - (k - j)) / k) for j in range(1, k + 1)]
+        y[k] = b.div(b.total(terms), u[0])
+    return y
+
+
+def ode_series(b: JetBuilder, u: Series, y0: ir.Value, derivative: Callable[[list, int], Term]) -> Series:
+    """y' = c u' where c_j = derivative(y, j) may read y_0..y_j (computed in step)."""
+    du = b.scaled_derivative(u)
+    y = [y0] + [None] * b.order
+    c: list = [None] * (b.order + 1)
+    for k in range(1, b.order + 1):
+        c[k - 1] = derivative(y, k - 1)
+        y[k] = b.ode_term(du, c, k)
+    return y
+
+
+def square_term(b: JetBuilder, y: Series, j: int) -> Term:
+    return b.cauchy(y, y, j)
+
+
+def compose(b: JetBuilder, u: Series, y0: ir.Value, d: Callable[[int], ir.Value]) -> Series:
+    """f(u) by Faa di Bruno; d(m) = f^(m)(u0) / m!. y_k = sum_m d(m) [t^k] (u - u0)^m."""
+    shifted = [None] + u[1:]
+    powers = [None, shifted]
+    for m in range(2, b.order + 1):
+        powers.append([None] * m + [b.cauchy(powers[-1], shifted, k, lo=m - 1, hi=k - 1)
+                                    for k in range(m, b.order + 1)])
+    derivs = {m: d(m) for m in range(1, b.order + 1) if any(powers[m][k] is not None for k in range(m, b.order + 1))}
+    y = [y0] + [None] * b.order
+    for k in range(1, b.order + 1):
+        y[k] = b.total([b.mul(derivs[m], powers[m][k]) for m in range(1, k + 1) if m in derivs])
+    return y
+
+
+def choose_series(b: JetBuilder, x: Series, y: Series, direction: str, out: ir.Value) -> Series:
+    """max (direction GT) or min (LT) of x and y; tied terms are averaged, as in JAX."""
+    wins = b.compare(x[0], y[0], direction)
+    ties = b.compare(x[0], y[0], "EQ")
+    series = [out] + [None] * b.order
+    for k in range(1, b.order + 1):
+        if x[k] is None and y[k] is None:
+            continue
+        xk, yk = b.materialize(x[k], x[0]), b.materialize(y[k], y[0])
+        half = b.scale(b.add(xk, yk), 0.5)
+        series[k] = b.select(ties, half, b.select(wins, xk, yk))
+    return series
+
+
+# --- rule constructors --------------------------------------------------------
+
+def zero(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+    return [None] * len(op.results)
+
+
+def linear(*positions: int) -> Rule:
+    """The op applied to the coefficients of the operands at `positions` (all if none given)."""
+
+    def rule(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+        where = positions or range(len(ins))
+        out = b.series(op.result)
+        for k in range(1, b.order + 1):
+            if all(ins[p][k] is None for p in where):
+                continue
+            out[k] = b.clone(op, {p: b.materialize(ins[p][k], ins[p][0]) for p in where}).result
+        return [out]
+
+    return rule
+
+
+def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+    u, w = ins
+    out = b.series(op.result)
+    for k in range(1, b.order + 1):
+        out[k] = b.total([b.clone(op, {0: u[j], 1: w[k - j]}).result
+                          for j in range(k + 1) if u[j] is not None and w[k - j] is not None])
+    return [out]
+
+
+def unary(fn: Callable[[JetBuilder, Series, ir.Value], Series]) -> Rule:
+    """A rule for a one-operand, one-result op from a series function."""
+    return lambda b, op, ins: [fn(b, ins[0], op.result)]
+
+
+# --- the rules ----------------------------------------------------------------
+
+def _add(b, op, ins):
+    (u, w), out = ins, b.series(op.result)
+    return [out[:1] + [b.add(u[k], w[k]) for k in range(1, b.order + 1)]]
+
+
+def _subtract(b, op, ins):
+    (u, w), out = ins, b.series(op.result)
+    return [out[:1] + [b.sub(u[k], w[k]) for k in range(1, b.order + 1)]]
+
+
+def _divide(b, op, ins):
+    return [div_series(b, ins[0], ins[1], op.result)]
+
+
+def _sqrt(b, u, y0):
+    y = [y0] + [None] * b.order
+    two_y0 = b.scale(y0, 2.0)
+    for k in range(1, b.order + 1):
+        y[k] = b.div(b.sub(u[k], b.cauchy(y, y, k, lo=1, hi=k - 1)), two_y0)
+    return y
+
+
+def pair_rule(partner: str, own_sign: float, partner_sign: float) -> Rule:
+    """y = f(u) with y' = own_sign * z u' and z' = partner_sign * y u', z = partner(u):
+    sine/cosine and sinh/cosh; z is needed to order K-1 only."""
+
+    def rule(b, op, ins):
+        (u,) = ins
+        du = b.scaled_derivative(u)
+        y = b.series(op.result)
+        z = b.series(b.unary(partner, u[0]))
+        for k in range(1, b.order + 1):
+            y[k] = b.scale(b.ode_term(du, z, k), own_sign)
+            if k < b.order:
+                z[k] = b.scale(b.ode_term(du, y, k), partner_sign)
+        return [y]
+
+    return rule
+
+
+def _derivative_of_y(poly: Callable[[JetBuilder, Series, int], Term]) -> Callable[[JetBuilder, Series, ir.Value], Series]:
+    """Series of y with y' = poly(y) u', poly given coefficient-wise."""
+    return lambda b, u, y0: ode_series(b, u, y0, lambda y, j: poly(b, y, j))
+
+
+def _one_minus_square(b, y, j):  # tanh' = 1 - tanh^2
+    sq = square_term(b, y, j)
+    return b.sub(b.constant(1, y[0].type), sq) if j == 0 else b.neg(sq)
+
+
+def _one_plus_square(b, y, j):  # tan' = 1 + tan^2
+    sq = square_term(b, y, j)
+    return b.add(b.constant(1, y[0].type), sq) if j == 0 else sq
+
+
+def _y_minus_square(b, y, j):  # logistic' = y - y^2
+    return b.sub(y[j], square_term(b, y, j))
+
+
+def _expm1(b, u, y0):
+    return exp_series(b, u, y0, c0=b.unary("stablehlo.exponential", u[0]))
+
+
+def _log1p(b, u, y0):
+    return log_series(b, u, y0, denominator=b.add(b.constant(1, u[0].type), u[0]))
+
+
+def _reciprocal_of_one_plus_square(b: JetBuilder, z: Series) -> Series:
+    """1 / (1 + z^2), the derivative of atan."""
+    one = b.constant(1, z[0].type)
+    d = [b.add(one, b.mul(z[0], z[0]))] + [square_term(b, z, j) for j in range(1, b.order + 1)]
+    return div_series(b, [one] + [None] * b.order, d, b.div(one, d[0]))
+
+
+def _with_derivative(b: JetBuilder, u: Series, y0: ir.Value, c: Series) -> Series:
+    du = b.scaled_derivative(u)
+    return [y0] + [b.ode_term(du, c, k) for k in range(1, b.order + 1)]
+
+
+def _atan(b, u, y0):
+    return _with_derivative(b, u, y0, _reciprocal_of_one_plus_square(b, u))
+
+
+def _atan2(b, op, ins):
+    z0 = b.create("stablehlo.divide", [ins[0][0], ins[1][0]])
+    z = div_series(b, ins[0], ins[1], z0)
+    return [_with_derivative(b, z, op.result, _reciprocal_of_one_plus_square(b, z))]
+
+
+def _asin_like(sign: float) -> Callable:
+    """asin (sign 1) and acos (sign -1): y' = sign (1 - u^2)^(-1/2) u'."""
+
+    def fn(b, u, y0):
+        one = b.constant(1, u[0].type)
+        w = [b.sub(one, b.mul(u[0], u[0]))] + [b.neg(square_term(b, u, j)) for j in range(1, b.order + 1)]
+        c = power_series(b, w, -0.5, b.unary("stablehlo.rsqrt", w[0]))
+        return _with_derivative(b, u, y0, [b.scale(t, sign) for t in c])
+
+    return fn
+
+
+def _erf(b, u, y0):
+    q = [b.neg(b.mul(u[0], u[0]))] + [b.neg(square_term(b, u, j)) for j in range(1, b.order + 1)]
+    e = exp_series(b, q, b.unary("stablehlo.exponential", q[0]))
+    return _with_derivative(b, u, y0, [b.scale(t, 2 / math.sqrt(math.pi)) for t in e])
+
+
+def _erf_inv(b, u, y0):
+    """y' = sqrt(pi)/2 exp(y^2) u': the derivative series is built from y as y grows."""
+    s: list = [None] * (b.order + 1)
+    ds: list = [None] * (b.order + 1)
+    e: list = [None] * (b.order + 1)
+
+    def derivative(y, j):
+        s[j] = square_term(b, y, j)
+        ds[j] = b.scale(s[j], j)
+        e[j] = b.unary("stablehlo.exponential", s[0]) if j == 0 else b.ode_term(ds, e, j)
+        return b.scale(e[j], math.sqrt(math.pi) / 2)
+
+    return ode_series(b, u, y0, derivative)
+
+
+def _power_recurrence(r: float) -> Callable:
+    return lambda b, u, y0: power_series(b, u, r, y0)
+
+
+def _power(b, op, ins):
+    """x^y: Faa di Bruno in x when y has no series (exact at x <= 0 for integer y),
+    else exp(y log x) as JAX does."""
+    x, y = ins
+    if all(t is None for t in y[1:]):
+        one = b.constant(1, x[0].type)
+        zero_ = b.constant(0, x[0].type)
+        falling = [one]
+
+        def d(m: int) -> ir.Value:
+            while len(falling) <= m:
+                i = len(falling)
+                falling.append(b.scale(b.mul(falling[-1], b.sub(y[0], b.constant(i - 1, x[0].type))), 1.0 / i))
+            value = b.mul(falling[m], b.create("stablehlo.power", [x[0], b.sub(y[0], b.constant(m, x[0].type))]))
+            return b.select(b.compare(falling[m], zero_, "EQ"), zero_, value)
+
+        return [compose(b, x, op.result, d)]
+    log_x = log_series(b, x, b.unary("stablehlo.log", x[0]))
+    z = mul_series(b, y, log_x, b.mul(y[0], log_x[0]))
+    return [exp_series(b, z, op.result)]
+
+
+def _polygamma_composition(shift: int) -> Callable:
+    """lgamma (shift 0: f' = digamma) and digamma (shift 1): f^(m) = polygamma(m - 1 + shift)."""
+
+    def fn(b, u, y0):
+        def d(m: int) -> ir.Value:
+            n = m - 1 + shift
+            if n == 0:
+                value = b.unary("chlo.digamma", u[0])
+            else:
+                value = b.create("chlo.polygamma", [b.constant(n, u[0].type), u[0]])
+            return b.scale(value, 1.0 / math.factorial(m))
+
+        return compose(b, u, y0, d)
+
+    return fn
+
+
+def _abs(b, op, ins):
+    (u,) = ins
+    if isinstance(ir.RankedTensorType(u[0].type).element_type, ir.ComplexType):
+        raise PassError("jet-expand: no Taylor rule for stablehlo.abs of a complex number", op.location)
+    sign = b.select(b.compare(u[0], b.zeros(u[0]), "LT"), b.constant(-1, u[0].type), b.constant(1, u[0].type))
+    return [[op.result] + [b.mul(sign, u[k]) for k in range(1, b.order + 1)]]
+
+
+def _remainder(b, op, ins):
+    """rem(x, y) = x - trunc(x / y) y; trunc(x / y) is piecewise constant."""
+    (x, y), out = ins, b.series(op.result)
+    if all(t is None for t in y[1:]):
+        return [out[:1] + x[1:]]
+    q = b.create("stablehlo.divide", [x[0], y[0]])
+    trunc = b.select(b.compare(q, b.zeros(q), "LT"), b.unary("stablehlo.ceil", q), b.unary("stablehlo.floor", q))
+    return [out[:1] + [b.sub(x[k], b.mul(trunc, y[k])) for k in range(1, b.order + 1)]]
+
+
+def _maximum(b, op, ins):
+    return [choose_series(b, ins[0], ins[1], "GT", op.result)]
+
+
+def _minimum(b, op, ins):
+    return [choose_series(b, ins[0], ins[1], "LT", op.result)]
+
+
+def _clamp(b, op, ins):
+    """clamp(lo, x, hi) = min(max(lo, x), hi), ties averaged as in JAX."""
+    lo, x, hi = ins
+    t = x[0].type
+
+    def full(s: Series) -> Series:
+        if ir.RankedTensorType(s[0].type).shape == ir.RankedTensorType(t).shape:
+            return s
+        return [None if c is None else b.broadcast(c, t, []) for c in s]
+
+    lo, hi = full(lo), full(hi)
+    inner = choose_series(b, lo, x, "GT", b.create("stablehlo.maximum", [lo[0], x[0]]))
+    return [choose_series(b, inner, hi, "LT", op.result)]
+
+
+def _reduce_choose(b: JetBuilder, op: ir.Operation, u: Series) -> Series:
+    """reduce max/min: the tied elements' coefficients are averaged, as in JAX."""
+    dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+    rank = ir.RankedTensorType(u[0].type).rank
+    kept = [d for d in range(rank) if d not in dims]
+    out_b = b.broadcast(op.results[0], u[0].type, kept)
+    mask = b.convert(b.compare(u[0], out_b, "EQ"), u[0].type)
+    counts = b.reduce_sum(mask, dims, op.results[0].type)
+    return [op.results[0]] + [None if u[k] is None else b.div(b.reduce_sum(b.mul(u[k], mask), dims, op.results[0].type), counts)
+                               for k in range(1, b.order + 1)]
+
+
+def _polynomial_product(b: JetBuilder, op: ir.Operation, u: Series, init: Series) -> Series:
+    """A multiply reduction (reduce or reduce_window) of truncated polynomials, as one
+    variadic op whose body multiplies two series: exact at zeros, unlike exp(sum log)."""
+    K = b.order
+    st = scalar_type(u[0].type)
+    operands = [b.materialize(t, u[0]) for t in u] + [b.materialize(t, init[0]) for t in init]
+    new = ir.Operation.create(op.name, results=[op.result.type] * (K + 1), operands=operands,
+                              attributes=attributes_of(op), regions=1)
+    block = new.regions[0].blocks.append(*([st] * (2 * K + 2)))
+    args = list(block.arguments)
+    a, c = args[: K + 1], args[K + 1:]
+    with ir.InsertionPoint(block):
+        prod = [b.cauchy(a, c, k) for k in range(K + 1)]
+        ir.Operation.create("stablehlo.return", operands=prod)
+    return list(new.results)
+
+
+def _reduce_like(linear_rule: Rule) -> Rule:
+    """reduce / reduce_window by the kind of their body: add, multiply, max, min."""
+
+    def rule(b, op, ins):
+        kind = body_kind(op)
+        if len(op.results) == 1 and kind == "stablehlo.add":
+            return linear_rule(b, op, ins)
+        if len(op.results) == 1 and kind == "stablehlo.multiply":
+            return [_polynomial_product(b, op, ins[0], ins[1])]
+        if op.name == "stablehlo.reduce" and len(op.results) == 1 and kind in ("stablehlo.maximum", "stablehlo.minimum"):
+            return [_reduce_choose(b, op, ins[0])]
+        raise PassError(f"jet-expand: no Taylor rule for {op.name} with a {kind or 'general'} body "
+                        f"over {len(op.results)} result(s)", op.location)
+
+    return rule
+
+
+def _scatter(b, op, ins):
+    if len(op.operands) != 3 or body_kind(op) not in ("stablehlo.add", "replace"):
+        raise PassError("jet-expand: stablehlo.scatter has a Taylor rule only for one operand "
+                        "combined by add or replace", op.location)
+    return linear(0, 2)(b, op, ins)
+
+
+def _sort(b, op, ins):
+    """The coefficients ride along as extra sort operands: the permutation is the primal's."""
+    extra = _coefficients(b, ins, [i for i, s in enumerate(ins) if _has_series(s)])
+    new = ir.Operation.create("stablehlo.sort", results=[v.type for v in list(op.operands) + extra],
+                              operands=list(op.operands) + extra, attributes=attributes_of(op), regions=1)
+    old_block = op.regions[0].blocks[0]
+    types = [a.type for a in old_block.arguments] + [scalar_type(v.type) for v in extra for _ in range(2)]
+    b.function.move_block(old_block, new.regions[0], types)
+    return _split_results(b, list(new.results), [_has_series(s) for s in ins])
+
+def _has_series(s: Series) -> bool:
+    return any(t is not None for t in s[1:])
+
+
+def _coefficients(b: JetBuilder, outs: list[Series], which: Sequence[int]) -> list[ir.Value]:
+    return [b.materialize(outs[i][k], outs[i][0]) for i in which for k in range(1, b.order + 1)]
+
+
+def _split_results(b: JetBuilder, results: list[ir.Value], carried: Sequence[bool]) -> list[Series]:
+    """Primal-major results (primals, then K coefficients per carried value) as series."""
+    n, pos, outs = len(carried), len(carried), []
+    for i, c in enumerate(carried):
+        if c:
+            outs.append([results[i]] + results[pos: pos + b.order])
+            pos += b.order
+        else:
+            outs.append([results[i]] + [None] * b.order)
+    return outs
+
+
+def _while(b, op, ins):
+    """Loop state gains the coefficients of every value that may carry a series."""
+    fn = b.function
+    body = op.regions[1].blocks[0]
+    carried = [_has_series(s) for s in ins]
+    while True:
+        marked = fn.may_carry_series(body, [a for a, c in zip(body.arguments, carried) if c])
+        grown = [c or (m and is_differentiable(s[0].type)) for c, m, s in zip(carried, marked, ins)]
+        if grown == carried:
+            break
+        carried = grown
+    which = [i for i, c in enumerate(carried) if c]
+    operands = list(op.operands) + _coefficients(b, ins, which)
+    types = [v.type for v in operands]
+    new = ir.Operation.create("stablehlo.while", results=types, operands=operands,
+                              attributes=attributes_of(op), regions=2)
+    fn.move_block(op.regions[0].blocks[0], new.regions[0], types)
+    new_body = fn.move_block(body, new.regions[1], types)
+    outs = fn.expand_block(new_body, _split_results(b, list(new_body.arguments), carried))
+    fn.finish_block(new_body, outs, which)
+    return _split_results(b, list(new.results), carried)
+
+
+def _branches(b, op, ins):
+    """case / if: every branch returns the coefficients of the results any branch differentiates."""
+    fn = b.function
+    blocks = [r.blocks[0] for r in op.regions]
+    marked = [fn.may_carry_series(block, []) for block in blocks]
+    carried = [is_differentiable(r.type) and any(m[i] for m in marked) for i, r in enumerate(op.results)]
+    which = [i for i, c in enumerate(carried) if c]
+    types = [r.type for r in op.results] + [op.results[i].type for i in which for _ in range(b.order)]
+    new = ir.Operation.create(op.name, results=types, operands=list(op.operands),
+                              attributes=attributes_of(op), regions=len(blocks))
+    for region, block in zip(new.regions, blocks):
+        moved = fn.move_block(block, region, [])
+        fn.finish_block(moved, fn.expand_block(moved, []), which)
+    return _split_results(b, list(new.results), carried)
+
+
+def _call(b, op, ins):
+    """A call of the callee's jet, specialized to the coefficients known to be zero."""
+    callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+    zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, b.order + 1) if s[k] is None)
+    name, zero_out = b.function.module.jet_function(callee, b.order, zero, op.location)
+    operands = [s[0] for s in ins] + _coefficients(b, ins, range(len(ins)))
+    types = [r.type for r in op.results] + [r.type for r in op.results for _ in range(b.order)]
+    call = ir.Operation.create("func.call", results=types, operands=operands,
+                               attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
+    outs = _split_results(b, list(call.results), [True] * len(op.results))
+    return [[s[0]] + [None if (i, k) in zero_out else s[k] for k in range(1, b.order + 1)]
+            for i, s in enumerate(outs)]
+
+
+RULES: dict[str, Rule] = {
+    # zero
+    **{name: zero for name in ("stablehlo.sign", "stablehlo.floor", "stablehlo.ceil",
+                               "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even")},
+    # linear
+    "stablehlo.add": _add,
+    "stablehlo.subtract": _subtract,
+    **{name: linear(0) for name in (
+        "stablehlo.negate", "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+        "stablehlo.transpose", "stablehlo.slice", "stablehlo.reverse", "stablehlo.real", "stablehlo.imag",
+        "stablehlo.fft", "stablehlo.dynamic_slice", "stablehlo.gather")},
+    "stablehlo.complex": linear(0, 1),
+    "stablehlo.concatenate": linear(),
+    "stablehlo.pad": linear(0, 1),
+    "stablehlo.dynamic_update_slice": linear(0, 1),
+    "stablehlo.select": linear(1, 2),
+    "stablehlo.scatter": _scatter,
+    "stablehlo.reduce": _reduce_like(linear(0, 1)),
+    "stablehlo.reduce_window": _reduce_like(linear(0, 1)),
+    # bilinear
+    "stablehlo.multiply": bilinear,
+    "stablehlo.dot_general": bilinear,
+    "stablehlo.convolution": bilinear,
+    "stablehlo.divide": _divide,
+    # first-order ODE recurrences
+    "stablehlo.exponential": unary(lambda b, u, y0: exp_series(b, u, y0)),
+    "stablehlo.exponential_minus_one": unary(_expm1),
+    "stablehlo.log": unary(lambda b, u, y0: log_series(b, u, y0)),
+    "stablehlo.log_plus_one": unary(_log1p),
+    "stablehlo.sine": pair_rule("stablehlo.cosine", 1.0, -1.0),
+    "stablehlo.cosine": pair_rule("stablehlo.sine", -1.0, 1.0),
+    "chlo.sinh": pair_rule("chlo.cosh", 1.0, 1.0),
+    "chlo.cosh": pair_rule("chlo.sinh", 1.0, 1.0),
+    "stablehlo.tanh": unary(_derivative_of_y(_one_minus_square)),
+    "stablehlo.tan": unary(_derivative_of_y(_one_plus_square)),
+    "stablehlo.logistic": unary(_derivative_of_y(_y_minus_square)),
+    "stablehlo.sqrt": unary(_sqrt),
+    "stablehlo.rsqrt": unary(_power_recurrence(-0.5)),
+    "stablehlo.cbrt": unary(_power_recurrence(1.0 / 3.0)),
+    "chlo.atan": unary(_atan),
+    "stablehlo.atan2": _atan2,
+    "chlo.asin": unary(_asin_like(1.0)),
+    "chlo.acos": unary(_asin_like(-1.0)),
+    "chlo.erf": unary(_erf),
+    "chlo.erf_inv": unary(_erf_inv),
+    # composition
+    "stablehlo.power": _power,
+    "chlo.lgamma": unary(_polygamma_composition(0)),
+    "chlo.digamma": unary(_polygamma_composition(1)),
+    # piecewise
+    "stablehlo.abs": _abs,
+    "stablehlo.remainder": _remainder,
+    "stablehlo.maximum": _maximum,
+    "stablehlo.minimum": _minimum,
+    "stablehlo.clamp": _clamp,
+    "stablehlo.sort": _sort,
+    # structure
+    "stablehlo.while": _while,
+    "stablehlo.case": _branches,
+    "stablehlo.if": _branches,
+    "func.call": _call,
+}
