@@ -3,11 +3,11 @@
 A key is a pair of uint32 words: raw `uint32[..., 2]` keys and typed
 `key<fry>` arrays lower to the same tensors. Every draw of random bits and
 every split hashes the key with JAX's threefry2x32 kernel, so a *consumer* is
-one application of that kernel whose counters are iota/constant data: a call
+one application of that kernel whose counters are iota or constant data: a call
 of the kernel function JAX emits (`@threefry2x32...`, recognised by its key
 schedule constant 0x1BD11BDA, not by name), the same kernel inlined, or the
 GPU custom calls. A kernel application whose counters come from a function or
-block argument is a `fold_in`, which JAX's own checker does not count as
+block argument or from JAX's `threefry_seed` (`data & 0xFFFFFFFF`) is a `fold_in`, which JAX's own checker does not count as
 consuming (`fold-in-consumes=true` counts it).
 
 The analysis gives every uint32 element an identity (a *cell*) and follows
@@ -272,7 +272,7 @@ class _Analysis:
         self.env: dict[ir.Value, Cells | None] = {}
         self.summaries: dict[str, _Summary] = {}
         self.kernels: dict[str, bool] = {}
-        self.block_arg_deps: dict[ir.Value, bool] = {}
+        self.fold_in_data: dict[ir.Value, bool] = {}
         self.reports: list[KeyReuse] = []
         self.handlers: dict[str, Callable[[ir.Operation, _Scope], None]] = {
             "func.call": self._call,
@@ -402,28 +402,29 @@ class _Analysis:
             self.kernels[name] = known
         return known
 
-    def depends_on_block_argument(self, value: ir.Value) -> bool:
-        """True if `value` is computed from a block argument (a fold_in's data)."""
-        memo = self.block_arg_deps
-        stack = [(value, False)]
+    def is_fold_in_data(self, counter: ir.Value) -> bool:
+        """True if a kernel counter is computed from a block argument or by JAX's
+        `threefry_seed` (`x & 0xFFFFFFFF`): a fold_in's data, not iota counters."""
+        memo = self.fold_in_data
+        stack = [(counter, False)]
         while stack:
             v, expanded = stack.pop()
             if v in memo:
                 continue
             op = _defining_op(v)
-            if op is None:
+            if op is None or (op.name == "stablehlo.and" and any(_splat_int(o) == 0xFFFFFFFF for o in op.operands)):
                 memo[v] = True
             elif expanded:
                 memo[v] = any(memo[o] for o in op.operands)
             else:
                 stack.append((v, True))
                 stack.extend((o, False) for o in op.operands if o not in memo)
-        return memo[value]
+        return memo[counter]
 
     def kernel_application(self, scope: _Scope, k0: ir.Value, k1: ir.Value,
                            counters: Iterable[ir.Value], loc: str | None) -> None:
         """Record a threefry2x32 application: a consumption unless it is a fold_in."""
-        if self.fold_in_consumes or not any(self.depends_on_block_argument(c) for c in counters):
+        if self.fold_in_consumes or not any(self.is_fold_in_data(c) for c in counters):
             self.consume_words(scope, k0, k1, loc)
 
     def _xor(self, op: ir.Operation, scope: _Scope) -> None:

@@ -1,0 +1,522 @@
+"""check-key-reuse against JAX's own key-reuse checker.
+
+Every case of JAX's key-reuse suite that applies to a whole function
+(tests/key_reuse_test.py), plus correct programs that must not be reported.
+Each case is checked three ways: JAX's verdict (`jax.debug_key_reuse(True)`)
+equals the expected one, hlopt's verdict on the lowered module equals it, and
+so does hlopt's verdict after `inline` (kernels inlined) and with raw
+`uint32[2]` keys (which JAX's checker does not track).
+"""
+
+import inspect
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hlopt
+from hlopt.compiler.pipeline import PipelineError
+from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse, source_location
+from hlopt.passes.mlir import get_context, ir
+
+REUSE, CLEAN = True, False
+CASES: dict[str, tuple] = {}
+
+
+def case(expected: bool, *extra, raw: bool = True):
+    """Register `f(key, *extra)` with its expected verdict."""
+    def register(f):
+        CASES[f.__name__] = (f, expected, extra, raw)
+        return f
+    return register
+
+
+# ---- JAX's KeyReuseIntegrationTest -------------------------------------------
+
+@case(REUSE)
+def reuse(key):
+    return jax.random.uniform(key) + jax.random.uniform(key)
+
+
+@case(CLEAN)
+def reuse_after_split_good(key):
+    key1, key2 = jax.random.split(key)
+    return jax.random.uniform(key1) + jax.random.uniform(key2)
+
+
+@case(REUSE)
+def reuse_after_split_bad(key):
+    _ = jax.random.split(key)
+    return jax.random.uniform(key)
+
+
+@case(REUSE)
+def reuse_after_split_bad_2(key):
+    _ = jax.random.split(key)
+    key1, _ = jax.random.split(key)
+    return jax.random.uniform(key1)
+
+
+@case(CLEAN)
+def repeated_fold_ins(key):
+    keys = [jax.random.fold_in(key, i) for i in range(10)]
+    return [jax.random.uniform(k) for k in keys]
+
+
+@case(CLEAN)
+def reuse_after_fold_in(key):
+    _ = jax.random.fold_in(key, 1)
+    return jax.random.uniform(key)
+
+
+@case(REUSE)
+def reuse_after_broadcast(key):
+    key2 = key[None]
+    return jax.random.bits(key) + jax.vmap(jax.random.bits)(key2)
+
+
+@case(REUSE)
+def reuse_after_reshape(key):
+    key2 = key.reshape((1,)) if key.dtype != jnp.uint32 else key.reshape((1, 2))
+    return jax.random.bits(key) + jax.random.bits(key2.squeeze())
+
+
+@case(REUSE, raw=False)
+def reuse_after_squeeze(key):
+    keys = jax.random.split(key, 1)
+    key2 = jax.lax.squeeze(keys, (0,))
+    return jax.random.bits(keys.squeeze()) + jax.random.bits(key2)
+
+
+@case(CLEAN, True)
+def reuse_after_cond_good(key, condition):
+    return jax.lax.cond(condition, jax.random.uniform, jax.random.normal, key)
+
+
+@case(REUSE, True)
+def reuse_after_cond_bad(key, condition):
+    r1 = jax.lax.cond(condition, jax.random.uniform, jax.random.normal, key)
+    return r1 + jax.random.uniform(key)
+
+
+@case(REUSE, True)
+def reuse_after_cond_bad_2(key, condition):
+    r1 = jax.lax.cond(condition, jax.random.uniform, lambda key: 1.0, key)
+    return r1 + jax.random.uniform(key)
+
+
+@case(CLEAN)
+def simple_scan(key):
+    def body_fun(key, _):
+        key, subkey = jax.random.split(key)
+        return key, jax.random.bits(subkey)
+    return jax.lax.scan(body_fun, key, xs=jnp.arange(10))
+
+
+@case(REUSE)
+def scan_sink_on_consts(key):
+    def body_fun(carry, _):
+        return carry, jax.random.uniform(key)
+    return jax.lax.scan(body_fun, None, xs=jnp.arange(10))
+
+
+@case(REUSE)
+def scan_reuse_in_body(key):
+    def body_fun(key, _):
+        return key, jax.random.bits(key)
+    return jax.lax.scan(body_fun, key, xs=jnp.arange(10))
+
+
+@case(CLEAN)
+def scan_good_over_keys(key):
+    keys = jax.random.split(key, 5)
+    return jax.lax.map(jax.random.bits, keys)
+
+
+@case(CLEAN, raw=False)
+def scan_consume_one(key):
+    def body_func(keys, x):
+        return tuple(jax.random.split(keys[0])), x
+    return jax.lax.scan(body_func, (key, jax.random.fold_in(key, 7)), xs=jnp.arange(10))
+
+
+@case(CLEAN, jnp.arange(4))
+def vmap_good(key, seeds):
+    return jax.vmap(lambda seed: jax.random.bits(jax.random.key(seed)))(seeds)
+
+
+@case(REUSE, jnp.arange(4), raw=False)
+def vmap_bad(key, seeds):
+    def f(seed):
+        key = jax.random.key(0)
+        return jax.random.bits(key) + jax.random.bits(key)
+    return jax.vmap(f)(seeds)
+
+
+@case(CLEAN)
+def while_simple(key):
+    def cond_fun(carry):
+        return carry[1] < 10
+    def body_fun(carry):
+        key, subkey = jax.random.split(carry[0])
+        return key, carry[1] + jax.random.uniform(subkey)
+    return jax.lax.while_loop(cond_fun, body_fun, (key, 0.0))
+
+
+@case(REUSE)
+def while_bad_cond(key):
+    def cond_fun(carry):
+        i, key = carry
+        return i < jax.random.uniform(key)
+    def body_fun(carry):
+        i, key = carry
+        return i + 1, key
+    return jax.lax.while_loop(cond_fun, body_fun, (0.0, key))
+
+
+@case(REUSE)
+def while_bad_body(key):
+    def cond_fun(carry):
+        key, i = carry
+        return i < 5
+    def body_fun(carry):
+        key, i = carry
+        return key, i + jax.random.randint(key, (), 1, 3)
+    return jax.lax.while_loop(cond_fun, body_fun, (key, 0))
+
+
+@case(REUSE)
+def while_sink_on_body_consts(key):
+    def body_fun(i):
+        return i + jax.random.randint(key, (), 1, 3)
+    return jax.lax.while_loop(lambda i: i < 5, body_fun, 0)
+
+
+@case(REUSE)
+def while_sink_on_cond_consts(key):
+    def cond_fun(i):
+        return i < jax.random.uniform(key)
+    return jax.lax.while_loop(cond_fun, lambda i: i + 1, 0.0)
+
+
+@case(CLEAN)
+def pjit_consumed_input(key):
+    @jax.jit
+    def g(key, x):  # doesn't consume key
+        return x
+    x = jax.random.bits(key)
+    return g(key, x)
+
+
+@case(REUSE, jnp.float32(1.0))
+def remat_bad(key, x):
+    f = jax.checkpoint(lambda x, key: x * jax.random.uniform(key) + jax.random.uniform(key))
+    return f(x, key)
+
+
+@case(CLEAN, jnp.float32(1.0))
+def remat_good(key, x):
+    f = jax.checkpoint(lambda x, key: x * jax.random.uniform(key))
+    return f(x, key)
+
+
+@case(CLEAN, jnp.float32(1.0))
+def remat_grad_good(key, x):
+    f = jax.checkpoint(lambda x, key: x * jax.random.uniform(key))
+    return jax.value_and_grad(f)(x, key)
+
+
+@case(REUSE, jnp.float32(1.0))
+def remat_grad_bad(key, x):
+    f = jax.checkpoint(lambda x, key: x * jax.random.uniform(key) + jax.random.uniform(key))
+    return jax.value_and_grad(f)(x, key)
+
+
+# ---- JAX's KeyReuseUnitTest, as whole functions --------------------------------
+
+@case(REUSE)
+def jit_can_consume_input(key):
+    a = jax.jit(jax.random.bits)(key)
+    return a + jax.random.bits(key)
+
+
+@case(REUSE)
+def jit_can_return_consumed_output(key):
+    def g(key):
+        return jax.random.bits(key), key
+    bits, key2 = jax.jit(g)(key)
+    return bits + jax.random.bits(key2)
+
+
+@case(REUSE)
+def jit_duplicate_inputs(key):
+    def g(key1, key2):
+        return jax.random.bits(key1)
+    a = jax.jit(g)(key, key)
+    return a + jax.random.bits(key)
+
+
+@case(REUSE)
+def jit_propagates_consumption_bit(key):
+    key2 = jax.jit(lambda: key)()
+    return jax.random.bits(key) + jax.random.bits(key2)
+
+
+@case(REUSE)
+def jit_duplicate_outputs(key):
+    key1, key2 = jax.jit(lambda k: (k, k))(key)
+    return jax.random.bits(key1) + jax.random.bits(key2)
+
+
+@case(CLEAN, True)
+def cond_both_consumed(key, flag):
+    return jax.lax.cond(flag, jax.random.uniform, jax.random.normal, key)
+
+
+@case(CLEAN, True)
+def cond_neither_consumed(key, flag):
+    return jax.lax.cond(flag, lambda k: 0.0, lambda k: 1.0, key)
+
+
+@case(REUSE)
+def gamma_then_bits(key):
+    return jax.random.gamma(key, 1.0) + jax.random.uniform(key)
+
+
+# ---- correct programs: no false positives --------------------------------------
+
+SIZES = [3, 4, 4, 2]
+
+
+@case(CLEAN, jnp.ones((5, 3)))
+def train_step_split_per_layer(key, x):
+    init_key, dropout_key = jax.random.split(key)
+    layer_keys = jax.random.split(init_key, len(SIZES) - 1)
+    params = [jax.random.normal(k, (m, n)) for k, m, n in zip(layer_keys, SIZES[:-1], SIZES[1:])]
+
+    def loss(params, key):
+        h = x
+        for w in params:
+            key, sub = jax.random.split(key)
+            keep = jax.random.bernoulli(sub, 0.9, (h.shape[0], w.shape[1]))
+            h = jnp.where(keep, jnp.tanh(h @ w), 0.0)
+        return jnp.sum(h ** 2)
+
+    grads = jax.grad(loss)(params, dropout_key)
+    return [w - 0.1 * g for w, g in zip(params, grads)]
+
+
+@case(CLEAN)
+def sampler_loop(key):
+    def step(i, carry):
+        x, key = carry
+        key, noise_key = jax.random.split(key)
+        return x - 0.1 * x + jax.random.normal(noise_key, x.shape), key
+    return jax.lax.fori_loop(0, 20, step, (jnp.zeros(3), key))
+
+
+@case(CLEAN)
+def fold_in_each_step(key):
+    def step(i, acc):
+        return acc + jax.random.uniform(jax.random.fold_in(key, i))
+    return jax.lax.fori_loop(0, 5, step, 0.0)
+
+
+@case(CLEAN)
+def distributions(key):
+    keys = jax.random.split(key, 6)
+    return (jax.random.randint(keys[0], (3,), 0, 10), jax.random.permutation(keys[1], 5),
+            jax.random.choice(keys[2], 5, (2,), replace=False),
+            jax.random.categorical(keys[3], jnp.zeros(4)),
+            jax.random.gamma(keys[4], 2.0, (2,)), jax.random.truncated_normal(keys[5], -1.0, 1.0))
+
+
+@case(CLEAN)
+def vmap_over_split_keys(key):
+    return jax.vmap(lambda k: jax.random.normal(k, (2,)))(jax.random.split(key, 4))
+
+
+@case(REUSE)
+def vmap_same_key_twice(key):
+    keys = jax.random.split(key, 4)
+    return jax.vmap(jax.random.normal)(keys) + jax.vmap(jax.random.uniform)(keys)
+
+
+@case(CLEAN)
+def split_rows_used_once(key):
+    keys = jax.random.split(key, 3)
+    return jax.random.normal(keys[0]) + jax.random.normal(keys[1]) + jax.random.normal(keys[2])
+
+
+@case(REUSE)
+def split_row_used_twice(key):
+    keys = jax.random.split(key, 3)
+    return jax.random.normal(keys[1]) + jax.random.uniform(keys[1])
+
+
+@case(REUSE)
+def nested_jit_reuse(key):
+    @jax.jit
+    def inner(k):
+        return jax.random.normal(k) * 2.0
+    return inner(key) + inner(key)
+
+
+@case(CLEAN)
+def nested_jit_returns_fresh_keys(key):
+    @jax.jit
+    def inner(k):
+        k, sub = jax.random.split(k)
+        return k, jax.random.normal(sub)
+    key, a = inner(key)
+    key, b = inner(key)
+    return a + b + jax.random.uniform(key)
+
+
+# ---- the checks ---------------------------------------------------------------
+
+def jax_verdict(f, *args) -> bool:
+    with jax.debug_key_reuse(True):
+        try:
+            jax.make_jaxpr(f)(*args)
+        except jax.errors.KeyReuseError:
+            return REUSE
+    return CLEAN
+
+
+def assert_locations_in(f, reports: list[KeyReuse]) -> None:
+    """Every reported location is a line of `f` in this file."""
+    lines, first = inspect.getsourcelines(f)
+    here = os.path.abspath(__file__)
+    for r in reports:
+        for loc in (r.location, r.note_location):
+            path, line, _ = loc.rsplit(":", 2)
+            assert os.path.abspath(path) == here, str(r)
+            assert first <= int(line) < first + len(lines), str(r)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_same_verdict_as_jax(name):
+    f, expected, extra, raw = CASES[name]
+    key = jax.random.key(0)
+    assert jax_verdict(f, key, *extra) == expected, "the case does not port JAX's verdict"
+
+    lowered = hlopt.lower(f, key, *extra)
+    reports = find_key_reuse(lowered.module.operation)
+    assert bool(reports) == expected, [str(r) for r in reports]
+    assert_locations_in(f, reports)
+
+    inlined = lowered.apply("inline{default-pipeline=},symbol-dce")  # no DCE of unused draws
+    assert not any(op.name == "func.call" for op in _walk(inlined.module))
+    assert bool(find_key_reuse(inlined.module.operation)) == expected
+
+    if raw:
+        reports = find_key_reuse(hlopt.lower(f, jax.random.PRNGKey(0), *extra).module.operation)
+        assert bool(reports) == expected, [str(r) for r in reports]
+
+
+def _walk(module: ir.Module) -> list[ir.Operation]:
+    ops = []
+    module.operation.walk(lambda op: ops.append(op) or ir.WalkResult.ADVANCE)
+    return ops
+
+
+def test_raw_keys_are_checked_where_jax_cannot():
+    key = jax.random.PRNGKey(0)
+    assert jax_verdict(reuse, key) == CLEAN  # JAX tracks typed keys only
+    with pytest.raises(hlopt.KeyReuseError):
+        hlopt.lower(reuse, key, check_key_reuse=True)
+
+
+def test_lower_raises_with_both_locations():
+    lines, first = inspect.getsourcelines(reuse_after_split_bad)
+    with pytest.raises(hlopt.KeyReuseError) as info:
+        hlopt.lower(reuse_after_split_bad, jax.random.key(0), check_key_reuse=True)
+    (report,) = info.value.reports
+    assert report.location.endswith(f":{first + 3}:11")  # jax.random.uniform(key)
+    assert report.note_location.endswith(f":{first + 2}:8")  # jax.random.split(key)
+    assert str(info.value) == str(report)
+    assert "error: PRNG key is consumed a second time" in str(report)
+    assert "note: the key was first consumed here" in str(report)
+
+
+def test_loop_report_names_consumer_and_loop():
+    lines, first = inspect.getsourcelines(while_sink_on_body_consts)
+    with pytest.raises(hlopt.KeyReuseError) as info:
+        hlopt.lower(while_sink_on_body_consts, jax.random.key(0), check_key_reuse=True)
+    (report,) = info.value.reports
+    assert "consumed in every iteration of a loop" in report.message
+    assert report.location.endswith(f":{first + 3}:19")  # jax.random.randint(key, ...)
+    assert report.note_location.endswith(f":{first + 4}:11")  # jax.lax.while_loop
+
+
+def test_every_reuse_is_reported():
+    def f(key):
+        return jax.random.normal(key) + jax.random.uniform(key) + jax.random.bits(key).astype(jnp.float32)
+    reports = find_key_reuse(hlopt.lower(f, jax.random.key(0)).module.operation)
+    assert len(reports) == 2
+    assert reports[0].note_location == reports[1].note_location != reports[0].location
+
+
+def test_jit_checks_before_compiling():
+    key = jax.random.PRNGKey(3)  # hlopt.jit takes raw keys
+    bad = hlopt.jit(reuse, check_key_reuse=True)
+    with pytest.raises(hlopt.KeyReuseError):
+        bad(key)
+    unchecked = hlopt.jit(reuse)
+    np.testing.assert_allclose(unchecked(key), jax.jit(reuse)(key))
+    good = hlopt.jit(sampler_loop, check_key_reuse=True)
+    x, new_key = good(key)
+    x_ref, key_ref = jax.jit(sampler_loop)(key)
+    np.testing.assert_allclose(x, x_ref, rtol=1e-6)
+    np.testing.assert_array_equal(new_key, key_ref)
+
+
+def test_pass_leaves_a_clean_module_unchanged():
+    lowered = hlopt.lower(sampler_loop, jax.random.key(0))
+    after = lowered.apply("check-key-reuse")
+    assert after.as_text(debug_info=True) == lowered.as_text(debug_info=True)
+
+
+def test_pass_fails_the_pipeline_with_the_reports():
+    lowered = hlopt.lower(reuse, jax.random.key(0))
+    with pytest.raises(PipelineError, match="error: PRNG key is consumed a second time"):
+        lowered.apply("check-key-reuse")
+
+
+def test_fold_in_consumes_option():
+    lowered = hlopt.lower(reuse_after_fold_in, jax.random.key(0))
+    assert find_key_reuse(lowered.module.operation) == []
+    assert len(find_key_reuse(lowered.module.operation, fold_in_consumes=True)) == 1
+    with pytest.raises(PipelineError, match="consumed a second time"):
+        lowered.apply("check-key-reuse{fold-in-consumes=true}")
+    with pytest.raises(PipelineError, match="has no option 'bogus'"):
+        lowered.apply("check-key-reuse{bogus=1}")
+
+
+def test_typed_key_arrays_are_followed_per_key():
+    def f(keys):  # keys[1] consumed twice, keys[0] and keys[2] once
+        return jax.random.normal(keys[0]) + jax.random.normal(keys[1]) + jax.vmap(jax.random.uniform)(keys[1:3])
+    keys = jax.random.split(jax.random.key(0), 3)
+    assert jax_verdict(f, keys) == REUSE
+    assert len(find_key_reuse(hlopt.lower(f, keys).module.operation)) == 1
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('loc("f.py":3:4)', "f.py:3:4"),
+    ('loc("f.py":3:4 to 5:6)', "f.py:3:4"),
+    ('loc("jit(f)/add"("a b.py":7:1 to :9))', "a b.py:7:1"),
+    ('loc(callsite("g"("in.py":2:3) at "f"("out.py":9:1)))', "in.py:2:3"),
+    ('loc(callsite(callsite("f"("x.py":1:1) at "w"("w.py":5:5)) at callsite("f"("x.py":4:2) at "m"("m.py":1:1))))',
+     "x.py:4:2"),
+    ('loc(fused["name", "z.py":8:2])', "z.py:8:2"),
+    ('loc("only a name")', None),
+    ("loc(unknown)", None),
+])
+def test_source_location(text, expected):
+    with get_context():
+        module = ir.Module.parse(f"func.func @f() {{ return {text} }}")
+        (ret,) = module.body.operations[0].regions[0].blocks[0].operations
+        assert source_location(ret.location) == expected
