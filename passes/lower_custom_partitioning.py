@@ -261,6 +261,14 @@ def propagated_shardings(module: ir.Operation) -> dict[int, tuple[list[ir.Attrib
     copy = module.clone()
     for i, op in enumerate(_annotations(copy.operation)):
         op.attributes[_INDEX] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
+    table = ir.SymbolTable(copy.operation)
+    if "main" not in table:  # Shardy's pipeline aborts the process without a @main
+        public = [o for o in _module_ops(copy.operation) if o.name == "func.func"
+                  and ir.StringAttr(ir.SymbolTable.get_visibility(o)).value == "public"]
+        if public:
+            old = ir.SymbolTable.get_symbol_name(public[0]).value
+            table.replace_all_symbol_uses(old, "main", copy.operation)
+            ir.SymbolTable.set_symbol_name(public[0], "main")
     pm = passmanager.PassManager.parse("builtin.module(inline,sdy-propagation-pipeline)")
     pm.run(copy.operation)
     found: dict[int, tuple[list[ir.Attribute | None], list[ir.Attribute | None]]] = {}

@@ -1,0 +1,12 @@
+// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 not hlopt-opt %s -p lower-custom-partitioning --split-input-file 2>&1 | filecheck %s
+
+// CHECK: {{.*}}:[[# @LINE + 4]]:{{[0-9]+}}: error: custom_partitioning 'lit_partitioners:broken' with operands (float32[8, 16] sharded [{"x"}, {}]): the partitioner raised ValueError: this layout is not supported
+// CHECK-NOT: Traceback
+sdy.mesh @mesh = <["x"=8]>
+func.func public @main(%arg0: tensor<8x16xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> tensor<8x16xf32> {
+  %0 = stablehlo.custom_call @hlopt.custom_partitioning(%arg0) {api_version = 4 : i32, backend_config = {in_tree = "(0,)", key = "lit_partitioners:broken", mesh = #sdy.mesh<["x"=8]>, out_tree = "0", static_args = "()"}, called_computations = [@broken_body], sdy.sharding_rule = #sdy.op_sharding_rule<([i, j])->([i, j]) {i=8, j=16}, custom>} : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  return %0 : tensor<8x16xf32>
+}
+func.func private @broken_body(%arg0: tensor<8x16xf32>) -> tensor<8x16xf32> {
+  return %arg0 : tensor<8x16xf32>
+}

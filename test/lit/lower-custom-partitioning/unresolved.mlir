@@ -1,0 +1,13 @@
+// RUN: not hlopt-opt %s -p lower-custom-partitioning 2>&1 | filecheck %s
+
+// A key that is neither registered in the process nor importable.
+// CHECK: {{.*}}:[[# @LINE + 4]]:{{[0-9]+}}: error: cannot resolve custom partitioner: 'no_such_module_for_hlopt:op' is not registered and importing 'no_such_module_for_hlopt' failed
+// CHECK-NOT: Traceback
+sdy.mesh @mesh = <["x"=8]>
+func.func public @main(%arg0: tensor<8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) -> tensor<8xf32> {
+  %0 = stablehlo.custom_call @hlopt.custom_partitioning(%arg0) {api_version = 4 : i32, backend_config = {in_tree = "(0,)", key = "no_such_module_for_hlopt:op", mesh = #sdy.mesh<["x"=8]>, out_tree = "0", static_args = "()"}, called_computations = [@body]} : (tensor<8xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+func.func private @body(%arg0: tensor<8xf32>) -> tensor<8xf32> {
+  return %arg0 : tensor<8xf32>
+}
