@@ -1,0 +1,197 @@
+"""Time to a runnable executable from a fresh process: hlopt next to JAX.
+
+For a function of about 2,000 StableHLO ops, each path runs in its own fresh
+process (the time to import jax and hlopt is left out: it is the same for
+all) and is repeated; the median is reported:
+
+  hlopt  (a) lower + hlopt-default + PJRT compile   JAX  jax.jit(f).lower().compile()
+         (b) the same with a persistent-cache hit        the same with JAX's compilation-cache hit
+         (c) hlopt.load of an executable file            serialize_executable.deserialize_and_load
+
+Usage: python bench/aot.py [--repeat 3] [--workload elementwise|layers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PATHS = {
+    "hlopt-compile": "hlopt: lower + passes + compile",
+    "hlopt-cache": "hlopt: persistent cache hit",
+    "hlopt-load": "hlopt: hlopt.load(file)",
+    "jax-compile": "JAX: jit(f).lower().compile()",
+    "jax-cache": "JAX: compilation cache hit",
+    "jax-load": "JAX: deserialize_and_load",
+}
+
+
+def elementwise(iterations: int):
+    """A long chain of elementwise ops that XLA fuses into few kernels (compile-heavy)."""
+    import jax.numpy as jnp
+
+    def f(x, w):
+        for i in range(iterations):
+            x = jnp.sin(x) * (1.0 + i % 5) + jnp.cos(x * w)
+        return x.sum(), x
+
+    return f
+
+
+def layers(iterations: int):
+    """Many small matmul layers: one kernel per layer (load-heavy)."""
+    import jax.numpy as jnp
+
+    def f(x, w):
+        for i in range(iterations):
+            x = jnp.tanh(x @ w) * 0.5 + jnp.sin(x) * (i % 7 + 1)
+        return x.sum(), x
+
+    return f
+
+
+# workload -> (function builder, unrolled steps giving about 2,000 StableHLO ops)
+WORKLOADS = {"elementwise": (elementwise, 400), "layers": (layers, 330)}
+
+
+def inputs():
+    import jax
+    import numpy as np
+
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8)
+    w = np.eye(8, dtype=np.float32) * 0.3
+    return (x, w), [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (x, w)]
+
+
+def worker(mode: str, workdir: Path, workload: str) -> dict:
+    """Run one path in this (fresh) process; return its seconds and a checksum of the result."""
+    import jax
+    import numpy as np
+
+    import hlopt
+
+    jax.config.update("jax_enable_compilation_cache", mode == "jax-cache")
+    build, iterations = WORKLOADS[workload]
+    f = build(iterations)
+    jax.devices()  # start the backend outside the timed part: every path pays it alike
+    args, specs = inputs()
+    files = {"hlopt": workdir / "f.hlx", "jax": workdir / "f.jaxexe", "hcache": workdir / "hlopt-cache",
+             "jcache": workdir / "jax-cache"}
+    if mode == "jax-cache":
+        jax.config.update("jax_compilation_cache_dir", str(files["jcache"]))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if mode == "hlopt-cache":
+        hlopt.set_cache_dir(files["hcache"])
+
+    start = time.perf_counter()
+    if mode in ("hlopt-compile", "hlopt-cache"):
+        run = hlopt.lower(f, *specs).compile()
+    elif mode == "hlopt-load":
+        run = hlopt.load(files["hlopt"])
+    elif mode in ("jax-compile", "jax-cache"):
+        run = jax.jit(f).lower(*specs).compile()
+    elif mode == "jax-load":
+        import pickle  # JAX's own format pickles the treedefs; the bench reads only files it wrote
+
+        from jax.experimental.serialize_executable import deserialize_and_load
+
+        payload, in_tree, out_tree = pickle.loads(files["jax"].read_bytes())
+        run = deserialize_and_load(payload, in_tree, out_tree)
+    else:
+        raise ValueError(mode)
+    seconds = time.perf_counter() - start
+
+    result = {"seconds": seconds, "check": float(np.asarray(run(*args)[0]))}
+    if mode == "hlopt-compile":  # also write what the load and cache paths read
+        run.save(files["hlopt"])
+        lowered = hlopt.lower(f, *specs).apply("hlopt-default")
+        result["ops"] = count_ops(lowered.module)
+        hlopt.set_cache_dir(files["hcache"])
+        hlopt.lower(f, *specs).compile()
+    if mode == "jax-compile":
+        import pickle
+
+        from jax.experimental.serialize_executable import serialize
+
+        files["jax"].write_bytes(pickle.dumps(serialize(run)))
+    if mode == "hlopt-cache":
+        result["hits"] = hlopt.cache_info().hits
+    return result
+
+
+def count_ops(module) -> int:
+    count = 0
+
+    def visit(op):
+        nonlocal count
+        count += op.name.startswith("stablehlo.")
+        from hlopt.passes.mlir import ir
+
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return count
+
+
+def fresh(mode: str, workdir: Path, workload: str) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("XLA_FLAGS", None)
+    env.pop("HLOPT_CACHE_DIR", None)
+    proc = subprocess.run([sys.executable, __file__, "--worker", mode, str(workdir), "--workload", workload],
+                          env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workload", choices=list(WORKLOADS), action="append",
+                        help="which functions to time (default: all)")
+    parser.add_argument("--worker", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], Path(args.worker[1]), args.workload[0])))
+        return
+    for workload in args.workload or list(WORKLOADS):
+        bench(workload, args.repeat)
+
+
+def bench(workload: str, repeat: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        setup = fresh("hlopt-compile", workdir, workload)  # writes the file and fills the cache
+        fresh("jax-compile", workdir, workload)
+        fresh("jax-cache", workdir, workload)  # fills JAX's cache
+        print(f"\n{workload}: {setup['ops']} StableHLO ops after hlopt-default; "
+              f"median of {repeat} fresh processes each\n")
+        times, checks = {}, set()
+        for mode in PATHS:
+            runs = [fresh(mode, workdir, workload) for _ in range(repeat)]
+            times[mode] = statistics.median(r["seconds"] for r in runs)
+            checks.update(round(r["check"], 2) for r in runs)
+            if mode == "hlopt-cache":
+                assert all(r["hits"] == 1 for r in runs), "the cache path did not hit"
+        assert len(checks) == 1, f"paths disagree on the result: {checks}"
+
+    print("| path | hlopt (s) | JAX (s) | JAX / hlopt |")
+    print("| --- | ---: | ---: | ---: |")
+    for kind, label in (("compile", "fresh lower + compile"), ("cache", "persistent cache hit"),
+                        ("load", "load a serialized executable")):
+        h, j = times[f"hlopt-{kind}"], times[f"jax-{kind}"]
+        print(f"| {label} | {h:.3f} | {j:.3f} | {j / h:.2f}x |")
+    print(f"\nhlopt fresh compile / hlopt.load: {times['hlopt-compile'] / times['hlopt-load']:.1f}x")
+    print(f"hlopt fresh compile / hlopt cache hit: {times['hlopt-compile'] / times['hlopt-cache']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
