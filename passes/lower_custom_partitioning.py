@@ -492,19 +492,37 @@ class _Splicer:
         _replace(op, outs)
 
     def finish(self) -> None:
-        """Erase the annotations' body functions that nothing calls any more."""
-        used: set[str] = set()
+        """Erase the annotations' body functions, and private functions only they called."""
+        candidates = set(self.bodies)
+        pending = list(self.bodies)
+        while pending:
+            found = _callees(self.symbols[pending.pop()].operation) - candidates
+            candidates |= found
+            pending.extend(found)
+        while True:
+            used = _callees(self.module)
+            dead = sorted(n for n in candidates - used
+                          if ir.StringAttr(ir.SymbolTable.get_visibility(self.symbols[n].operation)).value == "private")
+            if not dead:
+                return
+            for name in dead:
+                self.symbols.erase(self.symbols[name])
+                candidates.discard(name)
 
-        def visit(o: ir.Operation) -> ir.WalkResult:
-            if o.name == "func.call":
-                used.add(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
-            if "called_computations" in o.attributes:
-                used.update(ir.FlatSymbolRefAttr(a).value for a in ir.ArrayAttr(o.attributes["called_computations"]))
-            return ir.WalkResult.ADVANCE
 
-        self.module.walk(visit)
-        for name in sorted(self.bodies - used):
-            self.symbols.erase(self.symbols[name])
+def _callees(op: ir.Operation) -> set[str]:
+    """Symbols that `func.call`s and `called_computations` inside `op` refer to."""
+    used: set[str] = set()
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o.name == "func.call":
+            used.add(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
+        if "called_computations" in o.attributes:
+            used.update(ir.FlatSymbolRefAttr(a).value for a in ir.ArrayAttr(o.attributes["called_computations"]))
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return used
 
 
 def _module_ops(module: ir.Operation) -> list[ir.Operation]:
