@@ -17,6 +17,7 @@ import numpy as np
 SECTIONS: dict[str, str] = {
     "driver": "hlopt.demo:driver_section",
     "partitioning": "hlopt.partitioning_demo:section",
+    "aot": "hlopt.aot_demo:section",
 }
 
 
