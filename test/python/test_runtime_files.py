@@ -13,7 +13,7 @@ import jaxlib
 import ml_dtypes
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import hlopt
 from hlopt.runtime import container, encoding, files
@@ -115,17 +115,53 @@ np.savez(f"{sys.argv[1]}/out.npz", **out)
 """
 
 
+def fft_partition(mesh, arg_shapes, result_shape):
+    sharding = NamedSharding(mesh, P(arg_shapes[0].sharding.spec[0], None))
+    return mesh, jnp.fft.fft, sharding, (sharding,)
+
+
+@hlopt.custom_partitioning
+def my_fft(x):
+    return jnp.fft.fft(x)
+
+
+my_fft.def_partition(partition=fft_partition, sharding_rule="...i -> ...i",
+                     infer_sharding_from_operands=lambda mesh, shapes, result: NamedSharding(mesh, P("x", None)))
+
+
+def fresh_process_programs(sharded):
+    """name -> (Compiled, args, JAX's result) for every kind of program a file may hold."""
+    from jax.experimental import jet as jax_jet
+
+    programs = {}
+    args = CASES["tree-f32"][1]()
+    programs["single"] = (hlopt.lower(tree_f, *args).compile(), args, jax.jit(tree_f)(*args))
+    compiled, args, f = sharded
+    programs["sharded"] = (compiled, args, jax.jit(f)(*args))
+    x = np.linspace(0, 1, 6, dtype=np.float32)
+    jet_f = lambda x, t: hlopt.jet(jnp.sin, (x,), ((t, t * 2),))  # noqa: E731
+    programs["jet"] = (hlopt.lower(jet_f, x, x).compile(), (x, x), jax_jet.jet(jnp.sin, (x,), ((x, x * 2),)))
+    mesh = jax.make_mesh((8,), ("x",))
+    z = (RNG.standard_normal((16, 8)) + 1j * RNG.standard_normal((16, 8))).astype(np.complex64)
+    programs["partitioned"] = (
+        hlopt.lower(my_fft, z, mesh=mesh, in_shardings=(P("x"),), out_shardings=P("x")).compile(), (z,),
+        jnp.fft.fft(z))
+    return programs
+
+
 def test_round_trip_in_a_fresh_process(sharded, tmp_path):
-    single = hlopt.lower(tree_f, *CASES["tree-f32"][1]()).compile()
-    single_args = CASES["tree-f32"][1]()
-    compiled, args, _ = sharded
+    """The worker imports nothing of this test: the files alone carry each program."""
     want = {}
-    for name, c, a in (("single", single, single_args), ("sharded", compiled, args)):
-        c.save(tmp_path / f"{name}.hlx")
-        np.savez(tmp_path / f"{name}-in.npz", *a)
-        want.update({f"{name}-{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(c(*a)))})
+    programs = fresh_process_programs(sharded)
+    for name, (compiled, args, ref) in programs.items():
+        compiled.save(tmp_path / f"{name}.hlx")
+        np.savez(tmp_path / f"{name}-in.npz", *args)
+        ours = jax.tree_util.tree_leaves(compiled(*args))
+        for i, (x, r) in enumerate(zip(ours, jax.tree_util.tree_leaves(ref), strict=True)):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(r), rtol=1e-4, atol=1e-4)
+            want[f"{name}-{i}"] = np.asarray(x)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", WORKER, str(tmp_path), "single", "sharded"],
+    proc = subprocess.run([sys.executable, "-c", WORKER, str(tmp_path), *programs],
                           env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     got = np.load(tmp_path / "out.npz")
