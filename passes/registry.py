@@ -14,6 +14,7 @@ from hlopt.passes.base import Pass
 PASSES: dict[str, tuple[str, str]] = {
     "check-key-reuse": ("check_key_reuse", "CheckKeyReuse"),
     "jet-expand": ("jet_expand", "JetExpand"),
+    "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
 }
 

@@ -1,1 +1,43 @@
-"""Batched-COO sparse arrays whose operations lower through the lower-bcoo pass."""
+"""Batched-COO sparse arrays whose operations lower through the lower-bcoo pass.
+
+The API mirrors `jax.experimental.sparse`: build a `BCOO` with
+`BCOO.fromdense` or from `(data, indices)`, use the `bcoo_*` functions or the
+methods, and run under `hlopt.jit` / `hlopt.lower` (or eagerly). Each op is an
+`hlopt.bcoo.*` annotation that the `lower-bcoo` pass turns into StableHLO.
+"""
+
+from hlopt.sparse.bcoo import (
+    BCOO,
+    SparseEfficiencyError,
+    SparseEfficiencyWarning,
+    bcoo_fromdense,
+    bcoo_multiply_dense,
+    bcoo_multiply_sparse,
+    bcoo_reduce_sum,
+    bcoo_reshape,
+    bcoo_slice,
+    bcoo_sort_indices,
+    bcoo_squeeze,
+    bcoo_sum_duplicates,
+    bcoo_todense,
+    bcoo_transpose,
+    bcoo_update_layout,
+)
+
+__all__ = [
+    "BCOO",
+    "SparseEfficiencyError",
+    "SparseEfficiencyWarning",
+    "bcoo_fromdense",
+    "bcoo_multiply_dense",
+    "bcoo_multiply_sparse",
+    "bcoo_reduce_sum",
+    "bcoo_reshape",
+    "bcoo_slice",
+    "bcoo_sort_indices",
+    "bcoo_squeeze",
+    "bcoo_sum_duplicates",
+    "bcoo_todense",
+    "bcoo_transpose",
+    "bcoo_update_layout",
+]

@@ -1,0 +1,330 @@
+"""Buffer shapes of BCOO results: the one source for abstract evaluation and lower-bcoo.
+
+A BCOO array of `shape` stores `data[*batch, nse, *dense]` and
+`indices[*batch, nse, n_sparse]`; a batch dim of either buffer may be 1 and then
+broadcasts. These pure functions take buffer shapes and op parameters and
+return the result buffer shapes (and, where the lowering needs it, the plan
+that produced them). They raise ValueError for inputs no layout fits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+Shape = tuple[int, ...]
+
+
+class Layout(NamedTuple):
+    """The layout of one BCOO array, derived from its buffers as JAX does."""
+
+    shape: Shape
+    data: Shape
+    indices: Shape
+
+    @property
+    def n_batch(self) -> int:
+        return len(self.indices) - 2
+
+    @property
+    def n_sparse(self) -> int:
+        return self.indices[-1]
+
+    @property
+    def n_dense(self) -> int:
+        return len(self.shape) - self.n_batch - self.n_sparse
+
+    @property
+    def nse(self) -> int:
+        return self.indices[-2]
+
+    @property
+    def batch_shape(self) -> Shape:
+        return self.shape[: self.n_batch]
+
+    @property
+    def sparse_shape(self) -> Shape:
+        return self.shape[self.n_batch : self.n_batch + self.n_sparse]
+
+    @property
+    def dense_shape(self) -> Shape:
+        return self.shape[self.n_batch + self.n_sparse :]
+
+    @property
+    def max_batch(self) -> Shape:
+        """Batch dims of the two buffers broadcast together."""
+        return tuple(max(a, b) for a, b in zip(self.data[: self.n_batch], self.indices[: self.n_batch]))
+
+
+def layout(shape: Sequence[int], data: Sequence[int], indices: Sequence[int]) -> Layout:
+    """Check that the buffers fit `shape` (the rules of jax's `_validate_bcoo`)."""
+    shape, data, indices = tuple(shape), tuple(data), tuple(indices)
+    if len(indices) < 2:
+        raise ValueError(f"indices must have rank >= 2, got shape {indices}")
+    lay = Layout(shape, data, indices)
+    if lay.n_dense < 0:
+        raise ValueError(f"indices shape {indices} does not fit an array of shape {shape}")
+    for name, buf in (("data", data), ("indices", indices)):
+        if any(b not in (1, s) for b, s in zip(buf[: lay.n_batch], shape[: lay.n_batch])):
+            raise ValueError(f"{name} batch dimensions {buf[:lay.n_batch]} do not fit shape {shape}")
+    if data[lay.n_batch :] != (lay.nse, *lay.dense_shape):
+        raise ValueError(
+            f"data shape {data} does not fit shape {shape} with nse={lay.nse}, "
+            f"n_batch={lay.n_batch}, n_dense={lay.n_dense}"
+        )
+    return lay
+
+
+def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> Shape:
+    """Numpy broadcasting of two shapes of equal rank."""
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ValueError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def todense(lay: Layout) -> Shape:
+    return lay.shape
+
+
+def extract(lay: Layout) -> Shape:
+    """Data extracted from a dense array at `lay`'s indices: full batch dims."""
+    return (*lay.batch_shape, lay.nse, *lay.dense_shape)
+
+
+def fromdense(shape: Sequence[int], nse: int, n_batch: int, n_dense: int) -> tuple[Shape, Shape]:
+    shape = tuple(shape)
+    n_sparse = len(shape) - n_batch - n_dense
+    if n_batch < 0 or n_dense < 0 or n_sparse < 0 or nse < 0:
+        raise ValueError(f"invalid layout n_batch={n_batch}, n_dense={n_dense}, nse={nse} for shape {shape}")
+    return (*shape[:n_batch], nse, *shape[n_batch + n_sparse :]), (*shape[:n_batch], nse, n_sparse)
+
+
+def sort_indices(lay: Layout) -> tuple[Shape, Shape]:
+    if lay.n_sparse == 0:
+        return lay.data, lay.indices
+    return (*lay.max_batch, *lay.data[lay.n_batch :]), lay.indices
+
+
+def sum_duplicates(lay: Layout, nse: int) -> tuple[Shape, Shape]:
+    return (
+        (*lay.max_batch, nse, *lay.dense_shape),
+        (*lay.indices[: lay.n_batch], nse, lay.n_sparse),
+    )
+
+
+def transpose(lay: Layout, permutation: Sequence[int]) -> tuple[Shape, Shape, Shape]:
+    """(shape, data, indices) after transposing; batch, sparse and dense dims may not mix."""
+    nb, ns = lay.n_batch, lay.n_sparse
+    perm = tuple(permutation)
+    if sorted(perm) != list(range(len(lay.shape))):
+        raise TypeError(f"transpose permutation {perm} is not a permutation of {len(lay.shape)} dimensions")
+    if sorted(perm[:nb]) != list(range(nb)):
+        raise NotImplementedError(
+            f"transpose permutation cannot permute batch axes with non-batch axes; got {perm} with n_batch={nb}"
+        )
+    if sorted(perm[nb + ns :]) != list(range(nb + ns, len(perm))):
+        raise NotImplementedError(
+            f"transpose permutation cannot permute dense axes with non-dense axes; got {perm} "
+            f"with n_dense={lay.n_dense}"
+        )
+    dense = [p - ns + 1 for p in perm[nb + ns :]]
+    return (
+        tuple(lay.shape[p] for p in perm),
+        tuple(lay.data[p] for p in (*perm[:nb], nb, *dense)),
+        tuple(lay.indices[p] for p in (*perm[:nb], nb, nb + 1)),
+    )
+
+
+def squeeze(lay: Layout, dimensions: Sequence[int]) -> tuple[Shape, Shape, Shape]:
+    """(shape, data, indices) after squeezing size-1 `dimensions` (non-negative)."""
+    nb, ns = lay.n_batch, lay.n_sparse
+    dims = set(dimensions)
+    if any(lay.shape[d] != 1 for d in dims):
+        raise ValueError(
+            "cannot select an axis to squeeze out which has size not equal to one, "
+            f"got shape={lay.shape} and dimensions={tuple(dimensions)}"
+        )
+    squeezed_sparse = any(nb <= d < nb + ns for d in dims)
+    kept_sparse = sum(1 for d in range(nb, nb + ns) if d not in dims)
+    data_batch = lay.max_batch if squeezed_sparse and kept_sparse == 0 else lay.data[:nb]
+    data = [s for i, s in enumerate(data_batch) if i not in dims]
+    data += [lay.nse] + [s for i, s in enumerate(lay.dense_shape) if nb + ns + i not in dims]
+    indices = [s for i, s in enumerate(lay.indices[:nb]) if i not in dims] + [lay.nse, kept_sparse]
+    shape = tuple(s for i, s in enumerate(lay.shape) if i not in dims)
+    return shape, tuple(data), tuple(indices)
+
+
+def slice_shapes(
+    lay: Layout, start: Sequence[int], limit: Sequence[int], strides: Sequence[int]
+) -> tuple[Shape, Shape, Shape]:
+    """(shape, data, indices) of `lax.slice` applied to the array, before any deduplication."""
+    nb, ns = lay.n_batch, lay.n_sparse
+    shape = tuple((e - s + st - 1) // st for s, e, st in zip(start, limit, strides, strict=True))
+
+    def batch(buf: Shape) -> list[int]:
+        return [shape[i] if buf[i] == lay.shape[i] else 1 for i in range(nb)]
+
+    data_batch = batch(lay.data)
+    if ns:
+        data_batch = [max(a, b) for a, b in zip(data_batch, batch(lay.indices))]
+    data = (*data_batch, lay.nse, *shape[nb + ns :])
+    indices = (*batch(lay.indices), lay.nse, ns)
+    return shape, data, indices
+
+
+class ReduceSumPlan(NamedTuple):
+    """How reduce_sum treats each reduced batch axis: `scale` (both buffers broadcast) or `fold` into nse."""
+
+    scale: tuple[int, ...]
+    fold: tuple[int, ...]
+    mask: bool
+    batch: Shape
+    data: Shape
+    indices: Shape
+    shape: Shape
+
+
+def reduce_sum(lay: Layout, axes: Sequence[int]) -> ReduceSumPlan:
+    nb, ns = lay.n_batch, lay.n_sparse
+    axes = sorted(set(axes))
+    mask = ns > 0
+    data_batch = lay.max_batch if mask else lay.data[:nb]
+    scale = tuple(a for a in axes if a < nb and data_batch[a] == 1 and lay.indices[a] == 1)
+    fold = tuple(a for a in axes if a < nb and a not in scale)
+    kept = [a for a in range(nb) if a not in axes]
+    batch = tuple(max(data_batch[a], lay.indices[a]) for a in kept)
+    nse = lay.nse * math.prod(lay.shape[a] for a in fold)
+    dense = tuple(lay.shape[d] for d in range(nb + ns, len(lay.shape)) if d not in axes)
+    n_sparse = sum(1 for d in range(nb, nb + ns) if d not in axes)
+    shape = tuple(s for i, s in enumerate(lay.shape) if i not in axes)
+    return ReduceSumPlan(scale, fold, mask, batch, (*batch, nse, *dense), (*batch, nse, n_sparse), shape)
+
+
+class ReshapePlan(NamedTuple):
+    batch: Shape
+    sparse: Shape
+    dense: Shape
+    batch_perm: tuple[int, ...]
+    sparse_perm: tuple[int, ...]
+    dense_perm: tuple[int, ...]
+
+
+def reshape(lay: Layout, new_sizes: Sequence[int], dimensions: Sequence[int] | None) -> ReshapePlan:
+    """Split `new_sizes` into batch, sparse and dense parts (the rules of jax's bcoo_reshape)."""
+    nb, ns = lay.n_batch, lay.n_sparse
+    new_sizes = tuple(new_sizes)
+    dims = tuple(range(len(lay.shape))) if dimensions is None else tuple(dimensions)
+    transpose(lay, dims)
+    if math.prod(new_sizes) != math.prod(lay.shape):
+        raise TypeError(f"reshape total size must be unchanged, got new_sizes {new_sizes} for shape {lay.shape}")
+    batch_size = math.prod(lay.batch_shape)
+    sparse_size = math.prod(lay.sparse_shape)
+    cumulative = [math.prod(new_sizes[: i + 1]) for i in range(len(new_sizes))]
+    if batch_size != 1 and batch_size not in cumulative:
+        raise ValueError(
+            "bcoo_reshape: new shape cannot mix batch and sparse dimensions; "
+            f"got shape={lay.shape} new_shape={new_sizes} with n_batch={nb}"
+        )
+    if sparse_size != 1 and batch_size * sparse_size not in cumulative:
+        raise ValueError(
+            "bcoo_reshape: new shape cannot mix sparse and dense dimensions; "
+            f"got shape={lay.shape} new_shape={new_sizes} with n_dense={lay.n_dense}"
+        )
+    i1 = sum(1 for c in cumulative if c <= batch_size)
+    i2 = sum(1 for c in cumulative if c <= batch_size * sparse_size)
+    return ReshapePlan(
+        new_sizes[:i1],
+        new_sizes[i1:i2],
+        new_sizes[i2:],
+        dims[:nb],
+        tuple(d - nb for d in dims[nb : nb + ns]),
+        tuple(d - nb - ns for d in dims[nb + ns :]),
+    )
+
+
+def reshape_buffers(lay: Layout, plan: ReshapePlan) -> tuple[Shape, Shape]:
+    return (*plan.batch, lay.nse, *plan.dense), (*plan.batch, lay.nse, len(plan.sparse))
+
+
+def update_layout(lay: Layout, n_batch: int, n_dense: int) -> tuple[Shape, Shape]:
+    """Buffers after moving dims between batch, sparse and dense (the steps of jax's bcoo_update_layout)."""
+    nb, nd, nse = lay.n_batch, lay.n_dense, lay.nse
+    if n_dense < nd:
+        nse *= math.prod(lay.dense_shape[: nd - n_dense])
+    if n_batch < nb:
+        nse *= math.prod(lay.batch_shape[n_batch:])
+    n_sparse = len(lay.shape) - n_batch - n_dense
+    return (*lay.shape[:n_batch], nse, *lay.shape[n_batch + n_sparse :]), (*lay.shape[:n_batch], nse, n_sparse)
+
+
+class MultiplyPlan(NamedTuple):
+    """multiply_sparse after both operands have `n_batch` batch dims.
+
+    `driver` is `lhs` or `rhs` when that operand's sparse shape is the output's
+    (each of its entries then meets at most one entry of the other, so the
+    output has its nse), or `pairs` when both broadcast along sparse dims.
+    """
+
+    n_batch: int
+    driver: str
+    batch: Shape
+    lhs_nse: int
+    rhs_nse: int
+    shape: Shape
+    data: Shape
+    indices: Shape
+
+
+def multiply_sparse(lhs: Layout, rhs: Layout, driver: str | None = None) -> MultiplyPlan:
+    if len(lhs.shape) != len(rhs.shape):
+        raise TypeError(
+            "bcoo_multiply_sparse: arrays must have same number of dimensions, "
+            f"got {lhs.shape}, {rhs.shape}"
+        )
+    if lhs.n_dense != rhs.n_dense:
+        raise NotImplementedError(
+            "bcoo_multiply_sparse: arrays with differing numbers of dense dimensions: "
+            f"n_dense={lhs.n_dense} and n_dense={rhs.n_dense}"
+        )
+    shape = broadcast_shapes(lhs.shape, rhs.shape)
+    nb = min(lhs.n_batch, rhs.n_batch)
+    lhs_nse = lhs.nse * math.prod(lhs.batch_shape[nb:])
+    rhs_nse = rhs.nse * math.prod(rhs.batch_shape[nb:])
+    n_sparse = len(shape) - nb - lhs.n_dense
+    out_sparse = shape[nb : nb + n_sparse]
+    lhs_full = lhs.shape[nb : nb + n_sparse] == out_sparse
+    rhs_full = rhs.shape[nb : nb + n_sparse] == out_sparse
+    if driver is None:
+        if lhs_full and (not rhs_full or lhs_nse <= rhs_nse):
+            driver = "lhs"
+        elif rhs_full:
+            driver = "rhs"
+        else:
+            driver = "pairs"
+    elif (driver == "lhs" and not lhs_full) or (driver == "rhs" and not rhs_full):
+        raise ValueError(f"multiply_sparse: the {driver} operand broadcasts, so it cannot drive the output")
+    nse = {"lhs": lhs_nse, "rhs": rhs_nse, "pairs": lhs_nse * rhs_nse}[driver]
+    batch = shape[:nb]
+    return MultiplyPlan(
+        nb, driver, batch, lhs_nse, rhs_nse, shape,
+        (*batch, nse, *shape[nb + n_sparse :]), (*batch, nse, n_sparse),
+    )
+
+
+def multiply_dense(lay: Layout, v: Sequence[int]) -> Shape:
+    """The data shape of sparse * dense, where the dense operand broadcasts to the sparse shape."""
+    v = tuple(v)
+    if not v:
+        return lay.data
+    if len(v) > len(lay.shape) or broadcast_shapes(lay.shape, (1,) * (len(lay.shape) - len(v)) + v) != lay.shape:
+        raise NotImplementedError(
+            "multiplication between sparse and dense is only implemented for cases "
+            f"where the output shape matches the sparse matrix shape. Got shape={lay.shape}, v.shape={v}"
+        )
+    v = (1,) * (len(lay.shape) - len(v)) + v
+    batch = tuple(max(a, b, c) for a, b, c in zip(lay.data, lay.indices, v[: lay.n_batch]))
+    return (*batch, *lay.data[lay.n_batch :])

@@ -1,0 +1,314 @@
+"""Small builders for StableHLO ops at the current insertion point and location.
+
+Every function takes and returns `ir.Value`s and builds with the MLIR Python
+bindings only. Shapes are static. Passes call these inside
+`with op.location, ir.InsertionPoint(op):`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from hlopt.passes.mlir import ir, stablehlo
+
+Value = ir.Value
+
+
+def i1() -> ir.Type:
+    return ir.IntegerType.get_signless(1)
+
+
+def i32() -> ir.Type:
+    return ir.IntegerType.get_signless(32)
+
+
+def i64() -> ir.Type:
+    return ir.IntegerType.get_signless(64)
+
+
+def shape_of(v: Value) -> list[int]:
+    """The static shape of a ranked tensor value."""
+    return list(ir.RankedTensorType(v.type).shape)
+
+
+def elem_of(v: Value) -> ir.Type:
+    return ir.RankedTensorType(v.type).element_type
+
+
+def tensor(shape: Sequence[int], elem: ir.Type) -> ir.RankedTensorType:
+    return ir.RankedTensorType.get(list(shape), elem)
+
+
+def is_integer(elem: ir.Type) -> bool:
+    return isinstance(elem, ir.IntegerType)
+
+
+def scalar(value: int | float | bool, elem: ir.Type) -> Value:
+    """A rank-0 constant; complex types get `value` as the real part."""
+    if isinstance(elem, ir.ComplexType):
+        return convert(scalar(value, elem.element_type), elem)
+    if isinstance(elem, ir.IntegerType):
+        attr = ir.IntegerAttr.get(elem, int(value))
+    else:
+        attr = ir.FloatAttr.get(elem, float(value))
+    return stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor([], elem), attr))
+
+
+def full(shape: Sequence[int], value: int | float | bool, elem: ir.Type) -> Value:
+    return broadcast(scalar(value, elem), shape, [])
+
+
+def zeros_like(v: Value) -> Value:
+    return full(shape_of(v), 0, elem_of(v))
+
+
+def int_vector(values: Sequence[int], elem: ir.Type) -> Value:
+    """A rank-1 integer constant."""
+    attrs = [ir.IntegerAttr.get(elem, int(x)) for x in values]
+    return stablehlo.constant(ir.DenseElementsAttr.get(attrs, type=tensor([len(values)], elem)))
+
+
+def iota(shape: Sequence[int], dim: int, elem: ir.Type) -> Value:
+    return stablehlo.iota(tensor(shape, elem), dim)
+
+
+def convert(v: Value, elem: ir.Type) -> Value:
+    if elem_of(v) == elem:
+        return v
+    return stablehlo.convert(tensor(shape_of(v), elem), v)
+
+
+def broadcast(v: Value, shape: Sequence[int], dims: Sequence[int]) -> Value:
+    """`broadcast_in_dim`: operand dim i becomes result dim dims[i]."""
+    if list(shape) == shape_of(v) and list(dims) == list(range(len(dims))):
+        return v
+    return stablehlo.broadcast_in_dim(tensor(shape, elem_of(v)), v, list(dims))
+
+
+def broadcast_to(v: Value, shape: Sequence[int]) -> Value:
+    """Numpy-style broadcast of a value of equal rank (size-1 dims stretch)."""
+    return broadcast(v, shape, range(len(shape)))
+
+
+def reshape(v: Value, shape: Sequence[int]) -> Value:
+    if list(shape) == shape_of(v):
+        return v
+    return stablehlo.reshape(tensor(shape, elem_of(v)), v)
+
+
+def transpose(v: Value, perm: Sequence[int]) -> Value:
+    if list(perm) == list(range(len(perm))):
+        return v
+    return stablehlo.transpose(v, list(perm))
+
+
+def slice_dim(v: Value, dim: int, start: int, limit: int, stride: int = 1) -> Value:
+    """`v[..., start:limit:stride, ...]` along `dim`."""
+    shape = shape_of(v)
+    starts, limits, strides = [0] * len(shape), list(shape), [1] * len(shape)
+    starts[dim], limits[dim], strides[dim] = start, limit, stride
+    return slice_(v, starts, limits, strides)
+
+
+def slice_(v: Value, starts: Sequence[int], limits: Sequence[int], strides: Sequence[int]) -> Value:
+    if list(starts) == [0] * len(starts) and list(limits) == shape_of(v) and set(strides) <= {1}:
+        return v
+    return stablehlo.slice(v, list(starts), list(limits), list(strides))
+
+
+def concat(values: Sequence[Value], dim: int) -> Value:
+    return values[0] if len(values) == 1 else stablehlo.concatenate(list(values), dim)
+
+
+def pad(v: Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int], value: Value) -> Value:
+    return stablehlo.pad(v, value, list(low), list(high), list(interior))
+
+
+def add(a: Value, b: Value) -> Value:
+    return stablehlo.add(a, b)
+
+
+def sub(a: Value, b: Value) -> Value:
+    return stablehlo.subtract(a, b)
+
+
+def mul(a: Value, b: Value) -> Value:
+    return stablehlo.multiply(a, b)
+
+
+def div(a: Value, b: Value) -> Value:
+    return stablehlo.divide(a, b)
+
+
+def rem(a: Value, b: Value) -> Value:
+    return stablehlo.remainder(a, b)
+
+
+def maximum(a: Value, b: Value) -> Value:
+    return stablehlo.maximum(a, b)
+
+
+def and_(a: Value, b: Value) -> Value:
+    return stablehlo.and_(a, b)
+
+
+def or_(a: Value, b: Value) -> Value:
+    return stablehlo.or_(a, b)
+
+
+def not_(a: Value) -> Value:
+    return stablehlo.not_(a)
+
+
+def compare(a: Value, b: Value, direction: str) -> Value:
+    """Elementwise comparison (`EQ`, `NE`, `LT`, `LE`, `GT`, `GE`) giving i1."""
+    return stablehlo.compare(a, b, stablehlo.ComparisonDirectionAttr.get(direction))
+
+
+def select(pred: Value, on_true: Value, on_false: Value) -> Value:
+    return stablehlo.select(pred, on_true, on_false)
+
+
+_COMBINERS: dict[str, Callable[[Value, Value], Value]] = {
+    "add": add,
+    "max": maximum,
+    "and": and_,
+    "or": or_,
+}
+
+_IDENTITIES: dict[str, int | bool] = {"add": 0, "and": 1, "or": 0}
+
+
+def _identity(kind: str, elem: ir.Type) -> Value:
+    if kind == "max":
+        if is_integer(elem):
+            return scalar(-(2 ** (elem.width - 1)), elem)
+        return scalar(float("-inf"), elem)
+    return scalar(_IDENTITIES[kind], elem)
+
+
+def _scalar_region(region: ir.Region, elems: Sequence[ir.Type], body: Callable[..., Sequence[Value]]) -> None:
+    block = region.blocks.append(*[tensor([], e) for e in elems])
+    with ir.InsertionPoint(block):
+        stablehlo.return_(list(body(*block.arguments)))
+
+
+def reduce(v: Value, dims: Sequence[int], kind: str = "add") -> Value:
+    """Reduce `v` over `dims` with `add`, `max`, `and` or `or`."""
+    dims = sorted(dims)
+    if not dims:
+        return v
+    elem = elem_of(v)
+    shape = [s for i, s in enumerate(shape_of(v)) if i not in dims]
+    op = stablehlo.ReduceOp([tensor(shape, elem)], [v], [_identity(kind, elem)], dims)
+    _scalar_region(op.body, [elem, elem], lambda a, b: [_COMBINERS[kind](a, b)])
+    return op.result
+
+
+def sort(operands: Sequence[Value], dim: int, num_keys: int = 1) -> list[Value]:
+    """Stable ascending sort of `operands` along `dim`, lexicographic on the first `num_keys`."""
+    op = stablehlo.SortOp([v.type for v in operands], list(operands), dimension=dim, is_stable=True)
+    elems = [e for v in operands for e in (elem_of(v), elem_of(v))]
+
+    def less(*args: Value) -> list[Value]:
+        result = None
+        for k in reversed(range(num_keys)):
+            lt = compare(args[2 * k], args[2 * k + 1], "LT")
+            if result is not None:
+                eq = compare(args[2 * k], args[2 * k + 1], "EQ")
+                lt = or_(lt, and_(eq, result))
+            result = lt
+        return [result]
+
+    _scalar_region(op.comparator, elems, less)
+    return list(op.results)
+
+
+def gather(
+    operand: Value,
+    indices: Value,
+    *,
+    offset_dims: Sequence[int],
+    collapsed_slice_dims: Sequence[int],
+    operand_batching_dims: Sequence[int],
+    start_indices_batching_dims: Sequence[int],
+    start_index_map: Sequence[int],
+    index_vector_dim: int,
+    slice_sizes: Sequence[int],
+    sorted_indices: bool = False,
+) -> Value:
+    dnums = stablehlo.GatherDimensionNumbers.get(
+        offset_dims=list(offset_dims),
+        collapsed_slice_dims=list(collapsed_slice_dims),
+        operand_batching_dims=list(operand_batching_dims),
+        start_indices_batching_dims=list(start_indices_batching_dims),
+        start_index_map=list(start_index_map),
+        index_vector_dim=index_vector_dim,
+    )
+    return stablehlo.gather(operand, indices, dnums, list(slice_sizes), indices_are_sorted=sorted_indices)
+
+
+def scatter(
+    operand: Value,
+    indices: Value,
+    updates: Value,
+    *,
+    update_window_dims: Sequence[int],
+    inserted_window_dims: Sequence[int],
+    input_batching_dims: Sequence[int],
+    scatter_indices_batching_dims: Sequence[int],
+    scattered_dims_to_operand_dims: Sequence[int],
+    index_vector_dim: int,
+    combine: str = "add",
+) -> Value:
+    """Scatter `updates` into `operand`; `combine` is `add` or `set` (last writer wins).
+
+    Updates whose window falls outside `operand` are dropped, as XLA does.
+    """
+    dnums = stablehlo.ScatterDimensionNumbers.get(
+        update_window_dims=list(update_window_dims),
+        inserted_window_dims=list(inserted_window_dims),
+        input_batching_dims=list(input_batching_dims),
+        scatter_indices_batching_dims=list(scatter_indices_batching_dims),
+        scattered_dims_to_operand_dims=list(scattered_dims_to_operand_dims),
+        index_vector_dim=index_vector_dim,
+    )
+    op = stablehlo.ScatterOp([operand.type], [operand], indices, [updates], dnums)
+    elem = elem_of(operand)
+    if combine == "add":
+        _scalar_region(op.update_computation, [elem, elem], lambda a, b: [add(a, b)])
+    else:
+        _scalar_region(op.update_computation, [elem, elem], lambda a, b: [b])
+    return op.results[0]
+
+
+def prefix_scan(v: Value, axis: int, kind: str = "add") -> Value:
+    """Inclusive prefix `add` or `max` along `axis` in O(n) work (associative scan)."""
+    n = shape_of(v)[axis]
+    if n < 2:
+        return v
+    combine = _COMBINERS[kind]
+    evens = slice_dim(v, axis, 0, n - 1, 2)
+    odds = slice_dim(v, axis, 1, n, 2)
+    odd_out = prefix_scan(combine(evens, odds), axis, kind)
+    rest = slice_dim(v, axis, 2, n, 2)
+    head = odd_out if n % 2 else slice_dim(odd_out, axis, 0, n // 2 - 1)
+    first = slice_dim(v, axis, 0, 1)
+    even_out = concat([first, combine(head, rest)], axis) if n > 2 else first
+    return _interleave(even_out, odd_out, axis)
+
+
+def _interleave(a: Value, b: Value, axis: int) -> Value:
+    """Result[2i] = a[i], result[2i+1] = b[i] for integer `a`, `b`; len(a) is len(b) or len(b) + 1."""
+    rank = len(shape_of(a))
+    zero = scalar(0, elem_of(a))
+    la, lb = shape_of(a)[axis], shape_of(b)[axis]
+    low, high, interior = [0] * rank, [0] * rank, [0] * rank
+    interior[axis] = 1
+    high[axis] = 1 if la == lb else 0
+    a_spread = pad(a, low, high, interior, zero)
+    low_b, high_b = [0] * rank, [0] * rank
+    low_b[axis] = 1
+    high_b[axis] = 0 if la == lb else 1
+    b_spread = pad(b, low_b, high_b, interior, zero)
+    return add(a_spread, b_spread)

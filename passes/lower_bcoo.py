@@ -1,0 +1,777 @@
+"""The `lower-bcoo` pass: every `hlopt.bcoo.*` custom_call becomes plain StableHLO.
+
+Each op's rule lives in `LOWERINGS`, keyed by the op name after `hlopt.bcoo.`.
+Rules see a `BcooOp` (operands, result types, decoded `backend_config`) and
+return the replacement values. Most rules first bring the buffers to a
+canonical form with one batch dimension, `data[B, nse, *dense]` and
+`indices[B, nse, n_sparse]`, so each algorithm is written once for every
+`n_batch`. An index outside `[0, size)` in any sparse dim marks padding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes import builders as b
+from hlopt.passes.base import Pass, PassError
+from hlopt.passes.mlir import ir
+
+Value = ir.Value
+PREFIX = "hlopt.bcoo."
+
+
+@dataclasses.dataclass
+class BcooOp:
+    """One `hlopt.bcoo.<name>` op as a lowering rule sees it."""
+
+    op: ir.Operation
+    name: str
+    config: dict[str, Any]
+    operands: list[Value]
+    result_types: list[ir.RankedTensorType]
+
+    def layout(self, first: int = 0, shape_key: str = "shape") -> shapes.Layout:
+        """The layout of the BCOO operand whose data is operand `first` (indices follow it)."""
+        try:
+            return shapes.layout(
+                self.config[shape_key], b.shape_of(self.operands[first]), b.shape_of(self.operands[first + 1])
+            )
+        except (KeyError, IndexError, ValueError) as e:
+            raise PassError(f"{self.op.name} @{PREFIX}{self.name}: invalid operands or config: {e}", self.op.location)
+
+    def result_shape(self, i: int) -> list[int]:
+        return list(self.result_types[i].shape)
+
+    def result_elem(self, i: int) -> ir.Type:
+        return self.result_types[i].element_type
+
+
+def _decode(attr: ir.Attribute) -> Any:
+    if isinstance(attr, ir.BoolAttr):
+        return attr.value
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    if isinstance(attr, ir.DenseI64ArrayAttr):
+        return tuple(attr)
+    if isinstance(attr, ir.ArrayAttr):
+        return tuple(_decode(a) for a in attr)
+    if isinstance(attr, ir.DictAttr):
+        return {a.name: _decode(a.attr) for a in attr}
+    if isinstance(attr, ir.UnitAttr):
+        return None
+    raise PassError(f"unexpected attribute {attr} in an hlopt.bcoo backend_config")
+
+
+# ---------------------------------------------------------------------------
+# Canonical layout helpers
+
+
+def _broadcast_batch(v: Value, batch: Sequence[int]) -> Value:
+    shape = b.shape_of(v)
+    return b.broadcast_to(v, [*batch, *shape[len(batch) :]])
+
+
+def _flatten_batch(v: Value, n_batch: int) -> Value:
+    shape = b.shape_of(v)
+    return b.reshape(v, [math.prod(shape[:n_batch]), *shape[n_batch:]])
+
+
+def _canonical(v: Value, batch: Sequence[int]) -> Value:
+    """Broadcast the batch dims of `v` to `batch` and flatten them into one."""
+    return _flatten_batch(_broadcast_batch(v, batch), len(batch))
+
+
+def _restore(v: Value, batch: Sequence[int], target: Sequence[int]) -> Value:
+    """Undo `_canonical`, then keep row 0 of each batch dim that `target` has as 1."""
+    shape = b.shape_of(v)
+    v = b.reshape(v, [*batch, *shape[1:]])
+    full = b.shape_of(v)
+    limits = [1 if i < len(batch) and target[i] == 1 else s for i, s in enumerate(full)]
+    return b.slice_(v, [0] * len(full), limits, [1] * len(full))
+
+
+def _sizes(idx: Value, sizes: Sequence[int]) -> Value:
+    """The per-column `sizes` broadcast to the shape of `idx` (last dim = columns)."""
+    shape = b.shape_of(idx)
+    return b.broadcast(b.int_vector(sizes, b.elem_of(idx)), shape, [len(shape) - 1])
+
+
+def _columns(idx: Value, cols: Sequence[int]) -> Value:
+    """`idx[..., cols]`."""
+    shape = b.shape_of(idx)
+    last = len(shape) - 1
+    if list(cols) == list(range(shape[-1])):
+        return idx
+    if not cols:
+        return b.full([*shape[:-1], 0], 0, b.elem_of(idx))
+    return b.concat([b.slice_dim(idx, last, c, c + 1) for c in cols], last)
+
+
+def _valid(idx: Value, sizes: Sequence[int]) -> Value:
+    """True where every index of an entry is in `[0, size)`: `idx[..., S]` -> i1 `[...]`."""
+    shape = b.shape_of(idx)
+    inside = b.and_(
+        b.compare(idx, b.full(shape, 0, b.elem_of(idx)), "GE"),
+        b.compare(idx, _sizes(idx, sizes), "LT"),
+    )
+    return b.reduce(inside, [len(shape) - 1], "and")
+
+
+def _mask(x: Value, ok: Value) -> Value:
+    """Zero the entries of `x[*lead, *rest]` where `ok[*lead]` is false."""
+    shape = b.shape_of(x)
+    lead = len(b.shape_of(ok))
+    return b.select(b.broadcast(ok, shape, range(lead)), x, b.zeros_like(x))
+
+
+def _linear_key(idx: Value, sizes: Sequence[int], invalid: int) -> Value:
+    """Row-major linear index of each entry as i64, `invalid` for padding."""
+    total = math.prod(sizes)
+    if total + 2 >= 2**62:
+        raise PassError(f"sparse dimensions {tuple(sizes)} are too large to linearize into 64-bit keys")
+    shape = b.shape_of(idx)
+    strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+    wide = b.convert(idx, b.i64())
+    scaled = b.mul(wide, b.broadcast(b.int_vector(strides, b.i64()), shape, [len(shape) - 1]))
+    key = b.reduce(scaled, [len(shape) - 1], "add")
+    return b.select(_valid(idx, sizes), key, b.full(shape[:-1], invalid, b.i64()))
+
+
+def _unravel(key: Value, sizes: Sequence[int], elem: ir.Type) -> Value:
+    """Multi-indices `[..., S]` of row-major `key`s; keys >= prod(sizes) give `sizes` (padding)."""
+    shape = b.shape_of(key)
+    if not sizes:
+        return b.full([*shape, 0], 0, elem)
+    total = math.prod(sizes)
+    strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
+    ke = b.elem_of(key)
+    cols = []
+    for stride, size in zip(strides, sizes):
+        col = b.rem(b.div(key, b.full(shape, stride, ke)), b.full(shape, size, ke))
+        cols.append(b.reshape(col, [*shape, 1]))
+    idx = b.concat(cols, len(shape))
+    padding = b.broadcast(b.compare(key, b.full(shape, total, ke), "GE"), [*shape, len(sizes)], range(len(shape)))
+    idx = b.select(padding, _sizes(idx, sizes), idx)
+    return b.convert(idx, elem)
+
+
+def _index_type(n: int) -> ir.Type:
+    return b.i32() if n < 2**31 - 1 else b.i64()
+
+
+def _gather_rows(x: Value, rows: Value) -> Value:
+    """`x[b, rows[b, m], ...]` for canonical `x[B, N, *rest]` and `rows[B, M]` (in range)."""
+    xs = b.shape_of(x)
+    bs, m = b.shape_of(rows)
+    return b.gather(
+        x,
+        b.reshape(rows, [bs, m, 1]),
+        offset_dims=range(2, len(xs)),
+        collapsed_slice_dims=[1],
+        operand_batching_dims=[0],
+        start_indices_batching_dims=[0],
+        start_index_map=[1],
+        index_vector_dim=2,
+        slice_sizes=[1, 1, *xs[2:]],
+    )
+
+
+def _scatter_rows(out: Value, rows: Value, updates: Value, combine: str) -> Value:
+    """`out[b, rows[b, n], ...] (+)= updates[b, n, ...]`; rows outside `out` are dropped."""
+    os_ = b.shape_of(out)
+    bs, n = b.shape_of(rows)
+    return b.scatter(
+        out,
+        b.reshape(rows, [bs, n, 1]),
+        updates,
+        update_window_dims=range(2, len(os_)),
+        inserted_window_dims=[1],
+        input_batching_dims=[0],
+        scatter_indices_batching_dims=[0],
+        scattered_dims_to_operand_dims=[1],
+        index_vector_dim=2,
+        combine=combine,
+    )
+
+
+def _gather_sparse(arr: Value, idx: Value) -> Value:
+    """`arr[b, *idx[b, n]]` for canonical `arr[B, *sparse, *rest]` and in-range `idx[B, N, S]`."""
+    bs, n, s = b.shape_of(idx)
+    rest = b.shape_of(arr)[1 + s :]
+    if s == 0:
+        return b.broadcast(arr, [bs, n, *rest], [0, *range(2, 2 + len(rest))])
+    return b.gather(
+        arr,
+        idx,
+        offset_dims=range(2, 2 + len(rest)),
+        collapsed_slice_dims=range(1, 1 + s),
+        operand_batching_dims=[0],
+        start_indices_batching_dims=[0],
+        start_index_map=range(1, 1 + s),
+        index_vector_dim=2,
+        slice_sizes=[1] * (1 + s) + list(rest),
+    )
+
+
+def _zero_invalid_indices(idx: Value, ok: Value) -> Value:
+    return b.select(b.broadcast(ok, b.shape_of(idx), [0, 1]), idx, b.zeros_like(idx))
+
+
+def _sorted_by_key(key: Value, carried: Sequence[Value]) -> list[Value]:
+    """One stable sort of `key[B, N]` along N carrying `carried[B, N]` values."""
+    return b.sort([key, *carried], dim=1)
+
+
+def _carry(data: Value, n_dense: int) -> tuple[Value, bool]:
+    """What a sort carries for `data[B, N, *dense]`: the data itself when it has no dense dims, else a row iota."""
+    bs, n = b.shape_of(data)[:2]
+    if n_dense == 0:
+        return data, True
+    return b.iota([bs, n], 1, _index_type(n)), False
+
+
+def _take_sorted(data: Value, carried: Value, is_data: bool) -> Value:
+    return carried if is_data else _gather_rows(data, carried)
+
+
+def _segments(key: Value) -> tuple[Value, Value]:
+    """For sorted `key[B, N]`: (True at the first entry of each run of equal keys, run number)."""
+    bs, n = b.shape_of(key)
+    first = b.full([bs, 1], 1, b.i1())
+    if n > 1:
+        differs = b.compare(b.slice_dim(key, 1, 1, n), b.slice_dim(key, 1, 0, n - 1), "NE")
+        first = b.concat([first, differs], 1)
+    it = _index_type(n + 1)
+    run = b.sub(b.prefix_scan(b.convert(first, it), 1), b.full([bs, n], 1, it))
+    return first, run
+
+
+def _sum_duplicates_canonical(
+    data: Value, idx: Value, sizes: Sequence[int], nse: int, n_dense: int
+) -> tuple[Value, Value]:
+    """Sorted unique entries of canonical buffers with their data summed, `nse` of them per batch."""
+    bs, n = b.shape_of(idx)[:2]
+    rest = b.shape_of(data)[2:]
+    elem = b.elem_of(idx)
+    if n == 0 or nse == 0:
+        return b.full([bs, nse, *rest], 0, b.elem_of(data)), _sizes(b.full([bs, nse, len(sizes)], 0, elem), sizes)
+    total = math.prod(sizes)
+    key = _linear_key(idx, sizes, total)
+    carried, is_data = _carry(data, n_dense)
+    key_s, moved = _sorted_by_key(key, [carried])
+    first, run = _segments(key_s)
+    it = b.elem_of(run)
+    drop = b.full([bs, n], nse, it)
+    target = b.select(b.compare(key_s, b.full([bs, n], total, b.i64()), "EQ"), drop, run)
+    out = _scatter_rows(b.full([bs, nse, *rest], 0, b.elem_of(data)), target, _take_sorted(data, moved, is_data), "add")
+    keys = _scatter_rows(b.full([bs, nse], total, b.i64()), b.select(first, target, drop), key_s, "set")
+    return out, _unravel(keys, sizes, elem)
+
+
+# ---------------------------------------------------------------------------
+# Rules, one per op
+
+
+def lower_todense(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    batch = lay.batch_shape
+    bs = math.prod(batch)
+    data_c, idx_c = _canonical(data, batch), _canonical(idx, batch)
+    out_c = [bs, *lay.sparse_shape, *lay.dense_shape]
+    if lay.n_sparse == 0:
+        out = b.reduce(data_c, [1])
+    elif lay.nse == 0 or math.prod(out_c) == 0:
+        out = b.full(out_c, 0, b.elem_of(data))
+    else:
+        ok = _valid(idx_c, lay.sparse_shape)
+        out = b.scatter(
+            b.full(out_c, 0, b.elem_of(data)),
+            _zero_invalid_indices(idx_c, ok),
+            _mask(data_c, ok),
+            update_window_dims=range(2, 2 + lay.n_dense),
+            inserted_window_dims=range(1, 1 + lay.n_sparse),
+            input_batching_dims=[0],
+            scatter_indices_batching_dims=[0],
+            scattered_dims_to_operand_dims=range(1, 1 + lay.n_sparse),
+            index_vector_dim=2,
+        )
+    return [b.reshape(out, lay.shape)]
+
+
+def lower_extract(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    arr, idx = c.operands
+    batch = lay.batch_shape
+    bs = math.prod(batch)
+    arr_c = b.reshape(arr, [bs, *lay.shape[lay.n_batch :]])
+    idx_c = _canonical(idx, batch)
+    ok = _valid(idx_c, lay.sparse_shape)
+    out = _mask(_gather_sparse(arr_c, _zero_invalid_indices(idx_c, ok)), ok)
+    return [b.reshape(out, c.result_shape(0))]
+
+
+def lower_multiply_dense(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx, v = c.operands
+    out_shape = c.result_shape(0)
+    vs = b.shape_of(v)
+    if not vs:
+        return [b.mul(data, b.broadcast(v, b.shape_of(data), []))]
+    nb, ns = lay.n_batch, lay.n_sparse
+    v = b.reshape(v, [1] * (len(lay.shape) - len(vs)) + vs)
+    vs = b.shape_of(v)
+    batch = out_shape[:nb]
+    bs = math.prod(batch)
+    data_c = _canonical(data, batch)
+    idx_c = _canonical(idx, batch)
+    v_c = b.reshape(_broadcast_batch(v, batch), [bs, *vs[nb:]])
+    ok = _valid(idx_c, lay.sparse_shape)
+    keep = [1 if s > 1 else 0 for s in vs[nb : nb + ns]]
+    where = b.mul(_zero_invalid_indices(idx_c, ok), _sizes(idx_c, keep))
+    gathered = b.broadcast_to(_gather_sparse(v_c, where), b.shape_of(data_c))
+    return [b.reshape(_mask(b.mul(data_c, gathered), ok), out_shape)]
+
+
+def lower_fromdense(c: BcooOp) -> list[Value]:
+    (mat,) = c.operands
+    shape = b.shape_of(mat)
+    nb, nd, nse = c.config["n_batch"], c.config["n_dense"], c.config["nse"]
+    ns = len(shape) - nb - nd
+    batch, sparse, dense = shape[:nb], shape[nb : nb + ns], shape[nb + ns :]
+    bs, total = math.prod(batch), math.prod(sparse)
+    mat_c = b.reshape(mat, [bs, total, *dense])
+    elem = b.elem_of(mat)
+    if ns == 0:
+        data = b.slice_dim(mat_c, 1, 0, 0) if nse == 0 else b.pad(
+            mat_c, [0] * (2 + nd), [0, nse - 1] + [0] * nd, [0] * (2 + nd), b.scalar(0, elem)
+        )
+        indices = b.full([bs, nse, 0], 0, c.result_elem(1))
+    else:
+        nonzero = b.reduce(b.compare(mat_c, b.zeros_like(mat_c), "NE"), range(2, 2 + nd), "or")
+        it = _index_type(total + 1)
+        rank = b.sub(b.prefix_scan(b.convert(nonzero, it), 1), b.full([bs, total], 1, it))
+        target = b.select(nonzero, rank, b.full([bs, total], nse, it))
+        where = _scatter_rows(b.full([bs, nse], total, it), target, b.iota([bs, total], 1, it), "set")
+        ok = b.compare(where, b.full([bs, nse], total, it), "LT")
+        data = _mask(_gather_rows(mat_c, b.select(ok, where, b.zeros_like(where))), ok)
+        indices = _unravel(where, sparse, c.result_elem(1))
+    return [b.reshape(data, c.result_shape(0)), b.reshape(indices, c.result_shape(1))]
+
+
+def lower_sort_indices(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    if lay.n_sparse == 0:
+        return [data, idx]
+    batch = lay.max_batch
+    data_c, idx_c = _canonical(data, batch), _canonical(idx, batch)
+    bs, n = b.shape_of(idx_c)[:2]
+    key = _linear_key(idx_c, lay.sparse_shape, math.prod(lay.sparse_shape))
+    cols = [b.reshape(b.slice_dim(idx_c, 2, k, k + 1), [bs, n]) for k in range(lay.n_sparse)]
+    carried, is_data = _carry(data_c, lay.n_dense)
+    _, *cols_s, moved = _sorted_by_key(key, [*cols, carried])
+    idx_s = b.concat([b.reshape(col, [bs, n, 1]) for col in cols_s], 2)
+    data_s = _take_sorted(data_c, moved, is_data)
+    return [_restore(data_s, batch, c.result_shape(0)), _restore(idx_s, batch, c.result_shape(1))]
+
+
+def lower_sum_duplicates(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    nse = c.config["nse"]
+    batch = lay.max_batch
+    data_c, idx_c = _canonical(data, batch), _canonical(idx, batch)
+    if lay.n_sparse == 0:
+        total = b.reduce(data_c, [1])
+        bs = math.prod(batch)
+        total = b.reshape(total, [bs, 1, *lay.dense_shape])
+        nd = lay.n_dense
+        out = b.pad(total, [0] * (2 + nd), [0, nse - 1] + [0] * nd, [0] * (2 + nd), b.scalar(0, b.elem_of(data))) \
+            if nse else b.slice_dim(total, 1, 0, 0)
+        indices = b.full([bs, nse, 0], 0, b.elem_of(idx))
+    else:
+        out, indices = _sum_duplicates_canonical(data_c, idx_c, lay.sparse_shape, nse, lay.n_dense)
+    return [_restore(out, batch, c.result_shape(0)), _restore(indices, batch, c.result_shape(1))]
+
+
+def lower_transpose(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    perm = c.config["permutation"]
+    nb, ns = lay.n_batch, lay.n_sparse
+    dense = [p - ns + 1 for p in perm[nb + ns :]]
+    cols = [p - nb for p in perm[nb : nb + ns]]
+    data = b.transpose(data, [*perm[:nb], nb, *dense])
+    idx = b.transpose(_columns(idx, cols), [*perm[:nb], nb, nb + 1])
+    return [data, idx]
+
+
+def lower_squeeze(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    dims = set(c.config["dimensions"])
+    nb, ns = lay.n_batch, lay.n_sparse
+    squeezed = [d - nb for d in range(nb, nb + ns) if d in dims]
+    kept = [d - nb for d in range(nb, nb + ns) if d not in dims]
+    if squeezed:
+        outside = b.not_(_valid(_columns(idx, squeezed), [1] * len(squeezed)))
+        new_idx = _columns(idx, kept)
+        if kept:
+            pad_idx = _sizes(new_idx, [lay.sparse_shape[k] for k in kept])
+            idx = b.select(b.broadcast(outside, b.shape_of(new_idx), range(nb + 1)), pad_idx, new_idx)
+        else:
+            batch = lay.max_batch
+            data = _mask(_broadcast_batch(data, batch), b.not_(_broadcast_batch(outside, batch)))
+            idx = new_idx
+    return [b.reshape(data, c.result_shape(0)), b.reshape(idx, c.result_shape(1))]
+
+
+def lower_slice(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    start, limit, strides = c.config["start_indices"], c.config["limit_indices"], c.config["strides"]
+    nb, ns = lay.n_batch, lay.n_sparse
+
+    def batch_slice(buf: Value, rest: Sequence[tuple[int, int, int]]) -> Value:
+        bshape = b.shape_of(buf)
+        spec = [
+            (start[i], limit[i], strides[i]) if bshape[i] == lay.shape[i] else (0, 1, 1) for i in range(nb)
+        ] + list(rest)
+        return b.slice_(buf, [s[0] for s in spec], [s[1] for s in spec], [s[2] for s in spec])
+
+    dense = [(start[d], limit[d], strides[d]) for d in range(nb + ns, len(lay.shape))]
+    data = batch_slice(data, [(0, lay.nse, 1), *dense])
+    idx = batch_slice(idx, [(0, lay.nse, 1), (0, ns, 1)])
+    if ns:
+        st, lim, sd = (list(x[nb : nb + ns]) for x in (start, limit, strides))
+        shape = b.shape_of(idx)
+        shifted = b.sub(idx, _sizes(idx, st))
+        inside = b.and_(
+            b.and_(b.compare(idx, _sizes(idx, st), "GE"), b.compare(idx, _sizes(idx, lim), "LT")),
+            b.compare(b.rem(shifted, _sizes(idx, sd)), b.zeros_like(idx), "EQ"),
+        )
+        keep = b.reduce(inside, [len(shape) - 1], "and")
+        new_sizes = [(e - s + t - 1) // t for s, e, t in zip(st, lim, sd)]
+        idx = b.select(
+            b.broadcast(keep, shape, range(nb + 1)), b.div(shifted, _sizes(idx, sd)), _sizes(idx, new_sizes)
+        )
+        batch = c.result_shape(0)[:nb]
+        data = _mask(_broadcast_batch(data, batch), _broadcast_batch(keep, batch))
+    return [data, idx]
+
+
+def lower_reduce_sum(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    axes = sorted(set(c.config["axes"]))
+    plan = shapes.reduce_sum(lay, axes)
+    nb, ns = lay.n_batch, lay.n_sparse
+    data = b.reduce(data, [a - ns + 1 for a in axes if a >= nb + ns])
+    if plan.mask:
+        batch = lay.max_batch
+        data = _mask(_broadcast_batch(data, batch), _broadcast_batch(_valid(idx, lay.sparse_shape), batch))
+    factor = math.prod(lay.shape[a] for a in plan.scale)
+    if factor != 1:
+        data = b.mul(data, b.full(b.shape_of(data), factor, b.elem_of(data)))
+    idx = _columns(idx, [d - nb for d in range(nb, nb + ns) if d not in axes])
+    kept = [a for a in range(nb) if a not in axes]
+    target = [lay.shape[a] if a in plan.fold else 1 if a in plan.scale else plan.batch[kept.index(a)] for a in range(nb)]
+    outs = []
+    for buf, out in ((data, plan.data), (idx, plan.indices)):
+        buf = _broadcast_batch(buf, target)
+        rank = len(b.shape_of(buf))
+        buf = b.transpose(buf, [*kept, *plan.fold, *[a for a in range(nb) if a in plan.scale], *range(nb, rank)])
+        outs.append(b.reshape(buf, out))
+    return outs
+
+
+def lower_reshape(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    dims = c.config.get("dimensions")
+    plan = shapes.reshape(lay, c.config["new_sizes"], dims if dims else None)
+    nb, ns = lay.n_batch, lay.n_sparse
+    data = _broadcast_batch(data, lay.batch_shape)
+    idx = _broadcast_batch(idx, lay.batch_shape)
+    data = b.transpose(data, [*plan.batch_perm, nb, *(p + nb + 1 for p in plan.dense_perm)])
+    idx = b.transpose(idx, [*plan.batch_perm, nb, nb + 1])
+    data_shape, idx_shape = shapes.reshape_buffers(lay, plan)
+    data = b.reshape(data, data_shape)
+    idx = b.reshape(idx, [*plan.batch, lay.nse, ns])
+    if ns and plan.sparse:
+        sizes = [lay.sparse_shape[p] for p in plan.sparse_perm]
+        key = _linear_key(_columns(idx, plan.sparse_perm), sizes, math.prod(sizes))
+        idx = _unravel(key, plan.sparse, b.elem_of(idx))
+    elif ns:
+        data = _mask(data, _valid(idx, lay.sparse_shape))
+        idx = b.full(idx_shape, 0, b.elem_of(idx))
+    else:
+        idx = b.full(idx_shape, 0, b.elem_of(idx))
+    return [data, idx]
+
+
+def lower_update_layout(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    n_batch, n_dense = c.config["n_batch"], c.config["n_dense"]
+    data, idx = _broadcast_batch(data, lay.batch_shape), _broadcast_batch(idx, lay.batch_shape)
+    nb, nd = lay.n_batch, lay.n_dense
+    shape = lay.shape
+    if n_dense < nd:
+        data, idx = _dense_to_sparse(data, idx, nb, nd - n_dense)
+        nd = n_dense
+    if n_batch < nb:
+        data, idx = _batch_to_sparse(data, idx, n_batch, nb - n_batch)
+        nb = n_batch
+    if n_dense > nd:
+        ns = len(shape) - nb - nd
+        data, idx = _sparse_to_dense(data, idx, nb, shape[nb + ns - (n_dense - nd) : nb + ns])
+    if n_batch > nb:
+        data, idx = _sparse_to_batch(data, idx, nb, shape[nb:n_batch])
+    return [data, idx]
+
+
+def _dense_to_sparse(data: Value, idx: Value, nb: int, n: int) -> tuple[Value, Value]:
+    """The first `n` dense dims become the last sparse dims."""
+    ds, ish = b.shape_of(data), b.shape_of(idx)
+    moved = ds[nb + 1 : nb + 1 + n]
+    m = math.prod(moved)
+    nse, s = ish[nb], ish[nb + 1]
+    data = b.reshape(data, [*ds[:nb], nse * m, *ds[nb + 1 + n :]])
+    grid = _unravel(b.iota([m], 0, b.i64()), moved, b.elem_of(idx))
+    grid = b.broadcast(grid, [*ish[:nb], nse, m, n], [nb + 1, nb + 2])
+    old = b.broadcast(idx, [*ish[:nb], nse, m, s], [*range(nb + 1), nb + 2])
+    idx = b.reshape(b.concat([old, grid], nb + 2), [*ish[:nb], nse * m, s + n])
+    return data, idx
+
+
+def _batch_to_sparse(data: Value, idx: Value, keep: int, n: int) -> tuple[Value, Value]:
+    """The last `n` of `keep + n` batch dims become the first sparse dims."""
+    ds, ish = b.shape_of(data), b.shape_of(idx)
+    moved = ish[keep : keep + n]
+    nse, s = ish[keep + n], ish[keep + n + 1]
+    m = math.prod(moved)
+    data = b.reshape(data, [*ds[:keep], m * nse, *ds[keep + n + 1 :]])
+    coords = [b.iota([*ish[:-1], 1], keep + k, b.elem_of(idx)) for k in range(n)]
+    idx = b.reshape(b.concat([*coords, idx], keep + n + 1), [*ish[:keep], m * nse, n + s])
+    return data, idx
+
+
+def _one_hot(cols: Value, sizes: Sequence[int], lead: int) -> Value:
+    """`cols[*L, n]` -> i1 `[*L, *sizes]`: true at the position the columns name."""
+    shape = b.shape_of(cols)
+    out = [*shape[:lead], *sizes]
+    hot = None
+    for k, size in enumerate(sizes):
+        col = b.reshape(b.slice_dim(cols, lead, k, k + 1), shape[:lead])
+        eq = b.compare(b.broadcast(col, out, range(lead)), b.iota(out, lead + k, b.elem_of(cols)), "EQ")
+        hot = eq if hot is None else b.and_(hot, eq)
+    return hot
+
+
+def _sparse_to_dense(data: Value, idx: Value, nb: int, sizes: Sequence[int]) -> tuple[Value, Value]:
+    """The last `len(sizes)` sparse dims become the first dense dims."""
+    ds, ish = b.shape_of(data), b.shape_of(idx)
+    n, s = len(sizes), ish[-1]
+    hot = _one_hot(_columns(idx, range(s - n, s)), sizes, nb + 1)
+    out = [*ds[: nb + 1], *sizes, *ds[nb + 1 :]]
+    spread = b.broadcast(data, out, [*range(nb + 1), *range(nb + 1 + n, len(out))])
+    data = b.select(b.broadcast(hot, out, range(nb + 1 + n)), spread, b.zeros_like(spread))
+    return data, _columns(idx, range(s - n))
+
+
+def _sparse_to_batch(data: Value, idx: Value, nb: int, sizes: Sequence[int]) -> tuple[Value, Value]:
+    """The first `len(sizes)` sparse dims become the last batch dims."""
+    ds, ish = b.shape_of(data), b.shape_of(idx)
+    n, s, nse = len(sizes), ish[-1], ish[-2]
+    cols = b.transpose(_columns(idx, range(n)), [*range(nb), nb + 1, nb])
+    hot = b.transpose(_one_hot(cols, sizes, nb + 1), [*range(nb), *range(nb + 1, nb + 1 + n), nb])
+    out = [*ds[:nb], *sizes, *ds[nb:]]
+    spread = b.broadcast(data, out, [*range(nb), *range(nb + n, len(out))])
+    data = b.select(b.broadcast(hot, out, range(nb + n + 1)), spread, b.zeros_like(spread))
+    rest = _columns(idx, range(n, s))
+    idx = b.broadcast(rest, [*ish[:nb], *sizes, nse, s - n], [*range(nb), nb + n, nb + n + 1])
+    return data, idx
+
+
+def lower_multiply_sparse(c: BcooOp) -> list[Value]:
+    lhs, rhs = c.layout(0), c.layout(2, "rhs_shape")
+    plan = shapes.multiply_sparse(lhs, rhs, c.config["driver"])
+    nb = plan.n_batch
+    sides = []
+    for lay, (data, idx) in ((lhs, c.operands[:2]), (rhs, c.operands[2:])):
+        data, idx = _broadcast_batch(data, lay.batch_shape), _broadcast_batch(idx, lay.batch_shape)
+        if lay.n_batch > nb:
+            data, idx = _batch_to_sparse(data, idx, nb, lay.n_batch - nb)
+        sizes = lay.shape[nb : len(lay.shape) - lay.n_dense]
+        sides.append((_canonical(data, plan.batch), _canonical(idx, plan.batch), sizes))
+    out_sizes = plan.shape[nb : len(plan.shape) - lhs.n_dense]
+    if plan.driver == "pairs":
+        out_data, out_idx = _multiply_pairs(sides[0], sides[1], out_sizes)
+    else:
+        drive, look = (sides[0], sides[1]) if plan.driver == "lhs" else (sides[1], sides[0])
+        out_data, out_idx = _multiply_lookup(drive, look, out_sizes, lhs.n_dense)
+    return [b.reshape(out_data, plan.data), b.reshape(out_idx, plan.indices)]
+
+
+Side = tuple[Value, Value, Sequence[int]]
+
+
+def _matched_key(idx: Value, sizes: Sequence[int], dims: Sequence[int], invalid: int) -> Value:
+    """Linear key of the columns `dims`; entries invalid in any column get `invalid`."""
+    key = _linear_key(_columns(idx, dims), [sizes[d] for d in dims], invalid)
+    shape = b.shape_of(key)
+    return b.select(_valid(idx, sizes), key, b.full(shape, invalid, b.i64()))
+
+
+def _dense_product(a: Value, c: Value, dense: Sequence[int]) -> Value:
+    lead = b.shape_of(a)[:2]
+    return b.mul(b.broadcast_to(a, [*lead, *dense]), b.broadcast_to(c, [*lead, *dense]))
+
+
+def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int], n_dense: int) -> tuple[Value, Value]:
+    """Each driver entry times the summed lookup entries at its index (the lookup side may broadcast)."""
+    d_data, d_idx, d_sizes = drive
+    k_data, k_idx, k_sizes = look
+    bs, nd_ = b.shape_of(d_idx)[:2]
+    nk = b.shape_of(k_idx)[1]
+    dense = [max(x, y) for x, y in zip(b.shape_of(d_data)[2:], b.shape_of(k_data)[2:])]
+    if nd_ == 0 or nk == 0:
+        data = b.full([bs, nd_, *dense], 0, b.elem_of(d_data))
+        return data, _sizes(b.full(b.shape_of(d_idx), 0, b.elem_of(d_idx)), out_sizes)
+    dims = [k for k, s in enumerate(k_sizes) if s != 1]
+    total = math.prod(k_sizes[k] for k in dims)
+    u_data, u_idx = _sum_duplicates_canonical(k_data, k_idx, k_sizes, nk, n_dense)
+    u_key = _matched_key(u_idx, k_sizes, dims, total)
+    d_key = _matched_key(d_idx, d_sizes, dims, total + 1)
+    two = b.full([bs, nk + nd_], 2, b.i64())
+    tags = b.concat([b.full([bs, nk], 0, b.i64()), b.full([bs, nd_], 1, b.i64())], 1)
+    combined = b.add(b.mul(b.concat([u_key, d_key], 1), two), tags)
+    it = _index_type(nk + nd_ + 1)
+    pos = b.iota([bs, nk + nd_], 1, it)
+    _, pos_s = _sorted_by_key(combined, [pos])
+    from_look = b.compare(pos_s, b.full([bs, nk + nd_], nk, it), "LT")
+    last = b.prefix_scan(b.select(from_look, pos_s, b.full([bs, nk + nd_], -1, it)), 1, "max")
+    partner = _scatter_rows(
+        b.full([bs, nd_], -1, it),
+        b.select(from_look, b.full([bs, nk + nd_], nd_, it), b.sub(pos_s, b.full([bs, nk + nd_], nk, it))),
+        last,
+        "set",
+    )
+    found = b.compare(partner, b.zeros_like(partner), "GE")
+    safe = b.select(found, partner, b.zeros_like(partner))
+    match = b.and_(found, b.compare(_gather_rows(u_key, safe), d_key, "EQ"))
+    data = _mask(_dense_product(d_data, _gather_rows(u_data, safe), dense), match)
+    idx = b.select(b.broadcast(match, b.shape_of(d_idx), [0, 1]), d_idx, _sizes(d_idx, out_sizes))
+    return data, idx
+
+
+def _multiply_pairs(lhs: Side, rhs: Side, out_sizes: Sequence[int]) -> tuple[Value, Value]:
+    """Every pair of entries, kept where their indices agree: both operands broadcast."""
+    l_data, l_idx, l_sizes = lhs
+    r_data, r_idx, r_sizes = rhs
+    bs, nl, s = b.shape_of(l_idx)
+    nr = b.shape_of(r_idx)[1]
+    dims = [k for k in range(s) if l_sizes[k] != 1 and r_sizes[k] != 1]
+    total = math.prod(l_sizes[k] for k in dims)
+    lk = b.broadcast(_matched_key(l_idx, l_sizes, dims, total), [bs, nl, nr], [0, 1])
+    rk = b.broadcast(_matched_key(r_idx, r_sizes, dims, total + 1), [bs, nl, nr], [0, 2])
+    match = b.reshape(b.compare(lk, rk, "EQ"), [bs, nl * nr])
+    dense = [max(x, y) for x, y in zip(b.shape_of(l_data)[2:], b.shape_of(r_data)[2:])]
+    nd = len(dense)
+    pair = [bs, nl, nr, *dense]
+    ld = b.broadcast(l_data, pair, [0, 1, *range(3, 3 + nd)])
+    rd = b.broadcast(r_data, pair, [0, 2, *range(3, 3 + nd)])
+    data = _mask(b.reshape(b.mul(ld, rd), [bs, nl * nr, *dense]), match)
+    li = b.broadcast(l_idx, [bs, nl, nr, s], [0, 1, 3])
+    ri = b.broadcast(r_idx, [bs, nl, nr, s], [0, 2, 3])
+    idx = b.reshape(b.maximum(li, ri), [bs, nl * nr, s])
+    idx = b.select(b.broadcast(match, [bs, nl * nr, s], [0, 1]), idx, _sizes(idx, out_sizes))
+    return data, idx
+
+
+LoweringRule = Callable[[BcooOp], list[Value]]
+
+LOWERINGS: dict[str, LoweringRule] = {
+    "todense": lower_todense,
+    "extract": lower_extract,
+    "fromdense": lower_fromdense,
+    "multiply_dense": lower_multiply_dense,
+    "multiply_sparse": lower_multiply_sparse,
+    "update_layout": lower_update_layout,
+    "reduce_sum": lower_reduce_sum,
+    "reshape": lower_reshape,
+    "slice": lower_slice,
+    "sort_indices": lower_sort_indices,
+    "squeeze": lower_squeeze,
+    "sum_duplicates": lower_sum_duplicates,
+    "transpose": lower_transpose,
+}
+
+
+def bcoo_op(op: ir.Operation) -> BcooOp | None:
+    """The `BcooOp` view of `op` if it is an `hlopt.bcoo.*` custom_call, else None."""
+    if op.name != "stablehlo.custom_call":
+        return None
+    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    if not target.startswith(PREFIX):
+        return None
+    name = target[len(PREFIX) :]
+    if name not in LOWERINGS:
+        raise PassError(f"unknown sparse op @{target} (known: {', '.join(sorted(LOWERINGS))})", op.location)
+    config = op.attributes["backend_config"] if "backend_config" in op.attributes else None
+    if not isinstance(config, ir.DictAttr):
+        raise PassError(f"@{target} needs a dictionary backend_config", op.location)
+    return BcooOp(
+        op,
+        name,
+        _decode(config),
+        list(op.operands),
+        [ir.RankedTensorType(r.type) for r in op.results],
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class LowerBcoo(Pass):
+    """Lower every `hlopt.bcoo.*` custom_call to StableHLO gathers, scatters, sorts and reductions.
+
+    Before:
+      %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices)
+             {api_version = 4, backend_config = {shape = array<i64: 4, 5>, n_batch = 0, n_dense = 0, ...}}
+             : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
+    After:
+      %0 = "stablehlo.scatter"(%zeros, %safe_indices, %masked_data) ({ stablehlo.add ... })
+             : (tensor<1x4x5xf32>, tensor<1x3x2xi32>, tensor<1x3xf32>) -> tensor<1x4x5xf32>
+      %1 = stablehlo.reshape %0 : (tensor<1x4x5xf32>) -> tensor<4x5xf32>
+    """
+
+    name: ClassVar[str] = "lower-bcoo"
+
+    def apply(self, module: ir.Operation) -> None:
+        found: list[BcooOp] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            view = bcoo_op(op)
+            if view is not None:
+                found.append(view)
+            return ir.WalkResult.ADVANCE
+
+        module.walk(visit)
+        for view in found:
+            with view.op.location, ir.InsertionPoint(view.op):
+                values = LOWERINGS[view.name](view)
+            for old, new in zip(view.op.results, values, strict=True):
+                if old.type != new.type:
+                    raise PassError(
+                        f"lower-bcoo built {new.type} for a result of type {old.type} of @{PREFIX}{view.name}",
+                        view.op.location,
+                    )
+                old.replace_all_uses_with(new)
+            view.op.erase()

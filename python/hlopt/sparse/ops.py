@@ -1,0 +1,475 @@
+"""The jax primitives behind `hlopt.sparse`: one per `hlopt.bcoo.*` op.
+
+Each primitive computes its result shapes with `hlopt.passes.bcoo_shapes` (the
+same rules the `lower-bcoo` pass relies on), lowers to its annotation, and has
+JVP rules; the ops that are linear in `data` (or in a dense operand) also have
+transpose rules so that `jax.grad` works. vmap is refused with a clear error.
+
+Operands are `(data, indices, ...)`; `extract` takes `(arr, indices)`, the dense
+array in the data slot. Every BCOO operand comes with the parameters `shape`,
+`indices_sorted` and `unique_indices`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jex_core
+from jax.interpreters import ad, batching
+
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.primitives import annotation_primitive, emit_annotation, result_types
+
+PREFIX = "hlopt.bcoo."
+SPARSE_PARAMS = ("shape", "indices_sorted", "unique_indices")
+
+
+def _aval(shape: Sequence[int], dtype: Any) -> jax.core.ShapedArray:
+    return jax.core.ShapedArray(tuple(int(s) for s in shape), dtype)
+
+
+def _layout(data: Any, indices: Any, shape: Sequence[int]) -> shapes.Layout:
+    return shapes.layout(shape, data.shape, indices.shape)
+
+
+def _zero_tangent(x: Any) -> ad.Zero:
+    return ad.Zero(_aval(np.shape(x), x.dtype).to_tangent_aval())
+
+
+def _config(name: str, avals_in: Sequence[Any], params: dict[str, Any]) -> dict[str, Any]:
+    """`backend_config` of a BCOO op: shape, n_batch, n_dense, flags and the op's own parameters."""
+    config = {k: v for k, v in params.items() if v is not None and k != "index_dtype"}
+    if name in ("extract", "fromdense"):
+        config["shape"] = tuple(avals_in[0].shape)
+    if name != "fromdense":
+        shape, indices = config["shape"], avals_in[1]
+        n_batch = len(indices.shape) - 2
+        config["n_batch"] = n_batch
+        config["n_dense"] = len(shape) - n_batch - indices.shape[-1]
+    config.setdefault("indices_sorted", False)
+    config.setdefault("unique_indices", False)
+    return config
+
+
+def _define(name: str, abstract_eval: Callable[..., Any], *, multiple_results: bool = True) -> jex_core.Primitive:
+    def lowering(ctx, *operands, **params):
+        return emit_annotation(PREFIX + name, operands, result_types(ctx), _config(name, ctx.avals_in, params))
+
+    prim = annotation_primitive(f"bcoo_{name}", abstract_eval, lowering, multiple_results=multiple_results)
+
+    def refuse_vmap(args, dims, **params):
+        raise NotImplementedError(
+            f"hlopt.sparse: vmap of bcoo_{name} is not supported; give the BCOO array batch "
+            "dimensions (n_batch) instead of mapping over it"
+        )
+
+    batching.primitive_batchers[prim] = refuse_vmap
+    return prim
+
+
+def _sum_to_shape(x: jax.Array, shape: Sequence[int]) -> jax.Array:
+    """Sum `x` over the dims that `shape` (same rank, or trailing dims) has as 1 or lacks."""
+    shape = tuple(shape)
+    lead = x.ndim - len(shape)
+    x = x.sum(tuple(range(lead))) if lead else x
+    axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, shape)) if b == 1 and a != 1)
+    return x.sum(axes, keepdims=True) if axes else x
+
+
+def _ct(ct: Any, aval_like: Any) -> jax.Array:
+    return jnp.zeros(aval_like.shape, aval_like.dtype) if type(ct) is ad.Zero else ct
+
+
+def _primal_aval(x: Any) -> Any:
+    return x.aval if ad.is_undefined_primal(x) else x
+
+
+# ---------------------------------------------------------------------------
+# todense / extract: mutual transposes
+
+
+def _todense_abstract(data, indices, *, shape, indices_sorted, unique_indices):
+    return _aval(shapes.todense(_layout(data, indices, shape)), data.dtype)
+
+
+todense_p = _define("todense", _todense_abstract, multiple_results=False)
+
+
+def _extract_abstract(arr, indices):
+    return _aval(shapes.extract(_layout_of_arr(arr, indices)), arr.dtype)
+
+
+def _layout_of_arr(arr: Any, indices: Any) -> shapes.Layout:
+    n_batch = len(indices.shape) - 2
+    nse = indices.shape[-2]
+    data = (*arr.shape[:n_batch], nse, *arr.shape[n_batch + indices.shape[-1] :])
+    return shapes.layout(arr.shape, data, indices.shape)
+
+
+extract_p = _define("extract", _extract_abstract, multiple_results=False)
+
+
+def todense(data: jax.Array, indices: jax.Array, shape: Sequence[int], sorted_: bool = False,
+            unique: bool = False) -> jax.Array:
+    return todense_p.bind(data, indices, shape=tuple(shape), indices_sorted=sorted_, unique_indices=unique)
+
+
+def extract(indices: jax.Array, arr: jax.Array) -> jax.Array:
+    """`arr` at each stored index of a BCOO array with these `indices` (0 at padding)."""
+    return extract_p.bind(arr, indices)
+
+
+def _todense_transpose(ct, data, indices, *, shape, **_):
+    if ad.is_undefined_primal(indices):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    return [_sum_to_shape(extract(indices, _ct(ct, _aval(shape, data.aval.dtype))), data.aval.shape), None]
+
+
+def _extract_transpose(ct, arr, indices):
+    if ad.is_undefined_primal(indices):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    ct = _ct(ct, _extract_abstract(arr.aval, indices))
+    return [todense(ct, indices, arr.aval.shape), None]
+
+
+ad.defjvp(todense_p, lambda g, data, indices, **p: todense_p.bind(g, indices, **p), None)
+ad.primitive_transposes[todense_p] = _todense_transpose
+ad.defjvp(extract_p, lambda g, arr, indices: extract_p.bind(g, indices), None)
+ad.primitive_transposes[extract_p] = _extract_transpose
+
+
+# ---------------------------------------------------------------------------
+# fromdense
+
+
+def _fromdense_abstract(mat, *, nse, n_batch, n_dense, index_dtype):
+    data, indices = shapes.fromdense(mat.shape, nse, n_batch, n_dense)
+    return _aval(data, mat.dtype), _aval(indices, index_dtype)
+
+
+fromdense_p = _define("fromdense", _fromdense_abstract)
+
+
+def _fromdense_jvp(primals, tangents, **params):
+    (mat,), (mat_dot,) = primals, tangents
+    data, indices = fromdense_p.bind(mat, **params)
+    data_dot = _zero_tangent(data) if type(mat_dot) is ad.Zero else extract(indices, mat_dot)
+    return (data, indices), (data_dot, _zero_tangent(indices))
+
+
+ad.primitive_jvps[fromdense_p] = _fromdense_jvp
+
+
+# ---------------------------------------------------------------------------
+# Ops linear in data with indices that depend on indices only
+
+
+def _data_linear_jvp(prim: jex_core.Primitive) -> Callable:
+    def jvp(primals, tangents, **params):
+        data, indices = primals
+        out_data, out_indices = prim.bind(data, indices, **params)
+        g = tangents[0]
+        data_dot = _zero_tangent(out_data) if type(g) is ad.Zero else prim.bind(g, indices, **params)[0]
+        return (out_data, out_indices), (data_dot, _zero_tangent(out_indices))
+
+    return jvp
+
+
+def _data_linear(name: str, abstract_eval: Callable, transpose: Callable | None = None) -> jex_core.Primitive:
+    prim = _define(name, abstract_eval)
+    ad.primitive_jvps[prim] = _data_linear_jvp(prim)
+    if transpose is not None:
+
+        def rule(cts, data, indices, **params):
+            if ad.is_undefined_primal(indices):
+                raise ValueError("Cannot transpose with respect to sparse indices")
+            out = abstract_eval(data.aval, indices, **params)[0]
+            ct = _ct(cts[0], out)
+            return [transpose(ct, data.aval, indices, **params), None]
+
+        ad.primitive_transposes[prim] = rule
+    return prim
+
+
+def _sort_indices_abstract(data, indices, *, shape, **_):
+    d, i = shapes.sort_indices(_layout(data, indices, shape))
+    return _aval(d, data.dtype), _aval(i, indices.dtype)
+
+
+def _sum_duplicates_abstract(data, indices, *, shape, nse, **_):
+    if nse is None:
+        raise ValueError(
+            "bcoo_sum_duplicates: nse must be specified when using the function within "
+            "jit, vmap, and other transformations requiring abstract evaluation."
+        )
+    d, i = shapes.sum_duplicates(_layout(data, indices, shape), nse)
+    return _aval(d, data.dtype), _aval(i, indices.dtype)
+
+
+def _sum_duplicates_transpose(ct, data, indices, *, shape, nse, **_):
+    """Each input entry receives the cotangent of the unique entry it was summed into."""
+    lay = _layout(data, indices, shape)
+    nb = lay.n_batch
+    if lay.n_sparse == 0:
+        first = ct[(slice(None),) * nb + (slice(0, 1),)] if nse else _zeros(ct.shape[:nb] + (1,) + ct.shape[nb + 1 :], ct.dtype)
+        return _sum_to_shape(jnp.broadcast_to(first, (*first.shape[:nb], lay.nse, *first.shape[nb + 1 :])), data.shape)
+    _, out_indices = sum_duplicates_p.bind(_zeros(data.shape, data.dtype), indices, shape=shape, nse=nse,
+                                           indices_sorted=False, unique_indices=False)
+    ones = jnp.ones(data.shape, data.dtype)
+    looked_up, _ = multiply_sparse(ones, indices, ct, out_indices, shape, shape, driver="lhs")
+    return _sum_to_shape(looked_up, data.shape)
+
+
+def _transpose_abstract(data, indices, *, shape, permutation, **_):
+    _, d, i = shapes.transpose(_layout(data, indices, shape), permutation)
+    return _aval(d, data.dtype), _aval(i, indices.dtype)
+
+
+def _transpose_transpose(ct, data, indices, *, shape, permutation, **_):
+    lay = _layout(data, indices, shape)
+    nb, ns = lay.n_batch, lay.n_sparse
+    data_perm = [*permutation[:nb], nb, *(p - ns + 1 for p in permutation[nb + ns :])]
+    return jnp.transpose(ct, np.argsort(data_perm))
+
+
+def _squeeze_abstract(data, indices, *, shape, dimensions, **_):
+    _, d, i = shapes.squeeze(_layout(data, indices, shape), dimensions)
+    return _aval(d, data.dtype), _aval(i, indices.dtype)
+
+
+def _slice_abstract(data, indices, *, shape, start_indices, limit_indices, strides, **_):
+    _, d, i = shapes.slice_shapes(_layout(data, indices, shape), start_indices, limit_indices, strides)
+    return _aval(d, data.dtype), _aval(i, indices.dtype)
+
+
+def _valid(indices: jax.Array, sizes: Sequence[int]) -> jax.Array:
+    """True where every index of an entry lies in `[0, size)`."""
+    return jnp.all((indices >= 0) & (indices < jnp.array(sizes, indices.dtype)), axis=-1)
+
+
+def _expand_dense(mask: jax.Array, n_dense: int) -> jax.Array:
+    return mask.reshape(*mask.shape, *(1,) * n_dense)
+
+
+def _slice_transpose(ct, data, indices, *, shape, start_indices, limit_indices, strides, **_):
+    lay = _layout(data, indices, shape)
+    nb, ns = lay.n_batch, lay.n_sparse
+    if ns:
+        sl = [slice(None)] * nb
+        for i in range(nb):
+            if indices.shape[i] == lay.shape[i]:
+                sl[i] = slice(start_indices[i], limit_indices[i], strides[i])
+        idx = indices[tuple(sl)]
+        st, lim, sd = (np.array(x[nb : nb + ns]) for x in (start_indices, limit_indices, strides))
+        keep = jnp.all((idx >= st) & (idx < lim) & ((idx - st) % sd == 0), axis=-1)
+        ct = jnp.where(_expand_dense(keep, lay.n_dense), ct, 0)
+    sliced_shape = list(data.shape)
+    index = []
+    for i in range(len(data.shape)):
+        d = i if i < nb else (None if i == nb else i + ns - 1)
+        if d is not None and (i >= nb or data.shape[i] == lay.shape[i]):
+            index.append(slice(start_indices[d], limit_indices[d], strides[d]))
+            sliced_shape[i] = len(range(start_indices[d], limit_indices[d], strides[d]))
+        else:
+            index.append(slice(None))
+    ct = _sum_to_shape(ct, sliced_shape)
+    return jnp.zeros(data.shape, ct.dtype).at[tuple(index)].set(ct)
+
+
+def _reduce_sum_abstract(data, indices, *, shape, axes, **_):
+    plan = shapes.reduce_sum(_layout(data, indices, shape), axes)
+    return _aval(plan.data, data.dtype), _aval(plan.indices, indices.dtype)
+
+
+def _reduce_sum_transpose(ct, data, indices, *, shape, axes, **_):
+    lay = _layout(data, indices, shape)
+    plan = shapes.reduce_sum(lay, axes)
+    nb, ns = lay.n_batch, lay.n_sparse
+    axes = sorted(set(axes))
+    kept = [a for a in range(nb) if a not in axes]
+    scale = [a for a in range(nb) if a in plan.scale]
+    order = [*kept, *plan.fold, *scale]
+    target = [lay.shape[a] if a in plan.fold else 1 if a in plan.scale else plan.batch[kept.index(a)] for a in range(nb)]
+    dense_kept = ct.shape[len(plan.batch) + 1 :]
+    x = ct.reshape(*[target[a] for a in order], lay.nse, *dense_kept)
+    x = jnp.transpose(x, [*np.argsort(order), *range(nb, x.ndim)])
+    factor = math.prod(lay.shape[a] for a in plan.scale)
+    if factor != 1:
+        x = x * jnp.asarray(factor, x.dtype)
+    if plan.mask:
+        x = jnp.where(_expand_dense(_valid(indices, lay.sparse_shape), len(dense_kept)), x, 0)
+    dense_axes = [a - ns + 1 for a in axes if a >= nb + ns]
+    x = jnp.expand_dims(x, dense_axes)
+    return _sum_to_shape(jnp.broadcast_to(x, (*x.shape[: nb + 1], *data.shape[nb + 1 :])), data.shape)
+
+
+def _reshape_abstract(data, indices, *, shape, new_sizes, dimensions, **_):
+    lay = _layout(data, indices, shape)
+    d, i = shapes.reshape_buffers(lay, shapes.reshape(lay, new_sizes, dimensions))
+    return _aval(d, data.dtype), _aval(i, indices.dtype)
+
+
+def _reshape_transpose(ct, data, indices, *, shape, new_sizes, dimensions, **_):
+    lay = _layout(data, indices, shape)
+    plan = shapes.reshape(lay, new_sizes, dimensions)
+    nb = lay.n_batch
+    if lay.n_sparse and not plan.sparse:
+        ct = jnp.where(_expand_dense(_valid(indices, lay.sparse_shape), len(plan.dense)), ct, 0)
+    perm = [*plan.batch_perm, nb, *(p + nb + 1 for p in plan.dense_perm)]
+    permuted = [(*lay.batch_shape, lay.nse, *lay.dense_shape)[p] for p in perm]
+    x = jnp.transpose(ct.reshape(permuted), np.argsort(perm))
+    return _sum_to_shape(x, data.shape)
+
+
+def _update_layout_abstract(data, indices, *, shape, n_batch, n_dense, **_):
+    d, i = shapes.update_layout(_layout(data, indices, shape), n_batch, n_dense)
+    return _aval(d, data.dtype), _aval(i, indices.dtype)
+
+
+sort_indices_p = _data_linear("sort_indices", _sort_indices_abstract)
+sum_duplicates_p = _data_linear("sum_duplicates", _sum_duplicates_abstract, _sum_duplicates_transpose)
+transpose_p = _data_linear("transpose", _transpose_abstract, _transpose_transpose)
+squeeze_p = _data_linear("squeeze", _squeeze_abstract)
+slice_p = _data_linear("slice", _slice_abstract, _slice_transpose)
+reduce_sum_p = _data_linear("reduce_sum", _reduce_sum_abstract, _reduce_sum_transpose)
+reshape_p = _data_linear("reshape", _reshape_abstract, _reshape_transpose)
+update_layout_p = _data_linear("update_layout", _update_layout_abstract)
+
+
+# ---------------------------------------------------------------------------
+# multiply_dense: bilinear in (data, v)
+
+
+def _multiply_dense_abstract(data, indices, v, *, shape, **_):
+    return _aval(shapes.multiply_dense(_layout(data, indices, shape), v.shape), data.dtype)
+
+
+multiply_dense_p = _define("multiply_dense", _multiply_dense_abstract, multiple_results=False)
+
+
+def _multiply_dense_transpose(ct, data, indices, v, *, shape, **params):
+    if ad.is_undefined_primal(indices):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    if ad.is_undefined_primal(data):
+        ct = _ct(ct, _multiply_dense_abstract(data.aval, indices, v, shape=shape))
+        return [_sum_to_shape(multiply_dense_p.bind(ct, indices, v, shape=shape, **params), data.aval.shape), None, None]
+    v_aval = v.aval
+    ct = _ct(ct, _multiply_dense_abstract(data, indices, v_aval, shape=shape))
+    product = ct * data
+    if not v_aval.shape:
+        return [None, None, product.sum().astype(v_aval.dtype)]
+    dense = todense(product, indices, shape)
+    return [None, None, _sum_to_shape(dense, v_aval.shape).reshape(v_aval.shape)]
+
+
+ad.defbilinear(
+    multiply_dense_p,
+    lambda g, data, indices, v, **p: multiply_dense_p.bind(g, indices, v, **p),
+    lambda g, data, indices, v, **p: multiply_dense_p.bind(data, indices, g, **p),
+)
+ad.primitive_transposes[multiply_dense_p] = _multiply_dense_transpose
+
+
+# ---------------------------------------------------------------------------
+# multiply_sparse: bilinear in (lhs data, rhs data)
+
+
+def _multiply_sparse_plan(ld, li, rd, ri, lhs_shape, rhs_shape, driver) -> shapes.MultiplyPlan:
+    return shapes.multiply_sparse(_layout(ld, li, lhs_shape), _layout(rd, ri, rhs_shape), driver)
+
+
+def _multiply_sparse_abstract(ld, li, rd, ri, *, shape, rhs_shape, driver, **_):
+    plan = _multiply_sparse_plan(ld, li, rd, ri, shape, rhs_shape, driver)
+    return _aval(plan.data, jnp.result_type(ld.dtype, rd.dtype)), _aval(plan.indices, li.dtype)
+
+
+multiply_sparse_p = _define("multiply_sparse", _multiply_sparse_abstract)
+
+
+def multiply_sparse(ld, li, rd, ri, lhs_shape, rhs_shape, driver=None) -> tuple[jax.Array, jax.Array]:
+    """(data, indices) of the elementwise product; `driver` None picks the cheapest valid one."""
+    driver = _multiply_sparse_plan(ld, li, rd, ri, lhs_shape, rhs_shape, driver).driver
+    return multiply_sparse_p.bind(
+        ld, li, rd, ri, shape=tuple(lhs_shape), rhs_shape=tuple(rhs_shape), driver=driver,
+        indices_sorted=False, unique_indices=False,
+    )
+
+
+def _multiply_sparse_jvp(primals, tangents, **params):
+    ld, li, rd, ri = primals
+    ld_dot, _, rd_dot, _ = tangents
+    out_data, out_indices = multiply_sparse_p.bind(*primals, **params)
+    terms = []
+    if type(ld_dot) is not ad.Zero:
+        terms.append(multiply_sparse_p.bind(ld_dot, li, rd, ri, **params)[0])
+    if type(rd_dot) is not ad.Zero:
+        terms.append(multiply_sparse_p.bind(ld, li, rd_dot, ri, **params)[0])
+    data_dot = sum(terms[1:], terms[0]) if terms else _zero_tangent(out_data)
+    return (out_data, out_indices), (data_dot, _zero_tangent(out_indices))
+
+
+def _multiply_sparse_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, driver, **params):
+    if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    left = ad.is_undefined_primal(ld)
+    lda, rda = _primal_aval(ld), _primal_aval(rd)
+    plan = _multiply_sparse_plan(lda, li, rda, ri, shape, rhs_shape, driver)
+    out_aval = _multiply_sparse_abstract(lda, li, rda, ri, shape=shape, rhs_shape=rhs_shape, driver=driver)[0]
+    ct = _ct(cts[0], out_aval)
+    kw = dict(shape=shape, rhs_shape=rhs_shape, driver=driver, **params)
+    if left:
+        other = multiply_sparse_p.bind(jnp.ones(lda.shape, lda.dtype), li, rd, ri, **kw)[0]
+        me, my_idx, my_shape, side = lda, li, shape, "lhs"
+    else:
+        other = multiply_sparse_p.bind(ld, li, jnp.ones(rda.shape, rda.dtype), ri, **kw)[0]
+        me, my_idx, my_shape, side = rda, ri, rhs_shape, "rhs"
+    weighted = ct * other
+    nb = plan.n_batch
+    my_lay = _layout(me, my_idx, my_shape)
+    entries = (*plan.batch, *my_lay.batch_shape[nb:], my_lay.nse, *weighted.shape[nb + 1 :])
+    if plan.driver == side:
+        grad = weighted.reshape(entries)
+    elif plan.driver == "pairs":
+        split = (*plan.batch, plan.lhs_nse, plan.rhs_nse, *weighted.shape[nb + 1 :])
+        grad = weighted.reshape(split).sum(nb + 1 if side == "lhs" else nb).reshape(entries)
+    else:
+        zl = _zeros(lda.shape, lda.dtype) if left else ld
+        zr = rd if left else _zeros(rda.shape, rda.dtype)
+        _, out_indices = multiply_sparse_p.bind(zl, li, zr, ri, **kw)
+        dense = _sum_to_shape(todense(weighted, out_indices, plan.shape), my_shape)
+        grad = extract(my_idx, dense)
+    grad = _sum_to_shape(grad, me.shape).astype(me.dtype)
+    return [grad, None, None, None] if left else [None, None, grad, None]
+
+
+def _zeros(shape: Sequence[int], dtype: Any) -> jax.Array:
+    return jnp.zeros(tuple(shape), dtype)
+
+
+ad.primitive_jvps[multiply_sparse_p] = _multiply_sparse_jvp
+ad.primitive_transposes[multiply_sparse_p] = _multiply_sparse_transpose
+
+
+def unique_count(indices: np.ndarray, sizes: Sequence[int]) -> int:
+    """The largest number of distinct in-range indices in any batch (host-side, for nse=None)."""
+    indices = np.asarray(indices)
+    if indices.shape[-1] == 0:
+        return 1
+    if indices.shape[-2] == 0:
+        return 0
+    valid = np.all((indices >= 0) & (indices < np.array(sizes)), axis=-1)
+    strides = np.array([math.prod(sizes[k + 1 :]) for k in range(len(sizes))], dtype=np.int64)
+    keys = np.where(valid, (indices.astype(np.int64) * strides).sum(-1), -1)
+    keys = np.sort(keys, axis=-1)
+    first = np.concatenate([np.ones_like(keys[..., :1], bool), keys[..., 1:] != keys[..., :-1]], axis=-1)
+    counts = (first & (keys >= 0)).sum(-1)
+    return int(counts.max(initial=0))
+
+
+def is_traced(*xs: Any) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
