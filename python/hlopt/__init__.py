@@ -10,6 +10,7 @@ from hlopt.runtime.cache import CacheInfo, cache_info, set_cache_dir
 from hlopt.runtime.container import ExecutableFileError
 from hlopt.runtime.executable import Compiled
 from hlopt.runtime.files import RecompileWarning, deserialize, load
+from hlopt import sparse
 
 __all__ = [
     "AnnotationError",
@@ -29,4 +30,5 @@ __all__ = [
     "load",
     "lower",
     "set_cache_dir",
+    "sparse",
 ]
