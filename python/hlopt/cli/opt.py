@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from hlopt.cli.errors import UsageError, run_main
@@ -72,7 +73,10 @@ def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bo
             module = ir.Module.parse(source)
         except ir.MLIRError as e:
             raise PipelineError(format_mlir_error(e).replace("-:", f"{filename}:")) from None
-        result = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing) if pipeline else None
+        try:
+            result = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing) if pipeline else None
+        except PipelineError as e:  # locations in the parsed text are "-:line:col"
+            raise PipelineError(re.sub(r"^-:", f"{filename}:", str(e), flags=re.M)) from None
         if result is not None:
             for name, text in result.ir_after:
                 print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
