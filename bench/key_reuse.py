@@ -1,0 +1,84 @@
+"""Time of check-key-reuse on large modules, next to JAX's key-reuse checker.
+
+Workload: a sampler unrolled for `--steps` steps (split the key, draw normal
+noise, fold in the step, draw again), lowered by hlopt. Both checkers see the
+same program: hlopt analyses the StableHLO module (as lowered, and with every
+call inlined, which multiplies the op count), JAX analyses the jaxpr
+(`check_key_reuse_jaxpr`, cache cleared before each run). Median of
+`--repeat` runs; the ratio is hlopt / JAX.
+
+Usage: python bench/key_reuse.py [--steps 300] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.key_reuse import _core as jax_key_reuse
+
+import hlopt
+from hlopt.passes.check_key_reuse import find_key_reuse
+from hlopt.passes.mlir import ir
+
+
+def sampler(steps: int):
+    def f(key, x):
+        for i in range(steps):
+            key, sub = jax.random.split(key)
+            x = 0.9 * x + jax.random.normal(sub, x.shape)
+            x = x + jax.random.uniform(jax.random.fold_in(key, i), x.shape)
+        return x, key
+    return f
+
+
+def count_ops(module: ir.Module) -> int:
+    count = [0]
+
+    def visit(op):
+        count[0] += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return count[0]
+
+
+def median_seconds(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    f = sampler(args.steps)
+    key, x = jax.random.key(0), jnp.zeros(4)
+    lowered = hlopt.lower(f, key, x)
+    inlined = lowered.apply("inline{default-pipeline=},symbol-dce")
+    jaxpr = jax.make_jaxpr(f)(key, x).jaxpr
+
+    def jax_check():
+        jax_key_reuse.jaxpr_type_signature.cache_clear()
+        jax_key_reuse.check_key_reuse_jaxpr(jaxpr)
+
+    t_jax = median_seconds(jax_check, args.repeat)
+    print(f"sampler, {args.steps} steps; JAX check_key_reuse_jaxpr on {len(jaxpr.eqns)} eqns: {t_jax * 1e3:.1f} ms")
+    print(f"{'module':<10} {'ops':>8} {'hlopt ms':>10} {'JAX ms':>8} {'hlopt/JAX':>10}")
+    for name, module in (("lowered", lowered.module), ("inlined", inlined.module)):
+        assert find_key_reuse(module.operation) == []
+        t = median_seconds(lambda m=module: find_key_reuse(m.operation), args.repeat)
+        print(f"{name:<10} {count_ops(module):>8} {t * 1e3:>10.1f} {t_jax * 1e3:>8.1f} {t / t_jax:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
