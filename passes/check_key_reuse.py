@@ -6,9 +6,10 @@ every split hashes the key with JAX's threefry2x32 kernel, so a *consumer* is
 one application of that kernel whose counters are iota or constant data: a call
 of the kernel function JAX emits (`@threefry2x32...`, recognised by its key
 schedule constant 0x1BD11BDA, not by name), the same kernel inlined, or the
-GPU custom calls. A kernel application whose counters come from a function or
-block argument or from JAX's `threefry_seed` (`data & 0xFFFFFFFF`) is a `fold_in`, which JAX's own checker does not count as
-consuming (`fold-in-consumes=true` counts it).
+GPU custom calls. A kernel application whose counters come from a block
+argument or from JAX's `threefry_seed` (`data & 0xFFFFFFFF`) is a `fold_in`,
+which JAX's own checker does not count as consuming (`fold-in-consumes=true`
+counts it).
 
 The analysis gives every uint32 element an identity (a *cell*) and follows
 cells through the ops that move key data (slice, reshape, broadcast,
@@ -22,11 +23,11 @@ consumed by its sibling branches). Values that pass through
 `stablehlo.optimization_barrier` (JAX's marker of rematerialised
 recomputation) start fresh, as JAX's checker ignores the recomputed pass.
 
-    // error: PRNG key is consumed a second time   (at the second call)
-    // note: first consumed here                   (at the first call)
-    %k0 = stablehlo.slice %key [0:1] ...
+    %w0 = stablehlo.reshape %s0 ...       // words 0 and 1 of %key
     %a:2 = call @threefry2x32(%w0, %w1, %c0, %c1)
     %b:2 = call @threefry2x32(%w0, %w1, %c0, %c1)
+    // f.py:3:8: error: PRNG key is consumed a second time      (at %b)
+    // f.py:2:8: note: the key was first consumed here          (at %a)
 
 The pass changes nothing; it fails with `KeyReuseError` listing every reuse.
 """
@@ -102,9 +103,13 @@ _POSITION = re.compile(r':(\d+):(\d+)(?: to (?:\d+)?:\d+)?')
 
 
 def _parse_loc(text: str, i: int) -> tuple[tuple, int]:
-    """One location from `text[i:]`: ("file", f, line, col), ("name", child), ("callsite", a, b), ("fused", [..])."""
+    """The location at `text[i:]` as a tuple tree, and where it ends.
+
+    ("file", name, line, col), ("name", child or None), ("callsite", callee,
+    caller), ("fused", [children]) or ("unknown",).
+    """
     m = _TOKEN.match(text, i)
-    quoted, word, char = m.groups()
+    quoted, word, _ = m.groups()
     i = m.end()
     if quoted is not None:
         pos = _POSITION.match(text, i)

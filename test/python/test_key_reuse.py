@@ -375,6 +375,44 @@ def nested_jit_returns_fresh_keys(key):
     return a + b + jax.random.uniform(key)
 
 
+# ---- shard_map: keys into sdy.manual_computation -------------------------------
+
+SHARD_MAP_CASES: dict[str, tuple] = {}
+
+
+def shard_map_case(expected: bool):
+    def register(f):
+        SHARD_MAP_CASES[f.__name__] = (f, expected)
+        return f
+    return register
+
+
+def _per_device(body, mesh, key, x):
+    from jax.sharding import PartitionSpec as P
+    return jax.shard_map(body, mesh=mesh, in_specs=(P(), P("x")), out_specs=P("x"))(key, x)
+
+
+@shard_map_case(REUSE)
+def shard_map_reuse_inside(key, x, mesh):
+    def body(key, x):
+        return x + jax.random.normal(key, x.shape) + jax.random.uniform(key, x.shape)
+    return _per_device(body, mesh, key, x)
+
+
+@shard_map_case(CLEAN)
+def shard_map_split_inside(key, x, mesh):
+    def body(key, x):
+        k1, k2 = jax.random.split(key)
+        return x + jax.random.normal(k1, x.shape) + jax.random.uniform(k2, x.shape)
+    return _per_device(body, mesh, key, x)
+
+
+@shard_map_case(REUSE)
+def shard_map_then_outside(key, x, mesh):
+    y = _per_device(lambda key, x: x + jax.random.normal(key, x.shape), mesh, key, x)
+    return y + jax.random.normal(key, x.shape)
+
+
 # ---- the checks ---------------------------------------------------------------
 
 def jax_verdict(f, *args) -> bool:
@@ -415,6 +453,20 @@ def test_same_verdict_as_jax(name):
     if raw:
         reports = find_key_reuse(hlopt.lower(f, jax.random.PRNGKey(0), *extra).module.operation)
         assert bool(reports) == expected, [str(r) for r in reports]
+
+
+@pytest.mark.parametrize("name", sorted(SHARD_MAP_CASES))
+def test_shard_map_same_verdict_as_jax(name):
+    from jax.sharding import Mesh
+    f, expected = SHARD_MAP_CASES[name]
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+    key, x = jax.random.key(0), jnp.zeros(8)
+    assert jax_verdict(lambda key, x: f(key, x, mesh), key, x) == expected
+    lowered = hlopt.lower(lambda key, x: f(key, x, mesh), key, x, mesh=mesh)
+    assert any(op.name == "sdy.manual_computation" for op in _walk(lowered.module))
+    reports = find_key_reuse(lowered.module.operation)
+    assert bool(reports) == expected, [str(r) for r in reports]
+    assert_locations_in(f, reports)
 
 
 def _walk(module: ir.Module) -> list[ir.Operation]:
