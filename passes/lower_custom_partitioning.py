@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal, Protocol
 
@@ -228,6 +230,96 @@ def _transpose(flat: list[int], shape: list[int], perm: list[int]) -> list[int]:
     return out
 
 
+_TILED = re.compile(r"\{devices=\[([\d,]+)\](?:<=\[([\d,]+)\](?:T\(([\d,]+)\))?|([\d,]+))"
+                    r"( last_tile_dim_replicate)?\}")
+
+
+def tile_assignment(text: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(tile counts with a trailing replication count, devices) of a tiled `mhlo.sharding`, else None."""
+    match = _TILED.fullmatch(text.strip())
+    if match is None:
+        return None
+    shape = [int(v) for v in match[1].split(",")]
+    if match[2]:
+        dims = [int(v) for v in match[2].split(",")]
+        perm = [int(v) for v in match[3].split(",")] if match[3] else list(range(len(dims)))
+        devices = _transpose(list(range(math.prod(dims))), dims, perm)
+    else:
+        devices = [int(v) for v in match[4].split(",")]
+    return tuple(shape if match[5] else shape + [1]), tuple(devices)
+
+
+def dims_from_hlo_sharding(mesh: MeshSpec, rank: int, text: str) -> DimShardings | None:
+    """The per-dimension mesh axes whose tile assignment on `mesh` is the `mhlo.sharding` `text`."""
+    if text.strip() == "{replicated}":
+        return ((),) * rank
+    wanted = tile_assignment(text)
+    if wanted is None:
+        return None
+    names = [name for name, _ in mesh.axes]
+    for placement in itertools.product(range(rank + 1), repeat=len(names)):
+        groups = [[a for a, d in zip(names, placement) if d == dim] for dim in range(rank)]
+        for orders in itertools.product(*(itertools.permutations(g) for g in groups)):
+            if tile_assignment(hlo_sharding(mesh, tuple(orders))) == wanted:
+                return tuple(orders)
+    return None
+
+
+def _import_gspmd(module: ir.Operation, mesh: MeshSpec) -> None:
+    """Give a module lowered for GSPMD the Shardy form that propagation reads (on a copy)."""
+    first = _module_ops(module)[0]
+    with ir.InsertionPoint(first), module.location:
+        sdy.MeshOp("mesh", ir.Attribute.parse(mesh.attribute_text()))
+
+    def shardy(text: ir.Attribute, t: ir.Type) -> ir.Attribute | None:
+        dims = dims_from_hlo_sharding(mesh, _tensor_type(t).rank, ir.StringAttr(text).value)
+        return None if dims is None else ir.Attribute.parse("#sdy.sharding" + sharding_text("mesh", dims))
+
+    shardings: list[ir.Operation] = []
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        if o.name == "func.func":
+            function_type = ir.FunctionType(ir.TypeAttr(o.attributes["function_type"]).value)
+            for attr_name, types in (("arg_attrs", function_type.inputs), ("res_attrs", function_type.results)):
+                if attr_name in o.attributes:
+                    dicts = []
+                    for d, t in zip(ir.ArrayAttr(o.attributes[attr_name]), types):
+                        entries = {n.name: n.attr for n in ir.DictAttr(d)}
+                        found = shardy(entries["mhlo.sharding"], t) if "mhlo.sharding" in entries else None
+                        if found is not None:
+                            entries["sdy.sharding"] = found
+                        dicts.append(ir.DictAttr.get(entries))
+                    o.attributes[attr_name] = ir.ArrayAttr.get(dicts)
+        elif (o.name == "stablehlo.custom_call" and "mhlo.sharding" in o.attributes
+              and ir.StringAttr(o.attributes["call_target_name"]).value == "Sharding"):
+            shardings.append(o)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for o in shardings:
+        found = shardy(o.attributes["mhlo.sharding"], o.results[0].type)
+        if found is not None:
+            with ir.InsertionPoint(o), o.location:
+                constraint = sdy.ShardingConstraintOp(o.operands[0], found)
+            _replace(o, [constraint.result])
+
+
+def gspmd_form(module: ir.Operation) -> bool:
+    """True for a module lowered for GSPMD: `mhlo.sharding` attributes and no `sdy.mesh`."""
+    found = {"sdy.mesh": False, "mhlo.sharding": False}
+
+    def visit(o: ir.Operation) -> ir.WalkResult:
+        found["sdy.mesh"] |= o.name == "sdy.mesh"
+        found["mhlo.sharding"] |= "mhlo.sharding" in o.attributes or any(
+            "mhlo.sharding" in ir.DictAttr(d)
+            for name in ("arg_attrs", "res_attrs") if o.name == "func.func" and name in o.attributes
+            for d in ir.ArrayAttr(o.attributes[name]))
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found["mhlo.sharding"] and not found["sdy.mesh"]
+
+
 def _annotations(module: ir.Operation) -> list[ir.Operation]:
     found: list[ir.Operation] = []
 
@@ -256,9 +348,15 @@ def _body_name(op: ir.Operation) -> str:
 _INDEX = "hlopt.partition_index"
 
 
-def propagated_shardings(module: ir.Operation) -> dict[int, tuple[list[ir.Attribute | None], list[ir.Attribute | None]]]:
-    """Operand and result `#sdy.sharding`s of each annotation (by walk index) after Shardy propagation."""
+def propagated_shardings(module: ir.Operation, gspmd_mesh: MeshSpec | None = None,
+                         ) -> dict[int, tuple[list[ir.Attribute | None], list[ir.Attribute | None]]]:
+    """Operand and result `#sdy.sharding`s of each annotation (by walk index) after Shardy propagation.
+
+    A module in GSPMD form is first given Shardy's form on `gspmd_mesh`.
+    """
     copy = module.clone()
+    if gspmd_mesh is not None:
+        _import_gspmd(copy.operation, gspmd_mesh)
     for i, op in enumerate(_annotations(copy.operation)):
         op.attributes[_INDEX] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
     table = ir.SymbolTable(copy.operation)
@@ -327,8 +425,15 @@ class LowerCustomPartitioning(Pass):
 
     def apply(self, module: ir.Operation) -> None:
         annotations = _annotations(module)
+        meshes = [MeshSpec.from_attribute(_config(op)["mesh"]) for op in annotations if "mesh" in _config(op)]
+        gspmd_mesh = None
+        if meshes and gspmd_form(module):
+            if self.target == "shardy":
+                raise PassError("the module holds GSPMD shardings (it was lowered with jax_use_shardy_partitioner "
+                                "off): use lower-custom-partitioning{target=gspmd}", annotations[0].location)
+            gspmd_mesh = meshes[0]
         if annotations:
-            shardings = propagated_shardings(module) if any("mesh" in _config(op) for op in annotations) else {}
+            shardings = propagated_shardings(module, gspmd_mesh) if meshes else {}
             splicer = _Splicer(module, self.target)
             for index, op in enumerate(annotations):
                 with op.location:

@@ -403,3 +403,52 @@ def test_executable_file_loads_in_a_process_without_the_partitioner(mesh2, tmp_p
     """)
     _python(script, str(tmp_path / "args.npz"), str(tmp_path / "mm.hlopt"), str(tmp_path / "out.npy"))
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.asarray(compiled(a, b)))
+
+
+# --- GSPMD: sharding strings and modules lowered with jax_use_shardy_partitioner off ------------
+
+
+@pytest.mark.parametrize("spec", [P("a"), P(None, "b"), P(("c", "a")), P("c", ("b", "a")), P(), P("b", "c"),
+                                  P(("a", "b", "c"))])
+def test_hlo_sharding_strings_match_jax(spec):
+    from hlopt.passes.lower_custom_partitioning import MeshSpec, dims_from_hlo_sharding, hlo_sharding, tile_assignment
+
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 2, 2), ("a", "b", "c"))
+    plain = MeshSpec((("a", 2), ("b", 2), ("c", 2)))
+    dims = tuple(() if e is None else (e,) if isinstance(e, str) else e for e in tuple(spec) + (None,) * (2 - len(spec)))
+    want = str(NamedSharding(mesh, spec)._to_xla_hlo_sharding(2))
+    assert tile_assignment(hlo_sharding(plain, dims)) == tile_assignment(want)
+    assert dims_from_hlo_sharding(plain, 2, want) == dims
+    if any(dims):  # a mesh with device_ids maps each tile's device through them
+        tiles, devices = tile_assignment(want)
+        reversed_ids = MeshSpec(plain.axes, (7, 6, 5, 4, 3, 2, 1, 0))
+        assert tile_assignment(hlo_sharding(reversed_ids, dims)) == (tiles, tuple(7 - d for d in devices))
+
+
+def mm_infer(mesh, arg_shapes, result_shape):
+    a, b = arg_shapes
+    return named(mesh, _entry(a.sharding.spec, 0), _entry(b.sharding.spec, 1))
+
+
+gspmd_mm, jax_gspmd_mm = both(_matmul, mm_partition, infer_sharding_from_operands=mm_infer,
+                              sharding_rule="i k, k j -> i j", reduction_factors=("k",))
+
+
+def test_module_lowered_for_gspmd(mesh2):
+    a = RNG.standard_normal((8, 16)).astype(np.float32)
+    b = RNG.standard_normal((16, 4)).astype(np.float32)
+    in_specs = [("x", "y"), (("y", "x"),)]
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        lowered = hlopt.lower(gspmd_mm, a, b, mesh=mesh2, in_shardings=tuple(P(*s) for s in in_specs))
+        want = _reference(jax_gspmd_mm, mesh2, in_specs, (), a, b)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", True)
+    assert "sdy.mesh @" not in lowered.as_text() and "mhlo.sharding" in lowered.as_text()
+    with pytest.raises(hlopt.PipelineError, match=r"GSPMD shardings .* use lower-custom-partitioning\{target=gspmd\}"):
+        lowered.apply("lower-custom-partitioning")
+    after = lowered.apply("lower-custom-partitioning{target=gspmd}")
+    # a's (x, y) tiling is read back from its mhlo.sharding, so partition keeps it and sums over y.
+    assert after.as_text().count('mhlo.sharding = "{devices=[2,4]<=[8]}"') == 2
+    got = after.compile()(a, b)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
