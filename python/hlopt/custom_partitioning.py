@@ -141,7 +141,6 @@ class custom_partitioning:
         self.partition: Callable | None = None
         self.infer_sharding_from_operands: Callable | None = None
         self.propagate_user_sharding: Callable | None = None
-        self.decode_shardings = True
         self.sharding_rule: SdyShardingRule | Callable | None = None
         self._literals = _Literals()
         self.key = _key(fun, self)
@@ -160,11 +159,15 @@ class custom_partitioning:
         permutation_factors: tuple[str, ...] = (),
         **factor_sizes: int,
     ) -> Callable:
-        """Set the partitioning callbacks and the sharding rule, as JAX's `def_partition` does."""
+        """Set the partitioning callbacks and the sharding rule, as JAX's `def_partition` does.
+
+        The callbacks always receive `NamedSharding`s on the program's mesh (hlopt
+        requires a mesh), so `decode_shardings` is accepted for compatibility only.
+        """
+        del decode_shardings
         self.partition = partition
         self.infer_sharding_from_operands = infer_sharding_from_operands
         self.propagate_user_sharding = propagate_user_sharding
-        self.decode_shardings = decode_shardings
         if isinstance(sharding_rule, str):
             sharding_rule = str_to_sdy_sharding_rule(
                 sharding_rule, reduction_factors=reduction_factors,

@@ -236,6 +236,51 @@ def test_pytrees_and_static_arguments(mesh2, scale):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
 
 
+def _rows_partition(mesh, arg_shapes, result_shape):
+    rows = named(mesh, _entry(arg_shapes[0].sharding.spec, 0))
+    return mesh, _fft, rows, (rows,)
+
+
+def _fft(x):
+    return fft(x)
+
+
+@pytest.mark.parametrize("rule", [
+    jax_cp.SdyShardingRule(operand_mappings=((jax_cp.BATCHING, "i"),), result_mappings=((jax_cp.BATCHING, "i"),)),
+    lambda mesh, operand_types, result_types: "b i -> b i",
+    lambda mesh, operand_types, result_types: ("b i -> b i", {"need_replication_factors": ("i",)}),
+], ids=["SdyShardingRule", "callable", "callable-with-factors"])
+def test_sharding_rule_forms(mesh1, rule):
+    ours, theirs = both(_fft, _rows_partition, sharding_rule=rule)
+    x = _complex((16, 8))
+    lowered = hlopt.lower(ours, x, mesh=mesh1, in_shardings=(P("x"),))
+    assert "sdy.sharding_rule = #sdy.op_sharding_rule<([i, j])->([i, j]) {i=16, j=8}" in lowered.as_text()
+    np.testing.assert_allclose(np.asarray(lowered.compile()(x)),
+                               np.asarray(_reference(theirs, mesh1, [("x",)], ("x",), x)), rtol=1e-5, atol=1e-5)
+
+
+def test_result_sharding_from_callbacks_without_a_rule(mesh1):
+    seen = []
+
+    def partition(mesh, arg_shapes, result_shape):
+        seen.append(result_shape.sharding.spec)
+        return fft_partition(mesh, arg_shapes, result_shape)
+
+    def from_user(mesh, user_shape):
+        seen.append(("user", user_shape.sharding.spec))
+        return named(mesh, "x", None)
+
+    inferred = hlopt.custom_partitioning(_fft)
+    inferred.def_partition(partition, infer_sharding_from_operands=fft_infer)
+    from_users = hlopt.custom_partitioning(_fft)
+    from_users.def_partition(partition, propagate_user_sharding=from_user)
+    x = _complex((16, 8))
+    for op, out in ((inferred, None), (from_users, P(None, "x"))):
+        compiled = hlopt.jit(op, mesh=mesh1, in_shardings=(P("x"),), out_shardings=out).lower(x).compile()
+        np.testing.assert_allclose(np.asarray(compiled(x)), np.fft.fft(x), rtol=1e-4, atol=1e-4)
+    assert seen == [P("x", None), ("user", P(None, "x")), P("x", None)]
+
+
 def test_one_device_and_eager_run_the_function(mesh1):
     x = _complex((16, 8))
     np.testing.assert_allclose(np.asarray(my_fft(x)), np.fft.fft(x), rtol=1e-4, atol=1e-4)
