@@ -482,30 +482,30 @@ class _Analysis:
         cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
         start = self.next_id
         carried = [self.bind_fresh(arg) for arg in body.arguments]
+        carried_stop = self.next_id  # carried cells are [start, carried_stop)
         for arg, cells in zip(cond.arguments, carried):
             self.env[arg] = cells
         inner = _Scope()
         self.walk_block(cond, inner)
         returned = [self.cells(v) for v in self.walk_block(body, inner)]
-        # carried cell -> (initial cell, carried unchanged by the body)
-        origin: dict[int, tuple[int, bool]] = {}
+        # for each carried cell: its initial cell, and whether the body carries it unchanged
+        initial = np.full(carried_stop - start, -1, np.int64)
+        kept = np.zeros(carried_stop - start, bool)
         for before, after, first in zip(carried, returned, init):
-            if before is None or first is None:
-                continue
-            same = np.zeros(before.shape, bool) if after is None else (after == before)
-            for cell, src, kept in zip(before.reshape(-1).tolist(), first.reshape(-1).tolist(),
-                                       same.reshape(-1).tolist()):
-                origin[cell] = (src, kept)
+            if before is not None and first is not None:
+                index = before.reshape(-1) - start
+                initial[index] = first.reshape(-1)
+                if after is not None:
+                    kept[index] = (after == before).reshape(-1)
         loop_loc = source_location(op.location)
         for pair, loc in inner.consumed.items():
             outer, every_iteration = [], True
             for cell in pair:
                 if cell < start:
                     outer.append(cell)
-                elif cell in origin:
-                    src, kept = origin[cell]
-                    outer.append(src)
-                    every_iteration &= kept
+                elif cell < carried_stop and initial[cell - start] >= 0:
+                    outer.append(int(initial[cell - start]))
+                    every_iteration &= bool(kept[cell - start])
                 else:
                     break  # made inside the loop: a new key each iteration
             else:

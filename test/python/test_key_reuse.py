@@ -455,6 +455,17 @@ def test_same_verdict_as_jax(name):
         assert bool(reports) == expected, [str(r) for r in reports]
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_same_verdict_with_original_threefry(name):
+    """jax_threefry_partitionable=False lowers bits and split differently."""
+    f, expected, extra, _ = CASES[name]
+    with jax.threefry_partitionable(False):
+        lowered = hlopt.lower(f, jax.random.key(0), *extra)
+    reports = find_key_reuse(lowered.module.operation)
+    assert bool(reports) == expected, [str(r) for r in reports]
+    assert_locations_in(f, reports)
+
+
 @pytest.mark.parametrize("name", sorted(SHARD_MAP_CASES))
 def test_shard_map_same_verdict_as_jax(name):
     from jax.sharding import Mesh
