@@ -347,9 +347,11 @@ def _body_name(op: ir.Operation) -> str:
 
 _INDEX = "hlopt.partition_index"
 
+# (operand shardings, result shardings) of one annotation; None where nothing was propagated.
+Found = tuple[list[ir.Attribute | None], list[ir.Attribute | None]]
 
-def propagated_shardings(module: ir.Operation, gspmd_mesh: MeshSpec | None = None,
-                         ) -> dict[int, tuple[list[ir.Attribute | None], list[ir.Attribute | None]]]:
+
+def propagated_shardings(module: ir.Operation, gspmd_mesh: MeshSpec | None = None) -> dict[int, Found]:
     """Operand and result `#sdy.sharding`s of each annotation (by walk index) after Shardy propagation.
 
     A module in GSPMD form is first given Shardy's form on `gspmd_mesh`.
@@ -369,7 +371,7 @@ def propagated_shardings(module: ir.Operation, gspmd_mesh: MeshSpec | None = Non
             ir.SymbolTable.set_symbol_name(public[0], "main")
     pm = passmanager.PassManager.parse("builtin.module(inline,sdy-propagation-pipeline)")
     pm.run(copy.operation)
-    found: dict[int, tuple[list[ir.Attribute | None], list[ir.Attribute | None]]] = {}
+    found: dict[int, Found] = {}
     for op in _annotations(copy.operation):
         index = ir.IntegerAttr(op.attributes[_INDEX]).value
         shardings = ([_value_sharding(v) for v in op.operands], _op_shardings(op, len(op.results)))
@@ -381,7 +383,7 @@ def propagated_shardings(module: ir.Operation, gspmd_mesh: MeshSpec | None = Non
     return found
 
 
-def _texts(shardings):
+def _texts(shardings: Found) -> list[list[str]]:
     return [[str(s) for s in side] for side in shardings]
 
 
@@ -455,7 +457,7 @@ class _Splicer:
         self.count = 0
         self.next_channel = 1 + max(_channel_handles(module), default=0)
 
-    def lower(self, op: ir.Operation, found) -> None:
+    def lower(self, op: ir.Operation, found: Found | None) -> None:
         config = _config(op)
         body = _body_name(op)
         self.bodies.add(body)
@@ -494,7 +496,8 @@ class _Splicer:
             self._gspmd(op, plan, main)
         main.operation.erase()
 
-    def _local_types(self, values, shardings, mesh, where, what, op) -> list[ir.Type]:
+    def _local_types(self, values: Sequence[ir.Value], shardings: Sequence[DimShardings], mesh: MeshSpec,
+                     where: str, what: str, op: ir.Operation) -> list[ir.Type]:
         if len(shardings) != len(values):
             raise PassError(f"{where}: partition returned {len(shardings)} {what} shardings for "
                             f"{len(values)} {what}s", op.location)
@@ -512,7 +515,8 @@ class _Splicer:
             types.append(ir.RankedTensorType.get(shape, t.element_type))
         return types
 
-    def _import_body(self, text: str, op: ir.Operation, where: str, local_in, local_out) -> func.FuncOp:
+    def _import_body(self, text: str, op: ir.Operation, where: str, local_in: list[ir.Type],
+                     local_out: list[ir.Type]) -> func.FuncOp:
         """Parse the body module, rename and move its functions here; return its `@main`."""
         body = ir.Module.parse(text, self.module.context)
         table = ir.SymbolTable(body.operation)
@@ -558,16 +562,20 @@ class _Splicer:
                 existing.append(name)
                 if MeshSpec.from_attribute(o.attributes["mesh"]) == mesh:
                     return name
-        name = "mesh" if "mesh" not in existing else f"mesh_{len(existing)}"
+        name, n = "mesh", 0
+        while name in existing:
+            n += 1
+            name = f"mesh_{n}"
         first = _module_ops(self.module)[0]
         with ir.InsertionPoint(first), self.module.location:
             sdy.MeshOp(name, ir.Attribute.parse(mesh.attribute_text()))
         return name
 
-    def _manual_computation(self, op: ir.Operation, plan: PartitionPlan, main: func.FuncOp, local_in) -> None:
+    def _manual_computation(self, op: ir.Operation, plan: PartitionPlan, main: func.FuncOp,
+                            local_in: list[ir.Type]) -> None:
         mesh_name = self._mesh_symbol(plan.mesh)
 
-        def per_value(dims_list):
+        def per_value(dims_list: Sequence[DimShardings]) -> ir.Attribute:
             return ir.Attribute.parse(
                 "#sdy.sharding_per_value<[" + ", ".join(sharding_text(mesh_name, d) for d in dims_list) + "]>")
 
@@ -578,7 +586,7 @@ class _Splicer:
                 per_value(plan.operand_shardings), per_value(plan.result_shardings),
                 ir.Attribute.parse(f"#sdy<manual_axes{{{axes}}}>"))
             block = manual.body.blocks.append(*local_in)
-        _inline_into(main, block, list(block.arguments), lambda values: sdy.ReturnOp(values))
+        _inline_into(main, block, list(block.arguments), sdy.ReturnOp)
         _replace(op, list(manual.results))
 
     def _gspmd(self, op: ir.Operation, plan: PartitionPlan, main: func.FuncOp) -> None:
