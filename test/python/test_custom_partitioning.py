@@ -417,6 +417,28 @@ def test_post_pass_text_identical_across_processes():
     assert first == second
 
 
+_CACHE_SCRIPT = """
+import sys
+sys.path.insert(0, {here!r})
+import numpy as np, jax
+from jax.sharding import Mesh, PartitionSpec as P
+import hlopt, test_custom_partitioning as t
+hlopt.set_cache_dir(sys.argv[1])
+mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
+a = np.ones((8, 16), np.float32); b = np.ones((16, 4), np.float32)
+out = hlopt.jit(t.mm, mesh=mesh, in_shardings=(P("x", "y"), P()))(a, b)
+assert float(np.asarray(out).sum()) == 8 * 4 * 16
+info = hlopt.cache_info()
+print(info.hits, info.misses)
+"""
+
+
+def test_persistent_cache_hits_in_a_new_process(tmp_path):
+    script = _CACHE_SCRIPT.format(here=HERE)
+    assert _python(script, str(tmp_path)).split() == ["0", "1"]
+    assert _python(script, str(tmp_path)).split() == ["1", "0"]
+
+
 def test_portable_artifact_runs_in_a_process_without_the_partitioner(mesh2, tmp_path):
     from hlopt.passes.mlir import serialize_portable_artifact
 
