@@ -6,6 +6,7 @@ here, so a jaxlib upgrade that moves a private path is fixed in one file.
 
 from __future__ import annotations
 
+import io
 import threading
 
 from jaxlib.mlir import ir, passmanager
@@ -70,9 +71,13 @@ def get_context() -> ir.Context:
 
 
 def serialize_portable_artifact(module: ir.Module, target: str | None = None) -> bytes:
-    """`module` as a versioned StableHLO portable artifact (VHLO bytecode)."""
+    """`module` as a versioned StableHLO portable artifact (VHLO bytecode); `module` is unchanged."""
     version = target or _stablehlo.get_current_version()
-    return _stablehlo.serialize_portable_artifact(module, version, allow_other_dialects=True)
+    buf = io.BytesIO()
+    module.operation.write_bytecode(buf)
+    with module.context:
+        copy = ir.Module.parse(buf.getvalue())  # serializing converts the module it is given to VHLO
+    return _stablehlo.serialize_portable_artifact(copy, version, allow_other_dialects=True)
 
 
 def deserialize_portable_artifact(data: bytes) -> ir.Module:

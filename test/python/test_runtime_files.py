@@ -67,6 +67,8 @@ def test_round_trip_in_process(case, tmp_path):
     for loaded in (hlopt.load(path), hlopt.deserialize(compiled.serialize())):
         assert loaded.signature == compiled.signature
         assert loaded.pipeline == compiled.pipeline == "hlopt-default"
+        assert loaded.as_text().startswith("HloModule")  # stack-frame tables are renumbered on reload
+        assert str(loaded.module) == str(compiled.module)  # serializing left compiled.module alone
         assert_same(loaded(*args), compiled(*args))
         want = jax.jit(fun, static_argnums=static)(*args)
         assert_same(loaded(*args), want)
@@ -168,6 +170,18 @@ def test_round_trip_in_a_fresh_process(sharded, tmp_path):
     assert sorted(got.files) == sorted(want)
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_too_few_devices_says_how_many_are_needed(sharded, tmp_path):
+    compiled, _, _ = sharded
+    compiled.save(tmp_path / "s.hlx")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    script = "import sys, hlopt\ntry:\n    hlopt.load(sys.argv[1])\nexcept hlopt.ExecutableFileError as e:\n    print(e)\n"
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s.hlx")], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "the program runs on 8 devices but only 4 cpu device(s) are available" in proc.stdout
+    assert "xla_force_host_platform_device_count=8" in proc.stdout
 
 
 def test_other_jaxlib_version_is_recompiled_with_a_warning():
