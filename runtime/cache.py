@@ -11,13 +11,14 @@ replaced; the least recently used entries are evicted above a size limit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,17 @@ def set_cache_dir(path: str | os.PathLike | None, *, max_bytes: int | None = Non
         max_bytes = int(os.environ.get(ENV_MAX_BYTES, DEFAULT_MAX_BYTES))
     _state["cache"] = None if path is None else CompilationCache(path, max_bytes)
     _state["configured"] = True
+
+
+@contextlib.contextmanager
+def using_cache_dir(path: str | os.PathLike | None, *, max_bytes: int | None = None) -> Iterator[None]:
+    """`set_cache_dir(path)` for the duration of a `with` block, then the previous setting."""
+    saved = dict(_state)
+    set_cache_dir(path, max_bytes=max_bytes)
+    try:
+        yield
+    finally:
+        _state.update(saved)
 
 
 def active_cache() -> CompilationCache | None:

@@ -39,5 +39,6 @@ def compile_program(module: ir.Module, signature: Signature) -> Any:
 
 
 def compile_lowered(lowered: "Lowered") -> Compiled:
+    """The `Compiled` of a post-pass `Lowered`."""
     executable = compile_program(lowered.module, lowered.signature)
     return Compiled(executable, lowered.signature, lowered.module, lowered.pipeline)

@@ -36,7 +36,8 @@ DTYPES: dict[str, str] = {
 _MAX_DEPTH = 64
 
 
-def _dtype(name: Any) -> np.dtype:
+def dtype_from_name(name: Any) -> np.dtype:
+    """The numpy dtype named `name`, if it is one of `DTYPES`."""
     if not isinstance(name, str) or name not in DTYPES:
         raise EncodingError(f"unsupported dtype {name!r} (supported: {', '.join(DTYPES)})")
     return np.dtype(getattr(ml_dtypes, name, None) or name)
@@ -116,17 +117,19 @@ def decode_tree(data: Any) -> Any:
 
 
 def encode_aval(aval: Any) -> dict[str, Any]:
+    """`{"shape", "dtype", "weak_type"}` of a ShapedArray."""
     name = np.dtype(aval.dtype).name
-    _dtype(name)
+    dtype_from_name(name)
     return {"shape": [int(d) for d in aval.shape], "dtype": name, "weak_type": bool(getattr(aval, "weak_type", False))}
 
 
 def decode_aval(data: Any) -> jax.core.ShapedArray:
+    """The ShapedArray `encode_aval` encoded, after checking every field."""
     _check(isinstance(data, dict) and set(data) == {"shape", "dtype", "weak_type"}, f"malformed aval {_short(data)}")
     shape = data["shape"]
     _check(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape), f"malformed shape {_short(shape)}")
     _check(isinstance(data["weak_type"], bool), f"malformed weak_type {_short(data['weak_type'])}")
-    return jax.core.ShapedArray(tuple(shape), _dtype(data["dtype"]), weak_type=data["weak_type"])
+    return jax.core.ShapedArray(tuple(shape), dtype_from_name(data["dtype"]), weak_type=data["weak_type"])
 
 
 def tensor_type(aval: Any) -> str:
@@ -156,6 +159,7 @@ def encode_static(value: Any) -> Any:
 
 
 def decode_static(data: Any, depth: int = 0) -> Any:
+    """The static argument `encode_static` encoded."""
     _check(depth < _MAX_DEPTH, f"static argument nested deeper than {_MAX_DEPTH} levels")
     if data is None or type(data) in (bool, int, float, str):
         return data
@@ -170,6 +174,7 @@ def decode_static(data: Any, depth: int = 0) -> Any:
 
 
 def encode_mesh(mesh: Mesh) -> dict[str, Any]:
+    """A mesh as axis names, shape, axis types and device ids."""
     return {
         "axis_names": [str(a) for a in mesh.axis_names],
         "shape": [int(s) for s in mesh.devices.shape],
@@ -197,6 +202,7 @@ def devices_for(device_ids: Sequence[int]) -> list[jax.Device]:
 
 
 def decode_mesh(data: Any) -> Mesh:
+    """The mesh `encode_mesh` encoded, over this process's devices (see `devices_for`)."""
     _check(isinstance(data, dict) and set(data) == {"axis_names", "shape", "axis_types", "device_ids"},
            f"malformed mesh {_short(data)}")
     names, shape, types, ids = data["axis_names"], data["shape"], data["axis_types"], data["device_ids"]
@@ -220,6 +226,7 @@ def encode_spec(sharding: Any) -> list[Any] | None:
 
 
 def decode_spec(data: Any) -> PartitionSpec:
+    """The PartitionSpec `encode_spec` encoded."""
     _check(isinstance(data, list), f"malformed partition spec {_short(data)}")
     parts = []
     for p in data:
@@ -230,6 +237,7 @@ def decode_spec(data: Any) -> PartitionSpec:
 
 
 def spec_str(data: list[Any] | None) -> str:
+    """An encoded spec as `P('x', None)`, or `single device`."""
     if data is None:
         return "single device"
     return "P(" + ", ".join("None" if p is None else repr(tuple(p)) if isinstance(p, list) else repr(p) for p in data) + ")"

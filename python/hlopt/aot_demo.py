@@ -29,7 +29,6 @@ def section(out: TextIO) -> None:
               "w2": rng.standard_normal((16, 3)).astype(np.float32)}
     x = rng.standard_normal((4, 6)).astype(np.float32)
     compiled = hlopt.lower(model, params, x).compile()
-    saved = dict(cache._state)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.hlx"
         compiled.save(path)
@@ -47,13 +46,10 @@ def section(out: TextIO) -> None:
         else:
             raise AssertionError("a damaged executable file was loaded")
 
-        try:
-            hlopt.set_cache_dir(Path(tmp) / "cache")
+        with cache.using_cache_dir(Path(tmp) / "cache"):
             hlopt.lower(model, params, x).compile()
             again = hlopt.lower(model, params, x).compile()
             info = hlopt.cache_info()
-            out.write(f"compilation cache: {info.misses} miss, then {info.hits} hit ({info.entries} entry)\n")
-            assert (info.hits, info.misses) == (1, 1)
-            check_close(out, "aot: cache hit", again(params, x), jax.jit(model)(params, x))
-        finally:
-            cache._state.update(saved)
+        out.write(f"compilation cache: {info.misses} miss, then {info.hits} hit ({info.entries} entry)\n")
+        assert (info.hits, info.misses) == (1, 1)
+        check_close(out, "aot: cache hit", again(params, x), jax.jit(model)(params, x))

@@ -27,10 +27,8 @@ def f(x):
 
 @pytest.fixture
 def cache_dir(tmp_path):
-    saved = dict(cache_mod._state)
-    hlopt.set_cache_dir(tmp_path / "cache")
-    yield tmp_path / "cache"
-    cache_mod._state.update(saved)
+    with cache_mod.using_cache_dir(tmp_path / "cache"):
+        yield tmp_path / "cache"
 
 
 def entries(directory) -> list:
@@ -124,15 +122,20 @@ def test_stale_temporary_files_are_removed(tmp_path):
 
 
 def test_cache_off_and_bad_limit(tmp_path):
-    saved = dict(cache_mod._state)
-    try:
-        hlopt.set_cache_dir(None)
+    with cache_mod.using_cache_dir(None):
         hlopt.lower(f, X).compile()
         assert hlopt.cache_info() == hlopt.CacheInfo(None, 0, 0, 0, 0, 0)
         with pytest.raises(ValueError, match="size limit must be positive"):
             hlopt.set_cache_dir(tmp_path, max_bytes=0)
-    finally:
-        cache_mod._state.update(saved)
+
+
+def test_environment_variable_names_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache_mod.ENV_DIR, str(tmp_path / "env-cache"))
+    monkeypatch.setenv(cache_mod.ENV_MAX_BYTES, "12345")
+    with cache_mod.using_cache_dir(None):
+        cache_mod._state["configured"] = False  # as in a process that never called set_cache_dir
+        info = hlopt.cache_info()
+    assert info.directory == str(tmp_path / "env-cache") and info.max_bytes == 12345
 
 
 WORKER = r"""

@@ -37,6 +37,7 @@ PROGRESS_AFTER_S = 2.0
 
 
 def add_compile_args(p: argparse.ArgumentParser) -> None:
+    """`hlopt compile`'s arguments."""
     p.add_argument("target", help="pkg.module:function, or a .mlir file")
     p.add_argument("--arg", action="append", default=[], metavar="TYPE",
                    help="an argument's type, e.g. f32[128,8] or int32[] (one per argument, in order)")
@@ -54,7 +55,7 @@ def parse_arg_type(text: str) -> Any:
     """`f32[128,8]` -> ShapeDtypeStruct((128, 8), float32)."""
     import jax
 
-    from hlopt.runtime.encoding import DTYPES, _dtype
+    from hlopt.runtime.encoding import DTYPES, dtype_from_name
 
     m = re.fullmatch(r"\s*([a-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*", text)
     if not m:
@@ -63,7 +64,7 @@ def parse_arg_type(text: str) -> Any:
     if name not in DTYPES:
         raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}' (e.g. {', '.join(list(SHORT_DTYPES)[:8])}, ...)")
     dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
-    return jax.ShapeDtypeStruct(dims, _dtype(name))
+    return jax.ShapeDtypeStruct(dims, dtype_from_name(name))
 
 
 def mesh_axes(text: str) -> tuple[list[str], list[int]]:
@@ -136,7 +137,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     from hlopt.compiler.pipeline import PipelineError, format_mlir_error
     from hlopt.compiler.stages import Lowered
     from hlopt.passes.mlir import get_context, ir
-    from hlopt.runtime.encoding import DTYPES, _dtype, aval_str
+    from hlopt.runtime.encoding import DTYPES, aval_str, dtype_from_name
     from hlopt.runtime.files import main_function
 
     try:
@@ -162,7 +163,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
                 raise UsageError(f"{path}: @main's {what} has type {t}; only static shapes can be compiled")
         if str(rt.element_type) not in element:
             raise UsageError(f"{path}: @main's {what} has unsupported element type {rt.element_type}")
-        return jax.core.ShapedArray(tuple(rt.shape), _dtype(element[str(rt.element_type)]))
+        return jax.core.ShapedArray(tuple(rt.shape), dtype_from_name(element[str(rt.element_type)]))
 
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     in_avals = tuple(aval(t, f"argument {i}") for i, t in enumerate(ftype.inputs))
@@ -214,6 +215,7 @@ def set_host_devices(count: int) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
+    """Lower, compile and save; print what was written."""
     import hlopt
     from hlopt.runtime.encoding import aval_str
 
@@ -250,6 +252,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
+    """`hlopt run`'s arguments."""
     p.add_argument("file", help="an executable file written by hlopt compile or Compiled.save")
     p.add_argument("--input", action="append", default=[], metavar="FILE",
                    help="a .npy (one argument) or .npz (its arrays in order); in argument order")
@@ -257,6 +260,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def read_inputs(paths: list[str]) -> list[Any]:
+    """The arrays of .npy and .npz files, in order; never unpickles."""
     import numpy as np
 
     arrays = []
@@ -285,6 +289,7 @@ def leaf_names(tree: Any) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Load a file, run it on the inputs, print or save the results."""
     import jax
     import numpy as np
 
@@ -319,6 +324,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_inspect_args(p: argparse.ArgumentParser) -> None:
+    """`hlopt inspect`'s arguments."""
     p.add_argument("file", help="an executable file")
     p.add_argument("--ir", action="store_true", help="also print the post-pass module")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
@@ -366,6 +372,7 @@ def describe(manifest: dict[str, Any], size: int, path: str) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    """Print a checked file's manifest (and its module with --ir)."""
     from hlopt.passes.mlir import deserialize_portable_artifact
     from hlopt.runtime import files
 
