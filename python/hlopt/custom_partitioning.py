@@ -182,7 +182,11 @@ class custom_partitioning:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.partition is None:
             raise ValueError(f"{self.key}: call def_partition before calling the function")
-        args = tuple(inspect.signature(self.fun).bind(*args, **kwargs).args)
+        bound = inspect.signature(self.fun).bind(*args, **kwargs)
+        bound.apply_defaults()
+        if bound.kwargs:
+            raise TypeError(f"{self.key}: keyword-only arguments cannot be resolved to positions")
+        args = tuple(bound.args)
         static = {i % len(args) for i in self.static_argnums}
         static_args = tuple(args[i] for i in sorted(static))
         if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(static_args)):

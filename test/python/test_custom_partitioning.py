@@ -281,6 +281,30 @@ def test_result_sharding_from_callbacks_without_a_rule(mesh1):
     assert seen == [P("x", None), ("user", P(None, "x")), P("x", None)]
 
 
+W = np.arange(16, dtype=np.float32).reshape(16, 1) * np.ones((1, 4), np.float32)
+
+
+def _project(x, scale=2.0):
+    return (x @ W) * scale  # W is a constant captured by the body
+
+
+def project_partition(mesh, arg_shapes, result_shape):
+    rows = named(mesh, "x")
+    return mesh, _project, rows, (rows, named(mesh))
+
+
+project = hlopt.custom_partitioning(_project)  # JAX's own asserts on captured constants
+project.def_partition(project_partition, sharding_rule="i k, -> i j")
+
+
+def test_keyword_arguments_defaults_and_captured_constants(mesh1):
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    for kwargs in ({}, {"scale": 3.0}):
+        got = hlopt.jit(lambda x: project(x, **kwargs), mesh=mesh1, in_shardings=(P("x"),))(x)
+        want = (x.astype(np.float64) @ W) * kwargs.get("scale", 2.0)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
+
+
 def test_one_device_and_eager_run_the_function(mesh1):
     x = _complex((16, 8))
     np.testing.assert_allclose(np.asarray(my_fft(x)), np.fft.fft(x), rtol=1e-4, atol=1e-4)
