@@ -46,13 +46,18 @@ __all__ = ["custom_partitioning"]
 
 
 class _Literals:
-    """Values put into the IR as Python literals; values that are not literals
-    are recovered from this process's table of what was encoded."""
+    """Values put into the IR as Python literals. A value whose repr is not a
+    literal of itself is named `<type #n>` instead (n counts this object's
+    encodings, so it is the same in every run of the same program) and is
+    recovered from this process's table."""
 
     def __init__(self) -> None:
         self._values: dict[str, Any] = {}
 
-    def encode(self, text: str, value: Any) -> str:
+    def encode(self, text: str, value: Any, convert: Callable[[Any], Any] = lambda v: v) -> str:
+        if not _round_trips(text, value, convert):
+            text = next((t for t, v in self._values.items() if _same(v, value)),
+                        f"<{type(value).__name__} #{len(self._values)}>")
         self._values[text] = value
         return text
 
@@ -63,6 +68,20 @@ class _Literals:
             return convert(ast.literal_eval(text))
         except (ValueError, SyntaxError):
             raise ValueError(f"'{text}' is not a Python literal and was not encoded in this process") from None
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - arrays and other values without a plain ==
+        return a is b
+
+
+def _round_trips(text: str, value: Any, convert: Callable[[Any], Any]) -> bool:
+    try:
+        return _same(convert(ast.literal_eval(text)), value)
+    except (ValueError, SyntaxError, TypeError):
+        return False
 
 
 def _skeleton(tree: Any) -> str:
@@ -211,8 +230,8 @@ class custom_partitioning:
             call=call,
             partitioner=self,
             static_args=self._literals.encode(repr(static_args), static_args),
-            in_tree=self._literals.encode(_skeleton(in_tree), in_tree),
-            out_tree=self._literals.encode(_skeleton(out_tree), out_tree),
+            in_tree=self._literals.encode(_skeleton(in_tree), in_tree, jax.tree_util.tree_structure),
+            out_tree=self._literals.encode(_skeleton(out_tree), out_tree, jax.tree_util.tree_structure),
         )
         return jax.tree_util.tree_unflatten(out_tree, out)
 

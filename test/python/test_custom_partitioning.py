@@ -305,6 +305,26 @@ def test_keyword_arguments_defaults_and_captured_constants(mesh1):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
 
 
+def _apply(fn, x):
+    return fn(x)
+
+
+def apply_partition(fn, mesh, arg_shapes, result_shape):
+    rows = named(mesh, _entry(arg_shapes[0].sharding.spec, 0))
+    return mesh, fn, rows, (rows,)
+
+
+apply_static, jax_apply_static = both(_apply, apply_partition, static_argnums=(0,), sharding_rule="i j -> i j")
+
+
+def test_static_argument_that_is_not_a_literal(mesh1):
+    x = RNG.standard_normal((8, 4)).astype(np.float32)
+    lowered = hlopt.lower(lambda x: apply_static(jnp.tanh, x), x, mesh=mesh1, in_shardings=(P("x"),))
+    assert re.search(r'static_args = "<tuple #\d+>"', lowered.as_text()) and "0x" not in lowered.as_text()
+    want = _reference(lambda x: jax_apply_static(jnp.tanh, x), mesh1, [("x",)], (), x)
+    np.testing.assert_allclose(np.asarray(lowered.compile()(x)), np.asarray(want), rtol=1e-6)
+
+
 def test_one_device_and_eager_run_the_function(mesh1):
     x = _complex((16, 8))
     np.testing.assert_allclose(np.asarray(my_fft(x)), np.fft.fft(x), rtol=1e-4, atol=1e-4)
