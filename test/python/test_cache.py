@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -184,3 +185,24 @@ def test_concurrent_processes_share_one_entry(tmp_path):
     assert entry.stat().st_size == good_size
     (last,) = run_workers(1, cache_dir, start_in=0)
     assert (last["hits"], last["misses"]) == (1, 0)
+
+
+def test_custom_partitioning_hits_across_processes_where_jax_misses(tmp_path):
+    """JAX's key holds the partitioner's address; hlopt's annotation names it by a stable key."""
+    worker = str(Path(__file__).parent / "cache_cp_worker.py")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+
+    def run(*argv, **extra):
+        proc = subprocess.run([sys.executable, worker, *argv], env=dict(env, **extra), capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    ours = [run(HLOPT_CACHE_DIR=str(tmp_path / "hlopt")) for _ in range(2)]
+    assert [(r["hits"], r["misses"]) for r in ours] == [(0, 1), (1, 0)]
+    assert len(entries(tmp_path / "hlopt")) == 1
+    theirs = [run("jax", str(tmp_path / "jax")) for _ in range(2)]
+    assert len(list((tmp_path / "jax").iterdir())) == 2  # a second entry: JAX's cache missed
+    want = np.sin(np.arange(8, dtype=np.float32)) * 2
+    for r in ours + theirs:
+        np.testing.assert_allclose(r["out"], want, rtol=1e-6)
