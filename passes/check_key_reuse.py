@@ -62,7 +62,8 @@ FORWARDING_CUSTOM_CALLS = frozenset(
 MAX_TRACKED_ELEMENTS = 1 << 16
 
 Cells = np.ndarray  # int64 cell ids, the shape of the value they describe
-Pair = tuple[int, int]
+Pair = tuple[int, int]  # the cells of a key's two words
+Frames = tuple[tuple[str, int, int], ...]  # source frames, innermost first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,16 +87,27 @@ class KeyReuseError(PassError):
         super().__init__("\n".join(str(r) for r in self.reports))
 
 
-def source_location(loc: ir.Location) -> str | None:
-    """`file:line:col` of the innermost source frame of `loc`, None if it has none.
+def source_frames(loc: ir.Location, elsewhere: frozenset[str] = frozenset()) -> Frames:
+    """The source frames of `loc`, innermost first: `(file, line, col)` each.
 
-    A call of a function that JAX lowered once and reused is located at
-    `callsite(<where it was first traced> at <this call>)`: the frames of this
-    call are then the ones after the first `at`.
+    JAX lowers some computations once per module and locates later uses at
+    `callsite(<frames of the first use> at <frames of this use>)`; the first
+    use's frames are a callsite themselves, or one frame of a function named
+    in `elsewhere` (jitted functions lowered to other `func.func`s). Only the
+    frames of this use count. Repeated frames are listed once.
     """
     node, _ = _parse_loc(str(loc), 4)  # skip "loc("
-    frame = _first_frame(node)
-    return None if frame is None else f"{frame[0]}:{frame[1]}:{frame[2]}"
+    frames = _frames(node, elsewhere)
+    return tuple(f for i, f in enumerate(frames) if i == 0 or f != frames[i - 1])
+
+
+def source_location(loc: ir.Location) -> str | None:
+    """`file:line:col` of the innermost source frame of `loc`, None if it has none."""
+    return _format(source_frames(loc))
+
+
+def _format(frames: Frames) -> str | None:
+    return f"{frames[0][0]}:{frames[0][1]}:{frames[0][2]}" if frames else None
 
 
 _TOKEN = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|(callsite|fused|unknown)|(.))')
@@ -105,8 +117,8 @@ _POSITION = re.compile(r':(\d+):(\d+)(?: to (?:\d+)?:\d+)?')
 def _parse_loc(text: str, i: int) -> tuple[tuple, int]:
     """The location at `text[i:]` as a tuple tree, and where it ends.
 
-    ("file", name, line, col), ("name", child or None), ("callsite", callee,
-    caller), ("fused", [children]) or ("unknown",).
+    ("file", name, line, col), ("name", name, child or None), ("callsite",
+    callee, caller), ("fused", [children]) or ("unknown",).
     """
     m = _TOKEN.match(text, i)
     quoted, word, _ = m.groups()
@@ -117,8 +129,8 @@ def _parse_loc(text: str, i: int) -> tuple[tuple, int]:
             return ("file", quoted, int(pos.group(1)), int(pos.group(2))), pos.end()
         if text.startswith("(", i):
             child, i = _parse_loc(text, i + 1)
-            return ("name", child), text.index(")", i) + 1
-        return ("name", None), i
+            return ("name", quoted, child), text.index(")", i) + 1
+        return ("name", quoted, None), i
     if word == "callsite":
         callee, i = _parse_loc(text, i + 1)
         i = text.index(" at ", i) + 4
@@ -149,24 +161,40 @@ def _skip_bracketed(text: str, i: int, open_: str, close: str) -> int:
         i += 1
 
 
-def _strip_names(node: tuple) -> tuple | None:
+def _strip_names(node: tuple | None) -> tuple | None:
     while node is not None and node[0] == "name":
-        node = node[1]
+        node = node[2]
     return node
 
 
-def _first_frame(node: tuple | None) -> tuple[str, int, int] | None:
+def _innermost_name(node: tuple | None) -> str | None:
+    name = None
+    while node is not None and node[0] == "name":
+        name, node = node[1], node[2]
+    return name
+
+
+def _frames(node: tuple | None, elsewhere: frozenset[str]) -> list[tuple[str, int, int]]:
     node = _strip_names(node)
     if node is None or node[0] == "unknown":
-        return None
+        return []
     if node[0] == "file":
-        return node[1], node[2], node[3]
+        return [(node[1], node[2], node[3])]
     if node[0] == "fused":
-        return next((f for f in map(_first_frame, node[1]) if f is not None), None)
+        return next((f for f in (_frames(c, elsewhere) for c in node[1]) if f), [])
     callee, caller = node[1], node[2]
-    stale = _strip_names(callee)
-    order = (caller, callee) if stale is not None and stale[0] == "callsite" else (callee, caller)
-    return _first_frame(order[0]) or _first_frame(order[1])
+    first_use = _strip_names(callee)
+    if first_use is not None and (
+        first_use[0] == "callsite"
+        or (first_use[0] == "file" and (_innermost_name(callee) or "").rsplit(".", 1)[-1] in elsewhere)
+    ):
+        return _frames(caller, elsewhere)
+    return _frames(callee, elsewhere) + _frames(caller, elsewhere)
+
+
+def _base_name(symbol: str) -> str:
+    """`g` for the symbols `g`, `g_0`, `g_12` JAX gives the lowerings of one function."""
+    return re.sub(r"_\d+$", "", symbol)
 
 
 def _tracked_shape(value: ir.Value) -> tuple[int, ...] | None:
@@ -254,7 +282,7 @@ class _Summary:
 
     params: list[Cells | None]
     results: list[Cells | None]
-    events: list[Pair]  # the argument keys it consumes
+    events: list[tuple[Pair, Frames]]  # the argument keys it consumes, and where
     start: int
     stop: int
 
@@ -262,8 +290,8 @@ class _Summary:
 class _Scope:
     """The keys consumed so far on one control path, and where."""
 
-    def __init__(self, consumed: MutableMapping[Pair, str | None] | None = None):
-        self.consumed: MutableMapping[Pair, str | None] = {} if consumed is None else consumed
+    def __init__(self, consumed: MutableMapping[Pair, Frames] | None = None):
+        self.consumed: MutableMapping[Pair, Frames] = {} if consumed is None else consumed
 
 
 class _Analysis:
@@ -273,6 +301,10 @@ class _Analysis:
         for op in module.regions[0].blocks[0].operations:
             if op.operation.name == "func.func":
                 self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
+        self.function_names = frozenset(_base_name(name) for name in self.funcs)
+        self.elsewhere: frozenset[str] = frozenset()
+        self.call_sites: collections.Counter[str] = collections.Counter()
+        module.walk(self._count_call)
         self.next_id = 0
         self.env: dict[ir.Value, Cells | None] = {}
         self.summaries: dict[str, _Summary] = {}
@@ -288,6 +320,15 @@ class _Analysis:
             "stablehlo.custom_call": self._custom_call,
             "sdy.manual_computation": self._manual_computation,
         }
+
+    def _count_call(self, op: ir.Operation) -> ir.WalkResult:
+        if op.name == "func.call":
+            self.call_sites[ir.FlatSymbolRefAttr(op.attributes["callee"]).value] += 1
+        return ir.WalkResult.ADVANCE
+
+    def frames(self, op: ir.Operation) -> Frames:
+        """The source frames of `op` in the function being analysed."""
+        return source_frames(op.location, self.elsewhere)
 
     # ---- cells ------------------------------------------------------------
 
@@ -319,17 +360,17 @@ class _Analysis:
 
     # ---- reports ----------------------------------------------------------
 
-    def report(self, message: str, loc: str | None, note: str, note_loc: str | None) -> None:
-        self.reports.append(KeyReuse(message, loc or "<unknown>", note, note_loc or "<unknown>"))
+    def report(self, message: str, loc: Frames, note: str, note_loc: Frames) -> None:
+        self.reports.append(KeyReuse(message, _format(loc) or "<unknown>", note, _format(note_loc) or "<unknown>"))
 
-    def consume(self, scope: _Scope, pair: Pair, loc: str | None) -> None:
+    def consume(self, scope: _Scope, pair: Pair, loc: Frames) -> None:
         first = scope.consumed.get(pair, _MISSING)
         if first is _MISSING:
             scope.consumed[pair] = loc
         else:
             self.report("PRNG key is consumed a second time", loc, "the key was first consumed here", first)
 
-    def consume_words(self, scope: _Scope, k0: ir.Value, k1: ir.Value, loc: str | None) -> None:
+    def consume_words(self, scope: _Scope, k0: ir.Value, k1: ir.Value, loc: Frames) -> None:
         c0, c1 = self.cells(k0), self.cells(k1)
         if c0 is None or c1 is None:
             return
@@ -379,14 +420,17 @@ class _Analysis:
             return cached
         func = self.funcs[name]
         block = func.regions[0].blocks[0]
+        caller_elsewhere = self.elsewhere
+        self.elsewhere = self.function_names - {_base_name(name)}
         start = self.next_id
         params = [self.bind_fresh(arg) for arg in block.arguments]
         param_stop = self.next_id
         scope = _Scope()
         returned = self.walk_block(block, scope)
-        events = [pair for pair in scope.consumed if start <= min(pair) and max(pair) < param_stop]
+        events = [(pair, loc) for pair, loc in scope.consumed.items() if start <= min(pair) and max(pair) < param_stop]
         result = _Summary(params, [self.cells(v) for v in returned], events, start, self.next_id)
         self.summaries[name] = result
+        self.elsewhere = caller_elsewhere
         return result
 
     # ---- consumers --------------------------------------------------------
@@ -427,7 +471,7 @@ class _Analysis:
         return memo[counter]
 
     def kernel_application(self, scope: _Scope, k0: ir.Value, k1: ir.Value,
-                           counters: Iterable[ir.Value], loc: str | None) -> None:
+                           counters: Iterable[ir.Value], loc: Frames) -> None:
         """Record a threefry2x32 application: a consumption unless it is a fold_in."""
         if self.fold_in_consumes or not any(self.is_fold_in_data(c) for c in counters):
             self.consume_words(scope, k0, k1, loc)
@@ -436,14 +480,14 @@ class _Analysis:
         words = _parity_key_words(op)
         if words is not None:
             self.kernel_application(scope, words[0], words[1], _inlined_counters(words[0]),
-                                    source_location(op.location))
+                                    self.frames(op))
         self.bind_fresh(op.results[0])
 
     def _custom_call(self, op: ir.Operation, scope: _Scope) -> None:
         target = ir.StringAttr(op.attributes["call_target_name"]).value
         operands = list(op.operands)
         if target in THREEFRY_CUSTOM_CALLS and len(operands) == 4:
-            self.kernel_application(scope, operands[0], operands[1], operands[2:], source_location(op.location))
+            self.kernel_application(scope, operands[0], operands[1], operands[2:], self.frames(op))
         if target in FORWARDING_CUSTOM_CALLS and len(op.results) == 1 and operands:
             self.bind(op.results[0], self.cells(operands[0]))
             return
@@ -455,7 +499,7 @@ class _Analysis:
     def _call(self, op: ir.Operation, scope: _Scope) -> None:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         operands = list(op.operands)
-        loc = source_location(op.location)
+        loc = self.frames(op)
         if self.is_kernel(callee):
             self.kernel_application(scope, operands[0], operands[1], operands[2:4], loc)
             for result in op.results:
@@ -472,8 +516,13 @@ class _Analysis:
             actual = self.cells(arg)
             if param is not None and actual is not None and param.shape == actual.shape:
                 table[param.reshape(-1) - summary.start] = actual.reshape(-1)
-        for p0, p1 in summary.events:  # reported at the call: the callee may be shared by many
-            self.consume(scope, (int(table[p0 - summary.start]), int(table[p1 - summary.start])), loc)
+        for (p0, p1), inner in summary.events:
+            # The consumer inside is the better place when its frames are this call's
+            # (a loop body, a function called once); a callee JAX lowered once for many
+            # calls keeps the frames of its first call, so the call itself is the place.
+            nested = bool(loc) and loc[0] in inner[1:]
+            where = inner if nested or (len(inner) == 1 and self.call_sites[callee] == 1) else loc
+            self.consume(scope, (int(table[p0 - summary.start]), int(table[p1 - summary.start])), where)
         for result, cells in zip(op.results, summary.results):
             self.bind(result, None if cells is None else table[cells - summary.start])
 
@@ -497,7 +546,7 @@ class _Analysis:
                 initial[index] = first.reshape(-1)
                 if after is not None:
                     kept[index] = (after == before).reshape(-1)
-        loop_loc = source_location(op.location)
+        loop_loc = self.frames(op)
         for pair, loc in inner.consumed.items():
             outer, every_iteration = [], True
             for cell in pair:
@@ -523,7 +572,7 @@ class _Analysis:
             self.bind(result, cells)
 
     def _branches(self, op: ir.Operation, scope: _Scope) -> None:
-        new: dict[Pair, str | None] = {}
+        new: dict[Pair, Frames] = {}
         returned: list[list[Cells | None]] = []
         for region in op.regions:
             branch = _Scope(collections.ChainMap({}, scope.consumed))

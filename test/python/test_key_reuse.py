@@ -425,10 +425,11 @@ def jax_verdict(f, *args) -> bool:
 
 
 def assert_locations_in(f, reports: list[KeyReuse]) -> None:
-    """Every reported location is a line of `f` in this file."""
+    """Every reported location is a line of `f` in this file, and the two differ."""
     lines, first = inspect.getsourcelines(f)
     here = os.path.abspath(__file__)
     for r in reports:
+        assert r.location != r.note_location, str(r)
         for loc in (r.location, r.note_location):
             path, line, _ = loc.rsplit(":", 2)
             assert os.path.abspath(path) == here, str(r)
@@ -453,6 +454,7 @@ def test_same_verdict_as_jax(name):
     if raw:
         reports = find_key_reuse(hlopt.lower(f, jax.random.PRNGKey(0), *extra).module.operation)
         assert bool(reports) == expected, [str(r) for r in reports]
+        assert_locations_in(f, reports)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -505,14 +507,30 @@ def test_lower_raises_with_both_locations():
     assert "note: the key was first consumed here" in str(report)
 
 
-def test_loop_report_names_consumer_and_loop():
-    lines, first = inspect.getsourcelines(while_sink_on_body_consts)
-    with pytest.raises(hlopt.KeyReuseError) as info:
-        hlopt.lower(while_sink_on_body_consts, jax.random.key(0), check_key_reuse=True)
-    (report,) = info.value.reports
-    assert "consumed in every iteration of a loop" in report.message
-    assert report.location.endswith(f":{first + 3}:19")  # jax.random.randint(key, ...)
-    assert report.note_location.endswith(f":{first + 4}:11")  # jax.lax.while_loop
+@pytest.mark.parametrize("name, error_line, note_line, message", [
+    # lines counted from the case's decorator
+    ("while_sink_on_body_consts", 3, 4, "in every iteration of a loop"),  # randint in the body; the loop
+    ("scan_reuse_in_body", 3, 4, "in every iteration of a loop"),  # bits in the body; the scan
+    ("scan_sink_on_consts", 3, 4, "in every iteration of a loop"),
+    ("while_bad_cond", 4, 8, "in every iteration of a loop"),  # uniform in cond_fun; the loop
+    ("reuse_after_cond_bad", 3, 2, "a second time"),  # after the cond; uniform in its branch
+    ("jit_duplicate_inputs", 5, 3, "a second time"),  # bits(key) after; bits(key1) inside g
+])
+def test_report_lines(name, error_line, note_line, message):
+    f, _, extra, _ = CASES[name]
+    _, first = inspect.getsourcelines(f)
+    (report,) = find_key_reuse(hlopt.lower(f, jax.random.key(0), *extra).module.operation)
+    assert message in report.message
+    assert int(report.location.split(":")[-2]) == first + error_line, str(report)
+    assert int(report.note_location.split(":")[-2]) == first + note_line, str(report)
+
+
+def test_shared_callee_is_reported_at_its_calls():
+    _, first = inspect.getsourcelines(nested_jit_reuse)
+    (report,) = find_key_reuse(hlopt.lower(nested_jit_reuse, jax.random.key(0)).module.operation)
+    line = f"{os.path.abspath(__file__)}:{first + 5}"
+    assert report.location.startswith(line) and report.note_location.startswith(line)
+    assert report.location != report.note_location  # the two calls of inner(key)
 
 
 def test_every_reuse_is_reported():
