@@ -75,9 +75,10 @@ class CompilationCache:
             manifest, sections = container.unpack(data, str(path), ENTRY_FORMAT, ("executable",))
             if manifest.get("key") != key:
                 raise container.ExecutableFileError(f"{path}: holds the entry for another key")
-            os.utime(path)  # recently used: last to be evicted
         except (OSError, container.ExecutableFileError):
             return None
+        with contextlib.suppress(OSError):  # a read-only cache still serves hits
+            os.utime(path)  # recently used: last to be evicted
         return sections["executable"]
 
     def put(self, key: str, executable: bytes) -> None:
