@@ -18,7 +18,7 @@ import pytest
 
 import hlopt
 from hlopt.compiler.pipeline import PipelineError
-from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse, source_location
+from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse, source_frames, source_location
 from hlopt.passes.mlir import get_context, ir
 
 REUSE, CLEAN = True, False
@@ -601,3 +601,12 @@ def test_source_location(text, expected):
         module = ir.Module.parse(f"func.func @f() {{ return {text} }}")
         (ret,) = module.body.operations[0].regions[0].blocks[0].operations
         assert source_location(ret.location) == expected
+
+
+def test_source_frames_drop_the_first_use_of_a_cached_lowering():
+    text = 'loc(callsite("outer.<locals>.g"("a.py":5:1) at callsite("outer"("a.py":9:2) at "m"("m.py":1:1))))'
+    with get_context():
+        module = ir.Module.parse(f"func.func @f() {{ return {text} }}")
+        (ret,) = module.body.operations[0].regions[0].blocks[0].operations
+        assert source_frames(ret.location) == (("a.py", 5, 1), ("a.py", 9, 2), ("m.py", 1, 1))
+        assert source_frames(ret.location, frozenset({"g"})) == (("a.py", 9, 2), ("m.py", 1, 1))
