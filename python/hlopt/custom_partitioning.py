@@ -36,6 +36,7 @@ from hlopt.passes.lower_custom_partitioning import (
     PartitionPlan,
     PartitionRequest,
     TensorSpec,
+    local_shape,
     register_partitioner,
     registered_partitioner,
 )
@@ -248,8 +249,8 @@ class custom_partitioning:
             return jax.ShapeDtypeStruct(spec.shape, np.dtype(spec.dtype), sharding=NamedSharding(mesh, _spec(dims)))
 
         arg_shapes = in_tree.unflatten([shaped(s, s.sharding or ((),) * len(s.shape)) for s in request.operands])
-        result_dims = [self._result_dims(static_args, mesh, arg_shapes, out_tree, request)]
-        result_shape = out_tree.unflatten([shaped(s, d) for s, d in zip(request.results, result_dims[0])])
+        result_dims = self._result_dims(static_args, mesh, arg_shapes, out_tree, request)
+        result_shape = out_tree.unflatten([shaped(s, d) for s, d in zip(request.results, result_dims)])
         new_mesh, lower_fn, result_shardings, arg_shardings = self.partition(
             *static_args, mesh, arg_shapes, result_shape)
         new_spec = _mesh_to_spec(new_mesh)
@@ -257,7 +258,7 @@ class custom_partitioning:
         result_out = _flat_dims(out_tree, result_shardings, request.results, "result")
         return PartitionPlan(
             mesh=new_spec,
-            body=_lower_per_device(lower_fn, new_mesh, in_tree, out_tree, request.operands, operand_dims),
+            body=_lower_per_device(lower_fn, new_mesh, new_spec, in_tree, out_tree, request.operands, operand_dims),
             operand_shardings=operand_dims,
             result_shardings=result_out,
         )
@@ -283,14 +284,17 @@ class custom_partitioning:
         return [s.sharding or ((),) * len(s.shape) for s in results]
 
 
-def _lower_per_device(lower_fn: Callable, mesh: Mesh, in_tree: Any, out_tree: Any,
+def _lower_per_device(lower_fn: Callable, mesh: Mesh, spec: MeshSpec, in_tree: Any, out_tree: Any,
                       operands: Sequence[TensorSpec], dims: Sequence[DimShardings]) -> str:
     """`lower_fn` traced at per-device shapes with every mesh axis manual, as module text."""
     sizes = dict(mesh.shape)
     local = []
-    for spec, d in zip(operands, dims):
-        shape = [n // int(np.prod([sizes[a] for a in axes])) for n, axes in zip(spec.shape, d)]
-        local.append(jax.ShapeDtypeStruct(tuple(shape), np.dtype(spec.dtype)))
+    for i, (operand, d) in enumerate(zip(operands, dims)):
+        shape = local_shape(operand.shape, d, spec)
+        if shape is None:
+            raise ValueError(f"operand {i} {operand.dtype}{list(operand.shape)} is not divisible by its sharding "
+                             f"{list(d)} on mesh {spec.attribute_text()}")
+        local.append(jax.ShapeDtypeStruct(shape, np.dtype(operand.dtype)))
     closed, shapes = jax.make_jaxpr(lower_fn, axis_env=list(sizes.items()), return_shape=True)(
         *in_tree.unflatten(local))
     got = jax.tree_util.tree_structure(shapes)

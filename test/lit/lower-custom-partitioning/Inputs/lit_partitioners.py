@@ -49,3 +49,15 @@ def broken(x):
 
 
 broken.def_partition(_refuse, sharding_rule="i j -> i j")
+
+
+def _columns_out(mesh, arg_shapes, result_shape):
+    return mesh, lambda x: x, NamedSharding(mesh, P(None, "x")), (NamedSharding(mesh, P("x")),)
+
+
+@hlopt.custom_partitioning
+def uneven(x):
+    return x
+
+
+uneven.def_partition(_columns_out, sharding_rule="i j -> i j")
