@@ -299,7 +299,7 @@ class _Analysis:
         self.fold_in_consumes = fold_in_consumes
         self.funcs: dict[str, ir.Operation] = {}
         for op in module.regions[0].blocks[0].operations:
-            if op.operation.name == "func.func":
+            if op.operation.name == "func.func" and op.regions[0].blocks:  # declarations: unknown calls
                 self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
         self.function_names = frozenset(_base_name(name) for name in self.funcs)
         self.elsewhere: frozenset[str] = frozenset()

@@ -80,3 +80,12 @@ func.func @once_per_branch(%key: tensor<2xui32>, %p: tensor<i1>) -> tensor<ui32>
   }) : (tensor<i1>) -> tensor<ui32>
   return %r : tensor<ui32>
 }
+
+// A call of a declaration (no body) is an unknown op: its results are new keys.
+// CHECK-LABEL: func.func @calls_a_declaration
+// CHECK: call @external
+func.func private @external(tensor<2xui32>) -> tensor<2xui32>
+func.func @calls_a_declaration(%key: tensor<2xui32>) -> tensor<2xui32> {
+  %0 = func.call @external(%key) : (tensor<2xui32>) -> tensor<2xui32>
+  return %0 : tensor<2xui32>
+}
