@@ -334,6 +334,15 @@ def test_one_device_and_eager_run_the_function(mesh1):
     np.testing.assert_allclose(np.asarray(lowered.compile()(x)), np.fft.fft(x), rtol=1e-4, atol=1e-4)
 
 
+def test_inside_shard_map_the_body_runs_per_device(mesh1):
+    x = _complex((64, 8))
+    f = jax.shard_map(my_fft, mesh=mesh1, in_specs=P("x"), out_specs=P("x"))
+    lowered = hlopt.lower(f, x, mesh=mesh1, in_shardings=(P("x"),))
+    assert "func.call @my_fft_body(%arg1) : (tensor<8x8xcomplex<f32>>)" in lowered.apply(
+        "lower-custom-partitioning").as_text()
+    np.testing.assert_allclose(np.asarray(lowered.compile()(x)), np.fft.fft(x), rtol=1e-4, atol=1e-4)
+
+
 def test_several_annotations_in_nested_functions(mesh2):
     a = RNG.standard_normal((8, 16)).astype(np.float32)
     b = RNG.standard_normal((16, 4)).astype(np.float32)
