@@ -343,6 +343,26 @@ def test_inside_shard_map_the_body_runs_per_device(mesh1):
     np.testing.assert_allclose(np.asarray(lowered.compile()(x)), np.fft.fft(x), rtol=1e-4, atol=1e-4)
 
 
+def _other_mesh_partition(mesh, arg_shapes, result_shape):
+    other = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("a", "b"))
+    tiles = named(other, "a", "b")
+    return other, lambda x: x * 2, tiles, (tiles,)
+
+
+other_mesh_op = hlopt.custom_partitioning(lambda x: x * 2)
+other_mesh_op.def_partition(_other_mesh_partition, sharding_rule="i j -> i j")
+
+
+@pytest.mark.parametrize("target", ["shardy", "gspmd"])
+def test_partition_may_return_another_mesh_over_the_same_devices(mesh1, target):
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    lowered = hlopt.lower(other_mesh_op, x, mesh=mesh1, in_shardings=(P("x"),), out_shardings=P("x"))
+    after = lowered.apply(f"lower-custom-partitioning{{target={target}}}")
+    assert ("sdy.mesh @mesh_1 = <[\"a\"=2, \"b\"=4]>" in after.as_text()) == (target == "shardy")
+    assert "tensor<4x2xf32>" in after.as_text()
+    np.testing.assert_array_equal(np.asarray(after.compile(pipeline="hlopt-default")(x)), x * 2)
+
+
 def test_several_annotations_in_nested_functions(mesh2):
     a = RNG.standard_normal((8, 16)).astype(np.float32)
     b = RNG.standard_normal((16, 4)).astype(np.float32)
