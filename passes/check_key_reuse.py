@@ -400,13 +400,14 @@ class _Analysis:
             if handler is not None:
                 handler(op, scope)
                 continue
-            rule = MOVES.get(name)
-            if rule is not None and len(op.results) == 1:
+            move = MOVES.get(name)
+            if move is not None and len(op.results) == 1:
+                source, rule = move
                 cells = [self.cells(v) for v in op.operands]
                 result = op.results[0]
                 shape = _tracked_shape(result)
                 moved = None
-                if shape is not None and cells and cells[0] is not None:
+                if shape is not None and len(cells) > source and cells[source] is not None:
                     moved = rule(op, cells, shape)
                 self.bind(result, moved)
                 continue
@@ -671,21 +672,22 @@ def _forward(op: ir.Operation, cells: list[Cells], shape: tuple[int, ...]) -> Ce
     return cells[0]
 
 
-MOVES: dict[str, Callable[[ir.Operation, list, tuple[int, ...]], Cells | None]] = {
-    "stablehlo.slice": _slice,
-    "stablehlo.reshape": lambda op, cells, shape: cells[0].reshape(shape),
-    "stablehlo.broadcast_in_dim": _broadcast_in_dim,
-    "stablehlo.transpose": lambda op, cells, shape: cells[0].transpose(_i64s(op, "permutation")),
-    "stablehlo.reverse": lambda op, cells, shape: np.flip(cells[0], axis=tuple(_i64s(op, "dimensions"))),
-    "stablehlo.concatenate": _concatenate,
-    "stablehlo.dynamic_slice": _dynamic_slice,
-    "stablehlo.dynamic_update_slice": _dynamic_update_slice,
-    "stablehlo.select": _select,
-    "stablehlo.convert": _forward,
-    "stablehlo.bitcast_convert": _forward,
-    "sdy.sharding_constraint": _forward,
-    "sdy.reshard": _forward,
-    "mhlo.copy": _forward,
+# op name -> (the operand whose key data the result is made of, the rule that moves it)
+MOVES: dict[str, tuple[int, Callable[[ir.Operation, list, tuple[int, ...]], Cells | None]]] = {
+    "stablehlo.slice": (0, _slice),
+    "stablehlo.reshape": (0, lambda op, cells, shape: cells[0].reshape(shape)),
+    "stablehlo.broadcast_in_dim": (0, _broadcast_in_dim),
+    "stablehlo.transpose": (0, lambda op, cells, shape: cells[0].transpose(_i64s(op, "permutation"))),
+    "stablehlo.reverse": (0, lambda op, cells, shape: np.flip(cells[0], axis=tuple(_i64s(op, "dimensions")))),
+    "stablehlo.concatenate": (0, _concatenate),
+    "stablehlo.dynamic_slice": (0, _dynamic_slice),
+    "stablehlo.dynamic_update_slice": (0, _dynamic_update_slice),
+    "stablehlo.select": (1, _select),
+    "stablehlo.convert": (0, _forward),
+    "stablehlo.bitcast_convert": (0, _forward),
+    "sdy.sharding_constraint": (0, _forward),
+    "sdy.reshard": (0, _forward),
+    "mhlo.copy": (0, _forward),
 }
 
 

@@ -1,0 +1,47 @@
+// RUN: not hlopt-opt %s -p check-key-reuse 2>&1 >/dev/null | filecheck %s
+// RUN: not hlopt-opt %s -p check-key-reuse 2>&1 >/dev/null | grep -c "error:" | filecheck %s --check-prefix=COUNT
+// COUNT: {{^}}2{{$}}
+
+// A select is followed when the choice is known: a constant predicate, or both
+// sides the same key. Otherwise its result is a new key.
+
+func.func private @threefry2x32(%k0: tensor<ui32>, %k1: tensor<ui32>, %x0: tensor<ui32>, %x1: tensor<ui32>) -> (tensor<ui32>, tensor<ui32>) {
+  %c = stablehlo.constant dense<466688986> : tensor<ui32>
+  %0 = stablehlo.xor %k0, %k1 : tensor<ui32>
+  %1 = stablehlo.xor %0, %c : tensor<ui32>
+  %2 = stablehlo.add %x0, %k0 : tensor<ui32>
+  %3 = stablehlo.add %x1, %1 : tensor<ui32>
+  return %2, %3 : tensor<ui32>, tensor<ui32>
+}
+
+func.func private @draw(%key: tensor<2xui32>) -> tensor<ui32> {
+  %s0 = stablehlo.slice %key [0:1] : (tensor<2xui32>) -> tensor<1xui32>
+  %k0 = stablehlo.reshape %s0 : (tensor<1xui32>) -> tensor<ui32>
+  %s1 = stablehlo.slice %key [1:2] : (tensor<2xui32>) -> tensor<1xui32>
+  %k1 = stablehlo.reshape %s1 : (tensor<1xui32>) -> tensor<ui32>
+  %c = stablehlo.constant dense<0> : tensor<ui32>
+  %a:2 = func.call @threefry2x32(%k0, %k1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
+  return %a#0 : tensor<ui32>
+}
+
+func.func @select_known(%key: tensor<2xui32>, %other: tensor<2xui32>, %p: tensor<i1>) -> (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) {
+  %true = stablehlo.constant dense<true> : tensor<i1>
+  %chosen = stablehlo.select %true, %key, %other : tensor<i1>, tensor<2xui32>
+  %same = stablehlo.select %p, %other, %other : tensor<i1>, tensor<2xui32>
+  %a = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
+  // CHECK: select.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: PRNG key is consumed a second time
+  // CHECK-NEXT: select.mlir:[[# @LINE - 2]]:{{[0-9]+}}: note: the key was first consumed here
+  %b = func.call @draw(%chosen) : (tensor<2xui32>) -> tensor<ui32>
+  %c = func.call @draw(%other) : (tensor<2xui32>) -> tensor<ui32>
+  // CHECK: select.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: PRNG key is consumed a second time
+  // CHECK-NEXT: select.mlir:[[# @LINE - 2]]:{{[0-9]+}}: note: the key was first consumed here
+  %d = func.call @draw(%same) : (tensor<2xui32>) -> tensor<ui32>
+  return %a, %b, %c, %d : tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>
+}
+
+func.func @select_unknown(%key: tensor<2xui32>, %other: tensor<2xui32>, %p: tensor<i1>) -> (tensor<ui32>, tensor<ui32>) {
+  %either = stablehlo.select %p, %key, %other : tensor<i1>, tensor<2xui32>
+  %a = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
+  %b = func.call @draw(%either) : (tensor<2xui32>) -> tensor<ui32>
+  return %a, %b : tensor<ui32>, tensor<ui32>
+}
