@@ -1,6 +1,6 @@
 """JSON encodings of what a program's `Signature` holds, without pickle.
 
-Treedefs of tuples, lists, dicts and None; avals of the dtypes in `DTYPES`;
+Treedefs of tuples, lists, dicts, None and the node classes of `NODE_TYPES`; avals of the dtypes in `DTYPES`;
 static arguments that are JSON scalars or tuples/lists of them; meshes as
 axis names, shape, axis types and device ids. Decoding validates every field
 and never imports or evaluates anything named in the data.
@@ -8,6 +8,7 @@ and never imports or evaluates anything named in the data.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,9 +53,23 @@ def _check(cond: bool, what: str) -> None:
 
 _LEAF = "*"
 
+# pytree node classes a file may hold besides tuple, list, dict and None:
+# stable name -> (module, class). Each is registered with
+# `register_pytree_node_class` and its aux data is a static value (see
+# `encode_static`). Only classes in this table are ever imported.
+NODE_TYPES: dict[str, tuple[str, str]] = {
+    "hlopt.sparse.BCOO": ("hlopt.sparse.bcoo", "BCOO"),
+}
+_NODE_NAMES = {f"{module}.{cls}": name for name, (module, cls) in NODE_TYPES.items()}
+
+
+def _node_class(name: str) -> type:
+    module, cls = NODE_TYPES[name]
+    return getattr(importlib.import_module(module), cls)
+
 
 def encode_tree(treedef: Any) -> Any:
-    """A treedef of tuples, lists, dicts (str or int keys) and None as JSON."""
+    """A treedef of tuples, lists, dicts (str or int keys), None and `NODE_TYPES` as JSON."""
     marker = object()
     skeleton = jax.tree_util.tree_unflatten(treedef, [marker] * treedef.num_leaves)
 
@@ -72,10 +87,15 @@ def encode_tree(treedef: Any) -> Any:
                 if type(k) not in (str, int):
                     raise EncodingError(f"dict key {k!r} of type {type(k).__name__}: only str and int keys can be saved")
             return {"dict": [[k, enc(v)] for k, v in x.items()]}
-        raise EncodingError(
-            f"pytree node of type {type(x).__module__}.{type(x).__qualname__} cannot be saved: "
-            "only tuples, lists, dicts and None can (flatten it to those at the function boundary)"
-        )
+        name = _NODE_NAMES.get(f"{type(x).__module__}.{type(x).__qualname__}")
+        if name is None:
+            raise EncodingError(
+                f"pytree node of type {type(x).__module__}.{type(x).__qualname__} cannot be saved: "
+                f"only tuples, lists, dicts, None and {', '.join(NODE_TYPES)} can "
+                "(flatten it to those at the function boundary)"
+            )
+        children, level = jax.tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)
+        return {"node": [name, encode_static(level.node_data()[1]), [enc(c) for c in children]]}
 
     return enc(skeleton)
 
@@ -104,13 +124,26 @@ def decode_tree(data: Any) -> Any:
                 _check(item[0] not in out, f"duplicate dict key {item[0]!r}")
                 out[item[0]] = dec(item[1], depth + 1)
             return out
+        if kind == "node":
+            _check(len(children) == 3 and children[0] in NODE_TYPES and isinstance(children[2], list),
+                   f"unknown pytree node {_short(children[:1])} (known: {', '.join(NODE_TYPES)})")
+            aux = decode_static(children[1])
+            kids = [dec(c, depth + 1) for c in children[2]]
+            try:
+                node = _node_class(children[0]).tree_unflatten(aux, kids)
+                jax.tree_util.tree_structure(node)  # flattening a node built from bad aux data fails here
+            except (TypeError, ValueError, AttributeError, KeyError) as e:
+                raise EncodingError(f"cannot build pytree node {children[0]}: {type(e).__name__}: {e}") from None
+            return node
         raise EncodingError(f"unknown pytree node kind {kind!r}")
 
     skeleton = dec(data, 0)
     try:
-        return jax.tree_util.tree_structure(skeleton)
+        treedef = jax.tree_util.tree_structure(skeleton)
     except (TypeError, ValueError) as e:
         raise EncodingError(f"cannot build the pytree: {e}") from None
+    _check(encode_tree(treedef) == data, "the pytree is not in canonical form (it does not re-encode to itself)")
+    return treedef
 
 
 # --- avals ----------------------------------------------------------------------
@@ -147,14 +180,16 @@ def aval_str(aval: Any) -> str:
 
 
 def encode_static(value: Any) -> Any:
-    """A static argument: None, bool, int, float, str, or tuples/lists of them."""
+    """A static value: None, bool, int, float, str, or tuples/lists/str-keyed dicts of them."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) in (tuple, list):
         return {type(value).__name__: [encode_static(v) for v in value]}
+    if type(value) is dict and all(type(k) is str for k in value):
+        return {"dict": [[k, encode_static(v)] for k, v in value.items()]}
     raise EncodingError(
         f"static argument {value!r} of type {type(value).__name__} cannot be saved: "
-        "only None, bool, int, float, str and tuples/lists of them can"
+        "only None, bool, int, float, str and tuples/lists/str-keyed dicts of them can"
     )
 
 
@@ -163,9 +198,13 @@ def decode_static(data: Any, depth: int = 0) -> Any:
     _check(depth < _MAX_DEPTH, f"static argument nested deeper than {_MAX_DEPTH} levels")
     if data is None or type(data) in (bool, int, float, str):
         return data
-    _check(isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list")
+    _check(isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list", "dict")
            and isinstance(next(iter(data.values())), list), f"malformed static argument {_short(data)}")
     (kind, items), = data.items()
+    if kind == "dict":
+        _check(all(isinstance(i, list) and len(i) == 2 and type(i[0]) is str for i in items),
+               f"malformed static dict {_short(items)}")
+        return {k: decode_static(v, depth + 1) for k, v in items}
     values = [decode_static(v, depth + 1) for v in items]
     return tuple(values) if kind == "tuple" else values
 

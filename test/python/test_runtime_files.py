@@ -111,7 +111,8 @@ out = {}
 for name in sys.argv[2:]:
     compiled = hlopt.load(f"{sys.argv[1]}/{name}.hlx")
     inputs = np.load(f"{sys.argv[1]}/{name}-in.npz")
-    leaves = jax.tree_util.tree_leaves(compiled(*[inputs[k] for k in inputs.files]))
+    args, _ = jax.tree_util.tree_unflatten(compiled.signature.in_tree, [inputs[k] for k in inputs.files])
+    leaves = jax.tree_util.tree_leaves(compiled(*args))
     out.update({f"{name}-{i}": np.asarray(x) for i, x in enumerate(leaves)})
 np.savez(f"{sys.argv[1]}/out.npz", **out)
 """
@@ -148,7 +149,25 @@ def fresh_process_programs(sharded):
     programs["partitioned"] = (
         hlopt.lower(my_fft, z, mesh=mesh, in_shardings=(P("x"),), out_shardings=P("x")).compile(), (z,),
         jnp.fft.fft(z))
+    from jax.experimental import sparse as jsparse
+
+    dense = np.array([[1, 0, 2, 0], [0, 0, 3, 4], [5, 0, 0, 0]], np.float32)
+    v = np.arange(1, 5, dtype=np.float32)
+
+    def sparse_f(m, v):
+        sp = jsparse if isinstance(m, jsparse.BCOO) else hlopt.sparse
+        return {"t": sp.bcoo_transpose(m, permutation=(1, 0)), "mv": sp.bcoo_multiply_dense(m, v)}
+
+    m = hlopt.sparse.BCOO.fromdense(dense)
+    programs["sparse"] = (hlopt.lower(sparse_f, m, v).compile(), (m, v),
+                          sparse_f(jsparse.BCOO.fromdense(dense), v))
     return programs
+
+
+def dense_leaves(tree):
+    """Leaves, with every BCOO (hlopt's or JAX's) as its dense array."""
+    is_sparse = lambda x: hasattr(x, "todense")  # noqa: E731
+    return [x.todense() if is_sparse(x) else x for x in jax.tree_util.tree_leaves(tree, is_leaf=is_sparse)]
 
 
 def test_round_trip_in_a_fresh_process(sharded, tmp_path):
@@ -157,11 +176,11 @@ def test_round_trip_in_a_fresh_process(sharded, tmp_path):
     programs = fresh_process_programs(sharded)
     for name, (compiled, args, ref) in programs.items():
         compiled.save(tmp_path / f"{name}.hlx")
-        np.savez(tmp_path / f"{name}-in.npz", *args)
-        ours = jax.tree_util.tree_leaves(compiled(*args))
-        for i, (x, r) in enumerate(zip(ours, jax.tree_util.tree_leaves(ref), strict=True)):
+        np.savez(tmp_path / f"{name}-in.npz", *jax.tree_util.tree_leaves(args))
+        out = compiled(*args)
+        for x, r in zip(dense_leaves(out), dense_leaves(ref), strict=True):
             np.testing.assert_allclose(np.asarray(x), np.asarray(r), rtol=1e-4, atol=1e-4)
-            want[f"{name}-{i}"] = np.asarray(x)
+        want.update({f"{name}-{i}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(out))})
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", WORKER, str(tmp_path), *programs],
                           env=env, capture_output=True, text=True, timeout=120)
@@ -238,6 +257,7 @@ def test_unsupported_pytrees_and_static_args_are_refused_when_saving():
     None,
     7,
     ((), {"x": [[[1]]]}),
+    ((hlopt.sparse.BCOO((np.ones(2), np.zeros((2, 1), np.int32)), shape=(3,), indices_sorted=True), [None]), {}),
 ])
 def test_tree_encoding_round_trips(tree):
     treedef = jax.tree_util.tree_structure(tree)
@@ -258,6 +278,12 @@ def test_static_encoding_round_trips(value):
     (["*"], "malformed pytree node"),
     ({"dict": [[1, "*"], ["a", "*"]]}, "cannot build the pytree"),
     ({"dict": [["a", "*"], ["a", "*"]]}, "duplicate dict key"),
+    ({"node": ["os.system", None, ["*"]]}, r"unknown pytree node \['os.system'\]"),
+    ({"node": ["hlopt.sparse.BCOO", {"dict": []}, ["*", "*"]]}, "cannot build pytree node hlopt.sparse.BCOO"),
+    ({"node": ["hlopt.sparse.BCOO", {"dict": [["shape", {"tuple": [3]}], ["indices_sorted", True],
+                                              ["unique_indices", False], ["data", "x"]]}, ["*", "*"]]},
+     "not in canonical form"),
+    ({"dict": [["b", "*"], ["a", "*"]]}, "not in canonical form"),
 ])
 def test_malformed_trees_are_refused(bad, match):
     with pytest.raises(encoding.EncodingError, match=match):
