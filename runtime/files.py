@@ -185,11 +185,16 @@ def _check_module(module: ir.Module, sig: Signature, device_count: int, source: 
 
 
 def _check_shardings(actual: list[Any], specs: list[Any], avals: Any, what: str, source: str) -> None:
+    """The shardings the manifest lists must be those of the loaded executable."""
     for i, (sharding, spec, aval) in enumerate(zip(actual, specs, avals)):
-        if spec is None and not isinstance(sharding, NamedSharding):
-            continue
-        expected = None if spec is None else NamedSharding(sharding.mesh, spec) if isinstance(sharding, NamedSharding) else None
-        if expected is None or not sharding.is_equivalent_to(expected, len(aval.shape)):
+        if not isinstance(sharding, NamedSharding):
+            ok = spec is None
+        else:
+            try:
+                ok = spec is not None and sharding.is_equivalent_to(NamedSharding(sharding.mesh, spec), len(aval.shape))
+            except ValueError:  # the spec names axes the mesh does not have
+                ok = False
+        if not ok:
             raise ExecutableFileError(
                 f"{source}: the manifest does not match the executable: {what} {i} is listed with "
                 f"sharding {spec}, the executable has {getattr(sharding, 'spec', 'a single device')}"

@@ -113,8 +113,9 @@ LIES = {
     "mesh": (lambda m: (m["signature"].update(mesh=dict(m["signature"]["mesh"], shape=[4], device_ids=[0, 1, 2, 3])),
                         m.update(device_count=4)),
              "partitioned for 8"),
-    "sharding": (lambda m: m.update(in_shardings=[[None, "x"], []]),
+    "sharding spec": (lambda m: m.update(in_shardings=[[None, "x"], []]),
                  r"does not match the executable: input 0 is listed with sharding"),
+    "sharding axis": (lambda m: m.update(in_shardings=[["nope"], []]), r"input 0 is listed with sharding"),
     "sharding count": (lambda m: m.update(in_shardings=[]), "one sharding for each of the 2 values"),
     "format": (lambda m: m.update(format="something-else"), "'something-else' file, expected 'hlopt-executable'"),
     "dtype": (lambda m: m["signature"]["out_avals"][0].update(dtype="object"), "unsupported dtype 'object'"),
@@ -130,7 +131,7 @@ LIES = {
 def test_lying_manifests_are_refused(data, lie, monkeypatch):
     edit, match = LIES[lie]
     forged = forge(data, edit)
-    if lie != "sharding":  # a sharding lie is found by comparing with what PJRT loaded
+    if lie not in ("sharding spec", "sharding axis"):  # a sharding lie is found by comparing with what PJRT loaded
         monkeypatch.setattr(files, "load_executable", lambda *a, **k: pytest.fail("PJRT was reached"))
     with pytest.raises(hlopt.ExecutableFileError, match=match):
         hlopt.deserialize(forged)
