@@ -18,6 +18,7 @@ SECTIONS: dict[str, str] = {
     "driver": "hlopt.demo:driver_section",
     "partitioning": "hlopt.partitioning_demo:section",
     "aot": "hlopt.aot_demo:section",
+    "key-reuse": "hlopt.key_reuse_demo:section",
 }
 
 

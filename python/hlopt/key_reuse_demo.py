@@ -1,0 +1,56 @@
+"""The `key-reuse` section of `hlopt demo`: PRNG key reuse found in the IR, as JAX finds it."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+import jax
+import jax.numpy as jnp
+
+import hlopt
+from hlopt.demo import banner, check_close
+
+
+def noisy_step(key, x):
+    noise = jax.random.normal(key, x.shape)
+    dropout = jax.random.bernoulli(key, 0.5, x.shape)  # the bug: the same key again
+    return jnp.where(dropout, x + noise, 0.0)
+
+
+def sampler(key, x):
+    def step(i, carry):
+        x, key = carry
+        key, noise_key = jax.random.split(key)
+        return 0.9 * x + jax.random.normal(noise_key, x.shape), key
+    return jax.lax.fori_loop(0, 10, step, (x, key))
+
+
+def jax_finds_reuse(fun, *args) -> bool:
+    with jax.debug_key_reuse(True):
+        try:
+            jax.make_jaxpr(fun)(*args)
+        except jax.errors.KeyReuseError:
+            return True
+    return False
+
+
+def section(out: TextIO) -> None:
+    banner(out, "key-reuse: check-key-reuse on the lowered StableHLO")
+    x = jnp.arange(4.0)
+    try:
+        hlopt.lower(noisy_step, jax.random.key(0), x, check_key_reuse=True)
+    except hlopt.KeyReuseError as e:
+        out.write(f"{e}\n")
+        found = True
+    else:
+        found = False
+    if not found or not jax_finds_reuse(noisy_step, jax.random.key(0), x):
+        raise AssertionError("hlopt and jax.debug_key_reuse disagree on noisy_step")
+    out.write("key-reuse: noisy_step is reported, as by jax.debug_key_reuse\n")
+
+    key = jax.random.PRNGKey(0)  # a raw key: JAX's checker cannot see these, hlopt's can
+    checked = hlopt.jit(sampler, check_key_reuse=True)
+    if jax_finds_reuse(sampler, jax.random.key(0), x):
+        raise AssertionError("jax.debug_key_reuse reports the correct sampler")
+    check_close(out, "key-reuse: the sampler (split each iteration), checked by hlopt.jit", checked(key, x),
+                jax.jit(sampler)(key, x))
