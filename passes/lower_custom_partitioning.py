@@ -43,24 +43,29 @@ class MeshSpec:
 
     @property
     def size(self) -> int:
+        """The number of devices."""
         return math.prod(size for _, size in self.axes)
 
     @property
     def axis_sizes(self) -> dict[str, int]:
+        """Axis name -> size."""
         return dict(self.axes)
 
     @property
     def ids(self) -> tuple[int, ...]:
+        """The logical device ids in mesh order."""
         return self.device_ids or tuple(range(self.size))
 
     @classmethod
     def from_attribute(cls, attr: ir.Attribute) -> "MeshSpec":
+        """The mesh of a `#sdy.mesh` attribute."""
         mesh = sdy.MeshAttr(attr)
         axes = tuple((a.name, a.size) for a in map(sdy.MeshAxisAttr, mesh.axes))
         ids = tuple(mesh.device_ids)
         return cls(axes, () if ids == tuple(range(math.prod(s for _, s in axes))) else ids)
 
     def attribute_text(self) -> str:
+        """`#sdy.mesh<["x"=2, "y"=4]>` (with `device_ids` when they are not iota)."""
         axes = ", ".join(f'"{name}"={size}' for name, size in self.axes)
         ids = f", device_ids=[{', '.join(map(str, self.device_ids))}]" if self.device_ids else ""
         return f"#sdy.mesh<[{axes}]{ids}>"
@@ -75,6 +80,7 @@ class TensorSpec:
     sharding: DimShardings | None
 
     def describe(self) -> str:
+        """`float32[8, 16] sharded [{"x"}, {}]` for error messages."""
         dims = ", ".join("{" + ", ".join(f'"{a}"' for a in d) + "}" for d in self.sharding or ())
         where = f" sharded [{dims}]" if self.sharding is not None else ""
         return f"{self.dtype}{list(self.shape)}{where}"
@@ -104,6 +110,8 @@ class PartitionPlan:
 
 
 class Partitioner(Protocol):
+    """What a key resolves to: turns a `PartitionRequest` into a `PartitionPlan`."""
+
     def partition_ir(self, request: PartitionRequest) -> PartitionPlan: ...
 
 
@@ -116,6 +124,7 @@ def register_partitioner(key: str, partitioner: Partitioner) -> None:
 
 
 def registered_partitioner(key: str) -> Partitioner | None:
+    """The partitioner registered under `key` in this process, if any."""
     return _PARTITIONERS.get(key)
 
 
@@ -160,6 +169,7 @@ def _dtype_name(t: ir.Type) -> str:
 
 
 def describe_type(t: ir.Type) -> str:
+    """`float32[8, 16]` for `tensor<8x16xf32>`."""
     return f"{_dtype_name(t)}{list(_tensor_type(t).shape)}"
 
 
@@ -178,6 +188,7 @@ def dim_shardings(attr: ir.Attribute) -> tuple[str, DimShardings]:
 
 
 def sharding_text(mesh_name: str, dims: DimShardings) -> str:
+    """`<@mesh, [{"x"}, {}]>`: the body of a `#sdy.sharding` for `dims`."""
     return "<@" + mesh_name + ", [" + ", ".join("{" + ", ".join(f'"{a}"' for a in d) + "}" for d in dims) + "]>"
 
 
