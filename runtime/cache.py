@@ -57,7 +57,7 @@ class CompilationCache:
     def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
         if max_bytes <= 0:
             raise ValueError(f"cache size limit must be positive, got {max_bytes}")
-        self.directory = Path(directory)
+        self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.hits = 0

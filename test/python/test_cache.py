@@ -111,6 +111,12 @@ def test_lru_eviction_keeps_recent_entries(tmp_path):
     assert [p.stem for p in tmp_path.glob("*.hlx")] == ["e"]
 
 
+def test_home_is_expanded(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cache_mod.CompilationCache("~/hlopt-cache").directory == tmp_path / "hlopt-cache"
+    assert (tmp_path / "hlopt-cache").is_dir()
+
+
 def test_stale_temporary_files_are_removed(tmp_path):
     c = cache_mod.CompilationCache(tmp_path)
     stale, fresh = tmp_path / ".tmp-old.hlx", tmp_path / ".tmp-new.hlx"
