@@ -96,7 +96,10 @@ def source_frames(loc: ir.Location, elsewhere: frozenset[str] = frozenset()) -> 
     in `elsewhere` (jitted functions lowered to other `func.func`s). Only the
     frames of this use count. Repeated frames are listed once.
     """
-    node, _ = _parse_loc(str(loc), 4)  # skip "loc("
+    try:
+        node, _ = _parse_loc(str(loc), 4)  # skip "loc("
+    except (AttributeError, IndexError, ValueError):  # a location syntax this parser does not know
+        return ()
     frames = _frames(node, elsewhere)
     return tuple(f for i, f in enumerate(frames) if i == 0 or f != frames[i - 1])
 
