@@ -1,7 +1,4 @@
-"""`hlopt compile`, `hlopt run`, `hlopt inspect`: executable files from the command line.
-
-jax is imported only when a command runs, so `hlopt --help` stays fast.
-"""
+"""`hlopt compile`, `hlopt run`, `hlopt inspect`: executable files from the command line."""
 
 from __future__ import annotations
 
