@@ -7,7 +7,8 @@ mesh), its input and output shardings and its pipeline, and whose sections
 are the PJRT executable and the post-pass module as a StableHLO portable
 artifact. Loading checks every checksum, then checks the manifest against
 the module, and only then hands the executable to PJRT. A file written by
-another jaxlib or platform version is recompiled from its portable artifact.
+another jaxlib, platform (version) or process count is recompiled from its
+portable artifact.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ class RecompileWarning(UserWarning):
     """A file from another jaxlib or platform version was recompiled from its portable artifact."""
 
 
-def _platform() -> dict[str, str]:
+def _platform() -> dict[str, Any]:
+    """What an executable is specific to: a file that differs in any of it is recompiled."""
     client = get_client()
     return {"jaxlib_version": jaxlib.__version__, "platform": client.platform,
-            "platform_version": client.platform_version}
+            "platform_version": client.platform_version, "process_count": jax.process_count()}
 
 
 def serialize(compiled: Compiled) -> bytes:
@@ -86,9 +88,9 @@ def read_file(data: bytes, source: str) -> tuple[dict[str, Any], dict[str, bytes
     for key in ("jaxlib_version", "platform", "platform_version", "pipeline"):
         if not isinstance(manifest.get(key), str):
             raise ExecutableFileError(f"{source}: the manifest has no valid '{key}'")
-    count = manifest.get("device_count")
-    if type(count) is not int or count < 1:
-        raise ExecutableFileError(f"{source}: the manifest has no valid 'device_count'")
+    for key in ("device_count", "process_count"):
+        if type(manifest.get(key)) is not int or manifest[key] < 1:
+            raise ExecutableFileError(f"{source}: the manifest has no valid '{key}'")
     return manifest, sections
 
 

@@ -207,7 +207,7 @@ def test_other_jaxlib_version_is_recompiled_with_a_warning():
     args = CASES["tree-f32"][1]()
     compiled = hlopt.lower(tree_f, *args).compile()
     manifest, sections = files.read_file(compiled.serialize(), "x")
-    for key, value in (("jaxlib_version", "0.0.1"), ("platform_version", "other 1.0")):
+    for key, value in (("jaxlib_version", "0.0.1"), ("platform_version", "other 1.0"), ("process_count", 2)):
         data = container.pack(dict(manifest, **{key: value}), sections)
         with pytest.warns(hlopt.RecompileWarning, match=f"{key} {value}.*recompiling"):
             loaded = hlopt.deserialize(data)

@@ -121,6 +121,7 @@ LIES = {
     "dtype": (lambda m: m["signature"]["out_avals"][0].update(dtype="object"), "unsupported dtype 'object'"),
     "pytree node": (lambda m: m["signature"].update(out_tree={"os.system": ["*"]}), "unknown pytree node kind 'os.system'"),
     "jaxlib version type": (lambda m: m.update(jaxlib_version=1), "no valid 'jaxlib_version'"),
+    "process count": (lambda m: m.update(process_count=0), "no valid 'process_count'"),
     "too many devices": (lambda m: m["signature"].update(mesh=dict(m["signature"]["mesh"], shape=[16],
                                                                    device_ids=list(range(100, 116)))),
                          "runs on 16 devices but only 8"),
