@@ -18,6 +18,7 @@ import os
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -218,5 +219,8 @@ def compile_cached(module_bytecode: bytes, devices: Sequence[jax.Device], option
             return executable
     cache.record(hit=False)
     executable = compile_with_options(module_bytecode, devices, options, client)
-    cache.put(key, client.serialize_executable(executable))
+    try:
+        cache.put(key, client.serialize_executable(executable))
+    except OSError as e:  # a full or read-only disk costs the entry, not the compilation
+        warnings.warn(f"hlopt: cannot write to the compilation cache {cache.directory}: {e}", stacklevel=2)
     return executable

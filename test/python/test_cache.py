@@ -53,6 +53,17 @@ def test_hlopt_jit_uses_the_cache(cache_dir):
     assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 1)
 
 
+def test_unwritable_cache_warns_and_still_compiles(cache_dir, monkeypatch):
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache_mod.tempfile, "mkstemp", full_disk)
+    with pytest.warns(UserWarning, match="cannot write to the compilation cache .*No space left"):
+        compiled = hlopt.lower(f, X).compile()
+    np.testing.assert_allclose(compiled(X), jax.jit(f)(X), rtol=1e-6)
+    assert entries(cache_dir) == []
+
+
 def test_key_ignores_locations_but_not_the_program():
     make = lambda: (lambda x: jnp.tanh(x) @ x.T + 1)  # noqa: E731 - same program, another source line
     g = make()
