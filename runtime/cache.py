@@ -162,7 +162,12 @@ def using_cache_dir(path: str | os.PathLike | None, *, max_bytes: int | None = N
 def active_cache() -> CompilationCache | None:
     """The cache set by `set_cache_dir`, else the one `HLOPT_CACHE_DIR` names, else None."""
     if not _state["configured"]:
-        set_cache_dir(os.environ.get(ENV_DIR) or None)
+        try:
+            set_cache_dir(os.environ.get(ENV_DIR) or None)
+        except (OSError, ValueError) as e:
+            warnings.warn(f"hlopt: {ENV_DIR}/{ENV_MAX_BYTES} unusable, compiling without a cache: {e}",
+                          stacklevel=2)
+            set_cache_dir(None)
     return _state["cache"]
 
 

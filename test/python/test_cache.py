@@ -154,6 +154,12 @@ def test_environment_variable_names_the_cache(tmp_path, monkeypatch):
         cache_mod._state["configured"] = False  # as in a process that never called set_cache_dir
         info = hlopt.cache_info()
     assert info.directory == str(tmp_path / "env-cache") and info.max_bytes == 12345
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(cache_mod.ENV_DIR, str(tmp_path / "a-file" / "cache"))
+    with cache_mod.using_cache_dir(None):
+        cache_mod._state["configured"] = False
+        with pytest.warns(UserWarning, match="HLOPT_CACHE_DIR/HLOPT_CACHE_MAX_BYTES unusable"):
+            assert cache_mod.active_cache() is None
 
 
 WORKER = r"""
