@@ -290,11 +290,14 @@ class _Summary:
     stop: int
 
 
+Use = tuple[Frames, ir.Operation]  # where a key was consumed: source frames, op of this block
+
+
 class _Scope:
     """The keys consumed so far on one control path, and where."""
 
-    def __init__(self, consumed: MutableMapping[Pair, Frames] | None = None):
-        self.consumed: MutableMapping[Pair, Frames] = {} if consumed is None else consumed
+    def __init__(self, consumed: MutableMapping[Pair, Use] | None = None):
+        self.consumed: MutableMapping[Pair, Use] = {} if consumed is None else consumed
 
 
 class _Analysis:
@@ -366,21 +369,21 @@ class _Analysis:
     def report(self, message: str, loc: Frames, note: str, note_loc: Frames) -> None:
         self.reports.append(KeyReuse(message, _format(loc) or "<unknown>", note, _format(note_loc) or "<unknown>"))
 
-    def consume(self, scope: _Scope, pair: Pair, loc: Frames) -> None:
-        first = scope.consumed.get(pair, _MISSING)
-        if first is _MISSING:
-            scope.consumed[pair] = loc
-        else:
-            self.report("PRNG key is consumed a second time", loc, "the key was first consumed here", first)
+    def consume(self, scope: _Scope, pair: Pair, loc: Frames, op: ir.Operation) -> None:
+        first = scope.consumed.get(pair)
+        if first is None:
+            scope.consumed[pair] = (loc, op)
+        elif not _exclusive(first[1], op):
+            self.report("PRNG key is consumed a second time", loc, "the key was first consumed here", first[0])
 
-    def consume_words(self, scope: _Scope, k0: ir.Value, k1: ir.Value, loc: Frames) -> None:
+    def consume_words(self, scope: _Scope, k0: ir.Value, k1: ir.Value, loc: Frames, op: ir.Operation) -> None:
         c0, c1 = self.cells(k0), self.cells(k1)
         if c0 is None or c1 is None:
             return
         b0, b1 = np.broadcast_arrays(c0, c1) if c0.shape != c1.shape else (c0, c1)
         pairs = np.unique(np.stack([b0.reshape(-1), b1.reshape(-1)], axis=1), axis=0)
         for p0, p1 in pairs.tolist():
-            self.consume(scope, (p0, p1), loc)
+            self.consume(scope, (p0, p1), loc, op)
 
     # ---- walking ----------------------------------------------------------
 
@@ -431,7 +434,8 @@ class _Analysis:
         param_stop = self.next_id
         scope = _Scope()
         returned = self.walk_block(block, scope)
-        events = [(pair, loc) for pair, loc in scope.consumed.items() if start <= min(pair) and max(pair) < param_stop]
+        events = [(pair, use[0]) for pair, use in scope.consumed.items()
+                  if start <= min(pair) and max(pair) < param_stop]
         result = _Summary(params, [self.cells(v) for v in returned], events, start, self.next_id)
         self.summaries[name] = result
         self.elsewhere = caller_elsewhere
@@ -475,23 +479,22 @@ class _Analysis:
         return memo[counter]
 
     def kernel_application(self, scope: _Scope, k0: ir.Value, k1: ir.Value,
-                           counters: Iterable[ir.Value], loc: Frames) -> None:
+                           counters: Iterable[ir.Value], op: ir.Operation) -> None:
         """Record a threefry2x32 application: a consumption unless it is a fold_in."""
         if self.fold_in_consumes or not any(self.is_fold_in_data(c) for c in counters):
-            self.consume_words(scope, k0, k1, loc)
+            self.consume_words(scope, k0, k1, self.frames(op), op)
 
     def _xor(self, op: ir.Operation, scope: _Scope) -> None:
         words = _parity_key_words(op)
         if words is not None:
-            self.kernel_application(scope, words[0], words[1], _inlined_counters(words[0]),
-                                    self.frames(op))
+            self.kernel_application(scope, words[0], words[1], _inlined_counters(words[0]), op)
         self.bind_fresh(op.results[0])
 
     def _custom_call(self, op: ir.Operation, scope: _Scope) -> None:
         target = ir.StringAttr(op.attributes["call_target_name"]).value
         operands = list(op.operands)
         if target in THREEFRY_CUSTOM_CALLS and len(operands) == 4:
-            self.kernel_application(scope, operands[0], operands[1], operands[2:], self.frames(op))
+            self.kernel_application(scope, operands[0], operands[1], operands[2:], op)
         if target in FORWARDING_CUSTOM_CALLS and len(op.results) == 1 and operands:
             self.bind(op.results[0], self.cells(operands[0]))
             return
@@ -505,7 +508,7 @@ class _Analysis:
         operands = list(op.operands)
         loc = self.frames(op)
         if self.is_kernel(callee):
-            self.kernel_application(scope, operands[0], operands[1], operands[2:4], loc)
+            self.kernel_application(scope, operands[0], operands[1], operands[2:4], op)
             for result in op.results:
                 self.bind_fresh(result)
             return
@@ -526,7 +529,7 @@ class _Analysis:
             # calls keeps the frames of its first call, so the call itself is the place.
             nested = bool(loc) and loc[0] in inner[1:]
             where = inner if nested or (len(inner) == 1 and self.call_sites[callee] == 1) else loc
-            self.consume(scope, (int(table[p0 - summary.start]), int(table[p1 - summary.start])), where)
+            self.consume(scope, (int(table[p0 - summary.start]), int(table[p1 - summary.start])), where, op)
         for result, cells in zip(op.results, summary.results):
             self.bind(result, None if cells is None else table[cells - summary.start])
 
@@ -551,7 +554,7 @@ class _Analysis:
                 if after is not None:
                     kept[index] = (after == before).reshape(-1)
         loop_loc = self.frames(op)
-        for pair, loc in inner.consumed.items():
+        for pair, (loc, _) in inner.consumed.items():
             outer, every_iteration = [], True
             for cell in pair:
                 if cell < start:
@@ -565,7 +568,7 @@ class _Analysis:
                 if every_iteration:
                     self.report("PRNG key is consumed in every iteration of a loop without being split",
                                 loc, "in this loop", loop_loc)
-                self.consume(scope, (outer[0], outer[1]), loc)
+                self.consume(scope, (outer[0], outer[1]), loc, op)
         for result, before, after, first in zip(op.results, carried, returned, init):
             cells = None
             if before is not None and after is not None and first is not None:
@@ -576,13 +579,13 @@ class _Analysis:
             self.bind(result, cells)
 
     def _branches(self, op: ir.Operation, scope: _Scope) -> None:
-        new: dict[Pair, Frames] = {}
+        new: dict[Pair, Use] = {}
         returned: list[list[Cells | None]] = []
         for region in op.regions:
             branch = _Scope(collections.ChainMap({}, scope.consumed))
             returned.append([self.cells(v) for v in self.walk_block(region.blocks[0], branch)])
-            for pair, loc in branch.consumed.maps[0].items():
-                new.setdefault(pair, loc)
+            for pair, use in branch.consumed.maps[0].items():
+                new.setdefault(pair, use)
         scope.consumed.update(new)
         for i, result in enumerate(op.results):
             options = [r[i] for r in returned]
@@ -603,7 +606,80 @@ class _Analysis:
             self.bind(result, self.cells(value))
 
 
-_MISSING = object()
+def _exclusive(first: ir.Operation, second: ir.Operation) -> bool:
+    """True if what two consumers compute only meets in `select`s, never in one element.
+
+    JAX's poisson and binomial run two algorithms on one key and keep one
+    result per element; that is not a reuse. Both consumers are followed to
+    their ancestors in the innermost block that holds both; from there, values
+    computed from each are followed forward. They must meet, and only as the
+    chosen operands of selects (a value computed from both, by such a select,
+    may then go on alone).
+    """
+    a, b = _ancestors_in_common_block(first, second)
+    if a is None or a == b:
+        return False
+    from_a, from_b = _forward_slice(a), _forward_slice(b)
+    met = False
+    for user, uses in _users(from_a, from_b, a.block).items():
+        only_a = any(v in from_a and v not in from_b for v, _ in uses)
+        only_b = any(v in from_b and v not in from_a for v, _ in uses)
+        both = any(v in from_a and v in from_b for v, _ in uses)
+        if user.name == "stablehlo.select" and all(n in (1, 2) for _, n in uses):
+            met |= only_a and only_b
+        elif (only_a and only_b) or (both and (only_a or only_b)):
+            return False
+    return met
+
+
+def _ancestors_in_common_block(x: ir.Operation, y: ir.Operation) -> tuple[ir.Operation | None, ir.Operation | None]:
+    """The ancestors of `x` and `y` (themselves included) that share a block."""
+    in_block = {}
+    op = y
+    while op is not None and op.name != "func.func":
+        in_block[op.block] = op
+        op = op.parent
+    op = x
+    while op is not None and op.name != "func.func":
+        if op.block in in_block:
+            return op, in_block[op.block]
+        op = op.parent
+    return None, None
+
+
+def _in_block(op: ir.Operation, block: ir.Block) -> ir.Operation | None:
+    while op is not None and op.block != block:
+        op = op.parent if op.name != "func.func" else None
+    return op
+
+
+def _forward_slice(op: ir.Operation) -> set[ir.Value]:
+    """The values of `op`'s block computed from `op`'s results (uses in regions count for their op)."""
+    block, seen, work = op.block, set(), list(op.results)
+    while work:
+        value = work.pop()
+        if value in seen:
+            continue
+        seen.add(value)
+        for use in value.uses:
+            user = _in_block(use.owner.operation, block)
+            if user is not None:
+                work.extend(user.results)
+    return seen
+
+
+def _users(from_a: set[ir.Value], from_b: set[ir.Value], block: ir.Block) -> dict[ir.Operation, list]:
+    """Ops of `block` that use values of either slice: op -> [(value, operand number or -1)]."""
+    users: dict[ir.Operation, list] = collections.defaultdict(list)
+    for value in from_a | from_b:
+        for use in value.uses:
+            owner = use.owner.operation
+            user = _in_block(owner, block)
+            if user is not None:
+                users[user].append((value, use.operand_number if user == owner else -1))
+    return users
+
+
 
 
 # ---- ops that move key data: (op, operand cells, result shape) -> result cells ----

@@ -1,9 +1,11 @@
 // RUN: not hlopt-opt %s -p check-key-reuse 2>&1 >/dev/null | filecheck %s
 // RUN: not hlopt-opt %s -p check-key-reuse 2>&1 >/dev/null | grep -c "error:" | filecheck %s --check-prefix=COUNT
-// COUNT: {{^}}2{{$}}
+// COUNT: {{^}}3{{$}}
 
 // A select is followed when the choice is known: a constant predicate, or both
-// sides the same key. Otherwise its result is a new key.
+// sides the same key. Otherwise its result is a new key. Two draws from one key
+// that only meet as the two sides of selects (one draw per element, as in JAX's
+// poisson and binomial) are not a reuse; combined in any other op, they are.
 
 func.func private @threefry2x32(%k0: tensor<ui32>, %k1: tensor<ui32>, %x0: tensor<ui32>, %x1: tensor<ui32>) -> (tensor<ui32>, tensor<ui32>) {
   %c = stablehlo.constant dense<466688986> : tensor<ui32>
@@ -44,4 +46,23 @@ func.func @select_unknown(%key: tensor<2xui32>, %other: tensor<2xui32>, %p: tens
   %a = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
   %b = func.call @draw(%either) : (tensor<2xui32>) -> tensor<ui32>
   return %a, %b : tensor<ui32>, tensor<ui32>
+}
+
+func.func @draws_meet_in_a_select(%key: tensor<2xui32>, %p: tensor<i1>) -> tensor<ui32> {
+  %a = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
+  %b = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
+  %s = stablehlo.select %p, %a, %b : tensor<i1>, tensor<ui32>
+  %z = stablehlo.constant dense<0> : tensor<ui32>
+  %t = stablehlo.select %p, %z, %s : tensor<i1>, tensor<ui32>
+  return %t : tensor<ui32>
+}
+
+func.func @draws_mixed_after_a_select(%key: tensor<2xui32>, %p: tensor<i1>) -> tensor<ui32> {
+  %a = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
+  // CHECK: select.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: PRNG key is consumed a second time
+  // CHECK-NEXT: select.mlir:[[# @LINE - 2]]:{{[0-9]+}}: note: the key was first consumed here
+  %b = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
+  %s = stablehlo.select %p, %a, %b : tensor<i1>, tensor<ui32>
+  %m = stablehlo.add %s, %a : tensor<ui32>
+  return %m : tensor<ui32>
 }
