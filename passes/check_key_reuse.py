@@ -19,7 +19,9 @@ once: which argument keys it consumes, which it returns), through
 `stablehlo.while` (a key consumed in the cond or body that is captured or
 carried unchanged is consumed in every iteration) and through
 `stablehlo.case`/`if` (each branch sees the keys consumed before it, not those
-consumed by its sibling branches). Values that pass through
+consumed by its sibling branches). Two consumers whose results only meet as
+the two sides of selects are exclusive per element (JAX's poisson and
+binomial run two algorithms on one key that way). Values that pass through
 `stablehlo.optimization_barrier` (JAX's marker of rematerialised
 recomputation) start fresh, as JAX's checker ignores the recomputed pass.
 

@@ -345,6 +345,15 @@ def poisson_twice(key):
 
 
 @case(CLEAN)
+def more_distributions(key):
+    k = jax.random.split(key, 8)
+    return (jax.random.orthogonal(k[0], 3), jax.random.multivariate_normal(k[1], jnp.zeros(2), jnp.eye(2)),
+            jax.random.dirichlet(k[2], jnp.ones(3)), jax.random.beta(k[3], 2.0, 3.0, (2,)),
+            jax.random.t(k[4], 3.0, (2,)), jax.random.ball(k[5], 3), jax.random.rademacher(k[6], (3,)),
+            jax.vmap(lambda kk: jax.random.gamma(kk, 2.0))(jax.random.split(k[7], 3)))
+
+
+@case(CLEAN)
 def vmap_over_split_keys(key):
     return jax.vmap(lambda k: jax.random.normal(k, (2,)))(jax.random.split(key, 4))
 
