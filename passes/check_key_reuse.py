@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import re
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import ClassVar
@@ -287,12 +288,15 @@ class _Summary:
 
     params: list[Cells | None]
     results: list[Cells | None]
-    events: list[tuple[Pair, Frames]]  # the argument keys it consumes, and where
+    events: list[tuple[Pair, Frames, bool]]  # the argument keys it (may) consume, and where
     start: int
     stop: int
+    candidates: dict[int, np.ndarray]  # result cells that are rows picked at unknown indices
 
 
-Use = tuple[Frames, ir.Operation]  # where a key was consumed: source frames, op of this block
+# Where a key was consumed: source frames, the op of this block, and whether the
+# key may be another (a row picked at an unknown index from an array of keys).
+Use = tuple[Frames, ir.Operation, bool]
 
 
 class _Scope:
@@ -317,6 +321,7 @@ class _Analysis:
         self.env: dict[ir.Value, Cells | None] = {}
         self.summaries: dict[str, _Summary] = {}
         self.kernels: dict[str, bool] = {}
+        self.candidates: dict[int, np.ndarray] = {}  # cell of a dynamic slice -> the cells it may be
         self.fold_in_data: dict[ir.Value, bool] = {}
         self.reports: list[KeyReuse] = []
         self.handlers: dict[str, Callable[[ir.Operation, _Scope], None]] = {
@@ -327,6 +332,7 @@ class _Analysis:
             "stablehlo.xor": self._xor,
             "stablehlo.custom_call": self._custom_call,
             "sdy.manual_computation": self._manual_computation,
+            "stablehlo.dynamic_slice": self._dynamic_slice,
         }
 
     def _count_call(self, op: ir.Operation) -> ir.WalkResult:
@@ -371,12 +377,19 @@ class _Analysis:
     def report(self, message: str, loc: Frames, note: str, note_loc: Frames) -> None:
         self.reports.append(KeyReuse(message, _format(loc) or "<unknown>", note, _format(note_loc) or "<unknown>"))
 
-    def consume(self, scope: _Scope, pair: Pair, loc: Frames, op: ir.Operation) -> None:
+    def consume(self, scope: _Scope, pair: Pair, loc: Frames, op: ir.Operation, may: bool = False) -> None:
         first = scope.consumed.get(pair)
         if first is None:
-            scope.consumed[pair] = (loc, op)
+            scope.consumed[pair] = (loc, op, may)
         elif not _exclusive(first[1], op):
             self.report("PRNG key is consumed a second time", loc, "the key was first consumed here", first[0])
+        w0, w1 = self.candidates.get(pair[0]), self.candidates.get(pair[1])
+        if w0 is not None or w1 is not None:  # a row at an unknown index: any row may be consumed
+            n = len(w0) if w0 is not None else len(w1)
+            w0 = np.full(n, pair[0]) if w0 is None else w0
+            w1 = np.full(n, pair[1]) if w1 is None else w1
+            for row in sorted(set(zip(w0.tolist(), w1.tolist()))):
+                self.consume(scope, row, loc, op, may=True)
 
     def consume_words(self, scope: _Scope, k0: ir.Value, k1: ir.Value, loc: Frames, op: ir.Operation) -> None:
         c0, c1 = self.cells(k0), self.cells(k1)
@@ -436,9 +449,12 @@ class _Analysis:
         param_stop = self.next_id
         scope = _Scope()
         returned = self.walk_block(block, scope)
-        events = [(pair, use[0]) for pair, use in scope.consumed.items()
+        events = [(pair, frames, may) for pair, (frames, _, may) in scope.consumed.items()
                   if start <= min(pair) and max(pair) < param_stop]
-        result = _Summary(params, [self.cells(v) for v in returned], events, start, self.next_id)
+        results = [self.cells(v) for v in returned]
+        picked = {c: self.candidates[c] for cells in results if cells is not None
+                  for c in cells.reshape(-1).tolist() if c in self.candidates}
+        result = _Summary(params, results, events, start, self.next_id, picked)
         self.summaries[name] = result
         self.elsewhere = caller_elsewhere
         return result
@@ -525,15 +541,17 @@ class _Analysis:
             actual = self.cells(arg)
             if param is not None and actual is not None and param.shape == actual.shape:
                 table[param.reshape(-1) - summary.start] = actual.reshape(-1)
-        for (p0, p1), inner in summary.events:
+        for (p0, p1), inner, may in summary.events:
             # The consumer inside is the better place when its frames are this call's
             # (a loop body, a function called once); a callee JAX lowered once for many
             # calls keeps the frames of its first call, so the call itself is the place.
             nested = bool(loc) and loc[0] in inner[1:]
             where = inner if nested or (len(inner) == 1 and self.call_sites[callee] == 1) else loc
-            self.consume(scope, (int(table[p0 - summary.start]), int(table[p1 - summary.start])), where, op)
+            self.consume(scope, (int(table[p0 - summary.start]), int(table[p1 - summary.start])), where, op, may)
         for result, cells in zip(op.results, summary.results):
             self.bind(result, None if cells is None else table[cells - summary.start])
+        for cell, rows in summary.candidates.items():
+            self.candidates[int(table[cell - summary.start])] = table[rows - summary.start]
 
     def _while(self, op: ir.Operation, scope: _Scope) -> None:
         init = [self.cells(v) for v in op.operands]
@@ -556,7 +574,7 @@ class _Analysis:
                 if after is not None:
                     kept[index] = (after == before).reshape(-1)
         loop_loc = self.frames(op)
-        for pair, (loc, _) in inner.consumed.items():
+        for pair, (loc, _, may) in inner.consumed.items():
             outer, every_iteration = [], True
             for cell in pair:
                 if cell < start:
@@ -567,10 +585,10 @@ class _Analysis:
                 else:
                     break  # made inside the loop: a new key each iteration
             else:
-                if every_iteration:
+                if every_iteration and not may:  # `may`: a row picked per iteration, as scan does
                     self.report("PRNG key is consumed in every iteration of a loop without being split",
                                 loc, "in this loop", loop_loc)
-                self.consume(scope, (outer[0], outer[1]), loc, op)
+                self.consume(scope, (outer[0], outer[1]), loc, op, may)
         for result, before, after, first in zip(op.results, carried, returned, init):
             cells = None
             if before is not None and after is not None and first is not None:
@@ -598,6 +616,25 @@ class _Analysis:
                 if not agree.all():
                     cells[~agree] = self.fresh((int((~agree).sum()),))
             self.bind(result, cells)
+
+    def _dynamic_slice(self, op: ir.Operation, scope: _Scope) -> None:
+        """A constant start is a slice; an unknown one may pick any in-bounds window."""
+        result = op.results[0]
+        source, shape = self.cells(op.operands[0]), _tracked_shape(result)
+        if source is None or shape is None or source.shape == shape:
+            self.bind(result, source)  # the whole operand, wherever the slice starts
+            return
+        starts = _constant_starts(op, 1, source.ndim)
+        if starts is not None:
+            starts = [min(max(s, 0), d - n) for s, d, n in zip(starts, source.shape, shape)]
+            self.bind(result, _slice_at(source, starts, shape))
+            return
+        windows = list(itertools.product(*(range(d - n + 1) for d, n in zip(source.shape, shape))))
+        cells = self.bind_fresh(result)
+        if len(windows) * cells.size <= MAX_TRACKED_ELEMENTS:
+            choices = np.stack([_slice_at(source, w, shape).reshape(-1) for w in windows])
+            for j, cell in enumerate(cells.reshape(-1).tolist()):
+                self.candidates[cell] = choices[:, j]
 
     def _manual_computation(self, op: ir.Operation, scope: _Scope) -> None:
         block = op.regions[0].blocks[0]
@@ -717,14 +754,7 @@ def _constant_starts(op: ir.Operation, first: int, rank: int) -> list[int] | Non
     return starts
 
 
-def _dynamic_slice(op: ir.Operation, cells: list[Cells], shape: tuple[int, ...]) -> Cells | None:
-    source = cells[0]
-    if source.shape == shape:
-        return source  # the whole operand, wherever the slice starts
-    starts = _constant_starts(op, 1, source.ndim)
-    if starts is None:
-        return None
-    starts = [min(max(s, 0), d - n) for s, d, n in zip(starts, source.shape, shape)]
+def _slice_at(source: Cells, starts: Iterable[int], shape: tuple[int, ...]) -> Cells:
     return source[tuple(slice(s, s + n) for s, n in zip(starts, shape))]
 
 
@@ -761,7 +791,6 @@ MOVES: dict[str, tuple[int, Callable[[ir.Operation, list, tuple[int, ...]], Cell
     "stablehlo.transpose": (0, lambda op, cells, shape: cells[0].transpose(_i64s(op, "permutation"))),
     "stablehlo.reverse": (0, lambda op, cells, shape: np.flip(cells[0], axis=tuple(_i64s(op, "dimensions")))),
     "stablehlo.concatenate": (0, _concatenate),
-    "stablehlo.dynamic_slice": (0, _dynamic_slice),
     "stablehlo.dynamic_update_slice": (0, _dynamic_update_slice),
     "stablehlo.select": (1, _select),
     "stablehlo.convert": (0, _forward),

@@ -135,6 +135,24 @@ def scan_good_over_keys(key):
     return jax.lax.map(jax.random.bits, keys)
 
 
+@case(REUSE)
+def scan_over_keys_then_a_row_again(key):
+    keys = jax.random.split(key, 4)
+    return jax.lax.map(jax.random.bits, keys).sum() + jax.random.bits(keys[2])
+
+
+@case(REUSE)
+def scan_over_keys_twice(key):
+    keys = jax.random.split(key, 4)
+    return jax.lax.map(jax.random.normal, keys) + jax.lax.map(jax.random.uniform, keys)
+
+
+@case(CLEAN, jnp.int32(2))
+def row_at_a_traced_index(key, i):
+    keys, other = jax.random.split(key, 4), jax.random.fold_in(key, 9)
+    return jax.random.normal(keys[i]) + jax.random.normal(other)
+
+
 @case(CLEAN, raw=False)
 def scan_consume_one(key):
     def body_func(keys, x):
