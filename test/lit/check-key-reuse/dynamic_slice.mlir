@@ -54,7 +54,7 @@ func.func @row_at_index_then_row(%keys: tensor<3x2xui32>, %i: tensor<i32>) -> (t
   %one = stablehlo.constant dense<1> : tensor<i32>
   %first = stablehlo.dynamic_slice %keys, %zero, %zero, sizes = [1, 2] : (tensor<3x2xui32>, tensor<i32>, tensor<i32>) -> tensor<1x2xui32>
   // CHECK: dynamic_slice.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: dynamic_slice.mlir:[[# @LINE - 5]]:{{[0-9]+}}: note: the key was first consumed here
+  // CHECK-NEXT: dynamic_slice.mlir:[[# @LINE - 4]]:{{[0-9]+}}: note: the key was first consumed here
   %b = func.call @draw(%first) : (tensor<1x2xui32>) -> tensor<ui32>
   return %a, %b : tensor<ui32>, tensor<ui32>
 }
