@@ -13,8 +13,9 @@ counts it).
 
 The analysis gives every uint32 element an identity (a *cell*) and follows
 cells through the ops that move key data (slice, reshape, broadcast,
-transpose, concatenate, constant-index dynamic slices, sharding constraints,
-`Sharding` custom calls), into function calls (each function is summarised
+transpose, concatenate, dynamic slices, selects, sharding constraints,
+`Sharding` custom calls; a row picked at a run-time index may be any row),
+into function calls (each function is summarised
 once: which argument keys it consumes, which it returns), through
 `stablehlo.while` (a key consumed in the cond or body that is captured or
 carried unchanged is consumed in every iteration) and through
