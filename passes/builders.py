@@ -64,6 +64,8 @@ def zeros_like(v: Value) -> Value:
 
 def int_vector(values: Sequence[int], elem: ir.Type) -> Value:
     """A rank-1 integer constant."""
+    if not values:
+        return full([0], 0, elem)
     attrs = [ir.IntegerAttr.get(elem, int(x)) for x in values]
     return stablehlo.constant(ir.DenseElementsAttr.get(attrs, type=tensor([len(values)], elem)))
 

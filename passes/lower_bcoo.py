@@ -591,8 +591,8 @@ def _sparse_to_batch(data: Value, idx: Value, nb: int, sizes: Sequence[int]) -> 
     """The first `len(sizes)` sparse dims become the last batch dims."""
     ds, ish = b.shape_of(data), b.shape_of(idx)
     n, s, nse = len(sizes), ish[-1], ish[-2]
-    cols = b.transpose(_columns(idx, range(n)), [*range(nb), nb + 1, nb])
-    hot = b.transpose(_one_hot(cols, sizes, nb + 1), [*range(nb), *range(nb + 1, nb + 1 + n), nb])
+    hot = _one_hot(_columns(idx, range(n)), sizes, nb + 1)
+    hot = b.transpose(hot, [*range(nb), *range(nb + 1, nb + 1 + n), nb])
     out = [*ds[:nb], *sizes, *ds[nb:]]
     spread = b.broadcast(data, out, [*range(nb), *range(nb + n, len(out))])
     data = b.select(b.broadcast(hot, out, range(nb + n + 1)), spread, b.zeros_like(spread))

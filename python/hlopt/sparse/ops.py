@@ -42,15 +42,19 @@ def _zero_tangent(x: Any) -> ad.Zero:
 
 
 def _config(name: str, avals_in: Sequence[Any], params: dict[str, Any]) -> dict[str, Any]:
-    """`backend_config` of a BCOO op: shape, n_batch, n_dense, flags and the op's own parameters."""
+    """`backend_config` of a BCOO op: shape, n_batch, n_dense, flags and the op's own parameters.
+
+    For `fromdense` and `update_layout`, `n_batch` and `n_dense` are the op's
+    parameters (the layout it produces), as in jax.experimental.sparse.
+    """
     config = {k: v for k, v in params.items() if v is not None and k != "index_dtype"}
     if name in ("extract", "fromdense"):
         config["shape"] = tuple(avals_in[0].shape)
     if name != "fromdense":
         shape, indices = config["shape"], avals_in[1]
         n_batch = len(indices.shape) - 2
-        config["n_batch"] = n_batch
-        config["n_dense"] = len(shape) - n_batch - indices.shape[-1]
+        config.setdefault("n_batch", n_batch)
+        config.setdefault("n_dense", len(shape) - n_batch - indices.shape[-1])
     config.setdefault("indices_sorted", False)
     config.setdefault("unique_indices", False)
     return config

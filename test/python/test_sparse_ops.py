@@ -1,0 +1,307 @@
+"""hlopt.sparse against jax.experimental.sparse: every op, every layout, padding, duplicates, nse=0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from jax.experimental import sparse as js
+
+from hlopt import sparse as hs
+from test_sparse_util import DTYPES, LAYOUTS, SHAPE, assert_close, buffers, pair, random_data, x64
+
+
+def rng(seed: int = 0) -> np.random.RandomState:
+    return np.random.RandomState(seed)
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_fromdense_matches_jax_buffers(n_batch, n_dense):
+    r = rng(1)
+    x = np.asarray(random_data(r, SHAPE, "float32")) * (r.rand(*SHAPE) < 0.4)
+    for nse in (None, 0, 7):
+        ours = hs.BCOO.fromdense(x, nse=nse, n_batch=n_batch, n_dense=n_dense)
+        ref = js.BCOO.fromdense(x, nse=nse, n_batch=n_batch, n_dense=n_dense)
+        assert (ours.nse, ours.n_batch, ours.n_sparse, ours.n_dense) == (ref.nse, ref.n_batch, ref.n_sparse, ref.n_dense)
+        assert_close(ours.indices, ref.indices, "int32")
+        assert_close(ours.data, ref.data)
+        assert_close(ours.todense(), ref.todense())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fromdense_todense_dtypes(dtype):
+    r = rng(2)
+    with x64(dtype):
+        x = np.asarray(random_data(r, SHAPE, dtype))
+        x = np.where(r.rand(*SHAPE) < 0.5, x, np.zeros_like(x))
+        ours = hs.BCOO.fromdense(x, n_batch=1, n_dense=1, index_dtype=np.int32)
+        ref = js.BCOO.fromdense(x, n_batch=1, n_dense=1)
+        assert_close(ours.data, ref.data, dtype)
+        assert_close(ours.todense(), x, dtype)
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_todense_padding_duplicates(n_batch, n_dense):
+    ours, ref = pair(buffers(rng(3), n_batch=n_batch, n_dense=n_dense), SHAPE)
+    assert_close(ours.todense(), ref.todense())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_todense_dtypes_and_empty(dtype):
+    with x64(dtype):
+        for nse in (0, 5):
+            ours, ref = pair(buffers(rng(4), n_batch=1, n_dense=1, nse=nse, dtype=dtype), SHAPE)
+            assert_close(ours.todense(), ref.todense(), dtype)
+
+
+def test_todense_broadcast_batch_buffers():
+    bufs = buffers(rng(5), n_batch=2, indices_batch=(1, 3), data_batch=(2, 1))
+    ours, ref = pair(bufs, SHAPE)
+    assert_close(ours.todense(), ref.todense())
+
+
+def test_out_of_range_indices_are_padding():
+    """Negative indices and indices past the end contribute nothing (JAX wraps negatives)."""
+    data = np.arange(1, 5, dtype=np.float32)
+    indices = np.array([[0, 1], [-1, 2], [2, 5], [1, 1]], np.int32)
+    got = hs.BCOO((data, indices), shape=(3, 4)).todense()
+    want = np.zeros((3, 4), np.float32)
+    want[0, 1] = 1
+    want[1, 1] = 4
+    assert_close(got, want)
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_sort_indices(n_batch, n_dense):
+    ours, ref = pair(buffers(rng(6), n_batch=n_batch, n_dense=n_dense, nse=7), SHAPE)
+    out = ours.sort_indices()
+    expect = js.bcoo_sort_indices(ref)
+    assert out.data.shape == expect.data.shape and out.indices.shape == expect.indices.shape
+    assert out.indices_sorted
+    assert_close(out.todense(), expect.todense())
+    sizes = np.array(SHAPE[n_batch : n_batch + out.n_sparse])
+    idx = np.asarray(out.indices).reshape(-1, out.nse, out.n_sparse)
+    for row in idx:
+        valid = np.all(row < sizes, -1)
+        assert not np.any(valid[1:] & ~valid[:-1]), "padding must come last"
+        keys = np.ravel_multi_index(tuple(row[valid].T), sizes)
+        assert np.all(np.diff(keys) >= 0)
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_sum_duplicates(n_batch, n_dense):
+    ours, ref = pair(buffers(rng(7), n_batch=n_batch, n_dense=n_dense, nse=7), SHAPE)
+    for nse in (None, 2, 9):
+        out = hs.bcoo_sum_duplicates(ours, nse=nse)
+        expect = js.bcoo_sum_duplicates(ref, nse=nse)
+        assert out.data.shape == expect.data.shape
+        assert_close(out.indices, expect.indices, "int32")
+        # JAX sums the padding entries into its padding slot; hlopt leaves padding data zero.
+        valid = np.all(np.asarray(out.indices) < np.array(out.shape[n_batch : n_batch + out.n_sparse]), -1)
+        valid = valid.reshape(*valid.shape, *(1,) * n_dense)
+        assert_close(np.where(valid, out.data, 0), np.where(valid, expect.data, 0))
+        assert_close(out.todense(), expect.todense())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sum_duplicates_dtypes(dtype):
+    with x64(dtype):
+        ours, ref = pair(buffers(rng(8), n_batch=1, nse=6, dtype=dtype), SHAPE)
+        out = hs.bcoo_sum_duplicates(ours, nse=6)
+        assert_close(out.todense(), js.bcoo_sum_duplicates(ref, nse=6).todense(), dtype)
+
+
+def test_sum_duplicates_broadcast_and_no_sparse_dims():
+    bufs = buffers(rng(9), n_batch=2, nse=5, indices_batch=(1, 3))
+    ours, ref = pair(bufs, SHAPE)
+    out = hs.bcoo_sum_duplicates(ours, nse=5)
+    expect = js.bcoo_sum_duplicates(ref, nse=5)
+    assert out.indices.shape == expect.indices.shape and out.data.shape == expect.data.shape
+    assert_close(out.todense(), expect.todense())
+    ours, ref = pair(buffers(rng(9), shape=(2, 3), n_batch=1, n_dense=1, nse=4), (2, 3))
+    assert_close(hs.bcoo_sum_duplicates(ours, nse=2).todense(), js.bcoo_sum_duplicates(ref, nse=2).todense())
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_transpose(n_batch, n_dense):
+    ours, ref = pair(buffers(rng(10), n_batch=n_batch, n_dense=n_dense), SHAPE)
+    n_sparse = 4 - n_batch - n_dense
+    perm = (*reversed(range(n_batch)), *reversed(range(n_batch, n_batch + n_sparse)), *range(n_batch + n_sparse, 4))
+    out = hs.bcoo_transpose(ours, permutation=perm)
+    expect = js.bcoo_transpose(ref, permutation=perm)
+    assert out.shape == expect.shape
+    assert_close(out.data, expect.data)
+    assert_close(out.indices, expect.indices, "int32")
+    assert_close(ours.T.todense() if n_batch == 0 and n_dense == 0 else out.todense(),
+                 ref.T.todense() if n_batch == 0 and n_dense == 0 else expect.todense())
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_squeeze(n_batch, n_dense):
+    shape = (1, 3, 1, 2) if n_batch != 1 else (2, 1, 3, 1)
+    ours, ref = pair(buffers(rng(11), shape=shape, n_batch=n_batch, n_dense=n_dense, padding=False), shape)
+    dims = [d for d, s in enumerate(shape) if s == 1]
+    out = hs.bcoo_squeeze(ours, dimensions=dims)
+    expect = js.bcoo_squeeze(ref, dimensions=dims)
+    assert out.shape == expect.shape
+    assert out.data.shape == expect.data.shape and out.indices.shape == expect.indices.shape
+    assert_close(out.todense(), expect.todense())
+
+
+def test_squeeze_entry_out_of_range_only_in_squeezed_dim():
+    """JAX keeps such an entry; hlopt treats it as padding, like every out-of-range index."""
+    data = np.array([1.0, 2.0], np.float32)
+    indices = np.array([[0, 2], [1, 3]], np.int32)
+    out = hs.bcoo_squeeze(hs.BCOO((data, indices), shape=(1, 4)), dimensions=[0])
+    assert_close(out.todense(), np.array([0, 0, 1, 0], np.float32))
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_slice(n_batch, n_dense):
+    ours, ref = pair(buffers(rng(12), n_batch=n_batch, n_dense=n_dense, nse=7), SHAPE)
+    for start, limit, strides in [((0, 1, 1, 0), (2, 3, 4, 2), None), ((1, 0, 0, 1), (2, 3, 4, 2), (1, 2, 3, 1))]:
+        out = hs.bcoo_slice(ours, start_indices=start, limit_indices=limit, strides=strides)
+        expect = js.bcoo_slice(ref, start_indices=start, limit_indices=limit, strides=strides)
+        assert out.shape == expect.shape and out.nse == expect.nse
+        assert_close(out.todense(), expect.todense())
+
+
+def test_getitem():
+    x = np.asarray(random_data(rng(13), (4, 5, 3), "float32"))
+    ours = hs.BCOO.fromdense(x, n_batch=1)
+    assert_close(ours[1:3, ::2].todense(), x[1:3, ::2])
+    assert_close(ours[2].todense(), x[2])
+    assert_close(ours[..., 1].todense(), x[..., 1])
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_reshape(n_batch, n_dense):
+    shape = (2, 3, 4, 2)
+    ours, ref = pair(buffers(rng(14), shape=shape, n_batch=n_batch, n_dense=n_dense), shape)
+    n_sparse = 4 - n_batch - n_dense
+    new = list(shape[:n_batch])
+    sparse = shape[n_batch : n_batch + n_sparse]
+    new += [int(np.prod(sparse))] if n_sparse > 1 else [sparse[0]]
+    new += list(shape[n_batch + n_sparse :])
+    out = hs.bcoo_reshape(ours, new_sizes=new)
+    # jax's bcoo_reshape fails for n_batch=1, n_dense=1: compare with the dense reshape.
+    assert (out.n_batch, out.n_dense, out.nse) == (n_batch, n_dense, ours.nse)
+    assert_close(out.todense(), np.reshape(ref.todense(), new))
+
+
+def test_reshape_dimensions_and_split():
+    ours, ref = pair(buffers(rng(15), shape=(6, 4), nse=5), (6, 4))
+    out = hs.bcoo_reshape(ours, new_sizes=(2, 12), dimensions=(1, 0))
+    expect = js.bcoo_reshape(ref, new_sizes=(2, 12), dimensions=(1, 0))
+    assert_close(out.todense(), expect.todense())
+    assert_close(ours.reshape(3, -1).todense(), ref.todense().reshape(3, 8))
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_reduce_sum(n_batch, n_dense):
+    ours, ref = pair(buffers(rng(16), n_batch=n_batch, n_dense=n_dense), SHAPE)
+    for axes in [(0,), (1, 3), (2,), (0, 1, 2, 3)]:
+        out = hs.bcoo_reduce_sum(ours, axes=axes)
+        expect = js.bcoo_reduce_sum(ref, axes=axes)
+        assert out.shape == expect.shape and out.data.shape == expect.data.shape
+        assert_close(out.todense(), expect.todense())
+
+
+def test_reduce_sum_broadcast_batch():
+    bufs = buffers(rng(17), n_batch=2, indices_batch=(1, 1), data_batch=(1, 1))
+    ours, ref = pair(bufs, SHAPE)
+    for axes in [(0,), (1, 2)]:
+        assert_close(hs.bcoo_reduce_sum(ours, axes=axes).todense(), ref.todense().sum(axes))
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_update_layout(n_batch, n_dense):
+    ours, ref = pair(buffers(rng(18), n_batch=n_batch, n_dense=n_dense, nse=5), SHAPE)
+    for target in [(0, 0), (2, 1), (1, 0), (0, 2)]:
+        out = hs.bcoo_update_layout(ours, n_batch=target[0], n_dense=target[1], on_inefficient=None)
+        expect = js.bcoo_update_layout(ref, n_batch=target[0], n_dense=target[1], on_inefficient=None)
+        assert (out.n_batch, out.n_dense) == target
+        assert out.data.shape == expect.data.shape and out.indices.shape == expect.indices.shape
+        assert_close(out.todense(), expect.todense())
+
+
+def test_update_layout_inefficient_raises_or_warns():
+    mat = hs.BCOO(buffers(rng(19), nse=3), shape=SHAPE)
+    with pytest.raises(hs.SparseEfficiencyError, match="on_inefficient"):
+        hs.bcoo_update_layout(mat, n_batch=1)
+    with pytest.warns(hs.SparseEfficiencyWarning, match="increasing n_dense"):
+        hs.bcoo_update_layout(mat, n_dense=1, on_inefficient="warn")
+    with pytest.raises(ValueError, match="cannot be larger"):
+        hs.bcoo_update_layout(mat, n_batch=3, n_dense=2)
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_multiply_dense(n_batch, n_dense):
+    ours, ref = pair(buffers(rng(20), n_batch=n_batch, n_dense=n_dense), SHAPE)
+    r = rng(21)
+    for vshape in [SHAPE, (3, 1, 2), (1, 4, 1), ()]:
+        v = random_data(r, vshape, "float32")
+        got = hs.bcoo_multiply_dense(ours, v)
+        want = js.bcoo_multiply_dense(ref, v)
+        assert got.shape == want.shape
+        assert_close(hs.BCOO((got, ours.indices), shape=SHAPE).todense(), js.BCOO((want, ref.indices), shape=SHAPE).todense())
+        assert_close((ours * v).todense(), (ref * v).todense())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_multiply_dense_dtypes(dtype):
+    with x64(dtype):
+        ours, ref = pair(buffers(rng(22), n_batch=1, dtype=dtype), SHAPE)
+        v = random_data(rng(23), SHAPE, dtype)
+        assert_close((ours * v).todense(), (ref * v).todense(), dtype)
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_multiply_sparse(n_batch, n_dense):
+    lhs, lref = pair(buffers(rng(24), n_batch=n_batch, n_dense=n_dense, nse=8), SHAPE)
+    rhs, rref = pair(buffers(rng(25), n_batch=n_batch, n_dense=n_dense, nse=5), SHAPE)
+    out = hs.bcoo_multiply_sparse(lhs, rhs)
+    expect = js.bcoo_multiply_sparse(lref, rref)
+    assert out.shape == expect.shape and out.nse <= min(lhs.nse, rhs.nse)
+    assert_close(out.todense(), expect.todense())
+    assert_close((rhs * lhs).todense(), expect.todense())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_multiply_sparse_dtypes(dtype):
+    with x64(dtype):
+        lhs, lref = pair(buffers(rng(26), n_batch=1, nse=8, dtype=dtype), SHAPE)
+        rhs, rref = pair(buffers(rng(27), n_batch=1, nse=8, dtype=dtype), SHAPE)
+        assert_close(hs.bcoo_multiply_sparse(lhs, rhs).todense(), js.bcoo_multiply_sparse(lref, rref).todense(), dtype)
+
+
+@pytest.mark.parametrize(
+    "lshape,rshape,lnb,rnb",
+    [
+        ((3, 4), (1, 4), 0, 0),  # rhs broadcasts: output stores lhs.nse entries
+        ((3, 1), (1, 4), 0, 0),  # both broadcast: every pair
+        ((2, 3, 4), (2, 3, 4), 1, 0),  # differing n_batch
+        ((2, 3, 4), (1, 3, 4), 1, 1),  # broadcast batch dim
+        ((4, 5), (4, 5), 0, 0),
+    ],
+)
+def test_multiply_sparse_broadcasting(lshape, rshape, lnb, rnb):
+    lhs, lref = pair(buffers(rng(28), shape=lshape, n_batch=lnb, nse=6), lshape)
+    rhs, rref = pair(buffers(rng(29), shape=rshape, n_batch=rnb, nse=5), rshape)
+    out = hs.bcoo_multiply_sparse(lhs, rhs)
+    expect = js.bcoo_multiply_sparse(lref, rref)
+    assert out.shape == expect.shape
+    assert out.nse <= expect.nse
+    # JAX lets an entry that is padding in a size-1 dim become valid after broadcasting;
+    # hlopt keeps it padding, so the product of the dense arrays is the reference.
+    assert_close(out.todense(), lref.todense() * rref.todense())
+
+
+def test_multiply_sparse_nse_zero_and_errors():
+    lhs, lref = pair(buffers(rng(30), shape=(3, 4), nse=0), (3, 4))
+    rhs, rref = pair(buffers(rng(31), shape=(3, 4), nse=4), (3, 4))
+    assert_close(hs.bcoo_multiply_sparse(lhs, rhs).todense(), js.bcoo_multiply_sparse(lref, rref).todense())
+    dense = hs.BCOO(buffers(rng(32), shape=(3, 4), n_dense=1), shape=(3, 4))
+    with pytest.raises(NotImplementedError, match="dense dimensions"):
+        hs.bcoo_multiply_sparse(rhs, dense)
+    with pytest.raises(TypeError, match="same number of dimensions"):
+        hs.bcoo_multiply_sparse(rhs, hs.BCOO(buffers(rng(33), shape=(4,)), shape=(4,)))
