@@ -13,8 +13,9 @@ counts it).
 
 The analysis gives every uint32 element an identity (a *cell*) and follows
 cells through the ops that move key data (slice, reshape, broadcast,
-transpose, concatenate, dynamic slices, selects, sharding constraints,
-`Sharding` custom calls; a row picked at a run-time index may be any row),
+transpose, concatenate, dynamic slices, gathers of rows, selects, sharding
+constraints, `Sharding` custom calls; a row picked at a run-time index may be
+any row),
 into function calls (each function is summarised
 once: which argument keys it consumes, which it returns), through
 `stablehlo.while` (a key consumed in the cond or body that is captured or
@@ -47,7 +48,7 @@ from typing import ClassVar
 import numpy as np
 
 from hlopt.passes.base import Pass, PassError
-from hlopt.passes.mlir import ir
+from hlopt.passes.mlir import ir, stablehlo
 
 # The threefry2x32 key-schedule parity constant: ks[2] = k0 ^ k1 ^ 0x1BD11BDA.
 THREEFRY_PARITY = 0x1BD11BDA
@@ -325,6 +326,7 @@ class _Analysis:
         self.candidates: dict[int, np.ndarray] = {}  # cell of a dynamic slice -> the cells it may be
         self.fold_in_data: dict[ir.Value, bool] = {}
         self.reports: list[KeyReuse] = []
+        self.reported: set[KeyReuse] = set()
         self.handlers: dict[str, Callable[[ir.Operation, _Scope], None]] = {
             "func.call": self._call,
             "stablehlo.while": self._while,
@@ -334,6 +336,7 @@ class _Analysis:
             "stablehlo.custom_call": self._custom_call,
             "sdy.manual_computation": self._manual_computation,
             "stablehlo.dynamic_slice": self._dynamic_slice,
+            "stablehlo.gather": self._gather,
         }
 
     def _count_call(self, op: ir.Operation) -> ir.WalkResult:
@@ -376,12 +379,18 @@ class _Analysis:
     # ---- reports ----------------------------------------------------------
 
     def report(self, message: str, loc: Frames, note: str, note_loc: Frames) -> None:
-        self.reports.append(KeyReuse(message, _format(loc) or "<unknown>", note, _format(note_loc) or "<unknown>"))
+        """Report a reuse once per pair of places (a key array reused is one report)."""
+        reuse = KeyReuse(message, _format(loc) or "<unknown>", note, _format(note_loc) or "<unknown>")
+        if reuse not in self.reported:
+            self.reported.add(reuse)
+            self.reports.append(reuse)
 
     def consume(self, scope: _Scope, pair: Pair, loc: Frames, op: ir.Operation, may: bool = False) -> None:
         first = scope.consumed.get(pair)
         if first is None:
             scope.consumed[pair] = (loc, op, may)
+        elif (may or first[2]) and first[1] == op:
+            pass  # rows one op picks at run-time indices: taken as distinct, as JAX does
         elif not _exclusive(first[1], op):
             self.report("PRNG key is consumed a second time", loc, "the key was first consumed here", first[0])
         w0, w1 = self.candidates.get(pair[0]), self.candidates.get(pair[1])
@@ -636,6 +645,23 @@ class _Analysis:
             choices = np.stack([_slice_at(source, w, shape).reshape(-1) for w in windows])
             for j, cell in enumerate(cells.reshape(-1).tolist()):
                 self.candidates[cell] = choices[:, j]
+
+    def _gather(self, op: ir.Operation, scope: _Scope) -> None:
+        """Whole rows gathered at run-time indices (`keys[idx]`): each may be any row."""
+        cells, source = self.bind_fresh(op.results[0]), self.cells(op.operands[0])
+        if cells is None or source is None:
+            return
+        dims = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+        rank, rest = cells.ndim, source.ndim - 1
+        if (list(dims.start_index_map) != [0] or list(dims.collapsed_slice_dims) != [0]
+                or list(dims.operand_batching_dims) or _i64s(op, "slice_sizes") != [1, *source.shape[1:]]
+                or list(dims.offset_dims) != list(range(rank - rest, rank))
+                or source.shape[0] * cells.size > MAX_TRACKED_ELEMENTS):
+            return
+        rows = source.reshape(source.shape[0], -1)
+        for picked in cells.reshape(-1, rows.shape[1]):
+            for column, cell in enumerate(picked.tolist()):
+                self.candidates[cell] = rows[:, column]
 
     def _manual_computation(self, op: ir.Operation, scope: _Scope) -> None:
         block = op.regions[0].blocks[0]

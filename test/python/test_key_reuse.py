@@ -153,6 +153,24 @@ def row_at_a_traced_index(key, i):
     return jax.random.normal(keys[i]) + jax.random.normal(other)
 
 
+@case(REUSE)
+def gathered_rows_twice(key):
+    keys = jax.random.split(key, 4)
+    return jax.random.normal(keys[jnp.array([0, 2])][0]) + jax.random.normal(keys[jnp.array([0, 2])][0])
+
+
+@case(CLEAN)
+def gathered_rows_once(key):
+    keys = jax.random.split(key, 4)
+    return jax.vmap(jax.random.normal)(keys[jnp.array([3, 1, 2])])
+
+
+@case(REUSE)
+def gathered_rows_then_a_row(key):
+    keys = jax.random.split(key, 4)
+    return jax.vmap(jax.random.normal)(keys[jnp.array([3, 1, 2])]) + jax.random.normal(keys[0])
+
+
 @case(CLEAN, raw=False)
 def scan_consume_one(key):
     def body_func(keys, x):
@@ -583,7 +601,13 @@ def test_draws_that_meet_only_in_a_select_are_not_a_reuse():
         x = jax.random.normal(key, (3,))
         return jax.lax.select(p, x, jax.random.uniform(key, (3,))) + x
 
+    def vmapped_cond(key, p):  # vmap runs both branches and selects per element
+        keys = jax.random.split(key, 3)
+        return jax.vmap(lambda k, p: jax.lax.cond(p, jax.random.uniform, jax.random.normal, k))(keys, p)
+
     p = jnp.array([True, False, True])
+    assert jax_verdict(vmapped_cond, jax.random.key(0), p) == REUSE
+    assert find_key_reuse(hlopt.lower(vmapped_cond, jax.random.key(0), p).module.operation) == []
     assert jax_verdict(per_element, jax.random.key(0), p) == REUSE
     assert find_key_reuse(hlopt.lower(per_element, jax.random.key(0), p).module.operation) == []
     assert jax_verdict(mixed, jax.random.key(0), p) == REUSE
