@@ -15,9 +15,8 @@ The analysis gives every uint32 element an identity (a *cell*) and follows
 cells through the ops that move key data (slice, reshape, broadcast,
 transpose, concatenate, dynamic slices, gathers of rows, selects, sharding
 constraints, `Sharding` custom calls; a row picked at a run-time index may be
-any row),
-into function calls (each function is summarised
-once: which argument keys it consumes, which it returns), through
+any row), into function calls (each function is summarised once: which
+argument keys it consumes, which it returns), through
 `stablehlo.while` (a key consumed in the cond or body that is captured or
 carried unchanged is consumed in every iteration) and through
 `stablehlo.case`/`if` (each branch sees the keys consumed before it, not those
@@ -309,6 +308,8 @@ class _Scope:
 
 
 class _Analysis:
+    """One run of the analysis over a module: cells, function summaries, reports."""
+
     def __init__(self, module: ir.Operation, fold_in_consumes: bool):
         self.fold_in_consumes = fold_in_consumes
         self.funcs: dict[str, ir.Operation] = {}
