@@ -648,6 +648,22 @@ def test_pass_fails_the_pipeline_with_the_reports():
         lowered.apply("check-key-reuse")
 
 
+def test_hlopt_opt_prints_the_reports_and_exits_1(tmp_path, capsys):
+    from hlopt.cli.opt import main
+
+    lines, first = inspect.getsourcelines(reuse_after_split_bad)
+    bad, good = tmp_path / "bad.mlir", tmp_path / "good.mlir"
+    bad.write_text(hlopt.lower(reuse_after_split_bad, jax.random.PRNGKey(0)).as_text(debug_info=True))
+    good.write_text(hlopt.lower(sampler_loop, jax.random.PRNGKey(0)).as_text(debug_info=True))
+    assert main([str(bad), "-p", "check-key-reuse"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    here = os.path.abspath(__file__)
+    assert err == [f"{here}:{first + 3}:11: error: PRNG key is consumed a second time",
+                   f"{here}:{first + 2}:8: note: the key was first consumed here"]
+    assert main([str(good), "-p", "check-key-reuse", "--debug-info"]) == 0
+    assert capsys.readouterr().out.strip() == good.read_text().strip()
+
+
 def test_fold_in_consumes_option():
     lowered = hlopt.lower(reuse_after_fold_in, jax.random.key(0))
     assert find_key_reuse(lowered.module.operation) == []
