@@ -266,20 +266,15 @@ def _parity_key_words(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
 
 
 def _inlined_counters(k0: ir.Value) -> list[ir.Value]:
-    """The counter inputs of an inlined kernel: the other addend of `x0 + k0`."""
+    """The counter inputs of an inlined kernel: the other addend of `x0 + k0` (k0 maybe broadcast)."""
     counters = []
     for use in k0.uses:
-        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
-        results = [k0]
-        if user.name == "stablehlo.broadcast_in_dim":
-            results = [user.result]
-            adds = [u.owner for u in user.result.uses]
-        else:
-            adds = [user]
+        user = use.owner.operation
+        added = [user.result] if user.name == "stablehlo.broadcast_in_dim" else [k0]
+        adds = [u.owner.operation for u in user.result.uses] if added[0] != k0 else [user]
         for add in adds:
-            add = add.operation if hasattr(add, "operation") else add
             if add.name == "stablehlo.add":
-                counters.extend(v for v in add.operands if v not in results)
+                counters.extend(v for v in add.operands if v != added[0])
     return counters
 
 
