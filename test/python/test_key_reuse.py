@@ -4,8 +4,8 @@ Every case of JAX's key-reuse suite that applies to a whole function
 (tests/key_reuse_test.py), plus correct programs that must not be reported.
 Each case is checked three ways: JAX's verdict (`jax.debug_key_reuse(True)`)
 equals the expected one, hlopt's verdict on the lowered module equals it, and
-so does hlopt's verdict after `inline` (kernels inlined) and with raw
-`uint32[2]` keys (which JAX's checker does not track).
+so does hlopt's verdict after `canonicalize,cse`, after `inline` (kernels
+inlined) and with raw `uint32[2]` keys (which JAX's checker does not track).
 """
 
 import inspect
@@ -502,6 +502,9 @@ def test_same_verdict_as_jax(name):
     reports = find_key_reuse(lowered.module.operation)
     assert bool(reports) == expected, [str(r) for r in reports]
     assert_locations_in(f, reports)
+
+    simplified = lowered.apply("canonicalize,cse")
+    assert bool(find_key_reuse(simplified.module.operation)) == expected
 
     inlined = lowered.apply("inline{default-pipeline=},symbol-dce")  # no DCE of unused draws
     assert not any(op.name == "func.call" for op in _walk(inlined.module))
