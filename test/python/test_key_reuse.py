@@ -40,6 +40,11 @@ def reuse(key):
     return jax.random.uniform(key) + jax.random.uniform(key)
 
 
+@case(REUSE)
+def reuse_returned_separately(key):
+    return jax.random.normal(key), jax.random.uniform(key)
+
+
 @case(CLEAN)
 def reuse_after_split_good(key):
     key1, key2 = jax.random.split(key)
