@@ -252,6 +252,11 @@ def _constant_ints(value: ir.Value) -> np.ndarray | None:
     return np.asarray(attr).reshape(-1)
 
 
+def _is_gpu_kernel(op: ir.Operation) -> bool:
+    return (op.name == "stablehlo.custom_call"
+            and ir.StringAttr(op.attributes["call_target_name"]).value in THREEFRY_CUSTOM_CALLS)
+
+
 def _parity_key_words(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
     """(k0, k1) if `op` is `xor(xor(k0, k1), 0x1BD11BDA)`: the kernel's key schedule."""
     if op.name != "stablehlo.xor":
@@ -468,16 +473,18 @@ class _Analysis:
     # ---- consumers --------------------------------------------------------
 
     def is_kernel(self, name: str) -> bool:
-        """True if function `name` is the threefry2x32 kernel with key words (arg0, arg1)."""
+        """True if function `name` is the threefry2x32 kernel with key words (arg0, arg1):
+        JAX's kernel function, or its wrapper of the GPU custom call."""
         known = self.kernels.get(name)
         if known is None:
             func = self.funcs.get(name)
             known = False
-            if func is not None:
+            if func is not None and len(func.regions[0].blocks[0].arguments) >= 4:
                 args = list(func.regions[0].blocks[0].arguments)
                 for op in func.regions[0].blocks[0].operations:
-                    words = _parity_key_words(op.operation)
-                    if words is not None and len(args) >= 4 and set(words) == {args[0], args[1]}:
+                    op = op.operation
+                    words = _parity_key_words(op)
+                    if (words is not None and set(words) == {args[0], args[1]}) or _is_gpu_kernel(op):
                         known = True
                         break
             self.kernels[name] = known
@@ -517,7 +524,7 @@ class _Analysis:
     def _custom_call(self, op: ir.Operation, scope: _Scope) -> None:
         target = ir.StringAttr(op.attributes["call_target_name"]).value
         operands = list(op.operands)
-        if target in THREEFRY_CUSTOM_CALLS and len(operands) == 4:
+        if _is_gpu_kernel(op) and len(operands) == 4:
             self.kernel_application(scope, operands[0], operands[1], operands[2:], op)
         if target in FORWARDING_CUSTOM_CALLS and len(op.results) == 1 and operands:
             self.bind(op.results[0], self.cells(operands[0]))

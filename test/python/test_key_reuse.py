@@ -532,6 +532,34 @@ def test_same_verdict_with_original_threefry(name):
     assert_locations_in(f, reports)
 
 
+GPU_CASES = ["reuse", "reuse_after_split_good", "split_row_used_twice", "repeated_fold_ins",
+             "reuse_after_fold_in", "scan_reuse_in_body", "simple_scan", "reuse_after_cond_bad",
+             "train_step_split_per_layer", "sampler_loop"]
+
+
+@pytest.mark.parametrize("name", GPU_CASES)
+def test_same_verdict_with_the_gpu_kernel(name):
+    """For CUDA with jax_threefry_gpu_kernel_lowering the kernel is `custom_call @cu_threefry2x32_ffi`.
+
+    (jax.export drops unused draws, so cases whose reuse is an unused split are not here.)
+    """
+    from jax import export
+
+    from hlopt.compiler.lowering import parse_module
+
+    f, expected, extra, _ = CASES[name]
+    jax.config.update("jax_threefry_gpu_kernel_lowering", True)
+    try:
+        exported = export.export(jax.jit(f), platforms=["cuda"])(jax.random.key(0), *extra)
+    finally:
+        jax.config.update("jax_threefry_gpu_kernel_lowering", False)
+    text = exported.mlir_module()
+    assert "cu_threefry2x32_ffi" in text
+    reports = find_key_reuse(parse_module(text).operation)
+    assert bool(reports) == expected, [str(r) for r in reports]
+    assert_locations_in(f, reports)
+
+
 @pytest.mark.parametrize("name", sorted(SHARD_MAP_CASES))
 def test_shard_map_same_verdict_as_jax(name):
     from jax.sharding import Mesh
