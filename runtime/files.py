@@ -176,6 +176,9 @@ def _check_module(module: ir.Module, sig: Signature, device_count: int, source: 
         for i, (t, aval) in enumerate(zip(types, avals)):
             if str(t) != encoding.tensor_type(aval):
                 raise lie(f"{what} {i} is listed as {encoding.aval_str(aval)}, @main has {t}")
+    for i, (listed, recorded) in enumerate(zip(_result_paths(sig.out_tree), _result_infos(main))):
+        if recorded is not None and listed != recorded:
+            raise lie(f"output {i} is listed as {listed}, @main returns it as {recorded}")
     attrs = module.operation.attributes
     partitions = ir.IntegerAttr(attrs["mhlo.num_partitions"]).value if "mhlo.num_partitions" in attrs else 1
     if partitions != device_count:
@@ -184,6 +187,30 @@ def _check_module(module: ir.Module, sig: Signature, device_count: int, source: 
         check_no_annotations(module)
     except AnnotationError as e:
         raise ExecutableFileError(f"{source}: {e}") from None
+
+
+def _result_paths(out_tree: Any) -> list[str]:
+    """`result['a'][0]`-style paths of the outputs, as jax writes them into `jax.result_info`."""
+    def entry(k: Any) -> str:
+        if isinstance(k, jax.tree_util.DictKey):
+            return f"[{k.key!r}]"
+        if isinstance(k, jax.tree_util.GetAttrKey):
+            return f".{k.name}"
+        return f"[{getattr(k, 'idx', getattr(k, 'key', k))}]"
+
+    skeleton = jax.tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
+    return ["result" + "".join(map(entry, path)) for path, _ in jax.tree_util.tree_flatten_with_path(skeleton)[0]]
+
+
+def _result_infos(main: ir.Operation) -> list[str | None]:
+    """The `jax.result_info` of each result of `@main` (None where there is none)."""
+    if "res_attrs" not in main.attributes:
+        return []
+    infos = []
+    for attrs in ir.ArrayAttr(main.attributes["res_attrs"]):
+        attrs = ir.DictAttr(attrs)
+        infos.append(ir.StringAttr(attrs["jax.result_info"]).value if "jax.result_info" in attrs else None)
+    return infos
 
 
 def _check_shardings(actual: list[Any], specs: list[Any], avals: Any, what: str, source: str) -> None:
