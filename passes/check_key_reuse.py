@@ -289,15 +289,44 @@ class _Summary:
 
     params: list[Cells | None]
     results: list[Cells | None]
-    events: list[tuple[Pair, Frames, bool]]  # the argument keys it (may) consume, and where
+    events: list[tuple[Pair, "_Place", bool]]  # the argument keys it (may) consume, and where
     start: int
     stop: int
     candidates: dict[int, np.ndarray]  # result cells that are rows picked at unknown indices
 
 
-# Where a key was consumed: source frames, the op of this block, and whether the
+class _Place:
+    """Where a key is consumed; resolved to source frames only when reported.
+
+    `op` is the consumer (or the call or loop that holds it) in the function
+    analysed, `inner` the place inside the callee for a consumption lifted
+    from a call. The place inside is the better one when its frames extend
+    this call's, or when the callee is called once; a callee JAX lowered once
+    for many calls keeps the frames of its first call, so the call is the place.
+    """
+
+    __slots__ = ("op", "elsewhere", "inner", "called_once", "_frames")
+
+    def __init__(self, op: ir.Operation, elsewhere: frozenset[str], inner: "_Place | None" = None,
+                 called_once: bool = False):
+        self.op, self.elsewhere, self.inner, self.called_once = op, elsewhere, inner, called_once
+        self._frames: Frames | None = None
+
+    @property
+    def frames(self) -> Frames:
+        if self._frames is None:
+            frames = source_frames(self.op.location, self.elsewhere)
+            if self.inner is not None:
+                inner = self.inner.frames
+                if (frames and frames[0] in inner[1:]) or (len(inner) == 1 and self.called_once):
+                    frames = inner
+            self._frames = frames
+        return self._frames
+
+
+# Where a key was consumed, the op of this block that consumed it, and whether the
 # key may be another (a row picked at an unknown index from an array of keys).
-Use = tuple[Frames, ir.Operation, bool]
+Use = tuple[_Place, ir.Operation, bool]
 
 
 class _Scope:
@@ -345,9 +374,9 @@ class _Analysis:
             self.call_sites[ir.FlatSymbolRefAttr(op.attributes["callee"]).value] += 1
         return ir.WalkResult.ADVANCE
 
-    def frames(self, op: ir.Operation) -> Frames:
-        """The source frames of `op` in the function being analysed."""
-        return source_frames(op.location, self.elsewhere)
+    def place(self, op: ir.Operation) -> _Place:
+        """Where `op`, in the function being analysed, is in the source."""
+        return _Place(op, self.elsewhere)
 
     # ---- cells ------------------------------------------------------------
 
@@ -379,14 +408,14 @@ class _Analysis:
 
     # ---- reports ----------------------------------------------------------
 
-    def report(self, message: str, loc: Frames, note: str, note_loc: Frames) -> None:
+    def report(self, message: str, loc: _Place, note: str, note_loc: _Place) -> None:
         """Report a reuse once per pair of places (a key array reused is one report)."""
-        reuse = KeyReuse(message, _format(loc) or "<unknown>", note, _format(note_loc) or "<unknown>")
+        reuse = KeyReuse(message, _format(loc.frames) or "<unknown>", note, _format(note_loc.frames) or "<unknown>")
         if reuse not in self.reported:
             self.reported.add(reuse)
             self.reports.append(reuse)
 
-    def consume(self, scope: _Scope, pair: Pair, loc: Frames, op: ir.Operation, may: bool = False) -> None:
+    def consume(self, scope: _Scope, pair: Pair, loc: _Place, op: ir.Operation, may: bool = False) -> None:
         first = scope.consumed.get(pair)
         if first is None:
             scope.consumed[pair] = (loc, op, may)
@@ -402,7 +431,7 @@ class _Analysis:
             for row in sorted(set(zip(w0.tolist(), w1.tolist()))):
                 self.consume(scope, row, loc, op, may=True)
 
-    def consume_words(self, scope: _Scope, k0: ir.Value, k1: ir.Value, loc: Frames, op: ir.Operation) -> None:
+    def consume_words(self, scope: _Scope, k0: ir.Value, k1: ir.Value, loc: _Place, op: ir.Operation) -> None:
         c0, c1 = self.cells(k0), self.cells(k1)
         if c0 is None or c1 is None:
             return
@@ -460,7 +489,7 @@ class _Analysis:
         param_stop = self.next_id
         scope = _Scope()
         returned = self.walk_block(block, scope)
-        events = [(pair, frames, may) for pair, (frames, _, may) in scope.consumed.items()
+        events = [(pair, place, may) for pair, (place, _, may) in scope.consumed.items()
                   if start <= min(pair) and max(pair) < param_stop]
         results = [self.cells(v) for v in returned]
         picked = {c: self.candidates[c] for cells in results if cells is not None
@@ -513,7 +542,7 @@ class _Analysis:
                            counters: Iterable[ir.Value], op: ir.Operation) -> None:
         """Record a threefry2x32 application: a consumption unless it is a fold_in."""
         if self.fold_in_consumes or not any(self.is_fold_in_data(c) for c in counters):
-            self.consume_words(scope, k0, k1, self.frames(op), op)
+            self.consume_words(scope, k0, k1, self.place(op), op)
 
     def _xor(self, op: ir.Operation, scope: _Scope) -> None:
         words = _parity_key_words(op)
@@ -537,7 +566,6 @@ class _Analysis:
     def _call(self, op: ir.Operation, scope: _Scope) -> None:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         operands = list(op.operands)
-        loc = self.frames(op)
         if self.is_kernel(callee):
             self.kernel_application(scope, operands[0], operands[1], operands[2:4], op)
             for result in op.results:
@@ -554,12 +582,9 @@ class _Analysis:
             actual = self.cells(arg)
             if param is not None and actual is not None and param.shape == actual.shape:
                 table[param.reshape(-1) - summary.start] = actual.reshape(-1)
+        called_once = self.call_sites[callee] == 1
         for (p0, p1), inner, may in summary.events:
-            # The consumer inside is the better place when its frames are this call's
-            # (a loop body, a function called once); a callee JAX lowered once for many
-            # calls keeps the frames of its first call, so the call itself is the place.
-            nested = bool(loc) and loc[0] in inner[1:]
-            where = inner if nested or (len(inner) == 1 and self.call_sites[callee] == 1) else loc
+            where = _Place(op, self.elsewhere, inner, called_once)
             self.consume(scope, (int(table[p0 - summary.start]), int(table[p1 - summary.start])), where, op, may)
         for result, cells in zip(op.results, summary.results):
             self.bind(result, None if cells is None else table[cells - summary.start])
@@ -586,7 +611,7 @@ class _Analysis:
                 initial[index] = first.reshape(-1)
                 if after is not None:
                     kept[index] = (after == before).reshape(-1)
-        loop_loc = self.frames(op)
+        loop_loc = self.place(op)
         for pair, (loc, _, may) in inner.consumed.items():
             outer, every_iteration = [], True
             for cell in pair:
