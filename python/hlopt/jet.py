@@ -58,15 +58,15 @@ def _batch(args, dims, *, jaxpr: jax_core.ClosedJaxpr, order: int):
     """vmap of a jet is the jet of the vmapped function: a primal whose value or
     series is batched is batched (with its series) in the new function."""
     n = len(jaxpr.in_avals)
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not batching.not_mapped)
-    batched = [dims[i] is not batching.not_mapped
-               or any(dims[n + i * order + k] is not batching.not_mapped for k in range(order))
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    batched = [dims[i] is not None
+               or any(dims[n + i * order + k] is not None for k in range(order))
                for i in range(n)]
 
     def at_zero(x, d, b):
         if not b:
             return x
-        if d is batching.not_mapped:
+        if d is None:
             return jnp.broadcast_to(x, (size, *jnp.shape(x)))
         return jnp.moveaxis(x, d, 0)
 

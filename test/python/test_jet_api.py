@@ -1,0 +1,185 @@
+"""hlopt.jet: the contract of jax.experimental.jet.jet, composition with hlopt.jit and
+jax.vmap, order-10 compositions, and errors. float64 only inside jax.enable_x64 blocks."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.experimental import jet as jax_jet
+
+import hlopt
+
+
+def _close(got, want, rtol=1e-5, atol=1e-6):
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol)
+
+
+def test_docs_example_sin_of_cube():
+    h0, h1, h2 = 0.5**3.0, 3.0 * 0.5**2.0, 6.0 * 0.5
+    f0, (f1, f2) = hlopt.jet(jnp.sin, (h0,), ((h1, h2),))
+    np.testing.assert_allclose(f0, np.sin(h0), rtol=1e-6)
+    np.testing.assert_allclose(f1, np.cos(h0) * h1, rtol=1e-6)
+    np.testing.assert_allclose(f2, -np.sin(h0) * h1**2 + np.cos(h0) * h2, rtol=1e-6)
+
+
+def _pytree_fun(p, x):
+    h = jnp.tanh(x @ p["w"] + p["b"])
+    return {"out": jnp.sum(h * h), "h": h}
+
+
+def _pytree_inputs(order):
+    rng = np.random.default_rng(1)
+    p = {"w": rng.normal(size=(3, 4)).astype(np.float32), "b": rng.normal(size=4).astype(np.float32)}
+    x = rng.normal(size=(2, 3)).astype(np.float32)
+    ps = [jax.tree_util.tree_map(lambda a: rng.normal(size=a.shape).astype(np.float32), p) for _ in range(order)]
+    xs = [rng.normal(size=x.shape).astype(np.float32) for _ in range(order)]
+    return (p, x), (ps, xs)
+
+
+@pytest.mark.parametrize("factorial_scaled", [True, False])
+def test_pytree_primals_match_jax_jet(factorial_scaled):
+    (p, x), (ps, xs) = _pytree_inputs(3)
+    got = hlopt.jet(_pytree_fun, (p, x), (ps, xs), factorial_scaled=factorial_scaled)
+    # JAX's jet takes array arguments only: flatten the dict by hand
+    leaves, tree = jax.tree_util.tree_flatten(p)
+    flat_series = [[jax.tree_util.tree_leaves(t)[i] for t in ps] for i in range(len(leaves))]
+    want = jax_jet.jet(lambda *a: _pytree_fun(jax.tree_util.tree_unflatten(tree, a[:-1]), a[-1]),
+                       (*leaves, x), (*flat_series, xs), factorial_scaled=factorial_scaled)
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    _close(got, want, rtol=2e-4, atol=2e-4)
+
+
+def test_factorial_scaling_converts_conventions():
+    x, v = np.float32(0.3), np.float32(1.0)
+    _, derivs = hlopt.jet(jnp.exp, (x,), ((v, 0 * v, 0 * v),))
+    _, coeffs = hlopt.jet(jnp.exp, (x,), ((v, 0 * v, 0 * v),), factorial_scaled=False)
+    _close(derivs, [np.exp(x)] * 3)  # d^k/dt^k exp(x + t) = exp(x)
+    _close(coeffs, [np.exp(x) / math.factorial(k) for k in (1, 2, 3)])
+
+
+def test_inside_hlopt_jit_composes_and_skips_zero_terms():
+    w = np.random.default_rng(2).normal(size=(4, 4)).astype(np.float32)
+
+    def f(w, x, v):
+        # w is closed over as a traced value: it enters the annotation with zero series
+        _, (d1, d2, d3) = hlopt.jet(lambda y: jnp.sin(y @ w), (x,), ((v, jnp.zeros_like(v), jnp.zeros_like(v)),))
+        return d3.sum() + x.sum()
+
+    def ref(w, x, v):
+        _, (d1, d2, d3) = jax_jet.jet(lambda y: jnp.sin(y @ w), (x,), ((v, jnp.zeros_like(v), jnp.zeros_like(v)),))
+        return d3.sum() + x.sum()
+
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    v = np.ones((2, 4), np.float32)
+    _close(hlopt.jit(f)(w, x, v), jax.jit(ref)(w, x, v), rtol=1e-4)
+    text = hlopt.lower(f, w, x, v).apply("jet-expand").as_text()
+    jet_fn = text[text.index("func.func private @hlopt_jet_fun_jet3"):]
+    # only x's first coefficient is nonzero: one dot_general per order, none for w's zero series
+    assert jet_fn.count("stablehlo.dot_general") == 4, jet_fn
+
+
+def test_plain_jax_jit_is_refused():
+    with pytest.raises(Exception, match="use hlopt.jit"):
+        jax.jit(lambda x: hlopt.jet(jnp.sin, (x,), ((x,),))[1][0])(np.float32(1))
+
+
+def _directional(f, x, v, order):
+    return hlopt.jet(f, (x,), ((v,) + (jnp.zeros_like(v),) * (order - 1),))[1][-1]
+
+
+def _directional_ref(f, x, v, order):
+    return jax_jet.jet(f, (x,), ((v,) + (jnp.zeros_like(v),) * (order - 1),))[1][-1]
+
+
+def _stochastic_f(x):
+    return jnp.sum(jnp.tanh(x) ** 2 * jnp.cos(x))
+
+
+def test_vmap_over_directions_eager_and_in_hlopt_jit():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=5).astype(np.float32)
+    vs = rng.normal(size=(7, 5)).astype(np.float32)
+    want = jax.jit(jax.vmap(lambda v: _directional_ref(_stochastic_f, x, v, 3)))(vs)
+    _close(jax.vmap(lambda v: _directional(_stochastic_f, x, v, 3))(vs), want, rtol=1e-4, atol=1e-5)
+    estimator = hlopt.jit(lambda x, vs: jax.vmap(lambda v: _directional(_stochastic_f, x, v, 3))(vs).mean())
+    _close(estimator(x, vs), want.mean(), rtol=1e-4, atol=1e-5)
+
+
+def test_vmap_over_primals_and_series_with_axes():
+    rng = np.random.default_rng(4)
+    xs = rng.normal(size=(5, 3)).astype(np.float32)
+    vs = rng.normal(size=(3, 5)).astype(np.float32)
+    got = jax.vmap(lambda x, v: _directional(jnp.sin, x, v, 2), in_axes=(1, 0))(xs, vs)
+    want = jax.vmap(lambda x, v: _directional_ref(jnp.sin, x, v, 2), in_axes=(1, 0))(xs, vs)
+    _close(got, want, rtol=1e-5)
+
+
+def _mlp(params, x):
+    for w, b in params[:-1]:
+        x = jnp.tanh(x @ w + b)
+    w, b = params[-1]
+    return x @ w + b
+
+
+def _while_body(s):
+    return s[0] + 1, s[1] * 1.2 + 0.05 * jnp.exp(-s[1])
+
+
+def _while(x):
+    steps, y = lax.while_loop(lambda s: s[1].sum() < 30.0, _while_body, (0, x))
+    return y * steps
+
+
+def test_compositions_to_order_10():
+    """The MLP and a while loop with a data-dependent trip count, to order 10, against
+    JAX's jet (of the loop unrolled to its trip count; JAX's jet has no while rule).
+    Nested jvp checks the same loop to order 6 in test_jet_rules."""
+    order = 10
+    rng = np.random.default_rng(5)
+    with jax.enable_x64(True):
+        sizes = [3, 8, 8, 2]
+        params = [(jnp.asarray(rng.normal(size=(m, n)) / np.sqrt(m)), jnp.asarray(rng.normal(size=n)))
+                  for m, n in zip(sizes, sizes[1:])]
+        x = jnp.asarray(rng.normal(size=3))
+        x_pos = jnp.asarray(rng.uniform(0.5, 2.0, size=3))
+        series = [jnp.asarray(0.5 * rng.normal(size=3)) for _ in range(order)]
+        steps = int(lax.while_loop(lambda s: s[1].sum() < 30.0, _while_body, (0, x_pos))[0])
+        assert steps > 3
+
+        def unrolled(y):
+            for i in range(steps):
+                _, y = _while_body((i, y))
+            return y * steps
+
+        (p_mlp, p_loop), (s_mlp, s_loop) = hlopt.jet(
+            lambda a, b: (_mlp(params, a), _while(b)), (x, x_pos), (series, series), factorial_scaled=False)
+        r_mlp = jax_jet.jet(lambda a: _mlp(params, a), (x,), (series,), factorial_scaled=False)
+        r_loop = jax_jet.jet(unrolled, (x_pos,), (series,), factorial_scaled=False)
+        for got, want in (((p_mlp, s_mlp), r_mlp), ((p_loop, s_loop), r_loop)):
+            assert len(got[1]) == order
+            for k, (g, w) in enumerate(zip([got[0], *got[1]], [want[0], *want[1]])):
+                assert g.dtype == np.float64
+                np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-9, atol=1e-9, err_msg=f"order {k}")
+
+
+def test_inconsistent_orders_and_shapes_are_refused():
+    with pytest.raises(ValueError, match="inconsistent lengths"):
+        hlopt.jet(jnp.add, (1.0, 2.0), ((1.0, 0.0), (1.0,)))
+    with pytest.raises(ValueError, match="shape"):
+        hlopt.jet(jnp.sin, (np.ones(3, np.float32),), ((np.ones(2, np.float32),),))
+    with pytest.raises(ValueError, match="structure"):
+        hlopt.jet(lambda p: p["a"], ({"a": 1.0},), ((1.0,),))
+
+
+def test_op_without_rule_names_op_and_location():
+    def f(x):
+        return lax.reduce_precision(jnp.sin(x), exponent_bits=5, mantissa_bits=10)
+
+    with pytest.raises(hlopt.PipelineError, match=r"test_jet_api.py:\d+.*no Taylor rule for 'stablehlo.reduce_precision'"):
+        hlopt.jet(f, (np.float32(1),), ((np.float32(1),),))
