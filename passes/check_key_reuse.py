@@ -40,6 +40,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import itertools
+import math
 import re
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import ClassVar
@@ -213,7 +214,7 @@ def _tracked_shape(value: ir.Value) -> tuple[int, ...] | None:
     if not (isinstance(et, ir.IntegerType) and et.width == 32 and et.is_unsigned) or not t.has_static_shape:
         return None
     shape = tuple(t.shape)
-    return shape if int(np.prod(shape, dtype=np.int64)) <= MAX_TRACKED_ELEMENTS else None
+    return shape if math.prod(shape) <= MAX_TRACKED_ELEMENTS else None
 
 
 def _i64s(op: ir.Operation, name: str) -> list[int]:
@@ -381,7 +382,7 @@ class _Analysis:
     # ---- cells ------------------------------------------------------------
 
     def fresh(self, shape: tuple[int, ...]) -> Cells:
-        n = int(np.prod(shape, dtype=np.int64))
+        n = math.prod(shape)
         cells = np.arange(self.next_id, self.next_id + n, dtype=np.int64).reshape(shape)
         self.next_id += n
         return cells
