@@ -90,6 +90,14 @@ def todense(lay: Layout) -> Shape:
     return lay.shape
 
 
+def extract_layout(arr: Sequence[int], indices: Sequence[int]) -> Layout:
+    """The layout of the BCOO array with these `indices` and the shape of the dense `arr`."""
+    arr, indices = tuple(arr), tuple(indices)
+    n_batch = len(indices) - 2
+    data = (*arr[:n_batch], indices[-2], *arr[n_batch + indices[-1] :])
+    return layout(arr, data, indices)
+
+
 def extract(lay: Layout) -> Shape:
     """Data extracted from a dense array at `lay`'s indices: full batch dims."""
     return (*lay.batch_shape, lay.nse, *lay.dense_shape)

@@ -31,8 +31,12 @@ class BcooOp:
     op: ir.Operation
     name: str
     config: dict[str, Any]
-    operands: list[Value]
     result_types: list[ir.RankedTensorType]
+
+    @property
+    def operands(self) -> list[Value]:
+        """Read when the rule runs: rules for earlier ops may have replaced these values."""
+        return list(self.op.operands)
 
     def layout(self, first: int = 0, shape_key: str = "shape") -> shapes.Layout:
         """The layout of the BCOO operand whose data is operand `first` (indices follow it)."""
@@ -306,8 +310,11 @@ def lower_todense(c: BcooOp) -> list[Value]:
 
 
 def lower_extract(c: BcooOp) -> list[Value]:
-    lay = c.layout()
     arr, idx = c.operands
+    try:
+        lay = shapes.extract_layout(b.shape_of(arr), b.shape_of(idx))
+    except ValueError as e:
+        raise PassError(f"@{PREFIX}extract: invalid operands: {e}", c.op.location) from None
     batch = lay.batch_shape
     bs = math.prod(batch)
     arr_c = b.reshape(arr, [bs, *lay.shape[lay.n_batch :]])
@@ -733,7 +740,6 @@ def bcoo_op(op: ir.Operation) -> BcooOp | None:
         op,
         name,
         _decode(config),
-        list(op.operands),
         [ir.RankedTensorType(r.type) for r in op.results],
     )
 

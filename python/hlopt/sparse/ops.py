@@ -105,14 +105,7 @@ todense_p = _define("todense", _todense_abstract, multiple_results=False)
 
 
 def _extract_abstract(arr, indices):
-    return _aval(shapes.extract(_layout_of_arr(arr, indices)), arr.dtype)
-
-
-def _layout_of_arr(arr: Any, indices: Any) -> shapes.Layout:
-    n_batch = len(indices.shape) - 2
-    nse = indices.shape[-2]
-    data = (*arr.shape[:n_batch], nse, *arr.shape[n_batch + indices.shape[-1] :])
-    return shapes.layout(arr.shape, data, indices.shape)
+    return _aval(shapes.extract(shapes.extract_layout(arr.shape, indices.shape)), arr.dtype)
 
 
 extract_p = _define("extract", _extract_abstract, multiple_results=False)
@@ -371,11 +364,23 @@ def _multiply_dense_transpose(ct, data, indices, v, *, shape, **params):
     return [None, None, _sum_to_shape(dense, v_aval.shape).reshape(v_aval.shape)]
 
 
-ad.defbilinear(
-    multiply_dense_p,
-    lambda g, data, indices, v, **p: multiply_dense_p.bind(g, indices, v, **p),
-    lambda g, data, indices, v, **p: multiply_dense_p.bind(data, indices, g, **p),
-)
+def _multiply_dense_jvp(primals, tangents, **params):
+    data, indices, v = primals
+    data_dot, _, v_dot = tangents
+    out = multiply_dense_p.bind(data, indices, v, **params)
+    terms = []
+    if type(data_dot) is not ad.Zero:
+        terms.append(multiply_dense_p.bind(data_dot, indices, v, **params))
+    if type(v_dot) is not ad.Zero:
+        terms.append(multiply_dense_p.bind(data, indices, v_dot, **params))
+    return out, (_sum(terms) if terms else _zero_tangent(out))
+
+
+def _sum(terms: Sequence[jax.Array]) -> jax.Array:
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+ad.primitive_jvps[multiply_dense_p] = _multiply_dense_jvp
 ad.primitive_transposes[multiply_dense_p] = _multiply_dense_transpose
 
 
@@ -413,11 +418,20 @@ def _multiply_sparse_jvp(primals, tangents, **params):
         terms.append(multiply_sparse_p.bind(ld_dot, li, rd, ri, **params)[0])
     if type(rd_dot) is not ad.Zero:
         terms.append(multiply_sparse_p.bind(ld, li, rd_dot, ri, **params)[0])
-    data_dot = sum(terms[1:], terms[0]) if terms else _zero_tangent(out_data)
+    data_dot = _sum(terms) if terms else _zero_tangent(out_data)
     return (out_data, out_indices), (data_dot, _zero_tangent(out_indices))
 
 
+def _aligned(data: Any, lay: shapes.Layout, plan: shapes.MultiplyPlan) -> jax.Array:
+    """An operand's data arranged like the plan's entries: `[*plan.batch, nse, *dense]`."""
+    nb, rest = plan.n_batch, data.shape[lay.n_batch + 1 :]
+    full = jnp.broadcast_to(data, (*lay.batch_shape, lay.nse, *rest))
+    merged = full.reshape(*lay.batch_shape[:nb], math.prod(lay.batch_shape[nb:]) * lay.nse, *rest)
+    return jnp.broadcast_to(merged, (*plan.batch, *merged.shape[nb:]))
+
+
 def _multiply_sparse_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, driver, **params):
+    """Driver side: elementwise; lookup side: through the dense product; pairs: summed over partners."""
     if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
         raise ValueError("Cannot transpose with respect to sparse indices")
     left = ad.is_undefined_primal(ld)
@@ -426,37 +440,39 @@ def _multiply_sparse_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, driver,
     out_aval = _multiply_sparse_abstract(lda, li, rda, ri, shape=shape, rhs_shape=rhs_shape, driver=driver)[0]
     ct = _ct(cts[0], out_aval)
     kw = dict(shape=shape, rhs_shape=rhs_shape, driver=driver, **params)
-    if left:
-        other = multiply_sparse_p.bind(jnp.ones(lda.shape, lda.dtype), li, rd, ri, **kw)[0]
-        me, my_idx, my_shape, side = lda, li, shape, "lhs"
-    else:
-        other = multiply_sparse_p.bind(ld, li, jnp.ones(rda.shape, rda.dtype), ri, **kw)[0]
-        me, my_idx, my_shape, side = rda, ri, rhs_shape, "rhs"
-    weighted = ct * other
-    nb = plan.n_batch
-    my_lay = _layout(me, my_idx, my_shape)
-    entries = (*plan.batch, *my_lay.batch_shape[nb:], my_lay.nse, *weighted.shape[nb + 1 :])
+    side = "lhs" if left else "rhs"
+    me, my_idx, my_shape = (lda, li, shape) if left else (rda, ri, rhs_shape)
+    other, other_idx, other_shape = (rd, ri, rhs_shape) if left else (ld, li, shape)
+    my_lay, other_lay = _layout(me, my_idx, my_shape), _layout(other, other_idx, other_shape)
+    nb, dense = plan.n_batch, ct.shape[plan.n_batch + 1 :]
+    entries = (*plan.batch, *my_lay.batch_shape[nb:], my_lay.nse, *dense)
+    ones = jnp.ones(me.shape, me.dtype)
     if plan.driver == side:
-        grad = weighted.reshape(entries)
-    elif plan.driver == "pairs":
-        split = (*plan.batch, plan.lhs_nse, plan.rhs_nse, *weighted.shape[nb + 1 :])
-        grad = weighted.reshape(split).sum(nb + 1 if side == "lhs" else nb).reshape(entries)
+        args = (ones, li, rd, ri) if left else (ld, li, ones, ri)
+        grad = (ct * multiply_sparse_p.bind(*args, **kw)[0]).reshape(entries)
     else:
-        zl = _zeros(lda.shape, lda.dtype) if left else ld
-        zr = rd if left else _zeros(rda.shape, rda.dtype)
-        _, out_indices = multiply_sparse_p.bind(zl, li, zr, ri, **kw)
-        dense = _sum_to_shape(todense(weighted, out_indices, plan.shape), my_shape)
-        grad = extract(my_idx, dense)
+        args = (_zeros(me.shape, me.dtype), li, rd, ri) if left else (ld, li, _zeros(me.shape, me.dtype), ri)
+        _, out_indices = multiply_sparse_p.bind(*args, **kw)
+        aligned = _aligned(other, other_lay, plan)
+        if plan.driver == "pairs":
+            split = (*plan.batch, plan.lhs_nse, plan.rhs_nse)
+            match = _valid(out_indices, plan.shape[nb : nb + out_indices.shape[-1]]).reshape(split)
+            weighted = ct.reshape(*split, *dense) * _expand_dense(match, len(dense))
+            mine, partner = (nb, nb + 1) if left else (nb + 1, nb)
+            grad = (weighted * jnp.expand_dims(aligned, mine)).sum(partner).reshape(entries)
+        else:
+            product = todense(ct * aligned, out_indices, plan.shape)
+            grad = extract(my_idx, _sum_to_shape(product, my_shape))
     grad = _sum_to_shape(grad, me.shape).astype(me.dtype)
     return [grad, None, None, None] if left else [None, None, grad, None]
 
 
-def _zeros(shape: Sequence[int], dtype: Any) -> jax.Array:
-    return jnp.zeros(tuple(shape), dtype)
-
-
 ad.primitive_jvps[multiply_sparse_p] = _multiply_sparse_jvp
 ad.primitive_transposes[multiply_sparse_p] = _multiply_sparse_transpose
+
+
+def _zeros(shape: Sequence[int], dtype: Any) -> jax.Array:
+    return jnp.zeros(tuple(shape), dtype)
 
 
 def unique_count(indices: np.ndarray, sizes: Sequence[int]) -> int:

@@ -1,0 +1,206 @@
+"""jvp, grad and vmap of hlopt.sparse ops, against the same computation on dense arrays."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import sparse as js
+
+import hlopt
+from hlopt import sparse as hs
+from test_sparse_util import SHAPE, assert_close, buffers, random_data
+
+LAYOUTS = [(0, 0), (1, 1), (2, 0)]
+
+
+def dense(data, indices, shape=SHAPE):
+    return js.BCOO((data, indices), shape=shape).todense()
+
+
+# op name -> (hlopt op on a BCOO, the same op on the dense array)
+LINEAR_OPS = {
+    "todense": (lambda m: m.todense(), lambda x: x),
+    "transpose": (lambda m: hs.bcoo_transpose(m, permutation=_perm(m)).todense(), None),
+    "reduce_sum": (lambda m: hs.bcoo_reduce_sum(m, axes=(1, 3)).todense(), lambda x: x.sum((1, 3))),
+    "slice": (
+        lambda m: hs.bcoo_slice(m, start_indices=(0, 1, 1, 0), limit_indices=(2, 3, 4, 2), strides=(1, 1, 2, 1)).todense(),
+        lambda x: x[:, 1:3, 1:4:2, :],
+    ),
+    "reshape": (lambda m: m.reshape(_merged(m)).todense(), lambda x: x.reshape(_merged_dense(x))),
+    "sort_indices": (lambda m: m.sort_indices().todense(), lambda x: x),
+    "sum_duplicates": (lambda m: hs.bcoo_sum_duplicates(m, nse=4).todense(), None),
+    "update_layout": (lambda m: hs.bcoo_update_layout(m, n_batch=0, n_dense=0).todense(), lambda x: x),
+    "squeeze": (lambda m: hs.bcoo_squeeze(hs.bcoo_reshape(m, new_sizes=(*m.shape, 1)), dimensions=(4,)).todense(), lambda x: x),
+}
+
+
+def _perm(m):
+    nb, ns = m.n_batch, m.n_sparse
+    return (*range(nb), *reversed(range(nb, nb + ns)), *range(nb + ns, m.ndim))
+
+
+def _merged(m):
+    nb, ns = m.n_batch, m.n_sparse
+    return (*m.shape[:nb], int(np.prod(m.shape[nb : nb + ns])), *m.shape[nb + ns :])
+
+
+_LAYOUT = {}
+
+
+def _merged_dense(x):
+    return _merged(_LAYOUT["mat"])
+
+
+def _transpose_dense(x, m):
+    return jnp.transpose(x, _perm(m))
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_jvp_of_data_linear_ops(n_batch, n_dense):
+    data, indices = buffers(np.random.RandomState(0), n_batch=n_batch, n_dense=n_dense, nse=6)
+    tangent = random_data(np.random.RandomState(1), data.shape, "float32")
+    mat = hs.BCOO((data, indices), shape=SHAPE)
+    _LAYOUT["mat"] = mat
+
+    def ours(d, t):
+        outs = {}
+        for name, (op, _) in LINEAR_OPS.items():
+            outs[name] = jax.jvp(lambda d: op(hs.BCOO((d, indices), shape=SHAPE)), (d,), (t,))
+        return outs
+
+    got = hlopt.jit(ours)(data, tangent)
+    x, tx = dense(data, indices), dense(tangent, indices)
+    for name, (_, ref) in LINEAR_OPS.items():
+        if name == "transpose":
+            want = (_transpose_dense(x, mat), _transpose_dense(tx, mat))
+        elif name == "sum_duplicates":
+            want = (dense(*js.bcoo_sum_duplicates(js.BCOO((data, indices), shape=SHAPE), nse=4)._bufs),
+                    dense(*js.bcoo_sum_duplicates(js.BCOO((tangent, indices), shape=SHAPE), nse=4)._bufs))
+        else:
+            want = (ref(x), ref(tx))
+        assert_close(got[name][0], want[0])
+        assert_close(got[name][1], want[1])
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_grad_of_linear_ops(n_batch, n_dense):
+    data, indices = buffers(np.random.RandomState(2), n_batch=n_batch, n_dense=n_dense, nse=6)
+    mat = hs.BCOO((data, indices), shape=SHAPE)
+    _LAYOUT["mat"] = mat
+    names = ["todense", "reduce_sum", "slice", "reshape", "transpose", "sum_duplicates"]
+    weights = {n: random_data(np.random.RandomState(3 + i), jax.eval_shape(lambda: LINEAR_OPS[n][0](mat)).shape, "float32")
+               for i, n in enumerate(names)}
+
+    def ours(d):
+        return {n: jax.grad(lambda d: (LINEAR_OPS[n][0](hs.BCOO((d, indices), shape=SHAPE)) * weights[n]).sum())(d)
+                for n in names}
+
+    got = hlopt.jit(ours)(data)
+    for n in names:
+        ref = LINEAR_OPS[n][1]
+        if n == "transpose":
+            ref = lambda x: _transpose_dense(x, mat)  # noqa: E731
+        if n == "sum_duplicates":
+            ref = lambda x: x  # noqa: E731 - padding and dropped entries aside, summing duplicates keeps the array
+        want = jax.grad(lambda d: (ref(dense(d, indices)) * weights[n]).sum())(data)
+        if n == "sum_duplicates":
+            kept = hs.bcoo_sum_duplicates(mat, nse=4)
+            keep_mask = hs.BCOO((jnp.ones_like(kept.data), kept.indices), shape=SHAPE).todense() != 0
+            want = jax.grad(lambda d: (dense(d, indices) * keep_mask * weights[n]).sum())(data)
+        assert_close(got[n], want)
+
+
+@pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
+def test_fromdense_jvp_and_grad(n_batch, n_dense):
+    r = np.random.RandomState(4)
+    x = random_data(r, SHAPE, "float32") * (r.rand(*SHAPE) < 0.5)
+    t = random_data(r, SHAPE, "float32")
+    w = random_data(r, SHAPE, "float32")
+
+    def ours(x, t):
+        f = lambda x: hs.BCOO.fromdense(x, nse=10, n_batch=n_batch, n_dense=n_dense).todense()  # noqa: E731
+        return jax.jvp(f, (x,), (t,)), jax.grad(lambda x: (f(x) * w).sum())(x)
+
+    (primal, tangent), grad = hlopt.jit(ours)(x, t)
+    ref = lambda x: js.BCOO.fromdense(x, nse=10, n_batch=n_batch, n_dense=n_dense).todense()  # noqa: E731
+    want_p, want_t = jax.jvp(ref, (x,), (t,))
+    assert_close(primal, want_p)
+    assert_close(tangent, want_t)
+    assert_close(grad, jax.grad(lambda x: (ref(x) * w).sum())(x))
+
+
+@pytest.mark.parametrize("vshape", [SHAPE, (3, 1, 2), ()])
+def test_multiply_dense_jvp_and_grad(vshape):
+    data, indices = buffers(np.random.RandomState(5), n_batch=1, nse=6)
+    r = np.random.RandomState(6)
+    v, tv, td = random_data(r, vshape, "float32"), random_data(r, vshape, "float32"), random_data(r, data.shape, "float32")
+    w = random_data(r, SHAPE, "float32")
+
+    def f(d, v):
+        return (hs.BCOO((d, indices), shape=SHAPE) * v).todense()
+
+    def ref(d, v):
+        return dense(d, indices) * v
+
+    def ours(d, v, td, tv):
+        return jax.jvp(f, (d, v), (td, tv)), jax.grad(lambda d, v: (f(d, v) * w).sum(), (0, 1))(d, v)
+
+    (p, t), (gd, gv) = hlopt.jit(ours)(data, v, td, tv)
+    want_p, want_t = jax.jvp(ref, (data, v), (td, tv))
+    want_gd, want_gv = jax.grad(lambda d, v: (ref(d, v) * w).sum(), (0, 1))(data, v)
+    assert_close(p, want_p)
+    assert_close(t, want_t)
+    assert_close(gd, want_gd)
+    assert_close(gv, want_gv)
+
+
+@pytest.mark.parametrize(
+    "lshape,rshape,lnb,rnb",
+    [((2, 3, 4), (2, 3, 4), 1, 1), ((3, 4), (1, 4), 0, 0), ((3, 1), (1, 4), 0, 0), ((2, 3, 4), (2, 3, 4), 1, 0)],
+)
+def test_multiply_sparse_jvp_and_grad(lshape, rshape, lnb, rnb):
+    r = np.random.RandomState(7)
+    ld, li = buffers(r, shape=lshape, n_batch=lnb, nse=6)
+    rd, ri = buffers(r, shape=rshape, n_batch=rnb, nse=5)
+    tl, tr = random_data(r, ld.shape, "float32"), random_data(r, rd.shape, "float32")
+    out_shape = np.broadcast_shapes(lshape, rshape)
+    w = random_data(r, out_shape, "float32")
+
+    def f(ld, rd):
+        return hs.bcoo_multiply_sparse(hs.BCOO((ld, li), shape=lshape), hs.BCOO((rd, ri), shape=rshape)).todense()
+
+    def ref(ld, rd):
+        return dense(ld, li, lshape) * dense(rd, ri, rshape)
+
+    def ours(ld, rd, tl, tr):
+        return jax.jvp(f, (ld, rd), (tl, tr)), jax.grad(lambda a, b: (f(a, b) * w).sum(), (0, 1))(ld, rd)
+
+    (p, t), (gl, gr) = hlopt.jit(ours)(ld, rd, tl, tr)
+    want_p, want_t = jax.jvp(ref, (ld, rd), (tl, tr))
+    want_gl, want_gr = jax.grad(lambda a, b: (ref(a, b) * w).sum(), (0, 1))(ld, rd)
+    assert_close(p, want_p)
+    assert_close(t, want_t)
+    assert_close(gl, want_gl)
+    assert_close(gr, want_gr)
+
+
+def test_vmap_raises_clear_error():
+    data, indices = buffers(np.random.RandomState(8), n_batch=1)
+    with pytest.raises(NotImplementedError, match="vmap of bcoo_todense is not supported"):
+        hlopt.jit(jax.vmap(lambda d, i: hs.BCOO((d, i), shape=SHAPE[1:]).todense()))(data, indices)
+
+
+def test_plain_jax_jit_says_to_use_hlopt_jit():
+    data, indices = buffers(np.random.RandomState(9))
+    with pytest.raises(RuntimeError, match="use hlopt.jit"):
+        jax.jit(lambda d: hs.BCOO((d, indices), shape=SHAPE).todense())(data)
+
+
+def test_sum_duplicates_needs_nse_when_traced():
+    data, indices = buffers(np.random.RandomState(10))
+    with pytest.raises(ValueError, match="nse must be specified"):
+        hlopt.jit(lambda d: hs.bcoo_sum_duplicates(hs.BCOO((d, indices), shape=SHAPE)).data)(data)
+    with pytest.raises(jax.errors.ConcretizationTypeError, match="nse"):
+        hlopt.jit(lambda x: hs.BCOO.fromdense(x).data)(dense(data, indices))
