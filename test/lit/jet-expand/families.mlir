@@ -1,0 +1,127 @@
+// RUN: hlopt-opt %s -p 'jet-expand{func=f order=2}' --split-input-file | filecheck %s
+
+// Linear ops apply themselves to each coefficient; the primal ops are kept.
+// CHECK-LABEL: func.func @f_jet2
+// CHECK-SAME: (%[[X:.*]]: tensor<3xf32>, %[[X1:.*]]: tensor<3xf32>, %[[X2:.*]]: tensor<3xf32>) -> (tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3xf32>)
+// CHECK: %[[N:.*]] = stablehlo.negate %[[X]]
+// CHECK: %[[N1:.*]] = stablehlo.negate %[[X1]]
+// CHECK: %[[N2:.*]] = stablehlo.negate %[[X2]]
+// CHECK: %[[B:.*]] = stablehlo.broadcast_in_dim %[[N]], dims = [1]
+// CHECK: %[[B1:.*]] = stablehlo.broadcast_in_dim %[[N1]], dims = [1]
+// CHECK: %[[B2:.*]] = stablehlo.broadcast_in_dim %[[N2]], dims = [1]
+// CHECK: return %[[B]], %[[B1]], %[[B2]]
+func.func @f(%x: tensor<3xf32>) -> tensor<2x3xf32> {
+  %0 = stablehlo.negate %x : tensor<3xf32>
+  %1 = stablehlo.broadcast_in_dim %0, dims = [1] : (tensor<3xf32>) -> tensor<2x3xf32>
+  return %1 : tensor<2x3xf32>
+}
+
+// -----
+
+// Zero family: floor has no series, so the add passes x's coefficients through
+// and no op is built for the floor's (absent) coefficients.
+// CHECK-LABEL: func.func @f_jet2
+// CHECK-SAME: (%[[X:.*]]: tensor<3xf32>, %[[X1:.*]]: tensor<3xf32>, %[[X2:.*]]: tensor<3xf32>)
+// CHECK: %[[F:.*]] = stablehlo.floor %[[X]]
+// CHECK-NEXT: %[[S:.*]] = stablehlo.add %[[X]], %[[F]]
+// CHECK-NEXT: return %[[S]], %[[X1]], %[[X2]]
+func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.floor %x : tensor<3xf32>
+  %1 = stablehlo.add %x, %0 : tensor<3xf32>
+  return %1 : tensor<3xf32>
+}
+
+// -----
+
+// Bilinear: the Cauchy product u0 w2 + u1 w1 + u2 w0; the constant operand has no
+// series, so x * c costs one multiply per order.
+// CHECK-LABEL: func.func @f_jet2
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<3xf32>, %[[Y:[^:]*]]: tensor<3xf32>, %[[X1:[^:]*]]: tensor<3xf32>, %[[X2:[^:]*]]: tensor<3xf32>, %[[Y1:[^:]*]]: tensor<3xf32>, %[[Y2:[^:]*]]: tensor<3xf32>)
+// CHECK: %[[C:.*]] = stablehlo.constant dense<2.5
+// CHECK: %[[P:.*]] = stablehlo.multiply %[[X]], %[[C]]
+// CHECK: %[[P1:.*]] = stablehlo.multiply %[[X1]], %[[C]]
+// CHECK: %[[P2:.*]] = stablehlo.multiply %[[X2]], %[[C]]
+// CHECK: %[[Q:.*]] = stablehlo.multiply %[[P]], %[[Y]]
+// CHECK: %[[A:.*]] = stablehlo.multiply %[[P]], %[[Y1]]
+// CHECK: %[[B:.*]] = stablehlo.multiply %[[P1]], %[[Y]]
+// CHECK: %[[Q1:.*]] = stablehlo.add %[[A]], %[[B]]
+// CHECK: %[[D:.*]] = stablehlo.multiply %[[P]], %[[Y2]]
+// CHECK: %[[E:.*]] = stablehlo.multiply %[[P1]], %[[Y1]]
+// CHECK: %[[F:.*]] = stablehlo.multiply %[[P2]], %[[Y]]
+// CHECK: %[[G:.*]] = stablehlo.add %[[D]], %[[E]]
+// CHECK: %[[Q2:.*]] = stablehlo.add %[[G]], %[[F]]
+// CHECK: return %[[Q]], %[[Q1]], %[[Q2]]
+func.func @f(%x: tensor<3xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {
+  %c = stablehlo.constant dense<2.5> : tensor<3xf32>
+  %0 = stablehlo.multiply %x, %c : tensor<3xf32>
+  %1 = stablehlo.multiply %0, %y : tensor<3xf32>
+  return %1 : tensor<3xf32>
+}
+
+// -----
+
+// ODE recurrence: y = exp(x), y1 = x1 y0, y2 = (x1 y1 + 2 x2 y0) / 2.
+// CHECK-LABEL: func.func @f_jet2
+// CHECK-SAME: (%[[X:.*]]: tensor<f32>, %[[X1:.*]]: tensor<f32>, %[[X2:.*]]: tensor<f32>)
+// CHECK: %[[Y:.*]] = stablehlo.exponential %[[X]]
+// CHECK: %[[TWO:.*]] = stablehlo.constant dense<2.0
+// CHECK: %[[DX2:.*]] = stablehlo.multiply %[[X2]], %[[TWO]]
+// CHECK: %[[Y1:.*]] = stablehlo.multiply %[[X1]], %[[Y]]
+// CHECK: %[[A:.*]] = stablehlo.multiply %[[X1]], %[[Y1]]
+// CHECK: %[[B:.*]] = stablehlo.multiply %[[DX2]], %[[Y]]
+// CHECK: %[[S:.*]] = stablehlo.add %[[A]], %[[B]]
+// CHECK: %[[HALF:.*]] = stablehlo.constant dense<5.0
+// CHECK: %[[Y2:.*]] = stablehlo.multiply %[[S]], %[[HALF]]
+// CHECK: return %[[Y]], %[[Y1]], %[[Y2]]
+func.func @f(%x: tensor<f32>) -> tensor<f32> {
+  %0 = stablehlo.exponential %x : tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Coupled ODE: sine needs the cosine of the primal; the cosine series stops at order K-1.
+// CHECK-LABEL: func.func @f_jet2
+// CHECK: stablehlo.sine
+// CHECK: stablehlo.cosine
+// CHECK-COUNT-1: stablehlo.negate
+// CHECK-NOT: stablehlo.negate
+// CHECK: return
+func.func @f(%x: tensor<f32>) -> tensor<f32> {
+  %0 = stablehlo.sine %x : tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// Composition (Faa di Bruno) for x^y with a constant exponent: the derivatives
+// y (y-1) ... x^(y-m) / m!, masked where the falling factorial vanishes.
+// CHECK-LABEL: func.func @f_jet2
+// CHECK: %[[P:.*]] = stablehlo.power %arg0, %[[E:.*]] :
+// CHECK: stablehlo.power %arg0
+// CHECK: stablehlo.compare EQ
+// CHECK: stablehlo.select
+// CHECK: stablehlo.power %arg0
+// CHECK: stablehlo.compare EQ
+// CHECK: stablehlo.select
+// CHECK: return %[[P]]
+func.func @f(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %c = stablehlo.constant dense<3.0> : tensor<3xf32>
+  %0 = stablehlo.power %x, %c : tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// Ties in max average the tied terms, as JAX does.
+// CHECK-LABEL: func.func @f_jet2
+// CHECK: %[[GT:.*]] = stablehlo.compare GT, %arg0, %arg1
+// CHECK: %[[EQ:.*]] = stablehlo.compare EQ, %arg0, %arg1
+// CHECK: %[[S:.*]] = stablehlo.add %arg2, %arg4
+// CHECK: %[[H:.*]] = stablehlo.multiply %[[S]]
+// CHECK: %[[W:.*]] = stablehlo.select %[[GT]], %arg2, %arg4
+// CHECK: stablehlo.select %[[EQ]], %[[H]], %[[W]]
+func.func @f(%x: tensor<3xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.maximum %x, %y : tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
