@@ -94,14 +94,16 @@ class Compiled:
         for i, (leaf, aval, sharding) in enumerate(zip(leaves, sig.in_avals, self.in_shardings)):
             shape = np.shape(leaf)
             dtype = getattr(leaf, "dtype", None)
-            if tuple(shape) != tuple(aval.shape) or (dtype is not None and np.dtype(dtype) != aval.dtype):
-                got = f"{np.dtype(dtype).name if dtype is not None else type(leaf).__name__}{list(shape)}"
+            if tuple(shape) != tuple(aval.shape) or (dtype is not None and dtype != aval.dtype):
+                got = f"{_dtype_name(dtype) if dtype is not None else type(leaf).__name__}{list(shape)}"
                 raise TypeError(
                     f"{sig.name}: argument {i} is {got} but the program was compiled for "
-                    f"{aval.dtype.name}{list(aval.shape)}"
+                    f"{_dtype_name(aval.dtype)}{list(aval.shape)}"
                 )
             if dtype is None:
                 leaf = np.asarray(leaf, dtype=aval.dtype)
+            if _is_key(aval.dtype):
+                leaf = jax.random.key_data(leaf)  # the program takes the key's uint32 words
             if not (isinstance(leaf, jax.Array) and leaf.sharding == sharding):
                 leaf = jax.device_put(leaf, sharding)
             arrays.append(leaf)
@@ -112,13 +114,31 @@ class Compiled:
         arrays = self._flatten_inputs(args)
         results = self.executable.execute_sharded(arrays)
         per_output = results.disassemble_into_single_device_arrays()
-        outs = [
-            jax.make_array_from_single_device_arrays(aval.shape, sharding, shards)
-            if sig.mesh is not None
-            else shards[0]
-            for aval, sharding, shards in zip(sig.out_avals, self.out_shardings, per_output)
-        ]
+        outs = []
+        for aval, sharding, shards in zip(sig.out_avals, self.out_shardings, per_output):
+            if sig.mesh is None:
+                out = shards[0]
+            else:
+                out = jax.make_array_from_single_device_arrays(_physical_shape(aval), sharding, shards)
+            if _is_key(aval.dtype):
+                out = jax.random.wrap_key_data(out, impl=aval.dtype._impl)
+            outs.append(out)
         return jax.tree_util.tree_unflatten(sig.out_tree, outs)
+
+
+def _is_key(dtype: Any) -> bool:
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def _physical_shape(aval: Any) -> tuple[int, ...]:
+    """The shape of the buffer that holds `aval` (typed keys add their words)."""
+    if _is_key(aval.dtype):
+        return tuple(aval.shape) + tuple(aval.dtype._impl.key_shape)
+    return tuple(aval.shape)
+
+
+def _dtype_name(dtype: Any) -> str:
+    return getattr(dtype, "name", str(dtype))
 
 
 def _same_static(a: Any, b: Any) -> bool:

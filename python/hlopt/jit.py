@@ -46,13 +46,14 @@ def lower(
 
 
 def _aval_key(x: Any) -> Any:
+    """Shape, dtype (typed PRNG key dtypes included) and weak type of an argument."""
     if isinstance(x, jax.ShapeDtypeStruct):
-        return (x.shape, np.dtype(x.dtype), False)
+        return (x.shape, x.dtype, False)
     weak = bool(getattr(getattr(x, "aval", None), "weak_type", False)) or isinstance(x, (int, float, complex))
     dtype = getattr(x, "dtype", None)
     if dtype is None:
         dtype = jax.numpy.asarray(x).dtype
-    return (np.shape(x), np.dtype(dtype), weak)
+    return (tuple(getattr(x, "shape", np.shape(x))), dtype, weak)
 
 
 class JitFunction:

@@ -207,3 +207,28 @@ def test_annotation_primitive_outside_hlopt():
     text = hlopt.lower(lambda x: prim.bind(x)[0], x).as_text()
     assert "stablehlo.custom_call @hlopt.test.double" in text
     assert "api_version = 4" in text and "backend_config = {k = 2 : i64}" in text
+
+
+def test_typed_prng_keys_in_and_out():
+    def f(key, x):
+        k1, k2 = jax.random.split(key)
+        return jax.random.normal(k1, x.shape) + x, k2
+
+    key = jax.random.key(7)
+    x = np.zeros(3, np.float32)
+    g = hlopt.jit(f)
+    got, want = g(key, x), jax.jit(f)(key, x)
+    np.testing.assert_array_equal(got[0], want[0])
+    assert got[1].dtype == want[1].dtype
+    np.testing.assert_array_equal(jax.random.key_data(got[1]), jax.random.key_data(want[1]))
+
+
+def test_typed_prng_keys_sharded():
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((8,), ("x",))
+    keys = jax.random.split(jax.random.key(3), 8)
+    g = hlopt.jit(lambda ks: jax.vmap(jax.random.split)(ks), mesh=mesh, in_shardings=(P("x"),))
+    got = g(keys)
+    assert got.shape == (8, 2) and got.sharding.spec[0] == "x"
+    np.testing.assert_array_equal(jax.random.key_data(got), jax.random.key_data(jax.vmap(jax.random.split)(keys)))
