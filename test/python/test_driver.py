@@ -230,5 +230,5 @@ def test_typed_prng_keys_sharded():
     keys = jax.random.split(jax.random.key(3), 8)
     g = hlopt.jit(lambda ks: jax.vmap(jax.random.split)(ks), mesh=mesh, in_shardings=(P("x"),))
     got = g(keys)
-    assert got.shape == (8, 2) and got.sharding.spec[0] == "x"
+    assert got.shape == (8, 2) and len(got.sharding.device_set) == 8
     np.testing.assert_array_equal(jax.random.key_data(got), jax.random.key_data(jax.vmap(jax.random.split)(keys)))
