@@ -11,7 +11,7 @@ from hlopt.compiler.lowering import Signature, module_to_bytecode
 from hlopt.passes.mlir import ir
 from hlopt.runtime.cache import compile_cached
 from hlopt.runtime.executable import Compiled
-from hlopt.runtime.pjrt import compile_options, unsharded_results
+from hlopt.runtime.pjrt import compile_options, declares_sdy_mesh, unsharded_results
 
 if TYPE_CHECKING:
     from jaxlib import xla_client as xc
@@ -27,7 +27,13 @@ def program_devices(signature: Signature) -> list[jax.Device]:
 
 
 def program_options(module: ir.Module, devices: Sequence[jax.Device], use_shardy: bool) -> "xc.CompileOptions":
-    """The compile options of `module` on `devices`: what compiling and loading it use."""
+    """The compile options of `module` on `devices`: what compiling and loading it use.
+
+    A module lowered for Shardy but rewritten to `mhlo.sharding` (for example by
+    `lower-custom-partitioning{target=gspmd}`) no longer declares a mesh and goes
+    to GSPMD.
+    """
+    use_shardy = use_shardy and declares_sdy_mesh(module)
     return compile_options(len(devices), [d.id for d in devices], use_shardy, unsharded_results(module))
 
 

@@ -59,6 +59,11 @@ def unsharded_results(module: ir.Module) -> list[bool]:
 _SHARDING_ATTRS = ("sdy.sharding", "mhlo.sharding")
 
 
+def declares_sdy_mesh(module: ir.Module) -> bool:
+    """Whether `module` holds an `sdy.mesh`: Shardy partitions it, else GSPMD does."""
+    return any(op.operation.name == "sdy.mesh" for op in module.body.operations)
+
+
 def compile_module(
     module_bytecode: bytes,
     devices: Sequence[jax.Device],
