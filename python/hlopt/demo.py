@@ -19,6 +19,7 @@ SECTIONS: dict[str, str] = {
     "partitioning": "hlopt.partitioning_demo:section",
     "aot": "hlopt.aot_demo:section",
     "key-reuse": "hlopt.key_reuse_demo:section",
+    "jet": "hlopt.jet_demo:section",
 }
 
 
