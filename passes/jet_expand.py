@@ -26,6 +26,9 @@ def is_zero_constant(value: ir.Value) -> bool:
     op = value.owner.operation
     if op.name in ZERO_PRESERVING:
         return is_zero_constant(op.operands[0])
+    if op.name == "stablehlo.multiply":  # a zero scaled by a constant (factorial scaling)
+        a, b = op.operands
+        return (is_zero_constant(a) and _is_constant(b)) or (is_zero_constant(b) and _is_constant(a))
     if op.name != "stablehlo.constant":
         return False
     attr = ir.DenseElementsAttr(op.attributes["value"])
@@ -37,6 +40,13 @@ def is_zero_constant(value: ir.Value) -> bool:
     if isinstance(splat, ir.IntegerAttr):
         return ir.IntegerAttr(splat).value == 0
     return False
+
+
+def _is_constant(value: ir.Value) -> bool:
+    if not isinstance(value, ir.OpResult):
+        return False
+    op = value.owner.operation
+    return op.name == "stablehlo.constant" or (op.name in ZERO_PRESERVING and _is_constant(op.operands[0]))
 
 
 def _has_uses(value: ir.Value) -> bool:
