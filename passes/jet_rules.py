@@ -255,7 +255,9 @@ def ode_series(b: JetBuilder, u: Series, y0: ir.Value, derivative: Callable[[lis
 
 
 def square_term(b: JetBuilder, y: Series, j: int) -> Term:
-    return b.cauchy(y, y, j)
+    """[t^j] y(t)^2 = 2 sum_{i < j/2} y_i y_{j-i} (+ y_{j/2}^2): half the products of a Cauchy product."""
+    pairs = b.scale(b.cauchy(y, y, j, hi=(j - 1) // 2), 2.0)
+    return b.add(pairs, b.mul(y[j // 2], y[j // 2]) if j % 2 == 0 else None)
 
 
 def compose(b: JetBuilder, u: Series, y0: ir.Value, d: Callable[[int], ir.Value]) -> Series:
@@ -316,7 +318,7 @@ def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optiona
     return [out]
 
 
-def unary(fn: Callable[[JetBuilder, Series, ir.Value], Series]) -> Rule:
+def of_series(fn: Callable[[JetBuilder, Series, ir.Value], Series]) -> Rule:
     """A rule for a one-operand, one-result op from a series function."""
     return lambda b, op, ins: [fn(b, ins[0], op.result)]
 
@@ -341,7 +343,7 @@ def _sqrt(b, u, y0):
     y = [y0] + [None] * b.order
     two_y0 = b.scale(y0, 2.0)
     for k in range(1, b.order + 1):
-        y[k] = b.div(b.sub(u[k], b.cauchy(y, y, k, lo=1, hi=k - 1)), two_y0)
+        y[k] = b.div(b.sub(u[k], square_term(b, [None] + y[1:], k)), two_y0)
     return y
 
 
@@ -602,7 +604,7 @@ def _coefficients(b: JetBuilder, outs: list[Series], which: Sequence[int]) -> li
 
 def _split_results(b: JetBuilder, results: list[ir.Value], carried: Sequence[bool]) -> list[Series]:
     """Primal-major results (primals, then K coefficients per carried value) as series."""
-    n, pos, outs = len(carried), len(carried), []
+    pos, outs = len(carried), []
     for i, c in enumerate(carried):
         if c:
             outs.append([results[i]] + results[pos: pos + b.order])
@@ -690,30 +692,30 @@ RULES: dict[str, Rule] = {
     "stablehlo.convolution": bilinear,
     "stablehlo.divide": _divide,
     # first-order ODE recurrences
-    "stablehlo.exponential": unary(lambda b, u, y0: exp_series(b, u, y0)),
-    "stablehlo.exponential_minus_one": unary(_expm1),
-    "stablehlo.log": unary(lambda b, u, y0: log_series(b, u, y0)),
-    "stablehlo.log_plus_one": unary(_log1p),
+    "stablehlo.exponential": of_series(lambda b, u, y0: exp_series(b, u, y0)),
+    "stablehlo.exponential_minus_one": of_series(_expm1),
+    "stablehlo.log": of_series(lambda b, u, y0: log_series(b, u, y0)),
+    "stablehlo.log_plus_one": of_series(_log1p),
     "stablehlo.sine": pair_rule("stablehlo.cosine", 1.0, -1.0),
     "stablehlo.cosine": pair_rule("stablehlo.sine", -1.0, 1.0),
     "chlo.sinh": pair_rule("chlo.cosh", 1.0, 1.0),
     "chlo.cosh": pair_rule("chlo.sinh", 1.0, 1.0),
-    "stablehlo.tanh": unary(_derivative_of_y(_one_minus_square)),
-    "stablehlo.tan": unary(_derivative_of_y(_one_plus_square)),
-    "stablehlo.logistic": unary(_derivative_of_y(_y_minus_square)),
-    "stablehlo.sqrt": unary(_sqrt),
-    "stablehlo.rsqrt": unary(_power_recurrence(-0.5)),
-    "stablehlo.cbrt": unary(_power_recurrence(1.0 / 3.0)),
-    "chlo.atan": unary(_atan),
+    "stablehlo.tanh": of_series(_derivative_of_y(_one_minus_square)),
+    "stablehlo.tan": of_series(_derivative_of_y(_one_plus_square)),
+    "stablehlo.logistic": of_series(_derivative_of_y(_y_minus_square)),
+    "stablehlo.sqrt": of_series(_sqrt),
+    "stablehlo.rsqrt": of_series(_power_recurrence(-0.5)),
+    "stablehlo.cbrt": of_series(_power_recurrence(1.0 / 3.0)),
+    "chlo.atan": of_series(_atan),
     "stablehlo.atan2": _atan2,
-    "chlo.asin": unary(_asin_like(1.0)),
-    "chlo.acos": unary(_asin_like(-1.0)),
-    "chlo.erf": unary(_erf),
-    "chlo.erf_inv": unary(_erf_inv),
+    "chlo.asin": of_series(_asin_like(1.0)),
+    "chlo.acos": of_series(_asin_like(-1.0)),
+    "chlo.erf": of_series(_erf),
+    "chlo.erf_inv": of_series(_erf_inv),
     # composition
     "stablehlo.power": _power,
-    "chlo.lgamma": unary(_polygamma_composition(0)),
-    "chlo.digamma": unary(_polygamma_composition(1)),
+    "chlo.lgamma": of_series(_polygamma_composition(0)),
+    "chlo.digamma": of_series(_polygamma_composition(1)),
     # piecewise
     "stablehlo.abs": _abs,
     "stablehlo.remainder": _remainder,

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import jet as jax_jet
-from jax.scipy import special
 
 import hlopt
 
