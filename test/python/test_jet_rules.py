@@ -90,6 +90,7 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "reduce_sum": (lambda x: jnp.sum(jnp.outer(x, x), axis=0), ("real",), True),
     "cumsum": (jnp.cumsum, ("real",), True),
     "fft_real_imag": (lambda x: jnp.real(jnp.fft.fft(x)) + jnp.imag(jnp.fft.fft(x * x)), ("real",), True),
+    "convert": (lambda x: jnp.real(x.astype(jnp.complex128) * x), ("real",), True),
     "complex_mul": (lambda x, y: jnp.real(lax.complex(x, y) * lax.complex(y, x * x)), ("real", "real"), True),
     # bilinear family
     "mul": (jnp.multiply, ("real", "real"), True),

@@ -95,3 +95,25 @@ func.func private @g(%x: tensor<3xf32>, %y: tensor<3xf32>) -> (tensor<3xf32>, te
   %1 = stablehlo.exponential %y : tensor<3xf32>
   return %0, %1 : tensor<3xf32>, tensor<3xf32>
 }
+
+// -----
+
+// stablehlo.if: like case, with a pred; the branch without a series returns zeros.
+// CHECK-LABEL: func.func @f_jet1
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<f32>, %[[P:[^:]*]]: tensor<i1>, %[[X1:[^:]*]]: tensor<f32>, %{{.*}}: tensor<i1>)
+// CHECK: %[[R:.*]]:2 = "stablehlo.if"(%[[P]])
+// CHECK: %[[T:.*]] = stablehlo.tanh %[[X]]
+// CHECK: stablehlo.return %[[T]], %{{.*}} :
+// CHECK: %[[Z:.*]] = stablehlo.constant dense<0.0
+// CHECK: stablehlo.return %{{.*}}, %[[Z]] :
+// CHECK: return %[[R]]#0, %[[R]]#1
+func.func @f(%x: tensor<f32>, %p: tensor<i1>) -> tensor<f32> {
+  %c = stablehlo.constant dense<2.0> : tensor<f32>
+  %r = "stablehlo.if"(%p) ({
+    %t = stablehlo.tanh %x : tensor<f32>
+    stablehlo.return %t : tensor<f32>
+  }, {
+    stablehlo.return %c : tensor<f32>
+  }) : (tensor<i1>) -> tensor<f32>
+  return %r : tensor<f32>
+}
