@@ -105,7 +105,8 @@ def _check_series(primals: Sequence[Any], series: Sequence[Any]) -> int:
 
 
 def _scaled(x: Any, c: float) -> Any:
-    return x if c == 1 else x * c
+    """x * c for floating-point x; integer coefficients are ignored by the pass and kept as they are."""
+    return x if c == 1 or not jnp.issubdtype(x.dtype, jnp.inexact) else x * jnp.asarray(c, x.dtype)
 
 
 def _jet_traced(fun: Callable, primals: Sequence[Any], series: Sequence[Any], factorial_scaled: bool):

@@ -184,3 +184,14 @@ def test_op_without_rule_names_op_and_location():
 
     with pytest.raises(hlopt.PipelineError, match=r"test_jet_api.py:\d+.*no Taylor rule for 'stablehlo.reduce_precision'"):
         hlopt.jet(f, (np.float32(1),), ((np.float32(1),),))
+
+
+def test_integer_arguments_and_results():
+    """Integer inputs take coefficients of their own type (ignored); integer outputs get zeros.
+    (JAX's jet refuses this function: its multiply rule mixes float32 and int32 terms.)"""
+    x, n = np.float32(0.4), np.int32(3)
+    (y, m), ((y1, y2), (m1, m2)) = hlopt.jet(lambda x, n: (jnp.sin(x) * n, n * 2), (x, n),
+                                             ((np.float32(1), np.float32(0.5)), (np.int32(7), np.int32(7))))
+    assert m == 6 and m1.dtype == np.int32 and m1 == 0 and m2 == 0
+    np.testing.assert_allclose([y, y1, y2], [3 * np.sin(x), 3 * np.cos(x), 3 * (-np.sin(x) + 0.5 * np.cos(x))],
+                               rtol=1e-5)
