@@ -134,17 +134,23 @@ def _mask(x: Value, ok: Value) -> Value:
     return b.select(b.broadcast(ok, shape, range(lead)), x, b.zeros_like(x))
 
 
-def _linear_key(idx: Value, sizes: Sequence[int], invalid: int) -> Value:
-    """Row-major linear index of each entry as i64, `invalid` for padding."""
-    total = math.prod(sizes)
-    if total + 2 >= 2**62:
+def _key_type(sizes: Sequence[int], headroom: int = 1) -> ir.Type:
+    """The narrowest integer type holding `headroom * (prod(sizes) + 2)`: linear keys and their sentinels."""
+    bound = headroom * (math.prod(sizes) + 2)
+    if bound >= 2**62:
         raise PassError(f"sparse dimensions {tuple(sizes)} are too large to linearize into 64-bit keys")
+    return _index_type(bound)
+
+
+def _linear_key(idx: Value, sizes: Sequence[int], invalid: int, elem: ir.Type | None = None) -> Value:
+    """Row-major linear index of each entry (type `elem`, default `_key_type`), `invalid` for padding."""
+    elem = elem or _key_type(sizes)
     shape = b.shape_of(idx)
     strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
-    wide = b.convert(idx, b.i64())
-    scaled = b.mul(wide, b.broadcast(b.int_vector(strides, b.i64()), shape, [len(shape) - 1]))
+    wide = b.convert(idx, elem)
+    scaled = b.mul(wide, b.broadcast(b.int_vector(strides, elem), shape, [len(shape) - 1]))
     key = b.reduce(scaled, [len(shape) - 1], "add")
-    return b.select(_valid(idx, sizes), key, b.full(shape[:-1], invalid, b.i64()))
+    return b.select(_valid(idx, sizes), key, b.full(shape[:-1], invalid, elem))
 
 
 def _unravel(key: Value, sizes: Sequence[int], elem: ir.Type) -> Value:
@@ -272,9 +278,9 @@ def _sum_duplicates_canonical(
     first, run = _segments(key_s)
     it = b.elem_of(run)
     drop = b.full([bs, n], nse, it)
-    target = b.select(b.compare(key_s, b.full([bs, n], total, b.i64()), "EQ"), drop, run)
+    target = b.select(b.compare(key_s, b.full([bs, n], total, b.elem_of(key_s)), "EQ"), drop, run)
     out = _scatter_rows(b.full([bs, nse, *rest], 0, b.elem_of(data)), target, _take_sorted(data, moved, is_data), "add")
-    keys = _scatter_rows(b.full([bs, nse], total, b.i64()), b.select(first, target, drop), key_s, "set")
+    keys = _scatter_rows(b.full([bs, nse], total, b.elem_of(key_s)), b.select(first, target, drop), key_s, "set")
     return out, _unravel(keys, sizes, elem)
 
 
@@ -294,11 +300,11 @@ def lower_todense(c: BcooOp) -> list[Value]:
     elif lay.nse == 0 or math.prod(out_c) == 0:
         out = b.full(out_c, 0, b.elem_of(data))
     else:
-        ok = _valid(idx_c, lay.sparse_shape)
+        # An update whose index is outside the array (padding, negative or past the end) is dropped.
         out = b.scatter(
             b.full(out_c, 0, b.elem_of(data)),
-            _zero_invalid_indices(idx_c, ok),
-            _mask(data_c, ok),
+            idx_c,
+            data_c,
             update_window_dims=range(2, 2 + lay.n_dense),
             inserted_window_dims=range(1, 1 + lay.n_sparse),
             input_batching_dims=[0],
@@ -339,11 +345,11 @@ def lower_multiply_dense(c: BcooOp) -> list[Value]:
     data_c = _canonical(data, batch)
     idx_c = _canonical(idx, batch)
     v_c = b.reshape(_broadcast_batch(v, batch), [bs, *vs[nb:]])
-    ok = _valid(idx_c, lay.sparse_shape)
     keep = [1 if s > 1 else 0 for s in vs[nb : nb + ns]]
-    where = b.mul(_zero_invalid_indices(idx_c, ok), _sizes(idx_c, keep))
+    where = idx_c if all(keep) else b.mul(idx_c, _sizes(idx_c, keep))
+    # Padding entries read a clamped element, as in JAX; their data is never used.
     gathered = b.broadcast_to(_gather_sparse(v_c, where), b.shape_of(data_c))
-    return [b.reshape(_mask(b.mul(data_c, gathered), ok), out_shape)]
+    return [b.reshape(b.mul(data_c, gathered), out_shape)]
 
 
 def lower_fromdense(c: BcooOp) -> list[Value]:
@@ -631,11 +637,11 @@ def lower_multiply_sparse(c: BcooOp) -> list[Value]:
 Side = tuple[Value, Value, Sequence[int]]
 
 
-def _matched_key(idx: Value, sizes: Sequence[int], dims: Sequence[int], invalid: int) -> Value:
+def _matched_key(idx: Value, sizes: Sequence[int], dims: Sequence[int], invalid: int, elem: ir.Type) -> Value:
     """Linear key of the columns `dims`; entries invalid in any column get `invalid`."""
-    key = _linear_key(_columns(idx, dims), [sizes[d] for d in dims], invalid)
+    key = _linear_key(_columns(idx, dims), [sizes[d] for d in dims], invalid, elem)
     shape = b.shape_of(key)
-    return b.select(_valid(idx, sizes), key, b.full(shape, invalid, b.i64()))
+    return b.select(_valid(idx, sizes), key, b.full(shape, invalid, elem))
 
 
 def _dense_product(a: Value, c: Value, dense: Sequence[int]) -> Value:
@@ -656,10 +662,11 @@ def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int], n_dense:
     dims = [k for k, s in enumerate(k_sizes) if s != 1]
     total = math.prod(k_sizes[k] for k in dims)
     u_data, u_idx = _sum_duplicates_canonical(k_data, k_idx, k_sizes, nk, n_dense)
-    u_key = _matched_key(u_idx, k_sizes, dims, total)
-    d_key = _matched_key(d_idx, d_sizes, dims, total + 1)
-    two = b.full([bs, nk + nd_], 2, b.i64())
-    tags = b.concat([b.full([bs, nk], 0, b.i64()), b.full([bs, nd_], 1, b.i64())], 1)
+    kt = _key_type([k_sizes[k] for k in dims], headroom=2)
+    u_key = _matched_key(u_idx, k_sizes, dims, total, kt)
+    d_key = _matched_key(d_idx, d_sizes, dims, total + 1, kt)
+    two = b.full([bs, nk + nd_], 2, kt)
+    tags = b.concat([b.full([bs, nk], 0, kt), b.full([bs, nd_], 1, kt)], 1)
     combined = b.add(b.mul(b.concat([u_key, d_key], 1), two), tags)
     it = _index_type(nk + nd_ + 1)
     pos = b.iota([bs, nk + nd_], 1, it)
@@ -688,8 +695,9 @@ def _multiply_pairs(lhs: Side, rhs: Side, out_sizes: Sequence[int]) -> tuple[Val
     nr = b.shape_of(r_idx)[1]
     dims = [k for k in range(s) if l_sizes[k] != 1 and r_sizes[k] != 1]
     total = math.prod(l_sizes[k] for k in dims)
-    lk = b.broadcast(_matched_key(l_idx, l_sizes, dims, total), [bs, nl, nr], [0, 1])
-    rk = b.broadcast(_matched_key(r_idx, r_sizes, dims, total + 1), [bs, nl, nr], [0, 2])
+    kt = _key_type([l_sizes[k] for k in dims])
+    lk = b.broadcast(_matched_key(l_idx, l_sizes, dims, total, kt), [bs, nl, nr], [0, 1])
+    rk = b.broadcast(_matched_key(r_idx, r_sizes, dims, total + 1, kt), [bs, nl, nr], [0, 2])
     match = b.reshape(b.compare(lk, rk, "EQ"), [bs, nl * nr])
     dense = [max(x, y) for x, y in zip(b.shape_of(l_data)[2:], b.shape_of(r_data)[2:])]
     nd = len(dense)
@@ -723,25 +731,21 @@ LOWERINGS: dict[str, LoweringRule] = {
 }
 
 
-def bcoo_op(op: ir.Operation) -> BcooOp | None:
-    """The `BcooOp` view of `op` if it is an `hlopt.bcoo.*` custom_call, else None."""
-    if op.name != "stablehlo.custom_call":
-        return None
+def is_bcoo_op(op: ir.Operation) -> bool:
+    """True for a `stablehlo.custom_call` whose target starts with `hlopt.bcoo.`."""
+    return op.name == "stablehlo.custom_call" and ir.StringAttr(op.attributes["call_target_name"]).value.startswith(PREFIX)
+
+
+def bcoo_op(op: ir.Operation) -> BcooOp:
+    """The `BcooOp` view of an `hlopt.bcoo.*` custom_call."""
     target = ir.StringAttr(op.attributes["call_target_name"]).value
-    if not target.startswith(PREFIX):
-        return None
     name = target[len(PREFIX) :]
     if name not in LOWERINGS:
         raise PassError(f"unknown sparse op @{target} (known: {', '.join(sorted(LOWERINGS))})", op.location)
     config = op.attributes["backend_config"] if "backend_config" in op.attributes else None
     if not isinstance(config, ir.DictAttr):
         raise PassError(f"@{target} needs a dictionary backend_config", op.location)
-    return BcooOp(
-        op,
-        name,
-        _decode(config),
-        [ir.RankedTensorType(r.type) for r in op.results],
-    )
+    return BcooOp(op, name, _decode(config), [ir.RankedTensorType(r.type) for r in op.results])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -761,16 +765,15 @@ class LowerBcoo(Pass):
     name: ClassVar[str] = "lower-bcoo"
 
     def apply(self, module: ir.Operation) -> None:
-        found: list[BcooOp] = []
+        found: list[ir.Operation] = []
 
         def visit(op: ir.Operation) -> ir.WalkResult:
-            view = bcoo_op(op)
-            if view is not None:
-                found.append(view)
+            if is_bcoo_op(op):
+                found.append(op)
             return ir.WalkResult.ADVANCE
 
         module.walk(visit)
-        for view in found:
+        for view in map(bcoo_op, found):
             with view.op.location, ir.InsertionPoint(view.op):
                 values = LOWERINGS[view.name](view)
             for old, new in zip(view.op.results, values, strict=True):

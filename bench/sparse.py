@@ -1,0 +1,173 @@
+"""hlopt.sparse against jax.experimental.sparse: every BCOO op, side by side, in one process.
+
+For each op, hlopt's compiled executable (lower-bcoo) and `jax.jit` of the
+jax.experimental.sparse op run on the same buffers; the table gives the median
+wall time of each, their ratio (JAX / hlopt: above 1 means hlopt is faster)
+and, for multiply_sparse and sum_duplicates, the compiled programs' peak
+memory (temporaries + outputs). Run: `python bench/sparse.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import sparse as js
+
+import hlopt
+from hlopt import sparse as hs
+
+
+def random_bcoo(rng: np.random.RandomState, shape: tuple[int, ...], nse: int, n_batch: int = 0):
+    """Unsorted random indices (with the duplicates chance gives) and float32 data."""
+    batch, sparse = shape[:n_batch], shape[n_batch:]
+    indices = np.stack([rng.randint(0, s, size=(*batch, nse)) for s in sparse], -1).astype(np.int32)
+    data = rng.randn(*batch, nse).astype(np.float32)
+    return jnp.asarray(data), jnp.asarray(indices)
+
+
+def median_times(fns: tuple[Callable, Callable], args: tuple, reps: int) -> tuple[float, float]:
+    """Median wall time of each function, calls interleaved; at least `reps` calls and 0.2 s each."""
+    for fn in fns:
+        jax.block_until_ready(fn(*args))
+    times: tuple[list[float], list[float]] = ([], [])
+    while min(len(t) for t in times) < reps or min(sum(t) for t in times) < 0.2:
+        for fn, t in zip(fns, times):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            t.append(time.perf_counter() - start)
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def peak_bytes(stats: Any) -> int:
+    return stats.temp_size_in_bytes + stats.output_size_in_bytes
+
+
+def compare(name: str, ours: Callable, ref: Callable, args: tuple, reps: int, memory: bool = False) -> dict:
+    ours_jit = hlopt.jit(ours)
+    ref_jit = jax.jit(ref)
+    t_ours, t_ref = median_times((ours_jit, ref_jit), args, reps)
+    row = {"op": name, "hlopt_ms": t_ours * 1e3, "jax_ms": t_ref * 1e3, "speedup": t_ref / t_ours}
+    if memory:
+        row["hlopt_mb"] = peak_bytes(ours_jit.lower(*args).compile().executable.get_compiled_memory_stats()) / 2**20
+        row["jax_mb"] = peak_bytes(ref_jit.lower(*args).compile().memory_analysis()) / 2**20
+    print(format_row(row), flush=True)
+    return row
+
+
+def format_row(row: dict) -> str:
+    mem = ""
+    if "hlopt_mb" in row:
+        mem = f" | {row['hlopt_mb']:.1f} MB vs {row['jax_mb']:.1f} MB"
+    return f"| {row['op']} | {row['hlopt_ms']:.2f} | {row['jax_ms']:.2f} | {row['speedup']:.2f}x{mem} |"
+
+
+def both(shape, sorted_=False):
+    """Functions building an hlopt and a JAX BCOO of `shape` from (data, indices)."""
+    return (lambda d, i: hs.BCOO((d, i), shape=shape, indices_sorted=sorted_),
+            lambda d, i: js.BCOO((d, i), shape=shape, indices_sorted=sorted_))
+
+
+def unbatched_cases(n: int, nse: int, nse_mul: int, nse_dup: int, rng: np.random.RandomState) -> list:
+    shape = (n, n)
+    d, i = random_bcoo(rng, shape, nse)
+    H, J = both(shape)
+    dense = js.BCOO((d, i), shape=shape).todense()
+    v = jnp.asarray(rng.randn(n, n).astype(np.float32))
+    ld, li = random_bcoo(rng, shape, nse_mul)
+    rd, ri = random_bcoo(rng, shape, nse_mul)
+    dd, di = random_bcoo(rng, (n // 8, n // 8), nse_dup)  # dense enough for many duplicates
+    Hd, Jd = both((n // 8, n // 8))
+    sq_shape = (n, 1, n)
+    sq_i = jnp.concatenate([i[:, :1], jnp.zeros_like(i[:, :1]), i[:, 1:]], 1)
+    Hs, Js = both(sq_shape)
+    half, quarter = n // 2, n // 4
+    return [
+        ("todense", lambda d, i: H(d, i).todense(), lambda d, i: J(d, i).todense(), (d, i)),
+        ("fromdense", lambda x: _bufs(hs.BCOO.fromdense(x, nse=nse)),
+         lambda x: js.BCOO.fromdense(x, nse=nse)._bufs, (dense,)),
+        ("multiply_dense", lambda d, i, v: hs.bcoo_multiply_dense(H(d, i), v),
+         lambda d, i, v: js.bcoo_multiply_dense(J(d, i), v), (d, i, v)),
+        (f"multiply_sparse (nse {nse_mul})",
+         lambda a, b, c, e: _bufs(hs.bcoo_multiply_sparse(H(a, b), H(c, e))),
+         lambda a, b, c, e: js.bcoo_multiply_sparse(J(a, b), J(c, e))._bufs, (ld, li, rd, ri), True),
+        ("reduce_sum (axis 1)", lambda d, i: _bufs(hs.bcoo_reduce_sum(H(d, i), axes=(1,))),
+         lambda d, i: js.bcoo_reduce_sum(J(d, i), axes=(1,))._bufs, (d, i)),
+        ("reshape", lambda d, i: _bufs(hs.bcoo_reshape(H(d, i), new_sizes=(half, 2 * n))),
+         lambda d, i: js.bcoo_reshape(J(d, i), new_sizes=(half, 2 * n))._bufs, (d, i)),
+        ("slice", lambda d, i: _bufs(hs.bcoo_slice(H(d, i), start_indices=(quarter, quarter), limit_indices=(3 * quarter, n))),
+         lambda d, i: js.bcoo_slice(J(d, i), start_indices=(quarter, quarter), limit_indices=(3 * quarter, n))._bufs, (d, i)),
+        ("sort_indices", lambda d, i: _bufs(hs.bcoo_sort_indices(H(d, i))),
+         lambda d, i: js.bcoo_sort_indices(J(d, i))._bufs, (d, i)),
+        ("squeeze", lambda d, i: _bufs(hs.bcoo_squeeze(Hs(d, i), dimensions=(1,))),
+         lambda d, i: js.bcoo_squeeze(Js(d, i), dimensions=(1,))._bufs, (d, sq_i)),
+        (f"sum_duplicates (nse {nse_dup})", lambda d, i: _bufs(hs.bcoo_sum_duplicates(Hd(d, i), nse=nse_dup)),
+         lambda d, i: js.bcoo_sum_duplicates(Jd(d, i), nse=nse_dup)._bufs, (dd, di), True),
+        ("transpose", lambda d, i: _bufs(H(d, i).T), lambda d, i: J(d, i).T._bufs, (d, i)),
+    ]
+
+
+def batched_cases(batch: int, n: int, nse: int, rng: np.random.RandomState) -> list:
+    shape = (batch, n, n)
+    d, i = random_bcoo(rng, shape, nse, n_batch=1)
+    H, J = both(shape)
+    dense = js.BCOO((d, i), shape=shape).todense()
+    v = jnp.asarray(rng.randn(*shape).astype(np.float32))
+    ld, li = random_bcoo(rng, shape, nse // 4, n_batch=1)
+    rd, ri = random_bcoo(rng, shape, nse // 4, n_batch=1)
+    return [
+        ("todense", lambda d, i: H(d, i).todense(), lambda d, i: J(d, i).todense(), (d, i)),
+        ("fromdense", lambda x: _bufs(hs.BCOO.fromdense(x, nse=nse, n_batch=1)),
+         lambda x: js.BCOO.fromdense(x, nse=nse, n_batch=1)._bufs, (dense,)),
+        ("multiply_dense", lambda d, i, v: hs.bcoo_multiply_dense(H(d, i), v),
+         lambda d, i, v: js.bcoo_multiply_dense(J(d, i), v), (d, i, v)),
+        (f"multiply_sparse (nse {nse // 4})",
+         lambda a, b, c, e: _bufs(hs.bcoo_multiply_sparse(H(a, b), H(c, e))),
+         lambda a, b, c, e: js.bcoo_multiply_sparse(J(a, b), J(c, e))._bufs, (ld, li, rd, ri), True),
+        ("update_layout (n_batch 1 -> 0)", lambda d, i: _bufs(hs.bcoo_update_layout(H(d, i), n_batch=0)),
+         lambda d, i: js.bcoo_update_layout(J(d, i), n_batch=0)._bufs, (d, i)),
+        ("reduce_sum (axis 2)", lambda d, i: _bufs(hs.bcoo_reduce_sum(H(d, i), axes=(2,))),
+         lambda d, i: js.bcoo_reduce_sum(J(d, i), axes=(2,))._bufs, (d, i)),
+        ("sort_indices", lambda d, i: _bufs(hs.bcoo_sort_indices(H(d, i))),
+         lambda d, i: js.bcoo_sort_indices(J(d, i))._bufs, (d, i)),
+        (f"sum_duplicates (nse {nse})", lambda d, i: _bufs(hs.bcoo_sum_duplicates(H(d, i), nse=nse)),
+         lambda d, i: js.bcoo_sum_duplicates(J(d, i), nse=nse)._bufs, (d, i), True),
+        ("transpose", lambda d, i: _bufs(hs.bcoo_transpose(H(d, i), permutation=(0, 2, 1))),
+         lambda d, i: js.bcoo_transpose(J(d, i), permutation=(0, 2, 1))._bufs, (d, i)),
+    ]
+
+
+def _bufs(m: hs.BCOO) -> tuple[jax.Array, jax.Array]:
+    return m.data, m.indices
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--only", default="", help="run only the ops whose name contains this")
+    args = parser.parse_args()
+    rng = np.random.RandomState(0)
+    if args.quick:
+        n, nse, nse_mul, nse_dup, batch, bn, bnse = 256, 2000, 500, 5000, 4, 64, 500
+    else:
+        n, nse, nse_mul, nse_dup, batch, bn, bnse = 4096, 40_000, 10_000, 100_000, 16, 1024, 4000
+    header = "| op | hlopt ms | jax ms | jax / hlopt | peak memory |\n| --- | --- | --- | --- | --- |"
+    print(f"\nunbatched: shape ({n}, {n}), nse {nse}\n{header}")
+    for name, ours, ref, inputs, *memory in unbatched_cases(n, nse, nse_mul, nse_dup, rng):
+        if args.only in name:
+            compare(name, ours, ref, inputs, args.reps, bool(memory))
+    print(f"\nbatched: shape ({batch}, {bn}, {bn}), n_batch 1, nse {bnse} per batch\n{header}")
+    for name, ours, ref, inputs, *memory in batched_cases(batch, bn, bnse, rng):
+        if args.only in name:
+            compare(name, ours, ref, inputs, args.reps, bool(memory))
+
+
+if __name__ == "__main__":
+    main()
