@@ -20,6 +20,7 @@ SECTIONS: dict[str, str] = {
     "aot": "hlopt.aot_demo:section",
     "key-reuse": "hlopt.key_reuse_demo:section",
     "jet": "hlopt.jet_demo:section",
+    "sparse": "hlopt.sparse.demo:sparse_section",
 }
 
 
