@@ -594,6 +594,17 @@ def _sort(b, op, ins):
     b.function.move_block(old_block, new.regions[0], types)
     return _split_results(b, list(new.results), [_has_series(s) for s in ins])
 
+def _custom_call(b, op, ins):
+    """Sharding annotations are linear; any other custom call has no rule."""
+    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    if target in SHARDING_TARGETS and len(op.operands) == 1:
+        return linear(0)(b, op, ins)
+    raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}", op.location)
+
+
+SHARDING_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
+
+
 def _has_series(s: Series) -> bool:
     return any(t is not None for t in s[1:])
 
@@ -723,6 +734,8 @@ RULES: dict[str, Rule] = {
     "stablehlo.minimum": _minimum,
     "stablehlo.clamp": _clamp,
     "stablehlo.sort": _sort,
+    "stablehlo.custom_call": _custom_call,
+    "sdy.sharding_constraint": linear(0),
     # structure
     "stablehlo.while": _while,
     "stablehlo.case": _branches,

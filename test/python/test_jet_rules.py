@@ -152,6 +152,8 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "argsort_gather": (lambda x: x[jnp.argsort(x)] * jnp.sort(x), ("real",), False),
     "while_data_dependent": (_while_data_dependent, ("pos",), False),
     "fori_loop": (lambda x: lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) * x, x), ("real",), False),
+    "nested_loops": (lambda x: lax.fori_loop(0, 2, lambda i, v: lax.fori_loop(0, 2, lambda j, w: jnp.sin(w) * x, v) + v, x),
+                     ("real",), False),
     "switch": (_switch, ("real",), False),
     "cond_closure": (_cond_closure, ("real", "real"), False),
     "call": (lambda x: _inner_jit(x) + _inner_jit(2 * x), ("real",), True),

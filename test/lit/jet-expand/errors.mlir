@@ -25,3 +25,11 @@ func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
   }) {window_dimensions = array<i64: 2>, padding = dense<[[1, 0]]> : tensor<1x2xi64>} : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
   return %1 : tensor<4xf32>
 }
+
+// RUN: not hlopt-opt %s -p 'jet-expand{func=h order=1}' 2>&1 | filecheck %s --check-prefix=CUSTOM
+// CUSTOM: errors.mlir:33:{{[0-9]+}}: error: jet-expand: no Taylor rule for 'stablehlo.custom_call' @lapack_spotrf
+func.func @h(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.exponential %x : tensor<4xf32>
+  %1 = stablehlo.custom_call @lapack_spotrf(%0) : (tensor<4xf32>) -> tensor<4xf32>
+  return %1 : tensor<4xf32>
+}

@@ -125,3 +125,15 @@ func.func @f(%x: tensor<3xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {
   %0 = stablehlo.maximum %x, %y : tensor<3xf32>
   return %0 : tensor<3xf32>
 }
+
+// -----
+
+// Sharding annotations (GSPMD custom calls) are linear: each coefficient is annotated too.
+// CHECK-LABEL: func.func @f_jet2
+// CHECK: stablehlo.custom_call @Sharding(%arg0) {mhlo.sharding = "{replicated}"}
+// CHECK: stablehlo.custom_call @Sharding(%arg1) {mhlo.sharding = "{replicated}"}
+// CHECK: stablehlo.custom_call @Sharding(%arg2) {mhlo.sharding = "{replicated}"}
+func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.custom_call @Sharding(%x) {mhlo.sharding = "{replicated}"} : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
