@@ -386,11 +386,12 @@ def lower_sort_indices(c: BcooOp) -> list[Value]:
     batch = lay.max_batch
     data_c, idx_c = _canonical(data, batch), _canonical(idx, batch)
     bs, n = b.shape_of(idx_c)[:2]
-    key = _linear_key(idx_c, lay.sparse_shape, math.prod(lay.sparse_shape))
-    cols = [b.reshape(b.slice_dim(idx_c, 2, k, k + 1), [bs, n]) for k in range(lay.n_sparse)]
+    total = math.prod(lay.sparse_shape)
+    key = _linear_key(idx_c, lay.sparse_shape, total)
     carried, is_data = _carry(data_c, lay.n_dense)
-    _, *cols_s, moved = _sorted_by_key(key, [*cols, carried])
-    idx_s = b.concat([b.reshape(col, [bs, n, 1]) for col in cols_s], 2)
+    key_s, moved = _sorted_by_key(key, [carried])
+    # Sorted keys give back the indices; every padding entry comes out as `shape` (canonical padding).
+    idx_s = _unravel(key_s, lay.sparse_shape, b.elem_of(idx_c))
     data_s = _take_sorted(data_c, moved, is_data)
     return [_restore(data_s, batch, c.result_shape(0)), _restore(idx_s, batch, c.result_shape(1))]
 
