@@ -328,11 +328,11 @@ def multiply_dense(lay: Layout, v: Sequence[int]) -> Shape:
     v = tuple(v)
     if not v:
         return lay.data
-    if len(v) > len(lay.shape) or broadcast_shapes(lay.shape, (1,) * (len(lay.shape) - len(v)) + v) != lay.shape:
+    padded = (1,) * (len(lay.shape) - len(v)) + v
+    if len(v) > len(lay.shape) or any(a not in (1, b) for a, b in zip(padded, lay.shape)):
         raise NotImplementedError(
             "multiplication between sparse and dense is only implemented for cases "
             f"where the output shape matches the sparse matrix shape. Got shape={lay.shape}, v.shape={v}"
         )
-    v = (1,) * (len(lay.shape) - len(v)) + v
-    batch = tuple(max(a, b, c) for a, b, c in zip(lay.data, lay.indices, v[: lay.n_batch]))
+    batch = tuple(max(a, b, c) for a, b, c in zip(lay.data, lay.indices, padded[: lay.n_batch]))
     return (*batch, *lay.data[lay.n_batch :])

@@ -305,3 +305,42 @@ def test_multiply_sparse_nse_zero_and_errors():
         hs.bcoo_multiply_sparse(rhs, dense)
     with pytest.raises(TypeError, match="same number of dimensions"):
         hs.bcoo_multiply_sparse(rhs, hs.BCOO(buffers(rng(33), shape=(4,)), shape=(4,)))
+
+
+def test_bcoo_methods():
+    r = rng(34)
+    x = np.asarray(random_data(r, (3, 4), "float32")) * (r.rand(3, 4) < 0.6)
+    nse = np.count_nonzero(x) + 2
+    ours = hs.BCOO.fromdense(x, nse=nse)
+    assert (ours.nse, ours.n_batch, ours.n_sparse, ours.n_dense, ours.ndim) == (nse, 0, 2, 0, 2)
+    assert repr(ours) == f"BCOO(float32[3, 4], nse={nse})"
+    assert_close(ours.sum(1).todense(), x.sum(1))
+    assert_close(ours.sum().todense(), x.sum())
+    assert_close((-ours).todense(), -x)
+    assert_close((ours * ours).todense(), x * x)
+    assert_close((2 * ours).todense(), 2 * x)
+    assert_close(ours.update_layout(n_batch=1, on_inefficient=None).todense(), x)
+    assert_close(ours.transpose((1, 0)).todense(), x.T)
+    # sum_duplicates drops explicit zeros by default: nse is the number of nonzeros.
+    padded = hs.BCOO((np.concatenate([ours.data, np.zeros(2, np.float32)]),
+                      np.concatenate([ours.indices, np.zeros((2, 2), np.int32)])), shape=(3, 4))
+    summed = padded.sum_duplicates()
+    assert summed.nse == np.count_nonzero(x) and summed.indices_sorted and summed.unique_indices
+    assert_close(summed.todense(), x)
+    assert padded.sum_duplicates(remove_zeros=False).nse == np.count_nonzero(x) + (x[0, 0] == 0)
+
+
+def test_validation_errors():
+    mat = hs.BCOO(buffers(rng(35), nse=3), shape=SHAPE)
+    with pytest.raises(ValueError, match="does not fit"):
+        hs.BCOO(buffers(rng(35), nse=3), shape=(2, 3))
+    with pytest.raises(TypeError, match="not a permutation"):
+        hs.bcoo_transpose(mat, permutation=(0, 1))
+    with pytest.raises(ValueError, match="invalid indices"):
+        hs.bcoo_slice(mat, start_indices=(0, 0, 0, 0), limit_indices=(3, 3, 4, 2))
+    with pytest.raises(ValueError, match="size not equal to one"):
+        hs.bcoo_squeeze(mat, dimensions=(0,))
+    with pytest.raises(ValueError, match="cannot mix batch and sparse"):
+        hs.bcoo_reshape(hs.BCOO(buffers(rng(36), n_batch=1), shape=SHAPE), new_sizes=(6, 4, 2))
+    with pytest.raises(NotImplementedError, match="output shape matches"):
+        hs.bcoo_multiply_dense(mat, np.ones((5,), np.float32))
