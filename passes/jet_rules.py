@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Optional
 
 from hlopt.passes.base import PassError
-from hlopt.passes.mlir import ir
+from hlopt.passes.mlir import ir, stablehlo
 
 if TYPE_CHECKING:
     from hlopt.passes.jet_expand import FunctionJet
@@ -316,6 +316,48 @@ def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optiona
         out[k] = b.total([b.clone(op, {0: u[j], 1: w[k - j]}).result
                           for j in range(k + 1) if u[j] is not None and w[k - j] is not None])
     return [out]
+
+
+def _dot_general(b, op, ins):
+    """Bilinear. When one side has no series, the other side's coefficients are
+    stacked along a free dimension and go through one dot_general (one large
+    matmul instead of K), then sliced apart."""
+    dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    lhs_rank = ir.RankedTensorType(op.operands[0].type).rank
+    lhs_free = lhs_rank - len(dims.lhs_batching_dimensions) - len(dims.lhs_contracting_dimensions)
+    sides = ((0, dims.lhs_batching_dimensions, dims.lhs_contracting_dimensions, 0),
+             (1, dims.rhs_batching_dimensions, dims.rhs_contracting_dimensions, lhs_free))
+    for side, batch, contract, offset in sides:
+        x, other = ins[side], ins[1 - side]
+        terms = [k for k in range(1, b.order + 1) if x[k] is not None]
+        shape = ir.RankedTensorType(x[0].type).shape
+        free = [d for d in range(len(shape)) if d not in batch and d not in contract]
+        if _has_series(other) or len(terms) < 2 or not free:
+            continue
+        out_dim = len(batch) + offset
+        stacked_shape = list(shape)
+        stacked_shape[free[0]] *= len(terms)
+        stacked = b.create("stablehlo.concatenate", [x[k] for k in terms],
+                           ir.RankedTensorType.get(stacked_shape, ir.RankedTensorType(x[0].type).element_type),
+                           {"dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), free[0])})
+        big = b.clone(op, {side: stacked}).result
+        out_type = ir.RankedTensorType(op.result.type)
+        big_shape = list(out_type.shape)
+        size = big_shape[out_dim]
+        big_shape[out_dim] *= len(terms)
+        big.set_type(ir.RankedTensorType.get(big_shape, out_type.element_type))
+        out = b.series(op.result)
+        for i, k in enumerate(terms):
+            start = [0] * len(big_shape)
+            start[out_dim] = i * size
+            limit = list(out_type.shape)
+            limit[out_dim] = (i + 1) * size
+            out[k] = b.create("stablehlo.slice", [big], out_type, {
+                "start_indices": ir.DenseI64ArrayAttr.get(start),
+                "limit_indices": ir.DenseI64ArrayAttr.get(limit),
+                "strides": ir.DenseI64ArrayAttr.get([1] * len(big_shape))})
+        return [out]
+    return bilinear(b, op, ins)
 
 
 def of_series(fn: Callable[[JetBuilder, Series, ir.Value], Series]) -> Rule:
@@ -699,7 +741,7 @@ RULES: dict[str, Rule] = {
     "stablehlo.reduce_window": _reduce_like(linear(0, 1)),
     # bilinear
     "stablehlo.multiply": bilinear,
-    "stablehlo.dot_general": bilinear,
+    "stablehlo.dot_general": _dot_general,
     "stablehlo.convolution": bilinear,
     "stablehlo.divide": _divide,
     # first-order ODE recurrences
