@@ -125,7 +125,8 @@ def decode_tree(data: Any) -> Any:
                 out[item[0]] = dec(item[1], depth + 1)
             return out
         if kind == "node":
-            _check(len(children) == 3 and children[0] in NODE_TYPES and isinstance(children[2], list),
+            _check(len(children) == 3 and isinstance(children[0], str) and children[0] in NODE_TYPES
+                   and isinstance(children[2], list),
                    f"unknown pytree node {_short(children[:1])} (known: {', '.join(NODE_TYPES)})")
             aux = decode_static(children[1])
             kids = [dec(c, depth + 1) for c in children[2]]
@@ -249,7 +250,7 @@ def decode_mesh(data: Any) -> Mesh:
            f"malformed mesh axis names {_short(names)}")
     _check(isinstance(shape, list) and len(shape) == len(names) and all(type(s) is int and s > 0 for s in shape),
            f"malformed mesh shape {_short(shape)}")
-    _check(isinstance(types, list) and len(types) == len(names) and all(t in AxisType.__members__ for t in types),
+    _check(isinstance(types, list) and len(types) == len(names) and all(isinstance(t, str) and t in AxisType.__members__ for t in types),
            f"malformed mesh axis types {_short(types)}")
     _check(isinstance(ids, list) and all(type(i) is int for i in ids) and len(set(ids)) == len(ids)
            and len(ids) == int(np.prod(shape)), f"mesh device ids {_short(ids)} do not fill shape {shape}")

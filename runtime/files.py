@@ -110,7 +110,7 @@ def deserialize(data: bytes, source: str = "<bytes>") -> Compiled:
         module = deserialize_portable_artifact(sections["module"])
     except Exception as e:  # noqa: BLE001 - MLIR reports a bad artifact with several types
         raise ExecutableFileError(f"{source}: the module section is not a StableHLO portable artifact: "
-                                  f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+                                  f"{_first_line(e)}") from None
     _check_module(module, signature, manifest["device_count"], source)
     here = _platform()
     stale = {k: manifest[k] for k in here if manifest[k] != here[k]}
@@ -130,7 +130,7 @@ def deserialize(data: bytes, source: str = "<bytes>") -> Compiled:
             executable = load_executable(sections["executable"], devices, options)
         except Exception as e:  # noqa: BLE001 - PJRT reports failures as several types
             raise ExecutableFileError(f"{source}: PJRT cannot load the executable section: "
-                                      f"{str(e).strip().splitlines()[0]}") from None
+                                      f"{_first_line(e)}") from None
     compiled = Compiled(executable, signature, module, manifest["pipeline"])
     _check_shardings(compiled.in_shardings, in_specs, signature.in_avals, "input", source)
     _check_shardings(compiled.out_shardings, out_specs, signature.out_avals, "output", source)
@@ -144,6 +144,11 @@ def load(path: str | os.PathLike) -> Compiled:
     except OSError as e:
         raise ExecutableFileError(f"cannot read '{path}': {e.strerror}") from None
     return deserialize(data, str(path))
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
 
 
 def _specs(data: Any, count: int, what: str) -> list[Any]:

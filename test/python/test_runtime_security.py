@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import random
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -157,6 +160,15 @@ def test_sections_in_another_order_are_refused(data, nothing_loads):
         hlopt.deserialize(forged)
 
 
+def test_pjrt_failure_is_reported_as_a_file_error(data, monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError()
+
+    monkeypatch.setattr(files, "load_executable", fail)
+    with pytest.raises(hlopt.ExecutableFileError, match="PJRT cannot load the executable section: RuntimeError"):
+        hlopt.deserialize(data)
+
+
 def test_module_section_that_is_not_an_artifact_is_refused(data, nothing_loads):
     manifest, sections = files.read_file(data, "x")
     forged = container.pack(manifest, dict(sections, module=b"ML\xefR garbage"))
@@ -202,3 +214,52 @@ def test_foreign_files_are_refused(tmp_path, nothing_loads, foreign):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(hlopt.ExecutableFileError, match="cannot read .*nope.hlx.*No such file"):
         hlopt.load(tmp_path / "nope.hlx")
+
+
+FUZZ_VALUES = [None, True, 0, -1, 3, 2.5, "", "x", "*", "float32", "Explicit", [], {}, ["*"], [1, 2], [[1]], ["x"],
+               {"a": 1}, {"tuple": []}, {"tuple": [["*"]]}, {"node": [["x"], None, []]}, {"node": ["x", None, []]},
+               {"dict": [[["k"], "*"]]}, {"list": {"a": 1}}, {"tuple": ["*", "*"]}]
+
+
+def test_random_manifest_edits_never_escape_as_other_errors(data, monkeypatch):
+    """Any edit either loads or is refused with ExecutableFileError: never a TypeError or a crash."""
+
+    class Reached(BaseException):  # not an Exception: nothing on the way may turn it into another error
+        pass
+
+    def reached(*args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(files, "load_executable", reached)
+    monkeypatch.setattr(files, "compile_program", reached)
+    manifest, sections = files.read_file(data, "x")
+
+    def paths(obj, prefix=()):
+        yield prefix
+        children = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+        for k, v in children:
+            yield from paths(v, prefix + (k,))
+
+    targets = [p for p in paths(manifest) if p and p[0] != "sections"]
+    rng = random.Random(6)
+    refused = 0
+    for _ in range(400):
+        edited = copy.deepcopy(manifest)
+        for _ in range(rng.choice([1, 2])):
+            *parents, last = rng.choice(targets)
+            obj = edited
+            try:
+                for k in parents:
+                    obj = obj[k]
+                obj[last] = copy.deepcopy(rng.choice(FUZZ_VALUES))
+            except (KeyError, IndexError, TypeError):
+                continue  # an earlier edit replaced this path
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", hlopt.RecompileWarning)
+                hlopt.deserialize(container.pack(edited, sections))
+        except hlopt.ExecutableFileError:
+            refused += 1
+        except Reached:
+            pass
+    assert refused > 300
