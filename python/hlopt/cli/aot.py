@@ -44,7 +44,7 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
                         "(e.g. x,_ or x+y); '' is replicated")
     p.add_argument("--out-sharding", action="append", default=[], metavar="SPEC", help="one per result")
     p.add_argument("--pipeline", default="hlopt-default", help="the pipeline to run before compiling")
-    p.add_argument("--host-devices", type=int, help="number of host CPU devices (default: the mesh size)")
+    p.add_argument("--host-devices", type=int, metavar="N", help="number of host CPU devices (default: the mesh size)")
     p.add_argument("-o", "--output", required=True, help="the executable file to write")
 
 
