@@ -319,9 +319,9 @@ def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optiona
 
 
 def _dot_general(b, op, ins):
-    """Bilinear. When one side has no series, the other side's coefficients are
-    stacked along a free dimension and go through one dot_general (one large
-    matmul instead of K), then sliced apart."""
+    """Bilinear. When one side has no series, the other side's primal and
+    coefficients are stacked along a free dimension and go through one
+    dot_general (one large matmul instead of K + 1), then sliced apart."""
     dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     lhs_rank = ir.RankedTensorType(op.operands[0].type).rank
     lhs_free = lhs_rank - len(dims.lhs_batching_dimensions) - len(dims.lhs_contracting_dimensions)
@@ -329,10 +329,10 @@ def _dot_general(b, op, ins):
              (1, dims.rhs_batching_dimensions, dims.rhs_contracting_dimensions, lhs_free))
     for side, batch, contract, offset in sides:
         x, other = ins[side], ins[1 - side]
-        terms = [k for k in range(1, b.order + 1) if x[k] is not None]
+        terms = [0] + [k for k in range(1, b.order + 1) if x[k] is not None]
         shape = ir.RankedTensorType(x[0].type).shape
         free = [d for d in range(len(shape)) if d not in batch and d not in contract]
-        if _has_series(other) or len(terms) < 2 or not free:
+        if _has_series(other) or not free:
             continue
         out_dim = len(batch) + offset
         stacked_shape = list(shape)
