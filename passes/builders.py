@@ -207,9 +207,9 @@ def reduce(v: Value, dims: Sequence[int], kind: str = "add") -> Value:
     return op.result
 
 
-def sort(operands: Sequence[Value], dim: int, num_keys: int = 1) -> list[Value]:
-    """Stable ascending sort of `operands` along `dim`, lexicographic on the first `num_keys`."""
-    op = stablehlo.SortOp([v.type for v in operands], list(operands), dimension=dim, is_stable=True)
+def sort(operands: Sequence[Value], dim: int, num_keys: int = 1, stable: bool = True) -> list[Value]:
+    """Ascending sort of `operands` along `dim`, lexicographic on the first `num_keys`."""
+    op = stablehlo.SortOp([v.type for v in operands], list(operands), dimension=dim, is_stable=stable)
     elems = [e for v in operands for e in (elem_of(v), elem_of(v))]
 
     def less(*args: Value) -> list[Value]:

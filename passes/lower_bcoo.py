@@ -233,21 +233,21 @@ def _zero_invalid_indices(idx: Value, ok: Value) -> Value:
     return b.select(b.broadcast(ok, b.shape_of(idx), [0, 1]), idx, b.zeros_like(idx))
 
 
-def _sorted_by_key(key: Value, carried: Sequence[Value]) -> list[Value]:
-    """One stable sort of `key[B, N]` along N carrying `carried[B, N]` values."""
-    return b.sort([key, *carried], dim=1)
+def _sort_positions(key: Value) -> tuple[Value, Value]:
+    """Sort non-negative `key[B, N]` along N: (sorted keys, the position each came from).
 
-
-def _carry(data: Value, n_dense: int) -> tuple[Value, bool]:
-    """What a sort carries for `data[B, N, *dense]`: the data itself when it has no dense dims, else a row iota."""
-    bs, n = b.shape_of(data)[:2]
-    if n_dense == 0:
-        return data, True
-    return b.iota([bs, n], 1, _index_type(n)), False
-
-
-def _take_sorted(data: Value, carried: Value, is_data: bool) -> Value:
-    return carried if is_data else _gather_rows(data, carried)
+    Keys below 2**31 travel with their position in one 64-bit word, so XLA sorts
+    a single operand (about 3x faster on CPU than sorting a second operand along).
+    """
+    bs, n = b.shape_of(key)
+    ke = b.elem_of(key)
+    if ke.width <= 32 and n < 2**31:
+        shift = b.full([bs, n], 2**32, b.i64())
+        packed = b.add(b.mul(b.convert(key, b.i64()), shift), b.iota([bs, n], 1, b.i64()))
+        (packed_s,) = b.sort([packed], dim=1, stable=False)
+        return b.convert(b.div(packed_s, shift), ke), b.convert(b.rem(packed_s, shift), _index_type(n))
+    key_s, pos_s = b.sort([key, b.iota([bs, n], 1, _index_type(n))], dim=1)
+    return key_s, pos_s
 
 
 def _segments(key: Value) -> tuple[Value, Value]:
@@ -262,9 +262,7 @@ def _segments(key: Value) -> tuple[Value, Value]:
     return first, run
 
 
-def _sum_duplicates_canonical(
-    data: Value, idx: Value, sizes: Sequence[int], nse: int, n_dense: int
-) -> tuple[Value, Value]:
+def _sum_duplicates_canonical(data: Value, idx: Value, sizes: Sequence[int], nse: int) -> tuple[Value, Value]:
     """Sorted unique entries of canonical buffers with their data summed, `nse` of them per batch."""
     bs, n = b.shape_of(idx)[:2]
     rest = b.shape_of(data)[2:]
@@ -273,13 +271,12 @@ def _sum_duplicates_canonical(
         return b.full([bs, nse, *rest], 0, b.elem_of(data)), _sizes(b.full([bs, nse, len(sizes)], 0, elem), sizes)
     total = math.prod(sizes)
     key = _linear_key(idx, sizes, total)
-    carried, is_data = _carry(data, n_dense)
-    key_s, moved = _sorted_by_key(key, [carried])
+    key_s, perm = _sort_positions(key)
     first, run = _segments(key_s)
     it = b.elem_of(run)
     drop = b.full([bs, n], nse, it)
     target = b.select(b.compare(key_s, b.full([bs, n], total, b.elem_of(key_s)), "EQ"), drop, run)
-    out = _scatter_rows(b.full([bs, nse, *rest], 0, b.elem_of(data)), target, _take_sorted(data, moved, is_data), "add")
+    out = _scatter_rows(b.full([bs, nse, *rest], 0, b.elem_of(data)), target, _gather_rows(data, perm), "add")
     keys = _scatter_rows(b.full([bs, nse], total, b.elem_of(key_s)), b.select(first, target, drop), key_s, "set")
     return out, _unravel(keys, sizes, elem)
 
@@ -388,11 +385,10 @@ def lower_sort_indices(c: BcooOp) -> list[Value]:
     bs, n = b.shape_of(idx_c)[:2]
     total = math.prod(lay.sparse_shape)
     key = _linear_key(idx_c, lay.sparse_shape, total)
-    carried, is_data = _carry(data_c, lay.n_dense)
-    key_s, moved = _sorted_by_key(key, [carried])
+    key_s, perm = _sort_positions(key)
     # Sorted keys give back the indices; every padding entry comes out as `shape` (canonical padding).
     idx_s = _unravel(key_s, lay.sparse_shape, b.elem_of(idx_c))
-    data_s = _take_sorted(data_c, moved, is_data)
+    data_s = _gather_rows(data_c, perm)
     return [_restore(data_s, batch, c.result_shape(0)), _restore(idx_s, batch, c.result_shape(1))]
 
 
@@ -411,7 +407,7 @@ def lower_sum_duplicates(c: BcooOp) -> list[Value]:
             if nse else b.slice_dim(total, 1, 0, 0)
         indices = b.full([bs, nse, 0], 0, b.elem_of(idx))
     else:
-        out, indices = _sum_duplicates_canonical(data_c, idx_c, lay.sparse_shape, nse, lay.n_dense)
+        out, indices = _sum_duplicates_canonical(data_c, idx_c, lay.sparse_shape, nse)
     return [_restore(out, batch, c.result_shape(0)), _restore(indices, batch, c.result_shape(1))]
 
 
@@ -631,7 +627,7 @@ def lower_multiply_sparse(c: BcooOp) -> list[Value]:
         out_data, out_idx = _multiply_pairs(sides[0], sides[1], out_sizes)
     else:
         drive, look = (sides[0], sides[1]) if plan.driver == "lhs" else (sides[1], sides[0])
-        out_data, out_idx = _multiply_lookup(drive, look, out_sizes, lhs.n_dense)
+        out_data, out_idx = _multiply_lookup(drive, look, out_sizes)
     return [b.reshape(out_data, plan.data), b.reshape(out_idx, plan.indices)]
 
 
@@ -650,7 +646,7 @@ def _dense_product(a: Value, c: Value, dense: Sequence[int]) -> Value:
     return b.mul(b.broadcast_to(a, [*lead, *dense]), b.broadcast_to(c, [*lead, *dense]))
 
 
-def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int], n_dense: int) -> tuple[Value, Value]:
+def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int]) -> tuple[Value, Value]:
     """Each driver entry times the summed lookup entries at its index (the lookup side may broadcast)."""
     d_data, d_idx, d_sizes = drive
     k_data, k_idx, k_sizes = look
@@ -662,16 +658,15 @@ def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int], n_dense:
         return data, _sizes(b.full(b.shape_of(d_idx), 0, b.elem_of(d_idx)), out_sizes)
     dims = [k for k, s in enumerate(k_sizes) if s != 1]
     total = math.prod(k_sizes[k] for k in dims)
-    u_data, u_idx = _sum_duplicates_canonical(k_data, k_idx, k_sizes, nk, n_dense)
+    u_data, u_idx = _sum_duplicates_canonical(k_data, k_idx, k_sizes, nk)
     kt = _key_type([k_sizes[k] for k in dims], headroom=2)
     u_key = _matched_key(u_idx, k_sizes, dims, total, kt)
     d_key = _matched_key(d_idx, d_sizes, dims, total + 1, kt)
     two = b.full([bs, nk + nd_], 2, kt)
     tags = b.concat([b.full([bs, nk], 0, kt), b.full([bs, nd_], 1, kt)], 1)
     combined = b.add(b.mul(b.concat([u_key, d_key], 1), two), tags)
-    it = _index_type(nk + nd_ + 1)
-    pos = b.iota([bs, nk + nd_], 1, it)
-    _, pos_s = _sorted_by_key(combined, [pos])
+    _, pos_s = _sort_positions(combined)
+    it = b.elem_of(pos_s)
     from_look = b.compare(pos_s, b.full([bs, nk + nd_], nk, it), "LT")
     last = b.prefix_scan(b.select(from_look, pos_s, b.full([bs, nk + nd_], -1, it)), 1, "max")
     partner = _scatter_rows(

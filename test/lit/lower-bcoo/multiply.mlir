@@ -22,7 +22,7 @@ func.func @multiply_dense(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: t
 // CHECK-NOT: tensor<1x24
 // CHECK: "stablehlo.sort"
 // CHECK: "stablehlo.sort"
-// CHECK: }) : (tensor<1x10xi32>, tensor<1x10xi32>) ->
+// CHECK: }) : (tensor<1x10xi64>) -> tensor<1x10xi64>
 // CHECK: stablehlo.maximum
 // CHECK: "stablehlo.gather"
 // CHECK-NOT: tensor<1x6x4x
