@@ -434,10 +434,17 @@ def _log1p(b, u, y0):
     return log_series(b, u, y0, denominator=b.add(b.constant(1, u[0].type), u[0]))
 
 
-def _reciprocal_of_one_plus_square(b: JetBuilder, z: Series) -> Series:
-    """1 / (1 + z^2), the derivative of atan."""
+def _quadratic(b: JetBuilder, z: Series, a: float, s: float) -> Series:
+    """The series of a + s z^2."""
+    z0_sq = b.mul(z[0], z[0])
+    return [b.add(b.constant(a, z[0].type), b.scale(z0_sq, s)) if a else b.scale(z0_sq, s)] + \
+        [b.scale(square_term(b, z, j), s) for j in range(1, b.order + 1)]
+
+
+def _reciprocal_of_quadratic(b: JetBuilder, z: Series, s: float) -> Series:
+    """1 / (1 + s z^2): the derivative of atan (s = 1) and atanh (s = -1)."""
     one = b.constant(1, z[0].type)
-    d = [b.add(one, b.mul(z[0], z[0]))] + [square_term(b, z, j) for j in range(1, b.order + 1)]
+    d = _quadratic(b, z, 1.0, s)
     return div_series(b, [one] + [None] * b.order, d, b.div(one, d[0]))
 
 
@@ -446,32 +453,38 @@ def _with_derivative(b: JetBuilder, u: Series, y0: ir.Value, c: Series) -> Serie
     return [y0] + [b.ode_term(du, c, k) for k in range(1, b.order + 1)]
 
 
-def _atan(b, u, y0):
-    return _with_derivative(b, u, y0, _reciprocal_of_one_plus_square(b, u))
+def _atan_like(s: float) -> Callable:
+    """atan (s = 1) and atanh (s = -1): y' = u' / (1 + s u^2)."""
+    return lambda b, u, y0: _with_derivative(b, u, y0, _reciprocal_of_quadratic(b, u, s))
 
 
 def _atan2(b, op, ins):
     z0 = b.create("stablehlo.divide", [ins[0][0], ins[1][0]])
     z = div_series(b, ins[0], ins[1], z0)
-    return [_with_derivative(b, z, op.result, _reciprocal_of_one_plus_square(b, z))]
+    return [_with_derivative(b, z, op.result, _reciprocal_of_quadratic(b, z, 1.0))]
 
 
-def _asin_like(sign: float) -> Callable:
-    """asin (sign 1) and acos (sign -1): y' = sign (1 - u^2)^(-1/2) u'."""
+def _inverse_sqrt_rule(sign: float, a: float, s: float) -> Callable:
+    """y' = sign (a + s u^2)^(-1/2) u': asin (1, 1, -1), acos (-1, 1, -1),
+    asinh (1, 1, 1), acosh (1, -1, 1)."""
 
     def fn(b, u, y0):
-        one = b.constant(1, u[0].type)
-        w = [b.sub(one, b.mul(u[0], u[0]))] + [b.neg(square_term(b, u, j)) for j in range(1, b.order + 1)]
+        w = _quadratic(b, u, a, s)
         c = power_series(b, w, -0.5, b.unary("stablehlo.rsqrt", w[0]))
         return _with_derivative(b, u, y0, [b.scale(t, sign) for t in c])
 
     return fn
 
 
-def _erf(b, u, y0):
-    q = [b.neg(b.mul(u[0], u[0]))] + [b.neg(square_term(b, u, j)) for j in range(1, b.order + 1)]
-    e = exp_series(b, q, b.unary("stablehlo.exponential", q[0]))
-    return _with_derivative(b, u, y0, [b.scale(t, 2 / math.sqrt(math.pi)) for t in e])
+def _erf_like(sign: float) -> Callable:
+    """erf (sign 1) and erfc (sign -1): y' = sign 2/sqrt(pi) exp(-u^2) u'."""
+
+    def fn(b, u, y0):
+        q = _quadratic(b, u, 0.0, -1.0)
+        e = exp_series(b, q, b.unary("stablehlo.exponential", q[0]))
+        return _with_derivative(b, u, y0, [b.scale(t, sign * 2 / math.sqrt(math.pi)) for t in e])
+
+    return fn
 
 
 def _erf_inv(b, u, y0):
@@ -602,6 +615,31 @@ def _polynomial_product(b: JetBuilder, op: ir.Operation, u: Series, init: Series
     return list(new.results)
 
 
+def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, direction: str) -> Series:
+    """reduce_window max (direction GT) or min (LT), e.g. cummax: one variadic
+    reduce_window carries (value, coefficients, count); the body keeps the
+    winner's coefficients and count and sums them on ties, so tied terms are
+    averaged as in reduce_max."""
+    K = b.order
+    st = scalar_type(u[0].type)
+    operands = ([u[0]] + [b.materialize(t, u[0]) for t in u[1:]] + [b.constant(1, u[0].type)]
+                + [init[0]] + [b.constant(0, st) for _ in range(K + 1)])
+    new = ir.Operation.create(op.name, results=[op.result.type] * (K + 2), operands=operands,
+                              attributes=attributes_of(op), regions=1)
+    block = new.regions[0].blocks.append(*([st] * (2 * K + 4)))
+    args = list(block.arguments)
+    left, right = args[: K + 2], args[K + 2:]
+    with ir.InsertionPoint(block):
+        wins = b.compare(left[0], right[0], direction)
+        ties = b.compare(left[0], right[0], "EQ")
+        merged = [b.select(wins, left[0], right[0])] + [
+            b.select(ties, b.add(x, y), b.select(wins, x, y)) for x, y in zip(left[1:], right[1:])]
+        ir.Operation.create("stablehlo.return", operands=merged)
+    results = list(new.results)
+    return [results[0]] + [b.div(c, results[K + 1]) if t is not None else None
+                           for c, t in zip(results[1: K + 1], u[1:])]
+
+
 def _reduce_like(linear_rule: Rule) -> Rule:
     """reduce / reduce_window by the kind of their body: add, multiply, max, min."""
 
@@ -611,8 +649,10 @@ def _reduce_like(linear_rule: Rule) -> Rule:
             return linear_rule(b, op, ins)
         if len(op.results) == 1 and kind == "stablehlo.multiply":
             return [_polynomial_product(b, op, ins[0], ins[1])]
-        if op.name == "stablehlo.reduce" and len(op.results) == 1 and kind in ("stablehlo.maximum", "stablehlo.minimum"):
-            return [_reduce_choose(b, op, ins[0])]
+        if len(op.results) == 1 and kind in ("stablehlo.maximum", "stablehlo.minimum"):
+            if op.name == "stablehlo.reduce":
+                return [_reduce_choose(b, op, ins[0])]
+            return [_window_choose(b, op, ins[0], ins[1], "GT" if kind == "stablehlo.maximum" else "LT")]
         raise PassError(f"jet-expand: no Taylor rule for {op.name} with a {kind or 'general'} body "
                         f"over {len(op.results)} result(s)", op.location)
 
@@ -741,6 +781,7 @@ RULES: dict[str, Rule] = {
     "stablehlo.reduce_window": _reduce_like(linear(0, 1)),
     # bilinear
     "stablehlo.multiply": bilinear,
+    "chlo.square": of_series(lambda b, u, y0: [y0] + [square_term(b, u, k) for k in range(1, b.order + 1)]),
     "stablehlo.dot_general": _dot_general,
     "stablehlo.convolution": bilinear,
     "stablehlo.divide": _divide,
@@ -759,11 +800,15 @@ RULES: dict[str, Rule] = {
     "stablehlo.sqrt": of_series(_sqrt),
     "stablehlo.rsqrt": of_series(_power_recurrence(-0.5)),
     "stablehlo.cbrt": of_series(_power_recurrence(1.0 / 3.0)),
-    "chlo.atan": of_series(_atan),
+    "chlo.atan": of_series(_atan_like(1.0)),
+    "chlo.atanh": of_series(_atan_like(-1.0)),
     "stablehlo.atan2": _atan2,
-    "chlo.asin": of_series(_asin_like(1.0)),
-    "chlo.acos": of_series(_asin_like(-1.0)),
-    "chlo.erf": of_series(_erf),
+    "chlo.asin": of_series(_inverse_sqrt_rule(1.0, 1.0, -1.0)),
+    "chlo.acos": of_series(_inverse_sqrt_rule(-1.0, 1.0, -1.0)),
+    "chlo.asinh": of_series(_inverse_sqrt_rule(1.0, 1.0, 1.0)),
+    "chlo.acosh": of_series(_inverse_sqrt_rule(1.0, -1.0, 1.0)),
+    "chlo.erf": of_series(_erf_like(1.0)),
+    "chlo.erfc": of_series(_erf_like(-1.0)),
     "chlo.erf_inv": of_series(_erf_inv),
     # composition
     "stablehlo.power": _power,

@@ -28,6 +28,7 @@ DOMAINS: dict[str, Callable[[], np.ndarray]] = {
     "real": lambda: rng.normal(size=N),
     "pos": lambda: rng.uniform(0.5, 2.0, size=N),
     "unit": lambda: rng.uniform(-0.8, 0.8, size=N),
+    "pos2": lambda: rng.uniform(1.5, 3.0, size=N),
     "nonzero": lambda: np.array([-1.5, -0.7, 0.6, 1.1, 2.0]),
     "edge": lambda: np.array([-1.5, -0.5, 0.0, 0.5, 1.5]),  # x = 0 and x < 0
     "ties": lambda: np.array([0.3, -1.0, 0.3, 2.0, 0.3]),
@@ -122,6 +123,11 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "asin": (jnp.arcsin, ("unit",), False),
     "acos": (jnp.arccos, ("unit",), False),
     "cbrt": (jnp.cbrt, ("pos",), False),
+    "asinh": (jnp.arcsinh, ("real",), True),
+    "acosh": (jnp.arccosh, ("pos2",), True),
+    "atanh": (jnp.arctanh, ("unit",), True),
+    "erfc": (lax.erfc, ("real",), True),
+    "square_op": (jnp.square, ("real",), True),
     # composition
     "pow_const": (lambda x: jnp.power(x, 2.5), ("pos",), True),
     "pow_series": (jnp.power, ("pos", "real"), True),
@@ -148,6 +154,11 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "reduce_prod_with_zero": (lambda x: jnp.prod(x), ("edge",), False),
     "reduce_prod": (lambda x: jnp.prod(jnp.outer(x, x[:2]), axis=0), ("real",), False),
     "cumprod": (jnp.cumprod, ("edge",), False),
+    # reduce_window max/min without ties: there JAX's jvp picks one element (max pooling)
+    # or averages pairwise along its scan tree (cummax); hlopt averages all tied terms
+    "cummax_cummin": (lambda x: lax.cummax(x) + lax.cummin(jnp.sin(x)), ("real",), True),
+    "max_pool": (lambda x: lax.reduce_window(x * x, -jnp.inf, lax.max, (2,), (1,), "VALID") * x[:4],
+                 ("real",), False),
     "sort": (lambda x: jnp.sort(x * x - x), ("real",), False),
     "argsort_gather": (lambda x: x[jnp.argsort(x)] * jnp.sort(x), ("real",), False),
     "while_data_dependent": (_while_data_dependent, ("pos",), False),

@@ -14,13 +14,13 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 // MISSING: error: jet-expand: no function @missing in the module
 // ORDER: error: jet-expand: the order must be at least 1, got 0
 
-// REDUCE: errors.mlir:21:{{[0-9]+}}: error: jet-expand: no Taylor rule for stablehlo.reduce_window with a stablehlo.maximum body
+// REDUCE: errors.mlir:21:{{[0-9]+}}: error: jet-expand: no Taylor rule for stablehlo.reduce_window with a stablehlo.atan2 body
 func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
   %init = stablehlo.constant dense<0xFF800000> : tensor<f32>
   %0 = stablehlo.exponential %x : tensor<4xf32>
   %1 = "stablehlo.reduce_window"(%0, %init) ({
   ^bb0(%a: tensor<f32>, %b: tensor<f32>):
-    %m = stablehlo.maximum %a, %b : tensor<f32>
+    %m = stablehlo.atan2 %a, %b : tensor<f32>
     stablehlo.return %m : tensor<f32>
   }) {window_dimensions = array<i64: 2>, padding = dense<[[1, 0]]> : tensor<1x2xi64>} : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
   return %1 : tensor<4xf32>
