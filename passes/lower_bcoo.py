@@ -210,23 +210,54 @@ def _scatter_rows(out: Value, rows: Value, updates: Value, combine: str) -> Valu
     )
 
 
+def _batching(bs: int) -> tuple[int, list[int]]:
+    """With one batch row the batch dim is dropped (XLA would add an index column for it)."""
+    return (0, []) if bs == 1 else (1, [0])
+
+
 def _gather_sparse(arr: Value, idx: Value) -> Value:
-    """`arr[b, *idx[b, n]]` for canonical `arr[B, *sparse, *rest]` and in-range `idx[B, N, S]`."""
+    """`arr[b, *idx[b, n]]` for canonical `arr[B, *sparse, *rest]` and `idx[B, N, S]` (clamped into range)."""
     bs, n, s = b.shape_of(idx)
     rest = b.shape_of(arr)[1 + s :]
     if s == 0:
         return b.broadcast(arr, [bs, n, *rest], [0, *range(2, 2 + len(rest))])
-    return b.gather(
+    lead, batch_dims = _batching(bs)
+    if not lead:
+        arr, idx = b.reshape(arr, b.shape_of(arr)[1:]), b.reshape(idx, [n, s])
+    out = b.gather(
         arr,
         idx,
-        offset_dims=range(2, 2 + len(rest)),
-        collapsed_slice_dims=range(1, 1 + s),
-        operand_batching_dims=[0],
-        start_indices_batching_dims=[0],
-        start_index_map=range(1, 1 + s),
-        index_vector_dim=2,
-        slice_sizes=[1] * (1 + s) + list(rest),
+        offset_dims=range(lead + 1, lead + 1 + len(rest)),
+        collapsed_slice_dims=range(lead, lead + s),
+        operand_batching_dims=batch_dims,
+        start_indices_batching_dims=batch_dims,
+        start_index_map=range(lead, lead + s),
+        index_vector_dim=lead + 1,
+        slice_sizes=[1] * (lead + s) + list(rest),
     )
+    return b.reshape(out, [bs, n, *rest])
+
+
+def _scatter_sparse(out: Value, idx: Value, updates: Value) -> Value:
+    """`out[b, *idx[b, n]] += updates[b, n]` for canonical buffers; updates outside `out` are dropped."""
+    bs, n, s = b.shape_of(idx)
+    shape = b.shape_of(out)
+    rest = shape[1 + s :]
+    lead, batch_dims = _batching(bs)
+    if not lead:
+        out, idx, updates = b.reshape(out, shape[1:]), b.reshape(idx, [n, s]), b.reshape(updates, [n, *rest])
+    result = b.scatter(
+        out,
+        idx,
+        updates,
+        update_window_dims=range(lead + 1, lead + 1 + len(rest)),
+        inserted_window_dims=range(lead, lead + s),
+        input_batching_dims=batch_dims,
+        scatter_indices_batching_dims=batch_dims,
+        scattered_dims_to_operand_dims=range(lead, lead + s),
+        index_vector_dim=lead + 1,
+    )
+    return b.reshape(result, shape)
 
 
 def _zero_invalid_indices(idx: Value, ok: Value) -> Value:
@@ -298,17 +329,7 @@ def lower_todense(c: BcooOp) -> list[Value]:
         out = b.full(out_c, 0, b.elem_of(data))
     else:
         # An update whose index is outside the array (padding, negative or past the end) is dropped.
-        out = b.scatter(
-            b.full(out_c, 0, b.elem_of(data)),
-            idx_c,
-            data_c,
-            update_window_dims=range(2, 2 + lay.n_dense),
-            inserted_window_dims=range(1, 1 + lay.n_sparse),
-            input_batching_dims=[0],
-            scatter_indices_batching_dims=[0],
-            scattered_dims_to_operand_dims=range(1, 1 + lay.n_sparse),
-            index_vector_dim=2,
-        )
+        out = _scatter_sparse(b.full(out_c, 0, b.elem_of(data)), idx_c, data_c)
     return [b.reshape(out, lay.shape)]
 
 

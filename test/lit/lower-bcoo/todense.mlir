@@ -1,12 +1,12 @@
 // RUN: hlopt-opt %s -p lower-bcoo --split-input-file | filecheck %s
 
-// One scatter-add with a batching dim builds the dense array; it drops the updates
-// of padding entries (indices outside the array), so nothing is masked first.
+// One scatter-add builds the dense array; it drops the updates of padding entries
+// (indices outside the array), so nothing is masked first.
 // CHECK-LABEL: func.func @todense
 // CHECK-NOT: hlopt.bcoo
 // CHECK-NOT: stablehlo.select
 // CHECK: "stablehlo.scatter"
-// CHECK-SAME: inserted_window_dims = [1, 2], input_batching_dims = [0]
+// CHECK-SAME: inserted_window_dims = [0, 1], scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1
 // CHECK: stablehlo.add
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return {{.*}} : tensor<4x5xf32>
@@ -17,12 +17,12 @@ func.func @todense(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x
 
 // -----
 
-// Broadcast batch buffers, a dense dim: the scatter updates carry a window.
+// Broadcast batch buffers, a dense dim: a batched scatter whose updates carry a window.
 // CHECK-LABEL: func.func @todense_batched
 // CHECK-NOT: hlopt.bcoo
 // CHECK: stablehlo.broadcast_in_dim
 // CHECK: "stablehlo.scatter"
-// CHECK-SAME: update_window_dims = [2]
+// CHECK-SAME: update_window_dims = [2], inserted_window_dims = [1], input_batching_dims = [0]
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return {{.*}} : tensor<2x3x4xf32>
 func.func @todense_batched(%data: tensor<1x5x4xf32>, %indices: tensor<2x5x1xi32>) -> tensor<2x3x4xf32> {
@@ -48,7 +48,7 @@ func.func @todense_no_sparse_dims(%data: tensor<2x3x4xf32>, %indices: tensor<2x3
 // CHECK-LABEL: func.func @extract
 // CHECK-NOT: hlopt.bcoo
 // CHECK: "stablehlo.gather"
-// CHECK-SAME: operand_batching_dims = [0]
+// CHECK-SAME: collapsed_slice_dims = [0, 1], start_index_map = [0, 1], index_vector_dim = 1
 // CHECK: stablehlo.select
 // CHECK-NOT: hlopt.bcoo
 func.func @extract(%arr: tensor<4x5xf32>, %indices: tensor<3x2xi32>) -> tensor<3xf32> {
