@@ -59,6 +59,13 @@ def _cond_closure(x, y):
     return lax.cond(x[0] > 0, lambda: jnp.cos(x) * y, lambda: y / (1 + x * x))
 
 
+_W1, _W2 = rng.normal(size=(N, 7)) / 2, rng.normal(size=(7, N)) / 2
+
+
+def _mlp(x):
+    return jnp.tanh(jnp.tanh(x @ _W1 + 0.1) @ _W2) @ _W2.T
+
+
 @jax.jit
 def _inner_jit(x):
     return jnp.tanh(x) * x
@@ -100,6 +107,7 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "integer_pow_neg2": (lambda x: x**-2, ("nonzero",), True),
     "matmul": (lambda x, y: jnp.outer(x, y) @ y, ("real", "real"), True),
     "conv": (_conv, ("real", "real"), True),
+    "mlp": (_mlp, ("real",), True),
     "div": (jnp.divide, ("real", "pos"), True),
     # ODE recurrences
     "exp": (jnp.exp, ("real",), True),
