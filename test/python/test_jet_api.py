@@ -197,3 +197,24 @@ def test_integer_arguments_and_results():
     assert m == 6 and m1.dtype == np.int32 and m1 == 0 and m2 == 0
     np.testing.assert_allclose([y, y1, y2], [3 * np.sin(x), 3 * np.cos(x), 3 * (-np.sin(x) + 0.5 * np.cos(x))],
                                rtol=1e-5)
+
+
+def test_sharded_program_with_a_sharding_constraint_inside_the_jet():
+    """Sharding constraints are linear: each coefficient is constrained like its primal."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]), ("x",))
+
+    def g(y):
+        return jnp.sin(lax.with_sharding_constraint(y * 2, NamedSharding(mesh, P("x"))))
+
+    def f(x, v):
+        return hlopt.jet(g, (x,), ((v, v),))[1][1]
+
+    x, v = np.linspace(0, 1, 16, dtype=np.float32), np.ones(16, np.float32)
+    text = hlopt.lower(f, x, v, mesh=mesh).apply("jet-expand").as_text()
+    jet_fn = text[text.index("@hlopt_jet_fun_jet2("):]
+    assert jet_fn.count("sdy.sharding_constraint") >= 3, jet_fn  # the primal and both coefficients
+    out = hlopt.jit(f, mesh=mesh, in_shardings=(P("x"), P("x")))(x, v)
+    assert out.sharding.spec == P("x")
+    _close(out, jax_jet.jet(lambda y: jnp.sin(y * 2), (x,), ((v, v),))[1][1])
