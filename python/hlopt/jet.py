@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax._src import core as jax_core
 from jax._src.interpreters import mlir as jax_mlir
 from jax._src.interpreters import partial_eval as pe
-from jax.interpreters import batching
+from jax.interpreters import ad, batching
 from jax.interpreters import mlir
 
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
@@ -80,6 +80,26 @@ def _batch(args, dims, *, jaxpr: jax_core.ClosedJaxpr, order: int):
 
 
 batching.primitive_batchers[jet_p] = _batch
+
+
+def _jvp(primals, tangents, *, jaxpr: jax_core.ClosedJaxpr, order: int):
+    """Forward mode through a jet: d/de of the series of f(x(t) + e dx(t)) is the
+    series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series."""
+    n = len(jaxpr.in_avals)
+    tangents = [ad.instantiate_zeros(t) for t in tangents]
+    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order)
+
+    def tangent_fun(*args):
+        return jax.jvp(jax_core.jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
+
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jaxpr.in_avals]
+    tangent_jaxpr, consts = _trace(tangent_fun, avals + avals)
+    tangent_outs = jet_p.bind(*consts, *primals[:n], *tangents[:n], *_zero_series(consts, order),
+                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order)
+    return outs, tangent_outs
+
+
+ad.primitive_jvps[jet_p] = _jvp
 
 
 def _check_series(primals: Sequence[Any], series: Sequence[Any]) -> int:

@@ -218,3 +218,19 @@ def test_sharded_program_with_a_sharding_constraint_inside_the_jet():
     out = hlopt.jit(f, mesh=mesh, in_shardings=(P("x"), P("x")))(x, v)
     assert out.sharding.spec == P("x")
     _close(out, jax_jet.jet(lambda y: jnp.sin(y * 2), (x,), ((v, v),))[1][1])
+
+
+def test_forward_mode_through_a_jet():
+    """jax.jvp / jacfwd of a function that calls hlopt.jet, eager and inside hlopt.jit."""
+
+    def second(jet_fn, x, s):
+        return jet_fn(lambda y: jnp.sin(y) * jnp.exp(-y), (x,), ((s, 0.5 * s),))[1][1]
+
+    x, s = np.linspace(0.1, 0.9, 3, dtype=np.float32), np.full(3, 1.3, np.float32)
+    tangents = (np.ones(3, np.float32), np.full(3, 0.2, np.float32))
+    want = jax.jvp(lambda a, b: second(jax_jet.jet, a, b), (x, s), tangents)
+    _close(jax.jvp(lambda a, b: second(hlopt.jet, a, b), (x, s), tangents), want, rtol=1e-5)
+    _close(hlopt.jit(lambda a, b: jax.jvp(lambda a, b: second(hlopt.jet, a, b), (a, b), tangents))(x, s), want,
+           rtol=1e-5)
+    _close(jax.jacfwd(lambda a: second(hlopt.jet, a, s))(x), jax.jacfwd(lambda a: second(jax_jet.jet, a, s))(x),
+           rtol=1e-5)
