@@ -60,6 +60,7 @@ def _cond_closure(x, y):
 
 
 _W1, _W2 = rng.normal(size=(N, 7)) / 2, rng.normal(size=(7, N)) / 2
+_C, _W3 = rng.normal(size=(N, 4, 2)), rng.normal(size=(N, 2, 3))
 
 
 def _mlp(x):
@@ -108,6 +109,8 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "matmul": (lambda x, y: jnp.outer(x, y) @ y, ("real", "real"), True),
     "conv": (_conv, ("real", "real"), True),
     "mlp": (_mlp, ("real",), True),
+    "matmul_constant_lhs": (lambda x: _W2 @ jnp.tanh(x), ("real",), True),
+    "batched_dot_general": (lambda x: jnp.einsum("bki,bij->bkj", x[:, None, None] * _C, _W3), ("real",), True),
     "div": (jnp.divide, ("real", "pos"), True),
     # ODE recurrences
     "exp": (jnp.exp, ("real",), True),
@@ -139,6 +142,7 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     # composition
     "pow_const": (lambda x: jnp.power(x, 2.5), ("pos",), True),
     "pow_series": (jnp.power, ("pos", "real"), True),
+    "pow_constant_base": (lambda x: jnp.power(2.5, x), ("real",), True),
     # stablehlo.power at x <= 0 with integer-valued exponents: the nested-jvp reference of
     # pow is NaN at x = 0, so the reference is the same polynomial by multiplication
     "pow_integer_exponent": (lambda x: jnp.power(x, 3.0) + jnp.power(x, 2.0), ("edge",), False),
@@ -149,6 +153,7 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "abs": (jnp.abs, ("nonzero",), True),
     "remainder": (lax.rem, ("pos", "pos"), True),
     "remainder_negative": (lax.rem, ("real", "pos"), False),
+    "remainder_constant_divisor": (lambda x: lax.rem(x, 0.7), ("pos",), True),
     "maximum_ties": (jnp.maximum, ("ties", "ties2"), True),
     "minimum_ties": (jnp.minimum, ("ties", "ties2"), True),
     # JAX's jet fails on relu (custom_jvp) and on scalar clamp/clip bounds
