@@ -2,9 +2,10 @@
 // RUN: not hlopt-opt %s -p 'jet-expand{func=missing order=2}' 2>&1 | filecheck %s --check-prefix=MISSING
 // RUN: not hlopt-opt %s -p 'jet-expand{func=f order=0}' 2>&1 | filecheck %s --check-prefix=ORDER
 // RUN: not hlopt-opt %s -p 'jet-expand{func=g order=1}' 2>&1 | filecheck %s --check-prefix=REDUCE
+// RUN: not hlopt-opt %s -p 'jet-expand{order=2}' 2>&1 | filecheck %s --check-prefix=NOFUNC
 
 // An op with no Taylor rule is named with its source location.
-// CHECK: errors.mlir:10:{{[0-9]+}}: error: jet-expand: no Taylor rule for 'stablehlo.reduce_precision'
+// CHECK: errors.mlir:11:{{[0-9]+}}: error: jet-expand: no Taylor rule for 'stablehlo.reduce_precision'
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.sine %x : tensor<4xf32>
   %1 = stablehlo.reduce_precision %0, format = e5m10 : tensor<4xf32>
@@ -13,8 +14,9 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // MISSING: error: jet-expand: no function @missing in the module
 // ORDER: error: jet-expand: the order must be at least 1, got 0
+// NOFUNC: error: jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})
 
-// REDUCE: errors.mlir:21:{{[0-9]+}}: error: jet-expand: no Taylor rule for stablehlo.reduce_window with a stablehlo.atan2 body
+// REDUCE: errors.mlir:23:{{[0-9]+}}: error: jet-expand: no Taylor rule for stablehlo.reduce_window with a stablehlo.atan2 body
 func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
   %init = stablehlo.constant dense<0xFF800000> : tensor<f32>
   %0 = stablehlo.exponential %x : tensor<4xf32>
@@ -27,7 +29,7 @@ func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
 }
 
 // RUN: not hlopt-opt %s -p 'jet-expand{func=h order=1}' 2>&1 | filecheck %s --check-prefix=CUSTOM
-// CUSTOM: errors.mlir:33:{{[0-9]+}}: error: jet-expand: no Taylor rule for 'stablehlo.custom_call' @lapack_spotrf
+// CUSTOM: errors.mlir:35:{{[0-9]+}}: error: jet-expand: no Taylor rule for 'stablehlo.custom_call' @lapack_spotrf
 func.func @h(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.exponential %x : tensor<4xf32>
   %1 = stablehlo.custom_call @lapack_spotrf(%0) : (tensor<4xf32>) -> tensor<4xf32>
