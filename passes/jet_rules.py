@@ -9,7 +9,7 @@ operand, and returns one series per result (or `None` for "all zero"). A rule
 that rebuilds the op (loops, branches, calls, sorts) returns the new op's
 results as the primals; the driver then replaces and erases the old op.
 
-The families, as in `jax.experimental.jet`:
+The families, as in JAX's experimental jet module:
 
 - zero:        floor, sign, ... have zero Taylor coefficients;
 - linear:      the op itself applied to each coefficient (`linear(0, 2)` names

@@ -1,4 +1,4 @@
-"""`hlopt.jet`: Taylor-mode differentiation with the contract of `jax.experimental.jet.jet`.
+"""`hlopt.jet`: Taylor-mode differentiation with the contract of JAX's `jet.jet` (experimental).
 
 The function is traced once into a jaxpr and bound to the `hlopt_jet`
 primitive, which lowers to the `hlopt.jet` annotation (`called_computations =
@@ -160,7 +160,7 @@ _eager: "weakref.WeakKeyDictionary[Callable, dict[bool, Callable]]" = weakref.We
 
 def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
         factorial_scaled: bool = True) -> tuple[Any, Any]:
-    """Taylor-mode higher-order differentiation, the contract of `jax.experimental.jet.jet`.
+    """Taylor-mode higher-order differentiation, the contract of JAX's experimental `jet.jet`.
 
     `primals` holds one value (an array or a pytree of arrays) per argument of
     `fun`; `series` one sequence of K terms per argument, each shaped like its
