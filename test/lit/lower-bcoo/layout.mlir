@@ -1,0 +1,94 @@
+// RUN: hlopt-opt %s -p lower-bcoo --split-input-file | filecheck %s
+
+// update_layout to n_batch=0, n_dense=2: the batch dim becomes the first sparse dim
+// (an iota column), the last sparse dim becomes a dense dim (a one-hot select).
+// CHECK-LABEL: func.func @update_layout
+// CHECK-NOT: hlopt.bcoo
+// CHECK: stablehlo.iota
+// CHECK: stablehlo.concatenate
+// CHECK: stablehlo.compare EQ
+// CHECK: stablehlo.select
+// CHECK-NOT: hlopt.bcoo
+// CHECK: return {{.*}} : tensor<10x6x3xf32>, tensor<10x2xi32>
+func.func @update_layout(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<10x6x3xf32>, tensor<10x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.update_layout(%data, %indices) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 2 : i64, shape = array<i64: 2, 4, 6, 3>, unique_indices = false}} : (tensor<2x5x3xf32>, tensor<2x5x2xi32>) -> (tensor<10x6x3xf32>, tensor<10x2xi32>)
+  return %0#0, %0#1 : tensor<10x6x3xf32>, tensor<10x2xi32>
+}
+
+// -----
+
+// reshape merging the sparse dims: indices are linearized and unravelled again.
+// CHECK-LABEL: func.func @reshape
+// CHECK-NOT: hlopt.bcoo
+// CHECK: stablehlo.multiply
+// CHECK: stablehlo.reduce
+// CHECK: stablehlo.divide
+// CHECK: stablehlo.remainder
+// CHECK-NOT: hlopt.bcoo
+// CHECK: return {{.*}} : tensor<2x5x3xf32>, tensor<2x5x1xi32>
+func.func @reshape(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x1xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.reshape(%data, %indices) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 1 : i64, n_dense = 1 : i64, new_sizes = array<i64: 2, 24, 3>, shape = array<i64: 2, 4, 6, 3>, unique_indices = false}} : (tensor<2x5x3xf32>, tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x1xi32>)
+  return %0#0, %0#1 : tensor<2x5x3xf32>, tensor<2x5x1xi32>
+}
+
+// -----
+
+// transpose of the sparse dims: the index columns swap; data is untouched.
+// CHECK-LABEL: func.func @transpose
+// CHECK-NOT: hlopt.bcoo
+// CHECK: %[[C1:.*]] = stablehlo.slice %arg1 [0:2, 0:5, 1:2]
+// CHECK: %[[C0:.*]] = stablehlo.slice %arg1 [0:2, 0:5, 0:1]
+// CHECK: %[[I:.*]] = stablehlo.concatenate %[[C1]], %[[C0]], dim = 2
+// CHECK: return %arg0, %[[I]]
+func.func @transpose(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.transpose(%data, %indices) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 1 : i64, n_dense = 1 : i64, permutation = array<i64: 0, 2, 1, 3>, shape = array<i64: 2, 4, 6, 3>, unique_indices = false}} : (tensor<2x5x3xf32>, tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x2xi32>)
+  return %0#0, %0#1 : tensor<2x5x3xf32>, tensor<2x5x2xi32>
+}
+
+// -----
+
+// slice: dense dims are sliced, entries outside the window become padding and
+// their data zero; strided dims are divided.
+// CHECK-LABEL: func.func @slice
+// CHECK-NOT: hlopt.bcoo
+// CHECK: stablehlo.slice %arg0 [0:2, 0:5, 0:2]
+// CHECK: stablehlo.remainder
+// CHECK: stablehlo.divide
+// CHECK: stablehlo.select
+// CHECK-NOT: hlopt.bcoo
+// CHECK: return {{.*}} : tensor<2x5x2xf32>, tensor<2x5x2xi32>
+func.func @slice(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x2xf32>, tensor<2x5x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.slice(%data, %indices) {api_version = 4 : i32, backend_config = {indices_sorted = false, limit_indices = array<i64: 2, 4, 6, 2>, n_batch = 1 : i64, n_dense = 1 : i64, shape = array<i64: 2, 4, 6, 3>, start_indices = array<i64: 0, 1, 0, 0>, strides = array<i64: 1, 1, 2, 1>, unique_indices = false}} : (tensor<2x5x3xf32>, tensor<2x5x2xi32>) -> (tensor<2x5x2xf32>, tensor<2x5x2xi32>)
+  return %0#0, %0#1 : tensor<2x5x2xf32>, tensor<2x5x2xi32>
+}
+
+// -----
+
+// reduce_sum over the batch dim and a sparse dim: padding data is zeroed, the
+// batch dim folds into nse (2 x 5 = 10) and the summed index column goes.
+// CHECK-LABEL: func.func @reduce_sum
+// CHECK-NOT: hlopt.bcoo
+// CHECK: stablehlo.select
+// CHECK: stablehlo.slice %arg1 [0:2, 0:5, 0:1]
+// CHECK: stablehlo.reshape {{.*}} -> tensor<10x3xf32>
+// CHECK: stablehlo.reshape {{.*}} -> tensor<10x1xi32>
+// CHECK-NOT: hlopt.bcoo
+func.func @reduce_sum(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<10x3xf32>, tensor<10x1xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.reduce_sum(%data, %indices) {api_version = 4 : i32, backend_config = {axes = array<i64: 0, 2>, indices_sorted = false, n_batch = 1 : i64, n_dense = 1 : i64, shape = array<i64: 2, 4, 6, 3>, unique_indices = false}} : (tensor<2x5x3xf32>, tensor<2x5x2xi32>) -> (tensor<10x3xf32>, tensor<10x1xi32>)
+  return %0#0, %0#1 : tensor<10x3xf32>, tensor<10x1xi32>
+}
+
+// -----
+
+// squeeze of a size-1 sparse dim: an entry whose index there is not 0 becomes padding.
+// CHECK-LABEL: func.func @squeeze
+// CHECK-NOT: hlopt.bcoo
+// CHECK: stablehlo.slice %arg1 [0:2, 0:5, 0:1]
+// CHECK: stablehlo.not
+// CHECK: stablehlo.select
+// CHECK-NOT: hlopt.bcoo
+// CHECK: return %arg0, {{.*}} : tensor<2x5x3xf32>, tensor<2x5x1xi32>
+func.func @squeeze(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x1xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.squeeze(%data, %indices) {api_version = 4 : i32, backend_config = {dimensions = array<i64: 1>, indices_sorted = false, n_batch = 1 : i64, n_dense = 1 : i64, shape = array<i64: 2, 1, 6, 3>, unique_indices = false}} : (tensor<2x5x3xf32>, tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x1xi32>)
+  return %0#0, %0#1 : tensor<2x5x3xf32>, tensor<2x5x1xi32>
+}
