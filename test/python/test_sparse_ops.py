@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from jax.experimental import sparse as js
 
+import hlopt
 from hlopt import sparse as hs
 from test_sparse_util import DTYPES, LAYOUTS, SHAPE, assert_close, buffers, pair, random_data, x64
 
@@ -344,3 +345,49 @@ def test_validation_errors():
         hs.bcoo_reshape(hs.BCOO(buffers(rng(36), n_batch=1), shape=SHAPE), new_sizes=(6, 4, 2))
     with pytest.raises(NotImplementedError, match="output shape matches"):
         hs.bcoo_multiply_dense(mat, np.ones((5,), np.float32))
+
+
+def numpy_dense(data, indices, shape, n_batch=0):
+    """The dense array of BCOO buffers with hlopt's rule: any out-of-range index is padding."""
+    data, indices = np.asarray(data), np.asarray(indices)
+    batch = shape[:n_batch]
+    data = np.broadcast_to(data, (*batch, *data.shape[n_batch:]))
+    indices = np.broadcast_to(indices, (*batch, *indices.shape[n_batch:]))
+    n_sparse = indices.shape[-1]
+    sizes = np.array(shape[n_batch : n_batch + n_sparse])
+    out = np.zeros(shape, data.dtype)
+    for b in np.ndindex(*batch):
+        valid = np.all((indices[b] >= 0) & (indices[b] < sizes), -1)
+        np.add.at(out[b], tuple(indices[b][valid].T), data[b][valid])
+    return out
+
+
+def test_random_entries_against_numpy():
+    """Many random buffers (duplicates, padding, negative indices) at fixed shapes: one compile per op."""
+    shape = (2, 5, 4)
+    ops = {
+        "todense": lambda m: m.todense(),
+        "sum_duplicates": lambda m: hs.bcoo_sum_duplicates(m, nse=12).todense(),
+        "sort_indices": lambda m: m.sort_indices().todense(),
+        "slice": lambda m: m[:, 1:4, ::2].todense(),
+        "reduce_sum": lambda m: hs.bcoo_reduce_sum(m, axes=(0, 2)).todense(),
+        "multiply_sparse": lambda m: hs.bcoo_multiply_sparse(m, m.sort_indices()).todense(),
+        "multiply_dense": lambda m: (m * np.arange(20, dtype=np.float32).reshape(5, 4)).todense(),
+    }
+    dense_ops = {
+        "todense": lambda x: x,
+        "sum_duplicates": lambda x: x,
+        "sort_indices": lambda x: x,
+        "slice": lambda x: x[:, 1:4, ::2],
+        "reduce_sum": lambda x: x.sum((0, 2)),
+        "multiply_sparse": lambda x: x * x,
+        "multiply_dense": lambda x: x * np.arange(20, dtype=np.float32).reshape(5, 4),
+    }
+    compiled = {name: hlopt.jit(lambda d, i, op=op: op(hs.BCOO((d, i), shape=shape))) for name, op in ops.items()}
+    r = rng(37)
+    for _ in range(8):
+        indices = r.randint(-1, 6, size=(2, 12, 2)).astype(np.int32)
+        data = r.randint(-3, 4, size=(2, 12)).astype(np.float32)
+        x = numpy_dense(data, indices, shape, n_batch=1)
+        for name, fn in compiled.items():
+            assert_close(fn(data, indices), dense_ops[name](x))
