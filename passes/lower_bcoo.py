@@ -293,23 +293,25 @@ def _segments(key: Value) -> tuple[Value, Value]:
     return first, run
 
 
-def _sum_duplicates_canonical(data: Value, idx: Value, sizes: Sequence[int], nse: int) -> tuple[Value, Value]:
-    """Sorted unique entries of canonical buffers with their data summed, `nse` of them per batch."""
+def _sum_duplicates_keys(data: Value, idx: Value, sizes: Sequence[int], nse: int) -> tuple[Value, Value]:
+    """Data summed per distinct index and the sorted linear keys, `nse` slots per batch.
+
+    Slots past the last distinct index hold data 0 and the key `prod(sizes)`.
+    """
     bs, n = b.shape_of(idx)[:2]
     rest = b.shape_of(data)[2:]
-    elem = b.elem_of(idx)
-    if n == 0 or nse == 0:
-        return b.full([bs, nse, *rest], 0, b.elem_of(data)), _sizes(b.full([bs, nse, len(sizes)], 0, elem), sizes)
     total = math.prod(sizes)
-    key = _linear_key(idx, sizes, total)
-    key_s, perm = _sort_positions(key)
+    kt = _key_type(sizes)
+    if n == 0 or nse == 0:
+        return b.full([bs, nse, *rest], 0, b.elem_of(data)), b.full([bs, nse], total, kt)
+    key_s, perm = _sort_positions(_linear_key(idx, sizes, total, kt))
     first, run = _segments(key_s)
     it = b.elem_of(run)
     drop = b.full([bs, n], nse, it)
-    target = b.select(b.compare(key_s, b.full([bs, n], total, b.elem_of(key_s)), "EQ"), drop, run)
+    target = b.select(b.compare(key_s, b.full([bs, n], total, kt), "EQ"), drop, run)
     out = _scatter_rows(b.full([bs, nse, *rest], 0, b.elem_of(data)), target, _gather_rows(data, perm), "add")
-    keys = _scatter_rows(b.full([bs, nse], total, b.elem_of(key_s)), b.select(first, target, drop), key_s, "set")
-    return out, _unravel(keys, sizes, elem)
+    keys = _scatter_rows(b.full([bs, nse], total, kt), b.select(first, target, drop), key_s, "set")
+    return out, keys
 
 
 # ---------------------------------------------------------------------------
@@ -401,6 +403,8 @@ def lower_sort_indices(c: BcooOp) -> list[Value]:
     data, idx = c.operands
     if lay.n_sparse == 0:
         return [data, idx]
+    if lay.nse == 0:
+        return [b.broadcast_to(data, c.result_shape(0)), idx]
     batch = lay.max_batch
     data_c, idx_c = _canonical(data, batch), _canonical(idx, batch)
     bs, n = b.shape_of(idx_c)[:2]
@@ -428,7 +432,8 @@ def lower_sum_duplicates(c: BcooOp) -> list[Value]:
             if nse else b.slice_dim(total, 1, 0, 0)
         indices = b.full([bs, nse, 0], 0, b.elem_of(idx))
     else:
-        out, indices = _sum_duplicates_canonical(data_c, idx_c, lay.sparse_shape, nse)
+        out, keys = _sum_duplicates_keys(data_c, idx_c, lay.sparse_shape, nse)
+        indices = _unravel(keys, lay.sparse_shape, b.elem_of(idx))
     return [_restore(out, batch, c.result_shape(0)), _restore(indices, batch, c.result_shape(1))]
 
 
@@ -679,9 +684,10 @@ def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int]) -> tuple
         return data, _sizes(b.full(b.shape_of(d_idx), 0, b.elem_of(d_idx)), out_sizes)
     dims = [k for k, s in enumerate(k_sizes) if s != 1]
     total = math.prod(k_sizes[k] for k in dims)
-    u_data, u_idx = _sum_duplicates_canonical(k_data, k_idx, k_sizes, nk)
+    # Size-1 dims of the lookup side add 0 to its linear keys, which are therefore keys over `dims`.
+    u_data, u_key = _sum_duplicates_keys(k_data, k_idx, k_sizes, nk)
     kt = _key_type([k_sizes[k] for k in dims], headroom=2)
-    u_key = _matched_key(u_idx, k_sizes, dims, total, kt)
+    u_key = b.convert(u_key, kt)
     d_key = _matched_key(d_idx, d_sizes, dims, total + 1, kt)
     two = b.full([bs, nk + nd_], 2, kt)
     tags = b.concat([b.full([bs, nk], 0, kt), b.full([bs, nd_], 1, kt)], 1)

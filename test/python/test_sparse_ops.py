@@ -391,3 +391,26 @@ def test_random_entries_against_numpy():
         x = numpy_dense(data, indices, shape, n_batch=1)
         for name, fn in compiled.items():
             assert_close(fn(data, indices), dense_ops[name](x))
+
+
+@pytest.mark.parametrize("shape,n_batch,n_dense,nse", [((3, 4), 0, 0, 0), ((2, 3), 1, 1, 4), ((2, 3, 4), 1, 0, 0)])
+def test_empty_and_no_sparse_dims(shape, n_batch, n_dense, nse):
+    """nse = 0 and n_sparse = 0 through every op, against the dense computation."""
+    bufs = buffers(rng(38), shape=shape, n_batch=n_batch, n_dense=n_dense, nse=nse)
+    m = hs.BCOO(bufs, shape=shape)
+    x = np.asarray(js.BCOO(bufs, shape=shape).todense())
+    last = len(shape) - 1
+    v = np.arange(shape[-1], dtype=np.float32)
+    checks = [
+        (m.todense(), x),
+        (hs.bcoo_sum_duplicates(m, nse=2).todense(), x),
+        (m.sort_indices().todense(), x),
+        (hs.bcoo_slice(m, start_indices=(0,) * len(shape), limit_indices=shape[:-1] + (1,)).todense(), x[..., :1]),
+        (hs.bcoo_reduce_sum(m, axes=(last,)).todense(), x.sum(last)),
+        (hs.bcoo_multiply_sparse(m, m).todense(), x * x),
+        ((m * v).todense(), x * v),
+        (hs.bcoo_update_layout(m, n_batch=0, n_dense=0).todense(), x),
+        (hs.bcoo_reshape(m, new_sizes=shape + (1,)).todense(), x.reshape(shape + (1,))),
+    ]
+    for got, want in checks:
+        assert_close(got, want)
