@@ -414,3 +414,31 @@ def test_empty_and_no_sparse_dims(shape, n_batch, n_dense, nse):
     ]
     for got, want in checks:
         assert_close(got, want)
+
+
+@pytest.mark.parametrize("indices_batch,data_batch", [((1, 3), (2, 3)), ((2, 3), (1, 1)), ((1, 1), (2, 1))])
+def test_broadcast_batch_buffers_through_ops(indices_batch, data_batch):
+    bufs = buffers(rng(39), n_batch=2, nse=5, indices_batch=indices_batch, data_batch=data_batch)
+    m = hs.BCOO(bufs, shape=SHAPE)
+    x = np.asarray(js.BCOO(bufs, shape=SHAPE).todense())
+    checks = [
+        (m.sort_indices().todense(), x),
+        (hs.bcoo_sum_duplicates(m, nse=5).todense(), x),
+        (m[1:, :, 1:3].todense(), x[1:, :, 1:3]),
+        (hs.bcoo_transpose(m, permutation=(1, 0, 3, 2)).todense(), x.transpose(1, 0, 3, 2)),
+        (hs.bcoo_reduce_sum(m, axes=(1, 3)).todense(), x.sum((1, 3))),
+        (hs.bcoo_update_layout(m, n_batch=1).todense(), x),
+        (hs.bcoo_reshape(m, new_sizes=(6, 4, 2)).todense(), x.reshape(6, 4, 2)),
+        (hs.bcoo_multiply_sparse(m, m.sort_indices()).todense(), x * x),
+        ((m * x).todense(), x * x),
+    ]
+    for got, want in checks:
+        assert_close(got, want)
+
+
+def test_multiply_sparse_broadcast_dense_dims():
+    lhs, lref = pair(buffers(rng(40), shape=(3, 4, 2), n_dense=1, nse=5), (3, 4, 2))
+    rhs, rref = pair(buffers(rng(41), shape=(3, 4, 1), n_dense=1, nse=4), (3, 4, 1))
+    out = hs.bcoo_multiply_sparse(lhs, rhs)
+    assert out.shape == (3, 4, 2) and out.n_dense == 1
+    assert_close(out.todense(), lref.todense() * rref.todense())
