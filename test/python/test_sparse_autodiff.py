@@ -204,3 +204,27 @@ def test_sum_duplicates_needs_nse_when_traced():
         hlopt.jit(lambda d: hs.bcoo_sum_duplicates(hs.BCOO((d, indices), shape=SHAPE)).data)(data)
     with pytest.raises(jax.errors.ConcretizationTypeError, match="nse"):
         hlopt.jit(lambda x: hs.BCOO.fromdense(x).data)(dense(data, indices))
+
+
+def test_grad_with_broadcast_batch_buffers():
+    data, indices = buffers(np.random.RandomState(11), n_batch=2, nse=5, indices_batch=(2, 3), data_batch=(1, 3))
+    mat = hs.BCOO((data, indices), shape=SHAPE)
+    _LAYOUT["mat"] = mat
+    w = random_data(np.random.RandomState(12), SHAPE, "float32")
+    v = random_data(np.random.RandomState(13), (1, 3, 4, 2), "float32")
+    names = ["todense", "reduce_sum", "slice", "reshape"]
+
+    def loss(op, d):
+        return (LINEAR_OPS[op][0](hs.BCOO((d, indices), shape=SHAPE)) * _weights[op]).sum()
+
+    _weights = {n: random_data(np.random.RandomState(14 + i), jax.eval_shape(lambda: LINEAR_OPS[n][0](mat)).shape, "float32")
+                for i, n in enumerate(names)}
+    def full(d):  # JAX's own todense transpose cannot unbroadcast data: broadcast first
+        return dense(jnp.broadcast_to(d, (2, 3, 5)), indices)
+
+    got = hlopt.jit(lambda d: {n: jax.grad(lambda d: loss(n, d))(d) for n in names})(data)
+    for n in names:
+        want = jax.grad(lambda d: (LINEAR_OPS[n][1](full(d)) * _weights[n]).sum())(data)
+        assert_close(got[n], want)
+    got_mul = hlopt.jit(jax.grad(lambda d: ((hs.BCOO((d, indices), shape=SHAPE) * v).todense() * w).sum()))(data)
+    assert_close(got_mul, jax.grad(lambda d: (full(d) * v * w).sum())(data))
