@@ -186,12 +186,6 @@ def test_multiply_sparse_jvp_and_grad(lshape, rshape, lnb, rnb):
     assert_close(gr, want_gr)
 
 
-def test_vmap_raises_clear_error():
-    data, indices = buffers(np.random.RandomState(8), n_batch=1)
-    with pytest.raises(NotImplementedError, match="vmap of bcoo_todense is not supported"):
-        hlopt.jit(jax.vmap(lambda d, i: hs.BCOO((d, i), shape=SHAPE[1:]).todense()))(data, indices)
-
-
 def test_plain_jax_jit_says_to_use_hlopt_jit():
     data, indices = buffers(np.random.RandomState(9))
     with pytest.raises(RuntimeError, match="use hlopt.jit"):
@@ -228,3 +222,37 @@ def test_grad_with_broadcast_batch_buffers():
         assert_close(got[n], want)
     got_mul = hlopt.jit(jax.grad(lambda d: ((hs.BCOO((d, indices), shape=SHAPE) * v).todense() * w).sum()))(data)
     assert_close(got_mul, jax.grad(lambda d: (full(d) * v * w).sum())(data))
+
+
+def test_vmap_over_examples():
+    """vmap maps over a new leading batch dim; results equal per-example calls."""
+    r = np.random.RandomState(15)
+    xs = random_data(r, (3, 4, 5), "float32") * (r.rand(3, 4, 5) < 0.5)
+    v = random_data(r, (3, 5), "float32")
+
+    def per_example(x, v):
+        m = hs.BCOO.fromdense(x, nse=12)
+        return {
+            "todense": m.todense(),
+            "transpose": m.T.todense(),
+            "slice": m[1:3, ::2].todense(),
+            "reduce_sum": m.sum(0).todense(),
+            "reshape": m.reshape(2, 10).todense(),
+            "sort_indices": m.sort_indices().todense(),
+            "sum_duplicates": hs.bcoo_sum_duplicates(m, nse=12).todense(),
+            "update_layout": hs.bcoo_update_layout(m, n_batch=1, on_inefficient=None).todense(),
+            "multiply_dense": (m * v).todense(),
+            "scalar": (m * v[0]).todense(),
+        }
+
+    got = hlopt.jit(jax.vmap(per_example))(xs, v)
+    x, vv = np.asarray(xs), np.asarray(v)
+    want = {
+        "todense": x, "transpose": x.transpose(0, 2, 1), "slice": x[:, 1:3, ::2], "reduce_sum": x.sum(1),
+        "reshape": x.reshape(3, 2, 10), "sort_indices": x, "sum_duplicates": x, "update_layout": x,
+        "multiply_dense": x * vv[:, None, :], "scalar": x * vv[:, :1, None],
+    }
+    for name in want:
+        assert_close(got[name], want[name])
+    with pytest.raises(NotImplementedError, match="vmap of bcoo_multiply_sparse"):
+        hlopt.jit(jax.vmap(lambda x: hs.bcoo_multiply_sparse(hs.BCOO.fromdense(x, nse=3), hs.BCOO.fromdense(x, nse=3)).data))(xs)

@@ -3,7 +3,8 @@
 Each primitive computes its result shapes with `hlopt.passes.bcoo_shapes` (the
 same rules the `lower-bcoo` pass relies on), lowers to its annotation, and has
 JVP rules; the ops that are linear in `data` (or in a dense operand) also have
-transpose rules so that `jax.grad` works. vmap is refused with a clear error.
+transpose rules so that `jax.grad` works. vmap turns the mapped axis into a
+leading batch dim (`BATCHED_PARAMS`); multiply_sparse and extract refuse it.
 
 Operands are `(data, indices, ...)`; `extract` takes `(arr, indices)`, the dense
 array in the data slot. Every BCOO operand comes with the parameters `shape`,
@@ -76,6 +77,54 @@ def _define(name: str, abstract_eval: Callable[..., Any], *, multiple_results: b
     return prim
 
 
+def _to_front(x: Any, bdim: int | None) -> jax.Array:
+    """The mapped axis of a buffer as a new leading batch dim (size 1 when the buffer is not mapped)."""
+    return jnp.expand_dims(x, 0) if bdim is None else jnp.moveaxis(x, bdim, 0)
+
+
+def _from_front(outs: Any, size: int, multiple: bool) -> tuple[Any, Any]:
+    """Results with a leading batch dim: mapped along 0, or (size 1) the same for every example."""
+    def split(x):
+        return (x, 0) if x.shape[0] == size else (x[0], None)
+
+    if not multiple:
+        return split(outs)
+    pairs = [split(x) for x in outs]
+    return [x for x, _ in pairs], [d for _, d in pairs]
+
+
+# op name -> its parameters for an array with one more leading batch dim of `size`
+BATCHED_PARAMS: dict[str, Callable[[dict[str, Any], int], dict[str, Any]]] = {
+    "todense": lambda p, size: p,
+    "sort_indices": lambda p, size: p,
+    "sum_duplicates": lambda p, size: p,
+    "transpose": lambda p, size: {**p, "permutation": (0, *(x + 1 for x in p["permutation"]))},
+    "squeeze": lambda p, size: {**p, "dimensions": tuple(d + 1 for d in p["dimensions"])},
+    "slice": lambda p, size: {**p, "start_indices": (0, *p["start_indices"]), "limit_indices": (size, *p["limit_indices"]),
+                              "strides": (1, *p["strides"])},
+    "reduce_sum": lambda p, size: {**p, "axes": tuple(a + 1 for a in p["axes"])},
+    "reshape": lambda p, size: {**p, "new_sizes": (size, *p["new_sizes"]), "dimensions": None if p["dimensions"] is None
+                                else (0, *(d + 1 for d in p["dimensions"]))},
+    "update_layout": lambda p, size: {**p, "n_batch": p["n_batch"] + 1},
+    "multiply_dense": lambda p, size: p,
+}
+
+
+def _batch_rule(prim: jex_core.Primitive, name: str) -> Callable:
+    """vmap of an op on (data, indices, *dense): the mapped axis becomes a leading batch dim."""
+    def rule(args, dims, *, shape, **params):
+        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        data, indices, *dense = args
+        if dense:  # multiply_dense's operand, brought to the batched array's rank
+            v = _to_front(dense[0], dims[2])
+            dense = [jnp.reshape(v, (v.shape[0],) + (1,) * (len(shape) - v.ndim + 1) + v.shape[1:])]
+        batched = [_to_front(data, dims[0]), _to_front(indices, dims[1]), *dense]
+        outs = prim.bind(*batched, shape=(size, *shape), **BATCHED_PARAMS[name](params, size))
+        return _from_front(outs, size, prim.multiple_results)
+
+    return rule
+
+
 def _sum_to_shape(x: jax.Array, shape: Sequence[int]) -> jax.Array:
     """Sum `x` over the dims that `shape` (same rank, or trailing dims) has as 1 or lacks."""
     shape = tuple(shape)
@@ -135,6 +184,7 @@ def _extract_transpose(ct, arr, indices):
 
 
 ad.defjvp(todense_p, lambda g, data, indices, **p: todense_p.bind(g, indices, **p), None)
+batching.primitive_batchers[todense_p] = _batch_rule(todense_p, "todense")
 ad.primitive_transposes[todense_p] = _todense_transpose
 ad.defjvp(extract_p, lambda g, arr, indices: extract_p.bind(g, indices), None)
 ad.primitive_transposes[extract_p] = _extract_transpose
@@ -162,6 +212,14 @@ def _fromdense_jvp(primals, tangents, **params):
 ad.primitive_jvps[fromdense_p] = _fromdense_jvp
 
 
+def _fromdense_batch(args, dims, *, n_batch, **params):
+    (mat,), (bdim,) = args, dims
+    return fromdense_p.bind(jnp.moveaxis(mat, bdim, 0), n_batch=n_batch + 1, **params), (0, 0)
+
+
+batching.primitive_batchers[fromdense_p] = _fromdense_batch
+
+
 # ---------------------------------------------------------------------------
 # Ops linear in data with indices that depend on indices only
 
@@ -180,6 +238,7 @@ def _data_linear_jvp(prim: jex_core.Primitive) -> Callable:
 def _data_linear(name: str, abstract_eval: Callable, transpose: Callable | None = None) -> jex_core.Primitive:
     prim = _define(name, abstract_eval)
     ad.primitive_jvps[prim] = _data_linear_jvp(prim)
+    batching.primitive_batchers[prim] = _batch_rule(prim, name)
     if transpose is not None:
 
         def rule(cts, data, indices, **params):
@@ -381,6 +440,7 @@ def _sum(terms: Sequence[jax.Array]) -> jax.Array:
 
 
 ad.primitive_jvps[multiply_dense_p] = _multiply_dense_jvp
+batching.primitive_batchers[multiply_dense_p] = _batch_rule(multiply_dense_p, "multiply_dense")
 ad.primitive_transposes[multiply_dense_p] = _multiply_dense_transpose
 
 
