@@ -229,6 +229,8 @@ def test_vmap_over_examples():
     r = np.random.RandomState(15)
     xs = random_data(r, (3, 4, 5), "float32") * (r.rand(3, 4, 5) < 0.5)
     v = random_data(r, (3, 5), "float32")
+    s = np.asarray(random_data(r, (4, 5), "float32")) * (r.rand(4, 5) < 0.5)
+    shared = hs.BCOO.fromdense(s, nse=12)  # closed over: not mapped
 
     def per_example(x, v):
         m = hs.BCOO.fromdense(x, nse=12)
@@ -243,6 +245,10 @@ def test_vmap_over_examples():
             "update_layout": hs.bcoo_update_layout(m, n_batch=1, on_inefficient=None).todense(),
             "multiply_dense": (m * v).todense(),
             "scalar": (m * v[0]).todense(),
+            "multiply_sparse": hs.bcoo_multiply_sparse(m, m.sort_indices()).todense(),
+            "broadcast_sparse": hs.bcoo_multiply_sparse(m, shared).todense(),
+            "grad": jax.grad(lambda d: (hs.BCOO((d, m.indices), shape=m.shape).todense() ** 2).sum())(m.data),
+            "data": m.data,
         }
 
     got = hlopt.jit(jax.vmap(per_example))(xs, v)
@@ -251,8 +257,8 @@ def test_vmap_over_examples():
         "todense": x, "transpose": x.transpose(0, 2, 1), "slice": x[:, 1:3, ::2], "reduce_sum": x.sum(1),
         "reshape": x.reshape(3, 2, 10), "sort_indices": x, "sum_duplicates": x, "update_layout": x,
         "multiply_dense": x * vv[:, None, :], "scalar": x * vv[:, :1, None],
+        "multiply_sparse": x * x, "broadcast_sparse": x * s,
     }
     for name in want:
         assert_close(got[name], want[name])
-    with pytest.raises(NotImplementedError, match="vmap of bcoo_multiply_sparse"):
-        hlopt.jit(jax.vmap(lambda x: hs.bcoo_multiply_sparse(hs.BCOO.fromdense(x, nse=3), hs.BCOO.fromdense(x, nse=3)).data))(xs)
+    assert_close(got["grad"], 2 * got["data"])  # entries are unique: d/dx sum(x^2) = 2x

@@ -4,7 +4,7 @@ Each primitive computes its result shapes with `hlopt.passes.bcoo_shapes` (the
 same rules the `lower-bcoo` pass relies on), lowers to its annotation, and has
 JVP rules; the ops that are linear in `data` (or in a dense operand) also have
 transpose rules so that `jax.grad` works. vmap turns the mapped axis into a
-leading batch dim (`BATCHED_PARAMS`); multiply_sparse and extract refuse it.
+leading batch dim (`BATCHED_PARAMS`).
 
 Operands are `(data, indices, ...)`; `extract` takes `(arr, indices)`, the dense
 array in the data slot. Every BCOO operand comes with the parameters `shape`,
@@ -67,13 +67,7 @@ def _define(name: str, abstract_eval: Callable[..., Any], *, multiple_results: b
 
     prim = annotation_primitive(f"bcoo_{name}", abstract_eval, lowering, multiple_results=multiple_results)
 
-    def refuse_vmap(args, dims, **params):
-        raise NotImplementedError(
-            f"hlopt.sparse: vmap of bcoo_{name} is not supported; give the BCOO array batch "
-            "dimensions (n_batch) instead of mapping over it"
-        )
-
-    batching.primitive_batchers[prim] = refuse_vmap
+    batching.primitive_batchers[prim] = _batch_rule(prim, name)
     return prim
 
 
@@ -107,19 +101,24 @@ BATCHED_PARAMS: dict[str, Callable[[dict[str, Any], int], dict[str, Any]]] = {
                                 else (0, *(d + 1 for d in p["dimensions"]))},
     "update_layout": lambda p, size: {**p, "n_batch": p["n_batch"] + 1},
     "multiply_dense": lambda p, size: p,
+    "multiply_sparse": lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])},
+    "extract": lambda p, size: p,
 }
 
 
 def _batch_rule(prim: jex_core.Primitive, name: str) -> Callable:
-    """vmap of an op on (data, indices, *dense): the mapped axis becomes a leading batch dim."""
-    def rule(args, dims, *, shape, **params):
+    """vmap of an op: the mapped axis of every operand becomes a leading batch dim."""
+    def rule(args, dims, **params):
         size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        data, indices, *dense = args
-        if dense:  # multiply_dense's operand, brought to the batched array's rank
-            v = _to_front(dense[0], dims[2])
-            dense = [jnp.reshape(v, (v.shape[0],) + (1,) * (len(shape) - v.ndim + 1) + v.shape[1:])]
-        batched = [_to_front(data, dims[0]), _to_front(indices, dims[1]), *dense]
-        outs = prim.bind(*batched, shape=(size, *shape), **BATCHED_PARAMS[name](params, size))
+        batched = [_to_front(a, d) for a, d in zip(args, dims)]
+        if name == "multiply_dense":  # the dense operand, brought to the batched array's rank
+            v = batched[2]
+            batched[2] = jnp.reshape(v, (v.shape[0],) + (1,) * (len(params["shape"]) - v.ndim + 1) + v.shape[1:])
+        if name == "extract":  # the dense array defines the shape: it needs every example
+            batched[0] = jnp.broadcast_to(batched[0], (size, *batched[0].shape[1:]))
+        if "shape" in params:
+            params = {**params, "shape": (size, *params["shape"])}
+        outs = prim.bind(*batched, **BATCHED_PARAMS[name](params, size))
         return _from_front(outs, size, prim.multiple_results)
 
     return rule
@@ -184,7 +183,6 @@ def _extract_transpose(ct, arr, indices):
 
 
 ad.defjvp(todense_p, lambda g, data, indices, **p: todense_p.bind(g, indices, **p), None)
-batching.primitive_batchers[todense_p] = _batch_rule(todense_p, "todense")
 ad.primitive_transposes[todense_p] = _todense_transpose
 ad.defjvp(extract_p, lambda g, arr, indices: extract_p.bind(g, indices), None)
 ad.primitive_transposes[extract_p] = _extract_transpose
@@ -238,7 +236,6 @@ def _data_linear_jvp(prim: jex_core.Primitive) -> Callable:
 def _data_linear(name: str, abstract_eval: Callable, transpose: Callable | None = None) -> jex_core.Primitive:
     prim = _define(name, abstract_eval)
     ad.primitive_jvps[prim] = _data_linear_jvp(prim)
-    batching.primitive_batchers[prim] = _batch_rule(prim, name)
     if transpose is not None:
 
         def rule(cts, data, indices, **params):
@@ -440,7 +437,6 @@ def _sum(terms: Sequence[jax.Array]) -> jax.Array:
 
 
 ad.primitive_jvps[multiply_dense_p] = _multiply_dense_jvp
-batching.primitive_batchers[multiply_dense_p] = _batch_rule(multiply_dense_p, "multiply_dense")
 ad.primitive_transposes[multiply_dense_p] = _multiply_dense_transpose
 
 
