@@ -16,11 +16,11 @@ import numpy as np
 
 SECTIONS: dict[str, str] = {
     "driver": "hlopt.demo:driver_section",
+    "sparse": "hlopt.sparse.demo:sparse_section",
+    "jet": "hlopt.jet_demo:section",
     "partitioning": "hlopt.partitioning_demo:section",
     "aot": "hlopt.aot_demo:section",
     "key-reuse": "hlopt.key_reuse_demo:section",
-    "jet": "hlopt.jet_demo:section",
-    "sparse": "hlopt.sparse.demo:sparse_section",
 }
 
 
