@@ -124,7 +124,20 @@ def _valid(idx: Value, sizes: Sequence[int]) -> Value:
         b.compare(idx, b.full(shape, 0, b.elem_of(idx)), "GE"),
         b.compare(idx, _sizes(idx, sizes), "LT"),
     )
-    return b.reduce(inside, [len(shape) - 1], "and")
+    return _all_columns(inside)
+
+
+def _all_columns(pred: Value) -> Value:
+    """`pred[..., S]` -> `[...]`: true where every column is; a chain of ands for few columns (fuses better)."""
+    shape = b.shape_of(pred)
+    last = len(shape) - 1
+    if not 0 < shape[-1] <= 8:
+        return b.reduce(pred, [last], "and")
+    cols = [b.reshape(b.slice_dim(pred, last, k, k + 1), shape[:-1]) for k in range(shape[-1])]
+    result = cols[0]
+    for col in cols[1:]:
+        result = b.and_(result, col)
+    return result
 
 
 def _mask(x: Value, ok: Value) -> Value:
@@ -489,15 +502,13 @@ def lower_slice(c: BcooOp) -> list[Value]:
         st, lim, sd = (list(x[nb : nb + ns]) for x in (start, limit, strides))
         shape = b.shape_of(idx)
         shifted = b.sub(idx, _sizes(idx, st))
-        inside = b.and_(
-            b.and_(b.compare(idx, _sizes(idx, st), "GE"), b.compare(idx, _sizes(idx, lim), "LT")),
-            b.compare(b.rem(shifted, _sizes(idx, sd)), b.zeros_like(idx), "EQ"),
-        )
-        keep = b.reduce(inside, [len(shape) - 1], "and")
+        inside = b.and_(b.compare(idx, _sizes(idx, st), "GE"), b.compare(idx, _sizes(idx, lim), "LT"))
+        if any(t != 1 for t in sd):  # integer division only where a stride needs it
+            inside = b.and_(inside, b.compare(b.rem(shifted, _sizes(idx, sd)), b.zeros_like(idx), "EQ"))
+            shifted = b.div(shifted, _sizes(idx, sd))
+        keep = _all_columns(inside)
         new_sizes = [(e - s + t - 1) // t for s, e, t in zip(st, lim, sd)]
-        idx = b.select(
-            b.broadcast(keep, shape, range(nb + 1)), b.div(shifted, _sizes(idx, sd)), _sizes(idx, new_sizes)
-        )
+        idx = b.select(b.broadcast(keep, shape, range(nb + 1)), shifted, _sizes(idx, new_sizes))
         batch = c.result_shape(0)[:nb]
         data = _mask(_broadcast_batch(data, batch), _broadcast_batch(keep, batch))
     return [data, idx]
