@@ -27,7 +27,6 @@ from hlopt.passes import bcoo_shapes as shapes
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
 PREFIX = "hlopt.bcoo."
-SPARSE_PARAMS = ("shape", "indices_sorted", "unique_indices")
 
 
 def _aval(shape: Sequence[int], dtype: Any) -> jax.core.ShapedArray:
@@ -66,8 +65,7 @@ def _define(name: str, abstract_eval: Callable[..., Any], *, multiple_results: b
         return emit_annotation(PREFIX + name, operands, result_types(ctx), _config(name, ctx.avals_in, params))
 
     prim = annotation_primitive(f"bcoo_{name}", abstract_eval, lowering, multiple_results=multiple_results)
-
-    batching.primitive_batchers[prim] = _batch_rule(prim, name)
+    batching.primitive_batchers[prim] = _batch_rule(prim, name)  # fromdense replaces it below
     return prim
 
 
@@ -159,9 +157,9 @@ def _extract_abstract(arr, indices):
 extract_p = _define("extract", _extract_abstract, multiple_results=False)
 
 
-def todense(data: jax.Array, indices: jax.Array, shape: Sequence[int], sorted_: bool = False,
-            unique: bool = False) -> jax.Array:
-    return todense_p.bind(data, indices, shape=tuple(shape), indices_sorted=sorted_, unique_indices=unique)
+def todense(data: jax.Array, indices: jax.Array, shape: Sequence[int]) -> jax.Array:
+    """The dense array of BCOO buffers (used by transpose rules)."""
+    return todense_p.bind(data, indices, shape=tuple(shape), indices_sorted=False, unique_indices=False)
 
 
 def extract(indices: jax.Array, arr: jax.Array) -> jax.Array:
