@@ -514,7 +514,14 @@ def _multiply_sparse_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, driver,
             weighted = ct.reshape(*split, *dense) * _expand_dense(match, len(dense))
             mine, partner = (nb, nb + 1) if left else (nb + 1, nb)
             grad = (weighted * jnp.expand_dims(aligned, mine)).sum(partner).reshape(entries)
-        else:
+        elif tuple(my_shape) == plan.shape and my_lay.n_batch == nb:
+            # Each of my entries receives the summed cotangents at its index: the same
+            # lookup with me driving, so nothing of the dense shape is built.
+            looked_up = (ones, my_idx, ct * aligned, out_indices) if left else (ct * aligned, out_indices, ones, my_idx)
+            lookup_kw = dict(kw, shape=plan.shape if not left else shape, rhs_shape=plan.shape if left else rhs_shape,
+                             driver=side)
+            grad = multiply_sparse_p.bind(*looked_up, **lookup_kw)[0]
+        else:  # I broadcast against the output: sum the cotangents over my size-1 dims densely
             product = todense(ct * aligned, out_indices, plan.shape)
             grad = extract(my_idx, _sum_to_shape(product, my_shape))
     grad = _sum_to_shape(grad, me.shape).astype(me.dtype)
