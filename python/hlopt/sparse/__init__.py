@@ -1,6 +1,6 @@
 """Batched-COO sparse arrays whose operations lower through the lower-bcoo pass.
 
-The API mirrors `jax.experimental.sparse`: build a `BCOO` with
+The API mirrors JAX's experimental sparse module: build a `BCOO` with
 `BCOO.fromdense` or from `(data, indices)`, use the `bcoo_*` functions or the
 methods, and run under `hlopt.jit` / `hlopt.lower` (or eagerly). Each op is an
 `hlopt.bcoo.*` annotation that the `lower-bcoo` pass turns into StableHLO.

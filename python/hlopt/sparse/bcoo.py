@@ -1,4 +1,4 @@
-"""`BCOO` and the `bcoo_*` functions: the API of jax.experimental.sparse, lowered by lower-bcoo."""
+"""`BCOO` and the `bcoo_*` functions: the API of JAX's experimental sparse module, lowered by lower-bcoo."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ _TRACED_NSE_ERROR = (
 class BCOO:
     """A batched-COO sparse array: `data[*batch, nse, *dense]`, `indices[*batch, nse, n_sparse]`.
 
-    Same layout and meaning as `jax.experimental.sparse.BCOO`; an index outside
+    Same layout and meaning as the BCOO of JAX's experimental sparse module; an index outside
     `[0, size)` in any sparse dimension marks a padding entry.
     """
 

@@ -45,7 +45,7 @@ def _config(name: str, avals_in: Sequence[Any], params: dict[str, Any]) -> dict[
     """`backend_config` of a BCOO op: shape, n_batch, n_dense, flags and the op's own parameters.
 
     For `fromdense` and `update_layout`, `n_batch` and `n_dense` are the op's
-    parameters (the layout it produces), as in jax.experimental.sparse.
+    parameters (the layout it produces), as in JAX's experimental sparse module.
     """
     config = {k: v for k, v in params.items() if v is not None and k != "index_dtype"}
     if name in ("extract", "fromdense"):
