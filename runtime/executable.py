@@ -34,6 +34,9 @@ class Compiled:
             self.devices = list(mesh.devices.flat)
         self.in_shardings = self._shardings(executable.get_parameter_shardings(), len(signature.in_avals))
         self.out_shardings = self._shardings(executable.get_output_shardings(), len(signature.out_avals))
+        self._in_is_key = [_is_key(a.dtype) for a in signature.in_avals]
+        self._out_is_key = [_is_key(a.dtype) for a in signature.out_avals]
+        self._out_shapes = [_physical_shape(a) for a in signature.out_avals]
 
     def _shardings(self, op_shardings: Sequence[Any] | None, count: int) -> list[jax.sharding.Sharding]:
         mesh = self.signature.mesh
@@ -82,7 +85,8 @@ class Compiled:
                 dynamic.append(a)
         return tuple(dynamic)
 
-    def _flatten_inputs(self, args: tuple[Any, ...]) -> list[jax.Array]:
+    def _flatten_inputs(self, args: tuple[Any, ...]) -> list[Any]:
+        """The argument leaves, checked against the avals the program was compiled for."""
         sig = self.signature
         leaves, tree = jax.tree_util.tree_flatten((self._dynamic_args(args), {}))
         if tree != sig.in_tree:
@@ -90,8 +94,7 @@ class Compiled:
                 f"{sig.name}: arguments have structure {tree} but the program was "
                 f"compiled for {sig.in_tree}"
             )
-        arrays = []
-        for i, (leaf, aval, sharding) in enumerate(zip(leaves, sig.in_avals, self.in_shardings)):
+        for i, (leaf, aval) in enumerate(zip(leaves, sig.in_avals)):
             shape = np.shape(leaf)
             dtype = getattr(leaf, "dtype", None)
             if tuple(shape) != tuple(aval.shape) or (dtype is not None and dtype != aval.dtype):
@@ -100,30 +103,33 @@ class Compiled:
                     f"{sig.name}: argument {i} is {got} but the program was compiled for "
                     f"{_dtype_name(aval.dtype)}{list(aval.shape)}"
                 )
-            if dtype is None:
-                leaf = np.asarray(leaf, dtype=aval.dtype)
-            if _is_key(aval.dtype):
+        return leaves
+
+    def call_flat(self, leaves: Sequence[Any]) -> Any:
+        """Run on argument leaves already known to match the program's avals."""
+        arrays = []
+        for leaf, aval, is_key, sharding in zip(leaves, self.signature.in_avals, self._in_is_key, self.in_shardings):
+            if not hasattr(leaf, "dtype"):
+                leaf = np.asarray(leaf, dtype=aval.dtype)  # Python scalars
+            if is_key:
                 leaf = jax.random.key_data(leaf)  # the program takes the key's uint32 words
             if not (isinstance(leaf, jax.Array) and leaf.sharding == sharding):
                 leaf = jax.device_put(leaf, sharding)
             arrays.append(leaf)
-        return arrays
-
-    def __call__(self, *args: Any) -> Any:
-        sig = self.signature
-        arrays = self._flatten_inputs(args)
-        results = self.executable.execute_sharded(arrays)
-        per_output = results.disassemble_into_single_device_arrays()
+        per_output = self.executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
+        sharded = self.signature.mesh is not None
         outs = []
-        for aval, sharding, shards in zip(sig.out_avals, self.out_shardings, per_output):
-            if sig.mesh is None:
-                out = shards[0]
-            else:
-                out = jax.make_array_from_single_device_arrays(_physical_shape(aval), sharding, shards)
-            if _is_key(aval.dtype):
+        for shards, sharding, shape, is_key, aval in zip(
+            per_output, self.out_shardings, self._out_shapes, self._out_is_key, self.signature.out_avals
+        ):
+            out = jax.make_array_from_single_device_arrays(shape, sharding, shards) if sharded else shards[0]
+            if is_key:
                 out = jax.random.wrap_key_data(out, impl=aval.dtype._impl)
             outs.append(out)
-        return jax.tree_util.tree_unflatten(sig.out_tree, outs)
+        return jax.tree_util.tree_unflatten(self.signature.out_tree, outs)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.call_flat(self._flatten_inputs(args))
 
 
 def _is_key(dtype: Any) -> bool:

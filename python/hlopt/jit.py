@@ -71,27 +71,21 @@ class JitFunction:
     def _static(self, args: tuple[Any, ...]) -> set[int]:
         return {i % len(args) for i in self.options["static_argnums"]} if args else set()
 
-    def _key(self, args: tuple[Any, ...]) -> Any:
-        static = self._static(args)
-        dynamic = [a for i, a in enumerate(args) if i not in static]
-        leaves, tree = jax.tree_util.tree_flatten(dynamic)
-        statics = tuple((i, args[i]) for i in sorted(static))
-        hash(statics)  # static arguments must be hashable, as in jax.jit
-        return tree, tuple(_aval_key(x) for x in leaves), statics
-
     def lower(self, *args: Any) -> Lowered:
         return lower(self.fun, *args, **self.options)
 
     def __call__(self, *args: Any) -> Any:
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(args)):
+        static = self._static(args)
+        leaves, tree = jax.tree_util.tree_flatten([a for i, a in enumerate(args) if i not in static])
+        if any(isinstance(x, jax.core.Tracer) for x in leaves):
             return self.fun(*args)  # called while tracing: inline into the outer program
-        key = self._key(args)
+        statics = tuple((i, args[i]) for i in sorted(static))
+        key = (tree, tuple(_aval_key(x) for x in leaves), statics)  # hashing checks statics, as jax.jit does
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self.lower(*args).compile(self.pipeline)
             self._cache[key] = compiled
-        return compiled(*args)
-
+        return compiled.call_flat(leaves)
 
 def jit(
     fun: Callable,
