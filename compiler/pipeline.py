@@ -11,7 +11,6 @@ Python passes are added to it with `PassManager.add(callable, name)`.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 from hlopt.passes import registry
@@ -36,7 +35,10 @@ class PipelineResult:
     """What running a pipeline left besides the rewritten module."""
 
     ir_after: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    seconds: list[tuple[str, float]] = dataclasses.field(default_factory=list)
+
+    def dumps(self) -> str:
+        """The IR after each pass, headed as mlir-opt's --mlir-print-ir-after-all heads it."""
+        return "".join(f"// -----// IR Dump After {name} //----- //\n{text}\n" for name, text in self.ir_after)
 
 
 def split_top_level(text: str) -> list[str]:
@@ -144,7 +146,6 @@ def run_pipeline(
                 pm.add(el.text)
             if print_ir_after_all:
                 pm.add(_recorder(el.text, result), "hlopt-record-ir")
-        start = time.perf_counter()
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:
@@ -153,7 +154,6 @@ def run_pipeline(
             raise PipelineError(format_mlir_error(e)) from None
         if errors:
             raise _as_pipeline_error(errors[0]) from errors[0]
-        result.seconds.append((pipeline, time.perf_counter() - start))
     return result
 
 

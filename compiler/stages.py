@@ -76,8 +76,7 @@ class Lowered:
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
         if print_ir_after_all:
-            for name, text in result.ir_after:
-                print(f"// -----// IR Dump After {name} //----- //\n{text}")
+            print(result.dumps(), end="")
         return new
 
     def compile(self, pipeline: str = "hlopt-default") -> "Compiled":

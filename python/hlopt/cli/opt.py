@@ -78,8 +78,7 @@ def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bo
         except PipelineError as e:  # locations in the parsed text are "-:line:col"
             raise PipelineError(re.sub(r"^-:", f"{filename}:", str(e), flags=re.M)) from None
         if result is not None:
-            for name, text in result.ir_after:
-                print(f"// -----// IR Dump After {name} //----- //\n{text}", file=sys.stderr)
+            sys.stderr.write(result.dumps())
         return module.operation.get_asm(enable_debug_info=debug_info)
 
 
