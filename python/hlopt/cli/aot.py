@@ -285,6 +285,13 @@ def leaf_names(tree: Any) -> list[str]:
     return names
 
 
+def _read_bytes(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read '{path}': {e.strerror}") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Load a file, run it on the inputs, print or save the results."""
     import jax
@@ -292,10 +299,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from hlopt.runtime import files
 
-    try:
-        data = Path(args.file).read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read '{args.file}': {e.strerror}") from None
+    data = _read_bytes(args.file)
     manifest, _ = files.read_file(data, args.file)
     if manifest["device_count"] > 1:
         set_host_devices(manifest["device_count"])
@@ -373,10 +377,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from hlopt.passes.mlir import deserialize_portable_artifact
     from hlopt.runtime import files
 
-    try:
-        data = Path(args.file).read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read '{args.file}': {e.strerror}") from None
+    data = _read_bytes(args.file)
     manifest, sections = files.read_file(data, args.file)
     print(json.dumps(manifest, indent=2, sort_keys=True) if args.json else describe(manifest, len(data), args.file))
     if args.ir:
