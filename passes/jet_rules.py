@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Optional
 
+from hlopt.passes import builders
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir, stablehlo
 
@@ -147,29 +148,19 @@ class JetBuilder:
         return self.create(name, [a])
 
     def compare(self, a: ir.Value, b: ir.Value, direction: str) -> ir.Value:
-        shape = ir.RankedTensorType(a.type).shape
-        i1 = ir.RankedTensorType.get(shape, ir.IntegerType.get_signless(1))
-        attr = ir.Attribute.parse(f"#stablehlo<comparison_direction {direction}>")
-        return self.create("stablehlo.compare", [a, b], i1, {"comparison_direction": attr})
+        return builders.compare(a, b, direction)
 
     def select(self, pred: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
-        return self.create("stablehlo.select", [pred, a, b], a.type)
+        return builders.select(pred, a, b)
 
     def convert(self, a: ir.Value, t: ir.Type) -> ir.Value:
-        return self.create("stablehlo.convert", [a], t)
+        return builders.convert(a, ir.RankedTensorType(t).element_type)
 
     def broadcast(self, a: ir.Value, t: ir.Type, dims: Sequence[int]) -> ir.Value:
-        return self.create("stablehlo.broadcast_in_dim", [a], t,
-                           {"broadcast_dimensions": ir.DenseI64ArrayAttr.get(list(dims))})
+        return builders.broadcast(a, ir.RankedTensorType(t).shape, dims)
 
-    def reduce_sum(self, a: ir.Value, dims: Sequence[int], t: ir.Type) -> ir.Value:
-        st = scalar_type(a.type)
-        red = ir.Operation.create("stablehlo.reduce", results=[t], operands=[a, self.constant(0, st)],
-                                  attributes={"dimensions": ir.DenseI64ArrayAttr.get(list(dims))}, regions=1)
-        block = red.regions[0].blocks.append(st, st)
-        with ir.InsertionPoint(block):
-            ir.Operation.create("stablehlo.return", operands=[self.create("stablehlo.add", list(block.arguments))])
-        return red.result
+    def reduce_sum(self, a: ir.Value, dims: Sequence[int]) -> ir.Value:
+        return builders.reduce(a, dims, "add")
 
     def clone(self, op: ir.Operation, replace: dict[int, ir.Value]) -> ir.Operation:
         """A copy of `op` (attributes, regions) at the insertion point with some operands replaced."""
@@ -593,8 +584,8 @@ def _reduce_choose(b: JetBuilder, op: ir.Operation, u: Series) -> Series:
     kept = [d for d in range(rank) if d not in dims]
     out_b = b.broadcast(op.results[0], u[0].type, kept)
     mask = b.convert(b.compare(u[0], out_b, "EQ"), u[0].type)
-    counts = b.reduce_sum(mask, dims, op.results[0].type)
-    return [op.results[0]] + [None if u[k] is None else b.div(b.reduce_sum(b.mul(u[k], mask), dims, op.results[0].type), counts)
+    counts = b.reduce_sum(mask, dims)
+    return [op.results[0]] + [None if u[k] is None else b.div(b.reduce_sum(b.mul(u[k], mask), dims), counts)
                                for k in range(1, b.order + 1)]
 
 
