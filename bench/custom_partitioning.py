@@ -30,17 +30,7 @@ from jax.numpy.fft import fft  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import hlopt  # noqa: E402
-
-
-def supported_sharding(sharding, shape):
-    rank = len(shape.shape)
-    keep = min(len(sharding.spec), rank - 1)
-    return NamedSharding(sharding.mesh, P(*sharding.spec[:keep], *([None] * (rank - keep))))
-
-
-def partition(mesh, arg_shapes, result_shape):
-    sharding = supported_sharding(arg_shapes[0].sharding, arg_shapes[0])
-    return mesh, fft, sharding, (sharding,)
+from hlopt.partitioning_demo import fft_partition as partition  # noqa: E402
 
 
 def _fft(x):
