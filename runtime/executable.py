@@ -13,6 +13,7 @@ from jax.sharding import NamedSharding, SingleDeviceSharding
 
 from hlopt.compiler.lowering import Signature
 from hlopt.passes.mlir import ir
+from hlopt.runtime.dispatch import cpp_function
 
 
 class Compiled:
@@ -37,6 +38,14 @@ class Compiled:
         self._in_is_key = [_is_key(a.dtype) for a in signature.in_avals]
         self._out_is_key = [_is_key(a.dtype) for a in signature.out_avals]
         self._out_shapes = [_physical_shape(a) for a in signature.out_avals]
+        self.uses_keys = any(self._in_is_key) or any(self._out_is_key)
+        self._call = self._python_call
+        if not signature.static_args:  # with static arguments a call may give them or not
+
+            def run(*args: Any) -> Any:
+                return self._python_call(*args)
+
+            self._call = cpp_function(run, lambda *args: (run(*args), self))
 
     def _shardings(self, op_shardings: Sequence[Any] | None, count: int) -> list[jax.sharding.Sharding]:
         mesh = self.signature.mesh
@@ -128,8 +137,11 @@ class Compiled:
             outs.append(out)
         return jax.tree_util.tree_unflatten(self.signature.out_tree, outs)
 
-    def __call__(self, *args: Any) -> Any:
+    def _python_call(self, *args: Any) -> Any:
         return self.call_flat(self._flatten_inputs(args))
+
+    def __call__(self, *args: Any) -> Any:
+        return self._call(*args)
 
 
 def _is_key(dtype: Any) -> bool:

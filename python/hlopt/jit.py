@@ -13,6 +13,7 @@ from jax.sharding import Mesh
 from hlopt.compiler.lowering import lower_function
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
+from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
 
 
@@ -67,6 +68,10 @@ class JitFunction:
         self.options = dict(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
                             static_argnums=tuple(static_argnums), check_key_reuse=check_key_reuse)
         self._cache: dict[Any, Compiled] = {}
+        # Calls with a known signature run from C++; negative static_argnums need the call's arity.
+        self._call = self._python_call
+        if all(i >= 0 for i in static_argnums):
+            self._call = cpp_function(fun, self._cache_miss, static_argnums)
 
     def _static(self, args: tuple[Any, ...]) -> set[int]:
         return {i % len(args) for i in self.options["static_argnums"]} if args else set()
@@ -75,17 +80,24 @@ class JitFunction:
         return lower(self.fun, *args, **self.options)
 
     def __call__(self, *args: Any) -> Any:
+        return self._call(*args)
+
+    def _python_call(self, *args: Any) -> Any:
+        return self._cache_miss(*args)[0]
+
+    def _cache_miss(self, *args: Any) -> tuple[Any, Compiled | None]:
+        """The outputs, and the program that computed them (None when traced: inlined)."""
         static = self._static(args)
         leaves, tree = jax.tree_util.tree_flatten([a for i, a in enumerate(args) if i not in static])
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return self.fun(*args)  # called while tracing: inline into the outer program
+            return self.fun(*args), None  # called while tracing: inline into the outer program
         statics = tuple((i, args[i]) for i in sorted(static))
         key = (tree, tuple(_aval_key(x) for x in leaves), statics)  # hashing checks statics, as jax.jit does
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self.lower(*args).compile(self.pipeline)
             self._cache[key] = compiled
-        return compiled.call_flat(leaves)
+        return compiled.call_flat(leaves), compiled
 
 def jit(
     fun: Callable,
