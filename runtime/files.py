@@ -6,7 +6,10 @@ device count, the program's signature (pytrees, avals, static arguments,
 mesh), its input and output shardings and its pipeline, and whose sections
 are the PJRT executable and the post-pass module as a StableHLO portable
 artifact. Loading checks every checksum, then checks the manifest against
-the module, and only then hands the executable to PJRT. A file written by
+the module, and only then hands the executable to PJRT (XLA warns that
+loading alone may run code, and PJRT aborts the process on an executable
+partitioned for another device count); then it checks the manifest against
+what PJRT loaded (parameter and result counts, shardings). A file written by
 another jaxlib, platform (version) or process count is recompiled from its
 portable artifact.
 """
@@ -131,6 +134,7 @@ def deserialize(data: bytes, source: str = "<bytes>") -> Compiled:
         except Exception as e:  # noqa: BLE001 - PJRT reports failures as several types
             raise ExecutableFileError(f"{source}: PJRT cannot load the executable section: "
                                       f"{_first_line(e)}") from None
+    _check_counts(executable, signature, source)
     compiled = Compiled(executable, signature, module, manifest["pipeline"])
     _check_shardings(compiled.in_shardings, in_specs, signature.in_avals, "input", source)
     _check_shardings(compiled.out_shardings, out_specs, signature.out_avals, "output", source)
@@ -144,6 +148,15 @@ def load(path: str | os.PathLike) -> Compiled:
     except OSError as e:
         raise ExecutableFileError(f"cannot read '{path}': {e.strerror}") from None
     return deserialize(data, str(path))
+
+
+def _check_counts(executable: Any, sig: Signature, source: str) -> None:
+    """The executable PJRT holds must take and return as many arrays as the manifest lists."""
+    for what, count, avals in (("input", len(executable.get_parameter_layouts()), sig.in_avals),
+                               ("output", len(executable.get_output_layouts()), sig.out_avals)):
+        if count != len(avals):
+            raise ExecutableFileError(f"{source}: the manifest does not match the executable: "
+                                      f"{len(avals)} {what}s listed, the executable has {count}")
 
 
 def _first_line(e: BaseException) -> str:

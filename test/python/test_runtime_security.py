@@ -145,6 +145,17 @@ def test_lying_manifests_are_refused(data, lie, monkeypatch):
         hlopt.deserialize(forged)
 
 
+def test_executable_of_another_program_is_refused(data):
+    """A file whose executable section takes other inputs than its manifest and module list."""
+    other = hlopt.lower(jnp.cos, X, mesh=jax.make_mesh((8,), ("x",)), in_shardings=(P("x"),)).compile()
+    manifest, sections = files.read_file(data, "x")
+    _, other_sections = files.read_file(other.serialize(), "x")
+    forged = container.pack(manifest, dict(sections, executable=other_sections["executable"]))
+    with pytest.raises(hlopt.ExecutableFileError,
+                       match="does not match the executable: 2 inputs listed, the executable has 1"):
+        hlopt.deserialize(forged)
+
+
 def test_manifest_version_must_match_header(data, nothing_loads):
     manifest, sections = files.read_file(data, "x")
     text = json.dumps(dict(manifest, format_version=2)).encode()
