@@ -26,6 +26,11 @@ def i64() -> ir.Type:
     return ir.IntegerType.get_signless(64)
 
 
+def unsigned(elem: ir.Type) -> ir.Type:
+    """The unsigned integer type as wide as integer type `elem`."""
+    return ir.IntegerType.get_unsigned(ir.IntegerType(elem).width)
+
+
 def shape_of(v: Value) -> list[int]:
     """The static shape of a ranked tensor value."""
     return list(ir.RankedTensorType(v.type).shape)

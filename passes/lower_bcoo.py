@@ -101,8 +101,10 @@ def _restore(v: Value, batch: Sequence[int], target: Sequence[int]) -> Value:
 
 
 def _sizes(idx: Value, sizes: Sequence[int]) -> Value:
-    """The per-column `sizes` broadcast to the shape of `idx` (last dim = columns)."""
+    """The per-column `sizes` broadcast to the shape of `idx` (last dim = columns); a splat when all are equal."""
     shape = b.shape_of(idx)
+    if len(set(sizes)) == 1:
+        return b.full(shape, sizes[0], b.elem_of(idx))
     return b.broadcast(b.int_vector(sizes, b.elem_of(idx)), shape, [len(shape) - 1])
 
 
@@ -117,27 +119,32 @@ def _columns(idx: Value, cols: Sequence[int]) -> Value:
     return b.concat([b.slice_dim(idx, last, c, c + 1) for c in cols], last)
 
 
+def _in_range(idx: Value, sizes: Sequence[int]) -> Value:
+    """True where `0 <= idx[..., k] < sizes[k]`: one unsigned compare (negative indices wrap above every size)."""
+    u = b.convert(idx, b.unsigned(b.elem_of(idx)))
+    return b.compare(u, _sizes(u, sizes), "LT")
+
+
 def _valid(idx: Value, sizes: Sequence[int]) -> Value:
     """True where every index of an entry is in `[0, size)`: `idx[..., S]` -> i1 `[...]`."""
-    shape = b.shape_of(idx)
-    inside = b.and_(
-        b.compare(idx, b.full(shape, 0, b.elem_of(idx)), "GE"),
-        b.compare(idx, _sizes(idx, sizes), "LT"),
-    )
-    return _all_columns(inside)
+    return _all_columns(_in_range(idx, sizes))
 
 
 def _all_columns(pred: Value) -> Value:
     """`pred[..., S]` -> `[...]`: true where every column is; a chain of ands for few columns (fuses better)."""
     shape = b.shape_of(pred)
-    last = len(shape) - 1
     if not 0 < shape[-1] <= 8:
-        return b.reduce(pred, [last], "and")
-    cols = [b.reshape(b.slice_dim(pred, last, k, k + 1), shape[:-1]) for k in range(shape[-1])]
-    result = cols[0]
-    for col in cols[1:]:
-        result = b.and_(result, col)
+        return b.reduce(pred, [len(shape) - 1], "and")
+    result = _column(pred, 0)
+    for k in range(1, shape[-1]):
+        result = b.and_(result, _column(pred, k))
     return result
+
+
+def _column(x: Value, k: int) -> Value:
+    """`x[..., k]`."""
+    shape = b.shape_of(x)
+    return b.reshape(b.slice_dim(x, len(shape) - 1, k, k + 1), shape[:-1])
 
 
 def _mask(x: Value, ok: Value) -> Value:
@@ -158,30 +165,36 @@ def _key_type(sizes: Sequence[int], headroom: int = 1) -> ir.Type:
 def _linear_key(idx: Value, sizes: Sequence[int], invalid: int, elem: ir.Type | None = None) -> Value:
     """Row-major linear index of each entry (type `elem`, default `_key_type`), `invalid` for padding."""
     elem = elem or _key_type(sizes)
-    shape = b.shape_of(idx)
-    strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
-    wide = b.convert(idx, elem)
-    scaled = b.mul(wide, b.broadcast(b.int_vector(strides, elem), shape, [len(shape) - 1]))
-    key = b.reduce(scaled, [len(shape) - 1], "add")
-    return b.select(_valid(idx, sizes), key, b.full(shape[:-1], invalid, elem))
+    shape = b.shape_of(idx)[:-1]
+    terms = []
+    for k in range(len(sizes)):
+        stride = math.prod(sizes[k + 1 :])
+        col = b.convert(_column(idx, k), elem)
+        terms.append(col if stride == 1 else b.mul(col, b.full(shape, stride, elem)))
+    key = terms[0] if terms else b.full(shape, 0, elem)
+    for term in terms[1:]:
+        key = b.add(key, term)
+    return b.select(_valid(idx, sizes), key, b.full(shape, invalid, elem))
 
 
 def _unravel(key: Value, sizes: Sequence[int], elem: ir.Type) -> Value:
-    """Multi-indices `[..., S]` of row-major `key`s; keys >= prod(sizes) give `sizes` (padding)."""
+    """Multi-indices `[..., S]` of non-negative row-major `key`s; keys >= prod(sizes) give `sizes` (padding)."""
     shape = b.shape_of(key)
     if not sizes:
         return b.full([*shape, 0], 0, elem)
-    total = math.prod(sizes)
-    strides = [math.prod(sizes[k + 1 :]) for k in range(len(sizes))]
     ke = b.elem_of(key)
+    uk = b.convert(key, b.unsigned(ke))  # unsigned division needs no sign fix-ups
+    ue = b.elem_of(uk)
     cols = []
-    for stride, size in zip(strides, sizes):
-        col = b.rem(b.div(key, b.full(shape, stride, ke)), b.full(shape, size, ke))
-        cols.append(b.reshape(col, [*shape, 1]))
+    for k, size in enumerate(sizes):
+        stride = math.prod(sizes[k + 1 :])
+        col = uk if stride == 1 else b.div(uk, b.full(shape, stride, ue))
+        if k:  # every key below prod(sizes) has a first quotient below sizes[0]
+            col = b.rem(col, b.full(shape, size, ue))
+        cols.append(b.reshape(b.convert(col, elem), [*shape, 1]))
     idx = b.concat(cols, len(shape))
-    padding = b.broadcast(b.compare(key, b.full(shape, total, ke), "GE"), [*shape, len(sizes)], range(len(shape)))
-    idx = b.select(padding, _sizes(idx, sizes), idx)
-    return b.convert(idx, elem)
+    padding = b.compare(key, b.full(shape, math.prod(sizes), ke), "GE")
+    return b.select(b.broadcast(padding, [*shape, len(sizes)], range(len(shape))), _sizes(idx, sizes), idx)
 
 
 def _index_type(n: int) -> ir.Type:
@@ -501,11 +514,14 @@ def lower_slice(c: BcooOp) -> list[Value]:
     if ns:
         st, lim, sd = (list(x[nb : nb + ns]) for x in (start, limit, strides))
         shape = b.shape_of(idx)
+        # `st <= idx < lim` is one unsigned compare of `idx - st` (with wrap-around) against `lim - st`.
         shifted = b.sub(idx, _sizes(idx, st))
-        inside = b.and_(b.compare(idx, _sizes(idx, st), "GE"), b.compare(idx, _sizes(idx, lim), "LT"))
-        if any(t != 1 for t in sd):  # integer division only where a stride needs it
-            inside = b.and_(inside, b.compare(b.rem(shifted, _sizes(idx, sd)), b.zeros_like(idx), "EQ"))
-            shifted = b.div(shifted, _sizes(idx, sd))
+        inside = _in_range(shifted, [e - s for s, e in zip(st, lim)])
+        if any(t != 1 for t in sd):  # integer division only where a stride needs it; unsigned needs no sign fix-ups
+            wrapped = b.convert(shifted, b.unsigned(b.elem_of(idx)))
+            steps = _sizes(wrapped, sd)
+            inside = b.and_(inside, b.compare(b.rem(wrapped, steps), b.zeros_like(wrapped), "EQ"))
+            shifted = b.convert(b.div(wrapped, steps), b.elem_of(idx))
         keep = _all_columns(inside)
         new_sizes = [(e - s + t - 1) // t for s, e, t in zip(st, lim, sd)]
         idx = b.select(b.broadcast(keep, shape, range(nb + 1)), shifted, _sizes(idx, new_sizes))

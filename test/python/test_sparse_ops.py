@@ -393,6 +393,33 @@ def test_random_entries_against_numpy():
             assert_close(fn(data, indices), dense_ops[name](x))
 
 
+def test_extreme_indices_are_padding():
+    """Indices near the int32 limits: the range tests (unsigned compares, with wrap-around after
+    subtracting a slice start) must still call every out-of-range entry padding."""
+    shape = (5, 1, 6)
+    big, small = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    values = np.array([small, small + 1, -2, -1, 0, 1, 2, 4, 5, 6, big - 1, big], np.int32)
+    r = rng(42)
+    ops = {
+        "todense": (lambda m: m.todense(), lambda x: x),
+        "slice": (lambda m: m[1:5, :, 1::2].todense(), lambda x: x[1:5, :, 1::2]),
+        "squeeze": (lambda m: hs.bcoo_squeeze(m, dimensions=(1,)).todense(), lambda x: x[:, 0]),
+        "reshape": (lambda m: hs.bcoo_reshape(m, new_sizes=(3, 10)).todense(), lambda x: x.reshape(3, 10)),
+        "reduce_sum": (lambda m: hs.bcoo_reduce_sum(m, axes=(1,)).todense(), lambda x: x.sum(1)),
+        "sort_indices": (lambda m: m.sort_indices().todense(), lambda x: x),
+        "sum_duplicates": (lambda m: hs.bcoo_sum_duplicates(m, nse=20).todense(), lambda x: x),
+    }
+    compiled = {name: hlopt.jit(lambda d, i, op=op: op(hs.BCOO((d, i), shape=shape))) for name, (op, _) in ops.items()}
+    for _ in range(4):
+        indices = np.stack([r.randint(0, s, size=20) for s in shape], -1).astype(np.int32)
+        extreme = r.rand(*indices.shape) < 0.3
+        indices = np.where(extreme, r.choice(values, size=indices.shape), indices).astype(np.int32)
+        data = r.randint(1, 5, size=20).astype(np.float32)
+        x = numpy_dense(data, indices, shape)
+        for name, fn in compiled.items():
+            assert_close(fn(data, indices), ops[name][1](x))
+
+
 @pytest.mark.parametrize("shape,n_batch,n_dense,nse", [((3, 4), 0, 0, 0), ((2, 3), 1, 1, 4), ((2, 3, 4), 1, 0, 0)])
 def test_empty_and_no_sparse_dims(shape, n_batch, n_dense, nse):
     """nse = 0 and n_sparse = 0 through every op, against the dense computation."""

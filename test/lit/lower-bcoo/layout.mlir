@@ -17,13 +17,16 @@ func.func @update_layout(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) 
 
 // -----
 
-// reshape merging the sparse dims: indices are linearized and unravelled again.
+// reshape merging the sparse dims: indices are linearized (multiply-add per column,
+// no reduce) and unravelled again; the merged dim needs no division.
 // CHECK-LABEL: func.func @reshape
 // CHECK-NOT: hlopt.bcoo
+// CHECK-NOT: stablehlo.reduce
 // CHECK: stablehlo.multiply
-// CHECK: stablehlo.reduce
-// CHECK: stablehlo.divide
-// CHECK: stablehlo.remainder
+// CHECK: stablehlo.add
+// CHECK: stablehlo.compare LT, {{.*}} : (tensor<2x5x2xui32>, tensor<2x5x2xui32>) -> tensor<2x5x2xi1>
+// CHECK-NOT: stablehlo.divide
+// CHECK-NOT: stablehlo.remainder
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return {{.*}} : tensor<2x5x3xf32>, tensor<2x5x1xi32>
 func.func @reshape(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x1xi32>) {
@@ -51,9 +54,14 @@ func.func @transpose(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (
 // their data zero; strided dims are divided.
 // CHECK-LABEL: func.func @slice
 // CHECK-NOT: hlopt.bcoo
+// The window test `start <= i < limit` is one unsigned compare of `i - start`.
 // CHECK: stablehlo.slice %arg0 [0:2, 0:5, 0:2]
-// CHECK: stablehlo.remainder
-// CHECK: stablehlo.divide
+// CHECK: %[[SHIFT:.*]] = stablehlo.subtract %arg1
+// CHECK: %[[U:.*]] = stablehlo.convert %[[SHIFT]] : (tensor<2x5x2xi32>) -> tensor<2x5x2xui32>
+// CHECK: stablehlo.compare LT, %[[U]]
+// CHECK-NOT: stablehlo.compare GE
+// CHECK: stablehlo.remainder {{.*}} : tensor<2x5x2xui32>
+// CHECK: stablehlo.divide {{.*}} : tensor<2x5x2xui32>
 // CHECK: stablehlo.select
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return {{.*}} : tensor<2x5x2xf32>, tensor<2x5x2xi32>

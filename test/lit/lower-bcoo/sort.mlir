@@ -3,14 +3,19 @@
 // sort_indices: one sort of a linear key packed with each entry's position into one
 // 64-bit word; the sorted keys give back the indices (padding becomes `shape`) and
 // one gather moves the data.
+// The key is built column by column (no reduce over the 2 columns), padding is
+// found by one unsigned compare per column, and unravelling divides unsigned keys.
 // CHECK-LABEL: func.func @sort_indices
 // CHECK-NOT: hlopt.bcoo
-// CHECK: stablehlo.reduce
+// CHECK-NOT: stablehlo.reduce
+// CHECK: stablehlo.multiply
+// CHECK: stablehlo.add
+// CHECK: stablehlo.compare LT, {{.*}} : (tensor<1x6x2xui32>, tensor<1x6x2xui32>) -> tensor<1x6x2xi1>
 // CHECK: "stablehlo.sort"
 // CHECK: }) : (tensor<1x6xi64>) -> tensor<1x6xi64>
 // CHECK-NOT: "stablehlo.sort"
-// CHECK: stablehlo.divide
-// CHECK: stablehlo.remainder
+// CHECK: stablehlo.divide {{.*}} : tensor<1x6xui32>
+// CHECK: stablehlo.remainder {{.*}} : tensor<1x6xui32>
 // CHECK: "stablehlo.gather"
 // CHECK-NOT: "stablehlo.sort"
 // CHECK-NOT: hlopt.bcoo
