@@ -310,9 +310,11 @@ def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optiona
 
 
 def _dot_general(b, op, ins):
-    """Bilinear. When one side has no series, the other side's primal and
-    coefficients are stacked along a free dimension and go through one
-    dot_general (one large matmul instead of K + 1), then sliced apart."""
+    """Bilinear. When one side has no series, the coefficients of the other side
+    are stacked along a free dimension and go through one dot_general (one large
+    matmul instead of K), then sliced apart. The primal keeps its own dot (the
+    op itself): it is materialized once and read by every later coefficient,
+    instead of being recomputed (a tanh, say) inside each piece of the stack."""
     dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     lhs_rank = ir.RankedTensorType(op.operands[0].type).rank
     lhs_free = lhs_rank - len(dims.lhs_batching_dimensions) - len(dims.lhs_contracting_dimensions)
@@ -320,33 +322,22 @@ def _dot_general(b, op, ins):
              (1, dims.rhs_batching_dimensions, dims.rhs_contracting_dimensions, lhs_free))
     for side, batch, contract, offset in sides:
         x, other = ins[side], ins[1 - side]
-        terms = [0] + [k for k in range(1, b.order + 1) if x[k] is not None]
+        terms = [k for k in range(1, b.order + 1) if x[k] is not None]
         shape = ir.RankedTensorType(x[0].type).shape
         free = [d for d in range(len(shape)) if d not in batch and d not in contract]
-        if _has_series(other) or not free:
+        if _has_series(other) or not free or len(terms) < 2:
             continue
-        out_dim = len(batch) + offset
-        stacked_shape = list(shape)
-        stacked_shape[free[0]] *= len(terms)
-        stacked = b.create("stablehlo.concatenate", [x[k] for k in terms],
-                           ir.RankedTensorType.get(stacked_shape, ir.RankedTensorType(x[0].type).element_type),
-                           {"dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), free[0])})
+        stacked = builders.concat([x[k] for k in terms], free[0])
         big = b.clone(op, {side: stacked}).result
+        out_dim = len(batch) + offset
         out_type = ir.RankedTensorType(op.result.type)
+        size = out_type.shape[out_dim]
         big_shape = list(out_type.shape)
-        size = big_shape[out_dim]
         big_shape[out_dim] *= len(terms)
         big.set_type(ir.RankedTensorType.get(big_shape, out_type.element_type))
         out = b.series(op.result)
         for i, k in enumerate(terms):
-            start = [0] * len(big_shape)
-            start[out_dim] = i * size
-            limit = list(out_type.shape)
-            limit[out_dim] = (i + 1) * size
-            out[k] = b.create("stablehlo.slice", [big], out_type, {
-                "start_indices": ir.DenseI64ArrayAttr.get(start),
-                "limit_indices": ir.DenseI64ArrayAttr.get(limit),
-                "strides": ir.DenseI64ArrayAttr.get([1] * len(big_shape))})
+            out[k] = builders.slice_dim(big, out_dim, i * size, (i + 1) * size)
         return [out]
     return bilinear(b, op, ins)
 
