@@ -62,7 +62,9 @@ func.func @transpose(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (
 // CHECK-NOT: stablehlo.compare GE
 // CHECK: stablehlo.remainder {{.*}} : tensor<2x5x2xui32>
 // CHECK: stablehlo.divide {{.*}} : tensor<2x5x2xui32>
-// CHECK: stablehlo.select
+// CHECK: stablehlo.select {{.*}} : tensor<2x5xi1>, tensor<2x5xi32>
+// CHECK: stablehlo.select {{.*}} : tensor<2x5xi1>, tensor<2x5xi32>
+// CHECK: stablehlo.concatenate
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return {{.*}} : tensor<2x5x2xf32>, tensor<2x5x2xi32>
 func.func @slice(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x2xf32>, tensor<2x5x2xi32>) {
@@ -88,12 +90,14 @@ func.func @reduce_sum(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> 
 
 // -----
 
-// squeeze of a size-1 sparse dim: an entry whose index there is not 0 becomes padding.
+// squeeze of a size-1 sparse dim: an entry whose index there is not 0 becomes padding
+// (one unsigned compare; one select per kept column, never a select broadcast over columns).
 // CHECK-LABEL: func.func @squeeze
 // CHECK-NOT: hlopt.bcoo
 // CHECK: stablehlo.slice %arg1 [0:2, 0:5, 0:1]
-// CHECK: stablehlo.not
-// CHECK: stablehlo.select
+// CHECK: %[[IN:.*]] = stablehlo.compare LT, {{.*}} : (tensor<2x5x1xui32>, tensor<2x5x1xui32>) -> tensor<2x5x1xi1>
+// CHECK: %[[OK:.*]] = stablehlo.reshape %[[IN]] : (tensor<2x5x1xi1>) -> tensor<2x5xi1>
+// CHECK: stablehlo.select %[[OK]], {{.*}} : tensor<2x5xi1>, tensor<2x5xi32>
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return %arg0, {{.*}} : tensor<2x5x3xf32>, tensor<2x5x1xi32>
 func.func @squeeze(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x1xi32>) {
