@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from hlopt.passes.base import Pass, PassError
-from hlopt.passes.jet_rules import RULES, JetBuilder, Series, is_differentiable
+from hlopt.passes.jet_rules import RULES, JetBuilder, Series, Stack, is_differentiable, stacked_dot
 from hlopt.passes.mlir import ir
 
 ANNOTATION = "hlopt.jet"
@@ -53,6 +53,33 @@ def _has_uses(value: ir.Value) -> bool:
     return next(iter(value.uses), None) is not None
 
 
+EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
+             "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
+             "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
+
+
+def _is_pure(op: ir.Operation) -> bool:
+    """A StableHLO/CHLO op with results and without regions or side effects: dead when its results are."""
+    return (op.name.startswith(("stablehlo.", "chlo.")) and len(op.results) > 0 and not op.regions
+            and op.name not in EFFECTFUL)
+
+
+def live_values(block: ir.Block) -> set[ir.Value]:
+    """The values whose uses in `block` reach an op that is not pure (a return, a call, a
+    loop, ...): one backward sweep; everything an impure op or its regions read is live."""
+    live: set[ir.Value] = set()
+    for op in reversed([op.operation for op in block.operations]):
+        if not _is_pure(op) or any(r in live for r in op.results):
+            live.update(v for inner in [op, *_nested_ops(op)] for v in inner.operands)
+    return live
+
+
+def _erase_dead(block: ir.Block) -> None:
+    for op in reversed([op.operation for op in block.operations]):
+        if _is_pure(op) and not any(_has_uses(r) for r in op.results):
+            op.erase()
+
+
 class FunctionJet:
     """The series of every value of one function being expanded, and the block walker."""
 
@@ -61,6 +88,7 @@ class FunctionJet:
         self.order = order
         self.builder = JetBuilder(order, self)
         self.series: dict[ir.Value, Series] = {}
+        self.stacks: list[Stack] = []
 
     def series_of(self, value: ir.Value) -> Series:
         return self.series.get(value) or [value] + [None] * self.order
@@ -135,6 +163,26 @@ class FunctionJet:
             ir.Operation.create(term.name, operands=values)
         term.erase()
 
+    def drop_dead_results(self, block: ir.Block, live: frozenset[int]) -> None:
+        """Return zeros for the results of `block` not in `live`, shrink the stacked
+        dot_generals to the coefficients still needed, and erase what became dead."""
+        term = list(block.operations)[-1].operation
+        with ir.InsertionPoint(term), term.location:
+            for i, v in enumerate(list(term.operands)):
+                if i not in live and not is_zero_constant(v):
+                    term.operands[i] = self.builder.zeros(v)
+        live_now = live_values(block)
+        for stack in self.stacks:
+            keep = [i for i, piece in enumerate(stack.slices) if piece in live_now]
+            if not keep or len(keep) == len(stack.slices):
+                continue
+            with ir.InsertionPoint(stack.dot), stack.dot.location:
+                smaller = stacked_dot(stack.dot, stack.side, [stack.pieces[i] for i in keep], stack.dim,
+                                      stack.out_dim, stack.slices[0].type)
+            for i, piece in zip(keep, smaller.slices):
+                stack.slices[i].replace_all_uses_with(piece)
+        _erase_dead(block)
+
 
 def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
     found: list[ir.Operation] = []
@@ -155,7 +203,7 @@ class ModuleJet:
                       for op in self.body.operations if op.operation.name == "func.func"}
         self.names = {ir.StringAttr(op.attributes["sym_name"]).value
                       for op in self.body.operations if "sym_name" in op.attributes}
-        self.generated: dict[tuple[str, int, frozenset], tuple[str, frozenset]] = {}
+        self.generated: dict[tuple[str, int, frozenset, frozenset | None], tuple[str, frozenset]] = {}
         self.annotations_expanded: set[str] = set()
 
     def unique_name(self, base: str) -> str:
@@ -167,10 +215,13 @@ class ModuleJet:
         return name
 
     def jet_function(self, name: str, order: int, zero: frozenset = frozenset(),
-                     location: ir.Location | None = None, public: bool = False) -> tuple[str, frozenset]:
+                     location: ir.Location | None = None, public: bool = False,
+                     live: frozenset | None = None) -> tuple[str, frozenset]:
         """The name of the order-`order` jet of `@name` whose coefficient arguments
-        `(i, k)` in `zero` are known to be zero, and the `(i, k)` of its results known zero."""
-        key = (name, order, zero)
+        `(i, k)` in `zero` are known to be zero, and the `(i, k)` of its results known zero.
+        With `live` (indices into its results), the other results are returned as zeros
+        and not computed."""
+        key = (name, order, zero, live)
         if key in self.generated:
             return self.generated[key]
         if order < 1:
@@ -206,6 +257,8 @@ class ModuleJet:
         outs = fj.expand_block(block, arg_series)
         zero_out = frozenset((i, k) for i, s in enumerate(outs) for k in range(1, order + 1) if s[k] is None)
         fj.finish_block(block, outs, range(len(outs)))
+        if live is not None:
+            fj.drop_dead_results(block, live)
         with new.context:
             new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 inputs + [t for t in inputs for _ in range(order)],
@@ -242,7 +295,10 @@ class ModuleJet:
                             f"@{callee}: {fn_type}", op.location)
         zero = frozenset((i, k) for i in range(n_in) for k in range(1, order + 1)
                          if is_zero_constant(op.operands[n_in + i * order + k - 1]))
-        name, _ = self.jet_function(callee, order, zero, op.location)
+        used = live_values(op.block)
+        live = frozenset(i for i, r in enumerate(op.results) if r in used)
+        name, _ = self.jet_function(callee, order, zero, op.location,
+                                    live=None if len(live) == len(op.results) else live)
         with ir.InsertionPoint(op), op.location:
             call = ir.Operation.create("func.call", results=[r.type for r in op.results], operands=list(op.operands),
                                        attributes={"callee": ir.FlatSymbolRefAttr.get(name)})

@@ -23,6 +23,7 @@ The families, as in JAX's experimental jet module:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Optional
@@ -309,12 +310,42 @@ def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optiona
     return [out]
 
 
+@dataclasses.dataclass
+class Stack:
+    """A dot_general of coefficients stacked along `dim` of operand `side`, and its
+    result sliced back along `out_dim`: one slice per piece."""
+
+    dot: ir.Operation
+    side: int
+    dim: int
+    out_dim: int
+    pieces: list
+    slices: list
+
+
+def stacked_dot(op: ir.Operation, side: int, pieces: Sequence[ir.Value], dim: int, out_dim: int,
+                piece_type: ir.Type) -> Stack:
+    """`op` with operand `side` replaced by `pieces` concatenated along `dim`; its
+    result (`piece_type` per piece) sliced apart along `out_dim`."""
+    stacked = builders.concat(list(pieces), dim)
+    big = op.clone(ip=ir.InsertionPoint.current)
+    big.operands[side] = stacked
+    t = ir.RankedTensorType(piece_type)
+    shape = list(t.shape)
+    size = shape[out_dim]
+    shape[out_dim] *= len(pieces)
+    big.result.set_type(ir.RankedTensorType.get(shape, t.element_type))
+    slices = [builders.slice_dim(big.result, out_dim, i * size, (i + 1) * size) for i in range(len(pieces))]
+    return Stack(big, side, dim, out_dim, list(pieces), slices)
+
+
 def _dot_general(b, op, ins):
     """Bilinear. When one side has no series, the coefficients of the other side
     are stacked along a free dimension and go through one dot_general (one large
     matmul instead of K), then sliced apart. The primal keeps its own dot (the
     op itself): it is materialized once and read by every later coefficient,
-    instead of being recomputed (a tanh, say) inside each piece of the stack."""
+    instead of being recomputed (a tanh, say) inside each piece of the stack.
+    The driver shrinks the stack to the coefficients the outputs need."""
     dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     lhs_rank = ir.RankedTensorType(op.operands[0].type).rank
     lhs_free = lhs_rank - len(dims.lhs_batching_dimensions) - len(dims.lhs_contracting_dimensions)
@@ -327,17 +358,11 @@ def _dot_general(b, op, ins):
         free = [d for d in range(len(shape)) if d not in batch and d not in contract]
         if _has_series(other) or not free or len(terms) < 2:
             continue
-        stacked = builders.concat([x[k] for k in terms], free[0])
-        big = b.clone(op, {side: stacked}).result
-        out_dim = len(batch) + offset
-        out_type = ir.RankedTensorType(op.result.type)
-        size = out_type.shape[out_dim]
-        big_shape = list(out_type.shape)
-        big_shape[out_dim] *= len(terms)
-        big.set_type(ir.RankedTensorType.get(big_shape, out_type.element_type))
+        stack = stacked_dot(op, side, [x[k] for k in terms], free[0], len(batch) + offset, op.result.type)
+        b.function.stacks.append(stack)
         out = b.series(op.result)
-        for i, k in enumerate(terms):
-            out[k] = builders.slice_dim(big, out_dim, i * size, (i + 1) * size)
+        for k, piece in zip(terms, stack.slices):
+            out[k] = piece
         return [out]
     return bilinear(b, op, ins)
 

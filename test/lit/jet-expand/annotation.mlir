@@ -51,3 +51,53 @@ func.func private @inner(%x: tensor<f32>) -> tensor<f32> {
   %0 = stablehlo.exponential %x : tensor<f32>
   return %0 : tensor<f32>
 }
+
+// -----
+
+// Results the caller does not use (the primal and the first coefficient, whose one use
+// is itself dead) are returned as zeros and not computed: the stacked dot_general of
+// x's coefficients shrinks to the second one, and the primal dot_general is gone.
+// CHECK-LABEL: func.func @main
+// CHECK: %[[R:.*]]:3 = call @g_jet2
+// CHECK: return %[[R]]#2
+// CHECK-LABEL: func.func private @g_jet2
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<3x4xf32>, %[[X1:[^:]*]]: tensor<3x4xf32>, %[[X2:[^:]*]]: tensor<3x4xf32>)
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: %[[D:.*]] = stablehlo.dot_general %[[X2]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<3x4xf32>, tensor<4x6xf32>) -> tensor<3x6xf32>
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: %[[Z0:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<3x6xf32>
+// CHECK: %[[Z1:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<3x6xf32>
+// CHECK: return %[[Z0]], %[[Z1]], %[[D]]
+func.func @main(%x: tensor<3x4xf32>, %x1: tensor<3x4xf32>, %x2: tensor<3x4xf32>) -> tensor<3x6xf32> {
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %x1, %x2) {api_version = 4 : i32, called_computations = [@g], backend_config = {order = 2 : i64}} : (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>) -> (tensor<3x6xf32>, tensor<3x6xf32>, tensor<3x6xf32>)
+  %dead = stablehlo.multiply %r#1, %r#1 : tensor<3x6xf32>
+  return %r#2 : tensor<3x6xf32>
+}
+func.func private @g(%x: tensor<3x4xf32>) -> tensor<3x6xf32> {
+  %c = stablehlo.constant dense<1.0> : tensor<4x6xf32>
+  %0 = stablehlo.dot_general %x, %c, contracting_dims = [1] x [0] : (tensor<3x4xf32>, tensor<4x6xf32>) -> tensor<3x6xf32>
+  return %0 : tensor<3x6xf32>
+}
+
+// -----
+
+// Results used only inside the regions of another op (here the branches of a case)
+// are live: the jet computes both and returns no zeros.
+// CHECK-LABEL: func.func private @h_jet1
+// CHECK-NOT: stablehlo.constant
+// CHECK: stablehlo.cosine
+// CHECK-NOT: stablehlo.constant
+// CHECK: return
+func.func @main(%x: tensor<3xf32>, %x1: tensor<3xf32>, %p: tensor<i32>) -> tensor<3xf32> {
+  %r:2 = stablehlo.custom_call @hlopt.jet(%x, %x1) {api_version = 4 : i32, called_computations = [@h], backend_config = {order = 1 : i64}} : (tensor<3xf32>, tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>)
+  %c = "stablehlo.case"(%p) ({
+    stablehlo.return %r#1 : tensor<3xf32>
+  }, {
+    stablehlo.return %r#0 : tensor<3xf32>
+  }) : (tensor<i32>) -> tensor<3xf32>
+  return %c : tensor<3xf32>
+}
+func.func private @h(%x: tensor<3xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.sine %x : tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
