@@ -10,7 +10,8 @@ For each order K = 1..--max-order, all three under their jit (hlopt.jit for hlop
 
   run    fastest of --repeat calls (calls alternate between the methods so that machine noise
          hits all three; the minimum is the least noisy estimate on a shared machine), and the
-         ratios hlopt/jet and hlopt/jvp (< 1 means hlopt is faster)
+         ratios hlopt/jet and hlopt/jvp of those minima (< 1 means hlopt is faster); "med" is the
+         median over the rounds of each round's hlopt/jvp ratio, which load shifts the least
   first  time to first result: trace + lower + passes + compile + first call, on a fresh function
 
 Nested jvp grows as 2^K; --max-jvp-order caps it (default 8) and '-' marks what was skipped.
@@ -76,21 +77,23 @@ def first_result(make, args) -> tuple[float, object]:
     return time.perf_counter() - start, fn
 
 
-def run_times(fns: dict, args, repeat: int) -> dict[str, float]:
+def run_times(fns: dict, args, repeat: int) -> dict[str, np.ndarray]:
+    """Per method, the time of each of `repeat` rounds; each round calls every method once,
+    in alternating order."""
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
+    for r in range(repeat):
+        for name in (list(fns) if r % 2 == 0 else list(fns)[::-1]):
             start = time.perf_counter()
-            jax.block_until_ready(fn(*args))
+            jax.block_until_ready(fns[name](*args))
             times[name].append(time.perf_counter() - start)
-    return {name: min(t) for name, t in times.items()}
+    return {name: np.array(t) for name, t in times.items()}
 
 
 def bench(name, f, args, max_order, max_jvp_order, repeat):
     print(f"\n## {name}\n")
-    print("| K | hlopt run (ms) | jet run (ms) | jvp run (ms) | hlopt/jet | hlopt/jvp "
+    print("| K | hlopt run (ms) | jet run (ms) | jvp run (ms) | hlopt/jet | hlopt/jvp | hlopt/jvp med "
           "| hlopt first (s) | jet first (s) | jvp first (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for order in range(1, max_order + 1):
         makers = make_methods(f, order)
         if order > max_jvp_order:
@@ -102,12 +105,14 @@ def bench(name, f, args, max_order, max_jvp_order, repeat):
         scale = float(np.max(np.abs(values["jet"]))) or 1.0
         for m, v in values.items():  # all three compute the same derivative
             np.testing.assert_allclose(v, values["jet"], rtol=2e-2, atol=2e-3 * scale, err_msg=f"{name} K={order} {m}")
-        run = run_times(fns, args, repeat)
+        rounds = run_times(fns, args, repeat)
+        run = {m: t.min() for m, t in rounds.items()}
         ms = {m: f"{1e3 * run[m]:.2f}" if m in run else "-" for m in ("hlopt", "jet", "jvp")}
         fs = {m: f"{first[m]:.2f}" if m in first else "-" for m in ("hlopt", "jet", "jvp")}
         vs_jvp = f"{run['hlopt'] / run['jvp']:.2f}" if "jvp" in run else "-"
+        med_jvp = f"{np.median(rounds['hlopt'] / rounds['jvp']):.2f}" if "jvp" in run else "-"
         print(f"| {order} | {ms['hlopt']} | {ms['jet']} | {ms['jvp']} | {run['hlopt'] / run['jet']:.2f} | {vs_jvp} "
-              f"| {fs['hlopt']} | {fs['jet']} | {fs['jvp']} |", flush=True)
+              f"| {med_jvp} | {fs['hlopt']} | {fs['jet']} | {fs['jvp']} |", flush=True)
 
 
 def main() -> None:
