@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
+from jax.interpreters import batching
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.sparse import ops
@@ -195,6 +196,37 @@ class BCOO:
                 raise NotImplementedError(f"BCOO indexing with {type(i).__name__}; use integers and slices")
         out = bcoo_slice(self, start_indices=start, limit_indices=limit, strides=strides)
         return bcoo_squeeze(out, dimensions=squeeze) if squeeze else out
+
+
+def _to_elt(cont: Any, _: Any, mat: BCOO, axis: int | None) -> BCOO:
+    """vmap of a function taking a `BCOO`: the mapped axis must be one of its batch dims."""
+    if axis is None:
+        return mat
+    if axis >= mat.n_batch:
+        raise ValueError(
+            f"vmap cannot map axis {axis} of a BCOO with n_batch={mat.n_batch}: only batch dims can be "
+            f"mapped. Make the axis a batch dim first (bcoo_update_layout(mat, n_batch={axis + 1})) or map "
+            "mat.data and mat.indices and build the BCOO inside the function."
+        )
+    return BCOO((cont(mat.data, axis), cont(mat.indices, axis)), shape=mat.shape[:axis] + mat.shape[axis + 1 :],
+                indices_sorted=mat.indices_sorted, unique_indices=mat.unique_indices)
+
+
+def _from_elt(cont: Any, axis_size: int, mat: BCOO, axis: int | None) -> BCOO:
+    """A `BCOO` returned from a vmapped function gets the mapped axis as a batch dim."""
+    if axis is None:
+        return mat
+    if axis > mat.n_batch:
+        raise ValueError(
+            f"vmap cannot put out_axes={axis} into a BCOO with n_batch={mat.n_batch}: batch dims are the "
+            f"leading dims, so out_axes must be at most {mat.n_batch}."
+        )
+    return BCOO((cont(axis_size, mat.data, axis), cont(axis_size, mat.indices, axis)),
+                shape=mat.shape[:axis] + (axis_size,) + mat.shape[axis:],
+                indices_sorted=mat.indices_sorted, unique_indices=mat.unique_indices)
+
+
+batching.register_vmappable(BCOO, int, int, _to_elt, _from_elt, None)
 
 
 def _eliminate_zeros(mat: BCOO) -> BCOO:
