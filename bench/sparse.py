@@ -6,7 +6,12 @@ wall time of each, their ratio (JAX / hlopt: above 1 means hlopt is faster)
 the same ratio for the bare PJRT executables called alike (without the Python
 dispatch of either API, which dominates ops under 0.2 ms) and, for
 multiply_sparse and sum_duplicates, the compiled programs' peak memory
-(temporaries + outputs). Run: `python bench/sparse.py [--quick] [--only OP]`.
+(temporaries + outputs). Run: `python bench/sparse.py [--quick] [--only OP] [--sync-dispatch]`.
+
+PJRT's CPU client runs a program of under 1000 flops on the calling thread and
+hands any other to a worker thread; on a loaded machine that hand-off alone
+costs tens of microseconds. `--sync-dispatch` runs every program of both sides
+on the calling thread (`jax_cpu_enable_async_dispatch=False`).
 """
 
 from __future__ import annotations
@@ -171,7 +176,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--only", default="", help="run only the ops whose name contains this")
+    parser.add_argument("--sync-dispatch", action="store_true",
+                        help="run every program on the calling thread, for both sides (PJRT otherwise hands "
+                             "programs of 1000 flops or more to a worker thread)")
     args = parser.parse_args()
+    jax.config.update("jax_cpu_enable_async_dispatch", not args.sync_dispatch)
     rng = np.random.RandomState(0)
     if args.quick:
         n, nse, nse_mul, nse_dup, batch, bn, bnse = 256, 2000, 500, 5000, 4, 64, 500
