@@ -414,23 +414,46 @@ def pair_rule(partner: str, own_sign: float, partner_sign: float) -> Rule:
     return rule
 
 
-def _derivative_of_y(poly: Callable[[JetBuilder, Series, int], Term]) -> Callable[[JetBuilder, Series, ir.Value], Series]:
-    """Series of y with y' = poly(y) u', poly given coefficient-wise."""
-    return lambda b, u, y0: ode_series(b, u, y0, lambda y, j: poly(b, y, j))
+def _poly_mul(p: Sequence[float], q: Sequence[float]) -> list[float]:
+    out = [0.0] * (len(p) + len(q) - 1)
+    for i, a in enumerate(p):
+        for j, c in enumerate(q):
+            out[i + j] += a * c
+    return out
 
 
-def _one_minus_square(b, y, j):  # tanh' = 1 - tanh^2
-    sq = square_term(b, y, j)
-    return b.sub(b.constant(1, y[0].type), sq) if j == 0 else b.neg(sq)
+def _horner(b: JetBuilder, coeffs: Sequence[float], x: ir.Value) -> Term:
+    """sum_i coeffs[i] x^i; zero coefficients build no ops."""
+    value = None
+    for c in reversed(coeffs):
+        value = b.add(b.mul(value, x), b.constant(c, x.type) if c else None)
+    return value
 
 
-def _one_plus_square(b, y, j):  # tan' = 1 + tan^2
-    sq = square_term(b, y, j)
-    return b.add(b.constant(1, y[0].type), sq) if j == 0 else sq
+def _quadratic_of_y(a0: float, a1: float, a2: float) -> Callable[[JetBuilder, Series, ir.Value], Series]:
+    """Series of y with y' = (a0 + a1 y + a2 y^2) u': tanh (1, 0, -1), tan (1, 0, 1),
+    logistic (0, 1, -1). When u = u0 + u1 t (the first nonlinearity of a directional
+    derivative), y_k = u1^k P_k(y0) with P_0 = y and P_k = P_{k-1}' (a0 + a1 y + a2 y^2) / k,
+    polynomials found here: one Horner evaluation per coefficient, where the recurrence
+    reads every lower coefficient (and XLA recomputes those in each consumer)."""
 
+    def derivative(b, y, j):
+        sq = square_term(b, y, j)
+        lin = b.scale(y[j], a1)
+        rest = b.sub(lin, b.scale(sq, -a2)) if a2 < 0 else b.add(lin, b.scale(sq, a2))
+        return b.add(b.constant(a0, y[0].type), rest) if j == 0 and a0 else rest
 
-def _y_minus_square(b, y, j):  # logistic' = y - y^2
-    return b.sub(y[j], square_term(b, y, j))
+    def series(b, u, y0):
+        if u[1] is None or any(t is not None for t in u[2:]):
+            return ode_series(b, u, y0, lambda y, j: derivative(b, y, j))
+        y, p, power = [y0] + [None] * b.order, [0.0, 1.0], u[1]
+        for k in range(1, b.order + 1):
+            p = [c / k for c in _poly_mul([i * c for i, c in enumerate(p)][1:], [a0, a1, a2])]
+            power = power if k == 1 else b.mul(power, u[1])
+            y[k] = b.mul(_horner(b, p, y0), power)
+        return y
+
+    return series
 
 
 def _expm1(b, u, y0):
@@ -801,9 +824,9 @@ RULES: dict[str, Rule] = {
     "stablehlo.cosine": pair_rule("stablehlo.sine", -1.0, 1.0),
     "chlo.sinh": pair_rule("chlo.cosh", 1.0, 1.0),
     "chlo.cosh": pair_rule("chlo.sinh", 1.0, 1.0),
-    "stablehlo.tanh": of_series(_derivative_of_y(_one_minus_square)),
-    "stablehlo.tan": of_series(_derivative_of_y(_one_plus_square)),
-    "stablehlo.logistic": of_series(_derivative_of_y(_y_minus_square)),
+    "stablehlo.tanh": of_series(_quadratic_of_y(1.0, 0.0, -1.0)),
+    "stablehlo.tan": of_series(_quadratic_of_y(1.0, 0.0, 1.0)),
+    "stablehlo.logistic": of_series(_quadratic_of_y(0.0, 1.0, -1.0)),
     "stablehlo.sqrt": of_series(_sqrt),
     "stablehlo.rsqrt": of_series(_power_recurrence(-0.5)),
     "stablehlo.cbrt": of_series(_power_recurrence(1.0 / 3.0)),

@@ -199,6 +199,22 @@ def test_unused_results_are_not_computed():
     assert "stablehlo.concatenate" not in jet_fn, jet_fn
 
 
+@pytest.mark.parametrize("f", [jnp.tanh, jnp.tan, jax.nn.sigmoid], ids=["tanh", "tan", "logistic"])
+def test_first_nonlinearity_of_a_directional_derivative(f):
+    """tanh, tan and logistic of u0 + u1 t (series (v, 0, ..., 0)) take the closed form
+    u1^k P_k(y0); against nested jvp in float64 to order 8, including y0 = 0."""
+    order = 8
+    with jax.enable_x64(True):
+        x = jnp.asarray([-1.2, -0.4, 0.0, 0.3, 0.9])
+        v = jnp.asarray([0.7, -1.1, 1.3, 0.5, -0.2])
+        nested = f
+        for _ in range(order):
+            nested = (lambda inner: lambda y: jax.jvp(inner, (y,), (v,))[1])(nested)
+        got = hlopt.jit(lambda x, v: _directional(f, x, v, order))(x, v)
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(np.asarray(got), np.asarray(nested(x)), rtol=1e-9, atol=1e-9)
+
+
 def test_inconsistent_orders_and_shapes_are_refused():
     with pytest.raises(ValueError, match="inconsistent lengths"):
         hlopt.jet(jnp.add, (1.0, 2.0), ((1.0, 0.0), (1.0,)))
