@@ -109,6 +109,10 @@ def transpose(v: Value, perm: Sequence[int]) -> Value:
     return stablehlo.transpose(v, list(perm))
 
 
+def reverse(v: Value, dims: Sequence[int]) -> Value:
+    return stablehlo.reverse(v, list(dims))
+
+
 def slice_dim(v: Value, dim: int, start: int, limit: int, stride: int = 1) -> Value:
     """`v[..., start:limit:stride, ...]` along `dim`."""
     shape = shape_of(v)

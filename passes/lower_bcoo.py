@@ -116,6 +116,8 @@ def _columns(idx: Value, cols: Sequence[int]) -> Value:
         return idx
     if not cols:
         return b.full([*shape[:-1], 0], 0, b.elem_of(idx))
+    if list(cols) == list(range(shape[-1]))[::-1]:  # a plain index remap; slices + concat branch per element
+        return b.reverse(idx, [last])
     return b.concat([b.slice_dim(idx, last, c, c + 1) for c in cols], last)
 
 
