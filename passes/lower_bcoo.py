@@ -170,6 +170,29 @@ def _where(ok: Value, idx: Value, fill: Sequence[int]) -> Value:
     return _stack_where(ok, [_column(idx, k) for k in range(shape[-1])], fill)
 
 
+def _padding_unless_zero(flags: Value, idx: Value, fill: Sequence[int]) -> Value:
+    """`idx[..., K]` where every column of `flags[..., F]` is 0, else the per-column `fill`.
+
+    A gather from the stack `[idx, fill]` whose start index is the flags read unsigned
+    (or-ed), which the gather clamps to 1 when not 0: pure data movement, so a program
+    made of it alone stays under PJRT's CPU threshold for running on the calling thread
+    (a compare + select per entry does not, and the hand-off to a worker costs more than
+    the work).
+    """
+    lead = b.shape_of(idx)[:-1]
+    n = len(lead)
+    u = b.convert(flags, b.unsigned(b.elem_of(flags)))
+    flag = _column(u, 0)
+    for k in range(1, b.shape_of(flags)[-1]):
+        flag = b.or_(flag, _column(u, k))
+    table = b.concat([b.reshape(v, [1, *b.shape_of(v)]) for v in (idx, _sizes(idx, fill))], 0)
+    return b.gather(
+        table, b.reshape(flag, [*lead, 1]), offset_dims=[n], collapsed_slice_dims=[0],
+        operand_batching_dims=range(1, n + 1), start_indices_batching_dims=range(n), start_index_map=[0],
+        index_vector_dim=n, slice_sizes=[1] * (n + 1) + [b.shape_of(idx)[-1]],
+    )
+
+
 def _mask(x: Value, ok: Value) -> Value:
     """Zero the entries of `x[*lead, *rest]` where `ok[*lead]` is false."""
     shape = b.shape_of(x)
@@ -500,10 +523,11 @@ def lower_squeeze(c: BcooOp) -> list[Value]:
     squeezed = [d - nb for d in range(nb, nb + ns) if d in dims]
     kept = [d - nb for d in range(nb, nb + ns) if d not in dims]
     if squeezed:
-        inside = _valid(_columns(idx, squeezed), [1] * len(squeezed))
         if kept:
-            idx = _stack_where(inside, [_column(idx, k) for k in kept], [lay.sparse_shape[k] for k in kept])
+            idx = _padding_unless_zero(_columns(idx, squeezed), _columns(idx, kept),
+                                       [lay.sparse_shape[k] for k in kept])
         else:
+            inside = _valid(_columns(idx, squeezed), [1] * len(squeezed))
             batch = lay.max_batch
             data = _mask(_broadcast_batch(data, batch), _broadcast_batch(inside, batch))
             idx = _columns(idx, kept)

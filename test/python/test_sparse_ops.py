@@ -156,6 +156,27 @@ def test_squeeze_entry_out_of_range_only_in_squeezed_dim():
     assert_close(out.todense(), np.array([0, 0, 1, 0], np.float32))
 
 
+@pytest.mark.parametrize("n_batch", [0, 1])
+def test_squeeze_of_several_dims_pads_every_entry_outside_them(n_batch):
+    """An entry survives only if its index is 0 in every squeezed dim (negative, large and
+    int32-extreme indices there make it padding) and in range in the kept dim."""
+    big, small = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+    rows = [(0, 2, 0), (0, 3, -1), (-1, 1, 0), (5, 0, 7), (0, 1, big), (small, 0, 0), (0, 4, 0), (0, 0, 0)]
+    data = np.arange(1, len(rows) + 1, dtype=np.float32)
+    indices = np.array(rows, np.int32)
+    expect = np.zeros(4, np.float32)
+    for value, (a, k, c) in zip(data, rows):
+        if a == 0 and c == 0 and 0 <= k < 4:
+            expect[k] += value
+    if n_batch:  # the same entries in two batches, the second reversed
+        data, indices = np.stack([data, data[::-1]]), np.stack([indices, indices[::-1]])
+        expect = np.stack([expect, expect])
+    shape = (2, 1, 4, 1)[1 - n_batch:]
+    out = hs.bcoo_squeeze(hs.BCOO((data, indices), shape=shape), dimensions=[n_batch, n_batch + 2])
+    assert out.shape == expect.shape
+    assert_close(out.todense(), expect)
+
+
 @pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
 def test_slice(n_batch, n_dense):
     ours, ref = pair(buffers(rng(12), n_batch=n_batch, n_dense=n_dense, nse=7), SHAPE)

@@ -90,13 +90,18 @@ func.func @reduce_sum(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> 
 // -----
 
 // squeeze of a size-1 sparse dim: an entry whose index there is not 0 becomes padding
-// (one unsigned compare; one select per kept column, never a select broadcast over columns).
+// (a gather from [kept index, size] whose start is the squeezed index read unsigned, which the
+// gather clamps to 1 when it is not 0: no compare, no select).
 // CHECK-LABEL: func.func @squeeze
 // CHECK-NOT: hlopt.bcoo
-// CHECK: stablehlo.slice %arg1 [0:2, 0:5, 0:1]
-// CHECK: %[[IN:.*]] = stablehlo.compare LT, {{.*}} : (tensor<2x5x1xui32>, tensor<2x5x1xui32>) -> tensor<2x5x1xi1>
-// CHECK: %[[OK:.*]] = stablehlo.reshape %[[IN]] : (tensor<2x5x1xi1>) -> tensor<2x5xi1>
-// CHECK: stablehlo.select %[[OK]], {{.*}} : tensor<2x5xi1>, tensor<2x5xi32>
+// CHECK: %[[SQ:.*]] = stablehlo.slice %arg1 [0:2, 0:5, 0:1]
+// CHECK: %[[KEPT:.*]] = stablehlo.slice %arg1 [0:2, 0:5, 1:2]
+// CHECK: stablehlo.convert %[[SQ]] : (tensor<2x5x1xi32>) -> tensor<2x5x1xui32>
+// CHECK: %[[SIZE:.*]] = stablehlo.constant dense<6> : tensor<i32>
+// CHECK: %[[TABLE:.*]] = stablehlo.concatenate {{.*}}, dim = 0 : (tensor<1x2x5x1xi32>, tensor<1x2x5x1xi32>) -> tensor<2x2x5x1xi32>
+// CHECK: "stablehlo.gather"(%[[TABLE]], {{.*}}) <{dimension_numbers = #stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0], operand_batching_dims = [1, 2], start_indices_batching_dims = [0, 1], start_index_map = [0], index_vector_dim = 2>
+// CHECK-SAME: (tensor<2x2x5x1xi32>, tensor<2x5x1xui32>) -> tensor<2x5x1xi32>
+// CHECK-NOT: stablehlo.select
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return %arg0, {{.*}} : tensor<2x5x3xf32>, tensor<2x5x1xi32>
 func.func @squeeze(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x1xi32>) {
