@@ -180,7 +180,7 @@ def select(pred: Value, on_true: Value, on_false: Value) -> Value:
     return stablehlo.select(pred, on_true, on_false)
 
 
-_COMBINERS: dict[str, Callable[[Value, Value], Value]] = {
+COMBINERS: dict[str, Callable[[Value, Value], Value]] = {
     "add": add,
     "max": maximum,
     "and": and_,
@@ -212,7 +212,7 @@ def reduce(v: Value, dims: Sequence[int], kind: str = "add") -> Value:
     elem = elem_of(v)
     shape = [s for i, s in enumerate(shape_of(v)) if i not in dims]
     op = stablehlo.ReduceOp([tensor(shape, elem)], [v], [_identity(kind, elem)], dims)
-    _scalar_region(op.body, [elem, elem], lambda a, b: [_COMBINERS[kind](a, b)])
+    _scalar_region(op.body, [elem, elem], lambda a, b: [COMBINERS[kind](a, b)])
     return op.result
 
 
@@ -298,7 +298,7 @@ def prefix_scan(v: Value, axis: int, kind: str = "add") -> Value:
     n = shape_of(v)[axis]
     if n < 2:
         return v
-    combine = _COMBINERS[kind]
+    combine = COMBINERS[kind]
     evens = slice_dim(v, axis, 0, n - 1, 2)
     odds = slice_dim(v, axis, 1, n, 2)
     odd_out = prefix_scan(combine(evens, odds), axis, kind)

@@ -129,17 +129,18 @@ def _in_range(idx: Value, sizes: Sequence[int]) -> Value:
 
 def _valid(idx: Value, sizes: Sequence[int]) -> Value:
     """True where every index of an entry is in `[0, size)`: `idx[..., S]` -> i1 `[...]`."""
-    return _all_columns(_in_range(idx, sizes))
+    return _fold_columns(_in_range(idx, sizes))
 
 
-def _all_columns(pred: Value) -> Value:
-    """`pred[..., S]` -> `[...]`: true where every column is; a chain of ands for few columns (fuses better)."""
-    shape = b.shape_of(pred)
+def _fold_columns(x: Value, kind: str = "and") -> Value:
+    """`x[..., S]` -> `[...]`, the columns combined with `kind` (`and`: true where every column
+    is); a chain of ops for few columns (fuses better), else a reduce."""
+    shape = b.shape_of(x)
     if not 0 < shape[-1] <= 8:
-        return b.reduce(pred, [len(shape) - 1], "and")
-    result = _column(pred, 0)
+        return b.reduce(x, [len(shape) - 1], kind)
+    result = _column(x, 0)
     for k in range(1, shape[-1]):
-        result = b.and_(result, _column(pred, k))
+        result = b.COMBINERS[kind](result, _column(x, k))
     return result
 
 
@@ -181,10 +182,7 @@ def _padding_unless_zero(flags: Value, idx: Value, fill: Sequence[int]) -> Value
     """
     lead = b.shape_of(idx)[:-1]
     n = len(lead)
-    u = b.convert(flags, b.unsigned(b.elem_of(flags)))
-    flag = _column(u, 0)
-    for k in range(1, b.shape_of(flags)[-1]):
-        flag = b.or_(flag, _column(u, k))
+    flag = _fold_columns(b.convert(flags, b.unsigned(b.elem_of(flags))), "or")
     table = b.concat([b.reshape(v, [1, *b.shape_of(v)]) for v in (idx, _sizes(idx, fill))], 0)
     return b.gather(
         table, b.reshape(flag, [*lead, 1]), offset_dims=[n], collapsed_slice_dims=[0],
@@ -560,7 +558,7 @@ def lower_slice(c: BcooOp) -> list[Value]:
             steps = _sizes(wrapped, sd)
             inside = b.and_(inside, b.compare(b.rem(wrapped, steps), b.zeros_like(wrapped), "EQ"))
             shifted = b.convert(b.div(wrapped, steps), b.elem_of(idx))
-        keep = _all_columns(inside)
+        keep = _fold_columns(inside)
         new_sizes = [(e - s + t - 1) // t for s, e, t in zip(st, lim, sd)]
         idx = _where(keep, shifted, new_sizes)
         batch = c.result_shape(0)[:nb]
