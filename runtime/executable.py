@@ -39,13 +39,12 @@ class Compiled:
         self._out_is_key = [_is_key(a.dtype) for a in signature.out_avals]
         self._out_shapes = [_physical_shape(a) for a in signature.out_avals]
         self.uses_keys = any(self._in_is_key) or any(self._out_is_key)
-        self._call = self._python_call
-        if not signature.static_args:  # with static arguments a call may give them or not
 
-            def run(*args: Any) -> Any:
-                return self._python_call(*args)
+        def run(*args: Any) -> Any:  # a plain function: the C++ dispatch keys its cache on it
+            return self._python_call(*args)
 
-            self._call = cpp_function(run, lambda *args: (run(*args), self))
+        # With static arguments a call may give them or not, which the C++ signature cannot express.
+        self._call = run if signature.static_args else cpp_function(run, lambda *args: (run(*args), self))
 
     def _shardings(self, op_shardings: Sequence[Any] | None, count: int) -> list[jax.sharding.Sharding]:
         mesh = self.signature.mesh
