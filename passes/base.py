@@ -15,6 +15,21 @@ from typing import Any, ClassVar
 from hlopt.passes.mlir import ir
 
 
+# The longest line an error prints: longer lines (a rank-100000 type, a huge
+# attribute or name echoed from the input) keep their start and end.
+ERROR_LINE_LIMIT = 1000
+
+
+def shorten(text: str, limit: int = ERROR_LINE_LIMIT) -> str:
+    """`text` with every line longer than `limit` characters cut to its start and end around a count."""
+    lines = str(text).split("\n")
+    for i, line in enumerate(lines):
+        if len(line) > limit:
+            keep = (limit - 40) // 2
+            lines[i] = f"{line[:keep]} ...[{len(line) - 2 * keep} characters]... {line[-keep:]}"
+    return "\n".join(lines)
+
+
 class PassError(Exception):
     """A pass could not do its job; the message says where and why."""
 
@@ -25,8 +40,8 @@ class PassError(Exception):
     def __str__(self) -> str:
         msg = super().__str__()
         if self.location is not None:
-            return f"{format_location(self.location)}: error: {msg}"
-        return msg
+            msg = f"{format_location(self.location)}: error: {msg}"
+        return shorten(msg)
 
 
 class PassOptionError(ValueError):
