@@ -130,21 +130,19 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     """A `Lowered` from a .mlir file; its signature comes from `@main`."""
     import jax
 
-    from hlopt.compiler.lowering import Signature, parse_module
-    from hlopt.compiler.pipeline import PipelineError, format_mlir_error
+    from hlopt.compiler.lowering import Signature
+    from hlopt.compiler.parse_guard import decode_source, parse_source
     from hlopt.compiler.stages import Lowered
     from hlopt.passes.mlir import get_context, ir
     from hlopt.runtime.encoding import DTYPES, aval_str, dtype_from_name
     from hlopt.runtime.files import main_function
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise UsageError(f"cannot read '{path}': {e.strerror}") from None
-    try:
-        module = parse_module(text)
-    except ir.MLIRError as e:
-        raise PipelineError(format_mlir_error(e).replace("-:", f"{path}:")) from None
+    text = decode_source(data, path)
+    module = parse_source(text, path)
     main = main_function(module)
     if main is None:
         raise UsageError(f"{path}: no func.func @main to compile")

@@ -38,11 +38,14 @@ def list_passes() -> str:
 
 
 def _read(path: str) -> tuple[str, str]:
+    from hlopt.compiler.parse_guard import decode_source
+
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
+        stdin = getattr(sys.stdin, "buffer", None)  # a replaced sys.stdin may be text only
+        return decode_source(stdin.read() if stdin else sys.stdin.read().encode(), "<stdin>"), "<stdin>"
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
+        with open(path, "rb") as f:
+            return decode_source(f.read(), path), path
     except OSError as e:
         raise UsageError(f"cannot read '{path}': {e.strerror}") from None
 
@@ -65,14 +68,12 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
 def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bool = False,
             timing: bool = False, debug_info: bool = False) -> str:
     """Parse `source`, run `pipeline`, and return the printed module."""
-    from hlopt.compiler.pipeline import PipelineError, format_mlir_error, run_pipeline
-    from hlopt.passes.mlir import get_context, ir
+    from hlopt.compiler.parse_guard import parse_source
+    from hlopt.compiler.pipeline import PipelineError, run_pipeline
+    from hlopt.passes.mlir import get_context
 
+    module = parse_source(source, filename)
     with get_context():
-        try:
-            module = ir.Module.parse(source)
-        except ir.MLIRError as e:
-            raise PipelineError(format_mlir_error(e).replace("-:", f"{filename}:")) from None
         try:
             result = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing) if pipeline else None
         except PipelineError as e:  # locations in the parsed text are "-:line:col"
