@@ -58,5 +58,5 @@ def _fastpath(compiled: Compiled, outputs: Any) -> pxla.MeshExecutableFastpathDa
     n_in = len(compiled.in_shardings)
     return pxla.MeshExecutableFastpathData(
         compiled.executable, out_tree, compiled.in_shardings, compiled.out_shardings,
-        [x.aval for x in out_flat], [x._committed for x in out_flat], [True] * n_in, [None] * n_in, [],
+        [x.aval for x in out_flat], [x.committed for x in out_flat], [True] * n_in, [None] * n_in, [],
     )

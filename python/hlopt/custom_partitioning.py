@@ -30,6 +30,7 @@ from jax._src.custom_partitioning_sharding_rule import (
 from jax._src.interpreters import mlir as jax_mlir
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from hlopt.compiler.lowering import resolve_static_argnums
 from hlopt.passes.lower_custom_partitioning import (
     DimShardings,
     MeshSpec,
@@ -207,7 +208,7 @@ class custom_partitioning:
         if bound.kwargs:
             raise TypeError(f"{self.key}: keyword-only arguments cannot be resolved to positions")
         args = tuple(bound.args)
-        static = {i % len(args) for i in self.static_argnums}
+        static = set(resolve_static_argnums(self.static_argnums, len(args)))
         static_args = tuple(args[i] for i in sorted(static))
         if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(static_args)):
             raise TypeError(f"{self.key}: a static argument is a traced value")
