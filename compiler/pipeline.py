@@ -169,8 +169,10 @@ def _parse_upstream(part: str, pipeline: str, what: str = "") -> None:
     detail = _mlir_detail(printed[0], error)
     if error is None and not detail:
         return
-    if "does not refer to a registered pass" in detail:
-        raise PipelineError(f"unknown pass or pipeline in '{part}': {what}{detail} "
+    unknown = re.match(r"'(.*)' does not refer to a registered pass", detail)
+    if unknown:
+        where = "" if unknown.group(1) == part else f" in '{part}'"
+        raise PipelineError(f"unknown pass or pipeline '{unknown.group(1)}'{where} "
                             "(hlopt-opt --list-passes shows hlopt's passes)")
     raise PipelineError(f"cannot parse pipeline element '{part}': {what}{detail}")
 
