@@ -46,3 +46,8 @@ def lowering_placement(lowered: jax.stages.Lowered) -> Placement:
 def result_handler(aval: jax.core.ShapedArray, sharding: jax.sharding.Sharding, committed: bool) -> Any:
     """jax.jit's output handler for `aval`: its per-device buffers -> one `jax.Array` (`pxla.global_aval_to_result_handler`)."""
     return pxla.global_aval_to_result_handler(aval, sharding, committed)
+
+
+def lowered_out_avals(lowered: jax.stages.Lowered) -> tuple[jax.core.ShapedArray, ...]:
+    """The avals of `lowered`'s flat outputs with their weak types (`Lowered.out_info` drops them)."""
+    return tuple(lowered._lowering.compile_args["global_out_avals"])

@@ -15,7 +15,7 @@ from typing import Any
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from hlopt.compiler.jax_compat import Placement, lowering_placement
+from hlopt.compiler.jax_compat import Placement, lowered_out_avals, lowering_placement
 
 from hlopt.passes.mlir import get_context, ir
 
@@ -229,9 +229,7 @@ def lower_function(
         )
     module = parse_module(module_to_bytecode(lowered.compiler_ir("stablehlo")))
     in_avals = tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
-    out_avals = tuple(
-        jax.core.ShapedArray(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(lowered.out_info)
-    )
+    out_avals = tuple(jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in lowered_out_avals(lowered))
     device = None
     if mesh is None:
         mesh, device = _placement(getattr(fun, "__name__", "fun"), lowering_placement(lowered))

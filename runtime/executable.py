@@ -116,16 +116,16 @@ class Compiled:
                 raise TypeError(f"{sig.name}: argument {i} is a traced value; a compiled program runs on "
                                 "concrete arrays (use hlopt.jit inside jax transformations)")
             shape, dtype = tuple(np.shape(leaf)), arg_dtype(leaf)
+            if isinstance(leaf, int) and not isinstance(leaf, (bool, np.generic)):
+                info = np.iinfo(dtype)  # jax converts a Python int to its default int type first
+                if not info.min <= leaf <= info.max:
+                    raise OverflowError(f"{sig.name}: argument {i} is the Python int {shorten(str(leaf), 60)}, "
+                                        f"too large for {_dtype_name(dtype)}")
             if shape != tuple(aval.shape) or dtype != aval.dtype:
                 raise TypeError(shorten(
                     f"{sig.name}: argument {i} is {_aval_name(dtype, shape)} but the program was "
                     f"compiled for {_aval_name(aval.dtype, aval.shape)}"
                 ))
-            if isinstance(leaf, int) and not isinstance(leaf, bool) and jax.dtypes.issubdtype(dtype, np.integer):
-                info = np.iinfo(dtype)
-                if not info.min <= leaf <= info.max:
-                    raise OverflowError(f"{sig.name}: argument {i} is the Python int {shorten(str(leaf), 60)}, "
-                                        f"out of range for {_dtype_name(dtype)}")
         return leaves
 
     def call_flat(self, leaves: Sequence[Any]) -> Any:
@@ -175,7 +175,7 @@ def _physical_aval(aval: Any) -> jax.core.ShapedArray:
     """The aval of the buffer that holds `aval` (typed keys are their uint32 words)."""
     if _is_key(aval.dtype):
         return jax.core.ShapedArray(tuple(aval.shape) + tuple(aval.dtype._impl.key_shape), np.dtype(np.uint32))
-    return jax.core.ShapedArray(tuple(aval.shape), aval.dtype)
+    return jax.core.ShapedArray(tuple(aval.shape), aval.dtype, weak_type=aval.weak_type)
 
 
 _PYTHON_SCALARS = ((bool, np.bool_), (int, np.int64), (float, np.float64), (complex, np.complex128))
