@@ -26,5 +26,7 @@ def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
         if ": error:" not in message.split("\n", 1)[0]:
             expected = isinstance(e, (UsageError, ValueError, TypeError, OSError, RuntimeError, LookupError))
             message = f"{prog}: error: {message if expected else f'{type(e).__name__}: {message}'}"
-        print(message, file=sys.stderr)
+        from hlopt.passes.base import shorten
+
+        print(shorten(message), file=sys.stderr)
         return 1
