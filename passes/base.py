@@ -113,7 +113,9 @@ def parse_option_string(options: str) -> dict[str, str]:
         if "=" not in item:
             raise PassOptionError(f"option '{item}' is not of the form key=value")
         key, value = item.split("=", 1)
-        result[key.strip()] = value.strip()
+        if key in result:
+            raise PassOptionError(f"option '{key}' is given twice")
+        result[key] = value
     return result
 
 
