@@ -96,10 +96,12 @@ def check_text(text: str, filename: str = "-") -> None:
     depth = _open_brackets(np.where(counted, _BRACKETS[codes], 0))
     braces = _open_brackets(np.where(counted, _BRACES[codes], 0))
     nesting = f"more than {MAX_NESTING} levels of nesting (types, attributes, regions, locations)"
-    for levels, limit, what in ((depth, MAX_NESTING, nesting),
-                                (braces, MAX_REGION_NESTING, f"more than {MAX_REGION_NESTING} nested regions or dictionaries")):
-        if len(levels) and levels.max() > limit:
-            raise _too_deep(data, filename, int(np.argmax(levels > limit)), what)
+    too_deep = [(int(np.argmax(levels > limit)), what) for levels, limit, what in (
+        (depth, MAX_NESTING, nesting),
+        (braces, MAX_REGION_NESTING, f"more than {MAX_REGION_NESTING} nested regions or dictionaries"),
+    ) if len(levels) and levels.max() > limit]
+    if too_deep:
+        raise _too_deep(data, filename, *min(too_deep))  # the first place in the text
     _check_aliases(data, codes, skipped, depth, filename, nesting)
     _check_rank(data, codes, counted, filename)
 

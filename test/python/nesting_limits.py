@@ -1,10 +1,11 @@
 """Deeply nested MLIR, and the search for the depth at which MLIR's parser (or XLA) kills the process.
 
 `GENERATORS[kind](n)` is a module nested `n` levels deep in one way;
-test_hostile_ir.py feeds them to hlopt-opt. Run this file to measure where
-each kind crashes without hlopt's guard (each try in a fresh process; takes
-minutes): `python test/python/nesting_limits.py [KIND ...]`. The numbers in
-compiler/parse_guard.py come from it.
+test_hostile_ir.py and the lit tests feed them to hlopt-opt
+(`python nesting_limits.py --emit KIND N` prints one). Run this file to
+measure where each kind crashes without hlopt's guard (each try in a fresh
+process; takes minutes): `python test/python/nesting_limits.py [KIND ...]`.
+The numbers in compiler/parse_guard.py come from it.
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ def first_crash(kind: str, low: int = 10, high: int = 60_000) -> int | None:
     return high
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and sys.argv[1:2] == ["--emit"]:
+    print(GENERATORS[sys.argv[2]](int(sys.argv[3])))
+elif __name__ == "__main__":
     for kind in sys.argv[1:] or GENERATORS:
         print(f"{kind:20s} crashes at depth {first_crash(kind, high=400 if kind in ('while', 'if') else 60_000)}",
               flush=True)
