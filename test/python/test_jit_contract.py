@@ -19,14 +19,6 @@ import hlopt
 RNG = np.random.default_rng(12)
 
 
-@pytest.fixture(params=[True, False], ids=["shardy", "gspmd"])
-def partitioner(request):
-    old = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", request.param)
-    yield request.param
-    jax.config.update("jax_use_shardy_partitioner", old)
-
-
 def outcome(call):
     """What a call gives: ('ok', dtype, weak type, value) or ('raises', exception type)."""
     try:

@@ -13,14 +13,6 @@ import hlopt
 RNG = np.random.default_rng(1)
 
 
-@pytest.fixture(params=[True, False], ids=["shardy", "gspmd"])
-def partitioner(request):
-    old = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", request.param)
-    yield request.param
-    jax.config.update("jax_use_shardy_partitioner", old)
-
-
 def f(a, b):
     return {"act": jnp.tanh(a @ b), "rowsum": (a * 2).sum(axis=1)}
 
