@@ -16,7 +16,6 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from hlopt.compiler.jax_compat import Placement, lowered_out_avals, lowering_placement
-
 from hlopt.passes.mlir import get_context, ir
 
 _state = threading.local()

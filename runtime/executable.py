@@ -115,15 +115,13 @@ class Compiled:
             if isinstance(leaf, jax.core.Tracer):
                 raise TypeError(f"{sig.name}: argument {i} is a traced value; a compiled program runs on "
                                 "concrete arrays (use hlopt.jit inside jax transformations)")
-            shape, dtype = tuple(np.shape(leaf)), arg_dtype(leaf)
-            if isinstance(leaf, int) and not isinstance(leaf, (bool, np.generic)):
-                info = np.iinfo(dtype)  # jax converts a Python int to its default int type first
-                if not info.min <= leaf <= info.max:
-                    raise OverflowError(f"{sig.name}: argument {i} is the Python int {shorten(str(leaf), 60)}, "
-                                        f"too large for {_dtype_name(dtype)}")
-            if shape != tuple(aval.shape) or dtype != aval.dtype:
+            try:
+                given = jax.typeof(leaf)  # jax's canonical dtype; a Python int out of range overflows
+            except (TypeError, OverflowError) as e:
+                raise type(e)(shorten(f"{sig.name}: argument {i}: {e}")) from None
+            if given.shape != aval.shape or given.dtype != aval.dtype:
                 raise TypeError(shorten(
-                    f"{sig.name}: argument {i} is {_aval_name(dtype, shape)} but the program was "
+                    f"{sig.name}: argument {i} is {_aval_name(given.dtype, given.shape)} but the program was "
                     f"compiled for {_aval_name(aval.dtype, aval.shape)}"
                 ))
         return leaves
@@ -176,24 +174,6 @@ def _physical_aval(aval: Any) -> jax.core.ShapedArray:
     if _is_key(aval.dtype):
         return jax.core.ShapedArray(tuple(aval.shape) + tuple(aval.dtype._impl.key_shape), np.dtype(np.uint32))
     return jax.core.ShapedArray(tuple(aval.shape), aval.dtype, weak_type=aval.weak_type)
-
-
-_PYTHON_SCALARS = ((bool, np.bool_), (int, np.int64), (float, np.float64), (complex, np.complex128))
-
-
-def arg_dtype(x: Any) -> np.dtype:
-    """The dtype jax gives argument `x`: canonical (int64 is int32 without x64), Python scalars by their kind.
-
-    Raises TypeError for a value that is neither an array nor a scalar.
-    """
-    if isinstance(x, (jax.Array, jax.ShapeDtypeStruct)):
-        return x.dtype
-    if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind not in "OUS":
-        return jax.dtypes.canonicalize_dtype(x.dtype)
-    for kind, dtype in _PYTHON_SCALARS:
-        if isinstance(x, kind):
-            return jax.dtypes.canonicalize_dtype(dtype)
-    raise TypeError(shorten(f"argument {x!r} of type {type(x)} is not a valid JAX type", 200))
 
 
 def _aval_name(dtype: Any, shape: Sequence[int]) -> str:

@@ -7,14 +7,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 from jax.sharding import Mesh
 
 from hlopt.compiler.lowering import check_static_argnums, lower_function, resolve_static_argnums
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
 from hlopt.runtime.dispatch import cpp_function
-from hlopt.runtime.executable import Compiled, arg_dtype
+from hlopt.runtime.executable import Compiled
 
 
 def lower(
@@ -52,8 +51,8 @@ def _arg_key(x: Any) -> Any:
         return (x.shape, x.dtype, x.weak_type, x.sharding)
     if isinstance(x, jax.Array):  # typed PRNG key arrays have no weak_type
         return (x.shape, x.dtype, getattr(x, "weak_type", False), x.sharding if x.committed else None)
-    weak = isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
-    return (np.shape(x), arg_dtype(x), weak, None)
+    aval = jax.typeof(x)  # host values: jax's canonical dtype; TypeError for what is not an array
+    return (aval.shape, aval.dtype, aval.weak_type, None)
 
 
 def _static_key(i: int, value: Any) -> tuple[int, type, Any]:
