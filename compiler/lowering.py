@@ -141,7 +141,7 @@ def module_to_bytecode(module: ir.Module) -> bytes:
 
 
 def parse_module(source: str | bytes) -> ir.Module:
-    """Parse text or bytecode into the hlopt context."""
+    """Parse text or bytecode that hlopt or jax produced into the hlopt context (user text: `parse_guard.parse_source`)."""
     with get_context():
         return ir.Module.parse(source)
 
