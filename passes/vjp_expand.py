@@ -358,10 +358,11 @@ def _types(types: Sequence[ir.Type]) -> str:
 
 def _annotation_callee(op: ir.Operation) -> str:
     """The callee of an `hlopt.vjp` annotation, after checking its attributes."""
-    try:
-        callee = ir.FlatSymbolRefAttr(ir.ArrayAttr(op.attributes["called_computations"])[0]).value
-    except (KeyError, IndexError, ValueError) as e:
-        raise PassError(f"vjp-expand: @{ANNOTATION} needs called_computations = [@f] ({e})", op.location) from None
+    found = op.attributes["called_computations"] if "called_computations" in op.attributes else None
+    if not isinstance(found, ir.ArrayAttr) or len(found) != 1 or not isinstance(found[0], ir.FlatSymbolRefAttr):
+        raise PassError(f"vjp-expand: @{ANNOTATION} needs called_computations = [@f] (the function to "
+                        f"differentiate), got {found}", op.location)
+    callee = ir.FlatSymbolRefAttr(found[0]).value
     config = op.attributes["backend_config"] if "backend_config" in op.attributes else None
     if not isinstance(config, ir.DictAttr):
         raise PassError(f"vjp-expand: @{ANNOTATION} needs a dictionary backend_config (api_version = 4), got "
