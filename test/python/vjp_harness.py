@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 import hlopt
 from hlopt.compiler.lowering import Signature, parse_module
@@ -26,28 +27,29 @@ def _as_entry(module: ir.Module, name: str) -> None:
         funcs[name].attributes["sym_name"] = ir.StringAttr.get("main")
 
 
-def _signature(args: Sequence[Any], outs: Sequence[Any]) -> Signature:
+def _signature(args: Sequence[Any], outs: Sequence[Any], mesh: Mesh | None = None) -> Signature:
     def avals(xs):
         return tuple(jax.core.ShapedArray(np.shape(x), np.asarray(x).dtype) for x in xs)
 
     return Signature(in_tree=jax.tree_util.tree_flatten((tuple(args), {}))[1], in_avals=avals(args),
-                     out_tree=jax.tree_util.tree_flatten(tuple(outs))[1], out_avals=avals(outs))
+                     out_tree=jax.tree_util.tree_flatten(tuple(outs))[1], out_avals=avals(outs), mesh=mesh,
+                     use_shardy=bool(jax.config.jax_use_shardy_partitioner))
 
 
 def compile_vjp(module: ir.Module, primals: Sequence[Any], cts: Sequence[Any],
-                pipeline: str = "hlopt-default") -> Any:
+                pipeline: str = "hlopt-default", mesh: Mesh | None = None) -> Any:
     """`@main_vjp` of `module` (after `vjp-expand{func=main}`) compiled as a program of
     (primals, cotangents) -> input cotangents."""
-    after = Lowered(module, _signature(primals, primals)).apply("vjp-expand{func=main}")
+    after = Lowered(module, _signature(primals, primals, mesh)).apply("vjp-expand{func=main}")
     _as_entry(after.module, "main_vjp")
-    return Lowered(after.module, _signature([*primals, *cts], primals)).compile(pipeline)
+    return Lowered(after.module, _signature([*primals, *cts], primals, mesh)).compile(pipeline)
 
 
 def hlopt_vjp(f: Callable | str, primals: Sequence[Any], cts: Sequence[Any],
-              pipeline: str = "hlopt-default") -> list[np.ndarray]:
+              pipeline: str = "hlopt-default", mesh: Mesh | None = None) -> list[np.ndarray]:
     """The input cotangents by hlopt: `f` is a JAX function or the text of a module with `@main`."""
-    module = parse_module(f) if isinstance(f, str) else hlopt.lower(f, *primals).module
-    return [np.asarray(v) for v in compile_vjp(module, primals, cts, pipeline)(*primals, *cts)]
+    module = parse_module(f) if isinstance(f, str) else hlopt.lower(f, *primals, mesh=mesh).module
+    return [np.asarray(v) for v in compile_vjp(module, primals, cts, pipeline, mesh)(*primals, *cts)]
 
 
 def jax_vjp(f: Callable, primals: Sequence[Any], cts: Sequence[Any]) -> list[np.ndarray]:
