@@ -321,10 +321,17 @@ class ModuleVjp:
         if name in self.annotations_expanded:
             return
         self.annotations_expanded.add(name)
-        for op in _nested_ops(func_op):
+        found: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
             if op.name == "stablehlo.custom_call" and \
                     ir.StringAttr(op.attributes["call_target_name"]).value == ANNOTATION:
-                self.expand_annotation(op)
+                found.append(op.operation)
+            return ir.WalkResult.ADVANCE
+
+        func_op.walk(visit)  # one C++ walk: hlopt-default runs this pass on every module
+        for op in found:
+            self.expand_annotation(op)
 
     def expand_annotation(self, op: ir.Operation) -> None:
         callee = _annotation_callee(op)

@@ -607,6 +607,17 @@ def _sort(b, op, cts, wants):
     return out
 
 
+def _top_k(b, op, cts, wants):
+    """The values' cotangent scattered back (added) at the indices along the last dim, as JAX."""
+    x, indices = op.operands[0], op.results[1]
+    rank = len(builders.shape_of(x))
+    batch = list(range(rank - 1))
+    starts = builders.reshape(indices, builders.shape_of(indices) + [1])
+    return [builders.scatter(b.zeros(x), starts, cts[0], update_window_dims=[], inserted_window_dims=[rank - 1],
+                             input_batching_dims=batch, scatter_indices_batching_dims=batch,
+                             scattered_dims_to_operand_dims=[rank - 1], index_vector_dim=rank)]
+
+
 def trip_count(op: ir.Operation) -> int | None:
     """The number of iterations of a `while` whose condition is `i < N` (or `N > i`) with a
     constant N and whose body adds 1 to i, starting from a constant; else None."""
@@ -919,6 +930,7 @@ RULES: dict[str, Rule] = {
     "stablehlo.clamp": _clamp,
     # structure
     "stablehlo.sort": _sort,
+    "chlo.top_k": _top_k,
     "stablehlo.while": _while,
     "stablehlo.case": _branches,
     "stablehlo.if": _branches,
