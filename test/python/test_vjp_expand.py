@@ -294,3 +294,17 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<f32> {
     hv, vg = (np.asarray(v) for v in lowered.compile()(X4, Y4))
     np.testing.assert_allclose(hv, jax.jvp(jax.grad(f), (X4,), (Y4,))[1], rtol=2e-5, atol=1e-6)
     np.testing.assert_allclose(vg, np.dot(Y4, jax.grad(f)(X4)), rtol=2e-5, atol=1e-6)
+
+
+def test_deviations_from_jax_are_as_documented():
+    """What the lowered computation cannot tell: stop_gradient is gone, relu at 0 is a tie of
+    maximum (1/2), and cummax gives a tied window's cotangent to its first maximum."""
+    x = np.array([0.0, 1.5, -2.0, 0.0], np.float32)
+    ones = [np.ones(4, np.float32)]
+    got = hlopt_vjp(lambda x: lax.stop_gradient(jnp.sin(x)) * x, [x], ones)[0]
+    np.testing.assert_allclose(got, np.sin(x) + x * np.cos(x), rtol=1e-6)  # JAX: sin(x)
+    got = hlopt_vjp(jax.nn.relu, [x], ones)[0]
+    np.testing.assert_array_equal(got, [0.5, 1.0, 0.0, 0.5])  # JAX: [0, 1, 0, 0]
+    ties = np.array([1.0, 1.0, 0.5, 1.0], np.float32)
+    got = hlopt_vjp(lax.cummax, [ties], ones)[0]
+    np.testing.assert_array_equal(got, [4.0, 0.0, 0.0, 0.0])  # every prefix's maximum is the first 1
