@@ -496,3 +496,50 @@ def reducer_kind(region_op: ir.Operation) -> str | None:
     if len(ops) == 2 and list(ops[0].operands) == args and list(ops[1].operands) == [ops[0].result]:
         return ops[0].name
     return None
+
+
+def unique_symbol(names: set[str], base: str) -> str:
+    """`base`, or `base_1`, `base_2`... the first not in `names` (which it joins)."""
+    name, i = base, 0
+    while name in names:
+        i += 1
+        name = f"{base}_{i}"
+    names.add(name)
+    return name
+
+
+def clone_function(src: ir.Operation, into: ir.Block, name: str, public: bool) -> ir.Operation:
+    """A copy of `func.func` `src` named `name` at the end of `into`, without argument and
+    result attributes, public or private."""
+    new = src.clone(ip=ir.InsertionPoint(into))
+    new.attributes["sym_name"] = ir.StringAttr.get(name)
+    for attr in ("arg_attrs", "res_attrs", "sym_visibility"):
+        if attr in new.attributes:
+            del new.attributes[attr]
+    if not public:
+        new.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    return new
+
+
+def has_uses(v: Value) -> bool:
+    return next(iter(v.uses), None) is not None
+
+
+def nested_ops(op: ir.Operation) -> list[ir.Operation]:
+    """Every op inside the regions of `op`, at any depth, in program order."""
+    found: list[ir.Operation] = []
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                found.append(inner.operation)
+                found.extend(nested_ops(inner.operation))
+    return found
+
+
+def functions(module_body: ir.Block) -> tuple[dict[str, ir.Operation], set[str]]:
+    """The `func.func`s of a module body by name, and every symbol name it defines."""
+    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
+             for op in module_body.operations if op.operation.name == "func.func"}
+    names = {ir.StringAttr(op.attributes["sym_name"]).value
+             for op in module_body.operations if "sym_name" in op.attributes}
+    return funcs, names

@@ -56,20 +56,6 @@ EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stabl
              "stablehlo.collective_permute", "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
 
 
-def _has_uses(value: ir.Value) -> bool:
-    return next(iter(value.uses), None) is not None
-
-
-def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner.operation)
-                found.extend(_nested_ops(inner.operation))
-    return found
-
-
 def _block_ops(block: ir.Block) -> list[ir.Operation]:
     return [op.operation for op in block.operations]
 
@@ -126,7 +112,7 @@ class Scope:
 
         ops = _block_ops(block)
         for op in ops[:-1]:
-            if any(hit(v) for inner in [op, *_nested_ops(op)] for v in inner.operands):
+            if any(hit(v) for inner in [op, *builders.nested_ops(op)] for v in inner.operands):
                 marked.update(r for r in op.results if builders.is_differentiable(r.type))
         return [hit(v) for v in ops[-1].operands]
 
@@ -151,7 +137,7 @@ class Scope:
                 branches = [self.reaches(region.blocks[0], []) for region in op.regions]
                 varies = [any(b[i] for b in branches) for i in range(len(op.results))]
             else:
-                hit = any(self.is_active(v) for inner in [op, *_nested_ops(op)] for v in inner.operands)
+                hit = any(self.is_active(v) for inner in [op, *builders.nested_ops(op)] for v in inner.operands)
                 varies = [hit] * len(op.results)
             self.active.update(r for r, v in zip(op.results, varies) if v and builders.is_differentiable(r.type))
 
@@ -184,7 +170,7 @@ class Scope:
                     self.add_ct(v, ct)
 
     def _captures_active(self, op: ir.Operation) -> bool:
-        return any(self.is_active(v) for inner in _nested_ops(op) for v in inner.operands)
+        return any(self.is_active(v) for inner in builders.nested_ops(op) for v in inner.operands)
 
     # --- rebuilding the forward -----------------------------------------------------
 
@@ -223,21 +209,10 @@ class ModuleVjp:
 
     def __init__(self, module: ir.Operation):
         self.body = module.regions[0].blocks[0]
-        self.funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
-                      for op in self.body.operations if op.operation.name == "func.func"}
-        self.names = {ir.StringAttr(op.attributes["sym_name"]).value
-                      for op in self.body.operations if "sym_name" in op.attributes}
+        self.funcs, self.names = builders.functions(self.body)
         self.generated: dict[tuple[str, frozenset, frozenset], tuple[str, frozenset]] = {}
         self.annotations_expanded: set[str] = set()
         self.pure_funcs: dict[str, bool] = {}
-
-    def unique_name(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}_{i}"
-        self.names.add(name)
-        return name
 
     def vjp_function(self, name: str, zero_cts: frozenset = frozenset(), unwanted: frozenset = frozenset(),
                      location: ir.Location | None = None, public: bool = False) -> tuple[str, frozenset]:
@@ -253,19 +228,8 @@ class ModuleVjp:
         self.expand_annotations(src)
         fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
         inputs, results = list(fn_type.inputs), list(fn_type.results)
-        new = src.clone(ip=ir.InsertionPoint(self.body))
-        new_name = self.unique_name(f"{name}_vjp")
-        new.attributes["sym_name"] = ir.StringAttr.get(new_name)
-        self.funcs[new_name] = new
-        for attr in ("arg_attrs", "res_attrs"):
-            if attr in new.attributes:
-                del new.attributes[attr]
-        if public:
-            if "sym_visibility" in new.attributes:
-                del new.attributes["sym_visibility"]
-        else:
-            new.attributes["sym_visibility"] = ir.StringAttr.get("private")
-
+        new_name = builders.unique_symbol(self.names, f"{name}_vjp")
+        new = self.funcs[new_name] = builders.clone_function(src, self.body, new_name, public)
         block = new.regions[0].blocks[0]
         ops = _block_ops(block)
         term = ops.pop()
@@ -293,20 +257,20 @@ class ModuleVjp:
             return self._pure_func(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
         if not op.name.startswith(("stablehlo.", "chlo.")) or op.name in EFFECTFUL or not op.results:
             return False
-        return all(self.is_pure(inner) or inner.name == "stablehlo.return" for inner in _nested_ops(op))
+        return all(self.is_pure(inner) or inner.name == "stablehlo.return" for inner in builders.nested_ops(op))
 
     def _pure_func(self, name: str) -> bool:
         if name not in self.pure_funcs:
             self.pure_funcs[name] = False  # until shown otherwise (no recursion in StableHLO anyway)
             func = self.funcs.get(name)
             self.pure_funcs[name] = func is not None and all(
-                self.is_pure(op) or op.name == "func.return" for op in _nested_ops(func))
+                self.is_pure(op) or op.name == "func.return" for op in builders.nested_ops(func))
         return self.pure_funcs[name]
 
     def erase_dead(self, block: ir.Block) -> None:
         """Erase the pure ops of `block` (and of the blocks nested in it) whose results are unused."""
         for op in reversed(_block_ops(block)):
-            if self.is_pure(op) and not any(_has_uses(r) for r in op.results):
+            if self.is_pure(op) and not any(builders.has_uses(r) for r in op.results):
                 op.erase()
                 continue
             for region in op.regions:
@@ -348,7 +312,7 @@ class ModuleVjp:
                 f"result ({_types(expected)}) and returns one cotangent per input ({_types(inputs)}); got "
                 f"({_types(got)}) -> ({_types([r.type for r in op.results])})", op.location)
         zero_cts = frozenset(i for i in range(len(results)) if builders.is_zero_constant(op.operands[len(inputs) + i]))
-        unwanted = frozenset(i for i, r in enumerate(op.results) if not _has_uses(r))
+        unwanted = frozenset(i for i, r in enumerate(op.results) if not builders.has_uses(r))
         if len(unwanted) < len(inputs):
             name, _ = self.vjp_function(callee, zero_cts, unwanted, op.location)
             with ir.InsertionPoint(op), op.location:

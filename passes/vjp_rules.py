@@ -677,7 +677,7 @@ def _while(b, op, cts, wants):
     for j in range(n):
         if returned[j] == op.regions[1].blocks[0].arguments[j]:  # loop-invariant: no tape, no recomputation
             carry[j].replace_all_uses_with(inits[j])
-    used = [j for j in range(n) if any(True for _ in carry[j].uses)]
+    used = [j for j in range(n) if builders.has_uses(carry[j])]
     count, tapes = None, []
     if trips is None:
         with ir.InsertionPoint.at_block_begin(block), loc:

@@ -143,17 +143,6 @@ def _mesh():
     return jax.make_mesh((8,), ("x",), axis_types=(jax.sharding.AxisType.Auto,))
 
 
-def test_sharding_constraint_gspmd(gspmd):
-    mesh = _mesh()
-
-    def f(x):
-        return jax.lax.with_sharding_constraint(jnp.sin(x), NamedSharding(mesh, P("x"))) * x
-
-    x = np.arange(16, dtype=np.float32).reshape(8, 2) / 7
-    assert "@Sharding" in hlopt.lower(f, x, mesh=mesh).as_text()
-    _check(f, f, [x], mesh=mesh)
-
-
 def test_shard_map_gspmd(gspmd):
     """SPMDFullToShardShape / SPMDShardToFullShape are crossed the other way."""
     mesh = _mesh()
@@ -166,15 +155,23 @@ def test_shard_map_gspmd(gspmd):
     _check(f, f, [x], mesh=mesh)
 
 
-def test_sharding_constraint_shardy():
-    mesh = _mesh()
+@pytest.mark.parametrize("shardy", [False, True], ids=["gspmd", "shardy"])
+def test_sharding_constraint(shardy):
+    """GSPMD lowers the constraint to a @Sharding custom call, Shardy to sdy.sharding_constraint:
+    either is applied to the cotangent."""
+    previous = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        mesh = _mesh()
 
-    def f(x):
-        return jax.lax.with_sharding_constraint(jnp.sin(x), NamedSharding(mesh, P("x"))) * x
+        def f(x):
+            return jax.lax.with_sharding_constraint(jnp.sin(x), NamedSharding(mesh, P("x"))) * x
 
-    x = np.arange(16, dtype=np.float32).reshape(8, 2) / 7
-    assert "sdy.sharding_constraint" in hlopt.lower(f, x, mesh=mesh).as_text()
-    _check(f, f, [x], mesh=mesh)
+        x = np.arange(16, dtype=np.float32).reshape(8, 2) / 7
+        assert ("sdy.sharding_constraint" if shardy else "@Sharding") in hlopt.lower(f, x, mesh=mesh).as_text()
+        _check(f, f, [x], mesh=mesh)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", previous)
 
 
 def _pass_error(f, *args, **kwargs) -> PassError:
