@@ -15,19 +15,27 @@ Residual policy (what the backward part reads, and where it comes from):
   values that neither the backward ops nor anything else needs are erased, and
   cotangents known to be zero (constants, values that do not depend on a
   differentiated input, results whose cotangent is a zero constant) are
-  absent and build no ops.
-- `func.call`: the call is kept for its forward results and the backward calls
-  `@callee_vjp`, which recomputes the callee's forward inside (after `inline`,
-  CSE merges the two copies). One vjp function per callee and per pattern of
-  zero cotangents and undifferentiated arguments.
+  absent and build no ops. A cotangent that is a slice or a scatter-add
+  written into zeros (of a `dynamic_slice` or `gather`) is added in place.
+- `func.call` of a small leaf function (at most `INLINE_OPS` ops, no calls,
+  loops or branches: JAX's helper wrappers such as `dynamic_index_in_dim`)
+  is differentiated in place, as if inlined. Any other call is kept for its
+  forward results and the backward calls `@callee_vjp`, which recomputes the
+  callee's forward inside (after `inline`, CSE merges the two copies): one vjp
+  function per callee and per pattern of zero cotangents and undifferentiated
+  arguments.
 - `case` / `if`: each backward branch recomputes its forward branch, then runs
   its backward; the backward case returns the cotangents of the values the
   branches capture.
 - `while` with a known trip count (a counter compared with `LT` against a
   constant, stepped by 1 from a constant: JAX's `fori_loop` and `scan`): the
-  forward loop writes the state it starts each iteration with into a tape (a
-  `[trip count, ...]` buffer per state value the backward part needs), and the
-  backward loop reads it in reverse and recomputes the body's forward from it.
+  forward loop writes into `[trip count, ...]` tapes what the backward body
+  reads: the body values it needs (the residuals, as JAX's scan stores them)
+  and the state values it starts from. Values that do not change between
+  iterations are not taped (loop-invariant state is read from the loop's
+  operand, loop-invariant body values are recomputed, which XLA hoists), and
+  the counter is derived from the iteration. The backward loop runs the
+  iterations in reverse.
 - `while` with any other condition (a data-dependent trip count): the forward
   loop counts its iterations, and backward iteration t recomputes the state by
   running the forward body t times from the initial state: no tape, quadratic
@@ -51,6 +59,7 @@ from hlopt.passes.mlir import ir
 from hlopt.passes.vjp_rules import RULES, Term, VjpBuilder
 
 ANNOTATION = "hlopt.vjp"
+INLINE_OPS = 32  # callees up to this size (JAX's helper wrappers) are differentiated in place
 EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
              "stablehlo.all_gather", "stablehlo.all_reduce", "stablehlo.all_to_all", "stablehlo.reduce_scatter",
              "stablehlo.collective_permute", "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
@@ -75,6 +84,8 @@ class Scope:
         self.active: set[ir.Value] = set()
         self.cts: dict[ir.Value, ir.Value] = {}
         self.captured: dict[ir.Value, ir.Value] = {}
+        # for a recomputed loop body: its values -> the forward loop's values they recompute
+        self.origin: dict[ir.Value, ir.Value] = {}
 
     def child(self, values: Sequence[ir.Value], active: Sequence[bool]) -> "Scope":
         """A scope for a nested block whose arguments are `values` (`active` says which vary)."""
@@ -94,7 +105,7 @@ class Scope:
         if ct is None or not self.is_active(value):
             return
         table = self.cts if value in self.local else self.captured
-        table[value] = ct if value not in table else builders.add(table[value], ct)
+        table[value] = ct if value not in table else self.builder.accumulate(table[value], ct)
 
     def materialized_ct(self, value: ir.Value) -> ir.Value:
         ct = self.cts.get(value)
@@ -126,6 +137,27 @@ class Scope:
             if grown == carried:
                 return carried
             carried = grown
+
+    def prepare(self, ops: Sequence[ir.Operation]) -> list[ir.Operation]:
+        """Inline the calls of small leaf functions among `ops` (JAX's helper wrappers such as
+        `dynamic_index_in_dim` or `relu`), so that their ops are differentiated in place, then
+        record which values vary. Returns the ops to differentiate."""
+        out: list[ir.Operation] = []
+        for op in ops:
+            callee = self.module.inlinable(op)
+            if callee is None:
+                out.append(op)
+                continue
+            with ir.InsertionPoint(op):
+                inlined, term = self.clone_region(callee, 0, list(op.operands))
+            for r, v in zip(op.results, self.returned(term)):
+                r.replace_all_uses_with(v)
+                if r in self.origin:
+                    self.origin.setdefault(v, self.origin.pop(r))
+            op.erase()
+            out.extend(inlined)
+        self.mark(out)
+        return out
 
     def mark(self, ops: Sequence[ir.Operation]) -> None:
         """Record the results of `ops` as local, and which of them vary."""
@@ -174,22 +206,26 @@ class Scope:
 
     # --- rebuilding the forward -----------------------------------------------------
 
-    def clone_region(self, op: ir.Operation, index: int, args: Sequence[ir.Value]) -> tuple[list, list]:
+    def clone_region(self, op: ir.Operation, index: int, args: Sequence[ir.Value]) -> tuple[list, ir.Operation]:
         """Copy the ops of region `index` of `op` to the current insertion point, its block
-        arguments replaced by `args`; the copied ops (without terminator) and the values
-        the terminator returned."""
+        arguments replaced by `args`; the copied ops, and the copied terminator, which the
+        caller reads and erases (`returned`)."""
         shell = op.clone(ip=ir.InsertionPoint.current)
         block = shell.regions[index].blocks[0]
         for arg, v in zip(block.arguments, args):
             arg.replace_all_uses_with(v)
         ops = _block_ops(block)
-        term = ops.pop()
-        outs = list(term.operands)
-        term.erase()
         for inner in ops:
             inner.move_before(shell)
         shell.erase()
-        return ops, outs
+        return ops[:-1], ops[-1]
+
+    @staticmethod
+    def returned(term: ir.Operation) -> list[ir.Value]:
+        """The values a copied terminator returns; the terminator is erased."""
+        values = list(term.operands)
+        term.erase()
+        return values
 
     def replace_forward(self, op: ir.Operation, values: Sequence[ir.Value]) -> None:
         """Replace the forward op `op` (already differentiated) by `values` and erase it."""
@@ -198,6 +234,8 @@ class Scope:
             self.local.discard(r)
             self.active.discard(r)
             self.cts.pop(r, None)
+            if r in self.origin:
+                self.origin[v] = self.origin.pop(r)
         op.erase()
 
     def erase_dead(self, block: ir.Block) -> None:
@@ -237,7 +275,7 @@ class ModuleVjp:
         ct_args = [block.add_argument(t, new.location) for t in results]
         scope = Scope(self)
         scope.define(args, [i not in unwanted for i in range(len(args))])
-        scope.mark(ops)
+        ops = scope.prepare(ops)
         with ir.InsertionPoint(term), term.location:
             scope.pull_back(ops, list(term.operands), [None if i in zero_cts else ct for i, ct in enumerate(ct_args)])
             cts = [scope.cts.get(a) for a in args]
@@ -248,6 +286,20 @@ class ModuleVjp:
         self.erase_dead(block)
         self.generated[key] = (new_name, frozenset(i for i, ct in enumerate(cts) if ct is None))
         return self.generated[key]
+
+    def inlinable(self, op: ir.Operation) -> ir.Operation | None:
+        """The callee of `op` if `op` calls a small leaf function (at most INLINE_OPS ops, no
+        calls, loops or branches) that is differentiated in place rather than by a vjp."""
+        if op.name != "func.call":
+            return None
+        callee = self.funcs.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+        if callee is None:
+            return None
+        inner = builders.nested_ops(callee)
+        if len(inner) > INLINE_OPS or any(o.name in ("func.call", "stablehlo.while", "stablehlo.case",
+                                                      "stablehlo.if") for o in inner):
+            return None
+        return callee
 
     # --- dead code --------------------------------------------------------------------
 

@@ -69,6 +69,24 @@ class VjpBuilder:
             return a
         return self.neg(b) if a is None else builders.sub(a, b)
 
+    def accumulate(self, total: ir.Value, ct: ir.Value) -> ir.Value:
+        """`total + ct`; where one side is a slice or a scatter-add written into zeros (the
+        cotangent of a dynamic_slice or gather, as in every step of a scan), the other side
+        is updated in place instead of adding a whole array of zeros."""
+        for a, c in ((total, ct), (ct, total)):
+            into = c.owner.operation if isinstance(c, ir.OpResult) else None
+            if into is None or not builders.is_zero_constant(into.operands[0]):
+                continue
+            if into.name == "stablehlo.dynamic_update_slice":
+                update, starts = into.operands[1], list(into.operands)[2:]
+                old = builders.dynamic_slice(a, starts, builders.shape_of(update))
+                return builders.dynamic_update_slice(a, builders.add(old, update), starts)
+            if into.name == "stablehlo.scatter" and builders.reducer_kind(into) == "stablehlo.add":
+                new = into.clone(ip=ir.InsertionPoint.current)
+                new.operands[0] = a
+                return new.results[0]
+        return builders.add(total, ct)
+
     def neg(self, a: Term) -> Term:
         return None if a is None else builders.neg(a)
 
@@ -618,9 +636,18 @@ def _top_k(b, op, cts, wants):
                              scattered_dims_to_operand_dims=[rank - 1], index_vector_dim=rank)]
 
 
-def trip_count(op: ir.Operation) -> int | None:
-    """The number of iterations of a `while` whose condition is `i < N` (or `N > i`) with a
-    constant N and whose body adds 1 to i, starting from a constant; else None."""
+@dataclasses.dataclass(frozen=True)
+class Counter:
+    """A `while` that runs `trips` times: state value `index` goes from `start` by 1."""
+
+    trips: int
+    index: int
+    start: int
+
+
+def counted_loop(op: ir.Operation) -> Counter | None:
+    """The counter of a `while` whose condition is `i < N` (or `N > i`) with a constant N and
+    whose body adds 1 to i, starting from a constant (JAX's fori_loop and scan); else None."""
     cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
     test = list(cond.operations)[-1].operands
     if len(test) != 1 or not isinstance(test[0], ir.OpResult) or test[0].owner.name != "stablehlo.compare":
@@ -640,61 +667,107 @@ def trip_count(op: ir.Operation) -> int | None:
     if not ((a == arg and builders.int_constant(c) == 1) or (c == arg and builders.int_constant(a) == 1)):
         return None
     n, start = builders.int_constant(limit), builders.int_constant(op.operands[j])
-    return None if n is None or start is None else max(0, n - start)
+    return None if n is None or start is None else Counter(max(0, n - start), j, start)
+
+
+def _varying(body: ir.Block) -> set[ir.Value]:
+    """The values of a loop body that change from one iteration to the next: those that
+    depend on a state value the body does not return unchanged."""
+    returned = list(body.operations)[-1].operands
+    varying = {a for j, a in enumerate(body.arguments) if returned[j] != a}
+    for op in list(body.operations)[:-1]:
+        if any(v in varying for inner in [op, *builders.nested_ops(op)] for v in inner.operands):
+            varying.update(op.results)
+    return varying
+
+
+def _residuals(scope: "Scope", block: ir.Block) -> list[ir.Value]:
+    """The values of the recomputed forward body (those with an origin in the forward loop)
+    that backward ops in `block` read."""
+    found: dict[ir.Value, None] = {}
+    for op in list(block.operations):
+        op = op.operation
+        if any(r in scope.origin for r in op.results):
+            continue
+        for inner in [op, *builders.nested_ops(op)]:
+            found.update((v, None) for v in inner.operands if v in scope.origin)
+    return list(found)
+
+
+def _row(tape: ir.Value, t: ir.Value) -> ir.Value:
+    """`tape[t]`."""
+    shape = builders.shape_of(tape)[1:]
+    row = builders.dynamic_slice(tape, [t] + [builders.scalar(0, I32())] * len(shape), [1] + shape)
+    return builders.reshape(row, shape)
 
 
 def _while(b, op, cts, wants):
-    """Backward loop over the iterations in reverse. The state at the start of iteration t
-    comes from a tape that the forward loop fills (known trip count), or is recomputed from
-    the initial state by t forward steps (unknown trip count: quadratic time, no tape). The
-    body's forward is recomputed from that state, then its backward runs; cotangents of
-    values the body captures are summed in the loop state."""
+    """A backward loop over the iterations in reverse. Known trip count: the forward loop
+    fills tapes with what the backward body reads from the forward body (the residuals, as
+    JAX's scan stores them) and with the state values it needs; loop-invariant values are
+    not taped (the backward body recomputes them, and XLA hoists them) and the counter is
+    derived from t. Unknown trip count: the forward loop counts its iterations and backward
+    iteration t recomputes its state by t forward steps from the initial state (quadratic
+    time, no tape). Cotangents of values the body captures are summed in the loop state."""
     scope = b.scope
     n = len(op.operands)
     carried = scope.loop_activity(op)
-    trips = trip_count(op)
-    if trips == 0:
+    counter = counted_loop(op)
+    if counter is not None and counter.trips == 0:
         return [ct if c else None for ct, c in zip(cts, carried)]
     active = [j for j in range(n) if carried[j]]
-    types = [v.type for v in op.operands]
-    loc, inits = op.location, list(op.operands)
-    counter = builders.tensor([], I32())
+    types, loc, inits = [v.type for v in op.operands], op.location, list(op.operands)
+    body = op.regions[1].blocks[0]
+    forward_body = [o.operation for o in body.operations][:-1]
+    returned = list(body.operations)[-1].operands
     scratch = ir.Operation.create("stablehlo.while", results=[], operands=[], regions=2)
-    block = scratch.regions[1].blocks.append(counter, *[types[j] for j in active], *types)
-    t, ct_args, carry = block.arguments[0], list(block.arguments)[1:1 + len(active)], \
-        list(block.arguments)[1 + len(active):]
+    block = scratch.regions[1].blocks.append(builders.tensor([], I32()), *[types[j] for j in active], *types)
+    t, ct_args = block.arguments[0], list(block.arguments)[1:1 + len(active)]
+    carry = list(block.arguments)[1 + len(active):]
     with ir.InsertionPoint(block):
         inner = scope.child(carry, carried)
-        ops, outs = scope.clone_region(op, 1, carry)
-        inner.mark(ops)
+        ops, term = scope.clone_region(op, 1, carry)
+        if counter is not None:
+            varying = _varying(body)
+            inner.origin = {c: f for clone, fwd in zip(ops, forward_body)
+                            for c, f in zip(clone.results, fwd.results) if f in varying}
+        ops = inner.prepare(ops)
+        outs = scope.returned(term)
         inner.pull_back(ops, outs, [ct_args[active.index(j)] if carried[j] else None for j in range(n)])
         state_cts = [inner.materialized_ct(carry[j]) for j in active]
         captured = list(inner.captured.items())
-        sums = [builders.add(block.add_argument(v.type, loc), ct) for v, ct in captured]
+        sums = [b.accumulate(block.add_argument(v.type, loc), ct) for v, ct in captured]
         ir.Operation.create("stablehlo.return", operands=[builders.sub(t, builders.scalar(1, I32())), *state_cts, *sums])
+    residuals = _residuals(inner, block) if counter is not None else []
+    slots = [block.add_argument(v.type, loc) for v in residuals]  # until the tapes exist
+    for v, slot in zip(residuals, slots):
+        v.replace_all_uses_with(slot)
     scope.erase_dead(block)
-    returned = list(op.regions[1].blocks[0].operations)[-1].operands
-    for j in range(n):
-        if returned[j] == op.regions[1].blocks[0].arguments[j]:  # loop-invariant: no tape, no recomputation
-            carry[j].replace_all_uses_with(inits[j])
-    used = [j for j in range(n) if builders.has_uses(carry[j])]
-    count, tapes = None, []
-    if trips is None:
-        with ir.InsertionPoint.at_block_begin(block), loc:
+    taped = [i for i, slot in enumerate(slots) if builders.has_uses(slot)]  # read by live ops
+    origins = [inner.origin[residuals[i]] for i in taped]
+    with ir.InsertionPoint.at_block_begin(block), loc:
+        for j in range(n):
+            if returned[j] == body.arguments[j]:  # loop-invariant state: read the loop's operand
+                carry[j].replace_all_uses_with(inits[j])
+        if counter is not None and builders.has_uses(carry[counter.index]):
+            elem = builders.elem_of(carry[counter.index])
+            carry[counter.index].replace_all_uses_with(
+                builders.add(builders.convert(t, elem), builders.scalar(counter.start, elem)))
+        used = [j for j in range(n) if builders.has_uses(carry[j])]
+        if counter is None:
             _recompute_state(scope, op, t, inits, carry, used)
-    if trips is None or used:
-        count, tapes = _record(scope, op, used if trips is not None else [], trips)
-    if trips is not None:
+    if counter is None or used or taped:
+        count, tapes = _record(scope, op, used if counter is not None else [], origins, counter)
         with ir.InsertionPoint.at_block_begin(block), loc:
-            for j, tape in zip(used, tapes):
-                shape = builders.shape_of(carry[j])
-                zero_ = builders.scalar(0, I32())
-                row = builders.dynamic_slice(tape, [t] + [zero_] * len(shape), [1] + shape)
-                carry[j].replace_all_uses_with(builders.reshape(row, shape))
+            for v, tape in zip([carry[j] for j in used] + [slots[i] for i in taped], tapes):
+                v.replace_all_uses_with(_row(tape, t))
     for index in reversed(range(1 + len(active), 1 + len(active) + n)):
         block.erase_argument(index)
+    for _ in slots:
+        block.erase_argument(len(block.arguments) - 1)
     with ir.InsertionPoint(scratch), loc:
-        last = builders.scalar(trips - 1, I32()) if trips is not None else builders.sub(count, builders.scalar(1, I32()))
+        one = builders.scalar(1, I32())
+        last = builders.scalar(counter.trips - 1, I32()) if counter is not None else builders.sub(count, one)
         init = [last] + [cts[j] if cts[j] is not None else zeros_of(types[j]) for j in active] + \
             [zeros_of(v.type) for v, _ in captured]
         backward = ir.Operation.create("stablehlo.while", results=[v.type for v in init], operands=init, regions=2)
@@ -723,23 +796,27 @@ def _recompute_state(scope: "Scope", op: ir.Operation, t: ir.Value, inits: Seque
         stablehlo.return_([builders.compare(test.arguments[0], t, "LT")])
     body = loop.regions[1].blocks.append(*types)
     with ir.InsertionPoint(body):
-        _, outs = scope.clone_region(op, 1, list(body.arguments)[1:])
+        _, term = scope.clone_region(op, 1, list(body.arguments)[1:])
+        outs = scope.returned(term)
         stablehlo.return_([builders.add(body.arguments[0], builders.scalar(1, I32())), *outs])
     for j in used:
         carry[j].replace_all_uses_with(loop.results[1 + j])
 
 
-def _record(scope: "Scope", op: ir.Operation, taped: Sequence[int], trips: int | None) -> tuple[ir.Value, list]:
+def _record(scope: "Scope", op: ir.Operation, states: Sequence[int], residuals: Sequence[ir.Value],
+            counter: Counter | None) -> tuple[ir.Value, list]:
     """Rebuild the forward `while` with an iteration counter and, for a known trip count, a
-    tape per state value in `taped` (its value at the start of each iteration). Returns the
-    final count and the tapes."""
+    tape per state value in `states` (its value at the start of each iteration) and per
+    body value in `residuals`. Returns the final count and the tapes."""
     n = len(op.operands)
     cond, body = op.regions[0].blocks[0], op.regions[1].blocks[0]
+    args = list(body.arguments)
+    recorded = [args[j] for j in states] + list(residuals)
     with ir.InsertionPoint(op), op.location:
         extra = [builders.scalar(0, I32())]
-        for j in taped:
-            t = ir.RankedTensorType(op.operands[j].type)
-            extra.append(builders.full([trips] + list(t.shape), 0, t.element_type))
+        for v in recorded:
+            t = ir.RankedTensorType(v.type)
+            extra.append(builders.full([counter.trips] + list(t.shape), 0, t.element_type))
         operands = list(op.operands) + extra
         new = ir.Operation.create("stablehlo.while", results=[v.type for v in operands], operands=operands,
                                   attributes=attributes_of(op), regions=2)
@@ -749,14 +826,13 @@ def _record(scope: "Scope", op: ir.Operation, taped: Sequence[int], trips: int |
         cond.add_argument(v.type, op.location)
         body.add_argument(v.type, op.location)
     term = list(body.operations)[-1]
-    args = list(body.arguments)
     with ir.InsertionPoint(term), op.location:
-        k = args[n]
+        k = body.arguments[n]
         zero_ = builders.scalar(0, I32())
         writes = []
-        for j, tape in zip(taped, args[n + 1:]):
-            shape = builders.shape_of(args[j])
-            writes.append(builders.dynamic_update_slice(tape, builders.reshape(args[j], [1] + shape),
+        for v, tape in zip(recorded, list(body.arguments)[n + 1:]):
+            shape = builders.shape_of(v)
+            writes.append(builders.dynamic_update_slice(tape, builders.reshape(v, [1] + shape),
                                                         [k] + [zero_] * len(shape)))
         stablehlo.return_(list(term.operands) + [builders.add(k, builders.scalar(1, I32()))] + writes)
     term.erase()
@@ -776,8 +852,9 @@ def _branches(b, op, cts, wants):
         block = region.blocks.append()
         with ir.InsertionPoint(block):
             inner = scope.child([], [])
-            ops, outs = scope.clone_region(op, i, [])
-            inner.mark(ops)
+            ops, term = scope.clone_region(op, i, [])
+            ops = inner.prepare(ops)
+            outs = scope.returned(term)
             inner.pull_back(ops, outs, cts)
         blocks.append((block, inner.captured))
         captured += [v for v in inner.captured if v not in captured]

@@ -1,23 +1,29 @@
 // RUN: hlopt-opt %s -p 'vjp-expand{func=f}' --split-input-file | filecheck %s
 
-// A loop with a known trip count (i < 3 from 0, step 1): the forward loop writes the
-// state each iteration starts with into a tape (only y: the integer counter is not
-// needed and v is loop-invariant), the backward loop runs t = 2, 1, 0, reads the tape,
-// recomputes sin(y) and sums v's cotangent in its state.
+// A loop with a known trip count (i < 3 from 0, step 1): the forward loop writes what
+// the backward body reads into tapes: the state y each iteration starts with (for
+// cos(y)) and the residual sin(y) (for v's cotangent); the integer counter and the
+// loop-invariant v are not taped. The backward loop runs t = 2, 1, 0, reads the tapes
+// (no sine is recomputed) and sums v's cotangent in its state.
 // CHECK-LABEL: func.func @f_vjp
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[W:[^:]*]]: tensor<4xf32>, %[[CT:[^:]*]]: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
-// CHECK: %[[TAPE0:.*]] = stablehlo.broadcast_in_dim %{{.*}} -> tensor<3x4xf32>
-// CHECK: %[[FWD:.*]]:5 = stablehlo.while(%[[I:[^ ]*]] = %{{.*}}, %[[Y:[^ ]*]] = %[[X]], %{{[^ ]*}} = %[[W]], %[[K:[^ ]*]] = %{{.*}}, %[[TAPE:[^ ]*]] = %[[TAPE0]])
+// CHECK: %[[FWD:.*]]:6 = stablehlo.while(%[[I:[^ ]*]] = %{{.*}}, %[[Y:[^ ]*]] = %[[X]], %{{[^ ]*}} = %[[W]], %[[K:[^ ]*]] = %{{.*}}, %[[TY:[^ ]*]] = %{{.*}}, %[[TS:[^ ]*]] = %{{.*}})
+// CHECK-SAME: tensor<3x4xf32>, tensor<3x4xf32>
 // CHECK: } do {
+// CHECK: %[[S:.*]] = stablehlo.sine %[[Y]]
 // CHECK: %[[ROW:.*]] = stablehlo.reshape %[[Y]] : (tensor<4xf32>) -> tensor<1x4xf32>
-// CHECK: stablehlo.dynamic_update_slice %[[TAPE]], %[[ROW]], %[[K]], %{{.*}}
+// CHECK: stablehlo.dynamic_update_slice %[[TY]], %[[ROW]], %[[K]], %{{.*}}
+// CHECK: %[[SROW:.*]] = stablehlo.reshape %[[S]] : (tensor<4xf32>) -> tensor<1x4xf32>
+// CHECK: stablehlo.dynamic_update_slice %[[TS]], %[[SROW]], %[[K]], %{{.*}}
 // CHECK: %[[LAST:.*]] = stablehlo.constant dense<2> : tensor<i32>
 // CHECK: %[[BWD:.*]]:3 = stablehlo.while(%[[T:[^ ]*]] = %[[LAST]], %[[YCT:[^ ]*]] = %[[CT]], %[[VCT:[^ ]*]] = %{{.*}})
 // CHECK: stablehlo.compare GE, %[[T]]
 // CHECK: } do {
+// CHECK-NOT: stablehlo.sine
 // CHECK: %[[READ:.*]] = stablehlo.dynamic_slice %[[FWD]]#4, %[[T]], %{{.*}}, sizes = [1, 4]
 // CHECK: %[[YT:.*]] = stablehlo.reshape %[[READ]]
-// CHECK: stablehlo.sine %[[YT]]
+// CHECK: stablehlo.dynamic_slice %[[FWD]]#5, %[[T]], %{{.*}}, sizes = [1, 4]
+// CHECK-NOT: stablehlo.sine
 // CHECK: stablehlo.cosine %[[YT]]
 // CHECK: stablehlo.subtract %[[T]]
 // CHECK: return %[[BWD]]#1, %[[BWD]]#2
@@ -94,8 +100,9 @@ func.func @f(%x: tensor<4xf32>, %k: tensor<i32>) -> tensor<4xf32> {
 
 // -----
 
-// func.call: one vjp per callee, called once per call site; the forward call stays
-// for the values the backward part reads.
+// func.call: a vjp per callee, called once per call site; the forward call stays for
+// the values the backward part reads. A small leaf callee (@h: JAX's helper wrappers)
+// is differentiated in place instead: inside @g_vjp there is no call of @h.
 // CHECK-LABEL: func.func @f_vjp
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[Y:[^:]*]]: tensor<4xf32>, %[[CT:[^:]*]]: tensor<4xf32>)
 // CHECK: %[[H:.*]] = call @g(%[[X]], %[[Y]])
@@ -104,7 +111,10 @@ func.func @f(%x: tensor<4xf32>, %k: tensor<i32>) -> tensor<4xf32> {
 // CHECK: %[[YCT:.*]] = stablehlo.add %[[B1]]#1, %[[B2]]#1
 // CHECK: return %[[B2]]#0, %[[YCT]]
 // CHECK-LABEL: func.func private @g_vjp
+// CHECK-NOT: call
 // CHECK: stablehlo.tanh
+// CHECK-NOT: call
+// CHECK: return
 // CHECK-NOT: func.func private @g_vjp_1
 func.func @f(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
   %0 = func.call @g(%x, %y) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
@@ -112,9 +122,13 @@ func.func @f(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
   return %1 : tensor<4xf32>
 }
 func.func private @g(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = stablehlo.tanh %a : tensor<4xf32>
+  %0 = func.call @h(%a) : (tensor<4xf32>) -> tensor<4xf32>
   %1 = stablehlo.multiply %0, %b : tensor<4xf32>
   return %1 : tensor<4xf32>
+}
+func.func private @h(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.tanh %a : tensor<4xf32>
+  return %0 : tensor<4xf32>
 }
 
 // -----

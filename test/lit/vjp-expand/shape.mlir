@@ -34,8 +34,9 @@ func.func @f(%x: tensor<6xf32>) -> tensor<4xf32> {
 // -----
 
 // concatenate -> slices; dynamic_update_slice -> zeros written into the cotangent
-// (operand) and a dynamic_slice of it (update); dynamic_slice -> written into zeros
-// at the same start. The index gets a zero cotangent.
+// (operand) and a dynamic_slice of it (update); dynamic_slice -> the cotangent added
+// in place at the same start (not written into zeros and added whole). The index
+// gets a zero cotangent.
 // CHECK-LABEL: func.func @f_vjp
 // CHECK-SAME: (%{{[^:]*}}: tensor<5xf32>, %{{[^:]*}}: tensor<2xf32>, %[[I:[^:]*]]: tensor<i32>, %[[CT0:[^:]*]]: tensor<3xf32>, %[[CT1:[^:]*]]: tensor<7xf32>)
 // CHECK: %[[A:.*]] = stablehlo.slice %[[CT1]] [0:5]
@@ -43,8 +44,9 @@ func.func @f(%x: tensor<6xf32>) -> tensor<4xf32> {
 // CHECK: %[[XCT:.*]] = stablehlo.dynamic_update_slice %[[A]], %{{.*}}, %[[I]]
 // CHECK: %[[UCT:.*]] = stablehlo.dynamic_slice %[[A]], %[[I]], sizes = [2]
 // CHECK: %[[Y:.*]] = stablehlo.add %[[B]], %[[UCT]]
-// CHECK: %[[DS:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[CT0]], %[[I]]
-// CHECK: %[[X:.*]] = stablehlo.add %[[XCT]], %[[DS]]
+// CHECK: %[[OLD:.*]] = stablehlo.dynamic_slice %[[XCT]], %[[I]], sizes = [3]
+// CHECK: %[[SUM:.*]] = stablehlo.add %[[OLD]], %[[CT0]]
+// CHECK: %[[X:.*]] = stablehlo.dynamic_update_slice %[[XCT]], %[[SUM]], %[[I]]
 // CHECK: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
 // CHECK: return %[[X]], %[[Y]], %[[Z]]
 func.func @f(%x: tensor<5xf32>, %y: tensor<2xf32>, %i: tensor<i32>) -> (tensor<3xf32>, tensor<7xf32>) {
