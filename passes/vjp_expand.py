@@ -139,9 +139,16 @@ class Scope:
             carried = grown
 
     def prepare(self, ops: Sequence[ir.Operation]) -> list[ir.Operation]:
-        """Inline the calls of small leaf functions among `ops` (JAX's helper wrappers such as
-        `dynamic_index_in_dim` or `relu`), so that their ops are differentiated in place, then
-        record which values vary. Returns the ops to differentiate."""
+        """Inline the small leaf calls among `ops`, then record which values vary; the ops
+        to differentiate."""
+        ops = self.inline_calls(ops)
+        self.mark(ops)
+        return ops
+
+    def inline_calls(self, ops: Sequence[ir.Operation]) -> list[ir.Operation]:
+        """`ops` with each call of a small leaf function (JAX's helper wrappers such as
+        `dynamic_index_in_dim` or `relu`) replaced by a copy of the callee's ops, so that
+        they are differentiated in place."""
         out: list[ir.Operation] = []
         for op in ops:
             callee = self.module.inlinable(op)
@@ -152,11 +159,8 @@ class Scope:
                 inlined, term = self.clone_region(callee, 0, list(op.operands))
             for r, v in zip(op.results, self.returned(term)):
                 r.replace_all_uses_with(v)
-                if r in self.origin:
-                    self.origin.setdefault(v, self.origin.pop(r))
             op.erase()
             out.extend(inlined)
-        self.mark(out)
         return out
 
     def mark(self, ops: Sequence[ir.Operation]) -> None:

@@ -718,7 +718,7 @@ def _while(b, op, cts, wants):
     active = [j for j in range(n) if carried[j]]
     types, loc, inits = [v.type for v in op.operands], op.location, list(op.operands)
     body = op.regions[1].blocks[0]
-    forward_body = [o.operation for o in body.operations][:-1]
+    forward_body = scope.inline_calls([o.operation for o in body.operations][:-1])  # as the copy will be
     returned = list(body.operations)[-1].operands
     scratch = ir.Operation.create("stablehlo.while", results=[], operands=[], regions=2)
     block = scratch.regions[1].blocks.append(builders.tensor([], I32()), *[types[j] for j in active], *types)

@@ -118,6 +118,16 @@ def _inner_jit(x):
     return jnp.tanh(x) * x
 
 
+@jax.jit
+def _inner_loop(x, w):  # a callee with a loop inside: it gets a vjp function of its own
+    return lax.fori_loop(0, 2, lambda i, v: jnp.sin(v * w), x)
+
+
+def _scanned_layers(x, ws, bs):
+    """An MLP whose layers are one scan over stacked weights."""
+    return lax.scan(lambda h, wb: (jnp.tanh(h @ wb[0] + wb[1]), None), x, (ws, bs))[0]
+
+
 def _mlp(x, w1, b1, w2):
     return jnp.tanh(jnp.tanh(x @ w1 + b1) @ w2)
 
@@ -264,6 +274,8 @@ STRUCTURAL: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "loop_in_cond": (lambda x: lax.cond(x[0] > -5, lambda v: lax.fori_loop(0, 2, lambda i, w: jnp.tanh(w) * v, v),
                                         jnp.cos, x), ("real",)),
     "call": (lambda x: _inner_jit(x) + _inner_jit(2 * x), ("real",)),
+    "scanned_layers": (_scanned_layers, ("real:2x4", "real:3x4x4", "real:3x4")),
+    "loop_calling_loop": (lambda x, w: lax.fori_loop(0, 3, lambda i, v: _inner_loop(v, w) + v, x), ("real", "real")),
     "call_in_loop": (lambda x: lax.fori_loop(0, 2, lambda i, v: _inner_jit(v) * x, x), ("real",)),
     "optimization_barrier": (lambda x, y: lax.optimization_barrier((x * y, y))[0] * y, ("real", "real")),
     "checkpoint": (jax.checkpoint(lambda x: jnp.sin(jnp.sin(x)) * x), ("real",)),
