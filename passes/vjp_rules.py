@@ -287,13 +287,13 @@ def _polygamma(b, op, cts, wants):
     return [None, b.mul(ct, builders.op("chlo.polygamma", [builders.add(n, _one(b, n)), x]))]
 
 
-def _rsqrt_pi(scale: float, sign: float) -> Callable:
-    """scale * exp(sign * v^2) with v the operand (sign -1: erf) or the result (sign 1: erf_inv)."""
+def _exp_square(scale: float, sign: float) -> Callable:
+    """v -> scale * exp(sign * v^2): erf' at the operand (sign -1), erf_inv' at the result (sign 1)."""
     return lambda b, v: b.scale(b.unary("stablehlo.exponential", b.scale(_square(b, v), sign)), scale)
 
 
-_ERF = _rsqrt_pi(2 / math.sqrt(math.pi), -1.0)
-_ERF_INV = _rsqrt_pi(math.sqrt(math.pi) / 2, 1.0)
+_ERF = _exp_square(2 / math.sqrt(math.pi), -1.0)
+_ERF_INV = _exp_square(math.sqrt(math.pi) / 2, 1.0)
 
 
 def _one_minus_square(b: VjpBuilder, x: ir.Value) -> ir.Value:
