@@ -11,11 +11,12 @@ Python passes are added to it with `PassManager.add(callable, name)`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
 from hlopt.passes import registry
 from hlopt.passes.base import Pass, PassError, PassOptionError, format_location
-from hlopt.passes.mlir import get_context, ir, passmanager
+from hlopt.passes.mlir import get_context, inliner_unavailable, ir, passmanager
 
 
 class PipelineError(ValueError):
@@ -91,8 +92,17 @@ def parse_pipeline(text: str) -> list[Element]:
                     passmanager.PassManager.parse(f"builtin.module({part})")
                 except ValueError as e:
                     raise PipelineError(_unknown_pass_message(part, e)) from None
+            if _INLINE.search(part) and inliner_unavailable():
+                raise PipelineError(
+                    f"'{part}' needs the func dialect's inliner interface, which this jaxlib does not "
+                    f"provide ({inliner_unavailable()}); without it 'inline' would leave every call "
+                    "in place. Install the pinned jaxlib, or drop 'inline' from the pipeline"
+                )
             elements.append(Element(part))
     return elements
+
+
+_INLINE = re.compile(r"(?<![\w-])inline(?![\w-])")
 
 
 def _unknown_pass_message(part: str, err: Exception) -> str:
