@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from hlopt.compiler.lowering import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.pipeline import PipelineError, run_pipeline
-from hlopt.passes.base import format_location
+from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import ir
 from hlopt.passes.registry import lowering_pass_for
 
@@ -70,13 +70,11 @@ class Lowered:
         return Lowered(parse_module(module_to_bytecode(self.module)), self.signature, self.pipeline)
 
     def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False) -> "Lowered":
-        """Run `pipeline` on a copy of the module; print the IR after each pass if asked."""
+        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked."""
         new = self.clone()
         result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
-        if print_ir_after_all:
-            print(result.dumps(), end="")
         return new
 
     def compile(self, pipeline: str = "hlopt-default") -> "Compiled":

@@ -18,8 +18,8 @@ import pytest
 
 import hlopt
 from hlopt.compiler.pipeline import PipelineError
-from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse, source_frames, source_location
-from hlopt.passes.mlir import get_context, ir
+from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse
+from hlopt.passes.mlir import ir
 
 REUSE, CLEAN = True, False
 CASES: dict[str, tuple] = {}
@@ -716,30 +716,3 @@ def test_typed_key_arrays_are_followed_per_key():
     keys = jax.random.split(jax.random.key(0), 3)
     assert jax_verdict(f, keys) == REUSE
     assert len(find_key_reuse(hlopt.lower(f, keys).module.operation)) == 1
-
-
-@pytest.mark.parametrize("text, expected", [
-    ('loc("f.py":3:4)', "f.py:3:4"),
-    ('loc("f.py":3:4 to 5:6)', "f.py:3:4"),
-    ('loc("jit(f)/add"("a b.py":7:1 to :9))', "a b.py:7:1"),
-    ('loc(callsite("g"("in.py":2:3) at "f"("out.py":9:1)))', "in.py:2:3"),
-    ('loc(callsite(callsite("f"("x.py":1:1) at "w"("w.py":5:5)) at callsite("f"("x.py":4:2) at "m"("m.py":1:1))))',
-     "x.py:4:2"),
-    ('loc(fused["name", "z.py":8:2])', "z.py:8:2"),
-    ('loc("only a name")', None),
-    ("loc(unknown)", None),
-])
-def test_source_location(text, expected):
-    with get_context():
-        module = ir.Module.parse(f"func.func @f() {{ return {text} }}")
-        (ret,) = module.body.operations[0].regions[0].blocks[0].operations
-        assert source_location(ret.location) == expected
-
-
-def test_source_frames_drop_the_first_use_of_a_cached_lowering():
-    text = 'loc(callsite("outer.<locals>.g"("a.py":5:1) at callsite("outer"("a.py":9:2) at "m"("m.py":1:1))))'
-    with get_context():
-        module = ir.Module.parse(f"func.func @f() {{ return {text} }}")
-        (ret,) = module.body.operations[0].regions[0].blocks[0].operations
-        assert source_frames(ret.location) == (("a.py", 5, 1), ("a.py", 9, 2), ("m.py", 1, 1))
-        assert source_frames(ret.location, frozenset({"g"})) == (("a.py", 9, 2), ("m.py", 1, 1))

@@ -131,7 +131,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     import jax
 
     from hlopt.compiler.lowering import Signature, parse_module
-    from hlopt.compiler.pipeline import PipelineError, format_mlir_error
+    from hlopt.compiler.pipeline import mlir_pipeline_error
     from hlopt.compiler.stages import Lowered
     from hlopt.passes.mlir import get_context, ir
     from hlopt.runtime.encoding import DTYPES, aval_str, dtype_from_name
@@ -144,7 +144,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     try:
         module = parse_module(text)
     except ir.MLIRError as e:
-        raise PipelineError(format_mlir_error(e).replace("-:", f"{path}:")) from None
+        raise mlir_pipeline_error(e) from None
     main = main_function(module)
     if main is None:
         raise UsageError(f"{path}: no func.func @main to compile")
@@ -214,6 +214,7 @@ def set_host_devices(count: int) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Lower, compile and save; print what was written."""
     import hlopt
+    from hlopt.passes.locations import source_name
     from hlopt.runtime.encoding import aval_str
 
     if args.host_devices or args.mesh:
@@ -224,19 +225,23 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out_shardings = tuple(parse_spec(s) for s in args.out_sharding) or None
     if (in_shardings or out_shardings) and mesh is None:
         raise UsageError("--in-sharding and --out-sharding need a --mesh")
-    if args.target.endswith(".mlir"):
-        if in_shardings or out_shardings:
-            raise UsageError("a .mlir file carries its own shardings; drop --in-sharding/--out-sharding")
-        lowered = lower_mlir(args.target, arg_types, mesh)
-    else:
-        fun = import_function(args.target)
-        if in_shardings is not None and len(in_shardings) != len(arg_types):
-            raise UsageError(f"{len(in_shardings)} --in-sharding for {len(arg_types)} --arg")
-        if out_shardings is not None and len(out_shardings) == 1:
-            out_shardings = out_shardings[0]
-        lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings)
-    with progress(f"compiling {lowered.signature.name}"):
-        compiled = lowered.compile(args.pipeline)
+    is_mlir = args.target.endswith(".mlir")
+    if is_mlir and (in_shardings or out_shardings):
+        raise UsageError("a .mlir file carries its own shardings; drop --in-sharding/--out-sharding")
+    # errors in a .mlir file's text are located in the file
+    with source_name(args.target) if is_mlir else contextlib.nullcontext():
+        if is_mlir:
+            lowered = lower_mlir(args.target, arg_types, mesh)
+        else:
+            fun = import_function(args.target)
+            if in_shardings is not None and len(in_shardings) != len(arg_types):
+                raise UsageError(f"{len(in_shardings)} --in-sharding for {len(arg_types)} --arg")
+            if out_shardings is not None and len(out_shardings) == 1:
+                out_shardings = out_shardings[0]
+            lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
+                                  out_shardings=out_shardings)
+        with progress(f"compiling {lowered.signature.name}"):
+            compiled = lowered.compile(args.pipeline)
     compiled.save(args.output)
     sig = compiled.signature
     print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {sig.name}"

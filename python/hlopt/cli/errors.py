@@ -12,7 +12,10 @@ class UsageError(Exception):
 
 
 def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
-    """Run `body`; turn any exception into `prog: error: ...` unless `debug`."""
+    """Run `body`; print an exception as one line (`file:line:col: error: ...` or `prog: error: ...`).
+
+    With `debug`, the traceback comes first and the location's call chain follows as `note:` lines.
+    """
     try:
         return body()
     except KeyboardInterrupt:
@@ -26,5 +29,7 @@ def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
         if ": error:" not in message.split("\n", 1)[0]:
             expected = isinstance(e, (UsageError, ValueError, TypeError, OSError, RuntimeError, LookupError))
             message = f"{prog}: error: {message if expected else f'{type(e).__name__}: {message}'}"
+        if debug:  # the call chain behind the location
+            message = "\n".join([message, *getattr(e, "notes", [])])
         print(message, file=sys.stderr)
         return 1

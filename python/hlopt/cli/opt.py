@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 from hlopt.cli.errors import UsageError, run_main
@@ -65,20 +64,17 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
 def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bool = False,
             timing: bool = False, debug_info: bool = False) -> str:
     """Parse `source`, run `pipeline`, and return the printed module."""
-    from hlopt.compiler.pipeline import PipelineError, format_mlir_error, run_pipeline
+    from hlopt.compiler.pipeline import mlir_pipeline_error, run_pipeline
+    from hlopt.passes.locations import source_name
     from hlopt.passes.mlir import get_context, ir
 
-    with get_context():
+    with get_context(), source_name(filename):
         try:
             module = ir.Module.parse(source)
         except ir.MLIRError as e:
-            raise PipelineError(format_mlir_error(e).replace("-:", f"{filename}:")) from None
-        try:
-            result = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing) if pipeline else None
-        except PipelineError as e:  # locations in the parsed text are "-:line:col"
-            raise PipelineError(re.sub(r"^-:", f"{filename}:", str(e), flags=re.M)) from None
-        if result is not None:
-            sys.stderr.write(result.dumps())
+            raise mlir_pipeline_error(e) from None
+        if pipeline:
+            run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
         return module.operation.get_asm(enable_debug_info=debug_info)
 
 
