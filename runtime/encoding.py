@@ -17,7 +17,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from hlopt.compiler.lowering import Signature
+from hlopt.compiler.program import Signature, aval_str  # noqa: F401 - aval_str re-exported for older callers
 
 
 class EncodingError(ValueError):
@@ -170,11 +170,6 @@ def tensor_type(aval: Any) -> str:
     """The MLIR tensor type of `aval`, e.g. `tensor<8x4xf32>`."""
     dims = "".join(f"{d}x" for d in aval.shape)
     return f"tensor<{dims}{DTYPES[np.dtype(aval.dtype).name]}>"
-
-
-def aval_str(aval: Any) -> str:
-    """`float32[8,4]`: how avals appear in messages and `hlopt inspect`."""
-    return f"{np.dtype(aval.dtype).name}[{','.join(str(d) for d in aval.shape)}]"
 
 
 # --- static arguments -------------------------------------------------------

@@ -11,7 +11,7 @@ import numpy as np
 from jax._src import sharding_impls  # parse_flatten_op_sharding: OpSharding -> PartitionSpec
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from hlopt.compiler.lowering import Signature
+from hlopt.compiler.program import Signature
 from hlopt.passes.mlir import ir
 from hlopt.runtime.dispatch import cpp_function
 
@@ -54,6 +54,10 @@ class Compiled:
             NamedSharding(mesh, sharding_impls.parse_flatten_op_sharding(s, mesh)[0])
             for s in op_shardings
         ]
+
+    def __repr__(self) -> str:
+        pipeline = f", after '{self.pipeline}'" if self.pipeline else ""
+        return f"<hlopt.Compiled {self.signature.describe()}{pipeline}>"
 
     def serialize(self) -> bytes:
         """The bytes of this program's executable file; `hlopt.deserialize` reads them."""

@@ -18,7 +18,7 @@ from jax.numpy.fft import fft
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hlopt
-from hlopt.compiler.lowering import parse_module
+from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
 
 RNG = np.random.default_rng(0)
@@ -459,7 +459,7 @@ _RUN_ARTIFACT = """
 import sys
 import numpy as np, jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from hlopt.compiler.lowering import module_to_bytecode
+from hlopt.compiler.program import module_to_bytecode
 from hlopt.passes.mlir import deserialize_portable_artifact
 from hlopt.runtime.pjrt import compile_module
 module = deserialize_portable_artifact(open(sys.argv[1], "rb").read())

@@ -545,7 +545,7 @@ def test_same_verdict_with_the_gpu_kernel(name):
     """
     from jax import export
 
-    from hlopt.compiler.lowering import parse_module
+    from hlopt.compiler.program import parse_module
 
     f, expected, extra, _ = CASES[name]
     jax.config.update("jax_threefry_gpu_kernel_lowering", True)

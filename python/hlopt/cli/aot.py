@@ -130,11 +130,13 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     """A `Lowered` from a .mlir file; its signature comes from `@main`."""
     import jax
 
-    from hlopt.compiler.lowering import Signature, parse_module
+    from hlopt.compiler.program import Signature, parse_module
     from hlopt.compiler.pipeline import mlir_pipeline_error
     from hlopt.compiler.stages import Lowered
+    from hlopt.runtime.compile import compile_lowered
     from hlopt.passes.mlir import get_context, ir
-    from hlopt.runtime.encoding import DTYPES, aval_str, dtype_from_name
+    from hlopt.compiler.program import aval_str
+    from hlopt.runtime.encoding import DTYPES, dtype_from_name
     from hlopt.runtime.files import main_function
 
     try:
@@ -182,7 +184,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
         use_shardy="mhlo.sharding" not in text,
         name=Path(path).stem,
     )
-    return Lowered(module, signature)
+    return Lowered(module, signature, backend=compile_lowered)
 
 
 @contextlib.contextmanager
@@ -215,7 +217,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Lower, compile and save; print what was written."""
     import hlopt
     from hlopt.passes.locations import source_name
-    from hlopt.runtime.encoding import aval_str
 
     if args.host_devices or args.mesh:
         set_host_devices(args.host_devices or math.prod(mesh_axes(args.mesh)[1]))
@@ -243,10 +244,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         with progress(f"compiling {lowered.signature.name}"):
             compiled = lowered.compile(args.pipeline)
     compiled.save(args.output)
-    sig = compiled.signature
-    print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {sig.name}"
-          f"({', '.join(aval_str(a) for a in sig.in_avals)}) -> ({', '.join(aval_str(a) for a in sig.out_avals)})"
-          f" on {sig.num_devices} device(s)")
+    print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {compiled.signature.describe()}")
     return 0
 
 
@@ -340,6 +338,7 @@ def describe(manifest: dict[str, Any], size: int, path: str) -> str:
     """A readable summary of a checked manifest (no device is needed)."""
     import jax
 
+    from hlopt.compiler.program import aval_str
     from hlopt.runtime import encoding
 
     sig = manifest["signature"]
@@ -363,10 +362,10 @@ def describe(manifest: dict[str, Any], size: int, path: str) -> str:
         f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
         f"pipeline:   {manifest['pipeline'] or '(none)'}",
         "inputs:",
-        *[f"  {n:16s} {encoding.aval_str(a):20s} {encoding.spec_str(s)}"
+        *[f"  {n:16s} {aval_str(a):20s} {encoding.spec_str(s)}"
           for n, a, s in zip(in_names, in_avals, manifest["in_shardings"])],
         "outputs:",
-        *[f"  {n:16s} {encoding.aval_str(a):20s} {encoding.spec_str(s)}"
+        *[f"  {n:16s} {aval_str(a):20s} {encoding.spec_str(s)}"
           for n, a, s in zip(out_names, out_avals, manifest["out_shardings"])],
     ]
     if sig["static_args"]:
