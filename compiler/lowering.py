@@ -11,6 +11,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from hlopt.compiler.jax_compat import arg_avals, compile_args
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.mlir import ir
 
@@ -86,14 +87,14 @@ def lower_function(
         else:
             lowered = jax.jit(wrapped, **jit_kwargs).lower(*args)
 
-    compile_args = lowered._lowering.compile_args
-    if compile_args.get("ordered_effects") or compile_args.get("host_callbacks"):
+    args = compile_args(lowered)
+    if args.get("ordered_effects") or args.get("host_callbacks"):
         raise NotImplementedError(
             f"{getattr(fun, '__name__', fun)}: side effects and host callbacks cannot be "
             "compiled ahead of time by hlopt"
         )
     module = parse_module(module_to_bytecode(lowered.compiler_ir("stablehlo")))
-    in_avals = tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
+    in_avals = arg_avals(lowered)
     out_avals = tuple(
         jax.core.ShapedArray(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(lowered.out_info)
     )
