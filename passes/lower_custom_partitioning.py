@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal, Protocol
 
 from hlopt.passes.base import Pass, PassError
+from hlopt.passes.dtypes import DTYPE_NAMES
 from hlopt.passes.mlir import func, ir, passmanager, sdy, stablehlo
 
 TARGET = "hlopt.custom_partitioning"
@@ -150,22 +151,13 @@ def resolve_partitioner(key: str) -> Partitioner:
     return found
 
 
-# MLIR element type -> numpy dtype name.
-_DTYPES: dict[str, str] = {
-    "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
-    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
-    "complex<f32>": "complex64", "complex<f64>": "complex128",
-}
-
-
 def _tensor_type(t: ir.Type) -> ir.RankedTensorType:
     return ir.RankedTensorType(t)
 
 
 def _dtype_name(t: ir.Type) -> str:
     element = str(_tensor_type(t).element_type)
-    return _DTYPES.get(element, element)
+    return DTYPE_NAMES.get(element, element)
 
 
 def describe_type(t: ir.Type) -> str:

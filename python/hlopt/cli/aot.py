@@ -18,15 +18,6 @@ from typing import Any
 
 from hlopt.cli.errors import UsageError
 
-# short dtype names accepted by --arg, next to numpy's own names
-SHORT_DTYPES = {
-    "pred": "bool", "bool": "bool",
-    "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
-    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
-    "c64": "complex64", "c128": "complex128",
-}
 PROGRESS_AFTER_S = 2.0
 
 
@@ -52,14 +43,15 @@ def parse_arg_type(text: str) -> Any:
     """`f32[128,8]` -> ShapeDtypeStruct((128, 8), float32)."""
     import jax
 
-    from hlopt.runtime.encoding import DTYPES, dtype_from_name
+    from hlopt.passes.dtypes import SHORT_NAMES, dtype_name
+    from hlopt.runtime.encoding import dtype_from_name
 
     m = re.fullmatch(r"\s*([a-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*", text)
     if not m:
         raise UsageError(f"cannot parse argument type '{text}': expected e.g. f32[128,8] or int32[]")
-    name = SHORT_DTYPES.get(m.group(1), m.group(1))
-    if name not in DTYPES:
-        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}' (e.g. {', '.join(list(SHORT_DTYPES)[:8])}, ...)")
+    name = dtype_name(m.group(1))
+    if name is None:
+        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}' (e.g. {', '.join(list(SHORT_NAMES)[:8])}, ...)")
     dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
     return jax.ShapeDtypeStruct(dims, dtype_from_name(name))
 
@@ -136,7 +128,8 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     from hlopt.runtime.compile import compile_lowered
     from hlopt.passes.mlir import get_context, ir
     from hlopt.compiler.program import aval_str
-    from hlopt.runtime.encoding import DTYPES, dtype_from_name
+    from hlopt.passes.dtypes import DTYPE_NAMES
+    from hlopt.runtime.encoding import dtype_from_name
     from hlopt.runtime.files import main_function
 
     try:
@@ -150,8 +143,6 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     main = main_function(module)
     if main is None:
         raise UsageError(f"{path}: no func.func @main to compile")
-    element = {v: k for k, v in DTYPES.items()}
-
     def aval(t: ir.Type, what: str) -> Any:
         with get_context():
             try:
@@ -160,9 +151,9 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
                 rt = None
             if rt is None or not rt.has_static_shape:
                 raise UsageError(f"{path}: @main's {what} has type {t}; only static shapes can be compiled")
-        if str(rt.element_type) not in element:
+        if str(rt.element_type) not in DTYPE_NAMES:
             raise UsageError(f"{path}: @main's {what} has unsupported element type {rt.element_type}")
-        return jax.core.ShapedArray(tuple(rt.shape), dtype_from_name(element[str(rt.element_type)]))
+        return jax.core.ShapedArray(tuple(rt.shape), dtype_from_name(DTYPE_NAMES[str(rt.element_type)]))
 
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     in_avals = tuple(aval(t, f"argument {i}") for i, t in enumerate(ftype.inputs))
