@@ -87,8 +87,8 @@ def lower_function(
         else:
             lowered = jax.jit(wrapped, **jit_kwargs).lower(*args)
 
-    args = compile_args(lowered)
-    if args.get("ordered_effects") or args.get("host_callbacks"):
+    options = compile_args(lowered)
+    if options.get("ordered_effects") or options.get("host_callbacks"):
         raise NotImplementedError(
             f"{getattr(fun, '__name__', fun)}: side effects and host callbacks cannot be "
             "compiled ahead of time by hlopt"

@@ -46,6 +46,14 @@ class Signature:
         return f"{self.name}({ins}) -> ({outs}) on {self.num_devices} device(s)"
 
 
+def same_value(a: Any, b: Any) -> bool:
+    """Whether `a == b` holds (static arguments, pytree literals); identity for values without a plain `==`."""
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - arrays and other values whose == is not a bool
+        return a is b
+
+
 def aval_str(aval: Any) -> str:
     """`float32[8,4]`: how avals appear in messages and `hlopt inspect`."""
     return f"{np.dtype(aval.dtype).name}[{','.join(str(d) for d in aval.shape)}]"

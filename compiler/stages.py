@@ -10,6 +10,7 @@ from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import ir
 from hlopt.passes.registry import lowering_pass_for
+from hlopt.passes.walk import call_target, walk_ops
 
 # What `Lowered.compile` hands a post-pass, annotation-free `Lowered` to; it returns the
 # compiled program. The layer that creates `Lowered`s supplies it (the runtime's
@@ -23,18 +24,13 @@ class AnnotationError(PipelineError):
 
 def find_annotations(module: ir.Module | ir.Operation) -> list[tuple[str, str, str]]:
     """`(target, pass name, location)` of every hlopt annotation left in `module`."""
-    found: list[tuple[str, str, str]] = []
     op = module.operation if hasattr(module, "operation") else module
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        if o.name == "stablehlo.custom_call":
-            target = ir.StringAttr(o.attributes["call_target_name"]).value
-            pass_name = lowering_pass_for(target)
-            if pass_name is not None:
-                found.append((target, pass_name, format_location(o.location)))
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
+    found = []
+    for o in walk_ops(op, "stablehlo.custom_call"):
+        target = call_target(o)
+        pass_name = lowering_pass_for(target)
+        if pass_name is not None:
+            found.append((target, pass_name, format_location(o.location)))
     return found
 
 

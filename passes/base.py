@@ -22,11 +22,13 @@ class PassError(Exception):
     """A pass could not do its job; the message says where and why.
 
     Prints as `file:line:col: error: message` at the user's frame of
-    `location`; `notes` holds the rest of its call chain as `note:` lines.
+    `location` (by default, the location of the enclosing `with location:`
+    block, where a pass builds the op it lowers); `notes` holds the rest of
+    its call chain as `note:` lines.
     """
 
     def __init__(self, message: str, location: ir.Location | None = None):
-        self.location = location
+        self.location = location if location is not None else ir.Location.current
         # resolved now: the file a parsed text came from is known while the pass runs
         self.where = None if self.location is None else format_location(self.location)
         self.notes: list[str] = [] if self.location is None else call_chain(self.location)

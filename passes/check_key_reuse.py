@@ -50,6 +50,7 @@ import numpy as np
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.locations import Frames, format_frames, source_frames
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.walk import call_target, walk_ops
 
 # The threefry2x32 key-schedule parity constant: ks[2] = k0 ^ k1 ^ 0x1BD11BDA.
 THREEFRY_PARITY = 0x1BD11BDA
@@ -90,6 +91,7 @@ class KeyReuseError(PassError):
     def __init__(self, reports: list[KeyReuse]):
         self.reports = list(reports)
         super().__init__("\n".join(str(r) for r in self.reports))
+        self.location, self.where, self.notes = None, None, []  # each report carries its own locations
 
 
 def _base_name(symbol: str) -> str:
@@ -146,8 +148,7 @@ def _constant_ints(value: ir.Value) -> np.ndarray | None:
 
 
 def _is_gpu_kernel(op: ir.Operation) -> bool:
-    return (op.name == "stablehlo.custom_call"
-            and ir.StringAttr(op.attributes["call_target_name"]).value in THREEFRY_CUSTOM_CALLS)
+    return call_target(op) in THREEFRY_CUSTOM_CALLS
 
 
 def _parity_key_words(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
@@ -240,8 +241,8 @@ class _Analysis:
                 self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
         self.function_names = frozenset(_base_name(name) for name in self.funcs)
         self.elsewhere: frozenset[str] = frozenset()
-        self.call_sites: collections.Counter[str] = collections.Counter()
-        module.walk(self._count_call)
+        self.call_sites = collections.Counter(
+            ir.FlatSymbolRefAttr(op.attributes["callee"]).value for op in walk_ops(module, "func.call"))
         self.next_id = 0
         self.env: dict[ir.Value, Cells | None] = {}
         self.summaries: dict[str, _Summary] = {}
@@ -261,11 +262,6 @@ class _Analysis:
             "stablehlo.dynamic_slice": self._dynamic_slice,
             "stablehlo.gather": self._gather,
         }
-
-    def _count_call(self, op: ir.Operation) -> ir.WalkResult:
-        if op.name == "func.call":
-            self.call_sites[ir.FlatSymbolRefAttr(op.attributes["callee"]).value] += 1
-        return ir.WalkResult.ADVANCE
 
     def place(self, op: ir.Operation) -> _Place:
         """Where `op`, in the function being analysed, is in the source."""
@@ -445,7 +441,7 @@ class _Analysis:
         self.bind_fresh(op.results[0])
 
     def _custom_call(self, op: ir.Operation, scope: _Scope) -> None:
-        target = ir.StringAttr(op.attributes["call_target_name"]).value
+        target = call_target(op)
         operands = list(op.operands)
         if _is_gpu_kernel(op) and len(operands) == 4:
             self.kernel_application(scope, operands[0], operands[1], operands[2:], op)

@@ -11,7 +11,7 @@ import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
 from hlopt.compiler.jax_compat import key_shape, partition_spec, prng_impl
-from hlopt.compiler.program import Signature
+from hlopt.compiler.program import Signature, same_value
 from hlopt.passes.mlir import ir
 from hlopt.runtime.dispatch import cpp_function
 
@@ -85,7 +85,7 @@ class Compiled:
         dynamic = []
         for i, a in enumerate(args):
             if i in static:
-                if not _same_static(a, static[i]):
+                if not same_value(a, static[i]):
                     raise ValueError(
                         f"{self.signature.name}: static argument {i} is {a!r} but the program "
                         f"was compiled for {static[i]!r}; lower it again"
@@ -158,9 +158,3 @@ def _physical_shape(aval: Any) -> tuple[int, ...]:
 def _dtype_name(dtype: Any) -> str:
     return getattr(dtype, "name", str(dtype))
 
-
-def _same_static(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - arrays and other values without a plain ==
-        return a is b

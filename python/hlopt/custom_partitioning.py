@@ -32,16 +32,15 @@ from hlopt.compiler.jax_compat import (
     sdy_sharding_rule_to_mlir,
     str_to_sdy_sharding_rule,
 )
+from hlopt.compiler.program import same_value
 from hlopt.passes.lower_custom_partitioning import (
-    DimShardings,
-    MeshSpec,
     PartitionPlan,
     PartitionRequest,
     TensorSpec,
-    local_shape,
     register_partitioner,
     registered_partitioner,
 )
+from hlopt.passes.sharding_codec import DimShardings, MeshSpec, local_shape
 from hlopt.passes.mlir import ir
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
@@ -59,7 +58,7 @@ class _Literals:
 
     def encode(self, text: str, value: Any, convert: Callable[[Any], Any] = lambda v: v) -> str:
         if not _round_trips(text, value, convert):
-            text = next((t for t, v in self._values.items() if _same(v, value)),
+            text = next((t for t, v in self._values.items() if same_value(v, value)),
                         f"<{type(value).__name__} #{len(self._values)}>")
         self._values[text] = value
         return text
@@ -73,16 +72,9 @@ class _Literals:
             raise ValueError(f"'{text}' is not a Python literal and was not encoded in this process") from None
 
 
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - arrays and other values without a plain ==
-        return a is b
-
-
 def _round_trips(text: str, value: Any, convert: Callable[[Any], Any]) -> bool:
     try:
-        return _same(convert(ast.literal_eval(text)), value)
+        return same_value(convert(ast.literal_eval(text)), value)
     except (ValueError, SyntaxError, TypeError):
         return False
 

@@ -548,23 +548,6 @@ def test_executable_file_loads_in_a_process_without_the_partitioner(mesh2, tmp_p
 # --- GSPMD: sharding strings and modules lowered with jax_use_shardy_partitioner off ------------
 
 
-@pytest.mark.parametrize("spec", [P("a"), P(None, "b"), P(("c", "a")), P("c", ("b", "a")), P(), P("b", "c"),
-                                  P(("a", "b", "c"))])
-def test_hlo_sharding_strings_match_jax(spec):
-    from hlopt.passes.lower_custom_partitioning import MeshSpec, dims_from_hlo_sharding, hlo_sharding, tile_assignment
-
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 2, 2), ("a", "b", "c"))
-    plain = MeshSpec((("a", 2), ("b", 2), ("c", 2)))
-    dims = tuple(() if e is None else (e,) if isinstance(e, str) else e for e in tuple(spec) + (None,) * (2 - len(spec)))
-    want = str(NamedSharding(mesh, spec)._to_xla_hlo_sharding(2))
-    assert tile_assignment(hlo_sharding(plain, dims)) == tile_assignment(want)
-    assert dims_from_hlo_sharding(plain, 2, want) == dims
-    if any(dims):  # a mesh with device_ids maps each tile's device through them
-        tiles, devices = tile_assignment(want)
-        reversed_ids = MeshSpec(plain.axes, (7, 6, 5, 4, 3, 2, 1, 0))
-        assert tile_assignment(hlo_sharding(reversed_ids, dims)) == (tiles, tuple(7 - d for d in devices))
-
-
 def mm_infer(mesh, arg_shapes, result_shape):
     a, b = arg_shapes
     return named(mesh, _entry(a.sharding.spec, 0), _entry(b.sharding.spec, 1))

@@ -113,3 +113,9 @@ def test_malformed_or_hostile_text_gives_no_frames(text):
 def test_pass_error_without_location_is_the_message():
     error = PassError("no location")
     assert str(error) == "no location" and error.notes == [] and error.where is None
+
+
+def test_pass_error_defaults_to_the_enclosing_location():
+    loc = location('loc("model.py":3:4)')
+    with loc.context, loc:
+        assert str(PassError("inside")) == "model.py:3:4: error: inside"

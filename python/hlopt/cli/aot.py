@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import math
 import os
@@ -100,19 +99,18 @@ def parse_spec(text: str) -> Any:
 
 def import_function(target: str) -> Any:
     """The function named by `pkg.module:qualname` (the current directory is importable)."""
-    module_name, _, qualname = target.partition(":")
-    if not module_name or not qualname:
-        raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function")
+    from hlopt.passes.registry import import_object
+
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        obj = importlib.import_module(module_name)
+        obj = import_object(target)
+    except ValueError:
+        raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function") from None
     except ImportError as e:
-        raise UsageError(f"cannot import '{module_name}': {e}") from None
-    for attr in qualname.split("."):
-        if not hasattr(obj, attr):
-            raise UsageError(f"'{module_name}' has no attribute '{qualname}'")
-        obj = getattr(obj, attr)
+        raise UsageError(f"cannot import '{target.partition(':')[0]}': {e}") from None
+    except AttributeError as e:
+        raise UsageError(str(e)) from None
     if not callable(obj):
         raise UsageError(f"'{target}' is not callable")
     return obj
