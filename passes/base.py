@@ -74,6 +74,21 @@ class Pass:
             kwargs[attr] = _convert(cls.name, key, value, hints[attr])
         return cls(**kwargs)
 
+    @classmethod
+    def options_help(cls) -> list[tuple[str, str]]:
+        """`(name=values, default)` of each option, as a pipeline writes it (`target=shardy|gspmd`)."""
+        hints = typing.get_type_hints(cls)
+        found = []
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            if typing.get_origin(hint) is typing.Literal:
+                values = "|".join(typing.get_args(hint))
+            else:
+                values = {bool: "true|false", int: "<int>", str: "<string>"}.get(hint, f"<{hint}>")
+            default = str(f.default).lower() if isinstance(f.default, bool) else str(f.default) or "''"
+            found.append((f"{f.name.replace('_', '-')}={values}", default))
+        return found
+
     def options_string(self) -> str:
         parts = []
         for f in dataclasses.fields(self):

@@ -1,10 +1,13 @@
-"""How both command-line tools report errors: one line, exit status 1."""
+"""What both command-line tools share: errors as one line with exit status 1, and `--version`."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import sys
 import traceback
 from collections.abc import Callable
+from typing import Any
 
 
 class UsageError(Exception):
@@ -33,3 +36,17 @@ def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
             message = "\n".join([message, *getattr(e, "notes", [])])
         print(message, file=sys.stderr)
         return 1
+
+
+class VersionAction(argparse.Action):
+    """`--version`: print `prog 0.1.0 (jax 0.10.2, jaxlib 0.10.2)` and exit (jax is not imported)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any):
+        super().__init__(option_strings, dest, nargs=0, help="print the versions of hlopt, jax and jaxlib, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        import hlopt
+
+        pinned = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in ("jax", "jaxlib"))
+        print(f"{parser.prog} {hlopt.__version__} ({pinned})")
+        parser.exit()

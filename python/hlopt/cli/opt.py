@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hlopt.cli.errors import UsageError, run_main
+from hlopt.cli.errors import UsageError, VersionAction, run_main
 
 SPLIT_MARKER = "// -----"
 
@@ -20,7 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timing", action="store_true", help="report the time of each pass on stderr")
     p.add_argument("--list-passes", action="store_true", help="list hlopt's passes and named pipelines")
     p.add_argument("--debug-info", action="store_true", help="print locations in the output")
-    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks and the call chain of errors")
+    p.add_argument("--version", action=VersionAction)
     return p
 
 
@@ -30,6 +31,7 @@ def list_passes() -> str:
     lines = ["Passes:"]
     for name, cls in all_passes().items():
         lines.append(f"  {name:32s} {cls.summary()}")
+        lines += [f"    {option:30s} (default {default})" for option, default in cls.options_help()]
     lines.append("Pipelines:")
     for name, text in sorted(PIPELINES.items()):
         lines.append(f"  {name:32s} {text}")
