@@ -17,9 +17,9 @@ import threading
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from jaxlib.mlir import ir, passmanager  # noqa: E402
-from jaxlib.mlir._mlir_libs import _jax_mlir_ext, _stablehlo  # noqa: E402
+from jaxlib.mlir._mlir_libs import _jax_mlir_ext, _mlirHlo, _stablehlo  # noqa: E402
 from jaxlib.mlir._mlir_libs._mlir import rewrite  # noqa: E402
-from jaxlib.mlir.dialects import chlo, func, mhlo, sdy, stablehlo  # noqa: E402
+from jaxlib.mlir.dialects import chlo, func, sdy, stablehlo  # noqa: E402
 
 # The func dialect's inliner interface: without it the upstream `inline` pass
 # leaves every func.call alone. jaxlib exposes it only through its Mosaic GPU
@@ -50,6 +50,17 @@ __all__ = [
     "inliner_unavailable",
 ]
 
+
+def __getattr__(name: str) -> object:
+    # No pass builds mhlo ops and importing their Python classes costs hlopt-opt's start-up
+    # about 30 ms: `mhlo` is imported when first asked for (the dialect is registered without it).
+    if name == "mhlo":
+        from jaxlib.mlir.dialects import mhlo
+
+        return mhlo
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _registry_lock = threading.Lock()
 _passes_registered = False
 _context: ir.Context | None = None
@@ -60,7 +71,7 @@ def _register_upstream_passes() -> None:
     with _registry_lock:
         if not _passes_registered:
             _stablehlo.register_stablehlo_passes()
-            mhlo.register_mhlo_passes()
+            _mlirHlo.register_mhlo_passes()
             _passes_registered = True
 
 
@@ -75,7 +86,7 @@ def make_context() -> ir.Context:
     stablehlo.register_dialect(ctx)
     chlo.register_dialect(ctx)
     sdy.register_dialect(ctx)
-    mhlo.register_mhlo_dialect(ctx)
+    _mlirHlo.register_mhlo_dialect(ctx)
     if _register_inliner is not None:
         _register_inliner(ctx)
     return ctx

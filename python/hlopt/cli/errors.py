@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import sys
 import traceback
 from collections.abc import Callable
@@ -45,6 +44,8 @@ class VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print the versions of hlopt, jax and jaxlib, and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None) -> None:
+        import importlib.metadata
+
         import hlopt
 
         pinned = ", ".join(f"{name} {importlib.metadata.version(name)}" for name in ("jax", "jaxlib"))
