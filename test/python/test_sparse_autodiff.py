@@ -1,4 +1,8 @@
-"""jvp, grad and vmap of hlopt.sparse ops, against the same computation on dense arrays."""
+"""jvp, grad and vmap of hlopt.sparse ops, against the same computation on dense arrays.
+
+Each test computes every reference of its case in one `jax.jit` (JAX's eager
+sparse ops compile one program per primitive, which was most of the time).
+"""
 
 from __future__ import annotations
 
@@ -70,18 +74,24 @@ def test_jvp_of_data_linear_ops(n_batch, n_dense):
             outs[name] = jax.jvp(lambda d: op(hs.BCOO((d, indices), shape=SHAPE)), (d,), (t,))
         return outs
 
+    def reference(data, tangent):
+        x, tx = dense(data, indices), dense(tangent, indices)
+        wants = {}
+        for name, (_, ref) in LINEAR_OPS.items():
+            if name == "transpose":
+                wants[name] = (_transpose_dense(x, mat), _transpose_dense(tx, mat))
+            elif name == "sum_duplicates":
+                wants[name] = tuple(dense(*js.bcoo_sum_duplicates(js.BCOO((d, indices), shape=SHAPE), nse=4)._bufs)
+                                    for d in (data, tangent))
+            else:
+                wants[name] = (ref(x), ref(tx))
+        return wants
+
     got = hlopt.jit(ours)(data, tangent)
-    x, tx = dense(data, indices), dense(tangent, indices)
-    for name, (_, ref) in LINEAR_OPS.items():
-        if name == "transpose":
-            want = (_transpose_dense(x, mat), _transpose_dense(tx, mat))
-        elif name == "sum_duplicates":
-            want = (dense(*js.bcoo_sum_duplicates(js.BCOO((data, indices), shape=SHAPE), nse=4)._bufs),
-                    dense(*js.bcoo_sum_duplicates(js.BCOO((tangent, indices), shape=SHAPE), nse=4)._bufs))
-        else:
-            want = (ref(x), ref(tx))
-        assert_close(got[name][0], want[0])
-        assert_close(got[name][1], want[1])
+    wants = jax.jit(reference)(data, tangent)
+    for name in LINEAR_OPS:
+        assert_close(got[name][0], wants[name][0])
+        assert_close(got[name][1], wants[name][1])
 
 
 @pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
@@ -97,19 +107,20 @@ def test_grad_of_linear_ops(n_batch, n_dense):
         return {n: jax.grad(lambda d: (LINEAR_OPS[n][0](hs.BCOO((d, indices), shape=SHAPE)) * weights[n]).sum())(d)
                 for n in names}
 
+    kept = hs.bcoo_sum_duplicates(mat, nse=4)
+    keep_mask = hs.BCOO((jnp.ones_like(kept.data), kept.indices), shape=SHAPE).todense() != 0
+
+    def reference(data, keep_mask):
+        refs = {n: LINEAR_OPS[n][1] for n in names}
+        refs["transpose"] = lambda x: _transpose_dense(x, mat)
+        # padding and entries dropped for nse=4 aside, summing duplicates keeps the array
+        refs["sum_duplicates"] = lambda x: x * keep_mask
+        return {n: jax.grad(lambda d: (refs[n](dense(d, indices)) * weights[n]).sum())(data) for n in names}
+
     got = hlopt.jit(ours)(data)
+    wants = jax.jit(reference)(data, keep_mask)
     for n in names:
-        ref = LINEAR_OPS[n][1]
-        if n == "transpose":
-            ref = lambda x: _transpose_dense(x, mat)  # noqa: E731
-        if n == "sum_duplicates":
-            ref = lambda x: x  # noqa: E731 - padding and dropped entries aside, summing duplicates keeps the array
-        want = jax.grad(lambda d: (ref(dense(d, indices)) * weights[n]).sum())(data)
-        if n == "sum_duplicates":
-            kept = hs.bcoo_sum_duplicates(mat, nse=4)
-            keep_mask = hs.BCOO((jnp.ones_like(kept.data), kept.indices), shape=SHAPE).todense() != 0
-            want = jax.grad(lambda d: (dense(d, indices) * keep_mask * weights[n]).sum())(data)
-        assert_close(got[n], want)
+        assert_close(got[n], wants[n])
 
 
 @pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
@@ -123,12 +134,15 @@ def test_fromdense_jvp_and_grad(n_batch, n_dense):
         f = lambda x: hs.BCOO.fromdense(x, nse=10, n_batch=n_batch, n_dense=n_dense).todense()  # noqa: E731
         return jax.jvp(f, (x,), (t,)), jax.grad(lambda x: (f(x) * w).sum())(x)
 
+    def reference(x, t):
+        ref = lambda x: js.BCOO.fromdense(x, nse=10, n_batch=n_batch, n_dense=n_dense).todense()  # noqa: E731
+        return jax.jvp(ref, (x,), (t,)), jax.grad(lambda x: (ref(x) * w).sum())(x)
+
     (primal, tangent), grad = hlopt.jit(ours)(x, t)
-    ref = lambda x: js.BCOO.fromdense(x, nse=10, n_batch=n_batch, n_dense=n_dense).todense()  # noqa: E731
-    want_p, want_t = jax.jvp(ref, (x,), (t,))
+    (want_p, want_t), want_g = jax.jit(reference)(x, t)
     assert_close(primal, want_p)
     assert_close(tangent, want_t)
-    assert_close(grad, jax.grad(lambda x: (ref(x) * w).sum())(x))
+    assert_close(grad, want_g)
 
 
 @pytest.mark.parametrize("vshape", [SHAPE, (3, 1, 2), ()])
@@ -147,9 +161,11 @@ def test_multiply_dense_jvp_and_grad(vshape):
     def ours(d, v, td, tv):
         return jax.jvp(f, (d, v), (td, tv)), jax.grad(lambda d, v: (f(d, v) * w).sum(), (0, 1))(d, v)
 
+    def reference(d, v, td, tv):
+        return jax.jvp(ref, (d, v), (td, tv)), jax.grad(lambda d, v: (ref(d, v) * w).sum(), (0, 1))(d, v)
+
     (p, t), (gd, gv) = hlopt.jit(ours)(data, v, td, tv)
-    want_p, want_t = jax.jvp(ref, (data, v), (td, tv))
-    want_gd, want_gv = jax.grad(lambda d, v: (ref(d, v) * w).sum(), (0, 1))(data, v)
+    (want_p, want_t), (want_gd, want_gv) = jax.jit(reference)(data, v, td, tv)
     assert_close(p, want_p)
     assert_close(t, want_t)
     assert_close(gd, want_gd)
@@ -177,9 +193,11 @@ def test_multiply_sparse_jvp_and_grad(lshape, rshape, lnb, rnb):
     def ours(ld, rd, tl, tr):
         return jax.jvp(f, (ld, rd), (tl, tr)), jax.grad(lambda a, b: (f(a, b) * w).sum(), (0, 1))(ld, rd)
 
+    def reference(ld, rd, tl, tr):
+        return jax.jvp(ref, (ld, rd), (tl, tr)), jax.grad(lambda a, b: (ref(a, b) * w).sum(), (0, 1))(ld, rd)
+
     (p, t), (gl, gr) = hlopt.jit(ours)(ld, rd, tl, tr)
-    want_p, want_t = jax.jvp(ref, (ld, rd), (tl, tr))
-    want_gl, want_gr = jax.grad(lambda a, b: (ref(a, b) * w).sum(), (0, 1))(ld, rd)
+    (want_p, want_t), (want_gl, want_gr) = jax.jit(reference)(ld, rd, tl, tr)
     assert_close(p, want_p)
     assert_close(t, want_t)
     assert_close(gl, want_gl)
@@ -216,12 +234,16 @@ def test_grad_with_broadcast_batch_buffers():
     def full(d):  # JAX's own todense transpose cannot unbroadcast data: broadcast first
         return dense(jnp.broadcast_to(d, (2, 3, 5)), indices)
 
+    def reference(data):
+        wants = {n: jax.grad(lambda d: (LINEAR_OPS[n][1](full(d)) * _weights[n]).sum())(data) for n in names}
+        return wants, jax.grad(lambda d: (full(d) * v * w).sum())(data)
+
     got = hlopt.jit(lambda d: {n: jax.grad(lambda d: loss(n, d))(d) for n in names})(data)
+    wants, want_mul = jax.jit(reference)(data)
     for n in names:
-        want = jax.grad(lambda d: (LINEAR_OPS[n][1](full(d)) * _weights[n]).sum())(data)
-        assert_close(got[n], want)
+        assert_close(got[n], wants[n])
     got_mul = hlopt.jit(jax.grad(lambda d: ((hs.BCOO((d, indices), shape=SHAPE) * v).todense() * w).sum()))(data)
-    assert_close(got_mul, jax.grad(lambda d: (full(d) * v * w).sum())(data))
+    assert_close(got_mul, want_mul)
 
 
 def test_vmap_over_examples():
