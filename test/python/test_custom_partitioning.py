@@ -482,8 +482,9 @@ def _python(script: str, *argv: str) -> str:
     return done.stdout
 
 
-def test_post_pass_text_identical_across_processes():
-    first = _python(_TEXT_SCRIPT.format(here=HERE))
+def test_post_pass_text_identical_across_processes(capsys):
+    exec(_TEXT_SCRIPT.format(here=HERE), {})  # this process (with every earlier test's state), then a fresh one
+    first = capsys.readouterr().out
     second = _python(_TEXT_SCRIPT.format(here=HERE))
     assert "sdy.manual_computation" in first and "@SPMDFullToShardShape" in first
     assert "hlopt.custom_partitioning" not in first and "0x" not in first
@@ -496,19 +497,22 @@ sys.path.insert(0, {here!r})
 import numpy as np, jax
 from jax.sharding import Mesh, PartitionSpec as P
 import hlopt, test_custom_partitioning as t
-hlopt.set_cache_dir(sys.argv[1])
-mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
-a = np.ones((8, 16), np.float32); b = np.ones((16, 4), np.float32)
-out = hlopt.jit(t.mm, mesh=mesh, in_shardings=(P("x", "y"), P()))(a, b)
-assert float(np.asarray(out).sum()) == 8 * 4 * 16
-info = hlopt.cache_info()
+from hlopt.runtime.cache import using_cache_dir
+with using_cache_dir(sys.argv[1]):
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
+    a = np.ones((8, 16), np.float32); b = np.ones((16, 4), np.float32)
+    out = hlopt.jit(t.mm, mesh=mesh, in_shardings=(P("x", "y"), P()))(a, b)
+    assert float(np.asarray(out).sum()) == 8 * 4 * 16
+    info = hlopt.cache_info()
 print(info.hits, info.misses)
 """
 
 
-def test_persistent_cache_hits_in_a_new_process(tmp_path):
+def test_persistent_cache_hits_in_a_new_process(tmp_path, capsys, monkeypatch):
     script = _CACHE_SCRIPT.format(here=HERE)
-    assert _python(script, str(tmp_path)).split() == ["0", "1"]
+    monkeypatch.setattr(sys, "argv", ["-c", str(tmp_path)])
+    exec(script, {})  # a miss in this process, then a hit in a fresh one
+    assert capsys.readouterr().out.split() == ["0", "1"]
     assert _python(script, str(tmp_path)).split() == ["1", "0"]
 
 
