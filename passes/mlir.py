@@ -39,7 +39,6 @@ __all__ = [
     "get_context",
     "ir",
     "make_context",
-    "mhlo",
     "passmanager",
     "rewrite",
     "sdy",

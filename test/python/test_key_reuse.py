@@ -19,7 +19,7 @@ import pytest
 import hlopt
 from hlopt.compiler.pipeline import PipelineError
 from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse
-from hlopt.passes.mlir import ir
+from hlopt.passes.walk import walk_ops
 
 REUSE, CLEAN = True, False
 CASES: dict[str, tuple] = {}
@@ -512,7 +512,7 @@ def test_same_verdict_as_jax(name):
     assert bool(find_key_reuse(simplified.module.operation)) == expected
 
     inlined = lowered.apply("inline{default-pipeline=},symbol-dce")  # no DCE of unused draws
-    assert not any(op.name == "func.call" for op in _walk(inlined.module))
+    assert not walk_ops(inlined.module.operation, "func.call")
     assert bool(find_key_reuse(inlined.module.operation)) == expected
 
     if raw:
@@ -568,16 +568,10 @@ def test_shard_map_same_verdict_as_jax(name):
     key, x = jax.random.key(0), jnp.zeros(8)
     assert jax_verdict(lambda key, x: f(key, x, mesh), key, x) == expected
     lowered = hlopt.lower(lambda key, x: f(key, x, mesh), key, x, mesh=mesh)
-    assert any(op.name == "sdy.manual_computation" for op in _walk(lowered.module))
+    assert walk_ops(lowered.module.operation, "sdy.manual_computation")
     reports = find_key_reuse(lowered.module.operation)
     assert bool(reports) == expected, [str(r) for r in reports]
     assert_locations_in(f, reports)
-
-
-def _walk(module: ir.Module) -> list[ir.Operation]:
-    ops = []
-    module.operation.walk(lambda op: ops.append(op) or ir.WalkResult.ADVANCE)
-    return ops
 
 
 def test_raw_keys_are_checked_where_jax_cannot():
