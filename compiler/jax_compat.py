@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import jax
 from jax._src import core as _core
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import tree_util as _tree_util
@@ -58,8 +59,6 @@ def compile_args(lowered: Any) -> dict[str, Any]:
 
 def arg_avals(lowered: Any) -> tuple[Any, ...]:
     """The abstract values of a `jax.stages.Lowered`'s flat arguments (typed PRNG key dtypes kept)."""
-    import jax
-
     return tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
 
 
