@@ -455,23 +455,28 @@ print(lowered.apply("lower-custom-partitioning").as_text())
 print(lowered.apply("lower-custom-partitioning{{target=gspmd}}").as_text())
 """
 
-_RUN_ARTIFACT = """
+_WITHOUT_PARTITIONER = """
 import sys
 import numpy as np, jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import hlopt
 from hlopt.compiler.program import module_to_bytecode
 from hlopt.passes.mlir import deserialize_portable_artifact
 from hlopt.runtime.pjrt import compile_module
-module = deserialize_portable_artifact(open(sys.argv[1], "rb").read())
+vhlo, hlx, args, artifact_out, file_out = sys.argv[1:]
+args = np.load(args)
+# the post-pass module, as a portable artifact compiled here
+module = deserialize_portable_artifact(open(vhlo, "rb").read())
 mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
 executable = compile_module(module_to_bytecode(module), list(mesh.devices.flat), use_shardy=True)
-args = np.load(sys.argv[2])
 a = jax.device_put(args["a"], NamedSharding(mesh, P("x", "y")))
 b = jax.device_put(args["b"], NamedSharding(mesh, P()))
 out = executable.execute_sharded([a, b]).disassemble_into_single_device_arrays()[0]
 result = jax.make_array_from_single_device_arrays((8, 4), NamedSharding(mesh, P("x")), out)
+np.save(artifact_out, np.asarray(result))
+# the executable file
+np.save(file_out, np.asarray(hlopt.load(hlx)(args["a"], args["b"])))
 assert not any("test_custom_partitioning" in m for m in sys.modules), "partitioner module was imported"
-np.save(sys.argv[3], np.asarray(result))
 """
 
 
@@ -516,7 +521,7 @@ def test_persistent_cache_hits_in_a_new_process(tmp_path, capsys, monkeypatch):
     assert _python(script, str(tmp_path)).split() == ["1", "0"]
 
 
-def test_portable_artifact_runs_in_a_process_without_the_partitioner(mesh2, tmp_path):
+def test_artifact_and_file_run_in_a_process_without_the_partitioner(mesh2, tmp_path):
     from hlopt.passes.mlir import serialize_portable_artifact
 
     a = RNG.standard_normal((8, 16)).astype(np.float32)
@@ -524,29 +529,14 @@ def test_portable_artifact_runs_in_a_process_without_the_partitioner(mesh2, tmp_
     lowered = hlopt.lower(mm, a, b, mesh=mesh2, in_shardings=(P("x", "y"), P()), out_shardings=P("x"))
     after = lowered.apply("hlopt-default")
     (tmp_path / "m.vhlo").write_bytes(serialize_portable_artifact(after.module))
-    np.savez(tmp_path / "args.npz", a=a, b=b)
-    _python(_RUN_ARTIFACT, str(tmp_path / "m.vhlo"), str(tmp_path / "args.npz"), str(tmp_path / "out.npy"))
-    here = after.compile(pipeline="")(a, b)
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.asarray(here))
-    np.testing.assert_allclose(np.asarray(here), a @ b, rtol=1e-5, atol=1e-5)
-
-
-def test_executable_file_loads_in_a_process_without_the_partitioner(mesh2, tmp_path):
-    a = RNG.standard_normal((8, 16)).astype(np.float32)
-    b = RNG.standard_normal((16, 4)).astype(np.float32)
     compiled = hlopt.jit(mm, mesh=mesh2, in_shardings=(P("x", "y"), P())).lower(a, b).compile()
     compiled.save(tmp_path / "mm.hlopt")
     np.savez(tmp_path / "args.npz", a=a, b=b)
-    script = textwrap.dedent("""
-        import sys
-        import numpy as np, hlopt
-        args = np.load(sys.argv[1])
-        out = hlopt.load(sys.argv[2])(args["a"], args["b"])
-        assert not any("test_custom_partitioning" in m for m in sys.modules)
-        np.save(sys.argv[3], np.asarray(out))
-    """)
-    _python(script, str(tmp_path / "args.npz"), str(tmp_path / "mm.hlopt"), str(tmp_path / "out.npy"))
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.asarray(compiled(a, b)))
+    _python(_WITHOUT_PARTITIONER, *(str(tmp_path / n) for n in ("m.vhlo", "mm.hlopt", "args.npz", "a.npy", "f.npy")))
+    here = after.compile(pipeline="")(a, b)
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.asarray(here))
+    np.testing.assert_allclose(np.asarray(here), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.load(tmp_path / "f.npy"), np.asarray(compiled(a, b)))
 
 
 # --- GSPMD: sharding strings and modules lowered with jax_use_shardy_partitioner off ------------
