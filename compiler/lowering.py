@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import inspect
-import io
 import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -15,8 +13,9 @@ from typing import Any
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from hlopt.compiler.jax_compat import Placement, lowered_out_avals, lowering_placement
-from hlopt.passes.mlir import get_context, ir
+from hlopt.compiler.jax_compat import Placement, arg_avals, compile_args, lowering_placement, weak_out_avals
+from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
+from hlopt.passes.mlir import ir
 
 _state = threading.local()
 
@@ -35,32 +34,6 @@ def annotations_allowed() -> Iterator[None]:
 def annotations_enabled() -> bool:
     """True inside `hlopt.lower` / `hlopt.jit`; False inside plain `jax.jit`."""
     return getattr(_state, "depth", 0) > 0
-
-
-@dataclasses.dataclass(frozen=True)
-class Signature:
-    """What a program takes and returns, independent of the IR.
-
-    `in_tree` is the treedef of `(dynamic_args, {})`; `static_args` maps each
-    static position to the value it was lowered with. A program runs on
-    `mesh`'s devices, else on `device` when its arguments committed it to one
-    (its outputs are then committed, as jax.jit's are), else on the default
-    device.
-    """
-
-    in_tree: Any
-    in_avals: tuple[jax.core.ShapedArray, ...]
-    out_tree: Any
-    out_avals: tuple[jax.core.ShapedArray, ...]
-    static_args: tuple[tuple[int, Any], ...] = ()
-    mesh: Mesh | None = None
-    use_shardy: bool = True
-    name: str = "main"
-    device: jax.Device | None = None
-
-    @property
-    def num_devices(self) -> int:
-        return 1 if self.mesh is None else self.mesh.size
 
 
 def _named(mesh: Mesh | None, shardings: Any) -> Any:
@@ -132,18 +105,6 @@ def _placement(name: str, placement: Placement) -> tuple[Mesh | None, jax.Device
         f"{name}: the arguments place the program on {len(devices)} devices but not through a "
         "NamedSharding over a Mesh; pass mesh= (and in_shardings=) to hlopt.lower / hlopt.jit"
     )
-
-
-def module_to_bytecode(module: ir.Module) -> bytes:
-    buf = io.BytesIO()
-    module.operation.write_bytecode(buf)
-    return buf.getvalue()
-
-
-def parse_module(source: str | bytes) -> ir.Module:
-    """Parse text or bytecode that hlopt or jax produced into the hlopt context (user text: `parse_guard.parse_source`)."""
-    with get_context():
-        return ir.Module.parse(source)
 
 
 def check_static_argnums(fun: Callable, static_argnums: Any) -> tuple[int, ...]:
@@ -220,15 +181,15 @@ def lower_function(
         else:
             lowered = jax.jit(wrapped, **jit_kwargs).lower(*args)
 
-    compile_args = lowered._lowering.compile_args
-    if compile_args.get("ordered_effects") or compile_args.get("host_callbacks"):
+    options = compile_args(lowered)
+    if options.get("ordered_effects") or options.get("host_callbacks"):
         raise NotImplementedError(
             f"{getattr(fun, '__name__', fun)}: side effects and host callbacks cannot be "
             "compiled ahead of time by hlopt"
         )
     module = parse_module(module_to_bytecode(lowered.compiler_ir("stablehlo")))
-    in_avals = tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
-    out_avals = tuple(jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in lowered_out_avals(lowered))
+    in_avals = arg_avals(lowered)
+    out_avals = tuple(jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in weak_out_avals(lowered))
     device = None
     if mesh is None:
         mesh, device = _placement(getattr(fun, "__name__", "fun"), lowering_placement(lowered))

@@ -39,8 +39,8 @@ import re
 
 import numpy as np
 
-from hlopt.compiler.pipeline import format_mlir_error
-from hlopt.passes.base import shorten
+from hlopt.compiler.pipeline import PipelineError, mlir_pipeline_error
+from hlopt.passes.locations import error_line, source_name
 from hlopt.passes.mlir import get_context, ir
 
 MAX_NESTING = 512
@@ -62,7 +62,7 @@ _DIMENSION_CHARS = np.zeros(256, bool)
 _DIMENSION_CHARS[list(b"0123456789?x")] = True
 
 
-class ParseError(ValueError):
+class ParseError(PipelineError):
     """User text that hlopt refuses to parse or MLIR cannot parse; one line per error, with the location."""
 
 
@@ -115,10 +115,10 @@ def _check_rank(data: bytes, codes: np.ndarray, counted: np.ndarray, filename: s
     sizes = np.bincount(run[size_end], minlength=1) if size_end.any() else np.zeros(1, np.int64)
     if sizes.max() > MAX_RANK:
         start = int(np.argmax(run == np.argmax(sizes))) + 1
-        raise ParseError(
-            f"{filename}:{_position(data, start)}: error: a shape with more than {MAX_RANK} dimensions; "
-            "hlopt refuses it because MLIR parses dimension lists in quadratic time"
-        )
+        raise ParseError(error_line(
+            f"{filename}:{_position(data, start)}",
+            f"a shape with more than {MAX_RANK} dimensions; hlopt refuses it because MLIR parses dimension "
+            "lists in quadratic time"))
 
 
 def _open_brackets(steps: np.ndarray) -> np.ndarray:
@@ -196,20 +196,19 @@ def _position(data: bytes, offset: int) -> str:
 
 
 def _too_deep(data: bytes, filename: str, offset: int, what: str) -> ParseError:
-    return ParseError(
-        f"{filename}:{_position(data, offset)}: error: {what}; hlopt refuses input this deep because "
-        "MLIR's parser and XLA's compiler would overflow the stack"
-    )
+    return ParseError(error_line(
+        f"{filename}:{_position(data, offset)}",
+        f"{what}; hlopt refuses input this deep because MLIR's parser and XLA's compiler would overflow the stack"))
 
 
 def decode_source(data: bytes, filename: str = "-") -> str:
     """The MLIR text in `data`; ParseError for bytecode and for bytes that are not UTF-8."""
     if data.startswith(BYTECODE_MAGIC):
-        raise ParseError(f"{filename}: error: MLIR bytecode is not accepted here; give the module as text")
+        raise ParseError(error_line(filename, "MLIR bytecode is not accepted here; give the module as text"))
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ParseError(f"{filename}: error: not UTF-8 text (byte {e.start} is {data[e.start]:#04x})") from None
+        raise ParseError(error_line(filename, f"not UTF-8 text (byte {e.start} is {data[e.start]:#04x})")) from None
 
 
 def parse_source(source: str | bytes, filename: str = "-") -> ir.Module:
@@ -217,8 +216,9 @@ def parse_source(source: str | bytes, filename: str = "-") -> ir.Module:
     if isinstance(source, bytes):
         source = decode_source(source, filename)
     check_text(source, filename)
-    with get_context():
+    with get_context(), source_name(filename):
         try:
             return ir.Module.parse(source)
         except ir.MLIRError as e:
-            raise ParseError(shorten(re.sub(r"^-:", f"{filename}:", format_mlir_error(e), flags=re.M))) from None
+            error = mlir_pipeline_error(e)
+            raise ParseError(error.args[0], error.notes) from None

@@ -8,12 +8,11 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import sharding_impls  # parse_flatten_op_sharding: OpSharding -> PartitionSpec
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from hlopt.compiler.jax_compat import result_handler
-from hlopt.compiler.lowering import Signature
-from hlopt.passes.base import shorten
+from hlopt.compiler.jax_compat import key_shape, partition_spec, prng_impl, result_handler
+from hlopt.compiler.program import Signature, same_value
+from hlopt.passes.locations import shorten
 from hlopt.passes.mlir import ir
 from hlopt.runtime.dispatch import cpp_function
 
@@ -41,7 +40,7 @@ class Compiled:
         self.committed = mesh is not None or signature.device is not None
         self._in_is_key = [_is_key(a.dtype) for a in signature.in_avals]
         self._out_is_key = [_is_key(a.dtype) for a in signature.out_avals]
-        self._out_handlers = [result_handler(_physical_aval(a), s, self.committed)
+        self._out_handlers = [result_handler(aval=_physical_aval(a), sharding=s, committed=self.committed)
                               for a, s in zip(signature.out_avals, self.out_shardings)]
         self.uses_keys = any(self._in_is_key) or any(self._out_is_key)
 
@@ -55,10 +54,11 @@ class Compiled:
         mesh = self.signature.mesh
         if mesh is None or op_shardings is None:
             return [SingleDeviceSharding(self.devices[0]) for _ in range(count)]
-        return [
-            NamedSharding(mesh, sharding_impls.parse_flatten_op_sharding(s, mesh)[0])
-            for s in op_shardings
-        ]
+        return [NamedSharding(mesh, partition_spec(s, mesh)) for s in op_shardings]
+
+    def __repr__(self) -> str:
+        pipeline = f", after '{self.pipeline}'" if self.pipeline else ""
+        return f"<hlopt.Compiled {self.signature.describe()}{pipeline}>"
 
     def serialize(self) -> bytes:
         """The bytes of this program's executable file; `hlopt.deserialize` reads them."""
@@ -89,7 +89,7 @@ class Compiled:
         dynamic = []
         for i, a in enumerate(args):
             if i in static:
-                if not _same_static(a, static[i]):
+                if type(a) is not type(static[i]) or not same_value(a, static[i]):  # keyed by type, as jax.jit
                     raise ValueError(shorten(
                         f"{self.signature.name}: static argument {i} is {a!r} ({type(a).__name__}) but the "
                         f"program was compiled for {static[i]!r} ({type(static[i]).__name__}); lower it again"
@@ -154,7 +154,7 @@ class Compiled:
                                                  self.signature.out_avals):
             out = handler(shards)
             if is_key:
-                out = jax.random.wrap_key_data(out, impl=aval.dtype._impl)
+                out = jax.random.wrap_key_data(out, impl=prng_impl(aval.dtype))
             outs.append(out)
         return jax.tree_util.tree_unflatten(self.signature.out_tree, outs)
 
@@ -172,7 +172,7 @@ def _is_key(dtype: Any) -> bool:
 def _physical_aval(aval: Any) -> jax.core.ShapedArray:
     """The aval of the buffer that holds `aval` (typed keys are their uint32 words)."""
     if _is_key(aval.dtype):
-        return jax.core.ShapedArray(tuple(aval.shape) + tuple(aval.dtype._impl.key_shape), np.dtype(np.uint32))
+        return jax.core.ShapedArray(tuple(aval.shape) + key_shape(aval.dtype), np.dtype(np.uint32))
     return jax.core.ShapedArray(tuple(aval.shape), aval.dtype, weak_type=aval.weak_type)
 
 
@@ -197,12 +197,3 @@ def _where(sharding: jax.sharding.Sharding) -> str:
     where = f"device {ids[0]}" if len(ids) == 1 else f"devices {ids}"
     return f"{where} as {sharding.spec}" if isinstance(sharding, NamedSharding) else where
 
-
-def _same_static(a: Any, b: Any) -> bool:
-    """Whether static argument `a` selects the program lowered with `b`: same type and equal, as jax.jit keys them."""
-    if type(a) is not type(b):
-        return False
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - arrays and other values without a plain ==
-        return a is b

@@ -12,6 +12,7 @@ from jax.sharding import Mesh
 from hlopt.compiler.lowering import check_static_argnums, lower_function, resolve_static_argnums
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
+from hlopt.runtime.compile import compile_lowered
 from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
 
@@ -42,7 +43,7 @@ def lower(
         reports = find_key_reuse(module.operation)
         if reports:
             raise KeyReuseError(reports)
-    return Lowered(module, signature)
+    return Lowered(module, signature, backend=compile_lowered)
 
 
 def _arg_key(x: Any) -> Any:

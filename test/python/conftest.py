@@ -1,5 +1,6 @@
-"""pytest setup: eight host CPU devices (set before jax is imported) and float64; the partitioner fixture."""
+"""pytest setup: eight host CPU devices (set before jax is imported) and float64; the partitioner fixture; time per file."""
 
+import collections
 import os
 
 import pytest
@@ -20,3 +21,20 @@ def partitioner(request):
     jax.config.update("jax_use_shardy_partitioner", request.param)
     yield request.param
     jax.config.update("jax_use_shardy_partitioner", old)
+
+_seconds_per_file: collections.Counter[str] = collections.Counter()
+
+
+def pytest_runtest_logreport(report):
+    """Add up setup, call and teardown time per test file."""
+    _seconds_per_file[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The ten slowest files, so that a slow addition is seen where it lands."""
+    if not _seconds_per_file:
+        return
+    terminalreporter.write_sep("=", "seconds per file (slowest 10)")
+    for path, seconds in _seconds_per_file.most_common(10):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
+    terminalreporter.write_line(f"{sum(_seconds_per_file.values()):8.1f} s  in {len(_seconds_per_file)} files")

@@ -70,7 +70,7 @@ with get_context():
     module.operation.write_bytecode(io.BytesIO())
     if {compile}:
         import jax
-        from hlopt.compiler.lowering import module_to_bytecode
+        from hlopt.compiler.program import module_to_bytecode
         from hlopt.runtime.pjrt import compile_module
         compile_module(module_to_bytecode(module), jax.devices()[:1], True)
 """

@@ -28,7 +28,7 @@ from hlopt.compiler.parse_guard import (
     parse_source,
 )
 from hlopt.compiler.pipeline import MAX_PIPELINE_ELEMENTS, PipelineError
-from hlopt.passes.base import ERROR_LINE_LIMIT
+from hlopt.passes.locations import ERROR_LINE_LIMIT
 
 GOOD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %a, %a : tensor<4xf32>
