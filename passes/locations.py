@@ -8,6 +8,8 @@ locations; JAX writes the Python call stack of each op as nested call sites,
 innermost first. Frames in hlopt's and jax's own files are dropped when a
 frame of the user's code remains; the full chain is available as `note:`
 lines (`call_chain`), which the command-line tools print under `--debug`.
+An error line is `error_line(where, message)`; `shorten` caps every line an
+error prints (a rank-100000 type or a huge name echoed from the input).
 
 A module parsed from text without its own locations is located in the buffer
 `-`; `source_name` says which file that text came from.
