@@ -16,6 +16,11 @@ from typing import NamedTuple
 Shape = tuple[int, ...]
 
 
+def broadcast_dim(*sizes: int) -> int:
+    """The size that dims of these sizes broadcast to (any size other than 1, which may be 0)."""
+    return next((s for s in sizes if s != 1), 1)
+
+
 class Layout(NamedTuple):
     """The layout of one BCOO array, derived from its buffers as JAX does."""
 
@@ -54,7 +59,7 @@ class Layout(NamedTuple):
     @property
     def max_batch(self) -> Shape:
         """Batch dims of the two buffers broadcast together."""
-        return tuple(max(a, b) for a, b in zip(self.data[: self.n_batch], self.indices[: self.n_batch]))
+        return tuple(map(broadcast_dim, self.data[: self.n_batch], self.indices[: self.n_batch]))
 
 
 def layout(shape: Sequence[int], data: Sequence[int], indices: Sequence[int]) -> Layout:
@@ -82,7 +87,7 @@ def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> Shape:
     for x, y in zip(a, b, strict=True):
         if x != y and 1 not in (x, y):
             raise ValueError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
-        out.append(max(x, y))
+        out.append(broadcast_dim(x, y))
     return tuple(out)
 
 
@@ -178,10 +183,33 @@ def slice_shapes(
 
     data_batch = batch(lay.data)
     if ns:
-        data_batch = [max(a, b) for a, b in zip(data_batch, batch(lay.indices))]
+        data_batch = list(map(broadcast_dim, data_batch, batch(lay.indices)))
     data = (*data_batch, lay.nse, *shape[nb + ns :])
     indices = (*batch(lay.indices), lay.nse, ns)
     return shape, data, indices
+
+
+def gather(lay: Layout, slice_sizes: Sequence[int], windows: int) -> tuple[Shape, Shape, Shape]:
+    """(shape, data, indices) of `windows` windows of `slice_sizes` cut from the array.
+
+    The windows become a new leading batch dim; a batch dim that a buffer broadcasts stays 1.
+    """
+    nb, ns = lay.n_batch, lay.n_sparse
+    sizes = tuple(slice_sizes)
+    if len(sizes) != len(lay.shape) or not all(0 <= s <= n for s, n in zip(sizes, lay.shape)):
+        raise ValueError(f"slice_sizes {sizes} do not fit an array of shape {lay.shape}")
+    if windows < 0:
+        raise ValueError(f"the number of windows must be non-negative, got {windows}")
+
+    def batch(buf: Shape) -> list[int]:
+        return [sizes[i] if buf[i] == lay.shape[i] else 1 for i in range(nb)]
+
+    data_batch = batch(lay.data)
+    if ns:
+        data_batch = list(map(broadcast_dim, data_batch, batch(lay.indices)))
+    data = (windows, *data_batch, lay.nse, *sizes[nb + ns :])
+    indices = (windows, *batch(lay.indices), lay.nse, ns)
+    return (windows, *sizes), data, indices
 
 
 class ReduceSumPlan(NamedTuple):
@@ -204,7 +232,7 @@ def reduce_sum(lay: Layout, axes: Sequence[int]) -> ReduceSumPlan:
     scale = tuple(a for a in axes if a < nb and data_batch[a] == 1 and lay.indices[a] == 1)
     fold = tuple(a for a in axes if a < nb and a not in scale)
     kept = [a for a in range(nb) if a not in axes]
-    batch = tuple(max(data_batch[a], lay.indices[a]) for a in kept)
+    batch = tuple(broadcast_dim(data_batch[a], lay.indices[a]) for a in kept)
     nse = lay.nse * math.prod(lay.shape[a] for a in fold)
     dense = tuple(lay.shape[d] for d in range(nb + ns, len(lay.shape)) if d not in axes)
     n_sparse = sum(1 for d in range(nb, nb + ns) if d not in axes)
@@ -229,21 +257,25 @@ def reshape(lay: Layout, new_sizes: Sequence[int], dimensions: Sequence[int] | N
     transpose(lay, dims)
     if math.prod(new_sizes) != math.prod(lay.shape):
         raise TypeError(f"reshape total size must be unchanged, got new_sizes {new_sizes} for shape {lay.shape}")
-    batch_size = math.prod(lay.batch_shape)
-    sparse_size = math.prod(lay.sparse_shape)
-    cumulative = [math.prod(new_sizes[: i + 1]) for i in range(len(new_sizes))]
-    if batch_size != 1 and batch_size not in cumulative:
+    # The new batch dims are the longest prefix of new_sizes holding the batch elements, the new
+    # sparse dims the longest run after them holding the sparse ones (jax's rule, which also
+    # decides where size-1 dims go); with a size-0 dim several splits multiply out, so each is tried.
+    parts = (math.prod(lay.batch_shape), math.prod(lay.sparse_shape), math.prod(lay.dense_shape))
+    n = len(new_sizes)
+    firsts = [i for i in range(n + 1) if math.prod(new_sizes[:i]) == parts[0]]
+    if not firsts:
         raise ValueError(
             "bcoo_reshape: new shape cannot mix batch and sparse dimensions; "
             f"got shape={lay.shape} new_shape={new_sizes} with n_batch={nb}"
         )
-    if sparse_size != 1 and batch_size * sparse_size not in cumulative:
+    splits = [(i1, i2) for i1 in firsts for i2 in range(i1, n + 1)
+              if math.prod(new_sizes[i1:i2]) == parts[1] and math.prod(new_sizes[i2:]) == parts[2]]
+    if not splits:
         raise ValueError(
             "bcoo_reshape: new shape cannot mix sparse and dense dimensions; "
             f"got shape={lay.shape} new_shape={new_sizes} with n_dense={lay.n_dense}"
         )
-    i1 = sum(1 for c in cumulative if c <= batch_size)
-    i2 = sum(1 for c in cumulative if c <= batch_size * sparse_size)
+    i1, i2 = max(splits)
     return ReshapePlan(
         new_sizes[:i1],
         new_sizes[i1:i2],
@@ -334,5 +366,5 @@ def multiply_dense(lay: Layout, v: Sequence[int]) -> Shape:
             "multiplication between sparse and dense is only implemented for cases "
             f"where the output shape matches the sparse matrix shape. Got shape={lay.shape}, v.shape={v}"
         )
-    batch = tuple(max(a, b, c) for a, b, c in zip(lay.data, lay.indices, padded[: lay.n_batch]))
+    batch = tuple(map(broadcast_dim, lay.data, lay.indices, padded[: lay.n_batch]))
     return (*batch, *lay.data[lay.n_batch :])

@@ -405,6 +405,8 @@ def lower_extract(c: BcooOp) -> list[Value]:
         lay = shapes.extract_layout(b.shape_of(arr), b.shape_of(idx))
     except ValueError as e:
         raise PassError(f"@{PREFIX}extract: invalid operands: {e}", c.op.location) from None
+    if 0 in lay.sparse_shape:  # no index is in range
+        return [b.full(c.result_shape(0), 0, c.result_elem(0))]
     batch = lay.batch_shape
     bs = math.prod(batch)
     arr_c = b.reshape(arr, [bs, *lay.shape[lay.n_batch :]])
@@ -421,6 +423,8 @@ def lower_multiply_dense(c: BcooOp) -> list[Value]:
     vs = b.shape_of(v)
     if not vs:
         return [b.mul(data, b.broadcast(v, b.shape_of(data), []))]
+    if 0 in lay.sparse_shape:  # every entry is padding: there is no element of v to read
+        return [b.full(out_shape, 0, c.result_elem(0))]
     nb, ns = lay.n_batch, lay.n_sparse
     v = b.reshape(v, [1] * (len(lay.shape) - len(vs)) + vs)
     vs = b.shape_of(v)
@@ -445,6 +449,10 @@ def lower_fromdense(c: BcooOp) -> list[Value]:
     bs, total = math.prod(batch), math.prod(sparse)
     mat_c = b.reshape(mat, [bs, total, *dense])
     elem = b.elem_of(mat)
+    if total == 0:  # nothing to store: zero data, padding indices
+        data = b.full(c.result_shape(0), 0, elem)
+        indices = _sizes(b.full(c.result_shape(1), 0, c.result_elem(1)), sparse)
+        return [data, indices]
     if ns == 0:
         data = b.slice_dim(mat_c, 1, 0, 0) if nse == 0 else b.pad(
             mat_c, [0] * (2 + nd), [0, nse - 1] + [0] * nd, [0] * (2 + nd), b.scalar(0, elem)
@@ -467,8 +475,8 @@ def lower_sort_indices(c: BcooOp) -> list[Value]:
     data, idx = c.operands
     if lay.n_sparse == 0:
         return [data, idx]
-    if lay.nse == 0:
-        return [b.broadcast_to(data, c.result_shape(0)), idx]
+    if lay.nse == 0 or 0 in lay.sparse_shape:  # nothing to sort: every entry is padding
+        return [b.broadcast_to(data, c.result_shape(0)), _sizes(idx, lay.sparse_shape)]
     batch = lay.max_batch
     data_c, idx_c = _canonical(data, batch), _canonical(idx, batch)
     bs, n = b.shape_of(idx_c)[:2]
@@ -495,6 +503,9 @@ def lower_sum_duplicates(c: BcooOp) -> list[Value]:
         out = b.pad(total, [0] * (2 + nd), [0, nse - 1] + [0] * nd, [0] * (2 + nd), b.scalar(0, b.elem_of(data))) \
             if nse else b.slice_dim(total, 1, 0, 0)
         indices = b.full([bs, nse, 0], 0, b.elem_of(idx))
+    elif 0 in lay.sparse_shape:  # every entry is padding
+        out = b.full([math.prod(batch), nse, *lay.dense_shape], 0, b.elem_of(data))
+        indices = _sizes(b.full([math.prod(batch), nse, lay.n_sparse], 0, b.elem_of(idx)), lay.sparse_shape)
     else:
         out, keys = _sum_duplicates_keys(data_c, idx_c, lay.sparse_shape, nse)
         indices = _unravel(keys, lay.sparse_shape, b.elem_of(idx))
@@ -564,6 +575,52 @@ def lower_slice(c: BcooOp) -> list[Value]:
         batch = c.result_shape(0)[:nb]
         data = _mask(_broadcast_batch(data, batch), _broadcast_batch(keep, batch))
     return [data, idx]
+
+
+def lower_gather(c: BcooOp) -> list[Value]:
+    """Windows of `slice_sizes` at `starts[G, rank]` (clamped into the array, as dynamic_slice does)."""
+    lay = c.layout()
+    data, idx, starts = c.operands
+    sizes = list(c.config["slice_sizes"])
+    nb, ns = lay.n_batch, lay.n_sparse
+    windows = b.shape_of(starts)[0]
+    room = [n - s for n, s in zip(lay.shape, sizes)]
+    starts = b.minimum(b.maximum(starts, b.zeros_like(starts)), _sizes(starts, room))
+    dense = list(range(nb + ns, len(lay.shape)))
+    data = _gather_windows(data, starts, lay, [*range(nb), *dense], sizes, nb)
+    idx = _gather_windows(idx, starts, lay, list(range(nb)), sizes, nb)
+    if ns:
+        batch = c.result_shape(0)[: nb + 1]
+        offsets = b.convert(_columns(starts, range(nb, nb + ns)), b.elem_of(idx))
+        ishape = b.shape_of(idx)
+        shifted = b.sub(idx, b.broadcast(offsets, ishape, [0, len(ishape) - 1]))
+        keep = _valid(shifted, sizes[nb : nb + ns])
+        idx = _where(keep, shifted, sizes[nb : nb + ns])
+        data = _mask(_broadcast_batch(data, batch), _broadcast_batch(keep, batch))
+    return [data, idx]
+
+
+def _gather_windows(buf: Value, starts: Value, lay: shapes.Layout, dims: Sequence[int], sizes: Sequence[int],
+                    nb: int) -> Value:
+    """`buf[*batch, nse, *rest]` cut to the windows along the array dims `dims` (batch dims the
+    buffer broadcasts stay 1): `[G, *window]`."""
+    shape = b.shape_of(buf)
+    windows = b.shape_of(starts)[0]
+
+    def axis(d: int) -> int:  # the buffer axis of array dim d (batch or dense)
+        return d if d < nb else d - lay.n_sparse + 1
+
+    moving = [d for d in dims if not (d < nb and shape[d] != lay.shape[d])]
+    slice_sizes = list(shape)
+    for d in moving:
+        slice_sizes[axis(d)] = sizes[d]
+    if not moving:
+        return b.broadcast(buf, [windows, *shape], range(1, len(shape) + 1))
+    return b.gather(
+        buf, b.convert(_columns(starts, moving), b.elem_of(starts)), offset_dims=range(1, len(shape) + 1),
+        collapsed_slice_dims=[], operand_batching_dims=[], start_indices_batching_dims=[],
+        start_index_map=[axis(d) for d in moving], index_vector_dim=1, slice_sizes=slice_sizes,
+    )
 
 
 def lower_reduce_sum(c: BcooOp) -> list[Value]:
@@ -741,7 +798,7 @@ def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int]) -> tuple
     k_data, k_idx, k_sizes = look
     bs, nd_ = b.shape_of(d_idx)[:2]
     nk = b.shape_of(k_idx)[1]
-    dense = [max(x, y) for x, y in zip(b.shape_of(d_data)[2:], b.shape_of(k_data)[2:])]
+    dense = list(map(shapes.broadcast_dim, b.shape_of(d_data)[2:], b.shape_of(k_data)[2:]))
     if nd_ == 0 or nk == 0:
         data = b.full([bs, nd_, *dense], 0, b.elem_of(d_data))
         return data, _sizes(b.full(b.shape_of(d_idx), 0, b.elem_of(d_idx)), out_sizes)
@@ -785,7 +842,7 @@ def _multiply_pairs(lhs: Side, rhs: Side, out_sizes: Sequence[int]) -> tuple[Val
     lk = b.broadcast(_matched_key(l_idx, l_sizes, dims, total, kt), [bs, nl, nr], [0, 1])
     rk = b.broadcast(_matched_key(r_idx, r_sizes, dims, total + 1, kt), [bs, nl, nr], [0, 2])
     match = b.reshape(b.compare(lk, rk, "EQ"), [bs, nl * nr])
-    dense = [max(x, y) for x, y in zip(b.shape_of(l_data)[2:], b.shape_of(r_data)[2:])]
+    dense = list(map(shapes.broadcast_dim, b.shape_of(l_data)[2:], b.shape_of(r_data)[2:]))
     nd = len(dense)
     pair = [bs, nl, nr, *dense]
     ld = b.broadcast(l_data, pair, [0, 1, *range(3, 3 + nd)])
@@ -814,6 +871,7 @@ LOWERINGS: dict[str, LoweringRule] = {
     "squeeze": lower_squeeze,
     "sum_duplicates": lower_sum_duplicates,
     "transpose": lower_transpose,
+    "gather": lower_gather,
 }
 
 
@@ -861,7 +919,10 @@ class LowerBcoo(Pass):
         module.walk(visit)
         for view in map(bcoo_op, found):
             with view.op.location, ir.InsertionPoint(view.op):
-                values = LOWERINGS[view.name](view)
+                if all(0 in t.shape for t in view.result_types):  # empty buffers: nothing to compute
+                    values = [b.full(t.shape, 0, t.element_type) for t in view.result_types]
+                else:
+                    values = LOWERINGS[view.name](view)
             for old, new in zip(view.op.results, values, strict=True):
                 if old.type != new.type:
                     raise PassError(
