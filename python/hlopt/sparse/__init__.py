@@ -15,6 +15,7 @@ from hlopt.sparse.bcoo import (
     bcoo_multiply_sparse,
     bcoo_reduce_sum,
     bcoo_reshape,
+    bcoo_rev,
     bcoo_slice,
     bcoo_sort_indices,
     bcoo_squeeze,
@@ -22,6 +23,7 @@ from hlopt.sparse.bcoo import (
     bcoo_todense,
     bcoo_transpose,
     bcoo_update_layout,
+    todense,
 )
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "bcoo_multiply_sparse",
     "bcoo_reduce_sum",
     "bcoo_reshape",
+    "bcoo_rev",
     "bcoo_slice",
     "bcoo_sort_indices",
     "bcoo_squeeze",
@@ -40,4 +43,5 @@ __all__ = [
     "bcoo_todense",
     "bcoo_transpose",
     "bcoo_update_layout",
+    "todense",
 ]

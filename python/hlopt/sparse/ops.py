@@ -222,28 +222,56 @@ batching.primitive_batchers[fromdense_p] = _fromdense_batch
 
 def _data_linear_jvp(prim: jex_core.Primitive) -> Callable:
     def jvp(primals, tangents, **params):
-        data, indices = primals
-        out_data, out_indices = prim.bind(data, indices, **params)
+        data, *rest = primals
+        out_data, out_indices = prim.bind(data, *rest, **params)
         g = tangents[0]
-        data_dot = _zero_tangent(out_data) if type(g) is ad.Zero else prim.bind(g, indices, **params)[0]
+        data_dot = _zero_tangent(out_data) if type(g) is ad.Zero else prim.bind(g, *rest, **params)[0]
         return (out_data, out_indices), (data_dot, _zero_tangent(out_indices))
 
     return jvp
 
 
+def _selection_transpose(prim: jex_core.Primitive) -> Callable:
+    """The transpose of an op each of whose output data elements is one input data element or 0.
+
+    The op runs once more on the 1-based positions of the input data elements (0 stays 0), so
+    each output element names its source; the cotangents are added into their sources (an input
+    element broadcast to several outputs receives the sum of theirs).
+    """
+    def transpose(ct, data, *rest, **params):
+        size = math.prod(data.shape)
+        if size >= np.iinfo(np.int32).max and not jax.config.read("jax_enable_x64"):
+            raise NotImplementedError(f"the gradient of {prim.name} needs jax_enable_x64 for "
+                                      f"data with {size} elements")
+        dtype = np.int32 if size < np.iinfo(np.int32).max else np.int64
+        positions = jnp.arange(1, size + 1, dtype=dtype).reshape(data.shape)
+        source = prim.bind(positions, *rest, **params)[0]
+        targets = jnp.where(source == 0, size, source - 1).ravel()
+        summed = jnp.zeros((size,), ct.dtype).at[targets].add(ct.ravel(), mode="drop")
+        return summed.reshape(data.shape)
+
+    return transpose
+
+
 def _data_linear(name: str, abstract_eval: Callable, transpose: Callable | None = None) -> jex_core.Primitive:
+    """An op linear in data whose output indices depend on the indices only.
+
+    `transpose(ct, data_aval, indices, *rest, **params)` is the data cotangent (`rest`: the
+    op's other operands, not differentiable); None means the op only selects data elements
+    (`_selection_transpose`).
+    """
     prim = _define(name, abstract_eval)
     ad.primitive_jvps[prim] = _data_linear_jvp(prim)
-    if transpose is not None:
+    transpose = transpose or _selection_transpose(prim)
 
-        def rule(cts, data, indices, **params):
-            if ad.is_undefined_primal(indices):
-                raise ValueError("Cannot transpose with respect to sparse indices")
-            out = abstract_eval(data.aval, indices, **params)[0]
-            ct = _ct(cts[0], out)
-            return [transpose(ct, data.aval, indices, **params), None]
+    def rule(cts, data, *rest, **params):
+        if any(map(ad.is_undefined_primal, rest)):
+            raise ValueError("Cannot transpose with respect to sparse indices")
+        out = abstract_eval(data.aval, *rest, **params)[0]
+        ct = _ct(cts[0], out)
+        return [transpose(ct, data.aval, *rest, **params), *(None for _ in rest)]
 
-        ad.primitive_transposes[prim] = rule
+    ad.primitive_transposes[prim] = rule
     return prim
 
 
@@ -298,9 +326,14 @@ def _slice_abstract(data, indices, *, shape, start_indices, limit_indices, strid
     return _aval(d, data.dtype), _aval(i, indices.dtype)
 
 
+def per_column(values: Sequence[int], indices: Any) -> jax.Array:
+    """`values[k]` for index column k, with the rank of `indices` (no implicit rank promotion)."""
+    return jnp.asarray(values, indices.dtype).reshape((1,) * (indices.ndim - 1) + (len(values),))
+
+
 def _valid(indices: jax.Array, sizes: Sequence[int]) -> jax.Array:
     """True where every index of an entry lies in `[0, size)`."""
-    return jnp.all((indices >= 0) & (indices < jnp.array(sizes, indices.dtype)), axis=-1)
+    return jnp.all((indices >= 0) & (indices < per_column(sizes, indices)), axis=-1)
 
 
 def _expand_dense(mask: jax.Array, n_dense: int) -> jax.Array:
@@ -316,7 +349,7 @@ def _slice_transpose(ct, data, indices, *, shape, start_indices, limit_indices, 
             if indices.shape[i] == lay.shape[i]:
                 sl[i] = slice(start_indices[i], limit_indices[i], strides[i])
         idx = indices[tuple(sl)]
-        st, lim, sd = (np.array(x[nb : nb + ns]) for x in (start_indices, limit_indices, strides))
+        st, lim, sd = (per_column(x[nb : nb + ns], idx) for x in (start_indices, limit_indices, strides))
         keep = jnp.all((idx >= st) & (idx < lim) & ((idx - st) % sd == 0), axis=-1)
         ct = jnp.where(_expand_dense(keep, lay.n_dense), ct, 0)
     sliced_shape = list(data.shape)
@@ -382,6 +415,14 @@ def _update_layout_abstract(data, indices, *, shape, n_batch, n_dense, **_):
     return _aval(d, data.dtype), _aval(i, indices.dtype)
 
 
+def _gather_abstract(data, indices, starts, *, shape, slice_sizes, **_):
+    if len(starts.shape) != 2 or starts.shape[1] != len(shape) or not jnp.issubdtype(starts.dtype, jnp.integer):
+        raise TypeError(f"bcoo gather: start indices must be integers of shape (windows, {len(shape)}), "
+                        f"got {starts.dtype}{list(starts.shape)}")
+    _, d, i = shapes.gather(_layout(data, indices, shape), slice_sizes, starts.shape[0])
+    return _aval(d, data.dtype), _aval(i, indices.dtype)
+
+
 sort_indices_p = _data_linear("sort_indices", _sort_indices_abstract)
 sum_duplicates_p = _data_linear("sum_duplicates", _sum_duplicates_abstract, _sum_duplicates_transpose)
 transpose_p = _data_linear("transpose", _transpose_abstract, _transpose_transpose)
@@ -390,6 +431,22 @@ slice_p = _data_linear("slice", _slice_abstract, _slice_transpose)
 reduce_sum_p = _data_linear("reduce_sum", _reduce_sum_abstract, _reduce_sum_transpose)
 reshape_p = _data_linear("reshape", _reshape_abstract, _reshape_transpose)
 update_layout_p = _data_linear("update_layout", _update_layout_abstract)
+gather_p = _data_linear("gather", _gather_abstract)
+
+
+def _gather_batch(args, dims, *, shape, slice_sizes, **params):
+    """vmap of gather: example s's windows read batch row s of the operand (one window list)."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    data, indices, starts = (_to_front(a, d) for a, d in zip(args, dims))
+    windows = starts.shape[1]
+    starts = jnp.broadcast_to(starts, (size, *starts.shape[1:]))
+    rows = jnp.broadcast_to(jnp.arange(size, dtype=starts.dtype).reshape(size, 1, 1), (size, windows, 1))
+    starts = jnp.concatenate([rows, starts], axis=2).reshape(size * windows, len(shape) + 1)
+    outs = gather_p.bind(data, indices, starts, shape=(size, *shape), slice_sizes=(1, *slice_sizes), **params)
+    return [x.reshape(size, windows, *x.shape[2:]) for x in outs], [0, 0]
+
+
+batching.primitive_batchers[gather_p] = _gather_batch
 
 
 # ---------------------------------------------------------------------------
