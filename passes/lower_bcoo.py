@@ -13,64 +13,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass, PassError
+from hlopt.passes.bcoo_config import PREFIX, BcooOp, is_bcoo_op, read
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
-PREFIX = "hlopt.bcoo."
-
-
-@dataclasses.dataclass
-class BcooOp:
-    """One `hlopt.bcoo.<name>` op as a lowering rule sees it."""
-
-    op: ir.Operation
-    name: str
-    config: dict[str, Any]
-    result_types: list[ir.RankedTensorType]
-
-    @property
-    def operands(self) -> list[Value]:
-        """Read when the rule runs: rules for earlier ops may have replaced these values."""
-        return list(self.op.operands)
-
-    def layout(self, first: int = 0, shape_key: str = "shape") -> shapes.Layout:
-        """The layout of the BCOO operand whose data is operand `first` (indices follow it)."""
-        try:
-            return shapes.layout(
-                self.config[shape_key], b.shape_of(self.operands[first]), b.shape_of(self.operands[first + 1])
-            )
-        except (KeyError, IndexError, ValueError) as e:
-            raise PassError(f"{self.op.name} @{PREFIX}{self.name}: invalid operands or config: {e}", self.op.location)
-
-    def result_shape(self, i: int) -> list[int]:
-        return list(self.result_types[i].shape)
-
-    def result_elem(self, i: int) -> ir.Type:
-        return self.result_types[i].element_type
-
-
-def _decode(attr: ir.Attribute) -> Any:
-    if isinstance(attr, ir.BoolAttr):
-        return attr.value
-    if isinstance(attr, ir.IntegerAttr):
-        return attr.value
-    if isinstance(attr, ir.StringAttr):
-        return attr.value
-    if isinstance(attr, ir.DenseI64ArrayAttr):
-        return tuple(attr)
-    if isinstance(attr, ir.ArrayAttr):
-        return tuple(_decode(a) for a in attr)
-    if isinstance(attr, ir.DictAttr):
-        return {a.name: _decode(a.attr) for a in attr}
-    if isinstance(attr, ir.UnitAttr):
-        return None
-    raise PassError(f"unexpected attribute {attr} in an hlopt.bcoo backend_config")
 
 
 # ---------------------------------------------------------------------------
@@ -96,10 +48,7 @@ def lower_todense(c: BcooOp) -> list[Value]:
 
 def lower_extract(c: BcooOp) -> list[Value]:
     arr, idx = c.operands
-    try:
-        lay = shapes.extract_layout(b.shape_of(arr), b.shape_of(idx))
-    except ValueError as e:
-        raise PassError(f"@{PREFIX}extract: invalid operands: {e}", c.op.location) from None
+    lay = shapes.extract_layout(b.shape_of(arr), b.shape_of(idx))
     if 0 in lay.sparse_shape:  # no index is in range
         return [b.full(c.result_shape(0), 0, c.result_elem(0))]
     batch = lay.batch_shape
@@ -570,35 +519,23 @@ LOWERINGS: dict[str, LoweringRule] = {
 }
 
 
-def is_bcoo_op(op: ir.Operation) -> bool:
-    """True for a `stablehlo.custom_call` whose target starts with `hlopt.bcoo.`."""
-    return op.name == "stablehlo.custom_call" and ir.StringAttr(op.attributes["call_target_name"]).value.startswith(PREFIX)
-
-
-def bcoo_op(op: ir.Operation) -> BcooOp:
-    """The `BcooOp` view of an `hlopt.bcoo.*` custom_call."""
-    target = ir.StringAttr(op.attributes["call_target_name"]).value
-    name = target[len(PREFIX) :]
-    if name not in LOWERINGS:
-        raise PassError(f"unknown sparse op @{target} (known: {', '.join(sorted(LOWERINGS))})", op.location)
-    config = op.attributes["backend_config"] if "backend_config" in op.attributes else None
-    if not isinstance(config, ir.DictAttr):
-        raise PassError(f"@{target} needs a dictionary backend_config", op.location)
-    return BcooOp(op, name, _decode(config), [ir.RankedTensorType(r.type) for r in op.results])
-
-
 @dataclasses.dataclass(frozen=True)
 class LowerBcoo(Pass):
     """Lower every `hlopt.bcoo.*` custom_call to StableHLO gathers, scatters, sorts and reductions.
 
+    Every op is checked first (`bcoo_config.read`: a malformed one is an error at its location
+    and nothing is rewritten). `todense` with n_batch = 0, for example:
+
     Before:
-      %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices)
-             {api_version = 4, backend_config = {shape = array<i64: 4, 5>, n_batch = 0, n_dense = 0, ...}}
+      %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32,
+             backend_config = {shape = array<i64: 4, 5>, n_batch = 0 : i64, n_dense = 0 : i64, ...}}
              : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
-    After:
-      %0 = "stablehlo.scatter"(%zeros, %safe_indices, %masked_data) ({ stablehlo.add ... })
-             : (tensor<1x4x5xf32>, tensor<1x3x2xi32>, tensor<1x3xf32>) -> tensor<1x4x5xf32>
-      %1 = stablehlo.reshape %0 : (tensor<1x4x5xf32>) -> tensor<4x5xf32>
+    After (reshapes to and from the one-batch canonical form left out):
+      %zeros = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<4x5xf32>
+      %0 = "stablehlo.scatter"(%zeros, %indices, %data) <{scatter_dimension_numbers = #stablehlo.scatter<
+             inserted_window_dims = [0, 1], scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1>}>
+             ({ stablehlo.add }) : (tensor<4x5xf32>, tensor<3x2xi32>, tensor<3xf32>) -> tensor<4x5xf32>
+    (no mask: the scatter drops padding, whose indices lie outside the array).
     """
 
     name: ClassVar[str] = "lower-bcoo"
@@ -612,7 +549,8 @@ class LowerBcoo(Pass):
             return ir.WalkResult.ADVANCE
 
         module.walk(visit)
-        for view in map(bcoo_op, found):
+        views = [read(op) for op in found]  # every op is checked before any is rewritten
+        for view in views:
             with view.op.location, ir.InsertionPoint(view.op):
                 if all(0 in t.shape for t in view.result_types):  # empty buffers: nothing to compute
                     values = [b.full(t.shape, 0, t.element_type) for t in view.result_types]

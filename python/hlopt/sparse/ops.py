@@ -60,6 +60,22 @@ def _config(name: str, avals_in: Sequence[Any], params: dict[str, Any]) -> dict[
     return config
 
 
+def _abstract_eval(name: str) -> Callable[..., Any]:
+    """Result avals of an op: shapes from `bcoo_shapes.result_shapes` (the rule lower-bcoo checks
+    against), data of the data operand's dtype, indices of the index operand's (or `index_dtype`)."""
+    def abstract_eval(*operands, **params):
+        if name == "gather" and not jnp.issubdtype(operands[2].dtype, jnp.integer):
+            raise TypeError(f"bcoo gather: start indices must be integers, got {operands[2].dtype}")
+        out = shapes.result_shapes(name, _config(name, operands, params), [x.shape for x in operands])
+        dtypes = [operands[0].dtype, params["index_dtype"] if name == "fromdense" else operands[1].dtype]
+        if name == "multiply_sparse":
+            dtypes[0] = jnp.result_type(operands[0].dtype, operands[2].dtype)
+        avals = [_aval(s, d) for s, d in zip(out, dtypes)]
+        return avals if len(avals) > 1 else avals[0]
+
+    return abstract_eval
+
+
 def _define(name: str, abstract_eval: Callable[..., Any], *, multiple_results: bool = True) -> jex_core.Primitive:
     def lowering(ctx, *operands, **params):
         return emit_annotation(PREFIX + name, operands, result_types(ctx), _config(name, ctx.avals_in, params))
@@ -143,17 +159,11 @@ def _primal_aval(x: Any) -> Any:
 # todense / extract: mutual transposes
 
 
-def _todense_abstract(data, indices, *, shape, indices_sorted, unique_indices):
-    return _aval(shapes.todense(_layout(data, indices, shape)), data.dtype)
-
-
+_todense_abstract = _abstract_eval("todense")
 todense_p = _define("todense", _todense_abstract, multiple_results=False)
 
 
-def _extract_abstract(arr, indices):
-    return _aval(shapes.extract(shapes.extract_layout(arr.shape, indices.shape)), arr.dtype)
-
-
+_extract_abstract = _abstract_eval("extract")
 extract_p = _define("extract", _extract_abstract, multiple_results=False)
 
 
@@ -190,12 +200,7 @@ ad.primitive_transposes[extract_p] = _extract_transpose
 # fromdense
 
 
-def _fromdense_abstract(mat, *, nse, n_batch, n_dense, index_dtype):
-    data, indices = shapes.fromdense(mat.shape, nse, n_batch, n_dense)
-    return _aval(data, mat.dtype), _aval(indices, index_dtype)
-
-
-fromdense_p = _define("fromdense", _fromdense_abstract)
+fromdense_p = _define("fromdense", _abstract_eval("fromdense"))
 
 
 def _fromdense_jvp(primals, tangents, **params):
@@ -253,13 +258,14 @@ def _selection_transpose(prim: jex_core.Primitive) -> Callable:
     return transpose
 
 
-def _data_linear(name: str, abstract_eval: Callable, transpose: Callable | None = None) -> jex_core.Primitive:
+def _data_linear(name: str, transpose: Callable | None = None) -> jex_core.Primitive:
     """An op linear in data whose output indices depend on the indices only.
 
     `transpose(ct, data_aval, indices, *rest, **params)` is the data cotangent (`rest`: the
     op's other operands, not differentiable); None means the op only selects data elements
     (`_selection_transpose`).
     """
+    abstract_eval = _abstract_eval(name)
     prim = _define(name, abstract_eval)
     ad.primitive_jvps[prim] = _data_linear_jvp(prim)
     transpose = transpose or _selection_transpose(prim)
@@ -273,21 +279,6 @@ def _data_linear(name: str, abstract_eval: Callable, transpose: Callable | None 
 
     ad.primitive_transposes[prim] = rule
     return prim
-
-
-def _sort_indices_abstract(data, indices, *, shape, **_):
-    d, i = shapes.sort_indices(_layout(data, indices, shape))
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
-def _sum_duplicates_abstract(data, indices, *, shape, nse, **_):
-    if nse is None:
-        raise ValueError(
-            "bcoo_sum_duplicates: nse must be specified when using the function within "
-            "jit, vmap, and other transformations requiring abstract evaluation."
-        )
-    d, i = shapes.sum_duplicates(_layout(data, indices, shape), nse)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
 
 
 def _sum_duplicates_transpose(ct, data, indices, *, shape, nse, **_):
@@ -304,26 +295,11 @@ def _sum_duplicates_transpose(ct, data, indices, *, shape, nse, **_):
     return _sum_to_shape(looked_up, data.shape)
 
 
-def _transpose_abstract(data, indices, *, shape, permutation, **_):
-    _, d, i = shapes.transpose(_layout(data, indices, shape), permutation)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
 def _transpose_transpose(ct, data, indices, *, shape, permutation, **_):
     lay = _layout(data, indices, shape)
     nb, ns = lay.n_batch, lay.n_sparse
     data_perm = [*permutation[:nb], nb, *(p - ns + 1 for p in permutation[nb + ns :])]
     return jnp.transpose(ct, np.argsort(data_perm))
-
-
-def _squeeze_abstract(data, indices, *, shape, dimensions, **_):
-    _, d, i = shapes.squeeze(_layout(data, indices, shape), dimensions)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
-def _slice_abstract(data, indices, *, shape, start_indices, limit_indices, strides, **_):
-    _, d, i = shapes.slice_shapes(_layout(data, indices, shape), start_indices, limit_indices, strides)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
 
 
 def per_column(values: Sequence[int], indices: Any) -> jax.Array:
@@ -365,11 +341,6 @@ def _slice_transpose(ct, data, indices, *, shape, start_indices, limit_indices, 
     return jnp.zeros(data.shape, ct.dtype).at[tuple(index)].set(ct)
 
 
-def _reduce_sum_abstract(data, indices, *, shape, axes, **_):
-    plan = shapes.reduce_sum(_layout(data, indices, shape), axes)
-    return _aval(plan.data, data.dtype), _aval(plan.indices, indices.dtype)
-
-
 def _reduce_sum_transpose(ct, data, indices, *, shape, axes, **_):
     lay = _layout(data, indices, shape)
     plan = shapes.reduce_sum(lay, axes)
@@ -392,12 +363,6 @@ def _reduce_sum_transpose(ct, data, indices, *, shape, axes, **_):
     return _sum_to_shape(jnp.broadcast_to(x, (*x.shape[: nb + 1], *data.shape[nb + 1 :])), data.shape)
 
 
-def _reshape_abstract(data, indices, *, shape, new_sizes, dimensions, **_):
-    lay = _layout(data, indices, shape)
-    d, i = shapes.reshape_buffers(lay, shapes.reshape(lay, new_sizes, dimensions))
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
 def _reshape_transpose(ct, data, indices, *, shape, new_sizes, dimensions, **_):
     lay = _layout(data, indices, shape)
     plan = shapes.reshape(lay, new_sizes, dimensions)
@@ -410,28 +375,15 @@ def _reshape_transpose(ct, data, indices, *, shape, new_sizes, dimensions, **_):
     return _sum_to_shape(x, data.shape)
 
 
-def _update_layout_abstract(data, indices, *, shape, n_batch, n_dense, **_):
-    d, i = shapes.update_layout(_layout(data, indices, shape), n_batch, n_dense)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
-def _gather_abstract(data, indices, starts, *, shape, slice_sizes, **_):
-    if len(starts.shape) != 2 or starts.shape[1] != len(shape) or not jnp.issubdtype(starts.dtype, jnp.integer):
-        raise TypeError(f"bcoo gather: start indices must be integers of shape (windows, {len(shape)}), "
-                        f"got {starts.dtype}{list(starts.shape)}")
-    _, d, i = shapes.gather(_layout(data, indices, shape), slice_sizes, starts.shape[0])
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
-sort_indices_p = _data_linear("sort_indices", _sort_indices_abstract)
-sum_duplicates_p = _data_linear("sum_duplicates", _sum_duplicates_abstract, _sum_duplicates_transpose)
-transpose_p = _data_linear("transpose", _transpose_abstract, _transpose_transpose)
-squeeze_p = _data_linear("squeeze", _squeeze_abstract)
-slice_p = _data_linear("slice", _slice_abstract, _slice_transpose)
-reduce_sum_p = _data_linear("reduce_sum", _reduce_sum_abstract, _reduce_sum_transpose)
-reshape_p = _data_linear("reshape", _reshape_abstract, _reshape_transpose)
-update_layout_p = _data_linear("update_layout", _update_layout_abstract)
-gather_p = _data_linear("gather", _gather_abstract)
+sort_indices_p = _data_linear("sort_indices")
+sum_duplicates_p = _data_linear("sum_duplicates", _sum_duplicates_transpose)
+transpose_p = _data_linear("transpose", _transpose_transpose)
+squeeze_p = _data_linear("squeeze")
+slice_p = _data_linear("slice", _slice_transpose)
+reduce_sum_p = _data_linear("reduce_sum", _reduce_sum_transpose)
+reshape_p = _data_linear("reshape", _reshape_transpose)
+update_layout_p = _data_linear("update_layout")
+gather_p = _data_linear("gather")
 
 
 def _gather_batch(args, dims, *, shape, slice_sizes, **params):
@@ -453,10 +405,7 @@ batching.primitive_batchers[gather_p] = _gather_batch
 # multiply_dense: bilinear in (data, v)
 
 
-def _multiply_dense_abstract(data, indices, v, *, shape, **_):
-    return _aval(shapes.multiply_dense(_layout(data, indices, shape), v.shape), data.dtype)
-
-
+_multiply_dense_abstract = _abstract_eval("multiply_dense")
 multiply_dense_p = _define("multiply_dense", _multiply_dense_abstract, multiple_results=False)
 
 
@@ -503,11 +452,7 @@ def _multiply_sparse_plan(ld, li, rd, ri, lhs_shape, rhs_shape, driver) -> shape
     return shapes.multiply_sparse(_layout(ld, li, lhs_shape), _layout(rd, ri, rhs_shape), driver)
 
 
-def _multiply_sparse_abstract(ld, li, rd, ri, *, shape, rhs_shape, driver, **_):
-    plan = _multiply_sparse_plan(ld, li, rd, ri, shape, rhs_shape, driver)
-    return _aval(plan.data, jnp.result_type(ld.dtype, rd.dtype)), _aval(plan.indices, li.dtype)
-
-
+_multiply_sparse_abstract = _abstract_eval("multiply_sparse")
 multiply_sparse_p = _define("multiply_sparse", _multiply_sparse_abstract)
 
 
