@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from test_sparse_util import DTYPES, LAYOUTS, SHAPE, assert_close, buffers, pair, random_data, x64
+from test_sparse_util import (  # noqa: F401 - strict_promotion: autouse
+    DTYPES, LAYOUTS, SHAPE, assert_close, buffers, pair, random_data, strict_promotion, x64,
+)
 
 
 def rng(seed: int = 0) -> np.random.RandomState:
@@ -490,3 +494,45 @@ def test_multiply_sparse_broadcast_dense_dims():
     out = hs.bcoo_multiply_sparse(lhs, rhs)
     assert out.shape == (3, 4, 2) and out.n_dense == 1
     assert_close(out.todense(), lref.todense() * rref.todense())
+
+
+@pytest.mark.parametrize(
+    "shape,n_batch,n_dense,nse",
+    [((0, 3), 1, 0, 2), ((2, 0), 0, 0, 3), ((2, 0, 3), 1, 0, 2), ((3, 0), 0, 1, 2), ((2, 3, 0), 1, 1, 2),
+     ((0,), 0, 0, 2), ((0, 0), 1, 0, 0), ((2, 3), 0, 0, 0), ((2, 3, 4), 1, 1, 0)],
+)
+def test_size_zero_dims(shape, n_batch, n_dense, nse):
+    """Size-0 batch, sparse and dense dims and nse = 0 through every op, its vjp and fromdense."""
+    r = rng(43)
+    n_sparse = len(shape) - n_batch - n_dense
+    data = r.rand(*shape[:n_batch], nse, *shape[n_batch + n_sparse :]).astype(np.float32)
+    sizes = shape[n_batch : n_batch + n_sparse]
+    indices = np.stack([r.randint(0, max(s, 1), size=(*shape[:n_batch], nse)) for s in sizes], -1).astype(np.int32)
+    x = numpy_dense(data, indices, shape, n_batch)
+    last = len(shape) - 1
+    window = tuple(slice(0, max(s - 1, 0)) for s in shape)
+    cases = {
+        "todense": (lambda m: m.todense(), x),
+        "sort_indices": (lambda m: m.sort_indices().todense(), x),
+        "sum_duplicates": (lambda m: hs.bcoo_sum_duplicates(m, nse=3).todense(), x),
+        "slice": (lambda m: m[window].todense(), x[window]),
+        "reduce_sum": (lambda m: hs.bcoo_reduce_sum(m, axes=(last,)).todense(), x.sum(last)),
+        "multiply_sparse": (lambda m: hs.bcoo_multiply_sparse(m, m).todense(), x * x),
+        "multiply_dense": (lambda m: (m * np.ones(shape[-1:], np.float32)).todense(), x),
+        "reshape": (lambda m: hs.bcoo_reshape(m, new_sizes=shape + (1,)).todense(), x.reshape(shape + (1,))),
+        "update_layout": (lambda m: hs.bcoo_update_layout(m, n_batch=0, n_dense=0).todense(), x),
+        "fromdense": (lambda m: hs.BCOO.fromdense(m.todense(), nse=3, n_batch=n_batch, n_dense=n_dense).todense(), x),
+        "rev": (lambda m: hs.bcoo_rev(m, [0]).todense(), x[::-1]),
+        "gather": (lambda m: m[np.array([0, 0])].todense() if shape[0] else m.todense(), x[[0, 0]] if shape[0] else x),
+    }
+
+    def run(d, i):
+        outs = {name: fn(hs.BCOO((d, i), shape=shape)) for name, (fn, _) in cases.items()}
+        outs["vjp"] = jax.vjp(lambda d: hs.BCOO((d, i), shape=shape).todense(), d)[1](jnp.ones(shape, d.dtype))[0]
+        return outs
+
+    got = hlopt.jit(run)(data, indices)
+    for name, (_, want) in cases.items():
+        assert_close(got[name], want)
+    assert_close(got["vjp"], jax.vjp(lambda d: js.BCOO((d, indices), shape=shape).todense(), data)[1](jnp.ones(shape))[0]
+                 if 0 not in sizes else np.zeros_like(data))

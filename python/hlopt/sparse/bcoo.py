@@ -539,6 +539,38 @@ def bcoo_sum_duplicates(mat: BCOO, nse: int | None = None) -> BCOO:
     return _result(bufs, mat.shape, True, True)
 
 
+def bcoo_gather(operand: BCOO, start_indices: Any, dimension_numbers: jax.lax.GatherDimensionNumbers,
+                slice_sizes: Sequence[int], *, unique_indices: bool = False, indices_are_sorted: bool = False,
+                mode: Any = None, fill_value: Any = None) -> BCOO:
+    """`lax.gather` of a BCOO array: one `hlopt.bcoo.gather` of every window, then squeeze,
+    reshape and transpose to gather's output layout. Start indices are clamped into range."""
+    if mode is not None and jax.lax.GatherScatterMode.from_any(mode) != jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS:
+        raise NotImplementedError(f"bcoo_gather: mode={mode!r} not yet supported.")
+    dnums = dimension_numbers
+    if dnums.operand_batching_dims or dnums.start_indices_batching_dims:
+        raise NotImplementedError("bcoo_gather: operand batching dims are not supported")
+    start_indices = jnp.asarray(start_indices)
+    out = jax.eval_shape(
+        lambda x, i: jax.lax.gather(x, i, dnums, tuple(slice_sizes), unique_indices=unique_indices,
+                                    indices_are_sorted=indices_are_sorted, mode=mode, fill_value=fill_value),
+        jax.ShapeDtypeStruct(operand.shape, operand.dtype), start_indices)
+    batch = start_indices.shape[:-1]
+    rows = start_indices.reshape(math.prod(batch), start_indices.shape[-1]).astype(np.int32)
+    columns = [jnp.zeros((rows.shape[0],), np.int32)] * operand.ndim
+    for k, d in enumerate(dnums.start_index_map):
+        columns[d] = rows[:, k]
+    windows = _gather_windows(operand, jnp.stack(columns, axis=1), slice_sizes)
+    windows = bcoo_squeeze(windows, dimensions=[d + 1 for d in dnums.collapsed_slice_dims])
+    result = bcoo_reshape(windows, new_sizes=(*batch, *windows.shape[1:]))
+    offsets = iter(range(len(batch), result.ndim))
+    batches = iter(range(len(batch)))
+    perm = tuple(next(offsets) if i in dnums.offset_dims else next(batches) for i in range(result.ndim))
+    if perm != tuple(range(result.ndim)):
+        result = bcoo_transpose(_movable(result, perm), permutation=perm)
+    assert result.shape == out.shape, (result.shape, out.shape)
+    return result
+
+
 def bcoo_rev(operand: BCOO, dimensions: Sequence[int]) -> BCOO:
     """`lax.rev` of a BCOO array: batch and dense dims flip their buffers, sparse dims their indices."""
     dims = tuple(operator.index(d) for d in dimensions)
