@@ -10,10 +10,15 @@ that produced them). They raise ValueError for inputs no layout fits.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 Shape = tuple[int, ...]
+
+
+def broadcast_dim(*sizes: int) -> int:
+    """The size that dims of these sizes broadcast to (any size other than 1, which may be 0)."""
+    return next((s for s in sizes if s != 1), 1)
 
 
 class Layout(NamedTuple):
@@ -54,12 +59,14 @@ class Layout(NamedTuple):
     @property
     def max_batch(self) -> Shape:
         """Batch dims of the two buffers broadcast together."""
-        return tuple(max(a, b) for a, b in zip(self.data[: self.n_batch], self.indices[: self.n_batch]))
+        return tuple(map(broadcast_dim, self.data[: self.n_batch], self.indices[: self.n_batch]))
 
 
 def layout(shape: Sequence[int], data: Sequence[int], indices: Sequence[int]) -> Layout:
     """Check that the buffers fit `shape` (the rules of jax's `_validate_bcoo`)."""
     shape, data, indices = tuple(shape), tuple(data), tuple(indices)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"shape {shape} has a negative dimension")
     if len(indices) < 2:
         raise ValueError(f"indices must have rank >= 2, got shape {indices}")
     lay = Layout(shape, data, indices)
@@ -82,7 +89,7 @@ def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> Shape:
     for x, y in zip(a, b, strict=True):
         if x != y and 1 not in (x, y):
             raise ValueError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
-        out.append(max(x, y))
+        out.append(broadcast_dim(x, y))
     return tuple(out)
 
 
@@ -103,11 +110,26 @@ def extract(lay: Layout) -> Shape:
     return (*lay.batch_shape, lay.nse, *lay.dense_shape)
 
 
+def _check_target(shape: Shape, n_batch: int, n_dense: int) -> None:
+    if n_batch < 0 or n_dense < 0 or n_batch + n_dense > len(shape):
+        raise ValueError(f"invalid layout n_batch={n_batch}, n_dense={n_dense} for shape {shape}")
+
+
+def _check_nse(nse: int) -> None:
+    if nse < 0:
+        raise ValueError(f"nse must be non-negative, got {nse}")
+
+
+def _check_dims(dims: Sequence[int], rank: int, what: str) -> None:
+    if len(set(dims)) != len(dims) or not all(0 <= d < rank for d in dims):
+        raise ValueError(f"{what} {tuple(dims)} must be distinct dimensions in [0, {rank})")
+
+
 def fromdense(shape: Sequence[int], nse: int, n_batch: int, n_dense: int) -> tuple[Shape, Shape]:
     shape = tuple(shape)
     n_sparse = len(shape) - n_batch - n_dense
-    if n_batch < 0 or n_dense < 0 or n_sparse < 0 or nse < 0:
-        raise ValueError(f"invalid layout n_batch={n_batch}, n_dense={n_dense}, nse={nse} for shape {shape}")
+    _check_target(shape, n_batch, n_dense)
+    _check_nse(nse)
     return (*shape[:n_batch], nse, *shape[n_batch + n_sparse :]), (*shape[:n_batch], nse, n_sparse)
 
 
@@ -118,6 +140,7 @@ def sort_indices(lay: Layout) -> tuple[Shape, Shape]:
 
 
 def sum_duplicates(lay: Layout, nse: int) -> tuple[Shape, Shape]:
+    _check_nse(nse)
     return (
         (*lay.max_batch, nse, *lay.dense_shape),
         (*lay.indices[: lay.n_batch], nse, lay.n_sparse),
@@ -150,6 +173,7 @@ def transpose(lay: Layout, permutation: Sequence[int]) -> tuple[Shape, Shape, Sh
 def squeeze(lay: Layout, dimensions: Sequence[int]) -> tuple[Shape, Shape, Shape]:
     """(shape, data, indices) after squeezing size-1 `dimensions` (non-negative)."""
     nb, ns = lay.n_batch, lay.n_sparse
+    _check_dims(dimensions, len(lay.shape), "squeeze dimensions")
     dims = set(dimensions)
     if any(lay.shape[d] != 1 for d in dims):
         raise ValueError(
@@ -171,6 +195,11 @@ def slice_shapes(
 ) -> tuple[Shape, Shape, Shape]:
     """(shape, data, indices) of `lax.slice` applied to the array, before any deduplication."""
     nb, ns = lay.n_batch, lay.n_sparse
+    if not len(start) == len(limit) == len(strides) == len(lay.shape):
+        raise ValueError(f"slice start, limit and strides must each have {len(lay.shape)} entries")
+    if not all(0 <= s <= e <= n and st > 0 for s, e, st, n in zip(start, limit, strides, lay.shape)):
+        raise ValueError(f"invalid slice start={tuple(start)}, limit={tuple(limit)}, strides={tuple(strides)} "
+                         f"for shape {lay.shape}")
     shape = tuple((e - s + st - 1) // st for s, e, st in zip(start, limit, strides, strict=True))
 
     def batch(buf: Shape) -> list[int]:
@@ -178,10 +207,33 @@ def slice_shapes(
 
     data_batch = batch(lay.data)
     if ns:
-        data_batch = [max(a, b) for a, b in zip(data_batch, batch(lay.indices))]
+        data_batch = list(map(broadcast_dim, data_batch, batch(lay.indices)))
     data = (*data_batch, lay.nse, *shape[nb + ns :])
     indices = (*batch(lay.indices), lay.nse, ns)
     return shape, data, indices
+
+
+def gather(lay: Layout, slice_sizes: Sequence[int], windows: int) -> tuple[Shape, Shape, Shape]:
+    """(shape, data, indices) of `windows` windows of `slice_sizes` cut from the array.
+
+    The windows become a new leading batch dim; a batch dim that a buffer broadcasts stays 1.
+    """
+    nb, ns = lay.n_batch, lay.n_sparse
+    sizes = tuple(slice_sizes)
+    if len(sizes) != len(lay.shape) or not all(0 <= s <= n for s, n in zip(sizes, lay.shape)):
+        raise ValueError(f"slice_sizes {sizes} do not fit an array of shape {lay.shape}")
+    if windows < 0:
+        raise ValueError(f"the number of windows must be non-negative, got {windows}")
+
+    def batch(buf: Shape) -> list[int]:
+        return [sizes[i] if buf[i] == lay.shape[i] else 1 for i in range(nb)]
+
+    data_batch = batch(lay.data)
+    if ns:
+        data_batch = list(map(broadcast_dim, data_batch, batch(lay.indices)))
+    data = (windows, *data_batch, lay.nse, *sizes[nb + ns :])
+    indices = (windows, *batch(lay.indices), lay.nse, ns)
+    return (windows, *sizes), data, indices
 
 
 class ReduceSumPlan(NamedTuple):
@@ -198,13 +250,14 @@ class ReduceSumPlan(NamedTuple):
 
 def reduce_sum(lay: Layout, axes: Sequence[int]) -> ReduceSumPlan:
     nb, ns = lay.n_batch, lay.n_sparse
+    _check_dims(axes, len(lay.shape), "reduce_sum axes")
     axes = sorted(set(axes))
     mask = ns > 0
     data_batch = lay.max_batch if mask else lay.data[:nb]
     scale = tuple(a for a in axes if a < nb and data_batch[a] == 1 and lay.indices[a] == 1)
     fold = tuple(a for a in axes if a < nb and a not in scale)
     kept = [a for a in range(nb) if a not in axes]
-    batch = tuple(max(data_batch[a], lay.indices[a]) for a in kept)
+    batch = tuple(broadcast_dim(data_batch[a], lay.indices[a]) for a in kept)
     nse = lay.nse * math.prod(lay.shape[a] for a in fold)
     dense = tuple(lay.shape[d] for d in range(nb + ns, len(lay.shape)) if d not in axes)
     n_sparse = sum(1 for d in range(nb, nb + ns) if d not in axes)
@@ -225,25 +278,31 @@ def reshape(lay: Layout, new_sizes: Sequence[int], dimensions: Sequence[int] | N
     """Split `new_sizes` into batch, sparse and dense parts (the rules of jax's bcoo_reshape)."""
     nb, ns = lay.n_batch, lay.n_sparse
     new_sizes = tuple(new_sizes)
+    if any(n < 0 for n in new_sizes):
+        raise ValueError(f"reshape new_sizes {new_sizes} has a negative size")
     dims = tuple(range(len(lay.shape))) if dimensions is None else tuple(dimensions)
     transpose(lay, dims)
     if math.prod(new_sizes) != math.prod(lay.shape):
         raise TypeError(f"reshape total size must be unchanged, got new_sizes {new_sizes} for shape {lay.shape}")
-    batch_size = math.prod(lay.batch_shape)
-    sparse_size = math.prod(lay.sparse_shape)
-    cumulative = [math.prod(new_sizes[: i + 1]) for i in range(len(new_sizes))]
-    if batch_size != 1 and batch_size not in cumulative:
+    # The new batch dims are the longest prefix of new_sizes holding the batch elements, the new
+    # sparse dims the longest run after them holding the sparse ones (jax's rule, which also
+    # decides where size-1 dims go); with a size-0 dim several splits multiply out, so each is tried.
+    parts = (math.prod(lay.batch_shape), math.prod(lay.sparse_shape), math.prod(lay.dense_shape))
+    n = len(new_sizes)
+    firsts = [i for i in range(n + 1) if math.prod(new_sizes[:i]) == parts[0]]
+    if not firsts:
         raise ValueError(
             "bcoo_reshape: new shape cannot mix batch and sparse dimensions; "
             f"got shape={lay.shape} new_shape={new_sizes} with n_batch={nb}"
         )
-    if sparse_size != 1 and batch_size * sparse_size not in cumulative:
+    splits = [(i1, i2) for i1 in firsts for i2 in range(i1, n + 1)
+              if math.prod(new_sizes[i1:i2]) == parts[1] and math.prod(new_sizes[i2:]) == parts[2]]
+    if not splits:
         raise ValueError(
             "bcoo_reshape: new shape cannot mix sparse and dense dimensions; "
             f"got shape={lay.shape} new_shape={new_sizes} with n_dense={lay.n_dense}"
         )
-    i1 = sum(1 for c in cumulative if c <= batch_size)
-    i2 = sum(1 for c in cumulative if c <= batch_size * sparse_size)
+    i1, i2 = max(splits)
     return ReshapePlan(
         new_sizes[:i1],
         new_sizes[i1:i2],
@@ -261,6 +320,7 @@ def reshape_buffers(lay: Layout, plan: ReshapePlan) -> tuple[Shape, Shape]:
 def update_layout(lay: Layout, n_batch: int, n_dense: int) -> tuple[Shape, Shape]:
     """Buffers after moving dims between batch, sparse and dense (the steps of jax's bcoo_update_layout)."""
     nb, nd, nse = lay.n_batch, lay.n_dense, lay.nse
+    _check_target(lay.shape, n_batch, n_dense)
     if n_dense < nd:
         nse *= math.prod(lay.dense_shape[: nd - n_dense])
     if n_batch < nb:
@@ -334,5 +394,87 @@ def multiply_dense(lay: Layout, v: Sequence[int]) -> Shape:
             "multiplication between sparse and dense is only implemented for cases "
             f"where the output shape matches the sparse matrix shape. Got shape={lay.shape}, v.shape={v}"
         )
-    batch = tuple(max(a, b, c) for a, b, c in zip(lay.data, lay.indices, padded[: lay.n_batch]))
+    batch = tuple(map(broadcast_dim, lay.data, lay.indices, padded[: lay.n_batch]))
     return (*batch, *lay.data[lay.n_batch :])
+
+
+# ---------------------------------------------------------------------------
+# The result buffers of every `hlopt.bcoo.<op>`, from its backend_config
+
+
+def _operand(config: Mapping[str, Any], data: Shape, indices: Shape) -> Layout:
+    """The layout of the op's BCOO operand; `n_batch` and `n_dense` in the config must match it."""
+    lay = layout(config["shape"], data, indices)
+    if (config["n_batch"], config["n_dense"]) != (lay.n_batch, lay.n_dense):
+        raise ValueError(
+            f"n_batch={config['n_batch']} and n_dense={config['n_dense']} do not describe the operands: "
+            f"indices of shape {lay.indices} in an array of shape {lay.shape} have n_batch={lay.n_batch}, "
+            f"n_dense={lay.n_dense}"
+        )
+    return lay
+
+
+def _extract(config: Mapping[str, Any], arr: Shape, indices: Shape) -> list[Shape]:
+    if tuple(config["shape"]) != tuple(arr):
+        raise ValueError(f"shape {tuple(config['shape'])} is not the shape of the dense operand {tuple(arr)}")
+    lay = extract_layout(arr, indices)
+    _operand(config, lay.data, indices)
+    return [extract(lay)]
+
+
+def _fromdense(config: Mapping[str, Any], mat: Shape) -> list[Shape]:
+    if tuple(config["shape"]) != tuple(mat):
+        raise ValueError(f"shape {tuple(config['shape'])} is not the shape of the dense operand {tuple(mat)}")
+    return list(fromdense(mat, config["nse"], config["n_batch"], config["n_dense"]))
+
+
+def _gather(config: Mapping[str, Any], data: Shape, indices: Shape, starts: Shape) -> list[Shape]:
+    lay = _operand(config, data, indices)
+    if len(starts) != 2 or starts[1] != len(lay.shape):
+        raise ValueError(f"gather start indices must have shape (windows, {len(lay.shape)}), got {tuple(starts)}")
+    return list(gather(lay, config["slice_sizes"], starts[0])[1:])
+
+
+def _multiply_sparse(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri: Shape) -> list[Shape]:
+    if config["driver"] not in ("lhs", "rhs", "pairs"):
+        raise ValueError(f"driver must be 'lhs', 'rhs' or 'pairs', got {config['driver']!r}")
+    plan = multiply_sparse(_operand(config, ld, li), layout(config["rhs_shape"], rd, ri), config["driver"])
+    return [plan.data, plan.indices]
+
+
+def _reduce_sum(config: Mapping[str, Any], data: Shape, indices: Shape) -> list[Shape]:
+    plan = reduce_sum(_operand(config, data, indices), config["axes"])
+    return [plan.data, plan.indices]
+
+
+def _reshape(config: Mapping[str, Any], data: Shape, indices: Shape) -> list[Shape]:
+    lay = _operand(config, data, indices)
+    return list(reshape_buffers(lay, reshape(lay, config["new_sizes"], config.get("dimensions") or None)))
+
+
+RESULT_SHAPES: dict[str, Callable[..., list[Shape]]] = {
+    "todense": lambda c, d, i: [todense(_operand(c, d, i))],
+    "extract": _extract,
+    "fromdense": _fromdense,
+    "multiply_dense": lambda c, d, i, v: [multiply_dense(_operand(c, d, i), v)],
+    "multiply_sparse": _multiply_sparse,
+    "update_layout": lambda c, d, i: list(update_layout(layout(c["shape"], d, i), c["n_batch"], c["n_dense"])),
+    "reduce_sum": _reduce_sum,
+    "reshape": _reshape,
+    "slice": lambda c, d, i: list(slice_shapes(_operand(c, d, i), c["start_indices"], c["limit_indices"],
+                                               c["strides"])[1:]),
+    "sort_indices": lambda c, d, i: list(sort_indices(_operand(c, d, i))),
+    "squeeze": lambda c, d, i: list(squeeze(_operand(c, d, i), c["dimensions"])[1:]),
+    "sum_duplicates": lambda c, d, i: list(sum_duplicates(_operand(c, d, i), c["nse"])),
+    "transpose": lambda c, d, i: list(transpose(_operand(c, d, i), c["permutation"])[1:]),
+    "gather": _gather,
+}
+
+
+def result_shapes(op: str, config: Mapping[str, Any], operands: Sequence[Sequence[int]]) -> list[Shape]:
+    """The result buffer shapes of `hlopt.bcoo.<op>` with this backend_config and these operand shapes.
+
+    The one rule for both abstract evaluation (`hlopt.sparse`) and the checks of lower-bcoo.
+    Raises ValueError, TypeError or NotImplementedError when config and operands do not fit.
+    """
+    return [tuple(s) for s in RESULT_SHAPES[op](config, *(tuple(o) for o in operands))]

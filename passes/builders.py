@@ -159,6 +159,10 @@ def maximum(a: Value, b: Value) -> Value:
     return stablehlo.maximum(a, b)
 
 
+def minimum(a: Value, b: Value) -> Value:
+    return stablehlo.minimum(a, b)
+
+
 def and_(a: Value, b: Value) -> Value:
     return stablehlo.and_(a, b)
 

@@ -14,7 +14,7 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from test_sparse_util import SHAPE, assert_close, buffers, random_data
+from test_sparse_util import SHAPE, assert_close, buffers, random_data, strict_promotion  # noqa: F401
 
 LAYOUTS = [(0, 0), (1, 1), (2, 0)]
 
@@ -202,6 +202,57 @@ def test_multiply_sparse_jvp_and_grad(lshape, rshape, lnb, rnb):
     assert_close(t, want_t)
     assert_close(gl, want_gl)
     assert_close(gr, want_gr)
+
+
+# Every op linear in data, with the same op on the dense array: (hlopt op on a BCOO, dense op).
+JACOBIAN_OPS = {
+    "todense": (lambda m: m, lambda x: x),
+    "sort_indices": (lambda m: m.sort_indices(), lambda x: x),
+    "sum_duplicates": (lambda m: hs.bcoo_sum_duplicates(m, nse=m.nse), lambda x: x),
+    "sum_duplicates_inferred_nse": (lambda m: m.sum_duplicates(remove_zeros=False), lambda x: x),
+    "squeeze": (lambda m: hs.bcoo_squeeze(hs.bcoo_reshape(m, new_sizes=(*m.shape[:2], 1, *m.shape[2:])),
+                                          dimensions=(2,)), lambda x: x),
+    "update_layout": (lambda m: hs.bcoo_update_layout(m, n_batch=0, n_dense=0), lambda x: x),
+    "update_layout_up": (lambda m: hs.bcoo_update_layout(m, n_batch=2, n_dense=1, on_inefficient=None), lambda x: x),
+    "reduce_sum": (lambda m: hs.bcoo_reduce_sum(m, axes=(0, 2)), lambda x: x.sum((0, 2))),
+    "slice": (lambda m: m[:, 1:, ::2], lambda x: x[:, 1:, ::2]),
+    "transpose": (lambda m: hs.bcoo_transpose(m, permutation=_perm(m)), None),
+    "reshape": (lambda m: m.reshape(_merged(m)), None),
+    "getitem_array": (lambda m: m[np.array([1, 0, 1]), :, np.array([3, 0, 3])], lambda x: x[np.array([1, 0, 1]), :, np.array([3, 0, 3])]),
+    "getitem_mask": (lambda m: m[:, np.array([True, False, True])], lambda x: x[:, np.array([True, False, True])]),
+    "rev": (lambda m: hs.bcoo_rev(m, (1, 2, 3)), lambda x: jnp.flip(x, (1, 2, 3))),
+    "multiply_dense": (lambda m: m * np.arange(8, dtype=np.float32).reshape(4, 2), lambda x: x * np.arange(8, dtype=np.float32).reshape(4, 2)),
+}
+
+
+@pytest.mark.parametrize("name", JACOBIAN_OPS)
+@pytest.mark.parametrize("n_batch,n_dense", [(0, 0), (1, 1), (2, 0)])
+def test_jacobians_of_every_data_linear_op(name, n_batch, n_dense):
+    """jacrev and jacfwd of todense(op(BCOO(data))) equal those of the dense op, under JAX's test
+    settings (no implicit rank promotion); this is JAX's _CheckGradsSparse for every op."""
+    data, indices = buffers(np.random.RandomState(20), n_batch=n_batch, n_dense=n_dense, nse=5)
+    mat = hs.BCOO((data, indices), shape=SHAPE)
+    op, dense_op = JACOBIAN_OPS[name]
+    if dense_op is None:
+        dense_op = {"transpose": lambda x: jnp.transpose(x, _perm(mat)), "reshape": lambda x: x.reshape(_merged(mat))}[name]
+
+    def f(d):
+        return op(hs.BCOO((d, indices), shape=SHAPE)).todense()
+
+    got_rev, got_fwd = hlopt.jit(lambda d: (jax.jacrev(f)(d), jax.jacfwd(f)(d)))(data)
+    want = jax.jacfwd(lambda d: dense_op(dense(d, indices)))(data)
+    assert_close(got_rev, want)
+    assert_close(got_fwd, want)
+
+
+def test_sum_duplicates_inferred_nse_under_jacobians_eagerly():
+    """nse=None needs concrete indices only: jacfwd/jacrev of sum_duplicates() work eagerly, with
+    explicit zeros removed (the default), as in JAX."""
+    data, indices = buffers(np.random.RandomState(21), nse=6)
+    f = lambda d: hs.BCOO((d, indices), shape=SHAPE).sum_duplicates().todense()  # noqa: E731
+    want = jax.jacfwd(lambda d: dense(d, indices))(data)
+    assert_close(jax.jacrev(f)(data), want)
+    assert_close(jax.jacfwd(f)(data), want)
 
 
 def test_plain_jax_jit_says_to_use_hlopt_jit():

@@ -7,6 +7,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.experimental import sparse as js
 
 from hlopt import sparse as hs
@@ -15,6 +16,14 @@ from hlopt import sparse as hs
 LAYOUTS = [(nb, nd) for nb in range(3) for nd in range(2)]
 SHAPE = (2, 3, 4, 2)
 DTYPES = ["float32", "float64", "int32", "complex64", "bfloat16"]
+
+
+@pytest.fixture(autouse=True)
+def strict_promotion():
+    """JAX's own test settings, in every module that imports this fixture: no implicit rank
+    promotion and strict dtype promotion, so product code cannot rely on either."""
+    with jax.numpy_rank_promotion("raise"), jax.numpy_dtype_promotion("strict"):
+        yield
 
 
 def x64(dtype: str) -> contextlib.AbstractContextManager:

@@ -11,10 +11,12 @@ from hlopt.sparse.bcoo import (
     SparseEfficiencyError,
     SparseEfficiencyWarning,
     bcoo_fromdense,
+    bcoo_gather,
     bcoo_multiply_dense,
     bcoo_multiply_sparse,
     bcoo_reduce_sum,
     bcoo_reshape,
+    bcoo_rev,
     bcoo_slice,
     bcoo_sort_indices,
     bcoo_squeeze,
@@ -22,6 +24,7 @@ from hlopt.sparse.bcoo import (
     bcoo_todense,
     bcoo_transpose,
     bcoo_update_layout,
+    todense,
 )
 
 __all__ = [
@@ -29,10 +32,12 @@ __all__ = [
     "SparseEfficiencyError",
     "SparseEfficiencyWarning",
     "bcoo_fromdense",
+    "bcoo_gather",
     "bcoo_multiply_dense",
     "bcoo_multiply_sparse",
     "bcoo_reduce_sum",
     "bcoo_reshape",
+    "bcoo_rev",
     "bcoo_slice",
     "bcoo_sort_indices",
     "bcoo_squeeze",
@@ -40,4 +45,5 @@ __all__ = [
     "bcoo_todense",
     "bcoo_transpose",
     "bcoo_update_layout",
+    "todense",
 ]

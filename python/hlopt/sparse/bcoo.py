@@ -15,7 +15,7 @@ from jax.extend import core as jex_core
 from jax.interpreters import batching
 
 from hlopt.passes import bcoo_shapes as shapes
-from hlopt.sparse import ops
+from hlopt.sparse import indexing, ops
 
 
 class SparseEfficiencyError(ValueError):
@@ -87,12 +87,19 @@ class BCOO:
         return dict(shape=self.shape, indices_sorted=self.indices_sorted, unique_indices=self.unique_indices)
 
     def __repr__(self) -> str:
-        extra = f", nse={self.nse}"
-        if self.n_batch:
-            extra += f", n_batch={self.n_batch}"
-        if self.n_dense:
-            extra += f", n_dense={self.n_dense}"
-        return f"BCOO({self.dtype}{list(self.shape)}{extra})"
+        name = type(self).__name__
+        try:
+            extra = f", nse={self.nse}"
+            if self.n_batch:
+                extra += f", n_batch={self.n_batch}"
+            if self.n_dense:
+                extra += f", n_dense={self.n_dense}"
+            text = f"{name}({self.dtype}{list(self.shape)}{extra})"
+        except Exception:  # noqa: BLE001 - buffers replaced by something that is no BCOO layout
+            text = f"{name}(<invalid>)"
+        if isinstance(self.data, jax.core.Tracer):
+            text = f"{type(self.data).__name__}[{text}]"
+        return text
 
     def tree_flatten(self):
         return (self.data, self.indices), dict(
@@ -148,9 +155,32 @@ class BCOO:
             sizes[sizes.index(-1)] = self.size // known if known else 0
         return bcoo_reshape(self, new_sizes=sizes, dimensions=dimensions)
 
-    def sum(self, axis: int | Sequence[int] | None = None) -> "BCOO":
-        axes = range(self.ndim) if axis is None else [axis] if isinstance(axis, int) else axis
-        return bcoo_reduce_sum(self, axes=[a % self.ndim for a in axes])
+    def sum(self, axis: int | Sequence[int] | None = None, dtype: Any = None, keepdims: bool = False) -> Any:
+        """`jnp.sum` of the array: a BCOO, or a dense scalar when every axis is summed (as JAX's BCOO)."""
+        out = jax.eval_shape(lambda x: jnp.sum(x, axis=axis, dtype=dtype, keepdims=keepdims),
+                             jax.ShapeDtypeStruct(self.shape, self.dtype))
+        axes = tuple(range(self.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+        summed = bcoo_reduce_sum(self.astype(out.dtype), axes=[a % self.ndim for a in axes])
+        if not summed.shape and not out.shape:
+            return summed.data.sum()
+        return summed.reshape(out.shape) if summed.shape != out.shape else summed
+
+    def astype(self, dtype: Any) -> "BCOO":
+        """The array with data of `dtype` (the indices are unchanged)."""
+        return BCOO((self.data.astype(dtype), self.indices), **self._params)
+
+    def block_until_ready(self) -> "BCOO":
+        self.data.block_until_ready()
+        self.indices.block_until_ready()
+        return self
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        return iter(self[i] for i in range(len(self)))
 
     def __mul__(self, other: Any) -> "BCOO":
         if isinstance(other, BCOO):
@@ -162,40 +192,146 @@ class BCOO:
 
     __rmul__ = __mul__
 
+    def __truediv__(self, other: Any) -> "BCOO":
+        if isinstance(other, BCOO):
+            raise NotImplementedError(_DENSE_RESULT.format("Division by a sparse array"))
+        dtype = jax.eval_shape(jnp.true_divide, jax.ShapeDtypeStruct((), self.dtype), other).dtype
+        return self.astype(dtype) * (1.0 / jnp.asarray(other, dtype))
+
+    def __rtruediv__(self, other: Any) -> Any:
+        raise NotImplementedError(_DENSE_RESULT.format("Division by a sparse array"))
+
+    def __add__(self, other: Any) -> Any:
+        """BCOO + BCOO of one shape stores both entry lists; BCOO + dense of the output shape is dense."""
+        if not isinstance(other, BCOO):
+            other = jnp.asarray(other)
+            out_shape = jnp.broadcast_shapes(self.shape, other.shape)
+            if other.shape != out_shape:
+                raise NotImplementedError(
+                    "Addition between a sparse array X and a dense array Y is not implemented when the output "
+                    "shape is larger than Y.shape. This is to prevent silent densification of a large sparse "
+                    "array. If this is your intent, you can explicitly cast the sparse array to a dense matrix.")
+            return self.todense() + other
+        try:
+            jnp.broadcast_shapes(self.shape, other.shape)
+        except ValueError:
+            raise TypeError(f"add got incompatible shapes for broadcasting: {self.shape}, {other.shape}.") from None
+        if self.shape != other.shape:
+            raise NotImplementedError("Addition between sparse matrices of different shapes.")
+        if (self.n_batch, self.n_dense) != (other.n_batch, other.n_dense):
+            raise NotImplementedError("Addition between sparse matrices with different batch/dense dimensions.")
+        dtype = jnp.result_type(self.dtype, other.dtype)
+        nb = self.n_batch
+        batch = self.shape[:nb]
+        data = [jnp.broadcast_to(m.data.astype(dtype), (*batch, *m.data.shape[nb:])) for m in (self, other)]
+        indices = [jnp.broadcast_to(m.indices, (*batch, *m.indices.shape[nb:])) for m in (self, other)]
+        index_dtype = jnp.promote_types(*(i.dtype for i in indices))
+        return BCOO((jnp.concatenate(data, axis=nb), jnp.concatenate([i.astype(index_dtype) for i in indices], axis=nb)),
+                    shape=self.shape)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> "BCOO":
+        if not isinstance(other, BCOO):
+            raise NotImplementedError("Subtraction between sparse and dense array.")
+        return self + (-other)
+
+    def __rsub__(self, other: Any) -> Any:
+        raise NotImplementedError("Subtraction between sparse and dense array.")
+
     def __neg__(self) -> "BCOO":
         return BCOO((-self.data, self.indices), **self._params)
 
+    def __pos__(self) -> "BCOO":
+        return self
+
+    def __abs__(self) -> "BCOO":
+        return BCOO((abs(self.data), self.indices), **self._params)
+
+    def __pow__(self, y: Any) -> "BCOO":
+        if not isinstance(y, (int, np.integer)) or isinstance(y, bool):
+            raise NotImplementedError("sparse rule for pow is not implemented; only positive integer powers "
+                                      "of a BCOO array keep it sparse")
+        if y <= 0:
+            raise NotImplementedError(
+                f"sparse rule for integer_pow with non-positive exponent {y} is not implemented because it "
+                "would result in dense output. If this is your intent, use sparse.todense() to convert your "
+                "argument to a dense array.")
+        return BCOO((self.data**y, self.indices), **self._params)
+
+    def __rpow__(self, other: Any) -> Any:
+        raise NotImplementedError(_DENSE_RESULT.format("A power with a sparse exponent"))
+
+    def _densifying(self, other: Any) -> Any:
+        raise NotImplementedError(_DENSE_RESULT.format("A comparison with a sparse array"))
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _densifying
+    __hash__ = None  # type: ignore[assignment] - a mutable array, as JAX's BCOO
+
     def __getitem__(self, index: Any) -> "BCOO":
-        """Indexing by integers and slices with positive steps (an integer drops its dimension)."""
-        index = index if isinstance(index, tuple) else (index,)
-        if any(i is Ellipsis for i in index):
-            at = index.index(Ellipsis)
-            fill = (slice(None),) * (self.ndim - len(index) + 1)
-            index = index[:at] + fill + index[at + 1 :]
-        if len(index) > self.ndim:
-            raise IndexError(f"too many indices for a BCOO array of rank {self.ndim}")
-        index = index + (slice(None),) * (self.ndim - len(index))
-        start, limit, strides, squeeze = [], [], [], []
-        for d, (i, size) in enumerate(zip(index, self.shape)):
-            if isinstance(i, slice):
-                s, e, st = i.indices(size)
-                if st <= 0:
-                    raise NotImplementedError("BCOO indexing with a non-positive step")
-                start.append(s)
-                limit.append(max(s, e))
-                strides.append(st)
-            elif isinstance(i, (int, np.integer)):
-                j = int(i) + size if i < 0 else int(i)
-                if not 0 <= j < size:
-                    raise IndexError(f"index {i} is out of bounds for axis {d} with size {size}")
-                start.append(j)
-                limit.append(j + 1)
-                strides.append(1)
-                squeeze.append(d)
-            else:
-                raise NotImplementedError(f"BCOO indexing with {type(i).__name__}; use integers and slices")
-        out = bcoo_slice(self, start_indices=start, limit_indices=limit, strides=strides)
-        return bcoo_squeeze(out, dimensions=squeeze) if squeeze else out
+        """NumPy indexing: integers, slices of any step, None, ..., integer arrays, boolean masks."""
+        return _getitem(self, index)
+
+
+_DENSE_RESULT = ("{} is not implemented because it would result in dense output. If this is your intent, use "
+                 "sparse.todense() to convert your arguments to a dense array.")
+
+
+def _getitem(mat: BCOO, index: Any) -> BCOO:
+    """`mat[index]` with NumPy's rules (see `indexing.plan`); array indices are clamped into range, as in JAX."""
+    steps = indexing.plan(index, mat.shape)
+    if steps.arrays and not math.prod(steps.shape):  # JAX's gather path builds an empty BCOO from zeros
+        return BCOO.fromdense(jnp.zeros(steps.shape, mat.dtype), nse=0)
+    out = mat
+    if (steps.start, steps.limit, steps.strides) != ((0,) * mat.ndim, mat.shape, (1,) * mat.ndim):
+        out = bcoo_slice(out, start_indices=steps.start, limit_indices=steps.limit, strides=steps.strides)
+    if steps.reverse:
+        out = bcoo_rev(out, steps.reverse)
+    if steps.squeeze:
+        out = bcoo_squeeze(out, dimensions=steps.squeeze)
+    if steps.arrays:
+        out = _take(out, steps.arrays, steps.broadcast, steps.block_at)
+    return out if out.shape == steps.shape else bcoo_reshape(out, new_sizes=steps.shape)
+
+
+def _take(mat: BCOO, arrays: dict[int, jax.Array], broadcast: Sequence[int], block_at: int) -> BCOO:
+    """`mat` indexed by the (broadcast, non-negative) integer arrays along their dims and by full
+    slices elsewhere; the broadcast dims go first among the remaining dims, or at `block_at`."""
+    windows = math.prod(broadcast)
+    columns = [jnp.zeros((windows,), np.int32)] * mat.ndim
+    for d, a in arrays.items():
+        columns[d] = jnp.clip(a.ravel(), 0, mat.shape[d] - 1).astype(np.int32)
+    sizes = [1 if d in arrays else n for d, n in enumerate(mat.shape)]
+    out = _gather_windows(mat, jnp.stack(columns, axis=1), sizes)
+    out = bcoo_squeeze(out, dimensions=[d + 1 for d in arrays])
+    rest = out.shape[1:]
+    out = bcoo_reshape(out, new_sizes=(*broadcast, *rest))
+    k = len(broadcast)
+    if block_at:
+        perm = (*range(k, k + block_at), *range(k), *range(k + block_at, out.ndim))
+        out = bcoo_transpose(_movable(out, perm), permutation=perm)
+    return out
+
+
+def _movable(mat: BCOO, perm: Sequence[int]) -> BCOO:
+    """`mat` with as many batch and dense dims as `perm` leaves in place (transpose cannot mix them)."""
+    n_batch = next((k for k in range(mat.n_batch + 1) if k == mat.n_batch or perm[k] != k), 0)
+    n_dense = 0
+    while n_dense < mat.n_dense and perm[mat.ndim - 1 - n_dense] == mat.ndim - 1 - n_dense:
+        n_dense += 1
+    return bcoo_update_layout(mat, n_batch=n_batch, n_dense=n_dense)
+
+
+def _gather_windows(mat: BCOO, starts: jax.Array, slice_sizes: Sequence[int]) -> BCOO:
+    """Windows of `slice_sizes` at `starts[G, ndim]` (clamped into the array) as a BCOO array of shape
+    `(G, *slice_sizes)` whose first dim is a new batch dim; nse shrinks to what a window can hold."""
+    sizes = tuple(int(s) for s in slice_sizes)
+    bufs = ops.gather_p.bind(mat.data, mat.indices, starts, slice_sizes=sizes, **mat._params)
+    out = _result(bufs, (starts.shape[0], *sizes), unique=mat.unique_indices)
+    window_nse = math.prod(sizes[mat.n_batch : mat.n_batch + mat.n_sparse])
+    if mat.n_sparse and mat.nse > window_nse:
+        out = bcoo_sum_duplicates(out, nse=window_nse)
+    return out
 
 
 def _to_elt(cont: Any, _: Any, mat: BCOO, axis: int | None) -> BCOO:
@@ -245,6 +381,11 @@ def _result(bufs: Sequence[jax.Array], shape: Sequence[int], sorted_: bool = Fal
     return BCOO(tuple(bufs), shape=shape, indices_sorted=sorted_, unique_indices=unique)
 
 
+def todense(arr: Any) -> Any:
+    """The dense array of a BCOO array; any other value is returned unchanged."""
+    return arr.todense() if isinstance(arr, BCOO) else arr
+
+
 def bcoo_todense(mat: BCOO) -> jax.Array:
     """The dense array `mat` represents (duplicates summed, padding ignored)."""
     return ops.todense_p.bind(mat.data, mat.indices, **mat._params)
@@ -267,7 +408,7 @@ def bcoo_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
 def bcoo_multiply_dense(sp_mat: BCOO, v: Any) -> jax.Array:
     """The data of `sp_mat * v` for a dense `v` that broadcasts to `sp_mat.shape`."""
     v = jnp.asarray(v)
-    dtype = jnp.result_type(sp_mat.dtype, v.dtype)
+    dtype = jnp.result_type(sp_mat.data, v)  # a Python scalar stays weakly typed
     return ops.multiply_dense_p.bind(sp_mat.data.astype(dtype), sp_mat.indices, v.astype(dtype), **sp_mat._params)
 
 
@@ -389,7 +530,7 @@ def bcoo_sum_duplicates(mat: BCOO, nse: int | None = None) -> BCOO:
     which needs concrete (not traced) arrays.
     """
     if nse is None:
-        if ops.is_traced(mat.data, mat.indices):
+        if ops.is_traced(mat.indices):
             raise ValueError(
                 "bcoo_sum_duplicates: nse must be specified when using the function within "
                 "jit, vmap, and other transformations requiring abstract evaluation."
@@ -398,6 +539,58 @@ def bcoo_sum_duplicates(mat: BCOO, nse: int | None = None) -> BCOO:
     nse = jex_core.concrete_or_error(operator.index, nse, "nse argument of bcoo_sum_duplicates.")
     bufs = ops.sum_duplicates_p.bind(mat.data, mat.indices, nse=nse, **mat._params)
     return _result(bufs, mat.shape, True, True)
+
+
+def bcoo_gather(operand: BCOO, start_indices: Any, dimension_numbers: jax.lax.GatherDimensionNumbers,
+                slice_sizes: Sequence[int], *, unique_indices: bool = False, indices_are_sorted: bool = False,
+                mode: Any = None, fill_value: Any = None) -> BCOO:
+    """`lax.gather` of a BCOO array: one `hlopt.bcoo.gather` of every window, then squeeze,
+    reshape and transpose to gather's output layout. Start indices are clamped into range."""
+    if mode is not None and jax.lax.GatherScatterMode.from_any(mode) != jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS:
+        raise NotImplementedError(f"bcoo_gather: mode={mode!r} not yet supported.")
+    dnums = dimension_numbers
+    if dnums.operand_batching_dims or dnums.start_indices_batching_dims:
+        raise NotImplementedError("bcoo_gather: operand batching dims are not supported")
+    start_indices = jnp.asarray(start_indices)
+    out = jax.eval_shape(
+        lambda x, i: jax.lax.gather(x, i, dnums, tuple(slice_sizes), unique_indices=unique_indices,
+                                    indices_are_sorted=indices_are_sorted, mode=mode, fill_value=fill_value),
+        jax.ShapeDtypeStruct(operand.shape, operand.dtype), start_indices)
+    batch = start_indices.shape[:-1]
+    rows = start_indices.reshape(math.prod(batch), start_indices.shape[-1]).astype(np.int32)
+    columns = [jnp.zeros((rows.shape[0],), np.int32)] * operand.ndim
+    for k, d in enumerate(dnums.start_index_map):
+        columns[d] = rows[:, k]
+    windows = _gather_windows(operand, jnp.stack(columns, axis=1), slice_sizes)
+    windows = bcoo_squeeze(windows, dimensions=[d + 1 for d in dnums.collapsed_slice_dims])
+    result = bcoo_reshape(windows, new_sizes=(*batch, *windows.shape[1:]))
+    offsets = iter(range(len(batch), result.ndim))
+    batches = iter(range(len(batch)))
+    perm = tuple(next(offsets) if i in dnums.offset_dims else next(batches) for i in range(result.ndim))
+    if perm != tuple(range(result.ndim)):
+        result = bcoo_transpose(_movable(result, perm), permutation=perm)
+    assert result.shape == out.shape, (result.shape, out.shape)
+    return result
+
+
+def bcoo_rev(operand: BCOO, dimensions: Sequence[int]) -> BCOO:
+    """`lax.rev` of a BCOO array: batch and dense dims flip their buffers, sparse dims their indices."""
+    dims = tuple(operator.index(d) for d in dimensions)
+    if len(set(dims)) != len(dims) or not all(0 <= d < operand.ndim for d in dims):
+        raise ValueError(f"rev dimensions must be unique and in range for an array of rank {operand.ndim}, "
+                         f"got {dims}")
+    nb, ns = operand.n_batch, operand.n_sparse
+    data, indices = operand.data, operand.indices
+    batch = [d for d in dims if d < nb]
+    data = jnp.flip(data, [d for d in batch if data.shape[d] > 1] + [d - ns + 1 for d in dims if d >= nb + ns])
+    indices = jnp.flip(indices, [d for d in batch if indices.shape[d] > 1])
+    flipped = [d - nb for d in dims if nb <= d < nb + ns]
+    if flipped:
+        sizes = [operand.shape[nb + k] for k in range(ns)]
+        top = ops.per_column([sizes[k] - 1 if k in flipped else 0 for k in range(ns)], indices)
+        sign = ops.per_column([-1 if k in flipped else 1 for k in range(ns)], indices)
+        indices = top + sign * indices  # a padding index (outside [0, size)) stays outside
+    return BCOO((data, indices), shape=operand.shape, unique_indices=operand.unique_indices)
 
 
 def bcoo_transpose(mat: BCOO, *, permutation: Sequence[int]) -> BCOO:

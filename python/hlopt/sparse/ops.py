@@ -60,6 +60,22 @@ def _config(name: str, avals_in: Sequence[Any], params: dict[str, Any]) -> dict[
     return config
 
 
+def _abstract_eval(name: str) -> Callable[..., Any]:
+    """Result avals of an op: shapes from `bcoo_shapes.result_shapes` (the rule lower-bcoo checks
+    against), data of the data operand's dtype, indices of the index operand's (or `index_dtype`)."""
+    def abstract_eval(*operands, **params):
+        if name == "gather" and not jnp.issubdtype(operands[2].dtype, jnp.integer):
+            raise TypeError(f"bcoo gather: start indices must be integers, got {operands[2].dtype}")
+        out = shapes.result_shapes(name, _config(name, operands, params), [x.shape for x in operands])
+        dtypes = [operands[0].dtype, params["index_dtype"] if name == "fromdense" else operands[1].dtype]
+        if name == "multiply_sparse":
+            dtypes[0] = jnp.result_type(operands[0].dtype, operands[2].dtype)
+        avals = [_aval(s, d) for s, d in zip(out, dtypes)]
+        return avals if len(avals) > 1 else avals[0]
+
+    return abstract_eval
+
+
 def _define(name: str, abstract_eval: Callable[..., Any], *, multiple_results: bool = True) -> jex_core.Primitive:
     def lowering(ctx, *operands, **params):
         return emit_annotation(PREFIX + name, operands, result_types(ctx), _config(name, ctx.avals_in, params))
@@ -143,17 +159,11 @@ def _primal_aval(x: Any) -> Any:
 # todense / extract: mutual transposes
 
 
-def _todense_abstract(data, indices, *, shape, indices_sorted, unique_indices):
-    return _aval(shapes.todense(_layout(data, indices, shape)), data.dtype)
-
-
+_todense_abstract = _abstract_eval("todense")
 todense_p = _define("todense", _todense_abstract, multiple_results=False)
 
 
-def _extract_abstract(arr, indices):
-    return _aval(shapes.extract(shapes.extract_layout(arr.shape, indices.shape)), arr.dtype)
-
-
+_extract_abstract = _abstract_eval("extract")
 extract_p = _define("extract", _extract_abstract, multiple_results=False)
 
 
@@ -190,12 +200,7 @@ ad.primitive_transposes[extract_p] = _extract_transpose
 # fromdense
 
 
-def _fromdense_abstract(mat, *, nse, n_batch, n_dense, index_dtype):
-    data, indices = shapes.fromdense(mat.shape, nse, n_batch, n_dense)
-    return _aval(data, mat.dtype), _aval(indices, index_dtype)
-
-
-fromdense_p = _define("fromdense", _fromdense_abstract)
+fromdense_p = _define("fromdense", _abstract_eval("fromdense"))
 
 
 def _fromdense_jvp(primals, tangents, **params):
@@ -222,44 +227,58 @@ batching.primitive_batchers[fromdense_p] = _fromdense_batch
 
 def _data_linear_jvp(prim: jex_core.Primitive) -> Callable:
     def jvp(primals, tangents, **params):
-        data, indices = primals
-        out_data, out_indices = prim.bind(data, indices, **params)
+        data, *rest = primals
+        out_data, out_indices = prim.bind(data, *rest, **params)
         g = tangents[0]
-        data_dot = _zero_tangent(out_data) if type(g) is ad.Zero else prim.bind(g, indices, **params)[0]
+        data_dot = _zero_tangent(out_data) if type(g) is ad.Zero else prim.bind(g, *rest, **params)[0]
         return (out_data, out_indices), (data_dot, _zero_tangent(out_indices))
 
     return jvp
 
 
-def _data_linear(name: str, abstract_eval: Callable, transpose: Callable | None = None) -> jex_core.Primitive:
+def _selection_transpose(prim: jex_core.Primitive) -> Callable:
+    """The transpose of an op each of whose output data elements is one input data element or 0.
+
+    The op runs once more on the 1-based positions of the input data elements (0 stays 0), so
+    each output element names its source; the cotangents are added into their sources (an input
+    element broadcast to several outputs receives the sum of theirs).
+    """
+    def transpose(ct, data, *rest, **params):
+        size = math.prod(data.shape)
+        if size >= np.iinfo(np.int32).max and not jax.config.read("jax_enable_x64"):
+            raise NotImplementedError(f"the gradient of {prim.name} needs jax_enable_x64 for "
+                                      f"data with {size} elements")
+        dtype = np.int32 if size < np.iinfo(np.int32).max else np.int64
+        positions = jnp.arange(1, size + 1, dtype=dtype).reshape(data.shape)
+        source = prim.bind(positions, *rest, **params)[0]
+        targets = jnp.where(source == 0, size, source - 1).ravel()
+        summed = jnp.zeros((size,), ct.dtype).at[targets].add(ct.ravel(), mode="drop")
+        return summed.reshape(data.shape)
+
+    return transpose
+
+
+def _data_linear(name: str, transpose: Callable | None = None) -> jex_core.Primitive:
+    """An op linear in data whose output indices depend on the indices only.
+
+    `transpose(ct, data_aval, indices, *rest, **params)` is the data cotangent (`rest`: the
+    op's other operands, not differentiable); None means the op only selects data elements
+    (`_selection_transpose`).
+    """
+    abstract_eval = _abstract_eval(name)
     prim = _define(name, abstract_eval)
     ad.primitive_jvps[prim] = _data_linear_jvp(prim)
-    if transpose is not None:
+    transpose = transpose or _selection_transpose(prim)
 
-        def rule(cts, data, indices, **params):
-            if ad.is_undefined_primal(indices):
-                raise ValueError("Cannot transpose with respect to sparse indices")
-            out = abstract_eval(data.aval, indices, **params)[0]
-            ct = _ct(cts[0], out)
-            return [transpose(ct, data.aval, indices, **params), None]
+    def rule(cts, data, *rest, **params):
+        if any(map(ad.is_undefined_primal, rest)):
+            raise ValueError("Cannot transpose with respect to sparse indices")
+        out = abstract_eval(data.aval, *rest, **params)[0]
+        ct = _ct(cts[0], out)
+        return [transpose(ct, data.aval, *rest, **params), *(None for _ in rest)]
 
-        ad.primitive_transposes[prim] = rule
+    ad.primitive_transposes[prim] = rule
     return prim
-
-
-def _sort_indices_abstract(data, indices, *, shape, **_):
-    d, i = shapes.sort_indices(_layout(data, indices, shape))
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
-def _sum_duplicates_abstract(data, indices, *, shape, nse, **_):
-    if nse is None:
-        raise ValueError(
-            "bcoo_sum_duplicates: nse must be specified when using the function within "
-            "jit, vmap, and other transformations requiring abstract evaluation."
-        )
-    d, i = shapes.sum_duplicates(_layout(data, indices, shape), nse)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
 
 
 def _sum_duplicates_transpose(ct, data, indices, *, shape, nse, **_):
@@ -276,11 +295,6 @@ def _sum_duplicates_transpose(ct, data, indices, *, shape, nse, **_):
     return _sum_to_shape(looked_up, data.shape)
 
 
-def _transpose_abstract(data, indices, *, shape, permutation, **_):
-    _, d, i = shapes.transpose(_layout(data, indices, shape), permutation)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
 def _transpose_transpose(ct, data, indices, *, shape, permutation, **_):
     lay = _layout(data, indices, shape)
     nb, ns = lay.n_batch, lay.n_sparse
@@ -288,19 +302,14 @@ def _transpose_transpose(ct, data, indices, *, shape, permutation, **_):
     return jnp.transpose(ct, np.argsort(data_perm))
 
 
-def _squeeze_abstract(data, indices, *, shape, dimensions, **_):
-    _, d, i = shapes.squeeze(_layout(data, indices, shape), dimensions)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
-def _slice_abstract(data, indices, *, shape, start_indices, limit_indices, strides, **_):
-    _, d, i = shapes.slice_shapes(_layout(data, indices, shape), start_indices, limit_indices, strides)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
+def per_column(values: Sequence[int], indices: Any) -> jax.Array:
+    """`values[k]` for index column k, with the rank of `indices` (no implicit rank promotion)."""
+    return jnp.asarray(values, indices.dtype).reshape((1,) * (indices.ndim - 1) + (len(values),))
 
 
 def _valid(indices: jax.Array, sizes: Sequence[int]) -> jax.Array:
     """True where every index of an entry lies in `[0, size)`."""
-    return jnp.all((indices >= 0) & (indices < jnp.array(sizes, indices.dtype)), axis=-1)
+    return jnp.all((indices >= 0) & (indices < per_column(sizes, indices)), axis=-1)
 
 
 def _expand_dense(mask: jax.Array, n_dense: int) -> jax.Array:
@@ -316,7 +325,7 @@ def _slice_transpose(ct, data, indices, *, shape, start_indices, limit_indices, 
             if indices.shape[i] == lay.shape[i]:
                 sl[i] = slice(start_indices[i], limit_indices[i], strides[i])
         idx = indices[tuple(sl)]
-        st, lim, sd = (np.array(x[nb : nb + ns]) for x in (start_indices, limit_indices, strides))
+        st, lim, sd = (per_column(x[nb : nb + ns], idx) for x in (start_indices, limit_indices, strides))
         keep = jnp.all((idx >= st) & (idx < lim) & ((idx - st) % sd == 0), axis=-1)
         ct = jnp.where(_expand_dense(keep, lay.n_dense), ct, 0)
     sliced_shape = list(data.shape)
@@ -330,11 +339,6 @@ def _slice_transpose(ct, data, indices, *, shape, start_indices, limit_indices, 
             index.append(slice(None))
     ct = _sum_to_shape(ct, sliced_shape)
     return jnp.zeros(data.shape, ct.dtype).at[tuple(index)].set(ct)
-
-
-def _reduce_sum_abstract(data, indices, *, shape, axes, **_):
-    plan = shapes.reduce_sum(_layout(data, indices, shape), axes)
-    return _aval(plan.data, data.dtype), _aval(plan.indices, indices.dtype)
 
 
 def _reduce_sum_transpose(ct, data, indices, *, shape, axes, **_):
@@ -359,12 +363,6 @@ def _reduce_sum_transpose(ct, data, indices, *, shape, axes, **_):
     return _sum_to_shape(jnp.broadcast_to(x, (*x.shape[: nb + 1], *data.shape[nb + 1 :])), data.shape)
 
 
-def _reshape_abstract(data, indices, *, shape, new_sizes, dimensions, **_):
-    lay = _layout(data, indices, shape)
-    d, i = shapes.reshape_buffers(lay, shapes.reshape(lay, new_sizes, dimensions))
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
-
-
 def _reshape_transpose(ct, data, indices, *, shape, new_sizes, dimensions, **_):
     lay = _layout(data, indices, shape)
     plan = shapes.reshape(lay, new_sizes, dimensions)
@@ -377,29 +375,37 @@ def _reshape_transpose(ct, data, indices, *, shape, new_sizes, dimensions, **_):
     return _sum_to_shape(x, data.shape)
 
 
-def _update_layout_abstract(data, indices, *, shape, n_batch, n_dense, **_):
-    d, i = shapes.update_layout(_layout(data, indices, shape), n_batch, n_dense)
-    return _aval(d, data.dtype), _aval(i, indices.dtype)
+sort_indices_p = _data_linear("sort_indices")
+sum_duplicates_p = _data_linear("sum_duplicates", _sum_duplicates_transpose)
+transpose_p = _data_linear("transpose", _transpose_transpose)
+squeeze_p = _data_linear("squeeze")
+slice_p = _data_linear("slice", _slice_transpose)
+reduce_sum_p = _data_linear("reduce_sum", _reduce_sum_transpose)
+reshape_p = _data_linear("reshape", _reshape_transpose)
+update_layout_p = _data_linear("update_layout")
+gather_p = _data_linear("gather")
 
 
-sort_indices_p = _data_linear("sort_indices", _sort_indices_abstract)
-sum_duplicates_p = _data_linear("sum_duplicates", _sum_duplicates_abstract, _sum_duplicates_transpose)
-transpose_p = _data_linear("transpose", _transpose_abstract, _transpose_transpose)
-squeeze_p = _data_linear("squeeze", _squeeze_abstract)
-slice_p = _data_linear("slice", _slice_abstract, _slice_transpose)
-reduce_sum_p = _data_linear("reduce_sum", _reduce_sum_abstract, _reduce_sum_transpose)
-reshape_p = _data_linear("reshape", _reshape_abstract, _reshape_transpose)
-update_layout_p = _data_linear("update_layout", _update_layout_abstract)
+def _gather_batch(args, dims, *, shape, slice_sizes, **params):
+    """vmap of gather: example s's windows read batch row s of the operand (one window list)."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    data, indices, starts = (_to_front(a, d) for a, d in zip(args, dims))
+    windows = starts.shape[1]
+    starts = jnp.broadcast_to(starts, (size, *starts.shape[1:]))
+    rows = jnp.broadcast_to(jnp.arange(size, dtype=starts.dtype).reshape(size, 1, 1), (size, windows, 1))
+    starts = jnp.concatenate([rows, starts], axis=2).reshape(size * windows, len(shape) + 1)
+    outs = gather_p.bind(data, indices, starts, shape=(size, *shape), slice_sizes=(1, *slice_sizes), **params)
+    return [x.reshape(size, windows, *x.shape[2:]) for x in outs], [0, 0]
+
+
+batching.primitive_batchers[gather_p] = _gather_batch
 
 
 # ---------------------------------------------------------------------------
 # multiply_dense: bilinear in (data, v)
 
 
-def _multiply_dense_abstract(data, indices, v, *, shape, **_):
-    return _aval(shapes.multiply_dense(_layout(data, indices, shape), v.shape), data.dtype)
-
-
+_multiply_dense_abstract = _abstract_eval("multiply_dense")
 multiply_dense_p = _define("multiply_dense", _multiply_dense_abstract, multiple_results=False)
 
 
@@ -446,11 +452,7 @@ def _multiply_sparse_plan(ld, li, rd, ri, lhs_shape, rhs_shape, driver) -> shape
     return shapes.multiply_sparse(_layout(ld, li, lhs_shape), _layout(rd, ri, rhs_shape), driver)
 
 
-def _multiply_sparse_abstract(ld, li, rd, ri, *, shape, rhs_shape, driver, **_):
-    plan = _multiply_sparse_plan(ld, li, rd, ri, shape, rhs_shape, driver)
-    return _aval(plan.data, jnp.result_type(ld.dtype, rd.dtype)), _aval(plan.indices, li.dtype)
-
-
+_multiply_sparse_abstract = _abstract_eval("multiply_sparse")
 multiply_sparse_p = _define("multiply_sparse", _multiply_sparse_abstract)
 
 

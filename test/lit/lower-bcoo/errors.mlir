@@ -1,8 +1,12 @@
 // RUN: not hlopt-opt %s -p lower-bcoo --split-input-file 2>&1 | filecheck %s
 
-// A config that does not fit the buffers is reported at the op, in one line.
-// CHECK: errors.mlir:[[# @LINE + 3]]:{{[0-9]+}}: error: stablehlo.custom_call @hlopt.bcoo.todense: invalid operands or config
+// Every annotation is checked against its operand and result types before anything is
+// rewritten. Each bad one is reported at the op, on one line (each report follows the
+// previous one directly), with exit status 1 and no traceback.
 // CHECK-NOT: Traceback
+
+// A shape that disagrees with the operand types.
+// CHECK: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: backend_config does not fit the operands: indices shape (3, 2) does not fit an array of shape (4,)
 func.func @bad_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
   %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
   return %0 : tensor<4x5xf32>
@@ -10,9 +14,234 @@ func.func @bad_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<
 
 // -----
 
-// CHECK: errors.mlir:[[# @LINE + 3]]:{{[0-9]+}}: error: unknown sparse op @hlopt.bcoo.frobnicate
-// CHECK-NOT: Traceback
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.frobnicate: unknown sparse op (known: extract, fromdense,
 func.func @unknown(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
   %0 = stablehlo.custom_call @hlopt.bcoo.frobnicate(%data, %indices) {api_version = 4 : i32, backend_config = {shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
   return %0 : tensor<4x5xf32>
+}
+
+// -----
+
+// A negative size.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.multiply_dense: backend_config 'shape' must be an i64 array of non-negative sizes, got (-4, 5)
+func.func @negative_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: tensor<5xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.multiply_dense(%data, %indices, %v) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: -4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<5xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// n_batch and n_dense must describe the operands: -1, 100, and n_dense = 5.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.multiply_dense: backend_config does not fit the operands: n_batch=-1 and n_dense=0 do not describe the operands: indices of shape (3, 2) in an array of shape (4, 5) have n_batch=0, n_dense=0
+func.func @n_batch_negative(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: tensor<5xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.multiply_dense(%data, %indices, %v) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = -1 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<5xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.multiply_dense: backend_config does not fit the operands: n_batch=100 and n_dense=0 do not describe the operands
+func.func @n_batch_large(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: tensor<5xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.multiply_dense(%data, %indices, %v) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 100 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<5xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.multiply_dense: backend_config does not fit the operands: n_batch=0 and n_dense=5 do not describe the operands
+func.func @n_dense_large(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: tensor<5xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.multiply_dense(%data, %indices, %v) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 5 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<5xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// The declared result type must be the one the config gives.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: result 0 has type tensor<4x6xf32>, but the config and operands give shape [4, 5]
+func.func @result_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x6xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x6xf32>
+  return %0 : tensor<4x6xf32>
+}
+
+// -----
+
+// Missing fields are named (with their kind).
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.sum_duplicates: backend_config has no 'nse' (an integer)
+func.func @missing_nse(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<2xf32>, tensor<2x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.sum_duplicates(%data, %indices) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>) -> (tensor<2xf32>, tensor<2x2xi32>)
+  return %0#0, %0#1 : tensor<2xf32>, tensor<2x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: backend_config has no 'shape' (an i64 array of non-negative sizes)
+func.func @missing_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}
+
+// -----
+
+// Fields of the wrong kind.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.transpose: backend_config 'permutation' must be an i64 array, got 1
+func.func @wrong_kind(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.transpose(%data, %indices) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, permutation = 1 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>)
+  return %0#0, %0#1 : tensor<3xf32>, tensor<3x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: backend_config 'n_batch' must be an integer, got True
+func.func @bool_for_int(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = true, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: backend_config holds an attribute hlopt cannot read: 1.500000e+00 : f64
+func.func @float_field(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, scale = 1.5, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: needs a dictionary backend_config
+func.func @string_config(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 2 : i32, backend_config = "shape=4,5"} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}
+
+// -----
+
+// Operand and result counts and types.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: takes 2 operands (data, indices) and returns 1 result, got 3 operands and 1 result
+func.func @operand_count(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices, %data) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<3xf32>) -> tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.sort_indices: takes 2 operands (data, indices) and returns 2 results, got 2 operands and 1 result
+func.func @result_count(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.sort_indices(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: operand 1 (indices) must have an integer element type, got f32
+func.func @float_indices(%data: tensor<3xf32>, %indices: tensor<3x2xf32>) -> tensor<4x5xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xf32>) -> tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: operand 1 must be a statically shaped tensor
+func.func @dynamic(%data: tensor<3xf32>, %indices: tensor<?x2xi32>) -> tensor<4x5xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<?x2xi32>) -> tensor<4x5xf32>
+  return %0 : tensor<4x5xf32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: result 0 has element type i32, not f32 like operand 0
+func.func @result_elem(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xi32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xi32>
+  return %0 : tensor<4x5xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.multiply_dense: operand 2 (dense) has element type f16, not f32 like operand 0
+func.func @dense_elem(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: tensor<5xf16>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.multiply_dense(%data, %indices, %v) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<5xf16>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// The op's own parameters are checked too.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.slice: backend_config does not fit the operands: invalid slice start=(0, 3), limit=(4, 2), strides=(1, 0) for shape (4, 5)
+func.func @bad_slice(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.slice(%data, %indices) {api_version = 4 : i32, backend_config = {limit_indices = array<i64: 4, 2>, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, start_indices = array<i64: 0, 3>, strides = array<i64: 1, 0>}} : (tensor<3xf32>, tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>)
+  return %0#0, %0#1 : tensor<3xf32>, tensor<3x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.squeeze: backend_config does not fit the operands: squeeze dimensions (-1,) must be distinct dimensions in [0, 2)
+func.func @bad_squeeze(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x1xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.squeeze(%data, %indices) {api_version = 4 : i32, backend_config = {dimensions = array<i64: -1>, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 1>}} : (tensor<3xf32>, tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x1xi32>)
+  return %0#0, %0#1 : tensor<3xf32>, tensor<3x1xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.transpose: backend_config does not fit the operands: transpose permutation (0, 0) is not a permutation of 2 dimensions
+func.func @bad_permutation(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.transpose(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, permutation = array<i64: 0, 0>, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>)
+  return %0#0, %0#1 : tensor<3xf32>, tensor<3x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.reduce_sum: backend_config does not fit the operands: reduce_sum axes (2,) must be distinct dimensions in [0, 2)
+func.func @bad_axes(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.reduce_sum(%data, %indices) {api_version = 4 : i32, backend_config = {axes = array<i64: 2>, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>)
+  return %0#0, %0#1 : tensor<3xf32>, tensor<3x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.update_layout: backend_config does not fit the operands: invalid layout n_batch=7, n_dense=0 for shape (4, 5)
+func.func @bad_target(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.update_layout(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 7 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>)
+  return %0#0, %0#1 : tensor<3xf32>, tensor<3x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.multiply_sparse: backend_config does not fit the operands: driver must be 'lhs', 'rhs' or 'pairs', got 'both'
+func.func @bad_driver(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.multiply_sparse(%data, %indices, %data, %indices) {api_version = 4 : i32, backend_config = {driver = "both", n_batch = 0 : i64, n_dense = 0 : i64, rhs_shape = array<i64: 4, 5>, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<3xf32>, tensor<3x2xi32>) -> (tensor<3xf32>, tensor<3x2xi32>)
+  return %0#0, %0#1 : tensor<3xf32>, tensor<3x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.gather: backend_config does not fit the operands: gather start indices must have shape (windows, 2), got (6,)
+func.func @bad_starts(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %starts: tensor<6xi32>) -> (tensor<2x3xf32>, tensor<2x3x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.gather(%data, %indices, %starts) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, slice_sizes = array<i64: 1, 5>}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<6xi32>) -> (tensor<2x3xf32>, tensor<2x3x2xi32>)
+  return %0#0, %0#1 : tensor<2x3xf32>, tensor<2x3x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.gather: operand 2 (starts) must have an integer element type, got f32
+func.func @float_starts(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %starts: tensor<2x2xf32>) -> (tensor<2x3xf32>, tensor<2x3x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.gather(%data, %indices, %starts) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, slice_sizes = array<i64: 1, 5>}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<2x2xf32>) -> (tensor<2x3xf32>, tensor<2x3x2xi32>)
+  return %0#0, %0#1 : tensor<2x3xf32>, tensor<2x3x2xi32>
+}
+
+// -----
+
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.fromdense: backend_config does not fit the operands: nse must be non-negative, got -2
+func.func @negative_nse(%x: tensor<4x5xf32>) -> (tensor<2xf32>, tensor<2x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.fromdense(%x) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, nse = -2 : i64, shape = array<i64: 4, 5>}} : (tensor<4x5xf32>) -> (tensor<2xf32>, tensor<2x2xi32>)
+  return %0#0, %0#1 : tensor<2xf32>, tensor<2x2xi32>
+}
+
+// -----
+
+// A bad op after a good one is found before the good one is rewritten.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 4]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: backend_config has no 'n_dense' (an integer)
+// CHECK-NOT: error
+func.func @second_op_bad(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (tensor<4x5xf32>, tensor<4x5xf32>) {
+  %0 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
+  %1 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
+  return %0, %1 : tensor<4x5xf32>, tensor<4x5xf32>
 }

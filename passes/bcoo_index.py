@@ -1,0 +1,337 @@
+"""IR helpers for BCOO buffers shared by the lower-bcoo rules.
+
+Canonical layouts (`canonical`: the batch dims of a buffer broadcast and
+flattened into one, `data[B, nse, *dense]`, `indices[B, nse, n_sparse]`), index
+columns and range tests (an index outside `[0, size)` marks padding), linear
+keys and their inverse, sorts that carry positions, and row and sparse-index
+gathers and scatters. Everything builds StableHLO at the current insertion
+point with `passes/builders.py`.
+
+Choices made for XLA:CPU and PJRT's CPU client (other backends get correct but
+not necessarily the fastest IR):
+- up to `UNROLLED_COLUMNS` index columns are combined by a chain of
+  elementwise ops, which XLA:CPU fuses into its consumer; more go through a
+  reduce;
+- an index row is filled with padding by one select per column
+  (`stack_where`), never by a select of a row mask broadcast over the columns,
+  which LLVM's loop unswitching turns into a data-dependent branch per entry;
+- `padding_unless_zero` is a gather instead of a compare and select, so that a
+  program made of it stays below the size that PJRT's CPU client runs on the
+  calling thread instead of handing it to a worker thread.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from hlopt.passes import builders as b
+from hlopt.passes.base import PassError
+from hlopt.passes.mlir import ir
+
+Value = ir.Value
+
+# XLA:CPU: a chain of and/or over at most this many index columns fuses into the consumer.
+UNROLLED_COLUMNS = 8
+
+
+def broadcast_batch(v: Value, batch: Sequence[int]) -> Value:
+    shape = b.shape_of(v)
+    return b.broadcast_to(v, [*batch, *shape[len(batch) :]])
+
+
+def flatten_batch(v: Value, n_batch: int) -> Value:
+    shape = b.shape_of(v)
+    return b.reshape(v, [math.prod(shape[:n_batch]), *shape[n_batch:]])
+
+
+def canonical(v: Value, batch: Sequence[int]) -> Value:
+    """Broadcast the batch dims of `v` to `batch` and flatten them into one."""
+    return flatten_batch(broadcast_batch(v, batch), len(batch))
+
+
+def restore(v: Value, batch: Sequence[int], target: Sequence[int]) -> Value:
+    """Undo `canonical`, then keep row 0 of each batch dim that `target` has as 1."""
+    shape = b.shape_of(v)
+    v = b.reshape(v, [*batch, *shape[1:]])
+    full = b.shape_of(v)
+    limits = [1 if i < len(batch) and target[i] == 1 else s for i, s in enumerate(full)]
+    return b.slice_(v, [0] * len(full), limits, [1] * len(full))
+
+
+def per_column(idx: Value, sizes: Sequence[int]) -> Value:
+    """The per-column `sizes` broadcast to the shape of `idx` (last dim = columns); a splat when all are equal."""
+    shape = b.shape_of(idx)
+    if len(set(sizes)) == 1:
+        return b.full(shape, sizes[0], b.elem_of(idx))
+    return b.broadcast(b.int_vector(sizes, b.elem_of(idx)), shape, [len(shape) - 1])
+
+
+def columns(idx: Value, cols: Sequence[int]) -> Value:
+    """`idx[..., cols]`."""
+    shape = b.shape_of(idx)
+    last = len(shape) - 1
+    if list(cols) == list(range(shape[-1])):
+        return idx
+    if not cols:
+        return b.full([*shape[:-1], 0], 0, b.elem_of(idx))
+    if list(cols) == list(range(shape[-1]))[::-1]:  # a plain index remap; slices + concat branch per element
+        return b.reverse(idx, [last])
+    return b.concat([b.slice_dim(idx, last, c, c + 1) for c in cols], last)
+
+
+def in_range(idx: Value, sizes: Sequence[int]) -> Value:
+    """True where `0 <= idx[..., k] < sizes[k]`: one unsigned compare (negative indices wrap above every size)."""
+    u = b.convert(idx, b.unsigned(b.elem_of(idx)))
+    return b.compare(u, per_column(u, sizes), "LT")
+
+
+def valid(idx: Value, sizes: Sequence[int]) -> Value:
+    """True where every index of an entry is in `[0, size)`: `idx[..., S]` -> i1 `[...]`."""
+    return fold_columns(in_range(idx, sizes))
+
+
+def fold_columns(x: Value, kind: str = "and") -> Value:
+    """`x[..., S]` -> `[...]`, the columns combined with `kind` (`and`: true where every column
+    is); a chain of ops for few columns (fuses better), else a reduce."""
+    shape = b.shape_of(x)
+    if not 0 < shape[-1] <= UNROLLED_COLUMNS:
+        return b.reduce(x, [len(shape) - 1], kind)
+    result = column(x, 0)
+    for k in range(1, shape[-1]):
+        result = b.COMBINERS[kind](result, column(x, k))
+    return result
+
+
+def column(x: Value, k: int) -> Value:
+    """`x[..., k]`."""
+    shape = b.shape_of(x)
+    return b.reshape(b.slice_dim(x, len(shape) - 1, k, k + 1), shape[:-1])
+
+
+def stack_where(ok: Value, cols: Sequence[Value], fill: Sequence[int]) -> Value:
+    """Index columns `cols` (each shaped like `ok`) stacked into `[..., S]`, with `fill[k]` in
+    column k where `ok` is false.
+
+    One select per column: a select of `ok` broadcast across the columns becomes, on XLA:CPU, a
+    branch per entry (LLVM unswitches the column loop), which mispredicts on irregular masks
+    (slice: 5x slower).
+    """
+    shape = b.shape_of(ok)
+    picked = [b.select(ok, col, b.full(shape, f, b.elem_of(col))) for col, f in zip(cols, fill, strict=True)]
+    return b.concat([b.reshape(p, [*shape, 1]) for p in picked], len(shape))
+
+
+def where(ok: Value, idx: Value, fill: Sequence[int]) -> Value:
+    """`idx[..., S]` where `ok[...]`, else the per-column `fill` (see `stack_where`)."""
+    shape = b.shape_of(idx)
+    if not shape[-1]:
+        return idx
+    return stack_where(ok, [column(idx, k) for k in range(shape[-1])], fill)
+
+
+def padding_unless_zero(flags: Value, idx: Value, fill: Sequence[int]) -> Value:
+    """`idx[..., K]` where every column of `flags[..., F]` is 0, else the per-column `fill`.
+
+    A gather from the stack `[idx, fill]` whose start index is the flags read unsigned
+    (or-ed), which the gather clamps to 1 when not 0: pure data movement, so a program
+    made of it alone stays under PJRT's CPU threshold for running on the calling thread
+    (a compare + select per entry does not, and the hand-off to a worker costs more than
+    the work).
+    """
+    lead = b.shape_of(idx)[:-1]
+    n = len(lead)
+    flag = fold_columns(b.convert(flags, b.unsigned(b.elem_of(flags))), "or")
+    table = b.concat([b.reshape(v, [1, *b.shape_of(v)]) for v in (idx, per_column(idx, fill))], 0)
+    return b.gather(
+        table, b.reshape(flag, [*lead, 1]), offset_dims=[n], collapsed_slice_dims=[0],
+        operand_batching_dims=range(1, n + 1), start_indices_batching_dims=range(n), start_index_map=[0],
+        index_vector_dim=n, slice_sizes=[1] * (n + 1) + [b.shape_of(idx)[-1]],
+    )
+
+
+def mask(x: Value, ok: Value) -> Value:
+    """Zero the entries of `x[*lead, *rest]` where `ok[*lead]` is false."""
+    shape = b.shape_of(x)
+    lead = len(b.shape_of(ok))
+    return b.select(b.broadcast(ok, shape, range(lead)), x, b.zeros_like(x))
+
+
+def key_type(sizes: Sequence[int], headroom: int = 1) -> ir.Type:
+    """The narrowest integer type holding `headroom * (prod(sizes) + 2)`: linear keys and their sentinels."""
+    bound = headroom * (math.prod(sizes) + 2)
+    if bound >= 2**62:
+        raise PassError(f"sparse dimensions {tuple(sizes)} are too large to linearize into 64-bit keys")
+    return index_type(bound)
+
+
+def linear_key(idx: Value, sizes: Sequence[int], invalid: int, elem: ir.Type | None = None) -> Value:
+    """Row-major linear index of each entry (type `elem`, default `key_type`), `invalid` for padding."""
+    elem = elem or key_type(sizes)
+    shape = b.shape_of(idx)[:-1]
+    terms = []
+    for k in range(len(sizes)):
+        stride = math.prod(sizes[k + 1 :])
+        col = b.convert(column(idx, k), elem)
+        terms.append(col if stride == 1 else b.mul(col, b.full(shape, stride, elem)))
+    key = terms[0] if terms else b.full(shape, 0, elem)
+    for term in terms[1:]:
+        key = b.add(key, term)
+    return b.select(valid(idx, sizes), key, b.full(shape, invalid, elem))
+
+
+def unravel(key: Value, sizes: Sequence[int], elem: ir.Type) -> Value:
+    """Multi-indices `[..., S]` of non-negative row-major `key`s; keys >= prod(sizes) give `sizes` (padding)."""
+    shape = b.shape_of(key)
+    if not sizes:
+        return b.full([*shape, 0], 0, elem)
+    ke = b.elem_of(key)
+    uk = b.convert(key, b.unsigned(ke))  # unsigned division needs no sign fix-ups
+    ue = b.elem_of(uk)
+    cols = []
+    for k, size in enumerate(sizes):
+        stride = math.prod(sizes[k + 1 :])
+        col = uk if stride == 1 else b.div(uk, b.full(shape, stride, ue))
+        if k:  # every key below prod(sizes) has a first quotient below sizes[0]
+            col = b.rem(col, b.full(shape, size, ue))
+        cols.append(b.convert(col, elem))
+    return stack_where(b.compare(key, b.full(shape, math.prod(sizes), ke), "LT"), cols, sizes)
+
+
+def index_type(n: int) -> ir.Type:
+    return b.i32() if n < 2**31 - 1 else b.i64()
+
+
+def gather_rows(x: Value, rows: Value) -> Value:
+    """`x[b, rows[b, m], ...]` for canonical `x[B, N, *rest]` and `rows[B, M]` (in range)."""
+    xs = b.shape_of(x)
+    bs, m = b.shape_of(rows)
+    return b.gather(
+        x,
+        b.reshape(rows, [bs, m, 1]),
+        offset_dims=range(2, len(xs)),
+        collapsed_slice_dims=[1],
+        operand_batching_dims=[0],
+        start_indices_batching_dims=[0],
+        start_index_map=[1],
+        index_vector_dim=2,
+        slice_sizes=[1, 1, *xs[2:]],
+    )
+
+
+def scatter_rows(out: Value, rows: Value, updates: Value, combine: str) -> Value:
+    """`out[b, rows[b, n], ...] (+)= updates[b, n, ...]`; rows outside `out` are dropped."""
+    os_ = b.shape_of(out)
+    bs, n = b.shape_of(rows)
+    return b.scatter(
+        out,
+        b.reshape(rows, [bs, n, 1]),
+        updates,
+        update_window_dims=range(2, len(os_)),
+        inserted_window_dims=[1],
+        input_batching_dims=[0],
+        scatter_indices_batching_dims=[0],
+        scattered_dims_to_operand_dims=[1],
+        index_vector_dim=2,
+        combine=combine,
+    )
+
+
+def batching(bs: int) -> tuple[int, list[int]]:
+    """With one batch row the batch dim is dropped (XLA would add an index column for it)."""
+    return (0, []) if bs == 1 else (1, [0])
+
+
+def gather_sparse(arr: Value, idx: Value) -> Value:
+    """`arr[b, *idx[b, n]]` for canonical `arr[B, *sparse, *rest]` and `idx[B, N, S]` (clamped into range)."""
+    bs, n, s = b.shape_of(idx)
+    rest = b.shape_of(arr)[1 + s :]
+    if s == 0:
+        return b.broadcast(arr, [bs, n, *rest], [0, *range(2, 2 + len(rest))])
+    lead, batch_dims = batching(bs)
+    if not lead:
+        arr, idx = b.reshape(arr, b.shape_of(arr)[1:]), b.reshape(idx, [n, s])
+    out = b.gather(
+        arr,
+        idx,
+        offset_dims=range(lead + 1, lead + 1 + len(rest)),
+        collapsed_slice_dims=range(lead, lead + s),
+        operand_batching_dims=batch_dims,
+        start_indices_batching_dims=batch_dims,
+        start_index_map=range(lead, lead + s),
+        index_vector_dim=lead + 1,
+        slice_sizes=[1] * (lead + s) + list(rest),
+    )
+    return b.reshape(out, [bs, n, *rest])
+
+
+def scatter_sparse(out: Value, idx: Value, updates: Value) -> Value:
+    """`out[b, *idx[b, n]] += updates[b, n]` for canonical buffers; updates outside `out` are dropped."""
+    bs, n, s = b.shape_of(idx)
+    shape = b.shape_of(out)
+    rest = shape[1 + s :]
+    lead, batch_dims = batching(bs)
+    if not lead:
+        out, idx, updates = b.reshape(out, shape[1:]), b.reshape(idx, [n, s]), b.reshape(updates, [n, *rest])
+    result = b.scatter(
+        out,
+        idx,
+        updates,
+        update_window_dims=range(lead + 1, lead + 1 + len(rest)),
+        inserted_window_dims=range(lead, lead + s),
+        input_batching_dims=batch_dims,
+        scatter_indices_batching_dims=batch_dims,
+        scattered_dims_to_operand_dims=range(lead, lead + s),
+        index_vector_dim=lead + 1,
+    )
+    return b.reshape(result, shape)
+
+
+def sort_positions(key: Value) -> tuple[Value, Value]:
+    """Sort non-negative `key[B, N]` along N: (sorted keys, the position each came from).
+
+    Keys below 2**31 travel with their position in one 64-bit word, so XLA sorts
+    a single operand (about 3x faster on CPU than sorting a second operand along).
+    """
+    bs, n = b.shape_of(key)
+    ke = b.elem_of(key)
+    if ke.width <= 32 and n < 2**31:
+        shift = b.full([bs, n], 2**32, b.i64())
+        packed = b.add(b.mul(b.convert(key, b.i64()), shift), b.iota([bs, n], 1, b.i64()))
+        (packed_s,) = b.sort([packed], dim=1, stable=False)
+        return b.convert(b.div(packed_s, shift), ke), b.convert(b.rem(packed_s, shift), index_type(n))
+    key_s, pos_s = b.sort([key, b.iota([bs, n], 1, index_type(n))], dim=1)
+    return key_s, pos_s
+
+
+def segments(key: Value) -> tuple[Value, Value]:
+    """For sorted `key[B, N]`: (True at the first entry of each run of equal keys, run number)."""
+    bs, n = b.shape_of(key)
+    first = b.full([bs, 1], 1, b.i1())
+    if n > 1:
+        differs = b.compare(b.slice_dim(key, 1, 1, n), b.slice_dim(key, 1, 0, n - 1), "NE")
+        first = b.concat([first, differs], 1)
+    it = index_type(n + 1)
+    run = b.sub(b.prefix_scan(b.convert(first, it), 1), b.full([bs, n], 1, it))
+    return first, run
+
+
+def sum_duplicates_keys(data: Value, idx: Value, sizes: Sequence[int], nse: int) -> tuple[Value, Value]:
+    """Data summed per distinct index and the sorted linear keys, `nse` slots per batch.
+
+    Slots past the last distinct index hold data 0 and the key `prod(sizes)`.
+    """
+    bs, n = b.shape_of(idx)[:2]
+    rest = b.shape_of(data)[2:]
+    total = math.prod(sizes)
+    kt = key_type(sizes)
+    if n == 0 or nse == 0:
+        return b.full([bs, nse, *rest], 0, b.elem_of(data)), b.full([bs, nse], total, kt)
+    key_s, perm = sort_positions(linear_key(idx, sizes, total, kt))
+    first, run = segments(key_s)
+    it = b.elem_of(run)
+    drop = b.full([bs, n], nse, it)
+    target = b.select(b.compare(key_s, b.full([bs, n], total, kt), "EQ"), drop, run)
+    out = scatter_rows(b.full([bs, nse, *rest], 0, b.elem_of(data)), target, gather_rows(data, perm), "add")
+    keys = scatter_rows(b.full([bs, nse], total, kt), b.select(first, target, drop), key_s, "set")
+    return out, keys

@@ -1,0 +1,272 @@
+"""The BCOO object against jax.experimental.sparse's: repr, sum, operators, len/iter and NumPy indexing."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import sparse as js
+
+import hlopt
+from hlopt import sparse as hs
+from test_sparse_util import assert_close, buffers, pair, random_data, strict_promotion  # noqa: F401
+
+# (shape, index): the indexing cases of JAX's BCOO tests plus negative steps, Ellipsis and mixed forms.
+INDEX_CASES = [
+    ((5,), np.index_exp[:]),
+    ((5,), np.index_exp[4]),
+    ((5,), np.index_exp[::2]),
+    ((5,), np.index_exp[1::2]),
+    ((5,), 1),
+    ((5,), np.index_exp[::-1]),
+    ((5,), np.index_exp[3:0:-2]),
+    ((3, 4), np.index_exp[1]),
+    ((3, 4), np.index_exp[1, 2]),
+    ((3, 4), np.index_exp[-1, -2]),
+    ((3, 4), np.index_exp[np.array([1, 2])]),
+    ((3, 4), np.index_exp[np.array([[1], [2]]), 0]),
+    ((3, 4), np.index_exp[np.array([[1], [2]]), 1:]),
+    ((3, 4), np.index_exp[np.array([True, False, True])]),
+    ((3, 4), np.index_exp[:2, np.array([True, False, True, False])]),
+    ((3, 4), np.index_exp[None, 0, np.array([[2]])]),
+    ((3, 4), np.index_exp[np.array([-1, 0, 2]), ::-1]),
+    ((3, 4), np.index_exp[..., np.array([3, 0])]),
+    ((3, 4, 5), np.index_exp[2]),
+    ((3, 4, 5), np.index_exp[:, 2]),
+    ((3, 4, 5), np.index_exp[np.array([0, 2]), :, np.array([1, 4])]),
+    ((3, 4, 5), np.index_exp[1, :, np.array([0, 4])]),
+    ((3, 4, 5), np.index_exp[:, None, 1:3, None]),
+    ((3, 4, 5), np.index_exp[np.array([[True, False, True, False]] * 3)]),
+]
+
+
+def _sparse(shape, n_batch, seed=0, dtype="float32"):
+    r = np.random.RandomState(seed)
+    x = np.asarray(random_data(r, shape, dtype)) * (r.rand(*shape) < 0.6)
+    return x.astype(dtype), hs.BCOO.fromdense(x, n_batch=n_batch), js.BCOO.fromdense(x, n_batch=n_batch)
+
+
+@pytest.mark.parametrize("shape", sorted({s for s, _ in INDEX_CASES}))
+@pytest.mark.parametrize("n_batch", [0, 1, 2])
+def test_indexing_matches_numpy_and_jax(shape, n_batch):
+    """Every index of this shape in one hlopt.jit, against numpy on the dense array (the values JAX's
+    BCOO gives) and JAX's result type and shape (traced only: JAX's eager sparse indexing is slow)."""
+    if n_batch > len(shape):
+        pytest.skip("n_batch larger than the rank")
+    cases = [idx for s, idx in INDEX_CASES if s == shape]
+    x, m, ref = _sparse(shape, n_batch)
+    def index_all(d, i):
+        outs = [hs.BCOO((d, i), shape=shape)[idx] for idx in cases]
+        return outs, [o.todense() for o in outs]
+
+    got, dense = hlopt.jit(index_all)(m.data, m.indices)
+    for idx, out, values in zip(cases, got, dense):
+        want = jax.eval_shape(lambda r: r[idx], ref)
+        assert isinstance(out, hs.BCOO) and isinstance(want, js.BCOO) and out.shape == want.shape, idx
+        assert_close(values, x[idx])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "complex64"])
+def test_indexing_dtypes(dtype):
+    x, m, _ = _sparse((3, 4), 1, seed=1, dtype=dtype)
+    cases = [np.index_exp[np.array([2, 0])], np.index_exp[::-1, 1], np.index_exp[:, np.array([True, False] * 2)]]
+    got = hlopt.jit(lambda d, i: [hs.BCOO((d, i), shape=(3, 4))[idx].todense() for idx in cases])(m.data, m.indices)
+    for idx, out in zip(cases, got):
+        assert_close(out, x[idx], dtype)
+
+
+def test_indexing_with_traced_arrays_and_gradient():
+    """Array indices may be traced (they are operands of the gather); gradients flow to data."""
+    x, m, _ = _sparse((4, 5), 1, seed=2)
+    rows = np.array([3, 0, 3], np.int32)
+    got = hlopt.jit(lambda d, i, r: hs.BCOO((d, i), shape=(4, 5))[r, 1:].todense())(m.data, m.indices, rows)
+    assert_close(got, x[rows, 1:])
+    w = np.asarray(random_data(np.random.RandomState(3), (3, 4), "float32"))
+    grad = hlopt.jit(jax.grad(lambda d: (hs.BCOO((d, m.indices), shape=(4, 5))[rows, 1:].todense() * w).sum()))
+    want = jax.grad(lambda d: (js.BCOO((d, m.indices), shape=(4, 5)).todense()[rows, 1:] * w).sum())
+    assert_close(grad(m.data), want(m.data))
+
+
+def test_indexing_out_of_range_arrays_clamp_as_jax():
+    _, m, ref = _sparse((3, 4), 0, seed=4)
+    idx = np.index_exp[np.array([5, -7]), 1:]
+    assert_close(m[idx].todense(), jax.jit(lambda r: r[idx].todense())(ref))
+
+
+def test_indexing_errors():
+    _, m, _ = _sparse((3, 4), 0)
+    with pytest.raises(IndexError, match="out of bounds"):
+        m[3]
+    with pytest.raises(IndexError, match="Too many indices"):
+        m[0, 0, 0]
+    with pytest.raises(IndexError, match="single ellipsis"):
+        m[..., ...]
+    with pytest.raises(TypeError, match="non-tuple sequence"):
+        m[[0, 1]]
+    with pytest.raises(TypeError, match="integer or boolean type"):
+        m[np.array([0.5])]
+    with pytest.raises(jax.errors.NonConcreteBooleanIndexError):
+        hlopt.jit(lambda mask: m[mask].data)(np.array([True, False, True]))
+
+
+def test_len_and_iter():
+    x, m, _ = _sparse((3, 4), 1)
+    assert len(m) == 3
+    rows = list(m)
+    assert len(rows) == 3 and all(isinstance(r, hs.BCOO) for r in rows)
+    for row, want in zip(rows, x):
+        assert_close(row.todense(), want)
+    with pytest.raises(TypeError, match="unsized"):
+        len(hs.BCOO.fromdense(np.float32(1)))
+
+
+def test_repr_matches_jax():
+    x = jnp.arange(6, dtype="float32").reshape(2, 3)
+    for kwargs in [dict(), dict(n_batch=1), dict(n_batch=1, n_dense=1)]:
+        assert repr(hs.BCOO.fromdense(x, **kwargs)) == repr(js.BCOO.fromdense(x, **kwargs))
+    ours, ref = hs.BCOO.fromdense(x), js.BCOO.fromdense(x)
+    ours.indices = ref.indices = jnp.array([])
+    assert repr(ours) == repr(ref) == "BCOO(<invalid>)"
+    m = hs.BCOO.fromdense(jnp.arange(5, dtype="float32"))
+    seen = []
+    hlopt.jit(lambda d, i: seen.append(repr(hs.BCOO((d, i), shape=(5,)))))(m.data, m.indices)
+    jax.jit(lambda d, i: seen.append(repr(js.BCOO((d, i), shape=(5,)))))(m.data, m.indices)
+    assert seen[0] == seen[1] == "DynamicJaxprTracer[BCOO(float32[5], nse=4)]"
+
+
+@pytest.mark.parametrize("n_batch,n_dense", [(0, 0), (1, 1), (2, 0)])
+def test_sum_matches_jax(n_batch, n_dense):
+    bufs = buffers(np.random.RandomState(5), n_batch=n_batch, n_dense=n_dense)
+    ours, ref = pair(bufs, (2, 3, 4, 2))
+    total, want = ours.sum(), ref.sum()
+    assert not isinstance(total, hs.BCOO) and total.shape == () and total.dtype == want.dtype
+    assert_close(total, want)
+    for kwargs in [dict(axis=1), dict(axis=(0, -1)), dict(axis=2, keepdims=True), dict(axis=None, keepdims=True)]:
+        out = ours.sum(**kwargs)
+        assert isinstance(out, hs.BCOO)
+        assert_close(out.todense(), np.asarray(ref.todense()).sum(**kwargs))
+    ints = hs.BCOO((bufs[0].astype(jnp.int8), bufs[1]), shape=(2, 3, 4, 2))
+    assert ints.sum().dtype == jnp.sum(ints.todense()).dtype  # narrow integers sum as jnp.sum does
+
+
+def test_operators_match_jax():
+    r = np.random.RandomState(6)
+    x = np.asarray(random_data(r, (3, 4), "float32")) * (r.rand(3, 4) < 0.5)
+    y = np.asarray(random_data(r, (3, 4), "float32")) * (r.rand(3, 4) < 0.5)
+    a, b = hs.BCOO.fromdense(x), hs.BCOO.fromdense(y)
+    ja, jb = js.BCOO.fromdense(x), js.BCOO.fromdense(y)
+    cases = {
+        "a + b": (a + b, ja + jb),
+        "a - b": (a - b, ja - jb),
+        "a + a": (a + a, ja + ja),
+        "a + a.T.T": (a + a.T.T, ja + ja.T.T),
+        "-a": (-a, -ja),
+        "+a": (+a, +ja),
+        "abs(a)": (abs(a), abs(ja)),
+        "a * 2": (a * 2, ja * 2),
+        "2 * a": (2 * a, 2 * ja),
+        "a / 2": (a / 2, ja / 2),
+        "a / y": (a / (y + 10), ja / (y + 10)),
+        "a ** 3": (a**3, ja**3),
+        "a * b": (a * b, ja * jb),
+        "a.astype(int)": (a.astype(jnp.int32), ja.astype(jnp.int32)),
+    }
+    for name, (got, want) in cases.items():
+        assert isinstance(got, hs.BCOO), name
+        # a * b stores one entry per entry of the smaller operand, not every pair (README)
+        assert got.nse == want.nse if name != "a * b" else got.nse == min(a.nse, b.nse) < want.nse, name
+        assert_close(got.todense(), want.todense(), "int32" if got.dtype == jnp.int32 else "float32")
+    assert_close(a + y, ja + y)  # sparse + dense of the full shape is dense
+    assert_close(y + a, jnp.asarray(y) + ja)  # numpy + a JAX BCOO is an object array
+    ints = hs.BCOO.fromdense(np.arange(6, dtype=np.int32).reshape(2, 3))
+    assert_close((ints / 2).todense(), (js.BCOO.fromdense(np.arange(6, dtype=np.int32).reshape(2, 3)) / 2).todense())
+
+
+@pytest.mark.parametrize(
+    "expr,error",
+    [
+        (lambda a, y: a + 1.0, "output shape is larger"),
+        (lambda a, y: a + y[0], "output shape is larger"),
+        (lambda a, y: a - y, "sparse and dense"),
+        (lambda a, y: y - a, "sparse and dense"),
+        (lambda a, y: a + a[:1], "different shapes"),
+        (lambda a, y: a + a.update_layout(n_batch=1, on_inefficient=None), "batch/dense"),
+        (lambda a, y: y / a, "Division by a sparse array"),
+        (lambda a, y: a / a, "Division by a sparse array"),
+        (lambda a, y: a**0, "non-positive exponent"),
+        (lambda a, y: a**0.5, "pow"),
+        (lambda a, y: a > 0, "dense output"),
+        (lambda a, y: a == a, "dense output"),
+    ],
+)
+def test_operators_refuse_as_jax(expr, error):
+    """Where JAX's BCOO raises NotImplementedError, so does hlopt's (and for the same reason)."""
+    y = np.ones((3, 4), np.float32)
+    a = hs.BCOO.fromdense(np.eye(3, 4, dtype=np.float32))
+    ja = js.BCOO.fromdense(np.eye(3, 4, dtype=np.float32))
+    with pytest.raises(NotImplementedError, match=error):
+        expr(a, y)
+    with pytest.raises(NotImplementedError), jax.numpy_rank_promotion("allow"):  # else JAX fails earlier
+        expr(ja, y)
+
+
+def test_add_of_shapes_that_do_not_broadcast_is_a_type_error_as_in_jax():
+    a = hs.BCOO.fromdense(np.eye(3, 4, dtype=np.float32))
+    ja = js.BCOO.fromdense(np.eye(3, 4, dtype=np.float32))
+    with pytest.raises(TypeError, match="incompatible shapes"):
+        a + a[:2]
+    with pytest.raises(TypeError, match="incompatible shapes"):
+        ja + ja[:2]
+
+
+def test_hash_is_refused_as_jax():
+    with pytest.raises(TypeError):
+        hash(hs.BCOO.fromdense(np.eye(2, dtype=np.float32)))
+    with pytest.raises(TypeError):
+        hash(js.BCOO.fromdense(np.eye(2, dtype=np.float32)))
+
+
+def test_rev_matches_jax():
+    bufs = buffers(np.random.RandomState(7), n_batch=1, n_dense=1, nse=6)
+    ours, ref = pair(bufs, (2, 3, 4, 2))
+    for dims in [(0,), (1, 2), (3,), (0, 1, 2, 3)]:
+        assert_close(hs.bcoo_rev(ours, dims).todense(), js.bcoo_rev(ref, dims).todense())
+    with pytest.raises(ValueError, match="unique and in range"):
+        hs.bcoo_rev(ours, (4,))
+
+
+def test_todense_passes_dense_values_through():
+    x = np.eye(2, dtype=np.float32)
+    assert_close(hs.todense(hs.BCOO.fromdense(x)), x)
+    assert hs.todense(1.0) == 1.0
+    assert hs.todense(x) is x
+
+
+def _gather_dnums(offset, collapsed, start_map):
+    return jax.lax.GatherDimensionNumbers(offset_dims=offset, collapsed_slice_dims=collapsed, start_index_map=start_map)
+
+
+@pytest.mark.parametrize(
+    "shape,n_batch,indices,dnums,slice_sizes",
+    [
+        ((4, 5), 0, [[1], [3], [0]], _gather_dnums((1,), (0,), (0,)), (1, 5)),  # rows
+        ((4, 5), 1, [[1, 2], [3, 0]], _gather_dnums((1, 2), (), (0, 1)), (2, 3)),  # 2x3 windows
+        ((4, 5), 0, [[[4], [1]]], _gather_dnums((0,), (1,), (1,)), (4, 1)),  # columns, offset dim first
+        ((3, 4, 5), 1, [[2, 1], [0, 0], [1, 3]], _gather_dnums((1,), (0, 2), (0, 2)), (1, 4, 1)),
+        ((3, 4, 5), 2, [[9, 9]], _gather_dnums((1, 2), (0,), (0, 2)), (1, 2, 3)),  # clamped starts
+    ],
+)
+def test_bcoo_gather_matches_lax_gather_and_jax(shape, n_batch, indices, dnums, slice_sizes):
+    x, m, ref = _sparse(shape, n_batch, seed=8)
+    indices = np.asarray(indices, np.int32)
+    got = hs.bcoo_gather(m, indices, dnums, slice_sizes)
+    want = jax.lax.gather(jnp.asarray(x), indices, dnums, slice_sizes, mode="clip")
+    assert_close(got.todense(), want)
+    if all(slice_sizes[d] == n for d, n in enumerate(shape) if d not in dnums.start_index_map):
+        assert_close(got.todense(), js.bcoo_gather(ref, indices, dnums, slice_sizes).todense())
+    else:  # JAX cuts unindexed dims to their full size, then fails to reshape
+        with pytest.raises(TypeError, match="cannot reshape"):
+            js.bcoo_gather(ref, indices, dnums, slice_sizes)
+    with pytest.raises(NotImplementedError, match="mode"):
+        hs.bcoo_gather(m, indices, dnums, slice_sizes, mode="fill")
