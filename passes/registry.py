@@ -16,10 +16,13 @@ PASSES: dict[str, tuple[str, str]] = {
     "jet-expand": ("jet_expand", "JetExpand"),
     "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
+    "vjp-expand": ("vjp_expand", "VjpExpand"),
 }
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run.
-DEFAULT_LOWERINGS = ("jet-expand", "lower-bcoo", "lower-custom-partitioning")
+# vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
+# first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
+DEFAULT_LOWERINGS = ("jet-expand", "lower-bcoo", "vjp-expand", "lower-custom-partitioning")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {
@@ -50,6 +53,7 @@ ANNOTATIONS: dict[str, str] = {
     "hlopt.bcoo.": "lower-bcoo",
     "hlopt.jet": "jet-expand",
     "hlopt.custom_partitioning": "lower-custom-partitioning",
+    "hlopt.vjp": "vjp-expand",
 }
 
 
