@@ -22,6 +22,7 @@ from hlopt.passes import builders as b
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.bcoo_config import PREFIX, BcooOp, is_bcoo_op, read
 from hlopt.passes.mlir import ir
+from hlopt.passes.walk import walk_ops
 
 Value = ir.Value
 
@@ -527,14 +528,7 @@ class LowerBcoo(Pass):
     name: ClassVar[str] = "lower-bcoo"
 
     def apply(self, module: ir.Operation) -> None:
-        found: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if is_bcoo_op(op):
-                found.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
+        found = [op for op in walk_ops(module, "stablehlo.custom_call") if is_bcoo_op(op)]
         views = [read(op) for op in found]  # every op is checked before any is rewritten
         for view in views:
             with view.op.location, ir.InsertionPoint(view.op):

@@ -7,6 +7,7 @@ a pipeline names the pass (or `--list-passes` asks), so `hlopt-opt` starts fast.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from hlopt.passes.base import Pass
 
@@ -63,3 +64,20 @@ def lowering_pass_for(target: str) -> str | None:
         if target == key or (key.endswith(".") and target.startswith(key)):
             return pass_name
     return None
+
+
+def import_object(target: str) -> Any:
+    """The object `module:qualname` names: `module` imported, then `qualname`'s attributes in turn.
+
+    Raises ValueError for text of another form, ImportError if the module cannot
+    be imported, AttributeError naming the attribute the module lacks.
+    """
+    module_name, sep, qualname = target.partition(":")
+    if not module_name or not sep or not qualname:
+        raise ValueError(f"'{target}' is not of the form module:qualname")
+    obj = importlib.import_module(module_name)
+    for attr in qualname.split("."):
+        if not hasattr(obj, attr):
+            raise AttributeError(f"'{module_name}' has no attribute '{qualname}'")
+        obj = getattr(obj, attr)
+    return obj
