@@ -212,10 +212,12 @@ class BCOO:
                     "shape is larger than Y.shape. This is to prevent silent densification of a large sparse "
                     "array. If this is your intent, you can explicitly cast the sparse array to a dense matrix.")
             return self.todense() + other
+        try:
+            jnp.broadcast_shapes(self.shape, other.shape)
+        except ValueError:
+            raise TypeError(f"add got incompatible shapes for broadcasting: {self.shape}, {other.shape}.") from None
         if self.shape != other.shape:
             raise NotImplementedError("Addition between sparse matrices of different shapes.")
-        if other.indices is self.indices:  # the same entries: add the data (JAX does the same)
-            return BCOO((self.data + other.data, self.indices), **self._params)
         if (self.n_batch, self.n_dense) != (other.n_batch, other.n_dense):
             raise NotImplementedError("Addition between sparse matrices with different batch/dense dimensions.")
         dtype = jnp.result_type(self.dtype, other.dtype)
@@ -406,7 +408,7 @@ def bcoo_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
 def bcoo_multiply_dense(sp_mat: BCOO, v: Any) -> jax.Array:
     """The data of `sp_mat * v` for a dense `v` that broadcasts to `sp_mat.shape`."""
     v = jnp.asarray(v)
-    dtype = jnp.result_type(sp_mat.dtype, v.dtype)
+    dtype = jnp.result_type(sp_mat.data, v)  # a Python scalar stays weakly typed
     return ops.multiply_dense_p.bind(sp_mat.data.astype(dtype), sp_mat.indices, v.astype(dtype), **sp_mat._params)
 
 

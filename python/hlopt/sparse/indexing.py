@@ -49,13 +49,13 @@ def _expand_bool(index: tuple[Any, ...]) -> list[Any]:
     for i in index:
         if isinstance(i, (bool, np.bool_)) or (_is_array(i) and i.dtype == bool and i.ndim == 0):
             if isinstance(i, jax.core.Tracer):
-                raise jax.errors.NonConcreteBooleanIndexError(jax.core.get_aval(i))
+                raise jax.errors.NonConcreteBooleanIndexError(jax.typeof(i))
             if not bool(i):
                 raise NotImplementedError("BCOO indexing with a scalar False (an empty result)")
             out.append(None)
         elif _is_array(i) and i.dtype == bool:
             if isinstance(i, jax.core.Tracer):
-                raise jax.errors.NonConcreteBooleanIndexError(jax.core.get_aval(i))
+                raise jax.errors.NonConcreteBooleanIndexError(jax.typeof(i))
             out.extend(jnp.asarray(nz) for nz in np.nonzero(np.asarray(i)))
         else:
             out.append(i)
