@@ -123,7 +123,7 @@ def _transposed_dims(lhs_rank: int, rhs_rank: int, dims: shapes.DotDims):
     l_perm = tuple(int(p) for p in np.argsort([*lb, *lkept, *lc_by_r]))
     r_dims = ((tuple(ans_l), tuple(lkept)), (tuple(ans_batch), tuple(lb)))
     rc_by_l = [rc[i] for i in np.argsort(lc)] if rc else []
-    r_perm = tuple(int(p) for p in np.argsort([*rb, *rc_by_l, *rkept]))
+    r_perm = tuple(int(p) for p in np.argsort([*rb, *rkept, *rc_by_l]))
     return (l_dims, l_perm), (r_dims, r_perm)
 
 
@@ -167,14 +167,19 @@ def _dot_general_transpose(ct, data, indices, rhs, *, shape, dimension_numbers, 
     out = _dot_general_abstract(data_aval, indices, rhs_aval, shape=shape, dimension_numbers=dimension_numbers,
                                 preferred_element_type=preferred_element_type)
     ct = _ct(ct, out)
-    (l_dims, l_perm), (r_dims, r_perm) = _transposed_dims(len(shape), len(rhs_aval.shape), dimension_numbers)
+    (l_dims, l_perm), (r_dims, _) = _transposed_dims(len(shape), len(rhs_aval.shape), dimension_numbers)
     if ad.is_undefined_primal(data):
         grad = dot_general_sampled(ct, rhs, indices, l_dims, permutation=l_perm)
         grad = ops._sum_to_shape(grad, data_aval.shape).astype(data_aval.dtype)
         return [grad, None, None]
-    grad = dot_general_p.bind(data, indices, ct, shape=shape, dimension_numbers=r_dims,
+    # sparse first: [batch, lhs's contracting dims (rhs's, ordered by lhs's), ct's rhs dims]
+    (ct_c, l_c), (ct_b, l_b) = r_dims
+    (lc, rc), (_, rb) = dimension_numbers
+    rc_by_l = [rc[i] for i in np.argsort(lc)] if rc else []
+    rkept = [d for d in range(len(rhs_aval.shape)) if d not in rc and d not in rb]
+    grad = dot_general_p.bind(data, indices, ct, shape=shape, dimension_numbers=((l_c, ct_c), (l_b, ct_b)),
                               preferred_element_type=None, **flags)
-    return [None, None, jnp.transpose(grad, np.argsort(r_perm)).astype(rhs_aval.dtype)]
+    return [None, None, jnp.transpose(grad, np.argsort([*rb, *rc_by_l, *rkept])).astype(rhs_aval.dtype)]
 
 
 def _dot_batch_dims(lhs_rank: int, rhs_rank: int, dims: shapes.DotDims, rhs_mapped: bool):
