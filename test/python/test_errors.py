@@ -164,7 +164,7 @@ def test_key_reuse_error_api_and_cli(user_module, capsys):
 
 
 @pytest.mark.parametrize("kind, message", [
-    ("sparse", "unknown sparse op @hlopt.bcoo.frobnicate"),
+    ("sparse", "@hlopt.bcoo.frobnicate: unknown sparse op"),
     ("partitioning", "malformed @hlopt.custom_partitioning annotation: no 'key'"),
     ("syntax", "use of undeclared SSA value name"),
 ])
