@@ -182,7 +182,7 @@ def _dot_general_transpose(ct, data, indices, rhs, *, shape, dimension_numbers, 
     return [None, None, jnp.transpose(grad, np.argsort([*rb, *rc_by_l, *rkept])).astype(rhs_aval.dtype)]
 
 
-def _dot_batch_dims(lhs_rank: int, rhs_rank: int, dims: shapes.DotDims, rhs_mapped: bool):
+def _dot_batch_dims(dims: shapes.DotDims, rhs_mapped: bool):
     """dimension_numbers once both operands have a leading mapped dim (batched together) or only
     lhs has one (a free dim), and the output dim it becomes."""
     (lc, rc), (lb, rb) = dims
@@ -200,7 +200,7 @@ def _dot_general_batch(args, dims, *, shape, dimension_numbers, **params):
     rhs_mapped = rdim is not None
     if rhs_mapped:
         rhs = jnp.moveaxis(rhs, rdim, 0)
-    new_dims, out_dim = _dot_batch_dims(len(shape), rhs.ndim - rhs_mapped, dimension_numbers, rhs_mapped)
+    new_dims, out_dim = _dot_batch_dims(dimension_numbers, rhs_mapped)
     out = dot_general_p.bind(data, indices, rhs, shape=(size, *shape), dimension_numbers=new_dims, **params)
     return out, out_dim
 
