@@ -176,6 +176,83 @@ def batched_cases(batch: int, n: int, nse: int, rng: np.random.RandomState) -> l
     ]
 
 
+def product_cases(n: int, nse: int, k: int, batch: int, bn: int, bnse: int, rng: np.random.RandomState) -> list:
+    """SpMV, SpMM (unsorted and sorted indices), batched SpMM, SDDMM; JAX's products under jax.jit."""
+    shape = (n, n)
+    d, i = random_bcoo(rng, shape, nse)
+    order = np.lexsort(np.asarray(i).T[::-1])
+    sd, si = d[order], i[order]
+    H, J = both(shape)
+    Hs, Js = both(shape, sorted_=True)
+    v = jnp.asarray(rng.randn(n).astype(np.float32))
+    x = jnp.asarray(rng.randn(n, k).astype(np.float32))
+    a = jnp.asarray(rng.randn(n, k).astype(np.float32))
+    b = jnp.asarray(rng.randn(k, n).astype(np.float32))
+    bshape = (batch, bn, bn)
+    bd, bi = random_bcoo(rng, bshape, bnse, n_batch=1)
+    Hb, Jb = both(bshape)
+    bx = jnp.asarray(rng.randn(batch, bn, k).astype(np.float32))
+    mm = (((1,), (0,)), ((), ()))
+    return [
+        ("SpMV", lambda d, i, v: H(d, i) @ v, lambda d, i, v: J(d, i) @ v, (d, i, v)),
+        ("SpMV (sorted)", lambda d, i, v: Hs(d, i) @ v, lambda d, i, v: Js(d, i) @ v, (sd, si, v)),
+        (f"SpMM (x {k})", lambda d, i, x: H(d, i) @ x, lambda d, i, x: J(d, i) @ x, (d, i, x)),
+        (f"SpMM (x {k}, sorted)", lambda d, i, x: Hs(d, i) @ x, lambda d, i, x: Js(d, i) @ x, (sd, si, x)),
+        (f"batched SpMM ({batch}x{bn}x{bn}, n_batch 1, nse {bnse}, x {k})", lambda d, i, x: Hb(d, i) @ x,
+         lambda d, i, x: Jb(d, i) @ x, (bd, bi, bx)),
+        (f"SDDMM ({n}x{k} . {k}x{n})", lambda a, b, i: hs.bcoo_dot_general_sampled(a, b, i, dimension_numbers=mm),
+         lambda a, b, i: js.bcoo_dot_general_sampled(a, b, i, dimension_numbers=mm), (a, b, i)),
+    ]
+
+
+def spspmm(n: int, nse: int, reps: int, jax_limit_mb: float) -> None:
+    """Sparse x sparse matmul of two random (n, n) arrays with `nse` entries each: hlopt with the exact
+    output nse (counted on the host), JAX with its bound (run only when its peak fits `jax_limit_mb`)."""
+    rng = np.random.RandomState(0)
+    ld, li = random_bcoo(rng, (n, n), nse)
+    rd, ri = random_bcoo(rng, (n, n), nse)
+    l_rows, l_cols = np.asarray(li).T
+    r_rows, r_cols = np.asarray(ri).T
+    by_row = {}
+    for r, c in zip(r_rows, r_cols):
+        by_row.setdefault(r, []).append(c)
+    out = {(a, c) for a, b in zip(l_rows, l_cols) for c in by_row.get(b, ())}
+    out_nse = max(len(out), 1)
+    H, J = both((n, n))
+    mm = (((1,), (0,)), ((), ()))
+    ours = hlopt.jit(lambda a, b, c, e: _bufs(hs.bcoo_spdot_general(H(a, b), H(c, e), dimension_numbers=mm, nse=out_nse)))
+    ref = jax.jit(lambda a, b, c, e: js.bcoo_dot_general(J(a, b), J(c, e), dimension_numbers=mm)._bufs)
+    args = (ld, li, rd, ri)
+    ours_mb = peak_bytes(ours.lower(*args).compile().executable.get_compiled_memory_stats()) / 2**20
+    try:
+        ref_mb = peak_bytes(ref.lower(*args).compile().memory_analysis()) / 2**20
+    except (OverflowError, MemoryError) as e:  # JAX's nse bound overflows int32 at nse 1e5
+        ours_mb = peak_bytes(ours.lower(*args).compile().executable.get_compiled_memory_stats()) / 2**20
+        print(f"| sparse x sparse ({n}x{n}, nse {nse} each, {out_nse} outputs) | "
+              f"{_time(ours, args, reps) * 1e3:.2f} | fails ({type(e).__name__}) | | | {ours_mb:.1f} MB |", flush=True)
+        return
+    name = f"sparse x sparse ({n}x{n}, nse {nse} each, {out_nse} outputs)"
+    jax.block_until_ready(ours(*args))  # compiled outside the timing
+    if ref_mb > jax_limit_mb:
+        print(f"| {name} | {_time(ours, args, reps) * 1e3:.2f} | not run (peak {ref_mb:.0f} MB) | | | {ours_mb:.1f} MB vs {ref_mb:.1f} MB |",
+              flush=True)
+        return
+    t_ours, t_ref = median_times((ours, ref), [args], reps)
+    print(format_row({"op": name, "hlopt_ms": t_ours * 1e3, "jax_ms": t_ref * 1e3, "speedup": t_ref / t_ours,
+                      "exe_speedup": float("nan"), "hlopt_mb": ours_mb, "jax_mb": ref_mb}), flush=True)
+
+
+def _time(fn: Callable, args: tuple, reps: int) -> float:
+    """Median time of `fn(*args)` after one warm-up call."""
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def _bufs(m: hs.BCOO) -> tuple[jax.Array, jax.Array]:
     return m.data, m.indices
 
@@ -191,27 +268,39 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=3,
                         help="random input sets of the same shapes that successive calls cycle through "
                              "(with 1, the CPU's branch predictor can learn one input's data-dependent branches)")
+    parser.add_argument("--jax-limit-mb", type=float, default=4096,
+                        help="run JAX's sparse x sparse product only when its compiled peak memory is below this")
     args = parser.parse_args()
     jax.config.update("jax_cpu_enable_async_dispatch", not args.sync_dispatch)
     if args.quick:
         n, nse, nse_mul, nse_dup, batch, bn, bnse = 256, 2000, 500, 5000, 4, 64, 500
     else:
         n, nse, nse_mul, nse_dup, batch, bn, bnse = 4096, 40_000, 10_000, 100_000, 16, 1024, 4000
-    unbatched, batched = [], []
+    if args.quick:
+        pn, pnse, pk, pb, pbn, pbnse, sp_n, sp_nse = 512, 5000, 16, 4, 128, 1000, 512, (500, 2000)
+    else:
+        pn, pnse, pk, pb, pbn, pbnse, sp_n, sp_nse = 10_000, 100_000, 64, 8, 2048, 12_500, 10_000, (3000, 10_000, 100_000)
+    unbatched, batched, products = [], [], []
     for seed in range(args.inputs):
         rng = np.random.RandomState(seed)
         unbatched.append(unbatched_cases(n, nse, nse_mul, nse_dup, rng))
         batched.append(batched_cases(batch, bn, bnse, rng))
+        products.append(product_cases(pn, pnse, pk, pb, pbn, pbnse, rng))
     header = ("| op | hlopt ms | jax ms | jax / hlopt | same, executables only | peak memory hlopt vs jax |\n"
               "| --- | ---: | ---: | ---: | ---: | --- |")
     tables = [(f"unbatched: shape ({n}, {n}), nse {nse}", unbatched),
-              (f"batched: shape ({batch}, {bn}, {bn}), n_batch 1, nse {bnse} per batch", batched)]
+              (f"batched: shape ({batch}, {bn}, {bn}), n_batch 1, nse {bnse} per batch", batched),
+              (f"products: shape ({pn}, {pn}), nse {pnse}", products)]
     for title, sets in tables:
         print(f"\n{title}, {args.inputs} input sets\n{header}")
         for cases in zip(*sets):  # one op, each input set
             name, ours, ref, _, *memory = cases[0]
             if args.only in name:
                 compare(name, ours, ref, [case[3] for case in cases], args.reps, bool(memory))
+    if args.only in "sparse x sparse":
+        print(f"\nsparse x sparse matmul, 1 input set\n{header}")
+        for count in sp_nse:
+            spspmm(sp_n, count, args.reps, args.jax_limit_mb)
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ PREFIX = "hlopt.bcoo."
 # Operand roles: a BCOO's `data` and `indices`, a `dense` array, gather `starts`.
 DATA, INDICES, DENSE, STARTS = "data", "indices", "dense", "starts"
 
-# Field kinds: a non-negative i64 array, any i64 array, an integer, a boolean, a string.
-SHAPE, INTS, INT, BOOL, STR = "shape", "ints", "int", "bool", "str"
+# Field kinds: a non-negative i64 array, any i64 array, an integer, a boolean, a string, and
+# dot_general's `((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))` as arrays of i64 arrays.
+SHAPE, INTS, INT, BOOL, STR, DIMS = "shape", "ints", "int", "bool", "str", "dims"
 
 COMMON_FIELDS = {"shape": SHAPE, "n_batch": INT, "n_dense": INT}
 FLAGS = {"indices_sorted": BOOL, "unique_indices": BOOL}
@@ -56,7 +57,17 @@ SIGNATURES: dict[str, Signature] = {
     "sum_duplicates": Signature((DATA, INDICES), 2, {"nse": INT}),
     "transpose": Signature((DATA, INDICES), 2, {"permutation": INTS}),
     "gather": Signature((DATA, INDICES, STARTS), 2, {"slice_sizes": SHAPE}),
+    "dot_general": Signature((DATA, INDICES, DENSE), 1, {"dimension_numbers": DIMS}),
+    "dot_general_sampled": Signature((DENSE, DENSE, INDICES), 1, {"dimension_numbers": DIMS}, {"permutation": INTS}),
+    "spdot_general": Signature((DATA, INDICES, DATA, INDICES), 2,
+                               {"rhs_shape": SHAPE, "dimension_numbers": DIMS, "nse": INT}),
+    "spdot_general_sampled": Signature((DATA, INDICES, DATA, INDICES, INDICES), 1,
+                                       {"lhs_shape": SHAPE, "rhs_shape": SHAPE, "dimension_numbers": DIMS},
+                                       {"permutation": INTS}),
 }
+
+# Products: their operands may have different element types, converted to the result's.
+PRODUCTS = frozenset({"dot_general", "dot_general_sampled", "spdot_general", "spdot_general_sampled"})
 
 
 @dataclasses.dataclass
@@ -142,7 +153,8 @@ def read(op: ir.Operation) -> BcooOp:
 
 
 _KIND_NAMES = {SHAPE: "an i64 array of non-negative sizes", INTS: "an i64 array", INT: "an integer",
-               BOOL: "a boolean", STR: "a string"}
+               BOOL: "a boolean", STR: "a string",
+               DIMS: "[[lhs_contracting, rhs_contracting], [lhs_batch, rhs_batch]] (i64 arrays)"}
 
 
 def _count(n: int, noun: str) -> str:
@@ -156,6 +168,9 @@ def _is_kind(value: Any, kind: str) -> bool:
         return isinstance(value, str)
     if kind == INT:
         return isinstance(value, int) and not isinstance(value, bool)
+    if kind == DIMS:
+        pairs = isinstance(value, tuple) and len(value) == 2
+        return pairs and all(isinstance(p, tuple) and len(p) == 2 and all(_is_kind(d, INTS) for d in p) for p in value)
     ints = isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     return ints and (kind == INTS or all(v >= 0 for v in value))
 
@@ -168,6 +183,8 @@ def _element_type_errors(name: str, signature: Signature, operands: list[ir.Rank
                          results: list[ir.RankedTensorType]) -> list[str]:
     """Element types that break the op's rules: the data result keeps operand 0's type (every data
     operand has it), the indices result keeps the indices operand's."""
+    if name in PRODUCTS:
+        return _product_element_errors(signature, operands, results)
     elem = operands[0].element_type
     errors = [f"operand {i} ({role}) has element type {t.element_type}, not {elem} like operand 0"
               for i, (role, t) in enumerate(zip(signature.operands, operands))
@@ -183,6 +200,31 @@ def _element_type_errors(name: str, signature: Signature, operands: list[ir.Rank
         errors.append(f"the indices of both operands must have one element type, got {operands[1].element_type} "
                       f"and {operands[3].element_type}")
     return errors
+
+
+def _product_element_errors(signature: Signature, operands: list[ir.RankedTensorType],
+                            results: list[ir.RankedTensorType]) -> list[str]:
+    """A product's numbers may have any numeric types (each is converted to the result's), but a
+    complex operand needs a complex result; every indices operand and result has one integer type."""
+    numbers = [t.element_type for role, t in zip(signature.operands, operands) if role in (DATA, DENSE)]
+    out = results[0].element_type
+    errors = [f"operand {i} ({role}) has element type {t.element_type}, which is not a number"
+              for i, (role, t) in enumerate(zip(signature.operands, operands))
+              if role in (DATA, DENSE) and not _is_number(t.element_type)]
+    if not _is_number(out):
+        errors.append(f"result 0 has element type {out}, which is not a number")
+    elif any(isinstance(e, ir.ComplexType) for e in numbers) and not isinstance(out, ir.ComplexType):
+        errors.append(f"result 0 has element type {out}, but a complex operand needs a complex result")
+    index_elems = {t.element_type for role, t in zip(signature.operands, operands) if role == INDICES}
+    if len(index_elems) > 1:
+        errors.append(f"the indices operands must have one element type, got {', '.join(sorted(map(str, index_elems)))}")
+    if signature.results == 2 and results[1].element_type not in index_elems:
+        errors.append(f"result 1 (indices) has element type {results[1].element_type}, not the indices operands'")
+    return errors
+
+
+def _is_number(elem: ir.Type) -> bool:
+    return isinstance(elem, (ir.IntegerType, ir.FloatType, ir.ComplexType))
 
 
 def _decode(attr: ir.Attribute) -> Any:

@@ -59,6 +59,18 @@ def restore(v: Value, batch: Sequence[int], target: Sequence[int]) -> Value:
     return b.slice_(v, [0] * len(full), limits, [1] * len(full))
 
 
+def batch_to_sparse(data: Value, idx: Value, keep: int, n: int) -> tuple[Value, Value]:
+    """The last `n` of `keep + n` batch dims become the first sparse dims (buffers with full batch dims)."""
+    ds, ish = b.shape_of(data), b.shape_of(idx)
+    moved = ish[keep : keep + n]
+    nse, s = ish[keep + n], ish[keep + n + 1]
+    m = math.prod(moved)
+    data = b.reshape(data, [*ds[:keep], m * nse, *ds[keep + n + 1 :]])
+    coords = [b.iota([*ish[:-1], 1], keep + k, b.elem_of(idx)) for k in range(n)]
+    idx = b.reshape(b.concat([*coords, idx], keep + n + 1), [*ish[:keep], m * nse, n + s])
+    return data, idx
+
+
 def per_column(idx: Value, sizes: Sequence[int]) -> Value:
     """The per-column `sizes` broadcast to the shape of `idx` (last dim = columns); a splat when all are equal."""
     shape = b.shape_of(idx)
@@ -177,6 +189,13 @@ def linear_key(idx: Value, sizes: Sequence[int], invalid: int, elem: ir.Type | N
     key = terms[0] if terms else b.full(shape, 0, elem)
     for term in terms[1:]:
         key = b.add(key, term)
+    return b.select(valid(idx, sizes), key, b.full(shape, invalid, elem))
+
+
+def matched_key(idx: Value, sizes: Sequence[int], dims: Sequence[int], invalid: int, elem: ir.Type) -> Value:
+    """Linear key of the columns `dims`; entries invalid in any column get `invalid`."""
+    key = linear_key(columns(idx, dims), [sizes[d] for d in dims], invalid, elem)
+    shape = b.shape_of(key)
     return b.select(valid(idx, sizes), key, b.full(shape, invalid, elem))
 
 
@@ -321,17 +340,46 @@ def sum_duplicates_keys(data: Value, idx: Value, sizes: Sequence[int], nse: int)
 
     Slots past the last distinct index hold data 0 and the key `prod(sizes)`.
     """
-    bs, n = b.shape_of(idx)[:2]
-    rest = b.shape_of(data)[2:]
     total = math.prod(sizes)
     kt = key_type(sizes)
+    if b.shape_of(idx)[1] == 0 or nse == 0:
+        return sum_keys(data, b.full(b.shape_of(idx)[:2], total, kt), total, nse)
+    return sum_keys(data, linear_key(idx, sizes, total, kt), total, nse)
+
+
+def sum_keys(data: Value, key: Value, total: int, nse: int) -> tuple[Value, Value]:
+    """`data[B, N, *rest]` summed per distinct `key[B, N]` below `total` (keys >= `total` are padding),
+    and those keys sorted, `nse` slots per batch: the smallest `nse` keys are kept.
+
+    Slots past the last distinct key hold data 0 and the key `total`.
+    """
+    bs, n = b.shape_of(key)
+    rest = b.shape_of(data)[2:]
+    kt = b.elem_of(key)
     if n == 0 or nse == 0:
         return b.full([bs, nse, *rest], 0, b.elem_of(data)), b.full([bs, nse], total, kt)
-    key_s, perm = sort_positions(linear_key(idx, sizes, total, kt))
+    key_s, perm = sort_positions(key)
     first, run = segments(key_s)
     it = b.elem_of(run)
     drop = b.full([bs, n], nse, it)
-    target = b.select(b.compare(key_s, b.full([bs, n], total, kt), "EQ"), drop, run)
+    target = b.select(b.compare(key_s, b.full([bs, n], total, kt), "GE"), drop, run)
     out = scatter_rows(b.full([bs, nse, *rest], 0, b.elem_of(data)), target, gather_rows(data, perm), "add")
     keys = scatter_rows(b.full([bs, nse], total, kt), b.select(first, target, drop), key_s, "set")
     return out, keys
+
+
+def searchsorted(values: Value, queries: Value) -> Value:
+    """For non-decreasing `values[B, N]`: how many of row b's values are <= each `queries[B, M]`
+    (numpy's `searchsorted(side="right")`), by a binary search of ceil(log2(N + 1)) gathers."""
+    bs, n = b.shape_of(values)
+    shape = b.shape_of(queries)
+    it = index_type(n + 1)
+    lo, hi = b.full(shape, 0, it), b.full(shape, n, it)
+    two, last = b.full(shape, 2, it), b.full(shape, max(n - 1, 0), it)
+    for _ in range(n.bit_length()):
+        mid = b.div(b.add(lo, hi), two)
+        below = b.compare(gather_rows(values, b.minimum(mid, last)), queries, "LE")
+        right = b.and_(b.compare(mid, hi, "LT"), below)
+        lo = b.select(right, b.add(mid, b.full(shape, 1, it)), lo)
+        hi = b.select(right, hi, mid)
+    return lo

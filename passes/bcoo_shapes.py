@@ -478,3 +478,167 @@ def result_shapes(op: str, config: Mapping[str, Any], operands: Sequence[Sequenc
     Raises ValueError, TypeError or NotImplementedError when config and operands do not fit.
     """
     return [tuple(s) for s in RESULT_SHAPES[op](config, *(tuple(o) for o in operands))]
+
+
+# ---------------------------------------------------------------------------
+# Products (bcoo_dot_general and its sampled and sparse x sparse forms)
+
+DotDims = tuple[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]]
+
+
+def dot_dims(dimension_numbers: Any) -> DotDims:
+    """`((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))` as tuples of ints."""
+    try:
+        (lc, rc), (lb, rb) = dimension_numbers
+        return (tuple(map(int, lc)), tuple(map(int, rc))), (tuple(map(int, lb)), tuple(map(int, rb)))
+    except (TypeError, ValueError) as e:
+        raise TypeError("dimension_numbers must be ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), "
+                        f"got {dimension_numbers!r}") from e
+
+
+def free_dims(rank: int, *used: Sequence[int]) -> tuple[int, ...]:
+    """The dims of a rank-`rank` operand of a dot that are neither contracted nor batched, ascending."""
+    taken = {d for dims in used for d in dims}
+    return tuple(d for d in range(rank) if d not in taken)
+
+
+def dot_shape(lhs: Sequence[int], rhs: Sequence[int], dimension_numbers: Any) -> Shape:
+    """The shape of `lax.dot_general(lhs, rhs, dimension_numbers)`: batch dims, lhs free dims, rhs free dims.
+
+    Raises TypeError with lax.dot_general's checks (counts, ranges, repeats, sizes).
+    """
+    lhs, rhs = tuple(lhs), tuple(rhs)
+    (lc, rc), (lb, rb) = dot_dims(dimension_numbers)
+    for side, shape, c, b in (("lhs", lhs, lc, lb), ("rhs", rhs, rc, rb)):
+        if not all(0 <= d < len(shape) for d in (*c, *b)):
+            raise TypeError(f"dot_general requires {side} dimension numbers to be nonnegative and less than the "
+                            f"number of axes of the {side} value, got {side}_batch of {b} and {side}_contracting "
+                            f"of {c} for {side} of rank {len(shape)}")
+        if len(set((*c, *b))) != len(c) + len(b):
+            raise TypeError(f"dot_general requires {side} batch and contracting dimensions to be distinct, got "
+                            f"{side}_batch of {b} and {side}_contracting of {c}")
+    if len(lb) != len(rb):
+        raise TypeError(f"dot_general requires equal numbers of lhs_batch and rhs_batch dimensions, got "
+                        f"lhs_batch {lb} and rhs_batch {rb}")
+    if len(lc) != len(rc):
+        raise TypeError(f"dot_general requires equal numbers of lhs_contracting and rhs_contracting dimensions, "
+                        f"got {lc} and {rc}")
+    if [lhs[d] for d in lb] != [rhs[d] for d in rb]:
+        raise TypeError(f"dot_general requires lhs batch dimensions and rhs batch dimensions to have the same "
+                        f"shape, got {tuple(lhs[d] for d in lb)} and {tuple(rhs[d] for d in rb)}")
+    if [lhs[d] for d in lc] != [rhs[d] for d in rc]:
+        raise TypeError(f"dot_general requires contracting dimensions to have the same shape, got "
+                        f"{tuple(lhs[d] for d in lc)} and {tuple(rhs[d] for d in rc)}")
+    return (*(lhs[d] for d in lb), *(lhs[d] for d in free_dims(len(lhs), lc, lb)),
+            *(rhs[d] for d in free_dims(len(rhs), rc, rb)))
+
+
+def check_permutation(permutation: Sequence[int], rank: int) -> tuple[int, ...]:
+    perm = tuple(permutation)
+    if sorted(perm) != list(range(rank)):
+        raise ValueError(f"permutation {perm} is not a permutation of {rank} dimensions")
+    return perm
+
+
+def dot_general_sampled(a: Sequence[int], b: Sequence[int], indices: Sequence[int], dimension_numbers: Any,
+                        permutation: Sequence[int] | None = None) -> tuple[Shape, Layout]:
+    """(data shape, layout of the sampled array) of `dot_general(a, b)`, its dims permuted (sampled
+    dim i is dot dim `permutation[i]`), read at `indices`: the data of `bcoo_extract`."""
+    out = dot_shape(a, b, dimension_numbers)
+    perm = check_permutation(range(len(out)) if permutation is None else permutation, len(out))
+    lay = extract_layout(tuple(out[p] for p in perm), indices)
+    return extract(lay), lay
+
+
+class SpdotPlan(NamedTuple):
+    """Sparse x sparse dot_general: the output array and its buffers.
+
+    Output batch dims are the batch pairs, then the free batch dims of lhs, then those of rhs;
+    its sparse dims the free sparse dims of lhs, then those of rhs. `bound` is JAX's nse (every
+    pair of entries may give a distinct output position, at most the sparse size).
+    """
+
+    shape: Shape
+    batch: Shape
+    n_batch: int
+    n_sparse: int
+    bound: int
+    data: Shape
+    indices: Shape
+
+
+def spdot_general(lhs: Layout, rhs: Layout, dimension_numbers: Any, nse: int | None = None) -> SpdotPlan:
+    """The output of `bcoo_dot_general` of two BCOO arrays (jax's bcoo_spdot_general rules)."""
+    out = dot_shape(lhs.shape, rhs.shape, dimension_numbers)
+    (lc, rc), (lb, rb) = dot_dims(dimension_numbers)
+    if lhs.n_dense or rhs.n_dense:
+        raise NotImplementedError("bcoo_spdot_general with dense dimensions.")
+    if any(d >= lhs.n_batch for d in lb) or any(d >= rhs.n_batch for d in rb):
+        raise NotImplementedError("bcoo_spdot_general: batch_dims must correspond to batch dimensions of the "
+                                  "sparse representation.")
+    for lay, c in ((lhs, lc), (rhs, rc)):
+        if any(not lay.n_batch <= d < lay.n_batch + lay.n_sparse for d in c):
+            raise NotImplementedError("bcoo_spdot_general only supports contraction of sparse indices.")
+    if rhs.n_batch > len(rb) and lhs.n_sparse > len(lc):
+        raise ValueError("bcoo_spdot_general: cannot have unused batch dims on rhs with unused sparse dims on lhs.")
+    lfb = free_dims(lhs.n_batch, lb)
+    rfb = free_dims(rhs.n_batch, rb)
+    n_batch = len(lb) + len(lfb) + len(rfb)
+    n_sparse = lhs.n_sparse + rhs.n_sparse - 2 * len(lc)
+    bound = (lhs.nse if lhs.n_sparse > len(lc) else 1) * (rhs.nse if rhs.n_sparse > len(rc) else 1)
+    bound = min(bound, math.prod(out[n_batch:]))
+    nse = bound if nse is None else nse
+    _check_nse(nse)
+    batch = (*(lhs.shape[d] for d in lb), *(lhs.max_batch[d] for d in lfb), *(rhs.max_batch[d] for d in rfb))
+    return SpdotPlan(out, batch, n_batch, n_sparse, bound, (*batch, nse), (*batch, nse, n_sparse))
+
+
+def spdot_general_sampled(lhs: Layout, rhs: Layout, indices: Sequence[int], dimension_numbers: Any,
+                          permutation: Sequence[int] | None = None) -> tuple[Shape, Layout]:
+    """(data shape, sampled layout) of the product of two BCOO arrays without dense dims, its dims
+    permuted, read at `indices` (the transpose of `spdot_general`)."""
+    if lhs.n_dense or rhs.n_dense:
+        raise NotImplementedError("a sampled sparse x sparse product of arrays with dense dimensions")
+    data, lay = dot_general_sampled(lhs.shape, rhs.shape, indices, dimension_numbers, permutation)
+    if lay.n_dense:
+        raise NotImplementedError("a sampled sparse x sparse product with dense output dimensions")
+    return data, lay
+
+
+def _sampled_config(config: Mapping[str, Any], lay: Layout) -> None:
+    if tuple(config["shape"]) != lay.shape or (config["n_batch"], config["n_dense"]) != (lay.n_batch, lay.n_dense):
+        raise ValueError(f"shape={tuple(config['shape'])}, n_batch={config['n_batch']} and n_dense={config['n_dense']} "
+                         f"do not describe the sampled array: the dims of the product give shape {lay.shape}, "
+                         f"n_batch={lay.n_batch}, n_dense={lay.n_dense}")
+
+
+def _dot_general(config: Mapping[str, Any], data: Shape, indices: Shape, rhs: Shape) -> list[Shape]:
+    return [dot_shape(_operand(config, data, indices).shape, rhs, config["dimension_numbers"])]
+
+
+def _dot_general_sampled(config: Mapping[str, Any], a: Shape, b: Shape, indices: Shape) -> list[Shape]:
+    data, lay = dot_general_sampled(a, b, indices, config["dimension_numbers"], config.get("permutation"))
+    _sampled_config(config, lay)
+    return [data]
+
+
+def _spdot_general(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri: Shape) -> list[Shape]:
+    plan = spdot_general(_operand(config, ld, li), layout(config["rhs_shape"], rd, ri), config["dimension_numbers"],
+                         config["nse"])
+    return [plan.data, plan.indices]
+
+
+def _spdot_general_sampled(config: Mapping[str, Any], ad: Shape, ai: Shape, bd: Shape, bi: Shape,
+                           indices: Shape) -> list[Shape]:
+    lhs, rhs = layout(config["lhs_shape"], ad, ai), layout(config["rhs_shape"], bd, bi)
+    data, lay = spdot_general_sampled(lhs, rhs, indices, config["dimension_numbers"], config.get("permutation"))
+    _sampled_config(config, lay)
+    return [data]
+
+
+RESULT_SHAPES.update({
+    "dot_general": _dot_general,
+    "dot_general_sampled": _dot_general_sampled,
+    "spdot_general": _spdot_general,
+    "spdot_general_sampled": _spdot_general_sampled,
+})

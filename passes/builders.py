@@ -276,8 +276,10 @@ def scatter(
     scattered_dims_to_operand_dims: Sequence[int],
     index_vector_dim: int,
     combine: str = "add",
+    sorted_indices: bool = False,
 ) -> Value:
-    """Scatter `updates` into `operand`; `combine` is `add` or `set` (last writer wins).
+    """Scatter `updates` into `operand`; `combine` is `add` or `set` (last writer wins);
+    `sorted_indices` promises indices in ascending order (`indices_are_sorted`).
 
     Updates whose window falls outside `operand` are dropped, as XLA does.
     """
@@ -289,7 +291,7 @@ def scatter(
         scattered_dims_to_operand_dims=list(scattered_dims_to_operand_dims),
         index_vector_dim=index_vector_dim,
     )
-    op = stablehlo.ScatterOp([operand.type], [operand], indices, [updates], dnums)
+    op = stablehlo.ScatterOp([operand.type], [operand], indices, [updates], dnums, indices_are_sorted=sorted_indices)
     elem = elem_of(operand)
     if combine == "add":
         _scalar_region(op.update_computation, [elem, elem], lambda a, b: [add(a, b)])
@@ -312,6 +314,19 @@ def prefix_scan(v: Value, axis: int, kind: str = "add") -> Value:
     first = slice_dim(v, axis, 0, 1)
     even_out = concat([first, combine(head, rest)], axis) if n > 2 else first
     return _interleave(even_out, odd_out, axis)
+
+
+def while_loop(inits: Sequence[Value], cond: Callable[..., Value], body: Callable[..., Sequence[Value]]) -> list[Value]:
+    """`stablehlo.while` over the loop state `inits`: `cond(*state)` gives an i1 scalar,
+    `body(*state)` the next state."""
+    types = [v.type for v in inits]
+    op = stablehlo.WhileOp(types, list(inits))
+    for region, fn in ((op.cond, cond), (op.body, body)):
+        block = region.blocks.append(*types)
+        with ir.InsertionPoint(block):
+            out = fn(*block.arguments)
+            stablehlo.return_([out] if isinstance(out, Value) else list(out))
+    return list(op.results)
 
 
 def _interleave(a: Value, b: Value, axis: int) -> Value:

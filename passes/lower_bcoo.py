@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from hlopt.passes import bcoo_index as ix
+from hlopt.passes import bcoo_products as products
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass, PassError
@@ -329,7 +330,7 @@ def lower_update_layout(c: BcooOp) -> list[Value]:
         data, idx = _dense_to_sparse(data, idx, nb, nd - n_dense)
         nd = n_dense
     if n_batch < nb:
-        data, idx = _batch_to_sparse(data, idx, n_batch, nb - n_batch)
+        data, idx = ix.batch_to_sparse(data, idx, n_batch, nb - n_batch)
         nb = n_batch
     if n_dense > nd:
         ns = len(shape) - nb - nd
@@ -350,18 +351,6 @@ def _dense_to_sparse(data: Value, idx: Value, nb: int, n: int) -> tuple[Value, V
     grid = b.broadcast(grid, [*ish[:nb], nse, m, n], [nb + 1, nb + 2])
     old = b.broadcast(idx, [*ish[:nb], nse, m, s], [*range(nb + 1), nb + 2])
     idx = b.reshape(b.concat([old, grid], nb + 2), [*ish[:nb], nse * m, s + n])
-    return data, idx
-
-
-def _batch_to_sparse(data: Value, idx: Value, keep: int, n: int) -> tuple[Value, Value]:
-    """The last `n` of `keep + n` batch dims become the first sparse dims."""
-    ds, ish = b.shape_of(data), b.shape_of(idx)
-    moved = ish[keep : keep + n]
-    nse, s = ish[keep + n], ish[keep + n + 1]
-    m = math.prod(moved)
-    data = b.reshape(data, [*ds[:keep], m * nse, *ds[keep + n + 1 :]])
-    coords = [b.iota([*ish[:-1], 1], keep + k, b.elem_of(idx)) for k in range(n)]
-    idx = b.reshape(b.concat([*coords, idx], keep + n + 1), [*ish[:keep], m * nse, n + s])
     return data, idx
 
 
@@ -410,7 +399,7 @@ def lower_multiply_sparse(c: BcooOp) -> list[Value]:
     for lay, (data, idx) in ((lhs, c.operands[:2]), (rhs, c.operands[2:])):
         data, idx = ix.broadcast_batch(data, lay.batch_shape), ix.broadcast_batch(idx, lay.batch_shape)
         if lay.n_batch > nb:
-            data, idx = _batch_to_sparse(data, idx, nb, lay.n_batch - nb)
+            data, idx = ix.batch_to_sparse(data, idx, nb, lay.n_batch - nb)
         sizes = lay.shape[nb : len(lay.shape) - lay.n_dense]
         sides.append((ix.canonical(data, plan.batch), ix.canonical(idx, plan.batch), sizes))
     out_sizes = plan.shape[nb : len(plan.shape) - lhs.n_dense]
@@ -423,13 +412,6 @@ def lower_multiply_sparse(c: BcooOp) -> list[Value]:
 
 
 Side = tuple[Value, Value, Sequence[int]]
-
-
-def _matched_key(idx: Value, sizes: Sequence[int], dims: Sequence[int], invalid: int, elem: ir.Type) -> Value:
-    """Linear key of the columns `dims`; entries invalid in any column get `invalid`."""
-    key = ix.linear_key(ix.columns(idx, dims), [sizes[d] for d in dims], invalid, elem)
-    shape = b.shape_of(key)
-    return b.select(ix.valid(idx, sizes), key, b.full(shape, invalid, elem))
 
 
 def _dense_product(a: Value, c: Value, dense: Sequence[int]) -> Value:
@@ -453,7 +435,7 @@ def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int]) -> tuple
     u_data, u_key = ix.sum_duplicates_keys(k_data, k_idx, k_sizes, nk)
     kt = ix.key_type([k_sizes[k] for k in dims], headroom=2)
     u_key = b.convert(u_key, kt)
-    d_key = _matched_key(d_idx, d_sizes, dims, total + 1, kt)
+    d_key = ix.matched_key(d_idx, d_sizes, dims, total + 1, kt)
     two = b.full([bs, nk + nd_], 2, kt)
     tags = b.concat([b.full([bs, nk], 0, kt), b.full([bs, nd_], 1, kt)], 1)
     combined = b.add(b.mul(b.concat([u_key, d_key], 1), two), tags)
@@ -484,8 +466,8 @@ def _multiply_pairs(lhs: Side, rhs: Side, out_sizes: Sequence[int]) -> tuple[Val
     dims = [k for k in range(s) if l_sizes[k] != 1 and r_sizes[k] != 1]
     total = math.prod(l_sizes[k] for k in dims)
     kt = ix.key_type([l_sizes[k] for k in dims])
-    lk = b.broadcast(_matched_key(l_idx, l_sizes, dims, total, kt), [bs, nl, nr], [0, 1])
-    rk = b.broadcast(_matched_key(r_idx, r_sizes, dims, total + 1, kt), [bs, nl, nr], [0, 2])
+    lk = b.broadcast(ix.matched_key(l_idx, l_sizes, dims, total, kt), [bs, nl, nr], [0, 1])
+    rk = b.broadcast(ix.matched_key(r_idx, r_sizes, dims, total + 1, kt), [bs, nl, nr], [0, 2])
     match = b.reshape(b.compare(lk, rk, "EQ"), [bs, nl * nr])
     dense = list(map(shapes.broadcast_dim, b.shape_of(l_data)[2:], b.shape_of(r_data)[2:]))
     nd = len(dense)
@@ -517,6 +499,10 @@ LOWERINGS: dict[str, LoweringRule] = {
     "sum_duplicates": lower_sum_duplicates,
     "transpose": lower_transpose,
     "gather": lower_gather,
+    "dot_general": products.lower_dot_general,
+    "dot_general_sampled": products.lower_dot_general_sampled,
+    "spdot_general": products.lower_spdot_general,
+    "spdot_general_sampled": products.lower_spdot_general_sampled,
 }
 
 

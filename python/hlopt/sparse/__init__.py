@@ -26,11 +26,14 @@ from hlopt.sparse.bcoo import (
     bcoo_update_layout,
     todense,
 )
+from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general
 
 __all__ = [
     "BCOO",
     "SparseEfficiencyError",
     "SparseEfficiencyWarning",
+    "bcoo_dot_general",
+    "bcoo_dot_general_sampled",
     "bcoo_fromdense",
     "bcoo_gather",
     "bcoo_multiply_dense",
@@ -40,6 +43,7 @@ __all__ = [
     "bcoo_rev",
     "bcoo_slice",
     "bcoo_sort_indices",
+    "bcoo_spdot_general",
     "bcoo_squeeze",
     "bcoo_sum_duplicates",
     "bcoo_todense",

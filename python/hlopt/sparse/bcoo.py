@@ -192,6 +192,16 @@ class BCOO:
 
     __rmul__ = __mul__
 
+    def __matmul__(self, other: Any) -> Any:
+        from hlopt.sparse import products  # products builds on this module
+
+        return products.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Any:
+        from hlopt.sparse import products
+
+        return products.matmul(other, self)
+
     def __truediv__(self, other: Any) -> "BCOO":
         if isinstance(other, BCOO):
             raise NotImplementedError(_DENSE_RESULT.format("Division by a sparse array"))

@@ -14,7 +14,7 @@ func.func @bad_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<
 
 // -----
 
-// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.frobnicate: unknown sparse op (known: extract, fromdense,
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.frobnicate: unknown sparse op (known: dot_general, dot_general_sampled, extract, fromdense,
 func.func @unknown(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
   %0 = stablehlo.custom_call @hlopt.bcoo.frobnicate(%data, %indices) {api_version = 4 : i32, backend_config = {shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
   return %0 : tensor<4x5xf32>
@@ -237,6 +237,15 @@ func.func @negative_nse(%x: tensor<4x5xf32>) -> (tensor<2xf32>, tensor<2x2xi32>)
 
 // -----
 
+// Bad dimension numbers are reported at the op.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: {{.*}}contracting dimensions to have the same shape
+func.func @mismatch(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: tensor<4x2xf32>) -> tensor<4x2xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %v) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<4x2xf32>) -> tensor<4x2xf32>
+  return %0 : tensor<4x2xf32>
+}
+
+// -----
+
 // A bad op after a good one is found before the good one is rewritten.
 // CHECK-NEXT: errors.mlir:[[# @LINE + 4]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: backend_config has no 'n_dense' (an integer)
 // CHECK-NOT: error
@@ -245,3 +254,4 @@ func.func @second_op_bad(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (te
   %1 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
   return %0, %1 : tensor<4x5xf32>, tensor<4x5xf32>
 }
+

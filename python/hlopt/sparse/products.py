@@ -1,0 +1,499 @@
+"""Sparse products: `bcoo_dot_general` (sparse x dense, dense x sparse, sparse x sparse),
+`bcoo_dot_general_sampled` (SDDMM) and `bcoo_spdot_general`, with the primitives behind them.
+
+Each primitive lowers to one `hlopt.bcoo.<op>` annotation (`dot_general`, `dot_general_sampled`,
+`spdot_general`, `spdot_general_sampled`) whose rule is in `hlopt.passes.bcoo_products`; the
+result shapes come from `hlopt.passes.bcoo_shapes` (the rules lower-bcoo checks against) and
+the result dtype from `lax.dot_general`'s. Every product is linear in each operand's data:
+JVP rules bind the product on the tangents, transpose rules are the products that JAX's
+`lax.dot_general` transpose gives, read at the operand's indices (a sampled product), so a
+gradient never builds the dense operand of a sparse one. vmap makes the mapped axis a batch
+dimension of the product.
+
+Sparse x sparse stores `nse` output entries (default JAX's bound: `lhs.nse * rhs.nse`, or one
+factor when that side has no free sparse dim, capped by the output's sparse size); the entries
+are the distinct output indices, sorted, and when more exist than `nse`, those with the
+smallest row-major index are kept (JAX's bound never drops any).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.interpreters import ad, batching
+
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.primitives import annotation_primitive, emit_annotation, result_types
+from hlopt.sparse import ops
+from hlopt.sparse.bcoo import BCOO, bcoo_transpose
+
+PREFIX = "hlopt.bcoo."
+
+# Parameters that the result type carries and the annotation does not.
+_TYPE_ONLY = ("preferred_element_type",)
+
+
+def _dims_key(dimension_numbers: Any) -> shapes.DotDims:
+    """dimension_numbers as nested tuples of ints (hashable: the primitives' parameter)."""
+    try:
+        (lc, rc), (lb, rb) = dimension_numbers
+        norm = [tuple(operator.index(d) for d in x) for x in (lc, rc, lb, rb)]
+    except TypeError as e:
+        raise TypeError("dimension_numbers must be ((lhs_contracting_dims, rhs_contracting_dims), "
+                        f"(lhs_batch_dims, rhs_batch_dims)), got {dimension_numbers!r}") from e
+    return (norm[0], norm[1]), (norm[2], norm[3])
+
+
+def _result_dtype(lhs: Any, rhs: Any, dims: shapes.DotDims, preferred_element_type: Any) -> np.dtype:
+    """lax.dot_general's result dtype for operands of these dtypes."""
+    (lc, rc), (lb, rb) = dims
+    n = max((*lc, *lb, -1)) + 1, max((*rc, *rb, -1)) + 1
+    a = jax.ShapeDtypeStruct((1,) * n[0], lhs)
+    b = jax.ShapeDtypeStruct((1,) * n[1], rhs)
+    return jax.eval_shape(lambda x, y: lax.dot_general(x, y, dims, preferred_element_type=preferred_element_type),
+                          a, b).dtype
+
+
+def _check_numbers(*dtypes: Any) -> None:
+    for dtype in dtypes:
+        if not (jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_)):
+            raise TypeError(f"bcoo_dot_general: operands must be numbers, got {dtype}")
+
+
+def _check_indices(*indices: Any) -> None:
+    for idx in indices:
+        if not jnp.issubdtype(idx.dtype, jnp.integer):
+            raise TypeError(f"BCOO indices must be integers, got {idx.dtype}")
+
+
+def _config(params: dict[str, Any], indices: Any, shape: Sequence[int]) -> dict[str, Any]:
+    config = {k: v for k, v in params.items() if v is not None and k not in _TYPE_ONLY}
+    n_batch = len(indices.shape) - 2
+    config["shape"] = tuple(shape)
+    config["n_batch"] = n_batch
+    config["n_dense"] = len(shape) - n_batch - indices.shape[-1]
+    config.setdefault("indices_sorted", False)
+    config.setdefault("unique_indices", False)
+    return config
+
+
+def _define(name: str, abstract_eval, config, multiple_results: bool = False):
+    def lowering(ctx, *operands, **params):
+        return emit_annotation(PREFIX + name, operands, result_types(ctx), config(ctx.avals_in, params))
+
+    return annotation_primitive(f"bcoo_{name}", abstract_eval, lowering, multiple_results=multiple_results)
+
+
+def _ct(ct: Any, aval: Any) -> jax.Array:
+    return jnp.zeros(aval.shape, aval.dtype) if type(ct) is ad.Zero else ct
+
+
+def _aval_of(x: Any) -> Any:
+    return x.aval if ad.is_undefined_primal(x) else x
+
+
+def _zero(aval: Any) -> ad.Zero:
+    return ad.Zero(jax.core.ShapedArray(aval.shape, aval.dtype).to_tangent_aval())
+
+
+def _add(terms: list) -> Any:
+    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+def _transposed_dims(lhs_rank: int, rhs_rank: int, dims: shapes.DotDims):
+    """For `out = dot_general(lhs, rhs, dims)`: (dims and permutation giving lhs's cotangent from
+    (out_ct, rhs)), (the same for rhs's from (out_ct, lhs)), as lax.dot_general's transpose has them.
+
+    The permutation maps each operand dim to the dot dim it comes from (`sampled dim i = dot dim perm[i]`).
+    """
+    (lc, rc), (lb, rb) = dims
+    lkept, rkept = shapes.free_dims(lhs_rank, lc, lb), shapes.free_dims(rhs_rank, rc, rb)
+    nb = len(lb)
+    ans_batch = list(range(nb))
+    ans_l = list(range(nb, nb + len(lkept)))
+    ans_r = list(range(nb + len(lkept), nb + len(lkept) + len(rkept)))
+    l_dims = ((tuple(ans_r), tuple(rkept)), (tuple(ans_batch), tuple(rb)))
+    lc_by_r = [lc[i] for i in np.argsort(rc)] if lc else []
+    l_perm = tuple(int(p) for p in np.argsort([*lb, *lkept, *lc_by_r]))
+    r_dims = ((tuple(ans_l), tuple(lkept)), (tuple(ans_batch), tuple(lb)))
+    rc_by_l = [rc[i] for i in np.argsort(lc)] if rc else []
+    r_perm = tuple(int(p) for p in np.argsort([*rb, *rkept, *rc_by_l]))
+    return (l_dims, l_perm), (r_dims, r_perm)
+
+
+# ---------------------------------------------------------------------------
+# dot_general: sparse x dense
+
+
+def _dot_general_abstract(data, indices, rhs, *, shape, dimension_numbers, preferred_element_type, **_):
+    _check_indices(indices)
+    _check_numbers(data.dtype, rhs.dtype)
+    shapes.layout(shape, data.shape, indices.shape)
+    out = shapes.dot_shape(shape, rhs.shape, dimension_numbers)
+    dtype = _result_dtype(data.dtype, rhs.dtype, dimension_numbers, preferred_element_type)
+    return jax.core.ShapedArray(out, dtype)
+
+
+def _dot_general_config(avals_in, params):
+    return _config(params, avals_in[1], params["shape"])
+
+
+dot_general_p = _define("dot_general", _dot_general_abstract, _dot_general_config)
+
+
+def _dot_general_jvp(primals, tangents, **params):
+    data, indices, rhs = primals
+    data_dot, _, rhs_dot = tangents
+    out = dot_general_p.bind(data, indices, rhs, **params)
+    terms = []
+    if type(data_dot) is not ad.Zero:
+        terms.append(dot_general_p.bind(data_dot, indices, rhs, **params))
+    if type(rhs_dot) is not ad.Zero:
+        terms.append(dot_general_p.bind(data, indices, rhs_dot, **params))
+    return out, (_add(terms) if terms else _zero(out))
+
+
+def _dot_general_transpose(ct, data, indices, rhs, *, shape, dimension_numbers, preferred_element_type,
+                           **flags):
+    if ad.is_undefined_primal(indices):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    data_aval, rhs_aval = _aval_of(data), _aval_of(rhs)
+    out = _dot_general_abstract(data_aval, indices, rhs_aval, shape=shape, dimension_numbers=dimension_numbers,
+                                preferred_element_type=preferred_element_type)
+    ct = _ct(ct, out)
+    (l_dims, l_perm), (r_dims, _) = _transposed_dims(len(shape), len(rhs_aval.shape), dimension_numbers)
+    if ad.is_undefined_primal(data):
+        grad = dot_general_sampled(ct, rhs, indices, l_dims, permutation=l_perm)
+        grad = ops._sum_to_shape(grad, data_aval.shape).astype(data_aval.dtype)
+        return [grad, None, None]
+    # sparse first: [batch, lhs's contracting dims (rhs's, ordered by lhs's), ct's rhs dims]
+    (ct_c, l_c), (ct_b, l_b) = r_dims
+    (lc, rc), (_, rb) = dimension_numbers
+    rc_by_l = [rc[i] for i in np.argsort(lc)] if rc else []
+    rkept = [d for d in range(len(rhs_aval.shape)) if d not in rc and d not in rb]
+    grad = dot_general_p.bind(data, indices, ct, shape=shape, dimension_numbers=((l_c, ct_c), (l_b, ct_b)),
+                              preferred_element_type=None, **flags)
+    return [None, None, jnp.transpose(grad, np.argsort([*rb, *rc_by_l, *rkept])).astype(rhs_aval.dtype)]
+
+
+def _dot_batch_dims(dims: shapes.DotDims, rhs_mapped: bool):
+    """dimension_numbers once both operands have a leading mapped dim (batched together) or only
+    lhs has one (a free dim), and the output dim it becomes."""
+    (lc, rc), (lb, rb) = dims
+    shift = (lambda ds: tuple(d + 1 for d in ds))
+    if rhs_mapped:
+        return ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb)))), 0
+    return ((shift(lc), rc), (shift(lb), rb)), len(lb)
+
+
+def _dot_general_batch(args, dims, *, shape, dimension_numbers, **params):
+    data, indices, rhs = args
+    ddim, idim, rdim = dims
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    data, indices = ops._to_front(data, ddim), ops._to_front(indices, idim)
+    rhs_mapped = rdim is not None
+    if rhs_mapped:
+        rhs = jnp.moveaxis(rhs, rdim, 0)
+    new_dims, out_dim = _dot_batch_dims(dimension_numbers, rhs_mapped)
+    out = dot_general_p.bind(data, indices, rhs, shape=(size, *shape), dimension_numbers=new_dims, **params)
+    return out, out_dim
+
+
+ad.primitive_jvps[dot_general_p] = _dot_general_jvp
+ad.primitive_transposes[dot_general_p] = _dot_general_transpose
+batching.primitive_batchers[dot_general_p] = _dot_general_batch
+
+
+# ---------------------------------------------------------------------------
+# dot_general_sampled: dense x dense at sparse indices (SDDMM)
+
+
+def _sampled_abstract(a, b, indices, *, dimension_numbers, permutation):
+    _check_indices(indices)
+    _check_numbers(a.dtype, b.dtype)
+    data, _ = shapes.dot_general_sampled(a.shape, b.shape, indices.shape, dimension_numbers, permutation)
+    return jax.core.ShapedArray(data, _result_dtype(a.dtype, b.dtype, dimension_numbers, None))
+
+
+def _sampled_config(avals_in, params):
+    a, b, indices = avals_in
+    _, lay = shapes.dot_general_sampled(a.shape, b.shape, indices.shape, params["dimension_numbers"],
+                                        params["permutation"])
+    return _config(params, indices, lay.shape)
+
+
+dot_general_sampled_p = _define("dot_general_sampled", _sampled_abstract, _sampled_config)
+
+
+def dot_general_sampled(a: Any, b: Any, indices: Any, dimension_numbers: Any,
+                        permutation: Sequence[int] | None = None) -> jax.Array:
+    """`dot_general(a, b)`, its dims permuted (dim i is dot dim `permutation[i]`), at `indices`."""
+    return dot_general_sampled_p.bind(jnp.asarray(a), jnp.asarray(b), jnp.asarray(indices),
+                                      dimension_numbers=_dims_key(dimension_numbers),
+                                      permutation=None if permutation is None else tuple(permutation))
+
+
+def _sampled_jvp(primals, tangents, **params):
+    a, b, indices = primals
+    a_dot, b_dot, _ = tangents
+    out = dot_general_sampled_p.bind(a, b, indices, **params)
+    terms = []
+    if type(a_dot) is not ad.Zero:
+        terms.append(dot_general_sampled_p.bind(a_dot, b, indices, **params))
+    if type(b_dot) is not ad.Zero:
+        terms.append(dot_general_sampled_p.bind(a, b_dot, indices, **params))
+    return out, (_add(terms) if terms else _zero(out))
+
+
+def _sampled_transpose(ct, a, b, indices, *, dimension_numbers, permutation):
+    """The sampled cotangent is a BCOO array of the permuted product: each operand's cotangent is
+    the sparse x dense product of it with the other operand."""
+    if ad.is_undefined_primal(indices):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    a_aval, b_aval = _aval_of(a), _aval_of(b)
+    data_shape, lay = shapes.dot_general_sampled(a_aval.shape, b_aval.shape, indices.shape, dimension_numbers,
+                                                 permutation)
+    ct = _ct(ct, jax.core.ShapedArray(data_shape, _sampled_abstract(a_aval, b_aval, indices,
+                                                                    dimension_numbers=dimension_numbers,
+                                                                    permutation=permutation).dtype))
+    rank = len(lay.shape)
+    perm = tuple(range(rank)) if permutation is None else permutation
+    pos = {dot: s for s, dot in enumerate(perm)}  # dot dim -> position in the sampled array
+    (lc, rc), (lb, rb) = dimension_numbers
+    ar, br = len(a_aval.shape), len(b_aval.shape)
+    afree, bfree = shapes.free_dims(ar, lc, lb), shapes.free_dims(br, rc, rb)
+    nb = len(lb)
+    m_batch = [pos[i] for i in range(nb)]
+    m_a = [pos[nb + i] for i in range(len(afree))]
+    m_b = [pos[nb + len(afree) + i] for i in range(len(bfree))]
+    flags = dict(indices_sorted=False, unique_indices=False)
+    if ad.is_undefined_primal(a):
+        # [batch, a free, b contracting (ascending)] -> a's dims
+        g = dot_general_p.bind(ct, indices, b, shape=lay.shape, dimension_numbers=((tuple(m_b), tuple(bfree)),
+                               (tuple(m_batch), tuple(rb))), preferred_element_type=None, **flags)
+        rest = [d for d in range(br) if d not in bfree and d not in rb]
+        src = [*lb, *afree, *(lc[rc.index(d)] for d in rest)]
+        return [jnp.transpose(g, np.argsort(src)).astype(a_aval.dtype), None, None]
+    g = dot_general_p.bind(ct, indices, a, shape=lay.shape, dimension_numbers=((tuple(m_a), tuple(afree)),
+                           (tuple(m_batch), tuple(lb))), preferred_element_type=None, **flags)
+    rest = [d for d in range(ar) if d not in afree and d not in lb]
+    src = [*rb, *bfree, *(rc[lc.index(d)] for d in rest)]
+    return [None, jnp.transpose(g, np.argsort(src)).astype(b_aval.dtype), None]
+
+
+def _sampled_batch(args, dims, *, dimension_numbers, permutation):
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    a, b, indices = (ops._to_front(x, d) for x, d in zip(args, dims))
+    a = jnp.broadcast_to(a, (size, *a.shape[1:]))
+    b = jnp.broadcast_to(b, (size, *b.shape[1:]))
+    (lc, rc), (lb, rb) = dimension_numbers
+    shift = (lambda ds: tuple(d + 1 for d in ds))
+    new_dims = ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb))))
+    perm = None if permutation is None else (0, *(p + 1 for p in permutation))
+    return dot_general_sampled_p.bind(a, b, indices, dimension_numbers=new_dims, permutation=perm), 0
+
+ad.primitive_jvps[dot_general_sampled_p] = _sampled_jvp
+ad.primitive_transposes[dot_general_sampled_p] = _sampled_transpose
+batching.primitive_batchers[dot_general_sampled_p] = _sampled_batch
+
+
+# ---------------------------------------------------------------------------
+# spdot_general: sparse x sparse, and its sampled form (the transpose)
+
+
+def _spdot_abstract(ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers, nse, preferred_element_type, **_):
+    _check_indices(li, ri)
+    _check_numbers(ld.dtype, rd.dtype)
+    if li.dtype != ri.dtype:
+        raise TypeError(f"bcoo_spdot_general: indices of one dtype, got {li.dtype} and {ri.dtype}")
+    plan = shapes.spdot_general(shapes.layout(shape, ld.shape, li.shape), shapes.layout(rhs_shape, rd.shape, ri.shape),
+                                dimension_numbers, nse)
+    dtype = _result_dtype(ld.dtype, rd.dtype, dimension_numbers, preferred_element_type)
+    return [jax.core.ShapedArray(plan.data, dtype), jax.core.ShapedArray(plan.indices, li.dtype)]
+
+
+def _spdot_config(avals_in, params):
+    return _config(params, avals_in[1], params["shape"])
+
+
+spdot_general_p = _define("spdot_general", _spdot_abstract, _spdot_config, multiple_results=True)
+
+
+def _spsampled_abstract(ad_, ai, bd, bi, indices, *, lhs_shape, rhs_shape, dimension_numbers, permutation):
+    _check_indices(ai, bi, indices)
+    _check_numbers(ad_.dtype, bd.dtype)
+    data, _ = shapes.spdot_general_sampled(shapes.layout(lhs_shape, ad_.shape, ai.shape),
+                                           shapes.layout(rhs_shape, bd.shape, bi.shape), indices.shape,
+                                           dimension_numbers, permutation)
+    return jax.core.ShapedArray(data, _result_dtype(ad_.dtype, bd.dtype, dimension_numbers, None))
+
+
+def _spsampled_config(avals_in, params):
+    ad_, ai, bd, bi, indices = avals_in
+    _, lay = shapes.spdot_general_sampled(shapes.layout(params["lhs_shape"], ad_.shape, ai.shape),
+                                          shapes.layout(params["rhs_shape"], bd.shape, bi.shape), indices.shape,
+                                          params["dimension_numbers"], params["permutation"])
+    return _config(params, indices, lay.shape)
+
+
+spdot_general_sampled_p = _define("spdot_general_sampled", _spsampled_abstract, _spsampled_config)
+
+
+def _spdot_jvp(primals, tangents, **params):
+    ld, li, rd, ri = primals
+    ld_dot, _, rd_dot, _ = tangents
+    data, indices = spdot_general_p.bind(*primals, **params)
+    terms = []
+    if type(ld_dot) is not ad.Zero:
+        terms.append(spdot_general_p.bind(ld_dot, li, rd, ri, **params)[0])
+    if type(rd_dot) is not ad.Zero:
+        terms.append(spdot_general_p.bind(ld, li, rd_dot, ri, **params)[0])
+    return (data, indices), (_add(terms) if terms else _zero(data), _zero(indices))
+
+
+def _spdot_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers, nse, preferred_element_type,
+                     **flags):
+    """Each operand's cotangent: the product of the output cotangent (a BCOO array at the output
+    indices) with the other operand, read at the operand's indices."""
+    if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    lda, rda = _aval_of(ld), _aval_of(rd)
+    params = dict(shape=shape, rhs_shape=rhs_shape, dimension_numbers=dimension_numbers, nse=nse,
+                  preferred_element_type=preferred_element_type, **flags)
+    data_aval, _ = _spdot_abstract(lda, li, rda, ri, **params)
+    ct = _ct(cts[0], data_aval)
+    _, out_indices = spdot_general_p.bind(jnp.zeros(lda.shape, lda.dtype), li, jnp.zeros(rda.shape, rda.dtype), ri,
+                                          **params)
+    out_shape = shapes.dot_shape(shape, rhs_shape, dimension_numbers)
+    (l_dims, l_perm), (r_dims, r_perm) = _transposed_dims(len(shape), len(rhs_shape), dimension_numbers)
+    if ad.is_undefined_primal(ld):
+        grad = spdot_general_sampled_p.bind(ct, out_indices, rd, ri, li, lhs_shape=out_shape, rhs_shape=tuple(rhs_shape),
+                                            dimension_numbers=l_dims, permutation=l_perm)
+        return [ops._sum_to_shape(grad, lda.shape).astype(lda.dtype), None, None, None]
+    grad = spdot_general_sampled_p.bind(ct, out_indices, ld, li, ri, lhs_shape=out_shape, rhs_shape=tuple(shape),
+                                        dimension_numbers=r_dims, permutation=r_perm)
+    return [None, None, ops._sum_to_shape(grad, rda.shape).astype(rda.dtype), None]
+
+
+def _spdot_batch(args, dims, *, shape, rhs_shape, dimension_numbers, **params):
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    ld, li, rd, ri = (ops._to_front(x, d) for x, d in zip(args, dims))
+    (lc, rc), (lb, rb) = dimension_numbers
+    shift = (lambda ds: tuple(d + 1 for d in ds))
+    new_dims = ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb))))
+    outs = spdot_general_p.bind(ld, li, rd, ri, shape=(size, *shape), rhs_shape=(size, *rhs_shape),
+                                dimension_numbers=new_dims, **params)
+    return outs, [0, 0]
+
+
+def _spsampled_jvp(primals, tangents, **params):
+    ad_, ai, bd, bi, indices = primals
+    a_dot, _, b_dot, _, _ = tangents
+    out = spdot_general_sampled_p.bind(*primals, **params)
+    terms = []
+    if type(a_dot) is not ad.Zero:
+        terms.append(spdot_general_sampled_p.bind(a_dot, ai, bd, bi, indices, **params))
+    if type(b_dot) is not ad.Zero:
+        terms.append(spdot_general_sampled_p.bind(ad_, ai, b_dot, bi, indices, **params))
+    return out, (_add(terms) if terms else _zero(out))
+
+
+ad.primitive_jvps[spdot_general_p] = _spdot_jvp
+ad.primitive_transposes[spdot_general_p] = _spdot_transpose
+batching.primitive_batchers[spdot_general_p] = _spdot_batch
+ad.primitive_jvps[spdot_general_sampled_p] = _spsampled_jvp
+
+
+# ---------------------------------------------------------------------------
+# The API
+
+
+def bcoo_dot_general(lhs: BCOO | Any, rhs: BCOO | Any, *, dimension_numbers: Any, precision: None = None,
+                     preferred_element_type: Any = None, out_sharding: Any = None) -> BCOO | jax.Array:
+    """`lax.dot_general` where either operand (or both) is a BCOO array.
+
+    Sparse x dense and dense x sparse give a dense array; sparse x sparse a BCOO array
+    (`bcoo_spdot_general` with JAX's nse bound). `precision` and `out_sharding` are unused, as in JAX.
+    """
+    del precision, out_sharding
+    dims = _dims_key(dimension_numbers)
+    pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
+    if isinstance(lhs, BCOO) and isinstance(rhs, BCOO):
+        return bcoo_spdot_general(lhs, rhs, dimension_numbers=dims, preferred_element_type=pet)
+    if isinstance(lhs, BCOO):
+        return dot_general_p.bind(lhs.data, lhs.indices, jnp.asarray(rhs), shape=lhs.shape, dimension_numbers=dims,
+                                  preferred_element_type=pet, indices_sorted=lhs.indices_sorted,
+                                  unique_indices=lhs.unique_indices)
+    if isinstance(rhs, BCOO):
+        (lc, rc), (lb, rb) = dims
+        out = bcoo_dot_general(rhs, lhs, dimension_numbers=((rc, lc), (rb, lb)), preferred_element_type=pet)
+        n_swap = len(rhs.shape) - len(rc)
+        return lax.transpose(out, (*range(len(lb)), *range(n_swap, out.ndim), *range(len(lb), n_swap)))
+    return lax.dot_general(lhs, rhs, dims, preferred_element_type=pet)
+
+
+def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferred_element_type: Any = None,
+                       nse: int | None = None) -> BCOO:
+    """The product of two BCOO arrays as a BCOO array with `nse` stored entries (hlopt's extension of
+    JAX's bcoo_spdot_general; None: JAX's bound, which never drops an entry).
+
+    Output batch dims: the batch pairs, lhs's other batch dims, rhs's; sparse dims: lhs's free
+    sparse dims, then rhs's. Entries are the distinct output indices in row-major order; with more
+    distinct indices than `nse`, the first `nse` are kept. Work and memory are linear in the
+    operands' nse, `nse` and the number of matching pairs processed per chunk (never
+    `lhs.nse * rhs.nse` at once).
+    """
+    dims = _dims_key(dimension_numbers)
+    pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
+    nse = None if nse is None else operator.index(nse)
+    plan = shapes.spdot_general(shapes.layout(lhs.shape, lhs.data.shape, lhs.indices.shape),
+                                shapes.layout(rhs.shape, rhs.data.shape, rhs.indices.shape), dims, nse)
+    data, indices = spdot_general_p.bind(lhs.data, lhs.indices, rhs.data, rhs.indices.astype(lhs.indices.dtype),
+                                         shape=lhs.shape, rhs_shape=rhs.shape, dimension_numbers=dims,
+                                         nse=plan.data[-1], preferred_element_type=pet,
+                                         indices_sorted=lhs.indices_sorted, unique_indices=lhs.unique_indices)
+    return BCOO((data, indices), shape=plan.shape, indices_sorted=True, unique_indices=True)
+
+
+def bcoo_dot_general_sampled(A: Any, B: Any, indices: Any, *, dimension_numbers: Any) -> jax.Array:
+    """`lax.dot_general(A, B)` at the BCOO `indices`: the data of `bcoo_extract(indices, A . B)` (SDDMM)."""
+    return dot_general_sampled(A, B, indices, dimension_numbers)
+
+
+def matmul(a: Any, b: Any) -> Any:
+    """`a @ b` with `jnp.matmul`'s rules where either side is a BCOO array (batch dims of equal
+    shape, or on one side only)."""
+    a_rank, b_rank = len(np.shape(a)), len(np.shape(b))
+    if a_rank == 0 or b_rank == 0:
+        raise ValueError("matmul: inputs must be at least 1-dimensional, got shapes "
+                         f"{np.shape(a)} and {np.shape(b)}")
+    ak = a_rank - 1
+    bk = 0 if b_rank == 1 else b_rank - 2
+    a_batch = list(range(a_rank - 2)) if a_rank > 2 else []
+    b_batch = list(range(b_rank - 2)) if b_rank > 2 else []
+    a_shape, b_shape = tuple(np.shape(a)), tuple(np.shape(b))
+    if a_batch and b_batch:
+        if [a_shape[d] for d in a_batch] != [b_shape[d] for d in b_batch]:
+            raise NotImplementedError(f"matmul of a BCOO array: batch shapes must be equal or on one side only, "
+                                      f"got {a_shape} @ {b_shape}")
+        dims = ((ak,), (bk,)), (tuple(a_batch), tuple(b_batch))
+        return bcoo_dot_general(a, b, dimension_numbers=dims)
+    out = bcoo_dot_general(a, b, dimension_numbers=(((ak,), (bk,)), ((), ())))
+    if not b_batch or a_rank == 1:
+        return out
+    # [a's row, b's batch..., b's column] -> [b's batch..., a's row, b's column]
+    nb = len(b_batch)
+    perm = (*range(1, 1 + nb), 0, *range(1 + nb, out.ndim))
+    return _transpose(out, perm)
+
+
+def _transpose(x: Any, perm: Sequence[int]) -> Any:
+    if isinstance(x, BCOO):
+        return bcoo_transpose(x, permutation=perm)
+    return jnp.transpose(x, perm)

@@ -1,0 +1,402 @@
+"""Sparse products against jax.experimental.sparse and lax.dot_general of the dense arrays:
+bcoo_dot_general (sparse x dense, dense x sparse, sparse x sparse), bcoo_dot_general_sampled,
+bcoo_spdot_general's nse, `@`; grad and vmap of each; bad input."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax import lax
+from jax.experimental import sparse as js
+
+import hlopt
+from hlopt import sparse as hs
+from test_sparse_util import DTYPES, assert_close, buffers, pair, random_data, strict_promotion, x64  # noqa: F401
+
+
+def dense_of(m: hs.BCOO) -> np.ndarray:
+    return np.asarray(js.BCOO((m.data, m.indices), shape=m.shape).todense())
+
+
+@st.composite
+def dot_cases(draw):
+    """A BCOO layout, a dense operand and dimension numbers: every lhs dim is a batch pair, a
+    contracting pair or free, whatever its role in the BCOO; rhs dims in random order."""
+    nb = draw(st.integers(0, 2))
+    ns = draw(st.integers(1, 2))
+    nd = draw(st.integers(0, 1))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=nb + ns + nd, max_size=nb + ns + nd)))
+    roles = draw(st.lists(st.sampled_from("bcf"), min_size=len(shape), max_size=len(shape)))
+    rhs_free = draw(st.lists(st.integers(1, 3), max_size=2))
+    rhs_dims = [(r, d) for d, r in enumerate(roles) if r != "f"] + [("f", s) for s in rhs_free]
+    order = draw(st.permutations(range(len(rhs_dims))))
+    rhs_dims = [rhs_dims[i] for i in order]
+    rhs_shape = tuple(shape[d] if r != "f" else d for r, d in rhs_dims)
+    lc = tuple(d for d, r in enumerate(roles) if r == "c")
+    lb = tuple(d for d, r in enumerate(roles) if r == "b")
+    rc = tuple(rhs_dims.index(("c", d)) for d in lc)
+    rb = tuple(rhs_dims.index(("b", d)) for d in lb)
+    return shape, nb, nd, rhs_shape, ((lc, rc), (lb, rb)), draw(st.integers(0, 2**31 - 1))
+
+
+def jax_allows(nb: int, ns: int, dims) -> bool:
+    """jax.experimental.sparse's bcoo_dot_general: batch dims among the BCOO's batch dims, no dense contraction."""
+    (lc, _), (lb, _) = dims
+    return all(d < nb for d in lb) and all(d < nb + ns for d in lc)
+
+
+@settings(derandomize=True, max_examples=30, deadline=None)
+@given(dot_cases())
+def test_dot_general_random_layouts_and_dims(case):
+    shape, nb, nd, rhs_shape, dims, seed = case
+    rng = np.random.RandomState(seed % 2**32)
+    ns = len(shape) - nb - nd
+    bufs = buffers(rng, shape, nb, nd, nse=5)
+    m, jm = pair(bufs, shape)
+    rhs = random_data(rng, rhs_shape, "float32")
+    want = lax.dot_general(jnp.asarray(dense_of(m)), rhs, dims)
+    got = hlopt.jit(lambda m, r: hs.bcoo_dot_general(m, r, dimension_numbers=dims))(m, rhs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (lc, rc), (lb, rb) = dims
+    rdims = ((rc, lc), (rb, lb))
+    got_r = hlopt.jit(lambda r, m: hs.bcoo_dot_general(r, m, dimension_numbers=rdims))(rhs, m)
+    np.testing.assert_allclose(got_r, lax.dot_general(rhs, dense_of(m), rdims), rtol=1e-5, atol=1e-5)
+    if jax_allows(nb, ns, dims):
+        assert_close(got, js.bcoo_dot_general(jm, rhs, dimension_numbers=dims))
+        assert_close(got_r, js.bcoo_dot_general(rhs, jm, dimension_numbers=rdims))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n_batch,n_dense", [(0, 0), (1, 0), (0, 1), (2, 0)])
+def test_matmul_against_jax(dtype, n_batch, n_dense):
+    """`@` on both sides and bcoo_dot_general's matmul dims, every dtype, against JAX."""
+    with x64(dtype):
+        rng = np.random.RandomState(n_batch * 2 + n_dense)
+        shape = {(0, 0): (4, 5), (1, 0): (2, 4, 5), (0, 1): (4, 5), (2, 0): (2, 3, 4, 5)}[n_batch, n_dense]
+        bufs = buffers(rng, shape, n_batch, n_dense, nse=6, dtype=dtype)
+        m, jm = pair(bufs, shape)
+        v = random_data(rng, (shape[-1], 3), dtype)
+        w = random_data(rng, (3, shape[-2]), dtype)
+        if n_dense:  # JAX does not contract dense dims: against the dense product
+            jm = jnp.asarray(dense_of(m))
+        assert_close(hlopt.jit(lambda m, v: m @ v)(m, v), jm @ v, dtype)
+        assert_close(hlopt.jit(lambda m, w: w @ m)(m, w), w @ jm, dtype)
+        assert_close(hlopt.jit(lambda m, v: m @ v[:, 0])(m, v), jm @ v[:, 0], dtype)
+
+
+@pytest.mark.parametrize("pet", [None, "float32", "float64"])
+def test_preferred_element_type(pet):
+    with jax.enable_x64(True):
+        rng = np.random.RandomState(1)
+        m, jm = pair(buffers(rng, (4, 5), 0, 0, nse=6, dtype="bfloat16"), (4, 5))
+        v = random_data(rng, (5, 2), "bfloat16")
+        dims = (((1,), (0,)), ((), ()))
+        got = hlopt.jit(lambda m, v: hs.bcoo_dot_general(m, v, dimension_numbers=dims, preferred_element_type=pet))(m, v)
+        want = js.bcoo_dot_general(jm, v, dimension_numbers=dims, preferred_element_type=pet)
+        assert_close(got, want, "bfloat16" if pet is None else "float32")
+
+
+def test_mixed_dtypes_promote_as_jax():
+    rng = np.random.RandomState(2)
+    m, jm = pair(buffers(rng, (4, 5), 0, 0, nse=6, dtype="int32"), (4, 5))
+    v = random_data(rng, (5, 2), "float32")
+    with jax.numpy_dtype_promotion("standard"):
+        got = hlopt.jit(lambda m, v: hs.bcoo_dot_general(m, v, dimension_numbers=(((1,), (0,)), ((), ()))))(m, v)
+        want = js.bcoo_dot_general(jm, v, dimension_numbers=(((1,), (0,)), ((), ())))
+    assert_close(got, want)
+
+
+def test_sorted_indices_use_the_sorted_scatter():
+    """indices_sorted marks the scatter sorted; the result is the same as unsorted."""
+    rng = np.random.RandomState(3)
+    mat = rng.randn(40, 30).astype(np.float32) * (rng.rand(40, 30) < 0.2)
+    m = hs.BCOO.fromdense(mat)
+    assert m.indices_sorted
+    v = rng.randn(30, 8).astype(np.float32)
+    f = lambda m, v: m @ v  # noqa: E731
+    text = hlopt.lower(f, m, v).apply("lower-bcoo").as_text()
+    assert "indices_are_sorted = true" in text
+    np.testing.assert_allclose(hlopt.jit(f)(m, v), mat @ v, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# SDDMM
+
+
+@pytest.mark.parametrize("n_batch", [0, 1, 2])
+@pytest.mark.parametrize("lc,rc", [(1, 0), (0, 0), (1, 1)])
+def test_dot_general_sampled_against_jax(n_batch, lc, rc):
+    rng = np.random.RandomState(n_batch)
+    a = random_data(rng, (4, 3) if lc == 1 else (3, 4), "float32")
+    b = random_data(rng, (3, 5) if rc == 0 else (5, 3), "float32")
+    _, indices = buffers(rng, (4, 5), n_batch, 0, nse=6)
+    dims = (((lc,), (rc,)), ((), ()))
+    got = hlopt.jit(lambda a, b, i: hs.bcoo_dot_general_sampled(a, b, i, dimension_numbers=dims))(a, b, indices)
+    assert_close(got, js.bcoo_dot_general_sampled(a, b, indices, dimension_numbers=dims))
+
+
+def test_dot_general_sampled_batched_and_dense_dims():
+    rng = np.random.RandomState(4)
+    a = random_data(rng, (2, 4, 3), "float32")
+    b = random_data(rng, (2, 3, 5), "float32")
+    dims = (((2,), (1,)), ((0,), (0,)))
+    for nb, nd in [(1, 0), (1, 1), (0, 1), (2, 1)]:
+        _, indices = buffers(rng, (2, 4, 5), nb, nd, nse=4)
+        got = hlopt.jit(lambda a, b, i: hs.bcoo_dot_general_sampled(a, b, i, dimension_numbers=dims))(a, b, indices)
+        assert_close(got, js.bcoo_dot_general_sampled(a, b, indices, dimension_numbers=dims))
+
+
+# ---------------------------------------------------------------------------
+# sparse x sparse
+
+
+SPDOT_CASES = [
+    # lhs shape, lhs n_batch, rhs shape, rhs n_batch, dims
+    ((4, 5), 0, (5, 3), 0, (((1,), (0,)), ((), ()))),
+    ((4, 5), 0, (3, 5), 0, (((1,), (1,)), ((), ()))),
+    ((5,), 0, (5, 3), 0, (((0,), (0,)), ((), ()))),
+    ((4, 5), 0, (5,), 0, (((1,), (0,)), ((), ()))),
+    ((2, 4, 5), 1, (2, 5, 3), 1, (((2,), (1,)), ((0,), (0,)))),
+    ((2, 4, 5), 1, (5, 3), 0, (((2,), (0,)), ((), ()))),
+    ((3, 4), 0, (2, 4), 0, (((1,), (1,)), ((), ()))),
+    ((3, 4, 2), 0, (4, 2, 5), 0, (((1, 2), (0, 1)), ((), ()))),
+    ((4, 5), 0, (6, 3), 0, (((), ()), ((), ()))),
+]
+
+
+@pytest.mark.parametrize("lshape,lnb,rshape,rnb,dims", SPDOT_CASES)
+def test_spdot_general_against_jax(lshape, lnb, rshape, rnb, dims):
+    rng = np.random.RandomState(len(lshape) + len(rshape))
+    lm, jl = pair(buffers(rng, lshape, lnb, 0, nse=5), lshape)
+    rm, jr = pair(buffers(rng, rshape, rnb, 0, nse=4), rshape)
+    got = hlopt.jit(lambda a, b: hs.bcoo_dot_general(a, b, dimension_numbers=dims))(lm, rm)
+    want = js.bcoo_dot_general(jl, jr, dimension_numbers=dims)
+    assert got.shape == want.shape and got.nse == want.nse and got.n_batch == want.n_batch
+    assert_close(got.todense(), want.todense())
+    assert_close(got.todense(), lax.dot_general(dense_of(lm), dense_of(rm), dims))
+
+
+def test_spdot_general_nse_bound_keeps_the_first_outputs():
+    """With nse below the number of distinct outputs, the smallest row-major outputs are kept;
+    at the exact count every product is there (output indices sorted and unique)."""
+    rng = np.random.RandomState(5)
+    a = rng.randn(20, 30).astype(np.float32) * (rng.rand(20, 30) < 0.1)
+    b = rng.randn(30, 25).astype(np.float32) * (rng.rand(30, 25) < 0.1)
+    dims = (((1,), (0,)), ((), ()))
+    full = a @ b
+    exact = int((np.abs(full) > 0).sum())
+    lm, rm = hs.BCOO.fromdense(a), hs.BCOO.fromdense(b)
+    f = hlopt.jit(lambda x, y: hs.bcoo_spdot_general(x, y, dimension_numbers=dims, nse=exact))
+    out = f(lm, rm)
+    np.testing.assert_allclose(out.todense(), full, rtol=1e-5, atol=1e-5)
+    keys = np.asarray(out.indices[:, 0]) * 25 + np.asarray(out.indices[:, 1])
+    assert (np.diff(keys) > 0).all()
+    k = exact // 2
+    part = hlopt.jit(lambda x, y: hs.bcoo_spdot_general(x, y, dimension_numbers=dims, nse=k))(lm, rm)
+    rows, cols = np.nonzero(np.abs(full) > 0)
+    kept = np.zeros_like(full)
+    kept[rows[:k], cols[:k]] = full[rows[:k], cols[:k]]
+    np.testing.assert_allclose(part.todense(), kept, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# grad and vmap
+
+
+def test_grad_of_sparse_dense_products():
+    rng = np.random.RandomState(6)
+    shape = (2, 4, 5)
+    (data, indices) = buffers(rng, shape, 1, 0, nse=5)
+    v = random_data(rng, (2, 5, 3), "float32")
+    dims = (((2,), (1,)), ((0,), (0,)))
+
+    def ours(d, v):
+        return (hs.bcoo_dot_general(hs.BCOO((d, indices), shape=shape), v, dimension_numbers=dims) ** 2).sum()
+
+    def ref(d, v):
+        return (js.bcoo_dot_general(js.BCOO((d, indices), shape=shape), v, dimension_numbers=dims) ** 2).sum()
+
+    got = hlopt.jit(jax.grad(ours, argnums=(0, 1)))(data, v)
+    want = jax.grad(ref, argnums=(0, 1))(data, v)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+    def ours_r(d, w):
+        return (hs.bcoo_dot_general(w, hs.BCOO((d, indices), shape=shape), dimension_numbers=dims) ** 2).sum()
+
+    def ref_r(d, w):
+        return (js.bcoo_dot_general(w, js.BCOO((d, indices), shape=shape), dimension_numbers=dims) ** 2).sum()
+
+    w = random_data(rng, (2, 3, 4), "float32")
+    got = hlopt.jit(jax.grad(ours_r, argnums=(0, 1)))(data, w)
+    want = jax.grad(ref_r, argnums=(0, 1))(data, w)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@settings(derandomize=True, max_examples=12, deadline=None)
+@given(dot_cases())
+def test_grad_of_dot_general_random_dims(case):
+    """Data and dense cotangents against jax.grad of the dense computation (any dims)."""
+    shape, nb, nd, rhs_shape, dims, seed = case
+    rng = np.random.RandomState(seed % 2**32)
+    data, indices = buffers(rng, shape, nb, nd, nse=4, padding=True, duplicates=True)
+    rhs = random_data(rng, rhs_shape, "float32")
+    weights = random_data(rng, lax.dot_general(np.zeros(shape, np.float32), rhs, dims).shape, "float32")
+
+    def ours(d, r):
+        return (hs.bcoo_dot_general(hs.BCOO((d, indices), shape=shape), r, dimension_numbers=dims) * weights).sum()
+
+    def ref(d, r):
+        return (lax.dot_general(js.BCOO((d, indices), shape=shape).todense(), r, dims) * weights).sum()
+
+    got = hlopt.jit(jax.grad(ours, argnums=(0, 1)))(data, rhs)
+    want = jax.grad(ref, argnums=(0, 1))(data, rhs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+def test_grad_of_sampled_product():
+    rng = np.random.RandomState(7)
+    a, b = random_data(rng, (2, 4, 3), "float32"), random_data(rng, (2, 5, 3), "float32")
+    _, indices = buffers(rng, (2, 4, 5), 1, 0, nse=5)
+    dims = (((2,), (2,)), ((0,), (0,)))
+    w = random_data(rng, (2, 5), "float32")
+
+    def loss(fn):
+        return lambda a, b: (fn(a, b, indices, dimension_numbers=dims) * w).sum()
+
+    got = hlopt.jit(jax.grad(loss(hs.bcoo_dot_general_sampled), argnums=(0, 1)))(a, b)
+    want = jax.grad(loss(js.bcoo_dot_general_sampled), argnums=(0, 1))(a, b)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("lshape,lnb,rshape,rnb,dims", SPDOT_CASES[:6])
+def test_grad_of_sparse_sparse_product(lshape, lnb, rshape, rnb, dims):
+    """JAX has no transpose for bcoo_spdot_general: against the dense computation."""
+    rng = np.random.RandomState(8)
+    ld, li = buffers(rng, lshape, lnb, 0, nse=5)
+    rd, ri = buffers(rng, rshape, rnb, 0, nse=4)
+    out_shape = lax.dot_general(np.zeros(lshape, np.float32), np.zeros(rshape, np.float32), dims).shape
+    w = random_data(rng, out_shape, "float32")
+
+    def ours(a, b):
+        out = hs.bcoo_dot_general(hs.BCOO((a, li), shape=lshape), hs.BCOO((b, ri), shape=rshape),
+                                  dimension_numbers=dims)
+        return (out.todense() * w).sum()
+
+    def ref(a, b):
+        x, y = js.BCOO((a, li), shape=lshape).todense(), js.BCOO((b, ri), shape=rshape).todense()
+        return (lax.dot_general(x, y, dims) * w).sum()
+
+    got = hlopt.jit(jax.grad(ours, argnums=(0, 1)))(ld, rd)
+    want = jax.grad(ref, argnums=(0, 1))(ld, rd)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_jvp_of_sparse_sparse_product():
+    rng = np.random.RandomState(9)
+    ld, li = buffers(rng, (4, 5), 0, 0, nse=5)
+    rd, ri = buffers(rng, (5, 3), 0, 0, nse=4)
+    dims = (((1,), (0,)), ((), ()))
+    td, tr = random_data(rng, ld.shape, "float32"), random_data(rng, rd.shape, "float32")
+
+    def ours(a, b):
+        return hs.bcoo_dot_general(hs.BCOO((a, li), shape=(4, 5)), hs.BCOO((b, ri), shape=(5, 3)),
+                                   dimension_numbers=dims).todense()
+
+    def ref(a, b):
+        return js.BCOO((a, li), shape=(4, 5)).todense() @ js.BCOO((b, ri), shape=(5, 3)).todense()
+
+    got = hlopt.jit(lambda a, b, x, y: jax.jvp(ours, (a, b), (x, y)))(ld, rd, td, tr)
+    want = jax.jvp(ref, (ld, rd), (td, tr))
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_of_each_product():
+    rng = np.random.RandomState(10)
+    mats = rng.randn(3, 4, 5).astype(np.float32) * (rng.rand(3, 4, 5) < 0.5)
+    vs = rng.randn(3, 5, 2).astype(np.float32)
+    dims = (((1,), (0,)), ((), ()))
+    ms = hs.BCOO.fromdense(mats, n_batch=1)
+    # sparse x dense: both mapped, only the sparse one, only the dense one
+    got = hlopt.jit(jax.vmap(lambda m, v: hs.bcoo_dot_general(m, v, dimension_numbers=dims)))(ms, vs)
+    np.testing.assert_allclose(got, mats @ vs, rtol=1e-5, atol=1e-5)
+    got = hlopt.jit(jax.vmap(lambda m: m @ vs[0]))(ms)
+    np.testing.assert_allclose(got, mats @ vs[0], rtol=1e-5, atol=1e-5)
+    m0 = hs.BCOO.fromdense(mats[0])
+    got = hlopt.jit(jax.vmap(lambda v: m0 @ v))(vs)
+    np.testing.assert_allclose(got, mats[0] @ vs, rtol=1e-5, atol=1e-5)
+    ws = rng.randn(3, 2, 4).astype(np.float32)
+    got = hlopt.jit(jax.vmap(lambda w: w @ m0, in_axes=0))(ws)
+    np.testing.assert_allclose(got, ws @ mats[0], rtol=1e-5, atol=1e-5)
+    # SDDMM: a mapped, b shared
+    a = rng.randn(3, 4, 6).astype(np.float32)
+    b = rng.randn(6, 5).astype(np.float32)
+    got = hlopt.jit(jax.vmap(lambda a: hs.bcoo_dot_general_sampled(a, b, m0.indices, dimension_numbers=dims)))(a)
+    want = jax.vmap(lambda a: js.bcoo_dot_general_sampled(a, b, m0.indices, dimension_numbers=dims))(a)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # sparse x sparse
+    rs = hs.BCOO.fromdense(np.swapaxes(mats, 1, 2).copy(), n_batch=1)
+    got = hlopt.jit(jax.vmap(lambda x, y: hs.bcoo_dot_general(x, y, dimension_numbers=dims).todense()))(ms, rs)
+    np.testing.assert_allclose(got, mats @ np.swapaxes(mats, 1, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_grad_under_vmap():
+    rng = np.random.RandomState(11)
+    m = hs.BCOO.fromdense(rng.randn(4, 5).astype(np.float32) * (rng.rand(4, 5) < 0.6))
+    vs = rng.randn(3, 5).astype(np.float32)
+    got = hlopt.jit(jax.vmap(jax.grad(lambda d, v: (hs.BCOO((d, m.indices), shape=m.shape) @ v).sum())))(
+        jnp.broadcast_to(m.data, (3, m.nse)), vs)
+    jm = js.BCOO((m.data, m.indices), shape=m.shape)
+    want = jax.vmap(jax.grad(lambda d, v: (js.BCOO((d, jm.indices), shape=m.shape) @ v).sum()))(
+        jnp.broadcast_to(m.data, (3, m.nse)), vs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+
+
+def test_errors():
+    rng = np.random.RandomState(12)
+    m = hs.BCOO(buffers(rng, (4, 5), 0, 0, nse=4), shape=(4, 5))
+    v = jnp.ones((6, 2), jnp.float32)
+    with pytest.raises(TypeError, match="contracting dimensions to have the same shape"):
+        hs.bcoo_dot_general(m, v, dimension_numbers=(((1,), (0,)), ((), ())))
+    with pytest.raises(TypeError, match="nonnegative and less than"):
+        hs.bcoo_dot_general(m, jnp.ones((5, 2)), dimension_numbers=(((2,), (0,)), ((), ())))
+    with pytest.raises(TypeError, match="distinct"):
+        hs.bcoo_dot_general(m, jnp.ones((5, 5)), dimension_numbers=(((1, 1), (0, 1)), ((), ())))
+    with pytest.raises(TypeError, match="dimension_numbers must be"):
+        hs.bcoo_dot_general(m, jnp.ones((5, 2)), dimension_numbers=(1, 0))
+    keys = jax.random.split(jax.random.key(0), 10).reshape(5, 2)
+    with pytest.raises(TypeError, match="operands must be numbers"):
+        hs.bcoo_dot_general(m, keys, dimension_numbers=(((1,), (0,)), ((), ())))
+    with pytest.raises(TypeError, match="indices must be integers"):
+        hs.bcoo_dot_general_sampled(jnp.ones((4, 3)), jnp.ones((3, 5)), jnp.zeros((4, 2), jnp.float32),
+                                    dimension_numbers=(((1,), (0,)), ((), ())))
+    with pytest.raises(ValueError, match="at least 1-dimensional"):
+        m @ jnp.float32(2)
+    with pytest.raises(TypeError, match="contracting dimensions"):
+        hs.bcoo_dot_general(m, m, dimension_numbers=(((1,), (0,)), ((), ())))
+
+
+def test_error_points_at_the_users_line(tmp_path):
+    """Under hlopt.jit the shape error is raised at trace time, from the line that calls the product."""
+    rng = np.random.RandomState(13)
+    m = hs.BCOO(buffers(rng, (4, 5), 0, 0, nse=4), shape=(4, 5))
+
+    def f(m, v):
+        return m @ v  # the offending line
+
+    with pytest.raises(TypeError) as info:
+        hlopt.jit(f)(m, jnp.ones((3, 2), jnp.float32))
+    assert any(e.name == "f" for e in info.traceback)
