@@ -8,19 +8,27 @@ functions, loops and branches, keeps the series of every value, and turns
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+from hlopt.passes import builders
 from hlopt.passes.base import Pass, PassError
-from hlopt.passes.jet_rules import RULES, JetBuilder, Series, Stack, is_differentiable, stacked_dot
+from hlopt.passes.jet_rules import (RULES, STOP_GRADIENT, JetBuilder, Series, check_stop_gradient, coefficients,
+                                    has_series, is_differentiable, split_results, stacked_dot)
 from hlopt.passes.mlir import ir
 
 ANNOTATION = "hlopt.jet"
+# The largest order jet-expand builds: a rule's work grows as K^2 (Cauchy products) to
+# K^3 (Faa di Bruno), and the annotation carries K+1 values per primal.
+MAX_ORDER = 64
 ZERO_PRESERVING = ("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape")
 
 
 def is_zero_constant(value: ir.Value) -> bool:
-    """True if `value` is a splat zero constant (possibly broadcast, converted or reshaped)."""
+    """True if `value` is a splat zero constant (possibly broadcast, converted or reshaped).
+
+    Complex constants are never known zero: the MLIR bindings cannot read complex
+    dense attributes (the pass builds its complex zeros as converted real ones)."""
     if not isinstance(value, ir.OpResult):
         return False
     op = value.owner.operation
@@ -29,16 +37,16 @@ def is_zero_constant(value: ir.Value) -> bool:
     if op.name == "stablehlo.multiply":  # a zero scaled by a constant (factorial scaling)
         a, b = op.operands
         return (is_zero_constant(a) and _is_constant(b)) or (is_zero_constant(b) and _is_constant(a))
-    if op.name != "stablehlo.constant":
+    if op.name != "stablehlo.constant" or isinstance(builders.elem_of(value), ir.ComplexType):
         return False
-    attr = ir.DenseElementsAttr(op.attributes["value"])
-    if not attr.is_splat:
+    attr = op.attributes["value"]
+    if not isinstance(attr, ir.DenseElementsAttr) or not attr.is_splat:
         return False
     splat = attr.get_splat_value()
     if isinstance(splat, ir.FloatAttr):
-        return ir.FloatAttr(splat).value == 0.0
+        return splat.value == 0.0
     if isinstance(splat, ir.IntegerAttr):
-        return ir.IntegerAttr(splat).value == 0
+        return splat.value == 0
     return False
 
 
@@ -53,13 +61,20 @@ def _has_uses(value: ir.Value) -> bool:
     return next(iter(value.uses), None) is not None
 
 
+def _target(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["call_target_name"]).value
+
+
 EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
              "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
              "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
 
 
 def _is_pure(op: ir.Operation) -> bool:
-    """A StableHLO/CHLO op with results and without regions or side effects: dead when its results are."""
+    """A StableHLO/CHLO op with results and without regions or side effects (or the
+    stop_gradient marker): dead when its results are."""
+    if op.name == "stablehlo.custom_call":
+        return _target(op) == STOP_GRADIENT
     return (op.name.startswith(("stablehlo.", "chlo.")) and len(op.results) > 0 and not op.regions
             and op.name not in EFFECTFUL)
 
@@ -81,14 +96,18 @@ def _erase_dead(block: ir.Block) -> None:
 
 
 class FunctionJet:
-    """The series of every value of one function being expanded, and the block walker."""
+    """The series of every value of one function being expanded, and the block walker.
+
+    Per-op algebra is in `jet_rules.RULES`; control flow, which needs the series of
+    values outside the op or the jets of callees, is expanded here (`STRUCTURE`)."""
+
+    STRUCTURE: ClassVar[dict[str, Callable[["FunctionJet", ir.Operation, list[Series]], list[Series]]]]
 
     def __init__(self, module: "ModuleJet", order: int):
         self.module = module
         self.order = order
-        self.builder = JetBuilder(order, self)
+        self.builder = JetBuilder(order)
         self.series: dict[ir.Value, Series] = {}
-        self.stacks: list[Stack] = []
 
     def series_of(self, value: ir.Value) -> Series:
         return self.series.get(value) or [value] + [None] * self.order
@@ -112,11 +131,12 @@ class FunctionJet:
             return
         if not any(is_differentiable(r.type) and _has_uses(r) for r in op.results):
             return
+        structure = self.STRUCTURE.get(op.name)
         rule = RULES.get(op.name)
-        if rule is None:
+        if structure is None and rule is None:
             raise PassError(f"jet-expand: no Taylor rule for '{op.name}'", op.location)
         with ir.InsertionPoint(after), op.location:
-            outs = rule(self.builder, op, ins)
+            outs = structure(self, op, ins) if structure is not None else rule(self.builder, op, ins)
         replaced = False
         for result, s in zip(op.results, outs):
             if s is None:
@@ -145,22 +165,11 @@ class FunctionJet:
                 marked.update(r for r in op.results if is_differentiable(r.type))
         return [hit(v) for v in ops[-1].operands]
 
-    def move_block(self, block: ir.Block, region: ir.Region, arg_types: Sequence[ir.Type]) -> ir.Block:
-        """Move the ops of `block` into a new block of `region` with (more) arguments."""
-        new = region.blocks.append(*arg_types)
-        for op in list(block.operations):
-            new.append(op.operation)
-        for old, arg in zip(block.arguments, new.arguments):
-            old.replace_all_uses_with(arg)
-        return new
-
     def finish_block(self, block: ir.Block, outs: Sequence[Series], which: Sequence[int]) -> None:
         """Rebuild the terminator: the primals, then the K coefficients of each of `which`."""
         term = list(block.operations)[-1].operation
         with ir.InsertionPoint(term), term.location:
-            values = [s[0] for s in outs] + [self.builder.materialize(outs[i][k], outs[i][0])
-                                              for i in which for k in range(1, self.order + 1)]
-            ir.Operation.create(term.name, operands=values)
+            builders.TERMINATORS[term.name]([s[0] for s in outs] + coefficients(self.builder, outs, which))
         term.erase()
 
     def drop_dead_results(self, block: ir.Block, live: frozenset[int]) -> None:
@@ -172,7 +181,7 @@ class FunctionJet:
                 if i not in live and not is_zero_constant(v):
                     term.operands[i] = self.builder.zeros(v)
         live_now = live_values(block)
-        for stack in self.stacks:
+        for stack in self.builder.stacks:
             keep = [i for i, piece in enumerate(stack.slices) if piece in live_now]
             if not keep or len(keep) == len(stack.slices):
                 continue
@@ -182,6 +191,61 @@ class FunctionJet:
             for i, piece in zip(keep, smaller.slices):
                 stack.slices[i].replace_all_uses_with(piece)
         _erase_dead(block)
+
+    # --- control flow -------------------------------------------------------
+
+    def expand_while(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """Loop state gains the coefficients of every value that may carry a series."""
+        b = self.builder
+        body = op.regions[1].blocks[0]
+        carried = [has_series(s) for s in ins]
+        while True:
+            marked = self.may_carry_series(body, [a for a, c in zip(body.arguments, carried) if c])
+            grown = [c or (m and is_differentiable(s[0].type)) for c, m, s in zip(carried, marked, ins)]
+            if grown == carried:
+                break
+            carried = grown
+        which = [i for i, c in enumerate(carried) if c]
+        operands = list(op.operands) + coefficients(b, ins, which)
+        types = [v.type for v in operands]
+        new = builders.regrown(op, operands, types, regions=2)
+        builders.move_block(op.regions[0].blocks[0], new.regions[0], types)
+        new_body = builders.move_block(body, new.regions[1], types)
+        outs = self.expand_block(new_body, split_results(b, list(new_body.arguments), carried))
+        self.finish_block(new_body, outs, which)
+        return split_results(b, list(new.results), carried)
+
+    def expand_branches(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """case / if: every branch returns the coefficients of the results any branch differentiates."""
+        blocks = [r.blocks[0] for r in op.regions]
+        marked = [self.may_carry_series(block, []) for block in blocks]
+        carried = [is_differentiable(r.type) and any(m[i] for m in marked) for i, r in enumerate(op.results)]
+        which = [i for i, c in enumerate(carried) if c]
+        types = [r.type for r in op.results] + [op.results[i].type for i in which for _ in range(self.order)]
+        new = builders.regrown(op, list(op.operands), types, regions=len(blocks))
+        for region, block in zip(new.regions, blocks):
+            moved = builders.move_block(block, region, [])
+            self.finish_block(moved, self.expand_block(moved, []), which)
+        return split_results(self.builder, list(new.results), carried)
+
+    def expand_call(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """A call of the callee's jet, specialized to the coefficients known to be zero."""
+        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, self.order + 1) if s[k] is None)
+        name, zero_out = self.module.jet_function(callee, self.order, zero, op.location)
+        operands = [s[0] for s in ins] + coefficients(self.builder, ins, range(len(ins)))
+        types = [r.type for r in op.results] + [r.type for r in op.results for _ in range(self.order)]
+        outs = split_results(self.builder, builders.call(name, operands, types), [True] * len(op.results))
+        return [[s[0]] + [None if (i, k) in zero_out else s[k] for k in range(1, self.order + 1)]
+                for i, s in enumerate(outs)]
+
+
+FunctionJet.STRUCTURE = {
+    "stablehlo.while": FunctionJet.expand_while,
+    "stablehlo.case": FunctionJet.expand_branches,
+    "stablehlo.if": FunctionJet.expand_branches,
+    "func.call": FunctionJet.expand_call,
+}
 
 
 def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
@@ -214,6 +278,15 @@ class ModuleJet:
         self.names.add(name)
         return name
 
+    def function(self, name: str, location: ir.Location | None) -> ir.Operation:
+        """The `func.func @name` with a body, or a PassError at `location`."""
+        src = self.funcs.get(name)
+        if src is None:
+            raise PassError(f"jet-expand: no function @{name} in the module", location)
+        if not src.regions[0].blocks:
+            raise PassError(f"jet-expand: @{name} is a declaration without a body", location)
+        return src
+
     def jet_function(self, name: str, order: int, zero: frozenset = frozenset(),
                      location: ir.Location | None = None, public: bool = False,
                      live: frozenset | None = None) -> tuple[str, frozenset]:
@@ -224,11 +297,8 @@ class ModuleJet:
         key = (name, order, zero, live)
         if key in self.generated:
             return self.generated[key]
-        if order < 1:
-            raise PassError(f"jet-expand: the order must be at least 1, got {order}", location)
-        src = self.funcs.get(name)
-        if src is None:
-            raise PassError(f"jet-expand: no function @{name} in the module", location)
+        check_order(order, location)
+        src = self.function(name, location)
         self.expand_annotations(src)
         fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
         inputs, results = list(fn_type.inputs), list(fn_type.results)
@@ -273,59 +343,111 @@ class ModuleJet:
             return
         self.annotations_expanded.add(name)
         for op in _nested_ops(func_op):
-            if op.name == "stablehlo.custom_call" and \
-                    ir.StringAttr(op.attributes["call_target_name"]).value == ANNOTATION:
+            if op.name == "stablehlo.custom_call" and _target(op) == ANNOTATION:
                 self.expand_annotation(op)
 
     def expand_annotation(self, op: ir.Operation) -> None:
-        callee, order = _annotation_parameters(op)
-        n_in = len(op.operands) // (order + 1)
-        n_out = len(op.results) // (order + 1)
-        if n_in * (order + 1) != len(op.operands) or n_out * (order + 1) != len(op.results):
-            raise PassError(f"jet-expand: @{ANNOTATION} of order {order} needs (primals, {order} coefficients "
-                            f"per primal) operands and results, got {len(op.operands)} operands and "
-                            f"{len(op.results)} results", op.location)
-        src = self.funcs.get(callee)
-        if src is None:
-            raise PassError(f"jet-expand: no function @{callee} in the module", op.location)
-        fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
-        if list(fn_type.inputs) != [v.type for v in list(op.operands)[:n_in]] or \
-                list(fn_type.results) != [r.type for r in list(op.results)[:n_out]]:
-            raise PassError(f"jet-expand: the primal operands and results of @{ANNOTATION} do not match "
-                            f"@{callee}: {fn_type}", op.location)
-        zero = frozenset((i, k) for i in range(n_in) for k in range(1, order + 1)
-                         if is_zero_constant(op.operands[n_in + i * order + k - 1]))
+        callee, order = self.check_annotation(op)
+        zero = frozenset((i, k) for i in range(self.n_in(callee)) for k in range(1, order + 1)
+                         if is_zero_constant(op.operands[self.n_in(callee) + i * order + k - 1]))
         used = live_values(op.block)
         live = frozenset(i for i, r in enumerate(op.results) if r in used)
         name, _ = self.jet_function(callee, order, zero, op.location,
                                     live=None if len(live) == len(op.results) else live)
         with ir.InsertionPoint(op), op.location:
-            call = ir.Operation.create("func.call", results=[r.type for r in op.results], operands=list(op.operands),
-                                       attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
-        for old, new in zip(op.results, call.results):
+            call = builders.call(name, list(op.operands), [r.type for r in op.results])
+        for old, new in zip(op.results, call):
             old.replace_all_uses_with(new)
         op.erase()
 
+    def n_in(self, callee: str) -> int:
+        return len(ir.FunctionType(ir.TypeAttr(self.funcs[callee].attributes["function_type"]).value).inputs)
 
-def _annotation_parameters(op: ir.Operation) -> tuple[str, int]:
+    def check_annotation(self, op: ir.Operation) -> tuple[str, int]:
+        """The callee and order of the `hlopt.jet` annotation `op`, after checking its
+        config and that its operands and results are the callee's primals followed by
+        `order` coefficients of the same type per primal."""
+
+        def fail(message: str) -> PassError:
+            return PassError(f"jet-expand: @{ANNOTATION} {message}", op.location)
+
+        config = _attribute(op.attributes, "backend_config")
+        if not isinstance(config, ir.DictAttr):
+            raise fail("needs backend_config = {order = K : i64} (a dictionary)")
+        unknown = sorted(a.name for a in config if a.name != "order")
+        if unknown:
+            raise fail(f"backend_config has unknown key '{_brief(unknown[0])}' (it takes only 'order')")
+        if "order" not in config:
+            raise fail("backend_config needs 'order' (backend_config = {order = K : i64})")
+        order_attr = _attribute(config, "order")
+        if not isinstance(order_attr, ir.IntegerAttr):
+            raise fail(f"'order' must be an integer, got {_brief(str(order_attr))}")
+        order = order_attr.value
+        check_order(order, op.location)
+        computations = _attribute(op.attributes, "called_computations")
+        if not isinstance(computations, ir.ArrayAttr) or len(computations) != 1 or \
+                not isinstance(computations[0], ir.FlatSymbolRefAttr):
+            raise fail("needs called_computations = [@f], one function")
+        callee = computations[0].value
+        fn_type = ir.FunctionType(ir.TypeAttr(self.function(callee, op.location).attributes["function_type"]).value)
+        for what, values, primal_types in (("operand", list(op.operands), list(fn_type.inputs)),
+                                           ("result", list(op.results), list(fn_type.results))):
+            n = len(primal_types)
+            if len(values) != n * (order + 1):
+                raise fail(f"of order {order} of @{callee} needs {n * (order + 1)} {what}s ({n} primals, then "
+                           f"{order} coefficients per primal), got {len(values)}")
+            want = primal_types + [t for t in primal_types for _ in range(order)]
+            for i, (v, t) in enumerate(zip(values, want)):
+                if v.type != t:
+                    raise fail(f"{what} {i} has type {_brief(str(v.type))}, @{callee} needs {_brief(str(t))}")
+        return callee, order
+
+
+def check_order(order: int, location: ir.Location | None) -> None:
+    """Refuse an order outside 1..MAX_ORDER."""
+    if not 1 <= order <= MAX_ORDER:
+        raise PassError(f"jet-expand: the order must be between 1 and {MAX_ORDER}, got {_brief(str(order))}",
+                        location)
+
+
+def _attribute(attributes: ir.OpAttributeMap | ir.DictAttr, name: str) -> ir.Attribute | None:
+    """The attribute `name`, or None if it is absent or unreadable (a complex dense one)."""
     try:
-        callee = ir.FlatSymbolRefAttr(ir.ArrayAttr(op.attributes["called_computations"])[0]).value
-        order = ir.IntegerAttr(ir.DictAttr(op.attributes["backend_config"])["order"]).value
-    except (KeyError, IndexError, ValueError) as e:
-        raise PassError(f"jet-expand: @{ANNOTATION} needs called_computations = [@f] and "
-                        f"backend_config = {{order = K}} ({e})", op.location) from None
-    if order < 1:
-        raise PassError(f"jet-expand: the order must be at least 1, got {order}", op.location)
-    return callee, order
+        return attributes[name] if name in attributes else None
+    except TypeError:
+        return None
+
+
+def _brief(text: str, limit: int = 60) -> str:
+    """`text`, cut to `limit` characters for an error message."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def remove_stop_gradients(module: ir.Operation) -> None:
+    """Replace every stop_gradient marker by its operand (the identity on values)."""
+    markers: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "stablehlo.custom_call" and _target(op) == STOP_GRADIENT:
+            markers.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    for op in markers:
+        check_stop_gradient(op)
+        op.results[0].replace_all_uses_with(op.operands[0])
+        op.erase()
 
 
 @dataclasses.dataclass(frozen=True)
 class JetExpand(Pass):
     """Expand `hlopt.jet` annotations into calls of generated Taylor-mode functions.
 
-    A jet function of order K takes the primals, then K plain Taylor coefficients
-    (y^(k)/k!) per primal, and returns the primal results, then K coefficients per
-    result. With `func=NAME order=K` it also builds `@NAME_jetK` from any function.
+    A jet function of order K (1 <= K <= 64) takes the primals, then K plain Taylor
+    coefficients (y^(k)/k!) per primal, and returns the primal results, then K
+    coefficients per result. With `func=NAME order=K` it also builds `@NAME_jetK`
+    from any function. `hlopt.jet.stop_gradient` markers are zero series inside the
+    jets and are removed from the whole module at the end.
 
         %r:3 = stablehlo.custom_call @hlopt.jet(%x, %x1, %x2)
                  {called_computations = [@f], backend_config = {order = 2 : i64}}
@@ -354,3 +476,4 @@ class JetExpand(Pass):
             raise PassError("jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})")
         for func_op in list(jets.funcs.values()):
             jets.expand_annotations(func_op)
+        remove_stop_gradients(module)

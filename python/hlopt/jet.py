@@ -6,6 +6,12 @@ primitive, which lowers to the `hlopt.jet` annotation (`called_computations =
 `jet-expand` pass turns it into a call of the generated Taylor function.
 Inside the IR the coefficients are plain Taylor coefficients y^(k)/k!; this
 module converts from and to the derivative convention (`factorial_scaled`).
+
+Before the body is lowered, the primitives whose lowering would lose what Taylor
+mode needs are swapped (`TAYLOR_LOWERINGS`): `stop_gradient` lowers to the
+`hlopt.jet.stop_gradient` marker (a zero series for `jet-expand`, which then
+removes it) and `logistic` to one `stablehlo.logistic` op (JAX lowers it to
+1/(1+exp(-x)), whose expansion is NaN where exp(-x) overflows).
 """
 
 from __future__ import annotations
@@ -16,13 +22,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.extend.core as jex_core
 import jax.numpy as jnp
+from jax import lax
 from jax._src import core as jax_core
 from jax._src.interpreters import mlir as jax_mlir
 from jax._src.interpreters import partial_eval as pe
 from jax.interpreters import ad, batching
 from jax.interpreters import mlir
 
+from hlopt.passes.jet_expand import MAX_ORDER
+from hlopt.passes.jet_rules import STOP_GRADIENT
+from hlopt.passes.mlir import stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
 __all__ = ["jet"]
@@ -40,7 +51,54 @@ def _abstract_eval(*avals, jaxpr: jax_core.ClosedJaxpr, order: int):
     return outs + [a for a in outs for _ in range(order)]
 
 
+stop_gradient_p = annotation_primitive(
+    "hlopt_jet_stop_gradient", lambda x: x,
+    lambda ctx, x: emit_annotation(STOP_GRADIENT, [x], result_types(ctx), {}), multiple_results=False)
+
+logistic_p = jex_core.Primitive("hlopt_jet_logistic")
+logistic_p.def_abstract_eval(lambda x: x)
+mlir.register_lowering(logistic_p, lambda ctx, x: [stablehlo.logistic(x)])
+
+# primitive -> the one a jet body binds instead (its parameters dropped)
+TAYLOR_LOWERINGS: dict[jex_core.Primitive, jex_core.Primitive] = {
+    lax.stop_gradient_p: stop_gradient_p,
+    lax.logistic_p: logistic_p,
+}
+
+
+def _for_taylor(jaxpr: Any, done: dict[int, Any]) -> Any:
+    """`jaxpr` (open or closed) with `TAYLOR_LOWERINGS` applied, in sub-jaxprs too;
+    the same object if nothing changes. `done` maps ids of rewritten jaxprs to results."""
+    if id(jaxpr) in done:
+        return done[id(jaxpr)]
+    if isinstance(jaxpr, jex_core.ClosedJaxpr):
+        inner = _for_taylor(jaxpr.jaxpr, done)
+        new = jaxpr if inner is jaxpr.jaxpr else jaxpr.replace(jaxpr=inner)
+    else:
+        eqns = [_eqn_for_taylor(e, done) for e in jaxpr.eqns]
+        new = jaxpr if all(a is b for a, b in zip(eqns, jaxpr.eqns)) else jaxpr.replace(eqns=eqns)
+    done[id(jaxpr)] = new
+    return new
+
+
+def _eqn_for_taylor(eqn: Any, done: dict[int, Any]) -> Any:
+    swap = TAYLOR_LOWERINGS.get(eqn.primitive)
+    if swap is not None:
+        return eqn.replace(primitive=swap, params={})
+    params = {k: _param_for_taylor(v, done) for k, v in eqn.params.items()}
+    return eqn if all(params[k] is v for k, v in eqn.params.items()) else eqn.replace(params=params)
+
+
+def _param_for_taylor(value: Any, done: dict[int, Any]) -> Any:
+    if isinstance(value, (jex_core.Jaxpr, jex_core.ClosedJaxpr)):
+        return _for_taylor(value, done)
+    if isinstance(value, tuple) and any(isinstance(v, (jex_core.Jaxpr, jex_core.ClosedJaxpr)) for v in value):
+        return tuple(_param_for_taylor(v, done) for v in value)
+    return value
+
+
 def _lowering(ctx, *operands, jaxpr: jax_core.ClosedJaxpr, order: int):
+    jaxpr = _for_taylor(jaxpr, {})
     func_op, _, _ = jax_mlir.lower_called_computation(
         "hlopt_jet_fun", jaxpr, ctx.module_context, 0, jaxpr.in_avals, jaxpr.out_avals, mlir.TokenSet())
     return emit_annotation("hlopt.jet", operands, result_types(ctx), {"order": order},
@@ -111,6 +169,8 @@ def _check_series(primals: Sequence[Any], series: Sequence[Any]) -> int:
         (order,) = set(map(len, series))
     except ValueError:
         raise ValueError("jet terms have inconsistent lengths for different arguments") from None
+    if order > MAX_ORDER:
+        raise ValueError(f"jet: the order is {order}; hlopt builds jets of order at most {MAX_ORDER}")
     for i, (x, terms) in enumerate(zip(primals, series)):
         tree = jax.tree_util.tree_structure(x)
         for j, t in enumerate(terms):
@@ -131,6 +191,9 @@ def _scaled(x: Any, c: float) -> Any:
 
 def _jet_traced(fun: Callable, primals: Sequence[Any], series: Sequence[Any], factorial_scaled: bool):
     order = _check_series(primals, series)
+    if order == 0:
+        out = fun(*primals)
+        return out, jax.tree_util.tree_map(lambda _: [], out)
     leaves, in_tree = jax.tree_util.tree_flatten(tuple(primals))
     leaves = [jnp.asarray(x) for x in leaves]
     # coefficient k of every leaf, in the leaves' order

@@ -13,7 +13,7 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 }
 
 // MISSING: error: jet-expand: no function @missing in the module
-// ORDER: error: jet-expand: the order must be at least 1, got 0
+// ORDER: error: jet-expand: the order must be between 1 and 64, got 0
 // NOFUNC: error: jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})
 
 // REDUCE: errors.mlir:23:{{[0-9]+}}: error: jet-expand: no Taylor rule for stablehlo.reduce_window with a stablehlo.atan2 body
