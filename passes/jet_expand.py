@@ -381,7 +381,8 @@ class ModuleJet:
             raise fail("backend_config needs 'order' (backend_config = {order = K : i64})")
         order_attr = _attribute(config, "order")
         if not isinstance(order_attr, ir.IntegerAttr):
-            raise fail(f"'order' must be an integer, got {_brief(str(order_attr))}")
+            got = "an attribute the MLIR bindings cannot read" if order_attr is None else _brief(str(order_attr))
+            raise fail(f"'order' must be an integer, got {got}")
         order = order_attr.value
         check_order(order, op.location)
         computations = _attribute(op.attributes, "called_computations")
@@ -394,8 +395,8 @@ class ModuleJet:
                                            ("result", list(op.results), list(fn_type.results))):
             n = len(primal_types)
             if len(values) != n * (order + 1):
-                raise fail(f"of order {order} of @{callee} needs {n * (order + 1)} {what}s ({n} primals, then "
-                           f"{order} coefficients per primal), got {len(values)}")
+                raise fail(f"of order {order} of @{callee} needs {n * (order + 1)} {what}s (the {n} primal(s), "
+                           f"then {order} coefficient(s) per primal), got {len(values)}")
             want = primal_types + [t for t in primal_types for _ in range(order)]
             for i, (v, t) in enumerate(zip(values, want)):
                 if v.type != t:
