@@ -105,6 +105,14 @@ def neg(a: Value) -> Value:
     return stablehlo.negate(a)
 
 
+def real(a: Value) -> Value:
+    return stablehlo.real(a)
+
+
+def imag(a: Value) -> Value:
+    return stablehlo.imag(a)
+
+
 def exp(a: Value) -> Value:
     return stablehlo.exponential(a)
 

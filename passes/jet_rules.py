@@ -213,7 +213,7 @@ def log_series(b: JetBuilder, u: Series, y0: ir.Value, denominator: ir.Value | N
     return y
 
 
-def div_series(b: JetBuilder, u: Series, w: Series, v0: ir.Value) -> Series:
+def div_series(b: JetBuilder, u: Series, w: Series, v0: Term) -> Series:
     """u / w: v_k = (u_k - sum_{j<k} v_j w_{k-j}) / w0."""
     v = [v0] + [None] * b.order
     for k in range(1, b.order + 1):
@@ -221,7 +221,7 @@ def div_series(b: JetBuilder, u: Series, w: Series, v0: ir.Value) -> Series:
     return v
 
 
-def mul_series(b: JetBuilder, u: Series, w: Series, v0: ir.Value) -> Series:
+def mul_series(b: JetBuilder, u: Series, w: Series, v0: Term) -> Series:
     return [v0] + [b.cauchy(u, w, k) for k in range(1, b.order + 1)]
 
 
@@ -488,9 +488,15 @@ def _atan_like(s: float) -> Callable:
 
 
 def _atan2(b, op, ins):
-    z0 = builders.div(ins[0][0], ins[1][0])
-    z = div_series(b, ins[0], ins[1], z0)
-    return [_with_derivative(b, z, op.result, _reciprocal_of_quadratic(b, z, 1.0))]
+    """atan2(u, w): t y'(t) = (w t u' - u t w') / (u^2 + w^2), which stays finite where
+    w0 = 0 (unlike atan(u / w), JAX jet's rule)."""
+    u, w = ins
+    du, dw = b.scaled_derivative(u), b.scaled_derivative(w)
+    num = [None] + [b.sub(b.cauchy(w, du, k), b.cauchy(u, dw, k)) for k in range(1, b.order + 1)]
+    den = [b.add(b.mul(u[0], u[0]), b.mul(w[0], w[0]))] + [
+        b.add(square_term(b, u, k), square_term(b, w, k)) for k in range(1, b.order + 1)]
+    q = div_series(b, num, den, None)
+    return [[op.result] + [b.scale(q[k], 1.0 / k) for k in range(1, b.order + 1)]]
 
 
 def _inverse_sqrt_rule(sign: float, a: float, s: float) -> Callable:
@@ -536,25 +542,37 @@ def _power_recurrence(r: float) -> Callable:
 
 
 def _power(b, op, ins):
-    """x^y: Faa di Bruno in x when y has no series (exact at x <= 0 for integer y),
-    else exp(y log x) as JAX does."""
-    x, y = ins
-    if all(t is None for t in y[1:]):
-        one = b.constant(1, x[0].type)
-        zero_ = b.constant(0, x[0].type)
-        falling = [one]
+    """x^w. With a constant exponent, Faa di Bruno in x (exact at x <= 0 for integer w).
+    With a series in w, x^w0 * exp((w - w0) log x): the second factor has primal 1, so
+    the large (x_k/x0)^j terms of log x meet x0^w0 in a product instead of cancelling
+    inside exp(w log x) (which JAX's jet uses, and which loses everything for tiny x).
+    At x0 = 0 only the first factor counts, as in JAX's jvp (log of a replaced zero)."""
+    x, w = ins
+    one = b.constant(1, x[0].type)
+    zero_ = b.constant(0, x[0].type)
+    falling = [one]
 
-        def d(m: int) -> ir.Value:
-            while len(falling) <= m:
-                i = len(falling)
-                falling.append(b.scale(b.mul(falling[-1], b.sub(y[0], b.constant(i - 1, x[0].type))), 1.0 / i))
-            value = b.mul(falling[m], builders.power(x[0], b.sub(y[0], b.constant(m, x[0].type))))
-            return builders.select(builders.compare(falling[m], zero_, "EQ"), zero_, value)
+    def d(m: int) -> ir.Value:
+        """binomial(w0, m) x0^(w0 - m): the m-th derivative of x^w0 over m!. The factors
+        multiply the power one by one (a huge w0 with a vanishing power gives 0, not
+        inf * 0); where the binomial is exactly 0 (integer w0 < m) so is the term."""
+        while len(falling) <= m:
+            i = len(falling)
+            falling.append(b.scale(b.mul(falling[-1], b.sub(w[0], b.constant(i - 1, x[0].type))), 1.0 / i))
+        value = builders.power(x[0], b.sub(w[0], b.constant(m, x[0].type)))
+        for i in range(m):
+            value = b.scale(b.mul(value, w[0] if i == 0 else b.sub(w[0], b.constant(i, x[0].type))), 1.0 / (i + 1))
+        return builders.select(builders.compare(falling[m], zero_, "EQ"), zero_, value)
 
-        return [compose(b, x, op.result, d)]
+    fixed = compose(b, x, op.result, d)
+    if not has_series(w):
+        return [fixed]
     log_x = log_series(b, x, builders.log(x[0]))
-    z = mul_series(b, y, log_x, b.mul(y[0], log_x[0]))
-    return [exp_series(b, z, op.result)]
+    z = mul_series(b, [None] + w[1:], log_x, None)
+    y = mul_series(b, fixed, exp_series(b, z, one), op.result)
+    at_zero = builders.compare(x[0], zero_, "EQ")
+    return [[y[0]] + [None if y[k] is None else builders.select(at_zero, b.materialize(fixed[k], x[0]), y[k])
+                      for k in range(1, b.order + 1)]]
 
 
 def _polygamma_composition(shift: int) -> Callable:
@@ -575,9 +593,12 @@ def _polygamma_composition(shift: int) -> Callable:
 
 
 def _abs(b, op, ins):
+    """|u| = sign(u0) u for real u; for complex u, sqrt(re(u)^2 + im(u)^2) (singular at 0)."""
     (u,) = ins
-    if isinstance(ir.RankedTensorType(u[0].type).element_type, ir.ComplexType):
-        raise PassError("jet-expand: no Taylor rule for stablehlo.abs of a complex number", op.location)
+    if isinstance(builders.elem_of(u[0]), ir.ComplexType):
+        re, im = ([None if t is None else part(t) for t in u] for part in (builders.real, builders.imag))
+        r = [None] + [b.add(square_term(b, re, k), square_term(b, im, k)) for k in range(1, b.order + 1)]
+        return [_sqrt(b, r, op.result)]
     sign = builders.select(builders.compare(u[0], b.zeros(u[0]), "LT"), b.constant(-1, u[0].type),
                            b.constant(1, u[0].type))
     return [[op.result] + [b.mul(sign, u[k]) for k in range(1, b.order + 1)]]
