@@ -13,8 +13,8 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.base import Pass, PassError
-from hlopt.passes.jet_rules import (RULES, STOP_GRADIENT, JetBuilder, Series, check_stop_gradient, coefficients,
-                                    has_series, is_differentiable, split_results, stacked_dot)
+from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, JetBuilder, Series, check_stop_gradient,
+                                    coefficients, has_series, is_differentiable, split_results, stacked_dot)
 from hlopt.passes.mlir import ir
 
 ANNOTATION = "hlopt.jet"
@@ -98,8 +98,9 @@ def _erase_dead(block: ir.Block) -> None:
 class FunctionJet:
     """The series of every value of one function being expanded, and the block walker.
 
-    Per-op algebra is in `jet_rules.RULES`; control flow, which needs the series of
-    values outside the op or the jets of callees, is expanded here (`STRUCTURE`)."""
+    Per-op algebra is in `jet_rules.RULES`; control flow and custom_jvp markers, which
+    need the series of values outside the op or the jets of callees, are expanded here
+    (`STRUCTURE`, keyed by op name, or by target for custom calls)."""
 
     STRUCTURE: ClassVar[dict[str, Callable[["FunctionJet", ir.Operation, list[Series]], list[Series]]]]
 
@@ -131,7 +132,7 @@ class FunctionJet:
             return
         if not any(is_differentiable(r.type) and _has_uses(r) for r in op.results):
             return
-        structure = self.STRUCTURE.get(op.name)
+        structure = self.STRUCTURE.get(_target(op) if op.name == "stablehlo.custom_call" else op.name)
         rule = RULES.get(op.name)
         if structure is None and rule is None:
             raise PassError(f"jet-expand: no Taylor rule for '{op.name}'", op.location)
@@ -239,8 +240,38 @@ class FunctionJet:
         return [[s[0]] + [None if (i, k) in zero_out else s[k] for k in range(1, self.order + 1)]
                 for i, s in enumerate(outs)]
 
+    def expand_custom_jvp(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """A custom_jvp function by its own rule: y' = jvp(x, x'), so the coefficients
+        1..K of y are those 0..K-1 of the order-(K-1) jet of @tangents along (x, x'),
+        divided by their index (a direct call of @tangents at K = 1)."""
+        primal, tangents = self.module.check_custom_jvp(op)
+        b, K = self.builder, self.order
+        inexact_in = [i for i, s in enumerate(ins) if is_differentiable(s[0].type)]
+        inexact_out = [j for j, r in enumerate(op.results) if is_differentiable(r.type)]
+        y0 = builders.call(primal, [s[0] for s in ins], [r.type for r in op.results])
+        # (primal, K-1 coefficients) of each argument of @tangents: x, then x' = sum (j+1) x_{j+1} t^j
+        args = [(s[:K], s[0]) for s in ins] + [([b.scale(ins[i][j + 1], j + 1) for j in range(K)], ins[i][0])
+                                              for i in inexact_in]
+        out_types = [op.results[j].type for j in inexact_out]
+        primals = [b.materialize(a[0], like) for a, like in args]
+        if K == 1:
+            g = [[v] for v in builders.call(tangents, primals, out_types)]
+        else:
+            zero = frozenset((n, k) for n, (a, _) in enumerate(args) for k in range(1, K) if a[k] is None)
+            name, zero_out = self.module.jet_function(tangents, K - 1, zero, op.location)
+            results = builders.call(name, primals + [b.materialize(a[k], like) for a, like in args for k in range(1, K)],
+                                    out_types + [t for t in out_types for _ in range(K - 1)])
+            n = len(out_types)
+            g = [[results[m]] + [None if (m, k) in zero_out else results[n + m * (K - 1) + k - 1] for k in range(1, K)]
+                 for m in range(n)]
+        outs = [b.series(v) for v in y0]
+        for m, j in enumerate(inexact_out):
+            outs[j] = [y0[j]] + [b.scale(g[m][k - 1], 1.0 / k) for k in range(1, K + 1)]
+        return outs
+
 
 FunctionJet.STRUCTURE = {
+    CUSTOM_JVP: FunctionJet.expand_custom_jvp,
     "stablehlo.while": FunctionJet.expand_while,
     "stablehlo.case": FunctionJet.expand_branches,
     "stablehlo.if": FunctionJet.expand_branches,
@@ -262,6 +293,7 @@ class ModuleJet:
     """Generates `@NAME_jetK` functions in one module and expands its annotations."""
 
     def __init__(self, module: ir.Operation):
+        self.module = module
         self.body = module.regions[0].blocks[0]
         self.funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
                       for op in self.body.operations if op.operation.name == "func.func"}
@@ -360,6 +392,51 @@ class ModuleJet:
             old.replace_all_uses_with(new)
         op.erase()
 
+    def check_custom_jvp(self, op: ir.Operation) -> tuple[str, str]:
+        """The primal and tangent functions of a custom_jvp marker, after checking their types."""
+
+        def fail(message: str) -> PassError:
+            return PassError(f"jet-expand: @{CUSTOM_JVP} {message}", op.location)
+
+        computations = _attribute(op.attributes, "called_computations")
+        if not isinstance(computations, ir.ArrayAttr) or len(computations) != 2 or \
+                not all(isinstance(c, ir.FlatSymbolRefAttr) for c in computations):
+            raise fail("needs called_computations = [@primal, @tangents]")
+        primal, tangents = (c.value for c in computations)
+        operands, results = [v.type for v in op.operands], [r.type for r in op.results]
+        p_type, t_type = (ir.FunctionType(ir.TypeAttr(self.function(name, op.location).attributes["function_type"]).value)
+                          for name in (primal, tangents))
+        if list(p_type.inputs) != operands or list(p_type.results) != results:
+            raise fail(f"needs @{primal} to take its operands and give its results")
+        if list(t_type.inputs) != operands + [t for t in operands if is_differentiable(t)] or \
+                list(t_type.results) != [t for t in results if is_differentiable(t)]:
+            raise fail(f"needs @{tangents} to take its operands and the tangents of the floating-point ones, "
+                       "and give the tangents of its floating-point results")
+        return primal, tangents
+
+    def remove_markers(self) -> None:
+        """Replace every stop_gradient marker by its operand and every custom_jvp marker
+        by a call of its primal function: what is left of them once the jets are built."""
+        markers: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name == "stablehlo.custom_call" and _target(op) in (STOP_GRADIENT, CUSTOM_JVP):
+                markers.append(op)
+            return ir.WalkResult.ADVANCE
+
+        self.module.walk(visit)
+        for op in markers:
+            if _target(op) == STOP_GRADIENT:
+                check_stop_gradient(op)
+                values = [op.operands[0]]
+            else:
+                primal, _ = self.check_custom_jvp(op)
+                with ir.InsertionPoint(op), op.location:
+                    values = builders.call(primal, list(op.operands), [r.type for r in op.results])
+            for old, new in zip(op.results, values):
+                old.replace_all_uses_with(new)
+            op.erase()
+
     def n_in(self, callee: str) -> int:
         return len(ir.FunctionType(ir.TypeAttr(self.funcs[callee].attributes["function_type"]).value).inputs)
 
@@ -424,22 +501,6 @@ def _brief(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def remove_stop_gradients(module: ir.Operation) -> None:
-    """Replace every stop_gradient marker by its operand (the identity on values)."""
-    markers: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "stablehlo.custom_call" and _target(op) == STOP_GRADIENT:
-            markers.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    for op in markers:
-        check_stop_gradient(op)
-        op.results[0].replace_all_uses_with(op.operands[0])
-        op.erase()
-
-
 @dataclasses.dataclass(frozen=True)
 class JetExpand(Pass):
     """Expand `hlopt.jet` annotations into calls of generated Taylor-mode functions.
@@ -447,8 +508,9 @@ class JetExpand(Pass):
     A jet function of order K (1 <= K <= 64) takes the primals, then K plain Taylor
     coefficients (y^(k)/k!) per primal, and returns the primal results, then K
     coefficients per result. With `func=NAME order=K` it also builds `@NAME_jetK`
-    from any function. `hlopt.jet.stop_gradient` markers are zero series inside the
-    jets and are removed from the whole module at the end.
+    from any function. Inside the jets, `hlopt.jet.stop_gradient` markers are zero
+    series and `hlopt.jet.custom_jvp` markers follow their JVP rule; at the end the
+    first become their operand and the second a call of their primal function.
 
         %r:3 = stablehlo.custom_call @hlopt.jet(%x, %x1, %x2)
                  {called_computations = [@f], backend_config = {order = 2 : i64}}
@@ -477,4 +539,4 @@ class JetExpand(Pass):
             raise PassError("jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})")
         for func_op in list(jets.funcs.values()):
             jets.expand_annotations(func_op)
-        remove_stop_gradients(module)
+        jets.remove_markers()

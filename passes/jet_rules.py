@@ -41,9 +41,13 @@ Term = Optional[ir.Value]
 Series = list  # [primal, c1, ..., cK]; None entries are zero
 Rule = Callable[["JetBuilder", ir.Operation, list[Series]], list[Optional[Series]]]
 
-# The marker `hlopt.jet` bodies carry for `lax.stop_gradient`: the identity on values,
-# a zero series for jet-expand (which removes every marker when it is done).
+# The markers `hlopt.jet` bodies carry, which jet-expand removes when it is done:
+# `lax.stop_gradient` (the identity on values, a zero series), and a `custom_jvp`
+# function, called_computations = [@primal, @tangents] (its primal function, and
+# its JVP rule from (operands, tangents of the inexact ones) to the tangents of
+# the inexact results), whose series jet_expand builds from a jet of @tangents.
 STOP_GRADIENT = "hlopt.jet.stop_gradient"
+CUSTOM_JVP = "hlopt.jet.custom_jvp"
 
 
 def check_stop_gradient(op: ir.Operation) -> None:

@@ -50,6 +50,7 @@ ANNOTATIONS: dict[str, str] = {
     "hlopt.bcoo.": "lower-bcoo",
     "hlopt.jet": "jet-expand",
     "hlopt.jet.stop_gradient": "jet-expand",
+    "hlopt.jet.custom_jvp": "jet-expand",
     "hlopt.custom_partitioning": "lower-custom-partitioning",
 }
 

@@ -7,15 +7,18 @@ primitive, which lowers to the `hlopt.jet` annotation (`called_computations =
 Inside the IR the coefficients are plain Taylor coefficients y^(k)/k!; this
 module converts from and to the derivative convention (`factorial_scaled`).
 
-Before the body is lowered, the primitives whose lowering would lose what Taylor
-mode needs are swapped (`TAYLOR_LOWERINGS`): `stop_gradient` lowers to the
-`hlopt.jet.stop_gradient` marker (a zero series for `jet-expand`, which then
-removes it) and `logistic` to one `stablehlo.logistic` op (JAX lowers it to
-1/(1+exp(-x)), whose expansion is NaN where exp(-x) overflows).
+Before the body is lowered, what its plain lowering would lose for Taylor mode
+is kept: `stop_gradient` lowers to the `hlopt.jet.stop_gradient` marker (a zero
+series), a `custom_jvp` function to the `hlopt.jet.custom_jvp` marker calling its
+primal function and its JVP rule (so the jet follows the rule, as nested
+`jax.jvp` does, e.g. at `sinc(0)` or `softplus(0)`), and `logistic` to one
+`stablehlo.logistic` op (JAX lowers it to 1/(1+exp(-x)), whose expansion is NaN
+where exp(-x) overflows). `jet-expand` removes the markers.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -24,15 +27,17 @@ from typing import Any
 import jax
 import jax.extend.core as jex_core
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax._src import core as jax_core
 from jax._src.interpreters import mlir as jax_mlir
 from jax._src.interpreters import partial_eval as pe
 from jax.interpreters import ad, batching
+from jax.extend.core.primitives import custom_jvp_call_p
 from jax.interpreters import mlir
 
 from hlopt.passes.jet_expand import MAX_ORDER
-from hlopt.passes.jet_rules import STOP_GRADIENT
+from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
 from hlopt.passes.mlir import stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
@@ -51,6 +56,13 @@ def _abstract_eval(*avals, jaxpr: jax_core.ClosedJaxpr, order: int):
     return outs + [a for a in outs for _ in range(order)]
 
 
+def _lower_called(name: str, jaxpr: jax_core.ClosedJaxpr, ctx: Any) -> str:
+    """Lower `jaxpr` (its constants embedded) to a private function; its symbol name."""
+    func_op, _, _ = jax_mlir.lower_called_computation(
+        name, jaxpr, ctx.module_context, 0, jaxpr.in_avals, jaxpr.out_avals, mlir.TokenSet())
+    return func_op.name.value
+
+
 stop_gradient_p = annotation_primitive(
     "hlopt_jet_stop_gradient", lambda x: x,
     lambda ctx, x: emit_annotation(STOP_GRADIENT, [x], result_types(ctx), {}), multiple_results=False)
@@ -59,50 +71,92 @@ logistic_p = jex_core.Primitive("hlopt_jet_logistic")
 logistic_p.def_abstract_eval(lambda x: x)
 mlir.register_lowering(logistic_p, lambda ctx, x: [stablehlo.logistic(x)])
 
+
+def _custom_jvp_lowering(ctx, *operands, primal: jax_core.ClosedJaxpr, jvp: jax_core.ClosedJaxpr):
+    functions = [_lower_called("hlopt_custom_jvp_primal", primal, ctx), _lower_called("hlopt_custom_jvp", jvp, ctx)]
+    return emit_annotation(CUSTOM_JVP, operands, result_types(ctx), {}, called_computations=functions)
+
+
+custom_jvp_p = annotation_primitive("hlopt_jet_custom_jvp", lambda *avals, primal, jvp: primal.out_avals,
+                                    _custom_jvp_lowering)
+
 # primitive -> the one a jet body binds instead (its parameters dropped)
 TAYLOR_LOWERINGS: dict[jex_core.Primitive, jex_core.Primitive] = {
     lax.stop_gradient_p: stop_gradient_p,
     lax.logistic_p: logistic_p,
 }
 
+# The order of the jets being lowered around the current one: a jet inside a jet
+# body is differentiated by both, so its custom_jvp markers need both orders.
+_enclosing_order: contextvars.ContextVar[int] = contextvars.ContextVar("hlopt_jet_enclosing_order", default=0)
 
-def _for_taylor(jaxpr: Any, done: dict[int, Any]) -> Any:
-    """`jaxpr` (open or closed) with `TAYLOR_LOWERINGS` applied, in sub-jaxprs too;
-    the same object if nothing changes. `done` maps ids of rewritten jaxprs to results."""
-    if id(jaxpr) in done:
-        return done[id(jaxpr)]
+
+def _for_taylor(jaxpr: Any, budget: int, done: dict[tuple[int, int], Any]) -> Any:
+    """`jaxpr` (open or closed) with `TAYLOR_LOWERINGS` applied and `custom_jvp`
+    calls turned into markers, in sub-jaxprs too, for jets of total order `budget`;
+    the same object if nothing changes. `done` memoizes by (id, budget)."""
+    key = (id(jaxpr), budget)
+    if key in done:
+        return done[key]
     if isinstance(jaxpr, jex_core.ClosedJaxpr):
-        inner = _for_taylor(jaxpr.jaxpr, done)
+        inner = _for_taylor(jaxpr.jaxpr, budget, done)
         new = jaxpr if inner is jaxpr.jaxpr else jaxpr.replace(jaxpr=inner)
     else:
-        eqns = [_eqn_for_taylor(e, done) for e in jaxpr.eqns]
+        eqns = [_eqn_for_taylor(e, budget, done) for e in jaxpr.eqns]
         new = jaxpr if all(a is b for a, b in zip(eqns, jaxpr.eqns)) else jaxpr.replace(eqns=eqns)
-    done[id(jaxpr)] = new
+    done[key] = new
     return new
 
 
-def _eqn_for_taylor(eqn: Any, done: dict[int, Any]) -> Any:
+def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], Any]) -> Any:
     swap = TAYLOR_LOWERINGS.get(eqn.primitive)
     if swap is not None:
         return eqn.replace(primitive=swap, params={})
-    params = {k: _param_for_taylor(v, done) for k, v in eqn.params.items()}
+    if eqn.primitive is custom_jvp_call_p and budget > 0:
+        return eqn.replace(primitive=custom_jvp_p, params={
+            "primal": _for_taylor(eqn.params["call_jaxpr"], budget, done),
+            "jvp": _for_taylor(_custom_jvp_tangents(eqn), budget - 1, done)})
+    params = {k: _param_for_taylor(v, budget, done) for k, v in eqn.params.items()}
     return eqn if all(params[k] is v for k, v in eqn.params.items()) else eqn.replace(params=params)
 
 
-def _param_for_taylor(value: Any, done: dict[int, Any]) -> Any:
+def _param_for_taylor(value: Any, budget: int, done: dict[tuple[int, int], Any]) -> Any:
     if isinstance(value, (jex_core.Jaxpr, jex_core.ClosedJaxpr)):
-        return _for_taylor(value, done)
+        return _for_taylor(value, budget, done)
     if isinstance(value, tuple) and any(isinstance(v, (jex_core.Jaxpr, jex_core.ClosedJaxpr)) for v in value):
-        return tuple(_param_for_taylor(v, done) for v in value)
+        return tuple(_param_for_taylor(v, budget, done) for v in value)
     return value
 
 
+def _custom_jvp_tangents(eqn: Any) -> jax_core.ClosedJaxpr:
+    """The custom JVP rule of a `custom_jvp_call` equation as a closed jaxpr: (its
+    operands, the tangents of the inexact ones) -> the tangents of its inexact results."""
+    invars = [jex_core.Var(v.aval) for v in eqn.invars]
+    call = jex_core.jaxpr_as_fun(jex_core.ClosedJaxpr(
+        jex_core.Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
+                       effects=eqn.effects), []))
+    avals = [v.aval for v in eqn.invars]
+    inexact_in = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
+    inexact_out = [jnp.issubdtype(v.aval.dtype, jnp.inexact) for v in eqn.outvars]
+
+    def tangents(*args):
+        given = iter(args[len(avals):])
+        dx = [next(given) if d else np.zeros(a.shape, jax.dtypes.float0) for a, d in zip(avals, inexact_in)]
+        dy = jax.jvp(call, tuple(args[:len(avals)]), tuple(dx))[1]
+        return [t for t, d in zip(dy, inexact_out) if d]
+
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    return jax.make_jaxpr(tangents)(*structs, *[s for s, d in zip(structs, inexact_in) if d])
+
+
 def _lowering(ctx, *operands, jaxpr: jax_core.ClosedJaxpr, order: int):
-    jaxpr = _for_taylor(jaxpr, {})
-    func_op, _, _ = jax_mlir.lower_called_computation(
-        "hlopt_jet_fun", jaxpr, ctx.module_context, 0, jaxpr.in_avals, jaxpr.out_avals, mlir.TokenSet())
-    return emit_annotation("hlopt.jet", operands, result_types(ctx), {"order": order},
-                           called_computations=[func_op.name.value])
+    budget = order + _enclosing_order.get()
+    token = _enclosing_order.set(budget)
+    try:
+        name = _lower_called("hlopt_jet_fun", _for_taylor(jaxpr, budget, {}), ctx)
+    finally:
+        _enclosing_order.reset(token)
+    return emit_annotation("hlopt.jet", operands, result_types(ctx), {"order": order}, called_computations=[name])
 
 
 jet_p = annotation_primitive("hlopt_jet", _abstract_eval, _lowering)
