@@ -71,10 +71,10 @@ EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stabl
 
 
 def _is_pure(op: ir.Operation) -> bool:
-    """A StableHLO/CHLO op with results and without regions or side effects (or the
-    stop_gradient marker): dead when its results are."""
+    """A StableHLO/CHLO op with results and without regions or side effects (or a jet
+    marker): dead when its results are."""
     if op.name == "stablehlo.custom_call":
-        return _target(op) == STOP_GRADIENT
+        return _target(op) in (STOP_GRADIENT, CUSTOM_JVP)
     return (op.name.startswith(("stablehlo.", "chlo.")) and len(op.results) > 0 and not op.regions
             and op.name not in EFFECTFUL)
 
@@ -243,12 +243,13 @@ class FunctionJet:
     def expand_custom_jvp(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
         """A custom_jvp function by its own rule: y' = jvp(x, x'), so the coefficients
         1..K of y are those 0..K-1 of the order-(K-1) jet of @tangents along (x, x'),
-        divided by their index (a direct call of @tangents at K = 1)."""
-        primal, tangents = self.module.check_custom_jvp(op)
+        divided by their index (a direct call of @tangents at K = 1). The primal stays
+        the marker, removed with the others when every jet is built."""
+        _, tangents = self.module.check_custom_jvp(op)
         b, K = self.builder, self.order
         inexact_in = [i for i, s in enumerate(ins) if is_differentiable(s[0].type)]
         inexact_out = [j for j, r in enumerate(op.results) if is_differentiable(r.type)]
-        y0 = builders.call(primal, [s[0] for s in ins], [r.type for r in op.results])
+        y0 = list(op.results)  # the marker stays for the primal: an enclosing jet follows the rule too
         # (primal, K-1 coefficients) of each argument of @tangents: x, then x' = sum (j+1) x_{j+1} t^j
         args = [(s[:K], s[0]) for s in ins] + [([b.scale(ins[i][j + 1], j + 1) for j in range(K)], ins[i][0])
                                               for i in inexact_in]

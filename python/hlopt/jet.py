@@ -91,24 +91,25 @@ TAYLOR_LOWERINGS: dict[jex_core.Primitive, jex_core.Primitive] = {
 _enclosing_order: contextvars.ContextVar[int] = contextvars.ContextVar("hlopt_jet_enclosing_order", default=0)
 
 
-def _for_taylor(jaxpr: Any, budget: int, done: dict[tuple[int, int], Any]) -> Any:
+def _for_taylor(jaxpr: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
     """`jaxpr` (open or closed) with `TAYLOR_LOWERINGS` applied and `custom_jvp`
     calls turned into markers, in sub-jaxprs too, for jets of total order `budget`;
-    the same object if nothing changes. `done` memoizes by (id, budget)."""
+    the same object if nothing changes. `done` memoizes by (id, budget) and keeps
+    the jaxpr alive, so that its id is not reused while the memo lives."""
     key = (id(jaxpr), budget)
     if key in done:
-        return done[key]
+        return done[key][1]
     if isinstance(jaxpr, jex_core.ClosedJaxpr):
         inner = _for_taylor(jaxpr.jaxpr, budget, done)
         new = jaxpr if inner is jaxpr.jaxpr else jaxpr.replace(jaxpr=inner)
     else:
         eqns = [_eqn_for_taylor(e, budget, done) for e in jaxpr.eqns]
         new = jaxpr if all(a is b for a, b in zip(eqns, jaxpr.eqns)) else jaxpr.replace(eqns=eqns)
-    done[key] = new
+    done[key] = (jaxpr, new)
     return new
 
 
-def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], Any]) -> Any:
+def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
     swap = TAYLOR_LOWERINGS.get(eqn.primitive)
     if swap is not None:
         return eqn.replace(primitive=swap, params={})
@@ -120,7 +121,7 @@ def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], Any]) -> 
     return eqn if all(params[k] is v for k, v in eqn.params.items()) else eqn.replace(params=params)
 
 
-def _param_for_taylor(value: Any, budget: int, done: dict[tuple[int, int], Any]) -> Any:
+def _param_for_taylor(value: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
     if isinstance(value, (jex_core.Jaxpr, jex_core.ClosedJaxpr)):
         return _for_taylor(value, budget, done)
     if isinstance(value, tuple) and any(isinstance(v, (jex_core.Jaxpr, jex_core.ClosedJaxpr)) for v in value):
@@ -134,7 +135,7 @@ def _custom_jvp_tangents(eqn: Any) -> jax_core.ClosedJaxpr:
     invars = [jex_core.Var(v.aval) for v in eqn.invars]
     call = jex_core.jaxpr_as_fun(jex_core.ClosedJaxpr(
         jex_core.Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
-                       effects=eqn.effects), []))
+                       effects=eqn.effects, debug_info=eqn.params["call_jaxpr"].jaxpr.debug_info), []))
     avals = [v.aval for v in eqn.invars]
     inexact_in = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
     inexact_out = [jnp.issubdtype(v.aval.dtype, jnp.inexact) for v in eqn.outvars]

@@ -200,22 +200,27 @@ def _inputs(name: str) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
 
 
 def taylor_by_nested_jvp(f: Callable, primals, series, order: int):
-    """Plain Taylor coefficients of t -> f(x(t)), x(t) = x0 + sum_k x_k t^k, by nested jax.jvp.
+    """Plain Taylor coefficients (y^(k)/k!) of t -> f(x(t)), x_i(t) = x_i0 + sum_k x_ik t^k
+    per argument, by `order` nested jax.jvp in one jitted function.
 
-    `f` takes arrays of one shape; level k of the nest returns the derivatives 0..k.
+    t is real, of the first floating-point argument's precision; integer arguments stay
+    fixed; complex arguments and pytree outputs work. Level k of the nest returns the
+    derivatives 0..k.
     """
-    x0 = jnp.stack(primals)
-    coeffs = jnp.stack([jnp.stack(s) for s in series], axis=1)  # (order, args, ...)
+    inexact = [jnp.issubdtype(np.asarray(x).dtype, jnp.inexact) for x in primals]
+    dtypes = [np.asarray(x).dtype for x, d in zip(primals, inexact) if d]
+    t0 = jnp.zeros((), jnp.finfo(dtypes[0]).dtype if dtypes else float)
 
     def derivatives(t):
-        return (f(*(x0 + jnp.tensordot(jnp.stack([t**k for k in range(1, order + 1)]), coeffs, axes=1))),)
+        return (f(*[x0 + sum(c * t**k for k, c in enumerate(cs, 1)) if d else x0
+                    for x0, cs, d in zip(primals, series, inexact)]),)
 
     for _ in range(order):
         def derivatives(t, inner=derivatives):
             values, tangents = jax.jvp(inner, (t,), (jnp.ones_like(t),))
             return values + (tangents[-1],)
 
-    out = jax.jit(derivatives)(jnp.zeros((), jnp.float64))
+    out = jax.jit(derivatives)(t0)
     return [jax.tree_util.tree_map(lambda v, k=k: v / math.factorial(k), d) for k, d in enumerate(out)]
 
 
