@@ -7,9 +7,10 @@ bindings only. Shapes are static. Passes call these inside
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
-from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.mlir import chlo, func, ir, stablehlo
 
 Value = ir.Value
 
@@ -83,6 +84,109 @@ def convert(v: Value, elem: ir.Type) -> Value:
     if elem_of(v) == elem:
         return v
     return stablehlo.convert(tensor(shape_of(v), elem), v)
+
+
+# --- splat constants, elementwise math, calls and regions (jet-expand) ------------
+
+
+def splat(value: float, t: ir.Type) -> Value:
+    """A constant of tensor type `t` with every element `value` (real; a complex
+    type gets it as the real part, through a convert of a real splat)."""
+    shape, elem = ir.RankedTensorType(t).shape, ir.RankedTensorType(t).element_type
+    if isinstance(elem, ir.ComplexType):
+        return convert(splat(value, tensor(shape, elem.element_type)), elem)
+    if isinstance(elem, ir.IntegerType):
+        attr = ir.IntegerAttr.get(elem, int(bool(value)) if elem.width == 1 else int(value))
+    else:
+        attr = ir.FloatAttr.get(elem, float(value))
+    return stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor(shape, elem), attr))
+
+
+def exp(a: Value) -> Value:
+    return stablehlo.exponential(a)
+
+
+def log(a: Value) -> Value:
+    return stablehlo.log(a)
+
+
+def sin(a: Value) -> Value:
+    return stablehlo.sine(a)
+
+
+def cos(a: Value) -> Value:
+    return stablehlo.cosine(a)
+
+
+def sinh(a: Value) -> Value:
+    return chlo.sinh(a)
+
+
+def cosh(a: Value) -> Value:
+    return chlo.cosh(a)
+
+
+def rsqrt(a: Value) -> Value:
+    return stablehlo.rsqrt(a)
+
+
+def floor(a: Value) -> Value:
+    return stablehlo.floor(a)
+
+
+def ceil(a: Value) -> Value:
+    return stablehlo.ceil(a)
+
+
+def power(a: Value, b: Value) -> Value:
+    return stablehlo.power(a, b)
+
+
+def digamma(a: Value) -> Value:
+    return chlo.digamma(a)
+
+
+def polygamma(n: Value, a: Value) -> Value:
+    """The n-th derivative of digamma at `a` (`n` a tensor of `a`'s type)."""
+    return chlo.polygamma(n, a)
+
+
+def call(callee: str, operands: Sequence[Value], result_types: Sequence[ir.Type]) -> list[Value]:
+    """`func.call @callee`; its results."""
+    return list(func.CallOp(list(result_types), ir.FlatSymbolRefAttr.get(callee), list(operands)).results)
+
+
+TERMINATORS: dict[str, Callable[[Sequence[Value]], ir.OpView]] = {
+    "func.return": func.return_,
+    "stablehlo.return": stablehlo.return_,
+}
+
+
+def regrown(op: ir.Operation, operands: Sequence[Value], result_types: Sequence[ir.Type],
+            regions: int = 0) -> ir.Operation:
+    """An op of `op`'s kind and attributes with other operands and results and `regions`
+    empty regions: a variadic op (reduce, sort, while, case) grown by more values."""
+    return ir.Operation.create(op.name, results=list(result_types), operands=list(operands),
+                               attributes={name: op.attributes[name] for name in op.attributes}, regions=regions)
+
+
+def fill_region(region: ir.Region, arg_types: Sequence[ir.Type], body: Callable[..., Sequence[Value]],
+                terminator: str = "stablehlo.return") -> None:
+    """Append a block with arguments `arg_types` to `region`, ending in `terminator` of `body(*args)`."""
+    block = region.blocks.append(*arg_types)
+    with ir.InsertionPoint(block):
+        TERMINATORS[terminator](list(body(*block.arguments)))
+
+
+def move_block(block: ir.Block, region: ir.Region, arg_types: Sequence[ir.Type]) -> ir.Block:
+    """Move the ops of `block` into a new block of `region` whose arguments are `arg_types`
+    (the first ones replace `block`'s arguments; the rest are new)."""
+    new = region.blocks.append(*arg_types)
+    for op in list(block.operations):
+        new.append(op.operation)
+    for old, arg in zip(block.arguments, new.arguments):
+        old.replace_all_uses_with(arg)
+    return new
 
 
 def broadcast(v: Value, shape: Sequence[int], dims: Sequence[int]) -> Value:
@@ -204,9 +308,7 @@ def _identity(kind: str, elem: ir.Type) -> Value:
 
 
 def _scalar_region(region: ir.Region, elems: Sequence[ir.Type], body: Callable[..., Sequence[Value]]) -> None:
-    block = region.blocks.append(*[tensor([], e) for e in elems])
-    with ir.InsertionPoint(block):
-        stablehlo.return_(list(body(*block.arguments)))
+    fill_region(region, [tensor([], e) for e in elems], body)
 
 
 def reduce(v: Value, dims: Sequence[int], kind: str = "add") -> Value:
@@ -470,24 +572,48 @@ def select_and_scatter_add(
     return op_.result
 
 
+ZERO_PRESERVING = ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert")
+
+
+def splat_constant(v: Value) -> float | int | None:
+    """The value of a real splat constant (possibly broadcast, reshaped or converted), else None.
+
+    Complex constants give None: the MLIR bindings cannot read complex dense
+    attributes (reading one raises), so they are never known by value."""
+    if not isinstance(v, ir.OpResult):
+        return None
+    owner = v.owner.operation
+    if owner.name in ZERO_PRESERVING:
+        return splat_constant(owner.operands[0])
+    if owner.name != "stablehlo.constant" or isinstance(elem_of(v), ir.ComplexType):
+        return None
+    attr = owner.attributes["value"]
+    if not isinstance(attr, ir.DenseElementsAttr) or not attr.is_splat:
+        return None
+    splat = attr.get_splat_value()
+    if isinstance(splat, ir.FloatAttr):
+        return ir.FloatAttr(splat).value
+    if isinstance(splat, ir.IntegerAttr):
+        return ir.IntegerAttr(splat).value
+    return None
+
+
 def is_zero_constant(v: Value) -> bool:
-    """True if `v` is a splat zero constant, possibly broadcast, reshaped or converted."""
+    """True if `v` is a real splat zero constant, possibly broadcast, reshaped, converted
+    or multiplied by a finite splat constant (a scaled zero)."""
     if not isinstance(v, ir.OpResult):
         return False
     owner = v.owner.operation
-    if owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert"):
+    if owner.name in ZERO_PRESERVING:
         return is_zero_constant(owner.operands[0])
-    if owner.name != "stablehlo.constant":
-        return False
-    attr = ir.DenseElementsAttr(owner.attributes["value"])
-    if not attr.is_splat:
-        return False
-    splat = attr.get_splat_value()
-    if isinstance(splat, ir.FloatAttr):
-        return ir.FloatAttr(splat).value == 0.0
-    if isinstance(splat, ir.IntegerAttr):
-        return ir.IntegerAttr(splat).value == 0
-    return False
+    if owner.name == "stablehlo.multiply":
+        a, b = owner.operands
+        return any(is_zero_constant(x) and _is_finite(splat_constant(y)) for x, y in ((a, b), (b, a)))
+    return splat_constant(v) == 0
+
+
+def _is_finite(value: float | int | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def int_constant(v: Value) -> int | None:

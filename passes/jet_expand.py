@@ -8,58 +8,30 @@ functions, loops and branches, keeps the series of every value, and turns
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+from hlopt.passes import builders
 from hlopt.passes.base import Pass, PassError
-from hlopt.passes.jet_rules import RULES, JetBuilder, Series, Stack, is_differentiable, stacked_dot
+from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, JetBuilder, Series, coefficients, has_series,
+                                    remove_stop_gradients, split_results, stacked_dot)
 from hlopt.passes.mlir import ir
+from hlopt.passes.walk import call_target, custom_calls
 
 ANNOTATION = "hlopt.jet"
-ZERO_PRESERVING = ("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape")
-
-
-def is_zero_constant(value: ir.Value) -> bool:
-    """True if `value` is a splat zero constant (possibly broadcast, converted or reshaped)."""
-    if not isinstance(value, ir.OpResult):
-        return False
-    op = value.owner.operation
-    if op.name in ZERO_PRESERVING:
-        return is_zero_constant(op.operands[0])
-    if op.name == "stablehlo.multiply":  # a zero scaled by a constant (factorial scaling)
-        a, b = op.operands
-        return (is_zero_constant(a) and _is_constant(b)) or (is_zero_constant(b) and _is_constant(a))
-    if op.name != "stablehlo.constant":
-        return False
-    attr = ir.DenseElementsAttr(op.attributes["value"])
-    if not attr.is_splat:
-        return False
-    splat = attr.get_splat_value()
-    if isinstance(splat, ir.FloatAttr):
-        return ir.FloatAttr(splat).value == 0.0
-    if isinstance(splat, ir.IntegerAttr):
-        return ir.IntegerAttr(splat).value == 0
-    return False
-
-
-def _is_constant(value: ir.Value) -> bool:
-    if not isinstance(value, ir.OpResult):
-        return False
-    op = value.owner.operation
-    return op.name == "stablehlo.constant" or (op.name in ZERO_PRESERVING and _is_constant(op.operands[0]))
-
-
-def _has_uses(value: ir.Value) -> bool:
-    return next(iter(value.uses), None) is not None
-
-
+# The largest order jet-expand builds: a rule's work grows as K^2 (Cauchy products) to
+# K^3 (Faa di Bruno), and the annotation carries K+1 values per primal.
+MAX_ORDER = 64
 EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
              "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
              "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
 
 
 def _is_pure(op: ir.Operation) -> bool:
-    """A StableHLO/CHLO op with results and without regions or side effects: dead when its results are."""
+    """A StableHLO/CHLO op with results and without regions or side effects (or a jet
+    marker): dead when its results are."""
+    if op.name == "stablehlo.custom_call":
+        return call_target(op) in (STOP_GRADIENT, CUSTOM_JVP)
     return (op.name.startswith(("stablehlo.", "chlo.")) and len(op.results) > 0 and not op.regions
             and op.name not in EFFECTFUL)
 
@@ -70,25 +42,30 @@ def live_values(block: ir.Block) -> set[ir.Value]:
     live: set[ir.Value] = set()
     for op in reversed([op.operation for op in block.operations]):
         if not _is_pure(op) or any(r in live for r in op.results):
-            live.update(v for inner in [op, *_nested_ops(op)] for v in inner.operands)
+            live.update(v for inner in [op, *builders.nested_ops(op)] for v in inner.operands)
     return live
 
 
 def _erase_dead(block: ir.Block) -> None:
     for op in reversed([op.operation for op in block.operations]):
-        if _is_pure(op) and not any(_has_uses(r) for r in op.results):
+        if _is_pure(op) and not any(builders.has_uses(r) for r in op.results):
             op.erase()
 
 
 class FunctionJet:
-    """The series of every value of one function being expanded, and the block walker."""
+    """The series of every value of one function being expanded, and the block walker.
+
+    Per-op algebra is in `jet_rules.RULES`; control flow and custom_jvp markers, which
+    need the series of values outside the op or the jets of callees, are expanded here
+    (`STRUCTURE`, keyed by op name, or by target for custom calls)."""
+
+    STRUCTURE: ClassVar[dict[str, Callable[["FunctionJet", ir.Operation, list[Series]], list[Series]]]]
 
     def __init__(self, module: "ModuleJet", order: int):
         self.module = module
         self.order = order
-        self.builder = JetBuilder(order, self)
+        self.builder = JetBuilder(order)
         self.series: dict[ir.Value, Series] = {}
-        self.stacks: list[Stack] = []
 
     def series_of(self, value: ir.Value) -> Series:
         return self.series.get(value) or [value] + [None] * self.order
@@ -110,13 +87,14 @@ class FunctionJet:
         ins = [self.series_of(v) for v in op.operands]
         if not any(v in self.series for v in op.operands) and not (op.regions and self._captures_series(op)):
             return
-        if not any(is_differentiable(r.type) and _has_uses(r) for r in op.results):
+        if not any(builders.is_differentiable(r.type) and builders.has_uses(r) for r in op.results):
             return
+        structure = self.STRUCTURE.get(call_target(op) if op.name == "stablehlo.custom_call" else op.name)
         rule = RULES.get(op.name)
-        if rule is None:
+        if structure is None and rule is None:
             raise PassError(f"jet-expand: no Taylor rule for '{op.name}'", op.location)
         with ir.InsertionPoint(after), op.location:
-            outs = rule(self.builder, op, ins)
+            outs = structure(self, op, ins) if structure is not None else rule(self.builder, op, ins)
         replaced = False
         for result, s in zip(op.results, outs):
             if s is None:
@@ -129,7 +107,7 @@ class FunctionJet:
             op.erase()
 
     def _captures_series(self, op: ir.Operation) -> bool:
-        return any(v in self.series for inner in _nested_ops(op) for v in inner.operands)
+        return any(v in self.series for inner in builders.nested_ops(op) for v in inner.operands)
 
     def may_carry_series(self, block: ir.Block, seeds: Sequence[ir.Value]) -> list[bool]:
         """Which terminator operands of `block` may have a series, if `seeds` and the
@@ -141,26 +119,15 @@ class FunctionJet:
 
         ops = [op.operation for op in block.operations]
         for op in ops[:-1]:
-            if any(hit(v) for inner in [op, *_nested_ops(op)] for v in inner.operands):
-                marked.update(r for r in op.results if is_differentiable(r.type))
+            if any(hit(v) for inner in [op, *builders.nested_ops(op)] for v in inner.operands):
+                marked.update(r for r in op.results if builders.is_differentiable(r.type))
         return [hit(v) for v in ops[-1].operands]
-
-    def move_block(self, block: ir.Block, region: ir.Region, arg_types: Sequence[ir.Type]) -> ir.Block:
-        """Move the ops of `block` into a new block of `region` with (more) arguments."""
-        new = region.blocks.append(*arg_types)
-        for op in list(block.operations):
-            new.append(op.operation)
-        for old, arg in zip(block.arguments, new.arguments):
-            old.replace_all_uses_with(arg)
-        return new
 
     def finish_block(self, block: ir.Block, outs: Sequence[Series], which: Sequence[int]) -> None:
         """Rebuild the terminator: the primals, then the K coefficients of each of `which`."""
         term = list(block.operations)[-1].operation
         with ir.InsertionPoint(term), term.location:
-            values = [s[0] for s in outs] + [self.builder.materialize(outs[i][k], outs[i][0])
-                                              for i in which for k in range(1, self.order + 1)]
-            ir.Operation.create(term.name, operands=values)
+            builders.TERMINATORS[term.name]([s[0] for s in outs] + coefficients(self.builder, outs, which))
         term.erase()
 
     def drop_dead_results(self, block: ir.Block, live: frozenset[int]) -> None:
@@ -169,10 +136,10 @@ class FunctionJet:
         term = list(block.operations)[-1].operation
         with ir.InsertionPoint(term), term.location:
             for i, v in enumerate(list(term.operands)):
-                if i not in live and not is_zero_constant(v):
+                if i not in live and not builders.is_zero_constant(v):
                     term.operands[i] = self.builder.zeros(v)
         live_now = live_values(block)
-        for stack in self.stacks:
+        for stack in self.builder.stacks:
             keep = [i for i, piece in enumerate(stack.slices) if piece in live_now]
             if not keep or len(keep) == len(stack.slices):
                 continue
@@ -183,36 +150,111 @@ class FunctionJet:
                 stack.slices[i].replace_all_uses_with(piece)
         _erase_dead(block)
 
+    # --- control flow -------------------------------------------------------
 
-def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner.operation)
-                found.extend(_nested_ops(inner.operation))
-    return found
+    def expand_while(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """Loop state gains the coefficients of every value that may carry a series."""
+        b = self.builder
+        body = op.regions[1].blocks[0]
+        carried = [has_series(s) for s in ins]
+        while True:
+            marked = self.may_carry_series(body, [a for a, c in zip(body.arguments, carried) if c])
+            grown = [c or (m and builders.is_differentiable(s[0].type)) for c, m, s in zip(carried, marked, ins)]
+            if grown == carried:
+                break
+            carried = grown
+        which = [i for i, c in enumerate(carried) if c]
+        operands = list(op.operands) + coefficients(b, ins, which)
+        types = [v.type for v in operands]
+        new = builders.regrown(op, operands, types, regions=2)
+        builders.move_block(op.regions[0].blocks[0], new.regions[0], types)
+        new_body = builders.move_block(body, new.regions[1], types)
+        outs = self.expand_block(new_body, split_results(b, list(new_body.arguments), carried))
+        self.finish_block(new_body, outs, which)
+        return split_results(b, list(new.results), carried)
+
+    def expand_branches(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """case / if: every branch returns the coefficients of the results any branch differentiates."""
+        blocks = [r.blocks[0] for r in op.regions]
+        marked = [self.may_carry_series(block, []) for block in blocks]
+        carried = [builders.is_differentiable(r.type) and any(m[i] for m in marked) for i, r in enumerate(op.results)]
+        which = [i for i, c in enumerate(carried) if c]
+        types = [r.type for r in op.results] + [op.results[i].type for i in which for _ in range(self.order)]
+        new = builders.regrown(op, list(op.operands), types, regions=len(blocks))
+        for region, block in zip(new.regions, blocks):
+            moved = builders.move_block(block, region, [])
+            self.finish_block(moved, self.expand_block(moved, []), which)
+        return split_results(self.builder, list(new.results), carried)
+
+    def expand_call(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """A call of the callee's jet, specialized to the coefficients known to be zero."""
+        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, self.order + 1) if s[k] is None)
+        name, zero_out = self.module.jet_function(callee, self.order, zero, op.location)
+        operands = [s[0] for s in ins] + coefficients(self.builder, ins, range(len(ins)))
+        types = [r.type for r in op.results] + [r.type for r in op.results for _ in range(self.order)]
+        outs = split_results(self.builder, builders.call(name, operands, types), [True] * len(op.results))
+        return [[s[0]] + [None if (i, k) in zero_out else s[k] for k in range(1, self.order + 1)]
+                for i, s in enumerate(outs)]
+
+    def expand_custom_jvp(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """A custom_jvp function by its own rule: y' = jvp(x, x'), so the coefficients
+        1..K of y are those 0..K-1 of the order-(K-1) jet of @tangents along (x, x'),
+        divided by their index (a direct call of @tangents at K = 1). The primal stays
+        the marker, removed with the others when every jet is built."""
+        _, tangents = self.module.check_custom_jvp(op)
+        b, K = self.builder, self.order
+        inexact_in = [i for i, s in enumerate(ins) if builders.is_differentiable(s[0].type)]
+        inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
+        y0 = list(op.results)  # the marker stays for the primal: an enclosing jet follows the rule too
+        # (primal, K-1 coefficients) of each argument of @tangents: x, then x' = sum (j+1) x_{j+1} t^j
+        args = [(s[:K], s[0]) for s in ins] + [([b.scale(ins[i][j + 1], j + 1) for j in range(K)], ins[i][0])
+                                              for i in inexact_in]
+        out_types = [op.results[j].type for j in inexact_out]
+        primals = [b.materialize(a[0], like) for a, like in args]
+        if K == 1:
+            g = [[v] for v in builders.call(tangents, primals, out_types)]
+        else:
+            zero = frozenset((n, k) for n, (a, _) in enumerate(args) for k in range(1, K) if a[k] is None)
+            name, zero_out = self.module.jet_function(tangents, K - 1, zero, op.location)
+            results = builders.call(name, primals + [b.materialize(a[k], like) for a, like in args for k in range(1, K)],
+                                    out_types + [t for t in out_types for _ in range(K - 1)])
+            n = len(out_types)
+            g = [[results[m]] + [None if (m, k) in zero_out else results[n + m * (K - 1) + k - 1] for k in range(1, K)]
+                 for m in range(n)]
+        outs = [b.series(v) for v in y0]
+        for m, j in enumerate(inexact_out):
+            outs[j] = [y0[j]] + [b.scale(g[m][k - 1], 1.0 / k) for k in range(1, K + 1)]
+        return outs
+
+
+FunctionJet.STRUCTURE = {
+    CUSTOM_JVP: FunctionJet.expand_custom_jvp,
+    "stablehlo.while": FunctionJet.expand_while,
+    "stablehlo.case": FunctionJet.expand_branches,
+    "stablehlo.if": FunctionJet.expand_branches,
+    "func.call": FunctionJet.expand_call,
+}
 
 
 class ModuleJet:
     """Generates `@NAME_jetK` functions in one module and expands its annotations."""
 
     def __init__(self, module: ir.Operation):
+        self.module = module
         self.body = module.regions[0].blocks[0]
-        self.funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
-                      for op in self.body.operations if op.operation.name == "func.func"}
-        self.names = {ir.StringAttr(op.attributes["sym_name"]).value
-                      for op in self.body.operations if "sym_name" in op.attributes}
+        self.funcs, self.names = builders.functions(self.body)
         self.generated: dict[tuple[str, int, frozenset, frozenset | None], tuple[str, frozenset]] = {}
         self.annotations_expanded: set[str] = set()
 
-    def unique_name(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}_{i}"
-        self.names.add(name)
-        return name
+    def function(self, name: str, location: ir.Location | None) -> ir.Operation:
+        """The `func.func @name` with a body, or a PassError at `location`."""
+        src = self.funcs.get(name)
+        if src is None:
+            raise PassError(f"jet-expand: no function @{name} in the module", location)
+        if not src.regions[0].blocks:
+            raise PassError(f"jet-expand: @{name} is a declaration without a body", location)
+        return src
 
     def jet_function(self, name: str, order: int, zero: frozenset = frozenset(),
                      location: ir.Location | None = None, public: bool = False,
@@ -224,32 +266,19 @@ class ModuleJet:
         key = (name, order, zero, live)
         if key in self.generated:
             return self.generated[key]
-        if order < 1:
-            raise PassError(f"jet-expand: the order must be at least 1, got {order}", location)
-        src = self.funcs.get(name)
-        if src is None:
-            raise PassError(f"jet-expand: no function @{name} in the module", location)
+        check_order(order, location)
+        src = self.function(name, location)
         self.expand_annotations(src)
         fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
         inputs, results = list(fn_type.inputs), list(fn_type.results)
-        new = src.clone(ip=ir.InsertionPoint(self.body))
-        new_name = self.unique_name(f"{name}_jet{order}")
-        new.attributes["sym_name"] = ir.StringAttr.get(new_name)
-        self.funcs[new_name] = new
+        new_name = builders.unique_symbol(self.names, f"{name}_jet{order}")
+        new = self.funcs[new_name] = builders.clone_function(src, self.body, new_name, public)
         self.generated[key] = (new_name, frozenset())
-        for attr in ("arg_attrs", "res_attrs"):
-            if attr in new.attributes:
-                del new.attributes[attr]
-        if public:
-            if "sym_visibility" in new.attributes:
-                del new.attributes["sym_visibility"]
-        else:
-            new.attributes["sym_visibility"] = ir.StringAttr.get("private")
 
         block = new.regions[0].blocks[0]
         coeffs = [block.add_argument(t, new.location) for t in inputs for _ in range(order)]
         arg_series = [
-            [block.arguments[i]] + [None if (i, k) in zero or not is_differentiable(t) else coeffs[i * order + k - 1]
+            [block.arguments[i]] + [None if (i, k) in zero or not builders.is_differentiable(t) else coeffs[i * order + k - 1]
                                     for k in range(1, order + 1)]
             for i, t in enumerate(inputs)
         ]
@@ -272,60 +301,132 @@ class ModuleJet:
         if name in self.annotations_expanded:
             return
         self.annotations_expanded.add(name)
-        for op in _nested_ops(func_op):
-            if op.name == "stablehlo.custom_call" and \
-                    ir.StringAttr(op.attributes["call_target_name"]).value == ANNOTATION:
-                self.expand_annotation(op)
+        for op in custom_calls(func_op, ANNOTATION):
+            self.expand_annotation(op)
 
     def expand_annotation(self, op: ir.Operation) -> None:
-        callee, order = _annotation_parameters(op)
-        n_in = len(op.operands) // (order + 1)
-        n_out = len(op.results) // (order + 1)
-        if n_in * (order + 1) != len(op.operands) or n_out * (order + 1) != len(op.results):
-            raise PassError(f"jet-expand: @{ANNOTATION} of order {order} needs (primals, {order} coefficients "
-                            f"per primal) operands and results, got {len(op.operands)} operands and "
-                            f"{len(op.results)} results", op.location)
-        src = self.funcs.get(callee)
-        if src is None:
-            raise PassError(f"jet-expand: no function @{callee} in the module", op.location)
-        fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
-        if list(fn_type.inputs) != [v.type for v in list(op.operands)[:n_in]] or \
-                list(fn_type.results) != [r.type for r in list(op.results)[:n_out]]:
-            raise PassError(f"jet-expand: the primal operands and results of @{ANNOTATION} do not match "
-                            f"@{callee}: {fn_type}", op.location)
-        zero = frozenset((i, k) for i in range(n_in) for k in range(1, order + 1)
-                         if is_zero_constant(op.operands[n_in + i * order + k - 1]))
+        callee, order = self.check_annotation(op)
+        zero = frozenset((i, k) for i in range(self.n_in(callee)) for k in range(1, order + 1)
+                         if builders.is_zero_constant(op.operands[self.n_in(callee) + i * order + k - 1]))
         used = live_values(op.block)
         live = frozenset(i for i, r in enumerate(op.results) if r in used)
         name, _ = self.jet_function(callee, order, zero, op.location,
                                     live=None if len(live) == len(op.results) else live)
         with ir.InsertionPoint(op), op.location:
-            call = ir.Operation.create("func.call", results=[r.type for r in op.results], operands=list(op.operands),
-                                       attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
-        for old, new in zip(op.results, call.results):
+            call = builders.call(name, list(op.operands), [r.type for r in op.results])
+        for old, new in zip(op.results, call):
             old.replace_all_uses_with(new)
         op.erase()
 
+    def check_custom_jvp(self, op: ir.Operation) -> tuple[str, str]:
+        """The primal and tangent functions of a custom_jvp marker, after checking their types."""
 
-def _annotation_parameters(op: ir.Operation) -> tuple[str, int]:
+        def fail(message: str) -> PassError:
+            return PassError(f"jet-expand: @{CUSTOM_JVP} {message}", op.location)
+
+        computations = _attribute(op.attributes, "called_computations")
+        if not isinstance(computations, ir.ArrayAttr) or len(computations) != 2 or \
+                not all(isinstance(c, ir.FlatSymbolRefAttr) for c in computations):
+            raise fail("needs called_computations = [@primal, @tangents]")
+        primal, tangents = (c.value for c in computations)
+        operands, results = [v.type for v in op.operands], [r.type for r in op.results]
+        p_type, t_type = (ir.FunctionType(ir.TypeAttr(self.function(name, op.location).attributes["function_type"]).value)
+                          for name in (primal, tangents))
+        if list(p_type.inputs) != operands or list(p_type.results) != results:
+            raise fail(f"needs @{primal} to take its operands and give its results")
+        if list(t_type.inputs) != operands + [t for t in operands if builders.is_differentiable(t)] or \
+                list(t_type.results) != [t for t in results if builders.is_differentiable(t)]:
+            raise fail(f"needs @{tangents} to take its operands and the tangents of the floating-point ones, "
+                       "and give the tangents of its floating-point results")
+        return primal, tangents
+
+    def remove_markers(self) -> None:
+        """Replace every custom_jvp marker by a call of its primal function, and every
+        stop_gradient marker by its operand unless vjp-expand still needs it: what is left
+        of them once the jets are built."""
+        for op in custom_calls(self.module, CUSTOM_JVP):
+            primal, _ = self.check_custom_jvp(op)
+            with ir.InsertionPoint(op), op.location:
+                values = builders.call(primal, list(op.operands), [r.type for r in op.results])
+            for old, new in zip(op.results, values):
+                old.replace_all_uses_with(new)
+            op.erase()
+        remove_stop_gradients(self.module, "jet-expand")
+
+    def n_in(self, callee: str) -> int:
+        return len(ir.FunctionType(ir.TypeAttr(self.funcs[callee].attributes["function_type"]).value).inputs)
+
+    def check_annotation(self, op: ir.Operation) -> tuple[str, int]:
+        """The callee and order of the `hlopt.jet` annotation `op`, after checking its
+        config and that its operands and results are the callee's primals followed by
+        `order` coefficients of the same type per primal."""
+
+        def fail(message: str) -> PassError:
+            return PassError(f"jet-expand: @{ANNOTATION} {message}", op.location)
+
+        config = _attribute(op.attributes, "backend_config")
+        if not isinstance(config, ir.DictAttr):
+            raise fail("needs backend_config = {order = K : i64} (a dictionary)")
+        unknown = sorted(a.name for a in config if a.name != "order")
+        if unknown:
+            raise fail(f"backend_config has unknown key '{_brief(unknown[0])}' (it takes only 'order')")
+        if "order" not in config:
+            raise fail("backend_config needs 'order' (backend_config = {order = K : i64})")
+        order_attr = _attribute(config, "order")
+        if not isinstance(order_attr, ir.IntegerAttr):
+            got = "an attribute the MLIR bindings cannot read" if order_attr is None else _brief(str(order_attr))
+            raise fail(f"'order' must be an integer, got {got}")
+        order = order_attr.value
+        check_order(order, op.location)
+        computations = _attribute(op.attributes, "called_computations")
+        if not isinstance(computations, ir.ArrayAttr) or len(computations) != 1 or \
+                not isinstance(computations[0], ir.FlatSymbolRefAttr):
+            raise fail("needs called_computations = [@f], one function")
+        callee = computations[0].value
+        fn_type = ir.FunctionType(ir.TypeAttr(self.function(callee, op.location).attributes["function_type"]).value)
+        for what, values, primal_types in (("operand", list(op.operands), list(fn_type.inputs)),
+                                           ("result", list(op.results), list(fn_type.results))):
+            n = len(primal_types)
+            if len(values) != n * (order + 1):
+                raise fail(f"of order {order} of @{callee} needs {n * (order + 1)} {what}s (the {n} primal(s), "
+                           f"then {order} coefficient(s) per primal), got {len(values)}")
+            want = primal_types + [t for t in primal_types for _ in range(order)]
+            for i, (v, t) in enumerate(zip(values, want)):
+                if v.type != t:
+                    raise fail(f"{what} {i} has type {_brief(str(v.type))}, @{callee} needs {_brief(str(t))}")
+        return callee, order
+
+
+def check_order(order: int, location: ir.Location | None) -> None:
+    """Refuse an order outside 1..MAX_ORDER."""
+    if not 1 <= order <= MAX_ORDER:
+        raise PassError(f"jet-expand: the order must be between 1 and {MAX_ORDER}, got {_brief(str(order))}",
+                        location)
+
+
+def _attribute(attributes: ir.OpAttributeMap | ir.DictAttr, name: str) -> ir.Attribute | None:
+    """The attribute `name`, or None if it is absent or unreadable (a complex dense one)."""
     try:
-        callee = ir.FlatSymbolRefAttr(ir.ArrayAttr(op.attributes["called_computations"])[0]).value
-        order = ir.IntegerAttr(ir.DictAttr(op.attributes["backend_config"])["order"]).value
-    except (KeyError, IndexError, ValueError) as e:
-        raise PassError(f"jet-expand: @{ANNOTATION} needs called_computations = [@f] and "
-                        f"backend_config = {{order = K}} ({e})", op.location) from None
-    if order < 1:
-        raise PassError(f"jet-expand: the order must be at least 1, got {order}", op.location)
-    return callee, order
+        return attributes[name] if name in attributes else None
+    except TypeError:
+        return None
+
+
+def _brief(text: str, limit: int = 60) -> str:
+    """`text`, cut to `limit` characters for an error message."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 @dataclasses.dataclass(frozen=True)
 class JetExpand(Pass):
     """Expand `hlopt.jet` annotations into calls of generated Taylor-mode functions.
 
-    A jet function of order K takes the primals, then K plain Taylor coefficients
-    (y^(k)/k!) per primal, and returns the primal results, then K coefficients per
-    result. With `func=NAME order=K` it also builds `@NAME_jetK` from any function.
+    A jet function of order K (1 <= K <= 64) takes the primals, then K plain Taylor
+    coefficients (y^(k)/k!) per primal, and returns the primal results, then K
+    coefficients per result. With `func=NAME order=K` it also builds `@NAME_jetK`
+    from any function. Inside the jets, `hlopt.jet.stop_gradient` markers are zero
+    series and `hlopt.jet.custom_jvp` markers follow their JVP rule; at the end the
+    first become their operand and the second a call of their primal function.
 
         %r:3 = stablehlo.custom_call @hlopt.jet(%x, %x1, %x2)
                  {called_computations = [@f], backend_config = {order = 2 : i64}}
@@ -354,3 +455,4 @@ class JetExpand(Pass):
             raise PassError("jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})")
         for func_op in list(jets.funcs.values()):
             jets.expand_annotations(func_op)
+        jets.remove_markers()

@@ -6,8 +6,13 @@ may be `None`, meaning "known to be zero": such terms are never materialized
 and produce no ops. A rule `rule(b, op, ins) -> outs` receives the builder
 `b` (insertion point already set right after `op`), the op and one series per
 operand, and returns one series per result (or `None` for "all zero"). A rule
-that rebuilds the op (loops, branches, calls, sorts) returns the new op's
-results as the primals; the driver then replaces and erases the old op.
+that rebuilds the op (sort, variadic reductions) returns the new op's results
+as the primals; the driver then replaces and erases the old op. Every op is
+built with the typed helpers of `hlopt.passes.builders`.
+
+Control flow (`while`, `case`, `if`, `func.call`) needs the walker (series of
+values outside the op, jets of callees): `hlopt.passes.jet_expand` expands it
+and imports this module, never the other way round.
 
 The families, as in JAX's experimental jet module:
 
@@ -26,78 +31,69 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from hlopt.passes import builders
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir, stablehlo
-
-if TYPE_CHECKING:
-    from hlopt.passes.jet_expand import FunctionJet
+from hlopt.passes.walk import call_target, walk_ops
 
 Term = Optional[ir.Value]
 Series = list  # [primal, c1, ..., cK]; None entries are zero
 Rule = Callable[["JetBuilder", ir.Operation, list[Series]], list[Optional[Series]]]
 
+# The markers `hlopt.jet` bodies carry, which jet-expand removes when it is done:
+# `lax.stop_gradient` (the identity on values, a zero series), and a `custom_jvp`
+# function, called_computations = [@primal, @tangents] (its primal function, and
+# its JVP rule from (operands, tangents of the inexact ones) to the tangents of
+# the inexact results), whose series jet_expand builds from a jet of @tangents.
+# The stop_gradient marker is a zero derivative for vjp-expand too: it stays while
+# an `hlopt.jet` or `hlopt.vjp` annotation is left (`DIFFERENTIATING`), so a vjp of
+# a jet does not differentiate through it, and the last of the two passes removes it.
+STOP_GRADIENT = "hlopt.jet.stop_gradient"
+CUSTOM_JVP = "hlopt.jet.custom_jvp"
+DIFFERENTIATING = ("hlopt.jet", "hlopt.vjp")
 
-def is_differentiable(t: ir.Type) -> bool:
-    """True for tensors of floating-point or complex numbers."""
-    return isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, (ir.FloatType, ir.ComplexType))
+
+def check_stop_gradient(op: ir.Operation, pass_name: str = "jet-expand") -> None:
+    """Refuse a stop_gradient marker that is not one operand to one result of its type."""
+    if len(op.operands) != 1 or len(op.results) != 1 or op.operands[0].type != op.results[0].type:
+        raise PassError(f"{pass_name}: @{STOP_GRADIENT} needs one operand and one result of the same type, "
+                        f"got {len(op.operands)} operand(s) and {len(op.results)} result(s)", op.location)
+
+
+def remove_stop_gradients(module: ir.Operation, pass_name: str) -> None:
+    """Replace every stop_gradient marker in `module` by its operand, unless an annotation
+    whose pass treats the marker as a zero derivative (`DIFFERENTIATING`) is left."""
+    found = walk_ops(module, "stablehlo.custom_call")
+    if any(call_target(op) in DIFFERENTIATING for op in found):
+        return
+    for op in found:
+        if call_target(op) == STOP_GRADIENT:
+            check_stop_gradient(op, pass_name)
+            op.result.replace_all_uses_with(op.operands[0])
+            op.erase()
 
 
 def scalar_type(t: ir.Type) -> ir.RankedTensorType:
     return ir.RankedTensorType.get([], ir.RankedTensorType(t).element_type)
 
 
-def splat_attr(value: complex | float, t: ir.Type) -> ir.Attribute:
-    et = ir.RankedTensorType(t).element_type
-    if isinstance(et, ir.ComplexType):
-        text = f"({complex(value).real:.17e},{complex(value).imag:.17e})"
-    elif isinstance(et, ir.FloatType):
-        text = f"{float(value):.17e}"
-    elif ir.IntegerType(et).width == 1:
-        text = "true" if value else "false"
-    else:
-        text = str(int(value))
-    return ir.Attribute.parse(f"dense<{text}> : {t}")
-
-
-def attributes_of(op: ir.Operation) -> dict[str, ir.Attribute]:
-    return {name: op.attributes[name] for name in op.attributes}
-
-
-def body_kind(op: ir.Operation) -> str | None:
-    """For a single-region reducer `^bb(a, b): r = OP a, b; return r`, the name of OP.
-
-    A body that just returns its second argument (scatter's "replace") is "replace".
-    """
-    block = op.regions[0].blocks[0]
-    ops = list(block.operations)
-    args = list(block.arguments)
-    if len(ops) == 1 and len(args) == 2 and list(ops[0].operands) == [args[1]]:
-        return "replace"
-    if len(ops) == 2 and len(args) == 2 and list(ops[1].operands) == [ops[0].result]:
-        if list(ops[0].operands) == args:
-            return ops[0].name
-    return None
-
-
 class JetBuilder:
-    """Builds coefficient ops at the current insertion point; None is zero throughout."""
+    """Builds coefficient ops at the current insertion point; None is zero throughout.
 
-    def __init__(self, order: int, function: "FunctionJet"):
+    It is the one object rules receive besides the op: the order, the zero-aware
+    arithmetic on terms, and `stacks`, where `dot_general` records the stacked dots
+    the walker may shrink later."""
+
+    def __init__(self, order: int):
         self.order = order
-        self.function = function
+        self.stacks: list[Stack] = []
 
-    # --- single ops -------------------------------------------------------
+    # --- single terms -----------------------------------------------------
 
-    def create(self, name: str, operands: Sequence[ir.Value], result_type: ir.Type | None = None,
-               attributes: dict[str, ir.Attribute] | None = None) -> ir.Value:
-        rt = result_type if result_type is not None else operands[0].type
-        return ir.Operation.create(name, results=[rt], operands=list(operands), attributes=attributes or {}).result
-
-    def constant(self, value: complex | float, t: ir.Type) -> ir.Value:
-        return self.create("stablehlo.constant", [], t, {"value": splat_attr(value, t)})
+    def constant(self, value: float, t: ir.Type) -> ir.Value:
+        return builders.splat(value, t)
 
     def zeros(self, like: ir.Value) -> ir.Value:
         return self.constant(0, like.type)
@@ -110,25 +106,25 @@ class JetBuilder:
             return b
         if b is None:
             return a
-        return self.create("stablehlo.add", [a, b])
+        return builders.add(a, b)
 
     def sub(self, a: Term, b: Term) -> Term:
         if b is None:
             return a
         if a is None:
             return self.neg(b)
-        return self.create("stablehlo.subtract", [a, b])
+        return builders.sub(a, b)
 
     def neg(self, a: Term) -> Term:
-        return None if a is None else self.create("stablehlo.negate", [a])
+        return None if a is None else builders.neg(a)
 
     def mul(self, a: Term, b: Term) -> Term:
         if a is None or b is None:
             return None
-        return self.create("stablehlo.multiply", [a, b])
+        return builders.mul(a, b)
 
     def div(self, a: Term, b: ir.Value) -> Term:
-        return None if a is None else self.create("stablehlo.divide", [a, b])
+        return None if a is None else builders.div(a, b)
 
     def scale(self, a: Term, c: float) -> Term:
         if a is None or c == 0:
@@ -144,24 +140,6 @@ class JetBuilder:
         for t in terms:
             out = self.add(out, t)
         return out
-
-    def unary(self, name: str, a: ir.Value) -> ir.Value:
-        return self.create(name, [a])
-
-    def compare(self, a: ir.Value, b: ir.Value, direction: str) -> ir.Value:
-        return builders.compare(a, b, direction)
-
-    def select(self, pred: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
-        return builders.select(pred, a, b)
-
-    def convert(self, a: ir.Value, t: ir.Type) -> ir.Value:
-        return builders.convert(a, ir.RankedTensorType(t).element_type)
-
-    def broadcast(self, a: ir.Value, t: ir.Type, dims: Sequence[int]) -> ir.Value:
-        return builders.broadcast(a, ir.RankedTensorType(t).shape, dims)
-
-    def reduce_sum(self, a: ir.Value, dims: Sequence[int]) -> ir.Value:
-        return builders.reduce(a, dims, "add")
 
     def clone(self, op: ir.Operation, replace: dict[int, ir.Value]) -> ir.Operation:
         """A copy of `op` (attributes, regions) at the insertion point with some operands replaced."""
@@ -189,6 +167,28 @@ class JetBuilder:
         return self.scale(self.cauchy(du, c, k, lo=1), 1.0 / k)
 
 
+def has_series(s: Series) -> bool:
+    """True if some coefficient of `s` is not known to be zero."""
+    return any(t is not None for t in s[1:])
+
+
+def coefficients(b: JetBuilder, outs: Sequence[Series], which: Sequence[int]) -> list[ir.Value]:
+    """The K coefficients of each series `outs[i]`, `i` in `which`, zeros materialized."""
+    return [b.materialize(outs[i][k], outs[i][0]) for i in which for k in range(1, b.order + 1)]
+
+
+def split_results(b: JetBuilder, results: Sequence[ir.Value], carried: Sequence[bool]) -> list[Series]:
+    """Primal-major values (primals, then K coefficients per carried value) as series."""
+    pos, outs = len(carried), []
+    for i, c in enumerate(carried):
+        if c:
+            outs.append([results[i]] + list(results[pos: pos + b.order]))
+            pos += b.order
+        else:
+            outs.append(b.series(results[i]))
+    return outs
+
+
 # --- series-level building blocks shared by several rules --------------------
 
 def exp_series(b: JetBuilder, z: Series, y0: ir.Value, c0: ir.Value | None = None) -> Series:
@@ -214,7 +214,7 @@ def log_series(b: JetBuilder, u: Series, y0: ir.Value, denominator: ir.Value | N
     return y
 
 
-def div_series(b: JetBuilder, u: Series, w: Series, v0: ir.Value) -> Series:
+def div_series(b: JetBuilder, u: Series, w: Series, v0: Term) -> Series:
     """u / w: v_k = (u_k - sum_{j<k} v_j w_{k-j}) / w0."""
     v = [v0] + [None] * b.order
     for k in range(1, b.order + 1):
@@ -222,7 +222,7 @@ def div_series(b: JetBuilder, u: Series, w: Series, v0: ir.Value) -> Series:
     return v
 
 
-def mul_series(b: JetBuilder, u: Series, w: Series, v0: ir.Value) -> Series:
+def mul_series(b: JetBuilder, u: Series, w: Series, v0: Term) -> Series:
     return [v0] + [b.cauchy(u, w, k) for k in range(1, b.order + 1)]
 
 
@@ -268,15 +268,15 @@ def compose(b: JetBuilder, u: Series, y0: ir.Value, d: Callable[[int], ir.Value]
 
 def choose_series(b: JetBuilder, x: Series, y: Series, direction: str, out: ir.Value) -> Series:
     """max (direction GT) or min (LT) of x and y; tied terms are averaged, as in JAX."""
-    wins = b.compare(x[0], y[0], direction)
-    ties = b.compare(x[0], y[0], "EQ")
+    wins = builders.compare(x[0], y[0], direction)
+    ties = builders.compare(x[0], y[0], "EQ")
     series = [out] + [None] * b.order
     for k in range(1, b.order + 1):
         if x[k] is None and y[k] is None:
             continue
         xk, yk = b.materialize(x[k], x[0]), b.materialize(y[k], y[0])
         half = b.scale(b.add(xk, yk), 0.5)
-        series[k] = b.select(ties, half, b.select(wins, xk, yk))
+        series[k] = builders.select(ties, half, builders.select(wins, xk, yk))
     return series
 
 
@@ -356,10 +356,10 @@ def _dot_general(b, op, ins):
         terms = [k for k in range(1, b.order + 1) if x[k] is not None]
         shape = ir.RankedTensorType(x[0].type).shape
         free = [d for d in range(len(shape)) if d not in batch and d not in contract]
-        if _has_series(other) or not free or len(terms) < 2:
+        if has_series(other) or not free or len(terms) < 2:
             continue
         stack = stacked_dot(op, side, [x[k] for k in terms], free[0], len(batch) + offset, op.result.type)
-        b.function.stacks.append(stack)
+        b.stacks.append(stack)
         out = b.series(op.result)
         for k, piece in zip(terms, stack.slices):
             out[k] = piece
@@ -396,7 +396,7 @@ def _sqrt(b, u, y0):
     return y
 
 
-def pair_rule(partner: str, own_sign: float, partner_sign: float) -> Rule:
+def pair_rule(partner: Callable[[ir.Value], ir.Value], own_sign: float, partner_sign: float) -> Rule:
     """y = f(u) with y' = own_sign * z u' and z' = partner_sign * y u', z = partner(u):
     sine/cosine and sinh/cosh; z is needed to order K-1 only."""
 
@@ -404,7 +404,7 @@ def pair_rule(partner: str, own_sign: float, partner_sign: float) -> Rule:
         (u,) = ins
         du = b.scaled_derivative(u)
         y = b.series(op.result)
-        z = b.series(b.unary(partner, u[0]))
+        z = b.series(partner(u[0]))
         for k in range(1, b.order + 1):
             y[k] = b.scale(b.ode_term(du, z, k), own_sign)
             if k < b.order:
@@ -457,7 +457,7 @@ def _quadratic_of_y(a0: float, a1: float, a2: float) -> Callable[[JetBuilder, Se
 
 
 def _expm1(b, u, y0):
-    return exp_series(b, u, y0, c0=b.unary("stablehlo.exponential", u[0]))
+    return exp_series(b, u, y0, c0=builders.exp(u[0]))
 
 
 def _log1p(b, u, y0):
@@ -489,9 +489,15 @@ def _atan_like(s: float) -> Callable:
 
 
 def _atan2(b, op, ins):
-    z0 = b.create("stablehlo.divide", [ins[0][0], ins[1][0]])
-    z = div_series(b, ins[0], ins[1], z0)
-    return [_with_derivative(b, z, op.result, _reciprocal_of_quadratic(b, z, 1.0))]
+    """atan2(u, w): t y'(t) = (w t u' - u t w') / (u^2 + w^2), which stays finite where
+    w0 = 0 (unlike atan(u / w), JAX jet's rule)."""
+    u, w = ins
+    du, dw = b.scaled_derivative(u), b.scaled_derivative(w)
+    num = [None] + [b.sub(b.cauchy(w, du, k), b.cauchy(u, dw, k)) for k in range(1, b.order + 1)]
+    den = [b.add(b.mul(u[0], u[0]), b.mul(w[0], w[0]))] + [
+        b.add(square_term(b, u, k), square_term(b, w, k)) for k in range(1, b.order + 1)]
+    q = div_series(b, num, den, None)
+    return [[op.result] + [b.scale(q[k], 1.0 / k) for k in range(1, b.order + 1)]]
 
 
 def _inverse_sqrt_rule(sign: float, a: float, s: float) -> Callable:
@@ -500,7 +506,7 @@ def _inverse_sqrt_rule(sign: float, a: float, s: float) -> Callable:
 
     def fn(b, u, y0):
         w = _quadratic(b, u, a, s)
-        c = power_series(b, w, -0.5, b.unary("stablehlo.rsqrt", w[0]))
+        c = power_series(b, w, -0.5, builders.rsqrt(w[0]))
         return _with_derivative(b, u, y0, [b.scale(t, sign) for t in c])
 
     return fn
@@ -511,7 +517,7 @@ def _erf_like(sign: float) -> Callable:
 
     def fn(b, u, y0):
         q = _quadratic(b, u, 0.0, -1.0)
-        e = exp_series(b, q, b.unary("stablehlo.exponential", q[0]))
+        e = exp_series(b, q, builders.exp(q[0]))
         return _with_derivative(b, u, y0, [b.scale(t, sign * 2 / math.sqrt(math.pi)) for t in e])
 
     return fn
@@ -526,7 +532,7 @@ def _erf_inv(b, u, y0):
     def derivative(y, j):
         s[j] = square_term(b, y, j)
         ds[j] = b.scale(s[j], j)
-        e[j] = b.unary("stablehlo.exponential", s[0]) if j == 0 else b.ode_term(ds, e, j)
+        e[j] = builders.exp(s[0]) if j == 0 else b.ode_term(ds, e, j)
         return b.scale(e[j], math.sqrt(math.pi) / 2)
 
     return ode_series(b, u, y0, derivative)
@@ -537,25 +543,37 @@ def _power_recurrence(r: float) -> Callable:
 
 
 def _power(b, op, ins):
-    """x^y: Faa di Bruno in x when y has no series (exact at x <= 0 for integer y),
-    else exp(y log x) as JAX does."""
-    x, y = ins
-    if all(t is None for t in y[1:]):
-        one = b.constant(1, x[0].type)
-        zero_ = b.constant(0, x[0].type)
-        falling = [one]
+    """x^w. With a constant exponent, Faa di Bruno in x (exact at x <= 0 for integer w).
+    With a series in w, x^w0 * exp((w - w0) log x): the second factor has primal 1, so
+    the large (x_k/x0)^j terms of log x meet x0^w0 in a product instead of cancelling
+    inside exp(w log x) (which JAX's jet uses, and which loses everything for tiny x).
+    At x0 = 0 only the first factor counts, as in JAX's jvp (log of a replaced zero)."""
+    x, w = ins
+    one = b.constant(1, x[0].type)
+    zero_ = b.constant(0, x[0].type)
+    falling = [one]
 
-        def d(m: int) -> ir.Value:
-            while len(falling) <= m:
-                i = len(falling)
-                falling.append(b.scale(b.mul(falling[-1], b.sub(y[0], b.constant(i - 1, x[0].type))), 1.0 / i))
-            value = b.mul(falling[m], b.create("stablehlo.power", [x[0], b.sub(y[0], b.constant(m, x[0].type))]))
-            return b.select(b.compare(falling[m], zero_, "EQ"), zero_, value)
+    def d(m: int) -> ir.Value:
+        """binomial(w0, m) x0^(w0 - m): the m-th derivative of x^w0 over m!. The factors
+        multiply the power one by one (a huge w0 with a vanishing power gives 0, not
+        inf * 0); where the binomial is exactly 0 (integer w0 < m) so is the term."""
+        while len(falling) <= m:
+            i = len(falling)
+            falling.append(b.scale(b.mul(falling[-1], b.sub(w[0], b.constant(i - 1, x[0].type))), 1.0 / i))
+        value = builders.power(x[0], b.sub(w[0], b.constant(m, x[0].type)))
+        for i in range(m):
+            value = b.scale(b.mul(value, w[0] if i == 0 else b.sub(w[0], b.constant(i, x[0].type))), 1.0 / (i + 1))
+        return builders.select(builders.compare(falling[m], zero_, "EQ"), zero_, value)
 
-        return [compose(b, x, op.result, d)]
-    log_x = log_series(b, x, b.unary("stablehlo.log", x[0]))
-    z = mul_series(b, y, log_x, b.mul(y[0], log_x[0]))
-    return [exp_series(b, z, op.result)]
+    fixed = compose(b, x, op.result, d)
+    if not has_series(w):
+        return [fixed]
+    log_x = log_series(b, x, builders.log(x[0]))
+    z = mul_series(b, [None] + w[1:], log_x, None)
+    y = mul_series(b, fixed, exp_series(b, z, one), op.result)
+    at_zero = builders.compare(x[0], zero_, "EQ")
+    return [[y[0]] + [None if y[k] is None else builders.select(at_zero, b.materialize(fixed[k], x[0]), y[k])
+                      for k in range(1, b.order + 1)]]
 
 
 def _polygamma_composition(shift: int) -> Callable:
@@ -565,9 +583,9 @@ def _polygamma_composition(shift: int) -> Callable:
         def d(m: int) -> ir.Value:
             n = m - 1 + shift
             if n == 0:
-                value = b.unary("chlo.digamma", u[0])
+                value = builders.digamma(u[0])
             else:
-                value = b.create("chlo.polygamma", [b.constant(n, u[0].type), u[0]])
+                value = builders.polygamma(b.constant(n, u[0].type), u[0])
             return b.scale(value, 1.0 / math.factorial(m))
 
         return compose(b, u, y0, d)
@@ -576,10 +594,14 @@ def _polygamma_composition(shift: int) -> Callable:
 
 
 def _abs(b, op, ins):
+    """|u| = sign(u0) u for real u; for complex u, sqrt(re(u)^2 + im(u)^2) (singular at 0)."""
     (u,) = ins
-    if isinstance(ir.RankedTensorType(u[0].type).element_type, ir.ComplexType):
-        raise PassError("jet-expand: no Taylor rule for stablehlo.abs of a complex number", op.location)
-    sign = b.select(b.compare(u[0], b.zeros(u[0]), "LT"), b.constant(-1, u[0].type), b.constant(1, u[0].type))
+    if isinstance(builders.elem_of(u[0]), ir.ComplexType):
+        re, im = ([None if t is None else part(t) for t in u] for part in (builders.real, builders.imag))
+        r = [None] + [b.add(square_term(b, re, k), square_term(b, im, k)) for k in range(1, b.order + 1)]
+        return [_sqrt(b, r, op.result)]
+    sign = builders.select(builders.compare(u[0], b.zeros(u[0]), "LT"), b.constant(-1, u[0].type),
+                           b.constant(1, u[0].type))
     return [[op.result] + [b.mul(sign, u[k]) for k in range(1, b.order + 1)]]
 
 
@@ -588,8 +610,8 @@ def _remainder(b, op, ins):
     (x, y), out = ins, b.series(op.result)
     if all(t is None for t in y[1:]):
         return [out[:1] + x[1:]]
-    q = b.create("stablehlo.divide", [x[0], y[0]])
-    trunc = b.select(b.compare(q, b.zeros(q), "LT"), b.unary("stablehlo.ceil", q), b.unary("stablehlo.floor", q))
+    q = builders.div(x[0], y[0])
+    trunc = builders.select(builders.compare(q, b.zeros(q), "LT"), builders.ceil(q), builders.floor(q))
     return [out[:1] + [b.sub(x[k], b.mul(trunc, y[k])) for k in range(1, b.order + 1)]]
 
 
@@ -609,10 +631,10 @@ def _clamp(b, op, ins):
     def full(s: Series) -> Series:
         if ir.RankedTensorType(s[0].type).shape == ir.RankedTensorType(t).shape:
             return s
-        return [None if c is None else b.broadcast(c, t, []) for c in s]
+        return [None if c is None else builders.broadcast(c, ir.RankedTensorType(t).shape, []) for c in s]
 
     lo, hi = full(lo), full(hi)
-    inner = choose_series(b, lo, x, "GT", b.create("stablehlo.maximum", [lo[0], x[0]]))
+    inner = choose_series(b, lo, x, "GT", builders.maximum(lo[0], x[0]))
     return [choose_series(b, inner, hi, "LT", op.result)]
 
 
@@ -621,10 +643,10 @@ def _reduce_choose(b: JetBuilder, op: ir.Operation, u: Series) -> Series:
     dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
     rank = ir.RankedTensorType(u[0].type).rank
     kept = [d for d in range(rank) if d not in dims]
-    out_b = b.broadcast(op.results[0], u[0].type, kept)
-    mask = b.convert(b.compare(u[0], out_b, "EQ"), u[0].type)
-    counts = b.reduce_sum(mask, dims)
-    return [op.results[0]] + [None if u[k] is None else b.div(b.reduce_sum(b.mul(u[k], mask), dims), counts)
+    out_b = builders.broadcast(op.results[0], builders.shape_of(u[0]), kept)
+    mask = builders.convert(builders.compare(u[0], out_b, "EQ"), builders.elem_of(u[0]))
+    counts = builders.reduce(mask, dims)
+    return [op.results[0]] + [None if u[k] is None else b.div(builders.reduce(b.mul(u[k], mask), dims), counts)
                                for k in range(1, b.order + 1)]
 
 
@@ -634,14 +656,9 @@ def _polynomial_product(b: JetBuilder, op: ir.Operation, u: Series, init: Series
     K = b.order
     st = scalar_type(u[0].type)
     operands = [b.materialize(t, u[0]) for t in u] + [b.materialize(t, init[0]) for t in init]
-    new = ir.Operation.create(op.name, results=[op.result.type] * (K + 1), operands=operands,
-                              attributes=attributes_of(op), regions=1)
-    block = new.regions[0].blocks.append(*([st] * (2 * K + 2)))
-    args = list(block.arguments)
-    a, c = args[: K + 1], args[K + 1:]
-    with ir.InsertionPoint(block):
-        prod = [b.cauchy(a, c, k) for k in range(K + 1)]
-        ir.Operation.create("stablehlo.return", operands=prod)
+    new = builders.regrown(op, operands, [op.result.type] * (K + 1), regions=1)
+    builders.fill_region(new.regions[0], [st] * (2 * K + 2),
+                         lambda *args: [b.cauchy(args[: K + 1], args[K + 1:], k) for k in range(K + 1)])
     return list(new.results)
 
 
@@ -654,17 +671,17 @@ def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, dir
     st = scalar_type(u[0].type)
     operands = ([u[0]] + [b.materialize(t, u[0]) for t in u[1:]] + [b.constant(1, u[0].type)]
                 + [init[0]] + [b.constant(0, st) for _ in range(K + 1)])
-    new = ir.Operation.create(op.name, results=[op.result.type] * (K + 2), operands=operands,
-                              attributes=attributes_of(op), regions=1)
-    block = new.regions[0].blocks.append(*([st] * (2 * K + 4)))
-    args = list(block.arguments)
-    left, right = args[: K + 2], args[K + 2:]
-    with ir.InsertionPoint(block):
-        wins = b.compare(left[0], right[0], direction)
-        ties = b.compare(left[0], right[0], "EQ")
-        merged = [b.select(wins, left[0], right[0])] + [
-            b.select(ties, b.add(x, y), b.select(wins, x, y)) for x, y in zip(left[1:], right[1:])]
-        ir.Operation.create("stablehlo.return", operands=merged)
+    new = builders.regrown(op, operands, [op.result.type] * (K + 2), regions=1)
+
+    def body(*args: ir.Value) -> list[ir.Value]:
+        left, right = args[: K + 2], args[K + 2:]
+        wins = builders.compare(left[0], right[0], direction)
+        ties = builders.compare(left[0], right[0], "EQ")
+        return [builders.select(wins, left[0], right[0])] + [
+            builders.select(ties, builders.add(x, y), builders.select(wins, x, y))
+            for x, y in zip(left[1:], right[1:])]
+
+    builders.fill_region(new.regions[0], [st] * (2 * K + 4), body)
     results = list(new.results)
     return [results[0]] + [b.div(c, results[K + 1]) if t is not None else None
                            for c, t in zip(results[1: K + 1], u[1:])]
@@ -674,7 +691,7 @@ def _reduce_like(linear_rule: Rule) -> Rule:
     """reduce / reduce_window by the kind of their body: add, multiply, max, min."""
 
     def rule(b, op, ins):
-        kind = body_kind(op)
+        kind = builders.reducer_kind(op)
         if len(op.results) == 1 and kind == "stablehlo.add":
             return linear_rule(b, op, ins)
         if len(op.results) == 1 and kind == "stablehlo.multiply":
@@ -690,7 +707,7 @@ def _reduce_like(linear_rule: Rule) -> Rule:
 
 
 def _scatter(b, op, ins):
-    if len(op.operands) != 3 or body_kind(op) not in ("stablehlo.add", "replace"):
+    if len(op.operands) != 3 or builders.reducer_kind(op) not in ("stablehlo.add", "replace"):
         raise PassError("jet-expand: stablehlo.scatter has a Taylor rule only for one operand "
                         "combined by add or replace", op.location)
     return linear(0, 2)(b, op, ins)
@@ -698,96 +715,29 @@ def _scatter(b, op, ins):
 
 def _sort(b, op, ins):
     """The coefficients ride along as extra sort operands: the permutation is the primal's."""
-    extra = _coefficients(b, ins, [i for i, s in enumerate(ins) if _has_series(s)])
-    new = ir.Operation.create("stablehlo.sort", results=[v.type for v in list(op.operands) + extra],
-                              operands=list(op.operands) + extra, attributes=attributes_of(op), regions=1)
+    extra = coefficients(b, ins, [i for i, s in enumerate(ins) if has_series(s)])
+    operands = list(op.operands) + extra
+    new = builders.regrown(op, operands, [v.type for v in operands], regions=1)
     old_block = op.regions[0].blocks[0]
     types = [a.type for a in old_block.arguments] + [scalar_type(v.type) for v in extra for _ in range(2)]
-    b.function.move_block(old_block, new.regions[0], types)
-    return _split_results(b, list(new.results), [_has_series(s) for s in ins])
+    builders.move_block(old_block, new.regions[0], types)
+    return split_results(b, list(new.results), [has_series(s) for s in ins])
+
 
 def _custom_call(b, op, ins):
-    """Sharding annotations are linear; any other custom call has no rule."""
-    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    """Sharding annotations are linear; the stop_gradient marker has a zero series and
+    stays (the pass removes it last, so an enclosing jet sees it too); any other custom
+    call has no rule."""
+    target = call_target(op)
+    if target == STOP_GRADIENT:
+        check_stop_gradient(op)
+        return [b.series(op.result)]
     if target in SHARDING_TARGETS and len(op.operands) == 1:
         return linear(0)(b, op, ins)
     raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}", op.location)
 
 
 SHARDING_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
-
-
-def _has_series(s: Series) -> bool:
-    return any(t is not None for t in s[1:])
-
-
-def _coefficients(b: JetBuilder, outs: list[Series], which: Sequence[int]) -> list[ir.Value]:
-    return [b.materialize(outs[i][k], outs[i][0]) for i in which for k in range(1, b.order + 1)]
-
-
-def _split_results(b: JetBuilder, results: list[ir.Value], carried: Sequence[bool]) -> list[Series]:
-    """Primal-major results (primals, then K coefficients per carried value) as series."""
-    pos, outs = len(carried), []
-    for i, c in enumerate(carried):
-        if c:
-            outs.append([results[i]] + results[pos: pos + b.order])
-            pos += b.order
-        else:
-            outs.append([results[i]] + [None] * b.order)
-    return outs
-
-
-def _while(b, op, ins):
-    """Loop state gains the coefficients of every value that may carry a series."""
-    fn = b.function
-    body = op.regions[1].blocks[0]
-    carried = [_has_series(s) for s in ins]
-    while True:
-        marked = fn.may_carry_series(body, [a for a, c in zip(body.arguments, carried) if c])
-        grown = [c or (m and is_differentiable(s[0].type)) for c, m, s in zip(carried, marked, ins)]
-        if grown == carried:
-            break
-        carried = grown
-    which = [i for i, c in enumerate(carried) if c]
-    operands = list(op.operands) + _coefficients(b, ins, which)
-    types = [v.type for v in operands]
-    new = ir.Operation.create("stablehlo.while", results=types, operands=operands,
-                              attributes=attributes_of(op), regions=2)
-    fn.move_block(op.regions[0].blocks[0], new.regions[0], types)
-    new_body = fn.move_block(body, new.regions[1], types)
-    outs = fn.expand_block(new_body, _split_results(b, list(new_body.arguments), carried))
-    fn.finish_block(new_body, outs, which)
-    return _split_results(b, list(new.results), carried)
-
-
-def _branches(b, op, ins):
-    """case / if: every branch returns the coefficients of the results any branch differentiates."""
-    fn = b.function
-    blocks = [r.blocks[0] for r in op.regions]
-    marked = [fn.may_carry_series(block, []) for block in blocks]
-    carried = [is_differentiable(r.type) and any(m[i] for m in marked) for i, r in enumerate(op.results)]
-    which = [i for i, c in enumerate(carried) if c]
-    types = [r.type for r in op.results] + [op.results[i].type for i in which for _ in range(b.order)]
-    new = ir.Operation.create(op.name, results=types, operands=list(op.operands),
-                              attributes=attributes_of(op), regions=len(blocks))
-    for region, block in zip(new.regions, blocks):
-        moved = fn.move_block(block, region, [])
-        fn.finish_block(moved, fn.expand_block(moved, []), which)
-    return _split_results(b, list(new.results), carried)
-
-
-def _call(b, op, ins):
-    """A call of the callee's jet, specialized to the coefficients known to be zero."""
-    callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
-    zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, b.order + 1) if s[k] is None)
-    name, zero_out = b.function.module.jet_function(callee, b.order, zero, op.location)
-    operands = [s[0] for s in ins] + _coefficients(b, ins, range(len(ins)))
-    types = [r.type for r in op.results] + [r.type for r in op.results for _ in range(b.order)]
-    call = ir.Operation.create("func.call", results=types, operands=operands,
-                               attributes={"callee": ir.FlatSymbolRefAttr.get(name)})
-    outs = _split_results(b, list(call.results), [True] * len(op.results))
-    return [[s[0]] + [None if (i, k) in zero_out else s[k] for k in range(1, b.order + 1)]
-            for i, s in enumerate(outs)]
 
 
 RULES: dict[str, Rule] = {
@@ -820,10 +770,10 @@ RULES: dict[str, Rule] = {
     "stablehlo.exponential_minus_one": of_series(_expm1),
     "stablehlo.log": of_series(lambda b, u, y0: log_series(b, u, y0)),
     "stablehlo.log_plus_one": of_series(_log1p),
-    "stablehlo.sine": pair_rule("stablehlo.cosine", 1.0, -1.0),
-    "stablehlo.cosine": pair_rule("stablehlo.sine", -1.0, 1.0),
-    "chlo.sinh": pair_rule("chlo.cosh", 1.0, 1.0),
-    "chlo.cosh": pair_rule("chlo.sinh", 1.0, 1.0),
+    "stablehlo.sine": pair_rule(builders.cos, 1.0, -1.0),
+    "stablehlo.cosine": pair_rule(builders.sin, -1.0, 1.0),
+    "chlo.sinh": pair_rule(builders.cosh, 1.0, 1.0),
+    "chlo.cosh": pair_rule(builders.sinh, 1.0, 1.0),
     "stablehlo.tanh": of_series(_quadratic_of_y(1.0, 0.0, -1.0)),
     "stablehlo.tan": of_series(_quadratic_of_y(1.0, 0.0, 1.0)),
     "stablehlo.logistic": of_series(_quadratic_of_y(0.0, 1.0, -1.0)),
@@ -853,9 +803,4 @@ RULES: dict[str, Rule] = {
     "stablehlo.sort": _sort,
     "stablehlo.custom_call": _custom_call,
     "sdy.sharding_constraint": linear(0),
-    # structure
-    "stablehlo.while": _while,
-    "stablehlo.case": _branches,
-    "stablehlo.if": _branches,
-    "func.call": _call,
 }

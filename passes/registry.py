@@ -53,6 +53,8 @@ def all_passes() -> dict[str, type[Pass]]:
 ANNOTATIONS: dict[str, str] = {
     "hlopt.bcoo.": "lower-bcoo",
     "hlopt.jet": "jet-expand",
+    "hlopt.jet.stop_gradient": "jet-expand",
+    "hlopt.jet.custom_jvp": "jet-expand",
     "hlopt.custom_partitioning": "lower-custom-partitioning",
     "hlopt.vjp": "vjp-expand",
 }

@@ -55,6 +55,7 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.base import Pass, PassError
+from hlopt.passes.jet_rules import remove_stop_gradients
 from hlopt.passes.mlir import ir
 from hlopt.passes.vjp_rules import RULES, Term, VjpBuilder
 from hlopt.passes.walk import custom_calls
@@ -428,3 +429,4 @@ class VjpExpand(Pass):
             vjps.vjp_function(self.func, public=True)
         for func_op in list(vjps.funcs.values()):
             vjps.expand_annotations(func_op)
+        remove_stop_gradients(module, self.name)

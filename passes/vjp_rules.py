@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Optional
 
 from hlopt.passes import builders
 from hlopt.passes.base import PassError
+from hlopt.passes.jet_rules import STOP_GRADIENT, check_stop_gradient
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.registry import lowering_pass_for
 
@@ -900,8 +901,12 @@ SPMD_SHAPES = {"SPMDFullToShardShape": "SPMDShardToFullShape", "SPMDShardToFullS
 
 def _custom_call(b, op, cts, wants):
     """The partitioner's annotations: `Sharding` is applied to the cotangent; the shard_map
-    boundary `SPMDFullToShardShape` / `SPMDShardToFullShape` is crossed the other way."""
+    boundary `SPMDFullToShardShape` / `SPMDShardToFullShape` is crossed the other way. The
+    stop_gradient marker of a jet body (kept by jet-expand for a vjp of the jet) passes none."""
     target = ir.StringAttr(op.attributes["call_target_name"]).value
+    if target == STOP_GRADIENT:
+        check_stop_gradient(op, "vjp-expand")
+        return [None]
     if target == "Sharding" and len(op.operands) == 1:
         return reapply(b, op, cts[0])
     if target in SPMD_SHAPES and len(op.operands) == 1:

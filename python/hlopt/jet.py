@@ -6,10 +6,19 @@ primitive, which lowers to the `hlopt.jet` annotation (`called_computations =
 `jet-expand` pass turns it into a call of the generated Taylor function.
 Inside the IR the coefficients are plain Taylor coefficients y^(k)/k!; this
 module converts from and to the derivative convention (`factorial_scaled`).
+
+Before the body is lowered, what its plain lowering would lose for Taylor mode
+is kept: `stop_gradient` lowers to the `hlopt.jet.stop_gradient` marker (a zero
+series), a `custom_jvp` function to the `hlopt.jet.custom_jvp` marker calling its
+primal function and its JVP rule (so the jet follows the rule, as nested
+`jax.jvp` does, e.g. at `sinc(0)` or `softplus(0)`), and `logistic` to one
+`stablehlo.logistic` op (JAX lowers it to 1/(1+exp(-x)), whose expansion is NaN
+where exp(-x) overflows). `jet-expand` removes the markers.
 """
 
 from __future__ import annotations
 
+import contextvars
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -17,10 +26,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import ClosedJaxpr, jaxpr_as_fun
-from jax.interpreters import ad, batching
+import numpy as np
+from jax import lax
+from jax.extend.core import ClosedJaxpr, Jaxpr, Primitive, Var, jaxpr_as_fun
+from jax.extend.core.primitives import custom_jvp_call_p
+from jax.interpreters import ad, batching, mlir
 
 from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation
+from hlopt.passes.jet_expand import MAX_ORDER
+from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
+from hlopt.passes.mlir import stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
 __all__ = ["jet"]
@@ -37,11 +52,108 @@ def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int):
     return outs + [a for a in outs for _ in range(order)]
 
 
-def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int):
-    func_op = lower_called_computation(name="hlopt_jet_fun", jaxpr=jaxpr, module_context=ctx.module_context,
+def _lower_called(name: str, jaxpr: ClosedJaxpr, ctx: Any) -> str:
+    """Lower `jaxpr` (its constants embedded) to a private function; its symbol name."""
+    func_op = lower_called_computation(name=name, jaxpr=jaxpr, module_context=ctx.module_context,
                                        in_avals=jaxpr.in_avals, out_avals=jaxpr.out_avals)
-    return emit_annotation("hlopt.jet", operands, result_types(ctx), {"order": order},
-                           called_computations=[func_op.name.value])
+    return func_op.name.value
+
+
+stop_gradient_p = annotation_primitive(
+    "hlopt_jet_stop_gradient", lambda x: x,
+    lambda ctx, x: emit_annotation(STOP_GRADIENT, [x], result_types(ctx), {}), multiple_results=False)
+
+logistic_p = Primitive("hlopt_jet_logistic")
+logistic_p.def_abstract_eval(lambda x: x)
+mlir.register_lowering(logistic_p, lambda ctx, x: [stablehlo.logistic(x)])
+
+
+def _custom_jvp_lowering(ctx, *operands, primal: ClosedJaxpr, jvp: ClosedJaxpr):
+    functions = [_lower_called("hlopt_custom_jvp_primal", primal, ctx), _lower_called("hlopt_custom_jvp", jvp, ctx)]
+    return emit_annotation(CUSTOM_JVP, operands, result_types(ctx), {}, called_computations=functions)
+
+
+custom_jvp_p = annotation_primitive("hlopt_jet_custom_jvp", lambda *avals, primal, jvp: primal.out_avals,
+                                    _custom_jvp_lowering)
+
+# primitive -> the one a jet body binds instead (its parameters dropped)
+TAYLOR_LOWERINGS: dict[Primitive, Primitive] = {
+    lax.stop_gradient_p: stop_gradient_p,
+    lax.logistic_p: logistic_p,
+}
+
+# The order of the jets being lowered around the current one: a jet inside a jet
+# body is differentiated by both, so its custom_jvp markers need both orders.
+_enclosing_order: contextvars.ContextVar[int] = contextvars.ContextVar("hlopt_jet_enclosing_order", default=0)
+
+
+def _for_taylor(jaxpr: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
+    """`jaxpr` (open or closed) with `TAYLOR_LOWERINGS` applied and `custom_jvp`
+    calls turned into markers, in sub-jaxprs too, for jets of total order `budget`;
+    the same object if nothing changes. `done` memoizes by (id, budget) and keeps
+    the jaxpr alive, so that its id is not reused while the memo lives."""
+    key = (id(jaxpr), budget)
+    if key in done:
+        return done[key][1]
+    if isinstance(jaxpr, ClosedJaxpr):
+        inner = _for_taylor(jaxpr.jaxpr, budget, done)
+        new = jaxpr if inner is jaxpr.jaxpr else jaxpr.replace(jaxpr=inner)
+    else:
+        eqns = [_eqn_for_taylor(e, budget, done) for e in jaxpr.eqns]
+        new = jaxpr if all(a is b for a, b in zip(eqns, jaxpr.eqns)) else jaxpr.replace(eqns=eqns)
+    done[key] = (jaxpr, new)
+    return new
+
+
+def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
+    swap = TAYLOR_LOWERINGS.get(eqn.primitive)
+    if swap is not None:
+        return eqn.replace(primitive=swap, params={})
+    if eqn.primitive is custom_jvp_call_p and budget > 0:
+        return eqn.replace(primitive=custom_jvp_p, params={
+            "primal": _for_taylor(eqn.params["call_jaxpr"], budget, done),
+            "jvp": _for_taylor(_custom_jvp_tangents(eqn), budget - 1, done)})
+    params = {k: _param_for_taylor(v, budget, done) for k, v in eqn.params.items()}
+    return eqn if all(params[k] is v for k, v in eqn.params.items()) else eqn.replace(params=params)
+
+
+def _param_for_taylor(value: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
+    if isinstance(value, (Jaxpr, ClosedJaxpr)):
+        return _for_taylor(value, budget, done)
+    if isinstance(value, tuple) and any(isinstance(v, (Jaxpr, ClosedJaxpr)) for v in value):
+        return tuple(_param_for_taylor(v, budget, done) for v in value)
+    return value
+
+
+def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
+    """The custom JVP rule of a `custom_jvp_call` equation as a closed jaxpr: (its
+    operands, the tangents of the inexact ones) -> the tangents of its inexact results."""
+    invars = [Var(v.aval) for v in eqn.invars]
+    call = jaxpr_as_fun(ClosedJaxpr(
+        Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
+                       effects=eqn.effects, debug_info=eqn.params["call_jaxpr"].jaxpr.debug_info), []))
+    avals = [v.aval for v in eqn.invars]
+    inexact_in = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
+    inexact_out = [jnp.issubdtype(v.aval.dtype, jnp.inexact) for v in eqn.outvars]
+
+    def tangents(*args):
+        given = iter(args[len(avals):])
+        dx = [next(given) if d else np.zeros(a.shape, jax.dtypes.float0) for a, d in zip(avals, inexact_in)]
+        dy = jax.jvp(call, tuple(args[:len(avals)]), tuple(dx))[1]
+        return [t for t, d in zip(dy, inexact_out) if d]
+
+    structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    return jax.make_jaxpr(tangents)(*structs, *[s for s, d in zip(structs, inexact_in) if d])
+
+
+def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int):
+    budget = order + _enclosing_order.get()
+    token = _enclosing_order.set(budget)
+    try:
+        name = _lower_called("hlopt_jet_fun", _for_taylor(jaxpr, budget, {}), ctx)
+    finally:
+        _enclosing_order.reset(token)
+    return emit_annotation("hlopt.jet", operands, result_types(ctx), {"order": order}, called_computations=[name])
 
 
 jet_p = annotation_primitive("hlopt_jet", _abstract_eval, _lowering)
@@ -108,6 +220,8 @@ def _check_series(primals: Sequence[Any], series: Sequence[Any]) -> int:
         (order,) = set(map(len, series))
     except ValueError:
         raise ValueError("jet terms have inconsistent lengths for different arguments") from None
+    if order > MAX_ORDER:
+        raise ValueError(f"jet: the order is {order}; hlopt builds jets of order at most {MAX_ORDER}")
     for i, (x, terms) in enumerate(zip(primals, series)):
         tree = jax.tree_util.tree_structure(x)
         for j, t in enumerate(terms):
@@ -128,6 +242,9 @@ def _scaled(x: Any, c: float) -> Any:
 
 def _jet_traced(fun: Callable, primals: Sequence[Any], series: Sequence[Any], factorial_scaled: bool):
     order = _check_series(primals, series)
+    if order == 0:
+        out = fun(*primals)
+        return out, jax.tree_util.tree_map(lambda _: [], out)
     leaves, in_tree = jax.tree_util.tree_flatten(tuple(primals))
     leaves = [jnp.asarray(x) for x in leaves]
     # coefficient k of every leaf, in the leaves' order

@@ -17,6 +17,7 @@ import hlopt
 from hlopt.compiler.lowering import parse_module
 from hlopt.passes.base import PassError
 from hlopt.compiler.stages import AnnotationError, Lowered
+from hlopt.runtime.compile import compile_lowered
 from vjp_harness import _signature, assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
 
 rng = np.random.default_rng(0)
@@ -225,7 +226,7 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.sine %x : tensor<4xf32>
   return %0 : tensor<4xf32>
 }"""
-    lowered = Lowered(parse_module(text), _signature([X4, X4], [X4]))
+    lowered = Lowered(parse_module(text), _signature([X4, X4], [X4]), backend=compile_lowered)
     with pytest.raises(AnnotationError, match="run the 'vjp-expand' pass first"):
         lowered.compile("")
     got = np.asarray(lowered.compile()(X4, Y4)[0])
@@ -256,7 +257,7 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
         return jax.jvp(lambda x: jax.jvp(f, (x,), (v,))[1], (x,), (v,))[1] / 2
 
     ct = np.linspace(-1, 1, 4).astype(np.float32)
-    lowered = Lowered(parse_module(text), _signature([X4, Y4, ct], [X4, Y4]))
+    lowered = Lowered(parse_module(text), _signature([X4, Y4, ct], [X4, Y4]), backend=compile_lowered)
     got = [np.asarray(v) for v in lowered.compile()(X4, Y4, ct)]
     want = jax_vjp(second, [X4, Y4], [ct])
     assert_cotangents_close(got, want, [X4, Y4], 2e-5, "vjp of a jet")
@@ -287,7 +288,7 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<f32> {
     def f(x):
         return jnp.sum(jnp.sin(x) * x * x)
 
-    lowered = Lowered(parse_module(text), _signature([X4, Y4], [X4, np.float32(0)]))
+    lowered = Lowered(parse_module(text), _signature([X4, Y4], [X4, np.float32(0)]), backend=compile_lowered)
     hv, vg = (np.asarray(v) for v in lowered.compile()(X4, Y4))
     np.testing.assert_allclose(hv, jax.jvp(jax.grad(f), (X4,), (Y4,))[1], rtol=2e-5, atol=1e-6)
     np.testing.assert_allclose(vg, np.dot(Y4, jax.grad(f)(X4)), rtol=2e-5, atol=1e-6)

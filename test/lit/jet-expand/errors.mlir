@@ -13,7 +13,7 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 }
 
 // MISSING: error: jet-expand: no function @missing in the module
-// ORDER: error: jet-expand: the order must be at least 1, got 0
+// ORDER: error: jet-expand: the order must be between 1 and 64, got 0
 // NOFUNC: error: jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})
 
 // REDUCE: errors.mlir:23:{{[0-9]+}}: error: jet-expand: no Taylor rule for stablehlo.reduce_window with a stablehlo.atan2 body
@@ -35,3 +35,14 @@ func.func @h(%x: tensor<4xf32>) -> tensor<4xf32> {
   %1 = stablehlo.custom_call @lapack_spotrf(%0) : (tensor<4xf32>) -> tensor<4xf32>
   return %1 : tensor<4xf32>
 }
+
+// The order is bounded: 1000 used to run for minutes, 10^23 to abort with std::bad_alloc.
+// RUN: not hlopt-opt %s -p 'jet-expand{func=f order=1000}' 2>&1 | filecheck %s --check-prefix=BIG
+// RUN: not hlopt-opt %s -p 'jet-expand{func=f order=100000000000000000000000}' 2>&1 | filecheck %s --check-prefix=HUGE
+// RUN: not hlopt-opt %s -p 'jet-expand{func=f order=-1}' 2>&1 | filecheck %s --check-prefix=NEGATIVE
+// RUN: not hlopt-opt %s -p 'jet-expand{func=decl order=1}' 2>&1 | filecheck %s --check-prefix=DECL
+// BIG: hlopt-opt: error: jet-expand: the order must be between 1 and 64, got 1000{{$}}
+// HUGE: hlopt-opt: error: jet-expand: the order must be between 1 and 64, got 100000000000000000000000{{$}}
+// NEGATIVE: hlopt-opt: error: jet-expand: the order must be between 1 and 64, got -1{{$}}
+// DECL: hlopt-opt: error: jet-expand: @decl is a declaration without a body
+func.func private @decl(%x: tensor<4xf32>) -> tensor<4xf32>
