@@ -14,58 +14,14 @@ from typing import ClassVar
 from hlopt.passes import builders
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
-                                    check_stop_gradient,
-                                    coefficients, has_series, is_differentiable, split_results)
+                                    coefficients, has_series, remove_stop_gradients, split_results)
 from hlopt.passes.mlir import ir
+from hlopt.passes.walk import call_target, custom_calls
 
 ANNOTATION = "hlopt.jet"
 # The largest order jet-expand builds: a rule's work grows as K^2 (Cauchy products) to
 # K^3 (Faa di Bruno), and the annotation carries K+1 values per primal.
 MAX_ORDER = 64
-ZERO_PRESERVING = ("stablehlo.broadcast_in_dim", "stablehlo.convert", "stablehlo.reshape")
-
-
-def is_zero_constant(value: ir.Value) -> bool:
-    """True if `value` is a splat zero constant (possibly broadcast, converted or reshaped).
-
-    Complex constants are never known zero: the MLIR bindings cannot read complex
-    dense attributes (the pass builds its complex zeros as converted real ones)."""
-    if not isinstance(value, ir.OpResult):
-        return False
-    op = value.owner.operation
-    if op.name in ZERO_PRESERVING:
-        return is_zero_constant(op.operands[0])
-    if op.name == "stablehlo.multiply":  # a zero scaled by a constant (factorial scaling)
-        a, b = op.operands
-        return (is_zero_constant(a) and _is_constant(b)) or (is_zero_constant(b) and _is_constant(a))
-    if op.name != "stablehlo.constant" or isinstance(builders.elem_of(value), ir.ComplexType):
-        return False
-    attr = op.attributes["value"]
-    if not isinstance(attr, ir.DenseElementsAttr) or not attr.is_splat:
-        return False
-    splat = attr.get_splat_value()
-    if isinstance(splat, ir.FloatAttr):
-        return splat.value == 0.0
-    if isinstance(splat, ir.IntegerAttr):
-        return splat.value == 0
-    return False
-
-
-def _is_constant(value: ir.Value) -> bool:
-    if not isinstance(value, ir.OpResult):
-        return False
-    op = value.owner.operation
-    return op.name == "stablehlo.constant" or (op.name in ZERO_PRESERVING and _is_constant(op.operands[0]))
-
-
-def _has_uses(value: ir.Value) -> bool:
-    return next(iter(value.uses), None) is not None
-
-
-def _target(op: ir.Operation) -> str:
-    return ir.StringAttr(op.attributes["call_target_name"]).value
-
-
 EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
              "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
              "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
@@ -75,7 +31,7 @@ def _is_pure(op: ir.Operation) -> bool:
     """A StableHLO/CHLO op with results and without regions or side effects (or a jet
     marker): dead when its results are."""
     if op.name == "stablehlo.custom_call":
-        return _target(op) in (STOP_GRADIENT, CUSTOM_JVP)
+        return call_target(op) in (STOP_GRADIENT, CUSTOM_JVP)
     return (op.name.startswith(("stablehlo.", "chlo.")) and len(op.results) > 0 and not op.regions
             and op.name not in EFFECTFUL)
 
@@ -86,13 +42,13 @@ def live_values(block: ir.Block) -> set[ir.Value]:
     live: set[ir.Value] = set()
     for op in reversed([op.operation for op in block.operations]):
         if not _is_pure(op) or any(r in live for r in op.results):
-            live.update(v for inner in [op, *_nested_ops(op)] for v in inner.operands)
+            live.update(v for inner in [op, *builders.nested_ops(op)] for v in inner.operands)
     return live
 
 
 def _erase_dead(block: ir.Block) -> None:
     for op in reversed([op.operation for op in block.operations]):
-        if _is_pure(op) and not any(_has_uses(r) for r in op.results):
+        if _is_pure(op) and not any(builders.has_uses(r) for r in op.results):
             op.erase()
 
 
@@ -131,9 +87,9 @@ class FunctionJet:
         ins = [self.series_of(v) for v in op.operands]
         if not any(v in self.series for v in op.operands) and not (op.regions and self._captures_series(op)):
             return
-        if not any(is_differentiable(r.type) and _has_uses(r) for r in op.results):
+        if not any(builders.is_differentiable(r.type) and builders.has_uses(r) for r in op.results):
             return
-        structure = self.STRUCTURE.get(_target(op) if op.name == "stablehlo.custom_call" else op.name)
+        structure = self.STRUCTURE.get(call_target(op) if op.name == "stablehlo.custom_call" else op.name)
         rule = RULES.get(op.name)
         if structure is None and rule is None:
             raise PassError(f"jet-expand: no Taylor rule for '{op.name}'", op.location)
@@ -152,7 +108,7 @@ class FunctionJet:
             op.erase()
 
     def _captures_series(self, op: ir.Operation) -> bool:
-        return any(v in self.series for inner in _nested_ops(op) for v in inner.operands)
+        return any(v in self.series for inner in builders.nested_ops(op) for v in inner.operands)
 
     def may_carry_series(self, block: ir.Block, seeds: Sequence[ir.Value]) -> list[bool]:
         """Which terminator operands of `block` may have a series, if `seeds` and the
@@ -164,8 +120,8 @@ class FunctionJet:
 
         ops = [op.operation for op in block.operations]
         for op in ops[:-1]:
-            if any(hit(v) for inner in [op, *_nested_ops(op)] for v in inner.operands):
-                marked.update(r for r in op.results if is_differentiable(r.type))
+            if any(hit(v) for inner in [op, *builders.nested_ops(op)] for v in inner.operands):
+                marked.update(r for r in op.results if builders.is_differentiable(r.type))
         return [hit(v) for v in ops[-1].operands]
 
     def finish_block(self, block: ir.Block, outs: Sequence[Series], which: Sequence[int]) -> None:
@@ -181,7 +137,7 @@ class FunctionJet:
         term = list(block.operations)[-1].operation
         with ir.InsertionPoint(term), term.location:
             for i, v in enumerate(list(term.operands)):
-                if i not in live and not is_zero_constant(v):
+                if i not in live and not builders.is_zero_constant(v):
                     term.operands[i] = self.builder.zeros(v)
         live_now = live_values(block)
         for stack in self.builder.stacks:
@@ -203,7 +159,7 @@ class FunctionJet:
         carried = [has_series(s) for s in ins]
         while True:
             marked = self.may_carry_series(body, [a for a, c in zip(body.arguments, carried) if c])
-            grown = [c or (m and is_differentiable(s[0].type)) for c, m, s in zip(carried, marked, ins)]
+            grown = [c or (m and builders.is_differentiable(s[0].type)) for c, m, s in zip(carried, marked, ins)]
             if grown == carried:
                 break
             carried = grown
@@ -221,7 +177,7 @@ class FunctionJet:
         """case / if: every branch returns the coefficients of the results any branch differentiates."""
         blocks = [r.blocks[0] for r in op.regions]
         marked = [self.may_carry_series(block, []) for block in blocks]
-        carried = [is_differentiable(r.type) and any(m[i] for m in marked) for i, r in enumerate(op.results)]
+        carried = [builders.is_differentiable(r.type) and any(m[i] for m in marked) for i, r in enumerate(op.results)]
         which = [i for i, c in enumerate(carried) if c]
         types = [r.type for r in op.results] + [self.builder.coefficient_type(op.results[i].type, k)
                                                 for i in which for k in range(1, self.order + 1)]
@@ -254,8 +210,8 @@ class FunctionJet:
         if b.directions is not None:
             raise PassError(f"jet-expand: @{CUSTOM_JVP} (a custom_jvp function) in a directions-batched or "
                             "collapsed jet has no rule yet; use a standard jet", op.location)
-        inexact_in = [i for i, s in enumerate(ins) if is_differentiable(s[0].type)]
-        inexact_out = [j for j, r in enumerate(op.results) if is_differentiable(r.type)]
+        inexact_in = [i for i, s in enumerate(ins) if builders.is_differentiable(s[0].type)]
+        inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
         y0 = list(op.results)  # the marker stays for the primal: an enclosing jet follows the rule too
         # (primal, K-1 coefficients) of each argument of @tangents: x, then x' = sum (j+1) x_{j+1} t^j
         args = [(s[:K], s[0]) for s in ins] + [([b.scale(ins[i][j + 1], j + 1) for j in range(K)], ins[i][0])
@@ -287,36 +243,15 @@ FunctionJet.STRUCTURE = {
 }
 
 
-def _nested_ops(op: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-    for region in op.regions:
-        for block in region.blocks:
-            for inner in block.operations:
-                found.append(inner.operation)
-                found.extend(_nested_ops(inner.operation))
-    return found
-
-
 class ModuleJet:
     """Generates `@NAME_jetK` functions in one module and expands its annotations."""
 
     def __init__(self, module: ir.Operation):
         self.module = module
         self.body = module.regions[0].blocks[0]
-        self.funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
-                      for op in self.body.operations if op.operation.name == "func.func"}
-        self.names = {ir.StringAttr(op.attributes["sym_name"]).value
-                      for op in self.body.operations if "sym_name" in op.attributes}
+        self.funcs, self.names = builders.functions(self.body)
         self.generated: dict[tuple, tuple[str, frozenset]] = {}
         self.annotations_expanded: set[str] = set()
-
-    def unique_name(self, base: str) -> str:
-        name, i = base, 0
-        while name in self.names:
-            i += 1
-            name = f"{base}_{i}"
-        self.names.add(name)
-        return name
 
     def function(self, name: str, location: ir.Location | None) -> ir.Operation:
         """The `func.func @name` with a body, or a PassError at `location`."""
@@ -343,26 +278,16 @@ class ModuleJet:
         self.expand_annotations(src)
         fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
         inputs, results = list(fn_type.inputs), list(fn_type.results)
-        new = src.clone(ip=ir.InsertionPoint(self.body))
-        new_name = self.unique_name(f"{name}_jet{order}")
-        new.attributes["sym_name"] = ir.StringAttr.get(new_name)
-        self.funcs[new_name] = new
+        new_name = builders.unique_symbol(self.names, f"{name}_jet{order}")
+        new = self.funcs[new_name] = builders.clone_function(src, self.body, new_name, public)
         self.generated[key] = (new_name, frozenset())
-        for attr in ("arg_attrs", "res_attrs"):
-            if attr in new.attributes:
-                del new.attributes[attr]
-        if public:
-            if "sym_visibility" in new.attributes:
-                del new.attributes["sym_visibility"]
-        else:
-            new.attributes["sym_visibility"] = ir.StringAttr.get("private")
 
         block = new.regions[0].blocks[0]
         fj = FunctionJet(self, order, directions)
         coeff_types = [fj.builder.coefficient_type(t, k) for t in inputs for k in range(1, order + 1)]
         coeffs = [block.add_argument(t, new.location) for t in coeff_types]
         arg_series = [
-            [block.arguments[i]] + [None if (i, k) in zero or not is_differentiable(t) else coeffs[i * order + k - 1]
+            [block.arguments[i]] + [None if (i, k) in zero or not builders.is_differentiable(t) else coeffs[i * order + k - 1]
                                     for k in range(1, order + 1)]
             for i, t in enumerate(inputs)
         ]
@@ -384,15 +309,14 @@ class ModuleJet:
         if name in self.annotations_expanded:
             return
         self.annotations_expanded.add(name)
-        for op in _nested_ops(func_op):
-            if op.name == "stablehlo.custom_call" and _target(op) == ANNOTATION:
-                self.expand_annotation(op)
+        for op in custom_calls(func_op, ANNOTATION):
+            self.expand_annotation(op)
 
     def expand_annotation(self, op: ir.Operation) -> None:
         callee, order, directions = self.check_annotation(op)
         n_in = self.n_in(callee)
         zero = frozenset((i, k) for i in range(n_in) for k in range(1, order + 1)
-                         if is_zero_constant(op.operands[n_in + i * order + k - 1]))
+                         if builders.is_zero_constant(op.operands[n_in + i * order + k - 1]))
         used = live_values(op.block)
         live = frozenset(i for i, r in enumerate(op.results) if r in used)
         name, _ = self.jet_function(callee, order, zero, op.location,
@@ -432,34 +356,24 @@ class ModuleJet:
                           for name in (primal, tangents))
         if list(p_type.inputs) != operands or list(p_type.results) != results:
             raise fail(f"needs @{primal} to take its operands and give its results")
-        if list(t_type.inputs) != operands + [t for t in operands if is_differentiable(t)] or \
-                list(t_type.results) != [t for t in results if is_differentiable(t)]:
+        if list(t_type.inputs) != operands + [t for t in operands if builders.is_differentiable(t)] or \
+                list(t_type.results) != [t for t in results if builders.is_differentiable(t)]:
             raise fail(f"needs @{tangents} to take its operands and the tangents of the floating-point ones, "
                        "and give the tangents of its floating-point results")
         return primal, tangents
 
     def remove_markers(self) -> None:
-        """Replace every stop_gradient marker by its operand and every custom_jvp marker
-        by a call of its primal function: what is left of them once the jets are built."""
-        markers: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "stablehlo.custom_call" and _target(op) in (STOP_GRADIENT, CUSTOM_JVP):
-                markers.append(op)
-            return ir.WalkResult.ADVANCE
-
-        self.module.walk(visit)
-        for op in markers:
-            if _target(op) == STOP_GRADIENT:
-                check_stop_gradient(op)
-                values = [op.operands[0]]
-            else:
-                primal, _ = self.check_custom_jvp(op)
-                with ir.InsertionPoint(op), op.location:
-                    values = builders.call(primal, list(op.operands), [r.type for r in op.results])
+        """Replace every custom_jvp marker by a call of its primal function, and every
+        stop_gradient marker by its operand unless vjp-expand still needs it: what is left
+        of them once the jets are built."""
+        for op in custom_calls(self.module, CUSTOM_JVP):
+            primal, _ = self.check_custom_jvp(op)
+            with ir.InsertionPoint(op), op.location:
+                values = builders.call(primal, list(op.operands), [r.type for r in op.results])
             for old, new in zip(op.results, values):
                 old.replace_all_uses_with(new)
             op.erase()
+        remove_stop_gradients(self.module, "jet-expand")
 
     def n_in(self, callee: str) -> int:
         return len(ir.FunctionType(ir.TypeAttr(self.funcs[callee].attributes["function_type"]).value).inputs)

@@ -36,6 +36,7 @@ from typing import Optional
 from hlopt.passes import builders, jet_directions
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.walk import call_target, walk_ops
 
 Term = Optional[ir.Value]
 Series = list  # [primal, c1, ..., cK]; None entries are zero
@@ -46,40 +47,36 @@ Rule = Callable[["JetBuilder", ir.Operation, list[Series]], list[Optional[Series
 # function, called_computations = [@primal, @tangents] (its primal function, and
 # its JVP rule from (operands, tangents of the inexact ones) to the tangents of
 # the inexact results), whose series jet_expand builds from a jet of @tangents.
+# The stop_gradient marker is a zero derivative for vjp-expand too: it stays while
+# an `hlopt.jet` or `hlopt.vjp` annotation is left (`DIFFERENTIATING`), so a vjp of
+# a jet does not differentiate through it, and the last of the two passes removes it.
 STOP_GRADIENT = "hlopt.jet.stop_gradient"
 CUSTOM_JVP = "hlopt.jet.custom_jvp"
+DIFFERENTIATING = ("hlopt.jet", "hlopt.vjp")
 
 
-def check_stop_gradient(op: ir.Operation) -> None:
+def check_stop_gradient(op: ir.Operation, pass_name: str = "jet-expand") -> None:
     """Refuse a stop_gradient marker that is not one operand to one result of its type."""
     if len(op.operands) != 1 or len(op.results) != 1 or op.operands[0].type != op.results[0].type:
-        raise PassError(f"jet-expand: @{STOP_GRADIENT} needs one operand and one result of the same type, "
+        raise PassError(f"{pass_name}: @{STOP_GRADIENT} needs one operand and one result of the same type, "
                         f"got {len(op.operands)} operand(s) and {len(op.results)} result(s)", op.location)
 
 
-def is_differentiable(t: ir.Type) -> bool:
-    """True for tensors of floating-point or complex numbers."""
-    return isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, (ir.FloatType, ir.ComplexType))
+def remove_stop_gradients(module: ir.Operation, pass_name: str) -> None:
+    """Replace every stop_gradient marker in `module` by its operand, unless an annotation
+    whose pass treats the marker as a zero derivative (`DIFFERENTIATING`) is left."""
+    found = walk_ops(module, "stablehlo.custom_call")
+    if any(call_target(op) in DIFFERENTIATING for op in found):
+        return
+    for op in found:
+        if call_target(op) == STOP_GRADIENT:
+            check_stop_gradient(op, pass_name)
+            op.result.replace_all_uses_with(op.operands[0])
+            op.erase()
 
 
 def scalar_type(t: ir.Type) -> ir.RankedTensorType:
     return ir.RankedTensorType.get([], ir.RankedTensorType(t).element_type)
-
-
-def body_kind(op: ir.Operation) -> str | None:
-    """For a single-region reducer `^bb(a, b): r = OP a, b; return r`, the name of OP.
-
-    A body that just returns its second argument (scatter's "replace") is "replace".
-    """
-    block = op.regions[0].blocks[0]
-    ops = list(block.operations)
-    args = list(block.arguments)
-    if len(ops) == 1 and len(args) == 2 and list(ops[0].operands) == [args[1]]:
-        return "replace"
-    if len(ops) == 2 and len(args) == 2 and list(ops[1].operands) == [ops[0].result]:
-        if list(ops[0].operands) == args:
-            return ops[0].name
-    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -849,7 +846,7 @@ def _reduce_like(linear_rule: Rule) -> Rule:
     """reduce / reduce_window by the kind of their body: add, multiply, max, min."""
 
     def rule(b, op, ins):
-        kind = body_kind(op)
+        kind = builders.reducer_kind(op)
         if len(op.results) == 1 and kind == "stablehlo.add":
             return linear_rule(b, op, ins)
         if len(op.results) == 1 and kind == "stablehlo.multiply":
@@ -865,7 +862,7 @@ def _reduce_like(linear_rule: Rule) -> Rule:
 
 
 def _scatter(b, op, ins):
-    if len(op.operands) != 3 or body_kind(op) not in ("stablehlo.add", "replace"):
+    if len(op.operands) != 3 or builders.reducer_kind(op) not in ("stablehlo.add", "replace"):
         raise PassError("jet-expand: stablehlo.scatter has a Taylor rule only for one operand "
                         "combined by add or replace", op.location)
     return linear(0, 2)(b, op, ins)
@@ -886,7 +883,7 @@ def _custom_call(b, op, ins):
     """Sharding annotations are linear; the stop_gradient marker has a zero series and
     stays (the pass removes it last, so an enclosing jet sees it too); any other custom
     call has no rule."""
-    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    target = call_target(op)
     if target == STOP_GRADIENT:
         check_stop_gradient(op)
         return [b.series(op.result)]

@@ -27,7 +27,7 @@ import jax
 import jaxlib
 from jaxlib import xla_client as xc
 
-from hlopt.compiler.lowering import module_to_bytecode, parse_module
+from hlopt.compiler.program import module_to_bytecode, parse_module
 from hlopt.passes.mlir import passmanager
 from hlopt.runtime import container
 from hlopt.runtime.pjrt import compile_with_options, get_client, load_executable

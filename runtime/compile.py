@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hlopt.compiler.lowering import Signature, module_to_bytecode
+from hlopt.compiler.program import Signature, module_to_bytecode
 from hlopt.passes.mlir import ir
 from hlopt.runtime.cache import compile_cached
 from hlopt.runtime.executable import Compiled

@@ -25,7 +25,7 @@ import jax
 import jaxlib
 from jax.sharding import NamedSharding
 
-from hlopt.compiler.lowering import Signature
+from hlopt.compiler.program import Signature, aval_str
 from hlopt.compiler.stages import AnnotationError, check_no_annotations
 from hlopt.passes.mlir import current_stablehlo_version, deserialize_portable_artifact, ir, serialize_portable_artifact
 from hlopt.runtime import container, encoding
@@ -193,7 +193,7 @@ def _check_module(module: ir.Module, sig: Signature, device_count: int, source: 
             raise lie(f"{len(avals)} {what}s listed, @main has {len(types)}")
         for i, (t, aval) in enumerate(zip(types, avals)):
             if str(t) != encoding.tensor_type(aval):
-                raise lie(f"{what} {i} is listed as {encoding.aval_str(aval)}, @main has {t}")
+                raise lie(f"{what} {i} is listed as {aval_str(aval)}, @main has {t}")
     for i, (listed, recorded) in enumerate(zip(_result_paths(sig.out_tree), _result_infos(main))):
         if recorded is not None and listed != recorded:
             raise lie(f"output {i} is listed as {listed}, @main returns it as {recorded}")

@@ -25,17 +25,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.extend.core as jex_core
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax._src import core as jax_core
-from jax._src.interpreters import mlir as jax_mlir
-from jax._src.interpreters import partial_eval as pe
-from jax.interpreters import ad, batching
+from jax.extend.core import ClosedJaxpr, Jaxpr, Primitive, Var, jaxpr_as_fun
 from jax.extend.core.primitives import custom_jvp_call_p
-from jax.interpreters import mlir
+from jax.interpreters import ad, batching, mlir
 
+from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation
 from hlopt.passes.jet_expand import MAX_ORDER
 from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
 from hlopt.passes.mlir import ir, stablehlo
@@ -44,11 +41,10 @@ from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 __all__ = ["jet"]
 
 
-def _trace(fun: Callable, avals: Sequence[Any]) -> tuple[jax_core.ClosedJaxpr, list[Any]]:
+def _trace(fun: Callable, avals: Sequence[Any]) -> tuple[ClosedJaxpr, list[Any]]:
     """`fun` as a closed jaxpr without constants, and the constants it takes first."""
     closed = jax.make_jaxpr(fun)(*avals)
-    jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
-    return jax_core.ClosedJaxpr(jaxpr, ()), list(closed.consts)
+    return ClosedJaxpr(convert_constvars_jaxpr(closed.jaxpr), ()), list(closed.consts)
 
 
 def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: int, collapsed: bool) -> tuple:
@@ -59,17 +55,17 @@ def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: in
     return (directions, *shape)
 
 
-def _abstract_eval(*avals, jaxpr: jax_core.ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
+def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
                    weights: tuple[float, ...] | None = None):
-    outs = [jax_core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
-    return outs + [jax_core.ShapedArray(coefficient_shape(a.shape, k, order, directions, collapsed), a.dtype)
+    outs = [jax.core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
+    return outs + [jax.core.ShapedArray(coefficient_shape(a.shape, k, order, directions, collapsed), a.dtype)
                    for a in outs for k in range(1, order + 1)]
 
 
-def _lower_called(name: str, jaxpr: jax_core.ClosedJaxpr, ctx: Any) -> str:
+def _lower_called(name: str, jaxpr: ClosedJaxpr, ctx: Any) -> str:
     """Lower `jaxpr` (its constants embedded) to a private function; its symbol name."""
-    func_op, _, _ = jax_mlir.lower_called_computation(
-        name, jaxpr, ctx.module_context, 0, jaxpr.in_avals, jaxpr.out_avals, mlir.TokenSet())
+    func_op = lower_called_computation(name=name, jaxpr=jaxpr, module_context=ctx.module_context,
+                                       in_avals=jaxpr.in_avals, out_avals=jaxpr.out_avals)
     return func_op.name.value
 
 
@@ -77,12 +73,12 @@ stop_gradient_p = annotation_primitive(
     "hlopt_jet_stop_gradient", lambda x: x,
     lambda ctx, x: emit_annotation(STOP_GRADIENT, [x], result_types(ctx), {}), multiple_results=False)
 
-logistic_p = jex_core.Primitive("hlopt_jet_logistic")
+logistic_p = Primitive("hlopt_jet_logistic")
 logistic_p.def_abstract_eval(lambda x: x)
 mlir.register_lowering(logistic_p, lambda ctx, x: [stablehlo.logistic(x)])
 
 
-def _custom_jvp_lowering(ctx, *operands, primal: jax_core.ClosedJaxpr, jvp: jax_core.ClosedJaxpr):
+def _custom_jvp_lowering(ctx, *operands, primal: ClosedJaxpr, jvp: ClosedJaxpr):
     functions = [_lower_called("hlopt_custom_jvp_primal", primal, ctx), _lower_called("hlopt_custom_jvp", jvp, ctx)]
     return emit_annotation(CUSTOM_JVP, operands, result_types(ctx), {}, called_computations=functions)
 
@@ -91,7 +87,7 @@ custom_jvp_p = annotation_primitive("hlopt_jet_custom_jvp", lambda *avals, prima
                                     _custom_jvp_lowering)
 
 # primitive -> the one a jet body binds instead (its parameters dropped)
-TAYLOR_LOWERINGS: dict[jex_core.Primitive, jex_core.Primitive] = {
+TAYLOR_LOWERINGS: dict[Primitive, Primitive] = {
     lax.stop_gradient_p: stop_gradient_p,
     lax.logistic_p: logistic_p,
 }
@@ -109,7 +105,7 @@ def _for_taylor(jaxpr: Any, budget: int, done: dict[tuple[int, int], tuple[Any, 
     key = (id(jaxpr), budget)
     if key in done:
         return done[key][1]
-    if isinstance(jaxpr, jex_core.ClosedJaxpr):
+    if isinstance(jaxpr, ClosedJaxpr):
         inner = _for_taylor(jaxpr.jaxpr, budget, done)
         new = jaxpr if inner is jaxpr.jaxpr else jaxpr.replace(jaxpr=inner)
     else:
@@ -132,19 +128,19 @@ def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], tuple[Any
 
 
 def _param_for_taylor(value: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
-    if isinstance(value, (jex_core.Jaxpr, jex_core.ClosedJaxpr)):
+    if isinstance(value, (Jaxpr, ClosedJaxpr)):
         return _for_taylor(value, budget, done)
-    if isinstance(value, tuple) and any(isinstance(v, (jex_core.Jaxpr, jex_core.ClosedJaxpr)) for v in value):
+    if isinstance(value, tuple) and any(isinstance(v, (Jaxpr, ClosedJaxpr)) for v in value):
         return tuple(_param_for_taylor(v, budget, done) for v in value)
     return value
 
 
-def _custom_jvp_tangents(eqn: Any) -> jax_core.ClosedJaxpr:
+def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
     """The custom JVP rule of a `custom_jvp_call` equation as a closed jaxpr: (its
     operands, the tangents of the inexact ones) -> the tangents of its inexact results."""
-    invars = [jex_core.Var(v.aval) for v in eqn.invars]
-    call = jex_core.jaxpr_as_fun(jex_core.ClosedJaxpr(
-        jex_core.Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
+    invars = [Var(v.aval) for v in eqn.invars]
+    call = jaxpr_as_fun(ClosedJaxpr(
+        Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
                        effects=eqn.effects, debug_info=eqn.params["call_jaxpr"].jaxpr.debug_info), []))
     avals = [v.aval for v in eqn.invars]
     inexact_in = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
@@ -160,7 +156,7 @@ def _custom_jvp_tangents(eqn: Any) -> jax_core.ClosedJaxpr:
     return jax.make_jaxpr(tangents)(*structs, *[s for s, d in zip(structs, inexact_in) if d])
 
 
-def _lowering(ctx, *operands, jaxpr: jax_core.ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
+def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
               weights: tuple[float, ...] | None = None):
     budget = order + _enclosing_order.get()
     token = _enclosing_order.set(budget)
@@ -186,7 +182,7 @@ def _zero_series(values: Sequence[Any], order: int, directions: int = 0, collaps
             for v in values for k in range(1, order + 1)]
 
 
-def _batch(args, dims, *, jaxpr: jax_core.ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
+def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
            weights: tuple[float, ...] | None = None):
     """vmap of a jet is the jet of the vmapped function: a primal whose value or
     series is batched is batched (with its series) in the new function. A standard
@@ -220,7 +216,7 @@ def _batch(args, dims, *, jaxpr: jax_core.ClosedJaxpr, order: int, directions: i
     primals = [moved(args[i], dims[i], batched[i], 0) for i in range(n)]
     coeffs = [moved(args[n + i * order + k - 1], dims[n + i * order + k - 1], batched[i], axis(k))
               for i in range(n) for k in range(1, order + 1)]
-    fun = jax.vmap(jax_core.jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
+    fun = jax.vmap(jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
     new_jaxpr, consts = _trace(fun, [jax.ShapeDtypeStruct(jnp.shape(p), p.dtype) for p in primals])
     outs = jet_p.bind(*consts, *primals, *_zero_series(consts, order, directions, collapsed), *coeffs,
                       jaxpr=new_jaxpr, order=order, **mode)
@@ -231,7 +227,7 @@ def _batch(args, dims, *, jaxpr: jax_core.ClosedJaxpr, order: int, directions: i
 batching.primitive_batchers[jet_p] = _batch
 
 
-def _jvp(primals, tangents, *, jaxpr: jax_core.ClosedJaxpr, order: int, directions: int = 0,
+def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0,
          collapsed: bool = False, weights: tuple[float, ...] | None = None):
     """Forward mode through a jet: d/de of the series of f(x(t) + e dx(t)) is the
     series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series."""
@@ -241,7 +237,7 @@ def _jvp(primals, tangents, *, jaxpr: jax_core.ClosedJaxpr, order: int, directio
     outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order, **mode)
 
     def tangent_fun(*args):
-        return jax.jvp(jax_core.jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
+        return jax.jvp(jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
 
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jaxpr.in_avals]
     tangent_jaxpr, consts = _trace(tangent_fun, avals + avals)
@@ -328,7 +324,7 @@ def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
     from hlopt.jit import jit
 
     leaves = jax.tree_util.tree_leaves((primals, series))
-    if any(isinstance(x, jax_core.Tracer) for x in leaves):
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
         return _jet_traced(fun, primals, series, factorial_scaled)
     _check_series(primals, series)
     try:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import hlopt
-from hlopt.compiler.lowering import module_to_bytecode
+from hlopt.compiler.program import module_to_bytecode
 from hlopt.runtime import cache as cache_mod
 from hlopt.runtime.pjrt import compile_options, get_client
 

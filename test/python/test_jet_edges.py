@@ -22,6 +22,10 @@ from jax.experimental import jet as jax_jet
 from test_jet_rules import taylor_by_nested_jvp
 
 import hlopt
+from hlopt.compiler.lowering import parse_module
+from hlopt.compiler.stages import Lowered
+from hlopt.runtime.compile import compile_lowered
+from vjp_harness import _signature, jax_vjp
 
 
 def _coefficients(fun: Callable, primals, series) -> list:
@@ -125,6 +129,59 @@ def test_stop_gradient_leaves_nothing_to_run():
     assert "custom-call" not in lowered.compile().as_text()
     plain = hlopt.lower(f, x).as_text()
     assert "custom_call" not in plain and plain.count("stablehlo.multiply") == 1
+
+
+VJP_OF_A_JET = """
+func.func @main(%x: tensor<4xf32>, %v: tensor<4xf32>, %ct: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %g:2 = stablehlo.custom_call @hlopt.vjp(%x, %v, %ct) {api_version = 4 : i32, called_computations = [@second], backend_config = {}} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  return %g#0, %g#1 : tensor<4xf32>, tensor<4xf32>
+}
+func.func private @second(%x: tensor<4xf32>, %v: tensor<4xf32>) -> tensor<4xf32> {
+  %z = stablehlo.constant dense<0.0> : tensor<4xf32>
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64}} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %r#2 : tensor<4xf32>
+}
+func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.tanh %x : tensor<4xf32>
+  %1 = stablehlo.exponential %x : tensor<4xf32>
+  %2 = stablehlo.custom_call @hlopt.jet.stop_gradient(%1) {api_version = 4 : i32, backend_config = {}} : (tensor<4xf32>) -> tensor<4xf32>
+  %3 = stablehlo.multiply %0, %2 : tensor<4xf32>
+  return %3 : tensor<4xf32>
+}"""
+
+
+def test_vjp_of_a_jet_does_not_differentiate_through_stop_gradient():
+    """hlopt-default runs jet-expand before vjp-expand: the marker must reach vjp-expand
+    as a zero derivative (jet-expand removed it first, and the backward went through it)."""
+    f = lambda x: jnp.tanh(x) * lax.stop_gradient(jnp.exp(x))  # noqa: E731
+
+    def second(x, v):  # the second Taylor coefficient of t -> f(x + t v)
+        return jax.jvp(lambda y: jax.jvp(f, (y,), (v,))[1], (x,), (v,))[1] / 2
+
+    x, v, ct = (np.linspace(-1, 1, 4).astype(np.float32) * a + b for a, b in ((1, 0), (0.5, 0.2), (1, 0.5)))
+    lowered = Lowered(parse_module(VJP_OF_A_JET), _signature([x, v, ct], [x, v]), backend=compile_lowered)
+    assert "stop_gradient" not in lowered.apply("hlopt-default").as_text()
+    got = lowered.compile()(x, v, ct)
+    for g, w in zip(got, jax_vjp(second, [x, v], [ct])):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=2e-5, atol=1e-6)
+
+
+def test_a_complex_zero_constant_cotangent_is_never_read():
+    """The bindings raise on complex dense attributes: vjp-expand, given a complex zero
+    cotangent constant, failed with a TypeError; it is a cotangent like any other."""
+    text = """
+func.func @main(%x: tensor<3xcomplex<f32>>) -> tensor<3xcomplex<f32>> {
+  %ct = stablehlo.constant dense<(0.0,0.0)> : tensor<3xcomplex<f32>>
+  %g = stablehlo.custom_call @hlopt.vjp(%x, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<3xcomplex<f32>>, tensor<3xcomplex<f32>>) -> tensor<3xcomplex<f32>>
+  return %g : tensor<3xcomplex<f32>>
+}
+func.func private @f(%x: tensor<3xcomplex<f32>>) -> tensor<3xcomplex<f32>> {
+  %0 = stablehlo.multiply %x, %x : tensor<3xcomplex<f32>>
+  return %0 : tensor<3xcomplex<f32>>
+}"""
+    x = np.array([1 + 2j, -0.5j, 3], np.complex64)
+    got = Lowered(parse_module(text), _signature([x], [x]), backend=compile_lowered).compile()(x)[0]
+    np.testing.assert_array_equal(np.asarray(got), np.zeros(3, np.complex64))
 
 
 # --- custom_jvp rules ---------------------------------------------------------------

@@ -188,7 +188,7 @@ def test_module_section_that_is_not_an_artifact_is_refused(data, nothing_loads):
 
 
 def test_module_with_annotations_is_refused(data, nothing_loads):
-    from hlopt.compiler.lowering import parse_module
+    from hlopt.compiler.program import parse_module
     from hlopt.passes.mlir import serialize_portable_artifact
 
     module = parse_module("""
