@@ -42,7 +42,7 @@ def _rebuilt(op: ir.Operation, operands: Sequence[ir.Value], n: int, attributes:
         new.results[0].set_type(_with_lead(op.results[0].type, n))
     else:  # an op without regions that takes one more index (dynamic slices)
         new = ir.Operation.create(op.name, results=[_with_lead(op.results[0].type, n)], operands=list(operands),
-                                  attributes={a.name: a.attr for a in op.attributes})
+                                  attributes={name: op.attributes[name] for name in op.attributes})
     for name, attr in (attributes or {}).items():
         new.attributes[name] = attr
     return new.results[0]
