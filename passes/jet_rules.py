@@ -808,6 +808,7 @@ def _reduce_choose(b: JetBuilder, op: ir.Operation, u: Series) -> Series:
 def _polynomial_product(b: JetBuilder, op: ir.Operation, u: Series, init: Series) -> Series:
     """A multiply reduction (reduce or reduce_window) of truncated polynomials, as one
     variadic op whose body multiplies two series: exact at zeros, unlike exp(sum log)."""
+    check_standard(b, op, "a multiply or max/min window reduction")
     K = b.order
     st = scalar_type(u[0].type)
     operands = [b.materialize(t, u[0]) for t in u] + [b.materialize(t, init[0]) for t in init]
@@ -822,6 +823,7 @@ def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, dir
     reduce_window carries (value, coefficients, count); the body keeps the
     winner's coefficients and count and sums them on ties, so tied terms are
     averaged as in reduce_max."""
+    check_standard(b, op, "a multiply or max/min window reduction")
     K = b.order
     st = scalar_type(u[0].type)
     operands = ([u[0]] + [b.materialize(t, u[0]) for t in u[1:]] + [b.constant(1, u[0].type)]
@@ -868,8 +870,17 @@ def _scatter(b, op, ins):
     return linear(0, 2)(b, op, ins)
 
 
+def check_standard(b: JetBuilder, op: ir.Operation, what: str) -> None:
+    """Refuse a rule that has no directions-batched form yet."""
+    if b.directions is not None:
+        raise PassError(f"jet-expand: {op.name} ({what}) has no rule in a directions-batched or collapsed jet yet; "
+                        "use hlopt.jet once per direction", op.location)
+
+
 def _sort(b, op, ins):
     """The coefficients ride along as extra sort operands: the permutation is the primal's."""
+    if b.directions is not None:
+        return _sort_with_directions(b, op, ins)
     extra = coefficients(b, ins, [i for i, s in enumerate(ins) if has_series(s)])
     operands = list(op.operands) + extra
     new = builders.regrown(op, operands, [v.type for v in operands], regions=1)
@@ -877,6 +888,31 @@ def _sort(b, op, ins):
     types = [a.type for a in old_block.arguments] + [scalar_type(v.type) for v in extra for _ in range(2)]
     builders.move_block(old_block, new.regions[0], types)
     return split_results(b, list(new.results), [has_series(s) for s in ins])
+
+
+def _sort_with_directions(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Series]:
+    """Per size of the directions axis (R, and 1 for a collapsed K-th coefficient), one
+    more sort of the primal operands broadcast along it, with those coefficients riding
+    along; the primal results stay the op's own."""
+    with_series = [i for i, s in enumerate(ins) if has_series(s)]
+    outs = [b.series(r) for r in op.results]
+    dim = ir.IntegerAttr(op.attributes["dimension"]).value
+    for n in sorted({b.lead_size(k) for k in range(1, b.order + 1)}):
+        ks = [k for k in range(1, b.order + 1) if b.lead_size(k) == n]
+        shape = builders.shape_of(op.operands[0])
+        keys = [builders.broadcast(v, [n, *shape], range(1, len(shape) + 1)) for v in op.operands]
+        extra = [b.coefficient(ins[i][k], ins[i][0], k) for i in with_series for k in ks]
+        operands = keys + extra
+        new = builders.regrown(op, operands, [v.type for v in operands], regions=1)
+        new.attributes["dimension"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim + 1)
+        comparator = op.clone(ip=ir.InsertionPoint(new))
+        block = comparator.regions[0].blocks[0]
+        builders.move_block(block, new.regions[0],
+                            [a.type for a in block.arguments] + [scalar_type(v.type) for v in extra for _ in range(2)])
+        comparator.erase()
+        for result, (i, k) in zip(list(new.results)[len(keys):], [(i, k) for i in with_series for k in ks]):
+            outs[i][k] = result
+    return outs
 
 
 def _custom_call(b, op, ins):
