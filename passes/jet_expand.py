@@ -13,8 +13,8 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.base import Pass, PassError
-from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, JetBuilder, Series, coefficients, has_series,
-                                    remove_stop_gradients, split_results, stacked_dot)
+from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
+                                    coefficients, has_series, remove_stop_gradients, split_results)
 from hlopt.passes.mlir import ir
 from hlopt.passes.walk import call_target, custom_calls
 
@@ -61,10 +61,10 @@ class FunctionJet:
 
     STRUCTURE: ClassVar[dict[str, Callable[["FunctionJet", ir.Operation, list[Series]], list[Series]]]]
 
-    def __init__(self, module: "ModuleJet", order: int):
+    def __init__(self, module: "ModuleJet", order: int, directions: Directions | None = None):
         self.module = module
         self.order = order
-        self.builder = JetBuilder(order)
+        self.builder = JetBuilder(order, directions)
         self.series: dict[ir.Value, Series] = {}
 
     def series_of(self, value: ir.Value) -> Series:
@@ -95,6 +95,7 @@ class FunctionJet:
             raise PassError(f"jet-expand: no Taylor rule for '{op.name}'", op.location)
         with ir.InsertionPoint(after), op.location:
             outs = structure(self, op, ins) if structure is not None else rule(self.builder, op, ins)
+            outs = [None if s is None else self.builder.settle(s) for s in outs]
         replaced = False
         for result, s in zip(op.results, outs):
             if s is None:
@@ -143,9 +144,8 @@ class FunctionJet:
             keep = [i for i, piece in enumerate(stack.slices) if piece in live_now]
             if not keep or len(keep) == len(stack.slices):
                 continue
-            with ir.InsertionPoint(stack.dot), stack.dot.location:
-                smaller = stacked_dot(stack.dot, stack.side, [stack.pieces[i] for i in keep], stack.dim,
-                                      stack.out_dim, stack.slices[0].type)
+            with ir.InsertionPoint(stack.anchor), stack.anchor.location:
+                smaller = stack.rebuild([stack.pieces[i] for i in keep])
             for i, piece in zip(keep, smaller.slices):
                 stack.slices[i].replace_all_uses_with(piece)
         _erase_dead(block)
@@ -179,7 +179,8 @@ class FunctionJet:
         marked = [self.may_carry_series(block, []) for block in blocks]
         carried = [builders.is_differentiable(r.type) and any(m[i] for m in marked) for i, r in enumerate(op.results)]
         which = [i for i, c in enumerate(carried) if c]
-        types = [r.type for r in op.results] + [op.results[i].type for i in which for _ in range(self.order)]
+        types = [r.type for r in op.results] + [self.builder.coefficient_type(op.results[i].type, k)
+                                                for i in which for k in range(1, self.order + 1)]
         new = builders.regrown(op, list(op.operands), types, regions=len(blocks))
         for region, block in zip(new.regions, blocks):
             moved = builders.move_block(block, region, [])
@@ -190,9 +191,11 @@ class FunctionJet:
         """A call of the callee's jet, specialized to the coefficients known to be zero."""
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, self.order + 1) if s[k] is None)
-        name, zero_out = self.module.jet_function(callee, self.order, zero, op.location)
-        operands = [s[0] for s in ins] + coefficients(self.builder, ins, range(len(ins)))
-        types = [r.type for r in op.results] + [r.type for r in op.results for _ in range(self.order)]
+        b = self.builder
+        name, zero_out = self.module.jet_function(callee, self.order, zero, op.location, directions=b.directions)
+        operands = [s[0] for s in ins] + coefficients(b, ins, range(len(ins)))
+        types = [r.type for r in op.results] + [b.coefficient_type(r.type, k)
+                                                for r in op.results for k in range(1, self.order + 1)]
         outs = split_results(self.builder, builders.call(name, operands, types), [True] * len(op.results))
         return [[s[0]] + [None if (i, k) in zero_out else s[k] for k in range(1, self.order + 1)]
                 for i, s in enumerate(outs)]
@@ -204,6 +207,9 @@ class FunctionJet:
         the marker, removed with the others when every jet is built."""
         _, tangents = self.module.check_custom_jvp(op)
         b, K = self.builder, self.order
+        if b.directions is not None:
+            raise PassError(f"jet-expand: @{CUSTOM_JVP} (a custom_jvp function) in a directions-batched or "
+                            "collapsed jet has no rule yet; use a standard jet", op.location)
         inexact_in = [i for i, s in enumerate(ins) if builders.is_differentiable(s[0].type)]
         inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
         y0 = list(op.results)  # the marker stays for the primal: an enclosing jet follows the rule too
@@ -244,7 +250,7 @@ class ModuleJet:
         self.module = module
         self.body = module.regions[0].blocks[0]
         self.funcs, self.names = builders.functions(self.body)
-        self.generated: dict[tuple[str, int, frozenset, frozenset | None], tuple[str, frozenset]] = {}
+        self.generated: dict[tuple, tuple[str, frozenset]] = {}
         self.annotations_expanded: set[str] = set()
 
     def function(self, name: str, location: ir.Location | None) -> ir.Operation:
@@ -258,12 +264,13 @@ class ModuleJet:
 
     def jet_function(self, name: str, order: int, zero: frozenset = frozenset(),
                      location: ir.Location | None = None, public: bool = False,
-                     live: frozenset | None = None) -> tuple[str, frozenset]:
+                     live: frozenset | None = None, directions: Directions | None = None) -> tuple[str, frozenset]:
         """The name of the order-`order` jet of `@name` whose coefficient arguments
         `(i, k)` in `zero` are known to be zero, and the `(i, k)` of its results known zero.
         With `live` (indices into its results), the other results are returned as zeros
-        and not computed."""
-        key = (name, order, zero, live)
+        and not computed. With `directions`, coefficients carry the directions axis
+        (`JetBuilder.coefficient_type`)."""
+        key = (name, order, zero, live, directions)
         if key in self.generated:
             return self.generated[key]
         check_order(order, location)
@@ -276,13 +283,14 @@ class ModuleJet:
         self.generated[key] = (new_name, frozenset())
 
         block = new.regions[0].blocks[0]
-        coeffs = [block.add_argument(t, new.location) for t in inputs for _ in range(order)]
+        fj = FunctionJet(self, order, directions)
+        coeff_types = [fj.builder.coefficient_type(t, k) for t in inputs for k in range(1, order + 1)]
+        coeffs = [block.add_argument(t, new.location) for t in coeff_types]
         arg_series = [
             [block.arguments[i]] + [None if (i, k) in zero or not builders.is_differentiable(t) else coeffs[i * order + k - 1]
                                     for k in range(1, order + 1)]
             for i, t in enumerate(inputs)
         ]
-        fj = FunctionJet(self, order)
         outs = fj.expand_block(block, arg_series)
         zero_out = frozenset((i, k) for i, s in enumerate(outs) for k in range(1, order + 1) if s[k] is None)
         fj.finish_block(block, outs, range(len(outs)))
@@ -290,8 +298,8 @@ class ModuleJet:
             fj.drop_dead_results(block, live)
         with new.context:
             new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-                inputs + [t for t in inputs for _ in range(order)],
-                results + [t for t in results for _ in range(order)]))
+                inputs + coeff_types,
+                results + [fj.builder.coefficient_type(t, k) for t in results for k in range(1, order + 1)]))
         self.generated[key] = (new_name, zero_out)
         return self.generated[key]
 
@@ -305,18 +313,32 @@ class ModuleJet:
             self.expand_annotation(op)
 
     def expand_annotation(self, op: ir.Operation) -> None:
-        callee, order = self.check_annotation(op)
-        zero = frozenset((i, k) for i in range(self.n_in(callee)) for k in range(1, order + 1)
-                         if builders.is_zero_constant(op.operands[self.n_in(callee) + i * order + k - 1]))
+        callee, order, directions = self.check_annotation(op)
+        n_in = self.n_in(callee)
+        zero = frozenset((i, k) for i in range(n_in) for k in range(1, order + 1)
+                         if builders.is_zero_constant(op.operands[n_in + i * order + k - 1]))
         used = live_values(op.block)
         live = frozenset(i for i, r in enumerate(op.results) if r in used)
         name, _ = self.jet_function(callee, order, zero, op.location,
-                                    live=None if len(live) == len(op.results) else live)
+                                    live=None if len(live) == len(op.results) else live, directions=directions)
+        b = JetBuilder(order, directions)
+        kth_in = self._collapsed_kth(n_in, order, b)
+        kth_out = self._collapsed_kth(len(op.results) // (order + 1), order, b)
         with ir.InsertionPoint(op), op.location:
-            call = builders.call(name, list(op.operands), [r.type for r in op.results])
-        for old, new in zip(op.results, call):
+            operands = [b.coefficient(v, v, order) if kth_in(i) else v for i, v in enumerate(op.operands)]
+            types = [b.coefficient_type(r.type, order) if kth_out(i) else r.type for i, r in enumerate(op.results)]
+            call = builders.call(name, operands, types)
+            results = [builders.reshape(v, builders.shape_of(v)[1:]) if kth_out(i) else v for i, v in enumerate(call)]
+        for old, new in zip(op.results, results):
             old.replace_all_uses_with(new)
         op.erase()
+
+    @staticmethod
+    def _collapsed_kth(n: int, order: int, b: JetBuilder) -> Callable[[int], bool]:
+        """Whether value i of a primal-major list (n primals, then `order` coefficients
+        each) is a collapsed K-th coefficient (without the directions axis at the annotation)."""
+        collapsed = b.directions is not None and b.directions.collapsed
+        return lambda i: collapsed and i >= n and (i - n) % order == order - 1
 
     def check_custom_jvp(self, op: ir.Operation) -> tuple[str, str]:
         """The primal and tangent functions of a custom_jvp marker, after checking their types."""
@@ -356,10 +378,12 @@ class ModuleJet:
     def n_in(self, callee: str) -> int:
         return len(ir.FunctionType(ir.TypeAttr(self.funcs[callee].attributes["function_type"]).value).inputs)
 
-    def check_annotation(self, op: ir.Operation) -> tuple[str, int]:
-        """The callee and order of the `hlopt.jet` annotation `op`, after checking its
-        config and that its operands and results are the callee's primals followed by
-        `order` coefficients of the same type per primal."""
+    def check_annotation(self, op: ir.Operation) -> tuple[str, int, Directions | None]:
+        """The callee, order and directions of the `hlopt.jet` annotation `op`, after
+        checking its config and that its operands and results are the callee's primals
+        followed by `order` coefficients per primal, of the primal's type (standard),
+        with a leading axis of size R (`directions = R`), or so for coefficients
+        1..K-1 and without it for the K-th (`collapsed = true`)."""
 
         def fail(message: str) -> PassError:
             return PassError(f"jet-expand: @{ANNOTATION} {message}", op.location)
@@ -367,9 +391,9 @@ class ModuleJet:
         config = _attribute(op.attributes, "backend_config")
         if not isinstance(config, ir.DictAttr):
             raise fail("needs backend_config = {order = K : i64} (a dictionary)")
-        unknown = sorted(a.name for a in config if a.name != "order")
+        unknown = sorted(a.name for a in config if a.name not in CONFIG_KEYS)
         if unknown:
-            raise fail(f"backend_config has unknown key '{_brief(unknown[0])}' (it takes only 'order')")
+            raise fail(f"backend_config has unknown key '{_brief(unknown[0])}' (it takes {', '.join(CONFIG_KEYS)})")
         if "order" not in config:
             raise fail("backend_config needs 'order' (backend_config = {order = K : i64})")
         order_attr = _attribute(config, "order")
@@ -384,17 +408,68 @@ class ModuleJet:
             raise fail("needs called_computations = [@f], one function")
         callee = computations[0].value
         fn_type = ir.FunctionType(ir.TypeAttr(self.function(callee, op.location).attributes["function_type"]).value)
+        n = len(fn_type.inputs)
+        if len(op.operands) != n * (order + 1):
+            raise fail(f"of order {order} of @{callee} needs {n * (order + 1)} operands (the {n} primal(s), "
+                       f"then {order} coefficient(s) per primal), got {len(op.operands)}")
+        directions = _directions(config, order, list(op.operands[n:]), list(fn_type.inputs), fail)
+        b = JetBuilder(order, directions)
         for what, values, primal_types in (("operand", list(op.operands), list(fn_type.inputs)),
                                            ("result", list(op.results), list(fn_type.results))):
             n = len(primal_types)
             if len(values) != n * (order + 1):
                 raise fail(f"of order {order} of @{callee} needs {n * (order + 1)} {what}s (the {n} primal(s), "
                            f"then {order} coefficient(s) per primal), got {len(values)}")
-            want = primal_types + [t for t in primal_types for _ in range(order)]
+            collapsed_kth = self._collapsed_kth(n, order, b)
+            want = primal_types + [b.coefficient_type(t, k) for t in primal_types for k in range(1, order + 1)]
             for i, (v, t) in enumerate(zip(values, want)):
+                t = primal_types[(i - n) // order] if collapsed_kth(i) else t
                 if v.type != t:
                     raise fail(f"{what} {i} has type {_brief(str(v.type))}, @{callee} needs {_brief(str(t))}")
-        return callee, order
+        return callee, order, directions
+
+
+CONFIG_KEYS = ("order", "directions", "collapsed", "weights")
+
+
+def _directions(config: ir.DictAttr, order: int, coefficients: list[ir.Value], primal_types: list[ir.Type],
+                fail: Callable[[str], PassError]) -> Directions | None:
+    """The directions of an annotation's config: None (standard), `directions = R`
+    (batched), or `collapsed = true` with R read from coefficient 1 of the first
+    primal and optional `weights = array<f64: w_1, ..., w_R>` (R >= 2)."""
+    collapsed_attr = _attribute(config, "collapsed")
+    if "collapsed" in config and not isinstance(collapsed_attr, ir.BoolAttr):
+        raise fail("'collapsed' must be true or false")
+    collapsed = "collapsed" in config and collapsed_attr.value
+    weights = None
+    if "weights" in config:
+        attr = _attribute(config, "weights")
+        if not collapsed:
+            raise fail("'weights' needs collapsed = true")
+        if not isinstance(attr, ir.DenseF64ArrayAttr):
+            raise fail("'weights' must be array<f64: ...>, one weight per direction")
+        weights = tuple(float(w) for w in attr)
+    if "directions" in config:
+        attr = _attribute(config, "directions")
+        if collapsed:
+            raise fail("takes 'directions' (a batched jet) or 'collapsed' (R read from the coefficients), not both")
+        if not isinstance(attr, ir.IntegerAttr) or attr.value < 1:
+            raise fail(f"'directions' must be a positive integer, got {_brief(str(attr))}")
+        return Directions(attr.value)
+    if not collapsed:
+        return None
+    if order > 1 and primal_types:
+        t = ir.RankedTensorType(coefficients[0].type)
+        if t.rank != ir.RankedTensorType(primal_types[0]).rank + 1:
+            raise fail(f"collapsed: coefficients 1..{order - 1} need a leading directions axis, "
+                       f"operand {len(primal_types)} has type {_brief(str(t))}")
+        size = t.shape[0]
+    else:
+        size = len(weights) if weights is not None else 1
+    if weights is not None and (len(weights) != size or size < 2):
+        raise fail(f"collapsed: 'weights' needs one weight per direction and at least 2 ({size} direction(s), "
+                   f"{len(weights)} weight(s)); scale the result for one direction")
+    return Directions(size, True, weights)
 
 
 def check_order(order: int, location: ir.Location | None) -> None:

@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-from hlopt.passes import builders
+from hlopt.passes import builders, jet_directions
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.walk import call_target, walk_ops
@@ -79,16 +79,105 @@ def scalar_type(t: ir.Type) -> ir.RankedTensorType:
     return ir.RankedTensorType.get([], ir.RankedTensorType(t).element_type)
 
 
+@dataclasses.dataclass(frozen=True)
+class Directions:
+    """A jet along `size` directions at once: every coefficient carries a leading axis
+    of that size, primals do not (they are computed once). With `collapsed`, the K-th
+    coefficient is the sum over the directions instead (weighted by `weights`), with a
+    leading axis of size 1 inside the expansion."""
+
+    size: int
+    collapsed: bool = False
+    weights: tuple[float, ...] | None = None
+
+
+def _rank(v: ir.Value) -> int:
+    return ir.RankedTensorType(v.type).rank
+
+
 class JetBuilder:
     """Builds coefficient ops at the current insertion point; None is zero throughout.
 
     It is the one object rules receive besides the op: the order, the zero-aware
     arithmetic on terms, and `stacks`, where `dot_general` records the stacked dots
-    the walker may shrink later."""
+    the walker may shrink later.
 
-    def __init__(self, order: int):
+    With `directions` (a batched or collapsed jet) a coefficient term carries a
+    leading directions axis and a primal-derived value does not; the arithmetic
+    broadcasts the second along the first, and a linear combination (add, subtract,
+    select, a linear op) of batched terms with the collapsed K-th one sums the
+    batched ones over the directions first. That is the whole of collapsing for the
+    rules: the K-th coefficient of every rule is its linear term in the collapsed
+    input plus its nonlinear terms in the batched lower coefficients, summed."""
+
+    def __init__(self, order: int, directions: Directions | None = None):
         self.order = order
+        self.directions = directions
         self.stacks: list[Stack] = []
+
+    # --- the directions axis ------------------------------------------------
+
+    def lead_size(self, k: int) -> int:
+        """The size of the directions axis of coefficient k."""
+        d = self.directions
+        return 1 if d.collapsed and k == self.order else d.size
+
+    def coefficient_type(self, t: ir.Type, k: int) -> ir.Type:
+        """The type of coefficient k of a value of type `t`."""
+        if self.directions is None:
+            return t
+        t = ir.RankedTensorType(t)
+        return ir.RankedTensorType.get([self.lead_size(k), *t.shape], t.element_type,
+                                       loc=ir.Location.unknown(t.context))
+
+    def conform(self, term: Term, like: ir.Value, k: int) -> Term:
+        """`term`, coefficient k of a value like `like`, with that coefficient's type:
+        broadcast along the directions, or summed over them for the collapsed K-th."""
+        if term is None or self.directions is None:
+            return term
+        n = self.lead_size(k)
+        if _rank(term) == _rank(like):
+            return builders.broadcast(term, [n, *builders.shape_of(like)], range(1, _rank(like) + 1))
+        return term if builders.shape_of(term)[0] == n else self.summed(term)
+
+    def coefficient(self, term: Term, like: ir.Value, k: int) -> ir.Value:
+        """Coefficient k of a value like `like`, with its type; zeros if `term` is None."""
+        if term is None:
+            return self.zeros_like(self.coefficient_type(like.type, k))
+        return self.conform(term, like, k)
+
+    def summed(self, v: ir.Value) -> ir.Value:
+        """The (weighted) sum of `v` over its directions axis, kept with size 1."""
+        shape = builders.shape_of(v)
+        weights = self.directions.weights
+        if weights is not None:
+            elem = builders.elem_of(v)
+            real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
+            w = ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in weights],
+                                         type=builders.tensor([len(weights)], real))
+            v = builders.mul(v, builders.broadcast(builders.convert(stablehlo.constant(w), elem), shape, [0]))
+        return builders.reshape(builders.reduce(v, [0]), [1, *shape[1:]])
+
+    def _aligned(self, a: ir.Value, c: ir.Value, linear: bool) -> tuple[ir.Value, ir.Value]:
+        """`a` and `c` with the same directions axis (see the class docstring)."""
+        if self.directions is None:
+            return a, c
+        ra, rc = _rank(a), _rank(c)
+        if ra == rc + 1:
+            return a, builders.broadcast(c, builders.shape_of(a), range(1, ra))
+        if rc == ra + 1:
+            return builders.broadcast(a, builders.shape_of(c), range(1, rc)), c
+        if ra and builders.shape_of(a)[0] != builders.shape_of(c)[0] and \
+                1 in (builders.shape_of(a)[0], builders.shape_of(c)[0]):
+            if not linear:
+                raise PassError("jet-expand: internal error: a product of a collapsed and a batched coefficient")
+            return (self.summed(a) if builders.shape_of(a)[0] != 1 else a,
+                    self.summed(c) if builders.shape_of(c)[0] != 1 else c)
+        return a, c
+
+    def _lead_of(self, v: ir.Value, like: ir.Value) -> int:
+        """1 if `v` carries the directions axis that a value like `like` lacks, else 0."""
+        return int(self.directions is not None and _rank(v) > _rank(like))
 
     # --- single terms -----------------------------------------------------
 
@@ -98,6 +187,9 @@ class JetBuilder:
     def zeros(self, like: ir.Value) -> ir.Value:
         return self.constant(0, like.type)
 
+    def zeros_like(self, t: ir.Type) -> ir.Value:
+        return self.constant(0, t)
+
     def materialize(self, term: Term, like: ir.Value) -> ir.Value:
         return term if term is not None else self.zeros(like)
 
@@ -106,14 +198,14 @@ class JetBuilder:
             return b
         if b is None:
             return a
-        return builders.add(a, b)
+        return builders.add(*self._aligned(a, b, linear=True))
 
     def sub(self, a: Term, b: Term) -> Term:
         if b is None:
             return a
         if a is None:
             return self.neg(b)
-        return builders.sub(a, b)
+        return builders.sub(*self._aligned(a, b, linear=True))
 
     def neg(self, a: Term) -> Term:
         return None if a is None else builders.neg(a)
@@ -121,10 +213,31 @@ class JetBuilder:
     def mul(self, a: Term, b: Term) -> Term:
         if a is None or b is None:
             return None
-        return builders.mul(a, b)
+        return builders.mul(*self._aligned(a, b, linear=False))
 
     def div(self, a: Term, b: ir.Value) -> Term:
-        return None if a is None else builders.div(a, b)
+        return None if a is None else builders.div(*self._aligned(a, b, linear=False))
+
+    def select(self, pred: ir.Value, on_true: ir.Value, on_false: ir.Value) -> ir.Value:
+        """select(pred, on_true, on_false); a primal `pred` is broadcast along the directions."""
+        on_true, on_false = self._aligned(on_true, on_false, linear=True)
+        if _rank(pred) and _rank(pred) < _rank(on_true):
+            pred = builders.broadcast(pred, [*builders.shape_of(on_true)[:1], *builders.shape_of(pred)],
+                                      range(1, _rank(pred) + 1))
+        return builders.select(pred, on_true, on_false)
+
+    def reduce(self, term: Term, dims: Sequence[int], like: ir.Value) -> Term:
+        """The sum of `term` (a coefficient of a value like `like`) over `dims` of that value."""
+        lead = None if term is None else self._lead_of(term, like)
+        return None if term is None else builders.reduce(term, [d + lead for d in dims])
+
+    def broadcast(self, term: Term, like: ir.Value, shape: Sequence[int], dims: Sequence[int]) -> Term:
+        """`broadcast_in_dim` of `term` (a coefficient of a value like `like`) to `shape`."""
+        if term is None:
+            return None
+        if self._lead_of(term, like):
+            return builders.broadcast(term, [builders.shape_of(term)[0], *shape], [0] + [d + 1 for d in dims])
+        return builders.broadcast(term, shape, dims)
 
     def scale(self, a: Term, c: float) -> Term:
         if a is None or c == 0:
@@ -148,10 +261,33 @@ class JetBuilder:
             new.operands[i] = v
         return new
 
+    def apply(self, op: ir.Operation, replace: dict[int, ir.Value]) -> ir.Value:
+        """The result of `op` with some operands replaced by coefficient terms (with
+        the directions axis, through `jet_directions.apply`, when they carry one)."""
+        if self.directions is None:
+            return self.clone(op, replace).result
+        operands, lead = list(op.operands), [False] * len(op.operands)
+        for i, v in replace.items():
+            operands[i], lead[i] = v, bool(self._lead_of(v, op.operands[i]))
+        if not any(lead):
+            return self.clone(op, replace).result
+        sizes = {builders.shape_of(operands[i])[0] for i in range(len(lead)) if lead[i]}
+        if len(sizes) > 1:  # batched terms in a linear op with the collapsed K-th one
+            operands = [self.summed(v) if d and builders.shape_of(v)[0] != 1 else v for v, d in zip(operands, lead)]
+            sizes = {1}
+        return jet_directions.apply(op, operands, lead, sizes.pop())
+
     # --- series -----------------------------------------------------------
 
     def series(self, x0: ir.Value) -> Series:
         return [x0] + [None] * self.order
+
+    def settle(self, s: Series) -> Series:
+        """A rule's output series with each coefficient of its type (`conform`): where
+        the collapsed K-th coefficient's nonlinear terms are summed over the directions."""
+        if self.directions is None:
+            return s
+        return [s[0]] + [self.conform(s[k], s[0], k) for k in range(1, self.order + 1)]
 
     def cauchy(self, u: Series, w: Series, k: int, lo: int = 0, hi: int | None = None) -> Term:
         """sum_{j=lo..hi} u_j w_{k-j} (hi defaults to k)."""
@@ -174,7 +310,7 @@ def has_series(s: Series) -> bool:
 
 def coefficients(b: JetBuilder, outs: Sequence[Series], which: Sequence[int]) -> list[ir.Value]:
     """The K coefficients of each series `outs[i]`, `i` in `which`, zeros materialized."""
-    return [b.materialize(outs[i][k], outs[i][0]) for i in which for k in range(1, b.order + 1)]
+    return [b.coefficient(outs[i][k], outs[i][0], k) for i in which for k in range(1, b.order + 1)]
 
 
 def split_results(b: JetBuilder, results: Sequence[ir.Value], carried: Sequence[bool]) -> list[Series]:
@@ -276,7 +412,7 @@ def choose_series(b: JetBuilder, x: Series, y: Series, direction: str, out: ir.V
             continue
         xk, yk = b.materialize(x[k], x[0]), b.materialize(y[k], y[0])
         half = b.scale(b.add(xk, yk), 0.5)
-        series[k] = builders.select(ties, half, builders.select(wins, xk, yk))
+        series[k] = b.select(ties, half, b.select(wins, xk, yk))
     return series
 
 
@@ -295,7 +431,7 @@ def linear(*positions: int) -> Rule:
         for k in range(1, b.order + 1):
             if all(ins[p][k] is None for p in where):
                 continue
-            out[k] = b.clone(op, {p: b.materialize(ins[p][k], ins[p][0]) for p in where}).result
+            out[k] = b.apply(op, {p: b.materialize(ins[p][k], ins[p][0]) for p in where})
         return [out]
 
     return rule
@@ -305,22 +441,21 @@ def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optiona
     u, w = ins
     out = b.series(op.result)
     for k in range(1, b.order + 1):
-        out[k] = b.total([b.clone(op, {0: u[j], 1: w[k - j]}).result
+        out[k] = b.total([b.apply(op, {0: u[j], 1: w[k - j]})
                           for j in range(k + 1) if u[j] is not None and w[k - j] is not None])
     return [out]
 
 
 @dataclasses.dataclass
 class Stack:
-    """A dot_general of coefficients stacked along `dim` of operand `side`, and its
-    result sliced back along `out_dim`: one slice per piece."""
+    """A dot_general of coefficients stacked along one dimension of one operand, and
+    its result sliced back: one slice per piece. `anchor` is the first op built, and
+    `rebuild(pieces)` builds the same for fewer pieces (at an insertion point before it)."""
 
-    dot: ir.Operation
-    side: int
-    dim: int
-    out_dim: int
+    anchor: ir.Operation | None
     pieces: list
     slices: list
+    rebuild: Callable[[list], "Stack"]
 
 
 def stacked_dot(op: ir.Operation, side: int, pieces: Sequence[ir.Value], dim: int, out_dim: int,
@@ -336,7 +471,21 @@ def stacked_dot(op: ir.Operation, side: int, pieces: Sequence[ir.Value], dim: in
     shape[out_dim] *= len(pieces)
     big.result.set_type(ir.RankedTensorType.get(shape, t.element_type))
     slices = [builders.slice_dim(big.result, out_dim, i * size, (i + 1) * size) for i in range(len(pieces))]
-    return Stack(big, side, dim, out_dim, list(pieces), slices)
+    return Stack(big, list(pieces), slices, lambda kept: stacked_dot(big, side, kept, dim, out_dim, piece_type))
+
+
+def directions_stacked_dot(op: ir.Operation, side: int, pieces: Sequence[ir.Value]) -> Stack:
+    """`op` with operand `side` replaced by coefficient `pieces` concatenated along
+    their directions axes (sizes R, and 1 for a collapsed K-th): one matmul."""
+    sizes = [builders.shape_of(p)[0] for p in pieces]
+    stacked = builders.concat(list(pieces), 0)
+    operands = list(op.operands)
+    operands[side] = stacked
+    out = jet_directions.apply(op, operands, [i == side for i in range(2)], sum(sizes))
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    slices = [builders.slice_dim(out, 0, a, a + n) for a, n in zip(starts, sizes)]
+    anchor = stacked.owner.operation if len(pieces) > 1 else None
+    return Stack(anchor, list(pieces), slices, lambda kept: directions_stacked_dot(op, side, kept))
 
 
 def _dot_general(b, op, ins):
@@ -356,9 +505,14 @@ def _dot_general(b, op, ins):
         terms = [k for k in range(1, b.order + 1) if x[k] is not None]
         shape = ir.RankedTensorType(x[0].type).shape
         free = [d for d in range(len(shape)) if d not in batch and d not in contract]
-        if has_series(other) or not free or len(terms) < 2:
+        if has_series(other) or len(terms) < 2:
             continue
-        stack = stacked_dot(op, side, [x[k] for k in terms], free[0], len(batch) + offset, op.result.type)
+        if b.directions is not None:
+            stack = directions_stacked_dot(op, side, [b.conform(x[k], x[0], k) for k in terms])
+        elif free:
+            stack = stacked_dot(op, side, [x[k] for k in terms], free[0], len(batch) + offset, op.result.type)
+        else:
+            continue
         b.stacks.append(stack)
         out = b.series(op.result)
         for k, piece in zip(terms, stack.slices):
@@ -572,7 +726,7 @@ def _power(b, op, ins):
     z = mul_series(b, [None] + w[1:], log_x, None)
     y = mul_series(b, fixed, exp_series(b, z, one), op.result)
     at_zero = builders.compare(x[0], zero_, "EQ")
-    return [[y[0]] + [None if y[k] is None else builders.select(at_zero, b.materialize(fixed[k], x[0]), y[k])
+    return [[y[0]] + [None if y[k] is None else b.select(at_zero, b.materialize(fixed[k], x[0]), y[k])
                       for k in range(1, b.order + 1)]]
 
 
@@ -631,7 +785,8 @@ def _clamp(b, op, ins):
     def full(s: Series) -> Series:
         if ir.RankedTensorType(s[0].type).shape == ir.RankedTensorType(t).shape:
             return s
-        return [None if c is None else builders.broadcast(c, ir.RankedTensorType(t).shape, []) for c in s]
+        return [builders.broadcast(s[0], ir.RankedTensorType(t).shape, [])] + [
+            b.broadcast(c, s[0], ir.RankedTensorType(t).shape, []) for c in s[1:]]
 
     lo, hi = full(lo), full(hi)
     inner = choose_series(b, lo, x, "GT", builders.maximum(lo[0], x[0]))
@@ -646,13 +801,14 @@ def _reduce_choose(b: JetBuilder, op: ir.Operation, u: Series) -> Series:
     out_b = builders.broadcast(op.results[0], builders.shape_of(u[0]), kept)
     mask = builders.convert(builders.compare(u[0], out_b, "EQ"), builders.elem_of(u[0]))
     counts = builders.reduce(mask, dims)
-    return [op.results[0]] + [None if u[k] is None else b.div(builders.reduce(b.mul(u[k], mask), dims), counts)
+    return [op.results[0]] + [None if u[k] is None else b.div(b.reduce(b.mul(u[k], mask), dims, u[0]), counts)
                                for k in range(1, b.order + 1)]
 
 
 def _polynomial_product(b: JetBuilder, op: ir.Operation, u: Series, init: Series) -> Series:
     """A multiply reduction (reduce or reduce_window) of truncated polynomials, as one
     variadic op whose body multiplies two series: exact at zeros, unlike exp(sum log)."""
+    check_standard(b, op, "a multiply or max/min window reduction")
     K = b.order
     st = scalar_type(u[0].type)
     operands = [b.materialize(t, u[0]) for t in u] + [b.materialize(t, init[0]) for t in init]
@@ -667,6 +823,7 @@ def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, dir
     reduce_window carries (value, coefficients, count); the body keeps the
     winner's coefficients and count and sums them on ties, so tied terms are
     averaged as in reduce_max."""
+    check_standard(b, op, "a multiply or max/min window reduction")
     K = b.order
     st = scalar_type(u[0].type)
     operands = ([u[0]] + [b.materialize(t, u[0]) for t in u[1:]] + [b.constant(1, u[0].type)]
@@ -713,8 +870,17 @@ def _scatter(b, op, ins):
     return linear(0, 2)(b, op, ins)
 
 
+def check_standard(b: JetBuilder, op: ir.Operation, what: str) -> None:
+    """Refuse a rule that has no directions-batched form yet."""
+    if b.directions is not None:
+        raise PassError(f"jet-expand: {op.name} ({what}) has no rule in a directions-batched or collapsed jet yet; "
+                        "use hlopt.jet once per direction", op.location)
+
+
 def _sort(b, op, ins):
     """The coefficients ride along as extra sort operands: the permutation is the primal's."""
+    if b.directions is not None:
+        return _sort_with_directions(b, op, ins)
     extra = coefficients(b, ins, [i for i, s in enumerate(ins) if has_series(s)])
     operands = list(op.operands) + extra
     new = builders.regrown(op, operands, [v.type for v in operands], regions=1)
@@ -722,6 +888,31 @@ def _sort(b, op, ins):
     types = [a.type for a in old_block.arguments] + [scalar_type(v.type) for v in extra for _ in range(2)]
     builders.move_block(old_block, new.regions[0], types)
     return split_results(b, list(new.results), [has_series(s) for s in ins])
+
+
+def _sort_with_directions(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Series]:
+    """Per size of the directions axis (R, and 1 for a collapsed K-th coefficient), one
+    more sort of the primal operands broadcast along it, with those coefficients riding
+    along; the primal results stay the op's own."""
+    with_series = [i for i, s in enumerate(ins) if has_series(s)]
+    outs = [b.series(r) for r in op.results]
+    dim = ir.IntegerAttr(op.attributes["dimension"]).value
+    for n in sorted({b.lead_size(k) for k in range(1, b.order + 1)}):
+        ks = [k for k in range(1, b.order + 1) if b.lead_size(k) == n]
+        shape = builders.shape_of(op.operands[0])
+        keys = [builders.broadcast(v, [n, *shape], range(1, len(shape) + 1)) for v in op.operands]
+        extra = [b.coefficient(ins[i][k], ins[i][0], k) for i in with_series for k in ks]
+        operands = keys + extra
+        new = builders.regrown(op, operands, [v.type for v in operands], regions=1)
+        new.attributes["dimension"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim + 1)
+        comparator = op.clone(ip=ir.InsertionPoint(new))
+        block = comparator.regions[0].blocks[0]
+        builders.move_block(block, new.regions[0],
+                            [a.type for a in block.arguments] + [scalar_type(v.type) for v in extra for _ in range(2)])
+        comparator.erase()
+        for result, (i, k) in zip(list(new.results)[len(keys):], [(i, k) for i in with_series for k in ks]):
+            outs[i][k] = result
+    return outs
 
 
 def _custom_call(b, op, ins):

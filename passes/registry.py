@@ -14,16 +14,18 @@ from hlopt.passes.base import Pass
 # pass name -> (module under hlopt.passes, class name)
 PASSES: dict[str, tuple[str, str]] = {
     "check-key-reuse": ("check_key_reuse", "CheckKeyReuse"),
+    "jet-collapse": ("jet_collapse", "JetCollapse"),
     "jet-expand": ("jet_expand", "JetExpand"),
     "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
     "vjp-expand": ("vjp_expand", "VjpExpand"),
 }
 
-# The annotation-lowering passes of `hlopt-default`, in the order they run.
+# The annotation-lowering passes of `hlopt-default`, in the order they run (jet-collapse
+# rewrites directions-batched jets whose K-th coefficients are only summed before they expand).
 # vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
 # first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
-DEFAULT_LOWERINGS = ("jet-expand", "lower-bcoo", "vjp-expand", "lower-custom-partitioning")
+DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "lower-bcoo", "vjp-expand", "lower-custom-partitioning")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {

@@ -35,7 +35,7 @@ from jax.interpreters import ad, batching, mlir
 from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation
 from hlopt.passes.jet_expand import MAX_ORDER
 from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
-from hlopt.passes.mlir import stablehlo
+from hlopt.passes.mlir import ir, stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
 __all__ = ["jet"]
@@ -47,9 +47,19 @@ def _trace(fun: Callable, avals: Sequence[Any]) -> tuple[ClosedJaxpr, list[Any]]
     return ClosedJaxpr(convert_constvars_jaxpr(closed.jaxpr), ()), list(closed.consts)
 
 
-def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int):
+def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: int, collapsed: bool) -> tuple:
+    """The shape of coefficient k of a value of `shape`: with the leading directions
+    axis in a batched jet and for coefficients 1..K-1 of a collapsed one."""
+    if directions == 0 or (collapsed and k == order):
+        return tuple(shape)
+    return (directions, *shape)
+
+
+def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
+                   weights: tuple[float, ...] | None = None):
     outs = [jax.core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
-    return outs + [a for a in outs for _ in range(order)]
+    return outs + [jax.core.ShapedArray(coefficient_shape(a.shape, k, order, directions, collapsed), a.dtype)
+                   for a in outs for k in range(1, order + 1)]
 
 
 def _lower_called(name: str, jaxpr: ClosedJaxpr, ctx: Any) -> str:
@@ -146,65 +156,93 @@ def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
     return jax.make_jaxpr(tangents)(*structs, *[s for s, d in zip(structs, inexact_in) if d])
 
 
-def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int):
+def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
+              weights: tuple[float, ...] | None = None):
     budget = order + _enclosing_order.get()
     token = _enclosing_order.set(budget)
     try:
         name = _lower_called("hlopt_jet_fun", _for_taylor(jaxpr, budget, {}), ctx)
     finally:
         _enclosing_order.reset(token)
-    return emit_annotation("hlopt.jet", operands, result_types(ctx), {"order": order}, called_computations=[name])
+    config: dict[str, Any] = {"order": order}
+    if collapsed:
+        config["collapsed"] = True
+        if weights is not None:
+            config["weights"] = ir.DenseF64ArrayAttr.get(list(weights))
+    elif directions:
+        config["directions"] = directions
+    return emit_annotation("hlopt.jet", operands, result_types(ctx), config, called_computations=[name])
 
 
 jet_p = annotation_primitive("hlopt_jet", _abstract_eval, _lowering)
 
 
-def _zero_series(values: Sequence[Any], order: int) -> list[Any]:
-    return [jnp.zeros_like(v) for v in values for _ in range(order)]
+def _zero_series(values: Sequence[Any], order: int, directions: int = 0, collapsed: bool = False) -> list[Any]:
+    return [jnp.zeros(coefficient_shape(jnp.shape(v), k, order, directions, collapsed), v.dtype)
+            for v in values for k in range(1, order + 1)]
 
 
-def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int):
+def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
+           weights: tuple[float, ...] | None = None):
     """vmap of a jet is the jet of the vmapped function: a primal whose value or
-    series is batched is batched (with its series) in the new function."""
+    series is batched is batched (with its series) in the new function. A standard
+    jet whose series alone are batched (vmap over directions) becomes one jet batched
+    over the directions: its primal stays unbatched and is computed once. In a
+    batched or collapsed jet the vmapped axis of a coefficient follows its
+    directions axis."""
     n = len(jaxpr.in_avals)
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
+    if directions == 0 and order > 0 and all(d is None for d in dims[:n]):
+        coeffs = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *jnp.shape(a)))
+                  for a, d in zip(args[n:], dims[n:])]
+        outs = jet_p.bind(*args[:n], *coeffs, jaxpr=jaxpr, order=order, directions=size)
+        n_out = len(jaxpr.out_avals)
+        return outs, [None] * n_out + [0] * (len(outs) - n_out)
     batched = [dims[i] is not None
                or any(dims[n + i * order + k] is not None for k in range(order))
                for i in range(n)]
 
-    def at_zero(x, d, b):
+    def moved(x, d, b, at):
         if not b:
             return x
         if d is None:
-            return jnp.broadcast_to(x, (size, *jnp.shape(x)))
-        return jnp.moveaxis(x, d, 0)
+            return jnp.broadcast_to(jnp.expand_dims(x, at), (*jnp.shape(x)[:at], size, *jnp.shape(x)[at:]))
+        return jnp.moveaxis(x, d, at)
 
-    primals = [at_zero(args[i], dims[i], batched[i]) for i in range(n)]
-    coeffs = [at_zero(args[n + i * order + k], dims[n + i * order + k], batched[i])
-              for i in range(n) for k in range(order)]
+    def axis(k):
+        return len(coefficient_shape((), k, order, directions, collapsed))
+
+    primals = [moved(args[i], dims[i], batched[i], 0) for i in range(n)]
+    coeffs = [moved(args[n + i * order + k - 1], dims[n + i * order + k - 1], batched[i], axis(k))
+              for i in range(n) for k in range(1, order + 1)]
     fun = jax.vmap(jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
     new_jaxpr, consts = _trace(fun, [jax.ShapeDtypeStruct(jnp.shape(p), p.dtype) for p in primals])
-    outs = jet_p.bind(*consts, *primals, *_zero_series(consts, order), *coeffs, jaxpr=new_jaxpr, order=order)
-    return outs, [0] * len(outs)
+    outs = jet_p.bind(*consts, *primals, *_zero_series(consts, order, directions, collapsed), *coeffs,
+                      jaxpr=new_jaxpr, order=order, **mode)
+    n_out = len(new_jaxpr.out_avals)
+    return outs, [0] * n_out + [axis(k) for _ in range(n_out) for k in range(1, order + 1)]
 
 
 batching.primitive_batchers[jet_p] = _batch
 
 
-def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int):
+def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0,
+         collapsed: bool = False, weights: tuple[float, ...] | None = None):
     """Forward mode through a jet: d/de of the series of f(x(t) + e dx(t)) is the
     series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series."""
     n = len(jaxpr.in_avals)
+    mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order)
+    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order, **mode)
 
     def tangent_fun(*args):
         return jax.jvp(jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
 
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jaxpr.in_avals]
     tangent_jaxpr, consts = _trace(tangent_fun, avals + avals)
-    tangent_outs = jet_p.bind(*consts, *primals[:n], *tangents[:n], *_zero_series(consts, order),
-                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order)
+    tangent_outs = jet_p.bind(*consts, *primals[:n], *tangents[:n], *_zero_series(consts, order, directions, collapsed),
+                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order, **mode)
     return outs, tangent_outs
 
 

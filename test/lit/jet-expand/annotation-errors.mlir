@@ -36,10 +36,10 @@ func.func private @f(%x: tensor<f32>) -> tensor<f32> {
 
 // -----
 
-// A key jet-expand does not know (a collapsed jet, say) is refused, not ignored.
-// CHECK: annotation-errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @hlopt.jet backend_config has unknown key 'collapsed' (it takes only 'order')
+// A key jet-expand does not know is refused, not ignored.
+// CHECK: annotation-errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @hlopt.jet backend_config has unknown key 'summed' (it takes order, directions, collapsed, weights)
 func.func @unknown_key(%x: tensor<f32>, %x1: tensor<f32>) -> tensor<f32> {
-  %0:2 = stablehlo.custom_call @hlopt.jet(%x, %x1) {api_version = 4 : i32, backend_config = {collapsed = true, order = 1 : i64}, called_computations = [@f]} : (tensor<f32>, tensor<f32>) -> (tensor<f32>, tensor<f32>)
+  %0:2 = stablehlo.custom_call @hlopt.jet(%x, %x1) {api_version = 4 : i32, backend_config = {summed = true, order = 1 : i64}, called_computations = [@f]} : (tensor<f32>, tensor<f32>) -> (tensor<f32>, tensor<f32>)
   return %0#1 : tensor<f32>
 }
 func.func private @f(%x: tensor<f32>) -> tensor<f32> {

@@ -1,0 +1,238 @@
+"""Linear ops on coefficients with a leading directions axis (batched and collapsed jets).
+
+In a directions-batched jet (`backend_config = {order = K, directions = R}`) or a
+collapsed one (`{order = K, collapsed = true}`) every Taylor coefficient carries a
+leading axis over the R directions (size 1 for the collapsed K-th coefficient, the
+sum over them) while primals do not: the primal is computed once. The jet rules
+stay the same; where a rule applies an op to coefficients (the linear and bilinear
+families), `apply(op, operands, lead)` builds the op on operands of which those
+marked in `lead` carry that axis, with the axis leading in the result: one entry
+per op name in `APPLY`, like a batching rule of `jax.vmap` with the batch axis at 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from hlopt.passes import builders
+from hlopt.passes.base import PassError
+from hlopt.passes.mlir import ir, stablehlo
+
+Apply = Callable[[ir.Operation, list[ir.Value], list[bool], int], ir.Value]
+
+
+def _with_lead(t: ir.Type, n: int) -> ir.RankedTensorType:
+    t = ir.RankedTensorType(t)
+    return ir.RankedTensorType.get([n, *t.shape], t.element_type)
+
+
+def _lead_all(operands: Sequence[ir.Value], lead: Sequence[bool], n: int) -> list[ir.Value]:
+    """Every operand with the directions axis (the others broadcast along it)."""
+    return [v if d else builders.broadcast(v, [n, *builders.shape_of(v)], range(1, len(builders.shape_of(v)) + 1))
+            for v, d in zip(operands, lead)]
+
+
+def _rebuilt(op: ir.Operation, operands: Sequence[ir.Value], n: int, attributes: dict | None = None) -> ir.Value:
+    """`op` (its attributes, `attributes` overriding them, and its regions) on
+    `operands`, its one result with the directions axis."""
+    if len(operands) == len(op.operands):
+        new = op.clone(ip=ir.InsertionPoint.current)
+        for i, v in enumerate(operands):
+            new.operands[i] = v
+        new.results[0].set_type(_with_lead(op.results[0].type, n))
+    else:  # an op without regions that takes one more index (dynamic slices)
+        new = ir.Operation.create(op.name, results=[_with_lead(op.results[0].type, n)], operands=list(operands),
+                                  attributes={name: op.attributes[name] for name in op.attributes})
+    for name, attr in (attributes or {}).items():
+        new.attributes[name] = attr
+    return new.results[0]
+
+
+def _i64s(values: Sequence[int]) -> ir.DenseI64ArrayAttr:
+    return ir.DenseI64ArrayAttr.get([int(v) for v in values])
+
+
+def _array(op: ir.Operation, name: str) -> list[int]:
+    return list(ir.DenseI64ArrayAttr(op.attributes[name]))
+
+
+def _elementwise(op, operands, lead, n):
+    return _rebuilt(op, _lead_all(operands, lead, n), n)
+
+
+def _select(op, operands, lead, n):
+    """A scalar predicate stays scalar; a tensor one is broadcast along the directions."""
+    pred, on_true, on_false = operands
+    if not builders.shape_of(pred):
+        return _rebuilt(op, [pred, *_lead_all([on_true, on_false], lead[1:], n)], n)
+    return _elementwise(op, operands, lead, n)
+
+
+def _broadcast_in_dim(op, operands, lead, n):
+    dims = [0] + [d + 1 for d in _array(op, "broadcast_dimensions")]
+    return _rebuilt(op, operands, n, {"broadcast_dimensions": _i64s(dims)})
+
+
+def _transpose(op, operands, lead, n):
+    return _rebuilt(op, operands, n, {"permutation": _i64s([0] + [p + 1 for p in _array(op, "permutation")])})
+
+
+def _slice(op, operands, lead, n):
+    return _rebuilt(op, operands, n, {"start_indices": _i64s([0] + _array(op, "start_indices")),
+                                      "limit_indices": _i64s([n] + _array(op, "limit_indices")),
+                                      "strides": _i64s([1] + _array(op, "strides"))})
+
+
+def _reverse(op, operands, lead, n):
+    return _rebuilt(op, operands, n, {"dimensions": _i64s([d + 1 for d in _array(op, "dimensions")])})
+
+
+def _concatenate(op, operands, lead, n):
+    dim = ir.IntegerAttr(op.attributes["dimension"]).value
+    return _rebuilt(op, _lead_all(operands, lead, n), n,
+                    {"dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim + 1)})
+
+
+def _pad(op, operands, lead, n):
+    if lead[1]:
+        raise _unsupported(op, "a padding value with a series")
+    return _rebuilt(op, operands, n, {name: _i64s([0] + _array(op, name))
+                                      for name in ("edge_padding_low", "edge_padding_high", "interior_padding")})
+
+
+def _zero_index(like: ir.Value) -> ir.Value:
+    return builders.splat(0, like.type)
+
+
+def _dynamic_slice(op, operands, lead, n):
+    x, *starts = operands
+    return _rebuilt(op, [x, _zero_index(starts[0]), *starts], n,
+                    {"slice_sizes": _i64s([n] + _array(op, "slice_sizes"))})
+
+
+def _dynamic_update_slice(op, operands, lead, n):
+    x, update, *starts = operands
+    x, update = _lead_all([x, update], lead[:2], n)
+    return _rebuilt(op, [x, update, _zero_index(starts[0]), *starts], n)
+
+
+def _reduce_add(op, operands, lead, n):
+    """A sum over `dimensions` (+ the init value's coefficient, if it has a series)."""
+    x, init = operands
+    x = _lead_all([x], lead[:1], n)[0]
+    total = builders.reduce(x, [d + 1 for d in _array(op, "dimensions")])
+    if not lead[1]:
+        return total
+    return builders.add(total, builders.broadcast(init, builders.shape_of(total), [0]))
+
+
+def _reduce_window_add(op, operands, lead, n):
+    x, init = operands
+    if lead[1]:
+        raise _unsupported(op, "an init value with a series")
+    rank = len(builders.shape_of(x))
+    attrs = {name: _i64s([1] + (_array(op, name) if name in op.attributes else [1] * (rank - 1)))
+             for name in ("window_dimensions", "window_strides", "base_dilations", "window_dilations")}
+    if "padding" in op.attributes:
+        pairs = [0, 0] + [int(v) for v in ir.DenseIntElementsAttr(op.attributes["padding"])]
+        i64 = ir.IntegerType.get_signless(64)
+        attrs["padding"] = ir.DenseElementsAttr.get([ir.IntegerAttr.get(i64, v) for v in pairs],
+                                                    type=ir.RankedTensorType.get([rank, 2], i64))
+    return _rebuilt(op, [x, init], n, attrs)
+
+
+def _dot_general(op, operands, lead, n):
+    """The directions axis of one side is a free dimension of it, moved to the front
+    of the result (one large matmul); when both sides carry it, a batch dimension."""
+    dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    lb, rb = list(dims.lhs_batching_dimensions), list(dims.rhs_batching_dimensions)
+    lc, rc = list(dims.lhs_contracting_dimensions), list(dims.rhs_contracting_dimensions)
+    lhs_rank = ir.RankedTensorType(op.operands[0].type).rank
+    shift = lambda ds, d: [x + 1 for x in ds] if d else ds  # noqa: E731
+    lb, lc, rb, rc = shift(lb, lead[0]), shift(lc, lead[0]), shift(rb, lead[1]), shift(rc, lead[1])
+    if lead[0] and lead[1]:
+        lb, rb, position = [0] + lb, [0] + rb, 0
+    elif lead[0]:
+        position = len(lb)
+    else:
+        position = len(lb) + lhs_rank - len(lb) - len(lc)
+    number = stablehlo.DotDimensionNumbers.get(lhs_batching_dimensions=lb, rhs_batching_dimensions=rb,
+                                               lhs_contracting_dimensions=lc, rhs_contracting_dimensions=rc)
+    out = _rebuilt(op, operands, n, {"dot_dimension_numbers": number})
+    shape = list(ir.RankedTensorType(op.results[0].type).shape)
+    shape.insert(position, n)
+    out.set_type(ir.RankedTensorType.get(shape, builders.elem_of(out)))
+    perm = [position] + [d for d in range(len(shape)) if d != position]
+    return builders.transpose(out, perm)
+
+
+def _gather(op, operands, lead, n):
+    """The directions axis is a leading offset (window) dimension of the operand."""
+    x, indices = operands
+    g = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    number = stablehlo.GatherDimensionNumbers.get(
+        offset_dims=[0] + [d + 1 for d in g.offset_dims],
+        collapsed_slice_dims=[d + 1 for d in g.collapsed_slice_dims],
+        operand_batching_dims=[d + 1 for d in g.operand_batching_dims],
+        start_indices_batching_dims=list(g.start_indices_batching_dims),
+        start_index_map=[d + 1 for d in g.start_index_map], index_vector_dim=g.index_vector_dim)
+    return _rebuilt(op, [x, indices], n, {"dimension_numbers": number,
+                                          "slice_sizes": _i64s([n] + _array(op, "slice_sizes"))})
+
+
+def _scatter(op, operands, lead, n):
+    """The directions axis is a leading window dimension of the operand and the updates."""
+    x, indices, updates = operands
+    x, updates = _lead_all([x, updates], [lead[0], lead[2]], n)
+    s = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    number = stablehlo.ScatterDimensionNumbers.get(
+        update_window_dims=[0] + [d + 1 for d in s.update_window_dims],
+        inserted_window_dims=[d + 1 for d in s.inserted_window_dims],
+        input_batching_dims=[d + 1 for d in s.input_batching_dims],
+        scatter_indices_batching_dims=list(s.scatter_indices_batching_dims),
+        scattered_dims_to_operand_dims=[d + 1 for d in s.scattered_dims_to_operand_dims],
+        index_vector_dim=s.index_vector_dim)
+    return _rebuilt(op, [x, indices, updates], n, {"scatter_dimension_numbers": number})
+
+
+def _identity(op, operands, lead, n):
+    """Sharding hints are dropped on the coefficients: their shardings name the primal's rank."""
+    return operands[0]
+
+
+def _unsupported(op: ir.Operation, what: str) -> PassError:
+    return PassError(f"jet-expand: no rule for '{op.name}' with {what} in a directions-batched or collapsed jet; "
+                     "use a standard jet (hlopt-default without jet-collapse)", op.location)
+
+
+APPLY: dict[str, Apply] = {
+    **{name: _elementwise for name in (
+        "stablehlo.add", "stablehlo.subtract", "stablehlo.multiply", "stablehlo.divide", "stablehlo.negate",
+        "stablehlo.convert", "stablehlo.real", "stablehlo.imag", "stablehlo.complex",
+        "stablehlo.fft", "stablehlo.reshape")},
+    "stablehlo.select": _select,
+    "stablehlo.broadcast_in_dim": _broadcast_in_dim,
+    "stablehlo.transpose": _transpose,
+    "stablehlo.slice": _slice,
+    "stablehlo.reverse": _reverse,
+    "stablehlo.concatenate": _concatenate,
+    "stablehlo.pad": _pad,
+    "stablehlo.dynamic_slice": _dynamic_slice,
+    "stablehlo.dynamic_update_slice": _dynamic_update_slice,
+    "stablehlo.reduce": _reduce_add,
+    "stablehlo.reduce_window": _reduce_window_add,
+    "stablehlo.dot_general": _dot_general,
+    "stablehlo.gather": _gather,
+    "stablehlo.scatter": _scatter,
+    "stablehlo.custom_call": _identity,
+    "sdy.sharding_constraint": _identity,
+}
+
+
+def apply(op: ir.Operation, operands: list[ir.Value], lead: list[bool], n: int) -> ir.Value:
+    """`op` on `operands` (those marked in `lead` with a leading directions axis of
+    size `n`, the others shaped as `op`'s own): its result with that axis leading."""
+    rule = APPLY.get(op.name)
+    if rule is None:
+        raise _unsupported(op, "coefficients")
+    return rule(op, operands, lead, n)

@@ -1,0 +1,203 @@
+"""`hlopt.laplacian` and `hlopt.bilaplacian`: differential operators by collapsed Taylor mode.
+
+Both bind one collapsed `hlopt.jet` annotation (`backend_config = {order = K,
+collapsed = true}`): the function's jet of order K along R directions v_r at
+once, coefficients 1..K-1 carried with a leading R axis and the K-th one summed
+over the directions (optionally weighted), so the primal is computed once and the
+highest coefficient once instead of R times (Dangel et al., "Collapsing Taylor
+Mode Automatic Differentiation", 2025). With only the first input coefficient
+set to v_r, the K-th output coefficient along v_r is D^K f[v_r, ..., v_r] / K!.
+
+- Laplacian (K = 2): sum_r v_r^T H v_r = 2 sum_r c_2(v_r). Exact: v_r the unit
+  vectors of x's flattened shape; weighted: the columns of S (`weights`, shape
+  x.shape + (R,)), giving tr(S S^T H); randomized: R samples with E[v v^T] = I
+  ("normal" or "rademacher"), the mean (an unbiased estimate).
+- Bi-Laplacian (K = 4): sum_{i,j} T_iijj for T = D^4 f. Along e_i + e_j and
+  e_i - e_j the odd terms cancel: D^4 f[(e_i+e_j)^4] + D^4 f[(e_i-e_j)^4] =
+  2 T_iiii + 2 T_jjjj + 12 T_iijj, so, with S_1 = sum_i T_iiii,
+  sum_{i<j} (both) = 2 (D-1) S_1 + 6 sum_{i != j} T_iijj and
+  Delta^2 f = S_1 + sum_{i != j} T_iijj = 1/6 sum_{i<j} (both) + (4-D)/3 S_1.
+  In Taylor coefficients (D^4 f[v^4] = 24 c_4(v)): weight 4 on each of the
+  D (D-1) directions e_i +- e_j and 8 (4-D) on each e_i: D^2 directions, signed
+  weights for D > 4, summed by the weighted collapsed jet. Randomized, "normal":
+  E[D^4 f[v^4]] = 3 Delta^2 f for v ~ N(0, I) (Isserlis), so 8 mean_r c_4(v_r);
+  "rademacher": E[D^4 f[v^4]] = 3 Delta^2 f - 2 S_1, so 8 mean_r c_4(v_r) plus
+  16 sum_i c_4(e_i) (D more directions).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hlopt.jet import _trace, _zero_series, jet_p
+
+__all__ = ["bilaplacian", "laplacian"]
+
+DISTRIBUTIONS = ("normal", "rademacher")
+
+
+def _check_options(name: str, num_samples: int | None, distribution: str) -> None:
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"hlopt.{name}: unknown distribution {distribution!r}; use 'normal' or 'rademacher'")
+    if num_samples is not None and (not isinstance(num_samples, (int, np.integer)) or isinstance(num_samples, bool)
+                                    or num_samples < 1):
+        raise ValueError(f"hlopt.{name}: num_samples must be a positive integer, got {num_samples!r}")
+
+
+def _point(name: str, args: tuple, argnums: int) -> jax.Array:
+    if not isinstance(argnums, (int, np.integer)) or isinstance(argnums, bool):
+        raise TypeError(f"hlopt.{name}: argnums must be an integer, got {argnums!r}")
+    if not -len(args) <= argnums < len(args):
+        raise ValueError(f"hlopt.{name}: argnums={argnums} is out of range for {len(args)} positional argument(s)")
+    try:
+        x = jnp.asarray(args[argnums])
+    except TypeError:
+        raise TypeError(f"hlopt.{name}: argument {argnums} must be an array, got {type(args[argnums]).__name__}") \
+            from None
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise TypeError(f"hlopt.{name}: argument {argnums} must be a real floating-point array, got {x.dtype}; "
+                        "convert it (x.astype(jnp.float32))")
+    return x
+
+
+def collapsed_jet(fun: Callable, x: jax.Array, directions: jax.Array, order: int,
+                  weights: tuple[float, ...] | None = None) -> Any:
+    """sum_r w_r c_K(v_r): the K-th plain Taylor coefficient of `fun` at `x` along each
+    direction v_r = directions[r] (the first input coefficient; the others zero),
+    summed over r (weighted by `weights`), for each output leaf."""
+    R = directions.shape[0]
+    out_tree_box = []
+
+    def flat_fun(v):
+        out = fun(v)
+        leaves, tree = jax.tree_util.tree_flatten(out)
+        out_tree_box.append(tree)
+        return leaves
+
+    jaxpr, consts = _trace(flat_fun, [jax.ShapeDtypeStruct(x.shape, x.dtype)])
+    mode = {"directions": R, "collapsed": True, "weights": weights}
+    series = [directions.astype(x.dtype)] + _zero_series([x], order, R, True)[1:]
+    outs = jet_p.bind(*consts, x, *_zero_series(consts, order, R, True), *series, jaxpr=jaxpr, order=order, **mode)
+    n_out = len(jaxpr.out_avals)
+    return jax.tree_util.tree_unflatten(out_tree_box[-1], [outs[n_out + i * order + order - 1] for i in range(n_out)])
+
+
+def _operator(name: str, fun: Callable, argnums: int, num_samples: int | None,
+              build: Callable[[jax.Array, Any], tuple[jax.Array, tuple[float, ...] | None, float]], order: int):
+    """The function of `fun`'s arguments computing scale * sum_r w_r c_K(v_r) at argument
+    `argnums`, where build(x, key) gives (directions, weights, scale)."""
+    from hlopt.jit import jit
+
+    def traced(args: tuple, key: Any) -> Any:
+        x = _point(name, args, argnums)
+        directions, weights, scale = build(x, key)
+        pos = argnums % len(args)
+        at = lambda v: fun(*args[:pos], v, *args[pos + 1:])  # noqa: E731
+        out = collapsed_jet(at, x, directions, order, weights)
+        return jax.tree_util.tree_map(lambda y: y * jnp.asarray(scale, y.dtype), out)
+
+    compiled = jit(traced)
+
+    def operator(*args: Any, key: Any = None) -> Any:
+        if num_samples is None and key is not None:
+            raise TypeError(f"hlopt.{name}: key= is only for the randomized operator (num_samples=R)")
+        if num_samples is not None and key is None:
+            raise TypeError(f"hlopt.{name}: the randomized operator (num_samples={num_samples}) needs key=, "
+                            "a jax.random key")
+        _point(name, args, argnums)
+        leaves = jax.tree_util.tree_leaves((args, key))
+        if any(isinstance(v, jax.core.Tracer) for v in leaves):
+            return traced(args, key)
+        return compiled(args, key)
+
+    operator.__name__ = f"{name}_of_{getattr(fun, '__name__', 'fun')}"
+    operator.__doc__ = f"The {name} of {getattr(fun, '__name__', 'fun')} in argument {argnums}."
+    return operator
+
+
+def _axes(x: jax.Array) -> jax.Array:
+    """The unit vectors of x's flattened shape, shaped (x.size,) + x.shape."""
+    return jnp.eye(x.size, dtype=x.dtype).reshape((x.size, *x.shape))
+
+
+def _samples(key: Any, distribution: str, shape: tuple, dtype: Any) -> jax.Array:
+    if distribution == "normal":
+        return jax.random.normal(key, shape, dtype)
+    return jax.random.rademacher(key, shape, dtype)
+
+
+def _folded(weights: list[float]) -> tuple[tuple[float, ...] | None, float]:
+    """Weights of the collapsed sum and a scale of the result: equal weights become the scale."""
+    if len(set(weights)) == 1:
+        return None, weights[0]
+    return tuple(weights), 1.0
+
+
+def laplacian(fun: Callable, argnums: int = 0, *, weights: Any = None, num_samples: int | None = None,
+              distribution: str = "normal") -> Callable:
+    """A function of `fun`'s arguments giving the Laplacian of each output element of
+    `fun` with respect to argument `argnums` (a floating-point array of any shape).
+
+    `weights` (shape x.shape + (R,), a factor S) gives tr(S S^T Hess f) instead;
+    `num_samples=R` the randomized estimate (mean of v^T Hess f v over R directions
+    drawn from `distribution`, "normal" or "rademacher"), whose function then takes
+    `key=` (a jax.random key). Built on the collapsed jet of order 2."""
+    _check_options("laplacian", num_samples, distribution)
+    if weights is not None and num_samples is not None:
+        raise ValueError("hlopt.laplacian: give weights or num_samples, not both")
+
+    def build(x: jax.Array, key: Any) -> tuple[jax.Array, tuple[float, ...] | None, float]:
+        if num_samples is not None:
+            return _samples(key, distribution, (num_samples, *x.shape), x.dtype), None, 2.0 / num_samples
+        if weights is not None:
+            w = jnp.asarray(weights)
+            if w.ndim != x.ndim + 1 or w.shape[:-1] != x.shape:
+                raise ValueError(f"hlopt.laplacian: weights must have shape x.shape + (R,) = {x.shape} + (R,), "
+                                 f"got {w.shape}")
+            return jnp.moveaxis(w, -1, 0), None, 2.0
+        return _axes(x), None, 2.0
+
+    return _operator("laplacian", fun, argnums, num_samples, build, order=2)
+
+
+def _bilaplacian_exact(x: jax.Array) -> tuple[jax.Array, list[float]]:
+    D = x.size
+    eye = np.eye(D)
+    pairs = [eye[i] + s * eye[j] for i, j in itertools.combinations(range(D), 2) for s in (1.0, -1.0)]
+    directions, weights = list(pairs), [4.0] * len(pairs)
+    if D != 4:
+        directions += list(eye)
+        weights += [8.0 * (4 - D)] * D
+    return jnp.asarray(np.stack(directions), x.dtype).reshape((len(directions), *x.shape)), weights
+
+
+def bilaplacian(fun: Callable, argnums: int = 0, *, num_samples: int | None = None,
+                distribution: str = "normal") -> Callable:
+    """A function of `fun`'s arguments giving the bi-Laplacian (sum over i, j of
+    d^4 f / dx_i^2 dx_j^2) of each output element with respect to argument `argnums`.
+
+    Exact: collapsed 4-jets along the D^2 directions e_i and e_i +- e_j with the
+    weights derived in this module's docstring. `num_samples=R`: the unbiased
+    randomized estimate ("normal": 8 mean_r c_4(v_r); "rademacher": that plus
+    16 sum_i c_4(e_i)); its function then takes `key=`."""
+    _check_options("bilaplacian", num_samples, distribution)
+
+    def build(x: jax.Array, key: Any) -> tuple[jax.Array, tuple[float, ...] | None, float]:
+        if num_samples is None:
+            directions, w = _bilaplacian_exact(x)
+        elif distribution == "normal":
+            directions, w = _samples(key, "normal", (num_samples, *x.shape), x.dtype), [8.0 / num_samples] * num_samples
+        else:
+            samples = _samples(key, "rademacher", (num_samples, *x.shape), x.dtype)
+            directions = jnp.concatenate([samples, _axes(x)])
+            w = [8.0 / num_samples] * num_samples + [16.0] * x.size
+        weights, scale = _folded(w)
+        return directions, weights, scale
+
+    return _operator("bilaplacian", fun, argnums, num_samples, build, order=4)

@@ -1,0 +1,62 @@
+// RUN: hlopt-opt %s -p jet-expand --split-input-file | filecheck %s
+
+// A collapsed jet of order 2 along 3 directions: coefficient 1 keeps the leading
+// directions axis, the K-th is carried with an axis of size 1 inside and comes out
+// without it. The primal (sine, dot) is computed once, without the axis. The known
+// zero K-th input builds nothing; the nonlinear term of sine is summed over the
+// directions (reduce over dimension 0) before the second dot, which takes both
+// coefficients in one matmul (3 + 1 rows).
+// CHECK-LABEL: func.func @main
+// CHECK: %[[R:.*]]:3 = call @f_jet2(%arg0, %arg1, %{{.*}}) : (tensor<4xf32>, tensor<3x4xf32>, tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
+// CHECK: %[[S:.*]] = stablehlo.reshape %[[R]]#2 : (tensor<1xf32>) -> tensor<f32>
+// CHECK: return %[[R]]#1, %[[S]]
+// CHECK-LABEL: func.func private @f_jet2
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
+// CHECK: stablehlo.sine %[[X]] : tensor<4xf32>
+// CHECK: stablehlo.reduce({{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
+// CHECK: stablehlo.concatenate {{.*}}, dim = 0 : (tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>
+// CHECK: stablehlo.dot_general {{.*}} : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4xf32>
+// CHECK-NOT: stablehlo.sine
+// CHECK: return
+func.func @main(%x: tensor<4xf32>, %v: tensor<3x4xf32>) -> (tensor<3xf32>, tensor<f32>) {
+  %z = stablehlo.constant dense<0.0> : tensor<4xf32>
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<f32>)
+  return %r#1, %r#2 : tensor<3xf32>, tensor<f32>
+}
+func.func private @f(%x: tensor<4xf32>) -> tensor<f32> {
+  %w = stablehlo.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %0 = stablehlo.sine %x : tensor<4xf32>
+  %1 = stablehlo.dot_general %0, %w, contracting_dims = [0] x [0] : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// Weights: the sum over the directions is weighted (a signed sum, as the bi-Laplacian needs).
+// CHECK-LABEL: func.func private @g_jet2
+// CHECK: stablehlo.constant dense<[2.000000e+00, -1.000000e+00]> : tensor<2xf32>
+// CHECK: stablehlo.reduce
+func.func @weighted(%x: tensor<f32>, %v: tensor<2xf32>, %z: tensor<f32>) -> tensor<f32> {
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@g], backend_config = {order = 2 : i64, collapsed = true, weights = array<f64: 2.0, -1.0>}} : (tensor<f32>, tensor<2xf32>, tensor<f32>) -> (tensor<f32>, tensor<2xf32>, tensor<f32>)
+  return %r#2 : tensor<f32>
+}
+func.func private @g(%x: tensor<f32>) -> tensor<f32> {
+  %0 = stablehlo.exponential %x : tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// A directions-batched jet: every coefficient has the axis, nothing is summed.
+// CHECK-LABEL: func.func private @h_jet2
+// CHECK-SAME: (%{{[^:]*}}: tensor<f32>, %{{[^:]*}}: tensor<5xf32>, %{{[^:]*}}: tensor<5xf32>) -> (tensor<f32>, tensor<5xf32>, tensor<5xf32>)
+// CHECK-NOT: stablehlo.reduce
+// CHECK: return
+func.func @batched(%x: tensor<f32>, %v: tensor<5xf32>, %w: tensor<5xf32>) -> tensor<5xf32> {
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %w) {api_version = 4 : i32, called_computations = [@h], backend_config = {order = 2 : i64, directions = 5 : i64}} : (tensor<f32>, tensor<5xf32>, tensor<5xf32>) -> (tensor<f32>, tensor<5xf32>, tensor<5xf32>)
+  return %r#2 : tensor<5xf32>
+}
+func.func private @h(%x: tensor<f32>) -> tensor<f32> {
+  %0 = stablehlo.tanh %x : tensor<f32>
+  return %0 : tensor<f32>
+}
