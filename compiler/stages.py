@@ -80,9 +80,7 @@ class Lowered:
         return new
 
     def compile(self, pipeline: str = "hlopt-default") -> "Compiled":
-        """Apply `pipeline`, then compile the result through PJRT."""
+        """Apply `pipeline`, then compile the result through PJRT (a persistent-cache hit skips both)."""
         from hlopt.runtime.compile import compile_lowered
 
-        lowered = self.apply(pipeline) if pipeline else self
-        check_no_annotations(lowered.module)
-        return compile_lowered(lowered)
+        return compile_lowered(self, pipeline)
