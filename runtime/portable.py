@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from hlopt.passes.base import format_location
-from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.mlir import ir
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
 REFUSED_OPS = {
@@ -35,6 +35,9 @@ REFUSED_OPS = {
     "stablehlo.send": "sends to the host or another program and can block forever",
     "stablehlo.recv": "receives from the host or another program and can block forever",
 }
+
+
+_WHERE_CHARS = 160
 
 
 class PortableCheckError(ValueError):
@@ -170,7 +173,7 @@ def check_portable(module: ir.Module) -> None:
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         name = op.name
-        where = format_location(op.location)
+        where = _where(op)
         for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
             size = _byte_size(v.type)
             if size is not None and size > limit:
@@ -182,12 +185,21 @@ def check_portable(module: ir.Module) -> None:
         elif name in REFUSED_OPS:
             problems.append(f"{where}: {name} {REFUSED_OPS[name]}")
         elif name == "stablehlo.custom_call":
-            problems.extend(_check_custom_call(op, where, tensors))
+            try:
+                problems.extend(_check_custom_call(op, where, tensors))
+            except (ValueError, TypeError, KeyError, IndexError) as e:  # attributes of unexpected types
+                problems.append(f"{where}: custom call with malformed attributes: {e}")
         return ir.WalkResult.INTERRUPT if problems else ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     if problems:
         raise PortableCheckError(problems[0])
+
+
+def _where(op: ir.Operation) -> str:
+    """The op's location for a message, at most _WHERE_CHARS long (a call-site chain can be kilobytes)."""
+    text = format_location(op.location)
+    return text if len(text) <= _WHERE_CHARS else text[: _WHERE_CHARS - 3] + "..."
 
 
 def _check_custom_call(op: ir.Operation, where: str, tensors: Callable) -> list[str]:
@@ -197,29 +209,18 @@ def _check_custom_call(op: ir.Operation, where: str, tensors: Callable) -> list[
         return [f"{where}: custom call to {target!r}, which is not on hlopt's list of checked targets "
                 "(a kernel's code is not in the file, and its operands cannot be checked)"]
     api = ir.IntegerAttr(op.attributes["api_version"]).value if "api_version" in op.attributes else 1
-    if target.startswith("lapack_") and api != 4:
-        return [f"{where}: custom call to {target!r} with api_version {api}; its typed (FFI) form has 4"]
+    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
+    typed = api == 4 or (api == 1 and isinstance(config, ir.DictAttr))
+    if target.startswith("lapack_") and not typed:
+        return [f"{where}: custom call to {target!r} is not a typed (FFI) call: api_version {api} "
+                "and no mhlo.backend_config dictionary"]
     if "called_computations" in op.attributes and len(ir.ArrayAttr(op.attributes["called_computations"])):
         return [f"{where}: custom call to {target!r} calls functions; it never does"]
     operands, results = tensors(op.operands), tensors(op.results)
     if operands is None or results is None:
         return [f"{where}: custom call to {target!r} takes or returns values that are not ranked tensors"]
-    problem = rule(operands, results, op) or _check_aliases(op, operands, results)
+    problem = rule(operands, results, op)
     return [] if problem is None else [f"{where}: custom call to {target!r} {problem}"]
-
-
-def _check_aliases(op: ir.Operation, operands: Types, results: Types) -> str | None:
-    """Every result that shares an operand's buffer must have that operand's type."""
-    if "output_operand_aliases" not in op.attributes:
-        return None
-    for attr in ir.ArrayAttr(op.attributes["output_operand_aliases"]):
-        alias = stablehlo.OutputOperandAlias(attr)
-        out, i = list(alias.output_tuple_indices), alias.operand_index
-        r = out[0] if out else 0
-        if (len(out) > 1 or list(alias.operand_tuple_indices) or not 0 <= i < len(operands)
-                or not 0 <= r < len(results) or str(results[r]) != str(operands[i])):
-            return f"makes result {out} share the buffer of operand {i} with another type: {attr}"
-    return None
 
 
 def _byte_size(t: ir.Type) -> int | None:
