@@ -12,6 +12,7 @@ import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -311,7 +312,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                          f"{MAX_HOST_DEVICES} host devices")
     if count > 1:
         set_host_devices(count)
-    compiled = files.load(args.file, trust=args.trust)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = files.load(args.file, trust=args.trust)
+    for w in caught:
+        print(f"hlopt: warning: {printable(w.message)}", file=sys.stderr)
     sig = compiled.signature
     inputs = read_inputs(args.input)
     if len(inputs) != len(sig.in_avals):
