@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
+import io
 import math
 import os
 import stat
@@ -40,7 +41,7 @@ import jax
 import jaxlib
 
 import hlopt.passes
-from hlopt.passes.mlir import ir
+from hlopt.passes.mlir import ir, passmanager
 from hlopt.runtime import container
 from hlopt.runtime.keys import KeyFileError, user_key
 from hlopt.runtime.pjrt import BuildFlags
@@ -53,7 +54,7 @@ ENTRY_SECTIONS = ("executable", "module")
 SUFFIX = ".hlx"
 _STALE_TEMP_SECONDS = 3600
 # The annotation whose lowering runs the user's Python (the partitioner): its IR does not pin the result.
-_USER_CODE_MARKER = "@hlopt.custom_partitioning"
+_USER_CODE_MARKER = b"hlopt.custom_partitioning"
 
 
 class CacheDirError(ValueError):
@@ -264,14 +265,19 @@ def cache_info() -> CacheInfo:
     return cache.info()
 
 
-def module_text(module: ir.Module) -> str:
-    """The module's text without debug locations: what a cache key hashes."""
-    return module.operation.get_asm(enable_debug_info=False)
+def stripped_bytecode(module: ir.Module) -> bytes:
+    """The module's bytecode with every debug location replaced by `unknown`: what a cache key hashes."""
+    with module.context:
+        copy = module.operation.clone()
+        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(copy)
+    buf = io.BytesIO()
+    copy.write_bytecode(buf)
+    return buf.getvalue()
 
 
-def calls_user_code(text: str) -> bool:
-    """Whether the passes will call the user's Python on this module (its text does not pin the result)."""
-    return _USER_CODE_MARKER in text
+def calls_user_code(bytecode: bytes) -> bool:
+    """Whether the passes will call the user's Python on this module (its IR does not pin the result)."""
+    return _USER_CODE_MARKER in bytecode
 
 
 @functools.cache
@@ -291,12 +297,12 @@ def hlopt_version() -> str:
         return "unknown"
 
 
-def cache_key(text: str, pipeline: str, devices: Sequence[jax.Device], use_shardy: bool, client: Any) -> str:
-    """The SHA-256 naming what running `pipeline` on the module `text` and compiling it on `devices` gives."""
+def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use_shardy: bool, client: Any) -> str:
+    """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`) and compiling it gives."""
     h = hashlib.sha256()
     for part in (
-        "hlopt-cache-key-v2",
-        text,
+        b"hlopt-cache-key-v2",
+        bytecode,
         pipeline,
         hlopt_version(),
         passes_digest(),
@@ -309,7 +315,7 @@ def cache_key(text: str, pipeline: str, devices: Sequence[jax.Device], use_shard
         os.environ.get("XLA_FLAGS", ""),
         f"{jax.process_index()}/{jax.process_count()}",
     ):
-        data = part.encode()
+        data = part if isinstance(part, bytes) else part.encode()
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()

@@ -11,7 +11,7 @@ import jax
 from hlopt.compiler.lowering import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import check_no_annotations
 from hlopt.passes.mlir import ir
-from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, module_text
+from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime.executable import Compiled
 from hlopt.runtime.pjrt import BuildFlags, compile_with_options, get_client, load_executable
 
@@ -32,9 +32,9 @@ def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
     cache = active_cache()
     key = None
     if cache is not None:
-        text = module_text(lowered.module)
-        if not calls_user_code(text):
-            key = cache_key(text, pipeline, program_devices(signature), signature.use_shardy, get_client())
+        bytecode = stripped_bytecode(lowered.module)
+        if not calls_user_code(bytecode):
+            key = cache_key(bytecode, pipeline, program_devices(signature), signature.use_shardy, get_client())
             hit = _from_cache(cache, key, signature)
             if hit is not None:
                 executable, module = hit
@@ -58,7 +58,7 @@ def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | 
     if cache is None:
         return compile_with_options(bytecode, devices, flags.options(devices), client)
     if key is None:
-        key = cache_key(module_text(module), "", devices, signature.use_shardy, client)
+        key = cache_key(stripped_bytecode(module), "", devices, signature.use_shardy, client)
         hit = _from_cache(cache, key, signature)
         if hit is not None:
             return hit[0]

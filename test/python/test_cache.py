@@ -73,7 +73,7 @@ def test_key_ignores_locations_but_not_the_program():
     devices = jax.devices()
 
     def key(fun, x=X, pipeline="hlopt-default", on=devices[:1], shardy=True):
-        return cache_mod.cache_key(cache_mod.module_text(hlopt.lower(fun, x).module), pipeline, on, shardy, client)
+        return cache_mod.cache_key(cache_mod.stripped_bytecode(hlopt.lower(fun, x).module), pipeline, on, shardy, client)
 
     assert "loc(" in hlopt.lower(f, X).as_text(debug_info=True)
     assert key(g) == key(make())
