@@ -291,10 +291,13 @@ def passes_digest() -> str:
 
 @functools.cache
 def hlopt_version() -> str:
+    """hlopt's installed version, read from the metadata's header (parsing all of it costs milliseconds)."""
     try:
-        return importlib.metadata.version("hlopt")
+        found = importlib.metadata.distribution("hlopt")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+    text = found.read_text("METADATA") or found.read_text("PKG-INFO") or ""
+    return next((line[len("Version: "):] for line in text.splitlines() if line.startswith("Version: ")), "unknown")
 
 
 def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use_shardy: bool, client: Any) -> str:
