@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import json
 import os
 import stat
@@ -39,7 +40,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 # Serialized PJRT executables and StableHLO artifacts are protocol buffers or
 # bytecode that XLA cannot hold beyond 2 GiB.
 MAX_SECTION_BYTES = (1 << 31) - 1
-_CHUNK = 1 << 20
+_CHUNK = 64 << 20  # pread at most this much at once
 
 
 # which sections to read, given whether the MAC verified
@@ -85,7 +86,7 @@ class _Source:
             return bytes(self.data[offset : offset + n])
         chunks = []
         while n > 0:
-            chunk = os.pread(self.fd, min(n, _CHUNK << 6), offset)
+            chunk = os.pread(self.fd, min(n, _CHUNK), offset)
             if not chunk:
                 break  # the file shrank while being read: the size checks below catch it
             chunks.append(chunk)
@@ -97,7 +98,7 @@ class _Source:
 def read_bytes(data: bytes, source: str, fmt: str, section_names: Sequence[str], key: Key | None,
                wanted: Wanted | None = None, magics: Mapping[str, bytes] | None = None) -> Container:
     """`read` of a container held in memory."""
-    return _read(_Source(data=bytes(data)), source, fmt, section_names, key, wanted, magics or {})
+    return _read(_Source(data=data), source, fmt, section_names, key, wanted, magics or {})
 
 
 def read_path(path: str | os.PathLike, source: str, fmt: str, section_names: Sequence[str], key: Key | None,
@@ -129,7 +130,7 @@ def _file_kind(mode: int) -> str:
                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return name
-    return "not a regular file"
+    return "another kind of file"
 
 
 def _read(src: _Source, source: str, fmt: str, section_names: Sequence[str], key: Key | None,
@@ -167,7 +168,7 @@ def _read(src: _Source, source: str, fmt: str, section_names: Sequence[str], key
     if total > src.size:
         raise fail(f"truncated: the header says {total} bytes, the file has {src.size}")
     text = src.read(HEADER.size, length)
-    authenticated = key is not None and _equal(key.mac(head[:_SIGNED], text), mac)
+    authenticated = key is not None and hmac.compare_digest(key.mac(head[:_SIGNED], text), mac)
     names = list(section_names) if wanted is None else [n for n in section_names if n in wanted(authenticated)]
     try:
         manifest = json.loads(text, parse_constant=_reject_constant)
@@ -212,12 +213,6 @@ def _read(src: _Source, source: str, fmt: str, section_names: Sequence[str], key
 
 def _is_sha256(digest: Any) -> bool:
     return isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
-
-
-def _equal(a: bytes, b: bytes) -> bool:
-    import hmac
-
-    return hmac.compare_digest(a, b)
 
 
 def _first_line(e: BaseException) -> str:

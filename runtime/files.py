@@ -202,7 +202,7 @@ def _compiled(found: Container, source: str) -> Compiled:
         artifact = sections["module"]
         module: ir.Module | Callable[[], ir.Module] = lambda: _parse_artifact(artifact, source)[0]
     else:
-        why = (f"written by {', '.join(f'{k} {v}' for k, v in stale.items())} "
+        why = (f"written by {', '.join(f'{k} {v!r}' for k, v in stale.items())} "
                f"(this process has {', '.join(f'{k} {here[k]}' for k in stale)})" if stale
                else "not authenticated (trust='portable')")
         warnings.warn(f"{source}: {why}; compiling it from its portable artifact", RecompileWarning, stacklevel=3)

@@ -211,7 +211,7 @@ def test_other_jaxlib_version_is_recompiled_with_a_warning():
     manifest, sections = forge.unpack(compiled.serialize())
     for key, value in (("jaxlib_version", "0.0.1"), ("platform_version", "other 1.0"), ("process_count", 2)):
         data = forge.resign(dict(manifest, **{key: value}), sections)
-        with pytest.warns(hlopt.RecompileWarning, match=f"{key} {value}.*compiling it from its portable artifact"):
+        with pytest.warns(hlopt.RecompileWarning, match=f"{key} {value!r}.*compiling it from its portable artifact"):
             loaded = hlopt.deserialize(data)
         assert_same(loaded(*args), compiled(*args))
 
