@@ -75,38 +75,37 @@ def _matrix_rule(element: str, results: Callable[[list[int], int, int], list[tup
     return rule
 
 
-def _orgqr_rule(element: str) -> Rule:
+def _pair_rule(element: str, fits: Callable[[list[int], list[int], ir.Operation], str | None], writes: int) -> Rule:
+    """A kernel of two batched operands that writes over operand `writes`; `fits` names what their shapes miss."""
+
     def rule(operands: Types, outs: Types, op: ir.Operation) -> str | None:
         if len(operands) != 2:
             return f"takes 2 operands, not {len(operands)}"
-        (a, ea), (tau, et) = _tensor(operands[0]), _tensor(operands[1])
-        if ea != element or et != element or len(a) < 2 or tau[:-1] != a[:-2] or not tau[-1:] \
-                or not tau[-1] <= a[-1] <= a[-2]:
-            return f"operands {_types(operands)} are not a[*b, m, n] and tau[*b, k] with k <= n <= m"
-        if [_tensor(t) for t in outs] != [(a, element)]:
-            return f"results {_types(outs)}; the kernel writes {operands[0]}"
+        (a, ea), (b, eb) = _tensor(operands[0]), _tensor(operands[1])
+        problem = None if ea == eb == element else f"{element} tensors"
+        problem = problem or fits(a, b, op)
+        if problem is not None:
+            return f"operands {_types(operands)} are not {problem}"
+        if [_tensor(t) for t in outs] != [_tensor(operands[writes])]:
+            return f"results {_types(outs)}; the kernel writes {operands[writes]}"
         return None
 
     return rule
 
 
-def _trsm_rule(element: str) -> Rule:
-    def rule(operands: Types, outs: Types, op: ir.Operation) -> str | None:
-        if len(operands) != 2:
-            return f"takes 2 operands, not {len(operands)}"
-        (a, ea), (x, ex) = _tensor(operands[0]), _tensor(operands[1])
-        config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
-        side = ir.IntegerAttr(ir.DictAttr(config)["side"]).value if config is not None and "side" in ir.DictAttr(config) else None
-        if side not in (ord("L"), ord("R")):
-            return "has no side = L or R in mhlo.backend_config"
-        if ea != element or ex != element or len(a) < 2 or len(x) != len(a) or a[:-2] != x[:-2] or a[-1] != a[-2] \
-                or a[-1] != (x[-2] if side == ord("L") else x[-1]):
-            return f"operands {_types(operands)} are not a square a[*b, k, k] and x[*b, m, n] with k = {'m' if side == ord('L') else 'n'}"
-        if [_tensor(t) for t in outs] != [(x, element)]:
-            return f"results {_types(outs)}; the kernel writes {operands[1]}"
-        return None
+def _orgqr_fits(a: list[int], tau: list[int], op: ir.Operation) -> str | None:
+    ok = len(a) >= 2 and len(tau) == len(a) - 1 and tau[:-1] == a[:-2] and tau[-1] <= a[-1] <= a[-2]
+    return None if ok else "a[*b, m, n] and tau[*b, k] with k <= n <= m"
 
-    return rule
+
+def _trsm_fits(a: list[int], x: list[int], op: ir.Operation) -> str | None:
+    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
+    side = ir.IntegerAttr(config["side"]).value if isinstance(config, ir.DictAttr) and "side" in config else None
+    if side not in (ord("L"), ord("R")):
+        return "solved from a side: mhlo.backend_config has no side = L or R"
+    k = "m" if side == ord("L") else "n"
+    ok = len(a) >= 2 and len(x) == len(a) and a[:-2] == x[:-2] and a[-1] == a[-2] == x[-2 if k == "m" else -1]
+    return None if ok else f"a square a[*b, k, k] and x[*b, m, n] with k = {k}"
 
 
 def _lapack_rules() -> dict[str, Rule]:
@@ -119,10 +118,10 @@ def _lapack_rules() -> dict[str, Rule]:
             t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], _I32), (b, _I32)])
         rules[f"lapack_{prefix}geqrf_ffi"] = _matrix_rule(
             t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], t)])
-        rules[f"lapack_{prefix}{'ungqr' if prefix in 'cz' else 'orgqr'}_ffi"] = _orgqr_rule(t)
+        rules[f"lapack_{prefix}{'ungqr' if prefix in 'cz' else 'orgqr'}_ffi"] = _pair_rule(t, _orgqr_fits, writes=0)
         rules[f"lapack_{prefix}{'heevd' if prefix in 'cz' else 'syevd'}_ffi"] = _matrix_rule(
             t, lambda b, m, n, t=t, real=real: [(b + [m, n], t), (b + [n], real), (b, _I32)], square=True)
-        rules[f"lapack_{prefix}trsm_ffi"] = _trsm_rule(t)
+        rules[f"lapack_{prefix}trsm_ffi"] = _pair_rule(t, _trsm_fits, writes=1)
     return rules
 
 
