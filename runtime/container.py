@@ -110,6 +110,8 @@ def read_path(path: str | os.PathLike, source: str, fmt: str, section_names: Seq
         fd = os.open(path, flags)
     except OSError as e:
         raise ExecutableFileError(f"cannot read '{source}': {e.strerror}") from None
+    except ValueError as e:  # a NUL in the path
+        raise ExecutableFileError(f"cannot read {source!r}: {e}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -133,6 +133,9 @@ def test_foreign_files_are_refused(tmp_path, nothing_loads, foreign):
 def test_missing_file_and_folder_are_clear_errors(tmp_path):
     with pytest.raises(hlopt.ExecutableFileError, match="cannot read .*nope.hlx.*No such file"):
         hlopt.load(tmp_path / "nope.hlx")
+    with pytest.raises(hlopt.ExecutableFileError, match="embedded null byte"):
+        hlopt.load(str(tmp_path) + "/a\0b.hlx")
+
     with pytest.raises(hlopt.ExecutableFileError, match="not a regular file \\(a folder\\)"):
         hlopt.load(tmp_path)
 
