@@ -413,5 +413,5 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                              f"{printable(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)}") from None
     if args.trust:
         files.check_file(args.file, trust=args.trust)
-        print(f"loads with --trust {args.trust}")
+        print(f"passes the checks of --trust {args.trust} (those that need no devices)")
     return 0
