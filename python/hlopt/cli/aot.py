@@ -265,7 +265,8 @@ def add_trust_arg(p: argparse.ArgumentParser, default: str | None) -> None:
     p.add_argument("--trust", choices=["signed", "portable"], default=default,
                    help="signed: only files whose MAC verifies under your key (HLOPT_KEY or ~/.config/hlopt/key); "
                         "portable: compile any other file from its StableHLO, never running its native code"
-                        + ("" if default else "; inspect then also checks the file as hlopt run would"))
+                        + ("" if default else "; inspect then also runs that level's checks that need no devices "
+                                              "(exit status 1 if the file fails them)"))
 
 
 def read_inputs(paths: list[str]) -> list[Any]:
