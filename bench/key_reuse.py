@@ -23,6 +23,7 @@ from jax.experimental.key_reuse import _core as jax_key_reuse
 import hlopt
 from hlopt.passes.check_key_reuse import find_key_reuse
 from hlopt.passes.mlir import ir
+from hlopt.passes.walk import walk_ops
 
 
 def sampler(steps: int):
@@ -36,14 +37,7 @@ def sampler(steps: int):
 
 
 def count_ops(module: ir.Module) -> int:
-    count = [0]
-
-    def visit(op):
-        count[0] += 1
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
-    return count[0]
+    return len(walk_ops(module.operation))
 
 
 def median_seconds(fn, repeat: int) -> float:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import io
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -13,7 +11,9 @@ from typing import Any
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from hlopt.passes.mlir import get_context, ir
+from hlopt.compiler.jax_compat import arg_avals, compile_args
+from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
+from hlopt.passes.mlir import ir
 
 _state = threading.local()
 
@@ -34,28 +34,6 @@ def annotations_enabled() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Signature:
-    """What a program takes and returns, independent of the IR.
-
-    `in_tree` is the treedef of `(dynamic_args, {})`; `static_args` maps each
-    static position to the value it was lowered with.
-    """
-
-    in_tree: Any
-    in_avals: tuple[jax.core.ShapedArray, ...]
-    out_tree: Any
-    out_avals: tuple[jax.core.ShapedArray, ...]
-    static_args: tuple[tuple[int, Any], ...] = ()
-    mesh: Mesh | None = None
-    use_shardy: bool = True
-    name: str = "main"
-
-    @property
-    def num_devices(self) -> int:
-        return 1 if self.mesh is None else self.mesh.size
-
-
 def _named(mesh: Mesh | None, shardings: Any) -> Any:
     """PartitionSpecs (and None, with a mesh) become NamedShardings on `mesh`."""
     if shardings is None or mesh is None:
@@ -71,18 +49,6 @@ def _named(mesh: Mesh | None, shardings: Any) -> Any:
     return jax.tree_util.tree_map(
         convert, shardings, is_leaf=lambda s: s is None or isinstance(s, PartitionSpec)
     )
-
-
-def module_to_bytecode(module: ir.Module) -> bytes:
-    buf = io.BytesIO()
-    module.operation.write_bytecode(buf)
-    return buf.getvalue()
-
-
-def parse_module(source: str | bytes) -> ir.Module:
-    """Parse text or bytecode into the hlopt context."""
-    with get_context():
-        return ir.Module.parse(source)
 
 
 def lower_function(
@@ -121,14 +87,14 @@ def lower_function(
         else:
             lowered = jax.jit(wrapped, **jit_kwargs).lower(*args)
 
-    compile_args = lowered._lowering.compile_args
-    if compile_args.get("ordered_effects") or compile_args.get("host_callbacks"):
+    options = compile_args(lowered)
+    if options.get("ordered_effects") or options.get("host_callbacks"):
         raise NotImplementedError(
             f"{getattr(fun, '__name__', fun)}: side effects and host callbacks cannot be "
             "compiled ahead of time by hlopt"
         )
     module = parse_module(module_to_bytecode(lowered.compiler_ir("stablehlo")))
-    in_avals = tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
+    in_avals = arg_avals(lowered)
     out_avals = tuple(
         jax.core.ShapedArray(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(lowered.out_info)
     )

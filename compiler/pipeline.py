@@ -11,15 +11,25 @@ Python passes are added to it with `PassManager.add(callable, name)`.
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 from collections.abc import Callable
 
 from hlopt.passes import registry
-from hlopt.passes.base import Pass, PassError, PassOptionError, format_location
-from hlopt.passes.mlir import get_context, ir, passmanager
+from hlopt.passes.base import Pass, PassError, PassOptionError
+from hlopt.passes.locations import call_chain, format_location
+from hlopt.passes.mlir import get_context, inliner_unavailable, ir, passmanager
 
 
 class PipelineError(ValueError):
-    """A pipeline could not be parsed or a pass failed; one line, with the location."""
+    """A pipeline could not be parsed or a pass failed; one line, with the location.
+
+    `notes` holds the `note:` lines of the call chain behind that location.
+    """
+
+    def __init__(self, message: str, notes: list[str] | tuple[str, ...] = ()):
+        super().__init__(message)
+        self.notes = list(notes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,9 +46,10 @@ class PipelineResult:
 
     ir_after: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
-    def dumps(self) -> str:
-        """The IR after each pass, headed as mlir-opt's --mlir-print-ir-after-all heads it."""
-        return "".join(f"// -----// IR Dump After {name} //----- //\n{text}\n" for name, text in self.ir_after)
+    def dump(self, index: int) -> str:
+        """The IR after pass `index`, headed as mlir-opt's --mlir-print-ir-after-all heads it."""
+        name, text = self.ir_after[index]
+        return f"// -----// IR Dump After {name} //----- //\n{text}\n"
 
 
 def split_top_level(text: str) -> list[str]:
@@ -91,8 +102,17 @@ def parse_pipeline(text: str) -> list[Element]:
                     passmanager.PassManager.parse(f"builtin.module({part})")
                 except ValueError as e:
                     raise PipelineError(_unknown_pass_message(part, e)) from None
+            if _INLINE.search(part) and inliner_unavailable():
+                raise PipelineError(
+                    f"'{part}' needs the func dialect's inliner interface, which this jaxlib does not "
+                    f"provide ({inliner_unavailable()}); without it 'inline' would leave every call "
+                    "in place. Install the pinned jaxlib, or drop 'inline' from the pipeline"
+                )
             elements.append(Element(part))
     return elements
+
+
+_INLINE = re.compile(r"(?<![\w-])inline(?![\w-])")
 
 
 def _unknown_pass_message(part: str, err: Exception) -> str:
@@ -117,6 +137,7 @@ def _python_pass_runner(p: Pass, errors: list[BaseException]) -> Callable:
 def _recorder(name: str, result: PipelineResult) -> Callable:
     def record(op, pass_):
         result.ir_after.append((name, str(op)))
+        sys.stderr.write(result.dump(-1))  # as it runs, as mlir-opt does: a later failure keeps it
 
     return record
 
@@ -129,7 +150,11 @@ def run_pipeline(
     timing: bool = False,
     verify: bool = True,
 ) -> PipelineResult:
-    """Run `pipeline` on `module` in place and return the IR after each element."""
+    """Run `pipeline` on `module` in place and return the IR after each element.
+
+    With `print_ir_after_all`, the IR after each element is also written to
+    stderr as soon as the element has run (mlir-opt's `--mlir-print-ir-after-all`).
+    """
     elements = parse_pipeline(pipeline)
     result = PipelineResult()
     errors: list[BaseException] = []
@@ -151,7 +176,7 @@ def run_pipeline(
         except ir.MLIRError as e:
             if errors:
                 raise _as_pipeline_error(errors[0]) from errors[0]
-            raise PipelineError(format_mlir_error(e)) from None
+            raise mlir_pipeline_error(e) from None
         if errors:
             raise _as_pipeline_error(errors[0]) from errors[0]
     return result
@@ -159,9 +184,9 @@ def run_pipeline(
 
 def _as_pipeline_error(err: BaseException) -> Exception:
     if isinstance(err, (PassError, PipelineError)):
-        return PipelineError(str(err))
+        return PipelineError(str(err), getattr(err, "notes", ()))
     if isinstance(err, ir.MLIRError):
-        return PipelineError(format_mlir_error(err))
+        return mlir_pipeline_error(err)
     return err  # a bug in a pass: keep its type and traceback
 
 
@@ -173,3 +198,9 @@ def format_mlir_error(err: ir.MLIRError) -> str:
     if not lines:
         lines.append(str(err).strip().splitlines()[0])
     return "\n".join(lines)
+
+
+def mlir_pipeline_error(err: ir.MLIRError) -> PipelineError:
+    """`err` (a parse or verifier failure) as a PipelineError, with its call chains as notes."""
+    notes = [n for diag in getattr(err, "error_diagnostics", []) or [] for n in call_chain(diag.location)]
+    return PipelineError(format_mlir_error(err), notes)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any
 
-from hlopt.compiler.lowering import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.pipeline import PipelineError, run_pipeline
-from hlopt.passes.base import format_location
+from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
+from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import ir
 from hlopt.passes.registry import lowering_pass_for
+from hlopt.passes.walk import call_target, walk_ops
 
-if TYPE_CHECKING:
-    from hlopt.runtime.executable import Compiled
+# What `Lowered.compile` hands a `Lowered` and the pipeline to run on it; it returns the
+# compiled program, applying the pipeline and `check_no_annotations` itself (so that a
+# persistent-cache hit can skip the passes). The layer that creates `Lowered`s supplies it
+# (the runtime's `compile_lowered`), so the compiler never imports the runtime.
+Backend = Callable[["Lowered", str], Any]
 
 
 class AnnotationError(PipelineError):
@@ -20,18 +25,13 @@ class AnnotationError(PipelineError):
 
 def find_annotations(module: ir.Module | ir.Operation) -> list[tuple[str, str, str]]:
     """`(target, pass name, location)` of every hlopt annotation left in `module`."""
-    found: list[tuple[str, str, str]] = []
     op = module.operation if hasattr(module, "operation") else module
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        if o.name == "stablehlo.custom_call":
-            target = ir.StringAttr(o.attributes["call_target_name"]).value
-            pass_name = lowering_pass_for(target)
-            if pass_name is not None:
-                found.append((target, pass_name, format_location(o.location)))
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
+    found = []
+    for o in walk_ops(op, "stablehlo.custom_call"):
+        target = call_target(o)
+        pass_name = lowering_pass_for(target)
+        if pass_name is not None:
+            found.append((target, pass_name, format_location(o.location)))
     return found
 
 
@@ -51,13 +51,16 @@ class Lowered:
     """A function lowered to StableHLO in hlopt's context.
 
     `apply` returns a new `Lowered`; the IR after each pass of the last
-    `apply(..., print_ir_after_all=True)` is in `ir_after_passes`.
+    `apply(..., print_ir_after_all=True)` is in `ir_after_passes`. `compile`
+    hands itself and a pipeline to `backend` (see `Backend`).
     """
 
-    def __init__(self, module: ir.Module, signature: Signature, pipeline: str = ""):
+    def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
+                 backend: Backend | None = None):
         self.module = module
         self.signature = signature
         self.pipeline = pipeline
+        self.backend = backend
         self.ir_after_passes: list[tuple[str, str]] = []
 
     def as_text(self, *, debug_info: bool = False) -> str:
@@ -66,21 +69,26 @@ class Lowered:
     def __str__(self) -> str:
         return self.as_text()
 
+    def __repr__(self) -> str:
+        pipeline = f", after '{self.pipeline}'" if self.pipeline else ""
+        return f"<hlopt.Lowered {self.signature.describe()}{pipeline}>"
+
     def clone(self) -> "Lowered":
-        return Lowered(parse_module(module_to_bytecode(self.module)), self.signature, self.pipeline)
+        return Lowered(parse_module(module_to_bytecode(self.module)), self.signature, self.pipeline, self.backend)
 
     def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False) -> "Lowered":
-        """Run `pipeline` on a copy of the module; print the IR after each pass if asked."""
+        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked."""
         new = self.clone()
         result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
-        if print_ir_after_all:
-            print(result.dumps(), end="")
         return new
 
-    def compile(self, pipeline: str = "hlopt-default") -> "Compiled":
-        """Apply `pipeline`, then compile the result through PJRT (a persistent-cache hit skips both)."""
-        from hlopt.runtime.compile import compile_lowered
-
-        return compile_lowered(self, pipeline)
+    def compile(self, pipeline: str = "hlopt-default") -> Any:
+        """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
+        `hlopt.lower`'s: a cache hit skips the passes too)."""
+        if self.backend is None:
+            check_no_annotations((self.apply(pipeline) if pipeline else self).module)
+            raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "
+                             "or pass backend= (e.g. hlopt.runtime.compile.compile_lowered)")
+        return self.backend(self, pipeline)

@@ -12,38 +12,35 @@ import dataclasses
 import typing
 from typing import Any, ClassVar
 
+from hlopt.passes.locations import call_chain, format_location
 from hlopt.passes.mlir import ir
+
+__all__ = ["Pass", "PassError", "PassOptionError", "format_location", "parse_option_string"]
 
 
 class PassError(Exception):
-    """A pass could not do its job; the message says where and why."""
+    """A pass could not do its job; the message says where and why.
+
+    Prints as `file:line:col: error: message` at the user's frame of
+    `location` (by default, the location of the enclosing `with location:`
+    block, where a pass builds the op it lowers); `notes` holds the rest of
+    its call chain as `note:` lines.
+    """
 
     def __init__(self, message: str, location: ir.Location | None = None):
-        self.location = location
+        self.location = location if location is not None else ir.Location.current
+        # resolved now: the file a parsed text came from is known while the pass runs
+        self.where = None if self.location is None else format_location(self.location)
+        self.notes: list[str] = [] if self.location is None else call_chain(self.location)
         super().__init__(message)
 
     def __str__(self) -> str:
         msg = super().__str__()
-        if self.location is not None:
-            return f"{format_location(self.location)}: error: {msg}"
-        return msg
+        return msg if self.where is None else f"{self.where}: error: {msg}"
 
 
 class PassOptionError(ValueError):
     """A pipeline named a pass with an option it does not have or cannot parse."""
-
-
-def format_location(loc: ir.Location) -> str:
-    """`file:line:col` for a source location, the bare string otherwise."""
-    text = str(loc)
-    if text.startswith("loc(") and text.endswith(")"):
-        text = text[4:-1]
-    # Named locations: loc("name"(file:line:col)) -> file:line:col
-    if "(" in text and text.endswith(")"):
-        inner = text[text.index("(") + 1 : -1]
-        if inner.startswith('"'):
-            text = inner
-    return text.replace('"', "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +73,21 @@ class Pass:
                 )
             kwargs[attr] = _convert(cls.name, key, value, hints[attr])
         return cls(**kwargs)
+
+    @classmethod
+    def options_help(cls) -> list[tuple[str, str]]:
+        """`(name=values, default)` of each option, as a pipeline writes it (`target=shardy|gspmd`)."""
+        hints = typing.get_type_hints(cls)
+        found = []
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            if typing.get_origin(hint) is typing.Literal:
+                values = "|".join(typing.get_args(hint))
+            else:
+                values = {bool: "true|false", int: "<int>", str: "<string>"}.get(hint, f"<{hint}>")
+            default = str(f.default).lower() if isinstance(f.default, bool) else str(f.default) or "''"
+            found.append((f"{f.name.replace('_', '-')}={values}", default))
+        return found
 
     def options_string(self) -> str:
         parts = []

@@ -183,11 +183,12 @@ def select(pred: Value, on_true: Value, on_false: Value) -> Value:
 COMBINERS: dict[str, Callable[[Value, Value], Value]] = {
     "add": add,
     "max": maximum,
+    "mul": mul,
     "and": and_,
     "or": or_,
 }
 
-_IDENTITIES: dict[str, int | bool] = {"add": 0, "and": 1, "or": 0}
+_IDENTITIES: dict[str, int | bool] = {"add": 0, "mul": 1, "and": 1, "or": 0}
 
 
 def _identity(kind: str, elem: ir.Type) -> Value:
@@ -205,7 +206,7 @@ def _scalar_region(region: ir.Region, elems: Sequence[ir.Type], body: Callable[.
 
 
 def reduce(v: Value, dims: Sequence[int], kind: str = "add") -> Value:
-    """Reduce `v` over `dims` with `add`, `max`, `and` or `or`."""
+    """Reduce `v` over `dims` with `add`, `max`, `mul`, `and` or `or`."""
     dims = sorted(dims)
     if not dims:
         return v
@@ -294,7 +295,7 @@ def scatter(
 
 
 def prefix_scan(v: Value, axis: int, kind: str = "add") -> Value:
-    """Inclusive prefix `add` or `max` along `axis` in O(n) work (associative scan)."""
+    """Inclusive prefix `add`, `max` or `mul` along `axis` in O(n) work (associative scan)."""
     n = shape_of(v)[axis]
     if n < 2:
         return v
@@ -323,3 +324,222 @@ def _interleave(a: Value, b: Value, axis: int) -> Value:
     high_b[axis] = 0 if la == lb else 1
     b_spread = pad(b, low_b, high_b, interior, zero)
     return add(a_spread, b_spread)
+
+
+# --- ops for reverse mode (vjp-expand) ----------------------------------------------
+
+
+def is_differentiable(t: ir.Type) -> bool:
+    """True for ranked tensors of floating-point or complex numbers."""
+    return isinstance(t, ir.RankedTensorType) and isinstance(t.element_type, (ir.FloatType, ir.ComplexType))
+
+
+def op(name: str, operands: Sequence[Value], result_type: ir.Type | None = None,
+       attributes: dict[str, ir.Attribute] | None = None) -> Value:
+    """The one result of op `name` (`stablehlo.cosine`, `chlo.digamma`...); the type of
+    `operands[0]` unless `result_type` is given."""
+    rt = result_type if result_type is not None else operands[0].type
+    return ir.Operation.create(name, results=[rt], operands=list(operands), attributes=attributes or {}).result
+
+
+def neg(a: Value) -> Value:
+    return stablehlo.negate(a)
+
+
+def minimum(a: Value, b: Value) -> Value:
+    return stablehlo.minimum(a, b)
+
+
+def clamp(lo: Value, v: Value, hi: Value) -> Value:
+    """`min(max(v, lo), hi)`; `lo` and `hi` may be rank 0."""
+    return stablehlo.clamp(lo, v, hi)
+
+
+def real(v: Value) -> Value:
+    return stablehlo.real(v)
+
+
+def imag(v: Value) -> Value:
+    return stablehlo.imag(v)
+
+
+def complex_(re: Value, im: Value) -> Value:
+    return stablehlo.complex(re, im)
+
+
+def dynamic_slice(v: Value, starts: Sequence[Value], sizes: Sequence[int]) -> Value:
+    """`v[starts[0]:starts[0]+sizes[0], ...]`, starts clamped so the slice fits."""
+    return stablehlo.dynamic_slice(v, list(starts), list(sizes))
+
+
+def dynamic_update_slice(v: Value, update: Value, starts: Sequence[Value]) -> Value:
+    """`v` with `update` written at `starts` (clamped so it fits, as dynamic_slice clamps)."""
+    return stablehlo.dynamic_update_slice(v, update, list(starts))
+
+
+def dot_general(
+    lhs: Value,
+    rhs: Value,
+    *,
+    lhs_batch: Sequence[int],
+    rhs_batch: Sequence[int],
+    lhs_contract: Sequence[int],
+    rhs_contract: Sequence[int],
+    elem: ir.Type,
+    precision_config: ir.Attribute | None = None,
+) -> Value:
+    """`dot_general` with result dims (batch, lhs free, rhs free) of element type `elem`."""
+    ls, rs = shape_of(lhs), shape_of(rhs)
+    lhs_free = [ls[d] for d in range(len(ls)) if d not in lhs_batch and d not in lhs_contract]
+    rhs_free = [rs[d] for d in range(len(rs)) if d not in rhs_batch and d not in rhs_contract]
+    dims = stablehlo.DotDimensionNumbers.get(
+        lhs_batching_dimensions=list(lhs_batch),
+        rhs_batching_dimensions=list(rhs_batch),
+        lhs_contracting_dimensions=list(lhs_contract),
+        rhs_contracting_dimensions=list(rhs_contract),
+    )
+    shape = [ls[d] for d in lhs_batch] + lhs_free + rhs_free
+    return stablehlo.dot_general(tensor(shape, elem), lhs, rhs, dims, precision_config=precision_config)
+
+
+def _padding_attr(padding: Sequence[Sequence[int]]) -> ir.Attribute:
+    """The `[rank, 2]` i64 padding attribute of a windowed op (rank >= 1)."""
+    flat = [ir.IntegerAttr.get(i64(), int(x)) for pair in padding for x in pair]
+    return ir.DenseElementsAttr.get(flat, type=tensor([len(padding), 2], i64()))
+
+
+def reduce_window(
+    v: Value,
+    init: Value,
+    kind: str,
+    window: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[Sequence[int]],
+    base_dilations: Sequence[int],
+    window_dilations: Sequence[int],
+) -> Value:
+    """`v` reduced over each window with `kind` (`add`, `max`, `mul`...) from the rank-0 `init`."""
+    def dilate(n: int, d: int) -> int:
+        return 0 if n == 0 else (n - 1) * d + 1
+
+    out = [(dilate(n, bd) + lo + hi - dilate(w, wd)) // s + 1
+           for n, (lo, hi), w, s, bd, wd in zip(shape_of(v), padding, window, strides, base_dilations, window_dilations)]
+    elem = elem_of(v)
+    op_ = stablehlo.ReduceWindowOp([tensor(out, elem)], [v], [init], list(window), window_strides=list(strides),
+                                   base_dilations=list(base_dilations), window_dilations=list(window_dilations),
+                                   padding=_padding_attr(padding))
+    _scalar_region(op_.body, [elem, elem], lambda a, b: [COMBINERS[kind](a, b)])
+    return op_.result
+
+
+def select_and_scatter_add(
+    operand: Value,
+    source: Value,
+    direction: str,
+    window: Sequence[int],
+    strides: Sequence[int],
+    padding: Sequence[Sequence[int]],
+) -> Value:
+    """Each element of `source` added at the element of its window of `operand` that
+    wins the comparison `direction` (`GE`: the first maximum, `LE`: the first minimum)."""
+    elem = elem_of(operand)
+    op_ = stablehlo.SelectAndScatterOp(operand.type, operand, source, scalar(0, elem),
+                                       window_dimensions=list(window), window_strides=list(strides),
+                                       padding=_padding_attr(padding))
+    _scalar_region(op_.select, [elem, elem], lambda a, b: [compare(a, b, direction)])
+    _scalar_region(op_.scatter, [elem, elem], lambda a, b: [add(a, b)])
+    return op_.result
+
+
+def is_zero_constant(v: Value) -> bool:
+    """True if `v` is a splat zero constant, possibly broadcast, reshaped or converted."""
+    if not isinstance(v, ir.OpResult):
+        return False
+    owner = v.owner.operation
+    if owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert"):
+        return is_zero_constant(owner.operands[0])
+    if owner.name != "stablehlo.constant":
+        return False
+    attr = ir.DenseElementsAttr(owner.attributes["value"])
+    if not attr.is_splat:
+        return False
+    splat = attr.get_splat_value()
+    if isinstance(splat, ir.FloatAttr):
+        return ir.FloatAttr(splat).value == 0.0
+    if isinstance(splat, ir.IntegerAttr):
+        return ir.IntegerAttr(splat).value == 0
+    return False
+
+
+def int_constant(v: Value) -> int | None:
+    """The value of a splat integer constant (possibly broadcast or reshaped), else None."""
+    if not isinstance(v, ir.OpResult):
+        return None
+    owner = v.owner.operation
+    if owner.name in ("stablehlo.broadcast_in_dim", "stablehlo.reshape"):
+        return int_constant(owner.operands[0])
+    if owner.name != "stablehlo.constant" or not is_integer(elem_of(v)):
+        return None
+    attr = ir.DenseElementsAttr(owner.attributes["value"])
+    return ir.IntegerAttr(attr.get_splat_value()).value if attr.is_splat else None
+
+
+def reducer_kind(region_op: ir.Operation) -> str | None:
+    """For an op whose first region is `^bb(a, b): r = OP a, b; return r`, the name of OP;
+    "replace" for a region that returns its second argument (scatter's set); else None."""
+    block = region_op.regions[0].blocks[0]
+    ops, args = list(block.operations), list(block.arguments)
+    if len(args) != 2:
+        return None
+    if len(ops) == 1 and list(ops[0].operands) == [args[1]]:
+        return "replace"
+    if len(ops) == 2 and list(ops[0].operands) == args and list(ops[1].operands) == [ops[0].result]:
+        return ops[0].name
+    return None
+
+
+def unique_symbol(names: set[str], base: str) -> str:
+    """`base`, or `base_1`, `base_2`... the first not in `names` (which it joins)."""
+    name, i = base, 0
+    while name in names:
+        i += 1
+        name = f"{base}_{i}"
+    names.add(name)
+    return name
+
+
+def clone_function(src: ir.Operation, into: ir.Block, name: str, public: bool) -> ir.Operation:
+    """A copy of `func.func` `src` named `name` at the end of `into`, without argument and
+    result attributes, public or private."""
+    new = src.clone(ip=ir.InsertionPoint(into))
+    new.attributes["sym_name"] = ir.StringAttr.get(name)
+    for attr in ("arg_attrs", "res_attrs", "sym_visibility"):
+        if attr in new.attributes:
+            del new.attributes[attr]
+    if not public:
+        new.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    return new
+
+
+def has_uses(v: Value) -> bool:
+    return next(iter(v.uses), None) is not None
+
+
+def nested_ops(op: ir.Operation) -> list[ir.Operation]:
+    """Every op inside the regions of `op`, at any depth, in program order."""
+    found: list[ir.Operation] = []
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                found.append(inner.operation)
+                found.extend(nested_ops(inner.operation))
+    return found
+
+
+def functions(module_body: ir.Block) -> tuple[dict[str, ir.Operation], set[str]]:
+    """The `func.func`s of a module body by name, and every symbol name it defines."""
+    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation
+             for op in module_body.operations if op.operation.name == "func.func"}
+    names = {ir.StringAttr(op.attributes["sym_name"]).value
+             for op in module_body.operations if "sym_name" in op.attributes}
+    return funcs, names

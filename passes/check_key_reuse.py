@@ -48,7 +48,9 @@ from typing import ClassVar
 import numpy as np
 
 from hlopt.passes.base import Pass, PassError
+from hlopt.passes.locations import Frames, format_frames, source_frames
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.walk import call_target, walk_ops
 
 # The threefry2x32 key-schedule parity constant: ks[2] = k0 ^ k1 ^ 0x1BD11BDA.
 THREEFRY_PARITY = 0x1BD11BDA
@@ -68,7 +70,6 @@ MAX_TRACKED_ELEMENTS = 1 << 16
 
 Cells = np.ndarray  # int64 cell ids, the shape of the value they describe
 Pair = tuple[int, int]  # the cells of a key's two words
-Frames = tuple[tuple[str, int, int], ...]  # source frames, innermost first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,114 +91,7 @@ class KeyReuseError(PassError):
     def __init__(self, reports: list[KeyReuse]):
         self.reports = list(reports)
         super().__init__("\n".join(str(r) for r in self.reports))
-
-
-def source_frames(loc: ir.Location, elsewhere: frozenset[str] = frozenset()) -> Frames:
-    """The source frames of `loc`, innermost first: `(file, line, col)` each.
-
-    JAX lowers some computations once per module and locates later uses at
-    `callsite(<frames of the first use> at <frames of this use>)`; the first
-    use's frames are a callsite themselves, or one frame of a function named
-    in `elsewhere` (jitted functions lowered to other `func.func`s). Only the
-    frames of this use count. Repeated frames are listed once.
-    """
-    try:
-        node, _ = _parse_loc(str(loc), 4)  # skip "loc("
-    except (AttributeError, IndexError, ValueError):  # a location syntax this parser does not know
-        return ()
-    frames = _frames(node, elsewhere)
-    return tuple(f for i, f in enumerate(frames) if i == 0 or f != frames[i - 1])
-
-
-def source_location(loc: ir.Location) -> str | None:
-    """`file:line:col` of the innermost source frame of `loc`, None if it has none."""
-    return _format(source_frames(loc))
-
-
-def _format(frames: Frames) -> str | None:
-    return f"{frames[0][0]}:{frames[0][1]}:{frames[0][2]}" if frames else None
-
-
-_TOKEN = re.compile(r'\s*(?:"((?:[^"\\]|\\.)*)"|(callsite|fused|unknown)|(.))')
-_POSITION = re.compile(r':(\d+):(\d+)(?: to (?:\d+)?:\d+)?')
-
-
-def _parse_loc(text: str, i: int) -> tuple[tuple, int]:
-    """The location at `text[i:]` as a tuple tree, and where it ends.
-
-    ("file", name, line, col), ("name", name, child or None), ("callsite",
-    callee, caller), ("fused", [children]) or ("unknown",).
-    """
-    m = _TOKEN.match(text, i)
-    quoted, word, _ = m.groups()
-    i = m.end()
-    if quoted is not None:
-        pos = _POSITION.match(text, i)
-        if pos is not None:
-            return ("file", quoted, int(pos.group(1)), int(pos.group(2))), pos.end()
-        if text.startswith("(", i):
-            child, i = _parse_loc(text, i + 1)
-            return ("name", quoted, child), text.index(")", i) + 1
-        return ("name", quoted, None), i
-    if word == "callsite":
-        callee, i = _parse_loc(text, i + 1)
-        i = text.index(" at ", i) + 4
-        caller, i = _parse_loc(text, i)
-        return ("callsite", callee, caller), text.index(")", i) + 1
-    if word == "fused":
-        if text.startswith("<", i):
-            i = _skip_bracketed(text, i, "<", ">")
-        i = text.index("[", i) + 1
-        children = []
-        while not text.startswith("]", i):
-            child, i = _parse_loc(text, i)
-            children.append(child)
-            i = len(text) - len(text[i:].lstrip(", "))
-        return ("fused", children), i + 1
-    return ("unknown",), i
-
-
-def _skip_bracketed(text: str, i: int, open_: str, close: str) -> int:
-    depth = 0
-    while True:
-        if text[i] == open_:
-            depth += 1
-        elif text[i] == close:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-
-
-def _strip_names(node: tuple | None) -> tuple | None:
-    while node is not None and node[0] == "name":
-        node = node[2]
-    return node
-
-
-def _innermost_name(node: tuple | None) -> str | None:
-    name = None
-    while node is not None and node[0] == "name":
-        name, node = node[1], node[2]
-    return name
-
-
-def _frames(node: tuple | None, elsewhere: frozenset[str]) -> list[tuple[str, int, int]]:
-    node = _strip_names(node)
-    if node is None or node[0] == "unknown":
-        return []
-    if node[0] == "file":
-        return [(node[1], node[2], node[3])]
-    if node[0] == "fused":
-        return next((f for f in (_frames(c, elsewhere) for c in node[1]) if f), [])
-    callee, caller = node[1], node[2]
-    first_use = _strip_names(callee)
-    if first_use is not None and (
-        first_use[0] == "callsite"
-        or (first_use[0] == "file" and (_innermost_name(callee) or "").rsplit(".", 1)[-1] in elsewhere)
-    ):
-        return _frames(caller, elsewhere)
-    return _frames(callee, elsewhere) + _frames(caller, elsewhere)
+        self.location, self.where, self.notes = None, None, []  # each report carries its own locations
 
 
 def _base_name(symbol: str) -> str:
@@ -254,8 +148,7 @@ def _constant_ints(value: ir.Value) -> np.ndarray | None:
 
 
 def _is_gpu_kernel(op: ir.Operation) -> bool:
-    return (op.name == "stablehlo.custom_call"
-            and ir.StringAttr(op.attributes["call_target_name"]).value in THREEFRY_CUSTOM_CALLS)
+    return call_target(op) in THREEFRY_CUSTOM_CALLS
 
 
 def _parity_key_words(op: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
@@ -348,8 +241,8 @@ class _Analysis:
                 self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
         self.function_names = frozenset(_base_name(name) for name in self.funcs)
         self.elsewhere: frozenset[str] = frozenset()
-        self.call_sites: collections.Counter[str] = collections.Counter()
-        module.walk(self._count_call)
+        self.call_sites = collections.Counter(
+            ir.FlatSymbolRefAttr(op.attributes["callee"]).value for op in walk_ops(module, "func.call"))
         self.next_id = 0
         self.env: dict[ir.Value, Cells | None] = {}
         self.summaries: dict[str, _Summary] = {}
@@ -369,11 +262,6 @@ class _Analysis:
             "stablehlo.dynamic_slice": self._dynamic_slice,
             "stablehlo.gather": self._gather,
         }
-
-    def _count_call(self, op: ir.Operation) -> ir.WalkResult:
-        if op.name == "func.call":
-            self.call_sites[ir.FlatSymbolRefAttr(op.attributes["callee"]).value] += 1
-        return ir.WalkResult.ADVANCE
 
     def place(self, op: ir.Operation) -> _Place:
         """Where `op`, in the function being analysed, is in the source."""
@@ -411,7 +299,8 @@ class _Analysis:
 
     def report(self, message: str, loc: _Place, note: str, note_loc: _Place) -> None:
         """Report a reuse once per pair of places (a key array reused is one report)."""
-        reuse = KeyReuse(message, _format(loc.frames) or "<unknown>", note, _format(note_loc.frames) or "<unknown>")
+        reuse = KeyReuse(message, format_frames(loc.frames) or "<unknown>", note,
+                         format_frames(note_loc.frames) or "<unknown>")
         if reuse not in self.reported:
             self.reported.add(reuse)
             self.reports.append(reuse)
@@ -552,7 +441,7 @@ class _Analysis:
         self.bind_fresh(op.results[0])
 
     def _custom_call(self, op: ir.Operation, scope: _Scope) -> None:
-        target = ir.StringAttr(op.attributes["call_target_name"]).value
+        target = call_target(op)
         operands = list(op.operands)
         if _is_gpu_kernel(op) and len(operands) == 4:
             self.kernel_application(scope, operands[0], operands[1], operands[2:], op)

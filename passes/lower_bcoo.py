@@ -19,6 +19,7 @@ from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.mlir import ir
+from hlopt.passes.walk import walk_ops
 
 Value = ir.Value
 PREFIX = "hlopt.bcoo."
@@ -851,14 +852,7 @@ class LowerBcoo(Pass):
     name: ClassVar[str] = "lower-bcoo"
 
     def apply(self, module: ir.Operation) -> None:
-        found: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if is_bcoo_op(op):
-                found.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit)
+        found = [op for op in walk_ops(module, "stablehlo.custom_call") if is_bcoo_op(op)]
         for view in map(bcoo_op, found):
             with view.op.location, ir.InsertionPoint(view.op):
                 values = LOWERINGS[view.name](view)

@@ -12,64 +12,32 @@ output refers to a Python object.
 
 Partitioners are found by key: first among those registered in this process
 (`register_partitioner`), else by importing `module` and looking up
-`qualname` of a `module:qualname` key.
+`qualname` of a `module:qualname` key. The sharding strings are encoded and
+decoded in `sharding_codec.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import itertools
-import math
-import re
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal, Protocol
 
 from hlopt.passes.base import Pass, PassError
+from hlopt.passes.dtypes import DTYPE_NAMES
 from hlopt.passes.mlir import func, ir, passmanager, sdy, stablehlo
+from hlopt.passes.registry import import_object
+from hlopt.passes.sharding_codec import (
+    DimShardings,
+    MeshSpec,
+    dim_shardings,
+    dims_from_hlo_sharding,
+    hlo_sharding,
+    local_shape,
+    sharding_text,
+)
+from hlopt.passes.walk import custom_calls, walk_ops
 
 TARGET = "hlopt.custom_partitioning"
-
-# One tensor's sharding: for each dimension, the mesh axes it is split over (major first).
-DimShardings = tuple[tuple[str, ...], ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class MeshSpec:
-    """A device mesh as plain data: named axes and the logical device order."""
-
-    axes: tuple[tuple[str, int], ...]
-    device_ids: tuple[int, ...] = ()  # empty: iota
-
-    @property
-    def size(self) -> int:
-        """The number of devices."""
-        return math.prod(size for _, size in self.axes)
-
-    @property
-    def axis_sizes(self) -> dict[str, int]:
-        """Axis name -> size."""
-        return dict(self.axes)
-
-    @property
-    def ids(self) -> tuple[int, ...]:
-        """The logical device ids in mesh order."""
-        return self.device_ids or tuple(range(self.size))
-
-    @classmethod
-    def from_attribute(cls, attr: ir.Attribute) -> "MeshSpec":
-        """The mesh of a `#sdy.mesh` attribute."""
-        mesh = sdy.MeshAttr(attr)
-        axes = tuple((a.name, a.size) for a in map(sdy.MeshAxisAttr, mesh.axes))
-        ids = tuple(mesh.device_ids)
-        return cls(axes, () if ids == tuple(range(math.prod(s for _, s in axes))) else ids)
-
-    def attribute_text(self) -> str:
-        """`#sdy.mesh<["x"=2, "y"=4]>` (with `device_ids` when they are not iota)."""
-        axes = ", ".join(f'"{name}"={size}' for name, size in self.axes)
-        ids = f", device_ids=[{', '.join(map(str, self.device_ids))}]" if self.device_ids else ""
-        return f"#sdy.mesh<[{axes}]{ids}>"
-
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
@@ -137,26 +105,17 @@ def resolve_partitioner(key: str) -> Partitioner:
     if not qualname or "<locals>" in qualname or "#" in qualname:
         raise LookupError(f"'{key}' is not registered in this process and cannot be imported")
     try:
-        obj = importlib.import_module(module_name)
+        obj = import_object(key)
     except ImportError as e:
         raise LookupError(f"'{key}' is not registered and importing '{module_name}' failed: {e}") from None
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    found = _PARTITIONERS.get(key)
+    except AttributeError:
+        obj = None
+    found = _PARTITIONERS.get(key)  # importing the module may have registered it
     if found is None and hasattr(obj, "partition_ir"):
         found = obj
     if found is None:
         raise LookupError(f"'{key}' names no custom partitioning after importing '{module_name}'")
     return found
-
-
-# MLIR element type -> numpy dtype name.
-_DTYPES: dict[str, str] = {
-    "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "ui8": "uint8", "ui16": "uint16", "ui32": "uint32", "ui64": "uint64",
-    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
-    "complex<f32>": "complex64", "complex<f64>": "complex128",
-}
 
 
 def _tensor_type(t: ir.Type) -> ir.RankedTensorType:
@@ -165,115 +124,12 @@ def _tensor_type(t: ir.Type) -> ir.RankedTensorType:
 
 def _dtype_name(t: ir.Type) -> str:
     element = str(_tensor_type(t).element_type)
-    return _DTYPES.get(element, element)
+    return DTYPE_NAMES.get(element, element)
 
 
 def describe_type(t: ir.Type) -> str:
     """`float32[8, 16]` for `tensor<8x16xf32>`."""
     return f"{_dtype_name(t)}{list(_tensor_type(t).shape)}"
-
-
-def dim_shardings(attr: ir.Attribute) -> tuple[str, DimShardings]:
-    """(mesh symbol, per-dimension axes) of a `#sdy.sharding`."""
-    sharding = sdy.TensorShardingAttr(attr)
-    dims = []
-    for dim in map(sdy.DimensionShardingAttr, sharding.dimension_shardings):
-        axes = []
-        for axis in map(sdy.AxisRefAttr, dim.axes):
-            if axis.sub_axis_info is not None:
-                raise PassError(f"sub-axis shardings ({attr}) are not supported by lower-custom-partitioning")
-            axes.append(axis.name)
-        dims.append(tuple(axes))
-    return str(sharding.mesh_or_ref).lstrip("@"), tuple(dims)
-
-
-def sharding_text(mesh_name: str, dims: DimShardings) -> str:
-    """`<@mesh, [{"x"}, {}]>`: the body of a `#sdy.sharding` for `dims`."""
-    return "<@" + mesh_name + ", [" + ", ".join("{" + ", ".join(f'"{a}"' for a in d) + "}" for d in dims) + "]>"
-
-
-def local_shape(shape: Sequence[int], dims: DimShardings, mesh: MeshSpec) -> tuple[int, ...] | None:
-    """The per-device shape, or None when a dimension does not divide evenly."""
-    sizes = mesh.axis_sizes
-    out = []
-    for n, axes in zip(shape, dims, strict=True):
-        parts = math.prod(sizes[a] for a in axes)
-        if n % parts:
-            return None
-        out.append(n // parts)
-    return tuple(out)
-
-
-def hlo_sharding(mesh: MeshSpec, dims: DimShardings) -> str:
-    """The `mhlo.sharding` string of `dims` on `mesh` (the tile assignment GSPMD reads)."""
-    sizes = mesh.axis_sizes
-    names = [name for name, _ in mesh.axes]
-    used = [a for d in dims for a in d]
-    if not used:
-        return "{replicated}"
-    order = used + [a for a in names if a not in used]
-    tiles = [math.prod(sizes[a] for a in d) for d in dims]
-    replicate = math.prod(sizes[a] for a in names if a not in used)
-    shape = tiles + ([replicate] if replicate > 1 else [])
-    suffix = " last_tile_dim_replicate" if replicate > 1 else ""
-    perm = [names.index(a) for a in order]
-    tile_dims = ",".join(map(str, shape))
-    if not mesh.device_ids:
-        if perm == sorted(perm):
-            return f"{{devices=[{tile_dims}]<=[{mesh.size}]{suffix}}}"
-        mesh_dims = ",".join(str(s) for _, s in mesh.axes)
-        return f"{{devices=[{tile_dims}]<=[{mesh_dims}]T({','.join(map(str, perm))}){suffix}}}"
-    devices = _transpose(list(mesh.ids), [s for _, s in mesh.axes], perm)
-    return f"{{devices=[{tile_dims}]{','.join(map(str, devices))}{suffix}}}"
-
-
-def _transpose(flat: list[int], shape: list[int], perm: list[int]) -> list[int]:
-    """`flat` (row-major, `shape`) transposed by `perm`, flattened again."""
-    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
-    new_shape = [shape[p] for p in perm]
-    out = []
-    for index in range(len(flat)):
-        rest, old = index, 0
-        for dim in reversed(range(len(new_shape))):
-            rest, coord = divmod(rest, new_shape[dim])
-            old += coord * strides[perm[dim]]
-        out.append(flat[old])
-    return out
-
-
-_TILED = re.compile(r"\{devices=\[([\d,]+)\](?:<=\[([\d,]+)\](?:T\(([\d,]+)\))?|([\d,]+))"
-                    r"( last_tile_dim_replicate)?\}")
-
-
-def tile_assignment(text: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """(tile counts with a trailing replication count, devices) of a tiled `mhlo.sharding`, else None."""
-    match = _TILED.fullmatch(text.strip())
-    if match is None:
-        return None
-    shape = [int(v) for v in match[1].split(",")]
-    if match[2]:
-        dims = [int(v) for v in match[2].split(",")]
-        perm = [int(v) for v in match[3].split(",")] if match[3] else list(range(len(dims)))
-        devices = _transpose(list(range(math.prod(dims))), dims, perm)
-    else:
-        devices = [int(v) for v in match[4].split(",")]
-    return tuple(shape if match[5] else shape + [1]), tuple(devices)
-
-
-def dims_from_hlo_sharding(mesh: MeshSpec, rank: int, text: str) -> DimShardings | None:
-    """The per-dimension mesh axes whose tile assignment on `mesh` is the `mhlo.sharding` `text`."""
-    if text.strip() == "{replicated}":
-        return ((),) * rank
-    wanted = tile_assignment(text)
-    if wanted is None:
-        return None
-    names = [name for name, _ in mesh.axes]
-    for placement in itertools.product(range(rank + 1), repeat=len(names)):
-        groups = [[a for a, d in zip(names, placement) if d == dim] for dim in range(rank)]
-        for orders in itertools.product(*(itertools.permutations(g) for g in groups)):
-            if tile_assignment(hlo_sharding(mesh, tuple(orders))) == wanted:
-                return tuple(orders)
-    return None
 
 
 def _import_gspmd(module: ir.Operation, mesh: MeshSpec) -> None:
@@ -286,29 +142,20 @@ def _import_gspmd(module: ir.Operation, mesh: MeshSpec) -> None:
         dims = dims_from_hlo_sharding(mesh, _tensor_type(t).rank, ir.StringAttr(text).value)
         return None if dims is None else ir.Attribute.parse("#sdy.sharding" + sharding_text("mesh", dims))
 
-    shardings: list[ir.Operation] = []
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        if o.name == "func.func":
-            function_type = ir.FunctionType(ir.TypeAttr(o.attributes["function_type"]).value)
-            for attr_name, types in (("arg_attrs", function_type.inputs), ("res_attrs", function_type.results)):
-                if attr_name in o.attributes:
-                    dicts = []
-                    for d, t in zip(ir.ArrayAttr(o.attributes[attr_name]), types):
-                        entries = {n.name: n.attr for n in ir.DictAttr(d)}
-                        found = shardy(entries["mhlo.sharding"], t) if "mhlo.sharding" in entries else None
-                        if found is not None:
-                            entries["sdy.sharding"] = found
-                        dicts.append(ir.DictAttr.get(entries))
-                    o.attributes[attr_name] = ir.ArrayAttr.get(dicts)
-        elif (o.name == "stablehlo.custom_call" and "mhlo.sharding" in o.attributes
-              and ir.StringAttr(o.attributes["call_target_name"]).value == "Sharding"):
-            shardings.append(o)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    for o in shardings:
-        found = shardy(o.attributes["mhlo.sharding"], o.results[0].type)
+    for o in walk_ops(module, "func.func"):
+        function_type = ir.FunctionType(ir.TypeAttr(o.attributes["function_type"]).value)
+        for attr_name, types in (("arg_attrs", function_type.inputs), ("res_attrs", function_type.results)):
+            if attr_name in o.attributes:
+                dicts = []
+                for d, t in zip(ir.ArrayAttr(o.attributes[attr_name]), types):
+                    entries = {n.name: n.attr for n in ir.DictAttr(d)}
+                    found = shardy(entries["mhlo.sharding"], t) if "mhlo.sharding" in entries else None
+                    if found is not None:
+                        entries["sdy.sharding"] = found
+                    dicts.append(ir.DictAttr.get(entries))
+                o.attributes[attr_name] = ir.ArrayAttr.get(dicts)
+    for o in custom_calls(module, "Sharding"):
+        found = shardy(o.attributes["mhlo.sharding"], o.results[0].type) if "mhlo.sharding" in o.attributes else None
         if found is not None:
             with ir.InsertionPoint(o), o.location:
                 constraint = sdy.ShardingConstraintOp(o.operands[0], found)
@@ -317,43 +164,89 @@ def _import_gspmd(module: ir.Operation, mesh: MeshSpec) -> None:
 
 def gspmd_form(module: ir.Operation) -> bool:
     """True for a module lowered for GSPMD: `mhlo.sharding` attributes and no `sdy.mesh`."""
-    found = {"sdy.mesh": False, "mhlo.sharding": False}
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        found["sdy.mesh"] |= o.name == "sdy.mesh"
-        found["mhlo.sharding"] |= "mhlo.sharding" in o.attributes or any(
+    ops = walk_ops(module)
+    return not any(o.name == "sdy.mesh" for o in ops) and any(
+        "mhlo.sharding" in o.attributes or any(
             "mhlo.sharding" in ir.DictAttr(d)
             for name in ("arg_attrs", "res_attrs") if o.name == "func.func" and name in o.attributes
             for d in ir.ArrayAttr(o.attributes[name]))
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found["mhlo.sharding"] and not found["sdy.mesh"]
+        for o in ops)
 
 
-def _annotations(module: ir.Operation) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == "stablehlo.custom_call" and ir.StringAttr(op.attributes["call_target_name"]).value == TARGET:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found
+# backend_config fields: the ones hlopt.custom_partitioning always writes, and `mesh`,
+# written when the program is lowered for a mesh (without it the body is simply called).
+_FIELDS = ("key", "static_args", "in_tree", "out_tree")
+_FORM = ("backend_config = {key, static_args, in_tree, out_tree[, mesh]} and called_computations = [@body], "
+         "as hlopt.custom_partitioning writes them")
 
 
-def _config(op: ir.Operation) -> dict[str, ir.Attribute]:
-    config = ir.DictAttr(op.attributes["backend_config"])
-    return {name: config[name] for name in ("key", "static_args", "in_tree", "out_tree", "mesh") if name in config}
+@dataclasses.dataclass(frozen=True)
+class _Annotation:
+    """One `hlopt.custom_partitioning` op and its checked configuration."""
+
+    op: ir.Operation
+    key: str
+    static_args: str
+    in_tree: str
+    out_tree: str
+    mesh: MeshSpec | None
+    body: str
 
 
-def _string(attr: ir.Attribute) -> str:
-    return ir.StringAttr(attr).value
+def _annotation(op: ir.Operation, symbols: ir.SymbolTable) -> _Annotation:
+    """`op`'s configuration; a PassError at `op` says what is malformed."""
+
+    def bad(what: str) -> PassError:
+        return PassError(f"malformed @{TARGET} annotation: {what}; expected {_FORM}", op.location)
+
+    try:
+        config = {n.name: n.attr for n in ir.DictAttr(op.attributes["backend_config"])}
+    except (KeyError, ValueError):
+        found = op.attributes["backend_config"] if "backend_config" in op.attributes else "none"
+        raise bad(f"backend_config is {found}, not a dictionary") from None
+    unknown = sorted(set(config) - {*_FIELDS, "mesh"})
+    missing = [name for name in _FIELDS if name not in config]
+    if unknown or missing:
+        raise bad("; ".join([f"no '{name}'" for name in missing] + [f"unknown field '{name}'" for name in unknown]))
+    strings = {}
+    for name in _FIELDS:
+        if not isinstance(config[name], ir.StringAttr):
+            raise bad(f"'{name}' is {config[name]}, not a string")
+        strings[name] = config[name].value
+    if not strings["key"]:
+        raise bad("'key' is empty")
+    mesh = None
+    if "mesh" in config:
+        try:
+            mesh = MeshSpec.from_attribute(config["mesh"])
+        except ValueError:
+            raise bad(f"'mesh' is {config['mesh']}, not a #sdy.mesh") from None
+    body = _body(op, symbols, bad)
+    if mesh is not None:
+        for what, values in (("operand", op.operands), ("result", op.results)):
+            for i, v in enumerate(values):
+                if not (isinstance(v.type, ir.RankedTensorType) and v.type.has_static_shape
+                        and str(v.type.element_type) in DTYPE_NAMES):
+                    raise PassError(f"custom_partitioning '{strings['key']}': {what} {i} has type {v.type}; "
+                                    "a partitioner is shown statically shaped tensors of the element types "
+                                    f"{', '.join(DTYPE_NAMES)}", op.location)
+    return _Annotation(op, mesh=mesh, body=body, **strings)
 
 
-def _body_name(op: ir.Operation) -> str:
-    return ir.FlatSymbolRefAttr(ir.ArrayAttr(op.attributes["called_computations"])[0]).value
+def _body(op: ir.Operation, symbols: ir.SymbolTable, bad: Callable[[str], PassError]) -> str:
+    """The name of the function `op`'s `called_computations` names; it must take and return op's types."""
+    refs = list(ir.ArrayAttr(op.attributes["called_computations"])) if "called_computations" in op.attributes else []
+    if len(refs) != 1 or not isinstance(refs[0], ir.FlatSymbolRefAttr):
+        raise bad(f"called_computations is {op.attributes['called_computations'] if refs else 'empty'}, "
+                  "not one function")
+    name = refs[0].value
+    if name not in symbols or symbols[name].operation.name != "func.func":
+        raise bad(f"called_computations names @{name}, which is not a function of this module")
+    ftype = ir.FunctionType(ir.TypeAttr(symbols[name].attributes["function_type"]).value)
+    want = ir.FunctionType.get([v.type for v in op.operands], [r.type for r in op.results])
+    if str(ftype) != str(want):
+        raise bad(f"@{name} has type {ftype} but the annotation is {want}")
+    return name
 
 
 _INDEX = "hlopt.partition_index"
@@ -370,7 +263,7 @@ def propagated_shardings(module: ir.Operation, gspmd_mesh: MeshSpec | None = Non
     copy = module.clone()
     if gspmd_mesh is not None:
         _import_gspmd(copy.operation, gspmd_mesh)
-    for i, op in enumerate(_annotations(copy.operation)):
+    for i, op in enumerate(custom_calls(copy.operation, TARGET)):
         op.attributes[_INDEX] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
     table = ir.SymbolTable(copy.operation)
     if "main" not in table:  # Shardy's pipeline aborts the process without a @main
@@ -383,7 +276,7 @@ def propagated_shardings(module: ir.Operation, gspmd_mesh: MeshSpec | None = Non
     pm = passmanager.PassManager.parse("builtin.module(inline,sdy-propagation-pipeline)")
     pm.run(copy.operation)
     found: dict[int, Found] = {}
-    for op in _annotations(copy.operation):
+    for op in custom_calls(copy.operation, TARGET):
         index = ir.IntegerAttr(op.attributes[_INDEX]).value
         shardings = ([_value_sharding(v) for v in op.operands], _op_shardings(op, len(op.results)))
         if index in found and _texts(found[index]) != _texts(shardings):
@@ -437,20 +330,21 @@ class LowerCustomPartitioning(Pass):
     target: Literal["shardy", "gspmd"] = "shardy"
 
     def apply(self, module: ir.Operation) -> None:
-        annotations = _annotations(module)
-        meshes = [MeshSpec.from_attribute(_config(op)["mesh"]) for op in annotations if "mesh" in _config(op)]
+        symbols = ir.SymbolTable(module)
+        annotations = [_annotation(op, symbols) for op in custom_calls(module, TARGET)]
+        meshes = [a.mesh for a in annotations if a.mesh is not None]
         gspmd_mesh = None
         if meshes and gspmd_form(module):
             if self.target == "shardy":
                 raise PassError("the module holds GSPMD shardings (it was lowered with jax_use_shardy_partitioner "
-                                "off): use lower-custom-partitioning{target=gspmd}", annotations[0].location)
+                                "off): use lower-custom-partitioning{target=gspmd}", annotations[0].op.location)
             gspmd_mesh = meshes[0]
         if annotations:
             shardings = propagated_shardings(module, gspmd_mesh) if meshes else {}
             splicer = _Splicer(module, self.target)
-            for index, op in enumerate(annotations):
-                with op.location:
-                    splicer.lower(op, shardings.get(index))
+            for index, annotation in enumerate(annotations):
+                with annotation.op.location:
+                    splicer.lower(annotation, shardings.get(index))
             splicer.finish()
         if self.target == "gspmd":
             with module.location:
@@ -468,26 +362,23 @@ class _Splicer:
         self.count = 0
         self.next_channel = 1 + max(_channel_handles(module), default=0)
 
-    def lower(self, op: ir.Operation, found: Found | None) -> None:
-        config = _config(op)
-        body = _body_name(op)
+    def lower(self, annotation: _Annotation, found: Found | None) -> None:
+        op, body, key, mesh = annotation.op, annotation.body, annotation.key, annotation.mesh
         self.bodies.add(body)
-        if "mesh" not in config:  # one device: nothing to partition
+        if mesh is None:  # one device: nothing to partition
             with ir.InsertionPoint(op), op.location:
                 call = func.CallOp([r.type for r in op.results], ir.FlatSymbolRefAttr.get(body), list(op.operands))
             _replace(op, list(call.results))
             return
-        key = _string(config["key"])
-        mesh = MeshSpec.from_attribute(config["mesh"])
         operand_attrs, result_attrs = found
         request = PartitionRequest(
             key=key,
-            static_args=_string(config["static_args"]),
-            in_tree=_string(config["in_tree"]),
-            out_tree=_string(config["out_tree"]),
+            static_args=annotation.static_args,
+            in_tree=annotation.in_tree,
+            out_tree=annotation.out_tree,
             mesh=mesh,
-            operands=tuple(_spec(v.type, a) for v, a in zip(op.operands, operand_attrs)),
-            results=tuple(_spec(r.type, a) for r, a in zip(op.results, result_attrs)),
+            operands=tuple(_spec(v.type, a, op) for v, a in zip(op.operands, operand_attrs)),
+            results=tuple(_spec(r.type, a, op) for r, a in zip(op.results, result_attrs)),
         )
         where = f"custom_partitioning '{key}' with operands ({', '.join(s.describe() for s in request.operands)})"
         try:
@@ -500,7 +391,7 @@ class _Splicer:
             raise PassError(f"{where}: the partitioner raised {type(e).__name__}: {e}", op.location) from e
         local_in = self._local_types(op.operands, plan.operand_shardings, plan.mesh, where, "operand", op)
         local_out = self._local_types(op.results, plan.result_shardings, plan.mesh, where, "result", op)
-        main = self._import_body(plan.body, op, where, local_in, local_out)
+        main = self._import_body(plan.body, annotation, where, local_in, local_out)
         if self.target == "shardy":
             self._manual_computation(op, plan, main, local_in)
         else:
@@ -526,11 +417,18 @@ class _Splicer:
             types.append(ir.RankedTensorType.get(shape, t.element_type))
         return types
 
-    def _import_body(self, text: str, op: ir.Operation, where: str, local_in: list[ir.Type],
+    def _import_body(self, text: str, annotation: _Annotation, where: str, local_in: list[ir.Type],
                      local_out: list[ir.Type]) -> func.FuncOp:
         """Parse the body module, rename and move its functions here; return its `@main`."""
-        body = ir.Module.parse(text, self.module.context)
+        op = annotation.op
+        try:
+            body = ir.Module.parse(text, self.module.context)
+        except ir.MLIRError as e:
+            raise PassError(f"{where}: the per-device body from partition does not parse: "
+                            f"{str(e).strip().splitlines()[0]}", op.location) from None
         table = ir.SymbolTable(body.operation)
+        if "main" not in table:
+            raise PassError(f"{where}: the per-device body from partition has no @main", op.location)
         main = table["main"]
         got_in, got_out = list(main.type.inputs), list(main.type.results)
         if [str(t) for t in got_in] != [str(t) for t in local_in] or [str(t) for t in got_out] != [str(t) for t in local_out]:
@@ -539,7 +437,7 @@ class _Splicer:
                 f"({', '.join(map(describe_type, got_out))}) but the shardings from partition need "
                 f"({', '.join(map(describe_type, local_in))}) -> ({', '.join(map(describe_type, local_out))})",
                 op.location)
-        prefix = f"{_body_name(op)}_part{self.count}"
+        prefix = f"{annotation.body}_part{self.count}"
         self.count += 1
         for inner in list(body.body.operations):
             name = inner.attributes["sym_name"].value if "sym_name" in inner.attributes else None
@@ -556,14 +454,11 @@ class _Splicer:
         return main
 
     def _renumber_channels(self, op: ir.Operation) -> None:
-        def visit(o: ir.Operation) -> ir.WalkResult:
+        for o in walk_ops(op):
             if "channel_handle" in o.attributes:
                 old = stablehlo.ChannelHandle(o.attributes["channel_handle"])
                 o.attributes["channel_handle"] = stablehlo.ChannelHandle.get(self.next_channel, old.channel_type)
                 self.next_channel += 1
-            return ir.WalkResult.ADVANCE
-
-        op.walk(visit)
 
     def _mesh_symbol(self, mesh: MeshSpec) -> str:
         existing = []
@@ -637,15 +532,11 @@ class _Splicer:
 def _callees(op: ir.Operation) -> set[str]:
     """Symbols that `func.call`s and `called_computations` inside `op` refer to."""
     used: set[str] = set()
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
+    for o in walk_ops(op):
         if o.name == "func.call":
             used.add(ir.FlatSymbolRefAttr(o.attributes["callee"]).value)
         if "called_computations" in o.attributes:
             used.update(ir.FlatSymbolRefAttr(a).value for a in ir.ArrayAttr(o.attributes["called_computations"]))
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
     return used
 
 
@@ -653,9 +544,17 @@ def _module_ops(module: ir.Operation) -> list[ir.Operation]:
     return [o.operation for o in module.regions[0].blocks[0].operations]
 
 
-def _spec(t: ir.Type, attr: ir.Attribute | None) -> TensorSpec:
+def _spec(t: ir.Type, attr: ir.Attribute | None, op: ir.Operation) -> TensorSpec:
     shape = tuple(_tensor_type(t).shape)
-    return TensorSpec(shape, _dtype_name(t), None if attr is None else dim_shardings(attr)[1])
+    return TensorSpec(shape, _dtype_name(t), None if attr is None else _dims(attr, op.location)[1])
+
+
+def _dims(attr: ir.Attribute, location: ir.Location) -> tuple[str, DimShardings]:
+    """`dim_shardings(attr)`, its refusal a PassError at `location`."""
+    try:
+        return dim_shardings(attr)
+    except ValueError as e:
+        raise PassError(f"lower-custom-partitioning: {e}", location) from None
 
 
 def _sharding_call(target: str, value: ir.Value, result: ir.Type, sharding: str) -> ir.Value:
@@ -694,15 +593,8 @@ def _inline_before(main: func.FuncOp, anchor: ir.Operation, args: Sequence[ir.Va
 
 
 def _channel_handles(module: ir.Operation) -> list[int]:
-    found: list[int] = []
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
-        if "channel_handle" in o.attributes:
-            found.append(stablehlo.ChannelHandle(o.attributes["channel_handle"]).handle)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found
+    return [stablehlo.ChannelHandle(o.attributes["channel_handle"]).handle
+            for o in walk_ops(module) if "channel_handle" in o.attributes]
 
 
 def to_gspmd(module: ir.Operation) -> None:
@@ -712,20 +604,20 @@ def to_gspmd(module: ir.Operation) -> None:
         for o in _module_ops(module) if o.name == "sdy.mesh"
     }
 
-    def hlo(attr: ir.Attribute) -> ir.StringAttr:
-        mesh_name, dims = dim_shardings(attr)
+    def hlo(attr: ir.Attribute, location: ir.Location) -> ir.StringAttr:
+        mesh_name, dims = _dims(attr, location)
         if mesh_name not in meshes:
-            raise PassError(f"sharding {attr} names a mesh that the module does not define")
+            raise PassError(f"sharding {attr} names a mesh that the module does not define", location)
         return ir.StringAttr.get(hlo_sharding(meshes[mesh_name], dims))
 
     constraints: list[ir.Operation] = []
-
-    def visit(o: ir.Operation) -> ir.WalkResult:
+    for o in walk_ops(module):
         if o.name == "func.func":
             for attr_name in ("arg_attrs", "res_attrs"):
                 if attr_name in o.attributes:
                     o.attributes[attr_name] = ir.ArrayAttr.get(
-                        [_convert_dict(ir.DictAttr(d), hlo) for d in ir.ArrayAttr(o.attributes[attr_name])])
+                        [_convert_dict(ir.DictAttr(d), lambda a, o=o: hlo(a, o.location))
+                         for d in ir.ArrayAttr(o.attributes[attr_name])])
         elif o.name == "sdy.sharding_constraint":
             constraints.append(o)
         elif o.name.startswith("sdy.") and o.name != "sdy.mesh":
@@ -733,17 +625,16 @@ def to_gspmd(module: ir.Operation) -> None:
                             "handles argument/result shardings and sharding constraints only", o.location)
         else:
             if "sdy.sharding" in o.attributes:
-                per_value = [hlo(s) for s in sdy.TensorShardingPerValueAttr(o.attributes["sdy.sharding"]).shardings]
+                per_value = [hlo(s, o.location)
+                             for s in sdy.TensorShardingPerValueAttr(o.attributes["sdy.sharding"]).shardings]
                 o.attributes["mhlo.sharding"] = per_value[0] if len(per_value) == 1 else ir.StringAttr.get(
                     "{" + ", ".join(s.value for s in per_value) + "}")
             for name in [a for a in o.attributes if a.startswith("sdy.")]:
                 del o.attributes[name]
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
     for o in constraints:
         with ir.InsertionPoint(o), o.location:
-            new = _sharding_call("Sharding", o.operands[0], o.results[0].type, hlo(o.attributes["sharding"]).value)
+            new = _sharding_call("Sharding", o.operands[0], o.results[0].type,
+                                 hlo(o.attributes["sharding"], o.location).value)
         _replace(o, [new])
     for o in _module_ops(module):
         if o.name == "sdy.mesh":

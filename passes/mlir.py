@@ -7,12 +7,31 @@ here, so a jaxlib upgrade that moves a private path is fixed in one file.
 from __future__ import annotations
 
 import io
+import os
 import threading
 
-from jaxlib.mlir import ir, passmanager
-from jaxlib.mlir._mlir_libs import _jax_mlir_ext, _mosaic_gpu_ext, _stablehlo
-from jaxlib.mlir._mlir_libs._mlir import rewrite
-from jaxlib.mlir.dialects import chlo, func, mhlo, sdy, stablehlo
+# jaxlib's C++ logging reads its level once, when its shared library is loaded.
+# jax/__init__.py sets this default before loading it; do the same, so that a
+# process that loads the bindings before jax is as quiet as one that loads jax
+# first (otherwise PJRT's client start-up logs INFO lines on stderr).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from jaxlib.mlir import ir, passmanager  # noqa: E402
+from jaxlib.mlir._mlir_libs import _jax_mlir_ext, _mlirHlo, _stablehlo  # noqa: E402
+from jaxlib.mlir._mlir_libs._mlir import rewrite  # noqa: E402
+from jaxlib.mlir.dialects import chlo, func, sdy, stablehlo  # noqa: E402
+
+# The func dialect's inliner interface: without it the upstream `inline` pass
+# leaves every func.call alone. jaxlib exposes it only through its Mosaic GPU
+# extension, which a jaxlib build may lack; then `inline` is refused (see
+# `inliner_unavailable`) and everything else works.
+try:
+    from jaxlib.mlir._mlir_libs._mosaic_gpu_ext import register_inliner_extensions as _register_inliner
+except ImportError as e:
+    _register_inliner = None
+    _INLINER_ERROR = f"{type(e).__name__}: {e}"
+else:
+    _INLINER_ERROR = ""
 
 __all__ = [
     "chlo",
@@ -20,7 +39,6 @@ __all__ = [
     "get_context",
     "ir",
     "make_context",
-    "mhlo",
     "passmanager",
     "rewrite",
     "sdy",
@@ -28,7 +46,19 @@ __all__ = [
     "serialize_portable_artifact",
     "deserialize_portable_artifact",
     "current_stablehlo_version",
+    "inliner_unavailable",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # No pass builds mhlo ops and importing their Python classes costs hlopt-opt's start-up
+    # about 30 ms: `mhlo` is imported when first asked for (the dialect is registered without it).
+    if name == "mhlo":
+        from jaxlib.mlir.dialects import mhlo
+
+        return mhlo
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _registry_lock = threading.Lock()
 _passes_registered = False
@@ -40,7 +70,7 @@ def _register_upstream_passes() -> None:
     with _registry_lock:
         if not _passes_registered:
             _stablehlo.register_stablehlo_passes()
-            mhlo.register_mhlo_passes()
+            _mlirHlo.register_mhlo_passes()
             _passes_registered = True
 
 
@@ -55,11 +85,15 @@ def make_context() -> ir.Context:
     stablehlo.register_dialect(ctx)
     chlo.register_dialect(ctx)
     sdy.register_dialect(ctx)
-    mhlo.register_mhlo_dialect(ctx)
-    # The func dialect's inliner interface; without it the upstream `inline` pass
-    # leaves every func.call alone. jaxlib exposes it only through this extension.
-    _mosaic_gpu_ext.register_inliner_extensions(ctx)
+    _mlirHlo.register_mhlo_dialect(ctx)
+    if _register_inliner is not None:
+        _register_inliner(ctx)
     return ctx
+
+
+def inliner_unavailable() -> str:
+    """Why the func dialect's inliner interface is missing (then `inline` cannot work), or ''."""
+    return _INLINER_ERROR
 
 
 def get_context() -> ir.Context:

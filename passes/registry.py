@@ -7,6 +7,7 @@ a pipeline names the pass (or `--list-passes` asks), so `hlopt-opt` starts fast.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from hlopt.passes.base import Pass
 
@@ -16,10 +17,13 @@ PASSES: dict[str, tuple[str, str]] = {
     "jet-expand": ("jet_expand", "JetExpand"),
     "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
+    "vjp-expand": ("vjp_expand", "VjpExpand"),
 }
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run.
-DEFAULT_LOWERINGS = ("jet-expand", "lower-bcoo", "lower-custom-partitioning")
+# vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
+# first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
+DEFAULT_LOWERINGS = ("jet-expand", "lower-bcoo", "vjp-expand", "lower-custom-partitioning")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {
@@ -50,6 +54,7 @@ ANNOTATIONS: dict[str, str] = {
     "hlopt.bcoo.": "lower-bcoo",
     "hlopt.jet": "jet-expand",
     "hlopt.custom_partitioning": "lower-custom-partitioning",
+    "hlopt.vjp": "vjp-expand",
 }
 
 
@@ -59,3 +64,20 @@ def lowering_pass_for(target: str) -> str | None:
         if target == key or (key.endswith(".") and target.startswith(key)):
             return pass_name
     return None
+
+
+def import_object(target: str) -> Any:
+    """The object `module:qualname` names: `module` imported, then `qualname`'s attributes in turn.
+
+    Raises ValueError for text of another form, ImportError if the module cannot
+    be imported, AttributeError naming the attribute the module lacks.
+    """
+    module_name, sep, qualname = target.partition(":")
+    if not module_name or not sep or not qualname:
+        raise ValueError(f"'{target}' is not of the form module:qualname")
+    obj = importlib.import_module(module_name)
+    for attr in qualname.split("."):
+        if not hasattr(obj, attr):
+            raise AttributeError(f"'{module_name}' has no attribute '{qualname}'")
+        obj = getattr(obj, attr)
+    return obj

@@ -25,7 +25,6 @@ import dataclasses
 import functools
 import hashlib
 import importlib.metadata
-import io
 import math
 import os
 import stat
@@ -41,6 +40,7 @@ import jax
 import jaxlib
 
 import hlopt.passes
+from hlopt.compiler.program import module_to_bytecode
 from hlopt.passes.mlir import ir, passmanager
 from hlopt.runtime import container
 from hlopt.runtime.keys import KeyFileError, user_key
@@ -270,9 +270,7 @@ def stripped_bytecode(module: ir.Module) -> bytes:
     with module.context:
         copy = module.operation.clone()
         passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(copy)
-    buf = io.BytesIO()
-    copy.write_bytecode(buf)
-    return buf.getvalue()
+    return module_to_bytecode(copy)
 
 
 def calls_user_code(bytecode: bytes) -> bool:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hlopt.compiler.lowering import Signature, module_to_bytecode, parse_module
+from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import check_no_annotations
 from hlopt.passes.mlir import ir
 from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
@@ -27,7 +27,10 @@ def program_devices(signature: Signature) -> list[jax.Device]:
 
 
 def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
-    """Run `pipeline` on `lowered` and compile the result; a persistent-cache hit skips both."""
+    """Run `pipeline` on `lowered` and compile the result; a persistent-cache hit skips both.
+
+    This is the `Backend` of the `Lowered`s that `hlopt.lower` makes.
+    """
     signature = lowered.signature
     cache = active_cache()
     key = None

@@ -4,8 +4,8 @@ A call whose argument signature (pytree, shapes, dtypes, weak types,
 shardings, static arguments) was seen before runs the PJRT executable from
 C++, without Python; any other call goes to a Python `cache_miss` that
 returns the outputs and, when the call can be replayed from C++, the
-`Compiled` program that produced them. This module holds the private jax
-paths that dispatch needs.
+`Compiled` program that produced them. The private jax paths it needs are
+in `hlopt.compiler.jax_compat`.
 """
 
 from __future__ import annotations
@@ -14,16 +14,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
-from jax._src import tree_util
-from jax._src.interpreters import pxla
-from jaxlib import _jax
+
+from hlopt.compiler.jax_compat import cpp_pjit, fastpath_data, flatten_for_dispatch, is_committed
 
 if TYPE_CHECKING:
     from hlopt.runtime.executable import Compiled
 
 # Signatures remembered per function, as jax.jit's C++ cache does per function.
 _CAPACITY = 256
-_NO_OPTIONS = pxla.JitGlobalCppCacheKeys()
 
 CacheMiss = Callable[..., "tuple[Any, Compiled | None]"]
 
@@ -40,23 +38,20 @@ def cpp_function(fun: Callable, cache_miss: CacheMiss, static_argnums: Sequence[
         outputs, compiled = cache_miss(*args, **kwargs)
         return outputs, (_fastpath(compiled, outputs) if compiled is not None else None), False
 
-    return _jax.pjit(
-        getattr(fun, "__name__", "hlopt_function"), fun, miss, list(static_argnums), [], _NO_OPTIONS,
-        tree_util.dispatch_registry, pxla.cc_shard_arg, _jax.PjitFunctionCache(capacity=_CAPACITY),
-    )
+    return cpp_pjit(name=getattr(fun, "__name__", "hlopt_function"), fun=fun, cache_miss=miss,
+                    static_argnums=static_argnums, capacity=_CAPACITY)
 
 
-def _fastpath(compiled: Compiled, outputs: Any) -> pxla.MeshExecutableFastpathData | None:
+def _fastpath(compiled: Compiled, outputs: Any) -> Any:
     """What the C++ dispatch needs to run `compiled` again, or None if it cannot."""
     if compiled.uses_keys:
         return None  # typed keys cross the program boundary as their words: Python does that
-    out_flat, out_tree = tree_util.dispatch_registry.flatten(outputs, None)
+    out_flat, out_tree = flatten_for_dispatch(outputs)
     if len(out_flat) != len(compiled.out_shardings) or not all(
         isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) for x in out_flat
     ):
         return None
-    n_in = len(compiled.in_shardings)
-    return pxla.MeshExecutableFastpathData(
-        compiled.executable, out_tree, compiled.in_shardings, compiled.out_shardings,
-        [x.aval for x in out_flat], [x._committed for x in out_flat], [True] * n_in, [None] * n_in, [],
-    )
+    return fastpath_data(
+        executable=compiled.executable, out_tree=out_tree, in_shardings=compiled.in_shardings,
+        out_shardings=compiled.out_shardings, out_avals=[x.aval for x in out_flat],
+        out_committed=[is_committed(x) for x in out_flat])

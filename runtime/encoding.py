@@ -18,22 +18,13 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from hlopt.compiler.lowering import Signature
+from hlopt.compiler.program import Signature, aval_str  # noqa: F401 - aval_str re-exported for older callers
+from hlopt.passes.dtypes import DTYPES  # the dtypes a file may hold
 
 
 class EncodingError(ValueError):
     """A value cannot be encoded, or encoded data is malformed."""
 
-
-# dtype name -> MLIR element type, for every dtype a file may hold.
-DTYPES: dict[str, str] = {
-    "bool": "i1",
-    "int4": "i4", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "uint4": "ui4", "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
-    "float8_e4m3fn": "f8E4M3FN", "float8_e5m2": "f8E5M2",
-    "bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64",
-    "complex64": "complex<f32>", "complex128": "complex<f64>",
-}
 
 _MAX_DEPTH = 64
 # The most dimensions an aval in a file may have (XLA and jax have no use for more).
@@ -205,11 +196,6 @@ def tensor_type(aval: Any) -> str:
     """The MLIR tensor type of `aval`, e.g. `tensor<8x4xf32>`."""
     dims = "".join(f"{d}x" for d in aval.shape)
     return f"tensor<{dims}{DTYPES[np.dtype(aval.dtype).name]}>"
-
-
-def aval_str(aval: Any) -> str:
-    """`float32[8,4]`: how avals appear in messages and `hlopt inspect`."""
-    return f"{np.dtype(aval.dtype).name}[{','.join(str(d) for d in aval.shape)}]"
 
 
 # --- static arguments -------------------------------------------------------

@@ -8,10 +8,10 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import sharding_impls  # parse_flatten_op_sharding: OpSharding -> PartitionSpec
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from hlopt.compiler.lowering import Signature
+from hlopt.compiler.jax_compat import key_shape, partition_spec, prng_impl
+from hlopt.compiler.program import Signature, same_value
 from hlopt.passes.mlir import ir
 from hlopt.runtime.dispatch import cpp_function
 
@@ -59,10 +59,11 @@ class Compiled:
         mesh = self.signature.mesh
         if mesh is None or op_shardings is None:
             return [SingleDeviceSharding(self.devices[0]) for _ in range(count)]
-        return [
-            NamedSharding(mesh, sharding_impls.parse_flatten_op_sharding(s, mesh)[0])
-            for s in op_shardings
-        ]
+        return [NamedSharding(mesh, partition_spec(s, mesh)) for s in op_shardings]
+
+    def __repr__(self) -> str:
+        pipeline = f", after '{self.pipeline}'" if self.pipeline else ""
+        return f"<hlopt.Compiled {self.signature.describe()}{pipeline}>"
 
     def serialize(self) -> bytes:
         """The bytes of this program's executable file; `hlopt.deserialize` reads them."""
@@ -93,7 +94,7 @@ class Compiled:
         dynamic = []
         for i, a in enumerate(args):
             if i in static:
-                if not _same_static(a, static[i]):
+                if not same_value(a, static[i]):
                     raise ValueError(
                         f"{self.signature.name}: static argument {i} is {a!r} but the program "
                         f"was compiled for {static[i]!r}; lower it again"
@@ -141,7 +142,7 @@ class Compiled:
         ):
             out = jax.make_array_from_single_device_arrays(shape, sharding, shards) if sharded else shards[0]
             if is_key:
-                out = jax.random.wrap_key_data(out, impl=aval.dtype._impl)
+                out = jax.random.wrap_key_data(out, impl=prng_impl(aval.dtype))
             outs.append(out)
         return jax.tree_util.tree_unflatten(self.signature.out_tree, outs)
 
@@ -159,16 +160,10 @@ def _is_key(dtype: Any) -> bool:
 def _physical_shape(aval: Any) -> tuple[int, ...]:
     """The shape of the buffer that holds `aval` (typed keys add their words)."""
     if _is_key(aval.dtype):
-        return tuple(aval.shape) + tuple(aval.dtype._impl.key_shape)
+        return tuple(aval.shape) + key_shape(aval.dtype)
     return tuple(aval.shape)
 
 
 def _dtype_name(dtype: Any) -> str:
     return getattr(dtype, "name", str(dtype))
 
-
-def _same_static(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - arrays and other values without a plain ==
-        return a is b

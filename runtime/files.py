@@ -33,7 +33,8 @@ import jax
 import jaxlib
 from jax.sharding import NamedSharding
 
-from hlopt.compiler.lowering import Signature, module_to_bytecode, parse_module
+from hlopt.compiler.jax_compat import layout_rank
+from hlopt.compiler.program import Signature, aval_str, module_to_bytecode, parse_module
 from hlopt.compiler.stages import AnnotationError, check_no_annotations
 from hlopt.passes.mlir import current_stablehlo_version, deserialize_portable_artifact, ir, serialize_portable_artifact
 from hlopt.runtime import container, encoding
@@ -299,9 +300,9 @@ def check_loaded(executable: Any, sig: Signature, source: str) -> None:
         if len(layouts) != len(avals):
             raise lie(f"{len(avals)} {what}s listed, the executable has {len(layouts)}")
         for i, (layout, aval) in enumerate(zip(layouts, avals)):
-            rank = len(layout._xla_layout().minor_to_major())
+            rank = layout_rank(layout)
             if rank != len(_physical_shape(aval)):
-                raise lie(f"{what} {i} is listed as {encoding.aval_str(aval)}, the executable's has rank {rank}")
+                raise lie(f"{what} {i} is listed as {aval_str(aval)}, the executable's has rank {rank}")
     here = jax.process_index()
     want = [d.id for d in program_devices(sig) if d.process_index == here]
     got = [d.id for d in executable.local_devices()]
@@ -343,7 +344,7 @@ def _check_module(module: ir.Module, sig: Signature, device_count: int, source: 
             raise lie(f"{len(avals)} {what}s listed, @main has {len(types)}")
         for i, (t, aval) in enumerate(zip(types, avals)):
             if str(t) != encoding.tensor_type(aval):
-                raise lie(f"{what} {i} is listed as {encoding.aval_str(aval)}, @main has {t}")
+                raise lie(f"{what} {i} is listed as {aval_str(aval)}, @main has {t}")
     for i, (listed, recorded) in enumerate(zip(_result_paths(sig.out_tree), _result_infos(main))):
         if recorded is not None and listed != recorded:
             raise lie(f"output {i} is listed as {listed}, @main returns it as {recorded}")

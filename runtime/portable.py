@@ -25,7 +25,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 
-from hlopt.passes.base import format_location
+from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import ir
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})

@@ -1,34 +1,66 @@
-"""hlopt: ahead-of-time compilation of JAX programs with StableHLO passes in Python."""
+"""hlopt: ahead-of-time compilation of JAX programs with StableHLO passes in Python.
 
-from hlopt.compiler.pipeline import PipelineError
-from hlopt.compiler.stages import AnnotationError, Lowered
-from hlopt.custom_partitioning import custom_partitioning
-from hlopt.jet import jet
-from hlopt.jit import JitFunction, jit, lower
-from hlopt.passes.check_key_reuse import KeyReuseError
-from hlopt.runtime.cache import CacheInfo, cache_info, set_cache_dir
-from hlopt.runtime.container import ExecutableFileError
-from hlopt.runtime.executable import Compiled
-from hlopt.runtime.files import RecompileWarning, deserialize, load
-from hlopt import sparse
+Public names are imported when first used (PEP 562), so `import hlopt` and the
+`hlopt-opt` tool do not load jax: a name's module is imported by `__getattr__`.
+"""
 
-__all__ = [
-    "AnnotationError",
-    "CacheInfo",
-    "Compiled",
-    "ExecutableFileError",
-    "JitFunction",
-    "KeyReuseError",
-    "Lowered",
-    "PipelineError",
-    "RecompileWarning",
-    "cache_info",
-    "custom_partitioning",
-    "deserialize",
-    "jet",
-    "jit",
-    "load",
-    "lower",
-    "set_cache_dir",
-    "sparse",
-]
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any
+
+__version__ = "0.1.0"  # the one source of the version: pyproject.toml reads it from here
+
+# public name -> the module that defines it (the name itself when it is a module)
+_LAZY: dict[str, str] = {
+    "AnnotationError": "hlopt.compiler.stages",
+    "CacheInfo": "hlopt.runtime.cache",
+    "Compiled": "hlopt.runtime.executable",
+    "ExecutableFileError": "hlopt.runtime.container",
+    "JitFunction": "hlopt.jit",
+    "KeyReuseError": "hlopt.passes.check_key_reuse",
+    "Lowered": "hlopt.compiler.stages",
+    "PipelineError": "hlopt.compiler.pipeline",
+    "RecompileWarning": "hlopt.runtime.files",
+    "cache_info": "hlopt.runtime.cache",
+    "custom_partitioning": "hlopt.custom_partitioning",
+    "deserialize": "hlopt.runtime.files",
+    "jet": "hlopt.jet",
+    "jit": "hlopt.jit",
+    "load": "hlopt.runtime.files",
+    "lower": "hlopt.jit",
+    "set_cache_dir": "hlopt.runtime.cache",
+    "sparse": "hlopt.sparse",
+}
+
+__all__ = sorted([*_LAZY, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'hlopt' has no attribute '{name}'")
+    module = importlib.import_module(module_name)
+    value = getattr(module, name) if hasattr(module, name) else module  # `sparse` is a module
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
+
+
+class _Package(types.ModuleType):
+    """`hlopt.jit`, `hlopt.jet` and `hlopt.custom_partitioning` name functions defined in
+    submodules of the same name. Importing such a submodule binds the package attribute
+    to the module; keep the function there instead, as an eager `from ... import` would."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and _LAZY.get(name) == value.__name__ and hasattr(value, name):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

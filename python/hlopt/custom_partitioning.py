@@ -20,26 +20,27 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax._src import core as jax_core
-from jax._src import sharding_impls
-from jax._src.custom_partitioning_sharding_rule import (
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from hlopt.compiler.jax_compat import (
+    ShardingContext,
     SdyShardingRule,
+    SPMDAxisContext,
+    build_module,
+    extend_axis_env_nd,
+    lower_jaxpr_to_fun,
     sdy_sharding_rule_to_mlir,
     str_to_sdy_sharding_rule,
 )
-from jax._src.interpreters import mlir as jax_mlir
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
+from hlopt.compiler.program import same_value
 from hlopt.passes.lower_custom_partitioning import (
-    DimShardings,
-    MeshSpec,
     PartitionPlan,
     PartitionRequest,
     TensorSpec,
-    local_shape,
     register_partitioner,
     registered_partitioner,
 )
+from hlopt.passes.sharding_codec import DimShardings, MeshSpec, local_shape
 from hlopt.passes.mlir import ir
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
@@ -57,7 +58,7 @@ class _Literals:
 
     def encode(self, text: str, value: Any, convert: Callable[[Any], Any] = lambda v: v) -> str:
         if not _round_trips(text, value, convert):
-            text = next((t for t, v in self._values.items() if _same(v, value)),
+            text = next((t for t, v in self._values.items() if same_value(v, value)),
                         f"<{type(value).__name__} #{len(self._values)}>")
         self._values[text] = value
         return text
@@ -71,16 +72,9 @@ class _Literals:
             raise ValueError(f"'{text}' is not a Python literal and was not encoded in this process") from None
 
 
-def _same(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # noqa: BLE001 - arrays and other values without a plain ==
-        return a is b
-
-
 def _round_trips(text: str, value: Any, convert: Callable[[Any], Any]) -> bool:
     try:
-        return _same(convert(ast.literal_eval(text)), value)
+        return same_value(convert(ast.literal_eval(text)), value)
     except (ValueError, SyntaxError, TypeError):
         return False
 
@@ -300,11 +294,10 @@ def _lower_per_device(lower_fn: Callable, mesh: Mesh, spec: MeshSpec, in_tree: A
     got = jax.tree_util.tree_structure(shapes)
     if got != out_tree:
         raise ValueError(f"lower_fn returned the structure {got} but the function returns {out_tree}")
-    axis_context = sharding_impls.SPMDAxisContext(mesh, frozenset(mesh.axis_names))
-    with jax_core.extend_axis_env_nd(sizes.items()):
-        module = jax_mlir.build_mlir_module_helper(
-            closed, name="partitioned", platforms=[mesh.devices.flat[0].platform], backend=None,
-            axis_context=axis_context)
+    axis_context = SPMDAxisContext(mesh, frozenset(mesh.axis_names))
+    with extend_axis_env_nd(sizes.items()):
+        module = build_module(closed, name="partitioned", platform=mesh.devices.flat[0].platform,
+                              axis_context=axis_context)
     return module.operation.get_asm(enable_debug_info=True)
 
 
@@ -315,12 +308,12 @@ def _abstract_eval(*avals, call, **params):
 def _program_mesh(ctx) -> MeshSpec | None:
     """The mesh the program is lowered for, or None on one device."""
     axis_context = ctx.module_context.axis_context
-    if isinstance(axis_context, sharding_impls.SPMDAxisContext):
+    if isinstance(axis_context, SPMDAxisContext):
         if set(axis_context.manual_axes) == set(axis_context.mesh.axis_names):
             return None
         mesh = axis_context.mesh
         return MeshSpec(tuple(mesh.shape.items()))
-    if isinstance(axis_context, sharding_impls.ShardingContext) and axis_context.num_devices > 1:
+    if isinstance(axis_context, ShardingContext) and axis_context.num_devices > 1:
         am = axis_context.abstract_mesh
         if am is None or am.empty:
             am = jax.sharding.get_abstract_mesh()
@@ -332,9 +325,8 @@ def _program_mesh(ctx) -> MeshSpec | None:
 
 
 def _lowering(ctx, *operands, call, partitioner, static_args, in_tree, out_tree):
-    body = jax_mlir.lower_jaxpr_to_fun(
-        ctx.module_context, f"{partitioner.__name__}_body", call, effects=[], num_const_args=0,
-        in_avals=call.in_avals)
+    body = lower_jaxpr_to_fun(module_context=ctx.module_context, name=f"{partitioner.__name__}_body", jaxpr=call,
+                              in_avals=call.in_avals)
     config: dict[str, Any] = {"key": partitioner.key, "static_args": static_args,
                               "in_tree": in_tree, "out_tree": out_tree}
     mesh = _program_mesh(ctx)

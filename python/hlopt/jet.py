@@ -17,32 +17,29 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax._src import core as jax_core
-from jax._src.interpreters import mlir as jax_mlir
-from jax._src.interpreters import partial_eval as pe
+from jax.extend.core import ClosedJaxpr, jaxpr_as_fun
 from jax.interpreters import ad, batching
-from jax.interpreters import mlir
 
+from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
 __all__ = ["jet"]
 
 
-def _trace(fun: Callable, avals: Sequence[Any]) -> tuple[jax_core.ClosedJaxpr, list[Any]]:
+def _trace(fun: Callable, avals: Sequence[Any]) -> tuple[ClosedJaxpr, list[Any]]:
     """`fun` as a closed jaxpr without constants, and the constants it takes first."""
     closed = jax.make_jaxpr(fun)(*avals)
-    jaxpr = pe.convert_constvars_jaxpr(closed.jaxpr)
-    return jax_core.ClosedJaxpr(jaxpr, ()), list(closed.consts)
+    return ClosedJaxpr(convert_constvars_jaxpr(closed.jaxpr), ()), list(closed.consts)
 
 
-def _abstract_eval(*avals, jaxpr: jax_core.ClosedJaxpr, order: int):
-    outs = [jax_core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
+def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int):
+    outs = [jax.core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
     return outs + [a for a in outs for _ in range(order)]
 
 
-def _lowering(ctx, *operands, jaxpr: jax_core.ClosedJaxpr, order: int):
-    func_op, _, _ = jax_mlir.lower_called_computation(
-        "hlopt_jet_fun", jaxpr, ctx.module_context, 0, jaxpr.in_avals, jaxpr.out_avals, mlir.TokenSet())
+def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int):
+    func_op = lower_called_computation(name="hlopt_jet_fun", jaxpr=jaxpr, module_context=ctx.module_context,
+                                       in_avals=jaxpr.in_avals, out_avals=jaxpr.out_avals)
     return emit_annotation("hlopt.jet", operands, result_types(ctx), {"order": order},
                            called_computations=[func_op.name.value])
 
@@ -54,7 +51,7 @@ def _zero_series(values: Sequence[Any], order: int) -> list[Any]:
     return [jnp.zeros_like(v) for v in values for _ in range(order)]
 
 
-def _batch(args, dims, *, jaxpr: jax_core.ClosedJaxpr, order: int):
+def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int):
     """vmap of a jet is the jet of the vmapped function: a primal whose value or
     series is batched is batched (with its series) in the new function."""
     n = len(jaxpr.in_avals)
@@ -73,7 +70,7 @@ def _batch(args, dims, *, jaxpr: jax_core.ClosedJaxpr, order: int):
     primals = [at_zero(args[i], dims[i], batched[i]) for i in range(n)]
     coeffs = [at_zero(args[n + i * order + k], dims[n + i * order + k], batched[i])
               for i in range(n) for k in range(order)]
-    fun = jax.vmap(jax_core.jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
+    fun = jax.vmap(jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
     new_jaxpr, consts = _trace(fun, [jax.ShapeDtypeStruct(jnp.shape(p), p.dtype) for p in primals])
     outs = jet_p.bind(*consts, *primals, *_zero_series(consts, order), *coeffs, jaxpr=new_jaxpr, order=order)
     return outs, [0] * len(outs)
@@ -82,7 +79,7 @@ def _batch(args, dims, *, jaxpr: jax_core.ClosedJaxpr, order: int):
 batching.primitive_batchers[jet_p] = _batch
 
 
-def _jvp(primals, tangents, *, jaxpr: jax_core.ClosedJaxpr, order: int):
+def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int):
     """Forward mode through a jet: d/de of the series of f(x(t) + e dx(t)) is the
     series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series."""
     n = len(jaxpr.in_avals)
@@ -90,7 +87,7 @@ def _jvp(primals, tangents, *, jaxpr: jax_core.ClosedJaxpr, order: int):
     outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order)
 
     def tangent_fun(*args):
-        return jax.jvp(jax_core.jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
+        return jax.jvp(jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
 
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jaxpr.in_avals]
     tangent_jaxpr, consts = _trace(tangent_fun, avals + avals)
@@ -172,7 +169,7 @@ def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
     from hlopt.jit import jit
 
     leaves = jax.tree_util.tree_leaves((primals, series))
-    if any(isinstance(x, jax_core.Tracer) for x in leaves):
+    if any(isinstance(x, jax.core.Tracer) for x in leaves):
         return _jet_traced(fun, primals, series, factorial_scaled)
     _check_series(primals, series)
     try:

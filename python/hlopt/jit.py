@@ -13,6 +13,7 @@ from jax.sharding import Mesh
 from hlopt.compiler.lowering import lower_function
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
+from hlopt.runtime.compile import compile_lowered
 from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
 
@@ -43,7 +44,7 @@ def lower(
         reports = find_key_reuse(module.operation)
         if reports:
             raise KeyReuseError(reports)
-    return Lowered(module, signature)
+    return Lowered(module, signature, backend=compile_lowered)
 
 
 def _aval_key(x: Any) -> Any:

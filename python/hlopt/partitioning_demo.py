@@ -74,7 +74,8 @@ def section(out: TextIO) -> None:
         return
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}")
-    proc = subprocess.run([sys.executable, "-m", "hlopt.partitioning_demo"], env=env, capture_output=True,
+    # -P: the current directory stays off sys.path, so a clone named `hlopt` there cannot shadow the package
+    proc = subprocess.run([sys.executable, "-P", "-m", "hlopt.partitioning_demo"], env=env, capture_output=True,
                           text=True)
     out.write(proc.stdout)
     if proc.returncode != 0:

@@ -1,4 +1,4 @@
-"""pytest setup: eight host CPU devices (set before jax is imported), and a key of the tests' own.
+"""pytest setup: eight host CPU devices (set before jax is imported), a key of the tests' own; time per file.
 
 The user's key (HLOPT_KEY, else $XDG_CONFIG_HOME/hlopt/key) authenticates
 executable files and cache entries; the tests (and the processes they start)
@@ -6,6 +6,7 @@ use a key file in a temporary folder, never the real ~/.config.
 """
 
 import atexit
+import collections
 import os
 import shutil
 import tempfile
@@ -20,3 +21,20 @@ _config_home = tempfile.mkdtemp(prefix="hlopt-test-config-")
 atexit.register(shutil.rmtree, _config_home, ignore_errors=True)
 os.environ["XDG_CONFIG_HOME"] = _config_home
 os.environ.pop("HLOPT_KEY", None)
+
+_seconds_per_file: collections.Counter[str] = collections.Counter()
+
+
+def pytest_runtest_logreport(report):
+    """Add up setup, call and teardown time per test file."""
+    _seconds_per_file[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The ten slowest files, so that a slow addition is seen where it lands."""
+    if not _seconds_per_file:
+        return
+    terminalreporter.write_sep("=", "seconds per file (slowest 10)")
+    for path, seconds in _seconds_per_file.most_common(10):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
+    terminalreporter.write_line(f"{sum(_seconds_per_file.values()):8.1f} s  in {len(_seconds_per_file)} files")

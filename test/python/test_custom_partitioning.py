@@ -18,7 +18,7 @@ from jax.numpy.fft import fft
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hlopt
-from hlopt.compiler.lowering import parse_module
+from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
 
 RNG = np.random.default_rng(0)
@@ -455,23 +455,28 @@ print(lowered.apply("lower-custom-partitioning").as_text())
 print(lowered.apply("lower-custom-partitioning{{target=gspmd}}").as_text())
 """
 
-_RUN_ARTIFACT = """
+_WITHOUT_PARTITIONER = """
 import sys
 import numpy as np, jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from hlopt.compiler.lowering import module_to_bytecode
+import hlopt
+from hlopt.compiler.program import module_to_bytecode
 from hlopt.passes.mlir import deserialize_portable_artifact
 from hlopt.runtime.pjrt import compile_module
-module = deserialize_portable_artifact(open(sys.argv[1], "rb").read())
+vhlo, hlx, args, artifact_out, file_out = sys.argv[1:]
+args = np.load(args)
+# the post-pass module, as a portable artifact compiled here
+module = deserialize_portable_artifact(open(vhlo, "rb").read())
 mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
 executable = compile_module(module_to_bytecode(module), list(mesh.devices.flat), use_shardy=True)
-args = np.load(sys.argv[2])
 a = jax.device_put(args["a"], NamedSharding(mesh, P("x", "y")))
 b = jax.device_put(args["b"], NamedSharding(mesh, P()))
 out = executable.execute_sharded([a, b]).disassemble_into_single_device_arrays()[0]
 result = jax.make_array_from_single_device_arrays((8, 4), NamedSharding(mesh, P("x")), out)
+np.save(artifact_out, np.asarray(result))
+# the executable file
+np.save(file_out, np.asarray(hlopt.load(hlx)(args["a"], args["b"])))
 assert not any("test_custom_partitioning" in m for m in sys.modules), "partitioner module was imported"
-np.save(sys.argv[3], np.asarray(result))
 """
 
 
@@ -482,8 +487,9 @@ def _python(script: str, *argv: str) -> str:
     return done.stdout
 
 
-def test_post_pass_text_identical_across_processes():
-    first = _python(_TEXT_SCRIPT.format(here=HERE))
+def test_post_pass_text_identical_across_processes(capsys):
+    exec(_TEXT_SCRIPT.format(here=HERE), {})  # this process (with every earlier test's state), then a fresh one
+    first = capsys.readouterr().out
     second = _python(_TEXT_SCRIPT.format(here=HERE))
     assert "sdy.manual_computation" in first and "@SPMDFullToShardShape" in first
     assert "hlopt.custom_partitioning" not in first and "0x" not in first
@@ -496,23 +502,26 @@ sys.path.insert(0, {here!r})
 import numpy as np, jax
 from jax.sharding import Mesh, PartitionSpec as P
 import hlopt, test_custom_partitioning as t
-hlopt.set_cache_dir(sys.argv[1])
-mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
-a = np.ones((8, 16), np.float32); b = np.ones((16, 4), np.float32)
-out = hlopt.jit(t.mm, mesh=mesh, in_shardings=(P("x", "y"), P()))(a, b)
-assert float(np.asarray(out).sum()) == 8 * 4 * 16
-info = hlopt.cache_info()
+from hlopt.runtime.cache import using_cache_dir
+with using_cache_dir(sys.argv[1]):
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("x", "y"))
+    a = np.ones((8, 16), np.float32); b = np.ones((16, 4), np.float32)
+    out = hlopt.jit(t.mm, mesh=mesh, in_shardings=(P("x", "y"), P()))(a, b)
+    assert float(np.asarray(out).sum()) == 8 * 4 * 16
+    info = hlopt.cache_info()
 print(info.hits, info.misses)
 """
 
 
-def test_persistent_cache_hits_in_a_new_process(tmp_path):
+def test_persistent_cache_hits_in_a_new_process(tmp_path, capsys, monkeypatch):
     script = _CACHE_SCRIPT.format(here=HERE)
-    assert _python(script, str(tmp_path)).split() == ["0", "1"]
+    monkeypatch.setattr(sys, "argv", ["-c", str(tmp_path)])
+    exec(script, {})  # a miss in this process, then a hit in a fresh one
+    assert capsys.readouterr().out.split() == ["0", "1"]
     assert _python(script, str(tmp_path)).split() == ["1", "0"]
 
 
-def test_portable_artifact_runs_in_a_process_without_the_partitioner(mesh2, tmp_path):
+def test_artifact_and_file_run_in_a_process_without_the_partitioner(mesh2, tmp_path):
     from hlopt.passes.mlir import serialize_portable_artifact
 
     a = RNG.standard_normal((8, 16)).astype(np.float32)
@@ -520,49 +529,17 @@ def test_portable_artifact_runs_in_a_process_without_the_partitioner(mesh2, tmp_
     lowered = hlopt.lower(mm, a, b, mesh=mesh2, in_shardings=(P("x", "y"), P()), out_shardings=P("x"))
     after = lowered.apply("hlopt-default")
     (tmp_path / "m.vhlo").write_bytes(serialize_portable_artifact(after.module))
-    np.savez(tmp_path / "args.npz", a=a, b=b)
-    _python(_RUN_ARTIFACT, str(tmp_path / "m.vhlo"), str(tmp_path / "args.npz"), str(tmp_path / "out.npy"))
-    here = after.compile(pipeline="")(a, b)
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.asarray(here))
-    np.testing.assert_allclose(np.asarray(here), a @ b, rtol=1e-5, atol=1e-5)
-
-
-def test_executable_file_loads_in_a_process_without_the_partitioner(mesh2, tmp_path):
-    a = RNG.standard_normal((8, 16)).astype(np.float32)
-    b = RNG.standard_normal((16, 4)).astype(np.float32)
     compiled = hlopt.jit(mm, mesh=mesh2, in_shardings=(P("x", "y"), P())).lower(a, b).compile()
     compiled.save(tmp_path / "mm.hlopt")
     np.savez(tmp_path / "args.npz", a=a, b=b)
-    script = textwrap.dedent("""
-        import sys
-        import numpy as np, hlopt
-        args = np.load(sys.argv[1])
-        out = hlopt.load(sys.argv[2])(args["a"], args["b"])
-        assert not any("test_custom_partitioning" in m for m in sys.modules)
-        np.save(sys.argv[3], np.asarray(out))
-    """)
-    _python(script, str(tmp_path / "args.npz"), str(tmp_path / "mm.hlopt"), str(tmp_path / "out.npy"))
-    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), np.asarray(compiled(a, b)))
+    _python(_WITHOUT_PARTITIONER, *(str(tmp_path / n) for n in ("m.vhlo", "mm.hlopt", "args.npz", "a.npy", "f.npy")))
+    here = after.compile(pipeline="")(a, b)
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.asarray(here))
+    np.testing.assert_allclose(np.asarray(here), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(np.load(tmp_path / "f.npy"), np.asarray(compiled(a, b)))
 
 
 # --- GSPMD: sharding strings and modules lowered with jax_use_shardy_partitioner off ------------
-
-
-@pytest.mark.parametrize("spec", [P("a"), P(None, "b"), P(("c", "a")), P("c", ("b", "a")), P(), P("b", "c"),
-                                  P(("a", "b", "c"))])
-def test_hlo_sharding_strings_match_jax(spec):
-    from hlopt.passes.lower_custom_partitioning import MeshSpec, dims_from_hlo_sharding, hlo_sharding, tile_assignment
-
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 2, 2), ("a", "b", "c"))
-    plain = MeshSpec((("a", 2), ("b", 2), ("c", 2)))
-    dims = tuple(() if e is None else (e,) if isinstance(e, str) else e for e in tuple(spec) + (None,) * (2 - len(spec)))
-    want = str(NamedSharding(mesh, spec)._to_xla_hlo_sharding(2))
-    assert tile_assignment(hlo_sharding(plain, dims)) == tile_assignment(want)
-    assert dims_from_hlo_sharding(plain, 2, want) == dims
-    if any(dims):  # a mesh with device_ids maps each tile's device through them
-        tiles, devices = tile_assignment(want)
-        reversed_ids = MeshSpec(plain.axes, (7, 6, 5, 4, 3, 2, 1, 0))
-        assert tile_assignment(hlo_sharding(reversed_ids, dims)) == (tiles, tuple(7 - d for d in devices))
 
 
 def mm_infer(mesh, arg_shapes, result_shape):

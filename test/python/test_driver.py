@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import hlopt
-from hlopt.compiler.lowering import parse_module
+from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
 
 RNG = np.random.default_rng(0)

@@ -49,8 +49,9 @@ def test_pytree_primals_match_jax_jet(factorial_scaled):
     # JAX's jet takes array arguments only: flatten the dict by hand
     leaves, tree = jax.tree_util.tree_flatten(p)
     flat_series = [[jax.tree_util.tree_leaves(t)[i] for t in ps] for i in range(len(leaves))]
-    want = jax_jet.jet(lambda *a: _pytree_fun(jax.tree_util.tree_unflatten(tree, a[:-1]), a[-1]),
-                       (*leaves, x), (*flat_series, xs), factorial_scaled=factorial_scaled)
+    want = jax.jit(lambda primals, series: jax_jet.jet(
+        lambda *a: _pytree_fun(jax.tree_util.tree_unflatten(tree, a[:-1]), a[-1]),
+        primals, series, factorial_scaled=factorial_scaled))((*leaves, x), (*flat_series, xs))
     assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
     _close(got, want, rtol=2e-4, atol=2e-4)
 
@@ -119,7 +120,7 @@ def test_vmap_over_primals_and_series_with_axes():
     xs = rng.normal(size=(5, 3)).astype(np.float32)
     vs = rng.normal(size=(3, 5)).astype(np.float32)
     got = jax.vmap(lambda x, v: _directional(jnp.sin, x, v, 2), in_axes=(1, 0))(xs, vs)
-    want = jax.vmap(lambda x, v: _directional_ref(jnp.sin, x, v, 2), in_axes=(1, 0))(xs, vs)
+    want = jax.jit(jax.vmap(lambda x, v: _directional_ref(jnp.sin, x, v, 2), in_axes=(1, 0)))(xs, vs)
     _close(got, want, rtol=1e-5)
 
 
@@ -162,7 +163,9 @@ def test_compositions_to_order_10():
 
         (p_mlp, p_loop), (s_mlp, s_loop) = hlopt.jet(
             lambda a, b: (_mlp(params, a), _while(b)), (x, x_pos), (series, series), factorial_scaled=False)
-        r_mlp = jax_jet.jet(lambda a: _mlp(params, a), (x,), (series,), factorial_scaled=False)
+        # the MLP's reference is cheaper jitted, the unrolled loop's eager (XLA takes 7x longer on it)
+        r_mlp = jax.jit(lambda x, series: jax_jet.jet(lambda a: _mlp(params, a), (x,), (series,),
+                                                      factorial_scaled=False))(x, series)
         r_loop = jax_jet.jet(unrolled, (x_pos,), (series,), factorial_scaled=False)
         for got, want in (((p_mlp, s_mlp), r_mlp), ((p_loop, s_loop), r_loop)):
             assert len(got[1]) == order
@@ -191,7 +194,7 @@ def test_unused_results_are_not_computed():
             nested = (lambda inner: lambda y: jax.jvp(inner, (y,), (v,))[1])(nested)
         got = hlopt.jit(top)(x, v)
         assert got.dtype == np.float64
-        np.testing.assert_allclose(np.asarray(got), np.asarray(nested(x)), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(jax.jit(nested)(x)), rtol=1e-9, atol=1e-9)
         text = hlopt.lower(top, x, v).apply("jet-expand").as_text()
     jet_fn = text[text.index("func.func private @hlopt_jet_fun_jet4"):]
     # x @ w1 and v @ w1, then h4 @ w2: no stack left, and no primal h0 @ w2
@@ -212,7 +215,7 @@ def test_first_nonlinearity_of_a_directional_derivative(f):
             nested = (lambda inner: lambda y: jax.jvp(inner, (y,), (v,))[1])(nested)
         got = hlopt.jit(lambda x, v: _directional(f, x, v, order))(x, v)
         assert got.dtype == np.float64
-        np.testing.assert_allclose(np.asarray(got), np.asarray(nested(x)), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(jax.jit(nested)(x)), rtol=1e-9, atol=1e-9)
 
 
 def test_inconsistent_orders_and_shapes_are_refused():
@@ -272,9 +275,9 @@ def test_forward_mode_through_a_jet():
 
     x, s = np.linspace(0.1, 0.9, 3, dtype=np.float32), np.full(3, 1.3, np.float32)
     tangents = (np.ones(3, np.float32), np.full(3, 0.2, np.float32))
-    want = jax.jvp(lambda a, b: second(jax_jet.jet, a, b), (x, s), tangents)
+    want = jax.jit(lambda x, s: jax.jvp(lambda a, b: second(jax_jet.jet, a, b), (x, s), tangents))(x, s)
     _close(jax.jvp(lambda a, b: second(hlopt.jet, a, b), (x, s), tangents), want, rtol=1e-5)
     _close(hlopt.jit(lambda a, b: jax.jvp(lambda a, b: second(hlopt.jet, a, b), (a, b), tangents))(x, s), want,
            rtol=1e-5)
-    _close(jax.jacfwd(lambda a: second(hlopt.jet, a, s))(x), jax.jacfwd(lambda a: second(jax_jet.jet, a, s))(x),
+    _close(jax.jacfwd(lambda a: second(hlopt.jet, a, s))(x), jax.jit(jax.jacfwd(lambda a: second(jax_jet.jet, a, s)))(x),
            rtol=1e-5)

@@ -18,8 +18,8 @@ import pytest
 
 import hlopt
 from hlopt.compiler.pipeline import PipelineError
-from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse, source_frames, source_location
-from hlopt.passes.mlir import get_context, ir
+from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse
+from hlopt.passes.walk import walk_ops
 
 REUSE, CLEAN = True, False
 CASES: dict[str, tuple] = {}
@@ -512,7 +512,7 @@ def test_same_verdict_as_jax(name):
     assert bool(find_key_reuse(simplified.module.operation)) == expected
 
     inlined = lowered.apply("inline{default-pipeline=},symbol-dce")  # no DCE of unused draws
-    assert not any(op.name == "func.call" for op in _walk(inlined.module))
+    assert not walk_ops(inlined.module.operation, "func.call")
     assert bool(find_key_reuse(inlined.module.operation)) == expected
 
     if raw:
@@ -545,7 +545,7 @@ def test_same_verdict_with_the_gpu_kernel(name):
     """
     from jax import export
 
-    from hlopt.compiler.lowering import parse_module
+    from hlopt.compiler.program import parse_module
 
     f, expected, extra, _ = CASES[name]
     jax.config.update("jax_threefry_gpu_kernel_lowering", True)
@@ -568,16 +568,10 @@ def test_shard_map_same_verdict_as_jax(name):
     key, x = jax.random.key(0), jnp.zeros(8)
     assert jax_verdict(lambda key, x: f(key, x, mesh), key, x) == expected
     lowered = hlopt.lower(lambda key, x: f(key, x, mesh), key, x, mesh=mesh)
-    assert any(op.name == "sdy.manual_computation" for op in _walk(lowered.module))
+    assert walk_ops(lowered.module.operation, "sdy.manual_computation")
     reports = find_key_reuse(lowered.module.operation)
     assert bool(reports) == expected, [str(r) for r in reports]
     assert_locations_in(f, reports)
-
-
-def _walk(module: ir.Module) -> list[ir.Operation]:
-    ops = []
-    module.operation.walk(lambda op: ops.append(op) or ir.WalkResult.ADVANCE)
-    return ops
 
 
 def test_raw_keys_are_checked_where_jax_cannot():
@@ -716,30 +710,3 @@ def test_typed_key_arrays_are_followed_per_key():
     keys = jax.random.split(jax.random.key(0), 3)
     assert jax_verdict(f, keys) == REUSE
     assert len(find_key_reuse(hlopt.lower(f, keys).module.operation)) == 1
-
-
-@pytest.mark.parametrize("text, expected", [
-    ('loc("f.py":3:4)', "f.py:3:4"),
-    ('loc("f.py":3:4 to 5:6)', "f.py:3:4"),
-    ('loc("jit(f)/add"("a b.py":7:1 to :9))', "a b.py:7:1"),
-    ('loc(callsite("g"("in.py":2:3) at "f"("out.py":9:1)))', "in.py:2:3"),
-    ('loc(callsite(callsite("f"("x.py":1:1) at "w"("w.py":5:5)) at callsite("f"("x.py":4:2) at "m"("m.py":1:1))))',
-     "x.py:4:2"),
-    ('loc(fused["name", "z.py":8:2])', "z.py:8:2"),
-    ('loc("only a name")', None),
-    ("loc(unknown)", None),
-])
-def test_source_location(text, expected):
-    with get_context():
-        module = ir.Module.parse(f"func.func @f() {{ return {text} }}")
-        (ret,) = module.body.operations[0].regions[0].blocks[0].operations
-        assert source_location(ret.location) == expected
-
-
-def test_source_frames_drop_the_first_use_of_a_cached_lowering():
-    text = 'loc(callsite("outer.<locals>.g"("a.py":5:1) at callsite("outer"("a.py":9:2) at "m"("m.py":1:1))))'
-    with get_context():
-        module = ir.Module.parse(f"func.func @f() {{ return {text} }}")
-        (ret,) = module.body.operations[0].regions[0].blocks[0].operations
-        assert source_frames(ret.location) == (("a.py", 5, 1), ("a.py", 9, 2), ("m.py", 1, 1))
-        assert source_frames(ret.location, frozenset({"g"})) == (("a.py", 9, 2), ("m.py", 1, 1))

@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import forge
 import hlopt
-from hlopt.compiler.lowering import parse_module
+from hlopt.compiler.program import parse_module
 from hlopt.runtime import files
 from hlopt.runtime.portable import PortableCheckError, check_portable
 

@@ -108,6 +108,47 @@ def test_bad_trust_is_a_value_error(data):
         hlopt.deserialize(data, trust="yes")
 
 
+def test_pjrt_failure_is_reported_as_a_file_error(data, monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError()
+
+    monkeypatch.setattr(files, "load_executable", fail)
+    with pytest.raises(hlopt.ExecutableFileError, match="PJRT cannot load the executable section: RuntimeError"):
+        hlopt.deserialize(data)
+
+
+def test_module_section_that_is_not_an_artifact_is_refused(data, nothing_loads):
+    manifest, sections = forge.unpack(data)
+    forged = forge.forge(manifest, dict(sections, module=b"ML\xefR garbage"))
+    with pytest.warns(hlopt.RecompileWarning), \
+            pytest.raises(hlopt.ExecutableFileError, match="not a StableHLO portable artifact"):
+        hlopt.deserialize(forged, trust="portable")
+
+
+def test_module_with_annotations_is_refused(data, nothing_loads):
+    from hlopt.compiler.program import parse_module
+    from hlopt.passes.mlir import ir, serialize_portable_artifact
+
+    module = parse_module("""
+      func.func @main(%a: tensor<8x4xf32>, %b: tensor<4x2xf32>) -> (tensor<8x2xf32>, tensor<f32>) {
+        %0:2 = stablehlo.custom_call @hlopt.jet(%a) {api_version = 4 : i32} : (tensor<8x4xf32>) -> (tensor<8x2xf32>, tensor<f32>)
+        return %0#0, %0#1 : tensor<8x2xf32>, tensor<f32>
+      }""")
+    module.operation.attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(32, module.context), 8)
+    manifest, sections = forge.unpack(data)
+    artifact = forge.retag(serialize_portable_artifact(module), manifest["signature"])
+    forged = forge.forge(manifest, dict(sections, module=artifact))
+    with pytest.warns(hlopt.RecompileWarning), \
+            pytest.raises(hlopt.ExecutableFileError, match="custom call to 'hlopt.jet', which is not on hlopt's list"):
+        hlopt.deserialize(forged, trust="portable")
+    # a key holder's file from another jaxlib is recompiled from its artifact: the annotation is named
+    stale = forge.resign(dict(manifest, jaxlib_version="0.0.1"), dict(sections, module=artifact))
+    with pytest.warns(hlopt.RecompileWarning), \
+            pytest.raises(hlopt.ExecutableFileError, match="custom_call @hlopt.jet .*run the 'jet-expand' pass"):
+        hlopt.deserialize(stale)
+
+
 @pytest.mark.parametrize("foreign", ["npy", "empty", "text", "zip", "cache-entry"])
 def test_foreign_files_are_refused(tmp_path, nothing_loads, foreign):
     path = tmp_path / "foreign"

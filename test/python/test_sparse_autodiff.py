@@ -1,4 +1,8 @@
-"""jvp, grad and vmap of hlopt.sparse ops, against the same computation on dense arrays."""
+"""jvp, grad and vmap of hlopt.sparse ops, against the same computation on dense arrays.
+
+Each test computes every reference of its case in one `jax.jit` (JAX's eager
+sparse ops compile one program per primitive, which was most of the time).
+"""
 
 from __future__ import annotations
 
@@ -70,18 +74,24 @@ def test_jvp_of_data_linear_ops(n_batch, n_dense):
             outs[name] = jax.jvp(lambda d: op(hs.BCOO((d, indices), shape=SHAPE)), (d,), (t,))
         return outs
 
+    def reference(data, tangent):
+        x, tx = dense(data, indices), dense(tangent, indices)
+        wants = {}
+        for name, (_, ref) in LINEAR_OPS.items():
+            if name == "transpose":
+                wants[name] = (_transpose_dense(x, mat), _transpose_dense(tx, mat))
+            elif name == "sum_duplicates":
+                wants[name] = tuple(dense(*js.bcoo_sum_duplicates(js.BCOO((d, indices), shape=SHAPE), nse=4)._bufs)
+                                    for d in (data, tangent))
+            else:
+                wants[name] = (ref(x), ref(tx))
+        return wants
+
     got = hlopt.jit(ours)(data, tangent)
-    x, tx = dense(data, indices), dense(tangent, indices)
-    for name, (_, ref) in LINEAR_OPS.items():
-        if name == "transpose":
-            want = (_transpose_dense(x, mat), _transpose_dense(tx, mat))
-        elif name == "sum_duplicates":
-            want = (dense(*js.bcoo_sum_duplicates(js.BCOO((data, indices), shape=SHAPE), nse=4)._bufs),
-                    dense(*js.bcoo_sum_duplicates(js.BCOO((tangent, indices), shape=SHAPE), nse=4)._bufs))
-        else:
-            want = (ref(x), ref(tx))
-        assert_close(got[name][0], want[0])
-        assert_close(got[name][1], want[1])
+    wants = jax.jit(reference)(data, tangent)
+    for name in LINEAR_OPS:
+        assert_close(got[name][0], wants[name][0])
+        assert_close(got[name][1], wants[name][1])
 
 
 @pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
@@ -97,19 +107,20 @@ def test_grad_of_linear_ops(n_batch, n_dense):
         return {n: jax.grad(lambda d: (LINEAR_OPS[n][0](hs.BCOO((d, indices), shape=SHAPE)) * weights[n]).sum())(d)
                 for n in names}
 
+    kept = hs.bcoo_sum_duplicates(mat, nse=4)
+    keep_mask = hs.BCOO((jnp.ones_like(kept.data), kept.indices), shape=SHAPE).todense() != 0
+
+    def reference(data, keep_mask):
+        refs = {n: LINEAR_OPS[n][1] for n in names}
+        refs["transpose"] = lambda x: _transpose_dense(x, mat)
+        # padding and entries dropped for nse=4 aside, summing duplicates keeps the array
+        refs["sum_duplicates"] = lambda x: x * keep_mask
+        return {n: jax.grad(lambda d: (refs[n](dense(d, indices)) * weights[n]).sum())(data) for n in names}
+
     got = hlopt.jit(ours)(data)
+    wants = jax.jit(reference)(data, keep_mask)
     for n in names:
-        ref = LINEAR_OPS[n][1]
-        if n == "transpose":
-            ref = lambda x: _transpose_dense(x, mat)  # noqa: E731
-        if n == "sum_duplicates":
-            ref = lambda x: x  # noqa: E731 - padding and dropped entries aside, summing duplicates keeps the array
-        want = jax.grad(lambda d: (ref(dense(d, indices)) * weights[n]).sum())(data)
-        if n == "sum_duplicates":
-            kept = hs.bcoo_sum_duplicates(mat, nse=4)
-            keep_mask = hs.BCOO((jnp.ones_like(kept.data), kept.indices), shape=SHAPE).todense() != 0
-            want = jax.grad(lambda d: (dense(d, indices) * keep_mask * weights[n]).sum())(data)
-        assert_close(got[n], want)
+        assert_close(got[n], wants[n])
 
 
 @pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
@@ -123,12 +134,15 @@ def test_fromdense_jvp_and_grad(n_batch, n_dense):
         f = lambda x: hs.BCOO.fromdense(x, nse=10, n_batch=n_batch, n_dense=n_dense).todense()  # noqa: E731
         return jax.jvp(f, (x,), (t,)), jax.grad(lambda x: (f(x) * w).sum())(x)
 
+    def reference(x, t):
+        ref = lambda x: js.BCOO.fromdense(x, nse=10, n_batch=n_batch, n_dense=n_dense).todense()  # noqa: E731
+        return jax.jvp(ref, (x,), (t,)), jax.grad(lambda x: (ref(x) * w).sum())(x)
+
     (primal, tangent), grad = hlopt.jit(ours)(x, t)
-    ref = lambda x: js.BCOO.fromdense(x, nse=10, n_batch=n_batch, n_dense=n_dense).todense()  # noqa: E731
-    want_p, want_t = jax.jvp(ref, (x,), (t,))
+    (want_p, want_t), want_g = jax.jit(reference)(x, t)
     assert_close(primal, want_p)
     assert_close(tangent, want_t)
-    assert_close(grad, jax.grad(lambda x: (ref(x) * w).sum())(x))
+    assert_close(grad, want_g)
 
 
 @pytest.mark.parametrize("vshape", [SHAPE, (3, 1, 2), ()])
@@ -147,9 +161,11 @@ def test_multiply_dense_jvp_and_grad(vshape):
     def ours(d, v, td, tv):
         return jax.jvp(f, (d, v), (td, tv)), jax.grad(lambda d, v: (f(d, v) * w).sum(), (0, 1))(d, v)
 
+    def reference(d, v, td, tv):
+        return jax.jvp(ref, (d, v), (td, tv)), jax.grad(lambda d, v: (ref(d, v) * w).sum(), (0, 1))(d, v)
+
     (p, t), (gd, gv) = hlopt.jit(ours)(data, v, td, tv)
-    want_p, want_t = jax.jvp(ref, (data, v), (td, tv))
-    want_gd, want_gv = jax.grad(lambda d, v: (ref(d, v) * w).sum(), (0, 1))(data, v)
+    (want_p, want_t), (want_gd, want_gv) = jax.jit(reference)(data, v, td, tv)
     assert_close(p, want_p)
     assert_close(t, want_t)
     assert_close(gd, want_gd)
@@ -177,9 +193,11 @@ def test_multiply_sparse_jvp_and_grad(lshape, rshape, lnb, rnb):
     def ours(ld, rd, tl, tr):
         return jax.jvp(f, (ld, rd), (tl, tr)), jax.grad(lambda a, b: (f(a, b) * w).sum(), (0, 1))(ld, rd)
 
+    def reference(ld, rd, tl, tr):
+        return jax.jvp(ref, (ld, rd), (tl, tr)), jax.grad(lambda a, b: (ref(a, b) * w).sum(), (0, 1))(ld, rd)
+
     (p, t), (gl, gr) = hlopt.jit(ours)(ld, rd, tl, tr)
-    want_p, want_t = jax.jvp(ref, (ld, rd), (tl, tr))
-    want_gl, want_gr = jax.grad(lambda a, b: (ref(a, b) * w).sum(), (0, 1))(ld, rd)
+    (want_p, want_t), (want_gl, want_gr) = jax.jit(reference)(ld, rd, tl, tr)
     assert_close(p, want_p)
     assert_close(t, want_t)
     assert_close(gl, want_gl)
@@ -216,12 +234,16 @@ def test_grad_with_broadcast_batch_buffers():
     def full(d):  # JAX's own todense transpose cannot unbroadcast data: broadcast first
         return dense(jnp.broadcast_to(d, (2, 3, 5)), indices)
 
+    def reference(data):
+        wants = {n: jax.grad(lambda d: (LINEAR_OPS[n][1](full(d)) * _weights[n]).sum())(data) for n in names}
+        return wants, jax.grad(lambda d: (full(d) * v * w).sum())(data)
+
     got = hlopt.jit(lambda d: {n: jax.grad(lambda d: loss(n, d))(d) for n in names})(data)
+    wants, want_mul = jax.jit(reference)(data)
     for n in names:
-        want = jax.grad(lambda d: (LINEAR_OPS[n][1](full(d)) * _weights[n]).sum())(data)
-        assert_close(got[n], want)
+        assert_close(got[n], wants[n])
     got_mul = hlopt.jit(jax.grad(lambda d: ((hs.BCOO((d, indices), shape=SHAPE) * v).todense() * w).sum()))(data)
-    assert_close(got_mul, jax.grad(lambda d: (full(d) * v * w).sum())(data))
+    assert_close(got_mul, want_mul)
 
 
 def test_vmap_over_examples():
@@ -272,7 +294,9 @@ def test_vmap_over_a_bcoo_argument(n_batch, axis):
     bufs = buffers(np.random.RandomState(16), n_batch=n_batch, nse=5)
     m, ref = hs.BCOO(bufs, shape=SHAPE), js.BCOO(bufs, shape=SHAPE)
     to_dense = jax.vmap(lambda a: a.todense(), in_axes=axis)
-    assert_close(to_dense(m), to_dense(ref))  # JAX's BCOO maps the same way
+    want_mapped, ref_dense = jax.jit(lambda r: (to_dense(r), r.todense()))(ref)
+    assert_close(to_dense(m), want_mapped)  # JAX's BCOO maps the same way
+    ref_dense = np.asarray(ref_dense)
     elt_shape = SHAPE[:axis] + SHAPE[axis + 1 :]
     w = np.asarray(random_data(np.random.RandomState(17), elt_shape, "float32"))
     xs = np.asarray(random_data(np.random.RandomState(18), (SHAPE[axis], *elt_shape), "float32"))
@@ -283,14 +307,14 @@ def test_vmap_over_a_bcoo_argument(n_batch, axis):
         return (mat * w).sum(mat.ndim - 1).todense(), flipped, x + mat.todense()
 
     got = hlopt.jit(jax.vmap(per_element, in_axes=(axis, 0)))(m, xs)
-    elts = np.moveaxis(np.asarray(ref.todense()), axis, 0)  # JAX's vmap of `mat * w` fails (jax 0.10.2)
+    elts = np.moveaxis(ref_dense, axis, 0)  # JAX's vmap of `mat * w` fails (jax 0.10.2)
     flip = (*range(n_batch - 1), *reversed(range(n_batch - 1, len(elt_shape))))
     assert_close(got[0], (elts * w).sum(-1))
     assert isinstance(got[1], hs.BCOO) and got[1].n_batch == n_batch
     assert_close(got[1].todense(), np.stack([e.transpose(flip) for e in elts]))
     assert_close(got[2], xs + elts)
     unmapped = jax.vmap(lambda a, x: x + a.todense().sum(axis), in_axes=(None, 0))(m, xs)
-    assert_close(unmapped, xs + np.asarray(ref.todense()).sum(axis))
+    assert_close(unmapped, xs + ref_dense.sum(axis))
 
 
 def test_vmap_over_a_bcoo_argument_errors():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import math
 import os
@@ -19,15 +18,6 @@ from typing import Any
 
 from hlopt.cli.errors import UsageError
 
-# short dtype names accepted by --arg, next to numpy's own names
-SHORT_DTYPES = {
-    "pred": "bool", "bool": "bool",
-    "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
-    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64",
-    "c64": "complex64", "c128": "complex128",
-}
 PROGRESS_AFTER_S = 2.0
 # `hlopt run` sets up as many host CPU devices as a file's program needs, up to this many.
 MAX_HOST_DEVICES = 1024
@@ -55,14 +45,15 @@ def parse_arg_type(text: str) -> Any:
     """`f32[128,8]` -> ShapeDtypeStruct((128, 8), float32)."""
     import jax
 
-    from hlopt.runtime.encoding import DTYPES, dtype_from_name
+    from hlopt.passes.dtypes import SHORT_NAMES, dtype_name
+    from hlopt.runtime.encoding import dtype_from_name
 
     m = re.fullmatch(r"\s*([a-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*", text)
     if not m:
         raise UsageError(f"cannot parse argument type '{text}': expected e.g. f32[128,8] or int32[]")
-    name = SHORT_DTYPES.get(m.group(1), m.group(1))
-    if name not in DTYPES:
-        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}' (e.g. {', '.join(list(SHORT_DTYPES)[:8])}, ...)")
+    name = dtype_name(m.group(1))
+    if name is None:
+        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}' (e.g. {', '.join(list(SHORT_NAMES)[:8])}, ...)")
     dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
     return jax.ShapeDtypeStruct(dims, dtype_from_name(name))
 
@@ -111,19 +102,18 @@ def parse_spec(text: str) -> Any:
 
 def import_function(target: str) -> Any:
     """The function named by `pkg.module:qualname` (the current directory is importable)."""
-    module_name, _, qualname = target.partition(":")
-    if not module_name or not qualname:
-        raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function")
+    from hlopt.passes.registry import import_object
+
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        obj = importlib.import_module(module_name)
+        obj = import_object(target)
+    except ValueError:
+        raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function") from None
     except ImportError as e:
-        raise UsageError(f"cannot import '{module_name}': {e}") from None
-    for attr in qualname.split("."):
-        if not hasattr(obj, attr):
-            raise UsageError(f"'{module_name}' has no attribute '{qualname}'")
-        obj = getattr(obj, attr)
+        raise UsageError(f"cannot import '{target.partition(':')[0]}': {e}") from None
+    except AttributeError as e:
+        raise UsageError(str(e)) from None
     if not callable(obj):
         raise UsageError(f"'{target}' is not callable")
     return obj
@@ -133,11 +123,14 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     """A `Lowered` from a .mlir file; its signature comes from `@main`."""
     import jax
 
-    from hlopt.compiler.lowering import Signature, parse_module
-    from hlopt.compiler.pipeline import PipelineError, format_mlir_error
+    from hlopt.compiler.program import Signature, parse_module
+    from hlopt.compiler.pipeline import mlir_pipeline_error
     from hlopt.compiler.stages import Lowered
+    from hlopt.runtime.compile import compile_lowered
     from hlopt.passes.mlir import get_context, ir
-    from hlopt.runtime.encoding import DTYPES, aval_str, dtype_from_name
+    from hlopt.compiler.program import aval_str
+    from hlopt.passes.dtypes import DTYPE_NAMES
+    from hlopt.runtime.encoding import dtype_from_name
     from hlopt.runtime.files import main_function
 
     try:
@@ -147,12 +140,10 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     try:
         module = parse_module(text)
     except ir.MLIRError as e:
-        raise PipelineError(format_mlir_error(e).replace("-:", f"{path}:")) from None
+        raise mlir_pipeline_error(e) from None
     main = main_function(module)
     if main is None:
         raise UsageError(f"{path}: no func.func @main to compile")
-    element = {v: k for k, v in DTYPES.items()}
-
     def aval(t: ir.Type, what: str) -> Any:
         with get_context():
             try:
@@ -161,9 +152,9 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
                 rt = None
             if rt is None or not rt.has_static_shape:
                 raise UsageError(f"{path}: @main's {what} has type {t}; only static shapes can be compiled")
-        if str(rt.element_type) not in element:
+        if str(rt.element_type) not in DTYPE_NAMES:
             raise UsageError(f"{path}: @main's {what} has unsupported element type {rt.element_type}")
-        return jax.core.ShapedArray(tuple(rt.shape), dtype_from_name(element[str(rt.element_type)]))
+        return jax.core.ShapedArray(tuple(rt.shape), dtype_from_name(DTYPE_NAMES[str(rt.element_type)]))
 
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     in_avals = tuple(aval(t, f"argument {i}") for i, t in enumerate(ftype.inputs))
@@ -185,7 +176,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
         use_shardy="mhlo.sharding" not in text,
         name=Path(path).stem,
     )
-    return Lowered(module, signature)
+    return Lowered(module, signature, backend=compile_lowered)
 
 
 @contextlib.contextmanager
@@ -217,7 +208,7 @@ def set_host_devices(count: int) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Lower, compile and save; print what was written."""
     import hlopt
-    from hlopt.runtime.encoding import aval_str
+    from hlopt.passes.locations import source_name
 
     if args.host_devices or args.mesh:
         set_host_devices(args.host_devices or math.prod(mesh_axes(args.mesh)[1]))
@@ -227,24 +218,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
     out_shardings = tuple(parse_spec(s) for s in args.out_sharding) or None
     if (in_shardings or out_shardings) and mesh is None:
         raise UsageError("--in-sharding and --out-sharding need a --mesh")
-    if args.target.endswith(".mlir"):
-        if in_shardings or out_shardings:
-            raise UsageError("a .mlir file carries its own shardings; drop --in-sharding/--out-sharding")
-        lowered = lower_mlir(args.target, arg_types, mesh)
-    else:
-        fun = import_function(args.target)
-        if in_shardings is not None and len(in_shardings) != len(arg_types):
-            raise UsageError(f"{len(in_shardings)} --in-sharding for {len(arg_types)} --arg")
-        if out_shardings is not None and len(out_shardings) == 1:
-            out_shardings = out_shardings[0]
-        lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings)
-    with progress(f"compiling {lowered.signature.name}"):
-        compiled = lowered.compile(args.pipeline)
+    is_mlir = args.target.endswith(".mlir")
+    if is_mlir and (in_shardings or out_shardings):
+        raise UsageError("a .mlir file carries its own shardings; drop --in-sharding/--out-sharding")
+    # errors in a .mlir file's text are located in the file
+    with source_name(args.target) if is_mlir else contextlib.nullcontext():
+        if is_mlir:
+            lowered = lower_mlir(args.target, arg_types, mesh)
+        else:
+            fun = import_function(args.target)
+            if in_shardings is not None and len(in_shardings) != len(arg_types):
+                raise UsageError(f"{len(in_shardings)} --in-sharding for {len(arg_types)} --arg")
+            if out_shardings is not None and len(out_shardings) == 1:
+                out_shardings = out_shardings[0]
+            lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
+                                  out_shardings=out_shardings)
+        with progress(f"compiling {lowered.signature.name}"):
+            compiled = lowered.compile(args.pipeline)
     compiled.save(args.output)
-    sig = compiled.signature
-    print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {sig.name}"
-          f"({', '.join(aval_str(a) for a in sig.in_avals)}) -> ({', '.join(aval_str(a) for a in sig.out_avals)})"
-          f" on {sig.num_devices} device(s)")
+    print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {compiled.signature.describe()}")
     return 0
 
 
@@ -355,6 +347,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
     """A readable summary of a checked manifest (no device is needed); every string from the file escaped."""
     import jax
 
+    from hlopt.compiler.program import aval_str
     from hlopt.runtime import encoding
 
     p = printable
@@ -379,10 +372,10 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
             f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
             f"pipeline:   {p(manifest['pipeline']) or '(none)'}",
             "inputs:",
-            *[f"  {p(n):16s} {encoding.aval_str(a):20s} {p(encoding.spec_str(s))}"
+            *[f"  {p(n):16s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
               for n, a, s in zip(in_names, in_avals, manifest["in_shardings"])],
             "outputs:",
-            *[f"  {p(n):16s} {encoding.aval_str(a):20s} {p(encoding.spec_str(s))}"
+            *[f"  {p(n):16s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
               for n, a, s in zip(out_names, out_avals, manifest["out_shardings"])],
         ]
         if sig["static_args"]:

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from hlopt.cli import aot
-from hlopt.cli.errors import run_main
+from hlopt.cli.errors import VersionAction, run_main
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -30,11 +30,13 @@ COMMANDS = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hlopt", description="Ahead-of-time compilation of JAX programs.")
-    parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    parser.add_argument("--debug", action="store_true", help="show Python tracebacks and the call chain of errors")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, add_args, _) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show Python tracebacks")
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show Python tracebacks and the call chain of errors")
         add_args(p)
     return parser
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
-from hlopt.cli.errors import UsageError, run_main
+from hlopt.cli.errors import UsageError, VersionAction, run_main
 
 SPLIT_MARKER = "// -----"
 
@@ -21,7 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timing", action="store_true", help="report the time of each pass on stderr")
     p.add_argument("--list-passes", action="store_true", help="list hlopt's passes and named pipelines")
     p.add_argument("--debug-info", action="store_true", help="print locations in the output")
-    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    p.add_argument("--debug", action="store_true", help="show Python tracebacks and the call chain of errors")
+    p.add_argument("--version", action=VersionAction)
     return p
 
 
@@ -31,6 +31,7 @@ def list_passes() -> str:
     lines = ["Passes:"]
     for name, cls in all_passes().items():
         lines.append(f"  {name:32s} {cls.summary()}")
+        lines += [f"    {option:30s} (default {default})" for option, default in cls.options_help()]
     lines.append("Pipelines:")
     for name, text in sorted(PIPELINES.items()):
         lines.append(f"  {name:32s} {text}")
@@ -65,20 +66,17 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
 def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bool = False,
             timing: bool = False, debug_info: bool = False) -> str:
     """Parse `source`, run `pipeline`, and return the printed module."""
-    from hlopt.compiler.pipeline import PipelineError, format_mlir_error, run_pipeline
+    from hlopt.compiler.pipeline import mlir_pipeline_error, run_pipeline
+    from hlopt.passes.locations import source_name
     from hlopt.passes.mlir import get_context, ir
 
-    with get_context():
+    with get_context(), source_name(filename):
         try:
             module = ir.Module.parse(source)
         except ir.MLIRError as e:
-            raise PipelineError(format_mlir_error(e).replace("-:", f"{filename}:")) from None
-        try:
-            result = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing) if pipeline else None
-        except PipelineError as e:  # locations in the parsed text are "-:line:col"
-            raise PipelineError(re.sub(r"^-:", f"{filename}:", str(e), flags=re.M)) from None
-        if result is not None:
-            sys.stderr.write(result.dumps())
+            raise mlir_pipeline_error(e) from None
+        if pipeline:
+            run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
         return module.operation.get_asm(enable_debug_info=debug_info)
 
 

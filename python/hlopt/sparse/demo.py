@@ -14,7 +14,7 @@ def sparse_section(out: TextIO) -> None:
 
     import hlopt
     from hlopt.demo import banner, check_close
-    from hlopt.passes.mlir import ir
+    from hlopt.passes.walk import walk_ops
     from hlopt.sparse import BCOO, bcoo_multiply_sparse
 
     banner(out, "sparse: BCOO arrays lowered by lower-bcoo")
@@ -31,13 +31,7 @@ def sparse_section(out: TextIO) -> None:
     lowered = hlopt.lower(f, a, b, w)
     out.write("--- StableHLO with hlopt.bcoo annotations ---\n" + lowered.as_text())
     after = lowered.apply("lower-bcoo")
-    counts: Counter[str] = Counter()
-
-    def count(op):
-        counts[op.name] += 1
-        return ir.WalkResult.ADVANCE
-
-    after.module.operation.walk(count)
+    counts = Counter(op.name for op in walk_ops(after.module.operation))
     summary = ", ".join(f"{counts['stablehlo.' + k]} {k}" for k in ("gather", "scatter", "sort", "custom_call"))
     out.write(f"--- after lower-bcoo: {summary} ---\n")
     got = after.compile()(a, b, w)

@@ -1,4 +1,4 @@
-# RUN: %PYTHON %s | filecheck %s
+# RUN: %PYTHON -u %s 2>&1 | filecheck %s
 """The IR of each driver stage, printed from Python."""
 
 import jax.numpy as jnp

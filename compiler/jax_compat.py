@@ -1,0 +1,176 @@
+"""The one seam to jax's and jaxlib's private APIs.
+
+Every use of `jax._src.*`, `jaxlib._jax`, `pxla` and of private attributes of
+jax objects in hlopt goes through a function or name here, called with
+keywords where the API allows. `test/python/test_jax_compat.py` checks each
+signature and attribute relied on, so a jax upgrade that moves one fails in
+that test, naming it. (`hlopt.passes.mlir` is the matching seam for jaxlib's
+MLIR bindings.) jax and jaxlib are pinned to one version (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import jax
+from jax._src import core as _core
+from jax._src import sharding_impls as _sharding_impls
+from jax._src import tree_util as _tree_util
+from jax._src.custom_partitioning_sharding_rule import (
+    SdyShardingRule,
+    sdy_sharding_rule_to_mlir as _sdy_sharding_rule_to_mlir,
+    str_to_sdy_sharding_rule as _str_to_sdy_sharding_rule,
+)
+from jax._src.interpreters import mlir as _mlir
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.interpreters import pxla as _pxla
+from jaxlib import _jax
+
+__all__ = [
+    "SPMDAxisContext",
+    "SdyShardingRule",
+    "ShardingContext",
+    "arg_avals",
+    "build_module",
+    "compile_args",
+    "convert_constvars_jaxpr",
+    "cpp_pjit",
+    "extend_axis_env_nd",
+    "fastpath_data",
+    "flatten_for_dispatch",
+    "is_committed",
+    "key_shape",
+    "layout_rank",
+    "lower_called_computation",
+    "lower_jaxpr_to_fun",
+    "partition_spec",
+    "prng_impl",
+    "sdy_sharding_rule_to_mlir",
+    "str_to_sdy_sharding_rule",
+]
+
+# --- stage objects of jax.jit(...).lower ---------------------------------------
+
+
+def compile_args(lowered: Any) -> dict[str, Any]:
+    """The compile arguments of a `jax.stages.Lowered` (`ordered_effects`, `host_callbacks`, ...)."""
+    return lowered._lowering.compile_args
+
+
+def arg_avals(lowered: Any) -> tuple[Any, ...]:
+    """The abstract values of a `jax.stages.Lowered`'s flat arguments (typed PRNG key dtypes kept)."""
+    return tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
+
+
+# --- jaxprs and their lowering ----------------------------------------------------
+
+
+def convert_constvars_jaxpr(jaxpr: Any) -> Any:
+    """`jaxpr` with its constants turned into leading arguments."""
+    return _pe.convert_constvars_jaxpr(jaxpr)
+
+
+def lower_called_computation(*, name: str, jaxpr: Any, module_context: Any, in_avals: Sequence[Any],
+                             out_avals: Sequence[Any]) -> Any:
+    """Lower a closed jaxpr without constants to a private `func.func`; returns the FuncOp."""
+    func_op, _, _ = _mlir.lower_called_computation(
+        fn_name=name, call_jaxpr=jaxpr, ctx=module_context, num_const_args=0, in_avals=in_avals,
+        out_avals=out_avals, tokens_in=_mlir.TokenSet())
+    return func_op
+
+
+def lower_jaxpr_to_fun(*, module_context: Any, name: str, jaxpr: Any, in_avals: Sequence[Any]) -> Any:
+    """Lower a closed jaxpr without constants or effects to a `func.func` named from `name`."""
+    return _mlir.lower_jaxpr_to_fun(module_context, name, jaxpr, effects=[], num_const_args=0, in_avals=in_avals)
+
+
+def build_module(jaxpr: Any, *, name: str, platform: str, axis_context: Any) -> Any:
+    """A module whose public `@main` computes the closed jaxpr `jaxpr`."""
+    return _mlir.build_mlir_module_helper(jaxpr, name=name, platforms=[platform], backend=None,
+                                          axis_context=axis_context)
+
+
+SPMDAxisContext = _sharding_impls.SPMDAxisContext  # lowering context of a mesh (with manual axes)
+ShardingContext = _sharding_impls.ShardingContext  # lowering context of N devices without a mesh
+
+
+def extend_axis_env_nd(sizes: Iterable[tuple[Any, int]]) -> Any:
+    """A context in which the named axes `sizes` are bound, as inside `shard_map`."""
+    return _core.extend_axis_env_nd(sizes)
+
+
+# --- sharding rules and shardings ---------------------------------------------------
+
+
+def str_to_sdy_sharding_rule(rule: str, **kwargs: Any) -> SdyShardingRule:
+    """An einsum-like sharding rule (`"...i -> ...i"`) as an `SdyShardingRule`."""
+    return _str_to_sdy_sharding_rule(rule, **kwargs)
+
+
+def sdy_sharding_rule_to_mlir(rule: SdyShardingRule, operand_types: Sequence[Any],
+                              result_types: Sequence[Any]) -> Any:
+    """The `#sdy.op_sharding_rule` attribute of `rule` for these operand and result types."""
+    return _sdy_sharding_rule_to_mlir(rule, list(operand_types), list(result_types))
+
+
+def partition_spec(op_sharding: Any, mesh: Any) -> Any:
+    """The PartitionSpec of an `xc.OpSharding`/`HloSharding` on `mesh`."""
+    return _sharding_impls.parse_flatten_op_sharding(op_sharding, mesh)[0]
+
+
+# --- typed PRNG keys ---------------------------------------------------------------
+
+
+def prng_impl(dtype: Any) -> Any:
+    """The PRNG implementation of a typed key dtype (`key<fry>` -> threefry2x32)."""
+    return dtype._impl
+
+
+def key_shape(dtype: Any) -> tuple[int, ...]:
+    """The shape of one key's data for a typed key dtype (`(2,)` for threefry)."""
+    return tuple(dtype._impl.key_shape)
+
+
+# --- jaxlib's C++ dispatch (the fast path of jax.jit) ---------------------------------
+
+
+def cpp_pjit(*, name: str, fun: Callable, cache_miss: Callable, static_argnums: Sequence[int],
+             capacity: int) -> Callable:
+    """A C++ callable that calls `cache_miss` on new signatures and replays known ones.
+
+    `cache_miss(*args)` returns `(outputs, fastpath_data or None, False)`.
+    """
+    return _jax.pjit(
+        function_name=name, fun=fun, cache_miss=cache_miss, static_argnums=list(static_argnums),
+        static_argnames=[], global_cache_key=_pxla.JitGlobalCppCacheKeys(),
+        pytree_registry=_tree_util.dispatch_registry, shard_arg_fallback=_pxla.cc_shard_arg,
+        cache=_jax.PjitFunctionCache(capacity=capacity))
+
+
+def flatten_for_dispatch(tree: Any) -> tuple[list[Any], Any]:
+    """Leaves and treedef of `tree` under the registry the C++ dispatch flattens with."""
+    return _tree_util.dispatch_registry.flatten(tree, None)
+
+
+def is_committed(array: Any) -> bool:
+    """Whether a `jax.Array` is committed to its devices."""
+    return array._committed
+
+
+def fastpath_data(*, executable: Any, out_tree: Any, in_shardings: Sequence[Any], out_shardings: Sequence[Any],
+                  out_avals: Sequence[Any], out_committed: Sequence[bool]) -> Any:
+    """What `cpp_pjit` needs to run `executable` again from C++ (every input kept, default layouts)."""
+    n_in = len(in_shardings)
+    return _pxla.MeshExecutableFastpathData(
+        xla_executable=executable, out_pytree_def=out_tree, in_shardings=in_shardings,
+        out_shardings=out_shardings, out_avals=out_avals, out_committed=out_committed,
+        kept_var_bitvec=[True] * n_in, in_device_local_layouts=[None] * n_in, const_args=[])
+
+
+# --- loaded executables ------------------------------------------------------------
+
+
+def layout_rank(layout: Any) -> int:
+    """The rank of an array a PJRT executable's parameter or output `layout` describes."""
+    return len(layout._xla_layout().minor_to_major())

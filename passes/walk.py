@@ -1,0 +1,34 @@
+"""Finding operations: every op nested in another, in MLIR's walk order, optionally by name."""
+
+from __future__ import annotations
+
+from hlopt.passes.mlir import ir
+
+
+def walk_ops(root: ir.Operation, *names: str) -> list[ir.Operation]:
+    """The operations nested in `root` (`root` included), in MLIR's walk order (post-order).
+
+    With `names`, only operations of those names. The list is taken before the
+    caller changes anything, so the ops may be rewritten or erased in a loop over it.
+    """
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if not names or op.name in names:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return found
+
+
+def call_target(op: ir.Operation) -> str | None:
+    """The `call_target_name` of a `stablehlo.custom_call`, None for any other op."""
+    if op.name != "stablehlo.custom_call":
+        return None
+    return ir.StringAttr(op.attributes["call_target_name"]).value
+
+
+def custom_calls(root: ir.Operation, target: str) -> list[ir.Operation]:
+    """The `stablehlo.custom_call @target` operations nested in `root`, in walk order."""
+    return [op for op in walk_ops(root, "stablehlo.custom_call") if call_target(op) == target]

@@ -1,0 +1,146 @@
+"""Every private jax/jaxlib API hlopt relies on, checked where `compiler/jax_compat.py` wraps it.
+
+A jax upgrade that renames a parameter, moves a function or drops an
+attribute fails here, in the test named after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from hlopt.compiler import jax_compat
+
+# the private modules jax_compat wraps, as it imported them
+mlir, pxla, pjit = jax_compat._mlir, jax_compat._pxla, jax_compat._jax.pjit
+
+
+def parameters(fn) -> set[str]:
+    """Parameter names of a Python callable, or of a nanobind function from its signature text."""
+    nb = getattr(fn, "__nb_signature__", None)
+    if nb is not None:
+        text = nb[0][0]
+        return {p.split(":")[0].strip().lstrip("*") for p in text[text.index("(") + 1 : text.rindex(")")].split(",")}
+    return set(inspect.signature(fn).parameters)
+
+
+# (wrapped callable, the keywords jax_compat passes it)
+KEYWORDS = {
+    "lower_called_computation": (mlir.lower_called_computation,
+                                 {"fn_name", "call_jaxpr", "ctx", "num_const_args", "in_avals", "out_avals",
+                                  "tokens_in"}),
+    "lower_jaxpr_to_fun": (mlir.lower_jaxpr_to_fun, {"effects", "num_const_args", "in_avals"}),
+    "build_mlir_module_helper": (mlir.build_mlir_module_helper,
+                                 {"name", "platforms", "backend", "axis_context"}),
+    "str_to_sdy_sharding_rule": (jax_compat._str_to_sdy_sharding_rule,
+                                 {"rule", "reduction_factors", "need_replication_factors", "permutation_factors"}),
+    "sdy_sharding_rule_to_mlir": (jax_compat._sdy_sharding_rule_to_mlir, {"rule", "operand_types", "result_types"}),
+    "parse_flatten_op_sharding": (jax_compat._sharding_impls.parse_flatten_op_sharding, {"hlo_sharding", "mesh"}),
+    "JitGlobalCppCacheKeys": (pxla.JitGlobalCppCacheKeys, set()),
+    "MeshExecutableFastpathData": (pxla.MeshExecutableFastpathData,
+                                   {"xla_executable", "out_pytree_def", "in_shardings", "out_shardings", "out_avals",
+                                    "out_committed", "kept_var_bitvec", "in_device_local_layouts", "const_args"}),
+    "pjit": (pjit, {"function_name", "fun", "cache_miss", "static_argnums", "static_argnames",
+                         "global_cache_key", "pytree_registry", "shard_arg_fallback", "cache"}),
+}
+
+
+@pytest.mark.parametrize("name", list(KEYWORDS))
+def test_signature(name):
+    fn, keywords = KEYWORDS[name]
+    missing = keywords - parameters(fn)
+    assert not missing, f"{name} no longer takes {sorted(missing)}: update compiler/jax_compat.py"
+
+
+def test_sharding_contexts_have_the_fields_hlopt_reads():
+    assert {"mesh", "manual_axes"} <= {f.name for f in dataclasses.fields(jax_compat.SPMDAxisContext)}
+    assert {"num_devices", "abstract_mesh"} <= {f.name for f in dataclasses.fields(jax_compat.ShardingContext)}
+
+
+def test_stage_attributes():
+    def f(key, x):
+        return jax.random.normal(key, x.shape) + x
+
+    lowered = jax.jit(f).lower(jax.random.key(0), np.ones(3, np.float32))
+    args = jax_compat.compile_args(lowered)
+    assert isinstance(args, dict) and "ordered_effects" in args and "host_callbacks" in args
+    key, x = jax_compat.arg_avals(lowered)
+    assert jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ()
+    assert x == jax.core.ShapedArray((3,), np.float32)
+
+
+def test_convert_constvars_jaxpr():
+    c = np.arange(3.0, dtype=np.float32)
+    closed = jax.make_jaxpr(lambda x: x * c)(np.ones(3, np.float32))
+    assert len(closed.jaxpr.constvars) == 1
+    converted = jax_compat.convert_constvars_jaxpr(closed.jaxpr)
+    assert not converted.constvars and len(converted.invars) == 2
+
+
+def test_extend_axis_env_nd():
+    with jax_compat.extend_axis_env_nd([("i", 4)]):
+        assert jax.lax.psum(1, "i") == 4  # the size of a bound axis
+
+
+def test_sharding_rule_round_trip():
+    rule = jax_compat.str_to_sdy_sharding_rule("i j -> j i")
+    assert isinstance(rule, jax_compat.SdyShardingRule)
+    from hlopt.passes.mlir import get_context, ir
+
+    with get_context(), ir.Location.unknown():
+        t = ir.RankedTensorType.get([2, 4], ir.F32Type.get())
+        u = ir.RankedTensorType.get([4, 2], ir.F32Type.get())
+        attr = jax_compat.sdy_sharding_rule_to_mlir(rule, [t], [u])
+    assert "op_sharding_rule" in str(attr)
+
+
+def test_partition_spec_of_an_executable_sharding():
+    mesh = Mesh(np.array(jax.devices()[:2]), ("x",))
+    compiled = jax.jit(lambda x: x * 2, in_shardings=NamedSharding(mesh, P("x"))).lower(np.ones(4)).compile()
+    (op_sharding,) = compiled.runtime_executable().get_parameter_shardings()
+    assert jax_compat.partition_spec(op_sharding, mesh) == P("x")
+
+
+def test_prng_key_dtype():
+    key = jax.random.key(0, impl="rbg")
+    data = jax.random.wrap_key_data(jax.random.key_data(key), impl=jax_compat.prng_impl(key.dtype))
+    assert data.dtype == key.dtype
+    assert jax_compat.key_shape(key.dtype) == jax.random.key_data(key).shape == (4,)
+
+
+def test_cpp_dispatch_replays_a_known_signature():
+    executable = jax.jit(lambda x: x + 1).lower(np.ones(3, np.float32)).compile()
+    misses = []
+
+    def fun(x):
+        return x + 1
+
+    def cache_miss(x):
+        misses.append(x)
+        out = executable(x)
+        leaves, tree = jax_compat.flatten_for_dispatch(out)
+        assert jax_compat.is_committed(leaves[0]) in (True, False)
+        data = jax_compat.fastpath_data(
+            executable=executable.runtime_executable(), out_tree=tree, in_shardings=executable.input_shardings[0],
+            out_shardings=[executable.output_shardings], out_avals=[leaves[0].aval],
+            out_committed=[jax_compat.is_committed(leaves[0])])
+        return out, data, False
+
+    call = jax_compat.cpp_pjit(name="f", fun=fun, cache_miss=cache_miss, static_argnums=(), capacity=4)
+    x = jnp.ones(3, np.float32)
+    np.testing.assert_array_equal(call(x), 2 * np.ones(3))
+    np.testing.assert_array_equal(call(x + 1), 3 * np.ones(3))
+    assert len(misses) == 1  # the second call ran from C++
+
+
+def test_layout_rank_of_executable_parameters_and_outputs():
+    executable = jax.jit(lambda x, s: (x.sum(0), s)).lower(np.ones((2, 3, 4), np.float32), 1.0).compile()
+    runtime = executable.runtime_executable()
+    assert [jax_compat.layout_rank(x) for x in runtime.get_parameter_layouts()] == [3, 0]
+    assert [jax_compat.layout_rank(x) for x in runtime.get_output_layouts()] == [2, 0]
