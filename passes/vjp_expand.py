@@ -57,6 +57,7 @@ from hlopt.passes import builders
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.mlir import ir
 from hlopt.passes.vjp_rules import RULES, Term, VjpBuilder
+from hlopt.passes.walk import custom_calls
 
 ANNOTATION = "hlopt.vjp"
 INLINE_OPS = 32  # callees up to this size (JAX's helper wrappers) are differentiated in place
@@ -341,16 +342,8 @@ class ModuleVjp:
         if name in self.annotations_expanded:
             return
         self.annotations_expanded.add(name)
-        found: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "stablehlo.custom_call" and \
-                    ir.StringAttr(op.attributes["call_target_name"]).value == ANNOTATION:
-                found.append(op.operation)
-            return ir.WalkResult.ADVANCE
-
-        func_op.walk(visit)  # one C++ walk: hlopt-default runs this pass on every module
-        for op in found:
+        # one C++ walk: hlopt-default runs this pass on every module
+        for op in custom_calls(func_op, ANNOTATION):
             self.expand_annotation(op)
 
     def expand_annotation(self, op: ir.Operation) -> None:
