@@ -10,6 +10,7 @@ MLIR bindings.) jax and jaxlib are pinned to one version (pyproject.toml).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from jax._src.interpreters import pxla as _pxla
 from jaxlib import _jax
 
 __all__ = [
+    "Placement",
     "SPMDAxisContext",
     "SdyShardingRule",
     "ShardingContext",
@@ -44,10 +46,13 @@ __all__ = [
     "layout_rank",
     "lower_called_computation",
     "lower_jaxpr_to_fun",
+    "lowering_placement",
     "partition_spec",
     "prng_impl",
+    "result_handler",
     "sdy_sharding_rule_to_mlir",
     "str_to_sdy_sharding_rule",
+    "weak_out_avals",
 ]
 
 # --- stage objects of jax.jit(...).lower ---------------------------------------
@@ -61,6 +66,40 @@ def compile_args(lowered: Any) -> dict[str, Any]:
 def arg_avals(lowered: Any) -> tuple[Any, ...]:
     """The abstract values of a `jax.stages.Lowered`'s flat arguments (typed PRNG key dtypes kept)."""
     return tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
+
+
+def weak_out_avals(lowered: Any) -> tuple[Any, ...]:
+    """The abstract values of a `jax.stages.Lowered`'s flat outputs with their weak types (`out_info` drops them)."""
+    return tuple(compile_args(lowered)["global_out_avals"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where `jax.jit` placed a lowered program.
+
+    `devices` is its device assignment (None when jax left it open),
+    `committed` whether an argument or a sharding fixed it (jax.jit's outputs
+    are then committed), and `in_shardings`/`out_shardings` the shardings
+    jax resolved for its flat inputs and outputs (unspecified ones are not
+    `jax.sharding.Sharding`s).
+    """
+
+    devices: tuple[Any, ...] | None
+    committed: bool
+    in_shardings: tuple[Any, ...]
+    out_shardings: tuple[Any, ...]
+
+
+def lowering_placement(lowered: Any) -> Placement:
+    """The placement jax chose for a `jax.stages.Lowered` (its lowering's device list and compile arguments)."""
+    device_list = lowered._lowering._device_list
+    args = compile_args(lowered)
+    return Placement(
+        devices=None if device_list is None else tuple(device_list),
+        committed=bool(args.get("committed", False)),
+        in_shardings=tuple(args.get("in_shardings", ())),
+        out_shardings=tuple(args.get("out_shardings", ())),
+    )
 
 
 # --- jaxprs and their lowering ----------------------------------------------------
@@ -151,6 +190,11 @@ def cpp_pjit(*, name: str, fun: Callable, cache_miss: Callable, static_argnums: 
 def flatten_for_dispatch(tree: Any) -> tuple[list[Any], Any]:
     """Leaves and treedef of `tree` under the registry the C++ dispatch flattens with."""
     return _tree_util.dispatch_registry.flatten(tree, None)
+
+
+def result_handler(*, aval: Any, sharding: Any, committed: bool) -> Callable[[Sequence[Any]], Any]:
+    """jax.jit's output handler for `aval`: a program's per-device buffers of it -> one `jax.Array`."""
+    return _pxla.global_aval_to_result_handler(aval=aval, out_sharding=sharding, committed=committed)
 
 
 def is_committed(array: Any) -> bool:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import operator
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from hlopt.compiler.jax_compat import arg_avals, compile_args
+from hlopt.compiler.jax_compat import Placement, arg_avals, compile_args, lowering_placement, weak_out_avals
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.mlir import ir
 
@@ -51,6 +53,103 @@ def _named(mesh: Mesh | None, shardings: Any) -> Any:
     )
 
 
+def _typed_by_sharding(dynamic: tuple[Any, ...], shardings: Any) -> tuple[Any, ...]:
+    """`dynamic` with each argument that carries no sharding typed by its in_sharding on an Explicit mesh.
+
+    With Explicit axes a sharding is part of an array's type, so `jax.jit`
+    traces an argument placed with `P('x')` as sharded and keeps its outputs
+    sharded; a host array would be traced as replicated and its outputs
+    gathered. hlopt compiles the program for arguments placed as
+    `in_shardings` say, whatever the example values are.
+    """
+    is_leaf = lambda s: s is None or isinstance(s, (jax.sharding.Sharding, PartitionSpec))  # noqa: E731
+    if is_leaf(shardings):
+        shardings = (shardings,) * len(dynamic)  # one sharding for every argument
+    shardings, treedef = jax.tree_util.tree_flatten(tuple(shardings), is_leaf=is_leaf)
+    try:
+        per_sharding = treedef.flatten_up_to(dynamic)
+    except ValueError:
+        return dynamic  # in_shardings does not fit the arguments: jax.jit says so
+    typed = [jax.tree_util.tree_map(functools.partial(_typed, sharding=s), sub)
+             for s, sub in zip(shardings, per_sharding)]
+    return jax.tree_util.tree_unflatten(treedef, typed)
+
+
+def _typed(x: Any, sharding: Any) -> Any:
+    explicit = isinstance(sharding, NamedSharding) and AxisType.Explicit in tuple(sharding.mesh.axis_types)
+    if not explicit or (isinstance(x, jax.Array) and x.committed):
+        return x  # jax.jit checks a committed array against its in_sharding itself
+    if isinstance(x, jax.ShapeDtypeStruct):
+        if x.sharding is not None:
+            return x
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding, weak_type=x.weak_type)
+    aval = jax.typeof(x)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=sharding, weak_type=aval.weak_type)
+
+
+def _placement(name: str, placement: Placement) -> tuple[Mesh | None, jax.Device | None]:
+    """The mesh, or the committed device, of a program lowered without `mesh=`, as `jax.jit` placed it.
+
+    Arguments sharded over a mesh (or a mesh set with `jax.set_mesh`) put the
+    program on that mesh; arguments committed to one device put it there.
+    """
+    devices = placement.devices
+    if devices is None or len(devices) == 1:
+        return None, devices[0] if devices and placement.committed else None
+    context = jax.sharding.get_mesh()
+    meshes = [s.mesh for s in placement.in_shardings + placement.out_shardings if isinstance(s, NamedSharding)]
+    for mesh in meshes + ([] if context.empty else [context]):
+        if isinstance(mesh, Mesh) and tuple(mesh.devices.flat) == devices:
+            return mesh, None
+    raise ValueError(
+        f"{name}: the arguments place the program on {len(devices)} devices but not through a "
+        "NamedSharding over a Mesh; pass mesh= (and in_shardings=) to hlopt.lower / hlopt.jit"
+    )
+
+
+def check_static_argnums(fun: Callable, static_argnums: Any) -> tuple[int, ...]:
+    """`static_argnums` as a tuple of ints, checked against `fun`'s signature as `jax.jit` checks it.
+
+    An index must name one of `fun`'s positional parameters (any non-negative
+    index is allowed when `fun` takes `*args`); a signature Python cannot
+    inspect is not checked.
+    """
+    try:
+        argnums = (operator.index(static_argnums),)
+    except TypeError:
+        argnums = tuple(map(operator.index, static_argnums))
+    try:
+        params = inspect.signature(fun).parameters.values()
+    except (TypeError, ValueError):
+        return argnums
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return argnums
+    positional = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+    if argnums and (-min(argnums) > positional or max(argnums) >= positional):
+        raise ValueError(f"{getattr(fun, '__name__', fun)} has static_argnums={argnums}, "
+                         f"but only accepts {positional} positional arguments")
+    return argnums
+
+
+def resolve_static_argnums(static_argnums: Sequence[int], num_args: int) -> tuple[int, ...]:
+    """The positions of a call with `num_args` arguments that are static, sorted, as `jax.jit` resolves them.
+
+    An index past the end names no argument and is dropped (a function with
+    `*args` may be called with fewer); a negative index counts from the end and
+    must name an argument.
+    """
+    resolved = set()
+    for i in static_argnums:
+        if i >= num_args:
+            continue
+        if i < -num_args:
+            raise ValueError(
+                "static_argnums must be at least -len(args) and less than len(args), "
+                f"but got {i} for a call with {num_args} arguments")
+        resolved.add(i % num_args)
+    return tuple(sorted(resolved))
+
+
 def lower_function(
     fun: Callable,
     *args: Any,
@@ -60,23 +159,18 @@ def lower_function(
     static_argnums: int | Sequence[int] = (),
 ) -> tuple[ir.Module, Signature]:
     """Trace `fun` at `args` (arrays or ShapeDtypeStructs) and lower it to StableHLO."""
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
-    static_argnums = tuple(sorted(i % len(args) if args else i for i in static_argnums))
-    for i in static_argnums:
-        if i >= len(args):
-            raise ValueError(f"static_argnums names argument {i} but only {len(args)} were given")
+    static_argnums = resolve_static_argnums(check_static_argnums(fun, static_argnums), len(args))
 
     @functools.wraps(fun)
     def wrapped(*a, **k):  # a fresh function: jax's caches never mix with plain jax.jit
         return fun(*a, **k)
 
     jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "keep_unused": True}
-    if mesh is not None or in_shardings is not None:
-        if in_shardings is None:
-            dynamic = [a for i, a in enumerate(args) if i not in static_argnums]
-            in_shardings = tuple(None for _ in dynamic)
+    dynamic = tuple(a for i, a in enumerate(args) if i not in static_argnums)
+    if in_shardings is not None:  # else, as jax.jit: committed arguments keep their shardings, others replicate
         jit_kwargs["in_shardings"] = _named(mesh, in_shardings)
+        typed = iter(_typed_by_sharding(dynamic, jit_kwargs["in_shardings"]))
+        args = tuple(a if i in static_argnums else next(typed) for i, a in enumerate(args))
     if out_shardings is not None:
         jit_kwargs["out_shardings"] = _named(mesh, out_shardings)
 
@@ -95,9 +189,10 @@ def lower_function(
         )
     module = parse_module(module_to_bytecode(lowered.compiler_ir("stablehlo")))
     in_avals = arg_avals(lowered)
-    out_avals = tuple(
-        jax.core.ShapedArray(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(lowered.out_info)
-    )
+    out_avals = tuple(jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in weak_out_avals(lowered))
+    device = None
+    if mesh is None:
+        mesh, device = _placement(getattr(fun, "__name__", "fun"), lowering_placement(lowered))
     signature = Signature(
         in_tree=lowered.in_tree,
         in_avals=in_avals,
@@ -107,5 +202,6 @@ def lower_function(
         mesh=mesh,
         use_shardy=bool(jax.config.jax_use_shardy_partitioner),
         name=getattr(fun, "__name__", "fun"),
+        device=device,
     )
     return module, signature

@@ -10,15 +10,24 @@ Python passes are added to it with `PassManager.add(callable, name)`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import re
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 
 from hlopt.passes import registry
 from hlopt.passes.base import Pass, PassError, PassOptionError
-from hlopt.passes.locations import call_chain, format_location
+from hlopt.passes.locations import call_chain, error_line, format_location, shorten
 from hlopt.passes.mlir import get_context, inliner_unavailable, ir, passmanager
+
+
+# Bounds on a pipeline string, far above any real pipeline, so that absurd ones fail fast.
+MAX_PIPELINE_CHARS = 100_000
+MAX_PIPELINE_ELEMENTS = 1_000
+MAX_PIPELINE_NESTING = 32
 
 
 class PipelineError(ValueError):
@@ -30,6 +39,9 @@ class PipelineError(ValueError):
     def __init__(self, message: str, notes: list[str] | tuple[str, ...] = ()):
         super().__init__(message)
         self.notes = list(notes)
+
+    def __str__(self) -> str:
+        return shorten(super().__str__())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +72,8 @@ def split_top_level(text: str) -> list[str]:
             quote = not quote
         elif not quote and ch in "({":
             depth += 1
+            if depth > MAX_PIPELINE_NESTING:
+                raise PipelineError(f"pipeline nested more than {MAX_PIPELINE_NESTING} levels deep: '{text}'")
         elif not quote and ch in ")}":
             depth -= 1
             if depth < 0:
@@ -77,6 +91,15 @@ def split_top_level(text: str) -> list[str]:
 
 def parse_pipeline(text: str) -> list[Element]:
     """The elements of `text`, with named pipelines expanded."""
+    if len(text) > MAX_PIPELINE_CHARS:
+        raise PipelineError(f"pipeline of {len(text)} characters; hlopt takes at most {MAX_PIPELINE_CHARS}")
+    elements = _parse_elements(text)
+    if len(elements) > MAX_PIPELINE_ELEMENTS:
+        raise PipelineError(f"pipeline of {len(elements)} passes; hlopt runs at most {MAX_PIPELINE_ELEMENTS}")
+    return elements
+
+
+def _parse_elements(text: str) -> list[Element]:
     text = text.strip()
     if text.startswith("builtin.module(") and text.endswith(")"):
         text = text[len("builtin.module(") : -1]
@@ -87,7 +110,7 @@ def parse_pipeline(text: str) -> list[Element]:
         if name in registry.PIPELINES:
             if rest:
                 raise PipelineError(f"pipeline '{name}' takes no options")
-            elements.extend(parse_pipeline(registry.PIPELINES[name]))
+            elements.extend(_parse_elements(registry.PIPELINES[name]))
         elif registry.is_pass(name):
             if rest and not rest.endswith("}"):
                 raise PipelineError(f"malformed options in '{part}'")
@@ -97,11 +120,7 @@ def parse_pipeline(text: str) -> list[Element]:
             except PassOptionError as e:
                 raise PipelineError(str(e)) from None
         else:
-            with get_context():
-                try:
-                    passmanager.PassManager.parse(f"builtin.module({part})")
-                except ValueError as e:
-                    raise PipelineError(_unknown_pass_message(part, e)) from None
+            _check_upstream(part)
             if _INLINE.search(part) and inliner_unavailable():
                 raise PipelineError(
                     f"'{part}' needs the func dialect's inliner interface, which this jaxlib does not "
@@ -109,18 +128,103 @@ def parse_pipeline(text: str) -> list[Element]:
                     "in place. Install the pinned jaxlib, or drop 'inline' from the pipeline"
                 )
             elements.append(Element(part))
+        if len(elements) > MAX_PIPELINE_ELEMENTS:
+            break
     return elements
 
 
 _INLINE = re.compile(r"(?<![\w-])inline(?![\w-])")
+# Names that may only stand at the top level of a pipeline: hlopt's Python passes run on the whole module.
+_WORDS = re.compile(r"[A-Za-z0-9_.-]+")
+# `inline{default-pipeline=...}`: MLIR parses this option only when the pass runs, and then ignores errors.
+_DEFAULT_PIPELINE = re.compile(r"\bdefault-pipeline=")
 
 
-def _unknown_pass_message(part: str, err: Exception) -> str:
-    first = str(err).strip().splitlines()
-    detail = first[0] if first else ""
-    if "does not refer to a registered pass" in str(err):
-        return f"unknown pass or pipeline '{part}' (hlopt-opt --list-passes shows hlopt's passes)"
-    return f"cannot parse pipeline element '{part}': {detail}"
+def _check_upstream(part: str) -> None:
+    """Refuse a pipeline element MLIR's parser rejects, or that would fail silently when run."""
+    nested = [w for w in _WORDS.findall(part) if registry.is_pass(w) or w in registry.PIPELINES]
+    if nested:
+        raise PipelineError(
+            f"'{nested[0]}' is an hlopt pass or pipeline: it runs on the whole module and cannot be nested "
+            f"in '{part}'; put it at the top level of the pipeline"
+        )
+    _parse_upstream(part, f"builtin.module({part})")
+    for match in _DEFAULT_PIPELINE.finditer(part):
+        value = _option_value(part, match.end())
+        if value:  # empty: no simplification
+            _parse_upstream(part, f"builtin.module(func.func({value}))",
+                            f"its default-pipeline '{value}': ")
+
+
+def _option_value(text: str, start: int) -> str:
+    """The option value that starts at `start`: up to a space, ',' or closing bracket outside brackets."""
+    depth, quote = 0, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch == '"':
+            quote = not quote
+        elif quote:
+            continue
+        elif ch in "({":
+            depth += 1
+        elif ch in ")}" and depth:
+            depth -= 1
+        elif ch in " ,)}" and not depth:
+            return text[start:i].strip('"')
+    return text[start:].strip('"')
+
+
+def _parse_upstream(part: str, pipeline: str, what: str = "") -> None:
+    """Parse `pipeline` with MLIR; an error (also one MLIR only prints) is a PipelineError about `part`."""
+    with get_context(), native_stderr() as printed:
+        try:
+            passmanager.PassManager.parse(pipeline)
+            error = None
+        except ValueError as e:
+            error = e
+    detail = _mlir_detail(printed[0], error)
+    if error is None and not detail:
+        return
+    unknown = re.match(r"'(.*)' does not refer to a registered pass", detail)
+    if unknown:
+        where = "" if unknown.group(1) == part else f" in '{part}'"
+        raise PipelineError(f"unknown pass or pipeline '{unknown.group(1)}'{where} "
+                            "(hlopt-opt --list-passes shows hlopt's passes)")
+    raise PipelineError(f"cannot parse pipeline element '{part}': {what}{detail}")
+
+
+def _mlir_detail(printed: str, error: Exception | None) -> str:
+    """The first error line MLIR printed or raised, without its prefixes."""
+    for text in (printed, str(error or "")):
+        for line in text.splitlines():
+            line = line.strip()
+            if "error:" in line:
+                return line.split("error:", 1)[1].strip()
+            if line.startswith(": for the"):  # LLVM's option parser: ": for the --x option: ..."
+                return line[2:]
+    lines = str(error or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+@contextlib.contextmanager
+def native_stderr() -> Iterator[list[str]]:
+    """Collect what native code writes to file descriptor 2 meanwhile (MLIR prints some errors there).
+
+    Yields a list that holds the text once the block ends. Writes to stderr
+    from other threads in the meantime are collected too.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    collected: list[str] = []
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield collected
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            collected.append(tmp.read().decode("utf-8", "replace"))
 
 
 def _python_pass_runner(p: Pass, errors: list[BaseException]) -> Callable:
@@ -194,7 +298,7 @@ def format_mlir_error(err: ir.MLIRError) -> str:
     """One line per diagnostic: `file:line:col: error: message`."""
     lines = []
     for diag in getattr(err, "error_diagnostics", []) or []:
-        lines.append(f"{format_location(diag.location)}: error: {diag.message}")
+        lines.append(error_line(format_location(diag.location), diag.message))
     if not lines:
         lines.append(str(err).strip().splitlines()[0])
     return "\n".join(lines)

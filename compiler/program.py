@@ -23,7 +23,10 @@ class Signature:
     """What a program takes and returns, independent of the IR.
 
     `in_tree` is the treedef of `(dynamic_args, {})`; `static_args` maps each
-    static position to the value it was lowered with.
+    static position to the value it was lowered with. A program runs on
+    `mesh`'s devices, else on `device` when its arguments committed it to one
+    (its outputs are then committed, as jax.jit's are), else on the default
+    device.
     """
 
     in_tree: Any
@@ -34,6 +37,7 @@ class Signature:
     mesh: Mesh | None = None
     use_shardy: bool = True
     name: str = "main"
+    device: jax.Device | None = None
 
     @property
     def num_devices(self) -> int:

@@ -12,7 +12,7 @@ import dataclasses
 import typing
 from typing import Any, ClassVar
 
-from hlopt.passes.locations import call_chain, format_location
+from hlopt.passes.locations import call_chain, error_line, format_location
 from hlopt.passes.mlir import ir
 
 __all__ = ["Pass", "PassError", "PassOptionError", "format_location", "parse_option_string"]
@@ -35,8 +35,7 @@ class PassError(Exception):
         super().__init__(message)
 
     def __str__(self) -> str:
-        msg = super().__str__()
-        return msg if self.where is None else f"{self.where}: error: {msg}"
+        return error_line(self.where, super().__str__())
 
 
 class PassOptionError(ValueError):
@@ -110,7 +109,9 @@ def parse_option_string(options: str) -> dict[str, str]:
         if "=" not in item:
             raise PassOptionError(f"option '{item}' is not of the form key=value")
         key, value = item.split("=", 1)
-        result[key.strip()] = value.strip()
+        if key in result:
+            raise PassOptionError(f"option '{key}' is given twice")
+        result[key] = value
     return result
 
 

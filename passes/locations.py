@@ -8,6 +8,8 @@ locations; JAX writes the Python call stack of each op as nested call sites,
 innermost first. Frames in hlopt's and jax's own files are dropped when a
 frame of the user's code remains; the full chain is available as `note:`
 lines (`call_chain`), which the command-line tools print under `--debug`.
+An error line is `error_line(where, message)`; `shorten` caps every line an
+error prints (a rank-100000 type or a huge name echoed from the input).
 
 A module parsed from text without its own locations is located in the buffer
 `-`; `source_name` says which file that text came from.
@@ -192,6 +194,26 @@ def user_frame(frames: Frames) -> Frame | None:
 
 
 # --- formatting ------------------------------------------------------------------
+
+# The longest line an error prints: longer lines (a rank-100000 type, a huge
+# attribute or name echoed from the input) keep their start and end.
+ERROR_LINE_LIMIT = 1000
+
+
+def shorten(text: str, limit: int = ERROR_LINE_LIMIT) -> str:
+    """`text` with every line longer than `limit` characters cut to its start and end around a count."""
+    lines = str(text).split("\n")
+    for i, line in enumerate(lines):
+        if len(line) > limit:
+            keep = (limit - 40) // 2
+            lines[i] = f"{line[:keep]} ...[{len(line) - 2 * keep} characters]... {line[-keep:]}"
+    return "\n".join(lines)
+
+
+def error_line(where: str | None, message: str) -> str:
+    """`where: error: message` (just `message` without a place), every line capped by `shorten`."""
+    return shorten(message if where is None else f"{where}: error: {message}")
+
 
 
 def format_frame(frame: Frame) -> str:

@@ -20,10 +20,15 @@ if TYPE_CHECKING:
 
 
 def program_devices(signature: Signature) -> list[jax.Device]:
-    """The devices a program runs on: its mesh's, else the first default device."""
+    """The devices a program runs on: its mesh's, else the one it is committed to, else jax's default device."""
     if signature.mesh is not None:
         return list(signature.mesh.devices.flat)
-    return [jax.devices()[0]]
+    if signature.device is not None:
+        return [signature.device]
+    default = jax.config.jax_default_device
+    if isinstance(default, jax.Device):
+        return [default]
+    return [jax.devices(default)[0]]
 
 
 def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:

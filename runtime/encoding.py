@@ -323,11 +323,13 @@ def encode_signature(sig: Signature) -> dict[str, Any]:
         "out_avals": [encode_aval(a) for a in sig.out_avals],
         "static_args": static,
         "mesh": None if sig.mesh is None else encode_mesh(sig.mesh),
+        "device": None if sig.device is None else int(sig.device.id),
         "use_shardy": bool(sig.use_shardy),
     }
 
 
-_SIGNATURE_FIELDS = {"name", "in_tree", "in_avals", "out_tree", "out_avals", "static_args", "mesh", "use_shardy"}
+_SIGNATURE_FIELDS = {"name", "in_tree", "in_avals", "out_tree", "out_avals", "static_args", "mesh", "device",
+                     "use_shardy"}
 
 
 def decode_signature(data: Any) -> Signature:
@@ -336,6 +338,9 @@ def decode_signature(data: Any) -> Signature:
     _check(isinstance(data["name"], str) and data["name"].isprintable() and len(data["name"]) <= 200,
            f"malformed signature name {_short(data['name'])}")
     _check(isinstance(data["use_shardy"], bool), "malformed use_shardy")
+    device = data["device"]
+    _check(device is None or (type(device) is int and device >= 0 and data["mesh"] is None),
+           f"malformed device {_short(device)}")
     for key in ("in_avals", "out_avals", "static_args"):
         _check(isinstance(data[key], list), f"malformed {key}")
     in_tree, out_tree = decode_tree(data["in_tree"]), decode_tree(data["out_tree"])
@@ -362,6 +367,7 @@ def decode_signature(data: Any) -> Signature:
         mesh=None if data["mesh"] is None else decode_mesh(data["mesh"]),
         use_shardy=data["use_shardy"],
         name=data["name"],
+        device=None if device is None else devices_for([device])[0],
     )
 
 

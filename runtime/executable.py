@@ -10,8 +10,9 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from hlopt.compiler.jax_compat import key_shape, partition_spec, prng_impl
+from hlopt.compiler.jax_compat import key_shape, partition_spec, prng_impl, result_handler
 from hlopt.compiler.program import Signature, same_value
+from hlopt.passes.locations import shorten
 from hlopt.passes.mlir import ir
 from hlopt.runtime.dispatch import cpp_function
 
@@ -37,9 +38,12 @@ class Compiled:
             self.devices = list(mesh.devices.flat)
         self.in_shardings = self._shardings(executable.get_parameter_shardings(), len(signature.in_avals))
         self.out_shardings = self._shardings(executable.get_output_shardings(), len(signature.out_avals))
+        # As jax.jit's: outputs are committed unless the program runs where uncommitted inputs put it.
+        self.committed = mesh is not None or signature.device is not None
         self._in_is_key = [_is_key(a.dtype) for a in signature.in_avals]
         self._out_is_key = [_is_key(a.dtype) for a in signature.out_avals]
-        self._out_shapes = [_physical_shape(a) for a in signature.out_avals]
+        self._out_handlers = [result_handler(aval=_physical_aval(a), sharding=s, committed=self.committed)
+                              for a, s in zip(signature.out_avals, self.out_shardings)]
         self.uses_keys = any(self._in_is_key) or any(self._out_is_key)
 
         def run(*args: Any) -> Any:  # a plain function: the C++ dispatch keys its cache on it
@@ -94,53 +98,70 @@ class Compiled:
         dynamic = []
         for i, a in enumerate(args):
             if i in static:
-                if not same_value(a, static[i]):
-                    raise ValueError(
-                        f"{self.signature.name}: static argument {i} is {a!r} but the program "
-                        f"was compiled for {static[i]!r}; lower it again"
-                    )
+                if type(a) is not type(static[i]) or not same_value(a, static[i]):  # keyed by type, as jax.jit
+                    raise ValueError(shorten(
+                        f"{self.signature.name}: static argument {i} is {a!r} ({type(a).__name__}) but the "
+                        f"program was compiled for {static[i]!r} ({type(static[i]).__name__}); lower it again"
+                    ))
             else:
                 dynamic.append(a)
         return tuple(dynamic)
 
     def _flatten_inputs(self, args: tuple[Any, ...]) -> list[Any]:
-        """The argument leaves, checked against the avals the program was compiled for."""
+        """The argument leaves, checked against the avals the program was compiled for, as jax's `Compiled` checks them.
+
+        A leaf must be an array or a Python scalar of the same shape and (jax's
+        canonical) dtype; weak types are not told apart.
+        """
         sig = self.signature
         leaves, tree = jax.tree_util.tree_flatten((self._dynamic_args(args), {}))
         if tree != sig.in_tree:
-            raise TypeError(
+            raise TypeError(shorten(
                 f"{sig.name}: arguments have structure {tree} but the program was "
                 f"compiled for {sig.in_tree}"
-            )
+            ))
         for i, (leaf, aval) in enumerate(zip(leaves, sig.in_avals)):
-            shape = np.shape(leaf)
-            dtype = getattr(leaf, "dtype", None)
-            if tuple(shape) != tuple(aval.shape) or (dtype is not None and dtype != aval.dtype):
-                got = f"{_dtype_name(dtype) if dtype is not None else type(leaf).__name__}{list(shape)}"
-                raise TypeError(
-                    f"{sig.name}: argument {i} is {got} but the program was compiled for "
-                    f"{_dtype_name(aval.dtype)}{list(aval.shape)}"
-                )
+            if isinstance(leaf, jax.core.Tracer):
+                raise TypeError(f"{sig.name}: argument {i} is a traced value; a compiled program runs on "
+                                "concrete arrays (use hlopt.jit inside jax transformations)")
+            try:
+                given = jax.typeof(leaf)  # jax's canonical dtype; a Python int out of range overflows
+            except (TypeError, OverflowError) as e:
+                raise type(e)(shorten(f"{sig.name}: argument {i}: {e}")) from None
+            if given.shape != aval.shape or given.dtype != aval.dtype:
+                raise TypeError(shorten(
+                    f"{sig.name}: argument {i} is {_aval_name(given.dtype, given.shape)} but the program was "
+                    f"compiled for {_aval_name(aval.dtype, aval.shape)}"
+                ))
         return leaves
 
     def call_flat(self, leaves: Sequence[Any]) -> Any:
-        """Run on argument leaves already known to match the program's avals."""
+        """Run on argument leaves already known to match the program's avals.
+
+        Host values and uncommitted arrays are placed as the program needs; a
+        committed array must already be placed so (jax.jit's rule).
+        """
         arrays = []
-        for leaf, aval, is_key, sharding in zip(leaves, self.signature.in_avals, self._in_is_key, self.in_shardings):
+        for i, (leaf, aval, is_key, sharding) in enumerate(
+                zip(leaves, self.signature.in_avals, self._in_is_key, self.in_shardings)):
             if not hasattr(leaf, "dtype"):
-                leaf = np.asarray(leaf, dtype=aval.dtype)  # Python scalars
+                leaf = np.asarray(leaf, dtype=aval.dtype)  # Python scalars, checked by _flatten_inputs
             if is_key:
                 leaf = jax.random.key_data(leaf)  # the program takes the key's uint32 words
+            if isinstance(leaf, jax.Array) and leaf.committed and not _placed_as(leaf, sharding):
+                raise ValueError(shorten(
+                    f"{self.signature.name}: argument {i} is committed to {_where(leaf.sharding)} but the "
+                    f"program runs on {_where(sharding)}; move it with jax.device_put, or pass an "
+                    "uncommitted array or a host value"
+                ))
             if not (isinstance(leaf, jax.Array) and leaf.sharding == sharding):
                 leaf = jax.device_put(leaf, sharding)
             arrays.append(leaf)
         per_output = self.executable.execute_sharded(arrays).disassemble_into_single_device_arrays()
-        sharded = self.signature.mesh is not None
         outs = []
-        for shards, sharding, shape, is_key, aval in zip(
-            per_output, self.out_shardings, self._out_shapes, self._out_is_key, self.signature.out_avals
-        ):
-            out = jax.make_array_from_single_device_arrays(shape, sharding, shards) if sharded else shards[0]
+        for shards, handler, is_key, aval in zip(per_output, self._out_handlers, self._out_is_key,
+                                                 self.signature.out_avals):
+            out = handler(shards)
             if is_key:
                 out = jax.random.wrap_key_data(out, impl=prng_impl(aval.dtype))
             outs.append(out)
@@ -157,13 +178,31 @@ def _is_key(dtype: Any) -> bool:
     return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
 
 
-def _physical_shape(aval: Any) -> tuple[int, ...]:
-    """The shape of the buffer that holds `aval` (typed keys add their words)."""
+def _physical_aval(aval: Any) -> jax.core.ShapedArray:
+    """The aval of the buffer that holds `aval` (typed keys are their uint32 words)."""
     if _is_key(aval.dtype):
-        return tuple(aval.shape) + key_shape(aval.dtype)
-    return tuple(aval.shape)
+        return jax.core.ShapedArray(tuple(aval.shape) + key_shape(aval.dtype), np.dtype(np.uint32))
+    return jax.core.ShapedArray(tuple(aval.shape), aval.dtype, weak_type=aval.weak_type)
+
+
+def _aval_name(dtype: Any, shape: Sequence[int]) -> str:
+    return f"{_dtype_name(dtype)}{list(shape)}"
 
 
 def _dtype_name(dtype: Any) -> str:
     return getattr(dtype, "name", str(dtype))
+
+
+def _placed_as(array: jax.Array, sharding: jax.sharding.Sharding) -> bool:
+    try:
+        return array.sharding.is_equivalent_to(sharding, array.ndim)
+    except ValueError:  # shardings over different device sets
+        return False
+
+
+def _where(sharding: jax.sharding.Sharding) -> str:
+    """A sharding as its devices and, over a mesh, its spec."""
+    ids = sorted(d.id for d in sharding.device_set)
+    where = f"device {ids[0]}" if len(ids) == 1 else f"devices {ids}"
+    return f"{where} as {sharding.spec}" if isinstance(sharding, NamedSharding) else where
 

@@ -40,7 +40,7 @@ from hlopt.passes.mlir import current_stablehlo_version, deserialize_portable_ar
 from hlopt.runtime import container, encoding
 from hlopt.runtime.compile import compile_program, program_devices
 from hlopt.runtime.container import Container, ExecutableFileError
-from hlopt.runtime.executable import Compiled, _physical_shape
+from hlopt.runtime.executable import Compiled, _physical_aval
 from hlopt.runtime.keys import Key, KeyFileError, describe_key, user_key
 from hlopt.runtime.pjrt import BuildFlags, get_client, load_executable
 from hlopt.runtime.portable import PortableCheckError, check_portable
@@ -301,7 +301,7 @@ def check_loaded(executable: Any, sig: Signature, source: str) -> None:
             raise lie(f"{len(avals)} {what}s listed, the executable has {len(layouts)}")
         for i, (layout, aval) in enumerate(zip(layouts, avals)):
             rank = layout_rank(layout)
-            if rank != len(_physical_shape(aval)):
+            if rank != len(_physical_aval(aval).shape):
                 raise lie(f"{what} {i} is listed as {aval_str(aval)}, the executable's has rank {rank}")
     here = jax.process_index()
     want = [d.id for d in program_devices(sig) if d.process_index == here]

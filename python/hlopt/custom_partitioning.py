@@ -32,6 +32,7 @@ from hlopt.compiler.jax_compat import (
     sdy_sharding_rule_to_mlir,
     str_to_sdy_sharding_rule,
 )
+from hlopt.compiler.lowering import resolve_static_argnums
 from hlopt.compiler.program import same_value
 from hlopt.passes.lower_custom_partitioning import (
     PartitionPlan,
@@ -201,7 +202,7 @@ class custom_partitioning:
         if bound.kwargs:
             raise TypeError(f"{self.key}: keyword-only arguments cannot be resolved to positions")
         args = tuple(bound.args)
-        static = {i % len(args) for i in self.static_argnums}
+        static = set(resolve_static_argnums(self.static_argnums, len(args)))
         static_args = tuple(args[i] for i in sorted(static))
         if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(static_args)):
             raise TypeError(f"{self.key}: a static argument is a traced value")

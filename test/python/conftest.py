@@ -1,4 +1,5 @@
-"""pytest setup: eight host CPU devices (set before jax is imported), a key of the tests' own; time per file.
+"""pytest setup: eight host CPU devices (set before jax is imported), a key of the tests' own,
+the partitioner fixture; time per file.
 
 The user's key (HLOPT_KEY, else $XDG_CONFIG_HOME/hlopt/key) authenticates
 executable files and cache entries; the tests (and the processes they start)
@@ -11,6 +12,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in flags:
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=8".strip()
@@ -21,6 +24,17 @@ _config_home = tempfile.mkdtemp(prefix="hlopt-test-config-")
 atexit.register(shutil.rmtree, _config_home, ignore_errors=True)
 os.environ["XDG_CONFIG_HOME"] = _config_home
 os.environ.pop("HLOPT_KEY", None)
+
+
+@pytest.fixture(params=[True, False], ids=["shardy", "gspmd"])
+def partitioner(request):
+    """Runs a test with Shardy, then with GSPMD, as XLA's SPMD partitioner."""
+    import jax  # after the flags above are set
+
+    old = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", request.param)
+    yield request.param
+    jax.config.update("jax_use_shardy_partitioner", old)
 
 _seconds_per_file: collections.Counter[str] = collections.Counter()
 

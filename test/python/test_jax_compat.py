@@ -42,6 +42,7 @@ KEYWORDS = {
                                  {"rule", "reduction_factors", "need_replication_factors", "permutation_factors"}),
     "sdy_sharding_rule_to_mlir": (jax_compat._sdy_sharding_rule_to_mlir, {"rule", "operand_types", "result_types"}),
     "parse_flatten_op_sharding": (jax_compat._sharding_impls.parse_flatten_op_sharding, {"hlo_sharding", "mesh"}),
+    "global_aval_to_result_handler": (pxla.global_aval_to_result_handler, {"aval", "out_sharding", "committed"}),
     "JitGlobalCppCacheKeys": (pxla.JitGlobalCppCacheKeys, set()),
     "MeshExecutableFastpathData": (pxla.MeshExecutableFastpathData,
                                    {"xla_executable", "out_pytree_def", "in_shardings", "out_shardings", "out_avals",
@@ -144,3 +145,23 @@ def test_layout_rank_of_executable_parameters_and_outputs():
     runtime = executable.runtime_executable()
     assert [jax_compat.layout_rank(x) for x in runtime.get_parameter_layouts()] == [3, 0]
     assert [jax_compat.layout_rank(x) for x in runtime.get_output_layouts()] == [2, 0]
+
+
+def test_lowering_placement_and_weak_out_avals():
+    x = jax.device_put(np.ones(3, np.float32), jax.devices()[-1])
+    lowered = jax.jit(lambda x: (x + 1, 2.0)).lower(x)
+    placement = jax_compat.lowering_placement(lowered)
+    assert placement.devices == (jax.devices()[-1],) and placement.committed
+    assert len(placement.in_shardings) == 1 and len(placement.out_shardings) == 2
+    _, weak = jax_compat.weak_out_avals(lowered)
+    assert weak.weak_type and weak.shape == ()
+    assert not jax_compat.lowering_placement(jax.jit(lambda x: x).lower(np.ones(3))).committed
+
+
+def test_result_handler_builds_an_array():
+    device = jax.devices()[0]
+    aval = jax.core.ShapedArray((3,), np.float32)
+    handler = jax_compat.result_handler(aval=aval, sharding=jax.sharding.SingleDeviceSharding(device), committed=True)
+    out = handler([jax.device_put(np.arange(3, dtype=np.float32), device)])
+    assert isinstance(out, jax.Array) and out.committed
+    np.testing.assert_array_equal(out, np.arange(3))

@@ -6,19 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import hlopt
 
 RNG = np.random.default_rng(1)
-
-
-@pytest.fixture(params=[True, False], ids=["shardy", "gspmd"])
-def partitioner(request):
-    old = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", request.param)
-    yield request.param
-    jax.config.update("jax_use_shardy_partitioner", old)
 
 
 def f(a, b):
@@ -36,7 +28,9 @@ def test_eight_devices_are_present():
 ])
 def test_sharded_matches_jax_jit(partitioner, mesh_shape, in_specs, out_specs):
     axes = ("x", "y")[: len(mesh_shape)]
-    mesh = jax.make_mesh(mesh_shape, axes)
+    # Auto axes: XLA chooses what in_shardings leave open, as for jax.jit on host arrays
+    # (Explicit axes type the arguments: test_jit_contract.py)
+    mesh = jax.make_mesh(mesh_shape, axes, axis_types=(AxisType.Auto,) * len(axes))
     a = RNG.standard_normal((16, 8)).astype(np.float32)
     b = RNG.standard_normal((8, 8)).astype(np.float32)
     lowered = hlopt.lower(f, a, b, mesh=mesh, in_shardings=in_specs, out_shardings=out_specs)
@@ -64,15 +58,20 @@ def test_sharded_matches_jax_jit(partitioner, mesh_shape, in_specs, out_specs):
     assert f"f32[{per_device_a[0]},{per_device_a[1]}]" in hlo
 
 
-def test_sharded_inputs_are_resharded_when_needed(partitioner):
+def test_host_inputs_are_placed_and_committed_ones_must_match(partitioner):
     mesh = jax.make_mesh((8,), ("x",))
     a = RNG.standard_normal((16, 8)).astype(np.float32)
     b = RNG.standard_normal((8, 8)).astype(np.float32)
     compiled = hlopt.lower(f, a, b, mesh=mesh, in_shardings=(P("x"), P())).compile()
-    # an input already on devices with another sharding is moved, not refused
+    np.testing.assert_allclose(compiled(a, b)["act"], np.tanh(a @ b), rtol=1e-5, atol=1e-5)
+    # a committed array placed otherwise is refused, as by jax.jit's compiled object
     a_dev = jax.device_put(a, NamedSharding(mesh, P(None, "x")))
-    got = compiled(a_dev, b)
-    np.testing.assert_allclose(got["act"], np.tanh(a @ b), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"argument 0 is committed to devices \[0, .*7\] as P\(None, 'x'\) but the "
+                                         r"program runs on devices \[0, .*7\] as P\('x',?\)"):
+        compiled(a_dev, b)
+    ref = jax.jit(f, in_shardings=(NamedSharding(mesh, P("x")), NamedSharding(mesh, P()))).lower(a, b).compile()
+    with pytest.raises(ValueError, match="compiled for input shardings that disagree"):
+        ref(a_dev, b)
 
 
 def test_collectives_appear_in_partitioned_hlo():

@@ -123,8 +123,8 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     """A `Lowered` from a .mlir file; its signature comes from `@main`."""
     import jax
 
-    from hlopt.compiler.program import Signature, parse_module
-    from hlopt.compiler.pipeline import mlir_pipeline_error
+    from hlopt.compiler.parse_guard import parse_source
+    from hlopt.compiler.program import Signature
     from hlopt.compiler.stages import Lowered
     from hlopt.runtime.compile import compile_lowered
     from hlopt.passes.mlir import get_context, ir
@@ -134,13 +134,10 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     from hlopt.runtime.files import main_function
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise UsageError(f"cannot read '{path}': {e.strerror}") from None
-    try:
-        module = parse_module(text)
-    except ir.MLIRError as e:
-        raise mlir_pipeline_error(e) from None
+    module = parse_source(data, path)
     main = main_function(module)
     if main is None:
         raise UsageError(f"{path}: no func.func @main to compile")
@@ -173,7 +170,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
         out_tree=leaves(len(out_avals)),
         out_avals=out_avals,
         mesh=mesh,
-        use_shardy="mhlo.sharding" not in text,
+        use_shardy=b"mhlo.sharding" not in data,
         name=Path(path).stem,
     )
     return Lowered(module, signature, backend=compile_lowered)

@@ -33,7 +33,9 @@ def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
             message = f"{prog}: error: {message if expected else f'{type(e).__name__}: {message}'}"
         if debug:  # the call chain behind the location
             message = "\n".join([message, *getattr(e, "notes", [])])
-        print(message, file=sys.stderr)
+        from hlopt.passes.locations import shorten
+
+        print(shorten(message), file=sys.stderr)
         return 1
 
 

@@ -39,11 +39,14 @@ def list_passes() -> str:
 
 
 def _read(path: str) -> tuple[str, str]:
+    from hlopt.compiler.parse_guard import decode_source
+
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
+        stdin = getattr(sys.stdin, "buffer", None)  # a replaced sys.stdin may be text only
+        return decode_source(stdin.read() if stdin else sys.stdin.read().encode(), "<stdin>"), "<stdin>"
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
+        with open(path, "rb") as f:
+            return decode_source(f.read(), path), path
     except OSError as e:
         raise UsageError(f"cannot read '{path}': {e.strerror}") from None
 
@@ -66,15 +69,13 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
 def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bool = False,
             timing: bool = False, debug_info: bool = False) -> str:
     """Parse `source`, run `pipeline`, and return the printed module."""
-    from hlopt.compiler.pipeline import mlir_pipeline_error, run_pipeline
+    from hlopt.compiler.parse_guard import parse_source
+    from hlopt.compiler.pipeline import run_pipeline
     from hlopt.passes.locations import source_name
-    from hlopt.passes.mlir import get_context, ir
+    from hlopt.passes.mlir import get_context
 
     with get_context(), source_name(filename):
-        try:
-            module = ir.Module.parse(source)
-        except ir.MLIRError as e:
-            raise mlir_pipeline_error(e) from None
+        module = parse_source(source, filename)
         if pipeline:
             run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
         return module.operation.get_asm(enable_debug_info=debug_info)

@@ -1,0 +1,286 @@
+"""The jit contract of hlopt.jit, hlopt.lower, Compiled and loaded files, against jax.jit as the reference.
+
+Each test runs the same call through jax.jit (or jax's compiled object,
+`jax.jit(f).lower(x).compile()`) and through hlopt, and compares what comes
+back: values, dtypes, shardings, committed-ness, and which calls are refused
+with which exception type.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDeviceSharding
+
+import hlopt
+
+RNG = np.random.default_rng(12)
+
+
+def outcome(call):
+    """What a call gives: ('ok', dtype, weak type, value) or ('raises', exception type)."""
+    try:
+        out = call()
+    except (TypeError, ValueError, OverflowError) as e:
+        return ("raises", type(e).__name__)
+    return ("ok", out.dtype, out.weak_type, np.asarray(out).tolist())
+
+
+# --- output shardings on a mesh -------------------------------------------------------
+
+ELEMENTWISE = {
+    "sin": lambda a: jnp.sin(a) * 2,
+    "rowsum": lambda a: a.sum(axis=1),
+    "transpose": lambda a: a.T + 1,
+    "reshape": lambda a: a.reshape(-1),
+    "pair": lambda a: (a * 3, jnp.cos(a).sum(axis=1)),
+}
+
+
+def gathers(hlo: str) -> int:
+    return hlo.count("all-gather(") + hlo.count("all-gather-start(")
+
+
+@pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto], ids=["explicit", "auto"])
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_outputs_keep_the_shardings_jax_jit_gives(partitioner, axis_type, name):
+    fun = ELEMENTWISE[name]
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(axis_type,) * 2)
+    x = RNG.standard_normal((8, 4)).astype(np.float32)
+    placed = jax.device_put(x, NamedSharding(mesh, P("x")))
+    with jax.set_mesh(mesh):
+        reference = jax.jit(fun).lower(placed).compile()
+    want = jax.tree_util.tree_leaves(reference(placed))
+
+    compiled = hlopt.lower(fun, x, mesh=mesh, in_shardings=(P("x"),)).compile()
+    calls = {
+        "lower(host array, in_shardings)": lambda: compiled(x),
+        "the same, placed input": lambda: compiled(placed),
+        "jit(mesh=)": lambda: hlopt.jit(fun, mesh=mesh)(placed),
+        "jit, mesh from the input": lambda: hlopt.jit(fun)(placed),
+    }
+    for what, call in calls.items():
+        got = jax.tree_util.tree_leaves(call())
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
+            assert g.sharding.is_equivalent_to(w.sharding, g.ndim), (what, g.sharding, w.sharding)
+            assert g.committed
+    # no collective jax.jit does not compile: outputs are not gathered and resharded
+    assert gathers(compiled.as_text()) == gathers(reference.as_text())
+
+
+def test_explicit_axes_type_host_arguments_by_their_in_shardings():
+    """A sharding constraint inside the function sees the argument sharded, as with jax.jit on a placed array."""
+    mesh = jax.make_mesh((8,), ("x",))
+    fun = lambda a: jax.lax.with_sharding_constraint(a * 2, P("x"))  # an assertion on Explicit axes  # noqa: E731
+    x = np.arange(16, dtype=np.float32)
+    with jax.set_mesh(mesh):
+        want = jax.jit(fun)(jax.device_put(x, P("x")))
+    got = hlopt.lower(fun, x, mesh=mesh, in_shardings=(P("x"),)).compile()(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert got.sharding.is_equivalent_to(want.sharding, 1)
+
+
+def test_a_mesh_without_in_shardings_keeps_committed_arguments_shardings():
+    mesh = jax.make_mesh((4, 2), ("x", "y"))
+    fun = lambda a, b: (a + 1, b * 2)  # noqa: E731
+    a = jax.device_put(RNG.standard_normal((8, 4)).astype(np.float32), NamedSharding(mesh, P("x", "y")))
+    b = np.ones((4,), np.float32)
+    with jax.set_mesh(mesh):
+        want = jax.jit(fun)(a, b)
+    got = hlopt.jit(fun, mesh=mesh)(a, b)
+    for g, w in zip(got, want):
+        assert g.sharding.is_equivalent_to(w.sharding, g.ndim)
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+# --- argument checks: what jax's compiled object accepts and refuses --------------------
+
+EXAMPLES = {
+    "int32": np.int32(0), "float32": np.float32(0), "weak int32": 0, "weak float32": 0.0, "bool": np.bool_(False),
+    "uint8": np.uint8(0), "complex64": np.complex64(0), "float16": np.float16(0), "int32[3]": np.zeros(3, np.int32),
+}
+ARGUMENTS = [
+    3, 3.5, 3.0, True, 1j, 2**40, -(2**31) - 1,
+    np.int32(3), np.int64(3), np.float32(3), np.float64(3.5), np.uint32(3), np.uint64(3), np.int16(3), np.bool_(True),
+    np.array(3, np.int32), np.array(3, np.int64), np.array(3.5, np.float32), np.array([3], np.int32),
+    np.zeros(3, np.int32), np.zeros(3, np.int64), np.zeros(3, np.float32), np.zeros((3, 1), np.int32),
+    jnp.int32(3), jnp.float32(3.5), jnp.asarray(3), jnp.asarray(3.5), jnp.zeros(3, jnp.int32),
+    [3], (3,), None, "3", b"3", object(),
+]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_compiled_and_loaded_programs_accept_and_refuse_what_jax_does(example):
+    spec = EXAMPLES[example]
+    fun = lambda a: a * 2  # noqa: E731
+    reference = jax.jit(fun).lower(spec).compile()
+    compiled = hlopt.lower(fun, spec).compile()
+    loaded = hlopt.deserialize(compiled.serialize())
+    seeded = hlopt.lower(fun, spec).compile()
+    seeded(spec)  # its C++ dispatch now knows the example's signature
+    for arg in ARGUMENTS:
+        want = outcome(lambda: reference(arg))
+        for name, program in (("compiled", compiled), ("loaded", loaded), ("seeded", seeded)):
+            got = outcome(lambda: program(arg))
+            if want[0] == "ok":
+                assert got[:2] == want[:2] and got[3] == want[3], (name, repr(arg), got, want)
+            else:
+                assert got == want, (name, repr(arg), got, want)
+
+
+def test_a_float_for_an_int_parameter_is_refused_not_truncated():
+    compiled = hlopt.lower(lambda n: n + 1, np.int32(0)).compile()
+    with pytest.raises(TypeError, match=r"argument 0 is float32\[\] but the program was compiled for int32\[\]"):
+        compiled(2.7)
+    with pytest.raises(TypeError):
+        jax.jit(lambda n: n + 1).lower(np.int32(0)).compile()(2.7)
+    with pytest.raises(OverflowError, match="argument 0: Python int 1099511627776 too large to convert to int32"):
+        compiled(2**40)
+
+
+def test_pytree_arguments_are_checked_leaf_by_leaf():
+    fun = lambda t: t["a"] * t["b"][0]  # noqa: E731
+    tree = {"a": np.ones(3, np.float32), "b": (np.int32(2), None)}
+    compiled = hlopt.lower(fun, tree).compile()
+    reference = jax.jit(fun).lower(tree).compile()
+    for arg in ({"a": np.ones(3, np.float32), "b": (2.5, None)}, {"a": np.ones(3, np.float32), "b": (2, None)},
+                {"a": np.ones(3, np.float64), "b": (np.int64(2), None)}, {"a": np.ones(3, np.float32), "b": (2,)},
+                {"a": np.ones(4, np.float32), "b": (2, None)}):
+        want, got = outcome(lambda: reference(arg)), outcome(lambda: compiled(arg))
+        assert got[:2] == want[:2] and got[-1] == want[-1], (arg, got, want)
+
+
+def test_a_compiled_program_refuses_traced_arguments():
+    compiled = hlopt.lower(lambda a: a * 2, np.ones(3, np.float32)).compile()
+    with pytest.raises(TypeError, match="traced value"):
+        jax.jit(compiled)(np.ones(3, np.float32))
+
+
+# --- static arguments: keyed on type and value -------------------------------------------
+
+def add_static(x, n):
+    return jnp.asarray(n) + x
+
+
+@pytest.mark.parametrize("static_argnums", [1, -1], ids=["C++ dispatch", "python path"])
+def test_static_arguments_that_compare_equal_are_different_programs(static_argnums):
+    ours, ref = hlopt.jit(add_static, static_argnums=static_argnums), jax.jit(add_static, static_argnums=1)
+    x = jnp.int32(2)
+    for n in (1, 1.0, True, np.int32(1), 1.0, 1, True):  # the second round replays known signatures
+        got, want = ours(x, n), ref(x, n)
+        assert (got.dtype, got.weak_type, got.item()) == (want.dtype, want.weak_type, want.item()), n
+    assert len(ours._cache) == 4
+
+
+def test_compiled_static_arguments_must_have_the_same_type():
+    compiled = hlopt.lower(add_static, jnp.int32(2), 1, static_argnums=1).compile()
+    assert compiled(jnp.int32(2), 1).item() == 3
+    for other in (1.0, True, np.int64(1)):
+        with pytest.raises(ValueError, match=r"static argument 1 is .* \(.*\) but the program was compiled for 1 \(int\)"):
+            compiled(jnp.int32(2), other)
+
+
+@pytest.mark.parametrize("static_argnums", [1, -1], ids=["C++ dispatch", "python path"])
+def test_unhashable_static_arguments_are_refused_as_by_jax(static_argnums):
+    with pytest.raises(ValueError, match="Non-hashable static arguments"):
+        jax.jit(add_static, static_argnums=static_argnums)(1.0, np.ones(2))
+    with pytest.raises(ValueError, match="(?i)non-hashable static arguments|static argument 1 .* is not hashable"):
+        hlopt.jit(add_static, static_argnums=static_argnums)(1.0, np.ones(2))
+
+
+def one(x):
+    return x * 2
+
+
+def two(x, n):
+    return x * n
+
+
+def many(*args):
+    return sum(args)
+
+
+STATIC_CASES = [
+    (one, 0, (3.0,)), (one, 1, (3.0,)), (one, 3, (3.0,)), (one, -1, (3.0,)), (one, -2, (3.0,)),
+    (two, 1, (3.0, 2)), (two, -1, (3.0, 2)), (two, -2, (2, 3.0)), (two, -3, (3.0, 2)), (two, (0, 1), (2, 3)),
+    (two, (1, -1), (3.0, 2)), (many, 1, (3.0, 2)), (many, 3, (3.0, 2.0)), (many, -1, (3.0, 2)),
+    (many, -3, (3.0, 2.0)), (many, -1, ()), (one, 0.5, (3.0,)), (one, "0", (3.0,)), (two, [1], (3.0, 2)),
+    (two, np.int64(1), (3.0, 2)),
+]
+
+
+def resolve(outcome_of):
+    try:
+        return ("ok", outcome_of())
+    except (TypeError, ValueError) as e:
+        return ("raises", type(e).__name__)
+
+
+@pytest.mark.parametrize("fun,static_argnums,args", STATIC_CASES,
+                         ids=[f"{f.__name__}-{s!r}-{len(a)}args" for f, s, a in STATIC_CASES])
+def test_static_argnums_are_checked_and_resolved_as_by_jax(fun, static_argnums, args):
+    """jax.jit refuses indices outside the signature, ignores positive ones past a call's end (with *args)
+    and refuses negative ones before its start; nothing wraps around."""
+    want = resolve(lambda: jax.jit(fun, static_argnums=static_argnums).lower(*args).out_info.dtype)
+    got_lower = resolve(lambda: hlopt.lower(fun, *args, static_argnums=static_argnums).signature.out_avals[0].dtype)
+    got_jit = resolve(lambda: hlopt.jit(fun, static_argnums=static_argnums)(*args).dtype)
+    assert got_lower == want
+    assert got_jit == want
+
+
+# --- committed and uncommitted inputs -----------------------------------------------------
+
+def placement(x):
+    return (x.sharding, x.committed)
+
+
+def test_committed_inputs_keep_the_program_on_their_device():
+    fun = lambda a, b: a * 2 + b  # noqa: E731
+    host = RNG.standard_normal(3).astype(np.float32)
+    d2, d3 = jax.devices()[2], jax.devices()[3]
+    x3, x2, uncommitted = jax.device_put(host, d3), jax.device_put(host, d2), jnp.asarray(host)
+    ours, ref = hlopt.jit(fun), jax.jit(fun)
+    for args in ((x3, host), (host, host), (x3, uncommitted), (uncommitted, host), (x3, x3), (x2, host), (x3, host)):
+        got, want = ours(*args), ref(*args)
+        assert placement(got) == placement(want), args
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    with pytest.raises(ValueError, match="incompatible devices"):
+        ref(x3, x2)
+    with pytest.raises(ValueError, match="incompatible devices"):
+        ours(x3, x2)
+
+
+def test_a_program_lowered_for_a_committed_input_runs_on_its_device():
+    fun = lambda a: jnp.sin(a)  # noqa: E731
+    host = RNG.standard_normal(3).astype(np.float32)
+    d2, d3 = jax.devices()[2], jax.devices()[3]
+    x3 = jax.device_put(host, d3)
+    reference = jax.jit(fun).lower(x3).compile()
+    compiled = hlopt.lower(fun, x3).compile()
+    loaded = hlopt.deserialize(compiled.serialize())
+    for program in (compiled, loaded):
+        assert program.signature.device == d3
+        for arg in (x3, host, jnp.asarray(host), x3):
+            got, want = program(arg), reference(arg)
+            assert placement(got) == placement(want) == (SingleDeviceSharding(d3), True)
+        with pytest.raises(ValueError, match="committed to device 2 but the program runs on device 3"):
+            program(jax.device_put(host, d2))
+    with pytest.raises(ValueError, match="disagree"):
+        reference(jax.device_put(host, d2))
+
+
+def test_a_program_lowered_for_host_inputs_gives_uncommitted_outputs():
+    fun = lambda a: a + 1  # noqa: E731
+    host = np.ones(3, np.float32)
+    reference = jax.jit(fun).lower(host).compile()
+    compiled = hlopt.lower(fun, host).compile()
+    for program in (compiled, hlopt.deserialize(compiled.serialize())):
+        for arg in (host, jnp.asarray(host), host):
+            assert placement(program(arg)) == placement(reference(arg)) == (SingleDeviceSharding(jax.devices()[0]), False)
+        with pytest.raises(ValueError, match="committed to device 3 but the program runs on device 0"):
+            program(jax.device_put(host, jax.devices()[3]))
+    with pytest.raises(ValueError, match="disagree"):
+        reference(jax.device_put(host, jax.devices()[3]))
