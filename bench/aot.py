@@ -1,18 +1,21 @@
-"""Time to a runnable executable from a fresh process: hlopt next to JAX.
+"""Time to a runnable executable from a fresh process: hlopt next to JAX, on the same program.
 
 For a function of about 2,000 StableHLO ops, each path runs in its own fresh
-process (the time to import jax and hlopt is left out: it is the same for
-all) and is repeated; the median is reported:
+process (importing jax and all of hlopt, which imports its compiler and
+runtime lazily, and starting the backend are left out: the same for all;
+README "Architecture" times the imports), rounds are interleaved (every path once per round, in an
+order that rotates), and the median over rounds is reported:
 
   hlopt  (a) lower + hlopt-default + PJRT compile   JAX  jax.jit(f).lower().compile()
          (b) the same with a persistent-cache hit        the same with JAX's compilation-cache hit
-         (c) hlopt.load of an executable file            serialize_executable.deserialize_and_load
+         (c) hlopt.load of a signed executable file      serialize_executable.deserialize_and_load
+  PJRT   (d) client.deserialize_executable of the file's executable section alone: the floor of any loader
 
-The hlopt.load process also times its call of PJRT's deserialize_executable,
-the floor of any loader: the rest is hlopt's own work (the MLIR context,
-parsing the portable artifact, checking the manifest).
+Ratios are JAX / hlopt (above 1: hlopt is faster), of the medians and the
+median of each round's ratio. The key that signs the files is made in a
+temporary folder (XDG_CONFIG_HOME), never in ~/.config.
 
-Usage: python bench/aot.py [--repeat 3] [--workload elementwise|layers]
+Usage: python bench/aot.py [--repeat 7] [--workload elementwise|layers] [--paths compile,cache,load]
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from pathlib import Path
 
 PATHS = {
     "hlopt-compile": "hlopt: lower + passes + compile",
-    "hlopt-cache": "hlopt: persistent cache hit",
-    "hlopt-load": "hlopt: hlopt.load(file)",
     "jax-compile": "JAX: jit(f).lower().compile()",
+    "hlopt-cache": "hlopt: persistent cache hit",
     "jax-cache": "JAX: compilation cache hit",
+    "hlopt-load": "hlopt: hlopt.load(file)",
     "jax-load": "JAX: deserialize_and_load",
+    "pjrt-load": "PJRT: deserialize_executable",
 }
 
 
@@ -82,47 +86,67 @@ def worker(mode: str, workdir: Path, workload: str) -> dict:
     import hlopt
 
     jax.config.update("jax_enable_compilation_cache", mode == "jax-cache")
+    preload()
     build, iterations = WORKLOADS[workload]
     f = build(iterations)
-    jax.devices()  # start the backend outside the timed part: every path pays it alike
+    client = jax.devices()[0].client  # start the backend outside the timed part: every path pays it alike
     args, specs = inputs()
-    files = {"hlopt": workdir / "f.hlx", "jax": workdir / "f.jaxexe", "hcache": workdir / "hlopt-cache",
-             "jcache": workdir / "jax-cache"}
+    files = {"hlopt": workdir / "f.hlx", "jax": workdir / "f.jaxexe", "pjrt": workdir / "f.pjrt",
+             "hcache": workdir / "hlopt-cache", "jcache": workdir / "jax-cache"}
     if mode == "jax-cache":
         jax.config.update("jax_compilation_cache_dir", str(files["jcache"]))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     if mode == "hlopt-cache":
         hlopt.set_cache_dir(files["hcache"])
+    if mode == "pjrt-load":
+        from jaxlib import xla_client as xc
 
-    start = time.perf_counter()
-    if mode in ("hlopt-compile", "hlopt-cache"):
-        run = hlopt.lower(f, *specs).compile()
-    elif mode == "hlopt-load":
+        serialized, devices = files["pjrt"].read_bytes(), xc.DeviceList(tuple(jax.devices()[:1]))
+    pjrt_seconds: list[float] = []
+    if mode == "hlopt-load":
         from hlopt.runtime import files as file_format
 
         pjrt_seconds = timed(file_format, "load_executable")
+
+    start = time.perf_counter()
+    lowered_at = None
+    if mode in ("hlopt-compile", "hlopt-cache"):
+        lowered = hlopt.lower(f, *specs)
+        lowered_at = time.perf_counter()
+        run = lowered.compile()
+    elif mode == "hlopt-load":
         run = hlopt.load(files["hlopt"])
     elif mode in ("jax-compile", "jax-cache"):
-        run = jax.jit(f).lower(*specs).compile()
+        lowered = jax.jit(f).lower(*specs)
+        lowered_at = time.perf_counter()
+        run = lowered.compile()
     elif mode == "jax-load":
         import pickle  # JAX's own format pickles the treedefs; the bench reads only files it wrote
 
-        from jax.experimental.serialize_executable import deserialize_and_load
+        from jax.experimental.serialize_executable import deserialize_and_load  # imported by preload()
 
         payload, in_tree, out_tree = pickle.loads(files["jax"].read_bytes())
         run = deserialize_and_load(payload, in_tree, out_tree)
+    elif mode == "pjrt-load":
+        executable = client.deserialize_executable(serialized, devices)
     else:
         raise ValueError(mode)
     seconds = time.perf_counter() - start
 
+    if mode == "pjrt-load":
+        arrays = [jax.device_put(a) for a in args]
+        out = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()[0][0]
+        return {"seconds": seconds, "check": float(np.asarray(out))}
     result = {"seconds": seconds, "check": float(np.asarray(run(*args)[0]))}
+    if lowered_at is not None:
+        result["compile_seconds"] = start + seconds - lowered_at
     if mode == "hlopt-load":
         result["pjrt_seconds"] = sum(pjrt_seconds)
     if mode == "hlopt-compile":  # also write what the load and cache paths read
         run.save(files["hlopt"])
-        lowered = hlopt.lower(f, *specs).apply("hlopt-default")
-        result["ops"] = count_ops(lowered.module)
+        files["pjrt"].write_bytes(client.serialize_executable(run.executable))
+        result["ops"] = count_ops(hlopt.lower(f, *specs).apply("hlopt-default").module)
         hlopt.set_cache_dir(files["hcache"])
         hlopt.lower(f, *specs).compile()
     if mode == "jax-compile":
@@ -134,6 +158,16 @@ def worker(mode: str, workdir: Path, workload: str) -> dict:
     if mode == "hlopt-cache":
         result["hits"] = hlopt.cache_info().hits
     return result
+
+
+def preload() -> None:
+    """Import what each path uses before the clock starts (hlopt imports its compiler and runtime lazily)."""
+    import pickle  # noqa: F401
+
+    import jax.experimental.serialize_executable  # noqa: F401
+
+    import hlopt.jit  # noqa: F401 - hlopt.lower and the compiler, passes and runtime behind it
+    import hlopt.runtime.files  # noqa: F401 - hlopt.load
 
 
 def timed(module, name: str) -> list[float]:
@@ -152,13 +186,13 @@ def timed(module, name: str) -> list[float]:
 
 
 def count_ops(module) -> int:
+    from hlopt.passes.mlir import ir
+
     count = 0
 
     def visit(op):
         nonlocal count
         count += op.name.startswith("stablehlo.")
-        from hlopt.passes.mlir import ir
-
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
@@ -166,9 +200,9 @@ def count_ops(module) -> int:
 
 
 def fresh(mode: str, workdir: Path, workload: str) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("XLA_FLAGS", None)
-    env.pop("HLOPT_CACHE_DIR", None)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", XDG_CONFIG_HOME=str(workdir / "config"))
+    for name in ("XLA_FLAGS", "HLOPT_CACHE_DIR", "HLOPT_KEY"):
+        env.pop(name, None)
     proc = subprocess.run([sys.executable, __file__, "--worker", mode, str(workdir), "--workload", workload],
                           env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -178,47 +212,64 @@ def fresh(mode: str, workdir: Path, workload: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--workload", choices=list(WORKLOADS), action="append",
                         help="which functions to time (default: all)")
+    parser.add_argument("--paths", default="compile,cache,load",
+                        help="which of compile, cache, load to time (default: all three)")
     parser.add_argument("--worker", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker[0], Path(args.worker[1]), args.workload[0])))
         return
+    kinds = [k for k in ("compile", "cache", "load") if k in args.paths.split(",")]
     for workload in args.workload or list(WORKLOADS):
-        bench(workload, args.repeat)
+        bench(workload, args.repeat, kinds)
 
 
-def bench(workload: str, repeat: int) -> None:
+def bench(workload: str, repeat: int, kinds: list[str]) -> None:
+    modes = [m for m in PATHS if m.split("-")[1] in kinds]
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        setup = fresh("hlopt-compile", workdir, workload)  # writes the file and fills the cache
+        setup = fresh("hlopt-compile", workdir, workload)  # writes the files and fills the cache
         fresh("jax-compile", workdir, workload)
         fresh("jax-cache", workdir, workload)  # fills JAX's cache
         print(f"\n{workload}: {setup['ops']} StableHLO ops after hlopt-default; "
-              f"median of {repeat} fresh processes each\n")
-        runs: dict[str, list[dict]] = {mode: [] for mode in PATHS}
-        for _ in range(repeat):  # interleaved, so that load from other processes hits every path alike
-            for mode in PATHS:
+              f"{repeat} rounds of fresh processes, every path once per round\n")
+        runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+        for r in range(repeat):  # the order rotates, so that no path always follows another
+            for mode in modes[r % len(modes):] + modes[: r % len(modes)]:
                 runs[mode].append(fresh(mode, workdir, workload))
-        times = {mode: statistics.median(r["seconds"] for r in rs) for mode, rs in runs.items()}
-        checks = {round(r["check"], 2) for rs in runs.values() for r in rs}
+        checks = {round(x["check"], 2) for rs in runs.values() for x in rs} | {round(setup["check"], 2)}
         assert len(checks) == 1, f"paths disagree on the result: {checks}"
-        assert all(r["hits"] == 1 for r in runs["hlopt-cache"]), "the cache path did not hit"
+        assert all(x["hits"] == 1 for x in runs.get("hlopt-cache", [])), "the cache path did not hit"
 
-    print("| path | hlopt (s) | JAX (s) | JAX / hlopt |")
-    print("| --- | ---: | ---: | ---: |")
+    seconds = {mode: [x["seconds"] for x in rs] for mode, rs in runs.items()}
+    median = {mode: statistics.median(s) for mode, s in seconds.items()}
+    print("| path | hlopt (s) | JAX (s) | JAX / hlopt | per-round JAX / hlopt (median, min-max) |")
+    print("| --- | ---: | ---: | ---: | --- |")
     for kind, label in (("compile", "fresh lower + compile"), ("cache", "persistent cache hit"),
                         ("load", "load a serialized executable")):
-        h, j = times[f"hlopt-{kind}"], times[f"jax-{kind}"]
-        print(f"| {label} | {h:.3f} | {j:.3f} | {j / h:.2f}x |")
-    pjrt = statistics.median(r["pjrt_seconds"] for r in runs["hlopt-load"])
-    own = statistics.median(r["seconds"] - r["pjrt_seconds"] for r in runs["hlopt-load"])
-    print(f"\nhlopt fresh compile / hlopt.load: {times['hlopt-compile'] / times['hlopt-load']:.1f}x; "
-          f"hlopt.load = PJRT deserialize_executable {pjrt:.3f} s + hlopt's own work {own:.3f} s "
-          f"(fresh compile / PJRT alone: {times['hlopt-compile'] / pjrt:.1f}x)")
-    print(f"hlopt fresh compile / hlopt cache hit: {times['hlopt-compile'] / times['hlopt-cache']:.1f}x")
+        if kind not in kinds:
+            continue
+        h, j = seconds[f"hlopt-{kind}"], seconds[f"jax-{kind}"]
+        ratios = [b / a for a, b in zip(h, j)]
+        print(f"| {label} | {median[f'hlopt-{kind}']:.3f} | {median[f'jax-{kind}']:.3f} | "
+              f"{median[f'jax-{kind}'] / median[f'hlopt-{kind}']:.2f}x | "
+              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
+    for kind in ("compile", "cache"):
+        if kind in kinds:
+            h, j = (statistics.median(x["compile_seconds"] for x in runs[f"{who}-{kind}"]) for who in ("hlopt", "jax"))
+            print(f"\n{kind}: of which after lowering (passes, cache lookup, PJRT): hlopt {h:.3f} s, JAX {j:.3f} s")
+    if "load" not in kinds:
+        return
+    print(f"| PJRT deserialize_executable alone (the floor) | {median['pjrt-load']:.3f} | | | |")
+    pjrt = statistics.median(x["pjrt_seconds"] for x in runs["hlopt-load"])
+    own = statistics.median(x["seconds"] - x["pjrt_seconds"] for x in runs["hlopt-load"])
+    print(f"\nhlopt.load = PJRT deserialize_executable {pjrt:.3f} s + hlopt's own work {own * 1e3:.1f} ms "
+          f"(reading, MAC and checksums, manifest, checks of what PJRT loaded)")
+    if "compile" in kinds:
+        print(f"fresh compile / hlopt.load: {median['hlopt-compile'] / median['hlopt-load']:.1f}x")
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ __all__ = [
     "flatten_for_dispatch",
     "is_committed",
     "key_shape",
+    "layout_rank",
     "lower_called_computation",
     "lower_jaxpr_to_fun",
     "lowering_placement",
@@ -209,3 +210,11 @@ def fastpath_data(*, executable: Any, out_tree: Any, in_shardings: Sequence[Any]
         xla_executable=executable, out_pytree_def=out_tree, in_shardings=in_shardings,
         out_shardings=out_shardings, out_avals=out_avals, out_committed=out_committed,
         kept_var_bitvec=[True] * n_in, in_device_local_layouts=[None] * n_in, const_args=[])
+
+
+# --- loaded executables ------------------------------------------------------------
+
+
+def layout_rank(layout: Any) -> int:
+    """The rank of an array a PJRT executable's parameter or output `layout` describes."""
+    return len(layout._xla_layout().minor_to_major())

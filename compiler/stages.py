@@ -12,10 +12,11 @@ from hlopt.passes.mlir import ir
 from hlopt.passes.registry import lowering_pass_for
 from hlopt.passes.walk import call_target, walk_ops
 
-# What `Lowered.compile` hands a post-pass, annotation-free `Lowered` to; it returns the
-# compiled program. The layer that creates `Lowered`s supplies it (the runtime's
-# `compile_lowered`), so the compiler never imports the runtime.
-Backend = Callable[["Lowered"], Any]
+# What `Lowered.compile` hands a `Lowered` and the pipeline to run on it; it returns the
+# compiled program, applying the pipeline and `check_no_annotations` itself (so that a
+# persistent-cache hit can skip the passes). The layer that creates `Lowered`s supplies it
+# (the runtime's `compile_lowered`), so the compiler never imports the runtime.
+Backend = Callable[["Lowered", str], Any]
 
 
 class AnnotationError(PipelineError):
@@ -51,7 +52,7 @@ class Lowered:
 
     `apply` returns a new `Lowered`; the IR after each pass of the last
     `apply(..., print_ir_after_all=True)` is in `ir_after_passes`. `compile`
-    hands the result to `backend` (see `Backend`).
+    hands itself and a pipeline to `backend` (see `Backend`).
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
@@ -84,10 +85,10 @@ class Lowered:
         return new
 
     def compile(self, pipeline: str = "hlopt-default") -> Any:
-        """Apply `pipeline`, then compile the result with the backend (PJRT, for `hlopt.lower`'s)."""
-        lowered = self.apply(pipeline) if pipeline else self
-        check_no_annotations(lowered.module)
+        """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
+        `hlopt.lower`'s: a cache hit skips the passes too)."""
         if self.backend is None:
+            check_no_annotations((self.apply(pipeline) if pipeline else self).module)
             raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "
                              "or pass backend= (e.g. hlopt.runtime.compile.compile_lowered)")
-        return self.backend(lowered)
+        return self.backend(self, pipeline)

@@ -1,20 +1,33 @@
 """The persistent compilation cache: `hlopt.set_cache_dir(path)` or `HLOPT_CACHE_DIR`.
 
-An entry is a container (runtime/container.py) holding one serialized PJRT
-executable, named by its key: the SHA-256 of the post-pass module bytecode
-with debug locations stripped, the compile options, the platform and its
-version, the jax and jaxlib versions, XLA_FLAGS and the process layout.
-Writes go to a temporary file renamed into place, so concurrent processes
-never see half an entry; an entry that fails its checks is a miss and is
-replaced; the least recently used entries are evicted above a size limit.
+An entry is a container (runtime/container.py) under the user's key (a MAC,
+runtime/keys.py) holding a serialized PJRT executable, the post-pass module
+and its build flags. Its name is its key: the SHA-256 of the module before
+the pipeline with debug locations stripped, the pipeline, hlopt's version, a
+digest of the passes' code, the devices, the platform and its version, the
+jax and jaxlib versions, XLA_FLAGS and the process layout, so a hit skips
+the passes. (A module that calls back into the user's Python, i.e. holds an
+`hlopt.custom_partitioning`, is keyed after the passes instead: its
+partitioner's code is not in the IR.)
+
+The folder is created 0700; one that another user owns or that group or
+others can write is refused with a warning, as ssh refuses such keys. An
+entry whose MAC does not verify, or that is not a regular file, is a miss
+and is replaced. Writes go to a temporary file renamed into place, so
+concurrent processes never see half an entry; the least recently used
+entries are evicted above a size limit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
+import importlib.metadata
+import math
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -25,19 +38,27 @@ from typing import Any
 
 import jax
 import jaxlib
-from jaxlib import xla_client as xc
 
-from hlopt.compiler.program import module_to_bytecode, parse_module
-from hlopt.passes.mlir import passmanager
+import hlopt.passes
+from hlopt.compiler.program import module_to_bytecode
+from hlopt.passes.mlir import ir, passmanager
 from hlopt.runtime import container
-from hlopt.runtime.pjrt import compile_with_options, get_client, load_executable
+from hlopt.runtime.keys import KeyFileError, user_key
+from hlopt.runtime.pjrt import BuildFlags
 
 ENV_DIR = "HLOPT_CACHE_DIR"
 ENV_MAX_BYTES = "HLOPT_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 2 << 30
 ENTRY_FORMAT = "hlopt-cache-entry"
+ENTRY_SECTIONS = ("executable", "module")
 SUFFIX = ".hlx"
 _STALE_TEMP_SECONDS = 3600
+# The annotation whose lowering runs the user's Python (the partitioner): its IR does not pin the result.
+_USER_CODE_MARKER = b"hlopt.custom_partitioning"
+
+
+class CacheDirError(ValueError):
+    """A cache folder hlopt will not use: not a folder, another user's, or writable by others."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,14 +73,24 @@ class CacheInfo:
     max_bytes: int
 
 
+@dataclasses.dataclass(frozen=True)
+class CacheEntry:
+    """An authenticated entry: the executable, the post-pass module's bytecode, the build flags."""
+
+    executable: bytes = dataclasses.field(repr=False)
+    module: bytes = dataclasses.field(repr=False)
+    flags: BuildFlags
+
+
 class CompilationCache:
-    """A directory of cache entries, shared safely between processes."""
+    """A folder of cache entries, shared safely between processes."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int = DEFAULT_MAX_BYTES):
         if max_bytes <= 0:
             raise ValueError(f"cache size limit must be positive, got {max_bytes}")
         self.directory = Path(directory).expanduser()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        check_directory(self.directory)
         self.max_bytes = max_bytes
         self.hits = 0
         self.misses = 0
@@ -68,23 +99,32 @@ class CompilationCache:
     def path(self, key: str) -> Path:
         return self.directory / f"{key}{SUFFIX}"
 
-    def get(self, key: str) -> bytes | None:
-        """The executable stored under `key`, or None (a damaged entry is a miss)."""
+    def get(self, key: str, n_outputs: int) -> CacheEntry | None:
+        """The entry stored under `key`, or None: missing, damaged, forged or for another key."""
         path = self.path(key)
+        mac_key = _mac_key()
+        if mac_key is None:
+            return None
         try:
-            data = path.read_bytes()
-            manifest, sections = container.unpack(data, str(path), ENTRY_FORMAT, ("executable",))
-            if manifest.get("key") != key:
-                raise container.ExecutableFileError(f"{path}: holds the entry for another key")
-        except (OSError, container.ExecutableFileError):
+            found = container.read_path(path, str(path), ENTRY_FORMAT, ENTRY_SECTIONS, mac_key,
+                                        lambda authenticated: ENTRY_SECTIONS if authenticated else (),
+                                        follow_symlinks=False)
+            if not found.authenticated or found.manifest.get("key") != key:
+                return None
+            flags = BuildFlags.decode(found.manifest.get("flags"), n_outputs)
+        except (container.ExecutableFileError, ValueError):
             return None
         with contextlib.suppress(OSError):  # a read-only cache still serves hits
             os.utime(path)  # recently used: last to be evicted
-        return sections["executable"]
+        return CacheEntry(found.sections["executable"], found.sections["module"], flags)
 
-    def put(self, key: str, executable: bytes) -> None:
-        """Store `executable` under `key` atomically, then evict down to the size limit."""
-        data = container.pack({"format": ENTRY_FORMAT, "key": key}, {"executable": executable})
+    def put(self, key: str, executable: bytes, module: bytes, flags: BuildFlags) -> None:
+        """Store an entry under `key` atomically, then evict down to the size limit."""
+        mac_key = _mac_key()
+        if mac_key is None:
+            return
+        data = container.pack({"format": ENTRY_FORMAT, "key": key, "flags": flags.encode()},
+                              {"executable": executable, "module": module}, mac_key)
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=SUFFIX)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -106,7 +146,7 @@ class CompilationCache:
         found = []
         for path in self.directory.glob(f"*{SUFFIX}"):
             try:
-                st = path.stat()
+                st = path.lstat()
             except OSError:
                 continue  # removed by another process meanwhile
             if path.name.startswith(".tmp-"):
@@ -133,18 +173,69 @@ class CompilationCache:
                          sum(size for _, size, _ in entries), self.max_bytes)
 
 
+def check_directory(directory: Path) -> None:
+    """Refuse (CacheDirError) a cache folder that others could put entries into."""
+    st = os.stat(directory)
+    if not stat.S_ISDIR(st.st_mode):
+        raise CacheDirError(f"{directory} is not a folder")
+    if st.st_uid != os.getuid():
+        raise CacheDirError(f"{directory} belongs to user id {st.st_uid}, not to you ({os.getuid()}); "
+                            "use a folder of your own")
+    if st.st_mode & 0o022:
+        raise CacheDirError(f"{directory} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                            f"run `chmod 700 {directory}`")
+
+
+def _mac_key() -> Any:
+    """The user's key, or None (with a warning) when it cannot be used: the cache is then off."""
+    try:
+        return user_key()
+    except KeyFileError as e:
+        warnings.warn(f"hlopt: compiling without the compilation cache: {e}", stacklevel=4)
+        return None
+
+
 _state: dict[str, Any] = {"cache": None, "configured": False}
+
+
+def max_bytes_from_env() -> int:
+    """`HLOPT_CACHE_MAX_BYTES` (an integer, or a float such as 1e9), else the default (with a warning if bad)."""
+    text = os.environ.get(ENV_MAX_BYTES, "").strip()
+    if not text:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        try:
+            number = float(text)
+            value = int(number) if math.isfinite(number) and number == int(number) else 0
+        except ValueError:
+            value = 0
+    if value <= 0:
+        warnings.warn(f"hlopt: {ENV_MAX_BYTES}={text[:40]!r} is not a positive number of bytes; "
+                      f"using the default, {DEFAULT_MAX_BYTES}", stacklevel=3)
+        return DEFAULT_MAX_BYTES
+    return value
 
 
 def set_cache_dir(path: str | os.PathLike | None, *, max_bytes: int | None = None) -> None:
     """Use `path` as the persistent compilation cache (None turns caching off).
 
-    `max_bytes` caps the directory's size (default `HLOPT_CACHE_MAX_BYTES` or
-    2 GiB); least recently used entries are evicted first.
+    `max_bytes` caps the folder's size (default `HLOPT_CACHE_MAX_BYTES` or
+    2 GiB); least recently used entries are evicted first. A folder that
+    cannot be created, or that others could write into, is refused with a
+    warning, and compiling goes on without a cache.
     """
-    if max_bytes is None:
-        max_bytes = int(os.environ.get(ENV_MAX_BYTES, DEFAULT_MAX_BYTES))
-    _state["cache"] = None if path is None else CompilationCache(path, max_bytes)
+    if max_bytes is not None and max_bytes <= 0:
+        raise ValueError(f"cache size limit must be positive, got {max_bytes}")
+    cache = None
+    if path is not None:
+        try:
+            cache = CompilationCache(path, max_bytes or max_bytes_from_env())
+        except (OSError, CacheDirError) as e:
+            detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            warnings.warn(f"hlopt: compiling without the compilation cache: {path}: {detail}", stacklevel=2)
+    _state["cache"] = cache
     _state["configured"] = True
 
 
@@ -162,70 +253,70 @@ def using_cache_dir(path: str | os.PathLike | None, *, max_bytes: int | None = N
 def active_cache() -> CompilationCache | None:
     """The cache set by `set_cache_dir`, else the one `HLOPT_CACHE_DIR` names, else None."""
     if not _state["configured"]:
-        try:
-            set_cache_dir(os.environ.get(ENV_DIR) or None)
-        except (OSError, ValueError) as e:
-            warnings.warn(f"hlopt: {ENV_DIR}/{ENV_MAX_BYTES} unusable, compiling without a cache: {e}",
-                          stacklevel=2)
-            set_cache_dir(None)
+        set_cache_dir(os.environ.get(ENV_DIR) or None)
     return _state["cache"]
 
 
 def cache_info() -> CacheInfo:
-    """Hits and misses of this process, and the entries and size of the cache directory."""
+    """Hits and misses of this process, and the entries and size of the cache folder."""
     cache = active_cache()
     if cache is None:
         return CacheInfo(None, 0, 0, 0, 0, 0)
     return cache.info()
 
 
-def stripped_bytecode(module_bytecode: bytes) -> bytes:
-    """The module's bytecode with every debug location replaced by `unknown`."""
-    module = parse_module(module_bytecode)
+def stripped_bytecode(module: ir.Module) -> bytes:
+    """The module's bytecode with every debug location replaced by `unknown`: what a cache key hashes."""
     with module.context:
-        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module.operation)
-    return module_to_bytecode(module)
+        copy = module.operation.clone()
+        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(copy)
+    return module_to_bytecode(copy)
 
 
-def cache_key(module_bytecode: bytes, options: xc.CompileOptions, client: Any) -> str:
-    """The SHA-256 naming the executable that compiling this module with `options` gives."""
+def calls_user_code(bytecode: bytes) -> bool:
+    """Whether the passes will call the user's Python on this module (its IR does not pin the result)."""
+    return _USER_CODE_MARKER in bytecode
+
+
+@functools.cache
+def passes_digest() -> str:
+    """SHA-256 of the source of every pass (the `hlopt.passes` package)."""
     h = hashlib.sha256()
-    for part in (
-        b"hlopt-cache-key-v1",
-        stripped_bytecode(module_bytecode),
-        options.SerializeAsString(),
-        client.platform.encode(),
-        client.platform_version.encode(),
-        jax.__version__.encode(),
-        jaxlib.__version__.encode(),
-        os.environ.get("XLA_FLAGS", "").encode(),
-        f"{jax.process_index()}/{jax.process_count()}".encode(),
-    ):
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
+    for path in sorted(Path(hlopt.passes.__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
-def compile_cached(module_bytecode: bytes, devices: Sequence[jax.Device], options: xc.CompileOptions) -> Any:
-    """Compile through the persistent cache when one is set, else directly."""
-    client = get_client()
-    cache = active_cache()
-    if cache is None:
-        return compile_with_options(module_bytecode, devices, options, client)
-    key = cache_key(module_bytecode, options, client)
-    serialized = cache.get(key)
-    if serialized is not None:
-        try:
-            executable = load_executable(serialized, devices, options, client)
-        except Exception:  # noqa: BLE001 - an entry PJRT cannot load is a miss, and is replaced
-            executable = None
-        if executable is not None:
-            cache.record(hit=True)
-            return executable
-    cache.record(hit=False)
-    executable = compile_with_options(module_bytecode, devices, options, client)
+@functools.cache
+def hlopt_version() -> str:
+    """hlopt's installed version, read from the metadata's header (parsing all of it costs milliseconds)."""
     try:
-        cache.put(key, client.serialize_executable(executable))
-    except OSError as e:  # a full or read-only disk costs the entry, not the compilation
-        warnings.warn(f"hlopt: cannot write to the compilation cache {cache.directory}: {e}", stacklevel=2)
-    return executable
+        found = importlib.metadata.distribution("hlopt")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+    text = found.read_text("METADATA") or found.read_text("PKG-INFO") or ""
+    return next((line[len("Version: "):] for line in text.splitlines() if line.startswith("Version: ")), "unknown")
+
+
+def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use_shardy: bool, client: Any) -> str:
+    """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`) and compiling it gives."""
+    h = hashlib.sha256()
+    for part in (
+        b"hlopt-cache-key-v2",
+        bytecode,
+        pipeline,
+        hlopt_version(),
+        passes_digest(),
+        ",".join(str(d.id) for d in devices),
+        str(bool(use_shardy)),
+        client.platform,
+        client.platform_version,
+        jax.__version__,
+        jaxlib.__version__,
+        os.environ.get("XLA_FLAGS", ""),
+        f"{jax.process_index()}/{jax.process_count()}",
+    ):
+        data = part if isinstance(part, bytes) else part.encode()
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()

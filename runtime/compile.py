@@ -1,21 +1,21 @@
-"""From a post-pass module to a `Compiled` through PJRT (and the persistent cache)."""
+"""From a `Lowered` (or a post-pass module) to a `Compiled` through PJRT and the persistent cache."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hlopt.compiler.program import Signature, module_to_bytecode
+from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
+from hlopt.compiler.stages import check_no_annotations
 from hlopt.passes.mlir import ir
-from hlopt.runtime.cache import compile_cached
+from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime.executable import Compiled
-from hlopt.runtime.pjrt import compile_options, declares_sdy_mesh, unsharded_results
+from hlopt.runtime.pjrt import BuildFlags, compile_with_options, get_client, load_executable
 
 if TYPE_CHECKING:
-    from jaxlib import xla_client as xc
-
     from hlopt.compiler.stages import Lowered
 
 
@@ -31,25 +31,66 @@ def program_devices(signature: Signature) -> list[jax.Device]:
     return [jax.devices(default)[0]]
 
 
-def program_options(module: ir.Module, devices: Sequence[jax.Device], use_shardy: bool) -> "xc.CompileOptions":
-    """The compile options of `module` on `devices`: what compiling and loading it use.
+def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
+    """Run `pipeline` on `lowered` and compile the result; a persistent-cache hit skips both.
 
-    A module lowered for Shardy but rewritten to `mhlo.sharding` (for example by
-    `lower-custom-partitioning{target=gspmd}`) no longer declares a mesh and goes
-    to GSPMD.
+    This is the `Backend` of the `Lowered`s that `hlopt.lower` makes.
     """
-    use_shardy = use_shardy and declares_sdy_mesh(module)
-    return compile_options(len(devices), [d.id for d in devices], use_shardy, unsharded_results(module))
+    signature = lowered.signature
+    cache = active_cache()
+    key = None
+    if cache is not None:
+        bytecode = stripped_bytecode(lowered.module)
+        if not calls_user_code(bytecode):
+            key = cache_key(bytecode, pipeline, program_devices(signature), signature.use_shardy, get_client())
+            hit = _from_cache(cache, key, signature)
+            if hit is not None:
+                executable, module = hit
+                return Compiled(executable, signature, module, ",".join(p for p in (lowered.pipeline, pipeline) if p))
+    after = lowered.apply(pipeline) if pipeline else lowered
+    check_no_annotations(after.module)
+    return Compiled(_compile(after.module, signature, cache, key), signature, after.module, after.pipeline)
 
 
 def compile_program(module: ir.Module, signature: Signature) -> Any:
     """A loaded executable of the post-pass `module`, from the cache when it holds one."""
+    return _compile(module, signature, active_cache(), None)
+
+
+def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | None, key: str | None) -> Any:
+    """Compile a post-pass module; store it under `key` (else under the module's own key)."""
     devices = program_devices(signature)
-    options = program_options(module, devices, signature.use_shardy)
-    return compile_cached(module_to_bytecode(module), devices, options)
+    flags = BuildFlags.of(module, signature.use_shardy)
+    bytecode = module_to_bytecode(module)
+    client = get_client()
+    if cache is None:
+        return compile_with_options(bytecode, devices, flags.options(devices), client)
+    if key is None:
+        key = cache_key(stripped_bytecode(module), "", devices, signature.use_shardy, client)
+        hit = _from_cache(cache, key, signature)
+        if hit is not None:
+            return hit[0]
+    cache.record(hit=False)
+    executable = compile_with_options(bytecode, devices, flags.options(devices), client)
+    try:
+        cache.put(key, client.serialize_executable(executable), bytecode, flags)
+    except OSError as e:  # a full or read-only disk costs the entry, not the compilation
+        warnings.warn(f"hlopt: cannot write to the compilation cache {cache.directory}: {e}", stacklevel=3)
+    return executable
 
 
-def compile_lowered(lowered: "Lowered") -> Compiled:
-    """The `Compiled` of a post-pass `Lowered`."""
-    executable = compile_program(lowered.module, lowered.signature)
-    return Compiled(executable, lowered.signature, lowered.module, lowered.pipeline)
+def _from_cache(cache: CompilationCache, key: str, signature: Signature) -> tuple[Any, Callable[[], ir.Module]] | None:
+    """The executable (loaded) and a parser of the post-pass module of the entry under `key`, or None."""
+    entry = cache.get(key, len(signature.out_avals))
+    if entry is None:
+        return None
+    devices = program_devices(signature)
+    try:
+        executable = load_executable(entry.executable, devices, entry.flags.options(devices))
+    except Exception:  # noqa: BLE001 - an entry PJRT cannot load is a miss, and is replaced
+        return None
+    if (len(executable.get_parameter_layouts()), len(executable.get_output_layouts())) != (
+            len(signature.in_avals), len(signature.out_avals)):
+        return None
+    cache.record(hit=True)
+    return executable, lambda: parse_module(entry.module)

@@ -9,7 +9,8 @@ and never imports or evaluates anything named in the data.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -26,6 +27,8 @@ class EncodingError(ValueError):
 
 
 _MAX_DEPTH = 64
+# The most dimensions an aval in a file may have (XLA and jax have no use for more).
+MAX_RANK = 64
 
 
 def dtype_from_name(name: Any) -> np.dtype:
@@ -52,6 +55,36 @@ NODE_TYPES: dict[str, tuple[str, str]] = {
     "hlopt.sparse.BCOO": ("hlopt.sparse.bcoo", "BCOO"),
 }
 _NODE_NAMES = {f"{module}.{cls}": name for name, (module, cls) in NODE_TYPES.items()}
+
+
+def _check_bcoo(aux: dict[str, Any], children: Sequence[Any]) -> str | None:
+    """A BCOO's shape must fit its buffers `data[*batch, nse, *dense]`, `indices[*batch, nse, n_sparse]`."""
+    shape = aux.get("shape")
+    if len(children) != 2 or not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
+        return f"malformed BCOO shape {_short(shape)}"
+    data, indices = children
+    what = f"BCOO of shape {_short(shape)} with data {aval_str(data)} and indices {aval_str(indices)}"
+    if data.ndim < 1 or indices.ndim < 2 or not np.issubdtype(indices.dtype, np.integer):
+        return f"{what}: data needs a rank >= 1, indices integers of rank >= 2"
+    n_batch, n_sparse = indices.ndim - 2, indices.shape[-1]
+    n_dense = data.ndim - 1 - n_batch
+    if n_dense < 0 or len(shape) != n_batch + n_sparse + n_dense:
+        return f"{what}: the buffers hold {n_batch} batch, {n_sparse} sparse and {max(n_dense, 0)} dense dims"
+    if data.shape[n_batch] != indices.shape[n_batch]:
+        return f"{what}: data and indices disagree on nse"
+    if any(b not in (1, s) for buf in (data, indices) for b, s in zip(buf.shape[:n_batch], shape)):
+        return f"{what}: the batch dims of the buffers are neither the shape's nor 1"
+    if tuple(data.shape[n_batch + 1:]) != shape[n_batch + n_sparse:]:
+        return f"{what}: the dense dims of data are not the shape's"
+    if any(s - 1 > np.iinfo(indices.dtype).max for s in shape[n_batch : n_batch + n_sparse]):
+        return f"{what}: {indices.dtype} indices cannot address every sparse dim"
+    return None
+
+
+# node name -> what its aux data must satisfy given its children's avals (an error message, or None)
+NODE_CHECKS: dict[str, Callable[[dict[str, Any], Sequence[Any]], str | None]] = {
+    "hlopt.sparse.BCOO": _check_bcoo,
+}
 
 
 def _node_class(name: str) -> type:
@@ -153,6 +186,8 @@ def decode_aval(data: Any) -> jax.core.ShapedArray:
     _check(isinstance(data, dict) and set(data) == {"shape", "dtype", "weak_type"}, f"malformed aval {_short(data)}")
     shape = data["shape"]
     _check(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape), f"malformed shape {_short(shape)}")
+    _check(len(shape) <= MAX_RANK, f"an aval of rank {len(shape)} (at most {MAX_RANK})")
+    _check(math.prod(shape) < 1 << 62, f"an aval of {_short(shape)}: more elements than any machine holds")
     _check(isinstance(data["weak_type"], bool), f"malformed weak_type {_short(data['weak_type'])}")
     return jax.core.ShapedArray(tuple(shape), dtype_from_name(data["dtype"]), weak_type=data["weak_type"])
 
@@ -232,14 +267,15 @@ def decode_mesh(data: Any) -> Mesh:
     _check(isinstance(data, dict) and set(data) == {"axis_names", "shape", "axis_types", "device_ids"},
            f"malformed mesh {_short(data)}")
     names, shape, types, ids = data["axis_names"], data["shape"], data["axis_types"], data["device_ids"]
-    _check(isinstance(names, list) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names),
+    _check(isinstance(names, list) and all(isinstance(n, str) and n.isprintable() for n in names)
+           and len(set(names)) == len(names),
            f"malformed mesh axis names {_short(names)}")
     _check(isinstance(shape, list) and len(shape) == len(names) and all(type(s) is int and s > 0 for s in shape),
            f"malformed mesh shape {_short(shape)}")
     _check(isinstance(types, list) and len(types) == len(names) and all(isinstance(t, str) and t in AxisType.__members__ for t in types),
            f"malformed mesh axis types {_short(types)}")
     _check(isinstance(ids, list) and all(type(i) is int for i in ids) and len(set(ids)) == len(ids)
-           and len(ids) == int(np.prod(shape)), f"mesh device ids {_short(ids)} do not fill shape {shape}")
+           and len(ids) == math.prod(shape), f"mesh device ids {_short(ids)} do not fill shape {_short(shape)}")
     devices = np.array(devices_for(ids), dtype=object).reshape(shape)
     return Mesh(devices, tuple(names), axis_types=tuple(AxisType[t] for t in types))
 
@@ -299,7 +335,8 @@ _SIGNATURE_FIELDS = {"name", "in_tree", "in_avals", "out_tree", "out_avals", "st
 def decode_signature(data: Any) -> Signature:
     """The Signature encoded in `data`; checks that trees and avals agree."""
     _check(isinstance(data, dict) and set(data) == _SIGNATURE_FIELDS, "malformed signature")
-    _check(isinstance(data["name"], str), "malformed signature name")
+    _check(isinstance(data["name"], str) and data["name"].isprintable() and len(data["name"]) <= 200,
+           f"malformed signature name {_short(data['name'])}")
     _check(isinstance(data["use_shardy"], bool), "malformed use_shardy")
     device = data["device"]
     _check(device is None or (type(device) is int and device >= 0 and data["mesh"] is None),
@@ -313,6 +350,9 @@ def decode_signature(data: Any) -> Signature:
            f"the input pytree has {in_tree.num_leaves} leaves but {len(in_avals)} input avals are listed")
     _check(out_tree.num_leaves == len(out_avals),
            f"the output pytree has {out_tree.num_leaves} leaves but {len(out_avals)} output avals are listed")
+    for what, tree, avals, encoded in (("input", in_tree, in_avals, data["in_tree"]),
+                                       ("output", out_tree, out_avals, data["out_tree"])):
+        _check_nodes(tree, avals, encoded, what)
     static = []
     for item in data["static_args"]:
         _check(isinstance(item, list) and len(item) == 2 and type(item[0]) is int and item[0] >= 0,
@@ -329,6 +369,35 @@ def decode_signature(data: Any) -> Signature:
         name=data["name"],
         device=None if device is None else devices_for([device])[0],
     )
+
+
+def _check_nodes(treedef: Any, avals: Sequence[Any], encoded: Any, what: str) -> None:
+    """Each pytree node of `NODE_CHECKS` must agree with the avals of its children."""
+    names = [name for name in NODE_CHECKS if name in _node_names(encoded)]
+    if not names:
+        return
+    tree = jax.tree_util.tree_unflatten(treedef, avals)
+    for name in names:
+        cls = _node_class(name)
+        for node in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, cls)):
+            if isinstance(node, cls):
+                children, level = jax.tree_util.tree_flatten(node, is_leaf=lambda y: y is not node)
+                problem = NODE_CHECKS[name](level.node_data()[1], children)
+                _check(problem is None, f"{what} {problem}")
+
+
+def _node_names(encoded: Any) -> set[str]:
+    """The node names an encoded pytree uses."""
+    found, stack = set(), [encoded]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, dict):
+            if isinstance(x.get("node"), list) and x["node"] and isinstance(x["node"][0], str):
+                found.add(x["node"][0])
+            stack.extend(x.values())
+        elif isinstance(x, list):
+            stack.extend(x)
+    return found
 
 
 def _short(x: Any) -> str:

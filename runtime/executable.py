@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -25,11 +25,13 @@ class Compiled:
     output pytree of `jax.Array`s, sharded as the program says.
     """
 
-    def __init__(self, executable: Any, signature: Signature, module: ir.Module, pipeline: str):
+    def __init__(self, executable: Any, signature: Signature, module: ir.Module | Callable[[], ir.Module],
+                 pipeline: str, *, artifact: bytes | None = None):
         self.executable = executable
         self.signature = signature
-        self.module = module
+        self._module = module  # or a function that parses it: loading need not parse what it may never use
         self.pipeline = pipeline
+        self.artifact = artifact  # the module as a StableHLO portable artifact, when it came from a file
         self.devices: list[jax.Device] = list(executable.local_devices())
         mesh = signature.mesh
         if mesh is not None:
@@ -49,6 +51,13 @@ class Compiled:
 
         # With static arguments a call may give them or not, which the C++ signature cannot express.
         self._call = run if signature.static_args else cpp_function(run, lambda *args: (run(*args), self))
+
+    @property
+    def module(self) -> ir.Module:
+        """The post-pass StableHLO module this program was compiled from."""
+        if callable(self._module):
+            self._module = self._module()
+        return self._module
 
     def _shardings(self, op_shardings: Sequence[Any] | None, count: int) -> list[jax.sharding.Sharding]:
         mesh = self.signature.mesh

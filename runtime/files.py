@@ -1,23 +1,31 @@
 """Executable files: `Compiled.save` / `hlopt.load`, `Compiled.serialize` / `hlopt.deserialize`.
 
-A file is a container (runtime/container.py) whose manifest records the
-format version, the jax/jaxlib versions, the platform and its version, the
-device count, the program's signature (pytrees, avals, static arguments,
-mesh), its input and output shardings and its pipeline, and whose sections
-are the PJRT executable and the post-pass module as a StableHLO portable
-artifact. Loading checks every checksum, then checks the manifest against
-the module, and only then hands the executable to PJRT (XLA warns that
-loading alone may run code, and PJRT aborts the process on an executable
-partitioned for another device count); then it checks the manifest against
-what PJRT loaded (parameter and result counts, shardings). A file written by
-another jaxlib, platform (version) or process count is recompiled from its
-portable artifact.
+A file is a container (runtime/container.py) authenticated with the user's
+key (runtime/keys.py). Its manifest records the format version, the
+jax/jaxlib versions, the platform and its version, the device count, the
+program's signature (pytrees, avals, static arguments, mesh), its input and
+output shardings, its build flags and its pipeline; its sections are the
+PJRT executable and the post-pass module as a StableHLO portable artifact
+(which carries the signature too, as the attribute `hlopt.signature`).
+
+Trust: the native code of the executable section reaches PJRT only from a
+file whose MAC verifies under this user's key. Such a file is loaded as it
+is, without parsing its module. Any other file is refused, or with
+`trust="portable"` compiled from its portable artifact after the checks of
+runtime/portable.py and a comparison of the manifest with the module. A
+file written by another jaxlib, platform (version) or process count is
+recompiled from its portable artifact with a warning. Either way, what PJRT
+holds is compared with the manifest before the first call: parameter and
+result counts and ranks, devices and shardings.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +33,27 @@ import jax
 import jaxlib
 from jax.sharding import NamedSharding
 
-from hlopt.compiler.program import Signature, aval_str
+from hlopt.compiler.jax_compat import layout_rank
+from hlopt.compiler.program import Signature, aval_str, module_to_bytecode, parse_module
 from hlopt.compiler.stages import AnnotationError, check_no_annotations
 from hlopt.passes.mlir import current_stablehlo_version, deserialize_portable_artifact, ir, serialize_portable_artifact
 from hlopt.runtime import container, encoding
-from hlopt.runtime.compile import compile_program, program_devices, program_options
-from hlopt.runtime.container import ExecutableFileError
-from hlopt.runtime.executable import Compiled
-from hlopt.runtime.pjrt import get_client, load_executable
+from hlopt.runtime.compile import compile_program, program_devices
+from hlopt.runtime.container import Container, ExecutableFileError
+from hlopt.runtime.executable import Compiled, _physical_aval
+from hlopt.runtime.keys import Key, KeyFileError, describe_key, user_key
+from hlopt.runtime.pjrt import BuildFlags, get_client, load_executable
+from hlopt.runtime.portable import PortableCheckError, check_portable
 
 FORMAT = "hlopt-executable"
 SECTIONS = ("executable", "module")
+TRUST_LEVELS = ("signed", "portable")
+SIGNATURE_ATTR = "hlopt.signature"
+MAGICS = {"module": b"ML\xefR"}  # MLIR bytecode
 
 
 class RecompileWarning(UserWarning):
-    """A file from another jaxlib or platform version was recompiled from its portable artifact."""
+    """A file was compiled from its portable artifact: another jaxlib or platform, or not authenticated."""
 
 
 def _platform() -> dict[str, Any]:
@@ -50,11 +64,12 @@ def _platform() -> dict[str, Any]:
 
 
 def serialize(compiled: Compiled) -> bytes:
-    """The bytes of `compiled`'s executable file."""
+    """The bytes of `compiled`'s executable file, authenticated with this user's key."""
     try:
         signature = encoding.encode_signature(compiled.signature)
     except encoding.EncodingError as e:
         raise ValueError(f"cannot serialize {compiled.signature.name}: {e}") from None
+    key = user_key()
     manifest = {
         "format": FORMAT,
         **_platform(),
@@ -64,104 +79,240 @@ def serialize(compiled: Compiled) -> bytes:
         "signature": signature,
         "in_shardings": [encoding.encode_spec(s) for s in compiled.in_shardings],
         "out_shardings": [encoding.encode_spec(s) for s in compiled.out_shardings],
+        "flags": BuildFlags.of(compiled.module, compiled.signature.use_shardy).encode(),
         "pipeline": compiled.pipeline,
     }
     sections = {
         "executable": get_client().serialize_executable(compiled.executable),
-        "module": serialize_portable_artifact(compiled.module),
+        "module": compiled.artifact or _artifact(compiled.module, signature),
     }
-    return container.pack(manifest, sections)
+    return container.pack(manifest, sections, key)
+
+
+def _artifact(module: ir.Module, signature: dict[str, Any]) -> bytes:
+    """`module` as a portable artifact that also names the signature (the module itself is unchanged)."""
+    copy = parse_module(module_to_bytecode(module))
+    with copy.context:
+        copy.operation.attributes[SIGNATURE_ATTR] = ir.StringAttr.get(json.dumps(signature, sort_keys=True))
+    return serialize_portable_artifact(copy)
 
 
 def save(compiled: Compiled, path: str | os.PathLike) -> None:
     """Write `compiled`'s executable file to `path` (atomically: a temporary file, then a rename)."""
     data = serialize(compiled)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
     try:
-        tmp.write_bytes(data)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
 
 
-def read_file(data: bytes, source: str) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The checked manifest and sections of an executable file; nothing is loaded."""
-    manifest, sections = container.unpack(data, source, FORMAT, SECTIONS)
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _sections_for(trust: str, source: str) -> Callable[[bool], tuple[str, ...]]:
+    """What to read of a file: all of an authenticated one; of another, the module if `trust` is portable."""
+    if trust not in TRUST_LEVELS:
+        raise ValueError(f"trust must be one of {', '.join(map(repr, TRUST_LEVELS))}, not {trust!r}")
+
+    def wanted(authenticated: bool) -> tuple[str, ...]:
+        if authenticated:
+            return SECTIONS
+        if trust == "portable":
+            return ("module",)
+        raise _unauthenticated(source)
+
+    return wanted
+
+
+def _key() -> Key | None:
+    try:
+        return user_key(create=False)
+    except KeyFileError as e:
+        raise ExecutableFileError(f"cannot check executable files: {e}") from None
+
+
+def read_file(path: str | os.PathLike, *, sections: tuple[str, ...] = ()) -> tuple[Container, str]:
+    """A file's checked manifest (and `sections`, if their checksums hold) and what its MAC says.
+
+    Nothing is loaded: this is what `hlopt inspect` shows.
+    """
+    try:
+        key = user_key(create=False)
+        problem = None if key is not None else describe_key()
+    except KeyFileError as e:
+        key, problem = None, str(e)
+    found = container.read_path(path, str(path), FORMAT, SECTIONS, key, lambda authenticated: sections, MAGICS)
+    if found.authenticated:
+        verdict = f"verified with {key.source}"
+    elif problem is not None:
+        verdict = f"not checked: {problem}"
+    else:
+        verdict = (f"DOES NOT VERIFY with {key.source}: written under another key, or changed since; "
+                   "it loads only with trust='portable' (compiled from its StableHLO)")
+    return found, verdict
+
+
+def deserialize(data: bytes, source: str = "<bytes>", *, trust: str = "signed") -> Compiled:
+    """The `Compiled` held by an executable file's bytes; raises ExecutableFileError if refused."""
+    wanted = _sections_for(trust, source)
+    return _compiled(container.read_bytes(data, source, FORMAT, SECTIONS, _key(), wanted, MAGICS), source)
+
+
+def load(path: str | os.PathLike, *, trust: str = "signed") -> Compiled:
+    """The `Compiled` in the executable file at `path`; raises ExecutableFileError if refused.
+
+    `trust="signed"` (the default) loads only a file whose MAC verifies under
+    this user's key; `trust="portable"` compiles any other file from its
+    StableHLO portable artifact, never running its native code.
+    """
+    wanted = _sections_for(trust, str(path))
+    return _compiled(container.read_path(path, str(path), FORMAT, SECTIONS, _key(), wanted, MAGICS), str(path))
+
+
+def _compiled(found: Container, source: str) -> Compiled:
+    """The program of a file read under its trust level: loaded if authenticated, else compiled (portable)."""
+    manifest, sections = found.manifest, found.sections
+    check_manifest(manifest, source)
+    try:
+        signature = encoding.decode_signature(manifest["signature"])
+        in_specs = _specs(manifest.get("in_shardings"), len(signature.in_avals), "in_shardings")
+        out_specs = _specs(manifest.get("out_shardings"), len(signature.out_avals), "out_shardings")
+        flags = BuildFlags.decode(manifest.get("flags"), len(signature.out_avals))
+    except (encoding.EncodingError, ValueError) as e:
+        raise ExecutableFileError(f"{source}: manifest: {e}") from None
+    if manifest["device_count"] != signature.num_devices:
+        raise ExecutableFileError(f"{source}: the manifest says {manifest['device_count']} devices "
+                                  f"but its mesh has {signature.num_devices}")
+    here = _platform()
+    stale = {k: manifest[k] for k in here if manifest[k] != here[k]}
+    if found.authenticated and not stale:
+        devices = program_devices(signature)
+        try:
+            executable = load_executable(sections["executable"], devices, flags.options(devices))
+        except Exception as e:  # noqa: BLE001 - PJRT reports failures as several types
+            raise ExecutableFileError(f"{source}: PJRT cannot load the executable section: "
+                                      f"{_first_line(e)}") from None
+        artifact = sections["module"]
+        module: ir.Module | Callable[[], ir.Module] = lambda: _parse_artifact(artifact, source)[0]
+    else:
+        why = (f"written by {', '.join(f'{k} {v!r}' for k, v in stale.items())} "
+               f"(this process has {', '.join(f'{k} {here[k]}' for k in stale)})" if stale
+               else "not authenticated (trust='portable')")
+        warnings.warn(f"{source}: {why}; compiling it from its portable artifact", RecompileWarning, stacklevel=3)
+        module = _portable_module(sections["module"], manifest, signature, flags, source, found.authenticated)
+        try:
+            executable = compile_program(module, signature)
+        except Exception as e:  # noqa: BLE001 - XLA reports failures as several types
+            raise ExecutableFileError(f"{source}: XLA cannot compile the module section: {_first_line(e)}") from None
+    check_loaded(executable, signature, source)
+    compiled = Compiled(executable, signature, module, manifest["pipeline"], artifact=sections["module"])
+    _check_shardings(compiled.in_shardings, in_specs, signature.in_avals, "input", source)
+    _check_shardings(compiled.out_shardings, out_specs, signature.out_avals, "output", source)
+    return compiled
+
+
+def _unauthenticated(source: str) -> ExecutableFileError:
+    return ExecutableFileError(
+        f"{source}: its MAC does not verify with {describe_key()}: it was written under another key, "
+        "or changed since. Share the key between the machines that share files (HLOPT_KEY), or, "
+        "if you trust its source, load it with trust='portable' (compiled from its StableHLO, "
+        "never running its native code)")
+
+
+def check_file(path: str | os.PathLike, *, trust: str) -> None:
+    """Refuse (ExecutableFileError) a file `load(path, trust=trust)` would refuse before it needs devices."""
+    found = container.read_path(path, str(path), FORMAT, SECTIONS, _key(), _sections_for(trust, str(path)), MAGICS)
+    if not found.authenticated:
+        _check_artifact(*_parse_artifact(found.sections["module"], str(path)), found.manifest, str(path))
+
+
+def check_manifest(manifest: dict[str, Any], source: str) -> None:
+    """The fields every reader relies on have their types."""
     for key in ("jaxlib_version", "platform", "platform_version", "pipeline"):
         if not isinstance(manifest.get(key), str):
             raise ExecutableFileError(f"{source}: the manifest has no valid '{key}'")
     for key in ("device_count", "process_count"):
         if type(manifest.get(key)) is not int or manifest[key] < 1:
             raise ExecutableFileError(f"{source}: the manifest has no valid '{key}'")
-    return manifest, sections
 
 
-def deserialize(data: bytes, source: str = "<bytes>") -> Compiled:
-    """The `Compiled` held by an executable file's bytes; raises ExecutableFileError if damaged."""
-    manifest, sections = read_file(data, source)
+def _portable_module(artifact: bytes, manifest: dict[str, Any], signature: Signature, flags: BuildFlags,
+                     source: str, authenticated: bool) -> ir.Module:
+    """The module section, checked against the manifest (and, unauthenticated, by runtime/portable.py)."""
+    module, recorded = _parse_artifact(artifact, source)
+    if not authenticated:
+        _check_artifact(module, recorded, manifest, source)
+    _check_module(module, signature, manifest["device_count"], source)
+    if flags != BuildFlags.of(module, signature.use_shardy):
+        raise ExecutableFileError(f"{source}: the manifest does not match the module: its build flags differ")
+    return module
+
+
+def _parse_artifact(artifact: bytes, source: str) -> tuple[ir.Module, str | None]:
+    """The module of a portable artifact, and the signature it records (removed from the module)."""
     try:
-        signature = encoding.decode_signature(manifest.get("signature"))
-        in_specs = _specs(manifest.get("in_shardings"), len(signature.in_avals), "in_shardings")
-        out_specs = _specs(manifest.get("out_shardings"), len(signature.out_avals), "out_shardings")
-    except encoding.EncodingError as e:
-        raise ExecutableFileError(f"{source}: manifest: {e}") from None
-    if manifest["device_count"] != signature.num_devices:
-        raise ExecutableFileError(f"{source}: the manifest says {manifest['device_count']} devices "
-                                  f"but its mesh has {signature.num_devices}")
-    try:
-        module = deserialize_portable_artifact(sections["module"])
+        module = deserialize_portable_artifact(artifact)
     except Exception as e:  # noqa: BLE001 - MLIR reports a bad artifact with several types
         raise ExecutableFileError(f"{source}: the module section is not a StableHLO portable artifact: "
                                   f"{_first_line(e)}") from None
-    _check_module(module, signature, manifest["device_count"], source)
-    here = _platform()
-    stale = {k: manifest[k] for k in here if manifest[k] != here[k]}
-    if stale:
-        warnings.warn(
-            f"{source}: written by {', '.join(f'{k} {v}' for k, v in stale.items())} "
-            f"(this process has {', '.join(f'{k} {here[k]}' for k in stale)}); "
-            "recompiling it from its portable artifact",
-            RecompileWarning,
-            stacklevel=3,
-        )
-        executable = compile_program(module, signature)
-    else:
-        devices = program_devices(signature)
-        options = program_options(module, devices, signature.use_shardy)
-        try:
-            executable = load_executable(sections["executable"], devices, options)
-        except Exception as e:  # noqa: BLE001 - PJRT reports failures as several types
-            raise ExecutableFileError(f"{source}: PJRT cannot load the executable section: "
-                                      f"{_first_line(e)}") from None
-    _check_counts(executable, signature, source)
-    compiled = Compiled(executable, signature, module, manifest["pipeline"])
-    _check_shardings(compiled.in_shardings, in_specs, signature.in_avals, "input", source)
-    _check_shardings(compiled.out_shardings, out_specs, signature.out_avals, "output", source)
-    return compiled
-
-
-def load(path: str | os.PathLike) -> Compiled:
-    """The `Compiled` in the executable file at `path`; raises ExecutableFileError if damaged."""
+    attrs = module.operation.attributes
+    if SIGNATURE_ATTR not in attrs:
+        return module, None
     try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise ExecutableFileError(f"cannot read '{path}': {e.strerror}") from None
-    return deserialize(data, str(path))
+        recorded = ir.StringAttr(attrs[SIGNATURE_ATTR]).value
+    except ValueError:
+        recorded = None
+    del attrs[SIGNATURE_ATTR]
+    return module, recorded
 
 
-def _check_counts(executable: Any, sig: Signature, source: str) -> None:
-    """The executable PJRT holds must take and return as many arrays as the manifest lists."""
-    for what, count, avals in (("input", len(executable.get_parameter_layouts()), sig.in_avals),
-                               ("output", len(executable.get_output_layouts()), sig.out_avals)):
-        if count != len(avals):
-            raise ExecutableFileError(f"{source}: the manifest does not match the executable: "
-                                      f"{len(avals)} {what}s listed, the executable has {count}")
+def _check_artifact(module: ir.Module, recorded: str | None, manifest: dict[str, Any], source: str) -> None:
+    """What an unauthenticated module must pass: runtime/portable.py, and the signature it records."""
+    try:
+        check_portable(module)
+    except PortableCheckError as e:
+        raise ExecutableFileError(f"{source}: refused to compile the module section: {e}") from None
+    try:
+        same = recorded is not None and json.loads(recorded) == manifest.get("signature")
+    except ValueError:
+        same = False
+    if not same:
+        raise ExecutableFileError(f"{source}: the manifest does not match the module: "
+                                  "the signature the module records differs from the manifest's")
+
+
+def check_loaded(executable: Any, sig: Signature, source: str) -> None:
+    """What PJRT holds must take and return what the manifest lists, on the devices it lists."""
+
+    def lie(message: str) -> ExecutableFileError:
+        return ExecutableFileError(f"{source}: the manifest does not match the executable: {message}")
+
+    for what, layouts, avals in (("input", executable.get_parameter_layouts(), sig.in_avals),
+                                 ("output", executable.get_output_layouts(), sig.out_avals)):
+        if len(layouts) != len(avals):
+            raise lie(f"{len(avals)} {what}s listed, the executable has {len(layouts)}")
+        for i, (layout, aval) in enumerate(zip(layouts, avals)):
+            rank = layout_rank(layout)
+            if rank != len(_physical_aval(aval).shape):
+                raise lie(f"{what} {i} is listed as {aval_str(aval)}, the executable's has rank {rank}")
+    here = jax.process_index()
+    want = [d.id for d in program_devices(sig) if d.process_index == here]
+    got = [d.id for d in executable.local_devices()]
+    if got != want:
+        raise lie(f"it runs on devices {got[:16]}, the manifest's program on {want[:16]}")
 
 
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
+    return lines[0][:300] if lines else type(e).__name__
 
 
 def _specs(data: Any, count: int, what: str) -> list[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,3 +95,39 @@ def load_executable(
     """Load an executable that `client.serialize_executable` wrote, onto `devices`."""
     client = client or get_client()
     return client.deserialize_executable(serialized, xc.DeviceList(tuple(devices)), options)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildFlags:
+    """What a program's compile options hold besides its devices; files and cache entries record it.
+
+    `shardy`: Shardy partitions the program (a module lowered for Shardy but
+    rewritten to `mhlo.sharding`, e.g. by `lower-custom-partitioning{target=gspmd}`,
+    declares no mesh and goes to GSPMD). `propagate_to_output[i]`: XLA chooses
+    the sharding of result i.
+    """
+
+    shardy: bool
+    propagate_to_output: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, module: ir.Module, use_shardy: bool) -> "BuildFlags":
+        """The flags compiling `module` takes."""
+        return cls(bool(use_shardy and declares_sdy_mesh(module)), tuple(unsharded_results(module)))
+
+    def options(self, devices: Sequence[jax.Device]) -> xc.CompileOptions:
+        """The compile options of a program with these flags on `devices`."""
+        return compile_options(len(devices), [d.id for d in devices], self.shardy, self.propagate_to_output)
+
+    def encode(self) -> dict[str, Any]:
+        return {"shardy": self.shardy, "propagate_to_output": list(self.propagate_to_output)}
+
+    @classmethod
+    def decode(cls, data: Any, n_outputs: int) -> "BuildFlags":
+        """The flags `encode` wrote; raises ValueError if malformed."""
+        if not (isinstance(data, dict) and set(data) == {"shardy", "propagate_to_output"}
+                and isinstance(data["shardy"], bool) and isinstance(data["propagate_to_output"], list)
+                and len(data["propagate_to_output"]) == n_outputs
+                and all(isinstance(b, bool) for b in data["propagate_to_output"])):
+            raise ValueError(f"malformed build flags {str(data)[:80]}")
+        return cls(data["shardy"], tuple(data["propagate_to_output"]))

@@ -32,8 +32,8 @@ def section(out: TextIO) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "model.hlx"
         compiled.save(path)
-        manifest, _ = files.read_file(path.read_bytes(), str(path))
-        out.write(describe(manifest, path.stat().st_size, path.name) + "\n")
+        found, mac = files.read_file(path)
+        out.write(describe(found.manifest, found.size, path.name, mac) + "\n")
         loaded = hlopt.load(path)
         check_close(out, "aot: hlopt.load(file)(params, x)", loaded(params, x), jax.jit(model)(params, x))
 

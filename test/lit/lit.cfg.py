@@ -25,6 +25,8 @@ for var in ("XLA_FLAGS", "HOME", "JAX_PLATFORMS", "PYTHONPATH", "TMPDIR"):
         config.environment[var] = os.environ[var]
 config.environment["JAX_PLATFORMS"] = config.environment.get("JAX_PLATFORMS", "cpu")
 config.environment["TF_CPP_MIN_LOG_LEVEL"] = "3"
+# Executable files are authenticated with the user's key: the tests have their own, never ~/.config's.
+config.environment["HLOPT_KEY"] = "lit-tests-key-" + "0" * 32
 
 config.substitutions.append(("%PYTHON", python))
 hlopt_opt = shutil.which("hlopt-opt", path=config.environment["PATH"])

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import jax
@@ -15,9 +17,9 @@ import numpy as np
 import pytest
 
 import hlopt
-from hlopt.compiler.program import module_to_bytecode
+from hlopt.compiler import stages
 from hlopt.runtime import cache as cache_mod
-from hlopt.runtime.pjrt import compile_options, get_client
+from hlopt.runtime.pjrt import BuildFlags, get_client
 
 X = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
 
@@ -68,18 +70,65 @@ def test_key_ignores_locations_but_not_the_program():
     make = lambda: (lambda x: jnp.tanh(x) @ x.T + 1)  # noqa: E731 - same program, another source line
     g = make()
     client = get_client()
-    options = compile_options(1, [0], True)
+    devices = jax.devices()
 
-    def key(fun, x=X, opts=options):
-        lowered = hlopt.lower(fun, x).apply("hlopt-default")
-        return cache_mod.cache_key(module_to_bytecode(lowered.module), opts, client)
+    def key(fun, x=X, pipeline="hlopt-default", on=devices[:1], shardy=True):
+        return cache_mod.cache_key(cache_mod.stripped_bytecode(hlopt.lower(fun, x).module), pipeline, on, shardy, client)
 
     assert "loc(" in hlopt.lower(f, X).as_text(debug_info=True)
     assert key(g) == key(make())
     assert key(f) == key(f)
     assert key(f) != key(f, X[:2])
-    assert key(f) != key(f, opts=compile_options(1, [1], True))
-    assert key(f) != key(f, opts=compile_options(1, [0], False))
+    assert key(f) != key(f, pipeline="hlopt-default,cse")
+    assert key(f) != key(f, on=devices[1:2])
+    assert key(f) != key(f, shardy=False)
+
+
+def test_hit_skips_the_passes(cache_dir, monkeypatch):
+    first = hlopt.lower(f, X).compile()
+    monkeypatch.setattr(stages, "run_pipeline", lambda *a, **k: pytest.fail("the passes ran on a cache hit"))
+    again = hlopt.lower(f, X).compile()
+    assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 1)
+    np.testing.assert_array_equal(again(X), first(X))
+    assert again.pipeline == "hlopt-default"
+    assert str(again.module) == str(first.module)  # the post-pass module, from the entry
+
+
+def test_key_covers_the_passes_code(cache_dir, monkeypatch):
+    hlopt.lower(f, X).compile()
+    monkeypatch.setattr(cache_mod, "passes_digest", lambda: "another version of the passes")
+    hlopt.lower(f, X).compile()
+    assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
+
+
+SCALE = {"k": 2.0}
+
+
+def test_partitioner_code_is_not_trusted_to_the_key(cache_dir):
+    """The passes call the partitioner's Python: such a module is keyed after the passes, never before."""
+    from jax.sharding import NamedSharding, PartitionSpec as Spec
+
+    @hlopt.custom_partitioning
+    def scaled(x):
+        return x * 2.0
+
+    def partition(mesh, arg_shapes, result_shape):
+        s, k = NamedSharding(mesh, Spec("x")), SCALE["k"]
+        return mesh, lambda x: x * k, s, (s,)
+
+    scaled.def_partition(partition=partition, sharding_rule="i -> i",
+                         infer_sharding_from_operands=lambda mesh, shapes, result: NamedSharding(mesh, Spec("x")))
+    mesh = jax.make_mesh((8,), ("x",))
+    x = np.arange(16, dtype=np.float32)
+    compile_ = lambda: hlopt.lower(scaled, x, mesh=mesh, in_shardings=(Spec("x"),)).compile()  # noqa: E731
+    np.testing.assert_array_equal(compile_()(x), x * 2)
+    np.testing.assert_array_equal(compile_()(x), x * 2)
+    assert hlopt.cache_info().hits == 1  # the same partitioner: a hit, after the passes
+    SCALE["k"] = 3.0
+    try:
+        np.testing.assert_array_equal(compile_()(x), x * 3)  # what the partitioner says now
+    finally:
+        SCALE["k"] = 2.0
 
 
 def test_damaged_entry_is_a_miss_and_is_replaced(cache_dir):
@@ -90,7 +139,7 @@ def test_damaged_entry_is_a_miss_and_is_replaced(cache_dir):
         entry.write_bytes(damage)
         got = hlopt.lower(f, X).compile()(X)
         np.testing.assert_array_equal(got, want)
-        assert cache_mod.active_cache().get(entry.stem) is not None  # replaced by a valid entry
+        assert cache_mod.active_cache().get(entry.stem, 1) is not None  # replaced by a valid entry
     info = hlopt.cache_info()
     assert (info.hits, info.misses, info.entries) == (0, 5, 1)
     hlopt.lower(f, X).compile()
@@ -104,21 +153,28 @@ def test_entry_under_the_wrong_name_is_a_miss(cache_dir):
     a.write_bytes(b.read_bytes())  # b's executable under a's key
     before = hlopt.cache_info().misses
     c = cache_mod.active_cache()
-    assert c.get(a.stem) is None
-    assert c.get(b.stem) is not None
+    assert c.get(a.stem, 1) is None
+    assert c.get(b.stem, 1) is not None
     assert hlopt.cache_info().misses == before
 
 
+FLAGS = BuildFlags(True, (True,))
+
+
+def put(c, key, size):
+    c.put(key, bytes(size), b"", FLAGS)
+
+
 def test_lru_eviction_keeps_recent_entries(tmp_path):
-    c = cache_mod.CompilationCache(tmp_path, max_bytes=3 * 1400)
+    c = cache_mod.CompilationCache(tmp_path, max_bytes=3 * 1500)
     for i, key in enumerate("abc"):
-        c.put(key, bytes(1000))
+        put(c, key, 1000)
         os.utime(c.path(key), (time.time() - 100 + i, time.time() - 100 + i))
-    assert c.get("a") is not None  # a becomes the most recently used
-    c.put("d", bytes(1000))
+    assert c.get("a", 1) is not None  # a becomes the most recently used
+    put(c, "d", 1000)
     assert sorted(p.stem for p in tmp_path.glob("*.hlx")) == ["a", "c", "d"]
-    assert c.info().size_bytes <= 3 * 1400
-    c.put("e", bytes(5000))  # larger than the limit: it stays, everything older goes
+    assert c.info().size_bytes <= 3 * 1500
+    put(c, "e", 5000)  # larger than the limit: it stays, everything older goes
     assert [p.stem for p in tmp_path.glob("*.hlx")] == ["e"]
 
 
@@ -134,7 +190,7 @@ def test_stale_temporary_files_are_removed(tmp_path):
     stale.write_bytes(b"x")
     fresh.write_bytes(b"x")
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
-    c.put("k", b"data")
+    put(c, "k", 4)
     assert not stale.exists() and fresh.exists()
     assert c.info().entries == 1
 
@@ -158,8 +214,91 @@ def test_environment_variable_names_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv(cache_mod.ENV_DIR, str(tmp_path / "a-file" / "cache"))
     with cache_mod.using_cache_dir(None):
         cache_mod._state["configured"] = False
-        with pytest.warns(UserWarning, match="HLOPT_CACHE_DIR/HLOPT_CACHE_MAX_BYTES unusable"):
+        with pytest.warns(UserWarning, match="compiling without the compilation cache: .*a-file/cache: Not a directory"):
             assert cache_mod.active_cache() is None
+
+
+def test_folder_is_created_private(tmp_path):
+    hlopt.set_cache_dir(tmp_path / "new" / "cache")
+    try:
+        assert stat.S_IMODE((tmp_path / "new" / "cache").stat().st_mode) == 0o700
+    finally:
+        hlopt.set_cache_dir(None)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
+def test_folder_others_can_write_is_refused(tmp_path, mode):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(mode)
+    with cache_mod.using_cache_dir(None):
+        with pytest.warns(UserWarning, match=f"compiling without the compilation cache: .*writable by others "
+                                             f"\\(mode {mode:04o}\\); run `chmod 700"):
+            hlopt.set_cache_dir(folder)
+        compiled = hlopt.lower(f, X).compile()
+        assert hlopt.cache_info().directory is None
+    np.testing.assert_allclose(compiled(X), jax.jit(f)(X), rtol=1e-6)
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+def test_folder_of_another_user_is_refused(tmp_path):
+    folder = tmp_path / "theirs"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, 65534, 65534)
+    with cache_mod.using_cache_dir(None):
+        with pytest.warns(UserWarning, match="belongs to user id 65534, not to you"):
+            hlopt.set_cache_dir(folder)
+        assert hlopt.cache_info().directory is None
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("12345", 12345), ("1e9", 10**9), ("2.5e9", 25 * 10**8), (" 4096 ", 4096),
+    ("lots", None), ("-5", None), ("0", None), ("nan", None), ("inf", None), ("1.5", None), ("1e400", None),
+])
+def test_max_bytes_from_the_environment(tmp_path, monkeypatch, text, expected):
+    monkeypatch.setenv(cache_mod.ENV_MAX_BYTES, text)
+    with cache_mod.using_cache_dir(None):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            hlopt.set_cache_dir(tmp_path / "c")
+            info = hlopt.cache_info()
+    assert info.max_bytes == (expected or cache_mod.DEFAULT_MAX_BYTES)
+    messages = [str(w.message) for w in caught]
+    assert messages == ([] if expected else [
+        f"hlopt: HLOPT_CACHE_MAX_BYTES={text.strip()!r} is not a positive number of bytes; "
+        f"using the default, {cache_mod.DEFAULT_MAX_BYTES}"])
+
+
+def test_bad_max_bytes_without_a_cache_changes_nothing(monkeypatch):
+    monkeypatch.setenv(cache_mod.ENV_MAX_BYTES, "1e9x")
+    monkeypatch.delenv(cache_mod.ENV_DIR, raising=False)
+    with cache_mod.using_cache_dir(None):
+        cache_mod._state["configured"] = False  # as in a fresh process
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_allclose(hlopt.lower(f, X).compile()(X), jax.jit(f)(X), rtol=1e-6)
+
+
+def test_entry_under_another_key_is_a_miss(cache_dir, monkeypatch):
+    hlopt.lower(f, X).compile()
+    monkeypatch.setenv("HLOPT_KEY", "another user's key, not this one's")
+    np.testing.assert_allclose(hlopt.lower(f, X).compile()(X), jax.jit(f)(X), rtol=1e-6)
+    hlopt.lower(f, X).compile()
+    assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 2)  # rewritten under the new key
+
+
+def test_insecure_key_file_turns_the_cache_off(cache_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    key = tmp_path / "config" / "hlopt" / "key"
+    key.parent.mkdir(parents=True)
+    key.write_text("k" * 64)
+    key.chmod(0o644)
+    with pytest.warns(UserWarning, match="compiling without the compilation cache: the key file .* is accessible "
+                                         "by others \\(mode 0644\\)"):
+        compiled = hlopt.lower(f, X).compile()
+    np.testing.assert_allclose(compiled(X), jax.jit(f)(X), rtol=1e-6)
+    assert entries(cache_dir) == []
 
 
 WORKER = r"""

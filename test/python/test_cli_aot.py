@@ -167,6 +167,37 @@ def test_run_errors(workdir, capsys):
     assert "section 'module' checksum mismatch" in capsys.readouterr().err
 
 
+def test_trust_flags(workdir, capsys, monkeypatch):
+    tmp, name = workdir
+    monkeypatch.setenv("HLOPT_KEY", "the key of the machine that compiled " * 2)
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0
+    capsys.readouterr()
+    assert hlopt("inspect", "f.hlx", "--trust", "signed") == 0
+    out = capsys.readouterr().out
+    assert "MAC:        verified with HLOPT_KEY" in out
+    assert out.rstrip().endswith("passes the checks of --trust signed (those that need no devices)")
+    monkeypatch.setenv("HLOPT_KEY", "the key of another machine, not shared " * 2)
+    assert hlopt("inspect", "f.hlx") == 0
+    assert "MAC:        DOES NOT VERIFY with HLOPT_KEY: written under another key, or changed since" in (
+        capsys.readouterr().out)
+    for argv in (["inspect", "f.hlx", "--trust", "signed"], ["run", "f.hlx", "--input", "xy.npz"]):
+        assert hlopt(*argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("hlopt: error: f.hlx: its MAC does not verify with HLOPT_KEY") and "\n" not in err
+    assert hlopt("inspect", "f.hlx", "--trust", "portable") == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("passes the checks of --trust portable (those that need no devices)")
+    assert hlopt("run", "f.hlx", "--input", "xy.npz", "--trust", "portable", "--output", "out.npz") == 0
+    check_outputs(tmp / "out.npz", jax.jit(ref)(X, Y))
+    assert capsys.readouterr().err == ("hlopt: warning: f.hlx: not authenticated (trust='portable'); "
+                                       "compiling it from its portable artifact\n")
+    monkeypatch.delenv("HLOPT_KEY")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp / "no-config"))
+    assert hlopt("inspect", "f.hlx") == 0
+    assert "MAC:        not checked: no key (" in capsys.readouterr().out
+    assert not (tmp / "no-config").exists()  # inspecting makes no key
+
+
 def test_mlir_errors(workdir, capsys):
     tmp, _ = workdir
     (tmp / "bad.mlir").write_text("func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %y : tensor<4xf32>\n}\n")

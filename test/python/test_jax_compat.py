@@ -140,6 +140,13 @@ def test_cpp_dispatch_replays_a_known_signature():
     assert len(misses) == 1  # the second call ran from C++
 
 
+def test_layout_rank_of_executable_parameters_and_outputs():
+    executable = jax.jit(lambda x, s: (x.sum(0), s)).lower(np.ones((2, 3, 4), np.float32), 1.0).compile()
+    runtime = executable.runtime_executable()
+    assert [jax_compat.layout_rank(x) for x in runtime.get_parameter_layouts()] == [3, 0]
+    assert [jax_compat.layout_rank(x) for x in runtime.get_output_layouts()] == [2, 0]
+
+
 def test_lowering_placement_and_weak_out_avals():
     x = jax.device_put(np.ones(3, np.float32), jax.devices()[-1])
     lowered = jax.jit(lambda x: (x + 1, 2.0)).lower(x)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+import forge
 import hlopt
 from hlopt.runtime import container, encoding, files
 
@@ -206,10 +208,10 @@ def test_too_few_devices_says_how_many_are_needed(sharded, tmp_path):
 def test_other_jaxlib_version_is_recompiled_with_a_warning():
     args = CASES["tree-f32"][1]()
     compiled = hlopt.lower(tree_f, *args).compile()
-    manifest, sections = files.read_file(compiled.serialize(), "x")
+    manifest, sections = forge.unpack(compiled.serialize())
     for key, value in (("jaxlib_version", "0.0.1"), ("platform_version", "other 1.0"), ("process_count", 2)):
-        data = container.pack(dict(manifest, **{key: value}), sections)
-        with pytest.warns(hlopt.RecompileWarning, match=f"{key} {value}.*recompiling"):
+        data = forge.resign(dict(manifest, **{key: value}), sections)
+        with pytest.warns(hlopt.RecompileWarning, match=f"{key} {value!r}.*compiling it from its portable artifact"):
             loaded = hlopt.deserialize(data)
         assert_same(loaded(*args), compiled(*args))
 
@@ -224,8 +226,9 @@ def test_matching_file_loads_without_warning():
 
 def test_manifest_records_what_inspect_shows(sharded):
     compiled, _, _ = sharded
-    manifest, sections = files.read_file(compiled.serialize(), "x")
+    manifest, sections = forge.unpack(compiled.serialize())
     assert manifest["format"] == "hlopt-executable" and manifest["format_version"] == container.FORMAT_VERSION
+    assert manifest["flags"] == {"shardy": True, "propagate_to_output": [False, False]}
     assert manifest["device_count"] == 8
     assert manifest["platform"] == "cpu"
     assert manifest["jaxlib_version"] == jaxlib.__version__
@@ -234,8 +237,11 @@ def test_manifest_records_what_inspect_shows(sharded):
     assert manifest["out_shardings"][0][0] == "x"
     assert [a["shape"] for a in manifest["signature"]["in_avals"]] == [[16, 8], [8, 4]]
     assert manifest["pipeline"] == "hlopt-default"
-    assert [s["name"] for s in manifest["sections"]] == ["executable", "module"]
-    assert "sdy.mesh" in str(hlopt.passes.mlir.deserialize_portable_artifact(sections["module"]))
+    assert list(sections) == ["executable", "module"]
+    module = hlopt.passes.mlir.deserialize_portable_artifact(sections["module"])
+    assert "sdy.mesh" in str(module)
+    recorded = hlopt.passes.mlir.ir.StringAttr(module.operation.attributes[files.SIGNATURE_ATTR]).value
+    assert json.loads(recorded) == manifest["signature"]
 
 
 def test_unsupported_pytrees_and_static_args_are_refused_when_saving():

@@ -15,6 +15,7 @@ import hlopt
 from hlopt.compiler.lowering import Signature, parse_module
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.mlir import ir
+from hlopt.runtime.compile import compile_lowered
 
 
 def _as_entry(module: ir.Module, name: str) -> None:
@@ -42,7 +43,7 @@ def compile_vjp(module: ir.Module, primals: Sequence[Any], cts: Sequence[Any],
     (primals, cotangents) -> input cotangents."""
     after = Lowered(module, _signature(primals, primals, mesh)).apply("vjp-expand{func=main}")
     _as_entry(after.module, "main_vjp")
-    return Lowered(after.module, _signature([*primals, *cts], primals, mesh)).compile(pipeline)
+    return Lowered(after.module, _signature([*primals, *cts], primals, mesh), backend=compile_lowered).compile(pipeline)
 
 
 def hlopt_vjp(f: Callable | str, primals: Sequence[Any], cts: Sequence[Any],

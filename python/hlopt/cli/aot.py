@@ -11,6 +11,7 @@ import re
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 from hlopt.cli.errors import UsageError
 
 PROGRESS_AFTER_S = 2.0
+# `hlopt run` sets up as many host CPU devices as a file's program needs, up to this many.
+MAX_HOST_DEVICES = 1024
 
 
 # --- compile ---------------------------------------------------------------------
@@ -243,6 +246,16 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input", action="append", default=[], metavar="FILE",
                    help="a .npy (one argument) or .npz (its arrays in order); in argument order")
     p.add_argument("--output", help="write the results to this .npz (keys are the output paths)")
+    add_trust_arg(p, "signed")
+
+
+def add_trust_arg(p: argparse.ArgumentParser, default: str | None) -> None:
+    """`--trust signed|portable`."""
+    p.add_argument("--trust", choices=["signed", "portable"], default=default,
+                   help="signed: only files whose MAC verifies under your key (HLOPT_KEY or ~/.config/hlopt/key); "
+                        "portable: compile any other file from its StableHLO, never running its native code"
+                        + ("" if default else "; inspect then also runs that level's checks that need no devices "
+                                              "(exit status 1 if the file fails them)"))
 
 
 def read_inputs(paths: list[str]) -> list[Any]:
@@ -274,13 +287,6 @@ def leaf_names(tree: Any) -> list[str]:
     return names
 
 
-def _read_bytes(path: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read '{path}': {e.strerror}") from None
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     """Load a file, run it on the inputs, print or save the results."""
     import jax
@@ -288,11 +294,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from hlopt.runtime import files
 
-    data = _read_bytes(args.file)
-    manifest, _ = files.read_file(data, args.file)
-    if manifest["device_count"] > 1:
-        set_host_devices(manifest["device_count"])
-    compiled = files.deserialize(data, args.file)
+    found, _ = files.read_file(args.file)
+    files.check_manifest(found.manifest, args.file)
+    count = found.manifest["device_count"]
+    if count > MAX_HOST_DEVICES:
+        raise UsageError(f"{args.file}: the program runs on {count} devices; hlopt run sets up at most "
+                         f"{MAX_HOST_DEVICES} host devices")
+    if count > 1:
+        set_host_devices(count)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = files.load(args.file, trust=args.trust)
+    for w in caught:
+        print(f"hlopt: warning: {printable(w.message)}", file=sys.stderr)
     sig = compiled.signature
     inputs = read_inputs(args.input)
     if len(inputs) != len(sig.in_avals):
@@ -306,7 +320,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}: {', '.join(names)}")
     else:
         for name, value in zip(names, leaves):
-            print(f"{name}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
+            print(f"{printable(name)}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
     return 0
 
 
@@ -318,58 +332,77 @@ def add_inspect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="an executable file")
     p.add_argument("--ir", action="store_true", help="also print the post-pass module")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    add_trust_arg(p, None)
 
 
-def describe(manifest: dict[str, Any], size: int, path: str) -> str:
-    """A readable summary of a checked manifest (no device is needed)."""
+def printable(value: Any) -> str:
+    """`str(value)` with every control, format and other non-printable character escaped (\\x1b, \\u202e)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+
+
+def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
+    """A readable summary of a checked manifest (no device is needed); every string from the file escaped."""
     import jax
 
     from hlopt.compiler.program import aval_str
     from hlopt.runtime import encoding
 
-    sig = manifest["signature"]
+    p = printable
     try:
+        sig = manifest["signature"]
         in_tree, out_tree = encoding.decode_tree(sig["in_tree"]), encoding.decode_tree(sig["out_tree"])
         in_avals = [encoding.decode_aval(a) for a in sig["in_avals"]]
         out_avals = [encoding.decode_aval(a) for a in sig["out_avals"]]
-    except (encoding.EncodingError, KeyError, TypeError) as e:
-        raise UsageError(f"{path}: malformed signature in the manifest: {e}") from None
-    in_names = leaf_names(jax.tree_util.tree_unflatten(in_tree, [0] * len(in_avals))[0])
-    out_names = leaf_names(jax.tree_util.tree_unflatten(out_tree, [0] * len(out_avals)))
-    mesh = sig.get("mesh")
-    lines = [
-        f"file:       {path} ({size} bytes, format version {manifest['format_version']})",
-        f"program:    {sig['name']}",
-        f"written by: jax {manifest.get('jax_version')}, jaxlib {manifest['jaxlib_version']}, "
-        f"platform {manifest['platform']} {manifest['platform_version']}, StableHLO {manifest.get('stablehlo_version')}",
-        f"devices:    {manifest['device_count']}" + (
-            "" if not mesh else f", mesh {' '.join(f'{n}={s}' for n, s in zip(mesh['axis_names'], mesh['shape']))} "
-            f"({', '.join(mesh['axis_types'])}), device ids {mesh['device_ids']}"),
-        f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
-        f"pipeline:   {manifest['pipeline'] or '(none)'}",
-        "inputs:",
-        *[f"  {n:16s} {aval_str(a):20s} {encoding.spec_str(s)}"
-          for n, a, s in zip(in_names, in_avals, manifest["in_shardings"])],
-        "outputs:",
-        *[f"  {n:16s} {aval_str(a):20s} {encoding.spec_str(s)}"
-          for n, a, s in zip(out_names, out_avals, manifest["out_shardings"])],
-    ]
-    if sig["static_args"]:
-        lines.append("static arguments: " + ", ".join(
-            f"{i}={encoding.decode_static(v)!r}" for i, v in sig["static_args"]))
+        in_names = leaf_names(jax.tree_util.tree_unflatten(in_tree, [0] * len(in_avals))[0])
+        out_names = leaf_names(jax.tree_util.tree_unflatten(out_tree, [0] * len(out_avals)))
+        mesh = sig.get("mesh")
+        lines = [
+            f"file:       {p(path)} ({size} bytes, format version {manifest['format_version']})",
+            f"MAC:        {p(mac)}",
+            f"program:    {p(sig['name'])}",
+            f"written by: jax {p(manifest.get('jax_version'))}, jaxlib {p(manifest['jaxlib_version'])}, "
+            f"platform {p(manifest['platform'])} {p(manifest['platform_version'])}, "
+            f"StableHLO {p(manifest.get('stablehlo_version'))}",
+            f"devices:    {manifest['device_count']}" + (
+                "" if not mesh else f", mesh {' '.join(f'{p(n)}={s}' for n, s in zip(mesh['axis_names'], mesh['shape']))} "
+                f"({p(', '.join(map(str, mesh['axis_types'])))}), device ids {p(mesh['device_ids'][:64])}"),
+            f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
+            f"pipeline:   {p(manifest['pipeline']) or '(none)'}",
+            "inputs:",
+            *[f"  {p(n):16s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
+              for n, a, s in zip(in_names, in_avals, manifest["in_shardings"])],
+            "outputs:",
+            *[f"  {p(n):16s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
+              for n, a, s in zip(out_names, out_avals, manifest["out_shardings"])],
+        ]
+        if sig["static_args"]:
+            lines.append("static arguments: " + ", ".join(
+                f"{i}={p(repr(encoding.decode_static(v)))}" for i, v in sig["static_args"]))
+    except (encoding.EncodingError, KeyError, TypeError, ValueError, AttributeError) as e:
+        raise UsageError(f"{path}: malformed manifest: {p(e)}") from None
     lines.append("sections:")
     lines += [f"  {s['name']:12s} {s['size']:>10d} bytes  sha256 {s['sha256']}" for s in manifest["sections"]]
     return "\n".join(lines)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    """Print a checked file's manifest (and its module with --ir)."""
-    from hlopt.passes.mlir import deserialize_portable_artifact
+    """Print a file's manifest and whether its MAC verifies (its module with --ir); with --trust, load-check it."""
     from hlopt.runtime import files
 
-    data = _read_bytes(args.file)
-    manifest, sections = files.read_file(data, args.file)
-    print(json.dumps(manifest, indent=2, sort_keys=True) if args.json else describe(manifest, len(data), args.file))
+    found, mac = files.read_file(args.file, sections=files.SECTIONS)
+    if args.json:
+        print(json.dumps(dict(found.manifest, mac=mac), indent=2, sort_keys=True))
+    else:
+        print(describe(found.manifest, found.size, args.file, mac))
     if args.ir:
-        print(deserialize_portable_artifact(sections["module"]))
+        from hlopt.passes.mlir import deserialize_portable_artifact
+
+        try:
+            print(deserialize_portable_artifact(found.sections["module"]))
+        except Exception as e:  # noqa: BLE001 - MLIR reports a bad artifact with several types
+            raise UsageError(f"{args.file}: the module section is not a StableHLO portable artifact: "
+                             f"{printable(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)}") from None
+    if args.trust:
+        files.check_file(args.file, trust=args.trust)
+        print(f"passes the checks of --trust {args.trust} (those that need no devices)")
     return 0

@@ -1,0 +1,240 @@
+"""What a module from an unauthenticated file must pass before XLA compiles it (`trust="portable"`).
+
+A file whose MAC does not verify never has its native code handed to PJRT;
+with `trust="portable"` its StableHLO is compiled instead, after these
+checks on every operation:
+
+- ops from the builtin, func, stablehlo, chlo and sdy dialects only, and no
+  host transfers (`infeed`, `outfeed`, `send`, `recv`): they can block forever;
+- every tensor fits in this machine's memory;
+- custom calls only to targets in `CUSTOM_CALLS`: the partitioner's markers
+  (they never run) and the LAPACK kernels jax calls on CPU, each with the
+  operand and result types jax gives them (a kernel trusts its buffers: a
+  result smaller than its operand would be written past its end). The list
+  follows `jax.export`'s targets with guaranteed stability, narrowed to those
+  whose types can be checked here.
+
+The checks say what was refused and where; they do not make a hostile
+program's results right, only keep its native code out and XLA's inputs
+well formed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+
+from hlopt.passes.locations import format_location
+from hlopt.passes.mlir import ir
+
+DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
+REFUSED_OPS = {
+    "stablehlo.infeed": "reads from the host and can block forever",
+    "stablehlo.outfeed": "writes to the host and can block forever",
+    "stablehlo.send": "sends to the host or another program and can block forever",
+    "stablehlo.recv": "receives from the host or another program and can block forever",
+}
+
+
+_WHERE_CHARS = 160
+
+
+class PortableCheckError(ValueError):
+    """A module from an unauthenticated file that hlopt will not compile; the message says where and why."""
+
+
+Types = Sequence[ir.RankedTensorType]
+Rule = Callable[[Types, Types, ir.Operation], str | None]
+
+_I32 = "i32"
+_LAPACK_TYPES = {"s": "f32", "d": "f64", "c": "complex<f32>", "z": "complex<f64>"}
+_REAL = {"f32": "f32", "f64": "f64", "complex<f32>": "f32", "complex<f64>": "f64"}
+
+
+def _tensor(t: ir.RankedTensorType) -> tuple[list[int], str]:
+    return list(t.shape), str(t.element_type)
+
+
+def _matrix_rule(element: str, results: Callable[[list[int], int, int], list[tuple[list[int], str]]],
+                 square: bool = False) -> Rule:
+    """A kernel of one batched matrix `a[*b, m, n]` whose results' types follow from it."""
+
+    def rule(operands: Types, outs: Types, op: ir.Operation) -> str | None:
+        if len(operands) != 1:
+            return f"takes 1 operand, not {len(operands)}"
+        shape, elt = _tensor(operands[0])
+        if elt != element or len(shape) < 2 or (square and shape[-1] != shape[-2]):
+            return f"operand {operands[0]} is not a batch of {'square ' if square else ''}{element} matrices"
+        want = results(shape[:-2], shape[-2], shape[-1])
+        got = [_tensor(t) for t in outs]
+        if got != want:
+            return f"results {_types(outs)}; the kernel writes {_types_of(want)}"
+        return None
+
+    return rule
+
+
+def _pair_rule(element: str, fits: Callable[[list[int], list[int], ir.Operation], str | None], writes: int) -> Rule:
+    """A kernel of two batched operands that writes over operand `writes`; `fits` names what their shapes miss."""
+
+    def rule(operands: Types, outs: Types, op: ir.Operation) -> str | None:
+        if len(operands) != 2:
+            return f"takes 2 operands, not {len(operands)}"
+        (a, ea), (b, eb) = _tensor(operands[0]), _tensor(operands[1])
+        problem = None if ea == eb == element else f"{element} tensors"
+        problem = problem or fits(a, b, op)
+        if problem is not None:
+            return f"operands {_types(operands)} are not {problem}"
+        if [_tensor(t) for t in outs] != [_tensor(operands[writes])]:
+            return f"results {_types(outs)}; the kernel writes {operands[writes]}"
+        return None
+
+    return rule
+
+
+def _orgqr_fits(a: list[int], tau: list[int], op: ir.Operation) -> str | None:
+    ok = len(a) >= 2 and len(tau) == len(a) - 1 and tau[:-1] == a[:-2] and tau[-1] <= a[-1] <= a[-2]
+    return None if ok else "a[*b, m, n] and tau[*b, k] with k <= n <= m"
+
+
+def _trsm_fits(a: list[int], x: list[int], op: ir.Operation) -> str | None:
+    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
+    side = ir.IntegerAttr(config["side"]).value if isinstance(config, ir.DictAttr) and "side" in config else None
+    if side not in (ord("L"), ord("R")):
+        return "solved from a side: mhlo.backend_config has no side = L or R"
+    k = "m" if side == ord("L") else "n"
+    ok = len(a) >= 2 and len(x) == len(a) and a[:-2] == x[:-2] and a[-1] == a[-2] == x[-2 if k == "m" else -1]
+    return None if ok else f"a square a[*b, k, k] and x[*b, m, n] with k = {k}"
+
+
+def _lapack_rules() -> dict[str, Rule]:
+    rules: dict[str, Rule] = {}
+    for prefix, t in _LAPACK_TYPES.items():
+        real = _REAL[t]
+        rules[f"lapack_{prefix}potrf_ffi"] = _matrix_rule(
+            t, lambda b, m, n, t=t: [(b + [m, n], t), (b, _I32)], square=True)
+        rules[f"lapack_{prefix}getrf_ffi"] = _matrix_rule(
+            t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], _I32), (b, _I32)])
+        rules[f"lapack_{prefix}geqrf_ffi"] = _matrix_rule(
+            t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], t)])
+        rules[f"lapack_{prefix}{'ungqr' if prefix in 'cz' else 'orgqr'}_ffi"] = _pair_rule(t, _orgqr_fits, writes=0)
+        rules[f"lapack_{prefix}{'heevd' if prefix in 'cz' else 'syevd'}_ffi"] = _matrix_rule(
+            t, lambda b, m, n, t=t, real=real: [(b + [m, n], t), (b + [n], real), (b, _I32)], square=True)
+        rules[f"lapack_{prefix}trsm_ffi"] = _pair_rule(t, _trsm_fits, writes=1)
+    return rules
+
+
+def _marker_rule(operands: Types, outs: Types, op: ir.Operation) -> str | None:
+    if len(operands) != 1 or len(outs) != 1 or _tensor(operands[0])[1] != _tensor(outs[0])[1]:
+        return f"is not one operand and one result of the same element type: {_types(operands)} -> {_types(outs)}"
+    return None
+
+
+# custom-call target -> the check of its operand and result types (None: they are fine)
+CUSTOM_CALLS: dict[str, Rule] = {
+    "Sharding": _marker_rule,
+    "SPMDFullToShardShape": _marker_rule,
+    "SPMDShardToFullShape": _marker_rule,
+    **_lapack_rules(),
+}
+
+
+def _types(types: Types) -> str:
+    return "(" + ", ".join(str(t) for t in types) + ")"
+
+
+def _types_of(pairs: list[tuple[list[int], str]]) -> str:
+    return "(" + ", ".join(f"tensor<{''.join(f'{d}x' for d in s)}{e}>" for s, e in pairs) + ")"
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory: no tensor of a portable module may be larger."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def check_portable(module: ir.Module) -> None:
+    """Refuse (PortableCheckError) a module hlopt will not compile from an unauthenticated file."""
+    limit = memory_bytes()
+    problems: list[str] = []
+
+    def tensors(values: Sequence[ir.Value]) -> list[ir.RankedTensorType] | None:
+        out = []
+        for v in values:
+            try:
+                out.append(ir.RankedTensorType(v.type))
+            except ValueError:
+                return None
+        return out
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        name = op.name
+        where = _where(op)
+        for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
+            size = _byte_size(v.type)
+            if size is not None and size > limit:
+                problems.append(f"{where}: {name} makes a {v.type} of {size} bytes, more than this machine's "
+                                f"{limit} bytes of memory")
+                return ir.WalkResult.INTERRUPT
+        if name.split(".", 1)[0] not in DIALECTS:
+            problems.append(f"{where}: {name} is not a StableHLO, CHLO, Shardy or func operation")
+        elif name in REFUSED_OPS:
+            problems.append(f"{where}: {name} {REFUSED_OPS[name]}")
+        elif name == "stablehlo.custom_call":
+            try:
+                problems.extend(_check_custom_call(op, where, tensors))
+            except (ValueError, TypeError, KeyError, IndexError) as e:  # attributes of unexpected types
+                problems.append(f"{where}: custom call with malformed attributes: {e}")
+        return ir.WalkResult.INTERRUPT if problems else ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if problems:
+        raise PortableCheckError(problems[0])
+
+
+def _where(op: ir.Operation) -> str:
+    """The op's location for a message, at most _WHERE_CHARS long (a call-site chain can be kilobytes)."""
+    text = format_location(op.location)
+    return text if len(text) <= _WHERE_CHARS else text[: _WHERE_CHARS - 3] + "..."
+
+
+def _check_custom_call(op: ir.Operation, where: str, tensors: Callable) -> list[str]:
+    target = ir.StringAttr(op.attributes["call_target_name"]).value
+    rule = CUSTOM_CALLS.get(target)
+    if rule is None:
+        return [f"{where}: custom call to {target!r}, which is not on hlopt's list of checked targets "
+                "(a kernel's code is not in the file, and its operands cannot be checked)"]
+    api = ir.IntegerAttr(op.attributes["api_version"]).value if "api_version" in op.attributes else 1
+    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
+    typed = api == 4 or (api == 1 and isinstance(config, ir.DictAttr))
+    if target.startswith("lapack_") and not typed:
+        return [f"{where}: custom call to {target!r} is not a typed (FFI) call: api_version {api} "
+                "and no mhlo.backend_config dictionary"]
+    if "called_computations" in op.attributes and len(ir.ArrayAttr(op.attributes["called_computations"])):
+        return [f"{where}: custom call to {target!r} calls functions; it never does"]
+    operands, results = tensors(op.operands), tensors(op.results)
+    if operands is None or results is None:
+        return [f"{where}: custom call to {target!r} takes or returns values that are not ranked tensors"]
+    problem = rule(operands, results, op)
+    return [] if problem is None else [f"{where}: custom call to {target!r} {problem}"]
+
+
+def _byte_size(t: ir.Type) -> int | None:
+    """The bytes of a statically shaped tensor type, None for other types."""
+    try:
+        rt = ir.RankedTensorType(t)
+    except ValueError:
+        return None
+    if not rt.has_static_shape:
+        return None
+    bits = _element_bits(rt.element_type)
+    return math.prod(rt.shape) * bits // 8
+
+
+def _element_bits(t: ir.Type) -> int:
+    if isinstance(t, ir.ComplexType):
+        return 2 * _element_bits(t.element_type)
+    return max(8, getattr(t, "width", None) or 64)

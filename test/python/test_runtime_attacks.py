@@ -1,0 +1,310 @@
+"""Attacks on executable files and the cache, each in a fresh process with a timeout.
+
+The attacker can edit any byte of a file or cache entry and recompute every
+checksum that needs no key (forge.forge), put FIFOs, devices, symlinks and
+huge sparse files where files are expected, and write terminal escape
+sequences into manifests. Each attack runs in a fresh process
+(attack_worker.py, or the `hlopt` command) with a timeout; the tests check
+that it neither crashed nor hung, that no payload ran, and that every case
+was refused with an ExecutableFileError (the CLI: one line, exit status 1)
+or, with trust="portable", gave the right numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import forge
+import hlopt
+from attack_worker import X, Y, f, g
+from hlopt.runtime import container, files
+
+WORKER = str(Path(__file__).parent / "attack_worker.py")
+TIMEOUT_S = 240
+
+
+@pytest.fixture(scope="module")
+def data():
+    mesh = jax.make_mesh((8,), ("x",))
+    return hlopt.lower(f, X, Y, mesh=mesh, in_shardings=(P("x"), P())).compile().serialize()
+
+
+def want(fun=f) -> dict:
+    return {jax.tree_util.keystr(p): np.asarray(x).tolist()
+            for p, x in jax.tree_util.tree_flatten_with_path(jax.jit(fun)(X, Y))[0]}
+
+
+def assert_close(got: dict, expected: dict) -> None:
+    assert sorted(got) == sorted(expected)
+    for k in expected:
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(expected[k]), rtol=1e-5, atol=1e-5)
+
+
+def attack(tmp_path: Path, cases: list[dict], env: dict | None = None) -> list[dict]:
+    """Run `cases` in a fresh process; it must exit normally, within the timeout."""
+    spec = tmp_path / f"spec-{random.random()}.json"
+    spec.write_text(json.dumps({"cases": cases}))
+    proc = subprocess.run([sys.executable, WORKER, str(spec)], capture_output=True, text=True,
+                          timeout=TIMEOUT_S, env=dict(os.environ, **(env or {})))
+    assert proc.returncode == 0, f"the process died (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    for case, result in zip(cases, results, strict=True):
+        assert "error" not in result, (case, result)
+    return results
+
+
+def hlopt_cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["hlopt", *argv], capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env=dict(os.environ, **(env or {})))
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith("hlopt: error: ") and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+@pytest.mark.skipif(not forge.can_patch_kernels(), reason="the payload is x86-64 machine code")
+def test_patched_kernel_never_runs(tmp_path):
+    marker = tmp_path / "payload-ran"
+    compiled = hlopt.lower(f, X, Y).compile()
+    manifest, sections = forge.unpack(compiled.serialize())
+    patched = forge.patch_first_kernel(sections["executable"], str(marker))
+    # The control: PJRT itself runs the patched kernel, so the payload is real.
+    control = write(tmp_path, "control.bin", patched)
+    script = ("import sys, jax, numpy as np; from jax.extend import backend; from jaxlib import xla_client as xc\n"
+              "e = backend.get_backend().deserialize_executable(open(sys.argv[1], 'rb').read(), "
+              "xc.DeviceList(tuple(jax.devices()[:1])), xc.CompileOptions())\n"
+              "a = [jax.device_put(np.ones((8, 4), np.float32)), jax.device_put(np.ones((4, 2), np.float32))]\n"
+              "e.execute_sharded(a).disassemble_into_single_device_arrays()[0][0].block_until_ready()\n")
+    subprocess.run([sys.executable, "-c", script, control], capture_output=True, timeout=TIMEOUT_S)
+    assert marker.exists(), "the payload did not run even when PJRT loaded it: the test proves nothing"
+    marker.unlink()
+
+    forged = write(tmp_path, "patched.hlx", forge.forge(manifest, dict(sections, executable=patched)))
+    signed, portable = attack(tmp_path, [{"kind": "load", "file": forged, "trust": "signed"},
+                                         {"kind": "load", "file": forged, "trust": "portable"}])
+    assert "MAC does not verify" in signed["refused"]
+    assert_close(portable["out"], want())
+    assert_one_line_error(hlopt_cli("run", forged), "MAC does not verify")
+    np.savez(tmp_path / "xy.npz", X, Y)
+    ran = hlopt_cli("run", forged, "--trust", "portable", "--input", str(tmp_path / "xy.npz"),
+                    "--output", str(tmp_path / "out.npz"))
+    assert ran.returncode == 0, ran.stderr
+    out = np.load(tmp_path / "out.npz")
+    np.testing.assert_allclose(out["s"], jax.jit(f)(X, Y)["s"], rtol=1e-5)
+    shown = hlopt_cli("inspect", forged)
+    assert shown.returncode == 0 and "MAC:        DOES NOT VERIFY" in shown.stdout
+    assert_one_line_error(hlopt_cli("inspect", forged, "--trust", "signed"), "MAC does not verify")
+    assert not marker.exists(), "the payload ran"
+
+
+def test_spliced_sections_never_run(tmp_path):
+    mesh8, mesh4 = jax.make_mesh((8,), ("x",)), jax.make_mesh((4,), ("x",), devices=jax.devices()[:4])
+    f8 = hlopt.lower(f, X, Y, mesh=mesh8, in_shardings=(P("x"), P())).compile()
+    f4 = hlopt.lower(f, X, Y, mesh=mesh4, in_shardings=(P("x"), P())).compile()
+    g4 = hlopt.lower(g, X, Y, mesh=mesh4, in_shardings=(P("x"), P())).compile()
+    m4, s4 = forge.unpack(f4.serialize())
+    _, s8 = forge.unpack(f8.serialize())
+    _, sg = forge.unpack(g4.serialize())
+    cases = {
+        "8-device executable, 4-device manifest": forge.forge(m4, dict(s4, executable=s8["executable"])),
+        "another program's executable, same signature": forge.forge(m4, dict(s4, executable=sg["executable"])),
+        "another program's module": forge.forge(m4, dict(s4, module=sg["module"])),
+        "the 8-device program's module": forge.forge(m4, dict(s4, module=s8["module"])),
+    }
+    paths = [write(tmp_path, f"splice{i}.hlx", data) for i, data in enumerate(cases.values())]
+    results = attack(tmp_path, [{"kind": "load", "file": p, "trust": t} for p in paths for t in files.TRUST_LEVELS])
+    for i, name in enumerate(cases):
+        signed, portable = results[2 * i : 2 * i + 2]
+        assert "MAC does not verify" in signed["refused"], name
+        if "module" in name:
+            assert "signature the module records differs" in portable["refused"], name
+        else:
+            assert_close(portable["out"], want())  # f's artifact, never the spliced executable
+
+
+def test_cache_poisoning_is_a_miss(tmp_path):
+    """Whoever can write into the cache folder cannot make the next process run their code."""
+    cache = tmp_path / "cache"
+    env = {"HLOPT_CACHE_DIR": str(cache)}
+    names = ("executable", "module")
+    (first, second) = attack(tmp_path, [{"kind": "compile", "program": "f"}, {"kind": "compile", "program": "g"}], env)
+    assert (first["cache"], second["cache"]) == ([0, 1], [0, 2])
+    by_size = sorted(cache.glob("*.hlx"), key=lambda p: p.stat().st_mtime)
+    entry, g_entry = by_size
+    genuine = entry.read_bytes()
+    manifest, sections = forge.unpack(genuine, "hlopt-cache-entry", names)
+    g_sections = forge.unpack(g_entry.read_bytes(), "hlopt-cache-entry", names)[1]
+    marker = tmp_path / "payload-ran"
+    poisons = {
+        "g's entry under f's name": g_entry.read_bytes(),
+        "g's executable, checksums recomputed": forge.forge(manifest, dict(sections, executable=g_sections["executable"])),
+        "fifo": None, "symlink to /dev/zero": None, "huge sparse": None,
+    }
+    if forge.can_patch_kernels():
+        poisons["patched kernel"] = forge.forge(manifest, dict(
+            sections, executable=forge.patch_first_kernel(sections["executable"], str(marker))))
+    for name, poison in poisons.items():
+        entry.unlink()
+        if name == "fifo":
+            os.mkfifo(entry)
+        elif name == "symlink to /dev/zero":
+            entry.symlink_to("/dev/zero")
+        elif name == "huge sparse":
+            with open(entry, "wb") as fh:
+                fh.write(genuine[: container.HEADER.size])
+                fh.truncate(1 << 36)
+        else:
+            entry.write_bytes(poison)
+        miss, hit = attack(tmp_path, [{"kind": "compile", "program": "f"}] * 2, env)
+        assert (miss["cache"], hit["cache"]) == ([0, 1], [1, 1]), name  # a miss, replaced by an entry that hits
+        assert_close(miss["out"], want())
+        assert_close(hit["out"], want())
+        assert entry.is_file() and not entry.is_symlink() and entry.stat().st_size < 1 << 30, name
+    assert not marker.exists(), "the payload ran"
+
+
+def test_fifos_devices_and_huge_files_are_refused_without_reading(tmp_path, data):
+    fifo = tmp_path / "f.hlx"
+    os.mkfifo(fifo)
+    header = data[: container.HEADER.size]
+    huge = tmp_path / "huge.hlx"
+    with open(huge, "wb") as fh:  # a genuine header that claims the whole 64 GiB sparse file
+        fh.write(header[:20] + (1 << 36).to_bytes(8, "little") + header[28:])
+        fh.truncate(1 << 36)
+    manifest, sections = forge.unpack(data)
+    exe = sections["executable"]
+    head = forge.forge_head(manifest, [{"name": "executable", "size": len(exe),
+                                        "sha256": hashlib.sha256(exe).hexdigest()},
+                                       {"name": "module", "size": 3 << 29, "sha256": "0" * 64}])
+    big_module = tmp_path / "big-module.hlx"  # a forged 1.5 GiB module section of zeros
+    with open(big_module, "wb") as fh:
+        fh.write(head + exe)
+        fh.truncate(len(head) + len(exe) + (3 << 29))
+    too_big = tmp_path / "too-big.hlx"  # a section larger than XLA can hold
+    head = forge.forge_head(manifest, [{"name": "executable", "size": 1 << 33, "sha256": "0" * 64},
+                                       {"name": "module", "size": 0, "sha256": "0" * 64}])
+    with open(too_big, "wb") as fh:
+        fh.write(head)
+        fh.truncate(len(head) + (1 << 33))
+    paths = [fifo, "/dev/zero", huge, big_module, too_big]
+    cases = [{"kind": "load", "file": str(p), "trust": t} for p in paths for t in files.TRUST_LEVELS]
+    results = attack(tmp_path, cases)
+    for case, result in zip(cases, results):
+        assert "refused" in result, (case, result)
+    assert "not a regular file (a FIFO)" in results[0]["refused"]
+    assert "not a regular file (a character device)" in results[2]["refused"]
+    assert "section 'module' does not start as it must" in results[7]["refused"]
+    assert "section 'executable': malformed size" in results[9]["refused"]
+    for argv in (["inspect", str(fifo)], ["run", str(fifo)], ["inspect", "/dev/zero"], ["run", str(huge)],
+                 ["run", str(big_module), "--trust", "portable"]):
+        assert_one_line_error(hlopt_cli(*argv), "")
+
+
+def test_forged_device_counts_are_capped(tmp_path, data):
+    manifest, sections = forge.unpack(data)
+    for count in (100000, 1000):
+        manifest["signature"]["mesh"].update(shape=[count], device_ids=list(range(count)))
+        manifest["device_count"] = count
+        forged = write(tmp_path, f"d{count}.hlx", forge.forge(manifest, dict(
+            sections, module=forge.retag(sections["module"], manifest["signature"]))))
+        signed, portable = attack(tmp_path, [{"kind": "load", "file": forged, "trust": t} for t in files.TRUST_LEVELS])
+        assert "MAC does not verify" in signed["refused"]
+        assert f"runs on {count} devices but only 8" in portable["refused"]
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run(["hlopt", "run", str(tmp_path / "d100000.hlx"), "--trust", "portable"], capture_output=True,
+                          text=True, timeout=TIMEOUT_S, env=env)
+    assert_one_line_error(proc, "the program runs on 100000 devices; hlopt run sets up at most 1024 host devices")
+
+
+def bcoo_program():
+    dense = np.array([[1, 0, 2, 0], [0, 0, 3, 4], [5, 0, 0, 0]], np.float32)
+
+    def h(m, v):
+        return {"t": hlopt.sparse.bcoo_transpose(m, permutation=(1, 0)), "mv": hlopt.sparse.bcoo_multiply_dense(m, v)}
+
+    m, v = hlopt.sparse.BCOO.fromdense(dense), np.arange(1, 5, dtype=np.float32)
+    return hlopt.lower(h, m, v).compile(), (m, v), dense
+
+
+BCOO_LIES = {
+    "sparse dim": ([5, 3], "signature the module records differs"),
+    "rank": ([4, 3, 1], "the buffers hold 0 batch, 2 sparse and 0 dense dims"),
+    "index range": ([4, 300], "int8 indices cannot address every sparse dim"),
+}
+
+
+@pytest.mark.parametrize("lie", list(BCOO_LIES))
+def test_forged_bcoo_shapes_are_refused(tmp_path, lie):
+    compiled, (m, v), dense = bcoo_program()
+    manifest, sections = forge.unpack(compiled.serialize())
+    shape, match = BCOO_LIES[lie]
+    text = json.dumps(manifest)
+    assert '["shape", {"tuple": [4, 3]}]' in text  # the transposed output's shape
+    manifest = json.loads(text.replace('["shape", {"tuple": [4, 3]}]', f'["shape", {{"tuple": {shape}}}]'))
+    if lie == "index range":
+        manifest["signature"]["out_avals"][2]["dtype"] = "int8"  # leaves: mv, t.data, t.indices
+    forged = write(tmp_path, "bcoo.hlx", forge.forge(manifest, sections))
+    signed, portable = attack(tmp_path, [{"kind": "load", "file": forged, "trust": t} for t in files.TRUST_LEVELS])
+    assert "MAC does not verify" in signed["refused"]
+    assert match in portable["refused"], portable
+
+
+def test_bcoo_file_under_another_key_gives_the_right_sums(tmp_path):
+    compiled, (m, v), dense = bcoo_program()
+    path = tmp_path / "bcoo.hlx"
+    compiled.save(path)
+    script = ("import sys, numpy as np, hlopt, warnings\nwarnings.simplefilter('ignore')\n"
+              "c = hlopt.load(sys.argv[1], trust='portable')\n"
+              "dense = np.array([[1, 0, 2, 0], [0, 0, 3, 4], [5, 0, 0, 0]], np.float32)\n"
+              "out = c(hlopt.sparse.BCOO.fromdense(dense), np.arange(1, 5, dtype=np.float32))\n"
+              "np.savez(sys.argv[2], t=np.asarray(out['t'].todense()), mv=np.asarray(out['mv']))\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "out.npz")], capture_output=True,
+                          text=True, timeout=TIMEOUT_S, env=dict(os.environ, HLOPT_KEY="another key " * 4))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = np.load(tmp_path / "out.npz")
+    np.testing.assert_array_equal(out["t"], dense.T)
+    from jax.experimental import sparse as jsparse
+
+    np.testing.assert_array_equal(out["mv"], jsparse.bcoo_multiply_dense(jsparse.BCOO.fromdense(dense), v))
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\u202e\r\n"
+
+
+def test_escape_sequences_in_a_manifest_are_shown_escaped(tmp_path, data):
+    manifest, sections = forge.unpack(data)
+    manifest["pipeline"] = "hlopt-default" + ESCAPES
+    manifest["jax_version"] = ESCAPES
+    manifest["signature"]["name"] = "f" + ESCAPES
+    manifest["signature"]["mesh"]["axis_names"] = ["x" + ESCAPES]
+    manifest["signature"]["out_tree"] = {"dict": [["s" + ESCAPES, "*"], ["t", "*"]]}
+    forged = write(tmp_path, "escapes.hlx", forge.forge(manifest, sections))
+    for argv in (["inspect", forged], ["inspect", forged, "--json"], ["run", forged],
+                 ["run", forged, "--trust", "portable"], ["inspect", forged, "--trust", "portable"]):
+        proc = hlopt_cli(*argv)
+        for stream in (proc.stdout, proc.stderr):
+            assert not any(c in stream for c in "\x1b\x07\r\u202e"), (argv, stream)
+        if argv[0] == "run" or "--trust" in argv:
+            assert_one_line_error(proc, "")
+    shown = hlopt_cli("inspect", forged).stdout
+    assert "program:    f\\x1b]0;owned\\x07" in shown and "pipeline:   hlopt-default\\x1b" in shown
+    assert "s\\x1b]0;owned" in shown and "mesh x\\x1b" in shown

@@ -1,0 +1,208 @@
+"""trust="portable": files from another key compile from their StableHLO, after runtime/portable.py's checks.
+
+Genuine programs (LAPACK kernels, the GSPMD partitioner's markers, meshes)
+written under one key give JAX's numbers under another; hand-made modules
+with custom calls XLA would trust blindly, host transfers or tensors larger
+than memory are refused before XLA sees them. Nothing here reaches native
+code from a file: a fixture fails the test if PJRT is asked to load one.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import forge
+import hlopt
+from hlopt.compiler.program import parse_module
+from hlopt.runtime import files
+from hlopt.runtime.portable import PortableCheckError, check_portable
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture
+def other_key(monkeypatch):
+    """Write under key A, then make key B this process's key: every file is foreign."""
+    monkeypatch.setattr(files, "load_executable", lambda *a, **k: pytest.fail("native code was handed to PJRT"))
+    monkeypatch.setenv("HLOPT_KEY", "key A " * 8)
+
+    def swap() -> None:
+        monkeypatch.setenv("HLOPT_KEY", "key B " * 8)
+
+    return swap
+
+
+def portable(data: bytes) -> hlopt.Compiled:
+    with pytest.raises(hlopt.ExecutableFileError, match="MAC does not verify"):
+        hlopt.deserialize(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", hlopt.RecompileWarning)
+        return hlopt.deserialize(data, trust="portable")
+
+
+def spd(n: int, dtype, batch=()) -> np.ndarray:
+    a = RNG.standard_normal((*batch, n, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        a = a + 1j * RNG.standard_normal((*batch, n, n))
+    return (a @ np.conj(np.swapaxes(a, -1, -2)) + n * np.eye(n)).astype(dtype)
+
+
+LINALG = {
+    "cholesky": (jnp.linalg.cholesky, lambda dt: (spd(4, dt, (2,)),)),
+    "lu_factor": (jsl.lu_factor, lambda dt: (RNG.standard_normal((5, 3)).astype(dt),)),
+    "qr tall complete": (lambda a: tuple(jnp.linalg.qr(a, mode="complete")),
+                         lambda dt: (RNG.standard_normal((5, 3)).astype(dt),)),
+    "qr wide": (lambda a: tuple(jnp.linalg.qr(a)), lambda dt: (RNG.standard_normal((2, 3, 5)).astype(dt),)),
+    "eigh": (lambda a: tuple(jnp.linalg.eigh(a)), lambda dt: (spd(4, dt),)),
+    "solve_triangular left": (lambda a, b: jsl.solve_triangular(a, b, lower=True),
+                              lambda dt: (np.tril(spd(4, dt)), RNG.standard_normal((4, 3)).astype(dt))),
+    "solve_triangular right": (lambda a, b: jsl.solve_triangular(a, b.T, lower=False, trans=1).T,
+                               lambda dt: (np.triu(spd(4, dt)), RNG.standard_normal((3, 4)).astype(dt))),
+    "inv": (jnp.linalg.inv, lambda dt: (spd(3, dt),)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+@pytest.mark.parametrize("name", list(LINALG))
+def test_lapack_programs_load_portably(name, dtype, other_key):
+    fun, make = LINALG[name]
+    args = make(dtype)
+    compiled = hlopt.lower(fun, *args).compile()
+    assert "lapack_" in str(compiled.module)
+    data = compiled.serialize()
+    other_key()
+    got = portable(data)(*args)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(jax.jit(fun)(*args)), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+def test_gspmd_markers_load_portably(other_key):
+    @hlopt.custom_partitioning
+    def double(x):
+        return x * 2
+
+    def partition(mesh, arg_shapes, result_shape):
+        s = NamedSharding(mesh, P("x"))
+        return mesh, lambda x: x * 2, s, (s,)
+
+    double.def_partition(partition=partition, sharding_rule="i j -> i j",
+                         infer_sharding_from_operands=lambda mesh, shapes, result: NamedSharding(mesh, P("x")))
+    mesh = jax.make_mesh((8,), ("x",))
+    x = RNG.standard_normal((16, 4)).astype(np.float32)
+    pipeline = "jet-expand,lower-bcoo,lower-custom-partitioning{target=gspmd},inline,canonicalize,cse,symbol-dce"
+    compiled = hlopt.lower(lambda x: double(jnp.sin(x)), x, mesh=mesh, in_shardings=(P("x"),)).compile(pipeline)
+    assert "SPMDFullToShardShape" in str(compiled.module)
+    data = compiled.serialize()
+    other_key()
+    loaded = portable(data)
+    np.testing.assert_allclose(loaded(x), np.sin(x) * 2, rtol=1e-6)
+    assert loaded.out_shardings[0].spec == compiled.out_shardings[0].spec
+
+
+HOSTILE = {
+    "result smaller than the kernel writes": (
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {api_version = 4 : i32, mhlo.backend_config = {uplo = 76 : ui8}}'
+        ' : (tensor<4x4xf32>) -> (tensor<2x2xf32>, tensor<i32>)',
+        "results (tensor<2x2xf32>, tensor<i32>); the kernel writes (tensor<4x4xf32>, tensor<i32>)"),
+    "not square": (
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%r) {api_version = 4 : i32, mhlo.backend_config = {uplo = 76 : ui8}}'
+        ' : (tensor<4x3xf32>) -> (tensor<4x3xf32>, tensor<i32>)',
+        "is not a batch of square f32 matrices"),
+    "wrong element type": (
+        '%0:3 = stablehlo.custom_call @lapack_dgetrf_ffi(%a) {api_version = 4 : i32}'
+        ' : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4xi32>, tensor<i32>)',
+        "is not a batch of f64 matrices"),
+    "untyped api": (
+        '%0:3 = stablehlo.custom_call @lapack_sgetrf_ffi(%a) {api_version = 2 : i32}'
+        ' : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4xi32>, tensor<i32>)',
+        "is not a typed (FFI) call: api_version 2 and no mhlo.backend_config dictionary"),
+    "unknown target": (
+        '%0 = stablehlo.custom_call @my_kernel(%a) {api_version = 4 : i32} : (tensor<4x4xf32>) -> tensor<4x4xf32>',
+        "custom call to 'my_kernel', which is not on hlopt's list of checked targets"),
+    "trsm side": (
+        '%0 = stablehlo.custom_call @lapack_strsm_ffi(%a, %r) {api_version = 4 : i32, mhlo.backend_config = '
+        '{diag = 78 : ui8, side = 82 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8}} : (tensor<4x4xf32>, tensor<4x3xf32>) '
+        '-> tensor<4x3xf32>',
+        "are not a square a[*b, k, k] and x[*b, m, n] with k = n"),
+    "orgqr tau too long": (
+        '%t = stablehlo.constant dense<1.0> : tensor<5xf32>\n'
+        '%0 = stablehlo.custom_call @lapack_sorgqr_ffi(%a, %t) {api_version = 4 : i32} : (tensor<4x4xf32>, tensor<5xf32>) '
+        '-> tensor<4x4xf32>',
+        "with k <= n <= m"),
+    "infeed": (
+        '%tok = stablehlo.create_token : !stablehlo.token\n'
+        '%0:2 = "stablehlo.infeed"(%tok) {infeed_config = ""} : (!stablehlo.token) -> (tensor<4x4xf32>, !stablehlo.token)',
+        "stablehlo.infeed reads from the host and can block forever"),
+    "huge tensor": (
+        '%c = stablehlo.constant dense<1.0> : tensor<f32>\n'
+        '%0 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<1000000x1000000xf32>',
+        "more than this machine's"),
+}
+
+
+def hostile_module(body: str) -> str:
+    return ("func.func @main(%a: tensor<4x4xf32>, %r: tensor<4x3xf32>) -> tensor<4x4xf32> {\n"
+            f"{body}\n  return %a : tensor<4x4xf32>\n}}")
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_modules_are_refused(case):
+    body, match = HOSTILE[case]
+    with pytest.raises(PortableCheckError, match=re.escape(match)):
+        check_portable(parse_module(hostile_module(body)))
+
+
+def test_hostile_module_in_a_file_is_refused_before_xla(other_key, monkeypatch):
+    args = (np.eye(4, dtype=np.float32), np.ones((4, 3), np.float32))
+    compiled = hlopt.lower(lambda a, r: a, *args).compile()
+    manifest, sections = forge.unpack(compiled.serialize())
+    body, match = HOSTILE["result smaller than the kernel writes"]
+    from hlopt.passes.mlir import serialize_portable_artifact
+
+    module = parse_module(hostile_module(body))
+    artifact = forge.retag(serialize_portable_artifact(module), manifest["signature"])
+    forged = forge.forge(manifest, dict(sections, module=artifact))
+    monkeypatch.setattr(files, "compile_program", lambda *a, **k: pytest.fail("XLA was asked to compile it"))
+    other_key()
+    with pytest.warns(hlopt.RecompileWarning), pytest.raises(
+            hlopt.ExecutableFileError, match=f"refused to compile the module section: .*{re.escape(match[:30])}"):
+        hlopt.deserialize(forged, trust="portable")
+
+
+def test_other_dialects_and_called_functions_are_refused():
+    text = ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+            "  %0 = stablehlo.custom_call @Sharding(%a) {called_computations = [@g], mhlo.sharding = \"{replicated}\"}"
+            " : (tensor<4xf32>) -> tensor<4xf32>\n  return %0 : tensor<4xf32>\n}\n"
+            "func.func private @g(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}")
+    with pytest.raises(PortableCheckError, match="calls functions; it never does"):
+        check_portable(parse_module(text))
+    text = ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+            "  %0 = mhlo.add %a, %a : tensor<4xf32>\n  return %0 : tensor<4xf32>\n}")
+    with pytest.raises(PortableCheckError, match="mhlo.add is not a StableHLO, CHLO, Shardy or func operation"):
+        check_portable(parse_module(text))
+
+
+def test_every_rule_accepts_what_jax_emits():
+    """Each LAPACK target on the list, lowered by jax for f32/f64/c64/c128, passes its rule."""
+    from hlopt.runtime.portable import CUSTOM_CALLS
+
+    jax.config.update("jax_enable_x64", True)
+    try:
+        seen = set()
+        for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+            for name, (fun, make) in LINALG.items():
+                module = hlopt.lower(fun, *make(dtype)).module
+                check_portable(module)
+                seen |= {t for t in CUSTOM_CALLS if f"@{t}(" in str(module)}
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    lapack = {t for t in CUSTOM_CALLS if t.startswith("lapack_")}
+    assert seen == lapack, sorted(lapack - seen)
