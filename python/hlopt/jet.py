@@ -32,11 +32,12 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Primitive, Var, jaxpr_as_fun
 from jax.extend.core.primitives import custom_jvp_call_p
 from jax.interpreters import ad, batching, mlir
 
-from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation
+from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation, under_transformation
 from hlopt.passes.jet_expand import MAX_ORDER
 from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
+from hlopt.vjp import vjp_of_linear
 
 __all__ = ["jet"]
 
@@ -56,7 +57,7 @@ def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: in
 
 
 def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-                   weights: tuple[float, ...] | None = None):
+                   weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
     outs = [jax.core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
     return outs + [jax.core.ShapedArray(coefficient_shape(a.shape, k, order, directions, collapsed), a.dtype)
                    for a in outs for k in range(1, order + 1)]
@@ -157,7 +158,7 @@ def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
 
 
 def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-              weights: tuple[float, ...] | None = None):
+              weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
     budget = order + _enclosing_order.get()
     token = _enclosing_order.set(budget)
     try:
@@ -183,7 +184,7 @@ def _zero_series(values: Sequence[Any], order: int, directions: int = 0, collaps
 
 
 def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-           weights: tuple[float, ...] | None = None):
+           weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
     """vmap of a jet is the jet of the vmapped function: a primal whose value or
     series is batched is batched (with its series) in the new function. A standard
     jet whose series alone are batched (vmap over directions) becomes one jet batched
@@ -196,7 +197,7 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     if directions == 0 and order > 0 and all(d is None for d in dims[:n]):
         coeffs = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *jnp.shape(a)))
                   for a, d in zip(args[n:], dims[n:])]
-        outs = jet_p.bind(*args[:n], *coeffs, jaxpr=jaxpr, order=order, directions=size)
+        outs = jet_p.bind(*args[:n], *coeffs, jaxpr=jaxpr, order=order, directions=size, linear=linear)
         n_out = len(jaxpr.out_avals)
         return outs, [None] * n_out + [0] * (len(outs) - n_out)
     batched = [dims[i] is not None
@@ -218,8 +219,10 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
               for i in range(n) for k in range(1, order + 1)]
     fun = jax.vmap(jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
     new_jaxpr, consts = _trace(fun, [jax.ShapeDtypeStruct(jnp.shape(p), p.dtype) for p in primals])
+    c = len(consts)
+    shifted = tuple(c + i if i < n else c + n + c * order + i - n for i in linear)
     outs = jet_p.bind(*consts, *primals, *_zero_series(consts, order, directions, collapsed), *coeffs,
-                      jaxpr=new_jaxpr, order=order, **mode)
+                      jaxpr=new_jaxpr, order=order, linear=shifted, **mode)
     n_out = len(new_jaxpr.out_avals)
     return outs, [0] * n_out + [axis(k) for _ in range(n_out) for k in range(1, order + 1)]
 
@@ -228,25 +231,51 @@ batching.primitive_batchers[jet_p] = _batch
 
 
 def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0,
-         collapsed: bool = False, weights: tuple[float, ...] | None = None):
+         collapsed: bool = False, weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
     """Forward mode through a jet: d/de of the series of f(x(t) + e dx(t)) is the
-    series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series."""
+    series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series,
+    which is linear in dx and its series (marked `linear`, for `_transpose`)."""
     n = len(jaxpr.in_avals)
     mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order, **mode)
+    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order, linear=linear, **mode)
 
     def tangent_fun(*args):
         return jax.jvp(jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
 
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jaxpr.in_avals]
     tangent_jaxpr, consts = _trace(tangent_fun, avals + avals)
+    c = len(consts)
+    tangent_at = (*range(c + n, c + 2 * n), *range(c * (order + 1) + 2 * n + n * order, len(consts) * (order + 1)
+                                                   + 2 * n * (order + 1)))
     tangent_outs = jet_p.bind(*consts, *primals[:n], *tangents[:n], *_zero_series(consts, order, directions, collapsed),
-                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order, **mode)
+                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order, linear=tangent_at,
+                              **mode)
     return outs, tangent_outs
 
 
 ad.primitive_jvps[jet_p] = _jvp
+
+
+def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
+               weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
+    """Reverse mode through a jet: JAX transposes the tangent jet of `_jvp`, which is
+    linear in the operands `linear`, by an `hlopt.vjp` annotation of that jet taken
+    with respect to the undefined operands (see the module docstring)."""
+    undefined = [i for i, a in enumerate(args) if ad.is_undefined_primal(a)]
+    if not set(undefined) <= set(linear):
+        raise NotImplementedError(
+            "hlopt.jet: transposing a jet in operands it is not known to be linear in; reverse mode reaches a jet "
+            "only through its forward-mode rule (jax.grad, jax.vjp, jax.linearize of a function calling hlopt.jet)")
+    params = {"jaxpr": jaxpr, "order": order, "directions": directions, "collapsed": collapsed,
+              "weights": weights, "linear": linear}
+    avals = [a.aval if ad.is_undefined_primal(a) else jax.typeof(a) for a in args]
+    fun = jax.make_jaxpr(lambda *a: jet_p.bind(*a, **params))(
+        *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals])
+    return vjp_of_linear(fun, args, cotangents)
+
+
+ad.primitive_transposes[jet_p] = _transpose
 
 
 def _check_series(primals: Sequence[Any], series: Sequence[Any]) -> int:
@@ -323,8 +352,7 @@ def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
     """
     from hlopt.jit import jit
 
-    leaves = jax.tree_util.tree_leaves((primals, series))
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+    if under_transformation():  # also when only `fun` closes over a tracer
         return _jet_traced(fun, primals, series, factorial_scaled)
     _check_series(primals, series)
     try:

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hlopt.compiler.jax_compat import under_transformation
 from hlopt.jet import _trace, _zero_series, jet_p
 
 __all__ = ["bilaplacian", "laplacian"]
@@ -111,8 +112,7 @@ def _operator(name: str, fun: Callable, argnums: int, num_samples: int | None,
             raise TypeError(f"hlopt.{name}: the randomized operator (num_samples={num_samples}) needs key=, "
                             "a jax.random key")
         _point(name, args, argnums)
-        leaves = jax.tree_util.tree_leaves((args, key))
-        if any(isinstance(v, jax.core.Tracer) for v in leaves):
+        if under_transformation():  # also when only `fun` closes over a tracer
             return traced(args, key)
         return compiled(args, key)
 
