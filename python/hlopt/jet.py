@@ -14,6 +14,25 @@ primal function and its JVP rule (so the jet follows the rule, as nested
 `jax.jvp` does, e.g. at `sinc(0)` or `softplus(0)`), and `logistic` to one
 `stablehlo.logistic` op (JAX lowers it to 1/(1+exp(-x)), whose expansion is NaN
 where exp(-x) overflows). `jet-expand` removes the markers.
+
+Automatic differentiation. Forward mode (`_jvp`): the tangent of a jet of f is
+the jet of jvp(f) on (x, dx) and their series, one more `hlopt_jet` that is
+linear in dx and its series; its parameter `linear` records those operands
+(and `_batch` keeps it when it moves them). Reverse mode (`_transpose`): JAX
+transposes that tangent jet, in the operands it is linear in, by the
+`hlopt_vjp` primitive (`hlopt.vjp`), which lowers to an `hlopt.vjp` annotation
+of a function holding the tangent jet: `jet-expand` expands the jet, then
+`vjp-expand` builds its reverse-mode function with respect to the transposed
+operands only. So `jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.value_and_grad`
+work with respect to primals, series and closed-over arrays (the jet's
+leading operands), and what JAX's jvp does to the body (custom_jvp rules,
+stop_gradient) holds in reverse mode too, since the compiler transposes JAX's
+own tangent computation. Residual policy: nothing is saved between the forward
+and the backward pass; the backward function recomputes the jet of f (inside
+the tangent jet) at the saved primals and series, and `vjp-expand`'s own
+policy applies within it. Differentiating the backward again (grad of grad,
+`jax.hessian`) is refused by `hlopt_vjp`; forward over forward and reverse over
+forward work.
 """
 
 from __future__ import annotations

@@ -110,6 +110,15 @@ def test_grad_of_jet_wrt_primal_and_every_coefficient(name, order):
     close(got, want)
 
 
+def test_custom_jvp_rules_hold_at_their_special_points():
+    """relu and sinc at 0, where differentiating their primal code differs from their rules."""
+    f = lambda x: jax.nn.relu(x) * jnp.sin(x + 1.0) + jnp.sinc(x) * x  # noqa: E731
+    x0 = jnp.array([0.0, 0.5, -0.3])
+    s = [jnp.array([1.0, 0.3, -0.2]), jnp.array([0.4, -1.0, 0.7])]
+    want = jax.grad(series_loss(nested_jet, f, 2), (0, 1, 2))(x0, *s)
+    close(hlopt.jit(jax.grad(series_loss(hlopt.jet, f, 2), (0, 1, 2)))(x0, *s), want)
+
+
 def test_grad_matches_jax_jet():
     want = jax.grad(series_loss(jax_jet.jet, elementwise, 3), (0, 1, 2, 3))(X, *S)
     close(hlopt.jit(jax.grad(series_loss(hlopt.jet, elementwise, 3), (0, 1, 2, 3)))(X, *S), want)
