@@ -76,7 +76,8 @@ def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: in
 
 
 def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-                   weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
+                   weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+                   zeros: tuple[int, ...] = ()):
     outs = [jax.core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
     return outs + [jax.core.ShapedArray(coefficient_shape(a.shape, k, order, directions, collapsed), a.dtype)
                    for a in outs for k in range(1, order + 1)]
@@ -177,7 +178,8 @@ def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
 
 
 def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-              weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
+              weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+              zeros: tuple[int, ...] = ()):
     budget = order + _enclosing_order.get()
     token = _enclosing_order.set(budget)
     try:
@@ -202,8 +204,15 @@ def _zero_series(values: Sequence[Any], order: int, directions: int = 0, collaps
             for v in values for k in range(1, order + 1)]
 
 
+def series_positions(n: int, order: int, first: int, count: int) -> tuple[int, ...]:
+    """The operand positions of the series of primals first..first+count-1 of a jet
+    with n primals (operands primal-major: n primals, then K coefficients each)."""
+    return tuple(range(n + first * order, n + (first + count) * order))
+
+
 def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-           weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
+           weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+           zeros: tuple[int, ...] = ()):
     """vmap of a jet is the jet of the vmapped function: a primal whose value or
     series is batched is batched (with its series) in the new function. A standard
     jet whose series alone are batched (vmap over directions) becomes one jet batched
@@ -216,7 +225,7 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     if directions == 0 and order > 0 and all(d is None for d in dims[:n]):
         coeffs = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *jnp.shape(a)))
                   for a, d in zip(args[n:], dims[n:])]
-        outs = jet_p.bind(*args[:n], *coeffs, jaxpr=jaxpr, order=order, directions=size, linear=linear)
+        outs = jet_p.bind(*args[:n], *coeffs, jaxpr=jaxpr, order=order, directions=size, linear=linear, zeros=zeros)
         n_out = len(jaxpr.out_avals)
         return outs, [None] * n_out + [0] * (len(outs) - n_out)
     batched = [dims[i] is not None
@@ -239,9 +248,13 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     fun = jax.vmap(jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
     new_jaxpr, consts = _trace(fun, [jax.ShapeDtypeStruct(jnp.shape(p), p.dtype) for p in primals])
     c = len(consts)
-    shifted = tuple(c + i if i < n else c + n + c * order + i - n for i in linear)
+
+    def shifted(positions):
+        return tuple(c + i if i < n else c + n + c * order + i - n for i in positions)
+
     outs = jet_p.bind(*consts, *primals, *_zero_series(consts, order, directions, collapsed), *coeffs,
-                      jaxpr=new_jaxpr, order=order, linear=shifted, **mode)
+                      jaxpr=new_jaxpr, order=order, linear=shifted(linear),
+                      zeros=series_positions(c + n, order, 0, c) + shifted(zeros), **mode)
     n_out = len(new_jaxpr.out_avals)
     return outs, [0] * n_out + [axis(k) for _ in range(n_out) for k in range(1, order + 1)]
 
@@ -250,14 +263,17 @@ batching.primitive_batchers[jet_p] = _batch
 
 
 def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0,
-         collapsed: bool = False, weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
+         collapsed: bool = False, weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+         zeros: tuple[int, ...] = ()):
     """Forward mode through a jet: d/de of the series of f(x(t) + e dx(t)) is the
     series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series,
-    which is linear in dx and its series (marked `linear`, for `_transpose`)."""
+    which is linear in dx and its series (marked `linear`, for `_transpose`). Operands
+    known to be zero (`zeros`: zero series and zero tangents) stay marked."""
     n = len(jaxpr.in_avals)
     mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
+    zero_tangents = [j for j, t in enumerate(tangents) if type(t) is ad.Zero]
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order, linear=linear, **mode)
+    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order, linear=linear, zeros=zeros, **mode)
 
     def tangent_fun(*args):
         return jax.jvp(jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
@@ -265,10 +281,19 @@ def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int =
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jaxpr.in_avals]
     tangent_jaxpr, consts = _trace(tangent_fun, avals + avals)
     c = len(consts)
-    tangent_at = (*range(c + n, c + 2 * n), *range(c * (order + 1) + 2 * n + n * order, len(consts) * (order + 1)
-                                                   + 2 * n * (order + 1)))
+    m = c + 2 * n  # the tangent jet's primals: consts, x, dx
+
+    def primal_at(j):
+        return c + j if j < n else m + c * order + j - n
+
+    def tangent_at(j):
+        return c + n + j if j < n else m + (c + n) * order + j - n
+
     tangent_outs = jet_p.bind(*consts, *primals[:n], *tangents[:n], *_zero_series(consts, order, directions, collapsed),
-                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order, linear=tangent_at,
+                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order,
+                              linear=tuple(map(tangent_at, range(len(primals)))),
+                              zeros=tuple(sorted({*series_positions(m, order, 0, c), *map(primal_at, zeros),
+                                                  *map(tangent_at, zeros), *map(tangent_at, zero_tangents)})),
                               **mode)
     return outs, tangent_outs
 
@@ -277,7 +302,8 @@ ad.primitive_jvps[jet_p] = _jvp
 
 
 def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-               weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = ()):
+               weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+               zeros: tuple[int, ...] = ()):
     """Reverse mode through a jet: JAX transposes the tangent jet of `_jvp`, which is
     linear in the operands `linear`, by an `hlopt.vjp` annotation of that jet taken
     with respect to the undefined operands (see the module docstring)."""
@@ -287,11 +313,21 @@ def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: in
             "hlopt.jet: transposing a jet in operands it is not known to be linear in; reverse mode reaches a jet "
             "only through its forward-mode rule (jax.grad, jax.vjp, jax.linearize of a function calling hlopt.jet)")
     params = {"jaxpr": jaxpr, "order": order, "directions": directions, "collapsed": collapsed,
-              "weights": weights, "linear": linear}
+              "weights": weights, "linear": linear, "zeros": zeros}
     avals = [a.aval if ad.is_undefined_primal(a) else jax.typeof(a) for a in args]
-    fun = jax.make_jaxpr(lambda *a: jet_p.bind(*a, **params))(
-        *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals])
-    return vjp_of_linear(fun, args, cotangents)
+    # operands known to be zero are built inside the differentiated function, where
+    # jet-expand sees them as constants (as in the forward jet) and skips their terms
+    kept = [i for i, a in enumerate(args) if i not in zeros or ad.is_undefined_primal(a)]
+
+    def fun(*operands):
+        full = [jnp.zeros(a.shape, a.dtype) for a in avals]
+        for i, x in zip(kept, operands):
+            full[i] = x
+        return jet_p.bind(*full, **params)
+
+    closed = jax.make_jaxpr(fun)(*[jax.ShapeDtypeStruct(avals[i].shape, avals[i].dtype) for i in kept])
+    got = dict(zip(kept, vjp_of_linear(closed, [args[i] for i in kept], cotangents)))
+    return [got.get(i) for i in range(len(args))]
 
 
 ad.primitive_transposes[jet_p] = _transpose
@@ -346,7 +382,8 @@ def _jet_traced(fun: Callable, primals: Sequence[Any], series: Sequence[Any], fa
         return out_leaves
 
     jaxpr, consts = _trace(flat_fun, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves])
-    outs = jet_p.bind(*consts, *leaves, *_zero_series(consts, order), *coeffs, jaxpr=jaxpr, order=order)
+    outs = jet_p.bind(*consts, *leaves, *_zero_series(consts, order), *coeffs, jaxpr=jaxpr, order=order,
+                      zeros=series_positions(len(consts) + len(leaves), order, 0, len(consts)))
     n_out = len(jaxpr.out_avals)
     primals_out, terms = outs[:n_out], outs[n_out:]
     series_out = [[_scaled(terms[i * order + k], math.factorial(k + 1) if factorial_scaled else 1) for k in range(order)]

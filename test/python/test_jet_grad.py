@@ -221,6 +221,33 @@ def test_second_order_reverse_is_refused():
         jax.hessian(loss)(X, *S[:2])
 
 
+def test_known_zero_operands_are_constants_of_the_differentiated_function():
+    """The zero series of a closed-over array and the zero tangents of undifferentiated
+    operands are built inside @hlopt_vjp_fun, so jet-expand skips their terms: only
+    w, x, dw and x's two coefficients remain arguments."""
+    def loss(w):
+        return jnp.sum(hlopt.jet(lambda v: jnp.sin(w * v), (X,), ((S[0], S[1]),))[1][1])
+
+    text = hlopt.lower(jax.grad(loss), jnp.array(0.7)).as_text()
+    (signature,) = [line for line in text.splitlines() if "func.func private @hlopt_vjp_fun(" in line]
+    assert signature.split("->")[0].count("%arg") == 5, signature
+    close(jax.grad(loss)(jnp.array(0.7)), jax.grad(lambda w: jnp.sum(
+        nested_jet(lambda v: jnp.sin(w * v), (X,), ((S[0], S[1]),))[1][1]))(jnp.array(0.7)))
+
+
+def test_float32_wide_network():
+    """float32 at width 256, where differentiating the zero series as arguments used
+    to meet an XLA CPU miscompile (garbage gradients)."""
+    params = jax.tree_util.tree_map(lambda a: a.astype(jnp.float32), mlp_params(jax.random.key(6), [5, 256, 1]))
+    points = jax.random.uniform(jax.random.key(7), (4, 5), jnp.float32)
+
+    def loss(laplacian):
+        return lambda p: jnp.sum(jax.vmap(laplacian(lambda x: mlp(p, x)))(points))
+
+    got = hlopt.jit(jax.grad(loss(hlopt.laplacian)))(params)
+    close(got, jax.jit(jax.grad(loss(nested_laplacian)))(params), rtol=1e-5)
+
+
 def test_the_backward_is_an_hlopt_vjp_annotation():
     text = hlopt.lower(jax.grad(series_loss(hlopt.jet, elementwise, 2)), X, *S[:2]).as_text()
     assert "@hlopt.vjp" in text and "@hlopt.jet" in text
