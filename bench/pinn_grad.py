@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from pde_operators import init, mlp, peak_mib  # noqa: E402
+from pde_operators import init, mlp, run  # noqa: E402
 
 import hlopt  # noqa: E402
 
@@ -55,31 +53,6 @@ def methods():
     }
 
 
-def run(title, fns, args, repeat):
-    first, out = {}, {}
-    for name, fn in fns.items():
-        t0 = time.perf_counter()
-        out[name] = [np.asarray(g) for g in jax.tree_util.tree_leaves(jax.block_until_ready(fn(*args)))]
-        first[name] = time.perf_counter() - t0
-    times = {name: [] for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            times[name].append(time.perf_counter() - t0)
-    ref = out["hlopt"]
-    scale = max(float(np.max(np.abs(g))) for g in ref)
-    print(f"\n== {title}")
-    print(f"{'method':<8} {'median ms':>10} {'ratio/hlopt (med)':>18} {'first s':>8} {'peak MiB':>9} "
-          f"{'max |diff|/max|ref|':>20}")
-    for name, fn in fns.items():
-        ratio = np.median([t / h for t, h in zip(times[name], times["hlopt"])])
-        diff = max(float(np.max(np.abs(g - r))) for g, r in zip(out[name], ref)) / scale
-        mib = peak_mib(fn, args)
-        print(f"{name:<8} {1e3 * np.median(times[name]):>10.2f} {ratio:>18.2f} {first[name]:>8.2f} "
-              f"{'-' if mib is None else f'{mib:.1f}':>9} {diff:>20.1e}")
-
-
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=8)
@@ -91,7 +64,8 @@ def main():
         params = init(jax.random.key(0), [dim, 768, 768, 512, 512, 1])
         points = jax.random.uniform(jax.random.key(1), (a.batch, dim), jnp.float32)
         boundary = jnp.where(jax.random.bernoulli(jax.random.key(2), 0.5, (a.batch, dim)), 1.0, 0.0)
-        run(f"PINN loss gradient w.r.t. the weights, D={dim}", methods(), (params, points, boundary), a.repeat)
+        run(f"PINN loss gradient w.r.t. the weights, D={dim}", methods(), (params, points, boundary), a.repeat,
+            ref="hlopt")
 
 
 if __name__ == "__main__":

@@ -27,12 +27,15 @@ operands only. So `jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.value_and_grad`
 work with respect to primals, series and closed-over arrays (the jet's
 leading operands), and what JAX's jvp does to the body (custom_jvp rules,
 stop_gradient) holds in reverse mode too, since the compiler transposes JAX's
-own tangent computation. Residual policy: nothing is saved between the forward
-and the backward pass; the backward function recomputes the jet of f (inside
-the tangent jet) at the saved primals and series, and `vjp-expand`'s own
-policy applies within it. Differentiating the backward again (grad of grad,
-`jax.hessian`) is refused by `hlopt_vjp`; forward over forward and reverse over
-forward work.
+own tangent computation. Residual policy: JAX saves the jet's operands
+(primals, series, closed-over arrays) and nothing else; the backward function
+recomputes the jet of f (inside the tangent jet) from them, and `vjp-expand`'s
+own policy applies within it. Operands known to be zero (zero series of
+closed-over arrays, tangents that are symbolic zeros) are recorded in the
+parameter `zeros` and rebuilt as constants inside that function, so that
+`jet-expand` skips their terms there as in the forward jet. Differentiating
+the backward again (grad of grad, `jax.hessian`) is refused by `hlopt_vjp`;
+forward over forward and reverse over forward work.
 """
 
 from __future__ import annotations

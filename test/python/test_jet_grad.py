@@ -16,6 +16,7 @@ import pytest
 from jax.experimental import jet as jax_jet
 
 import hlopt
+from test_pde import mlp, mlp_params, nested_laplacian
 
 jax.config.update("jax_enable_x64", True)
 
@@ -256,23 +257,6 @@ def test_the_backward_is_an_hlopt_vjp_annotation():
 
 
 # --- PDE operators -------------------------------------------------------------------
-
-
-def mlp_params(key, sizes):
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [(jax.random.normal(k, (a, b)) / np.sqrt(a), jnp.linspace(-0.5, 0.5, b)) for k, a, b in
-            zip(keys, sizes[:-1], sizes[1:])]
-
-
-def mlp(params, x):
-    for W, b in params[:-1]:
-        x = jnp.tanh(x @ W + b)
-    W, b = params[-1]
-    return (x @ W + b).squeeze(-1)
-
-
-def nested_laplacian(f):
-    return lambda x: jnp.trace(jax.hessian(f)(x))
 
 
 def pinn_loss(laplacian, points, boundary):
