@@ -139,13 +139,15 @@ def peak_mib(fn, args) -> float | None:
         return None
 
 
-def run(title, methods, args, repeat):
+def run(title, methods, args, repeat, ref="collapsed"):
+    """Time `methods` interleaved; print each one's median, ratio to `ref`, time to first
+    result, peak memory, and largest difference from `ref`'s output (any pytree)."""
     first, out = {}, {}
     for name, fn in methods.items():
         t0 = time.perf_counter()
-        out[name] = np.asarray(jax.block_until_ready(fn(*args)))
+        result = jax.block_until_ready(fn(*args))
         first[name] = time.perf_counter() - t0
-    ref = out["collapsed"]
+        out[name] = np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree_util.tree_leaves(result)])
     times = {name: [] for name in methods}
     for _ in range(repeat):
         for name, fn in methods.items():
@@ -153,11 +155,11 @@ def run(title, methods, args, repeat):
             jax.block_until_ready(fn(*args))
             times[name].append(time.perf_counter() - t0)
     print(f"\n== {title}")
-    print(f"{'method':<10} {'median ms':>10} {'ratio/collapsed (med)':>22} {'first s':>8} {'peak MiB':>9} "
+    print(f"{'method':<10} {'median ms':>10} {f'ratio/{ref} (med)':>22} {'first s':>8} {'peak MiB':>9} "
           f"{'max |diff|/|ref|':>17}")
     for name, fn in methods.items():
-        ratio = np.median([t / c for t, c in zip(times[name], times["collapsed"])])
-        diff = np.max(np.abs(out[name] - ref)) / max(np.max(np.abs(ref)), 1e-30)
+        ratio = np.median([t / c for t, c in zip(times[name], times[ref])])
+        diff = np.max(np.abs(out[name] - out[ref])) / max(np.max(np.abs(out[ref])), 1e-30)
         mib = peak_mib(fn, args)
         print(f"{name:<10} {1e3 * np.median(times[name]):>10.2f} {ratio:>22.2f} {first[name]:>8.2f} "
               f"{'-' if mib is None else f'{mib:.1f}':>9} {diff:>17.1e}")

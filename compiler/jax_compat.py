@@ -52,6 +52,7 @@ __all__ = [
     "result_handler",
     "sdy_sharding_rule_to_mlir",
     "str_to_sdy_sharding_rule",
+    "under_transformation",
     "weak_out_avals",
 ]
 
@@ -103,6 +104,12 @@ def lowering_placement(lowered: Any) -> Placement:
 
 
 # --- jaxprs and their lowering ----------------------------------------------------
+
+
+def under_transformation() -> bool:
+    """Whether a jax transformation (jit, grad, vmap, ...) is tracing the caller, even
+    when the caller's own arguments are concrete (a function closing over tracers)."""
+    return not _core.trace_state_clean()
 
 
 def convert_constvars_jaxpr(jaxpr: Any) -> Any:

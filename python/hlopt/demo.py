@@ -18,6 +18,7 @@ SECTIONS: dict[str, str] = {
     "driver": "hlopt.demo:driver_section",
     "sparse": "hlopt.sparse.demo:sparse_section",
     "jet": "hlopt.jet_demo:section",
+    "pinn": "hlopt.pinn_demo:section",
     "partitioning": "hlopt.partitioning_demo:section",
     "aot": "hlopt.aot_demo:section",
     "key-reuse": "hlopt.key_reuse_demo:section",

@@ -14,6 +14,28 @@ primal function and its JVP rule (so the jet follows the rule, as nested
 `jax.jvp` does, e.g. at `sinc(0)` or `softplus(0)`), and `logistic` to one
 `stablehlo.logistic` op (JAX lowers it to 1/(1+exp(-x)), whose expansion is NaN
 where exp(-x) overflows). `jet-expand` removes the markers.
+
+Automatic differentiation. Forward mode (`_jvp`): the tangent of a jet of f is
+the jet of jvp(f) on (x, dx) and their series, one more `hlopt_jet` that is
+linear in dx and its series; its parameter `linear` records those operands
+(and `_batch` keeps it when it moves them). Reverse mode (`_transpose`): JAX
+transposes that tangent jet, in the operands it is linear in, by the
+`hlopt_vjp` primitive (`hlopt.vjp`), which lowers to an `hlopt.vjp` annotation
+of a function holding the tangent jet: `jet-expand` expands the jet, then
+`vjp-expand` builds its reverse-mode function with respect to the transposed
+operands only. So `jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.value_and_grad`
+work with respect to primals, series and closed-over arrays (the jet's
+leading operands), and what JAX's jvp does to the body (custom_jvp rules,
+stop_gradient) holds in reverse mode too, since the compiler transposes JAX's
+own tangent computation. Residual policy: JAX saves the jet's operands
+(primals, series, closed-over arrays) and nothing else; the backward function
+recomputes the jet of f (inside the tangent jet) from them, and `vjp-expand`'s
+own policy applies within it. Operands known to be zero (zero series of
+closed-over arrays, tangents that are symbolic zeros) are recorded in the
+parameter `zeros` and rebuilt as constants inside that function, so that
+`jet-expand` skips their terms there as in the forward jet. Differentiating
+the backward again (grad of grad, `jax.hessian`) is refused by `hlopt_vjp`;
+forward over forward and reverse over forward work.
 """
 
 from __future__ import annotations
@@ -32,11 +54,12 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Primitive, Var, jaxpr_as_fun
 from jax.extend.core.primitives import custom_jvp_call_p
 from jax.interpreters import ad, batching, mlir
 
-from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation
+from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation, under_transformation
 from hlopt.passes.jet_expand import MAX_ORDER
 from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
+from hlopt.vjp import vjp_of_linear
 
 __all__ = ["jet"]
 
@@ -56,7 +79,8 @@ def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: in
 
 
 def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-                   weights: tuple[float, ...] | None = None):
+                   weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+                   zeros: tuple[int, ...] = ()):
     outs = [jax.core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
     return outs + [jax.core.ShapedArray(coefficient_shape(a.shape, k, order, directions, collapsed), a.dtype)
                    for a in outs for k in range(1, order + 1)]
@@ -157,7 +181,8 @@ def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
 
 
 def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-              weights: tuple[float, ...] | None = None):
+              weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+              zeros: tuple[int, ...] = ()):
     budget = order + _enclosing_order.get()
     token = _enclosing_order.set(budget)
     try:
@@ -182,8 +207,15 @@ def _zero_series(values: Sequence[Any], order: int, directions: int = 0, collaps
             for v in values for k in range(1, order + 1)]
 
 
+def series_positions(n: int, order: int, first: int, count: int) -> tuple[int, ...]:
+    """The operand positions of the series of primals first..first+count-1 of a jet
+    with n primals (operands primal-major: n primals, then K coefficients each)."""
+    return tuple(range(n + first * order, n + (first + count) * order))
+
+
 def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
-           weights: tuple[float, ...] | None = None):
+           weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+           zeros: tuple[int, ...] = ()):
     """vmap of a jet is the jet of the vmapped function: a primal whose value or
     series is batched is batched (with its series) in the new function. A standard
     jet whose series alone are batched (vmap over directions) becomes one jet batched
@@ -196,7 +228,7 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     if directions == 0 and order > 0 and all(d is None for d in dims[:n]):
         coeffs = [jnp.moveaxis(a, d, 0) if d is not None else jnp.broadcast_to(a, (size, *jnp.shape(a)))
                   for a, d in zip(args[n:], dims[n:])]
-        outs = jet_p.bind(*args[:n], *coeffs, jaxpr=jaxpr, order=order, directions=size)
+        outs = jet_p.bind(*args[:n], *coeffs, jaxpr=jaxpr, order=order, directions=size, linear=linear, zeros=zeros)
         n_out = len(jaxpr.out_avals)
         return outs, [None] * n_out + [0] * (len(outs) - n_out)
     batched = [dims[i] is not None
@@ -218,8 +250,14 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
               for i in range(n) for k in range(1, order + 1)]
     fun = jax.vmap(jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
     new_jaxpr, consts = _trace(fun, [jax.ShapeDtypeStruct(jnp.shape(p), p.dtype) for p in primals])
+    c = len(consts)
+
+    def shifted(positions):
+        return tuple(c + i if i < n else c + n + c * order + i - n for i in positions)
+
     outs = jet_p.bind(*consts, *primals, *_zero_series(consts, order, directions, collapsed), *coeffs,
-                      jaxpr=new_jaxpr, order=order, **mode)
+                      jaxpr=new_jaxpr, order=order, linear=shifted(linear),
+                      zeros=series_positions(c + n, order, 0, c) + shifted(zeros), **mode)
     n_out = len(new_jaxpr.out_avals)
     return outs, [0] * n_out + [axis(k) for _ in range(n_out) for k in range(1, order + 1)]
 
@@ -228,25 +266,74 @@ batching.primitive_batchers[jet_p] = _batch
 
 
 def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0,
-         collapsed: bool = False, weights: tuple[float, ...] | None = None):
+         collapsed: bool = False, weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+         zeros: tuple[int, ...] = ()):
     """Forward mode through a jet: d/de of the series of f(x(t) + e dx(t)) is the
-    series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series."""
+    series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series,
+    which is linear in dx and its series (marked `linear`, for `_transpose`). Operands
+    known to be zero (`zeros`: zero series and zero tangents) stay marked."""
     n = len(jaxpr.in_avals)
     mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
+    zero_tangents = [j for j, t in enumerate(tangents) if type(t) is ad.Zero]
     tangents = [ad.instantiate_zeros(t) for t in tangents]
-    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order, **mode)
+    outs = jet_p.bind(*primals, jaxpr=jaxpr, order=order, linear=linear, zeros=zeros, **mode)
 
     def tangent_fun(*args):
         return jax.jvp(jaxpr_as_fun(jaxpr), args[:n], args[n:])[1]
 
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jaxpr.in_avals]
     tangent_jaxpr, consts = _trace(tangent_fun, avals + avals)
+    c = len(consts)
+    m = c + 2 * n  # the tangent jet's primals: consts, x, dx
+
+    def primal_at(j):
+        return c + j if j < n else m + c * order + j - n
+
+    def tangent_at(j):
+        return c + n + j if j < n else m + (c + n) * order + j - n
+
     tangent_outs = jet_p.bind(*consts, *primals[:n], *tangents[:n], *_zero_series(consts, order, directions, collapsed),
-                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order, **mode)
+                              *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order,
+                              linear=tuple(map(tangent_at, range(len(primals)))),
+                              zeros=tuple(sorted({*series_positions(m, order, 0, c), *map(primal_at, zeros),
+                                                  *map(tangent_at, zeros), *map(tangent_at, zero_tangents)})),
+                              **mode)
     return outs, tangent_outs
 
 
 ad.primitive_jvps[jet_p] = _jvp
+
+
+def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
+               weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
+               zeros: tuple[int, ...] = ()):
+    """Reverse mode through a jet: JAX transposes the tangent jet of `_jvp`, which is
+    linear in the operands `linear`, by an `hlopt.vjp` annotation of that jet taken
+    with respect to the undefined operands (see the module docstring)."""
+    undefined = [i for i, a in enumerate(args) if ad.is_undefined_primal(a)]
+    if not set(undefined) <= set(linear):
+        raise NotImplementedError(
+            "hlopt.jet: transposing a jet in operands it is not known to be linear in; reverse mode reaches a jet "
+            "only through its forward-mode rule (jax.grad, jax.vjp, jax.linearize of a function calling hlopt.jet)")
+    params = {"jaxpr": jaxpr, "order": order, "directions": directions, "collapsed": collapsed,
+              "weights": weights, "linear": linear, "zeros": zeros}
+    avals = [a.aval if ad.is_undefined_primal(a) else jax.typeof(a) for a in args]
+    # operands known to be zero are built inside the differentiated function, where
+    # jet-expand sees them as constants (as in the forward jet) and skips their terms
+    kept = [i for i, a in enumerate(args) if i not in zeros or ad.is_undefined_primal(a)]
+
+    def fun(*operands):
+        full = [jnp.zeros(a.shape, a.dtype) for a in avals]
+        for i, x in zip(kept, operands):
+            full[i] = x
+        return jet_p.bind(*full, **params)
+
+    closed = jax.make_jaxpr(fun)(*[jax.ShapeDtypeStruct(avals[i].shape, avals[i].dtype) for i in kept])
+    got = dict(zip(kept, vjp_of_linear(closed, [args[i] for i in kept], cotangents)))
+    return [got.get(i) for i in range(len(args))]
+
+
+ad.primitive_transposes[jet_p] = _transpose
 
 
 def _check_series(primals: Sequence[Any], series: Sequence[Any]) -> int:
@@ -298,7 +385,8 @@ def _jet_traced(fun: Callable, primals: Sequence[Any], series: Sequence[Any], fa
         return out_leaves
 
     jaxpr, consts = _trace(flat_fun, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves])
-    outs = jet_p.bind(*consts, *leaves, *_zero_series(consts, order), *coeffs, jaxpr=jaxpr, order=order)
+    outs = jet_p.bind(*consts, *leaves, *_zero_series(consts, order), *coeffs, jaxpr=jaxpr, order=order,
+                      zeros=series_positions(len(consts) + len(leaves), order, 0, len(consts)))
     n_out = len(jaxpr.out_avals)
     primals_out, terms = outs[:n_out], outs[n_out:]
     series_out = [[_scaled(terms[i * order + k], math.factorial(k + 1) if factorial_scaled else 1) for k in range(order)]
@@ -323,8 +411,7 @@ def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
     """
     from hlopt.jit import jit
 
-    leaves = jax.tree_util.tree_leaves((primals, series))
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+    if under_transformation():  # also when only `fun` closes over a tracer
         return _jet_traced(fun, primals, series, factorial_scaled)
     _check_series(primals, series)
     try:

@@ -35,7 +35,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hlopt.jet import _trace, _zero_series, jet_p
+from hlopt.compiler.jax_compat import under_transformation
+from hlopt.jet import _trace, _zero_series, jet_p, series_positions
 
 __all__ = ["bilaplacian", "laplacian"]
 
@@ -83,7 +84,10 @@ def collapsed_jet(fun: Callable, x: jax.Array, directions: jax.Array, order: int
     jaxpr, consts = _trace(flat_fun, [jax.ShapeDtypeStruct(x.shape, x.dtype)])
     mode = {"directions": R, "collapsed": True, "weights": weights}
     series = [directions.astype(x.dtype)] + _zero_series([x], order, R, True)[1:]
-    outs = jet_p.bind(*consts, x, *_zero_series(consts, order, R, True), *series, jaxpr=jaxpr, order=order, **mode)
+    n = len(consts) + 1
+    zeros = (*series_positions(n, order, 0, len(consts)), *series_positions(n, order, len(consts), 1)[1:])
+    outs = jet_p.bind(*consts, x, *_zero_series(consts, order, R, True), *series, jaxpr=jaxpr, order=order,
+                      zeros=zeros, **mode)
     n_out = len(jaxpr.out_avals)
     return jax.tree_util.tree_unflatten(out_tree_box[-1], [outs[n_out + i * order + order - 1] for i in range(n_out)])
 
@@ -111,8 +115,7 @@ def _operator(name: str, fun: Callable, argnums: int, num_samples: int | None,
             raise TypeError(f"hlopt.{name}: the randomized operator (num_samples={num_samples}) needs key=, "
                             "a jax.random key")
         _point(name, args, argnums)
-        leaves = jax.tree_util.tree_leaves((args, key))
-        if any(isinstance(v, jax.core.Tracer) for v in leaves):
+        if under_transformation():  # also when only `fun` closes over a tracer
             return traced(args, key)
         return compiled(args, key)
 

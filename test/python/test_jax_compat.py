@@ -84,6 +84,15 @@ def test_convert_constvars_jaxpr():
     assert not converted.constvars and len(converted.invars) == 2
 
 
+def test_under_transformation():
+    assert not inspect.signature(jax_compat._core.trace_state_clean).parameters
+    assert not jax_compat.under_transformation()
+    seen = []
+    jax.grad(lambda x: seen.append(jax_compat.under_transformation()) or x)(1.0)
+    jax.vmap(lambda x: seen.append(jax_compat.under_transformation()) or x)(jnp.ones(2))
+    assert seen == [True, True]
+
+
 def test_extend_axis_env_nd():
     with jax_compat.extend_axis_env_nd([("i", 4)]):
         assert jax.lax.psum(1, "i") == 4  # the size of a bound axis

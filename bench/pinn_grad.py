@@ -1,0 +1,72 @@
+"""Gradient of a PINN loss with respect to the weights: hlopt next to jax.grad of folx and of the nested Hessian.
+
+Network: the tanh MLP D -> 768 -> 768 -> 512 -> 512 -> 1 of bench/pde_operators.py,
+float32. Loss: mean over --batch interior points of (Laplacian u + 1)^2 plus the
+mean of u^2 over --batch boundary points. Methods, each the gradient of that
+loss with respect to every weight, under its jit (hlopt.jit for hlopt):
+
+    hlopt    jax.grad of the loss with hlopt.laplacian (jet-collapse, jet-expand, vjp-expand)
+    folx     jax.grad of the loss with folx.forward_laplacian
+    nested   jax.grad of the loss with jnp.trace(jax.hessian(u))
+
+Per method: the median over --repeat interleaved rounds of the time per
+gradient, each round's ratio to hlopt (median of ratios; > 1 means hlopt is
+faster), the time to first result (trace + passes + compile + first call), the
+peak memory of the compiled program (arguments + outputs + temporaries), and
+the largest difference from hlopt's gradient relative to its largest entry.
+
+Usage: python bench/pinn_grad.py [--batch 8] [--dims 50 5] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from pde_operators import init, mlp, run  # noqa: E402
+
+import hlopt  # noqa: E402
+
+
+def pinn_loss(laplacian):
+    """The loss of the network `params` at (points, boundary) with `laplacian(u)` the operator."""
+    def loss(params, points, boundary):
+        u = lambda x: mlp(params, x)  # noqa: E731
+        residual = jax.vmap(laplacian(u))(points) + 1.0
+        return jnp.mean(residual ** 2) + jnp.mean(jax.vmap(u)(boundary) ** 2)
+    return loss
+
+
+def methods():
+    from folx import forward_laplacian
+
+    nested = lambda u: lambda x: jnp.trace(jax.hessian(u)(x))  # noqa: E731
+    folx_lap = lambda u: lambda x: forward_laplacian(u)(x).laplacian  # noqa: E731
+    return {
+        "hlopt": hlopt.jit(jax.grad(pinn_loss(hlopt.laplacian))),
+        "folx": jax.jit(jax.grad(pinn_loss(folx_lap))),
+        "nested": jax.jit(jax.grad(pinn_loss(nested))),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--dims", type=int, nargs="+", default=[50, 5])
+    parser.add_argument("--repeat", type=int, default=5)
+    a = parser.parse_args()
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}")
+    for dim in a.dims:
+        params = init(jax.random.key(0), [dim, 768, 768, 512, 512, 1])
+        points = jax.random.uniform(jax.random.key(1), (a.batch, dim), jnp.float32)
+        boundary = jnp.where(jax.random.bernoulli(jax.random.key(2), 0.5, (a.batch, dim)), 1.0, 0.0)
+        run(f"PINN loss gradient w.r.t. the weights, D={dim}", methods(), (params, points, boundary), a.repeat,
+            ref="hlopt")
+
+
+if __name__ == "__main__":
+    main()
