@@ -18,9 +18,14 @@ from jax.experimental import jet as jax_jet
 import hlopt
 from test_pde import mlp, mlp_params, nested_laplacian
 
-jax.config.update("jax_enable_x64", True)
-
 RTOL = 1e-10
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """float64 for this module's tests only: a global switch at import would change every later file."""
+    with jax.enable_x64(True):
+        yield
 
 
 def close(got, want, rtol=RTOL):
@@ -89,8 +94,8 @@ def with_custom_jvp(x):
 
 FUNCTIONS = {f.__name__: f for f in (elementwise, with_fori, with_cond, with_switch, with_stop_gradient,
                                      with_custom_jvp)}
-X = jnp.array([0.3, -0.7, 0.45, 1.1])
-S = [jnp.array([0.7, -0.2, 0.1, 0.5]), jnp.array([0.2, 0.4, -0.3, 0.1]), jnp.array([-0.5, 0.1, 0.2, 0.3])]
+X = np.array([0.3, -0.7, 0.45, 1.1])  # float64
+S = [np.array([0.7, -0.2, 0.1, 0.5]), np.array([0.2, 0.4, -0.3, 0.1]), np.array([-0.5, 0.1, 0.2, 0.3])]
 
 
 def series_loss(jet_fn, fun, order):
@@ -268,8 +273,9 @@ def pinn_loss(laplacian, points, boundary):
     return loss
 
 
-POINTS = jax.random.uniform(jax.random.key(1), (6, 3))
-BOUNDARY = jnp.concatenate([jnp.eye(3), jnp.zeros((1, 3))])
+with jax.enable_x64(True):  # module constants in float64, like the tests that use them
+    POINTS = jax.random.uniform(jax.random.key(1), (6, 3))
+    BOUNDARY = jnp.concatenate([jnp.eye(3), jnp.zeros((1, 3))])
 
 
 @pytest.mark.parametrize("sizes", [[3, 8, 8, 1], [3, 16, 1]])

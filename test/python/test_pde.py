@@ -16,9 +16,14 @@ from hypothesis import given, settings, strategies as st
 import hlopt
 from hlopt.jet import jet
 
-jax.config.update("jax_enable_x64", True)
-
 RTOL = 1e-10
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _float64():
+    """float64 for this module's tests only: a global switch at import would change every later file."""
+    with jax.enable_x64(True):
+        yield
 
 
 def close(got, want, rtol=RTOL):
@@ -65,7 +70,8 @@ def mlp(params, x):
     return (x @ W + b).squeeze(-1)
 
 
-PARAMS = mlp_params(jax.random.key(0), [4, 16, 16, 1])
+with jax.enable_x64(True):  # module constants in float64, like the tests that use them
+    PARAMS = mlp_params(jax.random.key(0), [4, 16, 16, 1])
 
 
 def tanh_mlp(x):
@@ -101,7 +107,7 @@ def matrix_in(x):
 
 
 FUNCTIONS = {f.__name__: f for f in (tanh_mlp, with_while, with_cond, with_case, with_sort, with_max, vector_out)}
-X = jnp.array([0.3, -0.7, 0.45, 1.1])
+X = np.array([0.3, -0.7, 0.45, 1.1])  # float64
 
 
 @pytest.mark.parametrize("name", FUNCTIONS)
