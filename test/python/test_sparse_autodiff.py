@@ -114,7 +114,7 @@ def test_grad_of_linear_ops(n_batch, n_dense):
         refs = {n: LINEAR_OPS[n][1] for n in names}
         refs["transpose"] = lambda x: _transpose_dense(x, mat)
         # padding and entries dropped for nse=4 aside, summing duplicates keeps the array
-        refs["sum_duplicates"] = lambda x: x * keep_mask
+        refs["sum_duplicates"] = lambda x: x * keep_mask.astype(x.dtype)
         return {n: jax.grad(lambda d: (refs[n](dense(d, indices)) * weights[n]).sum())(data) for n in names}
 
     got = hlopt.jit(ours)(data)
@@ -126,7 +126,7 @@ def test_grad_of_linear_ops(n_batch, n_dense):
 @pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
 def test_fromdense_jvp_and_grad(n_batch, n_dense):
     r = np.random.RandomState(4)
-    x = random_data(r, SHAPE, "float32") * (r.rand(*SHAPE) < 0.5)
+    x = random_data(r, SHAPE, "float32") * (r.rand(*SHAPE) < 0.5).astype(np.float32)
     t = random_data(r, SHAPE, "float32")
     w = random_data(r, SHAPE, "float32")
 
@@ -156,7 +156,7 @@ def test_multiply_dense_jvp_and_grad(vshape):
         return (hs.BCOO((d, indices), shape=SHAPE) * v).todense()
 
     def ref(d, v):
-        return dense(d, indices) * v
+        return dense(d, indices) * jnp.broadcast_to(v, SHAPE)  # explicit: the tests run with rank promotion off
 
     def ours(d, v, td, tv):
         return jax.jvp(f, (d, v), (td, tv)), jax.grad(lambda d, v: (f(d, v) * w).sum(), (0, 1))(d, v)
@@ -221,7 +221,7 @@ JACOBIAN_OPS = {
     "getitem_array": (lambda m: m[np.array([1, 0, 1]), :, np.array([3, 0, 3])], lambda x: x[np.array([1, 0, 1]), :, np.array([3, 0, 3])]),
     "getitem_mask": (lambda m: m[:, np.array([True, False, True])], lambda x: x[:, np.array([True, False, True])]),
     "rev": (lambda m: hs.bcoo_rev(m, (1, 2, 3)), lambda x: jnp.flip(x, (1, 2, 3))),
-    "multiply_dense": (lambda m: m * np.arange(8, dtype=np.float32).reshape(4, 2), lambda x: x * np.arange(8, dtype=np.float32).reshape(4, 2)),
+    "multiply_dense": (lambda m: m * np.arange(8, dtype=np.float32).reshape(4, 2), lambda x: x * np.broadcast_to(np.arange(8, dtype=np.float32).reshape(4, 2), SHAPE)),
 }
 
 
@@ -264,7 +264,7 @@ def test_plain_jax_jit_says_to_use_hlopt_jit():
 def test_sum_duplicates_needs_nse_when_traced():
     data, indices = buffers(np.random.RandomState(10))
     with pytest.raises(ValueError, match="nse must be specified"):
-        hlopt.jit(lambda d: hs.bcoo_sum_duplicates(hs.BCOO((d, indices), shape=SHAPE)).data)(data)
+        hlopt.jit(lambda d, i: hs.bcoo_sum_duplicates(hs.BCOO((d, i), shape=SHAPE)).data)(data, indices)
     with pytest.raises(jax.errors.ConcretizationTypeError, match="nse"):
         hlopt.jit(lambda x: hs.BCOO.fromdense(x).data)(dense(data, indices))
 
@@ -300,7 +300,7 @@ def test_grad_with_broadcast_batch_buffers():
 def test_vmap_over_examples():
     """vmap maps over a new leading batch dim; results equal per-example calls."""
     r = np.random.RandomState(15)
-    xs = random_data(r, (3, 4, 5), "float32") * (r.rand(3, 4, 5) < 0.5)
+    xs = random_data(r, (3, 4, 5), "float32") * (r.rand(3, 4, 5) < 0.5).astype(np.float32)
     v = random_data(r, (3, 5), "float32")
     s = np.asarray(random_data(r, (4, 5), "float32")) * (r.rand(4, 5) < 0.5)
     shared = hs.BCOO.fromdense(s, nse=12)  # closed over: not mapped

@@ -424,23 +424,24 @@ def _multiply_dense_transpose(ct, data, indices, v, *, shape, **params):
     return [None, None, _sum_to_shape(dense, v_aval.shape).reshape(v_aval.shape)]
 
 
-def _multiply_dense_jvp(primals, tangents, **params):
-    data, indices, v = primals
-    data_dot, _, v_dot = tangents
-    out = multiply_dense_p.bind(data, indices, v, **params)
-    terms = []
-    if type(data_dot) is not ad.Zero:
-        terms.append(multiply_dense_p.bind(data_dot, indices, v, **params))
-    if type(v_dot) is not ad.Zero:
-        terms.append(multiply_dense_p.bind(data, indices, v_dot, **params))
-    return out, (_sum(terms) if terms else _zero_tangent(out))
+def bilinear_jvp(prim: Any, first: int, second: int) -> Callable:
+    """The JVP rule of `prim`, linear in each of operands `first` and `second` (the others are
+    indices): d prim(a, b) = prim(da, b) + prim(a, db). A `prim` with results (data, indices)
+    differentiates its data; its indices get a zero tangent."""
+    def jvp(primals, tangents, **params):
+        out = prim.bind(*primals, **params)
+        terms = []
+        for k in (first, second):
+            if type(tangents[k]) is not ad.Zero:
+                term = prim.bind(*primals[:k], tangents[k], *primals[k + 1:], **params)
+                terms.append(term[0] if prim.multiple_results else term)
+        data = out[0] if prim.multiple_results else out
+        data_dot = (terms[0] if len(terms) == 1 else terms[0] + terms[1]) if terms else _zero_tangent(data)
+        return out, ([data_dot, _zero_tangent(out[1])] if prim.multiple_results else data_dot)
+    return jvp
 
 
-def _sum(terms: Sequence[jax.Array]) -> jax.Array:
-    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
-
-
-ad.primitive_jvps[multiply_dense_p] = _multiply_dense_jvp
+ad.primitive_jvps[multiply_dense_p] = bilinear_jvp(multiply_dense_p, 0, 2)
 ad.primitive_transposes[multiply_dense_p] = _multiply_dense_transpose
 
 
@@ -463,19 +464,6 @@ def multiply_sparse(ld, li, rd, ri, lhs_shape, rhs_shape, driver=None) -> tuple[
         ld, li, rd, ri, shape=tuple(lhs_shape), rhs_shape=tuple(rhs_shape), driver=driver,
         indices_sorted=False, unique_indices=False,
     )
-
-
-def _multiply_sparse_jvp(primals, tangents, **params):
-    ld, li, rd, ri = primals
-    ld_dot, _, rd_dot, _ = tangents
-    out_data, out_indices = multiply_sparse_p.bind(*primals, **params)
-    terms = []
-    if type(ld_dot) is not ad.Zero:
-        terms.append(multiply_sparse_p.bind(ld_dot, li, rd, ri, **params)[0])
-    if type(rd_dot) is not ad.Zero:
-        terms.append(multiply_sparse_p.bind(ld, li, rd_dot, ri, **params)[0])
-    data_dot = _sum(terms) if terms else _zero_tangent(out_data)
-    return (out_data, out_indices), (data_dot, _zero_tangent(out_indices))
 
 
 def _aligned(data: Any, lay: shapes.Layout, plan: shapes.MultiplyPlan) -> jax.Array:
@@ -513,7 +501,7 @@ def _multiply_sparse_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, driver,
         if plan.driver == "pairs":
             split = (*plan.batch, plan.lhs_nse, plan.rhs_nse)
             match = _valid(out_indices, plan.shape[nb : nb + out_indices.shape[-1]]).reshape(split)
-            weighted = ct.reshape(*split, *dense) * _expand_dense(match, len(dense))
+            weighted = ct.reshape(*split, *dense) * _expand_dense(match, len(dense)).astype(ct.dtype)
             mine, partner = (nb, nb + 1) if left else (nb + 1, nb)
             grad = (weighted * jnp.expand_dims(aligned, mine)).sum(partner).reshape(entries)
         elif tuple(my_shape) == plan.shape and my_lay.n_batch == nb:
@@ -530,7 +518,7 @@ def _multiply_sparse_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, driver,
     return [grad, None, None, None] if left else [None, None, grad, None]
 
 
-ad.primitive_jvps[multiply_sparse_p] = _multiply_sparse_jvp
+ad.primitive_jvps[multiply_sparse_p] = bilinear_jvp(multiply_sparse_p, 0, 2)
 ad.primitive_transposes[multiply_sparse_p] = _multiply_sparse_transpose
 
 

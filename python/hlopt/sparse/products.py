@@ -98,14 +98,6 @@ def _aval_of(x: Any) -> Any:
     return x.aval if ad.is_undefined_primal(x) else x
 
 
-def _zero(aval: Any) -> ad.Zero:
-    return ad.Zero(jax.core.ShapedArray(aval.shape, aval.dtype).to_tangent_aval())
-
-
-def _add(terms: list) -> Any:
-    return terms[0] if len(terms) == 1 else terms[0] + terms[1]
-
-
 def _transposed_dims(lhs_rank: int, rhs_rank: int, dims: shapes.DotDims):
     """For `out = dot_general(lhs, rhs, dims)`: (dims and permutation giving lhs's cotangent from
     (out_ct, rhs)), (the same for rhs's from (out_ct, lhs)), as lax.dot_general's transpose has them.
@@ -145,18 +137,6 @@ def _dot_general_config(avals_in, params):
 
 
 dot_general_p = _define("dot_general", _dot_general_abstract, _dot_general_config)
-
-
-def _dot_general_jvp(primals, tangents, **params):
-    data, indices, rhs = primals
-    data_dot, _, rhs_dot = tangents
-    out = dot_general_p.bind(data, indices, rhs, **params)
-    terms = []
-    if type(data_dot) is not ad.Zero:
-        terms.append(dot_general_p.bind(data_dot, indices, rhs, **params))
-    if type(rhs_dot) is not ad.Zero:
-        terms.append(dot_general_p.bind(data, indices, rhs_dot, **params))
-    return out, (_add(terms) if terms else _zero(out))
 
 
 def _dot_general_transpose(ct, data, indices, rhs, *, shape, dimension_numbers, preferred_element_type,
@@ -205,7 +185,7 @@ def _dot_general_batch(args, dims, *, shape, dimension_numbers, **params):
     return out, out_dim
 
 
-ad.primitive_jvps[dot_general_p] = _dot_general_jvp
+ad.primitive_jvps[dot_general_p] = ops.bilinear_jvp(dot_general_p, 0, 2)
 ad.primitive_transposes[dot_general_p] = _dot_general_transpose
 batching.primitive_batchers[dot_general_p] = _dot_general_batch
 
@@ -237,18 +217,6 @@ def dot_general_sampled(a: Any, b: Any, indices: Any, dimension_numbers: Any,
     return dot_general_sampled_p.bind(jnp.asarray(a), jnp.asarray(b), jnp.asarray(indices),
                                       dimension_numbers=_dims_key(dimension_numbers),
                                       permutation=None if permutation is None else tuple(permutation))
-
-
-def _sampled_jvp(primals, tangents, **params):
-    a, b, indices = primals
-    a_dot, b_dot, _ = tangents
-    out = dot_general_sampled_p.bind(a, b, indices, **params)
-    terms = []
-    if type(a_dot) is not ad.Zero:
-        terms.append(dot_general_sampled_p.bind(a_dot, b, indices, **params))
-    if type(b_dot) is not ad.Zero:
-        terms.append(dot_general_sampled_p.bind(a, b_dot, indices, **params))
-    return out, (_add(terms) if terms else _zero(out))
 
 
 def _sampled_transpose(ct, a, b, indices, *, dimension_numbers, permutation):
@@ -298,7 +266,7 @@ def _sampled_batch(args, dims, *, dimension_numbers, permutation):
     perm = None if permutation is None else (0, *(p + 1 for p in permutation))
     return dot_general_sampled_p.bind(a, b, indices, dimension_numbers=new_dims, permutation=perm), 0
 
-ad.primitive_jvps[dot_general_sampled_p] = _sampled_jvp
+ad.primitive_jvps[dot_general_sampled_p] = ops.bilinear_jvp(dot_general_sampled_p, 0, 1)
 ad.primitive_transposes[dot_general_sampled_p] = _sampled_transpose
 batching.primitive_batchers[dot_general_sampled_p] = _sampled_batch
 
@@ -345,18 +313,6 @@ def _spsampled_config(avals_in, params):
 spdot_general_sampled_p = _define("spdot_general_sampled", _spsampled_abstract, _spsampled_config)
 
 
-def _spdot_jvp(primals, tangents, **params):
-    ld, li, rd, ri = primals
-    ld_dot, _, rd_dot, _ = tangents
-    data, indices = spdot_general_p.bind(*primals, **params)
-    terms = []
-    if type(ld_dot) is not ad.Zero:
-        terms.append(spdot_general_p.bind(ld_dot, li, rd, ri, **params)[0])
-    if type(rd_dot) is not ad.Zero:
-        terms.append(spdot_general_p.bind(ld, li, rd_dot, ri, **params)[0])
-    return (data, indices), (_add(terms) if terms else _zero(data), _zero(indices))
-
-
 def _spdot_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers, nse, preferred_element_type,
                      **flags):
     """Each operand's cotangent: the product of the output cotangent (a BCOO array at the output
@@ -392,22 +348,10 @@ def _spdot_batch(args, dims, *, shape, rhs_shape, dimension_numbers, **params):
     return outs, [0, 0]
 
 
-def _spsampled_jvp(primals, tangents, **params):
-    ad_, ai, bd, bi, indices = primals
-    a_dot, _, b_dot, _, _ = tangents
-    out = spdot_general_sampled_p.bind(*primals, **params)
-    terms = []
-    if type(a_dot) is not ad.Zero:
-        terms.append(spdot_general_sampled_p.bind(a_dot, ai, bd, bi, indices, **params))
-    if type(b_dot) is not ad.Zero:
-        terms.append(spdot_general_sampled_p.bind(ad_, ai, b_dot, bi, indices, **params))
-    return out, (_add(terms) if terms else _zero(out))
-
-
-ad.primitive_jvps[spdot_general_p] = _spdot_jvp
+ad.primitive_jvps[spdot_general_p] = ops.bilinear_jvp(spdot_general_p, 0, 2)
 ad.primitive_transposes[spdot_general_p] = _spdot_transpose
 batching.primitive_batchers[spdot_general_p] = _spdot_batch
-ad.primitive_jvps[spdot_general_sampled_p] = _spsampled_jvp
+ad.primitive_jvps[spdot_general_sampled_p] = ops.bilinear_jvp(spdot_general_sampled_p, 0, 2)
 
 
 # ---------------------------------------------------------------------------
