@@ -16,16 +16,9 @@ import pytest
 from jax.experimental import jet as jax_jet
 
 import hlopt
-from test_pde import mlp, mlp_params, nested_laplacian
+from test_pde import float64, mlp, mlp_params, nested_laplacian  # noqa: F401 (float64: the module-scoped x64 fixture)
 
 RTOL = 1e-10
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _float64():
-    """float64 for this module's tests only: a global switch at import would change every later file."""
-    with jax.enable_x64(True):
-        yield
 
 
 def close(got, want, rtol=RTOL):

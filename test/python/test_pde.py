@@ -20,7 +20,7 @@ RTOL = 1e-10
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _float64():
+def float64():
     """float64 for this module's tests only: a global switch at import would change every later file."""
     with jax.enable_x64(True):
         yield
