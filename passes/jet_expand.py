@@ -16,7 +16,7 @@ from hlopt.passes.base import Pass, PassError
 from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
                                     coefficients, has_series, remove_stop_gradients, split_results)
 from hlopt.passes.mlir import ir
-from hlopt.passes.walk import call_target, custom_calls
+from hlopt.passes.walk import call_target, custom_calls, custom_calls_once
 
 ANNOTATION = "hlopt.jet"
 # The largest order jet-expand builds: a rule's work grows as K^2 (Cauchy products) to
@@ -305,11 +305,7 @@ class ModuleJet:
 
     def expand_annotations(self, func_op: ir.Operation) -> None:
         """Replace every `hlopt.jet` custom_call in `func_op` by a call of a generated jet."""
-        name = ir.StringAttr(func_op.attributes["sym_name"]).value
-        if name in self.annotations_expanded:
-            return
-        self.annotations_expanded.add(name)
-        for op in custom_calls(func_op, ANNOTATION):
+        for op in custom_calls_once(func_op, ANNOTATION, self.annotations_expanded):
             self.expand_annotation(op)
 
     def expand_annotation(self, op: ir.Operation) -> None:

@@ -58,7 +58,7 @@ from hlopt.passes.base import Pass, PassError
 from hlopt.passes.jet_rules import remove_stop_gradients
 from hlopt.passes.mlir import ir
 from hlopt.passes.vjp_rules import RULES, Term, VjpBuilder
-from hlopt.passes.walk import custom_calls
+from hlopt.passes.walk import custom_calls_once
 
 ANNOTATION = "hlopt.vjp"
 INLINE_OPS = 32  # callees up to this size (JAX's helper wrappers) are differentiated in place
@@ -339,12 +339,7 @@ class ModuleVjp:
 
     def expand_annotations(self, func_op: ir.Operation) -> None:
         """Replace every `hlopt.vjp` custom_call in `func_op` by a call of a generated vjp."""
-        name = ir.StringAttr(func_op.attributes["sym_name"]).value
-        if name in self.annotations_expanded:
-            return
-        self.annotations_expanded.add(name)
-        # one C++ walk: hlopt-default runs this pass on every module
-        for op in custom_calls(func_op, ANNOTATION):
+        for op in custom_calls_once(func_op, ANNOTATION, self.annotations_expanded):
             self.expand_annotation(op)
 
     def expand_annotation(self, op: ir.Operation) -> None:

@@ -32,3 +32,13 @@ def call_target(op: ir.Operation) -> str | None:
 def custom_calls(root: ir.Operation, target: str) -> list[ir.Operation]:
     """The `stablehlo.custom_call @target` operations nested in `root`, in walk order."""
     return [op for op in walk_ops(root, "stablehlo.custom_call") if call_target(op) == target]
+
+
+def custom_calls_once(func_op: ir.Operation, target: str, seen: set[str]) -> list[ir.Operation]:
+    """The `stablehlo.custom_call @target` operations of `func_op`, or none if its symbol is in `seen`
+    (a function reached again through another caller); the symbol is added to `seen`."""
+    name = ir.StringAttr(func_op.attributes["sym_name"]).value
+    if name in seen:
+        return []
+    seen.add(name)
+    return custom_calls(func_op, target)
