@@ -173,30 +173,31 @@ def _dense_operand(p, dtype):
     return jnp.asarray(np.random.RandomState(seed).randint(-3, 4, size=vshape), dtype)
 
 
-def _run_dense(x, chain, shape_of):
-    """The chain on the dense array (numpy); `shape_of(k)` is the shape before step k."""
+def _run_dense(x, chain, shape_of, xp=np):
+    """The chain on the dense array with the array module `xp` (numpy, or jax.numpy for
+    gradients); `shape_of(k)` is the shape before step k."""
     for k, (kind, p) in enumerate(chain):
         if kind == "transpose":
-            x = np.transpose(x, p)
+            x = xp.transpose(x, p)
         elif kind == "reduce_sum":
             x = x.sum(p)
         elif kind == "slice":
             x = x[tuple(slice(s, e, t) for s, e, t in zip(*p))]
         elif kind == "multiply_dense":
-            x = x * np.asarray(_dense_operand(p, x.dtype))
+            x = x * xp.asarray(_dense_operand(p, x.dtype))
         elif kind in ("multiply_sparse", "add"):
-            y = _dense(*p, shape_of(k))
+            y = xp.asarray(_dense(*p, shape_of(k)))
             x = x * y if kind == "multiply_sparse" else x + y
         elif kind == "neg":
             x = -x
         elif kind == "rev":
-            x = np.flip(x, p)
+            x = xp.flip(x, p)
         elif kind == "getitem":
             x = x[p]
         elif kind == "reshape":
             x = x.reshape(p)
         elif kind == "squeeze":
-            x = np.squeeze(x, p)
+            x = xp.squeeze(x, p)
     return x
 
 
@@ -247,33 +248,11 @@ def test_random_chains_match_jax_and_dense(draw):
 
 
 def _run_dense_jnp(d, indices, shape, chain, before):
-    """`_run_dense` on a traced dense array: jnp in place of numpy, for gradients."""
+    """`_run_dense` on a traced dense array built from the data buffer `d`, for gradients."""
     nb = indices.ndim - 2  # JAX's todense cannot transpose into broadcast data: broadcast it first
     d = jnp.broadcast_to(d, (*shape[:nb], *d.shape[nb:]))
     x = js.BCOO((d, jnp.broadcast_to(indices, (*shape[:nb], *indices.shape[nb:]))), shape=shape).todense()
-    for k, (kind, p) in enumerate(chain):
-        if kind == "transpose":
-            x = jnp.transpose(x, p)
-        elif kind == "reduce_sum":
-            x = x.sum(p)
-        elif kind == "slice":
-            x = x[tuple(slice(s, e, t) for s, e, t in zip(*p))]
-        elif kind == "multiply_dense":
-            x = x * _dense_operand(p, x.dtype)
-        elif kind in ("multiply_sparse", "add"):
-            y = jnp.asarray(_dense(*p, before[k][0]))
-            x = x * y if kind == "multiply_sparse" else x + y
-        elif kind == "neg":
-            x = -x
-        elif kind == "rev":
-            x = jnp.flip(x, p)
-        elif kind == "getitem":
-            x = x[p]
-        elif kind == "reshape":
-            x = x.reshape(p)
-        elif kind == "squeeze":
-            x = jnp.squeeze(x, p)
-    return x
+    return _run_dense(x, chain, lambda k: before[k][0], jnp)
 
 
 @pytest.mark.parametrize("kind", DEVIATIONS)
