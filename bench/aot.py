@@ -4,18 +4,22 @@ For a function of about 2,000 StableHLO ops, each path runs in its own fresh
 process (importing jax and all of hlopt, which imports its compiler and
 runtime lazily, and starting the backend are left out: the same for all;
 README "Architecture" times the imports), rounds are interleaved (every path once per round, in an
-order that rotates), and the median over rounds is reported:
+order that rotates), and the median over rounds is reported, of wall-clock
+seconds and of the process's CPU seconds (all threads; on a shared machine the
+steadier measure of the work done):
 
   hlopt  (a) lower + hlopt-default + PJRT compile   JAX  jax.jit(f).lower().compile()
          (b) the same with a persistent-cache hit        the same with JAX's compilation-cache hit
          (c) hlopt.load of a signed executable file      serialize_executable.deserialize_and_load
   PJRT   (d) client.deserialize_executable of the file's executable section alone: the floor of any loader
 
-Ratios are JAX / hlopt (above 1: hlopt is faster), of the medians and the
-median of each round's ratio. The key that signs the files is made in a
-temporary folder (XDG_CONFIG_HOME), never in ~/.config.
+Ratios are JAX / hlopt (above 1: hlopt is faster): of the medians, and the
+median, quartiles and range of each round's ratio, with the share of rounds in
+which hlopt was at least as fast. The load average is printed before and after
+each workload. The key that signs the files is made in a temporary folder
+(XDG_CONFIG_HOME), never in ~/.config.
 
-Usage: python bench/aot.py [--repeat 7] [--workload elementwise|layers] [--paths compile,cache,load]
+Usage: python bench/aot.py [--repeat 15] [--workload elementwise|layers] [--paths compile,cache,load]
 """
 
 from __future__ import annotations
@@ -109,7 +113,7 @@ def worker(mode: str, workdir: Path, workload: str) -> dict:
 
         pjrt_seconds = timed(file_format, "load_executable")
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     lowered_at = None
     if mode in ("hlopt-compile", "hlopt-cache"):
         lowered = hlopt.lower(f, *specs)
@@ -132,13 +136,13 @@ def worker(mode: str, workdir: Path, workload: str) -> dict:
         executable = client.deserialize_executable(serialized, devices)
     else:
         raise ValueError(mode)
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
 
     if mode == "pjrt-load":
         arrays = [jax.device_put(a) for a in args]
         out = executable.execute_sharded(arrays).disassemble_into_single_device_arrays()[0][0]
-        return {"seconds": seconds, "check": float(np.asarray(out))}
-    result = {"seconds": seconds, "check": float(np.asarray(run(*args)[0]))}
+        return {"seconds": seconds, "cpu_seconds": cpu_seconds, "check": float(np.asarray(out))}
+    result = {"seconds": seconds, "cpu_seconds": cpu_seconds, "check": float(np.asarray(run(*args)[0]))}
     if lowered_at is not None:
         result["compile_seconds"] = start + seconds - lowered_at
     if mode == "hlopt-load":
@@ -212,7 +216,7 @@ def fresh(mode: str, workdir: Path, workload: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--workload", choices=list(WORKLOADS), action="append",
                         help="which functions to time (default: all)")
     parser.add_argument("--paths", default="compile,cache,load",
@@ -229,6 +233,7 @@ def main() -> None:
 
 def bench(workload: str, repeat: int, kinds: list[str]) -> None:
     modes = [m for m in PATHS if m.split("-")[1] in kinds]
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         setup = fresh("hlopt-compile", workdir, workload)  # writes the files and fills the cache
@@ -244,32 +249,51 @@ def bench(workload: str, repeat: int, kinds: list[str]) -> None:
         assert len(checks) == 1, f"paths disagree on the result: {checks}"
         assert all(x["hits"] == 1 for x in runs.get("hlopt-cache", [])), "the cache path did not hit"
 
-    seconds = {mode: [x["seconds"] for x in rs] for mode, rs in runs.items()}
-    median = {mode: statistics.median(s) for mode, s in seconds.items()}
-    print("| path | hlopt (s) | JAX (s) | JAX / hlopt | per-round JAX / hlopt (median, min-max) |")
-    print("| --- | ---: | ---: | ---: | --- |")
-    for kind, label in (("compile", "fresh lower + compile"), ("cache", "persistent cache hit"),
-                        ("load", "load a serialized executable")):
-        if kind not in kinds:
-            continue
-        h, j = seconds[f"hlopt-{kind}"], seconds[f"jax-{kind}"]
-        ratios = [b / a for a, b in zip(h, j)]
-        print(f"| {label} | {median[f'hlopt-{kind}']:.3f} | {median[f'jax-{kind}']:.3f} | "
-              f"{median[f'jax-{kind}'] / median[f'hlopt-{kind}']:.2f}x | "
-              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
+    report(runs, kinds)
+    print(f"\nload average (1, 5, 15 min): {load_before} before, {load_average()} after")
+
+
+def load_average() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def spread(ratios: list[float]) -> str:
+    """Median, quartiles, range and the share of rounds at or above 1 of per-round ratios."""
+    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    at_least = sum(r >= 1 for r in ratios)
+    return (f"{statistics.median(ratios):.2f}x (quartiles {q1:.2f}-{q3:.2f}, range {min(ratios):.2f}-{max(ratios):.2f}; "
+            f">= 1 in {at_least}/{len(ratios)})")
+
+
+def report(runs: dict[str, list[dict]], kinds: list[str]) -> None:
+    """The table of medians and per-round ratios, wall-clock and CPU, and the load path's split."""
+    print("| path | measure | hlopt (s) | JAX (s) | JAX / hlopt (medians) | per-round JAX / hlopt |")
+    print("| --- | --- | ---: | ---: | ---: | --- |")
+    labels = {"compile": "fresh lower + compile", "cache": "persistent cache hit", "load": "load a signed file"}
+    for kind in (k for k in ("compile", "cache", "load") if k in kinds):
+        for measure, field in (("wall", "seconds"), ("CPU", "cpu_seconds")):
+            h, j = ([x[field] for x in runs[f"{who}-{kind}"]] for who in ("hlopt", "jax"))
+            print(f"| {labels[kind]} | {measure} | {statistics.median(h):.3f} | {statistics.median(j):.3f} | "
+                  f"{statistics.median(j) / statistics.median(h):.2f}x | {spread([b / a for a, b in zip(h, j)])} |")
+    if "load" in kinds:
+        for measure, field in (("wall", "seconds"), ("CPU", "cpu_seconds")):
+            print(f"| PJRT deserialize_executable alone (the floor) | {measure} | "
+                  f"{statistics.median(x[field] for x in runs['pjrt-load']):.3f} | | | |")
     for kind in ("compile", "cache"):
         if kind in kinds:
             h, j = (statistics.median(x["compile_seconds"] for x in runs[f"{who}-{kind}"]) for who in ("hlopt", "jax"))
             print(f"\n{kind}: of which after lowering (passes, cache lookup, PJRT): hlopt {h:.3f} s, JAX {j:.3f} s")
     if "load" not in kinds:
         return
-    print(f"| PJRT deserialize_executable alone (the floor) | {median['pjrt-load']:.3f} | | | |")
     pjrt = statistics.median(x["pjrt_seconds"] for x in runs["hlopt-load"])
     own = statistics.median(x["seconds"] - x["pjrt_seconds"] for x in runs["hlopt-load"])
+    floor = [h["seconds"] / p["seconds"] for h, p in zip(runs["hlopt-load"], runs["pjrt-load"])]
     print(f"\nhlopt.load = PJRT deserialize_executable {pjrt:.3f} s + hlopt's own work {own * 1e3:.1f} ms "
-          f"(reading, MAC and checksums, manifest, checks of what PJRT loaded)")
+          f"(reading, MAC and checksums, manifest, checks of what PJRT loaded); per round, hlopt.load / "
+          f"the floor: {statistics.median(floor):.2f}x")
     if "compile" in kinds:
-        print(f"fresh compile / hlopt.load: {median['hlopt-compile'] / median['hlopt-load']:.1f}x")
+        compile_, load = (statistics.median(x["seconds"] for x in runs[f"hlopt-{k}"]) for k in ("compile", "load"))
+        print(f"fresh compile / hlopt.load: {compile_ / load:.1f}x")
 
 
 if __name__ == "__main__":

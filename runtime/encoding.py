@@ -133,9 +133,9 @@ def decode_tree(data: Any) -> Any:
             return 0
         if x is None:
             return None
-        _check(isinstance(x, dict) and len(x) == 1, f"malformed pytree node {_short(x)}")
+        if not (isinstance(x, dict) and len(x) == 1 and isinstance(next(iter(x.values())), list)):
+            raise EncodingError(f"malformed pytree node {_short(x)}")  # built only on failure: loads run this often
         (kind, children), = x.items()
-        _check(isinstance(children, list), f"malformed pytree node {_short(x)}")
         if kind == "tuple":
             return tuple(dec(c, depth + 1) for c in children)
         if kind == "list":
@@ -143,15 +143,16 @@ def decode_tree(data: Any) -> Any:
         if kind == "dict":
             out = {}
             for item in children:
-                _check(isinstance(item, list) and len(item) == 2 and type(item[0]) in (str, int),
-                       f"malformed dict entry {_short(item)}")
-                _check(item[0] not in out, f"duplicate dict key {item[0]!r}")
+                if not (isinstance(item, list) and len(item) == 2 and type(item[0]) in (str, int)):
+                    raise EncodingError(f"malformed dict entry {_short(item)}")
+                if item[0] in out:
+                    raise EncodingError(f"duplicate dict key {item[0]!r}")
                 out[item[0]] = dec(item[1], depth + 1)
             return out
         if kind == "node":
-            _check(len(children) == 3 and isinstance(children[0], str) and children[0] in NODE_TYPES
-                   and isinstance(children[2], list),
-                   f"unknown pytree node {_short(children[:1])} (known: {', '.join(NODE_TYPES)})")
+            if not (len(children) == 3 and isinstance(children[0], str) and children[0] in NODE_TYPES
+                    and isinstance(children[2], list)):
+                raise EncodingError(f"unknown pytree node {_short(children[:1])} (known: {', '.join(NODE_TYPES)})")
             aux = decode_static(children[1])
             kids = [dec(c, depth + 1) for c in children[2]]
             try:
@@ -183,12 +184,17 @@ def encode_aval(aval: Any) -> dict[str, Any]:
 
 def decode_aval(data: Any) -> jax.core.ShapedArray:
     """The ShapedArray `encode_aval` encoded, after checking every field."""
-    _check(isinstance(data, dict) and set(data) == {"shape", "dtype", "weak_type"}, f"malformed aval {_short(data)}")
+    # Messages are built only on failure (`if not ...: raise`): loads decode every aval.
+    if not (isinstance(data, dict) and set(data) == {"shape", "dtype", "weak_type"}):
+        raise EncodingError(f"malformed aval {_short(data)}")
     shape = data["shape"]
-    _check(isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape), f"malformed shape {_short(shape)}")
+    if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+        raise EncodingError(f"malformed shape {_short(shape)}")
     _check(len(shape) <= MAX_RANK, f"an aval of rank {len(shape)} (at most {MAX_RANK})")
-    _check(math.prod(shape) < 1 << 62, f"an aval of {_short(shape)}: more elements than any machine holds")
-    _check(isinstance(data["weak_type"], bool), f"malformed weak_type {_short(data['weak_type'])}")
+    if math.prod(shape) >= 1 << 62:
+        raise EncodingError(f"an aval of {_short(shape)}: more elements than any machine holds")
+    if not isinstance(data["weak_type"], bool):
+        raise EncodingError(f"malformed weak_type {_short(data['weak_type'])}")
     return jax.core.ShapedArray(tuple(shape), dtype_from_name(data["dtype"]), weak_type=data["weak_type"])
 
 
