@@ -173,61 +173,21 @@ def _joined_pieces(a: ir.Value, c: ir.Value) -> ir.Value | None:
     return zero_pad(builders.concat([x1, x2], d), low, high)
 
 
-def laid_out(v: Term) -> tuple[int, list[tuple[int, ir.Value]]] | None:
-    """(dim, [(offset, piece), ...]) if `v` is its pieces laid along one dim with zeros
-    between and around them: a concatenation, or one zero-padded at its edges along that
-    dim only (as the cotangents of a stacked dot's slices are); else None."""
-    if not isinstance(v, ir.OpResult):
-        return None
-    op = v.owner.operation
-    if op.name == "stablehlo.concatenate":
-        dim, offset, parts = ir.IntegerAttr(op.attributes["dimension"]).value, 0, []
-        for x in op.operands:
-            parts.append((offset, x))
-            offset += builders.shape_of(x)[dim]
-        return dim, parts
-    padded = zero_padded(v)
-    if padded is None or len(_padded_dims(padded[1], padded[2])) != 1:
-        return None
-    x, low, high = padded
-    dim = _padded_dims(low, high)[0]
-    inner = laid_out(x)
-    if inner is not None and inner[0] == dim:
-        return dim, [(low[dim] + offset, piece) for offset, piece in inner[1]]
-    return dim, [(low[dim], x)]
-
-
 def slice_ct(ct: Term, dim: int, start: int, limit: int) -> Term:
-    """`ct[start:limit]` along `dim`: where `ct` is laid out in pieces along `dim`, the
-    piece (or its slice) that holds the range, or None (zero) where the range holds none
-    (no zeros or copies are made); a plain slice otherwise."""
+    """`ct[start:limit]` along `dim`: None (zero) where that lies in the zero edges of a
+    padded cotangent, the unpadded part's slice where it lies inside it (no zeros are
+    read or copied); a plain slice otherwise."""
     if ct is None:
         return None
-    laid = laid_out(ct)
-    if laid is not None and laid[0] == dim:
-        spans = [(offset, offset + builders.shape_of(piece)[dim], piece) for offset, piece in laid[1]]
-        for first, last, piece in spans:
-            if first <= start and limit <= last:
-                return builders.slice_dim(piece, dim, start - first, limit - first)
-        if all(limit <= first or start >= last for first, last, _ in spans):
+    padded = zero_padded(ct)
+    if padded is not None:
+        x, low, high = padded
+        inside = builders.shape_of(x)[dim]
+        if limit <= low[dim] or start >= low[dim] + inside:
             return None
+        if low[dim] <= start and limit <= low[dim] + inside and _padded_dims(low, high) == [dim]:
+            return builders.slice_dim(x, dim, start - low[dim], limit - low[dim])
     return builders.slice_dim(ct, dim, start, limit)
-
-
-def _lay_out(parts: Sequence[tuple[int, ir.Value]], dim: int, size: int) -> ir.Value:
-    """The pieces `parts` (offset, value) laid along `dim` of a value of size `size` there,
-    zeros elsewhere."""
-    out, at = [], parts[0][0]
-    for offset, piece in parts:
-        if offset > at:
-            shape = list(builders.shape_of(piece))
-            shape[dim] = offset - at
-            out.append(builders.full(shape, 0, builders.elem_of(piece)))
-        out.append(piece)
-        at = offset + builders.shape_of(piece)[dim]
-    low, high = [0] * len(builders.shape_of(out[0])), [0] * len(builders.shape_of(out[0]))
-    low[dim], high[dim] = parts[0][0], size - at
-    return zero_pad(builders.concat(out, dim), low, high)
 
 
 def _is_complex(v: ir.Value) -> bool:
@@ -546,33 +506,25 @@ def _dot_transpose(ct: ir.Value, x: ir.Value, y: ir.Value, x_contract: Sequence[
     """JAX's `_dot_general_transpose_lhs`: the cotangent of `x` in dot_general(x, y) (or, with
     `swap`, of the rhs `x` in dot_general(y, x)), in the cotangent's element type, then converted.
 
-    A cotangent laid out in pieces along a free dim (the cotangents of the slices of a
-    stacked dot, concatenated or zero-padded) is multiplied piece by piece: where that
-    dim is contracted with `y`, each piece with its rows of `y`, summed; where it is
-    not, the results laid out alike. No zeros are multiplied and no stack is copied."""
+    A cotangent zero-padded along free dims (the cotangent of a slice of a stacked
+    dot) is multiplied unpadded: `y` is sliced to its nonzero part where it is
+    contracted with the padding, and the result is padded where it is not."""
     x_kept = [d for d in range(len(builders.shape_of(x))) if d not in x_contract and d not in x_batch]
     y_kept = [d for d in range(len(builders.shape_of(y))) if d not in y_contract and d not in y_batch]
     nb = len(x_batch)
     ans_y = range(nb, nb + len(y_kept)) if swap else range(nb + len(x_kept), nb + len(x_kept) + len(y_kept))
     ans_x = [d for d in range(nb, nb + len(x_kept) + len(y_kept)) if d not in ans_y]
     args = (x_contract, y_contract, x_batch, y_batch, swap, precision)
-    laid = laid_out(ct)
-    if laid is not None and laid[0] >= nb:
-        dim, parts = laid
-        if dim in ans_y:  # contracted with y: the sum over the pieces and their rows of y
-            k = y_kept[list(ans_y).index(dim)]
-            terms = []
-            for offset, piece in parts:
-                rows = slice_ct(y, k, offset, offset + builders.shape_of(piece)[dim])
-                if rows is not None:
-                    terms.append(_dot_transpose(piece, x, rows, *args))
-            total = terms[0] if terms else builders.zeros_like(x)
-            for t in terms[1:]:
-                total = builders.add(total, t)
-            return total
-        k = x_kept[ans_x.index(dim)]
-        return _lay_out([(offset, _dot_transpose(piece, x, y, *args)) for offset, piece in parts], k,
-                        builders.shape_of(x)[k])
+    padded = zero_padded(ct)
+    if padded is not None and not any(padded[1][:nb]) and not any(padded[2][:nb]):
+        inner, low, high = padded
+        for j, d in enumerate(ans_y):
+            if low[d] or high[d]:
+                y = builders.slice_dim(y, y_kept[j], low[d], low[d] + builders.shape_of(inner)[d])
+        x_low, x_high = [0] * len(builders.shape_of(x)), [0] * len(builders.shape_of(x))
+        for j, d in enumerate(ans_x):
+            x_low[x_kept[j]], x_high[x_kept[j]] = low[d], high[d]
+        return zero_pad(_dot_transpose(inner, x, y, *args), x_low, x_high)
     elem = builders.elem_of(ct)
     r = builders.dot_general(ct, builders.convert(y, elem), lhs_batch=range(nb), rhs_batch=y_batch,
                              lhs_contract=ans_y, rhs_contract=y_kept, elem=elem, precision_config=precision)
