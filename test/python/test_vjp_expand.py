@@ -130,6 +130,14 @@ func.func @main(%x: tensor<2x3x5xf32>, %w: tensor<2x5x4xf32>) -> (tensor<2x3x1xf
   return %p, %s : tensor<2x3x1xf32>, tensor<2x3x2xf32>
 }""", lambda x, w: (lambda d: (d[..., :1], jnp.sin(d[..., 2:])))(jnp.einsum("bij,bjk->bik", x, w)),
         (rng.normal(size=(2, 3, 5)).astype(np.float32), rng.normal(size=(2, 5, 4)).astype(np.float32))),
+    "rhs_free_middle_slice": ("""
+func.func @main(%x: tensor<2x3x5xf32>, %w: tensor<2x5x4xf32>) -> tensor<2x3x2xf32> {
+  %d = stablehlo.dot_general %x, %w, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x3x5xf32>, tensor<2x5x4xf32>) -> tensor<2x3x4xf32>
+  %q = stablehlo.slice %d [0:2, 0:3, 1:3] : (tensor<2x3x4xf32>) -> tensor<2x3x2xf32>
+  %s = stablehlo.sine %q : tensor<2x3x2xf32>
+  return %s : tensor<2x3x2xf32>
+}""", lambda x, w: jnp.sin(jnp.einsum("bij,bjk->bik", x, w)[..., 1:3]),
+        (rng.normal(size=(2, 3, 5)).astype(np.float32), rng.normal(size=(2, 5, 4)).astype(np.float32))),
     "while_counting_down": ("""
 func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
   %c0 = stablehlo.constant dense<2> : tensor<i32>
