@@ -139,7 +139,9 @@ def zero_padded(v: Term) -> tuple[ir.Value, list[int], list[int]] | None:
         return None
     op = v.owner.operation
     low, high = i64s(op, "edge_padding_low"), i64s(op, "edge_padding_high")
-    if any(i64s(op, "interior_padding")) or min(low + high, default=0) < 0 or not builders.is_zero_constant(op.operands[1]):
+    if any(i64s(op, "interior_padding")) or min(low + high, default=0) < 0:
+        return None
+    if not builders.is_zero_constant(op.operands[1]):
         return None
     return op.operands[0], low, high
 
