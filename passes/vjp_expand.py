@@ -16,7 +16,9 @@ Residual policy (what the backward part reads, and where it comes from):
   cotangents known to be zero (constants, values that do not depend on a
   differentiated input, results whose cotangent is a zero constant) are
   absent and build no ops. A cotangent that is a slice or a scatter-add
-  written into zeros (of a `dynamic_slice` or `gather`) is added in place.
+  written into zeros (of a `dynamic_slice` or `gather`) is added in place;
+  cotangents of the slices of one value that meet are concatenated, and a
+  `dot_general` or a slice reads a zero-padded cotangent unpadded.
 - `func.call` of a small leaf function (at most `INLINE_OPS` ops, no calls,
   loops or branches: JAX's helper wrappers such as `dynamic_index_in_dim`)
   is differentiated in place, as if inlined. Any other call is kept for its

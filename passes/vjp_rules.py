@@ -73,7 +73,12 @@ class VjpBuilder:
     def accumulate(self, total: ir.Value, ct: ir.Value) -> ir.Value:
         """`total + ct`; where one side is a slice or a scatter-add written into zeros (the
         cotangent of a dynamic_slice or gather, as in every step of a scan), the other side
-        is updated in place instead of adding a whole array of zeros."""
+        is updated in place instead of adding a whole array of zeros. Two cotangents that
+        are zero-padded pieces meeting along one dim (the cotangents of the slices that
+        take a stacked dot_general's result apart) are concatenated, not added."""
+        joined = _joined_pieces(total, ct)
+        if joined is not None:
+            return joined
         for a, c in ((total, ct), (ct, total)):
             into = c.owner.operation if isinstance(c, ir.OpResult) else None
             if into is None or not builders.is_zero_constant(into.operands[0]):
@@ -125,6 +130,66 @@ def i64s(op: ir.Operation, name: str, default: Sequence[int] | None = None) -> l
 def zeros_of(t: ir.Type) -> ir.Value:
     tt = ir.RankedTensorType(t)
     return builders.full(list(tt.shape), 0, tt.element_type)
+
+
+def zero_padded(v: Term) -> tuple[ir.Value, list[int], list[int]] | None:
+    """(x, low, high) if `v` is `x` padded with zeros at its edges only (no interior
+    padding, no cropping), as the cotangent of a slice is; else None."""
+    if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.pad":
+        return None
+    op = v.owner.operation
+    low, high = i64s(op, "edge_padding_low"), i64s(op, "edge_padding_high")
+    if any(i64s(op, "interior_padding")) or min(low + high, default=0) < 0:
+        return None
+    if not builders.is_zero_constant(op.operands[1]):
+        return None
+    return op.operands[0], low, high
+
+
+def zero_pad(x: ir.Value, low: Sequence[int], high: Sequence[int]) -> ir.Value:
+    """`x` padded with zeros at its edges (itself when there is no padding)."""
+    if not any(low) and not any(high):
+        return x
+    return builders.pad(x, low, high, [0] * len(low), builders.scalar(0, builders.elem_of(x)))
+
+
+def _padded_dims(low: Sequence[int], high: Sequence[int]) -> list[int]:
+    return [d for d in range(len(low)) if low[d] or high[d]]
+
+
+def _joined_pieces(a: ir.Value, c: ir.Value) -> ir.Value | None:
+    """`a + c` as one concatenation when both are zero-padded pieces that meet along one
+    dim and are padded alike along the others; else None."""
+    pa, pc = zero_padded(a), zero_padded(c)
+    if pa is None or pc is None:
+        return None
+    dims = sorted(set(_padded_dims(pa[1], pa[2])) | set(_padded_dims(pc[1], pc[2])))
+    if len(dims) != 1:
+        return None
+    d = dims[0]
+    (x1, low1, _), (x2, low2, high2) = (pa, pc) if pa[1][d] <= pc[1][d] else (pc, pa)
+    if low1[d] + builders.shape_of(x1)[d] != low2[d]:
+        return None
+    low, high = [0] * len(low1), [0] * len(low1)
+    low[d], high[d] = low1[d], high2[d]
+    return zero_pad(builders.concat([x1, x2], d), low, high)
+
+
+def slice_ct(ct: Term, dim: int, start: int, limit: int) -> Term:
+    """`ct[start:limit]` along `dim`: None (zero) where that lies in the zero edges of a
+    padded cotangent, the unpadded part's slice where it lies inside it (no zeros are
+    read or copied); a plain slice otherwise."""
+    if ct is None:
+        return None
+    padded = zero_padded(ct)
+    if padded is not None:
+        x, low, high = padded
+        inside = builders.shape_of(x)[dim]
+        if limit <= low[dim] or start >= low[dim] + inside:
+            return None
+        if low[dim] <= start and limit <= low[dim] + inside and _padded_dims(low, high) == [dim]:
+            return builders.slice_dim(x, dim, start - low[dim], limit - low[dim])
+    return builders.slice_dim(ct, dim, start, limit)
 
 
 def _is_complex(v: ir.Value) -> bool:
@@ -350,7 +415,7 @@ def _concatenate(b, op, ct):
     out, start = [], 0
     for v in op.operands:
         size = builders.shape_of(v)[dim]
-        out.append(builders.slice_dim(ct, dim, start, start + size))
+        out.append(slice_ct(ct, dim, start, start + size))
         start += size
     return out
 
@@ -441,11 +506,27 @@ def _dot_transpose(ct: ir.Value, x: ir.Value, y: ir.Value, x_contract: Sequence[
                    x_batch: Sequence[int], y_batch: Sequence[int], swap: bool,
                    precision: ir.Attribute | None) -> ir.Value:
     """JAX's `_dot_general_transpose_lhs`: the cotangent of `x` in dot_general(x, y) (or, with
-    `swap`, of the rhs `x` in dot_general(y, x)), in the cotangent's element type, then converted."""
+    `swap`, of the rhs `x` in dot_general(y, x)), in the cotangent's element type, then converted.
+
+    A cotangent zero-padded along free dims (the cotangent of a slice of a stacked
+    dot) is multiplied unpadded: `y` is sliced to its nonzero part where it is
+    contracted with the padding, and the result is padded where it is not."""
     x_kept = [d for d in range(len(builders.shape_of(x))) if d not in x_contract and d not in x_batch]
     y_kept = [d for d in range(len(builders.shape_of(y))) if d not in y_contract and d not in y_batch]
     nb = len(x_batch)
     ans_y = range(nb, nb + len(y_kept)) if swap else range(nb + len(x_kept), nb + len(x_kept) + len(y_kept))
+    ans_x = [d for d in range(nb, nb + len(x_kept) + len(y_kept)) if d not in ans_y]
+    args = (x_contract, y_contract, x_batch, y_batch, swap, precision)
+    padded = zero_padded(ct)
+    if padded is not None and not any(padded[1][:nb]) and not any(padded[2][:nb]):
+        inner, low, high = padded
+        for j, d in enumerate(ans_y):
+            if low[d] or high[d]:
+                y = builders.slice_dim(y, y_kept[j], low[d], low[d] + builders.shape_of(inner)[d])
+        x_low, x_high = [0] * len(builders.shape_of(x)), [0] * len(builders.shape_of(x))
+        for j, d in enumerate(ans_x):
+            x_low[x_kept[j]], x_high[x_kept[j]] = low[d], high[d]
+        return zero_pad(_dot_transpose(inner, x, y, *args), x_low, x_high)
     elem = builders.elem_of(ct)
     r = builders.dot_general(ct, builders.convert(y, elem), lhs_batch=range(nb), rhs_batch=y_batch,
                              lhs_contract=ans_y, rhs_contract=y_kept, elem=elem, precision_config=precision)

@@ -97,6 +97,47 @@ func.func @main(%x: tensor<3x4xf32>) -> tensor<2x3xf32> {
   return %0 : tensor<2x3xf32>
 }""", lambda x: x[:-1, :-1] * x[1:, :-1] * x[:-1, 1:] * x[1:, 1:],
         (np.array([[1.5, 0.0, -0.7, 2.0], [0.3, 0.0, 1.1, -1.2], [0.9, 1.3, 0.0, 0.4]], np.float32),)),
+    # jet-expand's stacked dot: coefficients concatenated, one dot_general, its result
+    # sliced apart. The slices' cotangents meet (one concatenation), the unused ones are
+    # zero (the dots read the cotangent unpadded), the middle piece leaves a gap.
+    "stacked_dot_pieces": ("""
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> (tensor<2x4xf32>, tensor<1x4xf32>) {
+  %s = stablehlo.concatenate %a, %b, dim = 0 : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<3x3xf32>
+  %d = stablehlo.dot_general %s, %w, contracting_dims = [1] x [0] : (tensor<3x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  %p = stablehlo.slice %d [0:2, 0:4] : (tensor<3x4xf32>) -> tensor<2x4xf32>
+  %q = stablehlo.slice %d [2:3, 0:4] : (tensor<3x4xf32>) -> tensor<1x4xf32>
+  %t = stablehlo.tanh %p : tensor<2x4xf32>
+  return %t, %q : tensor<2x4xf32>, tensor<1x4xf32>
+}""", lambda a, b, w: (lambda d: (jnp.tanh(d[:2]), d[2:]))(jnp.concatenate([a, b]) @ w),
+        (rng.normal(size=(2, 3)).astype(np.float32), rng.normal(size=(1, 3)).astype(np.float32),
+         rng.normal(size=(3, 4)).astype(np.float32))),
+    "stacked_dot_one_piece_used": ("""
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> tensor<1x4xf32> {
+  %s = stablehlo.concatenate %a, %b, dim = 0 : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<3x3xf32>
+  %d = stablehlo.dot_general %s, %w, contracting_dims = [1] x [0] : (tensor<3x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  %q = stablehlo.slice %d [2:3, 0:4] : (tensor<3x4xf32>) -> tensor<1x4xf32>
+  %e = stablehlo.exponential %q : tensor<1x4xf32>
+  return %e : tensor<1x4xf32>
+}""", lambda a, b, w: jnp.exp((jnp.concatenate([a, b]) @ w)[2:]),
+        (rng.normal(size=(2, 3)).astype(np.float32), rng.normal(size=(1, 3)).astype(np.float32),
+         rng.normal(size=(3, 4)).astype(np.float32))),
+    "rhs_free_slices_with_a_gap": ("""
+func.func @main(%x: tensor<2x3x5xf32>, %w: tensor<2x5x4xf32>) -> (tensor<2x3x1xf32>, tensor<2x3x2xf32>) {
+  %d = stablehlo.dot_general %x, %w, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x3x5xf32>, tensor<2x5x4xf32>) -> tensor<2x3x4xf32>
+  %p = stablehlo.slice %d [0:2, 0:3, 0:1] : (tensor<2x3x4xf32>) -> tensor<2x3x1xf32>
+  %q = stablehlo.slice %d [0:2, 0:3, 2:4] : (tensor<2x3x4xf32>) -> tensor<2x3x2xf32>
+  %s = stablehlo.sine %q : tensor<2x3x2xf32>
+  return %p, %s : tensor<2x3x1xf32>, tensor<2x3x2xf32>
+}""", lambda x, w: (lambda d: (d[..., :1], jnp.sin(d[..., 2:])))(jnp.einsum("bij,bjk->bik", x, w)),
+        (rng.normal(size=(2, 3, 5)).astype(np.float32), rng.normal(size=(2, 5, 4)).astype(np.float32))),
+    "rhs_free_middle_slice": ("""
+func.func @main(%x: tensor<2x3x5xf32>, %w: tensor<2x5x4xf32>) -> tensor<2x3x2xf32> {
+  %d = stablehlo.dot_general %x, %w, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x3x5xf32>, tensor<2x5x4xf32>) -> tensor<2x3x4xf32>
+  %q = stablehlo.slice %d [0:2, 0:3, 1:3] : (tensor<2x3x4xf32>) -> tensor<2x3x2xf32>
+  %s = stablehlo.sine %q : tensor<2x3x2xf32>
+  return %s : tensor<2x3x2xf32>
+}""", lambda x, w: jnp.sin(jnp.einsum("bij,bjk->bik", x, w)[..., 1:3]),
+        (rng.normal(size=(2, 3, 5)).astype(np.float32), rng.normal(size=(2, 5, 4)).astype(np.float32))),
     "while_counting_down": ("""
 func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
   %c0 = stablehlo.constant dense<2> : tensor<i32>

@@ -29,3 +29,43 @@ func.func @f(%x: tensor<3x4xbf16>, %w: tensor<4x5xbf16>) -> tensor<3x5xf32> {
   %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<3x4xbf16>, tensor<4x5xbf16>) -> tensor<3x5xf32>
   return %0 : tensor<3x5xf32>
 }
+
+// -----
+
+// jet-expand's stacked dot (pieces concatenated, one dot_general, the result sliced
+// apart): the slices' cotangents are concatenated, not padded with zeros and added.
+// CHECK-LABEL: func.func @f_vjp
+// CHECK-SAME: %[[W:[^:]*]]: tensor<3x4xf32>, %[[CP:[^:]*]]: tensor<2x4xf32>, %[[CQ:[^:]*]]: tensor<1x4xf32>)
+// CHECK-NOT: stablehlo.pad
+// CHECK: %[[CT:.*]] = stablehlo.concatenate %[[CP]], %[[CQ]], dim = 0 : (tensor<2x4xf32>, tensor<1x4xf32>) -> tensor<3x4xf32>
+// CHECK: stablehlo.dot_general %[[CT]], %[[W]], contracting_dims = [1] x [1]
+// CHECK-NOT: stablehlo.pad
+// CHECK: return
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> (tensor<2x4xf32>, tensor<1x4xf32>) {
+  %s = stablehlo.concatenate %a, %b, dim = 0 : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<3x3xf32>
+  %d = stablehlo.dot_general %s, %w, contracting_dims = [1] x [0] : (tensor<3x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  %p = stablehlo.slice %d [0:2, 0:4] : (tensor<3x4xf32>) -> tensor<2x4xf32>
+  %q = stablehlo.slice %d [2:3, 0:4] : (tensor<3x4xf32>) -> tensor<1x4xf32>
+  return %p, %q : tensor<2x4xf32>, tensor<1x4xf32>
+}
+
+// -----
+
+// Only one slice of the stacked dot is used: the dots read its cotangent unpadded
+// (the weight's contracts with the matching rows of the stack), and the unused
+// piece's cotangent is a known zero, not a slice of zeros.
+// CHECK-LABEL: func.func @f_vjp
+// CHECK-SAME: %[[W:[^:]*]]: tensor<3x4xf32>, %[[CQ:[^:]*]]: tensor<1x4xf32>)
+// CHECK-NOT: stablehlo.pad
+// CHECK: %[[S:.*]] = stablehlo.concatenate
+// CHECK: %[[BCT:.*]] = stablehlo.dot_general %[[CQ]], %[[W]], contracting_dims = [1] x [1] : (tensor<1x4xf32>, tensor<3x4xf32>) -> tensor<1x3xf32>
+// CHECK: %[[ROWS:.*]] = stablehlo.slice %[[S]] [2:3, 0:3]
+// CHECK: stablehlo.dot_general %[[CQ]], %[[ROWS]], contracting_dims = [0] x [0] : (tensor<1x4xf32>, tensor<1x3xf32>) -> tensor<4x3xf32>
+// CHECK: %[[ZERO:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [] : (tensor<f32>) -> tensor<2x3xf32>
+// CHECK: return %[[ZERO]], %[[BCT]]
+func.func @f(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> tensor<1x4xf32> {
+  %s = stablehlo.concatenate %a, %b, dim = 0 : (tensor<2x3xf32>, tensor<1x3xf32>) -> tensor<3x3xf32>
+  %d = stablehlo.dot_general %s, %w, contracting_dims = [1] x [0] : (tensor<3x3xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+  %q = stablehlo.slice %d [2:3, 0:4] : (tensor<3x4xf32>) -> tensor<1x4xf32>
+  return %q : tensor<1x4xf32>
+}
