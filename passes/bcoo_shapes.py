@@ -668,6 +668,11 @@ def broadcast_in_dim(lay: Layout, shape: Sequence[int], broadcast_dimensions: Se
         raise ValueError(f"spinfo.shape={lay.shape} and broadcast_dimensions={dims} must have the same length")
     if any(s < 0 for s in shape):
         raise ValueError(f"broadcast_in_dim shape {shape} has a negative dimension")
+    batch, sparse, dense = dims[:nb], dims[nb : nb + ns], dims[nb + ns :]
+    if max(batch, default=0) > min(sparse, default=len(shape)):
+        raise ValueError("Cannot mix batch and sparse dimensions during broadcast_in_dim")
+    if max(sparse, default=0) > min(dense, default=len(shape)):
+        raise ValueError("Cannot mix sparse and dense dimensions during broadcast_in_dim")
     if len(set(dims)) != len(dims) or not all(0 <= d < len(shape) for d in dims) or list(dims) != sorted(dims):
         raise TypeError(f"broadcast_in_dim broadcast_dimensions must be strictly increasing dimensions of the "
                         f"result shape {shape}, got {dims}")
@@ -675,11 +680,6 @@ def broadcast_in_dim(lay: Layout, shape: Sequence[int], broadcast_dimensions: Se
         raise TypeError(f"broadcast_in_dim operand dimension sizes must either be 1, or be equal to their "
                         f"corresponding dimensions in the target broadcast shape; got operand of shape {lay.shape}, "
                         f"target broadcast shape {shape}, broadcast_dimensions {dims}")
-    batch, sparse, dense = dims[:nb], dims[nb : nb + ns], dims[nb + ns :]
-    if max(batch, default=0) > min(sparse, default=len(shape)):
-        raise ValueError("Cannot mix batch and sparse dimensions during broadcast_in_dim")
-    if max(sparse, default=0) > min(dense, default=len(shape)):
-        raise ValueError("Cannot mix sparse and dense dimensions during broadcast_in_dim")
     n_batch = min(dims[nb:], default=len(shape))
     n_dense = nd and len(shape) - min(dense)
     n_sparse = len(shape) - n_batch - n_dense

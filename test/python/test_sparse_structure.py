@@ -132,7 +132,7 @@ def test_concatenate_errors():
 BROADCASTS = [  # (shape, n_batch, n_dense, new shape, broadcast_dimensions)
     ((3, 4), 0, 0, (2, 3, 4), (1, 2)),
     ((3, 4), 1, 0, (3, 2, 4), (0, 2)),
-    ((3, 4), 0, 1, (3, 5, 4), (0, 2)),
+    ((3, 4), 1, 1, (3, 4, 2), (0, 1)),
     ((3, 4), 0, 0, (3, 1, 4), (0, 2)),
     ((1, 4), 1, 0, (5, 4), (0, 1)),
     ((3, 4), 1, 1, (2, 3, 4, 6), (1, 2)),
@@ -175,7 +175,7 @@ def test_broadcast_in_dim_errors():
 def slice_cases(draw):
     nb = draw(st.integers(0, 2))
     nd = draw(st.integers(0, 3 - nb - 1))
-    shape = tuple(draw(st.lists(st.integers(0, 5), min_size=3, max_size=3)))
+    shape = tuple(draw(st.lists(st.integers(1, 5), min_size=3, max_size=3)))
     sizes = tuple(draw(st.integers(0, s)) for s in shape)
     starts = [tuple(draw(st.integers(-6, 6)) for _ in shape) for _ in range(3)]
     return shape, nb, nd, sizes, starts, draw(st.integers(0, 2**31 - 1))
@@ -202,7 +202,7 @@ def test_dynamic_slice_errors():
     m = mk((3, 3))
     with pytest.raises(TypeError, match="slice_sizes must be less than or equal"):
         hs.bcoo_dynamic_slice(m, [0, 0], (4, 1))
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="Length of slice indices"):
         hs.bcoo_dynamic_slice(m, [0], (1, 1))
     with pytest.raises(TypeError):
         hs.bcoo_dynamic_slice(m, [0.5, 0], (1, 1))
@@ -283,7 +283,7 @@ def test_conv_padding_entries_and_layouts():
 def test_conv_errors():
     x = mk((1, 1, 5))
     k = jnp.ones((1, 1, 2))
-    conv = functools.partial(hs.bcoo_conv_general_dilated, padding="VALID")
+    conv = functools.partial(hs.bcoo_conv_general_dilated, padding=[(0, 0)])
     with pytest.raises(NotImplementedError, match="window_strides"):
         conv(x, k, window_strides=(2,))
     with pytest.raises(NotImplementedError, match="lhs_dilation"):
@@ -293,7 +293,7 @@ def test_conv_errors():
     with pytest.raises(NotImplementedError, match="leading dimensions"):
         conv(mk((2, 1, 5)), k, window_strides=(1,))
     with pytest.raises(NotImplementedError, match="leading dimensions"):
-        conv(mk((1, 1, 5, 5)), jnp.ones((1, 1, 2, 2)), window_strides=(1, 1))
+        conv(mk((1, 1, 5, 5)), jnp.ones((1, 1, 2, 2)), window_strides=(1, 1), padding="VALID")
     with pytest.raises(TypeError):
         conv(x, jnp.ones((1, 1, 2), jnp.int32), window_strides=(1,))
     with pytest.raises(TypeError, match="not recognized"):
@@ -304,13 +304,16 @@ def test_conv_errors():
 # grad, jvp and vmap of each, against JAX's (or the dense function's)
 
 
-def _data_grad(fn, m: hs.BCOO, ref, jm):
-    """d/d(data) of sum(|fn(m).todense()|^2) against the same of JAX's `ref` on `jm`."""
-    def loss(f, mat, cls, d):
-        return jnp.sum(jnp.abs(f(cls((d, mat.indices), shape=mat.shape)).todense()) ** 2)
-    got = hlopt.jit(jax.grad(functools.partial(loss, fn, m, hs.BCOO)))(m.data)
-    want = jax.grad(functools.partial(loss, ref, jm, js.BCOO))(jm.data)
-    assert_close(got, want)
+def _data_grad(fn, m: hs.BCOO, dense_fn):
+    """d/d(data) of sum(fn(m).todense()^2) against the same through JAX's todense and the lax op
+    (the ground truth: padding entries get 0)."""
+    def loss(d):
+        return jnp.sum(fn(hs.BCOO((d, m.indices), shape=m.shape)).todense() ** 2)
+
+    def dense_loss(d):
+        return jnp.sum(dense_fn(js.BCOO((d, m.indices), shape=m.shape).todense()) ** 2)
+
+    assert_close(hlopt.jit(jax.grad(loss))(m.data), jax.grad(dense_loss)(m.data))
 
 
 def test_grad_of_each():
@@ -318,11 +321,11 @@ def test_grad_of_each():
     m, jm = pair(buffers(rng, (2, 3, 4), 1, 0, nse=5), (2, 3, 4))
     for dim in (0, 1):
         _data_grad(lambda x, d=dim: hs.bcoo_concatenate([x, x], dimension=d), m,
-                   lambda x, d=dim: js.bcoo_concatenate([x, x], dimension=d), jm)
+                   lambda x, d=dim: lax.concatenate([x, x], d))
     bd = dict(shape=(5, 2, 3, 4), broadcast_dimensions=(1, 2, 3))
-    _data_grad(lambda x: hs.bcoo_broadcast_in_dim(x, **bd), m, lambda x: js.bcoo_broadcast_in_dim(x, **bd), jm)
+    _data_grad(lambda x: hs.bcoo_broadcast_in_dim(x, **bd), m, lambda x: lax.broadcast_in_dim(x, **bd))
     _data_grad(lambda x: hs.bcoo_dynamic_slice(x, [1, 1, 1], (1, 2, 2)), m,
-               lambda x: js.bcoo_dynamic_slice(x, [1, 1, 1], (1, 2, 2)), jm)
+               lambda x: lax.dynamic_slice(x, [1, 1, 1], (1, 2, 2)))
     arr, tangent = (random_data(rng, (2, 3, 4), "float32") for _ in range(2))
     for unique in (True, False):
         def extracted(a, u=unique):
@@ -383,11 +386,11 @@ def test_vmap_of_each():
         out = hlopt.jit(jax.vmap(fn, in_axes=axes))(m, *extra)
         for i in range(3):
             want = fn(rows[i], *(e[i] for e in extra))
-            np.testing.assert_allclose(out.todense()[i], dense_of(want), rtol=1e-6, err_msg=name)
+            np.testing.assert_allclose(out.todense()[i], dense_of(want), rtol=1e-5, atol=1e-6, err_msg=name)
     lhs = mk((3, 1, 1, 6), 3, nse=4)
     rhs = mk((1, 1, 2), 2)
     conv = functools.partial(hs.bcoo_conv_general_dilated, window_strides=(1,), padding="SAME")
     out = hlopt.jit(jax.vmap(conv, in_axes=(0, None)))(lhs, rhs)
     for i in range(3):
         want = lax.conv_general_dilated(lhs.todense()[i], rhs.todense(), window_strides=(1,), padding="SAME")
-        np.testing.assert_allclose(out.todense()[i], want, rtol=1e-6)
+        np.testing.assert_allclose(out.todense()[i], want, rtol=1e-5, atol=1e-6)

@@ -99,7 +99,7 @@ def _dynamic_slice_batch(args, dims, *, shape, slice_sizes, **params):
         outs = dynamic_slice_p.bind(data, indices, starts, shape=(size, *shape), slice_sizes=(size, *slice_sizes),
                                     **params)
         return ops._from_front(outs, size, True)
-    wrapped = jnp.where(starts < 0, starts + jnp.asarray(shape, starts.dtype), starts)
+    wrapped = jnp.where(starts < 0, starts + jnp.asarray(shape, starts.dtype).reshape(1, -1), starts)
     rows = jnp.arange(size, dtype=starts.dtype).reshape(size, 1)
     windows = jnp.concatenate([rows, wrapped], axis=1)
     outs = ops.gather_p.bind(data, indices, windows, shape=(size, *shape), slice_sizes=(1, *slice_sizes), **params)
@@ -217,6 +217,9 @@ def bcoo_conv_general_dilated(lhs: Any, rhs: Any, *, window_strides: Sequence[in
     supports: 1-d, one batch and one feature (leading dims (1, 1)), unit strides and dilations,
     group counts 1. The result is a BCOO array of shape (1, 1, width) with one entry per pair of
     stored entries; `precision` and `preferred_element_type` are checked and unused, as in JAX."""
+    for x in (lhs, rhs):
+        if not isinstance(x, (BCOO, jax.Array, np.ndarray)):
+            raise TypeError(f"bcoo_conv_general_dilated: input of type {type(x)} not recognized.")
     func = functools.partial(
         lax.conv_general_dilated, window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
         rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers, feature_group_count=feature_group_count,
