@@ -134,7 +134,8 @@ def lower_conv(c: BcooOp) -> list[Value]:
     both = b.and_(b.broadcast(ix.valid(li, lhs.sparse_shape), pair, [0, 1]),
                   b.broadcast(ix.valid(ri, rhs.sparse_shape), pair, [0, 2]))
     keep = b.and_(both, b.reshape(ix.in_range(b.reshape(at, [*pair, 1]), [size]), pair))
-    product = b.mul(b.broadcast(ix.canonical(ld, batch), pair, [0, 1]), b.broadcast(ix.canonical(rd, batch), pair, [0, 2]))
+    product = b.mul(b.broadcast(ix.canonical(ld, batch), pair, [0, 1]),
+                    b.broadcast(ix.canonical(rd, batch), pair, [0, 2]))
     data = b.select(keep, product, b.zeros_like(product))
     idx = b.select(keep, at, b.full(pair, size, elem))
     return [b.reshape(data, c.result_shape(0)), b.reshape(idx, c.result_shape(1))]
