@@ -40,11 +40,12 @@ class Signature(NamedTuple):
     results: int
     fields: Mapping[str, str] = {}
     optional: Mapping[str, str] = {}
+    variadic: bool = False  # the operand roles repeat, once per operand array (concatenate)
 
 
 SIGNATURES: dict[str, Signature] = {
     "todense": Signature((DATA, INDICES), 1),
-    "extract": Signature((DENSE, INDICES), 1),
+    "extract": Signature((DENSE, INDICES), 1, {}, {"assume_unique": BOOL}),
     "fromdense": Signature((DENSE,), 2, {"nse": INT}),
     "multiply_dense": Signature((DATA, INDICES, DENSE), 1),
     "multiply_sparse": Signature((DATA, INDICES, DATA, INDICES), 2, {"rhs_shape": SHAPE, "driver": STR}),
@@ -64,6 +65,10 @@ SIGNATURES: dict[str, Signature] = {
     "spdot_general_sampled": Signature((DATA, INDICES, DATA, INDICES, INDICES), 1,
                                        {"lhs_shape": SHAPE, "rhs_shape": SHAPE, "dimension_numbers": DIMS},
                                        {"permutation": INTS}),
+    "broadcast_in_dim": Signature((DATA, INDICES), 2, {"new_shape": SHAPE, "broadcast_dimensions": INTS}),
+    "concatenate": Signature((DATA, INDICES), 2, {"dimension": INT, "sizes": SHAPE}, variadic=True),
+    "dynamic_slice": Signature((DATA, INDICES, STARTS), 2, {"slice_sizes": SHAPE}),
+    "conv": Signature((DATA, INDICES, DATA, INDICES), 2, {"rhs_shape": SHAPE, "padding": INTS}),
 }
 
 # Products: their operands may have different element types, converted to the result's.
@@ -128,6 +133,8 @@ def read(op: ir.Operation) -> BcooOp:
                 fail(f"backend_config '{key}' must be {_KIND_NAMES[kind]}, got {config[key]!r}")
     operands = [_tensor_type(v.type) for v in op.operands]
     results = [_tensor_type(r.type) for r in op.results]
+    if signature.variadic and operands and len(operands) % len(signature.operands) == 0:
+        signature = signature._replace(operands=signature.operands * (len(operands) // len(signature.operands)))
     if len(operands) != len(signature.operands) or len(results) != signature.results:
         fail(f"takes {_count(len(signature.operands), 'operand')} ({', '.join(signature.operands)}) and returns "
              f"{_count(signature.results, 'result')}, got {_count(len(operands), 'operand')} and "

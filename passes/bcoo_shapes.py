@@ -642,3 +642,137 @@ RESULT_SHAPES.update({
     "spdot_general": _spdot_general,
     "spdot_general_sampled": _spdot_general_sampled,
 })
+
+
+# ---------------------------------------------------------------------------
+# Structure ops (concatenate, broadcast_in_dim, dynamic_slice, conv)
+
+
+class BroadcastPlan(NamedTuple):
+    """bcoo_broadcast_in_dim: the new layout and where the operand's sparse dims go among the new ones."""
+
+    shape: Shape
+    n_batch: int
+    n_dense: int
+    sparse_cols: tuple[int, ...]
+    data: Shape
+    indices: Shape
+
+
+def broadcast_in_dim(lay: Layout, shape: Sequence[int], broadcast_dimensions: Sequence[int]) -> BroadcastPlan:
+    """The rules of jax's bcoo_broadcast_in_dim: new dims before the first sparse (or dense) dim are
+    batch dims, new dims among the sparse ones must have size 1."""
+    shape, dims = tuple(shape), tuple(broadcast_dimensions)
+    nb, ns, nd = lay.n_batch, lay.n_sparse, lay.n_dense
+    if len(lay.shape) != len(dims):
+        raise ValueError(f"spinfo.shape={lay.shape} and broadcast_dimensions={dims} must have the same length")
+    if any(s < 0 for s in shape):
+        raise ValueError(f"broadcast_in_dim shape {shape} has a negative dimension")
+    batch, sparse, dense = dims[:nb], dims[nb : nb + ns], dims[nb + ns :]
+    if max(batch, default=0) > min(sparse, default=len(shape)):
+        raise ValueError("Cannot mix batch and sparse dimensions during broadcast_in_dim")
+    if max(sparse, default=0) > min(dense, default=len(shape)):
+        raise ValueError("Cannot mix sparse and dense dimensions during broadcast_in_dim")
+    if len(set(dims)) != len(dims) or not all(0 <= d < len(shape) for d in dims) or list(dims) != sorted(dims):
+        raise TypeError(f"broadcast_in_dim broadcast_dimensions must be strictly increasing dimensions of the "
+                        f"result shape {shape}, got {dims}")
+    if any(lay.shape[i] not in (1, shape[d]) for i, d in enumerate(dims)):
+        raise TypeError(f"broadcast_in_dim operand dimension sizes must either be 1, or be equal to their "
+                        f"corresponding dimensions in the target broadcast shape; got operand of shape {lay.shape}, "
+                        f"target broadcast shape {shape}, broadcast_dimensions {dims}")
+    n_batch = min(dims[nb:], default=len(shape))
+    n_dense = nd and len(shape) - min(dense)
+    n_sparse = len(shape) - n_batch - n_dense
+    if math.prod(lay.sparse_shape) != math.prod(shape[n_batch : n_batch + n_sparse]):
+        raise NotImplementedError("Adding sparse dimensions with lengths != 1")
+    if any(lay.shape[d] != shape[dims[d]] for d in range(nb, nb + ns)):
+        raise NotImplementedError("Broadcasting sparse dimensions of size 1 to a larger size")
+    return BroadcastPlan(shape, n_batch, n_dense, tuple(d - n_batch for d in sparse),
+                         (*shape[:n_batch], lay.nse, *shape[n_batch + n_sparse :]),
+                         (*shape[:n_batch], lay.nse, n_sparse))
+
+
+def concatenate(lays: Sequence[Layout], dimension: int) -> tuple[Shape, Shape, Shape]:
+    """(shape, data, indices) of the concatenation of BCOO arrays of one layout along `dimension`
+    (batch: nse is the largest operand's; sparse: the operands' entries one after another)."""
+    if not lays:
+        raise ValueError("concatenate needs at least one operand")
+    first = lays[0]
+    rank = len(first.shape)
+    if not 0 <= dimension < rank:
+        raise ValueError(f"concatenate dimension {dimension} out of range for arrays of rank {rank}")
+    for lay in lays:
+        if (lay.n_batch, lay.n_dense, len(lay.shape)) != (first.n_batch, first.n_dense, rank):
+            raise ValueError(f"concatenate operands need one layout, got shapes {[x.shape for x in lays]} with "
+                             f"n_batch {[x.n_batch for x in lays]} and n_dense {[x.n_dense for x in lays]}")
+        if any(a != b for d, (a, b) in enumerate(zip(lay.shape, first.shape)) if d != dimension):
+            raise TypeError(f"Cannot concatenate arrays with shapes that differ in dimensions other than the one "
+                            f"being concatenated: concatenating along dimension {dimension} for shapes "
+                            f"{', '.join(str(x.shape) for x in lays)}.")
+    nb, ns = first.n_batch, first.n_sparse
+    if dimension >= nb + ns:
+        raise NotImplementedError("Concatenation along dense dimensions.")
+    shape = tuple(sum(x.shape[d] for x in lays) if d == dimension else s for d, s in enumerate(first.shape))
+    nse = max(x.nse for x in lays) if dimension < nb else sum(x.nse for x in lays)
+    return shape, (*shape[:nb], nse, *shape[nb + ns :]), (*shape[:nb], nse, ns)
+
+
+def dynamic_slice(lay: Layout, slice_sizes: Sequence[int]) -> tuple[Shape, Shape, Shape]:
+    """(shape, data, indices) of `lax.dynamic_slice` applied to the array (before deduplication)."""
+    sizes = tuple(slice_sizes)
+    if len(sizes) != len(lay.shape):
+        raise ValueError(f"bcoo_dynamic_slice: slice_sizes must have size mat.ndim={len(lay.shape)}, got {sizes}")
+    if not all(0 <= s <= n for s, n in zip(sizes, lay.shape)):
+        raise TypeError(f"slice_sizes must be less than or equal to operand shape, got slice_sizes {sizes} for "
+                        f"operand shape {lay.shape}")
+    return slice_shapes(lay, (0,) * len(sizes), sizes, (1,) * len(sizes))
+
+
+def conv(lhs: Layout, rhs: Layout, padding: Sequence[int]) -> tuple[Shape, Shape, Shape]:
+    """(shape, data, indices) of the 1-d convolution (cross-correlation) of two BCOO arrays with one
+    sparse dim and equal batch shapes: one entry per pair of entries, at `i_lhs + padding[0] - i_rhs`."""
+    if len(padding) != 2:
+        raise ValueError(f"conv padding must be (low, high), got {tuple(padding)}")
+    for lay in (lhs, rhs):
+        if lay.n_sparse != 1 or lay.n_dense:
+            raise NotImplementedError(f"bcoo conv of an array of shape {lay.shape} with n_sparse={lay.n_sparse}, "
+                                      f"n_dense={lay.n_dense}: only one sparse dim and no dense dims")
+    if lhs.batch_shape != rhs.batch_shape:
+        raise ValueError(f"bcoo conv operands need one batch shape, got {lhs.batch_shape} and {rhs.batch_shape}")
+    size = max(0, lhs.shape[-1] + padding[0] + padding[1] - rhs.shape[-1] + 1)
+    batch = lhs.batch_shape
+    nse = lhs.nse * rhs.nse
+    return (*batch, size), (*batch, nse), (*batch, nse, 1)
+
+
+def _concatenate(config: Mapping[str, Any], *buffers: Shape) -> list[Shape]:
+    sizes, dim = config["sizes"], config["dimension"]
+    if len(buffers) != 2 * len(sizes):
+        raise ValueError(f"concatenate: {len(sizes)} operand sizes for {len(buffers) // 2} operands")
+    if not 0 <= dim < len(config["shape"]):
+        raise ValueError(f"concatenate dimension {dim} out of range for shape {tuple(config['shape'])}")
+    lays = []
+    for k, size in enumerate(sizes):
+        shape = tuple(size if d == dim else s for d, s in enumerate(config["shape"]))
+        lays.append(_operand({**config, "shape": shape}, buffers[2 * k], buffers[2 * k + 1]))
+    return list(concatenate(lays, dim)[1:])
+
+
+def _conv(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri: Shape) -> list[Shape]:
+    return list(conv(_operand(config, ld, li), layout(config["rhs_shape"], rd, ri), config["padding"])[1:])
+
+
+def _dynamic_slice(config: Mapping[str, Any], data: Shape, indices: Shape, starts: Shape) -> list[Shape]:
+    lay = _operand(config, data, indices)
+    if starts != (len(lay.shape),):
+        raise ValueError(f"dynamic_slice start indices must have shape ({len(lay.shape)},), got {starts}")
+    return list(dynamic_slice(lay, config["slice_sizes"])[1:])
+
+
+RESULT_SHAPES.update({
+    "broadcast_in_dim": lambda c, d, i: list(broadcast_in_dim(_operand(c, d, i), c["new_shape"],
+                                                              c["broadcast_dimensions"])[4:]),
+    "concatenate": _concatenate,
+    "conv": _conv,
+    "dynamic_slice": _dynamic_slice,
+})

@@ -18,6 +18,7 @@ from typing import ClassVar
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_products as products
 from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes import bcoo_structure as structure
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.bcoo_config import PREFIX, BcooOp, is_bcoo_op, read
@@ -58,6 +59,8 @@ def lower_extract(c: BcooOp) -> list[Value]:
     arr_c = b.reshape(arr, [bs, *lay.shape[lay.n_batch :]])
     idx_c = ix.canonical(idx, batch)
     ok = ix.valid(idx_c, lay.sparse_shape)
+    if not c.config.get("assume_unique", True):
+        ok = b.and_(ok, structure.first_occurrences(idx_c, lay.sparse_shape))
     out = ix.mask(ix.gather_sparse(arr_c, ix.where(ok, idx_c, [0] * lay.n_sparse)), ok)
     return [b.reshape(out, c.result_shape(0))]
 
@@ -503,6 +506,10 @@ LOWERINGS: dict[str, LoweringRule] = {
     "dot_general_sampled": products.lower_dot_general_sampled,
     "spdot_general": products.lower_spdot_general,
     "spdot_general_sampled": products.lower_spdot_general_sampled,
+    "broadcast_in_dim": structure.lower_broadcast_in_dim,
+    "concatenate": structure.lower_concatenate,
+    "dynamic_slice": structure.lower_dynamic_slice,
+    "conv": structure.lower_conv,
 }
 
 

@@ -27,11 +27,23 @@ from hlopt.sparse.bcoo import (
     todense,
 )
 from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general
+from hlopt.sparse.structure import (
+    bcoo_broadcast_in_dim,
+    bcoo_concatenate,
+    bcoo_conv_general_dilated,
+    bcoo_dynamic_slice,
+    bcoo_extract,
+)
 
 __all__ = [
     "BCOO",
     "SparseEfficiencyError",
     "SparseEfficiencyWarning",
+    "bcoo_broadcast_in_dim",
+    "bcoo_concatenate",
+    "bcoo_conv_general_dilated",
+    "bcoo_dynamic_slice",
+    "bcoo_extract",
     "bcoo_dot_general",
     "bcoo_dot_general_sampled",
     "bcoo_fromdense",

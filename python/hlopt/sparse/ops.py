@@ -172,9 +172,10 @@ def todense(data: jax.Array, indices: jax.Array, shape: Sequence[int]) -> jax.Ar
     return todense_p.bind(data, indices, shape=tuple(shape), indices_sorted=False, unique_indices=False)
 
 
-def extract(indices: jax.Array, arr: jax.Array) -> jax.Array:
-    """`arr` at each stored index of a BCOO array with these `indices` (0 at padding)."""
-    return extract_p.bind(arr, indices)
+def extract(indices: jax.Array, arr: jax.Array, assume_unique: bool = True) -> jax.Array:
+    """`arr` at each stored index of a BCOO array with these `indices` (0 at padding; without
+    `assume_unique`, 0 also at every repeat of an index after its first occurrence)."""
+    return extract_p.bind(arr, indices, assume_unique=bool(assume_unique))
 
 
 def _todense_transpose(ct, data, indices, *, shape, **_):
@@ -183,16 +184,18 @@ def _todense_transpose(ct, data, indices, *, shape, **_):
     return [_sum_to_shape(extract(indices, _ct(ct, _aval(shape, data.aval.dtype))), data.aval.shape), None]
 
 
-def _extract_transpose(ct, arr, indices):
+def _extract_transpose(ct, arr, indices, *, assume_unique):
     if ad.is_undefined_primal(indices):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    ct = _ct(ct, _extract_abstract(arr.aval, indices))
+    ct = _ct(ct, _extract_abstract(arr.aval, indices, assume_unique=assume_unique))
+    if not assume_unique:  # only first occurrences read arr: 1 there, 0 at repeats and padding
+        ct = ct * extract(indices, jnp.ones(arr.aval.shape, ct.dtype), assume_unique=False)
     return [todense(ct, indices, arr.aval.shape), None]
 
 
 ad.defjvp(todense_p, lambda g, data, indices, **p: todense_p.bind(g, indices, **p), None)
 ad.primitive_transposes[todense_p] = _todense_transpose
-ad.defjvp(extract_p, lambda g, arr, indices: extract_p.bind(g, indices), None)
+ad.defjvp(extract_p, lambda g, arr, indices, **p: extract_p.bind(g, indices, **p), None)
 ad.primitive_transposes[extract_p] = _extract_transpose
 
 

@@ -14,7 +14,7 @@ func.func @bad_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<
 
 // -----
 
-// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.frobnicate: unknown sparse op (known: dot_general, dot_general_sampled, extract, fromdense,
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.frobnicate: unknown sparse op (known: broadcast_in_dim, concatenate, conv, dot_general, dot_general_sampled, dynamic_slice, extract, fromdense,
 func.func @unknown(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
   %0 = stablehlo.custom_call @hlopt.bcoo.frobnicate(%data, %indices) {api_version = 4 : i32, backend_config = {shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
   return %0 : tensor<4x5xf32>
@@ -246,6 +246,15 @@ func.func @mismatch(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: tensor<
 
 // -----
 
+// A concatenate with fewer operand sizes than operands.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.concatenate: backend_config does not fit the operands: concatenate: 1 operand sizes for 2 operands
+func.func @concatenate_bad_sizes(%d0: tensor<3xf32>, %i0: tensor<3x2xi32>) -> (tensor<6xf32>, tensor<6x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.concatenate(%d0, %i0, %d0, %i0) {api_version = 4 : i32, backend_config = {dimension = 1 : i64, indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, sizes = array<i64: 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<3xf32>, tensor<3x2xi32>) -> (tensor<6xf32>, tensor<6x2xi32>)
+  return %0#0, %0#1 : tensor<6xf32>, tensor<6x2xi32>
+}
+
+// -----
+
 // A bad op after a good one is found before the good one is rewritten.
 // CHECK-NEXT: errors.mlir:[[# @LINE + 4]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: backend_config has no 'n_dense' (an integer)
 // CHECK-NOT: error
@@ -254,4 +263,3 @@ func.func @second_op_bad(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> (te
   %1 = stablehlo.custom_call @hlopt.bcoo.todense(%data, %indices) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
   return %0, %1 : tensor<4x5xf32>, tensor<4x5xf32>
 }
-

@@ -1,0 +1,291 @@
+"""Structure ops of BCOO arrays: `bcoo_concatenate`, `bcoo_broadcast_in_dim`, `bcoo_dynamic_slice`,
+`bcoo_extract` and `bcoo_conv_general_dilated`, with JAX's names, signatures and semantics.
+
+Each is one primitive lowering to one `hlopt.bcoo.<op>` annotation (`concatenate`,
+`broadcast_in_dim`, `dynamic_slice`, `extract`, `conv`) whose rule is in
+`hlopt.passes.bcoo_structure`; result shapes come from `hlopt.passes.bcoo_shapes`. All are linear
+in the data: broadcast_in_dim and dynamic_slice select data elements (the generic selection
+transpose of `ops`), concatenate's transpose slices each operand's part back out, extract's is
+`todense`, and conv is bilinear (each operand's cotangent sums the pair products with the other).
+vmap makes the mapped axis a leading batch dim; a mapped start of dynamic_slice gathers one
+window per example.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.interpreters import ad, batching
+
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.sparse import ops
+from hlopt.sparse.bcoo import BCOO, bcoo_sum_duplicates, bcoo_update_layout
+
+ops.BATCHED_PARAMS.update({
+    "broadcast_in_dim": lambda p, size: {**p, "new_shape": (size, *p["new_shape"]),
+                                         "broadcast_dimensions": (0, *(d + 1 for d in p["broadcast_dimensions"]))},
+    "concatenate": lambda p, size: {**p, "dimension": p["dimension"] + 1},
+    "conv": lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])},
+})
+
+broadcast_in_dim_p = ops._data_linear("broadcast_in_dim")
+dynamic_slice_p = ops._data_linear("dynamic_slice")
+concatenate_p = ops._define("concatenate", ops._abstract_eval("concatenate"))
+_conv_abstract = ops._abstract_eval("conv")
+conv_p = ops._define("conv", _conv_abstract)
+
+
+def _layout(mat: BCOO) -> shapes.Layout:
+    return shapes.layout(mat.shape, mat.data.shape, mat.indices.shape)
+
+
+# ---------------------------------------------------------------------------
+# broadcast_in_dim
+
+
+def bcoo_broadcast_in_dim(mat: BCOO, *, shape: Sequence[int], broadcast_dimensions: Sequence[int],
+                          sharding: Any = None) -> BCOO:
+    """`lax.broadcast_in_dim` of a BCOO array: new dims before the first sparse dim are batch dims,
+    new dims among the sparse ones must have size 1, new dims after them are dense when the array
+    has dense dims (JAX's rules)."""
+    if sharding is not None:
+        raise NotImplementedError("bcoo_broadcast_in_dim: sharding is not supported")
+    shape = tuple(operator.index(s) for s in shape)
+    dims = tuple(operator.index(d) for d in broadcast_dimensions)
+    plan = shapes.broadcast_in_dim(_layout(mat), shape, dims)
+    bufs = broadcast_in_dim_p.bind(mat.data, mat.indices, new_shape=shape, broadcast_dimensions=dims, **mat._params)
+    return BCOO(tuple(bufs), shape=plan.shape)
+
+
+# ---------------------------------------------------------------------------
+# dynamic_slice
+
+
+def bcoo_dynamic_slice(mat: BCOO, start_indices: Sequence[Any], slice_sizes: Sequence[int]) -> BCOO:
+    """`lax.dynamic_slice` of a BCOO array: starts may be traced, and are wrapped once when negative
+    and clamped so the slice fits, as lax does; nse shrinks (duplicates summed) when the slice holds
+    fewer elements than nse."""
+    if not isinstance(mat, BCOO):
+        raise TypeError(f"bcoo_dynamic_slice: input should be BCOO array, got type(mat)={type(mat)}")
+    slice_sizes = tuple(operator.index(i) for i in slice_sizes)
+    jax.eval_shape(functools.partial(lax.dynamic_slice, slice_sizes=slice_sizes),
+                   jax.ShapeDtypeStruct(mat.shape, mat.dtype), list(start_indices))
+    starts = [jnp.asarray(i) for i in start_indices]
+    dtype = jnp.result_type(*starts) if starts else np.int32
+    starts = jnp.stack([s.astype(dtype) for s in starts]) if starts else jnp.zeros((0,), np.int32)
+    lay = _layout(mat)
+    shape, _, _ = shapes.dynamic_slice(lay, slice_sizes)
+    bufs = dynamic_slice_p.bind(mat.data, mat.indices, starts, slice_sizes=slice_sizes, **mat._params)
+    out = BCOO(tuple(bufs), shape=shape)
+    new_nse = int(np.prod(shape[mat.n_batch : mat.n_batch + mat.n_sparse]))
+    if mat.n_sparse and mat.nse > new_nse:
+        out = bcoo_sum_duplicates(out, nse=new_nse)
+    return out
+
+
+def _dynamic_slice_batch(args, dims, *, shape, slice_sizes, **params):
+    """vmap: unmapped starts slice the new batch dim whole; mapped starts cut one window per example."""
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    data, indices, starts = (ops._to_front(a, d) for a, d in zip(args, dims))
+    if dims[2] is None:
+        starts = jnp.concatenate([jnp.zeros((1,), starts.dtype), starts[0]])
+        outs = dynamic_slice_p.bind(data, indices, starts, shape=(size, *shape), slice_sizes=(size, *slice_sizes),
+                                    **params)
+        return ops._from_front(outs, size, True)
+    wrapped = jnp.where(starts < 0, starts + jnp.asarray(shape, starts.dtype).reshape(1, -1), starts)
+    rows = jnp.arange(size, dtype=starts.dtype).reshape(size, 1)
+    windows = jnp.concatenate([rows, wrapped], axis=1)
+    outs = ops.gather_p.bind(data, indices, windows, shape=(size, *shape), slice_sizes=(1, *slice_sizes), **params)
+    return [x.reshape(size, *x.shape[2:]) for x in outs], [0, 0]
+
+
+batching.primitive_batchers[dynamic_slice_p] = _dynamic_slice_batch
+
+
+# ---------------------------------------------------------------------------
+# concatenate
+
+
+def bcoo_concatenate(operands: Sequence[BCOO], *, dimension: int) -> BCOO:
+    """`lax.concatenate` of BCOO arrays along a batch or sparse `dimension` (JAX's rules: one layout,
+    an operand with n_batch 0 or 1 aligned when the leading dim has size 1; along a batch dim nse is
+    the largest operand's, along a sparse dim the sum)."""
+    dimension = operator.index(dimension)
+    operands = list(operands)
+    if not all(isinstance(op, BCOO) for op in operands):
+        raise ValueError(f"bcoo_concatenate: expected operands to be a sequence of BCOO arrays. Got {operands}")
+    jax.eval_shape(functools.partial(lax.concatenate, dimension=dimension),
+                   [jax.ShapeDtypeStruct(op.shape, op.dtype) for op in operands])
+    if len({op.n_dense for op in operands}) > 1:
+        raise ValueError("bcoo_concatenate requires inputs to have matching nse dimensions.")
+    n_batches = {op.n_batch for op in operands}
+    if len(n_batches) != 1 and max(n_batches) == 1:
+        if all(op.shape[0] == 1 for op in operands if op.n_batch == 0):
+            operands = [bcoo_update_layout(op, n_batch=1) if op.n_batch == 0 else op for op in operands]
+        elif all(op.shape[0] == 1 for op in operands if op.n_batch == 1):
+            operands = [bcoo_update_layout(op, n_batch=0) if op.n_batch == 1 else op for op in operands]
+        n_batches = {op.n_batch for op in operands}
+    if len(n_batches) != 1:
+        raise ValueError("bcoo_concatenate requires inputs to have matching batch dimensions.")
+    index_dtype = jnp.result_type(*(op.indices.dtype for op in operands))
+    shape, _, _ = shapes.concatenate([_layout(op) for op in operands], dimension)
+    buffers = [x for op in operands for x in (op.data, op.indices.astype(index_dtype))]
+    first = operands[0]
+    bufs = concatenate_p.bind(*buffers, shape=first.shape, dimension=dimension,
+                              sizes=tuple(op.shape[dimension] for op in operands),
+                              indices_sorted=False, unique_indices=False)
+    return BCOO(tuple(bufs), shape=shape)
+
+
+def _concatenate_jvp(primals, tangents, **params):
+    out = concatenate_p.bind(*primals, **params)
+    if all(type(t) is ad.Zero for t in tangents[::2]):
+        return out, [ops._zero_tangent(out[0]), ops._zero_tangent(out[1])]
+    datas = [ad.instantiate_zeros(t) for t in tangents[::2]]
+    args = [x for pair in zip(datas, primals[1::2]) for x in pair]
+    return out, [concatenate_p.bind(*args, **params)[0], ops._zero_tangent(out[1])]
+
+
+def _concatenate_transpose(cts, *operands, shape, dimension, sizes, **_):
+    """Each operand's data cotangent is its part of the output's (batch: its rows and first nse
+    entries; sparse: its run of entries), summed over the batch dims its buffer broadcasts."""
+    if any(ad.is_undefined_primal(x) for x in operands[1::2]):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    avals = [ops._primal_aval(x) for x in operands]
+    lays = [shapes.layout(tuple(s if d == dimension else n for d, n in enumerate(shape)), avals[2 * k].shape,
+                          avals[2 * k + 1].shape) for k, s in enumerate(sizes)]
+    out_shape, out_data, _ = shapes.concatenate(lays, dimension)
+    ct = ops._ct(cts[0], jax.core.ShapedArray(out_data, avals[0].dtype))
+    nb = lays[0].n_batch
+    grads, start = [], 0
+    for k, lay in enumerate(lays):
+        index = [slice(None)] * ct.ndim
+        if dimension < nb:
+            index[dimension] = slice(start, start + lay.shape[dimension])
+            index[nb] = slice(0, lay.nse)
+            start += lay.shape[dimension]
+        else:
+            index[nb] = slice(start, start + lay.nse)
+            start += lay.nse
+        part = ops._sum_to_shape(ct[tuple(index)], avals[2 * k].shape)
+        grads += [part.astype(avals[2 * k].dtype) if ad.is_undefined_primal(operands[2 * k]) else None, None]
+    return grads
+
+
+ad.primitive_jvps[concatenate_p] = _concatenate_jvp
+ad.primitive_transposes[concatenate_p] = _concatenate_transpose
+
+
+# ---------------------------------------------------------------------------
+# extract
+
+
+def bcoo_extract(sparr: BCOO, arr: Any, *, assume_unique: bool | None = None) -> BCOO:
+    """The values of the dense `arr` at the indices of `sparr`, as a BCOO array with its indices.
+
+    With `assume_unique` False (default: `not sparr.unique_indices`), an index stored more than once
+    gets the value at its first entry and 0 at the others (so `todense` gives `arr` there once).
+    """
+    if not isinstance(sparr, BCOO):
+        raise TypeError(f"First argument to bcoo_extract should be a BCOO array. Got type(sparr)={type(sparr)}")
+    a = jnp.asarray(arr)
+    if a.shape != sparr.shape:
+        raise ValueError(f"shape mismatch: sparr.shape={sparr.shape} a.shape={a.shape}")
+    if assume_unique is None:
+        assume_unique = sparr.unique_indices
+    data = ops.extract(sparr.indices, a, assume_unique=bool(assume_unique))
+    return BCOO((data, sparr.indices), **sparr._params)
+
+
+# ---------------------------------------------------------------------------
+# conv_general_dilated
+
+
+def bcoo_conv_general_dilated(lhs: Any, rhs: Any, *, window_strides: Sequence[int], padding: Any,
+                              lhs_dilation: Sequence[int] | None = None, rhs_dilation: Sequence[int] | None = None,
+                              dimension_numbers: Any = None, feature_group_count: int = 1,
+                              batch_group_count: int = 1, precision: Any = None,
+                              preferred_element_type: Any = None, out_sharding: Any = None) -> BCOO:
+    """`lax.conv_general_dilated` where either operand (or both) is a BCOO array, in the cases JAX
+    supports: 1-d, one batch and one feature (leading dims (1, 1)), unit strides and dilations,
+    group counts 1. The result is a BCOO array of shape (1, 1, width) with one entry per pair of
+    stored entries; `precision` and `preferred_element_type` are checked and unused, as in JAX."""
+    for x in (lhs, rhs):
+        if not isinstance(x, (BCOO, jax.Array, np.ndarray)):
+            raise TypeError(f"bcoo_conv_general_dilated: input of type {type(x)} not recognized.")
+    func = functools.partial(
+        lax.conv_general_dilated, window_strides=window_strides, padding=padding, lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers, feature_group_count=feature_group_count,
+        batch_group_count=batch_group_count, precision=precision, preferred_element_type=preferred_element_type,
+        out_sharding=out_sharding)
+    jaxpr = jax.make_jaxpr(func)(jax.ShapeDtypeStruct(lhs.shape, lhs.dtype), jax.ShapeDtypeStruct(rhs.shape, rhs.dtype))
+    params = jaxpr.eqns[0].params
+    if params["lhs_dilation"] != (1,) * (lhs.ndim - 2):
+        raise NotImplementedError("bcoo convolution with lhs_dilation.")
+    if params["rhs_dilation"] != (1,) * (rhs.ndim - 2):
+        raise NotImplementedError("bcoo convolution with rhs_dilation.")
+    if params["window_strides"] != (1,) * (lhs.ndim - 2):
+        raise NotImplementedError("bcoo convolution with non-unit window_strides.")
+    if params["batch_group_count"] != 1 or params["feature_group_count"] != 1:
+        raise NotImplementedError("bcoo convolution with non-unit group counts.")
+    if lhs.ndim != 3 or lhs.shape[:2] != (1, 1) or rhs.shape[:2] != (1, 1):
+        raise NotImplementedError("bcoo convolution with leading dimensions other than (1, 1), "
+                                  f"got {lhs.shape} and {rhs.shape}: only 1-d convolutions of one example")
+    dnums = params["dimension_numbers"]
+    if any(tuple(s) != (0, 1, 2) for s in (dnums.lhs_spec, dnums.rhs_spec, dnums.out_spec)):
+        raise NotImplementedError(f"bcoo convolution with dimension_numbers other than ('NCH', 'OIH', 'NCH'), got "
+                                  f"{dimension_numbers!r}")
+    index_dtype = (lhs.indices.dtype if isinstance(lhs, BCOO) else rhs.indices.dtype if isinstance(rhs, BCOO)
+                   else np.dtype(np.int32))
+    (low, high), = params["padding"]
+    l, r = _for_conv(lhs, index_dtype), _for_conv(rhs, index_dtype)
+    bufs = conv_p.bind(l.data, l.indices, r.data, r.indices, shape=l.shape, rhs_shape=r.shape,
+                       padding=(int(low), int(high)), indices_sorted=False, unique_indices=False)
+    out_shape, _, _ = shapes.conv(_layout(l), _layout(r), (int(low), int(high)))
+    return BCOO(tuple(bufs), shape=out_shape)
+
+
+def _for_conv(mat: Any, index_dtype: Any) -> BCOO:
+    """An operand as a BCOO array with n_batch 2, one sparse dim, no dense dims (a dense one stores every element)."""
+    if isinstance(mat, BCOO):
+        mat = bcoo_update_layout(mat, n_batch=2, n_dense=0)
+        return BCOO((mat.data, mat.indices.astype(index_dtype)), shape=mat.shape)
+    if isinstance(mat, (jax.Array, np.ndarray)):
+        n = mat.shape[-1]
+        indices = jnp.arange(n, dtype=index_dtype).reshape(1, 1, n, 1)
+        return BCOO((jnp.asarray(mat), indices), shape=mat.shape)
+    raise TypeError(f"bcoo_conv_general_dilated: input of type {type(mat)} not recognized.")
+
+
+def _conv_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, padding, **_):
+    """Each operand entry's cotangent: the output cotangents of its pairs, times the partner's data."""
+    if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    lda, rda = ops._primal_aval(ld), ops._primal_aval(rd)
+    out = _conv_abstract(lda, li, rda, ri, shape=shape, rhs_shape=rhs_shape, padding=padding)[0]
+    ct = ops._ct(cts[0], out)
+    batch = tuple(shape[:-1])
+    nl, nr = li.shape[-2], ri.shape[-2]
+    size = shapes.conv(ops._layout(lda, li, shape), ops._layout(rda, ri, rhs_shape), padding)[0][-1]
+    lcol = jnp.broadcast_to(li, (*batch, nl, 1))[..., :, 0]
+    rcol = jnp.broadcast_to(ri, (*batch, nr, 1))[..., :, 0]
+    at = lcol[..., :, None] + padding[0] - rcol[..., None, :]
+    keep = ((lcol >= 0) & (lcol < shape[-1]))[..., :, None] & ((rcol >= 0) & (rcol < rhs_shape[-1]))[..., None, :]
+    keep &= (at >= 0) & (at < size)
+    ct = jnp.where(keep, ct.reshape(*batch, nl, nr), 0)
+    if ad.is_undefined_primal(ld):
+        grad = jnp.einsum("...ij,...j->...i", ct, jnp.broadcast_to(rd, (*batch, nr)))
+        return [ops._sum_to_shape(grad, lda.shape).astype(lda.dtype), None, None, None]
+    grad = jnp.einsum("...ij,...i->...j", ct, jnp.broadcast_to(ld, (*batch, nl)))
+    return [None, None, ops._sum_to_shape(grad, rda.shape).astype(rda.dtype), None]
+
+
+ad.primitive_jvps[conv_p] = ops.bilinear_jvp(conv_p, 0, 2)
+ad.primitive_transposes[conv_p] = _conv_transpose
