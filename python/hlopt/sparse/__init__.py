@@ -26,7 +26,9 @@ from hlopt.sparse.bcoo import (
     bcoo_update_layout,
     todense,
 )
+from hlopt.sparse.construct import empty, eye, random_bcoo
 from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general
+from hlopt.sparse.transform import grad, jacfwd, jacobian, jacrev, value_and_grad
 
 __all__ = [
     "BCOO",
@@ -49,5 +51,13 @@ __all__ = [
     "bcoo_todense",
     "bcoo_transpose",
     "bcoo_update_layout",
+    "empty",
+    "eye",
+    "grad",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
+    "random_bcoo",
     "todense",
+    "value_and_grad",
 ]
