@@ -137,7 +137,7 @@ def test_random_bcoo_errors():
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "lil", "dok"])
 @pytest.mark.parametrize("dtype", ["float32", "int32", "complex64"])
 def test_from_scipy_sparse_matches_jax(fmt, dtype):
-    sp = pytest.importorskip("scipy.sparse")
+    import scipy.sparse as sp  # a test dependency only (pyproject test extra)
     r = np.random.RandomState(0)
     x = (r.randn(5, 7) * (r.rand(5, 7) < 0.4)).astype(dtype)
     mat = sp.coo_matrix(x).asformat(fmt)
@@ -148,7 +148,7 @@ def test_from_scipy_sparse_matches_jax(fmt, dtype):
 
 
 def test_from_scipy_sparse_duplicates_and_errors():
-    sp = pytest.importorskip("scipy.sparse")
+    import scipy.sparse as sp  # a test dependency only (pyproject test extra)
     mat = sp.coo_matrix((np.array([1.0, 2.0, 3.0], np.float32), (np.array([0, 0, 2]), np.array([1, 1, 0]))),
                         shape=(3, 2))
     got = hs.BCOO.from_scipy_sparse(mat)
