@@ -370,16 +370,20 @@ def sum_keys(data: Value, key: Value, total: int, nse: int) -> tuple[Value, Valu
 
 def searchsorted(values: Value, queries: Value) -> Value:
     """For non-decreasing `values[B, N]`: how many of row b's values are <= each `queries[B, M]`
-    (numpy's `searchsorted(side="right")`), by a binary search of ceil(log2(N + 1)) gathers."""
+    (numpy's `searchsorted(side="right")`), by a binary search of ceil(log2(N + 1)) gathers
+    (a `while` loop, so XLA compiles one step, not one kernel per step)."""
     bs, n = b.shape_of(values)
     shape = b.shape_of(queries)
     it = index_type(n + 1)
-    lo, hi = b.full(shape, 0, it), b.full(shape, n, it)
-    two, last = b.full(shape, 2, it), b.full(shape, max(n - 1, 0), it)
-    for _ in range(n.bit_length()):
+    two, last, one = b.full(shape, 2, it), b.full(shape, max(n - 1, 0), it), b.full(shape, 1, it)
+
+    def step(i: Value, lo: Value, hi: Value) -> list[Value]:
         mid = b.div(b.add(lo, hi), two)
         below = b.compare(gather_rows(values, b.minimum(mid, last)), queries, "LE")
         right = b.and_(b.compare(mid, hi, "LT"), below)
-        lo = b.select(right, b.add(mid, b.full(shape, 1, it)), lo)
-        hi = b.select(right, hi, mid)
+        return [b.add(i, b.scalar(1, b.i32())), b.select(right, b.add(mid, one), lo), b.select(right, hi, mid)]
+
+    steps = b.scalar(n.bit_length(), b.i32())
+    _, lo, _ = b.while_loop([b.scalar(0, b.i32()), b.full(shape, 0, it), b.full(shape, n, it)],
+                            lambda i, *_: b.compare(i, steps, "LT"), step)
     return lo

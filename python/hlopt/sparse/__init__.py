@@ -26,6 +26,7 @@ from hlopt.sparse.bcoo import (
     bcoo_update_layout,
     todense,
 )
+from hlopt.sparse.construct import empty, eye, random_bcoo
 from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general
 from hlopt.sparse.structure import (
     bcoo_broadcast_in_dim,
@@ -34,6 +35,7 @@ from hlopt.sparse.structure import (
     bcoo_dynamic_slice,
     bcoo_extract,
 )
+from hlopt.sparse.transform import grad, jacfwd, jacobian, jacrev, value_and_grad
 
 __all__ = [
     "BCOO",
@@ -61,5 +63,13 @@ __all__ = [
     "bcoo_todense",
     "bcoo_transpose",
     "bcoo_update_layout",
+    "empty",
+    "eye",
+    "grad",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
+    "random_bcoo",
     "todense",
+    "value_and_grad",
 ]

@@ -6,7 +6,7 @@ import math
 import operator
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +31,14 @@ _TRACED_NSE_ERROR = (
     "to be used in traced/compiled code, you must pass a concrete value to the nse "
     "(number of stored elements) argument."
 )
+
+
+class SparseInfo(NamedTuple):
+    """The static part of a BCOO (its pytree aux data), as JAX's `BCOO._info`."""
+
+    shape: tuple[int, ...]
+    indices_sorted: bool = False
+    unique_indices: bool = False
 
 
 @jax.tree_util.register_pytree_node_class
@@ -86,6 +94,10 @@ class BCOO:
     def _params(self) -> dict[str, Any]:
         return dict(shape=self.shape, indices_sorted=self.indices_sorted, unique_indices=self.unique_indices)
 
+    @property
+    def _info(self) -> SparseInfo:
+        return SparseInfo(self.shape, self.indices_sorted, self.unique_indices)
+
     def __repr__(self) -> str:
         name = type(self).__name__
         try:
@@ -102,9 +114,7 @@ class BCOO:
         return text
 
     def tree_flatten(self):
-        return (self.data, self.indices), dict(
-            shape=self.shape, indices_sorted=self.indices_sorted, unique_indices=self.unique_indices
-        )
+        return (self.data, self.indices), self._info._asdict()
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -119,6 +129,27 @@ class BCOO:
                   n_batch: int = 0) -> "BCOO":
         """A BCOO array holding the nonzeros of the dense `mat`."""
         return bcoo_fromdense(mat, nse=nse, n_batch=n_batch, n_dense=n_dense, index_dtype=index_dtype)
+
+    @classmethod
+    def from_scipy_sparse(cls, mat: Any, *, index_dtype: Any = None, n_dense: int = 0, n_batch: int = 0) -> "BCOO":
+        """The BCOO array of a `scipy.sparse` array (its stored entries, as JAX's)."""
+        from hlopt.sparse import construct  # construct builds on this module
+
+        return construct.from_scipy_sparse(mat, index_dtype=index_dtype, n_dense=n_dense, n_batch=n_batch)
+
+    @classmethod
+    def _empty(cls, shape: Sequence[int], **kwds: Any) -> "BCOO":
+        """An all-padding BCOO array; the public form is `sparse.empty`."""
+        from hlopt.sparse import construct
+
+        return construct.bcoo_empty(shape, **kwds)
+
+    @classmethod
+    def _eye(cls, N: int, M: int, k: int, **kwds: Any) -> "BCOO":
+        """A sparse identity; the public form is `sparse.eye`."""
+        from hlopt.sparse import construct
+
+        return construct.bcoo_eye(N, M, k, **kwds)
 
     def todense(self) -> jax.Array:
         return bcoo_todense(self)

@@ -62,7 +62,7 @@ func.func @extract(%arr: tensor<4x5xf32>, %indices: tensor<3x2xi32>) -> tensor<3
 // CHECK-LABEL: func.func @fromdense
 // CHECK-NOT: hlopt.bcoo
 // CHECK: stablehlo.compare NE
-// CHECK: stablehlo.pad
+// CHECK: "stablehlo.reduce_window"
 // CHECK: "stablehlo.scatter"
 // CHECK: "stablehlo.gather"
 // CHECK-NOT: hlopt.bcoo
