@@ -229,6 +229,22 @@ APPLY: dict[str, Apply] = {
 }
 
 
+def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
+    """The sum of `v` over its leading (directions) axis, weighted by `weights` if
+    given, without that axis: a dot_general with the weight vector (ones if none).
+
+    A dot, not a `reduce`: XLA:CPU (jaxlib 0.10.2) hands a reduce over a leading axis,
+    with the products feeding it, to a YNNPACK reduce fusion that runs 10-20x slower
+    than the same sum as a matrix-vector product (bench/pde_operators.py)."""
+    shape, elem = builders.shape_of(v), builders.elem_of(v)
+    real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
+    values = [1.0] * shape[0] if weights is None else list(weights)
+    w = stablehlo.constant(ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in values],
+                                                    type=builders.tensor([shape[0]], real)))
+    return builders.dot_general(builders.convert(w, elem), v, lhs_batch=[], rhs_batch=[], lhs_contract=[0],
+                                rhs_contract=[0], elem=elem)
+
+
 def apply(op: ir.Operation, operands: list[ir.Value], lead: list[bool], n: int) -> ir.Value:
     """`op` on `operands` (those marked in `lead` with a leading directions axis of
     size `n`, the others shaped as `op`'s own): its result with that axis leading."""

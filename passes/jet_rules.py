@@ -148,15 +148,7 @@ class JetBuilder:
 
     def summed(self, v: ir.Value) -> ir.Value:
         """The (weighted) sum of `v` over its directions axis, kept with size 1."""
-        shape = builders.shape_of(v)
-        weights = self.directions.weights
-        if weights is not None:
-            elem = builders.elem_of(v)
-            real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
-            w = ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in weights],
-                                         type=builders.tensor([len(weights)], real))
-            v = builders.mul(v, builders.broadcast(builders.convert(stablehlo.constant(w), elem), shape, [0]))
-        return builders.reshape(builders.reduce(v, [0]), [1, *shape[1:]])
+        return builders.reshape(jet_directions.lead_sum(v, self.directions.weights), [1, *builders.shape_of(v)[1:]])
 
     def _aligned(self, a: ir.Value, c: ir.Value, linear: bool) -> tuple[ir.Value, ir.Value]:
         """`a` and `c` with the same directions axis (see the class docstring)."""

@@ -124,7 +124,7 @@ def test_bilaplacian_exact(name):
 
 @pytest.mark.parametrize("d", [1, 2, 4, 6])
 def test_bilaplacian_dimensions(d):
-    """D = 1 (one direction), D = 4 (the axis weight is 0), D > 4 (negative axis weights)."""
+    """The nested collapsed 2-jets for D = 1 (one direction) to D = 6."""
     f = lambda x: jnp.tanh(x @ jnp.linspace(0.2, 1.0, d)) * jnp.exp(x).sum()  # noqa: E731
     x = jnp.linspace(-0.4, 0.5, d)
     close(hlopt.bilaplacian(f)(x), nested_bilaplacian(f)(x))
