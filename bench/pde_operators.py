@@ -12,12 +12,26 @@ under jax.vmap. Methods, each under its jit (hlopt.jit for hlopt):
     folx        folx.forward_laplacian (bench extra)
     jax-jet     jax.experimental.jet vmapped over the directions and summed
   weighted Laplacian (R = D/2) and randomized Laplacian (R = 8): collapsed vs nested/standard
-  exact bi-Laplacian, D = --bi-dim (5): collapsed, standard (vmap of a 4-jet), nested hessian of the Laplacian
+  exact bi-Laplacian, D = --bi-dim (5):
+    collapsed    hlopt.bilaplacian: Delta(Delta f) by nested collapsed 2-jets along e_1..e_D
+    standard     the same formula in standard Taylor mode: the user's jax.vmap over e_i of
+                 hlopt.jet 2-jets, summed, of the same code for Delta f, compiled without
+                 jet-collapse (every coefficient carried once per direction, primal once)
+    collapsed-4  one collapsed 4-jet along the D^2 directions e_i, e_i +- e_j with signed
+                 weights (D^4 f[(e_i+e_j)^4] + D^4 f[(e_i-e_j)^4] = 2 T_iiii + 2 T_jjjj + 12 T_iijj,
+                 so Delta^2 f = 4 sum_{i<j,+-} c_4 + 8 (4 - D) sum_i c_4(e_i))
+    standard-4   those D^2 4-jets in standard Taylor mode (the vmap of hlopt.jet, weighted sum,
+                 without jet-collapse): the paper's standard Taylor mode for the bi-Laplacian
+    nested       jnp.trace(jax.hessian) of the nested Laplacian
 
 Per method: the median over --repeat interleaved rounds of the time per batch, each
 round's ratio to the collapsed method (median of ratios), the time to first result
-(trace + passes + compile + first call), and the peak memory of the compiled program
-(XLA's memory analysis: arguments + outputs + temporaries).
+(trace + passes + compile + first call), and the peak memory: XLA's compiled-memory
+statistics (arguments + outputs + temporaries) of each jitted program, taken in a fresh
+subprocess with XLA:CPU's YNNPACK fusions off (XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=):
+inside a YNNPACK fusion the intermediates are scratch that the statistics do not count,
+which made, e.g., folx's Laplacian look 7 MiB smaller than it is. Timing runs with the
+default flags.
 
 Usage: python bench/pde_operators.py [--batch 16] [--dim 50] [--bi-dim 5] [--repeat 7]
 """
@@ -25,10 +39,16 @@ Usage: python bench/pde_operators.py [--batch 16] [--dim 50] [--bi-dim 5] [--rep
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+MEMORY = "--memory" in sys.argv
+if MEMORY:  # see the docstring: every intermediate in XLA's buffer assignment
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type="
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -106,42 +126,55 @@ def methods_randomized(dim, r=8):
     }
 
 
+def bilaplacian_directions(dim):
+    """The D^2 directions e_i, e_i +- e_j and the weights of the 4-jet formula (docstring)."""
+    eye = np.eye(dim)
+    pairs = [eye[i] + s * eye[j] for i in range(dim) for j in range(i + 1, dim) for s in (1.0, -1.0)]
+    directions = np.stack(pairs + list(eye)) if pairs else eye
+    weights = [4.0] * len(pairs) + [8.0 * (4 - dim)] * dim
+    return jnp.asarray(directions, jnp.float32), weights
+
+
 def methods_bilaplacian(dim):
-    bil = hlopt.bilaplacian(mlp, argnums=1)
+    from hlopt.pde import collapsed_jet
+
+    eye = jnp.eye(dim, dtype=jnp.float32)
     lap = lambda p, x: jnp.trace(jax.hessian(mlp, argnums=1)(p, x))  # noqa: E731
     nested = lambda p, x: jnp.trace(jax.hessian(lap, argnums=1)(p, x))  # noqa: E731
-    from hlopt.pde import _bilaplacian_exact
-
-    V, w = _bilaplacian_exact(jnp.zeros(dim, jnp.float32))
+    V, w = bilaplacian_directions(dim)
     weights = jnp.asarray(w, jnp.float32)
 
-    def standard(p, x):
+    def user_laplacian(g, x):
+        one = lambda v: hlopt.jet(g, (x,), ((v, 0 * v),))[1][-1]  # noqa: E731
+        return jax.vmap(one)(eye).sum(0)
+
+    def standard4(p, x):
         one = lambda v: hlopt.jet(lambda y: mlp(p, y), (x,), ((v, 0 * v, 0 * v, 0 * v),),  # noqa: E731
                                   factorial_scaled=False)[1][-1]
         return (jax.vmap(one)(V) * weights).sum()
 
     batched = lambda f: jax.vmap(f, in_axes=(None, 0))  # noqa: E731
     return {
-        "collapsed": hlopt.jit(batched(bil)),
-        "standard": hlopt.jit(batched(standard), pipeline=STANDARD),
+        "collapsed": hlopt.jit(batched(hlopt.bilaplacian(mlp, argnums=1))),
+        "standard": hlopt.jit(batched(lambda p, x: user_laplacian(lambda y: user_laplacian(
+            lambda z: mlp(p, z), y), x)), pipeline=STANDARD),
+        "collapsed-4": hlopt.jit(batched(lambda p, x: collapsed_jet(lambda y: mlp(p, y), x, V, 4, tuple(w)))),
+        "standard-4": hlopt.jit(batched(standard4), pipeline=STANDARD),
         "nested": jax.jit(batched(nested)),
     }
 
 
-def peak_mib(fn, args) -> float | None:
+def peak_mib(fn, args) -> float:
     """Arguments + outputs + temporaries of the compiled program (XLA's memory statistics), MiB."""
-    try:
-        compiled = fn.lower(*args).compile()
-        stats = (compiled.executable.get_compiled_memory_stats() if isinstance(fn, hlopt.JitFunction)
-                 else compiled.memory_analysis())
-        return (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 20
-    except Exception:  # noqa: BLE001 - a backend without memory statistics
-        return None
+    compiled = fn.lower(*args).compile()
+    stats = (compiled.executable.get_compiled_memory_stats() if isinstance(fn, hlopt.JitFunction)
+             else compiled.memory_analysis())
+    return (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 20
 
 
-def run(title, methods, args, repeat, ref="collapsed"):
+def run(title, methods, args, repeat, memory, ref="collapsed"):
     """Time `methods` interleaved; print each one's median, ratio to `ref`, time to first
-    result, peak memory, and largest difference from `ref`'s output (any pytree)."""
+    result, peak memory (`memory[name]`), and largest difference from `ref`'s output."""
     first, out = {}, {}
     for name, fn in methods.items():
         t0 = time.perf_counter()
@@ -155,14 +188,25 @@ def run(title, methods, args, repeat, ref="collapsed"):
             jax.block_until_ready(fn(*args))
             times[name].append(time.perf_counter() - t0)
     print(f"\n== {title}")
-    print(f"{'method':<10} {'median ms':>10} {f'ratio/{ref} (med)':>22} {'first s':>8} {'peak MiB':>9} "
+    print(f"{'method':<12} {'median ms':>10} {f'ratio/{ref} (med)':>22} {'first s':>8} {'peak MiB':>9} "
           f"{'max |diff|/|ref|':>17}")
-    for name, fn in methods.items():
+    for name in methods:
         ratio = np.median([t / c for t, c in zip(times[name], times[ref])])
         diff = np.max(np.abs(out[name] - out[ref])) / max(np.max(np.abs(out[ref])), 1e-30)
-        mib = peak_mib(fn, args)
-        print(f"{name:<10} {1e3 * np.median(times[name]):>10.2f} {ratio:>22.2f} {first[name]:>8.2f} "
-              f"{'-' if mib is None else f'{mib:.1f}':>9} {diff:>17.1e}")
+        print(f"{name:<12} {1e3 * np.median(times[name]):>10.2f} {ratio:>22.2f} {first[name]:>8.2f} "
+              f"{memory[name]:>9.1f} {diff:>17.1e}")
+
+
+def workloads(a):
+    """(title, methods, args) of each workload."""
+    params = init(jax.random.key(0), [a.dim, 768, 768, 512, 512, 1])
+    xs = jax.random.normal(jax.random.key(1), (a.batch, a.dim), jnp.float32)
+    params_bi = init(jax.random.key(2), [a.bi_dim, 768, 768, 512, 512, 1])
+    xs_bi = jax.random.normal(jax.random.key(3), (a.batch, a.bi_dim), jnp.float32)
+    return [(f"exact Laplacian, D={a.dim}", methods_laplacian(a.dim), (params, xs)),
+            (f"weighted Laplacian, D={a.dim}, R={a.dim // 2}", methods_weighted(a.dim), (params, xs)),
+            (f"randomized Laplacian, D={a.dim}, R=8", methods_randomized(a.dim), (params, xs)),
+            (f"exact bi-Laplacian, D={a.bi_dim}", methods_bilaplacian(a.bi_dim), (params_bi, xs_bi))]
 
 
 def main():
@@ -171,17 +215,19 @@ def main():
     parser.add_argument("--dim", type=int, default=50)
     parser.add_argument("--bi-dim", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--memory", action="store_true", help="only print the peak memory of each method as JSON")
     a = parser.parse_args()
-    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}")
-    params = init(jax.random.key(0), [a.dim, 768, 768, 512, 512, 1])
-    xs = jax.random.normal(jax.random.key(1), (a.batch, a.dim), jnp.float32)
-    lap = methods_laplacian(a.dim)
-    run(f"exact Laplacian, D={a.dim}", lap, (params, xs), a.repeat)
-    run(f"weighted Laplacian, D={a.dim}, R={a.dim // 2}", methods_weighted(a.dim), (params, xs), a.repeat)
-    run(f"randomized Laplacian, D={a.dim}, R=8", methods_randomized(a.dim), (params, xs), a.repeat)
-    params_bi = init(jax.random.key(2), [a.bi_dim, 768, 768, 512, 512, 1])
-    xs_bi = jax.random.normal(jax.random.key(3), (a.batch, a.bi_dim), jnp.float32)
-    run(f"exact bi-Laplacian, D={a.bi_dim}", methods_bilaplacian(a.bi_dim), (params_bi, xs_bi), a.repeat)
+    if a.memory:
+        print(json.dumps({title: {name: peak_mib(fn, args) for name, fn in methods.items()}
+                          for title, methods, args in workloads(a)}))
+        return
+    memory = json.loads(subprocess.run([sys.executable, __file__, "--memory", *sys.argv[1:]], check=True,
+                                       capture_output=True, text=True).stdout.splitlines()[-1])
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}, "
+          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for title, methods, args in workloads(a):
+        run(title, methods, args, a.repeat, memory[title])
+    print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes import builders, jet_directions
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.walk import custom_calls
@@ -118,7 +118,7 @@ def collapse(op: ir.Operation) -> bool:
     with ir.InsertionPoint(op), op.location:
         operands = [v if i not in kth_in else
                     builders.splat(0, builders.tensor(builders.shape_of(v)[1:], builders.elem_of(v)))
-                    if builders.is_zero_constant(v) else builders.reduce(v, [0])
+                    if builders.is_zero_constant(v) else jet_directions.lead_sum(v)
                     for i, v in enumerate(op.operands)]
         kth_types = {n_out + i * order + order - 1 for i in range(n_out)}
         types = [builders.tensor(builders.shape_of(r)[1:], builders.elem_of(r)) if i in kth_types else r.type

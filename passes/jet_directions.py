@@ -95,7 +95,7 @@ def _concatenate(op, operands, lead, n):
 
 def _pad(op, operands, lead, n):
     if lead[1]:
-        raise _unsupported(op, "a padding value with a series")
+        raise unsupported(op, "a padding value with a series")
     return _rebuilt(op, operands, n, {name: _i64s([0] + _array(op, name))
                                       for name in ("edge_padding_low", "edge_padding_high", "interior_padding")})
 
@@ -126,11 +126,12 @@ def _reduce_add(op, operands, lead, n):
     return builders.add(total, builders.broadcast(init, builders.shape_of(total), [0]))
 
 
-def _reduce_window_add(op, operands, lead, n):
-    x, init = operands
-    if lead[1]:
-        raise _unsupported(op, "an init value with a series")
-    rank = len(builders.shape_of(x))
+def lead_attributes(op: ir.Operation, n: int) -> dict[str, ir.Attribute]:
+    """The attributes of a `reduce` or `reduce_window` `op` on operands with a leading
+    directions axis of size `n` (not reduced: dimensions shifted, windows of size 1)."""
+    if op.name == "stablehlo.reduce":
+        return {"dimensions": _i64s([d + 1 for d in _array(op, "dimensions")])}
+    rank = len(builders.shape_of(op.operands[0])) + 1
     attrs = {name: _i64s([1] + (_array(op, name) if name in op.attributes else [1] * (rank - 1)))
              for name in ("window_dimensions", "window_strides", "base_dilations", "window_dilations")}
     if "padding" in op.attributes:
@@ -138,7 +139,42 @@ def _reduce_window_add(op, operands, lead, n):
         i64 = ir.IntegerType.get_signless(64)
         attrs["padding"] = ir.DenseElementsAttr.get([ir.IntegerAttr.get(i64, v) for v in pairs],
                                                     type=ir.RankedTensorType.get([rank, 2], i64))
-    return _rebuilt(op, [x, init], n, attrs)
+    return attrs
+
+
+def _reduce_window_add(op, operands, lead, n):
+    x, init = operands
+    if lead[1]:
+        raise unsupported(op, "an init value with a series")
+    return _rebuilt(op, [x, init], n, lead_attributes(op, n))
+
+
+def _convolution(op, operands, lead, n):
+    """The directions axis of the input alone joins its batch dimension (one convolution
+    over R times the batch); a kernel with the axis, one convolution per direction."""
+    lhs, rhs = operands
+    dims = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+    groups = ir.IntegerAttr(op.attributes["batch_group_count"]).value if "batch_group_count" in op.attributes else 1
+    if lead[0] and not lead[1] and groups == 1:
+        shape = builders.shape_of(lhs)[1:]
+        b, ob = dims.input_batch_dimension, dims.output_batch_dimension
+        moved = builders.transpose(lhs, [*range(1, b + 1), 0, *range(b + 1, len(shape) + 1)])
+        merged = builders.reshape(moved, [*shape[:b], n * shape[b], *shape[b + 1:]])
+        out_shape = builders.shape_of(op.result)
+        new = op.clone(ip=ir.InsertionPoint.current)
+        new.operands[0], new.operands[1] = merged, rhs
+        new.result.set_type(builders.tensor([*out_shape[:ob], n * out_shape[ob], *out_shape[ob + 1:]],
+                                            builders.elem_of(op.result)))
+        split = builders.reshape(new.result, [*out_shape[:ob], n, *out_shape[ob:]])
+        return builders.transpose(split, [ob, *range(ob), *range(ob + 1, len(out_shape) + 1)])
+    pieces = []
+    for r in range(n):
+        one = [builders.reshape(builders.slice_dim(v, 0, r, r + 1), builders.shape_of(v)[1:]) if d else v
+               for v, d in zip(operands, lead)]
+        new = op.clone(ip=ir.InsertionPoint.current)
+        new.operands[0], new.operands[1] = one
+        pieces.append(builders.reshape(new.result, [1, *builders.shape_of(op.result)]))
+    return builders.concat(pieces, 0) if n > 1 else pieces[0]
 
 
 def _dot_general(op, operands, lead, n):
@@ -200,7 +236,7 @@ def _identity(op, operands, lead, n):
     return operands[0]
 
 
-def _unsupported(op: ir.Operation, what: str) -> PassError:
+def unsupported(op: ir.Operation, what: str) -> PassError:
     return PassError(f"jet-expand: no rule for '{op.name}' with {what} in a directions-batched or collapsed jet; "
                      "use a standard jet (hlopt-default without jet-collapse)", op.location)
 
@@ -222,6 +258,7 @@ APPLY: dict[str, Apply] = {
     "stablehlo.reduce": _reduce_add,
     "stablehlo.reduce_window": _reduce_window_add,
     "stablehlo.dot_general": _dot_general,
+    "stablehlo.convolution": _convolution,
     "stablehlo.gather": _gather,
     "stablehlo.scatter": _scatter,
     "stablehlo.custom_call": _identity,
@@ -229,10 +266,26 @@ APPLY: dict[str, Apply] = {
 }
 
 
+def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
+    """The sum of `v` over its leading (directions) axis, weighted by `weights` if
+    given, without that axis: a dot_general with the weight vector (ones if none).
+
+    A dot, not a `reduce`: XLA:CPU (jaxlib 0.10.2) hands a reduce over a leading axis,
+    with the products feeding it, to a YNNPACK reduce fusion that runs 10-20x slower
+    than the same sum as a matrix-vector product (bench/pde_operators.py)."""
+    shape, elem = builders.shape_of(v), builders.elem_of(v)
+    real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
+    values = [1.0] * shape[0] if weights is None else list(weights)
+    w = stablehlo.constant(ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in values],
+                                                    type=builders.tensor([shape[0]], real)))
+    return builders.dot_general(builders.convert(w, elem), v, lhs_batch=[], rhs_batch=[], lhs_contract=[0],
+                                rhs_contract=[0], elem=elem)
+
+
 def apply(op: ir.Operation, operands: list[ir.Value], lead: list[bool], n: int) -> ir.Value:
     """`op` on `operands` (those marked in `lead` with a leading directions axis of
     size `n`, the others shaped as `op`'s own): its result with that axis leading."""
     rule = APPLY.get(op.name)
     if rule is None:
-        raise _unsupported(op, "coefficients")
+        raise unsupported(op, "coefficients")
     return rule(op, operands, lead, n)

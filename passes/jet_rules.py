@@ -148,15 +148,19 @@ class JetBuilder:
 
     def summed(self, v: ir.Value) -> ir.Value:
         """The (weighted) sum of `v` over its directions axis, kept with size 1."""
+        return builders.reshape(jet_directions.lead_sum(v, self.directions.weights), [1, *builders.shape_of(v)[1:]])
+
+    def spread(self, v: ir.Value, like: ir.Value, n: int) -> ir.Value:
+        """`v` (a value like `like`, or a coefficient of one) with a directions axis of size
+        `n`: without the axis, broadcast along it; a collapsed coefficient (axis of size 1)
+        as direction 0 with zeros after it."""
         shape = builders.shape_of(v)
-        weights = self.directions.weights
-        if weights is not None:
-            elem = builders.elem_of(v)
-            real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
-            w = ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in weights],
-                                         type=builders.tensor([len(weights)], real))
-            v = builders.mul(v, builders.broadcast(builders.convert(stablehlo.constant(w), elem), shape, [0]))
-        return builders.reshape(builders.reduce(v, [0]), [1, *shape[1:]])
+        if not self._lead_of(v, like):
+            return builders.broadcast(v, [n, *shape], range(1, len(shape) + 1))
+        if shape[0] == n:
+            return v
+        return builders.pad(v, [0] * len(shape), [n - 1] + [0] * (len(shape) - 1), [0] * len(shape),
+                            builders.splat(0, scalar_type(v.type)))
 
     def _aligned(self, a: ir.Value, c: ir.Value, linear: bool) -> tuple[ir.Value, ir.Value]:
         """`a` and `c` with the same directions axis (see the class docstring)."""
@@ -805,17 +809,43 @@ def _reduce_choose(b: JetBuilder, op: ir.Operation, u: Series) -> Series:
                                for k in range(1, b.order + 1)]
 
 
+def _variadic(b: JetBuilder, op: ir.Operation, values: Sequence[ir.Value], inits: Sequence[ir.Value]) -> list[ir.Value]:
+    """`op` (a reduce or reduce_window with a body filled by the caller) grown to carry
+    `values` (shaped like its operand) with scalar `inits`; its results. In a batched or
+    collapsed jet every value gets the directions axis (a primal broadcast along it, a
+    collapsed K-th coefficient as direction 0 and zeros elsewhere, so the K-th result,
+    linear in it, sums to the collapsed one) and the results carry it."""
+    types = [op.result.type] * len(values)
+    attributes = {}
+    if b.directions is not None:
+        n = b.directions.size
+        values = [b.spread(v, op.operands[0], n) for v in values]
+        types = [b.coefficient_type(t, 1) for t in types]
+        attributes = jet_directions.lead_attributes(op, n)
+    new = builders.regrown(op, list(values) + list(inits), types, regions=1)
+    for name, attr in attributes.items():
+        new.attributes[name] = attr
+    return list(new.results)
+
+
+def _primal(b: JetBuilder, op: ir.Operation, results: list[ir.Value]) -> ir.Value:
+    """The primal of a `_variadic` op: its own (the old op goes) in a standard jet; the
+    old op's with directions (the grown op's is broadcast along them)."""
+    return results[0] if b.directions is None else op.result
+
+
 def _polynomial_product(b: JetBuilder, op: ir.Operation, u: Series, init: Series) -> Series:
     """A multiply reduction (reduce or reduce_window) of truncated polynomials, as one
     variadic op whose body multiplies two series: exact at zeros, unlike exp(sum log)."""
-    check_standard(b, op, "a multiply or max/min window reduction")
     K = b.order
     st = scalar_type(u[0].type)
-    operands = [b.materialize(t, u[0]) for t in u] + [b.materialize(t, init[0]) for t in init]
-    new = builders.regrown(op, operands, [op.result.type] * (K + 1), regions=1)
-    builders.fill_region(new.regions[0], [st] * (2 * K + 2),
+    if b.directions is not None and has_series(init):
+        raise jet_directions.unsupported(op, "an init value with a series")
+    results = _variadic(b, op, [b.materialize(t, u[0]) for t in u],
+                        [b.materialize(t, init[0]) for t in init])
+    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 2),
                          lambda *args: [b.cauchy(args[: K + 1], args[K + 1:], k) for k in range(K + 1)])
-    return list(new.results)
+    return [_primal(b, op, results)] + results[1:]
 
 
 def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, direction: str) -> Series:
@@ -823,12 +853,12 @@ def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, dir
     reduce_window carries (value, coefficients, count); the body keeps the
     winner's coefficients and count and sums them on ties, so tied terms are
     averaged as in reduce_max."""
-    check_standard(b, op, "a multiply or max/min window reduction")
     K = b.order
     st = scalar_type(u[0].type)
-    operands = ([u[0]] + [b.materialize(t, u[0]) for t in u[1:]] + [b.constant(1, u[0].type)]
-                + [init[0]] + [b.constant(0, st) for _ in range(K + 1)])
-    new = builders.regrown(op, operands, [op.result.type] * (K + 2), regions=1)
+    if b.directions is not None and has_series(init):
+        raise jet_directions.unsupported(op, "an init value with a series")
+    results = _variadic(b, op, [b.materialize(t, u[0]) for t in u] + [b.constant(1, u[0].type)],
+                        [init[0]] + [b.constant(0, st) for _ in range(K + 1)])
 
     def body(*args: ir.Value) -> list[ir.Value]:
         left, right = args[: K + 2], args[K + 2:]
@@ -838,10 +868,9 @@ def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, dir
             builders.select(ties, builders.add(x, y), builders.select(wins, x, y))
             for x, y in zip(left[1:], right[1:])]
 
-    builders.fill_region(new.regions[0], [st] * (2 * K + 4), body)
-    results = list(new.results)
-    return [results[0]] + [b.div(c, results[K + 1]) if t is not None else None
-                           for c, t in zip(results[1: K + 1], u[1:])]
+    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 4), body)
+    return [_primal(b, op, results)] + [b.div(c, results[K + 1]) if t is not None else None
+                          for c, t in zip(results[1: K + 1], u[1:])]
 
 
 def _reduce_like(linear_rule: Rule) -> Rule:
@@ -868,13 +897,6 @@ def _scatter(b, op, ins):
         raise PassError("jet-expand: stablehlo.scatter has a Taylor rule only for one operand "
                         "combined by add or replace", op.location)
     return linear(0, 2)(b, op, ins)
-
-
-def check_standard(b: JetBuilder, op: ir.Operation, what: str) -> None:
-    """Refuse a rule that has no directions-batched form yet."""
-    if b.directions is not None:
-        raise PassError(f"jet-expand: {op.name} ({what}) has no rule in a directions-batched or collapsed jet yet; "
-                        "use hlopt.jet once per direction", op.location)
 
 
 def _sort(b, op, ins):

@@ -12,22 +12,25 @@ set to v_r, the K-th output coefficient along v_r is D^K f[v_r, ..., v_r] / K!.
   vectors of x's flattened shape; weighted: the columns of S (`weights`, shape
   x.shape + (R,)), giving tr(S S^T H); randomized: R samples with E[v v^T] = I
   ("normal" or "rademacher"), the mean (an unbiased estimate).
-- Bi-Laplacian (K = 4): sum_{i,j} T_iijj for T = D^4 f. Along e_i + e_j and
-  e_i - e_j the odd terms cancel: D^4 f[(e_i+e_j)^4] + D^4 f[(e_i-e_j)^4] =
-  2 T_iiii + 2 T_jjjj + 12 T_iijj, so, with S_1 = sum_i T_iiii,
-  sum_{i<j} (both) = 2 (D-1) S_1 + 6 sum_{i != j} T_iijj and
-  Delta^2 f = S_1 + sum_{i != j} T_iijj = 1/6 sum_{i<j} (both) + (4-D)/3 S_1.
-  In Taylor coefficients (D^4 f[v^4] = 24 c_4(v)): weight 4 on each of the
-  D (D-1) directions e_i +- e_j and 8 (4-D) on each e_i: D^2 directions, signed
-  weights for D > 4, summed by the weighted collapsed jet. Randomized, "normal":
-  E[D^4 f[v^4]] = 3 Delta^2 f for v ~ N(0, I) (Isserlis), so 8 mean_r c_4(v_r);
-  "rademacher": E[D^4 f[v^4]] = 3 Delta^2 f - 2 S_1, so 8 mean_r c_4(v_r) plus
-  16 sum_i c_4(e_i) (D more directions).
+- Bi-Laplacian, exact: Delta^2 f = Delta(Delta f) = sum_{i,j} T_iijj (T = D^4 f;
+  the partials commute), so the exact Laplacian of the exact Laplacian: a collapsed
+  2-jet along the D unit vectors of the program that computes Delta f by a collapsed
+  2-jet along them. Per value of f that carries (1 + D + 1) x (1 + D + 1) pieces:
+  (D + 2)^2 rows through each matmul (49 at D = 5), where 4-jets need at least
+  C(D + 1, 2) directions (the rank of the flattening of (x.x)^2 bounds any signed
+  sum of D^4 f[v^4]), e.g. e_i and e_i +- e_j, D^2 = 25 directions at D = 5
+  (D^4 f[(e_i+e_j)^4] + D^4 f[(e_i-e_j)^4] = 2 T_iiii + 2 T_jjjj + 12 T_iijj, the odd
+  terms cancel): 1 + 4 D^2 = 101 rows in standard Taylor mode and 1 + 3 D^2 + 1 = 77
+  collapsed. A 4-jet gains at most 4R / (3R + 1) < 4/3 from collapsing (one of its
+  four coefficients), the nested 2-jets gain that on both levels.
+- Bi-Laplacian, randomized (K = 4): "normal", E[D^4 f[v^4]] = 3 Delta^2 f for
+  v ~ N(0, I) (Isserlis), so 8 mean_r c_4(v_r) (D^4 f[v^4] = 24 c_4(v));
+  "rademacher": E[D^4 f[v^4]] = 3 Delta^2 f - 2 S_1 (S_1 = sum_i T_iiii), so
+  8 mean_r c_4(v_r) plus 16 sum_i c_4(e_i) (D more directions).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -93,18 +96,15 @@ def collapsed_jet(fun: Callable, x: jax.Array, directions: jax.Array, order: int
 
 
 def _operator(name: str, fun: Callable, argnums: int, num_samples: int | None,
-              build: Callable[[jax.Array, Any], tuple[jax.Array, tuple[float, ...] | None, float]], order: int):
-    """The function of `fun`'s arguments computing scale * sum_r w_r c_K(v_r) at argument
-    `argnums`, where build(x, key) gives (directions, weights, scale)."""
+              evaluate: Callable[[Callable, jax.Array, Any], Any]):
+    """The function of `fun`'s arguments computing evaluate(f, x, key) for x the argument
+    `argnums` and f the function of x alone (the other arguments fixed)."""
     from hlopt.jit import jit
 
     def traced(args: tuple, key: Any) -> Any:
         x = _point(name, args, argnums)
-        directions, weights, scale = build(x, key)
         pos = argnums % len(args)
-        at = lambda v: fun(*args[:pos], v, *args[pos + 1:])  # noqa: E731
-        out = collapsed_jet(at, x, directions, order, weights)
-        return jax.tree_util.tree_map(lambda y: y * jnp.asarray(scale, y.dtype), out)
+        return evaluate(lambda v: fun(*args[:pos], v, *args[pos + 1:]), x, key)
 
     compiled = jit(traced)
 
@@ -122,6 +122,19 @@ def _operator(name: str, fun: Callable, argnums: int, num_samples: int | None,
     operator.__name__ = f"{name}_of_{getattr(fun, '__name__', 'fun')}"
     operator.__doc__ = f"The {name} of {getattr(fun, '__name__', 'fun')} in argument {argnums}."
     return operator
+
+
+def _collapsed(build: Callable[[jax.Array, Any], tuple[jax.Array, tuple[float, ...] | None, float]],
+               order: int) -> Callable[[Callable, jax.Array, Any], Any]:
+    """evaluate(f, x, key) = scale * sum_r w_r c_K(v_r), where build(x, key) gives
+    (directions, weights, scale)."""
+
+    def evaluate(f: Callable, x: jax.Array, key: Any) -> Any:
+        directions, weights, scale = build(x, key)
+        out = collapsed_jet(f, x, directions, order, weights)
+        return jax.tree_util.tree_map(lambda y: y * jnp.asarray(scale, y.dtype), out)
+
+    return evaluate
 
 
 def _axes(x: jax.Array) -> jax.Array:
@@ -164,20 +177,20 @@ def laplacian(fun: Callable, argnums: int = 0, *, weights: Any = None, num_sampl
                 raise ValueError(f"hlopt.laplacian: weights must have shape x.shape + (R,) = {x.shape} + (R,), "
                                  f"got {w.shape}")
             return jnp.moveaxis(w, -1, 0), None, 2.0
-        return _axes(x), None, 2.0
+        return _unit_directions(x, key)
 
-    return _operator("laplacian", fun, argnums, num_samples, build, order=2)
+    return _operator("laplacian", fun, argnums, num_samples, _collapsed(build, order=2))
 
 
-def _bilaplacian_exact(x: jax.Array) -> tuple[jax.Array, list[float]]:
-    D = x.size
-    eye = np.eye(D)
-    pairs = [eye[i] + s * eye[j] for i, j in itertools.combinations(range(D), 2) for s in (1.0, -1.0)]
-    directions, weights = list(pairs), [4.0] * len(pairs)
-    if D != 4:
-        directions += list(eye)
-        weights += [8.0 * (4 - D)] * D
-    return jnp.asarray(np.stack(directions), x.dtype).reshape((len(directions), *x.shape)), weights
+def _unit_directions(x: jax.Array, key: Any) -> tuple[jax.Array, None, float]:
+    """The exact Laplacian's directions, weights and scale: 2 sum_i c_2(e_i)."""
+    return _axes(x), None, 2.0
+
+
+def _exact_bilaplacian(f: Callable, x: jax.Array, key: Any) -> Any:
+    """Delta(Delta f) at `x`: the exact Laplacian of the exact Laplacian (module docstring)."""
+    laplacian_of = _collapsed(_unit_directions, order=2)
+    return laplacian_of(lambda y: laplacian_of(f, y, key), x, key)
 
 
 def bilaplacian(fun: Callable, argnums: int = 0, *, num_samples: int | None = None,
@@ -185,22 +198,19 @@ def bilaplacian(fun: Callable, argnums: int = 0, *, num_samples: int | None = No
     """A function of `fun`'s arguments giving the bi-Laplacian (sum over i, j of
     d^4 f / dx_i^2 dx_j^2) of each output element with respect to argument `argnums`.
 
-    Exact: collapsed 4-jets along the D^2 directions e_i and e_i +- e_j with the
-    weights derived in this module's docstring. `num_samples=R`: the unbiased
-    randomized estimate ("normal": 8 mean_r c_4(v_r); "rademacher": that plus
-    16 sum_i c_4(e_i)); its function then takes `key=`."""
+    Exact: the Laplacian of the Laplacian, nested collapsed 2-jets along the unit
+    vectors (see this module's docstring for why not 4-jets). `num_samples=R`: the
+    unbiased randomized estimate by collapsed 4-jets ("normal": 8 mean_r c_4(v_r);
+    "rademacher": that plus 16 sum_i c_4(e_i)); its function then takes `key=`."""
     _check_options("bilaplacian", num_samples, distribution)
+    if num_samples is None:
+        return _operator("bilaplacian", fun, argnums, None, _exact_bilaplacian)
 
     def build(x: jax.Array, key: Any) -> tuple[jax.Array, tuple[float, ...] | None, float]:
-        if num_samples is None:
-            directions, w = _bilaplacian_exact(x)
-        elif distribution == "normal":
-            directions, w = _samples(key, "normal", (num_samples, *x.shape), x.dtype), [8.0 / num_samples] * num_samples
-        else:
-            samples = _samples(key, "rademacher", (num_samples, *x.shape), x.dtype)
-            directions = jnp.concatenate([samples, _axes(x)])
-            w = [8.0 / num_samples] * num_samples + [16.0] * x.size
-        weights, scale = _folded(w)
-        return directions, weights, scale
+        if distribution == "normal":
+            return _samples(key, "normal", (num_samples, *x.shape), x.dtype), None, 8.0 / num_samples
+        samples = _samples(key, "rademacher", (num_samples, *x.shape), x.dtype)
+        weights, scale = _folded([8.0 / num_samples] * num_samples + [16.0] * x.size)
+        return jnp.concatenate([samples, _axes(x)]), weights, scale
 
-    return _operator("bilaplacian", fun, argnums, num_samples, build, order=4)
+    return _operator("bilaplacian", fun, argnums, num_samples, _collapsed(build, order=4))

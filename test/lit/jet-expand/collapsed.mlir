@@ -4,8 +4,8 @@
 // directions axis, the K-th is carried with an axis of size 1 inside and comes out
 // without it. The primal (sine, dot) is computed once, without the axis. The known
 // zero K-th input builds nothing; the nonlinear term of sine is summed over the
-// directions (reduce over dimension 0) before the second dot, which takes both
-// coefficients in one matmul (3 + 1 rows).
+// directions (a dot with a vector of ones, not a reduce: see jet_directions.lead_sum)
+// before the second dot, which takes both coefficients in one matmul (3 + 1 rows).
 // CHECK-LABEL: func.func @main
 // CHECK: %[[R:.*]]:3 = call @f_jet2(%arg0, %arg1, %{{.*}}) : (tensor<4xf32>, tensor<3x4xf32>, tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
 // CHECK: %[[S:.*]] = stablehlo.reshape %[[R]]#2 : (tensor<1xf32>) -> tensor<f32>
@@ -13,7 +13,8 @@
 // CHECK-LABEL: func.func private @f_jet2
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
 // CHECK: stablehlo.sine %[[X]] : tensor<4xf32>
-// CHECK: stablehlo.reduce({{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
+// CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<3xf32>
+// CHECK: stablehlo.dot_general %[[ONES]], %{{.*}}, contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
 // CHECK: stablehlo.concatenate {{.*}}, dim = 0 : (tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>
 // CHECK: stablehlo.dot_general {{.*}} : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4xf32>
 // CHECK-NOT: stablehlo.sine
@@ -34,8 +35,8 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<f32> {
 
 // Weights: the sum over the directions is weighted (a signed sum, as the bi-Laplacian needs).
 // CHECK-LABEL: func.func private @g_jet2
-// CHECK: stablehlo.constant dense<[2.000000e+00, -1.000000e+00]> : tensor<2xf32>
-// CHECK: stablehlo.reduce
+// CHECK: %[[W:.*]] = stablehlo.constant dense<[2.000000e+00, -1.000000e+00]> : tensor<2xf32>
+// CHECK: stablehlo.dot_general %[[W]], %{{.*}}, contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2xf32>) -> tensor<f32>
 func.func @weighted(%x: tensor<f32>, %v: tensor<2xf32>, %z: tensor<f32>) -> tensor<f32> {
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@g], backend_config = {order = 2 : i64, collapsed = true, weights = array<f64: 2.0, -1.0>}} : (tensor<f32>, tensor<2xf32>, tensor<f32>) -> (tensor<f32>, tensor<2xf32>, tensor<f32>)
   return %r#2 : tensor<f32>
@@ -50,7 +51,7 @@ func.func private @g(%x: tensor<f32>) -> tensor<f32> {
 // A directions-batched jet: every coefficient has the axis, nothing is summed.
 // CHECK-LABEL: func.func private @h_jet2
 // CHECK-SAME: (%{{[^:]*}}: tensor<f32>, %{{[^:]*}}: tensor<5xf32>, %{{[^:]*}}: tensor<5xf32>) -> (tensor<f32>, tensor<5xf32>, tensor<5xf32>)
-// CHECK-NOT: stablehlo.reduce
+// CHECK-NOT: stablehlo.dot_general
 // CHECK: return
 func.func @batched(%x: tensor<f32>, %v: tensor<5xf32>, %w: tensor<5xf32>) -> tensor<5xf32> {
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %w) {api_version = 4 : i32, called_computations = [@h], backend_config = {order = 2 : i64, directions = 5 : i64}} : (tensor<f32>, tensor<5xf32>, tensor<5xf32>) -> (tensor<f32>, tensor<5xf32>, tensor<5xf32>)
