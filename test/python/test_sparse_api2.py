@@ -14,7 +14,8 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from test_sparse_util import assert_close, strict_promotion, x64  # noqa: F401
+from hlopt.sparse import bcoo as hbcoo
+from test_sparse_util import LAYOUTS, SHAPE, assert_close, buffers, strict_promotion, x64  # noqa: F401
 
 
 def assert_same_bcoo(got: hs.BCOO, want: js.BCOO, dtype: str = "float32") -> None:
@@ -318,6 +319,54 @@ def test_grad_options_and_errors():
     gz = hs.grad(lambda X: jnp.sum(X.todense() ** 2), holomorphic=True)(z)
     np.testing.assert_allclose(gz.data, 2 * z.data, rtol=1e-6)
     assert hs.grad(_f).__name__ == "_f"
+
+
+# -- JAX's private buffer functions (for JAX-compatible test code) ------------------------------
+
+
+def test_private_buffer_functions_match_jax():
+    """_bcoo_fromdense, _bcoo_todense, _bcoo_extract and _bcoo_dot_general on every layout (padding,
+    duplicates, batch buffers of size 1) against JAX's, one compiled program per side; their
+    gradients too; and they stay out of the public API."""
+    from jax.experimental.sparse import bcoo as jbcoo
+    from jax.experimental.sparse.util import SparseInfo
+
+    r = np.random.RandomState(5)
+    cases = []
+    for n_batch, n_dense in LAYOUTS:
+        data, indices = buffers(r, SHAPE, n_batch, n_dense)
+        # A data buffer with batch dims of size 1 broadcasts against the indices (JAX's partial batch).
+        part = data[(slice(0, 1),) * n_batch]
+        cases.append((n_batch, n_dense, data, part, indices, jnp.asarray(r.randn(*SHAPE), jnp.float32)))
+    rhs = jnp.asarray(r.randn(max(SHAPE), 3), jnp.float32)  # contracted with the first sparse dim
+
+    def run(mod, cases, rhs):
+        out = []
+        for n_batch, n_dense, data, part, indices, dense in cases:
+            info = SparseInfo(SHAPE)
+            nse = indices.shape[n_batch]
+            contract = (((n_batch,), (0,)), ((), ()))
+            out.append((mod._bcoo_fromdense(dense, nse=nse, n_batch=n_batch, n_dense=n_dense),
+                        mod._bcoo_todense(data, indices, spinfo=info), mod._bcoo_todense(part, indices, spinfo=info),
+                        mod._bcoo_extract(indices, dense), mod._bcoo_extract(indices, dense, assume_unique=False),
+                        mod._bcoo_dot_general(part, indices, rhs[: SHAPE[n_batch]], dimension_numbers=contract,
+                                              preferred_element_type=None, lhs_spinfo=info),
+                        jax.grad(lambda d: jnp.sum(jnp.sin(mod._bcoo_todense(d, indices, spinfo=info))))(data),
+                        jax.grad(lambda a: jnp.sum(mod._bcoo_extract(indices, a) ** 2))(dense)))
+        return out
+
+    static = [c[:2] for c in cases]
+    arrays = [c[2:] for c in cases]
+    with jax.default_matmul_precision("highest"):
+        got = hlopt.jit(lambda a, rhs: run(hbcoo, [(*s, *x) for s, x in zip(static, a)], rhs))(arrays, rhs)
+        want = jax.jit(lambda a, rhs: run(jbcoo, [(*s, *x) for s, x in zip(static, a)], rhs))(arrays, rhs)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    data, indices = hbcoo._bcoo_fromdense(jnp.eye(3), nse=3)  # eagerly too
+    np.testing.assert_array_equal(hbcoo._bcoo_todense(data, indices, spinfo=hbcoo.SparseInfo((3, 3))), np.eye(3))
+    names = ("_bcoo_fromdense", "_bcoo_todense", "_bcoo_extract", "_bcoo_dot_general")
+    assert not any(name in hs.__all__ or hasattr(hs, name) for name in names)
 
 
 # -- long scans and searches in the lowering (blocked prefix scan, looped binary search) ------
