@@ -643,3 +643,40 @@ def bcoo_transpose(mat: BCOO, *, permutation: Sequence[int]) -> BCOO:
         return mat
     bufs = ops.transpose_p.bind(mat.data, mat.indices, permutation=perm, **mat._params)
     return _result(bufs, shape, False, mat.unique_indices)
+
+
+# ---------------------------------------------------------------------------
+# JAX's private buffer-level functions, with JAX's signatures, for JAX-compatible test code (JAX's
+# own tests build expected values with them). Not part of the API (not in __all__).
+
+
+def _spinfo_params(spinfo: Any) -> dict[str, Any]:
+    """BCOO keywords of a SparseInfo (hlopt's or JAX's: the same fields)."""
+    return dict(shape=spinfo.shape, indices_sorted=spinfo.indices_sorted, unique_indices=spinfo.unique_indices)
+
+
+def _bcoo_extract(indices: Any, arr: Any, *, assume_unique: bool = True) -> jax.Array:
+    """The data of `arr` at BCOO `indices` (`bcoo_extract` on buffers; JAX's private `_bcoo_extract`)."""
+    return ops.extract(jnp.asarray(indices), jnp.asarray(arr), assume_unique=assume_unique)
+
+
+def _bcoo_fromdense(mat: Any, *, nse: int, n_batch: int = 0, n_dense: int = 0,
+                    index_dtype: Any = jnp.int32) -> tuple[jax.Array, jax.Array]:
+    """The (data, indices) of `bcoo_fromdense` (JAX's private `_bcoo_fromdense`; `nse` required)."""
+    mat = bcoo_fromdense(mat, nse=nse, n_batch=n_batch, n_dense=n_dense, index_dtype=index_dtype)
+    return mat.data, mat.indices
+
+
+def _bcoo_todense(data: Any, indices: Any, *, spinfo: Any) -> jax.Array:
+    """The dense array of BCOO buffers (`bcoo_todense`; JAX's private `_bcoo_todense`)."""
+    return bcoo_todense(BCOO((data, indices), **_spinfo_params(spinfo)))
+
+
+def _bcoo_dot_general(lhs_data: Any, lhs_indices: Any, rhs: Any, *, dimension_numbers: Any,
+                      preferred_element_type: Any, lhs_spinfo: Any) -> jax.Array:
+    """`bcoo_dot_general` of BCOO buffers and a dense `rhs` (JAX's private `_bcoo_dot_general`)."""
+    from hlopt.sparse import products  # products builds on this module
+
+    lhs = BCOO((lhs_data, lhs_indices), **_spinfo_params(lhs_spinfo))
+    return products.bcoo_dot_general(lhs, jnp.asarray(rhs), dimension_numbers=dimension_numbers,
+                                     preferred_element_type=preferred_element_type)
