@@ -71,7 +71,7 @@ def bcoo_eye(N: int, M: int, k: int, *, dtype: Any = None, index_dtype: Any = "i
 
 def empty(shape: Sequence[int], dtype: Any = None, index_dtype: Any = "int32", sparse_format: str = "bcoo",
           **kwds: Any) -> BCOO:
-    """An empty sparse array (`jax.experimental.sparse.empty`); `kwds` go to `BCOO._empty`
+    """An empty sparse array (JAX's sparse `empty`); `kwds` go to `BCOO._empty`
     (`n_batch`, `n_dense`, `nse`)."""
     _check_format(sparse_format)
     return BCOO._empty(tuple(shape), dtype=dtype, index_dtype=index_dtype, **kwds)
@@ -79,7 +79,7 @@ def empty(shape: Sequence[int], dtype: Any = None, index_dtype: Any = "int32", s
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None, index_dtype: Any = "int32",
         sparse_format: str = "bcoo", **kwds: Any) -> BCOO:
-    """A 2-D sparse identity with ones on the `k`-th diagonal (`jax.experimental.sparse.eye`);
+    """A 2-D sparse identity with ones on the `k`-th diagonal (JAX's sparse `eye`);
     `kwds` go to `BCOO._eye` (`n_batch`, `n_dense`)."""
     _check_format(sparse_format)
     if M is None:
@@ -93,7 +93,7 @@ def random_bcoo(key: jax.Array, shape: Sequence[int], *, dtype: Any = jnp.float_
                 nse: float | int = 0.2, n_batch: int = 0, n_dense: int = 0, unique_indices: bool = True,
                 sorted_indices: bool = False, generator: Callable[..., jax.Array] = jax.random.uniform,
                 **kwds: Any) -> BCOO:
-    """A random BCOO array (`jax.experimental.sparse.random_bcoo`, same key use, so the same buffers).
+    """A random BCOO array (JAX's sparse `random_bcoo`, same key use, so the same buffers).
 
     `nse` is a count, or a fraction of the sparse size when `0 < nse < 1`; `generator(key, shape=,
     dtype=, **kwds)` draws the data; indices are drawn per batch, distinct when `unique_indices`.

@@ -1,5 +1,5 @@
-"""Sparse-aware `grad`, `value_and_grad`, `jacfwd`, `jacrev` and `jacobian` (JAX's
-`jax.experimental.sparse` ones): differentiating with respect to a `BCOO` argument
+"""Sparse-aware `grad`, `value_and_grad`, `jacfwd`, `jacrev` and `jacobian` (as in JAX's
+sparse module): differentiating with respect to a `BCOO` argument
 differentiates its data buffer only, and the result is a `BCOO` with the argument's indices.
 """
 
