@@ -92,7 +92,7 @@ class BCOO:
 
     @property
     def _params(self) -> dict[str, Any]:
-        return dict(shape=self.shape, indices_sorted=self.indices_sorted, unique_indices=self.unique_indices)
+        return self._info._asdict()
 
     @property
     def _info(self) -> SparseInfo:
@@ -114,7 +114,7 @@ class BCOO:
         return text
 
     def tree_flatten(self):
-        return (self.data, self.indices), self._info._asdict()
+        return (self.data, self.indices), self._params
 
     @classmethod
     def tree_unflatten(cls, aux, children):
