@@ -15,7 +15,7 @@ from hlopt.passes import builders
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
                                     coefficients, has_series, remove_stop_gradients, split_results)
-from hlopt.passes.mlir import ir
+from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.walk import call_target, custom_calls, custom_calls_once
 
 ANNOTATION = "hlopt.jet"
@@ -204,15 +204,23 @@ class FunctionJet:
         """A custom_jvp function by its own rule: y' = jvp(x, x'), so the coefficients
         1..K of y are those 0..K-1 of the order-(K-1) jet of @tangents along (x, x'),
         divided by their index (a direct call of @tangents at K = 1). The primal stays
-        the marker, removed with the others when every jet is built."""
+        the marker, removed with the others when every jet is built. In a batched or
+        collapsed jet, the same along each direction (`_custom_jvp_directions`)."""
         _, tangents = self.module.check_custom_jvp(op)
-        b, K = self.builder, self.order
-        if b.directions is not None:
-            raise PassError(f"jet-expand: @{CUSTOM_JVP} (a custom_jvp function) in a directions-batched or "
-                            "collapsed jet has no rule yet; use a standard jet", op.location)
+        if self.builder.directions is not None:
+            return self._custom_jvp_directions(op, ins, tangents)
+        outs = [self.builder.series(v) for v in op.results]
+        for j, coefficients_j in self._custom_jvp_series(op, ins, tangents).items():
+            outs[j] = [op.results[j]] + coefficients_j
+        return outs
+
+    def _custom_jvp_series(self, op: ir.Operation, ins: list[Series], tangents: str) -> dict[int, list]:
+        """Coefficients 1..K (None: zero) of each inexact result of the custom_jvp marker `op`
+        along one direction: `ins` are standard series (no directions axis)."""
+        K = self.order
+        b = JetBuilder(K)
         inexact_in = [i for i, s in enumerate(ins) if builders.is_differentiable(s[0].type)]
         inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
-        y0 = list(op.results)  # the marker stays for the primal: an enclosing jet follows the rule too
         # (primal, K-1 coefficients) of each argument of @tangents: x, then x' = sum (j+1) x_{j+1} t^j
         args = [(s[:K], s[0]) for s in ins] + [([b.scale(ins[i][j + 1], j + 1) for j in range(K)], ins[i][0])
                                               for i in inexact_in]
@@ -228,10 +236,75 @@ class FunctionJet:
             n = len(out_types)
             g = [[results[m]] + [None if (m, k) in zero_out else results[n + m * (K - 1) + k - 1] for k in range(1, K)]
                  for m in range(n)]
-        outs = [b.series(v) for v in y0]
-        for m, j in enumerate(inexact_out):
-            outs[j] = [y0[j]] + [b.scale(g[m][k - 1], 1.0 / k) for k in range(1, K + 1)]
+        return {j: [b.scale(g[m][k - 1], 1.0 / k) for k in range(1, K + 1)] for m, j in enumerate(inexact_out)}
+
+    def _custom_jvp_directions(self, op: ir.Operation, ins: list[Series], tangents: str) -> list[Series]:
+        """The custom_jvp marker `op` in a batched or collapsed jet, by its own rule: the
+        standard jet along each direction, in a `while` loop over the R directions (any
+        function's rule is honoured; one small program runs per direction), each
+        direction's coefficients written into its row. In a collapsed jet the K-th
+        coefficient, the sum over the directions, is linear in the inputs' K-th through
+        the rule at the primal: sum_r y_K[r] = jvp(x_0, sum_r x_K[r]) + sum_r y_K[r]|x_K[r]=0,
+        so the loop runs the jets with x_K = 0 and sums their K-th coefficients, and the
+        first term is one call of @tangents after it (the rule is linear in its tangents)."""
+        b, K, d = self.builder, self.order, self.builder.directions
+        per = K - 1 if d.collapsed else K  # the coefficients each direction has a row of
+        inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
+        i32 = builders.i32()
+        zero_index = builders.scalar(0, i32)
+
+        def row(v: ir.Value, r: ir.Value) -> ir.Value:
+            shape = builders.shape_of(v)
+            return builders.reshape(builders.dynamic_slice(v, [r] + [zero_index] * (len(shape) - 1), [1, *shape[1:]]),
+                                    shape[1:])
+
+        def body(r: ir.Value, *state: ir.Value) -> list[ir.Value]:
+            series = [[s[0]] + [None if s[k] is None else row(s[k], r) for k in range(1, per + 1)] + [None] * (K - per)
+                      for s in ins]
+            coefficients_r = self._custom_jvp_series(op, series, tangents)
+            out, it = [builders.add(r, builders.scalar(1, i32))], iter(state)
+            for j in inexact_out:
+                like = op.results[j]
+                for k in range(1, K + 1):
+                    acc, y = next(it), coefficients_r[j][k - 1]
+                    if y is None:
+                        out.append(acc)
+                    elif k <= per:
+                        starts = [r] + [zero_index] * len(builders.shape_of(like))
+                        out.append(builders.dynamic_update_slice(acc, builders.reshape(y, [1, *builders.shape_of(y)]),
+                                                                 starts))
+                    else:  # the collapsed K-th: weighted sum over the directions
+                        if d.weights is not None:
+                            w = builders.reshape(builders.dynamic_slice(_vector(d.weights, like), [r], [1]), [])
+                            y = builders.mul(y, builders.broadcast(w, builders.shape_of(y), []))
+                        out.append(builders.add(acc, builders.reshape(y, [1, *builders.shape_of(y)])))
+            return out
+
+        rows = [b.zeros_like(b.coefficient_type(op.results[j].type, k)) for j in inexact_out for k in range(1, K + 1)]
+        if per:
+            size = builders.scalar(d.size, i32)
+            rows = builders.while_loop([zero_index, *rows], lambda r, *_: builders.compare(r, size, "LT"), body)[1:]
+        outs = [b.series(v) for v in op.results]
+        it = iter(rows)
+        for j in inexact_out:
+            outs[j] = [op.results[j]] + [next(it) for _ in range(K)]
+        inexact_in = [s for s in ins if builders.is_differentiable(s[0].type)]
+        if d.collapsed and any(s[K] is not None for s in inexact_in):
+            tangents_in = [b.zeros(s[0]) if s[K] is None else builders.reshape(s[K], builders.shape_of(s[0]))
+                           for s in inexact_in]
+            direct = builders.call(tangents, [s[0] for s in ins] + tangents_in, [op.results[j].type for j in inexact_out])
+            for y, j in zip(direct, inexact_out):
+                outs[j][K] = builders.add(outs[j][K], builders.reshape(y, [1, *builders.shape_of(y)]))
         return outs
+
+
+def _vector(values: Sequence[float], like: ir.Value) -> ir.Value:
+    """A rank-1 constant of `values` with the (real) element type of `like`."""
+    elem = builders.elem_of(like)
+    real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
+    const = stablehlo.constant(ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in values],
+                                                                 type=builders.tensor([len(values)], real)))
+    return builders.convert(const, elem)
 
 
 FunctionJet.STRUCTURE = {
