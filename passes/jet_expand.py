@@ -8,6 +8,7 @@ functions, loops and branches, keeps the series of every value, and turns
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
@@ -518,6 +519,8 @@ def _directions(config: ir.DictAttr, order: int, coefficients: list[ir.Value], p
         if not isinstance(attr, ir.DenseF64ArrayAttr):
             raise fail("'weights' must be array<f64: ...>, one weight per direction")
         weights = tuple(float(w) for w in attr)
+        if not all(math.isfinite(w) for w in weights) or not any(weights):
+            raise fail(f"'weights' must be finite and not all zero, got {_brief(str(attr))}")
     if "directions" in config:
         attr = _attribute(config, "directions")
         if collapsed:

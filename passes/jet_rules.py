@@ -153,14 +153,19 @@ class JetBuilder:
     def spread(self, v: ir.Value, like: ir.Value, n: int) -> ir.Value:
         """`v` (a value like `like`, or a coefficient of one) with a directions axis of size
         `n`: without the axis, broadcast along it; a collapsed coefficient (axis of size 1)
-        as direction 0 with zeros after it."""
+        as the row of the first direction with a nonzero weight, divided by that weight,
+        zeros elsewhere: the weighted sum over the directions of a result linear in it
+        gives it back (`summed`)."""
         shape = builders.shape_of(v)
         if not self._lead_of(v, like):
             return builders.broadcast(v, [n, *shape], range(1, len(shape) + 1))
         if shape[0] == n:
             return v
-        return builders.pad(v, [0] * len(shape), [n - 1] + [0] * (len(shape) - 1), [0] * len(shape),
-                            builders.splat(0, scalar_type(v.type)))
+        weights = self.directions.weights or (1.0,)
+        row = next(r for r, w in enumerate(weights) if w != 0)
+        v = self.scale(v, 1.0 / weights[row])
+        return builders.pad(v, [row] + [0] * (len(shape) - 1), [n - 1 - row] + [0] * (len(shape) - 1),
+                            [0] * len(shape), builders.splat(0, scalar_type(v.type)))
 
     def _aligned(self, a: ir.Value, c: ir.Value, linear: bool) -> tuple[ir.Value, ir.Value]:
         """`a` and `c` with the same directions axis (see the class docstring)."""

@@ -39,6 +39,18 @@ func.func private @g(%x: tensor<f32>) -> tensor<f32> {
 
 // -----
 
+// CHECK: collapsed-errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @hlopt.jet 'weights' must be finite and not all zero, got array<f64: 0.000000e+00, 0.000000e+00, 0.000000e+00>
+func.func @weights_zero(%x: tensor<f32>, %v: tensor<3xf32>, %z: tensor<f32>) -> tensor<f32> {
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@g], backend_config = {order = 2 : i64, collapsed = true, weights = array<f64: 0.0, 0.0, 0.0>}} : (tensor<f32>, tensor<3xf32>, tensor<f32>) -> (tensor<f32>, tensor<3xf32>, tensor<f32>)
+  return %r#2 : tensor<f32>
+}
+func.func private @g(%x: tensor<f32>) -> tensor<f32> {
+  %0 = stablehlo.sine %x : tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
 // CHECK: collapsed-errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @hlopt.jet 'weights' needs collapsed = true
 func.func @weights_standard(%x: tensor<f32>, %v: tensor<f32>) -> tensor<f32> {
   %r:2 = stablehlo.custom_call @hlopt.jet(%x, %v) {api_version = 4 : i32, called_computations = [@g], backend_config = {order = 1 : i64, weights = array<f64: 1.0, 2.0>}} : (tensor<f32>, tensor<f32>) -> (tensor<f32>, tensor<f32>)
