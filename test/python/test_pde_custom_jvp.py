@@ -93,3 +93,23 @@ def test_ir_loops_over_the_directions_and_calls_the_rule_once_for_the_sum():
     text = hlopt.lower(hlopt.laplacian(FUNCTIONS["relu_cubed"]), X).apply("jet-expand").as_text()
     assert text.count("stablehlo.while") == 1
     assert "stablehlo.dynamic_slice" in text and "stablehlo.dynamic_update_slice" in text
+
+
+@pytest.mark.parametrize("name", ["softplus_mlp", "not_elementwise"])
+def test_weighted_collapsed_fourth_order(name):
+    """sum_r w_r D^4 f[v_r^4] / 24 through the rule (order-3 jets of it per direction),
+    with a zero first weight and weights other than 1."""
+    from hlopt.pde import collapsed_jet
+
+    f = FUNCTIONS[name]
+    V = jnp.array([[1.0, 0.5, -0.3, 0.2], [0.0, 1.0, 0.4, -0.6], [0.7, -0.2, 0.0, 1.0]])
+    w = (0.0, -2.0, 0.5)
+
+    def fourth(x, v):
+        d = f
+        for _ in range(4):
+            d = (lambda g: lambda y: jax.jvp(g, (y,), (v,))[1])(d)
+        return d(x)
+
+    want = jax.jit(lambda x: sum(wr * fourth(x, v) for wr, v in zip(w, V)) / 24)(X)
+    close(hlopt.jit(lambda x: collapsed_jet(f, x, V, 4, w))(X), want)
