@@ -12,9 +12,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes import builders, jet_directions
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
+                                    has_reduction_rule,
                                     coefficients, has_series, remove_stop_gradients, split_results)
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.walk import call_target, custom_calls, custom_calls_once
@@ -201,6 +202,62 @@ class FunctionJet:
         return [[s[0]] + [None if (i, k) in zero_out else s[k] for k in range(1, self.order + 1)]
                 for i, s in enumerate(outs)]
 
+    def expand_reduction(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """reduce / reduce_window: by the rule of its body's kind (add, multiply, max, min:
+        `jet_rules`), any other body (e.g. the variadic reduction a multiply reduction
+        becomes in a jet, met again by the outer jet of nested jets) by the fold of the
+        body's own jet. A reduction folds its body g, associative and commutative with the
+        init values as identity, over the elements; jets compose as the functions do, so
+        the jet of the fold is the fold of jet(g) over the elements' series, jet(g) is
+        associative and commutative, and (init, 0, ..., 0) is its identity. The op grows by
+        the coefficients of its differentiable operands and results, and its body becomes
+        the standard jet of g on scalars. In a batched or collapsed jet the operands are
+        spread along the directions as for multiply reductions (`JetBuilder.spread`)."""
+        if has_reduction_rule(op):
+            return RULES[op.name](self.builder, op, ins)
+        b, K, n = self.builder, self.order, len(op.results)
+        values, inits = ins[:n], ins[n:]
+        if any(any(t is not None for t in s[1:]) for s in inits):
+            raise PassError(f"jet-expand: no Taylor rule for {op.name} with a general body and an init value "
+                            "with a series", op.location)
+        carried = [builders.is_differentiable(r.type) for r in op.results]
+        which = [i for i, c in enumerate(carried) if c]
+        operands = [s[0] for s in values] + coefficients(b, values, which)
+        likes = list(op.operands[:n]) + [op.operands[i] for i in which for _ in range(K)]
+        types = [op.results[i].type for i in range(n)] + [op.results[i].type for i in which for _ in range(K)]
+        attributes = {}
+        if b.directions is not None:
+            size = b.directions.size
+            operands = [b.spread(v, like, size) for v, like in zip(operands, likes)]
+            types = [b.coefficient_type(t, 1) for t in types]
+            attributes = jet_directions.lead_attributes(op, size)
+        zeros = [builders.splat(0, inits[i][0].type) for i in which for _ in range(K)]
+        new = builders.regrown(op, operands + [s[0] for s in inits] + zeros, types, regions=1)
+        for name, attr in attributes.items():
+            new.attributes[name] = attr
+        donor = op.clone(ip=ir.InsertionPoint.current)  # the body, moved into the new op; the op may stay
+        body = donor.regions[0].blocks[0]
+        scalars = [a.type for a in body.arguments[:n]]
+        half = scalars + [scalars[i] for i in which for _ in range(K)]
+        block = new.regions[0].blocks.append(*half, *half)
+        for inner in list(body.operations):
+            block.append(inner.operation)
+        for i in range(n):
+            body.arguments[i].replace_all_uses_with(block.arguments[i])
+            body.arguments[n + i].replace_all_uses_with(block.arguments[len(half) + i])
+        donor.erase()
+        scalar_jet = FunctionJet(self.module, K)
+        args = list(block.arguments)
+        for series in (split_results(scalar_jet.builder, args[:len(half)], carried)
+                       + split_results(scalar_jet.builder, args[len(half):], carried)):
+            scalar_jet.record(series[0], series)
+        outs = scalar_jet.expand_block(block, [])
+        scalar_jet.finish_block(block, outs, which)
+        results = split_results(b, list(new.results), carried)
+        if b.directions is not None:  # the grown op's primals carry the axis; the op's own stay
+            results = [[r] + s[1:] for r, s in zip(op.results, results)]
+        return results
+
     def expand_custom_jvp(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
         """A custom_jvp function by its own rule: y' = jvp(x, x'), so the coefficients
         1..K of y are those 0..K-1 of the order-(K-1) jet of @tangents along (x, x'),
@@ -310,6 +367,8 @@ def _vector(values: Sequence[float], like: ir.Value) -> ir.Value:
 
 FunctionJet.STRUCTURE = {
     CUSTOM_JVP: FunctionJet.expand_custom_jvp,
+    "stablehlo.reduce": FunctionJet.expand_reduction,
+    "stablehlo.reduce_window": FunctionJet.expand_reduction,
     "stablehlo.while": FunctionJet.expand_while,
     "stablehlo.case": FunctionJet.expand_branches,
     "stablehlo.if": FunctionJet.expand_branches,

@@ -878,6 +878,13 @@ def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, dir
                           for c, t in zip(results[1: K + 1], u[1:])]
 
 
+def has_reduction_rule(op: ir.Operation) -> bool:
+    """Whether a reduce / reduce_window has a rule here: one result, a body of add,
+    multiply, max or min (jet-expand folds the jet of any other body)."""
+    return len(op.results) == 1 and builders.reducer_kind(op) in (
+        "stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum")
+
+
 def _reduce_like(linear_rule: Rule) -> Rule:
     """reduce / reduce_window by the kind of their body: add, multiply, max, min."""
 

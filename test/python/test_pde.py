@@ -328,8 +328,29 @@ def test_errors():
         hlopt.bilaplacian(f)(jnp.ones(3, jnp.int32), x)
 
 
-def test_refused_in_collapsed_jets():
-    """The exact bi-Laplacian nests jets, and the jet of a multiply reduction is a
-    variadic reduction without a rule of its own."""
-    with pytest.raises(Exception, match="no Taylor rule for stablehlo.reduce with a general body over 3 result"):
-        hlopt.bilaplacian(REDUCTIONS["prod"])(X)
+@pytest.mark.parametrize("name", ["prod", "cummax", "max_pool"])
+def test_bilaplacian_through_multiply_and_max_window_reductions(name):
+    """The exact bi-Laplacian nests jets: the outer jet meets the variadic reduction the
+    inner jet made of the reduction, and folds its body's jet."""
+    f = REDUCTIONS[name]
+    close(hlopt.bilaplacian(f)(X), jax.jit(nested_bilaplacian(f))(X), rtol=1e-9)
+
+
+def variadic_product_and_max(x, init=1.0):
+    """A reduction with a general body over two results (no rule of its own kind)."""
+    y, z = jax.lax.reduce((jnp.sin(x) + 1.5, x * x), (jnp.asarray(init, x.dtype), -jnp.inf),
+                          lambda a, b: (a[0] * b[0], jnp.maximum(a[1], b[1])), (0,))
+    return y * z
+
+
+def test_general_reduction_bodies():
+    """A user's variadic reduction: the jet of the fold is the fold of its body's jet, in a
+    standard jet, in collapsed ones, and nested; an init value with a series is refused."""
+    f = variadic_product_and_max
+    close(hlopt.laplacian(f)(X), jax.jit(nested_laplacian(f))(X))
+    close(hlopt.bilaplacian(f)(X), jax.jit(nested_bilaplacian(f))(X), rtol=1e-9)
+    v = jnp.array([0.3, -0.2, 0.5, 0.1])
+    d2 = jax.jit(lambda x: jax.jvp(lambda y: jax.jvp(f, (y,), (v,))[1], (x,), (v,))[1])(X)
+    close(jet(f, (X,), ((v, jnp.zeros(4)),))[1][1], d2)
+    with pytest.raises(Exception, match="general body and an init value with a series"):
+        jet(lambda x: variadic_product_and_max(x, init=x[0]), (X,), ((v,),))
