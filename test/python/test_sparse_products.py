@@ -4,6 +4,8 @@ bcoo_spdot_general's nse, `@`; grad and vmap of each; bad input."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -86,6 +88,47 @@ def test_matmul_against_jax(dtype, n_batch, n_dense):
         assert_close(hlopt.jit(lambda m, v: m @ v)(m, v), jm @ v, dtype)
         assert_close(hlopt.jit(lambda m, w: w @ m)(m, w), w @ jm, dtype)
         assert_close(hlopt.jit(lambda m, v: m @ v[:, 0])(m, v), jm @ v[:, 0], dtype)
+
+
+# BCOO shape, n_batch, other operand's shape: batch dims that broadcast (size 1 against n, missing dims)
+BROADCAST_MATMUL = [((1, 4, 5), 1, (3, 5, 2)), ((2, 1, 4, 5), 2, (3, 5, 2)), ((1, 4, 5), 0, (3, 5, 2)),
+                    ((3, 1, 4, 5), 1, (1, 2, 5, 2)), ((1, 4, 5), 1, (5,)), ((5,), 0, (3, 5, 2)),
+                    ((1, 4, 5), 1, (1, 5, 2))]
+
+
+def test_matmul_broadcasts_batch_dims():
+    """`@` on both sides with batch dims that broadcast against each other, against jnp.matmul of the
+    dense arrays and JAX's BCOO `@` (one program); sparse x sparse too; shapes that do not broadcast
+    raise ValueError, as jnp.matmul."""
+    rng = np.random.RandomState(16)
+    mats, others = [], []
+    for shape, nb, other in BROADCAST_MATMUL:
+        x = (rng.randn(*shape) * (rng.rand(*shape) < 0.6)).astype(np.float32)
+        mats.append((x, nb))
+        others.append(random_data(rng, other, "float32"))
+
+    def swap(x):
+        return x if np.ndim(x) < 2 else jnp.swapaxes(x, -1, -2)
+
+    ms = [hs.BCOO.fromdense(x, n_batch=nb) for x, nb in mats]
+    mts = [hs.BCOO.fromdense(np.asarray(swap(x)), n_batch=nb) for x, nb in mats]
+    got = hlopt.jit(lambda ms, mts, ys: ([m @ y for m, y in zip(ms, ys)], [swap(y) @ m for m, y in zip(mts, ys)]))(
+        ms, mts, others)
+    for (x, nb), y, g, gr in zip(mats, others, *got, strict=True):
+        assert_close(g, jnp.matmul(x, y))
+        assert_close(gr, jnp.matmul(swap(y), swap(x)))
+        assert_close(g, js.BCOO.fromdense(x, n_batch=nb) @ y)
+    a = (rng.randn(3, 4, 5) * (rng.rand(3, 4, 5) < 0.6)).astype(np.float32)
+    b = (rng.randn(1, 5, 2) * (rng.rand(1, 5, 2) < 0.6)).astype(np.float32)
+    for lhs, rhs in [(a, b), (a[:1], b)]:
+        got = hlopt.jit(lambda p, q: p @ q)(hs.BCOO.fromdense(lhs, n_batch=1), hs.BCOO.fromdense(rhs, n_batch=1))
+        want = js.BCOO.fromdense(lhs, n_batch=1) @ js.BCOO.fromdense(rhs, n_batch=1)
+        assert (got.shape, got.n_batch, got.nse) == (want.shape, want.n_batch, want.nse)
+        assert_close(got.todense(), jnp.matmul(lhs, rhs))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        hs.BCOO.fromdense(a, n_batch=1) @ jnp.ones((2, 5, 2), jnp.float32)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        jnp.ones((2, 2, 4), jnp.float32) @ hs.BCOO.fromdense(a, n_batch=1)
 
 
 @pytest.mark.parametrize("pet", [None, "float32", "float64"])
@@ -298,6 +341,88 @@ def test_grad_of_sparse_sparse_product(lshape, lnb, rshape, rnb, dims):
     want = jax.grad(ref, argnums=(0, 1))(ld, rd)
     for g, r in zip(got, want):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
+
+
+def _dense(data, indices, shape, n_batch):
+    """The dense array of BCOO buffers by a scatter-add in jnp (out-of-range entries dropped), so
+    that jax.hessian of it is JAX's own second derivative (JAX's BCOO todense has no batched extract)."""
+    grid = np.indices(indices.shape[:-1])[:n_batch]
+    cols = tuple(np.moveaxis(np.asarray(indices), -1, 0))
+    return jnp.zeros(shape, data.dtype).at[(*grid, *cols)].add(data, mode="drop")
+
+
+def test_second_order_of_sparse_sparse_products():
+    """jax.hessian (jacfwd of jacrev) and grad of grad through sparse x sparse products (the
+    transpose of the sampled product), all layouts in one program, against the dense products in
+    float64; padding and duplicate entries included."""
+    with jax.enable_x64(True):
+        rng = np.random.RandomState(14)
+        cases = [c for i, c in enumerate(SPDOT_CASES) if i in (0, 1, 4, 7)]
+        bufs = [(buffers(rng, ls, lnb, 0, nse=5, dtype="float64"), buffers(rng, rs, rnb, 0, nse=4, dtype="float64"))
+                for ls, lnb, rs, rnb, _ in cases]
+        data = [(l[0], r[0]) for l, r in bufs]
+
+        def losses(product):
+            def f(k, a, b):
+                ls, lnb, rs, rnb, dims = cases[k]
+                return jnp.sin(product(k, a, b, dims)).sum() + (a ** 3).sum() * b.sum()
+            return f
+
+        def ours(k, a, b, dims):
+            (_, li), (_, ri) = bufs[k]
+            ls, _, rs, _, _ = cases[k]
+            return hs.bcoo_dot_general(hs.BCOO((a, li), shape=ls), hs.BCOO((b, ri), shape=rs),
+                                       dimension_numbers=dims).todense()
+
+        def ref(k, a, b, dims):
+            (_, li), (_, ri) = bufs[k]
+            ls, lnb, rs, rnb, _ = cases[k]
+            return lax.dot_general(_dense(a, li, ls, lnb), _dense(b, ri, rs, rnb), dims)
+
+        def derivatives(product):
+            f = losses(product)
+            out = []
+            for k, (a, b) in enumerate(data):
+                fk = functools.partial(f, k)
+                out.append(jax.hessian(fk, argnums=(0, 1))(a, b))
+                out.append(jax.grad(lambda a, b: (jax.grad(fk, argnums=(0, 1))(a, b)[1] ** 2).sum(),
+                                    argnums=(0, 1))(a, b))
+            return out
+
+        got = hlopt.jit(lambda: derivatives(ours))()
+        want = derivatives(ref)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+
+
+def test_vmap_of_sampled_sparse_sparse_product():
+    """jax.vmap of the gradient of a sparse x sparse product (the sampled product batched) with the
+    operands mapped, one of them only, and the cotangent only, against the dense gradients."""
+    rng = np.random.RandomState(15)
+    ls, rs, dims = (4, 5), (5, 3), (((1,), (0,)), ((), ()))
+    (ad_, li), (bd, ri) = buffers(rng, ls, 0, 0, nse=5), buffers(rng, rs, 0, 0, nse=4)
+    As = random_data(rng, (3, *ad_.shape), "float32")
+    Bs = random_data(rng, (3, *bd.shape), "float32")
+    Ws = random_data(rng, (3, 4, 3), "float32")
+
+    def grads(product):
+        def g(a, b, w):
+            return jax.grad(lambda a, b: (product(a, b) * w).sum(), argnums=(0, 1))(a, b)
+        return g
+
+    def ours(a, b):
+        return hs.bcoo_dot_general(hs.BCOO((a, li), shape=ls), hs.BCOO((b, ri), shape=rs), dimension_numbers=dims).todense()
+
+    def ref(a, b):
+        return _dense(a, li, ls, 0) @ _dense(b, ri, rs, 0)
+
+    for axes in [(0, 0, 0), (0, None, None), (None, 0, None), (None, None, 0)]:
+        got = hlopt.jit(jax.vmap(grads(ours), in_axes=axes))(As if axes[0] == 0 else ad_,
+                                                              Bs if axes[1] == 0 else bd, Ws if axes[2] == 0 else Ws[0])
+        want = jax.vmap(grads(ref), in_axes=axes)(As if axes[0] == 0 else ad_, Bs if axes[1] == 0 else bd,
+                                                  Ws if axes[2] == 0 else Ws[0])
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
 def test_jvp_of_sparse_sparse_product():

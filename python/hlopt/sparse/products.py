@@ -31,7 +31,8 @@ from jax.interpreters import ad, batching
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 from hlopt.sparse import ops
-from hlopt.sparse.bcoo import BCOO, bcoo_transpose
+from hlopt.sparse.bcoo import BCOO, bcoo_squeeze, bcoo_transpose
+from hlopt.sparse.structure import bcoo_broadcast_in_dim
 
 PREFIX = "hlopt.bcoo."
 
@@ -98,25 +99,36 @@ def _aval_of(x: Any) -> Any:
     return x.aval if ad.is_undefined_primal(x) else x
 
 
-def _transposed_dims(lhs_rank: int, rhs_rank: int, dims: shapes.DotDims):
-    """For `out = dot_general(lhs, rhs, dims)`: (dims and permutation giving lhs's cotangent from
-    (out_ct, rhs)), (the same for rhs's from (out_ct, lhs)), as lax.dot_general's transpose has them.
-
-    The permutation maps each operand dim to the dot dim it comes from (`sampled dim i = dot dim perm[i]`).
-    """
+def _cotangent_dims(ranks: Sequence[int], dims: shapes.DotDims, permutation: Sequence[int] | None, side: int):
+    """For `out = dot_general(x0, x1, dims)` with its dims permuted (out dim i is dot dim
+    `permutation[i]`; None: not permuted): the dims and permutation that give operand `side`'s
+    cotangent as `dot_general(out_ct, other operand, dims')` permuted, as lax.dot_general's
+    transpose has them (operand dim i is dot' dim `permutation'[i]`)."""
     (lc, rc), (lb, rb) = dims
-    lkept, rkept = shapes.free_dims(lhs_rank, lc, lb), shapes.free_dims(rhs_rank, rc, rb)
+    contracting, batch = (lc, rc), (lb, rb)
+    free = [shapes.free_dims(ranks[k], contracting[k], batch[k]) for k in (0, 1)]
     nb = len(lb)
-    ans_batch = list(range(nb))
-    ans_l = list(range(nb, nb + len(lkept)))
-    ans_r = list(range(nb + len(lkept), nb + len(lkept) + len(rkept)))
-    l_dims = ((tuple(ans_r), tuple(rkept)), (tuple(ans_batch), tuple(rb)))
-    lc_by_r = [lc[i] for i in np.argsort(rc)] if lc else []
-    l_perm = tuple(int(p) for p in np.argsort([*lb, *lkept, *lc_by_r]))
-    r_dims = ((tuple(ans_l), tuple(lkept)), (tuple(ans_batch), tuple(lb)))
-    rc_by_l = [rc[i] for i in np.argsort(lc)] if rc else []
-    r_perm = tuple(int(p) for p in np.argsort([*rb, *rkept, *rc_by_l]))
-    return (l_dims, l_perm), (r_dims, r_perm)
+    start = (nb, nb + len(free[0]))  # the first dot dim of each operand's free dims
+    perm = range(nb + len(free[0]) + len(free[1])) if permutation is None else permutation
+    pos = {dot: s for s, dot in enumerate(perm)}
+    other = 1 - side
+    ct_dims = ((tuple(pos[start[other] + j] for j in range(len(free[other]))), free[other]),
+               (tuple(pos[i] for i in range(nb)), batch[other]))
+    # dot' dims: the batch pairs, out_ct's other dims (ascending), the other operand's contracting dims (ascending)
+    ct_free = [s for s, dot in enumerate(perm) if start[side] <= dot < start[side] + len(free[side])]
+    src = [*batch[side], *(free[side][perm[s] - start[side]] for s in ct_free),
+           *(contracting[side][contracting[other].index(d)] for d in sorted(contracting[other]))]
+    return ct_dims, tuple(int(p) for p in np.argsort(src))
+
+
+def _dot_batch_dims(dims: shapes.DotDims, rhs_mapped: bool):
+    """dimension_numbers once both operands have a leading mapped dim (batched together) or only
+    lhs has one (a free dim), and the output dim it becomes."""
+    (lc, rc), (lb, rb) = dims
+    shift = (lambda ds: tuple(d + 1 for d in ds))
+    if rhs_mapped:
+        return ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb)))), 0
+    return ((shift(lc), rc), (shift(lb), rb)), len(lb)
 
 
 # ---------------------------------------------------------------------------
@@ -147,29 +159,20 @@ def _dot_general_transpose(ct, data, indices, rhs, *, shape, dimension_numbers, 
     out = _dot_general_abstract(data_aval, indices, rhs_aval, shape=shape, dimension_numbers=dimension_numbers,
                                 preferred_element_type=preferred_element_type)
     ct = _ct(ct, out)
-    (l_dims, l_perm), (r_dims, _) = _transposed_dims(len(shape), len(rhs_aval.shape), dimension_numbers)
+    ranks = (len(shape), len(rhs_aval.shape))
     if ad.is_undefined_primal(data):
+        l_dims, l_perm = _cotangent_dims(ranks, dimension_numbers, None, 0)
         grad = dot_general_sampled(ct, rhs, indices, l_dims, permutation=l_perm)
         grad = ops._sum_to_shape(grad, data_aval.shape).astype(data_aval.dtype)
         return [grad, None, None]
     # sparse first: [batch, lhs's contracting dims (rhs's, ordered by lhs's), ct's rhs dims]
-    (ct_c, l_c), (ct_b, l_b) = r_dims
+    (ct_c, l_c), (ct_b, l_b) = _cotangent_dims(ranks, dimension_numbers, None, 1)[0]
     (lc, rc), (_, rb) = dimension_numbers
     rc_by_l = [rc[i] for i in np.argsort(lc)] if rc else []
     rkept = [d for d in range(len(rhs_aval.shape)) if d not in rc and d not in rb]
     grad = dot_general_p.bind(data, indices, ct, shape=shape, dimension_numbers=((l_c, ct_c), (l_b, ct_b)),
                               preferred_element_type=None, **flags)
     return [None, None, jnp.transpose(grad, np.argsort([*rb, *rc_by_l, *rkept])).astype(rhs_aval.dtype)]
-
-
-def _dot_batch_dims(dims: shapes.DotDims, rhs_mapped: bool):
-    """dimension_numbers once both operands have a leading mapped dim (batched together) or only
-    lhs has one (a free dim), and the output dim it becomes."""
-    (lc, rc), (lb, rb) = dims
-    shift = (lambda ds: tuple(d + 1 for d in ds))
-    if rhs_mapped:
-        return ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb)))), 0
-    return ((shift(lc), rc), (shift(lb), rb)), len(lb)
 
 
 def _dot_general_batch(args, dims, *, shape, dimension_numbers, **params):
@@ -230,29 +233,13 @@ def _sampled_transpose(ct, a, b, indices, *, dimension_numbers, permutation):
     ct = _ct(ct, jax.core.ShapedArray(data_shape, _sampled_abstract(a_aval, b_aval, indices,
                                                                     dimension_numbers=dimension_numbers,
                                                                     permutation=permutation).dtype))
-    rank = len(lay.shape)
-    perm = tuple(range(rank)) if permutation is None else permutation
-    pos = {dot: s for s, dot in enumerate(perm)}  # dot dim -> position in the sampled array
-    (lc, rc), (lb, rb) = dimension_numbers
-    ar, br = len(a_aval.shape), len(b_aval.shape)
-    afree, bfree = shapes.free_dims(ar, lc, lb), shapes.free_dims(br, rc, rb)
-    nb = len(lb)
-    m_batch = [pos[i] for i in range(nb)]
-    m_a = [pos[nb + i] for i in range(len(afree))]
-    m_b = [pos[nb + len(afree) + i] for i in range(len(bfree))]
-    flags = dict(indices_sorted=False, unique_indices=False)
-    if ad.is_undefined_primal(a):
-        # [batch, a free, b contracting (ascending)] -> a's dims
-        g = dot_general_p.bind(ct, indices, b, shape=lay.shape, dimension_numbers=((tuple(m_b), tuple(bfree)),
-                               (tuple(m_batch), tuple(rb))), preferred_element_type=None, **flags)
-        rest = [d for d in range(br) if d not in bfree and d not in rb]
-        src = [*lb, *afree, *(lc[rc.index(d)] for d in rest)]
-        return [jnp.transpose(g, np.argsort(src)).astype(a_aval.dtype), None, None]
-    g = dot_general_p.bind(ct, indices, a, shape=lay.shape, dimension_numbers=((tuple(m_a), tuple(afree)),
-                           (tuple(m_batch), tuple(lb))), preferred_element_type=None, **flags)
-    rest = [d for d in range(ar) if d not in afree and d not in lb]
-    src = [*rb, *bfree, *(rc[lc.index(d)] for d in rest)]
-    return [None, jnp.transpose(g, np.argsort(src)).astype(b_aval.dtype), None]
+    side = 0 if ad.is_undefined_primal(a) else 1
+    other, aval = (b, a_aval) if side == 0 else (a, b_aval)
+    ct_dims, perm = _cotangent_dims((len(a_aval.shape), len(b_aval.shape)), dimension_numbers, permutation, side)
+    g = dot_general_p.bind(ct, indices, other, shape=lay.shape, dimension_numbers=ct_dims, preferred_element_type=None,
+                           indices_sorted=False, unique_indices=False)
+    grad = jnp.transpose(g, perm).astype(aval.dtype)
+    return [grad, None, None] if side == 0 else [None, grad, None]
 
 
 def _sampled_batch(args, dims, *, dimension_numbers, permutation):
@@ -260,9 +247,7 @@ def _sampled_batch(args, dims, *, dimension_numbers, permutation):
     a, b, indices = (ops._to_front(x, d) for x, d in zip(args, dims))
     a = jnp.broadcast_to(a, (size, *a.shape[1:]))
     b = jnp.broadcast_to(b, (size, *b.shape[1:]))
-    (lc, rc), (lb, rb) = dimension_numbers
-    shift = (lambda ds: tuple(d + 1 for d in ds))
-    new_dims = ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb))))
+    new_dims, _ = _dot_batch_dims(dimension_numbers, True)
     perm = None if permutation is None else (0, *(p + 1 for p in permutation))
     return dot_general_sampled_p.bind(a, b, indices, dimension_numbers=new_dims, permutation=perm), 0
 
@@ -327,22 +312,57 @@ def _spdot_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers
     _, out_indices = spdot_general_p.bind(jnp.zeros(lda.shape, lda.dtype), li, jnp.zeros(rda.shape, rda.dtype), ri,
                                           **params)
     out_shape = shapes.dot_shape(shape, rhs_shape, dimension_numbers)
-    (l_dims, l_perm), (r_dims, r_perm) = _transposed_dims(len(shape), len(rhs_shape), dimension_numbers)
-    if ad.is_undefined_primal(ld):
-        grad = spdot_general_sampled_p.bind(ct, out_indices, rd, ri, li, lhs_shape=out_shape, rhs_shape=tuple(rhs_shape),
-                                            dimension_numbers=l_dims, permutation=l_perm)
-        return [ops._sum_to_shape(grad, lda.shape).astype(lda.dtype), None, None, None]
-    grad = spdot_general_sampled_p.bind(ct, out_indices, ld, li, ri, lhs_shape=out_shape, rhs_shape=tuple(shape),
-                                        dimension_numbers=r_dims, permutation=r_perm)
-    return [None, None, ops._sum_to_shape(grad, rda.shape).astype(rda.dtype), None]
+    return _sparse_cotangents(ct, out_indices, out_shape, None, (ld, li, tuple(shape)), (rd, ri, tuple(rhs_shape)),
+                              dimension_numbers)
+
+
+def _sparse_cotangents(ct: Any, ct_indices: Any, ct_shape: Sequence[int], permutation: Sequence[int] | None,
+                       x: tuple[Any, Any, Sequence[int]], y: tuple[Any, Any, Sequence[int]], dims: shapes.DotDims):
+    """The data cotangents of the sparse operands `x`, `y` (data, indices, shape) of a product whose
+    output (dims permuted by `permutation`) has the cotangent `ct` at `ct_indices`: each is the
+    product of that BCOO array with the other operand, read at the operand's indices."""
+    side = 0 if ad.is_undefined_primal(x[0]) else 1
+    (od, oi, oshape), (td, ti, _) = (y, x) if side == 0 else (x, y)
+    aval = _aval_of(td)
+    ct_dims, perm = _cotangent_dims((len(x[2]), len(y[2])), dims, permutation, side)
+    grad = spdot_general_sampled_p.bind(ct, ct_indices, od, oi, ti, lhs_shape=tuple(ct_shape), rhs_shape=oshape,
+                                        dimension_numbers=ct_dims, permutation=perm)
+    grad = ops._sum_to_shape(grad, aval.shape).astype(aval.dtype)
+    return [grad, None, None, None] if side == 0 else [None, None, grad, None]
+
+
+def _spsampled_transpose(ct, ad_, ai, bd, bi, indices, *, lhs_shape, rhs_shape, dimension_numbers, permutation):
+    """Bilinear in the operands' data: each one's cotangent is the sampled product of the cotangent
+    (a BCOO array at `indices`) with the other operand, read at the operand's indices."""
+    if any(ad.is_undefined_primal(i) for i in (ai, bi, indices)):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    a_aval, b_aval = _aval_of(ad_), _aval_of(bd)
+    params = dict(lhs_shape=lhs_shape, rhs_shape=rhs_shape, dimension_numbers=dimension_numbers,
+                  permutation=permutation)
+    ct = _ct(ct, _spsampled_abstract(a_aval, ai, b_aval, bi, indices, **params))
+    _, lay = shapes.spdot_general_sampled(shapes.layout(lhs_shape, a_aval.shape, ai.shape),
+                                          shapes.layout(rhs_shape, b_aval.shape, bi.shape), indices.shape,
+                                          dimension_numbers, permutation)
+    grads = _sparse_cotangents(ct, indices, lay.shape, permutation, (ad_, ai, tuple(lhs_shape)),
+                               (bd, bi, tuple(rhs_shape)), dimension_numbers)
+    return [*grads, None]
+
+
+def _spsampled_batch(args, dims, *, lhs_shape, rhs_shape, dimension_numbers, permutation):
+    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    new_dims, _ = _dot_batch_dims(dimension_numbers, True)
+    rank = len(shapes.dot_shape(lhs_shape, rhs_shape, dimension_numbers))
+    perm = (0, *(p + 1 for p in (range(rank) if permutation is None else permutation)))
+    out = spdot_general_sampled_p.bind(*(ops._to_front(x, d) for x, d in zip(args, dims)),
+                                       lhs_shape=(size, *lhs_shape), rhs_shape=(size, *rhs_shape),
+                                       dimension_numbers=new_dims, permutation=perm)
+    return out, 0
 
 
 def _spdot_batch(args, dims, *, shape, rhs_shape, dimension_numbers, **params):
     size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
     ld, li, rd, ri = (ops._to_front(x, d) for x, d in zip(args, dims))
-    (lc, rc), (lb, rb) = dimension_numbers
-    shift = (lambda ds: tuple(d + 1 for d in ds))
-    new_dims = ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb))))
+    new_dims, _ = _dot_batch_dims(dimension_numbers, True)
     outs = spdot_general_p.bind(ld, li, rd, ri, shape=(size, *shape), rhs_shape=(size, *rhs_shape),
                                 dimension_numbers=new_dims, **params)
     return outs, [0, 0]
@@ -352,6 +372,8 @@ ad.primitive_jvps[spdot_general_p] = ops.bilinear_jvp(spdot_general_p, 0, 2)
 ad.primitive_transposes[spdot_general_p] = _spdot_transpose
 batching.primitive_batchers[spdot_general_p] = _spdot_batch
 ad.primitive_jvps[spdot_general_sampled_p] = ops.bilinear_jvp(spdot_general_sampled_p, 0, 2)
+ad.primitive_transposes[spdot_general_sampled_p] = _spsampled_transpose
+batching.primitive_batchers[spdot_general_sampled_p] = _spsampled_batch
 
 
 # ---------------------------------------------------------------------------
@@ -411,30 +433,66 @@ def bcoo_dot_general_sampled(A: Any, B: Any, indices: Any, *, dimension_numbers:
 
 
 def matmul(a: Any, b: Any) -> Any:
-    """`a @ b` with `jnp.matmul`'s rules where either side is a BCOO array (batch dims of equal
-    shape, or on one side only)."""
-    a_rank, b_rank = len(np.shape(a)), len(np.shape(b))
-    if a_rank == 0 or b_rank == 0:
-        raise ValueError("matmul: inputs must be at least 1-dimensional, got shapes "
-                         f"{np.shape(a)} and {np.shape(b)}")
-    ak = a_rank - 1
-    bk = 0 if b_rank == 1 else b_rank - 2
-    a_batch = list(range(a_rank - 2)) if a_rank > 2 else []
-    b_batch = list(range(b_rank - 2)) if b_rank > 2 else []
+    """`a @ b` with `jnp.matmul`'s rules where either side is a BCOO array: leading batch dims
+    broadcast against each other (a size-1 dim is squeezed and the other side's becomes a free dim
+    of the product), as `jnp.matmul` and JAX's BCOO `@` do."""
     a_shape, b_shape = tuple(np.shape(a)), tuple(np.shape(b))
-    if a_batch and b_batch:
-        if [a_shape[d] for d in a_batch] != [b_shape[d] for d in b_batch]:
-            raise NotImplementedError(f"matmul of a BCOO array: batch shapes must be equal or on one side only, "
-                                      f"got {a_shape} @ {b_shape}")
-        dims = ((ak,), (bk,)), (tuple(a_batch), tuple(b_batch))
-        return bcoo_dot_general(a, b, dimension_numbers=dims)
-    out = bcoo_dot_general(a, b, dimension_numbers=(((ak,), (bk,)), ((), ())))
-    if not b_batch or a_rank == 1:
-        return out
-    # [a's row, b's batch..., b's column] -> [b's batch..., a's row, b's column]
-    nb = len(b_batch)
-    perm = (*range(1, 1 + nb), 0, *range(1 + nb, out.ndim))
-    return _transpose(out, perm)
+    if not a_shape or not b_shape:
+        raise ValueError(f"matmul: inputs must be at least 1-dimensional, got shapes {a_shape} and {b_shape}")
+    a_mat, b_mat = len(a_shape) > 1, len(b_shape) > 1
+    n = max(len(a_shape) - 2, len(b_shape) - 2, 0)
+    a_batch = (None,) * (n - max(len(a_shape) - 2, 0)) + a_shape[:-2]
+    b_batch = (None,) * (n - max(len(b_shape) - 2, 0)) + b_shape[:-2]
+    a_squeeze, b_squeeze, both_squeeze = [], [], []
+    a_pairs, b_pairs = [], []  # positions of the batch pairs in the squeezed operands
+    idx_batch, idx_a, idx_b = [], [], []  # the output dim of each product dim
+    for i, (sa, sb) in enumerate(zip(a_batch, b_batch)):
+        if sa is None:
+            idx_b.append(i)
+        elif sb is None:
+            idx_a.append(i)
+        elif sa == sb == 1:
+            a_squeeze.append(len(idx_batch) + len(idx_a) + len(a_squeeze))
+            b_squeeze.append(len(idx_batch) + len(idx_b) + len(b_squeeze))
+            both_squeeze.append(i)
+        elif sa == 1:
+            idx_b.append(i)
+            a_squeeze.append(len(idx_batch) + len(idx_a) + len(a_squeeze))
+        elif sb == 1:
+            idx_a.append(i)
+            b_squeeze.append(len(idx_batch) + len(idx_b) + len(b_squeeze))
+        elif sa == sb:
+            a_pairs.append(len(idx_batch) + len(idx_a))
+            b_pairs.append(len(idx_batch) + len(idx_b))
+            idx_batch.append(i)
+        else:
+            raise ValueError(f"matmul: batch dims of shapes {a_shape} and {b_shape} do not broadcast")
+    if a_mat:
+        idx_a.append(n)
+    if b_mat:
+        idx_b.append(n + a_mat)
+    a, b = _squeeze(a, a_squeeze), _squeeze(b, b_squeeze)
+    contracting = ((len(a_shape) - len(a_squeeze) - 1,), (len(b_shape) - len(b_squeeze) - 1 - b_mat,))
+    out = bcoo_dot_general(a, b, dimension_numbers=(contracting, (tuple(a_pairs), tuple(b_pairs))))
+    perm = tuple(int(p) for p in np.argsort([*idx_batch, *idx_a, *idx_b]))
+    out = out if perm == tuple(range(len(perm))) else _transpose(out, perm)
+    return _expand_dims(out, both_squeeze) if both_squeeze else out
+
+
+def _squeeze(x: Any, dims: Sequence[int]) -> Any:
+    if not dims:
+        return x
+    return bcoo_squeeze(x, dimensions=dims) if isinstance(x, BCOO) else lax.squeeze(x, dims)
+
+
+def _expand_dims(x: Any, dims: Sequence[int]) -> Any:
+    if isinstance(x, BCOO):
+        shape = list(x.shape)
+        for d in sorted(dims):
+            shape.insert(d, 1)
+        kept = [d for d in range(len(shape)) if d not in dims]
+        return bcoo_broadcast_in_dim(x, shape=tuple(shape), broadcast_dimensions=tuple(kept))
+    return lax.expand_dims(x, dims)
 
 
 def _transpose(x: Any, perm: Sequence[int]) -> Any:
