@@ -281,9 +281,11 @@ def calls_user_code(bytecode: bytes) -> bool:
 @functools.cache
 def passes_digest() -> str:
     """SHA-256 of the source of every pass (the `hlopt.passes` package)."""
+    folder = os.path.dirname(hlopt.passes.__file__)
     h = hashlib.sha256()
-    for path in sorted(Path(hlopt.passes.__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):  # os, not pathlib: a hit's first key
+        with open(os.path.join(folder, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
 
 
