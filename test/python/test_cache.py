@@ -18,6 +18,7 @@ import pytest
 
 import hlopt
 from hlopt.compiler import stages
+from hlopt.compiler.program import parse_module
 from hlopt.passes.mlir import get_context
 from hlopt.runtime import cache as cache_mod
 from hlopt.runtime.pjrt import BuildFlags, get_client
@@ -83,6 +84,15 @@ def test_key_ignores_locations_but_not_the_program():
     assert key(f) != key(f, pipeline="hlopt-default,cse")
     assert key(f) != key(f, on=devices[1:2])
     assert key(f) != key(f, shardy=False)
+
+
+def test_stripped_bytecode_is_the_module_without_locations():
+    lowered = hlopt.lower(f, X)
+    stripped = parse_module(cache_mod.stripped_bytecode(lowered.source_module))
+    assert str(stripped) == str(lowered)  # the same ops, attributes and types
+    assert "test_cache.py" in lowered.as_text(debug_info=True)
+    assert "test_cache.py" not in stripped.operation.get_asm(enable_debug_info=True)
+    assert "loc(unknown)" in stripped.operation.get_asm(enable_debug_info=True)
 
 
 def test_hit_skips_the_passes(cache_dir, monkeypatch):
