@@ -14,7 +14,7 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from hlopt.compiler.jax_compat import Placement, arg_avals, compile_args, lowering_placement, weak_out_avals
-from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
+from hlopt.compiler.program import Signature
 from hlopt.passes.mlir import ir
 
 _state = threading.local()
@@ -158,7 +158,11 @@ def lower_function(
     out_shardings: Any = None,
     static_argnums: int | Sequence[int] = (),
 ) -> tuple[ir.Module, Signature]:
-    """Trace `fun` at `args` (arrays or ShapeDtypeStructs) and lower it to StableHLO."""
+    """Trace `fun` at `args` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
+
+    The module is JAX's, in JAX's context: `Lowered` moves it into hlopt's when
+    it is first needed there (a persistent-cache hit never needs it).
+    """
     static_argnums = resolve_static_argnums(check_static_argnums(fun, static_argnums), len(args))
 
     @functools.wraps(fun)
@@ -187,7 +191,7 @@ def lower_function(
             f"{getattr(fun, '__name__', fun)}: side effects and host callbacks cannot be "
             "compiled ahead of time by hlopt"
         )
-    module = parse_module(module_to_bytecode(lowered.compiler_ir("stablehlo")))
+    module = lowered.compiler_ir("stablehlo")
     in_avals = arg_avals(lowered)
     out_avals = tuple(jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in weak_out_avals(lowered))
     device = None

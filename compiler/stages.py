@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from hlopt.compiler.pipeline import PipelineError, run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
-from hlopt.passes.mlir import ir
+from hlopt.passes.mlir import get_context, ir
 from hlopt.passes.registry import lowering_pass_for
 from hlopt.passes.walk import call_target, walk_ops
 
@@ -48,20 +49,38 @@ def check_no_annotations(module: ir.Module) -> None:
 
 
 class Lowered:
-    """A function lowered to StableHLO in hlopt's context.
+    """A function lowered to StableHLO.
 
-    `apply` returns a new `Lowered`; the IR after each pass of the last
+    The module may come in another context (JAX's, from `hlopt.lower`): it is
+    moved into hlopt's context when something first needs it there (`module`,
+    printing, `apply`, a compile that runs the passes), so that a persistent-cache
+    hit, keyed on `source_module`, never parses it. `apply` returns a new
+    `Lowered`; the IR after each pass of the last
     `apply(..., print_ir_after_all=True)` is in `ir_after_passes`. `compile`
     hands itself and a pipeline to `backend` (see `Backend`).
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
                  backend: Backend | None = None):
-        self.module = module
+        self._module = module
+        self._moved = threading.Lock()  # held while the module moves into hlopt's context
         self.signature = signature
         self.pipeline = pipeline
         self.backend = backend
         self.ir_after_passes: list[tuple[str, str]] = []
+
+    @property
+    def module(self) -> ir.Module:
+        """The module in hlopt's context (moved there on first use)."""
+        with self._moved:
+            if self._module.context != get_context():
+                self._module = parse_module(module_to_bytecode(self._module))
+            return self._module
+
+    @property
+    def source_module(self) -> ir.Module:
+        """The module in whichever context it is in now (JAX's until `module` is read): to read, never to change."""
+        return self._module
 
     def as_text(self, *, debug_info: bool = False) -> str:
         return self.module.operation.get_asm(enable_debug_info=debug_info)
@@ -74,7 +93,8 @@ class Lowered:
         return f"<hlopt.Lowered {self.signature.describe()}{pipeline}>"
 
     def clone(self) -> "Lowered":
-        return Lowered(parse_module(module_to_bytecode(self.module)), self.signature, self.pipeline, self.backend)
+        return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
+                       self.backend)
 
     def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False) -> "Lowered":
         """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked."""

@@ -269,7 +269,9 @@ def stripped_bytecode(module: ir.Module) -> bytes:
     """The module's bytecode with every debug location replaced by `unknown`: what a cache key hashes."""
     with module.context:
         copy = module.operation.clone()
-        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(copy)
+        strip = passmanager.PassManager.parse("builtin.module(strip-debuginfo)")
+        strip.enable_verifier(False)  # verifying a copy that is only hashed would be most of the time
+        strip.run(copy)
     return module_to_bytecode(copy)
 
 
@@ -281,9 +283,11 @@ def calls_user_code(bytecode: bytes) -> bool:
 @functools.cache
 def passes_digest() -> str:
     """SHA-256 of the source of every pass (the `hlopt.passes` package)."""
+    folder = os.path.dirname(hlopt.passes.__file__)
     h = hashlib.sha256()
-    for path in sorted(Path(hlopt.passes.__file__).parent.glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):  # os, not pathlib: a hit's first key
+        with open(os.path.join(folder, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
 
 

@@ -40,7 +40,7 @@ def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
     cache = active_cache()
     key = None
     if cache is not None:
-        bytecode = stripped_bytecode(lowered.module)
+        bytecode = stripped_bytecode(lowered.source_module)  # never moves it: a hit does not parse
         if not calls_user_code(bytecode):
             key = cache_key(bytecode, pipeline, program_devices(signature), signature.use_shardy, get_client())
             hit = _from_cache(cache, key, signature)

@@ -39,11 +39,12 @@ def lower(
         out_shardings=out_shardings,
         static_argnums=static_argnums,
     )
+    lowered = Lowered(module, signature, backend=compile_lowered)
     if check_key_reuse:
-        reports = find_key_reuse(module.operation)
+        reports = find_key_reuse(lowered.module.operation)
         if reports:
             raise KeyReuseError(reports)
-    return Lowered(module, signature, backend=compile_lowered)
+    return lowered
 
 
 def _arg_key(x: Any) -> Any:

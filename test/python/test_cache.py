@@ -18,6 +18,8 @@ import pytest
 
 import hlopt
 from hlopt.compiler import stages
+from hlopt.compiler.program import parse_module
+from hlopt.passes.mlir import get_context
 from hlopt.runtime import cache as cache_mod
 from hlopt.runtime.pjrt import BuildFlags, get_client
 
@@ -84,6 +86,15 @@ def test_key_ignores_locations_but_not_the_program():
     assert key(f) != key(f, shardy=False)
 
 
+def test_stripped_bytecode_is_the_module_without_locations():
+    lowered = hlopt.lower(f, X)
+    stripped = parse_module(cache_mod.stripped_bytecode(lowered.source_module))
+    assert str(stripped) == str(lowered)  # the same ops, attributes and types
+    assert "test_cache.py" in lowered.as_text(debug_info=True)
+    assert "test_cache.py" not in stripped.operation.get_asm(enable_debug_info=True)
+    assert "loc(unknown)" in stripped.operation.get_asm(enable_debug_info=True)
+
+
 def test_hit_skips_the_passes(cache_dir, monkeypatch):
     first = hlopt.lower(f, X).compile()
     monkeypatch.setattr(stages, "run_pipeline", lambda *a, **k: pytest.fail("the passes ran on a cache hit"))
@@ -92,6 +103,44 @@ def test_hit_skips_the_passes(cache_dir, monkeypatch):
     np.testing.assert_array_equal(again(X), first(X))
     assert again.pipeline == "hlopt-default"
     assert str(again.module) == str(first.module)  # the post-pass module, from the entry
+
+
+def test_hit_never_parses_the_module(cache_dir, monkeypatch):
+    first = hlopt.lower(f, X).compile()
+    monkeypatch.setattr(stages, "parse_module", lambda *a, **k: pytest.fail("a cache hit parsed the module"))
+    lowered = hlopt.lower(f, X)
+    again = lowered.compile()
+    assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 1)
+    np.testing.assert_array_equal(again(X), first(X))
+    assert lowered.source_module.context != get_context()  # still JAX's module, never moved
+
+
+@pytest.mark.parametrize("moved_first", [True, False])
+def test_moved_and_unmoved_modules_share_entries(cache_dir, moved_first):
+    """The key is the same whether the module is still JAX's or already in hlopt's context."""
+    def compile_(moved):
+        lowered = hlopt.lower(f, X)
+        if moved:
+            str(lowered)  # printing moves it into hlopt's context
+        return lowered.compile()
+
+    first = compile_(moved_first)
+    second = compile_(not moved_first)
+    assert (hlopt.cache_info().hits, hlopt.cache_info().misses, len(entries(cache_dir))) == (1, 1, 1)
+    np.testing.assert_array_equal(second(X), first(X))
+
+
+def test_damaged_entry_is_a_miss_that_runs_the_passes(cache_dir, monkeypatch):
+    hlopt.lower(f, X).compile()
+    (entry,) = entries(cache_dir)
+    data = bytearray(entry.read_bytes())
+    data[-100] ^= 1  # in the last section (the module)
+    entry.write_bytes(bytes(data))
+    ran = []
+    real = stages.run_pipeline
+    monkeypatch.setattr(stages, "run_pipeline", lambda *a, **k: ran.append(1) or real(*a, **k))
+    np.testing.assert_allclose(hlopt.lower(f, X).compile()(X), jax.jit(f)(X), rtol=1e-6)
+    assert ran and (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
 
 
 def test_key_covers_the_passes_code(cache_dir, monkeypatch):

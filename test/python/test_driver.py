@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 
 import jax
@@ -11,8 +12,10 @@ import numpy as np
 import pytest
 
 import hlopt
-from hlopt.compiler.program import parse_module
+from hlopt.compiler.program import module_to_bytecode, parse_module
 from hlopt.compiler.stages import Lowered
+from hlopt.passes.mlir import get_context
+from hlopt.runtime.cache import stripped_bytecode
 
 RNG = np.random.default_rng(0)
 
@@ -142,6 +145,43 @@ def test_apply_returns_new_object_and_keeps_original():
     assert [name for name, _ in after.ir_after_passes] == ["canonicalize", "cse"]
     assert after.ir_after_passes[-1][1].strip() == after.as_text().strip()
     assert after.pipeline == "canonicalize,cse"
+
+
+def _lazy_and_moved(f, *args, **options):
+    """`hlopt.lower(f, *args)` (JAX's module, not yet moved) and a twin built from the module in hlopt's context."""
+    lazy = hlopt.lower(f, *args, **options)
+    moved = Lowered(parse_module(module_to_bytecode(lazy.source_module)), lazy.signature, backend=lazy.backend)
+    return lazy, moved
+
+
+@pytest.mark.parametrize("case", ["pytree", "keys", "static"])
+def test_lazily_moved_module_prints_applies_and_compiles_the_same(case):
+    """hlopt.lower keeps JAX's module until something needs it in hlopt's context; nothing can tell."""
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    options = {}
+    if case == "pytree":
+        f, args = _pytree_fn, ({"a": x, "bc": (np.arange(4, dtype=np.int32), x[0])},)
+    elif case == "keys":
+        f, args = (lambda k, y: jax.random.normal(k, y.shape) + y), (jax.random.key(3), x)
+    else:
+        f, args, options = (lambda y, n: jnp.tanh(y) ** n), (x, 3), {"static_argnums": 1}
+    lazy, moved = _lazy_and_moved(f, *args, **options)
+    assert lazy.source_module.context != get_context()  # not moved yet: JAX's context
+    assert stripped_bytecode(lazy.source_module) == stripped_bytecode(moved.module)  # the cache key's bytes
+    assert lazy.as_text(debug_info=True) == moved.as_text(debug_info=True) and str(lazy) == str(moved)
+    assert lazy.source_module.context == get_context() and lazy.module is lazy.module  # moved once, then kept
+    lazy2, moved2 = _lazy_and_moved(f, *args, **options)
+    assert lazy2.apply("hlopt-default,cse").as_text() == moved2.apply("hlopt-default,cse").as_text()
+    lazy3, _ = _lazy_and_moved(f, *args, **options)
+    assert_same(lazy3.compile()(*args), moved.compile()(*args))
+    assert_same(lazy3.compile()(*args), jax.jit(f, **options)(*args))
+
+
+def test_module_moves_once_under_threads():
+    lowered = hlopt.lower(lambda x: jnp.sin(x) @ x.T, np.ones((4, 4), np.float32))
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        modules = list(pool.map(lambda _: lowered.module, range(8)))
+    assert all(m is modules[0] for m in modules) and modules[0].context == get_context()
 
 
 def test_debug_locations_name_user_source():
