@@ -22,7 +22,7 @@ from jax.experimental import jet as jax_jet
 from test_jet_rules import taylor_by_nested_jvp
 
 import hlopt
-from hlopt.compiler.lowering import parse_module
+from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
 from hlopt.runtime.compile import compile_lowered
 from vjp_harness import _signature, jax_vjp

@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import hlopt
-from hlopt.compiler.lowering import parse_module
+from hlopt.compiler.program import parse_module
 from hlopt.passes.base import PassError
 from hlopt.compiler.stages import AnnotationError, Lowered
 from hlopt.runtime.compile import compile_lowered

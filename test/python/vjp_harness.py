@@ -12,7 +12,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 import hlopt
-from hlopt.compiler.lowering import Signature, parse_module
+from hlopt.compiler.program import Signature, parse_module
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.mlir import ir
 from hlopt.runtime.compile import compile_lowered
