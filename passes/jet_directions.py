@@ -266,6 +266,14 @@ APPLY: dict[str, Apply] = {
 }
 
 
+def weight_vector(values: Sequence[float], elem: ir.Type) -> ir.Value:
+    """A rank-1 constant of `values` with element type `elem` (real weights, converted if complex)."""
+    real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
+    w = stablehlo.constant(ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in values],
+                                                    type=builders.tensor([len(values)], real)))
+    return builders.convert(w, elem)
+
+
 def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
     """The sum of `v` over its leading (directions) axis, weighted by `weights` if
     given, without that axis: a dot_general with the weight vector (ones if none).
@@ -274,12 +282,8 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
     with the products feeding it, to a YNNPACK reduce fusion that runs 10-20x slower
     than the same sum as a matrix-vector product (bench/pde_operators.py)."""
     shape, elem = builders.shape_of(v), builders.elem_of(v)
-    real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
-    values = [1.0] * shape[0] if weights is None else list(weights)
-    w = stablehlo.constant(ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in values],
-                                                    type=builders.tensor([shape[0]], real)))
-    return builders.dot_general(builders.convert(w, elem), v, lhs_batch=[], rhs_batch=[], lhs_contract=[0],
-                                rhs_contract=[0], elem=elem)
+    w = weight_vector([1.0] * shape[0] if weights is None else list(weights), elem)
+    return builders.dot_general(w, v, lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0], elem=elem)
 
 
 def apply(op: ir.Operation, operands: list[ir.Value], lead: list[bool], n: int) -> ir.Value:

@@ -15,9 +15,9 @@ from typing import ClassVar
 from hlopt.passes import builders, jet_directions
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
-                                    has_reduction_rule,
-                                    coefficients, has_series, remove_stop_gradients, split_results)
-from hlopt.passes.mlir import ir, stablehlo
+                                    coefficients, has_reduction_rule, has_series, remove_stop_gradients,
+                                    split_results)
+from hlopt.passes.mlir import ir
 from hlopt.passes.walk import call_target, custom_calls, custom_calls_once
 
 ANNOTATION = "hlopt.jet"
@@ -217,7 +217,7 @@ class FunctionJet:
             return RULES[op.name](self.builder, op, ins)
         b, K, n = self.builder, self.order, len(op.results)
         values, inits = ins[:n], ins[n:]
-        if any(any(t is not None for t in s[1:]) for s in inits):
+        if any(has_series(s) for s in inits):
             raise PassError(f"jet-expand: no Taylor rule for {op.name} with a general body and an init value "
                             "with a series", op.location)
         carried = [builders.is_differentiable(r.type) for r in op.results]
@@ -310,6 +310,8 @@ class FunctionJet:
         inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
         i32 = builders.i32()
         zero_index = builders.scalar(0, i32)
+        weights = {j: jet_directions.weight_vector(d.weights, builders.elem_of(op.results[j]))
+                   for j in inexact_out if d.collapsed and d.weights is not None}
 
         def row(v: ir.Value, r: ir.Value) -> ir.Value:
             shape = builders.shape_of(v)
@@ -332,8 +334,8 @@ class FunctionJet:
                         out.append(builders.dynamic_update_slice(acc, builders.reshape(y, [1, *builders.shape_of(y)]),
                                                                  starts))
                     else:  # the collapsed K-th: weighted sum over the directions
-                        if d.weights is not None:
-                            w = builders.reshape(builders.dynamic_slice(_vector(d.weights, like), [r], [1]), [])
+                        if j in weights:
+                            w = builders.reshape(builders.dynamic_slice(weights[j], [r], [1]), [])
                             y = builders.mul(y, builders.broadcast(w, builders.shape_of(y), []))
                         out.append(builders.add(acc, builders.reshape(y, [1, *builders.shape_of(y)])))
             return out
@@ -354,15 +356,6 @@ class FunctionJet:
             for y, j in zip(direct, inexact_out):
                 outs[j][K] = builders.add(outs[j][K], builders.reshape(y, [1, *builders.shape_of(y)]))
         return outs
-
-
-def _vector(values: Sequence[float], like: ir.Value) -> ir.Value:
-    """A rank-1 constant of `values` with the (real) element type of `like`."""
-    elem = builders.elem_of(like)
-    real = elem.element_type if isinstance(elem, ir.ComplexType) else elem
-    const = stablehlo.constant(ir.DenseElementsAttr.get([ir.FloatAttr.get(real, x) for x in values],
-                                                                 type=builders.tensor([len(values)], real)))
-    return builders.convert(const, elem)
 
 
 FunctionJet.STRUCTURE = {

@@ -886,7 +886,8 @@ def has_reduction_rule(op: ir.Operation) -> bool:
 
 
 def _reduce_like(linear_rule: Rule) -> Rule:
-    """reduce / reduce_window by the kind of their body: add, multiply, max, min."""
+    """reduce / reduce_window by the kind of their body: add, multiply, max, min (only
+    reductions `has_reduction_rule` accepts reach it)."""
 
     def rule(b, op, ins):
         kind = builders.reducer_kind(op)
@@ -894,12 +895,9 @@ def _reduce_like(linear_rule: Rule) -> Rule:
             return linear_rule(b, op, ins)
         if len(op.results) == 1 and kind == "stablehlo.multiply":
             return [_polynomial_product(b, op, ins[0], ins[1])]
-        if len(op.results) == 1 and kind in ("stablehlo.maximum", "stablehlo.minimum"):
-            if op.name == "stablehlo.reduce":
-                return [_reduce_choose(b, op, ins[0])]
-            return [_window_choose(b, op, ins[0], ins[1], "GT" if kind == "stablehlo.maximum" else "LT")]
-        raise PassError(f"jet-expand: no Taylor rule for {op.name} with a {kind or 'general'} body "
-                        f"over {len(op.results)} result(s)", op.location)
+        if op.name == "stablehlo.reduce":  # max or min (`has_reduction_rule`; jet-expand folds other bodies)
+            return [_reduce_choose(b, op, ins[0])]
+        return [_window_choose(b, op, ins[0], ins[1], "GT" if kind == "stablehlo.maximum" else "LT")]
 
     return rule
 

@@ -40,10 +40,10 @@ func.func private @tangents(%x: tensor<4xf32>, %dx: tensor<4xf32>) -> tensor<4xf
 // -----
 
 // Weighted collapsed sum: each direction's nonlinear part is scaled by its weight,
-// read from the weights vector at the loop index.
+// read at the loop index from the weights vector, built once before the loop.
 // CHECK-LABEL: func.func private @g_jet2
-// CHECK: stablehlo.while
 // CHECK: %[[W:.*]] = stablehlo.constant dense<[2.000000e+00, -1.000000e+00]> : tensor<2xf32>
+// CHECK: stablehlo.while
 // CHECK: stablehlo.dynamic_slice %[[W]], %{{.*}}, sizes = [1] : (tensor<2xf32>, tensor<i32>) -> tensor<1xf32>
 // CHECK: stablehlo.multiply
 // CHECK: call @tangents(
