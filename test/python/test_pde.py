@@ -278,6 +278,20 @@ REDUCTIONS = {
 }
 
 
+V4 = np.array([[1.0, 0.5, -0.3, 0.2], [0.0, 1.0, 0.4, -0.6], [0.7, -0.2, 0.0, 1.0]])
+W4 = (1.0, -2.0, 0.5)
+
+
+def weighted_fourth(f):
+    """sum_r w_r D^4 f[v_r^4] / 24 at X (V4, W4) by nested jax.jvp: a weighted collapsed 4-jet's reference."""
+    def fourth(v):
+        d = f
+        for _ in range(4):
+            d = functools.partial(lambda g, y: jax.jvp(g, (y,), (v,))[1], d)
+        return d(X)
+    return sum(wr * fourth(v) for wr, v in zip(W4, V4)) / 24
+
+
 @pytest.mark.parametrize("name", REDUCTIONS)
 def test_reductions_and_convolution_collapsed(name):
     """The Laplacian, and a weighted collapsed 4-jet against nested jax.jvp:
@@ -286,24 +300,14 @@ def test_reductions_and_convolution_collapsed(name):
 
     f = REDUCTIONS[name]
     close(hlopt.laplacian(f)(X), nested_laplacian(f)(X))
-    V = jnp.array([[1.0, 0.5, -0.3, 0.2], [0.0, 1.0, 0.4, -0.6], [0.7, -0.2, 0.0, 1.0]])
-    w = (1.0, -2.0, 0.5)
-
-    def fourth(v):
-        d = f
-        for _ in range(4):
-            d = functools.partial(lambda g, y: jax.jvp(g, (y,), (v,))[1], d)
-        return d(X)
-
-    want = sum(wr * fourth(v) for wr, v in zip(w, V)) / 24
-    close(hlopt.jit(lambda x: collapsed_jet(f, x, V, 4, w))(X), want)
+    close(hlopt.jit(lambda x: collapsed_jet(f, x, V4, 4, W4))(X), weighted_fourth(f))
 
 
 # two layers around each nonlinearity, so that its input has a collapsed K-th coefficient
 # from the first layer's terms (the collapsed sum takes the invariant factors out of it:
 # jet_directions.lead_sum), and a dot of that coefficient on its own (no stacked rows)
-A = jnp.linspace(-0.9, 0.8, 12).reshape(4, 3)
-B = jnp.linspace(0.7, -0.6, 6).reshape(3, 2)
+A = np.linspace(-0.9, 0.8, 12).reshape(4, 3)
+B = np.linspace(0.7, -0.6, 6).reshape(3, 2)
 LAYERED = {
     "sin": jnp.sin,
     "exp": lambda v: jnp.exp(0.5 * v),
@@ -330,16 +334,7 @@ def test_factored_collapsed_sums(name):
     close(hlopt.laplacian(f)(X), nested_laplacian(f)(X))
     S = jax.random.normal(jax.random.key(5), X.shape + (3,))
     close(hlopt.laplacian(f, weights=S)(X), nested_weighted(f, S)(X))
-    V = jnp.array([[1.0, 0.5, -0.3, 0.2], [0.0, 1.0, 0.4, -0.6], [0.7, -0.2, 0.0, 1.0]])
-    w = (1.0, -2.0, 0.5)
-
-    def fourth(v):
-        d = f
-        for _ in range(4):
-            d = functools.partial(lambda g, y: jax.jvp(g, (y,), (v,))[1], d)
-        return d(X)
-
-    close(hlopt.jit(lambda x: collapsed_jet(f, x, V, 4, w))(X), sum(wr * fourth(v) for wr, v in zip(w, V)) / 24)
+    close(hlopt.jit(lambda x: collapsed_jet(f, x, V4, 4, W4))(X), weighted_fourth(f))
 
 
 def test_factored_collapsed_sums_under_vmap_and_grad():
