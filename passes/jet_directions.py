@@ -12,6 +12,8 @@ per op name in `APPLY`, like a batching rule of `jax.vmap` with the batch axis a
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Sequence
 
 from hlopt.passes import builders
@@ -276,14 +278,82 @@ def weight_vector(values: Sequence[float], elem: ir.Type) -> ir.Value:
 
 def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
     """The sum of `v` over its leading (directions) axis, weighted by `weights` if
-    given, without that axis: a dot_general with the weight vector (ones if none).
+    given, without that axis.
 
-    A dot, not a `reduce`: XLA:CPU (jaxlib 0.10.2) hands a reduce over a leading axis,
-    with the products feeding it, to a YNNPACK reduce fusion that runs 10-20x slower
-    than the same sum as a matrix-vector product (bench/pde_operators.py)."""
+    Factors that do not vary along the axis leave the sum: when `v` is a product (of
+    multiplies, negates and divides) of such factors (broadcasts along the axis of a
+    value without it, splat constants) and of others, the sum is that of the others'
+    product, multiplied once by the invariant ones (sum_r a b_r = a sum_r b_r), so no
+    invariant factor (a primal, say) is broadcast along the directions.
+
+    The sum itself is a dot_general with the weight vector (ones if none), not a
+    `reduce`: XLA:CPU (jaxlib 0.10.2) hands a reduce over a leading axis, with the
+    products feeding it, to a YNNPACK reduce fusion that runs 10-20x slower than the
+    same sum as a matrix-vector product (bench/pde_operators.py)."""
     shape, elem = builders.shape_of(v), builders.elem_of(v)
-    w = weight_vector([1.0] * shape[0] if weights is None else list(weights), elem)
-    return builders.dot_general(w, v, lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0], elem=elem)
+    values = [1.0] * shape[0] if weights is None else list(weights)
+    factors = _Factors(shape[1:])
+    negated = factors.split(v)
+    if not factors.invariant and not factors.divisors:  # nothing to take out: v itself, signs included
+        varying, negated = v, False
+    elif factors.varying:
+        varying = functools.reduce(builders.mul, factors.varying)
+    else:  # v does not vary along the axis: the sum is sum(w) times it
+        varying = None
+        factors.invariant.append(builders.splat(math.fsum(values), builders.tensor(shape[1:], elem)))
+    out = None
+    if varying is not None:
+        out = builders.dot_general(weight_vector(values, elem), varying, lhs_batch=[], rhs_batch=[],
+                                   lhs_contract=[0], rhs_contract=[0], elem=elem)
+    for a in factors.invariant:
+        out = a if out is None else builders.mul(out, a)
+    for d in factors.divisors:
+        out = builders.div(out, d)
+    return builders.neg(out) if negated else out
+
+
+class _Factors:
+    """The factors of a product of values with a leading axis (`lead_sum`): those that
+    do not vary along it (without the axis, shaped `shape`), divisors among them, and
+    the others."""
+
+    def __init__(self, shape: Sequence[int]):
+        self.shape = list(shape)
+        self.invariant: list[ir.Value] = []
+        self.divisors: list[ir.Value] = []
+        self.varying: list[ir.Value] = []
+
+    def split(self, v: ir.Value) -> bool:
+        """Record the factors of `v`; True if the product of them is -v."""
+        name = v.owner.operation.name if isinstance(v, ir.OpResult) else None
+        if name == "stablehlo.multiply":
+            return self.split(v.owner.operation.operands[0]) != self.split(v.owner.operation.operands[1])
+        if name == "stablehlo.negate":
+            return not self.split(v.owner.operation.operands[0])
+        if name == "stablehlo.divide":
+            divisor = self.unstretched(v.owner.operation.operands[1])
+            if divisor is not None:
+                self.divisors.append(divisor)
+                return self.split(v.owner.operation.operands[0])
+        invariant = self.unstretched(v)
+        if invariant is not None:
+            self.invariant.append(invariant)
+        else:
+            self.varying.append(v)
+        return False
+
+    def unstretched(self, v: ir.Value) -> ir.Value | None:
+        """`v` without the leading axis if it does not vary along it, else None."""
+        value = builders.splat_constant(v)
+        if value is not None:
+            return builders.splat(value, builders.tensor(self.shape, builders.elem_of(v)))
+        if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.broadcast_in_dim":
+            return None
+        op = v.owner.operation
+        dims = _array(op, "broadcast_dimensions")
+        if 0 in dims:
+            return None
+        return builders.broadcast(op.operands[0], self.shape, [d - 1 for d in dims])
 
 
 def apply(op: ir.Operation, operands: list[ir.Value], lead: list[bool], n: int) -> ir.Value:

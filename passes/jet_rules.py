@@ -514,18 +514,22 @@ def _dot_general(b, op, ins):
         terms = [k for k in range(1, b.order + 1) if x[k] is not None]
         shape = ir.RankedTensorType(x[0].type).shape
         free = [d for d in range(len(shape)) if d not in batch and d not in contract]
-        if has_series(other) or len(terms) < 2:
+        apart = [k for k in terms if b.directions is not None and b.lead_size(k) == 1]
+        stacked = [k for k in terms if k not in apart]
+        if has_series(other) or len(stacked) < 2:
             continue
         if b.directions is not None:
-            stack = directions_stacked_dot(op, side, [b.conform(x[k], x[0], k) for k in terms])
+            stack = directions_stacked_dot(op, side, [b.conform(x[k], x[0], k) for k in stacked])
         elif free:
-            stack = stacked_dot(op, side, [x[k] for k in terms], free[0], len(batch) + offset, op.result.type)
+            stack = stacked_dot(op, side, [x[k] for k in stacked], free[0], len(batch) + offset, op.result.type)
         else:
             continue
         b.stacks.append(stack)
         out = b.series(op.result)
-        for k, piece in zip(terms, stack.slices):
+        for k, piece in zip(stacked, stack.slices):
             out[k] = piece
+        for k in apart:
+            out[k] = b.apply(op, {side: x[k]})
         return [out]
     return bilinear(b, op, ins)
 

@@ -278,6 +278,20 @@ REDUCTIONS = {
 }
 
 
+V4 = np.array([[1.0, 0.5, -0.3, 0.2], [0.0, 1.0, 0.4, -0.6], [0.7, -0.2, 0.0, 1.0]])
+W4 = (0.0, -2.0, 0.5)  # a zero first weight and one other than 1 (JetBuilder.spread)
+
+
+def weighted_fourth(f):
+    """sum_r w_r D^4 f[v_r^4] / 24 at X (V4, W4) by nested jax.jvp: a weighted collapsed 4-jet's reference."""
+    def fourth(v):
+        d = f
+        for _ in range(4):
+            d = functools.partial(lambda g, y: jax.jvp(g, (y,), (v,))[1], d)
+        return d(X)
+    return sum(wr * fourth(v) for wr, v in zip(W4, V4)) / 24
+
+
 @pytest.mark.parametrize("name", REDUCTIONS)
 def test_reductions_and_convolution_collapsed(name):
     """The Laplacian, and a weighted collapsed 4-jet against nested jax.jvp:
@@ -287,17 +301,53 @@ def test_reductions_and_convolution_collapsed(name):
 
     f = REDUCTIONS[name]
     close(hlopt.laplacian(f)(X), nested_laplacian(f)(X))
-    V = jnp.array([[1.0, 0.5, -0.3, 0.2], [0.0, 1.0, 0.4, -0.6], [0.7, -0.2, 0.0, 1.0]])
-    w = (0.0, -2.0, 0.5)
+    close(hlopt.jit(lambda x: collapsed_jet(f, x, V4, 4, W4))(X), weighted_fourth(f))
 
-    def fourth(v):
-        d = f
-        for _ in range(4):
-            d = functools.partial(lambda g, y: jax.jvp(g, (y,), (v,))[1], d)
-        return d(X)
 
-    want = sum(wr * fourth(v) for wr, v in zip(w, V)) / 24
-    close(hlopt.jit(lambda x: collapsed_jet(f, x, V, 4, w))(X), want)
+# two layers around each nonlinearity, so that its input has a collapsed K-th coefficient
+# from the first layer's terms (the collapsed sum takes the invariant factors out of it:
+# jet_directions.lead_sum), and a dot of that coefficient on its own (no stacked rows)
+A = np.linspace(-0.9, 0.8, 12).reshape(4, 3)
+B = np.linspace(0.7, -0.6, 6).reshape(3, 2)
+LAYERED = {
+    "sin": jnp.sin,
+    "exp": lambda v: jnp.exp(0.5 * v),
+    "log": lambda v: jnp.log(2.0 + jnp.tanh(v)),
+    "pow": lambda v: (1.5 + jnp.tanh(v)) ** 2.5,
+    "div": lambda v: v / (2.0 + jnp.sin(v)),
+    "tanh_in_while": lambda v: jax.lax.fori_loop(0, 2, lambda i, u: jnp.tanh(u) * 1.1 + 0.1 * v, v),
+    "tanh_in_case": lambda v: jax.lax.switch(1, [jnp.sin, lambda u: jnp.tanh(u) ** 2, jnp.cos], v),
+}
+
+
+def layered(name):
+    act = LAYERED[name]
+    return lambda x: act(act(x @ A) @ B)
+
+
+@pytest.mark.parametrize("name", LAYERED)
+def test_factored_collapsed_sums(name):
+    """Exact and weighted Laplacians, and a weighted collapsed 4-jet against nested jax.jvp,
+    where every nonlinearity's collapsed term has factors that do not vary along the directions."""
+    from hlopt.pde import collapsed_jet
+
+    f = layered(name)
+    close(hlopt.laplacian(f)(X), nested_laplacian(f)(X))
+    S = jax.random.normal(jax.random.key(5), X.shape + (3,))
+    close(hlopt.laplacian(f, weights=S)(X), nested_weighted(f, S)(X))
+    close(hlopt.jit(lambda x: collapsed_jet(f, x, V4, 4, W4))(X), weighted_fourth(f))
+
+
+def test_factored_collapsed_sums_under_vmap_and_grad():
+    """The same through jax.vmap over points and jax.grad with respect to the weights."""
+    xs = jax.random.normal(jax.random.key(4), (3, 4))
+
+    def loss(a, lap):
+        g = lambda x: jnp.sum(jnp.sin(jnp.tanh(x @ a) @ B))  # noqa: E731
+        return jnp.sum(jax.vmap(lap(g))(xs) ** 2)
+
+    close(hlopt.jit(jax.grad(lambda a: loss(a, hlopt.laplacian)))(A),
+          jax.grad(lambda a: loss(a, nested_laplacian))(A))
 
 
 # --- errors -----------------------------------------------------------------------

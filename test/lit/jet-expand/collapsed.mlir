@@ -3,20 +3,24 @@
 // A collapsed jet of order 2 along 3 directions: coefficient 1 keeps the leading
 // directions axis, the K-th is carried with an axis of size 1 inside and comes out
 // without it. The primal (sine, dot) is computed once, without the axis. The known
-// zero K-th input builds nothing; the nonlinear term of sine is summed over the
-// directions (a dot with a vector of ones, not a reduce: see jet_directions.lead_sum)
-// before the second dot, which takes both coefficients in one matmul (3 + 1 rows).
+// zero K-th input builds nothing; the nonlinear term of sine, -sin(x) v_r^2 / 2, is
+// summed over the directions as sum_r v_r^2 (a dot with a vector of ones, not a
+// reduce: see jet_directions.lead_sum), multiplied once by the primal factor. The
+// second dot takes coefficient 1 (3 rows) and the collapsed one (1 row) as two matmuls.
 // CHECK-LABEL: func.func @main
 // CHECK: %[[R:.*]]:3 = call @f_jet2(%arg0, %arg1, %{{.*}}) : (tensor<4xf32>, tensor<3x4xf32>, tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
 // CHECK: %[[S:.*]] = stablehlo.reshape %[[R]]#2 : (tensor<1xf32>) -> tensor<f32>
 // CHECK: return %[[R]]#1, %[[S]]
 // CHECK-LABEL: func.func private @f_jet2
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
-// CHECK: stablehlo.sine %[[X]] : tensor<4xf32>
+// CHECK: %[[SIN:.*]] = stablehlo.sine %[[X]] : tensor<4xf32>
+// CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
 // CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<3xf32>
-// CHECK: stablehlo.dot_general %[[ONES]], %{{.*}}, contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
-// CHECK: stablehlo.concatenate {{.*}}, dim = 0 : (tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>
-// CHECK: stablehlo.dot_general {{.*}} : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4xf32>
+// CHECK: %[[SUM:.*]] = stablehlo.dot_general %[[ONES]], %[[SQ]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+// CHECK: stablehlo.multiply %[[SUM]], %[[SIN]] : tensor<4xf32>
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: stablehlo.dot_general {{.*}} : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3xf32>
+// CHECK: stablehlo.dot_general {{.*}} : (tensor<1x4xf32>, tensor<4xf32>) -> tensor<1xf32>
 // CHECK-NOT: stablehlo.sine
 // CHECK: return
 func.func @main(%x: tensor<4xf32>, %v: tensor<3x4xf32>) -> (tensor<3xf32>, tensor<f32>) {

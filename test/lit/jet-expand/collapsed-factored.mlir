@@ -1,0 +1,81 @@
+// RUN: hlopt-opt %s -p jet-expand,canonicalize --split-input-file | filecheck %s
+
+// The collapsed K-th coefficient of tanh is sum_r P(y) x1_r^2 (P(y) = -y (1 - y^2),
+// the same for every direction): the sum over the directions is taken of x1_r^2 alone
+// (a dot with ones) and multiplied once by the primal factors; nothing of the primal
+// is broadcast along the 3 directions (coefficient 1 is unused here).
+// CHECK-LABEL: func.func private @t_jet2
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>)
+// CHECK-NOT: -> tensor<3x4xf32>
+// CHECK: %[[Y:.*]] = stablehlo.tanh %[[X]] : tensor<4xf32>
+// CHECK: %[[D:.*]] = stablehlo.add %{{.*}} : tensor<4xf32>
+// CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
+// CHECK: %[[S:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+// CHECK: %[[A:.*]] = stablehlo.multiply %[[S]], %[[Y]] : tensor<4xf32>
+// CHECK: stablehlo.multiply %[[A]], %[[D]] : tensor<4xf32>
+// CHECK-NOT: -> tensor<3x4xf32>
+// CHECK: return
+func.func @first(%x: tensor<4xf32>, %v: tensor<3x4xf32>, %z: tensor<4xf32>) -> tensor<f32> {
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@t], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<f32>)
+  return %r#2 : tensor<f32>
+}
+func.func private @t(%x: tensor<4xf32>) -> tensor<f32> {
+  %0 = stablehlo.tanh %x : tensor<4xf32>
+  %c = stablehlo.constant dense<0.0> : tensor<f32>
+  %1 = stablehlo.reduce(%0 init: %c) applies stablehlo.add across dimensions = [0] : (tensor<4xf32>, tensor<f32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}
+
+// -----
+
+// Two layers: coefficient 1 and the collapsed K-th one go through the dot as two
+// matmuls (3 rows and 1 row, no concatenation to slice apart), and the second tanh's
+// sum is again taken of u1_r^2 alone, multiplied by its primal after the sum.
+// CHECK-LABEL: func.func private @t2_jet2
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: %[[Y0:.*]] = stablehlo.tanh %arg0 : tensor<4xf32>
+// CHECK: %[[X1:.*]] = stablehlo.multiply %arg1, %{{.*}} : tensor<3x4xf32>
+// CHECK: %[[SQ0:.*]] = stablehlo.multiply %arg1, %arg1 : tensor<3x4xf32>
+// CHECK: %[[S0:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ0]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+// CHECK: stablehlo.multiply %[[S0]], %[[Y0]] : tensor<4xf32>
+// CHECK: %[[X2:.*]] = stablehlo.multiply %{{.*}} : tensor<1x4xf32>
+// CHECK-DAG: %[[U1:.*]] = stablehlo.dot_general %[[X1]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<3x4xf32>, tensor<4x2xf32>) -> tensor<3x2xf32>
+// CHECK-DAG: %[[U2:.*]] = stablehlo.dot_general %[[X2]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<1x4xf32>, tensor<4x2xf32>) -> tensor<1x2xf32>
+// CHECK: %[[Y1:.*]] = stablehlo.tanh %{{.*}} : tensor<2xf32>
+// CHECK: %[[SQ1:.*]] = stablehlo.multiply %[[U1]], %[[U1]] : tensor<3x2xf32>
+// CHECK: %[[S1:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ1]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x2xf32>) -> tensor<2xf32>
+// CHECK: stablehlo.multiply %[[S1]], %[[Y1]] : tensor<2xf32>
+// CHECK-NOT: stablehlo.broadcast_in_dim {{.*}} -> tensor<3x2xf32>
+// CHECK: return
+func.func @second(%x: tensor<4xf32>, %v: tensor<3x4xf32>, %z: tensor<4xf32>) -> tensor<2xf32> {
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@t2], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) -> (tensor<2xf32>, tensor<3x2xf32>, tensor<2xf32>)
+  return %r#2 : tensor<2xf32>
+}
+func.func private @t2(%x: tensor<4xf32>) -> tensor<2xf32> {
+  %w = stablehlo.constant dense<[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]> : tensor<4x2xf32>
+  %0 = stablehlo.tanh %x : tensor<4xf32>
+  %1 = stablehlo.dot_general %0, %w, contracting_dims = [0] x [0] : (tensor<4xf32>, tensor<4x2xf32>) -> tensor<2xf32>
+  %2 = stablehlo.tanh %1 : tensor<2xf32>
+  return %2 : tensor<2xf32>
+}
+
+// -----
+
+// log with a weighted sum: the factor 1/x of the collapsed term is a divisor outside
+// the sum (sum_r w_r v_r^2 / 2, then divided by x once).
+// CHECK-LABEL: func.func private @l_jet2
+// CHECK-NOT: -> tensor<2x4xf32>
+// CHECK: %[[SQ:.*]] = stablehlo.multiply %arg1, %arg1 : tensor<2x4xf32>
+// CHECK: %[[S:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ]], contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2x4xf32>) -> tensor<4xf32>
+// CHECK: %[[H:.*]] = stablehlo.multiply %[[S]], %{{.*}} : tensor<4xf32>
+// CHECK: stablehlo.divide %[[H]], %arg0 : tensor<4xf32>
+// CHECK-NOT: -> tensor<2x4xf32>
+// CHECK: return
+func.func @logw(%x: tensor<4xf32>, %v: tensor<2x4xf32>, %z: tensor<4xf32>) -> tensor<4xf32> {
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@l], backend_config = {order = 2 : i64, collapsed = true, weights = array<f64: 2.0, -1.0>}} : (tensor<4xf32>, tensor<2x4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<2x4xf32>, tensor<4xf32>)
+  return %r#2 : tensor<4xf32>
+}
+func.func private @l(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.log %x : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
