@@ -37,11 +37,47 @@ def partitioner(request):
     jax.config.update("jax_use_shardy_partitioner", old)
 
 _seconds_per_file: collections.Counter[str] = collections.Counter()
+# Under pytest-xdist (`-n`), the controller's progress line per file: tests left, outcomes.
+_tests_left: collections.Counter[str] = collections.Counter()
+_outcomes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+_config: pytest.Config | None = None
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under pytest-xdist, count each file's tests once (every worker collects the same ids)."""
+    if not _tests_left:
+        _tests_left.update(_file(nodeid) for nodeid in ids)
 
 
 def pytest_runtest_logreport(report):
-    """Add up setup, call and teardown time per test file."""
-    _seconds_per_file[report.nodeid.split("::")[0]] += report.duration
+    """Add up setup, call and teardown time per test file; under pytest-xdist, print a line
+    per file when its last test is done (xdist's own progress names no file)."""
+    path = _file(report.nodeid)
+    _seconds_per_file[path] += report.duration
+    if not _tests_left:
+        return
+    if report.when == "call":
+        _outcomes[path][report.outcome] += 1
+    elif not report.passed:  # an error in setup or teardown, or a skip at setup
+        _outcomes[path]["error" if report.failed else report.outcome] += 1
+    if report.when != "teardown":
+        return
+    _tests_left[path] -= 1
+    if _tests_left[path] == 0:
+        counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(_outcomes[path].items()))
+        reporter = _config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write_line(f"{path}: {counts} ({_seconds_per_file[path]:.1f} s)")
+
+
+def pytest_configure(config):
+    """Keep the config: the per-file line is written through its terminal reporter."""
+    global _config
+    _config = config
 
 
 def pytest_terminal_summary(terminalreporter):
