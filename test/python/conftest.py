@@ -1,5 +1,5 @@
-"""pytest setup: eight host CPU devices (set before jax is imported), a key of the tests' own,
-the partitioner fixture; time per file.
+"""pytest setup: eight host CPU devices and cheap XLA compiles (set before jax is imported),
+a key of the tests' own, the partitioner fixture; time per file.
 
 The user's key (HLOPT_KEY, else $XDG_CONFIG_HOME/hlopt/key) authenticates
 executable files and cache entries; the tests (and the processes they start)
@@ -16,7 +16,14 @@ import pytest
 
 flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in flags:
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=8".strip()
+    flags += " --xla_force_host_platform_device_count=8"
+# XLA:CPU's LLVM back end at -O0 without its expensive passes (what JAX's own
+# `jax_disable_most_optimizations` sets): most of the suite's time is compiling small programs,
+# and each result is compared with a reference compiled the same way. An
+# --xla_backend_optimization_level in XLA_FLAGS runs the tests at that level instead.
+if "xla_backend_optimization_level" not in flags:
+    flags += " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+os.environ["XLA_FLAGS"] = flags.strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
