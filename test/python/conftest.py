@@ -1,5 +1,5 @@
-"""pytest setup: eight host CPU devices (set before jax is imported), a key of the tests' own,
-the partitioner fixture; time per file.
+"""pytest setup: eight host CPU devices and cheap XLA compiles (set before jax is imported),
+a key of the tests' own, the partitioner fixture; time per file.
 
 The user's key (HLOPT_KEY, else $XDG_CONFIG_HOME/hlopt/key) authenticates
 executable files and cache entries; the tests (and the processes they start)
@@ -16,7 +16,14 @@ import pytest
 
 flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in flags:
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count=8".strip()
+    flags += " --xla_force_host_platform_device_count=8"
+# XLA:CPU's LLVM back end at -O0 without its expensive passes (what JAX's own
+# `jax_disable_most_optimizations` sets): most of the suite's time is compiling small programs,
+# and each result is compared with a reference compiled the same way. An
+# --xla_backend_optimization_level in XLA_FLAGS runs the tests at that level instead.
+if "xla_backend_optimization_level" not in flags:
+    flags += " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+os.environ["XLA_FLAGS"] = flags.strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -37,11 +44,47 @@ def partitioner(request):
     jax.config.update("jax_use_shardy_partitioner", old)
 
 _seconds_per_file: collections.Counter[str] = collections.Counter()
+# Under pytest-xdist (`-n`), the controller's progress line per file: tests left, outcomes.
+_tests_left: collections.Counter[str] = collections.Counter()
+_outcomes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+_config: pytest.Config | None = None
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under pytest-xdist, count each file's tests once (every worker collects the same ids)."""
+    if not _tests_left:
+        _tests_left.update(_file(nodeid) for nodeid in ids)
 
 
 def pytest_runtest_logreport(report):
-    """Add up setup, call and teardown time per test file."""
-    _seconds_per_file[report.nodeid.split("::")[0]] += report.duration
+    """Add up setup, call and teardown time per test file; under pytest-xdist, print a line
+    per file when its last test is done (xdist's own progress names no file)."""
+    path = _file(report.nodeid)
+    _seconds_per_file[path] += report.duration
+    if not _tests_left:
+        return
+    if report.when == "call":
+        _outcomes[path][report.outcome] += 1
+    elif not report.passed:  # an error in setup or teardown, or a skip at setup
+        _outcomes[path]["error" if report.failed else report.outcome] += 1
+    if report.when != "teardown":
+        return
+    _tests_left[path] -= 1
+    if _tests_left[path] == 0:
+        counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(_outcomes[path].items()))
+        reporter = _config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write_line(f"{path}: {counts} ({_seconds_per_file[path]:.1f} s)")
+
+
+def pytest_configure(config):
+    """Keep the config: the per-file line is written through its terminal reporter."""
+    global _config
+    _config = config
 
 
 def pytest_terminal_summary(terminalreporter):
