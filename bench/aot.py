@@ -299,16 +299,16 @@ def report(runs: dict[str, list[dict]], kinds: list[str]) -> None:
         for measure, field in (("wall", "seconds"), ("CPU", "cpu_seconds")):
             print(f"| PJRT deserialize_executable alone (the floor) | {measure} | "
                   f"{statistics.median(x[field] for x in runs['pjrt-load']):.3f} | | | |")
+        h, j = ([x["run_seconds"] for x in runs[f"{who}-load"]] for who in ("hlopt", "jax"))
+        print(f"| run the loaded program (per call) | wall | {statistics.median(h) * 1e6:.0f} us | "
+              f"{statistics.median(j) * 1e6:.0f} us | {statistics.median(j) / statistics.median(h):.2f}x | "
+              f"{spread([b / a for a, b in zip(h, j)])} |")
     for kind in ("compile", "cache"):
         if kind in kinds:
             h, j = (statistics.median(x["compile_seconds"] for x in runs[f"{who}-{kind}"]) for who in ("hlopt", "jax"))
             print(f"\n{kind}: of which after lowering (passes, cache lookup, PJRT): hlopt {h:.3f} s, JAX {j:.3f} s")
     if "load" not in kinds:
         return
-    h, j = ([x["run_seconds"] for x in runs[f"{who}-load"]] for who in ("hlopt", "jax"))
-    print(f"| run the loaded program (per call) | wall | {statistics.median(h) * 1e6:.0f} us | "
-          f"{statistics.median(j) * 1e6:.0f} us | {statistics.median(j) / statistics.median(h):.2f}x | "
-          f"{spread([b / a for a, b in zip(h, j)])} |")
     pjrt = statistics.median(x["pjrt_seconds"] for x in runs["hlopt-load"])
     own = statistics.median(x["seconds"] - x["pjrt_seconds"] for x in runs["hlopt-load"])
     floor = [h["seconds"] / p["seconds"] for h, p in zip(runs["hlopt-load"], runs["pjrt-load"])]

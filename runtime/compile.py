@@ -67,7 +67,7 @@ def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | 
     """
     devices = program_devices(signature)
     flags = BuildFlags.of(module, signature.use_shardy)
-    stripped = stripped_bytecode(module)  # PJRT compiles it without debug locations: see _compile's docstring
+    stripped = stripped_bytecode(module)  # what PJRT compiles (see above)
     client = get_client()
     if cache is None:
         return compile_with_options(stripped, devices, flags.options(devices), client)
