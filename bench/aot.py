@@ -13,6 +13,10 @@ steadier measure of the work done):
          (c) hlopt.load of a signed executable file      serialize_executable.deserialize_and_load
   PJRT   (d) client.deserialize_executable of the file's executable section alone: the floor of any loader
 
+After (c), each loaded program is also run (per call, after a warm-up): how
+fast what was loaded runs, hlopt's executable (compiled without debug
+locations) next to JAX's.
+
 Ratios are JAX / hlopt (above 1: hlopt is faster): of the medians, and the
 median, quartiles and range of each round's ratio, with the share of rounds in
 which hlopt was at least as fast. The load average is printed before and after
@@ -147,6 +151,8 @@ def worker(mode: str, workdir: Path, workload: str) -> dict:
         result["compile_seconds"] = start + seconds - lowered_at
     if mode == "hlopt-load":
         result["pjrt_seconds"] = sum(pjrt_seconds)
+    if mode in ("hlopt-load", "jax-load"):
+        result["run_seconds"] = run_time(run, args)
     if mode == "hlopt-compile":  # also write what the load and cache paths read
         run.save(files["hlopt"])
         files["pjrt"].write_bytes(client.serialize_executable(run.executable))
@@ -162,6 +168,20 @@ def worker(mode: str, workdir: Path, workload: str) -> dict:
     if mode == "hlopt-cache":
         result["hits"] = hlopt.cache_info().hits
     return result
+
+
+def run_time(run, args, calls: int = 100) -> float:
+    """Seconds per call of the loaded program (after a warm-up), the median of five batches of `calls`."""
+    for _ in range(10):
+        run(*args)
+    batches = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = run(*args)
+        out[1].block_until_ready()
+        batches.append((time.perf_counter() - start) / calls)
+    return statistics.median(batches)
 
 
 def preload() -> None:
@@ -279,6 +299,10 @@ def report(runs: dict[str, list[dict]], kinds: list[str]) -> None:
         for measure, field in (("wall", "seconds"), ("CPU", "cpu_seconds")):
             print(f"| PJRT deserialize_executable alone (the floor) | {measure} | "
                   f"{statistics.median(x[field] for x in runs['pjrt-load']):.3f} | | | |")
+        h, j = ([x["run_seconds"] for x in runs[f"{who}-load"]] for who in ("hlopt", "jax"))
+        print(f"| run the loaded program (per call) | wall | {statistics.median(h) * 1e6:.0f} us | "
+              f"{statistics.median(j) * 1e6:.0f} us | {statistics.median(j) / statistics.median(h):.2f}x | "
+              f"{spread([b / a for a, b in zip(h, j)])} |")
     for kind in ("compile", "cache"):
         if kind in kinds:
             h, j = (statistics.median(x["compile_seconds"] for x in runs[f"{who}-{kind}"]) for who in ("hlopt", "jax"))

@@ -266,7 +266,10 @@ def cache_info() -> CacheInfo:
 
 
 def stripped_bytecode(module: ir.Module) -> bytes:
-    """The module's bytecode with every debug location replaced by `unknown`: what a cache key hashes."""
+    """The module's bytecode with every debug location replaced by `unknown`.
+
+    A cache key hashes it, and PJRT compiles it (runtime/compile.py).
+    """
     with module.context:
         copy = module.operation.clone()
         strip = passmanager.PassManager.parse("builtin.module(strip-debuginfo)")
@@ -306,7 +309,7 @@ def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use
     """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`) and compiling it gives."""
     h = hashlib.sha256()
     for part in (
-        b"hlopt-cache-key-v2",
+        b"hlopt-cache-key-v3",  # v3: executables compiled without debug locations
         bytecode,
         pipeline,
         hlopt_version(),

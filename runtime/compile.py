@@ -58,22 +58,28 @@ def compile_program(module: ir.Module, signature: Signature) -> Any:
 
 
 def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | None, key: str | None) -> Any:
-    """Compile a post-pass module; store it under `key` (else under the module's own key)."""
+    """Compile a post-pass module; store it under `key` (else under the module's own key).
+
+    PJRT gets the module with its debug locations stripped, so the executable's
+    HLO carries no op metadata (op_name, source_file, source_line): loading it
+    (`hlopt.load`, a cache hit) parses less. `Compiled.module`, the file's
+    portable artifact and the cache entry's module keep the locations.
+    """
     devices = program_devices(signature)
     flags = BuildFlags.of(module, signature.use_shardy)
-    bytecode = module_to_bytecode(module)
+    stripped = stripped_bytecode(module)  # what PJRT compiles (see above)
     client = get_client()
     if cache is None:
-        return compile_with_options(bytecode, devices, flags.options(devices), client)
+        return compile_with_options(stripped, devices, flags.options(devices), client)
     if key is None:
-        key = cache_key(stripped_bytecode(module), "", devices, signature.use_shardy, client)
+        key = cache_key(stripped, "", devices, signature.use_shardy, client)
         hit = _from_cache(cache, key, signature)
         if hit is not None:
             return hit[0]
     cache.record(hit=False)
-    executable = compile_with_options(bytecode, devices, flags.options(devices), client)
+    executable = compile_with_options(stripped, devices, flags.options(devices), client)
     try:
-        cache.put(key, client.serialize_executable(executable), bytecode, flags)
+        cache.put(key, client.serialize_executable(executable), module_to_bytecode(module), flags)
     except OSError as e:  # a full or read-only disk costs the entry, not the compilation
         warnings.warn(f"hlopt: cannot write to the compilation cache {cache.directory}: {e}", stacklevel=3)
     return executable
