@@ -27,7 +27,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from pde_operators import init, mlp, run  # noqa: E402
+from pde_operators import init, mlp, peak_mib, run  # noqa: E402
 
 import hlopt  # noqa: E402
 
@@ -64,8 +64,10 @@ def main():
         params = init(jax.random.key(0), [dim, 768, 768, 512, 512, 1])
         points = jax.random.uniform(jax.random.key(1), (a.batch, dim), jnp.float32)
         boundary = jnp.where(jax.random.bernoulli(jax.random.key(2), 0.5, (a.batch, dim)), 1.0, 0.0)
-        run(f"PINN loss gradient w.r.t. the weights, D={dim}", methods(), (params, points, boundary), a.repeat,
-            ref="hlopt")
+        args = (params, points, boundary)
+        chosen = methods()
+        run(f"PINN loss gradient w.r.t. the weights, D={dim}", chosen, args, a.repeat,
+            {name: peak_mib(fn, args) for name, fn in chosen.items()}, ref="hlopt")
 
 
 if __name__ == "__main__":
