@@ -221,7 +221,10 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     jet whose series alone are batched (vmap over directions) becomes one jet batched
     over the directions: its primal stays unbatched and is computed once. In a
     batched or collapsed jet the vmapped axis of a coefficient follows its
-    directions axis."""
+    directions axis. A coefficient that is not batched while its primal is (the
+    directions of a Laplacian vmapped over points) rides on a new zero primal that
+    the function broadcasts over the batch and adds to the primal, so that the
+    broadcast is inside the jet, where jet-expand multiplies before it."""
     n = len(jaxpr.in_avals)
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
