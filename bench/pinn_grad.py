@@ -12,7 +12,9 @@ loss with respect to every weight, under its jit (hlopt.jit for hlopt):
 Per method: the median over --repeat interleaved rounds of the time per
 gradient, each round's ratio to hlopt (median of ratios; > 1 means hlopt is
 faster), the time to first result (trace + passes + compile + first call), the
-peak memory of the compiled program (arguments + outputs + temporaries), and
+peak memory of the compiled program (arguments + outputs + temporaries, XLA's
+compiled-memory statistics taken in a subprocess with YNNPACK fusions off, as in
+bench/pde_operators.py), and
 the largest difference from hlopt's gradient relative to its largest entry.
 
 Usage: python bench/pinn_grad.py [--batch 8] [--dims 50 5] [--repeat 5]
@@ -21,13 +23,18 @@ Usage: python bench/pinn_grad.py [--batch 8] [--dims 50 5] [--repeat 5]
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "--memory" in sys.argv:  # as bench/pde_operators.py: every intermediate in XLA's buffer assignment
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_experimental_ynn_fusion_type="
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from pde_operators import init, mlp, run  # noqa: E402
+from pde_operators import init, mlp, peak_mib, run  # noqa: E402
 
 import hlopt  # noqa: E402
 
@@ -53,20 +60,34 @@ def methods():
     }
 
 
+def problems(a):
+    """(dim, (params, points, boundary)) for each --dims."""
+    for dim in a.dims:
+        params = init(jax.random.key(0), [dim, 768, 768, 512, 512, 1])
+        points = jax.random.uniform(jax.random.key(1), (a.batch, dim), jnp.float32)
+        boundary = jnp.where(jax.random.bernoulli(jax.random.key(2), 0.5, (a.batch, dim)), 1.0, 0.0)
+        yield dim, (params, points, boundary)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--dims", type=int, nargs="+", default=[50, 5])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--memory", action="store_true", help="only print the peak memory of each method as JSON")
     a = parser.parse_args()
-    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}")
-    for dim in a.dims:
-        params = init(jax.random.key(0), [dim, 768, 768, 512, 512, 1])
-        points = jax.random.uniform(jax.random.key(1), (a.batch, dim), jnp.float32)
-        boundary = jnp.where(jax.random.bernoulli(jax.random.key(2), 0.5, (a.batch, dim)), 1.0, 0.0)
-        run(f"PINN loss gradient w.r.t. the weights, D={dim}", methods(), (params, points, boundary), a.repeat,
+    if a.memory:
+        print(json.dumps({dim: {name: peak_mib(fn, args) for name, fn in methods().items()}
+                          for dim, args in problems(a)}))
+        return
+    memory = json.loads(subprocess.run([sys.executable, __file__, "--memory", *sys.argv[1:]], check=True,
+                                       capture_output=True, text=True).stdout.splitlines()[-1])
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}, "
+          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    for dim, args in problems(a):
+        run(f"PINN loss gradient w.r.t. the weights, D={dim}", methods(), args, a.repeat, memory[str(dim)],
             ref="hlopt")
-
+    print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 if __name__ == "__main__":
     main()

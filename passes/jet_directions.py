@@ -181,8 +181,15 @@ def _convolution(op, operands, lead, n):
 
 def _dot_general(op, operands, lead, n):
     """The directions axis of one side is a free dimension of it, moved to the front
-    of the result (one large matmul); when both sides carry it, a batch dimension."""
+    of the result (one large matmul); when both sides carry it, a batch dimension.
+    A side that is a broadcast along free dimensions of it (the unit directions
+    broadcast over a vmapped batch of points, say) is multiplied before the broadcast
+    (`_dot_of_broadcast`)."""
     dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    if lead.count(True) == 1:
+        sunk = _dot_of_broadcast(op, dims, operands, lead.index(True), n)
+        if sunk is not None:
+            return sunk
     lb, rb = list(dims.lhs_batching_dimensions), list(dims.rhs_batching_dimensions)
     lc, rc = list(dims.lhs_contracting_dimensions), list(dims.rhs_contracting_dimensions)
     lhs_rank = ir.RankedTensorType(op.operands[0].type).rank
@@ -202,6 +209,53 @@ def _dot_general(op, operands, lead, n):
     out.set_type(ir.RankedTensorType.get(shape, builders.elem_of(out)))
     perm = [position] + [d for d in range(len(shape)) if d != position]
     return builders.transpose(out, perm)
+
+
+def _dot_of_broadcast(op: ir.Operation, dims: stablehlo.DotDimensionNumbers, operands: list[ir.Value], side: int,
+                      n: int) -> ir.Value | None:
+    """`_dot_general`'s result when operand `side` (the one with the directions axis) is
+    a `broadcast_in_dim` of a value along free dimensions of it only (not along the
+    directions axis, no size-1 stretch): the dot of that value, broadcast after, so the
+    matmul does not repeat along the broadcast dimensions; else None."""
+    v = operands[side]
+    if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.broadcast_in_dim":
+        return None
+    src = v.owner.operation.operands[0]
+    placed = _array(v.owner.operation, "broadcast_dimensions")
+    full, src_shape = builders.shape_of(v), builders.shape_of(src)
+    if 0 not in placed or any(src_shape[i] != full[d] for i, d in enumerate(placed)):
+        return None
+    batch = [d + 1 for d in (dims.rhs_batching_dimensions if side else dims.lhs_batching_dimensions)]
+    contract = [d + 1 for d in (dims.rhs_contracting_dimensions if side else dims.lhs_contracting_dimensions)]
+    added = [d for d in range(len(full)) if d not in placed]
+    if not added or any(d in batch or d in contract for d in added):
+        return None
+    kept = sorted(placed)
+    at = {d: i for i, d in enumerate(kept)}
+    reduced = builders.transpose(src, [placed.index(d) for d in kept])  # v without the broadcast dimensions
+    other = operands[1 - side]
+    other_batch = list(dims.lhs_batching_dimensions if side else dims.rhs_batching_dimensions)
+    other_contract = list(dims.lhs_contracting_dimensions if side else dims.rhs_contracting_dimensions)
+    mine = {"batch": [at[d] for d in batch], "contract": [at[d] for d in contract]}
+    theirs = {"batch": other_batch, "contract": other_contract}
+    lhs, rhs = (other, reduced) if side else (reduced, other)
+    left, right = (theirs, mine) if side else (mine, theirs)
+    precision = op.attributes["precision_config"] if "precision_config" in op.attributes else None
+    out = builders.dot_general(lhs, rhs, lhs_batch=left["batch"], rhs_batch=right["batch"],
+                               lhs_contract=left["contract"], rhs_contract=right["contract"],
+                               elem=builders.elem_of(op.result), precision_config=precision)
+    # Label every dimension: ("b", i) batch, ("v", d) free dimension d of `v`, ("o", j) free of the other side.
+    other_free = [("o", j) for j in range(len(builders.shape_of(other)))
+                  if j not in other_batch and j not in other_contract]
+    v_free = [("v", d) for d in range(len(full)) if d not in batch and d not in contract]
+    batches = [("b", i) for i in range(len(batch))]
+    v_kept = [label for label in v_free if label[1] not in added]
+    labels = batches + (other_free + v_kept if side else v_kept + other_free)
+    final = [("v", 0)] + batches + (other_free + v_free[1:] if side else v_free[1:] + other_free)
+    present = [label for label in final if label in labels]
+    moved = builders.transpose(out, [labels.index(label) for label in present])
+    shape = [n, *builders.shape_of(op.result)]
+    return builders.broadcast(moved, shape, [final.index(label) for label in present])
 
 
 def _gather(op, operands, lead, n):
@@ -284,7 +338,9 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
     multiplies, negates and divides) of such factors (broadcasts along the axis of a
     value without it, splat constants) and of others, the sum is that of the others'
     product, multiplied once by the invariant ones (sum_r a b_r = a sum_r b_r), so no
-    invariant factor (a primal, say) is broadcast along the directions.
+    invariant factor (a primal, say) is broadcast along the directions. A product of
+    broadcasts along other axes (of the unit directions over a vmapped batch, say) is
+    summed before it is broadcast (`_broadcast_sum`).
 
     The sum itself is a dot_general with the weight vector (ones if none), not a
     `reduce`: XLA:CPU (jaxlib 0.10.2) hands a reduce over a leading axis, with the
@@ -295,21 +351,39 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
     factors = _Factors(shape[1:])
     negated = factors.split(v)
     if not factors.invariant and not factors.divisors:  # nothing to take out: v itself, signs included
-        varying, negated = v, False
-    elif factors.varying:
-        varying = functools.reduce(builders.mul, factors.varying)
-    else:  # v does not vary along the axis: the sum is sum(w) times it
-        varying = None
+        varying, negated = [v], False
+    else:
+        varying = factors.varying
+    if not varying:  # v does not vary along the axis: the sum is sum(w) times it
         factors.invariant.append(builders.splat(math.fsum(values), builders.tensor(shape[1:], elem)))
-    out = None
-    if varying is not None:
-        out = builders.dot_general(weight_vector(values, elem), varying, lhs_batch=[], rhs_batch=[],
-                                   lhs_contract=[0], rhs_contract=[0], elem=elem)
+    out = _broadcast_sum(varying, values, shape) if varying else None
+    if varying and out is None:
+        out = builders.dot_general(weight_vector(values, elem), functools.reduce(builders.mul, varying),
+                                   lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0], elem=elem)
     for a in factors.invariant:
         out = a if out is None else builders.mul(out, a)
     for d in factors.divisors:
         out = builders.div(out, d)
     return builders.neg(out) if negated else out
+
+
+def _broadcast_sum(varying: Sequence[ir.Value], values: Sequence[float], shape: Sequence[int]) -> ir.Value | None:
+    """`lead_sum` of the product of `varying` when every factor is the same kind of
+    broadcast (`broadcast_in_dim` with the same dimensions, keeping the leading axis
+    first, no size-1 stretch) of values of one shape: the sum of the product of those
+    values, broadcast after; else None."""
+    ops = [v.owner.operation if isinstance(v, ir.OpResult) else None for v in varying]
+    if any(op is None or op.name != "stablehlo.broadcast_in_dim" for op in ops):
+        return None
+    placed = _array(ops[0], "broadcast_dimensions")
+    sources = [op.operands[0] for op in ops]
+    src_shape = builders.shape_of(sources[0])
+    if (any(_array(op, "broadcast_dimensions") != placed or builders.shape_of(v) != src_shape
+            for op, v in zip(ops, sources)) or not placed or placed[0] != 0 or len(placed) == len(shape)
+            or any(src_shape[i] != shape[d] for i, d in enumerate(placed))):
+        return None
+    total = lead_sum(functools.reduce(builders.mul, sources), values)
+    return builders.broadcast(total, shape[1:], [d - 1 for d in placed[1:]])
 
 
 class _Factors:

@@ -221,7 +221,10 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     jet whose series alone are batched (vmap over directions) becomes one jet batched
     over the directions: its primal stays unbatched and is computed once. In a
     batched or collapsed jet the vmapped axis of a coefficient follows its
-    directions axis."""
+    directions axis. A coefficient that is not batched while its primal is (the
+    directions of a Laplacian vmapped over points) rides on a new zero primal that
+    the function broadcasts over the batch and adds to the primal, so that the
+    broadcast is inside the jet, where jet-expand multiplies before it."""
     n = len(jaxpr.in_avals)
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
@@ -245,19 +248,50 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     def axis(k):
         return len(coefficient_shape((), k, order, directions, collapsed))
 
+    def position(i, k):
+        return n + i * order + k - 1
+
+    # A coefficient not batched while its primal is: carried by a new primal z (zero,
+    # not batched) that the function adds to the primal, so the broadcast along the
+    # batch happens inside the jet, where jet-expand's rules see it (a dot_general then
+    # multiplies the coefficient before broadcasting it).
+    unbatched = {i: [k for k in range(1, order + 1)
+                     if dims[position(i, k)] is None and position(i, k) not in zeros]
+                 for i in range(n) if dims[i] is not None and not linear and jnp.issubdtype(args[i].dtype, jnp.inexact)}
+    unbatched = {i: ks for i, ks in unbatched.items() if ks}
+    split = list(unbatched)
     primals = [moved(args[i], dims[i], batched[i], 0) for i in range(n)]
-    coeffs = [moved(args[n + i * order + k - 1], dims[n + i * order + k - 1], batched[i], axis(k))
+    zs = [jnp.zeros(jnp.shape(args[i])[:dims[i]] + jnp.shape(args[i])[dims[i] + 1:], args[i].dtype) for i in split]
+
+    def zero_coefficient(x, k):
+        return jnp.zeros(coefficient_shape(jnp.shape(x), k, order, directions, collapsed), x.dtype)
+
+    coeffs = [zero_coefficient(primals[i], k) if k in unbatched.get(i, ())
+              else moved(args[position(i, k)], dims[position(i, k)], batched[i], axis(k))
               for i in range(n) for k in range(1, order + 1)]
-    fun = jax.vmap(jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
-    new_jaxpr, consts = _trace(fun, [jax.ShapeDtypeStruct(jnp.shape(p), p.dtype) for p in primals])
-    c = len(consts)
+    z_coeffs = [args[position(i, k)] if k in unbatched[i] else zero_coefficient(z, k)
+                for i, z in zip(split, zs) for k in range(1, order + 1)]
+    vmapped = jax.vmap(jaxpr_as_fun(jaxpr), in_axes=[0 if b else None for b in batched], axis_size=size)
+
+    def fun(*operands):
+        xs = list(operands[:n])
+        for i, z in zip(split, operands[n:]):
+            xs[i] = xs[i] + jnp.broadcast_to(z, jnp.shape(xs[i]))
+        return vmapped(*xs)
+
+    new_jaxpr, consts = _trace(fun, [jax.ShapeDtypeStruct(jnp.shape(p), p.dtype) for p in (*primals, *zs)])
+    c, m = len(consts), len(zs)
 
     def shifted(positions):
-        return tuple(c + i if i < n else c + n + c * order + i - n for i in positions)
+        return tuple(c + i if i < n else c + n + m + c * order + i - n for i in positions)
 
-    outs = jet_p.bind(*consts, *primals, *_zero_series(consts, order, directions, collapsed), *coeffs,
+    moved_out = shifted(position(i, k) for i, ks in unbatched.items() for k in ks)
+    z_zero = tuple(c + n + m + (c + n + j) * order + k - 1 for j, i in enumerate(split)
+                   for k in range(1, order + 1) if k not in unbatched[i])
+    outs = jet_p.bind(*consts, *primals, *zs, *_zero_series(consts, order, directions, collapsed), *coeffs, *z_coeffs,
                       jaxpr=new_jaxpr, order=order, linear=shifted(linear),
-                      zeros=series_positions(c + n, order, 0, c) + shifted(zeros), **mode)
+                      zeros=tuple(sorted({*series_positions(c + n + m, order, 0, c), *shifted(zeros), *moved_out,
+                                          *z_zero})), **mode)
     n_out = len(new_jaxpr.out_avals)
     return outs, [0] * n_out + [axis(k) for _ in range(n_out) for k in range(1, order + 1)]
 

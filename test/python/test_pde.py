@@ -350,6 +350,52 @@ def test_factored_collapsed_sums_under_vmap_and_grad():
           jax.grad(lambda a: loss(a, nested_laplacian))(A))
 
 
+# The unit directions are not batched under jax.vmap over points: hlopt.jet's batching rule
+# broadcasts them inside the jet, where a dot multiplies them before the broadcast.
+M = np.linspace(-0.8, 0.9, 20).reshape(5, 4)
+BROADCAST_DOTS = {
+    "x_on_the_left": lambda x: jnp.sum(jnp.tanh(x @ M.T) ** 2),
+    "x_on_the_right": lambda x: jnp.sum(jnp.sin(M @ x)),
+    "matrix_point_free_axis": lambda x: jnp.sum(jnp.tanh(x.reshape(2, 2) @ M[:2, :3]) ** 3),
+    "matrix_point_batch_axis": lambda x: jnp.sum(jnp.cos(jnp.einsum("ij,ij->i", x.reshape(2, 2), M[:2, :2]))),
+    "two_dots_of_x": lambda x: jnp.tanh(x @ M[0]) * jnp.sin(M[1] @ x),
+}
+
+
+@pytest.mark.parametrize("name", BROADCAST_DOTS)
+def test_directions_broadcast_over_vmapped_points(name):
+    f = BROADCAST_DOTS[name]
+    xs = jax.random.normal(jax.random.key(6), (3, 4))
+    close(hlopt.jit(jax.vmap(hlopt.laplacian(f)))(xs), jax.vmap(nested_laplacian(f))(xs))
+    close(hlopt.jit(jax.vmap(hlopt.bilaplacian(f)))(xs[:2]), jax.vmap(nested_bilaplacian(f))(xs[:2]))
+    V = jnp.eye(4)
+    user = jax.vmap(lambda x: stde_laplacian(f, x, V))
+    close(hlopt.jit(user)(xs), jax.vmap(nested_laplacian(f))(xs))
+    close(hlopt.jit(user, pipeline="jet-expand,inline,canonicalize,cse,symbol-dce")(xs),
+          jax.vmap(nested_laplacian(f))(xs))
+
+    def loss(a, lap):
+        return jnp.sum(jax.vmap(lap(lambda x: f(a * x)))(xs) ** 2)
+
+    a = jnp.linspace(0.5, 1.2, 4)
+    close(hlopt.jit(jax.grad(lambda a: loss(a, hlopt.laplacian)))(a), jax.grad(lambda a: loss(a, nested_laplacian))(a))
+
+
+def test_directions_multiplied_before_the_batch_broadcast():
+    """The first layer's dot takes the 4 unit directions (4 rows), not 4 x 7 broadcast rows,
+    in the forward Laplacian and in its gradient."""
+    xs = jax.random.normal(jax.random.key(7), (7, 4))
+    f = BROADCAST_DOTS["x_on_the_left"]
+    texts = [hlopt.lower(jax.vmap(hlopt.laplacian(f)), xs).apply("hlopt-default").as_text(),
+             hlopt.lower(jax.grad(lambda x: jnp.sum(jax.vmap(hlopt.laplacian(f))(x))), xs).apply("hlopt-default")
+             .as_text()]
+    for text in texts:
+        dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+        assert any("(tensor<4x4xf64>, tensor<4x5xf64>)" in line or "(tensor<5x4xf64>, tensor<4x4xf64>)" in line
+                   for line in dots), dots
+        assert not any("tensor<4x7x4xf64>" in line for line in dots), dots
+
+
 # --- errors -----------------------------------------------------------------------
 
 

@@ -14,8 +14,8 @@
 // CHECK-LABEL: func.func private @f_jet2
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
 // CHECK: %[[SIN:.*]] = stablehlo.sine %[[X]] : tensor<4xf32>
-// CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
 // CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<3xf32>
+// CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
 // CHECK: %[[SUM:.*]] = stablehlo.dot_general %[[ONES]], %[[SQ]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
 // CHECK: stablehlo.multiply %[[SUM]], %[[SIN]] : tensor<4xf32>
 // CHECK-NOT: stablehlo.concatenate
