@@ -251,7 +251,7 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     def position(i, k):
         return n + i * order + k - 1
 
-    # A coefficient not batched while its primal is: carried by a new primal z (zero,
+    # A coefficient not batched while its primal is: carried by a new primal z (-0.0,
     # not batched) that the function adds to the primal, so the broadcast along the
     # batch happens inside the jet, where jet-expand's rules see it (a dot_general then
     # multiplies the coefficient before broadcasting it).
@@ -261,7 +261,8 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     unbatched = {i: ks for i, ks in unbatched.items() if ks}
     split = list(unbatched)
     primals = [moved(args[i], dims[i], batched[i], 0) for i in range(n)]
-    zs = [jnp.zeros(jnp.shape(args[i])[:dims[i]] + jnp.shape(args[i])[dims[i] + 1:], args[i].dtype) for i in split]
+    # -0.0, not 0.0: x + -0.0 is x for every x, where -0.0 + 0.0 would be +0.0 (1/x's sign)
+    zs = [jnp.full(jnp.shape(args[i])[:dims[i]] + jnp.shape(args[i])[dims[i] + 1:], -0.0, args[i].dtype) for i in split]
 
     def zero_coefficient(x, k):
         return jnp.zeros(coefficient_shape(jnp.shape(x), k, order, directions, collapsed), x.dtype)

@@ -124,6 +124,19 @@ def test_vmap_over_primals_and_series_with_axes():
     _close(got, want, rtol=1e-5)
 
 
+def test_vmap_over_primals_with_unbatched_series_keeps_signed_zeros():
+    """Series shared by every point ride on a zero added to the primal inside the jet: it
+    must leave -0.0 as it is (1/x at -0.0 is -inf), eagerly and under hlopt.jit."""
+    xs = jnp.array([[-0.0, 1.0, 2.0], [0.5, -0.0, 0.0]], jnp.float32)
+    v = jnp.linspace(0.5, 1.5, 3, dtype=jnp.float32)
+    f = lambda x: 1.0 / x  # noqa: E731
+    want = jax.jit(jax.vmap(lambda x: jax_jet.jet(f, (x,), ((v,),))))(xs)
+    for run in (lambda g: g, hlopt.jit):
+        got = run(jax.vmap(lambda x: hlopt.jet(f, (x,), ((v,),))))(xs)
+        for g, e in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-6)  # inf signs must agree
+
+
 def _mlp(params, x):
     for w, b in params[:-1]:
         x = jnp.tanh(x @ w + b)
