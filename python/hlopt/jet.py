@@ -261,8 +261,9 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     unbatched = {i: ks for i, ks in unbatched.items() if ks}
     split = list(unbatched)
     primals = [moved(args[i], dims[i], batched[i], 0) for i in range(n)]
-    # -0.0, not 0.0: x + -0.0 is x for every x, where -0.0 + 0.0 would be +0.0 (1/x's sign)
-    zs = [jnp.full(jnp.shape(args[i])[:dims[i]] + jnp.shape(args[i])[dims[i] + 1:], -0.0, args[i].dtype) for i in split]
+    # -0.0 (both parts if complex), not 0.0: x + -0.0 is x for every x, where -0.0 + 0.0
+    # would be +0.0 (1/x's sign)
+    zs = [-jnp.zeros(jnp.shape(args[i])[:dims[i]] + jnp.shape(args[i])[dims[i] + 1:], args[i].dtype) for i in split]
 
     def zero_coefficient(x, k):
         return jnp.zeros(coefficient_shape(jnp.shape(x), k, order, directions, collapsed), x.dtype)
