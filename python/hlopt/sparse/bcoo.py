@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import warnings
@@ -12,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
-from jax.interpreters import batching
+from jax.interpreters import ad, batching, mlir
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.sparse import indexing, ops
@@ -422,9 +423,57 @@ def _result(bufs: Sequence[jax.Array], shape: Sequence[int], sorted_: bool = Fal
     return BCOO(tuple(bufs), shape=shape, indices_sorted=sorted_, unique_indices=unique)
 
 
+# The generic todense of JAX's sparse module: one primitive over the flattened buffers of a BCOO or
+# of a dense array and their pytree, whose transpose is `extract` for a BCOO and the identity otherwise.
+todense_p = jex_core.Primitive("todense")
+bcoo_todense_p = ops.todense_p
+
+
 def todense(arr: Any) -> Any:
-    """The dense array of a BCOO array; any other value is returned unchanged."""
+    """The dense array of a BCOO array; any other array is returned unchanged (JAX's `sparse.todense`)."""
+    bufs, tree = jax.tree_util.tree_flatten(arr)
+    return todense_p.bind(*bufs, tree=tree)
+
+
+def _todense_impl(*bufs: Any, tree: Any) -> Any:
+    arr = jax.tree_util.tree_unflatten(tree, bufs)
     return arr.todense() if isinstance(arr, BCOO) else arr
+
+
+def _todense_abstract_eval(*bufs: Any, tree: Any) -> Any:
+    arr = jax.tree_util.tree_unflatten(tree, bufs)
+    if not isinstance(arr, BCOO):
+        return arr
+    return jax.core.ShapedArray(arr.shape, arr.data.dtype, weak_type=arr.data.weak_type)
+
+
+def _todense_jvp(primals: Sequence[Any], tangents: Sequence[Any], *, tree: Any) -> tuple[Any, Any]:
+    out = todense_p.bind(*primals, tree=tree)
+    if type(tangents[0]) is ad.Zero:
+        return out, ad.Zero(out.aval.to_tangent_aval())
+    return out, todense_p.bind(tangents[0], *primals[1:], tree=tree)
+
+
+def _todense_transpose(ct: Any, *bufs: Any, tree: Any) -> list[Any]:
+    if any(ad.is_undefined_primal(b) for b in bufs[1:]):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    obj = jax.tree_util.tree_unflatten(tree, [None] * len(bufs))
+    if not isinstance(obj, BCOO):
+        return [ct]
+    data, indices = bufs
+    return ad.primitive_transposes[ops.todense_p](ct, data, indices, **obj._params)
+
+
+def _todense_batch(args: Sequence[Any], dims: Sequence[int | None], *, tree: Any) -> tuple[Any, int]:
+    return jax.vmap(functools.partial(_todense_impl, tree=tree), dims)(*args), 0
+
+
+todense_p.def_impl(_todense_impl)
+todense_p.def_abstract_eval(_todense_abstract_eval)
+ad.primitive_jvps[todense_p] = _todense_jvp
+ad.primitive_transposes[todense_p] = _todense_transpose
+batching.primitive_batchers[todense_p] = _todense_batch
+mlir.register_lowering(todense_p, mlir.lower_fun(_todense_impl, multiple_results=False))
 
 
 def bcoo_todense(mat: BCOO) -> jax.Array:
