@@ -195,7 +195,7 @@ class BCOO:
         summed = bcoo_reduce_sum(self.astype(out.dtype), axes=[a % self.ndim for a in axes])
         if not summed.shape and not out.shape:
             return summed.data.sum()
-        return summed.reshape(out.shape) if summed.shape != out.shape else summed
+        return _reshape(summed, out.shape) if summed.shape != out.shape else summed
 
     def astype(self, dtype: Any) -> "BCOO":
         """The array with data of `dtype` (the indices are unchanged)."""
@@ -333,7 +333,7 @@ def _getitem(mat: BCOO, index: Any) -> BCOO:
         out = bcoo_squeeze(out, dimensions=steps.squeeze)
     if steps.arrays:
         out = _take(out, steps.arrays, steps.broadcast, steps.block_at)
-    return out if out.shape == steps.shape else bcoo_reshape(out, new_sizes=steps.shape)
+    return out if out.shape == steps.shape else _reshape(out, steps.shape)
 
 
 def _take(mat: BCOO, arrays: dict[int, jax.Array], broadcast: Sequence[int], block_at: int) -> BCOO:
@@ -347,7 +347,7 @@ def _take(mat: BCOO, arrays: dict[int, jax.Array], broadcast: Sequence[int], blo
     out = _gather_windows(mat, jnp.stack(columns, axis=1), sizes)
     out = bcoo_squeeze(out, dimensions=[d + 1 for d in arrays])
     rest = out.shape[1:]
-    out = bcoo_reshape(out, new_sizes=(*broadcast, *rest))
+    out = _reshape(out, (*broadcast, *rest))
     k = len(broadcast)
     if block_at:
         perm = (*range(k, k + block_at), *range(k), *range(k + block_at, out.ndim))
@@ -561,9 +561,25 @@ def bcoo_reduce_sum(mat: BCOO, *, axes: Sequence[int]) -> BCOO:
 
 def bcoo_reshape(mat: BCOO, *, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None,
                  sharding: Any = None) -> BCOO:
-    """`lax.reshape` of a BCOO array; batch, sparse and dense dims may not mix."""
+    """`lax.reshape` of a BCOO array; batch, sparse and dense dims may not mix.
+
+    As JAX's, it refuses an array whose data or indices broadcast along a batch dim (their batch
+    shape is not the array's batch shape).
+    """
     if sharding is not None:
         raise NotImplementedError("bcoo_reshape: sharding is not supported")
+    batch = mat.shape[: mat.n_batch]
+    if mat.data.shape[: mat.n_batch] != batch or mat.indices.shape[: mat.n_batch] != batch:
+        raise NotImplementedError(
+            "reshape of arrays with broadcasted batch dimensions. "
+            f"Batch shape {batch}, data batch shape {mat.data.shape[: mat.n_batch]}, indices batch shape "
+            f"{mat.indices.shape[: mat.n_batch]}): build the BCOO from data and indices broadcast to the batch "
+            "shape (jnp.broadcast_to) first.")
+    return _reshape(mat, new_sizes, dimensions)
+
+
+def _reshape(mat: BCOO, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None) -> BCOO:
+    """`bcoo_reshape` that also takes broadcast batch buffers (for indexing, gather and `sum`)."""
     new_sizes = tuple(operator.index(s) for s in new_sizes)
     dims = None if dimensions is None else tuple(operator.index(d) for d in dimensions)
     lay = shapes.layout(mat.shape, mat.data.shape, mat.indices.shape)
@@ -653,7 +669,7 @@ def bcoo_gather(operand: BCOO, start_indices: Any, dimension_numbers: jax.lax.Ga
         columns[d] = rows[:, k]
     windows = _gather_windows(operand, jnp.stack(columns, axis=1), slice_sizes)
     windows = bcoo_squeeze(windows, dimensions=[d + 1 for d in dnums.collapsed_slice_dims])
-    result = bcoo_reshape(windows, new_sizes=(*batch, *windows.shape[1:]))
+    result = _reshape(windows, (*batch, *windows.shape[1:]))
     offsets = iter(range(len(batch), result.ndim))
     batches = iter(range(len(batch)))
     perm = tuple(next(offsets) if i in dnums.offset_dims else next(batches) for i in range(result.ndim))
