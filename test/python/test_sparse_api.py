@@ -239,6 +239,10 @@ def test_todense_passes_dense_values_through():
     assert_close(hs.todense(hs.BCOO.fromdense(x)), x)
     assert hs.todense(1.0) == js.todense(1.0) == 1.0
     assert_close(hs.todense(x), js.todense(x))
+    with pytest.raises(TypeError, match="expected an hlopt.sparse.BCOO or an array, got BCOO"):
+        hs.todense(js.BCOO.fromdense(x))  # JAX's BCOO (any other format likewise)
+    with pytest.raises(TypeError, match="got CSR"):
+        jax.jit(hs.todense)(js.CSR.fromdense(x))
 
 
 def test_todense_primitives_have_jax_names():

@@ -435,13 +435,22 @@ def todense(arr: Any) -> Any:
     return todense_p.bind(*bufs, tree=tree)
 
 
-def _todense_impl(*bufs: Any, tree: Any) -> Any:
+def _unflatten(bufs: Sequence[Any], tree: Any) -> Any:
+    """The BCOO or array that `todense_p`'s operands are the leaves of (an hlopt BCOO or one array)."""
     arr = jax.tree_util.tree_unflatten(tree, bufs)
+    if not isinstance(arr, BCOO) and len(bufs) != 1:
+        raise TypeError(f"sparse.todense: expected an hlopt.sparse.BCOO or an array, got {type(arr).__name__} "
+                        "(hlopt has only the BCOO format: convert other sparse formats to BCOO first)")
+    return arr
+
+
+def _todense_impl(*bufs: Any, tree: Any) -> Any:
+    arr = _unflatten(bufs, tree)
     return arr.todense() if isinstance(arr, BCOO) else arr
 
 
 def _todense_abstract_eval(*bufs: Any, tree: Any) -> Any:
-    arr = jax.tree_util.tree_unflatten(tree, bufs)
+    arr = _unflatten(bufs, tree)
     if not isinstance(arr, BCOO):
         return arr
     return jax.core.ShapedArray(arr.shape, arr.data.dtype, weak_type=arr.data.weak_type)
