@@ -582,7 +582,7 @@ def bcoo_reshape(mat: BCOO, *, new_sizes: Sequence[int], dimensions: Sequence[in
         raise NotImplementedError(
             "reshape of arrays with broadcasted batch dimensions. "
             f"Batch shape {batch}, data batch shape {mat.data.shape[: mat.n_batch]}, indices batch shape "
-            f"{mat.indices.shape[: mat.n_batch]}): build the BCOO from data and indices broadcast to the batch "
+            f"{mat.indices.shape[: mat.n_batch]}: build the BCOO from data and indices broadcast to the batch "
             "shape (jnp.broadcast_to) first.")
     return _reshape(mat, new_sizes, dimensions)
 
