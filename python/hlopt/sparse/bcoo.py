@@ -464,8 +464,6 @@ def _todense_jvp(primals: Sequence[Any], tangents: Sequence[Any], *, tree: Any) 
 
 
 def _todense_transpose(ct: Any, *bufs: Any, tree: Any) -> list[Any]:
-    if any(ad.is_undefined_primal(b) for b in bufs[1:]):
-        raise ValueError("Cannot transpose with respect to sparse indices")
     obj = jax.tree_util.tree_unflatten(tree, [None] * len(bufs))
     if not isinstance(obj, BCOO):
         return [ct]
