@@ -265,6 +265,12 @@ def reduce_sum(lay: Layout, axes: Sequence[int]) -> ReduceSumPlan:
     return ReduceSumPlan(scale, fold, mask, batch, (*batch, nse, *dense), (*batch, nse, n_sparse), shape)
 
 
+def reduce_sum_zeroes_data(lay: Layout, axes: Sequence[int]) -> bool:
+    """Whether reduce_sum zeroes the data of padding entries: only when every sparse dim is summed
+    (no index is left to mark padding); otherwise padding stays padding in the kept indices."""
+    return lay.n_sparse > 0 and all(d in axes for d in range(lay.n_batch, lay.n_batch + lay.n_sparse))
+
+
 class ReshapePlan(NamedTuple):
     batch: Shape
     sparse: Shape

@@ -273,19 +273,29 @@ def _gather_windows(buf: Value, starts: Value, lay: shapes.Layout, dims: Sequenc
 
 
 def lower_reduce_sum(c: BcooOp) -> list[Value]:
+    """Dense axes are summed in the data, batch axes folded into nse (or scaled), sparse axes dropped
+    from the indices. An entry out of range in a summed sparse dim becomes padding in the kept sparse
+    dims (its data is left as is: less work than JAX's masking of the data); with no sparse dim
+    kept, its data is zeroed (`reduce_sum_zeroes_data`)."""
     lay = c.layout()
     data, idx = c.operands
     axes = sorted(set(c.config["axes"]))
     plan = shapes.reduce_sum(lay, axes)
     nb, ns = lay.n_batch, lay.n_sparse
+    kept_cols = [d - nb for d in range(nb, nb + ns) if d not in axes]
+    summed_cols = [d - nb for d in range(nb, nb + ns) if d in axes]
     data = b.reduce(data, [a - ns + 1 for a in axes if a >= nb + ns])
-    if plan.mask:
+    if shapes.reduce_sum_zeroes_data(lay, axes):
         batch = lay.max_batch
         data = ix.mask(ix.broadcast_batch(data, batch), ix.broadcast_batch(ix.valid(idx, lay.sparse_shape), batch))
     factor = math.prod(lay.shape[a] for a in plan.scale)
     if factor != 1:
         data = b.mul(data, b.full(b.shape_of(data), factor, b.elem_of(data)))
-    idx = ix.columns(idx, [d - nb for d in range(nb, nb + ns) if d not in axes])
+    kept = ix.columns(idx, kept_cols)
+    if kept_cols and summed_cols:
+        inside = ix.valid(ix.columns(idx, summed_cols), [lay.sparse_shape[k] for k in summed_cols])
+        kept = ix.where(inside, kept, [lay.sparse_shape[k] for k in kept_cols])
+    idx = kept
     kept = [a for a in range(nb) if a not in axes]
     target = [lay.shape[a] if a in plan.fold else 1 if a in plan.scale else plan.batch[kept.index(a)] for a in range(nb)]
     outs = []

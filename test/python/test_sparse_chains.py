@@ -32,7 +32,7 @@ from test_sparse_util import assert_close
 DTYPES = ["float32", "int32", "complex64"]
 
 # Step kinds where JAX's result is not the dense one or JAX raises, each a documented deviation
-# (README, sparse Deviations): JAX's reshape refuses broadcast batch buffers and n_batch = n_dense = 1;
+# (README, sparse Deviations): JAX's reshape refuses n_batch = n_dense = 1;
 # JAX's squeeze of every sparse dim keeps padding entries (it no longer sees them as padding); JAX's
 # BCOO + BCOO refuses batch buffers that broadcast; inside jit, JAX's indexing with arrays fails when
 # the result is empty (it builds the result with fromdense and no nse); JAX's sparse * dense fails on a
@@ -161,8 +161,11 @@ def _run(lib, m, chain):
             m = lib.bcoo_rev(m, p)
         elif kind == "getitem":
             m = m[p]
-        elif kind == "reshape":
-            m = lib.bcoo_reshape(m, new_sizes=p)
+        elif kind == "reshape":  # both refuse broadcast batch buffers: broadcast them to the batch shape first
+            batch = m.shape[: m.n_batch]
+            full = [jnp.broadcast_to(b, (*batch, *b.shape[m.n_batch :])) for b in (m.data, m.indices)]
+            m = lib.bcoo_reshape(lib.BCOO(full, shape=m.shape, indices_sorted=m.indices_sorted,
+                                          unique_indices=m.unique_indices), new_sizes=p)
         else:
             m = lib.bcoo_squeeze(m, dimensions=p)
     return m
@@ -205,7 +208,7 @@ def _deviation(chain, shapes_before):
     """The documented deviation a chain runs into, if any (see DEVIATIONS)."""
     for k, (kind, p) in enumerate(chain):
         shape, n_batch, n_sparse, broadcast = shapes_before[k]
-        if kind == "reshape" and (broadcast or (n_batch, len(shape) - n_batch - n_sparse) == (1, 1)):
+        if kind == "reshape" and (n_batch, len(shape) - n_batch - n_sparse) == (1, 1):
             return "reshape"
         if kind == "squeeze" and n_sparse and all(d in p for d in range(n_batch, n_batch + n_sparse)):
             return "squeeze_all"

@@ -268,6 +268,38 @@ def test_reduce_sum_broadcast_batch():
         assert_close(hs.bcoo_reduce_sum(ours, axes=axes).todense(), x.sum(axes))
 
 
+def test_reduce_sum_marks_padding_in_the_kept_indices():
+    """An entry out of range in a summed sparse dim becomes padding in the kept dims (index = size)
+    and keeps its data; summing every sparse dim zeroes its data instead (JAX's representation)."""
+    data = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    indices = np.array([[0, 1], [2, 5], [-1, 0], [1, 4]], np.int32)  # (2, 5): padding in dim 1 only
+    ours, ref = pair((data, indices), (3, 5))
+    out = hs.bcoo_reduce_sum(ours, axes=(1,))
+    np.testing.assert_array_equal(out.indices, [[0], [3], [-1], [1]])  # -1: padding already
+    np.testing.assert_array_equal(out.data, data)
+    assert_close(out.todense(), np.array([1.0, 4.0, 0.0], np.float32))
+    rows = hs.bcoo_reduce_sum(ours, axes=(0,))
+    np.testing.assert_array_equal(rows.indices, [[1], [5], [5], [4]])
+    assert_close(rows.todense(), np.array([0.0, 1.0, 0.0, 0.0, 4.0], np.float32))
+    everything = hs.bcoo_reduce_sum(ours, axes=(0, 1))
+    np.testing.assert_array_equal(everything.data, [1.0, 0.0, 0.0, 4.0])
+    assert_close(everything.todense(), jax.jit(lambda r: js.bcoo_reduce_sum(r, axes=(0, 1)).todense())(
+        js.BCOO((data, np.where(indices < 0, 3, indices)), shape=(3, 5))))  # JAX wraps negative indices
+
+
+@pytest.mark.parametrize("axes", [(1,), (0,), (0, 1)])
+def test_reduce_sum_data_jacobians_agree(axes):
+    """jacfwd (the op on the tangent) and jacrev (the transpose rule) of the output data agree: the
+    transpose masks exactly where the lowering zeroes data."""
+    data = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
+    indices = np.array([[0, 1], [2, 5], [-1, 0], [1, 4]], np.int32)
+    f = lambda d: hs.bcoo_reduce_sum(hs.BCOO((d, indices), shape=(3, 5)), axes=axes).data  # noqa: E731
+    fwd, rev = jax.jacfwd(f)(data), jax.jacrev(f)(data)
+    assert_close(fwd, rev)
+    keep = np.ones(4, np.float32) if axes != (0, 1) else np.array([1, 0, 0, 1], np.float32)
+    assert_close(fwd, np.diag(keep))
+
+
 @pytest.mark.parametrize("n_batch,n_dense", LAYOUTS)
 def test_update_layout(n_batch, n_dense):
     ours, ref = pair(buffers(rng(18), n_batch=n_batch, n_dense=n_dense, nse=5), SHAPE)
@@ -524,12 +556,29 @@ def test_broadcast_batch_buffers_through_ops(indices_batch, data_batch):
         (hs.bcoo_transpose(m, permutation=(1, 0, 3, 2)).todense(), x.transpose(1, 0, 3, 2)),
         (hs.bcoo_reduce_sum(m, axes=(1, 3)).todense(), x.sum((1, 3))),
         (hs.bcoo_update_layout(m, n_batch=1).todense(), x),
-        (hs.bcoo_reshape(m, new_sizes=(6, 4, 2)).todense(), x.reshape(6, 4, 2)),
+        (m.sum((1, 3)).todense(), x.sum((1, 3))),
         (hs.bcoo_multiply_sparse(m, m.sort_indices()).todense(), x * x),
         ((m * x).todense(), x * x),
     ]
     for got, want in checks:
         assert_close(got, want)
+
+
+@pytest.mark.parametrize("indices_batch,data_batch", [((1, 3), (2, 3)), ((2, 3), (1, 1)), ((2, 1), (2, 3))])
+def test_reshape_refuses_broadcast_batch_buffers_as_jax(indices_batch, data_batch):
+    """JAX's bcoo_reshape raises NotImplementedError for broadcast batch buffers (its check catches
+    broadcast data; broadcast indices fail later in its lowering): hlopt raises JAX's message for both,
+    and reshapes the same array once its buffers are broadcast to the batch shape."""
+    bufs = buffers(rng(40), n_batch=2, nse=5, indices_batch=indices_batch, data_batch=data_batch)
+    ours, ref = pair(bufs, SHAPE)
+    for reshape in (lambda m: m.reshape(6, 4, 2), lambda m: hs.bcoo_reshape(m, new_sizes=(6, 4, 2))):
+        with pytest.raises(NotImplementedError, match=r"^reshape of arrays with broadcasted batch dimensions\. "):
+            reshape(ours)
+    with pytest.raises(Exception):  # noqa: B017 - JAX's NotImplementedError or its lowering's ValueError
+        js.bcoo_reshape(ref, new_sizes=(6, 4, 2))
+    full = [jnp.broadcast_to(b, (*SHAPE[:2], *b.shape[2:])) for b in bufs]
+    ours, ref = pair(full, SHAPE)
+    assert_close(ours.reshape(6, 4, 2).todense(), js.bcoo_reshape(ref, new_sizes=(6, 4, 2)).todense())
 
 
 def test_multiply_sparse_broadcast_dense_dims():

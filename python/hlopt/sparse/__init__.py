@@ -22,9 +22,11 @@ from hlopt.sparse.bcoo import (
     bcoo_squeeze,
     bcoo_sum_duplicates,
     bcoo_todense,
+    bcoo_todense_p,
     bcoo_transpose,
     bcoo_update_layout,
     todense,
+    todense_p,
 )
 from hlopt.sparse.construct import empty, eye, random_bcoo
 from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general
@@ -61,6 +63,7 @@ __all__ = [
     "bcoo_squeeze",
     "bcoo_sum_duplicates",
     "bcoo_todense",
+    "bcoo_todense_p",
     "bcoo_transpose",
     "bcoo_update_layout",
     "empty",
@@ -71,5 +74,6 @@ __all__ = [
     "jacrev",
     "random_bcoo",
     "todense",
+    "todense_p",
     "value_and_grad",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import warnings
@@ -12,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jex_core
-from jax.interpreters import batching
+from jax.interpreters import ad, batching, mlir
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.sparse import indexing, ops
@@ -194,7 +195,7 @@ class BCOO:
         summed = bcoo_reduce_sum(self.astype(out.dtype), axes=[a % self.ndim for a in axes])
         if not summed.shape and not out.shape:
             return summed.data.sum()
-        return summed.reshape(out.shape) if summed.shape != out.shape else summed
+        return _reshape(summed, out.shape) if summed.shape != out.shape else summed
 
     def astype(self, dtype: Any) -> "BCOO":
         """The array with data of `dtype` (the indices are unchanged)."""
@@ -332,7 +333,7 @@ def _getitem(mat: BCOO, index: Any) -> BCOO:
         out = bcoo_squeeze(out, dimensions=steps.squeeze)
     if steps.arrays:
         out = _take(out, steps.arrays, steps.broadcast, steps.block_at)
-    return out if out.shape == steps.shape else bcoo_reshape(out, new_sizes=steps.shape)
+    return out if out.shape == steps.shape else _reshape(out, steps.shape)
 
 
 def _take(mat: BCOO, arrays: dict[int, jax.Array], broadcast: Sequence[int], block_at: int) -> BCOO:
@@ -346,7 +347,7 @@ def _take(mat: BCOO, arrays: dict[int, jax.Array], broadcast: Sequence[int], blo
     out = _gather_windows(mat, jnp.stack(columns, axis=1), sizes)
     out = bcoo_squeeze(out, dimensions=[d + 1 for d in arrays])
     rest = out.shape[1:]
-    out = bcoo_reshape(out, new_sizes=(*broadcast, *rest))
+    out = _reshape(out, (*broadcast, *rest))
     k = len(broadcast)
     if block_at:
         perm = (*range(k, k + block_at), *range(k), *range(k + block_at, out.ndim))
@@ -422,9 +423,64 @@ def _result(bufs: Sequence[jax.Array], shape: Sequence[int], sorted_: bool = Fal
     return BCOO(tuple(bufs), shape=shape, indices_sorted=sorted_, unique_indices=unique)
 
 
+# The generic todense of JAX's sparse module: one primitive over the flattened buffers of a BCOO or
+# of a dense array and their pytree, whose transpose is `extract` for a BCOO and the identity otherwise.
+todense_p = jex_core.Primitive("todense")
+bcoo_todense_p = ops.todense_p
+
+
 def todense(arr: Any) -> Any:
-    """The dense array of a BCOO array; any other value is returned unchanged."""
+    """The dense array of a BCOO array; any other array is returned unchanged (JAX's `sparse.todense`)."""
+    bufs, tree = jax.tree_util.tree_flatten(arr)
+    return todense_p.bind(*bufs, tree=tree)
+
+
+def _unflatten(bufs: Sequence[Any], tree: Any) -> Any:
+    """The BCOO or array that `todense_p`'s operands are the leaves of (an hlopt BCOO or one array)."""
+    arr = jax.tree_util.tree_unflatten(tree, bufs)
+    if not isinstance(arr, BCOO) and len(bufs) != 1:
+        raise TypeError(f"sparse.todense: expected an hlopt.sparse.BCOO or an array, got {type(arr).__name__} "
+                        "(hlopt has only the BCOO format: convert other sparse formats to BCOO first)")
+    return arr
+
+
+def _todense_impl(*bufs: Any, tree: Any) -> Any:
+    arr = _unflatten(bufs, tree)
     return arr.todense() if isinstance(arr, BCOO) else arr
+
+
+def _todense_abstract_eval(*bufs: Any, tree: Any) -> Any:
+    arr = _unflatten(bufs, tree)
+    if not isinstance(arr, BCOO):
+        return arr
+    return jax.core.ShapedArray(arr.shape, arr.data.dtype, weak_type=arr.data.weak_type)
+
+
+def _todense_jvp(primals: Sequence[Any], tangents: Sequence[Any], *, tree: Any) -> tuple[Any, Any]:
+    out = todense_p.bind(*primals, tree=tree)
+    if type(tangents[0]) is ad.Zero:
+        return out, ad.Zero(out.aval.to_tangent_aval())
+    return out, todense_p.bind(tangents[0], *primals[1:], tree=tree)
+
+
+def _todense_transpose(ct: Any, *bufs: Any, tree: Any) -> list[Any]:
+    obj = jax.tree_util.tree_unflatten(tree, [None] * len(bufs))
+    if not isinstance(obj, BCOO):
+        return [ct]
+    data, indices = bufs
+    return ad.primitive_transposes[ops.todense_p](ct, data, indices, **obj._params)
+
+
+def _todense_batch(args: Sequence[Any], dims: Sequence[int | None], *, tree: Any) -> tuple[Any, int]:
+    return jax.vmap(functools.partial(_todense_impl, tree=tree), dims)(*args), 0
+
+
+todense_p.def_impl(_todense_impl)
+todense_p.def_abstract_eval(_todense_abstract_eval)
+ad.primitive_jvps[todense_p] = _todense_jvp
+ad.primitive_transposes[todense_p] = _todense_transpose
+batching.primitive_batchers[todense_p] = _todense_batch
+mlir.register_lowering(todense_p, mlir.lower_fun(_todense_impl, multiple_results=False))
 
 
 def bcoo_todense(mat: BCOO) -> jax.Array:
@@ -512,9 +568,25 @@ def bcoo_reduce_sum(mat: BCOO, *, axes: Sequence[int]) -> BCOO:
 
 def bcoo_reshape(mat: BCOO, *, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None,
                  sharding: Any = None) -> BCOO:
-    """`lax.reshape` of a BCOO array; batch, sparse and dense dims may not mix."""
+    """`lax.reshape` of a BCOO array; batch, sparse and dense dims may not mix.
+
+    As JAX's, it refuses an array whose data or indices broadcast along a batch dim (their batch
+    shape is not the array's batch shape).
+    """
     if sharding is not None:
         raise NotImplementedError("bcoo_reshape: sharding is not supported")
+    batch = mat.shape[: mat.n_batch]
+    if mat.data.shape[: mat.n_batch] != batch or mat.indices.shape[: mat.n_batch] != batch:
+        raise NotImplementedError(
+            "reshape of arrays with broadcasted batch dimensions. "
+            f"Batch shape {batch}, data batch shape {mat.data.shape[: mat.n_batch]}, indices batch shape "
+            f"{mat.indices.shape[: mat.n_batch]}: build the BCOO from data and indices broadcast to the batch "
+            "shape (jnp.broadcast_to) first.")
+    return _reshape(mat, new_sizes, dimensions)
+
+
+def _reshape(mat: BCOO, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None) -> BCOO:
+    """`bcoo_reshape` that also takes broadcast batch buffers (for indexing, gather and `sum`)."""
     new_sizes = tuple(operator.index(s) for s in new_sizes)
     dims = None if dimensions is None else tuple(operator.index(d) for d in dimensions)
     lay = shapes.layout(mat.shape, mat.data.shape, mat.indices.shape)
@@ -604,7 +676,7 @@ def bcoo_gather(operand: BCOO, start_indices: Any, dimension_numbers: jax.lax.Ga
         columns[d] = rows[:, k]
     windows = _gather_windows(operand, jnp.stack(columns, axis=1), slice_sizes)
     windows = bcoo_squeeze(windows, dimensions=[d + 1 for d in dnums.collapsed_slice_dims])
-    result = bcoo_reshape(windows, new_sizes=(*batch, *windows.shape[1:]))
+    result = _reshape(windows, (*batch, *windows.shape[1:]))
     offsets = iter(range(len(batch), result.ndim))
     batches = iter(range(len(batch)))
     perm = tuple(next(offsets) if i in dnums.offset_dims else next(batches) for i in range(result.ndim))

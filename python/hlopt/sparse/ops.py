@@ -359,7 +359,7 @@ def _reduce_sum_transpose(ct, data, indices, *, shape, axes, **_):
     factor = math.prod(lay.shape[a] for a in plan.scale)
     if factor != 1:
         x = x * jnp.asarray(factor, x.dtype)
-    if plan.mask:
+    if shapes.reduce_sum_zeroes_data(lay, axes):
         x = jnp.where(_expand_dense(_valid(indices, lay.sparse_shape), len(dense_kept)), x, 0)
     dense_axes = [a - ns + 1 for a in axes if a >= nb + ns]
     x = jnp.expand_dims(x, dense_axes)

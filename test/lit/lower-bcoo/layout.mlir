@@ -73,18 +73,37 @@ func.func @slice(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tens
 
 // -----
 
-// reduce_sum over the batch dim and a sparse dim: padding data is zeroed, the
-// batch dim folds into nse (2 x 5 = 10) and the summed index column goes.
+// reduce_sum over the batch dim and a sparse dim: the summed index column goes, an entry out of
+// range there becomes padding in the kept column (one select on the index; the data is only
+// reshaped), and the batch dim folds into nse (2 x 5 = 10).
 // CHECK-LABEL: func.func @reduce_sum
 // CHECK-NOT: hlopt.bcoo
-// CHECK: stablehlo.select
-// CHECK: stablehlo.slice %arg1 [0:2, 0:5, 0:1]
-// CHECK: stablehlo.reshape {{.*}} -> tensor<10x3xf32>
+// CHECK: %[[KEPT:.*]] = stablehlo.slice %arg1 [0:2, 0:5, 0:1]
+// CHECK: %[[SUMMED:.*]] = stablehlo.slice %arg1 [0:2, 0:5, 1:2]
+// CHECK: stablehlo.convert %[[SUMMED]] : (tensor<2x5x1xi32>) -> tensor<2x5x1xui32>
+// CHECK: stablehlo.compare LT
+// CHECK: stablehlo.constant dense<4> : tensor<i32>
+// CHECK: stablehlo.select {{.*}} : tensor<2x5xi1>, tensor<2x5xi32>
+// CHECK-NOT: stablehlo.select
+// CHECK: stablehlo.reshape %arg0 : (tensor<2x5x3xf32>) -> tensor<10x3xf32>
 // CHECK: stablehlo.reshape {{.*}} -> tensor<10x1xi32>
 // CHECK-NOT: hlopt.bcoo
 func.func @reduce_sum(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<10x3xf32>, tensor<10x1xi32>) {
   %0:2 = stablehlo.custom_call @hlopt.bcoo.reduce_sum(%data, %indices) {api_version = 4 : i32, backend_config = {axes = array<i64: 0, 2>, indices_sorted = false, n_batch = 1 : i64, n_dense = 1 : i64, shape = array<i64: 2, 4, 6, 3>, unique_indices = false}} : (tensor<2x5x3xf32>, tensor<2x5x2xi32>) -> (tensor<10x3xf32>, tensor<10x1xi32>)
   return %0#0, %0#1 : tensor<10x3xf32>, tensor<10x1xi32>
+}
+
+// -----
+
+// reduce_sum over every sparse dim: no index is left to mark padding, so padding data is zeroed.
+// CHECK-LABEL: func.func @reduce_sum_all_sparse
+// CHECK-NOT: hlopt.bcoo
+// CHECK: stablehlo.compare LT
+// CHECK: stablehlo.select {{.*}} : tensor<2x5x3xi1>, tensor<2x5x3xf32>
+// CHECK: return {{.*}} : tensor<2x5x3xf32>, tensor<2x5x0xi32>
+func.func @reduce_sum_all_sparse(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x0xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.reduce_sum(%data, %indices) {api_version = 4 : i32, backend_config = {axes = array<i64: 1, 2>, indices_sorted = false, n_batch = 1 : i64, n_dense = 1 : i64, shape = array<i64: 2, 4, 6, 3>, unique_indices = false}} : (tensor<2x5x3xf32>, tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x0xi32>)
+  return %0#0, %0#1 : tensor<2x5x3xf32>, tensor<2x5x0xi32>
 }
 
 // -----
