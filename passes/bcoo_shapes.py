@@ -241,7 +241,6 @@ class ReduceSumPlan(NamedTuple):
 
     scale: tuple[int, ...]
     fold: tuple[int, ...]
-    mask: bool
     batch: Shape
     data: Shape
     indices: Shape
@@ -252,8 +251,7 @@ def reduce_sum(lay: Layout, axes: Sequence[int]) -> ReduceSumPlan:
     nb, ns = lay.n_batch, lay.n_sparse
     _check_dims(axes, len(lay.shape), "reduce_sum axes")
     axes = sorted(set(axes))
-    mask = ns > 0
-    data_batch = lay.max_batch if mask else lay.data[:nb]
+    data_batch = lay.max_batch if ns > 0 else lay.data[:nb]
     scale = tuple(a for a in axes if a < nb and data_batch[a] == 1 and lay.indices[a] == 1)
     fold = tuple(a for a in axes if a < nb and a not in scale)
     kept = [a for a in range(nb) if a not in axes]
@@ -262,7 +260,7 @@ def reduce_sum(lay: Layout, axes: Sequence[int]) -> ReduceSumPlan:
     dense = tuple(lay.shape[d] for d in range(nb + ns, len(lay.shape)) if d not in axes)
     n_sparse = sum(1 for d in range(nb, nb + ns) if d not in axes)
     shape = tuple(s for i, s in enumerate(lay.shape) if i not in axes)
-    return ReduceSumPlan(scale, fold, mask, batch, (*batch, nse, *dense), (*batch, nse, n_sparse), shape)
+    return ReduceSumPlan(scale, fold, batch, (*batch, nse, *dense), (*batch, nse, n_sparse), shape)
 
 
 def reduce_sum_zeroes_data(lay: Layout, axes: Sequence[int]) -> bool:
