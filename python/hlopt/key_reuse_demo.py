@@ -11,10 +11,23 @@ import hlopt
 from hlopt.demo import banner, check_close
 
 
+# The user's program the section checks. It is compiled from this text under its own file name:
+# hlopt's reports name the user's source lines and skip hlopt's own files, so a function defined in
+# this module would be reported at the first frame outside hlopt (the `hlopt` console script).
+EXAMPLE_FILE = "noisy_step.py"
+EXAMPLE = """\
+import jax
+import jax.numpy as jnp
+
+
 def noisy_step(key, x):
     noise = jax.random.normal(key, x.shape)
     dropout = jax.random.bernoulli(key, 0.5, x.shape)  # the bug: the same key again
     return jnp.where(dropout, x + noise, 0.0)
+"""
+_example: dict = {}
+exec(compile(EXAMPLE, EXAMPLE_FILE, "exec"), _example)
+noisy_step = _example["noisy_step"]
 
 
 def sampler(key, x):
@@ -37,6 +50,7 @@ def jax_finds_reuse(fun, *args) -> bool:
 def section(out: TextIO) -> None:
     banner(out, "key-reuse: check-key-reuse on the lowered StableHLO")
     x = jnp.arange(4.0)
+    out.write("".join(f"{EXAMPLE_FILE}:{n}: {line}" for n, line in enumerate(EXAMPLE.splitlines(True), 1)))
     try:
         hlopt.lower(noisy_step, jax.random.key(0), x, check_key_reuse=True)
     except hlopt.KeyReuseError as e:

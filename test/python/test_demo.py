@@ -28,3 +28,21 @@ def test_demo_unknown_section():
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("hlopt: error: no demo section 'nope'")
     assert "Traceback" not in proc.stderr
+
+
+def test_key_reuse_section_names_the_example_lines():
+    # The example is compiled under its own file name: reports point into it, not at hlopt's
+    # console script (which is the first frame outside hlopt's folders).
+    from hlopt.key_reuse_demo import EXAMPLE, EXAMPLE_FILE
+
+    lines = EXAMPLE.splitlines()
+    second = next(n for n, line in enumerate(lines, 1) if "bernoulli(key" in line)
+    first = next(n for n, line in enumerate(lines, 1) if "normal(key" in line)
+    proc = subprocess.run([HLOPT, "demo", "key-reuse"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout.splitlines()
+    column = lines[second - 1].index("jax.random.bernoulli")
+    assert f"{EXAMPLE_FILE}:{second}:{column}: error: PRNG key is consumed a second time" in out
+    column = lines[first - 1].index("jax.random.normal")
+    assert f"{EXAMPLE_FILE}:{first}:{column}: note: the key was first consumed here" in out
+    assert not any("bin/hlopt:" in line for line in out)
