@@ -43,7 +43,7 @@ from hlopt.runtime.container import Container, ExecutableFileError
 from hlopt.runtime.executable import Compiled, _physical_aval
 from hlopt.runtime.keys import Key, KeyFileError, describe_key, user_key
 from hlopt.runtime.pjrt import BuildFlags, get_client, load_executable
-from hlopt.runtime.portable import PortableCheckError, check_portable
+from hlopt.runtime.portable import PortableCheckError, check_portable, scan_artifact
 
 FORMAT = "hlopt-executable"
 SECTIONS = ("executable", "module")
@@ -201,7 +201,7 @@ def _compiled(found: Container, source: str) -> Compiled:
             raise ExecutableFileError(f"{source}: PJRT cannot load the executable section: "
                                       f"{_first_line(e)}") from None
         artifact = sections["module"]
-        module: ir.Module | Callable[[], ir.Module] = lambda: _parse_artifact(artifact, source)[0]
+        module: ir.Module | Callable[[], ir.Module] = lambda: _parse_artifact(artifact, source, True)[0]
     else:
         why = (f"written by {', '.join(f'{k} {v!r}' for k, v in stale.items())} "
                f"(this process has {', '.join(f'{k} {here[k]}' for k in stale)})" if stale
@@ -231,7 +231,12 @@ def check_file(path: str | os.PathLike, *, trust: str) -> None:
     """Refuse (ExecutableFileError) a file `load(path, trust=trust)` would refuse before it needs devices."""
     found = container.read_path(path, str(path), FORMAT, SECTIONS, _key(), _sections_for(trust, str(path)), MAGICS)
     if not found.authenticated:
-        _check_artifact(*_parse_artifact(found.sections["module"], str(path)), found.manifest, str(path))
+        _check_artifact(*_parse_artifact(found.sections["module"], str(path), False), found.manifest, str(path))
+
+
+def module_section(found: Container, source: str) -> ir.Module:
+    """The module section of a file read by `read_file` (checked first in another process if unauthenticated)."""
+    return _parse_artifact(found.sections["module"], source, found.authenticated)[0]
 
 
 def check_manifest(manifest: dict[str, Any], source: str) -> None:
@@ -247,7 +252,7 @@ def check_manifest(manifest: dict[str, Any], source: str) -> None:
 def _portable_module(artifact: bytes, manifest: dict[str, Any], signature: Signature, flags: BuildFlags,
                      source: str, authenticated: bool) -> ir.Module:
     """The module section, checked against the manifest (and, unauthenticated, by runtime/portable.py)."""
-    module, recorded = _parse_artifact(artifact, source)
+    module, recorded = _parse_artifact(artifact, source, authenticated)
     if not authenticated:
         _check_artifact(module, recorded, manifest, source)
     _check_module(module, signature, manifest["device_count"], source)
@@ -256,8 +261,14 @@ def _portable_module(artifact: bytes, manifest: dict[str, Any], signature: Signa
     return module
 
 
-def _parse_artifact(artifact: bytes, source: str) -> tuple[ir.Module, str | None]:
-    """The module of a portable artifact, and the signature it records (removed from the module)."""
+def _parse_artifact(artifact: bytes, source: str, authenticated: bool) -> tuple[ir.Module, str | None]:
+    """The module of a portable artifact, and the signature it records (removed from the module).
+    An unauthenticated artifact is first read in another process (`scan_artifact`)."""
+    if not authenticated:
+        try:
+            scan_artifact(artifact)
+        except PortableCheckError as e:
+            raise ExecutableFileError(f"{source}: refused to read the module section: {e}") from None
     try:
         module = deserialize_portable_artifact(artifact)
     except Exception as e:  # noqa: BLE001 - MLIR reports a bad artifact with several types

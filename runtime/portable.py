@@ -14,6 +14,14 @@ checks on every operation:
   follows `jax.export`'s targets with guaranteed stability, narrowed to those
   whose types can be checked here.
 
+Before any of that, `scan_artifact` reads the artifact in a separate process and
+refuses it if that process dies or the module, printed, nests deeper than
+hlopt-opt accepts in text (compiler/parse_guard.py): MLIR's bytecode reader,
+its printer and writer, and XLA's compiler recurse once per level of nesting
+on the C stack (the reader died at fewer than 50,000 nested array attributes,
+XLA:CPU at 203 nested `case` regions), so a deep module must not be read
+in this process.
+
 The checks say what was refused and where; they do not make a hostile
 program's results right, only keep its native code out and XLA's inputs
 well formed.
@@ -23,9 +31,13 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 
-from hlopt.passes.locations import format_location
+from hlopt.compiler.parse_guard import ParseError, check_text
+from hlopt.passes.locations import format_location, shorten
 from hlopt.passes.mlir import ir
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
@@ -38,6 +50,8 @@ REFUSED_OPS = {
 
 
 _WHERE_CHARS = 160
+SCAN_SECONDS = 120
+_SCAN_CHILD = "from hlopt.runtime.portable import scan_child; scan_child()"
 
 
 class PortableCheckError(ValueError):
@@ -154,6 +168,38 @@ def memory_bytes() -> int:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
         return 1 << 40
+
+
+def scan_artifact(artifact: bytes) -> None:
+    """Refuse (PortableCheckError) an artifact this process must not read: read and measured in a child."""
+    try:  # -P: the child imports hlopt as this process does, never a folder of the working directory
+        proc = subprocess.run([sys.executable, "-P", "-c", _SCAN_CHILD], input=artifact, capture_output=True,
+                              timeout=SCAN_SECONDS)
+    except subprocess.TimeoutExpired:
+        raise PortableCheckError(f"reading it took more than {SCAN_SECONDS} s") from None
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name if -proc.returncode in signal.valid_signals() else proc.returncode
+        raise PortableCheckError(f"reading it killed the process that read it ({name}): MLIR's reader recurses "
+                                 "once per level of nesting, so the module nests too deep or is malformed")
+    if proc.returncode != 0:
+        lines = proc.stderr.decode("utf-8", "backslashreplace").strip().splitlines()
+        line = lines[-1] if lines else f"its reader exited with status {proc.returncode}"
+        raise PortableCheckError(shorten("".join(c if c.isprintable() else repr(c)[1:-1] for c in line)))
+
+
+def scan_child() -> None:
+    """The child of `scan_artifact`: read the artifact from stdin, print it, measure the text's nesting."""
+    from hlopt.passes.mlir import deserialize_portable_artifact
+
+    try:
+        module = deserialize_portable_artifact(sys.stdin.buffer.read())
+        text = module.operation.get_asm(enable_debug_info=True, large_elements_limit=16)
+        check_text(text, "module section")
+    except ParseError as e:  # "module section:LINE:COL: error: WHAT"
+        where, _, what = e.args[0].splitlines()[0].partition(": error: ")
+        sys.exit(f"{what} (at {where.removeprefix('module section:')} of the module printed as text)")
+    except Exception as e:  # noqa: BLE001 - MLIR reports a bad artifact with several types
+        sys.exit(f"it is not a StableHLO portable artifact: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
 
 
 def check_portable(module: ir.Module) -> None:

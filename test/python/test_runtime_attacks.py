@@ -308,3 +308,68 @@ def test_escape_sequences_in_a_manifest_are_shown_escaped(tmp_path, data):
     shown = hlopt_cli("inspect", forged).stdout
     assert "program:    f\\x1b]0;owned\\x07" in shown and "pipeline:   hlopt-default\\x1b" in shown
     assert "s\\x1b]0;owned" in shown and "mesh x\\x1b" in shown
+
+
+def nested_cases(depth: int) -> str:
+    """@main with `depth` nested `case` regions, each on an index read from the input (XLA keeps them)."""
+    inner = "stablehlo.return %a : tensor<4xf32>"
+    for i in range(depth):
+        inner = (f"%s{i} = stablehlo.slice %a [0:1] : (tensor<4xf32>) -> tensor<1xf32>\n"
+                 f"%t{i} = stablehlo.reshape %s{i} : (tensor<1xf32>) -> tensor<f32>\n"
+                 f"%i{i} = stablehlo.convert %t{i} : (tensor<f32>) -> tensor<i32>\n"
+                 f'%r{i} = "stablehlo.case"(%i{i}) ({{\n{inner}\n}}) : (tensor<i32>) -> tensor<4xf32>\n'
+                 f"stablehlo.return %r{i} : tensor<4xf32>")
+    body = inner.rsplit("stablehlo.return", 1)[0]
+    return f"func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {{\n{body}return %r{depth - 1} : tensor<4xf32>\n}}"
+
+
+def nested_attribute(depth: int) -> str:
+    """@main whose one op carries an array attribute nested `depth` deep."""
+    attr = "[" * depth + "1" + "]" * depth
+    return ("func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n"
+            f"%0 = stablehlo.add %a, %a {{junk = {attr}}} : tensor<4xf32>\nreturn %0 : tensor<4xf32>\n}}")
+
+
+def forged_artifact(text: str, signature: dict) -> bytes:
+    """The forger's module section, built on a thread with a 1 GiB stack (MLIR recurses per level)."""
+    import threading
+
+    from hlopt.compiler.program import parse_module
+    from hlopt.passes.mlir import serialize_portable_artifact
+
+    box = {}
+    previous = threading.stack_size(1 << 30)
+    try:
+        thread = threading.Thread(target=lambda: box.update(
+            artifact=forge.retag(serialize_portable_artifact(parse_module(text)), signature)))
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(previous)
+    return box["artifact"]
+
+
+@pytest.mark.parametrize("shape, depth, why", [
+    ("case", 250, "more than 100 nested regions"),  # XLA:CPU's compiler died at 203
+    ("attribute", 25_000, "killed the process that read it (SIGSEGV)"),  # the reader died at 20,000, not 10,000
+])
+def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_path, shape, depth, why):
+    a = np.ones(4, np.float32)
+    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    text = nested_cases(depth) if shape == "case" else nested_attribute(depth)
+    artifact = forged_artifact(text, manifest["signature"])
+    forged = write(tmp_path, "deep.hlx", forge.forge(manifest, dict(sections, module=artifact)))
+    if shape == "attribute":  # the control: reading the section in a process kills it
+        script = ("import sys; from hlopt.passes.mlir import deserialize_portable_artifact\n"
+                  "print(deserialize_portable_artifact(open(sys.argv[1], 'rb').read()))")
+        control = write(tmp_path, "artifact.bin", artifact)
+        proc = subprocess.run([sys.executable, "-c", script, control], capture_output=True, timeout=TIMEOUT_S)
+        assert proc.returncode < 0, "reading the deep module did not crash: the test proves nothing"
+    cases = [{"kind": "load", "file": forged, "trust": t} for t in files.TRUST_LEVELS]
+    signed, portable = attack(tmp_path, cases)
+    assert "MAC does not verify" in signed["refused"]
+    assert "refused to read the module section" in portable["refused"] and why in portable["refused"]
+    assert_one_line_error(hlopt_cli("inspect", forged, "--ir"), "refused to read the module section")
+    assert_one_line_error(hlopt_cli("inspect", forged, "--trust", "portable"), why)
+    np.savez(tmp_path / "a.npz", a)
+    assert_one_line_error(hlopt_cli("run", forged, "--trust", "portable", "--input", str(tmp_path / "a.npz")), why)

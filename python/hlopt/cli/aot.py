@@ -395,13 +395,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     else:
         print(describe(found.manifest, found.size, args.file, mac))
     if args.ir:
-        from hlopt.passes.mlir import deserialize_portable_artifact
-
-        try:
-            print(deserialize_portable_artifact(found.sections["module"]))
-        except Exception as e:  # noqa: BLE001 - MLIR reports a bad artifact with several types
-            raise UsageError(f"{args.file}: the module section is not a StableHLO portable artifact: "
-                             f"{printable(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)}") from None
+        print(files.module_section(found, args.file))
     if args.trust:
         files.check_file(args.file, trust=args.trust)
         print(f"passes the checks of --trust {args.trust} (those that need no devices)")
