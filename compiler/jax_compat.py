@@ -47,6 +47,7 @@ __all__ = [
     "lower_called_computation",
     "lower_jaxpr_to_fun",
     "lowering_placement",
+    "output_aval",
     "partition_spec",
     "prng_impl",
     "result_handler",
@@ -165,6 +166,12 @@ def partition_spec(op_sharding: Any, mesh: Any) -> Any:
     return _sharding_impls.parse_flatten_op_sharding(op_sharding, mesh)[0]
 
 
+def output_aval(aval: Any, sharding: Any) -> Any:
+    """`aval` with the mesh's explicit axes of `sharding` in its type, as jax.jit's outputs have
+    (`float32[8@x,2]`)."""
+    return _core.update_aval_with_sharding(aval, sharding)
+
+
 # --- typed PRNG keys ---------------------------------------------------------------
 
 
@@ -199,7 +206,7 @@ def flatten_for_dispatch(tree: Any) -> tuple[list[Any], Any]:
     return _tree_util.dispatch_registry.flatten(tree, None)
 
 
-def result_handler(*, aval: Any, sharding: Any, committed: bool) -> Callable[[Sequence[Any]], Any]:
+def result_handler(aval: Any, sharding: Any, *, committed: bool) -> Callable[[Sequence[Any]], Any]:
     """jax.jit's output handler for `aval`: a program's per-device buffers of it -> one `jax.Array`."""
     return _pxla.global_aval_to_result_handler(aval=aval, out_sharding=sharding, committed=committed)
 

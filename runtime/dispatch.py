@@ -44,8 +44,6 @@ def cpp_function(fun: Callable, cache_miss: CacheMiss, static_argnums: Sequence[
 
 def _fastpath(compiled: Compiled, outputs: Any) -> Any:
     """What the C++ dispatch needs to run `compiled` again, or None if it cannot."""
-    if compiled.uses_keys:
-        return None  # typed keys cross the program boundary as their words: Python does that
     out_flat, out_tree = flatten_for_dispatch(outputs)
     if len(out_flat) != len(compiled.out_shardings) or not all(
         isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) for x in out_flat

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from hlopt.compiler.jax_compat import key_shape, partition_spec, prng_impl, result_handler
+from hlopt.compiler.jax_compat import key_shape, output_aval, partition_spec, prng_impl, result_handler
 from hlopt.compiler.program import Signature, same_value
 from hlopt.passes.locations import shorten
 from hlopt.passes.mlir import ir
@@ -42,7 +42,7 @@ class Compiled:
         self.committed = mesh is not None or signature.device is not None
         self._in_is_key = [_is_key(a.dtype) for a in signature.in_avals]
         self._out_is_key = [_is_key(a.dtype) for a in signature.out_avals]
-        self._out_handlers = [result_handler(aval=_physical_aval(a), sharding=s, committed=self.committed)
+        self._out_handlers = [result_handler(output_aval(_physical_aval(a), s), s, committed=self.committed)
                               for a, s in zip(signature.out_avals, self.out_shardings)]
         self.uses_keys = any(self._in_is_key) or any(self._out_is_key)
 

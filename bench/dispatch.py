@@ -1,0 +1,66 @@
+"""Per-call time of a trivial program: hlopt.jit next to jax.jit, interleaved in one process.
+
+Workloads: `x + 1` on a float32[8] (C++ dispatch on both sides), and the same
+with a typed PRNG key passed through (hlopt takes the Python path for typed
+keys; jax.jit stays in C++). Each round times `--calls` calls of each side,
+the order alternating; the table gives the median per-call time over
+`--rounds` rounds and the per-round ratio (hlopt / JAX: below 1 means hlopt is
+faster).
+
+Usage: python bench/dispatch.py [--rounds 15] [--calls 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+import hlopt
+
+
+def workloads() -> dict:
+    x = jnp.arange(8, dtype=jnp.float32)
+    key = jax.random.key(0)
+    add = lambda x: x + 1  # noqa: E731
+    with_key = lambda key, x: (key, x + 1)  # noqa: E731
+    return {"x + 1 (C++ dispatch)": (add, (x,)),
+            "x + 1 with a typed key through (hlopt: Python path)": (with_key, (key, x))}
+
+
+def per_call(fn, args, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        out = fn(*args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--calls", type=int, default=20000)
+    a = parser.parse_args()
+    print(f"load average before: {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    print("| workload | hlopt µs/call | jax.jit µs/call | per-round hlopt / JAX: median (min-max) |")
+    print("| --- | ---: | ---: | --- |")
+    for name, (fun, args) in workloads().items():
+        ours, ref = hlopt.jit(fun), jax.jit(fun)
+        for fn in (ours, ref):
+            per_call(fn, args, 100)  # compile and warm up
+        times: tuple[list[float], list[float]] = ([], [])
+        for r in range(a.rounds):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                times[i].append(per_call((ours, ref)[i], args, a.calls))
+        ratios = [o / j for o, j in zip(*times)]
+        print(f"| {name} | {statistics.median(times[0]) * 1e6:.2f} | {statistics.median(times[1]) * 1e6:.2f} "
+              f"| {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |", flush=True)
+    print(f"load average after: {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
