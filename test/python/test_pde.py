@@ -409,6 +409,8 @@ STACKED_DOTS = {
                                                                     T3[:, :2, :])) ** 2),
     "contract_first_dim": lambda x: jnp.sum(jnp.exp(jnp.einsum("ij,ik->jk", jnp.tanh(x.reshape(2, 2)),
                                                                N[:2, :3]) * 0.5)),
+    "dot_in_a_loop": lambda x: jnp.sum(jax.lax.fori_loop(0, 2, lambda i, h: jnp.tanh(h @ M[:4, :4] * 0.8),
+                                                         jnp.sin(x)) ** 2),
 }
 
 
