@@ -71,3 +71,35 @@ func.func @f(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> t
   %q = stablehlo.slice %d [2:3, 0:4] : (tensor<3x4xf32>) -> tensor<1x4xf32>
   return %q : tensor<1x4xf32>
 }
+
+// -----
+
+// jet-expand's stacked dot of a directions jet: the primal's row (a reshape), 4 direction
+// rows and the collapsed row. The three slices' cotangents (the primal's through its
+// reshape) are joined into one stacked cotangent: one dot by the weights for the
+// operand's cotangent and one product of the stack with it for the weights', in the
+// weights' layout (the stack first, no transpose), and no zero padding anywhere.
+// CHECK-LABEL: func.func @f_vjp
+// CHECK-SAME: %[[W:[^:]*]]: tensor<3x5xf32>, %{{[^:]*}}: tensor<2x5xf32>, %[[C1:[^:]*]]: tensor<4x2x5xf32>, %{{[^:]*}}: tensor<1x2x5xf32>)
+// CHECK-NOT: stablehlo.pad
+// CHECK: %[[S:.*]] = stablehlo.concatenate {{.*}} -> tensor<6x2x3xf32>
+// CHECK: %[[C0:.*]] = stablehlo.reshape %{{.*}} : (tensor<2x5xf32>) -> tensor<1x2x5xf32>
+// CHECK: %[[C12:.*]] = stablehlo.concatenate %[[C1]], %{{.*}}, dim = 0 : (tensor<4x2x5xf32>, tensor<1x2x5xf32>) -> tensor<5x2x5xf32>
+// CHECK: %[[CT:.*]] = stablehlo.concatenate %[[C0]], %[[C12]], dim = 0 : (tensor<1x2x5xf32>, tensor<5x2x5xf32>) -> tensor<6x2x5xf32>
+// CHECK: %[[DS:.*]] = stablehlo.dot_general %[[CT]], %[[W]], contracting_dims = [2] x [1] : (tensor<6x2x5xf32>, tensor<3x5xf32>) -> tensor<6x2x3xf32>
+// CHECK: %[[DW:.*]] = stablehlo.dot_general %[[S]], %[[CT]], contracting_dims = [0, 1] x [0, 1] : (tensor<6x2x3xf32>, tensor<6x2x5xf32>) -> tensor<3x5xf32>
+// CHECK-NOT: stablehlo.pad
+// CHECK-NOT: stablehlo.transpose
+// CHECK: return %{{.*}}, %{{.*}}, %{{.*}}, %[[DW]]
+func.func @f(%p: tensor<2x3xf32>, %d: tensor<4x2x3xf32>, %k: tensor<1x2x3xf32>, %w: tensor<3x5xf32>) -> (tensor<2x5xf32>, tensor<4x2x5xf32>, tensor<1x2x5xf32>) {
+  %r = stablehlo.reshape %p : (tensor<2x3xf32>) -> tensor<1x2x3xf32>
+  %s = stablehlo.concatenate %r, %d, %k, dim = 0 : (tensor<1x2x3xf32>, tensor<4x2x3xf32>, tensor<1x2x3xf32>) -> tensor<6x2x3xf32>
+  %y = stablehlo.dot_general %s, %w, contracting_dims = [2] x [0] : (tensor<6x2x3xf32>, tensor<3x5xf32>) -> tensor<6x2x5xf32>
+  %y0 = stablehlo.slice %y [0:1, 0:2, 0:5] : (tensor<6x2x5xf32>) -> tensor<1x2x5xf32>
+  %y1 = stablehlo.slice %y [1:5, 0:2, 0:5] : (tensor<6x2x5xf32>) -> tensor<4x2x5xf32>
+  %y2 = stablehlo.slice %y [5:6, 0:2, 0:5] : (tensor<6x2x5xf32>) -> tensor<1x2x5xf32>
+  %o = stablehlo.reshape %y0 : (tensor<1x2x5xf32>) -> tensor<2x5xf32>
+  %t = stablehlo.tanh %o : tensor<2x5xf32>
+  %m = stablehlo.multiply %y2, %y2 : tensor<1x2x5xf32>
+  return %t, %y1, %m : tensor<2x5xf32>, tensor<4x2x5xf32>, tensor<1x2x5xf32>
+}
