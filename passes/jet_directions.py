@@ -218,18 +218,13 @@ def _dot_of_broadcast(op: ir.Operation, dims: stablehlo.DotDimensionNumbers, ope
     directions axis, no size-1 stretch): the dot of that value, broadcast after, so the
     matmul does not repeat along the broadcast dimensions; else None."""
     v = operands[side]
-    if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.broadcast_in_dim":
+    sunk = _sunk_dims(dims, v, side)
+    if sunk is None:
         return None
+    batch, contract, added = sunk
     src = v.owner.operation.operands[0]
     placed = _array(v.owner.operation, "broadcast_dimensions")
-    full, src_shape = builders.shape_of(v), builders.shape_of(src)
-    if 0 not in placed or any(src_shape[i] != full[d] for i, d in enumerate(placed)):
-        return None
-    batch = [d + 1 for d in (dims.rhs_batching_dimensions if side else dims.lhs_batching_dimensions)]
-    contract = [d + 1 for d in (dims.rhs_contracting_dimensions if side else dims.lhs_contracting_dimensions)]
-    added = [d for d in range(len(full)) if d not in placed]
-    if not added or any(d in batch or d in contract for d in added):
-        return None
+    full = builders.shape_of(v)
     kept = sorted(placed)
     at = {d: i for i, d in enumerate(kept)}
     reduced = builders.transpose(src, [placed.index(d) for d in kept])  # v without the broadcast dimensions
@@ -256,6 +251,32 @@ def _dot_of_broadcast(op: ir.Operation, dims: stablehlo.DotDimensionNumbers, ope
     moved = builders.transpose(out, [labels.index(label) for label in present])
     shape = [n, *builders.shape_of(op.result)]
     return builders.broadcast(moved, shape, [final.index(label) for label in present])
+
+
+def _sunk_dims(dims: stablehlo.DotDimensionNumbers, v: ir.Value,
+               side: int) -> tuple[list[int], list[int], list[int]] | None:
+    """(batch, contracting, broadcast) dimensions of `v`, operand `side` of a dot_general
+    with `dims` plus a leading directions axis, when it is a `broadcast_in_dim` that
+    `_dot_of_broadcast` multiplies before it: along free dimensions of it only, not
+    along the directions axis, no size-1 stretch; else None."""
+    if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.broadcast_in_dim":
+        return None
+    placed = _array(v.owner.operation, "broadcast_dimensions")
+    full, src_shape = builders.shape_of(v), builders.shape_of(v.owner.operation.operands[0])
+    if 0 not in placed or any(src_shape[i] != full[d] for i, d in enumerate(placed)):
+        return None
+    batch = [d + 1 for d in (dims.rhs_batching_dimensions if side else dims.lhs_batching_dimensions)]
+    contract = [d + 1 for d in (dims.rhs_contracting_dimensions if side else dims.lhs_contracting_dimensions)]
+    added = [d for d in range(len(full)) if d not in placed]
+    if not added or any(d in batch or d in contract for d in added):
+        return None
+    return batch, contract, added
+
+
+def multiplied_before_broadcast(op: ir.Operation, side: int, v: ir.Value) -> bool:
+    """Whether `apply` multiplies `v` (operand `side` of dot_general `op`, with the
+    directions axis leading) before its broadcast instead of as it is (`_dot_general`)."""
+    return _sunk_dims(stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"]), v, side) is not None
 
 
 def _gather(op, operands, lead, n):

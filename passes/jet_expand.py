@@ -150,6 +150,7 @@ class FunctionJet:
                 smaller = stack.rebuild([stack.pieces[i] for i in keep])
             for i, piece in zip(keep, smaller.slices):
                 stack.slices[i].replace_all_uses_with(piece)
+        self.builder.erase_templates()
         _erase_dead(block)
 
     # --- control flow -------------------------------------------------------
@@ -422,6 +423,7 @@ class ModuleJet:
         fj.finish_block(block, outs, range(len(outs)))
         if live is not None:
             fj.drop_dead_results(block, live)
+        fj.builder.erase_templates()
         with new.context:
             new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 inputs + coeff_types,

@@ -115,6 +115,13 @@ class JetBuilder:
         self.directions = directions
         self.stacks: list[Stack] = []
 
+    def erase_templates(self) -> None:
+        """Erase the stacks' templates (`Stack.template`), once they can no longer shrink."""
+        for stack in self.stacks:
+            if stack.template is not None:
+                stack.template.erase()
+                stack.template = None
+
     # --- the directions axis ------------------------------------------------
 
     def lead_size(self, k: int) -> int:
@@ -465,6 +472,7 @@ class Stack:
     pieces: list
     slices: list
     rebuild: Callable[[list], "Stack"]
+    template: ir.Operation | None = None  # an unused copy of a replaced op that `rebuild` reads
 
 
 def stacked_dot(op: ir.Operation, side: int, pieces: Sequence[ir.Value], dim: int, out_dim: int,
@@ -500,10 +508,17 @@ def directions_stacked_dot(op: ir.Operation, side: int, pieces: Sequence[ir.Valu
 def _dot_general(b, op, ins):
     """Bilinear. When one side has no series, the coefficients of the other side
     are stacked along a free dimension and go through one dot_general (one large
-    matmul instead of K), then sliced apart. The primal keeps its own dot (the
-    op itself): it is materialized once and read by every later coefficient,
-    instead of being recomputed (a tanh, say) inside each piece of the stack.
-    The driver shrinks the stack to the coefficients the outputs need."""
+    matmul instead of K), then sliced apart; the driver shrinks the stack to the
+    coefficients the outputs need.
+
+    In a directions-batched or collapsed jet the primal joins the stack along the
+    directions axis, as a row of its own next to the collapsed K-th coefficient's:
+    one matmul per layer reads the constant side once (a small batch of points is
+    bound by reading the weights, three times with separate primal, first-order
+    and collapsed dots; bench/pinn_grad.py). A coefficient that is a broadcast
+    `jet_directions.apply` multiplies before it (the unit directions over a vmapped
+    batch) keeps its own dot, as does every coefficient then. Without directions,
+    the primal keeps its own dot (the op itself), computed before the stack."""
     dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     lhs_rank = ir.RankedTensorType(op.operands[0].type).rank
     lhs_free = lhs_rank - len(dims.lhs_batching_dimensions) - len(dims.lhs_contracting_dimensions)
@@ -512,24 +527,28 @@ def _dot_general(b, op, ins):
     for side, batch, contract, offset in sides:
         x, other = ins[side], ins[1 - side]
         terms = [k for k in range(1, b.order + 1) if x[k] is not None]
+        if has_series(other) or not terms:
+            continue
+        out = b.series(op.result)
         shape = ir.RankedTensorType(x[0].type).shape
         free = [d for d in range(len(shape)) if d not in batch and d not in contract]
-        apart = [k for k in terms if b.directions is not None and b.lead_size(k) == 1]
-        stacked = [k for k in terms if k not in apart]
-        if has_series(other) or len(stacked) < 2:
-            continue
         if b.directions is not None:
-            stack = directions_stacked_dot(op, side, [b.conform(x[k], x[0], k) for k in stacked])
-        elif free:
-            stack = stacked_dot(op, side, [x[k] for k in stacked], free[0], len(batch) + offset, op.result.type)
+            pieces = [b.conform(x[k], x[0], k) for k in terms]
+            if any(jet_directions.multiplied_before_broadcast(op, side, p) for p in pieces):
+                break
+            primal = builders.reshape(x[0], [1, *builders.shape_of(x[0])])
+            template = op.clone(ip=ir.InsertionPoint(op))  # `op` itself is replaced by the primal's row
+            stack = directions_stacked_dot(template, side, [primal, *pieces])
+            stack.template = template
+            out[0] = builders.reshape(stack.slices[0], builders.shape_of(op.result))
+            stacked = dict(zip(terms, stack.slices[1:]))
+        elif free and len(terms) > 1:
+            stack = stacked_dot(op, side, [x[k] for k in terms], free[0], len(batch) + offset, op.result.type)
+            stacked = dict(zip(terms, stack.slices))
         else:
             continue
         b.stacks.append(stack)
-        out = b.series(op.result)
-        for k, piece in zip(stacked, stack.slices):
-            out[k] = piece
-        for k in apart:
-            out[k] = b.apply(op, {side: x[k]})
+        out[1:] = [stacked.get(k) for k in range(1, b.order + 1)]
         return [out]
     return bilinear(b, op, ins)
 

@@ -396,6 +396,73 @@ def test_directions_multiplied_before_the_batch_broadcast():
         assert not any("tensor<4x7x4xf64>" in line for line in dots), dots
 
 
+# A dot_general whose operand with the directions axis is not a broadcast (it follows a
+# nonlinearity) takes the primal's row, the directions and the collapsed coefficient as one
+# stacked matmul; its result's rows are sliced apart, the primal's reshaped.
+N = np.linspace(-0.6, 0.7, 30).reshape(5, 6)
+T3 = np.linspace(-0.5, 0.5, 2 * 3 * 4).reshape(2, 3, 4)
+STACKED_DOTS = {
+    "weights_on_the_right": lambda x: jnp.sum(jnp.tanh(jnp.sin(x) @ M.T) ** 2) + jnp.tanh(x @ M.T)[2],
+    "weights_on_the_left": lambda x: jnp.sum(jnp.sin(N.T @ jnp.tanh(M @ x)) ** 3),
+    "two_layers_primal_used": lambda x: jnp.prod(jnp.cos(jnp.tanh(jnp.tanh(M @ x) @ N) @ N.T)),
+    "matrix_point_batch_dim": lambda x: jnp.sum(jnp.tanh(jnp.einsum("bi,bij->bj", jnp.sin(x.reshape(2, 2)),
+                                                                    T3[:, :2, :])) ** 2),
+    "contract_first_dim": lambda x: jnp.sum(jnp.exp(jnp.einsum("ij,ik->jk", jnp.tanh(x.reshape(2, 2)),
+                                                               N[:2, :3]) * 0.5)),
+    "dot_in_a_loop": lambda x: jnp.sum(jax.lax.fori_loop(0, 2, lambda i, h: jnp.tanh(h @ M[:4, :4] * 0.8),
+                                                         jnp.sin(x)) ** 2),
+}
+
+
+@pytest.mark.parametrize("name", STACKED_DOTS)
+def test_stacked_primal_dot(name):
+    """Collapsed, standard (no jet-collapse) and nested (bi-Laplacian) jets and the gradient
+    of a loss through them, at a point and vmapped over points."""
+    f = STACKED_DOTS[name]
+    xs = jax.random.normal(jax.random.key(8), (3, 4))
+    close(hlopt.laplacian(f)(xs[0]), nested_laplacian(f)(xs[0]))
+    close(hlopt.jit(jax.vmap(hlopt.laplacian(f)))(xs), jax.vmap(nested_laplacian(f))(xs))
+    close(hlopt.jit(jax.vmap(hlopt.bilaplacian(f)))(xs[:2]), jax.vmap(nested_bilaplacian(f))(xs[:2]))
+    user = jax.vmap(lambda x: stde_laplacian(f, x, jnp.eye(4)))
+    close(hlopt.jit(user, pipeline="jet-expand,inline,canonicalize,cse,symbol-dce")(xs),
+          jax.vmap(nested_laplacian(f))(xs))
+    primal_and_first = jax.vmap(lambda x: jax.vmap(lambda v: jet(f, (x,), ((v, jnp.zeros_like(v)),)))(jnp.eye(4)))
+    (y, (y1, y2)) = hlopt.jit(primal_and_first)(xs)
+
+    def nested(x, v):
+        first = lambda x: jax.jvp(f, (x,), (v,))  # noqa: E731
+        (y, y1), (_, y2) = jax.jvp(first, (x,), (v,))
+        return y, (y1, y2)
+
+    y_ref, (y1_ref, y2_ref) = jax.vmap(lambda x: jax.vmap(lambda v: nested(x, v))(jnp.eye(4)))(xs)
+    for got, want in ((y, y_ref), (y1, y1_ref), (y2, y2_ref)):
+        close(got, want)
+
+    def loss(a, lap):
+        return jnp.sum(jax.vmap(lap(lambda x: f(a * x)))(xs) ** 2) + jnp.sum(jax.vmap(lambda x: f(a * x))(xs))
+
+    a = jnp.linspace(0.5, 1.2, 4)
+    close(hlopt.jit(jax.grad(lambda a: loss(a, hlopt.laplacian)))(a), jax.grad(lambda a: loss(a, nested_laplacian))(a))
+
+
+def test_stacked_primal_dot_is_one_matmul_per_layer():
+    """The hidden layer's dot of the MLP Laplacian is one [1 + 4 + 1, 7, 16] x [16, 16] matmul
+    (primal, 4 directions, collapsed coefficient; 7 points), with no separate primal dot, in the
+    forward program and in its gradient with respect to the weights, whose weight gradient is one
+    dot over the same stacked rows."""
+    xs = jax.random.normal(jax.random.key(9), (7, 4))
+    forward = hlopt.lower(lambda p, x: jax.vmap(hlopt.laplacian(lambda y: mlp(p, y)))(x), PARAMS, xs)
+    gradient = hlopt.lower(jax.grad(lambda p, x: jnp.sum(jax.vmap(hlopt.laplacian(lambda y: mlp(p, y)))(x) ** 2)),
+                           PARAMS, xs)
+    for lowered in (forward, gradient):
+        dots = [line for line in lowered.apply("hlopt-default").as_text().splitlines()
+                if "stablehlo.dot_general" in line]
+        assert sum("contracting_dims = [2] x [0], precision = [DEFAULT, DEFAULT] : (tensor<6x7x16xf64>, "
+                   "tensor<16x16xf64>) -> tensor<6x7x16xf64>" in line for line in dots) == 1, dots
+        assert not any("(tensor<7x16xf64>, tensor<16x16xf64>)" in line for line in dots), dots
+    assert any("(tensor<6x7x16xf64>, tensor<6x7x16xf64>) -> tensor<16x16xf64>" in line for line in dots), dots
+
+
 # --- errors -----------------------------------------------------------------------
 
 

@@ -28,20 +28,23 @@ func.func private @t(%x: tensor<4xf32>) -> tensor<f32> {
 
 // -----
 
-// Two layers: coefficient 1 and the collapsed K-th one go through the dot as two
-// matmuls (3 rows and 1 row, no concatenation to slice apart), and the second tanh's
-// sum is again taken of u1_r^2 alone, multiplied by its primal after the sum.
+// Two layers: the primal, coefficient 1 and the collapsed K-th one go through the dot
+// as one matmul (1 + 3 + 1 rows, sliced apart: the primal's row reshaped), and the
+// second tanh's sum is again taken of u1_r^2 alone, multiplied by its primal after the sum.
 // CHECK-LABEL: func.func private @t2_jet2
-// CHECK-NOT: stablehlo.concatenate
 // CHECK: %[[Y0:.*]] = stablehlo.tanh %arg0 : tensor<4xf32>
 // CHECK: %[[X1:.*]] = stablehlo.multiply %arg1, %{{.*}} : tensor<3x4xf32>
 // CHECK: %[[SQ0:.*]] = stablehlo.multiply %arg1, %arg1 : tensor<3x4xf32>
 // CHECK: %[[S0:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ0]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
 // CHECK: stablehlo.multiply %[[S0]], %[[Y0]] : tensor<4xf32>
 // CHECK: %[[X2:.*]] = stablehlo.multiply %{{.*}} : tensor<1x4xf32>
-// CHECK-DAG: %[[U1:.*]] = stablehlo.dot_general %[[X1]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<3x4xf32>, tensor<4x2xf32>) -> tensor<3x2xf32>
-// CHECK-DAG: %[[U2:.*]] = stablehlo.dot_general %[[X2]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<1x4xf32>, tensor<4x2xf32>) -> tensor<1x2xf32>
-// CHECK: %[[Y1:.*]] = stablehlo.tanh %{{.*}} : tensor<2xf32>
+// CHECK: %[[P:.*]] = stablehlo.reshape %[[Y0]] : (tensor<4xf32>) -> tensor<1x4xf32>
+// CHECK: %[[ST:.*]] = stablehlo.concatenate %[[P]], %[[X1]], %[[X2]], dim = 0 : (tensor<1x4xf32>, tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<5x4xf32>
+// CHECK: %[[U:.*]] = stablehlo.dot_general %[[ST]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<5x4xf32>, tensor<4x2xf32>) -> tensor<5x2xf32>
+// CHECK: %[[U0:.*]] = stablehlo.slice %[[U]] [0:1, 0:2]
+// CHECK: %[[U1:.*]] = stablehlo.slice %[[U]] [1:4, 0:2]
+// CHECK: %[[R0:.*]] = stablehlo.reshape %[[U0]] : (tensor<1x2xf32>) -> tensor<2xf32>
+// CHECK: %[[Y1:.*]] = stablehlo.tanh %[[R0]] : tensor<2xf32>
 // CHECK: %[[SQ1:.*]] = stablehlo.multiply %[[U1]], %[[U1]] : tensor<3x2xf32>
 // CHECK: %[[S1:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ1]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x2xf32>) -> tensor<2xf32>
 // CHECK: stablehlo.multiply %[[S1]], %[[Y1]] : tensor<2xf32>

@@ -6,7 +6,9 @@
 // zero K-th input builds nothing; the nonlinear term of sine, -sin(x) v_r^2 / 2, is
 // summed over the directions as sum_r v_r^2 (a dot with a vector of ones, not a
 // reduce: see jet_directions.lead_sum), multiplied once by the primal factor. The
-// second dot takes coefficient 1 (3 rows) and the collapsed one (1 row) as two matmuls.
+// second dot takes coefficient 1 (3 rows) and the collapsed one (1 row) stacked, as one
+// matmul; the primal's row, stacked with them too, is dropped with the dead primal
+// result (and no copy of the replaced primal dot is left behind).
 // CHECK-LABEL: func.func @main
 // CHECK: %[[R:.*]]:3 = call @f_jet2(%arg0, %arg1, %{{.*}}) : (tensor<4xf32>, tensor<3x4xf32>, tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
 // CHECK: %[[S:.*]] = stablehlo.reshape %[[R]]#2 : (tensor<1xf32>) -> tensor<f32>
@@ -18,11 +20,13 @@
 // CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
 // CHECK: %[[SUM:.*]] = stablehlo.dot_general %[[ONES]], %[[SQ]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
 // CHECK: stablehlo.multiply %[[SUM]], %[[SIN]] : tensor<4xf32>
-// CHECK-NOT: stablehlo.concatenate
-// CHECK: stablehlo.dot_general {{.*}} : (tensor<3x4xf32>, tensor<4xf32>) -> tensor<3xf32>
-// CHECK: stablehlo.dot_general {{.*}} : (tensor<1x4xf32>, tensor<4xf32>) -> tensor<1xf32>
+// CHECK: %[[STACK:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>
+// CHECK: %[[DOT:.*]] = stablehlo.dot_general %[[STACK]], %{{.*}} : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4xf32>
+// CHECK: %[[D1:.*]] = stablehlo.slice %[[DOT]] [0:3]
+// CHECK: %[[D2:.*]] = stablehlo.slice %[[DOT]] [3:4]
+// CHECK-NOT: stablehlo.dot_general
 // CHECK-NOT: stablehlo.sine
-// CHECK: return
+// CHECK: return %{{.*}}, %[[D1]], %[[D2]]
 func.func @main(%x: tensor<4xf32>, %v: tensor<3x4xf32>) -> (tensor<3xf32>, tensor<f32>) {
   %z = stablehlo.constant dense<0.0> : tensor<4xf32>
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<f32>)
@@ -33,6 +37,36 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<f32> {
   %0 = stablehlo.sine %x : tensor<4xf32>
   %1 = stablehlo.dot_general %0, %w, contracting_dims = [0] x [0] : (tensor<4xf32>, tensor<4xf32>) -> tensor<f32>
   return %1 : tensor<f32>
+}
+
+// -----
+
+// With the primal result live, the primal's row joins the stack too: one matmul reads
+// the weights once for the primal, the 3 directions and the collapsed coefficient.
+// CHECK-LABEL: func.func private @f_jet2
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<2x4xf32>, %[[V:[^:]*]]: tensor<3x2x4xf32>, %{{[^:]*}}: tensor<1x2x4xf32>)
+// CHECK: %[[W:.*]] = stablehlo.constant
+// CHECK: %[[T:.*]] = stablehlo.tanh %[[X]] : tensor<2x4xf32>
+// CHECK-NOT: stablehlo.dot_general %[[T]]
+// CHECK: %[[P:.*]] = stablehlo.reshape %[[T]] : (tensor<2x4xf32>) -> tensor<1x2x4xf32>
+// CHECK: %[[STACK:.*]] = stablehlo.concatenate %[[P]], %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x2x4xf32>, tensor<3x2x4xf32>, tensor<1x2x4xf32>) -> tensor<5x2x4xf32>
+// CHECK: %[[DOT:.*]] = stablehlo.dot_general %[[STACK]], %[[W]], contracting_dims = [2] x [0] : (tensor<5x2x4xf32>, tensor<4x3xf32>) -> tensor<5x2x3xf32>
+// CHECK: %[[Y0:.*]] = stablehlo.slice %[[DOT]] [0:1, 0:2, 0:3]
+// CHECK: %[[Y1:.*]] = stablehlo.slice %[[DOT]] [1:4, 0:2, 0:3]
+// CHECK: %[[Y2:.*]] = stablehlo.slice %[[DOT]] [4:5, 0:2, 0:3]
+// CHECK: %[[Y:.*]] = stablehlo.reshape %[[Y0]] : (tensor<1x2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: return %[[Y]], %[[Y1]], %[[Y2]]
+func.func @primal_too(%x: tensor<2x4xf32>, %v: tensor<3x2x4xf32>) -> (tensor<2x3xf32>, tensor<3x2x3xf32>, tensor<2x3xf32>) {
+  %z = stablehlo.constant dense<0.0> : tensor<2x4xf32>
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<2x4xf32>, tensor<3x2x4xf32>, tensor<2x4xf32>) -> (tensor<2x3xf32>, tensor<3x2x3xf32>, tensor<2x3xf32>)
+  return %r#0, %r#1, %r#2 : tensor<2x3xf32>, tensor<3x2x3xf32>, tensor<2x3xf32>
+}
+func.func private @f(%x: tensor<2x4xf32>) -> tensor<2x3xf32> {
+  %w = stablehlo.constant dense<[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0], [1.5, 2.5, 3.5]]> : tensor<4x3xf32>
+  %0 = stablehlo.tanh %x : tensor<2x4xf32>
+  %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  return %1 : tensor<2x3xf32>
 }
 
 // -----
