@@ -200,6 +200,11 @@ def user_frame(frames: Frames) -> Frame | None:
 ERROR_LINE_LIMIT = 1000
 
 
+def printable(value: object) -> str:
+    """`str(value)` with every control, format and other non-printable character escaped (\\x1b, \\u202e)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+
+
 def shorten(text: str, limit: int = ERROR_LINE_LIMIT) -> str:
     """`text` with every line longer than `limit` characters cut to its start and end around a count."""
     lines = str(text).split("\n")

@@ -44,7 +44,6 @@ class Compiled:
         self._out_is_key = [_is_key(a.dtype) for a in signature.out_avals]
         self._out_handlers = [result_handler(output_aval(_physical_aval(a), s), s, committed=self.committed)
                               for a, s in zip(signature.out_avals, self.out_shardings)]
-        self.uses_keys = any(self._in_is_key) or any(self._out_is_key)
 
         def run(*args: Any) -> Any:  # a plain function: the C++ dispatch keys its cache on it
             return self._python_call(*args)

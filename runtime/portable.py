@@ -37,7 +37,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from hlopt.compiler.parse_guard import ParseError, check_text
-from hlopt.passes.locations import format_location, shorten
+from hlopt.passes.locations import format_location, printable, shorten
 from hlopt.passes.mlir import ir
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
@@ -184,7 +184,7 @@ def scan_artifact(artifact: bytes) -> None:
     if proc.returncode != 0:
         lines = proc.stderr.decode("utf-8", "backslashreplace").strip().splitlines()
         line = lines[-1] if lines else f"its reader exited with status {proc.returncode}"
-        raise PortableCheckError(shorten("".join(c if c.isprintable() else repr(c)[1:-1] for c in line)))
+        raise PortableCheckError(shorten(printable(line)))
 
 
 def scan_child() -> None:

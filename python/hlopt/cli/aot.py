@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hlopt.cli.errors import UsageError
+from hlopt.passes.locations import printable
 
 PROGRESS_AFTER_S = 2.0
 # `hlopt run` sets up as many host CPU devices as a file's program needs, up to this many.
@@ -333,11 +334,6 @@ def add_inspect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ir", action="store_true", help="also print the post-pass module")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     add_trust_arg(p, None)
-
-
-def printable(value: Any) -> str:
-    """`str(value)` with every control, format and other non-printable character escaped (\\x1b, \\u202e)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
 
 
 def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
