@@ -1,0 +1,79 @@
+"""One JSON record per benchmark run, under `bench/results/`.
+
+Every script in `bench/` ends with `write_record(name, figures, ...)`: the
+machine, its load before and after, the versions, the commit and every figure
+it printed go into `bench/results/<name>/<UTC time>.json`, which the docs'
+benchmark page renders. Prose never quotes a run; the records are the history.
+
+A figure is a flat dictionary: the workload's name and parameters, the times of
+each side (seconds), and the ratios the script printed, for example
+`{"workload": "SpMV", "rows": 10000, "hlopt_s": 1.2e-4, "scipy_s": 1.1e-4,
+"ratio": 0.92, "ratio_is": "scipy / hlopt"}`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=RESULTS.parent, capture_output=True,
+                             text=True, timeout=10, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=RESULTS.parent,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def machine() -> dict[str, Any]:
+    """What the figures depend on: processor, cores, memory, OS, Python."""
+    mem = None
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    return {"processor": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "memory_bytes": mem, "system": platform.platform(), "python": sys.version.split()[0]}
+
+
+def write_record(name: str, figures: Sequence[Mapping[str, Any]], *, load_before: Sequence[float],
+                 options: Mapping[str, Any] | None = None, packages: Sequence[str] = ()) -> Path:
+    """Write one run's record and return its path; `load_before` is `os.getloadavg()` at the start."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    record = {
+        "benchmark": name,
+        "time_utc": now.isoformat(timespec="seconds"),
+        "commit": _commit(),
+        "machine": machine(),
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
+        "versions": {p: _version(p) for p in ("hlopt", "jax", "jaxlib", "numpy", *packages)},
+        "options": dict(options or {}),
+        "figures": [dict(f) for f in figures],
+    }
+    folder = RESULTS / name
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{now.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(record, indent=1, sort_keys=True, default=float) + "\n")
+    print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
+    return path
