@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import jet as jax_jet  # noqa: E402
 
 import hlopt  # noqa: E402
+from record import write_record  # noqa: E402
 
 
 def chain(x):
@@ -89,7 +90,9 @@ def run_times(fns: dict, args, repeat: int) -> dict[str, np.ndarray]:
     return {name: np.array(t) for name, t in times.items()}
 
 
-def bench(name, f, args, max_order, max_jvp_order, repeat):
+def bench(name, f, args, max_order, max_jvp_order, repeat) -> list[dict]:
+    """Print the table of one workload and return its rows as figures."""
+    figures = []
     print(f"\n## {name}\n")
     print("| K | hlopt run (ms) | jet run (ms) | jvp run (ms) | hlopt/jet | hlopt/jvp | hlopt/jet med | hlopt/jvp med "
           "| hlopt first (s) | jet first (s) | jvp first (s) |")
@@ -114,6 +117,17 @@ def bench(name, f, args, max_order, max_jvp_order, repeat):
         med_jvp = f"{np.median(rounds['hlopt'] / rounds['jvp']):.2f}" if "jvp" in run else "-"
         print(f"| {order} | {ms['hlopt']} | {ms['jet']} | {ms['jvp']} | {run['hlopt'] / run['jet']:.2f} | {vs_jvp} "
               f"| {med_jet} | {med_jvp} | {fs['hlopt']} | {fs['jet']} | {fs['jvp']} |", flush=True)
+        figure = {"workload": name, "order": order, "ratio_is": "hlopt / reference (< 1: hlopt faster)"}
+        for m in ("hlopt", "jet", "jvp"):
+            if m in run:
+                figure[f"{m}_run_s"], figure[f"{m}_first_s"] = float(run[m]), first[m]
+        figure["ratio_vs_jet"] = float(run["hlopt"] / run["jet"])
+        figure["median_round_ratio_vs_jet"] = float(np.median(rounds["hlopt"] / rounds["jet"]))
+        if "jvp" in run:
+            figure["ratio_vs_jvp"] = float(run["hlopt"] / run["jvp"])
+            figure["median_round_ratio_vs_jvp"] = float(np.median(rounds["hlopt"] / rounds["jvp"]))
+        figures.append(figure)
+    return figures
 
 
 def main() -> None:
@@ -125,13 +139,15 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
+    load_before = os.getloadavg()
+    figures = []
     hlopt.set_cache_dir(None)
     rng = np.random.default_rng(0)
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}, {os.cpu_count()} CPUs")
     if args.workload in ("chain", "both"):
         x, v = jax.device_put((rng.normal(size=args.n).astype(np.float32),
                                rng.normal(size=args.n).astype(np.float32)))
-        bench(f"chain of sin/cos/exp, n = {args.n}", lambda theta, y: chain(y), ((), x, v),
+        figures += bench(f"chain of sin/cos/exp, n = {args.n}", lambda theta, y: chain(y), ((), x, v),
               args.max_order, args.max_jvp_order, args.repeat)
     if args.workload in ("mlp", "both"):
         sizes = [50, 768, 768, 512, 512, 1]
@@ -139,8 +155,9 @@ def main() -> None:
                   for m, n in zip(sizes, sizes[1:])]
         params, x, v = jax.device_put((params, rng.normal(size=(args.batch, 50)).astype(np.float32),
                                        rng.normal(size=(args.batch, 50)).astype(np.float32)))
-        bench(f"tanh MLP 50-768-768-512-512-1, batch {args.batch}", mlp, (params, x, v),
-              args.max_order, args.max_jvp_order, args.repeat)
+        figures += bench(f"tanh MLP 50-768-768-512-512-1, batch {args.batch}", mlp, (params, x, v),
+                         args.max_order, args.max_jvp_order, args.repeat)
+    write_record("jet", figures, load_before=load_before, options=vars(args))
 
 
 if __name__ == "__main__":

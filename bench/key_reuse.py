@@ -13,6 +13,7 @@ Usage: python bench/key_reuse.py [--steps 300] [--repeat 5]
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -24,6 +25,7 @@ import hlopt
 from hlopt.passes.check_key_reuse import find_key_reuse
 from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
+from record import write_record
 
 
 def sampler(steps: int):
@@ -54,6 +56,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
+    load_before = os.getloadavg()
 
     f = sampler(args.steps)
     key, x = jax.random.key(0), jnp.zeros(4)
@@ -68,10 +71,14 @@ def main() -> None:
     t_jax = median_seconds(jax_check, args.repeat)
     print(f"sampler, {args.steps} steps; JAX check_key_reuse_jaxpr on {len(jaxpr.eqns)} eqns: {t_jax * 1e3:.1f} ms")
     print(f"{'module':<10} {'ops':>8} {'hlopt ms':>10} {'JAX ms':>8} {'hlopt/JAX':>10}")
+    figures = []
     for name, module in (("lowered", lowered.module), ("inlined", inlined.module)):
         assert find_key_reuse(module.operation) == []
         t = median_seconds(lambda m=module: find_key_reuse(m.operation), args.repeat)
         print(f"{name:<10} {count_ops(module):>8} {t * 1e3:>10.1f} {t_jax * 1e3:>8.1f} {t / t_jax:>10.2f}")
+        figures.append({"workload": f"sampler, {name}", "ops": count_ops(module), "jaxpr_eqns": len(jaxpr.eqns),
+                        "hlopt_s": t, "jax_s": t_jax, "ratio": t / t_jax, "ratio_is": "hlopt / JAX"})
+    write_record("key_reuse", figures, load_before=load_before, options=vars(args))
 
 
 if __name__ == "__main__":

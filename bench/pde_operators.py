@@ -57,6 +57,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import jet as jax_jet  # noqa: E402
 
 import hlopt  # noqa: E402
+from record import write_record  # noqa: E402
 
 STANDARD = "jet-expand,inline,canonicalize,cse,symbol-dce"
 WORKLOADS = ("exact", "weighted", "randomized", "bilaplacian")
@@ -174,9 +175,10 @@ def peak_mib(fn, args) -> float:
     return (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 20
 
 
-def run(title, methods, args, repeat, memory, ref="collapsed"):
+def run(title, methods, args, repeat, memory, ref="collapsed") -> list[dict]:
     """Time `methods` interleaved; print each one's median, ratio to `ref`, time to first
-    result, peak memory (`memory[name]`), and largest difference from `ref`'s output."""
+    result, peak memory (`memory[name]`), and largest difference from `ref`'s output, and
+    return those as one figure per method."""
     first, out = {}, {}
     for name, fn in methods.items():
         t0 = time.perf_counter()
@@ -189,6 +191,7 @@ def run(title, methods, args, repeat, memory, ref="collapsed"):
             t0 = time.perf_counter()
             jax.block_until_ready(fn(*args))
             times[name].append(time.perf_counter() - t0)
+    figures = []
     print(f"\n== {title}")
     print(f"{'method':<12} {'median ms':>10} {f'ratio/{ref} (med)':>22} {'first s':>8} {'peak MiB':>9} "
           f"{'max |diff|/|ref|':>17}")
@@ -197,6 +200,10 @@ def run(title, methods, args, repeat, memory, ref="collapsed"):
         diff = np.max(np.abs(out[name] - out[ref])) / max(np.max(np.abs(out[ref])), 1e-30)
         print(f"{name:<12} {1e3 * np.median(times[name]):>10.2f} {ratio:>22.2f} {first[name]:>8.2f} "
               f"{memory[name]:>9.1f} {diff:>17.1e}")
+        figures.append({"workload": title, "method": name, "median_s": float(np.median(times[name])),
+                        "ratio": float(ratio), "ratio_is": f"method / {ref}, median of per-round ratios",
+                        "first_s": first[name], "peak_mib": memory[name], "max_rel_diff": float(diff)})
+    return figures
 
 
 def workloads(a):
@@ -224,6 +231,7 @@ def main():
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--memory", action="store_true", help="only print the peak memory of each method as JSON")
     a = parser.parse_args()
+    load_before = os.getloadavg()
     if a.memory:
         print(json.dumps({title: {name: peak_mib(fn, args) for name, fn in methods.items()}
                           for title, methods, args in workloads(a)}))
@@ -232,9 +240,11 @@ def main():
                                        capture_output=True, text=True).stdout.splitlines()[-1])
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}, "
           f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    figures = []
     for title, methods, args in workloads(a):
-        run(title, methods, args, a.repeat, memory[title])
+        figures += run(title, methods, args, a.repeat, memory[title])
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    write_record("pde_operators", figures, load_before=load_before, options=vars(a), packages=("folx",))
 
 
 if __name__ == "__main__":

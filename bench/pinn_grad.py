@@ -37,6 +37,7 @@ import jax.numpy as jnp  # noqa: E402
 from pde_operators import init, mlp, peak_mib, run  # noqa: E402
 
 import hlopt  # noqa: E402
+from record import write_record  # noqa: E402
 
 
 def pinn_loss(laplacian):
@@ -76,6 +77,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--memory", action="store_true", help="only print the peak memory of each method as JSON")
     a = parser.parse_args()
+    load_before = os.getloadavg()
     if a.memory:
         print(json.dumps({dim: {name: peak_mib(fn, args) for name, fn in methods().items()}
                           for dim, args in problems(a)}))
@@ -84,10 +86,13 @@ def main():
                                        capture_output=True, text=True).stdout.splitlines()[-1])
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}, "
           f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    figures = []
     for dim, args in problems(a):
-        run(f"PINN loss gradient w.r.t. the weights, D={dim}", methods(), args, a.repeat, memory[str(dim)],
-            ref="hlopt")
+        figures += run(f"PINN loss gradient w.r.t. the weights, D={dim}", methods(), args, a.repeat,
+                       memory[str(dim)], ref="hlopt")
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    write_record("pinn_grad", figures, load_before=load_before, options=vars(a), packages=("folx",))
+
 
 if __name__ == "__main__":
     main()
