@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--rows", type=int, default=8 * 512)
     parser.add_argument("--cols", type=int, default=512)
+    parser.add_argument("--note", default="", help="recorded with the figures: what else ran on the machine, ...")
     args = parser.parse_args()
     load_before = os.getloadavg()
 

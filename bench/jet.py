@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--note", default="", help="recorded with the figures: what else ran on the machine, ...")
     args = parser.parse_args()
     load_before = os.getloadavg()
     figures = []

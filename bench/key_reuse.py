@@ -55,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--note", default="", help="recorded with the figures: what else ran on the machine, ...")
     args = parser.parse_args()
     load_before = os.getloadavg()
 

@@ -229,6 +229,7 @@ def main():
     parser.add_argument("--bi-dim", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--note", default="", help="recorded with the figures: what else ran on the machine, ...")
     parser.add_argument("--memory", action="store_true", help="only print the peak memory of each method as JSON")
     a = parser.parse_args()
     load_before = os.getloadavg()

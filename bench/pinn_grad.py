@@ -75,6 +75,7 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--dims", type=int, nargs="+", default=[50, 5])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--note", default="", help="recorded with the figures: what else ran on the machine, ...")
     parser.add_argument("--memory", action="store_true", help="only print the peak memory of each method as JSON")
     a = parser.parse_args()
     load_before = os.getloadavg()
