@@ -1,0 +1,66 @@
+"""Sphinx configuration of hlopt's documentation (Sphinx + MyST, as JAX and flax build theirs).
+
+Build: `python -m sphinx -W --keep-going -b html docs docs/_build/html` (warnings are errors).
+"""
+
+import os
+import re
+import sys
+
+from pygments.lexer import RegexLexer, bygroups
+from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Text
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import hlopt  # noqa: E402
+
+project = "hlopt"
+release = version = hlopt.__version__
+extensions = ["myst_parser", "sphinx.ext.autodoc"]
+source_suffix = {".md": "markdown"}
+exclude_patterns = ["_build"]
+myst_heading_anchors = 3
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+html_theme = "furo"
+html_title = f"hlopt {release}"
+templates_path: list[str] = []
+
+
+class MlirLexer(RegexLexer):
+    """Enough of MLIR's syntax to colour StableHLO listings (Pygments has no MLIR lexer)."""
+
+    name = "MLIR"
+    aliases = ["mlir"]
+    tokens = {
+        "root": [
+            (r"//.*?$", Comment.Single),
+            (r'"(\\\\|\\"|[^"])*"', String),
+            (r"%[\w.#:$-]+", Name.Variable),
+            (r"@[\w.$-]+", Name.Function),
+            (r"#[\w.]+", Name.Attribute),
+            (r"\b(func\.func|func\.call|return|module|attributes|private|public|call)\b", Keyword),
+            (r"\b(tensor|complex|f16|bf16|f32|f64|i1|i8|i16|i32|i64|ui32|index)\b", Keyword.Type),
+            (r"([a-z_]+)(\.)([a-z_.]+)", bygroups(Name.Builtin, Punctuation, Name.Builtin)),
+            (r"-?\d+(\.\d+)?(e[+-]?\d+)?", Number),
+            (r"[=:<>()\[\]{},x*+-]", Operator),
+            (r"\s+", Text),
+            (r".", Text),
+        ]
+    }
+
+
+_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)(\w?)")
+
+
+def code_spans_as_literals(app, what, name, obj, options, lines):
+    """hlopt's docstrings write code as `name` (Markdown): make each a reST literal,
+    also where a letter follows (`Array`s)."""
+    for i, line in enumerate(lines):
+        lines[i] = _CODE.sub(lambda m: f"``{m[1]}``" + (f"\\ {m[2]}" if m[2] else ""), line)
+
+
+def setup(app):
+    app.add_lexer("mlir", MlirLexer)
+    app.connect("autodoc-process-docstring", code_spans_as_literals)
