@@ -1,0 +1,137 @@
+"""Render the pass reference, docs/passes.md, from hlopt's pass registry.
+
+    python docs/gen_passes.py          # write docs/passes.md
+    python docs/gen_passes.py --check  # exit 1 if docs/passes.md differs from what the code gives
+
+Each registered pass contributes its summary (the docstring's first paragraph), a table
+of its options (one row per dataclass field; one column per entry of `OPTION_COLUMNS`,
+then one per key of the fields' `metadata`), and the rest of its docstring, where
+indented blocks are the before/after IR. A pass whose docstring holds no example is
+followed by its module's docstring. Named pipelines end the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import sys
+import textwrap
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hlopt.passes.base import Pass
+from hlopt.passes.registry import PASSES, PIPELINES, all_passes
+
+PAGE = Path(__file__).resolve().parent / "passes.md"
+
+
+def _values(field: dataclasses.Field, hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Literal:
+        return " \\| ".join(f"`{v}`" for v in typing.get_args(hint))
+    return {bool: "`true` \\| `false`", int: "integer", str: "string"}.get(hint, f"`{hint}`")
+
+
+def _default(field: dataclasses.Field, hint: Any) -> str:
+    if isinstance(field.default, bool):
+        return f"`{str(field.default).lower()}`"
+    return f"`{field.default}`" if field.default != "" else "none"
+
+
+# (column header, cell) per option; a new property of options is one more entry here.
+OPTION_COLUMNS: list[tuple[str, Callable[[dataclasses.Field, Any], str]]] = [
+    ("option", lambda f, hint: f"`{f.name.replace('_', '-')}`"),
+    ("values", _values),
+    ("default", _default),
+]
+
+
+def _paragraphs_and_blocks(text: str) -> list[str]:
+    """Markdown for a docstring body: prose paragraphs as they are, indented blocks fenced as text."""
+    lines = textwrap.dedent(text).strip("\n").splitlines()
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            i += 1
+            continue
+        if line.startswith(" "):
+            block = []
+            while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
+                block.append(lines[i])
+                i += 1
+            out.append("```text\n" + textwrap.dedent("\n".join(block)).strip("\n") + "\n```")
+        else:
+            para = []
+            while i < len(lines) and lines[i].strip() and not lines[i].startswith(" "):
+                para.append(lines[i].strip())
+                i += 1
+            out.append("\n".join(para))
+    return out
+
+
+def _split_docstring(doc: str) -> tuple[str, str]:
+    """(summary: the first paragraph on one line, the rest)."""
+    doc = inspect.cleandoc(doc or "")
+    first, _, rest = doc.partition("\n\n")
+    return " ".join(part.strip() for part in first.splitlines()), rest
+
+
+def _options_table(cls: type[Pass]) -> list[str]:
+    fields = dataclasses.fields(cls)
+    if not fields:
+        return ["No options."]
+    hints = typing.get_type_hints(cls)
+    extra = sorted({key for f in fields for key in f.metadata})
+    headers = [h for h, _ in OPTION_COLUMNS] + extra
+    rows = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    for f in fields:
+        cells = [cell(f, hints[f.name]) for _, cell in OPTION_COLUMNS]
+        cells += [str(f.metadata.get(key, "")) for key in extra]
+        rows.append("| " + " | ".join(cells) + " |")
+    return ["\n".join(rows)]
+
+
+def render() -> str:
+    """The whole page."""
+    parts = [
+        "# Pass reference",
+        "This page is generated from the passes' docstrings by `docs/gen_passes.py`; a test fails "
+        "when it is stale. `hlopt-opt --list-passes` prints the same summaries and options. "
+        "Options go in braces after the name: `jet-expand{func=f order=3}`.",
+    ]
+    for name, cls in all_passes().items():
+        summary, rest = _split_docstring(cls.__doc__ or "")
+        module = PASSES[name][0]
+        parts += [f"## `{name}`", summary, f"Defined in `passes/{module}.py` as `{cls.__name__}`."]
+        parts += _options_table(cls)
+        body = _paragraphs_and_blocks(rest) if rest.strip() else []
+        if not any(p.startswith("```") for p in body):
+            module_doc = sys.modules[cls.__module__].__doc__ or ""
+            body += _paragraphs_and_blocks(_split_docstring(module_doc)[1])
+        parts += body
+    parts.append("## Named pipelines")
+    parts += [f"`{name}`: `{text}`" for name, text in sorted(PIPELINES.items())]
+    return "\n\n".join(parts) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if the committed page is stale")
+    args = parser.parse_args()
+    page = render()
+    if args.check:
+        if PAGE.read_text(encoding="utf-8") != page:
+            print(f"{PAGE} is stale: run python docs/gen_passes.py", file=sys.stderr)
+            return 1
+        return 0
+    PAGE.write_text(page, encoding="utf-8")
+    print(f"wrote {PAGE}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
