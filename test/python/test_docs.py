@@ -1,0 +1,154 @@
+"""The README and the docs cannot drift: every code block runs, and the generated pages are fresh.
+
+Block kinds (the info string of a fenced block):
+  python        run as a script in a fresh process, in an empty folder
+  sh            run by bash in an empty folder holding a copy of examples/
+  mlir          a lit test (`RUN:` lines) must be a file of examples/lit/, which a sh block runs;
+                any other block must parse with hlopt-opt
+  console       commands shown, not run (installs and whole test runs): each line is `$ ` and
+                one of CONSOLE_COMMANDS
+  text          output, listings and diagrams: not run
+MyST directives (`{literalinclude}`, `{toctree}`, `{eval-rst}`) are checked by the docs build.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.S | re.M)
+RUN_KINDS = {"python", "sh", "mlir"}
+CONSOLE_COMMANDS = ("python3 -m pip install -e ", "hlopt demo", "bash test/run_all.sh", "python3 -m sphinx ",
+                    "XLA_FLAGS=--xla_backend_optimization_level=3 python -m pytest ")
+TIMEOUT_S = 240
+
+
+def blocks() -> list[tuple[str, int, str, str]]:
+    """(page, line, kind, text) of every fenced block of the README and the docs."""
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in FENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            kind = m[1].split()[0] if m[1].strip() else ""
+            found.append((page.relative_to(ROOT).as_posix(), line, kind, m[2]))
+    return found
+
+
+def of_kind(*kinds: str) -> list:
+    return [pytest.param(text, id=f"{page}:{line}") for page, line, kind, text in blocks() if kind in kinds]
+
+
+def environment(home: Path) -> dict[str, str]:
+    """What a user's shell has: hlopt's tools on PATH, a key of their own in a fresh config folder,
+    no cache, and XLA_FLAGS without a forced device count (examples choose their devices)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HLOPT_")}
+    env["XLA_FLAGS"] = re.sub(r"--xla_force_host_platform_device_count=\d+", "", env.get("XLA_FLAGS", ""))
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"), JAX_PLATFORMS="cpu",
+               PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]))
+    return env
+
+
+def run(command: list[str], cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(command, cwd=cwd, env=environment(cwd), input=stdin, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 0, f"exit status {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n" \
+                                 f"--- stderr\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def test_every_block_has_a_known_kind():
+    kinds = {kind for _, _, kind, _ in blocks()}
+    directives = {k for k in kinds if k.startswith("{")}
+    assert kinds - directives <= RUN_KINDS | {"console", "text"}, kinds
+    assert directives <= {"{literalinclude}", "{toctree}", "{eval-rst}"}, directives
+
+
+@pytest.mark.parametrize("code", of_kind("python"))
+def test_python_block(code, tmp_path):
+    (tmp_path / "example.py").write_text(code, encoding="utf-8")
+    run([sys.executable, "example.py"], tmp_path)
+
+
+@pytest.mark.parametrize("script", of_kind("sh"))
+def test_shell_block(script, tmp_path):
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    run(["bash", "-euo", "pipefail", "-c", script], tmp_path)
+
+
+@pytest.mark.parametrize("ir", of_kind("mlir"))
+def test_mlir_block(ir, tmp_path):
+    if "RUN:" in ir:
+        lit_tests = {p.read_text(encoding="utf-8") for p in (ROOT / "examples" / "lit").glob("*.mlir")}
+        assert ir in lit_tests, "a lit test shown in the docs must be a file of examples/lit/ (which a test runs)"
+    else:
+        run(["hlopt-opt", "-"], tmp_path, stdin=ir)
+
+
+@pytest.mark.parametrize("commands", of_kind("console"))
+def test_console_blocks_show_only_known_commands(commands):
+    for line in commands.splitlines():
+        assert line.startswith("$ ") and line[2:].startswith(CONSOLE_COMMANDS), line
+
+
+def test_examples_lit_folder_passes(tmp_path):
+    shutil.copytree(ROOT / "examples" / "lit", tmp_path / "lit")
+    proc = run([sys.executable, "-c", "import lit.main; lit.main.main()", "-v", "lit"], tmp_path)
+    assert "Passed: 3" in proc.stdout, proc.stdout
+
+
+def _module(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pass_reference_is_generated_from_the_registry():
+    gen = _module(ROOT / "docs" / "gen_passes.py")
+    assert (ROOT / "docs" / "passes.md").read_text(encoding="utf-8") == gen.render(), \
+        "docs/passes.md is stale: run python docs/gen_passes.py"
+
+
+def test_pass_reference_lists_every_pass_and_option():
+    from hlopt.passes.registry import all_passes
+
+    page = (ROOT / "docs" / "passes.md").read_text(encoding="utf-8")
+    for name, cls in all_passes().items():
+        assert f"## `{name}`" in page
+        for option, _ in cls.options_help():
+            assert f"`{option.split('=')[0]}`" in page, (name, option)
+
+
+def test_benchmark_page_is_rendered_from_the_latest_records():
+    render = _module(ROOT / "bench" / "render.py")
+    page, plots = render.render()
+    assert (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8") == page, \
+        "docs/benchmarks.md is stale: run python bench/render.py"
+    for _, _, png in plots:
+        assert png.is_file(), f"{png} is missing: run python bench/render.py (needs matplotlib)"
+
+
+def test_readme_is_short():
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+
+
+INSIDER = re.compile(r"\b(this stop|last stop|merged tree|the issue|branch [`']?\w+\d|as the issue asks|"
+                     r"\d{1,2} Dec 20\d\d|\d\d:\d\d UTC)\b", re.I)
+
+
+def test_no_words_only_the_authors_understand():
+    for page in [*PAGES, *(ROOT / "examples").rglob("*.py")]:
+        if page.name == "benchmarks.md":  # record names are times, by design
+            continue
+        found = INSIDER.findall(page.read_text(encoding="utf-8"))
+        assert not found, (page, found)
