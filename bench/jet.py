@@ -149,7 +149,7 @@ def main() -> None:
         x, v = jax.device_put((rng.normal(size=args.n).astype(np.float32),
                                rng.normal(size=args.n).astype(np.float32)))
         figures += bench(f"chain of sin/cos/exp, n = {args.n}", lambda theta, y: chain(y), ((), x, v),
-              args.max_order, args.max_jvp_order, args.repeat)
+                         args.max_order, args.max_jvp_order, args.repeat)
     if args.workload in ("mlp", "both"):
         sizes = [50, 768, 768, 512, 512, 1]
         params = [((rng.normal(size=(m, n)) / np.sqrt(m)).astype(np.float32), rng.normal(size=n).astype(np.float32))
