@@ -3,7 +3,8 @@
     python docs/gen_passes.py          # write docs/passes.md
     python docs/gen_passes.py --check  # exit 1 if docs/passes.md differs from what the code gives
 
-Each registered pass contributes its summary (the docstring's first paragraph), a table
+Each registered pass contributes its summary (the docstring's first paragraph), what the
+registry says of it (module, the annotations it lowers, its place in `hlopt-default`), a table
 of its options (one row per dataclass field; one column per entry of `OPTION_COLUMNS`,
 then one per key of the fields' `metadata`), and the rest of its docstring, where
 indented blocks are the before/after IR. A pass whose docstring holds no example is
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hlopt.passes.base import Pass
-from hlopt.passes.registry import PASSES, PIPELINES, all_passes
+from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, PASSES, PIPELINES, all_passes
 
 PAGE = Path(__file__).resolve().parent / "passes.md"
 
@@ -95,6 +96,19 @@ def _options_table(cls: type[Pass]) -> list[str]:
     return ["\n".join(rows)]
 
 
+def _facts(name: str, module: str, cls: type[Pass]) -> list[str]:
+    """What the registry knows about a pass: where it is defined, what it lowers, where it runs."""
+    facts = [f"- defined in `passes/{module}.py` as `{cls.__name__}`"]
+    targets = [f"`@{t}*`" if t.endswith(".") else f"`@{t}`" for t, owner in ANNOTATIONS.items() if owner == name]
+    if targets:
+        facts.append(f"- lowers the annotations {', '.join(targets)}")
+    if name in DEFAULT_LOWERINGS:
+        facts.append(f"- runs in `hlopt-default`, step {DEFAULT_LOWERINGS.index(name) + 1}")
+    else:
+        facts.append("- not in `hlopt-default`: name it in a pipeline")
+    return facts
+
+
 def render() -> str:
     """The whole page."""
     parts = [
@@ -106,7 +120,7 @@ def render() -> str:
     for name, cls in all_passes().items():
         summary, rest = _split_docstring(cls.__doc__ or "")
         module = PASSES[name][0]
-        parts += [f"## `{name}`", summary, f"Defined in `passes/{module}.py` as `{cls.__name__}`."]
+        parts += [f"## `{name}`", summary, "\n".join(_facts(name, module, cls))]
         parts += _options_table(cls)
         body = _paragraphs_and_blocks(rest) if rest.strip() else []
         if not any(p.startswith("```") for p in body):
