@@ -19,6 +19,11 @@ temporaries and outputs). hlopt's compile time (first call of `hlopt.jit`) is pr
   output structure counted on the host, then the values computed with that nse) and, under
   `hlopt.jit`, `bcoo_spdot_general(A, A, nse=exact)` (the nse given: the values alone).
 
+`--breakdown` times, beside scipy's SpMV, the pieces any plain-StableHLO SpMV is built of, each
+compiled by XLA:CPU alone (`jax.jit` on the same buffers): the gather and multiply summed to a
+scalar (no output written), the same with the products written out, and the sorted scatter-add
+that sums them into rows; it shows where hlopt's time goes.
+
 scipy.sparse's CSR kernels (`_sparsetools`) are plain C++ that link no BLAS (`ldd` of the
 module shows only libstdc++, libm, libc), so OPENBLAS_CORETYPE, when the machine sets it, does
 not change them; its value is printed and recorded.
@@ -45,12 +50,15 @@ import scipy.sparse as sp
 
 import hlopt
 from hlopt import sparse as hs
+from hlopt.passes import bcoo_shapes
+from hlopt.sparse import products, symbolic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import write_record  # noqa: E402
 
 F32 = 4
 I32 = 4
+MM = (((1,), (0,)), ((), ()))
 
 
 def random_csr(rng: np.random.Generator, n: int, per_row: int) -> sp.csr_matrix:
@@ -219,8 +227,35 @@ def dense_products(m: sp.csr_matrix, rng: np.random.Generator, widths: list[int]
     return figures
 
 
-def spgemm(name: str, m: sp.csr_matrix, copy_bw: float, budget: float) -> list[dict]:
-    """`A @ A` eagerly (exact structure on the host, then values) and under jit with nse given."""
+def breakdown(m: sp.csr_matrix, rng: np.random.Generator, copy_bw: float, budget: float) -> list[dict]:
+    """scipy's SpMV against the pieces of an XLA:CPU one, each compiled alone."""
+    n, nnz = m.shape[0], m.nnz
+    coo = m.tocoo()
+    d, r, c = jnp.asarray(coo.data), jnp.asarray(coo.row), jnp.asarray(coo.col)
+    v_np = rng.standard_normal(n, dtype=np.float32)
+    v = jnp.asarray(v_np)
+    pieces = {
+        "gather x[col] * data, summed": (lambda d, c, v: jnp.sum(d * v[c]), (d, c, v), nnz * (F32 + I32) + n * F32),
+        "gather x[col] * data, written": (lambda d, c, v: d * v[c], (d, c, v), nnz * (2 * F32 + I32) + n * F32),
+        "sorted scatter-add into rows": (
+            lambda d, r, c, v: jnp.zeros(n, jnp.float32).at[r].add(d * v[c], indices_are_sorted=True),
+            (d, r, c, v), csr_bytes(m) + 2 * n * F32),
+    }
+    figures = []
+    for name, (fn, args, bytes_) in pieces.items():
+        jitted = jax.jit(fn)
+        start = time.perf_counter()
+        jax.block_until_ready(jitted(*args))
+        comp = time.perf_counter() - start
+        peak = jitted.lower(*args).compile().memory_analysis()
+        figures.append(measure(f"SpMV piece: {name}", n, nnz, bytes_, copy_bw, lambda: m @ v_np,
+                               lambda: jitted(*args), None, (), budget, comp,
+                               ours_peak=peak.temp_size_in_bytes + peak.output_size_in_bytes))
+    return figures
+
+
+def spgemm(name: str, m: sp.csr_matrix, copy_bw: float, budget: float, traced: bool) -> list[dict]:
+    """`A @ A` eagerly (exact structure on the host, then values) and, if `traced`, under jit with nse given."""
     n = m.shape[0]
     d, i = to_bcoo_buffers(m)
     shape = m.shape
@@ -228,14 +263,16 @@ def spgemm(name: str, m: sp.csr_matrix, copy_bw: float, budget: float) -> list[d
     exact = out.nnz
     bytes_ = 2 * csr_bytes(m) + csr_bytes(out)
     A = hs.BCOO((d, i), shape=shape, indices_sorted=True, unique_indices=True)
-    mm = (((1,), (0,)), ((), ()))
+    mm = MM
     figures = []
     start = time.perf_counter()
     jax.block_until_ready((A @ A).data)
     first = time.perf_counter() - start
-    eager_peak = _eager_peak(A, exact)
+    eager_peak = _eager_peak(A)
     figures.append(measure(f"SpGEMM {name}, eager A @ A", n, m.nnz, bytes_, copy_bw, lambda: m @ m,
                            lambda: (A @ A).data, None, (), budget, first, ours_peak=eager_peak))
+    if not traced:
+        return figures
     B = bcoo(shape)
     f, c = compiled(lambda d, i: _bufs(hs.bcoo_spdot_general(B(d, i), B(d, i), dimension_numbers=mm, nse=exact)),
                     (d, i))
@@ -244,13 +281,19 @@ def spgemm(name: str, m: sp.csr_matrix, copy_bw: float, budget: float) -> list[d
     return figures
 
 
-def _eager_peak(A: hs.BCOO, exact: int) -> int:
-    """The values phase's compiled peak (the host's structure phase is numpy: tracemalloc's peak)."""
-    mm = (((1,), (0,)), ((), ()))
-    B = bcoo(A.shape)
-    values = hlopt.jit(lambda d, i: _bufs(hs.bcoo_spdot_general(B(d, i), B(d, i), dimension_numbers=mm, nse=exact)))
-    host = scipy_peak(lambda: hs.bcoo_spdot_nse(A, A, dimension_numbers=mm))
-    return max(hlopt_peak(values, (A.data, A.indices)), host)
+def _eager_peak(A: hs.BCOO) -> int:
+    """Eager `A @ A`'s peak: the host's (tracemalloc over the call: the structure phase is numpy)
+    plus the values program's temporaries and outputs (they may coexist)."""
+    host = scipy_peak(lambda: A @ A)
+    s = symbolic.spdot_structure(np.asarray(A.indices), _layout(A), np.asarray(A.indices), _layout(A), MM)
+    spec = [jax.ShapeDtypeStruct(A.data.shape, A.data.dtype)] * 2 + [
+        jax.ShapeDtypeStruct(a.shape, np.int32) for a in (s.lhs_entry, s.rhs_entry, s.slot)]
+    stats = products._pair_values.lower(*spec, size=s.nse, dtype=np.dtype(np.float32)).compile().memory_analysis()
+    return host + stats.temp_size_in_bytes + stats.output_size_in_bytes
+
+
+def _layout(A: hs.BCOO) -> Any:
+    return bcoo_shapes.layout(A.shape, A.data.shape, A.indices.shape)
 
 
 def _bufs(m: hs.BCOO) -> tuple[jax.Array, jax.Array]:
@@ -265,8 +308,14 @@ def main() -> None:
     parser.add_argument("--spgemm-per-row", type=int, default=5, help="entries a row of the SpGEMM operands")
     parser.add_argument("--spgemm-max-rows", type=int, default=100_000,
                         help="largest SpGEMM operand (rows); larger sizes run the other products only")
+    parser.add_argument("--traced-spgemm-max-rows", type=int, default=10_000,
+                        help="largest SpGEMM run under jit with traced indices (the annotation's sort-based "
+                             "values phase: 0.1-1 s and 11 s of compile at 1e4 rows)")
+    parser.add_argument("--power-law-max-rows", type=int, default=10_000,
+                        help="largest power-law SpGEMM (at 1e5 rows its 2e7 pairs take hlopt's host phase 2.7 GB)")
     parser.add_argument("--max-dense-mb", type=float, default=600, help="leave out SpMM whose dense operands exceed this")
     parser.add_argument("--budget", type=float, default=0.5, help="seconds of calls per side per product, at least")
+    parser.add_argument("--breakdown", action="store_true", help="also time the pieces of an XLA:CPU SpMV")
     parser.add_argument("--only", default="", help="run only products whose name contains this (SpMV, SpMM, SpMM x 64, SDDMM, SpGEMM)")
     args = parser.parse_args()
     load_before = os.getloadavg()
@@ -283,9 +332,13 @@ def main() -> None:
     for n in sizes:
         figures += dense_products(random_csr(rng, n, args.per_row), rng, [16, 64, 256], args.max_dense_mb,
                                       copy_bw, budget, args.only)
+        if args.breakdown:
+            figures += breakdown(random_csr(rng, n, args.per_row), rng, copy_bw, budget)
         if args.only in "SpGEMM" and n <= args.spgemm_max_rows:
-            figures += spgemm("random", random_csr(rng, n, args.spgemm_per_row), copy_bw, budget)
-            figures += spgemm("power-law", power_law_csr(rng, n, args.spgemm_per_row), copy_bw, budget)
+            traced = n <= args.traced_spgemm_max_rows
+            figures += spgemm("random", random_csr(rng, n, args.spgemm_per_row), copy_bw, budget, traced)
+            if n <= args.power_law_max_rows:
+                figures += spgemm("power-law", power_law_csr(rng, n, args.spgemm_per_row), copy_bw, budget, traced)
     copy_after = copy_bandwidth()
     print(f"\ncopy bandwidth after: {copy_after / 1e9:.2f} GB/s; load average {os.getloadavg()[0]:.2f}")
     write_record("sparse_scipy", figures, load_before=load_before, packages=("scipy",),

@@ -80,6 +80,24 @@ def _linear(cols: np.ndarray, sizes: Sequence[int]) -> np.ndarray:
     return key
 
 
+def _sorted_by(key: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, ...]:
+    """`key` and `others` ordered by `key` (stable; no sort when already sorted, as row-sorted indices are)."""
+    if key.size < 2 or bool(np.all(key[1:] >= key[:-1])):
+        return (key, *others)
+    order = np.argsort(key, kind="stable")
+    return (key[order], *(x[order] for x in others))
+
+
+def _runs(sorted_keys: np.ndarray, keys: np.ndarray, space: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each of `keys` (in `[0, space)`): where its run in `sorted_keys` starts, and its length;
+    a count per key and its prefix sum when the key space is small, else binary searches."""
+    if space <= 4 * (sorted_keys.size + keys.size):
+        per_key = np.bincount(sorted_keys, minlength=space)
+        return (np.cumsum(per_key) - per_key)[keys], per_key[keys]
+    lo = np.searchsorted(sorted_keys, keys, "left")
+    return lo, np.searchsorted(sorted_keys, keys, "right") - lo
+
+
 def spdot_structure(lhs_indices: np.ndarray, lhs: shapes.Layout, rhs_indices: np.ndarray, rhs: shapes.Layout,
                     dimension_numbers: shapes.DotDims, nse: int | None = None) -> Structure | None:
     """The exact structure of `bcoo_spdot_general` for these concrete indices, with `nse` slots a
@@ -99,14 +117,9 @@ def spdot_structure(lhs_indices: np.ndarray, lhs: shapes.Layout, rhs_indices: np
     l_free, r_free = math.prod(lsizes), math.prod(rsizes)
     stride = r_batches * r_free
     # A pair's output key: (lhs's output batch, lhs free index) then (rhs's free batch, rhs free index).
-    prefix = left.batch * l_free + left.free
-    order = np.argsort(prefix, kind="stable")
-    prefix, join, l_ids = prefix[order], left.join[order], left.ids[order]
-    r_order = np.argsort(right.join, kind="stable")
-    r_join, r_ids = right.join[r_order], right.ids[r_order]
-    r_suffix = ((right.batch % r_batches) * r_free + right.free)[r_order]
-    lo = np.searchsorted(r_join, join, "left")
-    count = np.searchsorted(r_join, join, "right") - lo
+    prefix, join, l_ids = _sorted_by(left.batch * l_free + left.free, left.join, left.ids)
+    r_join, r_ids, r_suffix = _sorted_by(right.join, right.ids, (right.batch % r_batches) * r_free + right.free)
+    lo, count = _runs(r_join, join, math.prod(plan.batch[: len(lb)]) * math.prod(lhs.shape[d] for d in lc))
     upto = np.cumsum(count)
     keys, lpair, rpair = [], [], []
     start = 0
@@ -119,7 +132,7 @@ def spdot_structure(lhs_indices: np.ndarray, lhs: shapes.Layout, rhs_indices: np
         entry = np.repeat(np.arange(start, stop), c)
         rpos = lo[entry] + np.arange(entry.size) - np.repeat(upto[start:stop] - c - done, c)
         k = prefix[entry] * stride + r_suffix[rpos]
-        by_key = np.argsort(k, kind="stable")
+        by_key = np.argsort(k, kind="stable")  # keys come in runs of one lhs entry: a merge sort is fastest
         keys.append(k[by_key])
         lpair.append(l_ids[entry[by_key]])
         rpair.append(r_ids[rpos[by_key]])
@@ -132,9 +145,12 @@ def spdot_structure(lhs_indices: np.ndarray, lhs: shapes.Layout, rhs_indices: np
     batch = ukey // stride // l_free * r_batches + ukey % stride // r_free
     n_out = math.prod(plan.batch)
     per_batch = np.bincount(batch, minlength=n_out)
-    by_batch = np.argsort(batch, kind="stable")  # positions of one batch stay in row-major order
-    local = np.empty(ukey.size, np.int64)
-    local[by_batch] = np.arange(ukey.size) - np.repeat(np.cumsum(per_batch) - per_batch, per_batch)
+    if n_out == 1:
+        local = np.arange(ukey.size)
+    else:
+        by_batch = np.argsort(batch, kind="stable")  # positions of one batch stay in row-major order
+        local = np.empty(ukey.size, np.int64)
+        local[by_batch] = np.arange(ukey.size) - np.repeat(np.cumsum(per_batch) - per_batch, per_batch)
     nse = int(per_batch.max(initial=0)) if nse is None else nse
     sparse = [*lsizes, *rsizes]
     flat = ukey // stride % l_free * r_free + ukey % r_free
