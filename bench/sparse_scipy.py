@@ -10,6 +10,8 @@ written once) and the bandwidth that gives each side, next to a plain copy's (nu
 copied per second) measured in the same run, and the peak memory each side allocates for the
 product (scipy: tracemalloc, which sees numpy's allocations; hlopt: the compiled program's
 temporaries and outputs). hlopt's compile time (first call of `hlopt.jit`) is printed too.
+The copy is measured once before and once after the products: on a loaded machine it varies
+as much as the products do, so a percentage of it above 100 says the copy ran at a worse moment.
 
 - SpMV `A @ v`, SpMM `A @ X` (X with 16, 64, 256 columns; a case whose dense operands exceed
   `--max-dense-mb` is left out and printed as such), SDDMM: `(P @ Q)` read at A's entries
@@ -17,7 +19,9 @@ temporaries and outputs). hlopt's compile time (first call of `hlopt.jit`) is pr
   chunks, as a scipy user writes it).
 - SpGEMM `A @ A`: scipy's CSR product against hlopt two ways: `A @ A` called eagerly (the
   output structure counted on the host, then the values computed with that nse) and, under
-  `hlopt.jit`, `bcoo_spdot_general(A, A, nse=exact)` (the nse given: the values alone).
+  `hlopt.jit`, `bcoo_spdot_general(A, A, nse=exact)` with traced indices (the `spdot_general`
+  annotation; up to `--traced-spgemm-max-rows`). The power-law graph runs up to
+  `--power-law-max-rows`, SpGEMM up to `--spgemm-max-rows`.
 
 `--breakdown` times, beside scipy's SpMV, the pieces any plain-StableHLO SpMV is built of, each
 compiled by XLA:CPU alone (`jax.jit` on the same buffers): the gather and multiply summed to a
@@ -313,17 +317,20 @@ def main() -> None:
                              "values phase: 0.1-1 s and 11 s of compile at 1e4 rows)")
     parser.add_argument("--power-law-max-rows", type=int, default=10_000,
                         help="largest power-law SpGEMM (at 1e5 rows its 2e7 pairs take hlopt's host phase 2.7 GB)")
-    parser.add_argument("--max-dense-mb", type=float, default=600, help="leave out SpMM whose dense operands exceed this")
+    parser.add_argument("--max-dense-mb", type=float, default=600,
+                        help="leave out SpMM whose dense operands exceed this")
     parser.add_argument("--budget", type=float, default=0.5, help="seconds of calls per side per product, at least")
     parser.add_argument("--breakdown", action="store_true", help="also time the pieces of an XLA:CPU SpMV")
-    parser.add_argument("--only", default="", help="run only products whose name contains this (SpMV, SpMM, SpMM x 64, SDDMM, SpGEMM)")
+    parser.add_argument("--only", default="",
+                        help="run only products whose name contains this (SpMV, SpMM, SpMM x 64, SDDMM, SpGEMM)")
     args = parser.parse_args()
     load_before = os.getloadavg()
     sizes = [int(float(s)) for s in args.rows.split(",")] if args.rows else (
         [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
     budget = 0.2 if args.quick else args.budget
     coretype = os.environ.get("OPENBLAS_CORETYPE")
-    print(f"load average {load_before[0]:.2f}; OPENBLAS_CORETYPE={coretype!r} (scipy.sparse's CSR kernels link no BLAS)")
+    print(f"load average {load_before[0]:.2f}; OPENBLAS_CORETYPE={coretype!r} "
+          "(scipy.sparse's CSR kernels link no BLAS)")
     copy_bw = copy_bandwidth()
     print(f"copy bandwidth (np.copyto of 256 MiB, read + write): {copy_bw / 1e9:.2f} GB/s\n")
     print(HEADER)

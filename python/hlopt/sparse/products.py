@@ -15,10 +15,11 @@ sorted, and when more exist than `nse`, those with the smallest row-major index 
 default `nse` is exact when the indices are concrete (eagerly, or closed over by a traced
 function): the symbolic phase (`hlopt.sparse.symbolic`) computes the output structure on the
 host first, as scipy does, and the values are a gather, product and sorted segment sum over the
-matching pairs (plain JAX ops: their gradients are JAX's). With traced indices the default is JAX's bound (`lhs.nse * rhs.nse`, or
-one factor when that side has no free sparse dim, capped by the output's sparse size), which
-never drops an entry; a bound of more than `TRACED_BOUND_LIMIT` stored entries is refused
-(`SparseEfficiencyError`) with the ways to give `nse`.
+matching pairs (plain JAX ops: their gradients are JAX's). With traced indices the default is
+JAX's bound (`lhs.nse * rhs.nse`, or one factor when that side has no free sparse dim, capped
+by the output's sparse size), which never drops an entry; a bound of more than
+`TRACED_BOUND_LIMIT` stored entries is refused (`SparseEfficiencyError`) with the ways to give
+`nse`.
 """
 
 from __future__ import annotations
