@@ -98,6 +98,17 @@ def _runs(sorted_keys: np.ndarray, keys: np.ndarray, space: int) -> tuple[np.nda
     return lo, np.searchsorted(sorted_keys, keys, "right") - lo
 
 
+def _index_type(*bounds: int) -> type:
+    return np.int32 if max(bounds, default=0) < 2**31 - 1 else np.int64
+
+
+def _joined(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    """The chunks' arrays end to end (the one chunk itself, uncopied)."""
+    if not parts:
+        return np.zeros(0, dtype)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
 def spdot_structure(lhs_indices: np.ndarray, lhs: shapes.Layout, rhs_indices: np.ndarray, rhs: shapes.Layout,
                     dimension_numbers: shapes.DotDims, nse: int | None = None) -> Structure | None:
     """The exact structure of `bcoo_spdot_general` for these concrete indices, with `nse` slots a
@@ -121,6 +132,8 @@ def spdot_structure(lhs_indices: np.ndarray, lhs: shapes.Layout, rhs_indices: np
     r_join, r_ids, r_suffix = _sorted_by(right.join, right.ids, (right.batch % r_batches) * r_free + right.free)
     lo, count = _runs(r_join, join, math.prod(plan.batch[: len(lb)]) * math.prod(lhs.shape[d] for d in lc))
     upto = np.cumsum(count)
+    it = _index_type(join.size, r_join.size, l_ids.max(initial=0), r_ids.max(initial=0))
+    l_ids, r_ids = l_ids.astype(it), r_ids.astype(it)
     keys, lpair, rpair = [], [], []
     start = 0
     while start < join.size:
@@ -129,15 +142,19 @@ def spdot_structure(lhs_indices: np.ndarray, lhs: shapes.Layout, rhs_indices: np
         # Chunks end where the lhs prefix changes: keys sorted per chunk are sorted over all.
         stop = int(np.searchsorted(prefix, prefix[stop - 1], "right"))
         c = count[start:stop]
-        entry = np.repeat(np.arange(start, stop), c)
-        rpos = lo[entry] + np.arange(entry.size) - np.repeat(upto[start:stop] - c - done, c)
+        entry = np.repeat(np.arange(start, stop, dtype=it), c)
+        rpos = (lo[entry] - np.repeat(upto[start:stop] - c - done, c)).astype(it)
+        rpos += np.arange(entry.size, dtype=it)
         k = prefix[entry] * stride + r_suffix[rpos]
         by_key = np.argsort(k, kind="stable")  # keys come in runs of one lhs entry: a merge sort is fastest
         keys.append(k[by_key])
+        del k
         lpair.append(l_ids[entry[by_key]])
         rpair.append(r_ids[rpos[by_key]])
+        del entry, rpos, by_key
         start = stop
-    key, lpair, rpair = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (keys, lpair, rpair))
+    key, lpair, rpair = (_joined(x, t) for x, t in ((keys, np.int64), (lpair, it), (rpair, it)))
+    del keys
     first = np.ones(key.size, bool)
     first[1:] = key[1:] != key[:-1]
     position = np.cumsum(first) - 1  # each pair's distinct output position
@@ -157,9 +174,11 @@ def spdot_structure(lhs_indices: np.ndarray, lhs: shapes.Layout, rhs_indices: np
     indices = np.broadcast_to(np.asarray(sparse, np.int64), (n_out * nse, len(sparse))).copy()
     kept = local < nse
     indices[(batch * nse + local)[kept]] = np.stack(np.unravel_index(flat[kept], sparse), -1) if sparse else 0
-    slot = (batch * nse + local)[position]
-    keep = kept[position]
-    slot, lpair, rpair = slot[keep], lpair[keep], rpair[keep]
+    slot = (batch * nse + local).astype(_index_type(n_out * nse))[position]
+    if not kept.all():
+        keep = kept[position]
+        slot, lpair, rpair = slot[keep], lpair[keep], rpair[keep]
+    del position
     if r_batches > 1:  # rhs's free batch dims come after lhs's free index in the key: sort by slot
         by_slot = np.argsort(slot, kind="stable")
         slot, lpair, rpair = slot[by_slot], lpair[by_slot], rpair[by_slot]
