@@ -29,7 +29,7 @@ from hlopt.sparse.bcoo import (
     todense_p,
 )
 from hlopt.sparse.construct import empty, eye, random_bcoo
-from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general
+from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general, bcoo_spdot_nse
 from hlopt.sparse.structure import (
     bcoo_broadcast_in_dim,
     bcoo_concatenate,
@@ -60,6 +60,7 @@ __all__ = [
     "bcoo_slice",
     "bcoo_sort_indices",
     "bcoo_spdot_general",
+    "bcoo_spdot_nse",
     "bcoo_squeeze",
     "bcoo_sum_duplicates",
     "bcoo_todense",

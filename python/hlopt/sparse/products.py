@@ -10,14 +10,22 @@ JVP rules bind the product on the tangents, transpose rules are the products tha
 gradient never builds the dense operand of a sparse one. vmap makes the mapped axis a batch
 dimension of the product.
 
-Sparse x sparse stores `nse` output entries (default JAX's bound: `lhs.nse * rhs.nse`, or one
-factor when that side has no free sparse dim, capped by the output's sparse size); the entries
-are the distinct output indices, sorted, and when more exist than `nse`, those with the
-smallest row-major index are kept (JAX's bound never drops any).
+Sparse x sparse stores `nse` output entries; the entries are the distinct output indices,
+sorted, and when more exist than `nse`, those with the smallest row-major index are kept. By
+default `nse` is exact when the indices are concrete (eagerly, or closed over by a traced
+function): the symbolic phase (`hlopt.sparse.symbolic`) computes the output structure on the
+host first, as scipy does, and the values are a gather, product and sorted segment sum over the
+matching pairs (plain JAX ops: their gradients are JAX's). With traced indices the default is
+JAX's bound (`lhs.nse * rhs.nse`, or one factor when that side has no free sparse dim, capped
+by the output's sparse size), which never drops an entry; a bound of more than
+`TRACED_BOUND_LIMIT` stored entries is refused (`SparseEfficiencyError`) with the ways to give
+`nse`.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -30,11 +38,15 @@ from jax.interpreters import ad, batching
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
-from hlopt.sparse import ops
-from hlopt.sparse.bcoo import BCOO, bcoo_squeeze, bcoo_transpose
+from hlopt.sparse import ops, symbolic
+from hlopt.sparse.bcoo import BCOO, SparseEfficiencyError, bcoo_squeeze, bcoo_transpose
 from hlopt.sparse.structure import bcoo_broadcast_in_dim
 
 PREFIX = "hlopt.bcoo."
+
+# The most output entries (all batches) that JAX's bound may give a product with traced indices:
+# 2**24 entries are 200 MB of float32 data and two int32 index columns.
+TRACED_BOUND_LIMIT = 1 << 24
 
 # Parameters that the result type carries and the annotation does not.
 _TYPE_ONLY = ("preferred_element_type",)
@@ -407,24 +419,102 @@ def bcoo_dot_general(lhs: BCOO | Any, rhs: BCOO | Any, *, dimension_numbers: Any
 def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferred_element_type: Any = None,
                        nse: int | None = None) -> BCOO:
     """The product of two BCOO arrays as a BCOO array with `nse` stored entries (hlopt's extension of
-    JAX's bcoo_spdot_general; None: JAX's bound, which never drops an entry).
+    JAX's bcoo_spdot_general). None: the exact count when the indices are concrete
+    (`bcoo_spdot_nse`), else JAX's bound, refused above `TRACED_BOUND_LIMIT` entries.
 
     Output batch dims: the batch pairs, lhs's other batch dims, rhs's; sparse dims: lhs's free
     sparse dims, then rhs's. Entries are the distinct output indices in row-major order; with more
-    distinct indices than `nse`, the first `nse` are kept. Work and memory are linear in the
-    operands' nse, `nse` and the number of matching pairs processed per chunk (never
-    `lhs.nse * rhs.nse` at once).
+    distinct indices than `nse`, the first `nse` are kept. With concrete indices the structure is
+    computed on the host first (`hlopt.sparse.symbolic`) and the values are one gather of each
+    operand's data, a product and a sorted segment sum over the matching pairs; with traced ones,
+    the `spdot_general` annotation's work and memory are linear in the operands' nse, `nse` and the
+    pairs processed per chunk (never `lhs.nse * rhs.nse` at once).
     """
     dims = _dims_key(dimension_numbers)
     pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
+    lay_l, lay_r = _layouts(lhs, rhs)
     nse = None if nse is None else operator.index(nse)
-    plan = shapes.spdot_general(shapes.layout(lhs.shape, lhs.data.shape, lhs.indices.shape),
-                                shapes.layout(rhs.shape, rhs.data.shape, rhs.indices.shape), dims, nse)
+    if not ops.is_traced(lhs.indices, rhs.indices):
+        structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims,
+                                             nse)
+        if structure is not None:
+            return _structured_product(lhs, rhs, lay_l, lay_r, dims, pet, structure)
+    plan = shapes.spdot_general(lay_l, lay_r, dims, _traced_nse(lhs, rhs, dims) if nse is None else nse)
     data, indices = spdot_general_p.bind(lhs.data, lhs.indices, rhs.data, rhs.indices.astype(lhs.indices.dtype),
                                          shape=lhs.shape, rhs_shape=rhs.shape, dimension_numbers=dims,
                                          nse=plan.data[-1], preferred_element_type=pet,
                                          indices_sorted=lhs.indices_sorted, unique_indices=lhs.unique_indices)
     return BCOO((data, indices), shape=plan.shape, indices_sorted=True, unique_indices=True)
+
+
+def bcoo_spdot_nse(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any) -> int:
+    """The exact nse of `bcoo_spdot_general(lhs, rhs)`: the most distinct output positions of any
+    output batch, counted on the host from the operands' concrete indices (padding excluded).
+
+    Call it outside `jit` (or on indices a traced function closes over) and pass the count as
+    `nse=` to a traced `bcoo_spdot_general`.
+    """
+    dims = _dims_key(dimension_numbers)
+    if ops.is_traced(lhs.indices, rhs.indices):
+        raise jax.errors.ConcretizationTypeError(
+            lhs.indices if ops.is_traced(lhs.indices) else rhs.indices,
+            "bcoo_spdot_nse counts the output structure from concrete indices: call it outside jit, "
+            "on the arrays whose product a traced bcoo_spdot_general takes with nse=")
+    lay_l, lay_r = _layouts(lhs, rhs)
+    structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims)
+    return shapes.spdot_general(lay_l, lay_r, dims).bound if structure is None else structure.nse
+
+
+def _layouts(lhs: BCOO, rhs: BCOO) -> tuple[shapes.Layout, shapes.Layout]:
+    return (shapes.layout(lhs.shape, lhs.data.shape, lhs.indices.shape),
+            shapes.layout(rhs.shape, rhs.data.shape, rhs.indices.shape))
+
+
+def _traced_nse(lhs: BCOO, rhs: BCOO, dims: shapes.DotDims) -> int:
+    """JAX's bound, refused above TRACED_BOUND_LIMIT entries."""
+    plan = shapes.spdot_general(*_layouts(lhs, rhs), dims)
+    total = plan.bound * math.prod(plan.batch)
+    if total > TRACED_BOUND_LIMIT:
+        raise SparseEfficiencyError(
+            f"bcoo_spdot_general of {lhs.shape} (nse {lhs.nse}) and {rhs.shape} (nse {rhs.nse}) with traced "
+            f"indices: JAX's output bound is {total} stored entries, over hlopt's limit of {TRACED_BOUND_LIMIT} "
+            "(hlopt.sparse.products.TRACED_BOUND_LIMIT). Give the output nse: "
+            "bcoo_spdot_general(lhs, rhs, dimension_numbers=..., nse=N), with N counted outside jit by "
+            "hlopt.sparse.bcoo_spdot_nse(lhs, rhs, dimension_numbers=...), or compute the product outside jit, "
+            "where the exact count is taken.")
+    return plan.bound
+
+
+def _structured_product(lhs: BCOO, rhs: BCOO, lay_l: shapes.Layout, lay_r: shapes.Layout, dims: shapes.DotDims,
+                        pet: Any, structure: symbolic.Structure) -> BCOO:
+    """The numeric phase on the host-computed structure: each operand's data broadcast and
+    flattened as the structure numbers its entries, then `_pair_values`."""
+    (_, _), (lb, rb) = dims
+    plan = shapes.spdot_general(lay_l, lay_r, dims, structure.nse)
+    flat = []
+    for m, lay, pairs in ((lhs, lay_l, lb), (rhs, lay_r, rb)):
+        nb = lay.n_batch
+        target = symbolic.batch_target(lay, pairs)
+        data = jnp.broadcast_to(m.data, (*target, lay.nse))
+        flat.append(jnp.transpose(data, (*pairs, *shapes.free_dims(nb, pairs), nb)).reshape(-1))
+    size = math.prod(plan.data)
+    it = np.int32 if max(size, flat[0].size, flat[1].size) < 2**31 else np.int64
+    pairs = (jnp.asarray(a.astype(it)) for a in (structure.lhs_entry, structure.rhs_entry, structure.slot))
+    values = _pair_values(*flat, *pairs, size=size, dtype=_result_dtype(lhs.dtype, rhs.dtype, dims, pet))
+    indices = jnp.asarray(structure.indices.astype(lhs.indices.dtype))
+    return BCOO((values.reshape(plan.data), indices), shape=plan.shape, indices_sorted=True, unique_indices=True)
+
+
+@functools.partial(jax.jit, static_argnames=("size", "dtype"))
+def _pair_values(ld: jax.Array, rd: jax.Array, lhs_entry: jax.Array, rhs_entry: jax.Array, slot: jax.Array, *,
+                 size: int, dtype: np.dtype) -> jax.Array:
+    """`out[slot[p]] += ld[lhs_entry[p]] * rd[rhs_entry[p]]` (slots sorted), formed in the result
+    dtype or a wider float operand's, as lax.dot_general accumulates."""
+    boolean = dtype == np.bool_
+    compute = np.int32 if boolean else jnp.promote_types(dtype, jnp.result_type(ld.dtype, rd.dtype))
+    prod = ld[lhs_entry].astype(compute) * rd[rhs_entry].astype(compute)
+    out = jax.ops.segment_sum(prod, slot, num_segments=size, indices_are_sorted=True)
+    return out != 0 if boolean else out.astype(dtype)
 
 
 def bcoo_dot_general_sampled(A: Any, B: Any, indices: Any, *, dimension_numbers: Any) -> jax.Array:
