@@ -65,7 +65,7 @@ class PipelineResult:
 
 
 def split_top_level(text: str) -> list[str]:
-    """Split at commas that are outside (), {} and quotes."""
+    """Split at commas that are outside (), {} and quotes; an empty entry is an error (`cse,,inline`)."""
     parts, depth, current, quote = [], 0, [], False
     for ch in text:
         if ch == '"':
@@ -86,7 +86,11 @@ def split_top_level(text: str) -> list[str]:
     if depth != 0:
         raise PipelineError(f"unbalanced brackets in pipeline '{text}'")
     parts.append("".join(current).strip())
-    return [p for p in parts if p]
+    if parts == [""]:
+        return []
+    if "" in parts:
+        raise PipelineError(f"empty entry {parts.index('') + 1} in pipeline '{text}': remove the extra ','")
+    return parts
 
 
 def parse_pipeline(text: str) -> list[Element]:

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from hlopt.compiler.pipeline import PipelineError, run_pipeline
+from hlopt.compiler.pipeline import PipelineError, parse_pipeline, run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import get_context, ir
@@ -106,7 +106,8 @@ class Lowered:
 
     def compile(self, pipeline: str = "hlopt-default") -> Any:
         """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
-        `hlopt.lower`'s: a cache hit skips the passes too)."""
+        `hlopt.lower`'s: a cache hit skips the passes too). A malformed `pipeline` is refused first."""
+        parse_pipeline(pipeline)
         if self.backend is None:
             check_no_annotations((self.apply(pipeline) if pipeline else self).module)
             raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "

@@ -10,6 +10,7 @@ import jax
 from jax.sharding import Mesh
 
 from hlopt.compiler.lowering import check_static_argnums, lower_function, resolve_static_argnums
+from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
 from hlopt.runtime.compile import compile_lowered
@@ -74,6 +75,7 @@ class JitFunction:
                  out_shardings: Any, static_argnums: Any, check_key_reuse: bool = False):
         functools.update_wrapper(self, fun)
         self.fun = fun
+        parse_pipeline(pipeline)  # a malformed pipeline is refused here, not at the first call
         self.pipeline = pipeline
         static_argnums = check_static_argnums(fun, static_argnums)
         self.options = dict(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,

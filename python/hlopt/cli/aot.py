@@ -206,8 +206,10 @@ def set_host_devices(count: int) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Lower, compile and save; print what was written."""
     import hlopt
+    from hlopt.compiler.pipeline import parse_pipeline
     from hlopt.passes.locations import source_name
 
+    parse_pipeline(args.pipeline)  # refused before the program is imported or traced
     if args.host_devices or args.mesh:
         set_host_devices(args.host_devices or math.prod(mesh_axes(args.mesh)[1]))
     arg_types = [parse_arg_type(a) for a in args.arg]
