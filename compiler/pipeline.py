@@ -36,6 +36,8 @@ class PipelineError(ValueError):
     `notes` holds the `note:` lines of the call chain behind that location.
     """
 
+    __module__ = "hlopt"  # raised and printed as users import it
+
     def __init__(self, message: str, notes: list[str] | tuple[str, ...] = ()):
         super().__init__(message)
         self.notes = list(notes)
@@ -279,23 +281,29 @@ def run_pipeline(
                 pm.add(el.text)
             if print_ir_after_all:
                 pm.add(_recorder(el.text, result), "hlopt-record-ir")
+        failure = None
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:
-            if errors:
-                raise _as_pipeline_error(errors[0]) from errors[0]
-            raise mlir_pipeline_error(e) from None
-        if errors:
-            raise _as_pipeline_error(errors[0]) from errors[0]
+            failure = e
+        if errors:  # raised outside the handler, so that the context _as_pipeline_error sets stays
+            raise _as_pipeline_error(errors[0]) from None
+        if failure is not None:
+            raise mlir_pipeline_error(failure) from None
     return result
 
 
-def _as_pipeline_error(err: BaseException) -> Exception:
+def _as_pipeline_error(err: BaseException) -> BaseException:
+    """A pass's diagnostic as a PipelineError (the pass's frames kept only as its hidden context); another
+    exception, a bug in a pass, as it is, with its type and traceback."""
     if isinstance(err, (PassError, PipelineError)):
-        return PipelineError(str(err), getattr(err, "notes", ()))
-    if isinstance(err, ir.MLIRError):
-        return mlir_pipeline_error(err)
-    return err  # a bug in a pass: keep its type and traceback
+        converted = PipelineError(str(err), getattr(err, "notes", ()))
+    elif isinstance(err, ir.MLIRError):
+        converted = mlir_pipeline_error(err)
+    else:
+        return err
+    converted.__context__ = err  # `raise ... from None` keeps it out of the printed traceback
+    return converted
 
 
 def format_mlir_error(err: ir.MLIRError) -> str:

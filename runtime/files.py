@@ -33,7 +33,7 @@ import jax
 import jaxlib
 from jax.sharding import NamedSharding
 
-from hlopt.compiler.jax_compat import layout_rank
+from hlopt.compiler.jax_compat import api_boundary, layout_rank
 from hlopt.compiler.program import Signature, aval_str, module_to_bytecode, parse_module
 from hlopt.compiler.stages import AnnotationError, check_no_annotations
 from hlopt.passes.mlir import current_stablehlo_version, deserialize_portable_artifact, ir, serialize_portable_artifact
@@ -54,6 +54,8 @@ MAGICS = {"module": b"ML\xefR"}  # MLIR bytecode
 
 class RecompileWarning(UserWarning):
     """A file was compiled from its portable artifact: another jaxlib or platform, or not authenticated."""
+
+    __module__ = "hlopt"  # raised and printed as users import it
 
 
 def _platform() -> dict[str, Any]:
@@ -160,12 +162,14 @@ def read_file(path: str | os.PathLike, *, sections: tuple[str, ...] = ()) -> tup
     return found, verdict
 
 
+@api_boundary
 def deserialize(data: bytes, source: str = "<bytes>", *, trust: str = "signed") -> Compiled:
     """The `Compiled` held by an executable file's bytes; raises ExecutableFileError if refused."""
     wanted = _sections_for(trust, source)
     return _compiled(container.read_bytes(data, source, FORMAT, SECTIONS, _key(), wanted, MAGICS), source)
 
 
+@api_boundary
 def load(path: str | os.PathLike, *, trust: str = "signed") -> Compiled:
     """The `Compiled` in the executable file at `path`; raises ExecutableFileError if refused.
 

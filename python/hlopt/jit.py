@@ -9,6 +9,7 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
+from hlopt.compiler.jax_compat import api_boundary
 from hlopt.compiler.lowering import check_static_argnums, lower_function, resolve_static_argnums
 from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import Lowered
@@ -18,6 +19,7 @@ from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
 
 
+@api_boundary
 def lower(
     fun: Callable,
     *args: Any,
@@ -86,9 +88,11 @@ class JitFunction:
         if all(i >= 0 for i in static_argnums):
             self._call = cpp_function(fun, self._cache_miss, static_argnums)
 
+    @api_boundary
     def lower(self, *args: Any) -> Lowered:
         return lower(self.fun, *args, **self.options)
 
+    @api_boundary
     def __call__(self, *args: Any) -> Any:
         return self._call(*args)
 

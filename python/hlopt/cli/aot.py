@@ -112,12 +112,28 @@ def import_function(target: str) -> Any:
     except ValueError:
         raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function") from None
     except ImportError as e:
-        raise UsageError(f"cannot import '{target.partition(':')[0]}': {e}") from None
+        module_name = target.partition(":")[0]
+        if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise  # raised inside the user's module: located there
+        raise UsageError(_not_found(module_name, e.name)) from None
     except AttributeError as e:
         raise UsageError(str(e)) from None
     if not callable(obj):
         raise UsageError(f"'{target}' is not callable")
     return obj
+
+
+def _not_found(module_name: str, missing: str) -> str:
+    """Where `hlopt compile` looked for `missing` (the module `module_name` or its package), and what to do."""
+    parent, _, leaf = missing.rpartition(".")
+    if parent:
+        package = sys.modules.get(parent)
+        where = ", ".join(getattr(package, "__path__", [])) or "?"
+        return f"cannot import '{module_name}': package '{parent}' ({where}) has no module '{leaf}'"
+    pythonpath = os.environ.get("PYTHONPATH", "")
+    return (f"cannot import '{module_name}': no {missing}.py or {missing}/ in the working directory "
+            f"({os.getcwd()}) or on PYTHONPATH ({pythonpath or 'not set'}); run hlopt from the folder that holds "
+            f"it, or add that folder to PYTHONPATH (PYTHONPATH=/path/to/folder hlopt compile ...)")
 
 
 def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
