@@ -41,7 +41,7 @@ from hlopt.runtime import container, encoding
 from hlopt.runtime.compile import compile_program, program_devices
 from hlopt.runtime.container import Container, ExecutableFileError
 from hlopt.runtime.executable import Compiled, _physical_aval
-from hlopt.runtime.keys import Key, KeyFileError, describe_key, user_key
+from hlopt.runtime.keys import ENV_KEY, Key, KeyFileError, describe_key, key_file_path, user_key
 from hlopt.runtime.pjrt import BuildFlags, get_client, load_executable
 from hlopt.runtime.portable import PortableCheckError, check_portable, scan_artifact
 
@@ -224,9 +224,13 @@ def _compiled(found: Container, source: str) -> Compiled:
 
 
 def _unauthenticated(source: str) -> ExecutableFileError:
+    if os.environ.get(ENV_KEY) or key_file_path().exists():
+        why = f"its MAC does not verify with {describe_key()}: it was written under another key, or changed since"
+    else:
+        why = (f"it was written under another user's or machine's key, and this user has none to check it with "
+               f"({ENV_KEY} is not set and {key_file_path()} does not exist)")
     return ExecutableFileError(
-        f"{source}: its MAC does not verify with {describe_key()}: it was written under another key, "
-        "or changed since. Share the key between the machines that share files (HLOPT_KEY), or, "
+        f"{source}: {why}. Share the key between the machines that share files (HLOPT_KEY), or, "
         "if you trust its source, load it with trust='portable' (compiled from its StableHLO, "
         "never running its native code)")
 

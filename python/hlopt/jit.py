@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from hlopt.compiler.lowering import check_static_argnums, lower_function, resolv
 from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
+from hlopt.passes.locations import shorten
 from hlopt.runtime.compile import compile_lowered
 from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
@@ -58,6 +60,26 @@ def _arg_key(x: Any) -> Any:
         return (x.shape, x.dtype, getattr(x, "weak_type", False), x.sharding if x.committed else None)
     aval = jax.typeof(x)  # host values: jax's canonical dtype; TypeError for what is not an array
     return (aval.shape, aval.dtype, aval.weak_type, None)
+
+
+def _not_an_array(fun: Callable, args: tuple[Any, ...], static: Sequence[int]) -> TypeError:
+    """The error for a dynamic argument that is no array (a string, an object), naming it and static_argnums."""
+    name = getattr(fun, "__name__", "the function")
+    try:
+        params = [p.name for p in inspect.signature(fun).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    for i, arg in enumerate(args):
+        for path, leaf in [] if i in static else jax.tree_util.tree_flatten_with_path(arg)[0]:
+            try:
+                jax.typeof(leaf)
+            except TypeError:
+                what = f"argument {i}" + (f" ({params[i]})" if i < len(params) else "") + jax.tree_util.keystr(path)
+                hint = (f"; if it is a setting rather than data, mark it static: "
+                        f"hlopt.jit({name}, static_argnums={i})" if not path else "")
+                return TypeError(shorten(f"{name}: {what} is {type(leaf).__name__} {leaf!r}, not an array{hint}"))
+    return TypeError(f"{name}: an argument is not an array")
 
 
 def _static_key(i: int, value: Any) -> tuple[int, type, Any]:
@@ -106,8 +128,11 @@ class JitFunction:
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
             return self.fun(*args), None  # called while tracing: inline into the outer program
         statics = tuple(_static_key(i, args[i]) for i in static)
-        key = (tree, tuple(_arg_key(x) for x in leaves), statics, jax.sharding.get_mesh(),
-               jax.config.jax_default_device)
+        try:
+            arg_keys = tuple(_arg_key(x) for x in leaves)
+        except TypeError:
+            raise _not_an_array(self.fun, args, static) from None
+        key = (tree, arg_keys, statics, jax.sharding.get_mesh(), jax.config.jax_default_device)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self.lower(*args).compile(self.pipeline)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 
 import jax
@@ -154,7 +155,7 @@ def test_run_errors(workdir, capsys):
     assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0
     capsys.readouterr()
     assert hlopt("run", "f.hlx", "--input", "x.npy") == 1
-    assert "f takes 2 arrays, 1 were given" in capsys.readouterr().err
+    assert capsys.readouterr().err == "hlopt: error: f takes 2 arrays, 1 was given (--input)\n"
     assert hlopt("run", "f.hlx", "--input", "x.npy", "--input", "x.npy") == 1
     assert "argument 1 is float32[8, 4] but the program was compiled for float32[4, 2]" in capsys.readouterr().err
     (tmp / "bad.npy").write_bytes(b"nope")
@@ -189,7 +190,7 @@ def test_trust_flags(workdir, capsys, monkeypatch):
     assert out.rstrip().endswith("passes the checks of --trust portable (those that need no devices)")
     assert hlopt("run", "f.hlx", "--input", "xy.npz", "--trust", "portable", "--output", "out.npz") == 0
     check_outputs(tmp / "out.npz", jax.jit(ref)(X, Y))
-    assert capsys.readouterr().err == ("hlopt: warning: f.hlx: not authenticated (trust='portable'); "
+    assert capsys.readouterr().err == ("hlopt: warning: f.hlx: not authenticated (--trust portable); "
                                        "compiling it from its portable artifact\n")
     monkeypatch.delenv("HLOPT_KEY")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp / "no-config"))
@@ -230,3 +231,44 @@ def test_command_line_in_a_fresh_process(workdir):
     proc = env_run("run", "x.npy")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("hlopt: error: ")
+
+
+def _cli(cwd, env, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hlopt", *argv], cwd=cwd, capture_output=True, text=True,
+                          env={k: v for k, v in {**os.environ, **env}.items() if v is not None})
+
+
+SHARE = ("Share the key between the machines that share files (HLOPT_KEY), or, if you trust its source, load it "
+         "with --trust portable (compiled from its StableHLO, never running its native code)\n")
+
+
+def test_refusals_name_the_flags(workdir):
+    tmp, name = workdir
+    env = {"HLOPT_KEY": "the key of the machine that compiled " * 2, "PYTHONPATH": str(tmp)}
+    made = _cli(tmp, env, "compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx")
+    assert made.returncode == 0, made.stderr
+    other = _cli(tmp, {**env, "HLOPT_KEY": "the key of another machine, not shared " * 2}, "run", "f.hlx",
+                 "--input", "xy.npz")
+    assert (other.returncode, other.stdout) == (1, "")
+    assert other.stderr == ("hlopt: error: f.hlx: its MAC does not verify with HLOPT_KEY: it was written under "
+                            "another key, or changed since. " + SHARE)
+    config = tmp / "fresh-config"
+    none = _cli(tmp, {**env, "HLOPT_KEY": None, "XDG_CONFIG_HOME": str(config)}, "run", "f.hlx", "--input", "xy.npz")
+    assert (none.returncode, none.stdout) == (1, "")
+    assert none.stderr == ("hlopt: error: f.hlx: it was written under another user's or machine's key, and this "
+                           f"user has none to check it with (HLOPT_KEY is not set and {config}/hlopt/key does not "
+                           "exist). " + SHARE)
+    inspected = _cli(tmp, {**env, "HLOPT_KEY": "the key of another machine, not shared " * 2}, "inspect", "f.hlx")
+    assert "it loads only with --trust portable (compiled from its StableHLO)" in inspected.stdout
+    assert "trust=" not in inspected.stdout + other.stderr + none.stderr
+
+
+def test_run_reports_the_file_it_wrote_and_counts_inputs(workdir, capsys):
+    tmp, name = workdir
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0
+    capsys.readouterr()
+    assert hlopt("run", "f.hlx", "--input", "xy.npz", "--output", "results") == 0
+    assert capsys.readouterr().out == "wrote results.npz: a, b.0, b.1\n"
+    check_outputs(tmp / "results.npz", jax.jit(ref)(X, Y))
+    assert hlopt("run", "f.hlx", "--input", "xy.npz", "--input", "x.npy") == 1
+    assert capsys.readouterr().err == "hlopt: error: f takes 2 arrays, 3 were given (--input)\n"

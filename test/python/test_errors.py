@@ -321,3 +321,32 @@ def test_a_tracing_error_keeps_the_users_frames_only(tmp_path, monkeypatch):
     assert _hlopt_frames(info.value) == []
     assert any(f.filename == str(tmp_path / "shapes_api.py") and f.lineno == 2
                for f in traceback.extract_tb(info.value.__traceback__))
+
+
+
+# --- API messages name arguments, with types as the caller passed them ---------------------
+
+
+def test_a_string_argument_gets_the_static_argnums_hint():
+    def predict(x, activation):
+        return x
+
+    with pytest.raises(TypeError) as info:
+        hlopt.jit(predict)(np.ones(3, np.float32), "relu")
+    assert str(info.value) == ("predict: argument 1 (activation) is str 'relu', not an array; if it is a setting "
+                               "rather than data, mark it static: hlopt.jit(predict, static_argnums=1)")
+    np.testing.assert_array_equal(hlopt.jit(predict, static_argnums=1)(np.ones(3, np.float32), "relu"), np.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64, np.uint64])
+def test_a_64_bit_input_is_reported_as_passed(dtype):
+    assert not jax.config.jax_enable_x64
+    compiled = hlopt.lower(lambda x: x * 2, np.ones((4, 3), np.int16)).compile()
+    jax_reads = jax.dtypes.canonicalize_dtype(dtype).name  # what jax makes of it without jax_enable_x64
+    assert jax_reads != np.dtype(dtype).name
+    with pytest.raises(TypeError) as info:
+        compiled(np.ones((4, 3), dtype))
+    assert str(info.value) == (f"<lambda>: argument 0 is {np.dtype(dtype).name}[4, 3] (which jax reads as "
+                               f"{jax_reads}: jax_enable_x64 is off) but the program was compiled for int16[4, 3]")
+    with pytest.raises(TypeError, match=r"^<lambda>: argument 0 is int32\[4, 3\] but the program was compiled"):
+        compiled(np.ones((4, 3), np.int32))  # no note where jax takes the dtype as it is

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hlopt.cli.errors import UsageError
+from hlopt.cli.errors import UsageError, as_flags
 from hlopt.passes.locations import printable
 
 PROGRESS_AFTER_S = 2.0
@@ -306,6 +306,11 @@ def leaf_names(tree: Any) -> list[str]:
     return names
 
 
+def _count(n: int, noun: str) -> str:
+    """`1 array`, `4 arrays`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Load a file, run it on the inputs, print or save the results."""
     import jax
@@ -325,18 +330,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         compiled = files.load(args.file, trust=args.trust)
     for w in caught:
-        print(f"hlopt: warning: {printable(w.message)}", file=sys.stderr)
+        print(f"hlopt: warning: {as_flags(printable(w.message))}", file=sys.stderr)
     sig = compiled.signature
     inputs = read_inputs(args.input)
     if len(inputs) != len(sig.in_avals):
-        raise UsageError(f"{sig.name} takes {len(sig.in_avals)} arrays, {len(inputs)} were given")
+        raise UsageError(f"{sig.name} takes {_count(len(sig.in_avals), 'array')}, "
+                         f"{len(inputs)} {'was' if len(inputs) == 1 else 'were'} given (--input)")
     dynamic, _ = jax.tree_util.tree_unflatten(sig.in_tree, inputs)
     out = compiled(*dynamic)
     names = leaf_names(out)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
     if args.output:
         np.savez(args.output, **dict(zip(names, leaves)))
-        print(f"wrote {args.output}: {', '.join(names)}")
+        written = args.output if args.output.endswith(".npz") else args.output + ".npz"  # as np.savez names it
+        print(f"wrote {written}: {', '.join(names)}")
     else:
         for name, value in zip(names, leaves):
             print(f"{printable(name)}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
@@ -372,7 +379,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         mesh = sig.get("mesh")
         lines = [
             f"file:       {p(path)} ({size} bytes, format version {manifest['format_version']})",
-            f"MAC:        {p(mac)}",
+            f"MAC:        {as_flags(p(mac))}",
             f"program:    {p(sig['name'])}",
             f"written by: jax {p(manifest.get('jax_version'))}, jaxlib {p(manifest['jaxlib_version'])}, "
             f"platform {p(manifest['platform'])} {p(manifest['platform_version'])}, "

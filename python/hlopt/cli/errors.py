@@ -17,6 +17,18 @@ class UsageError(Exception):
     """Bad command-line input: reported as one line, exit status 1."""
 
 
+# The Python API's words for what the command line spells as flags: messages from the runtime name
+# arguments (`trust='portable'`); the tools print them with the flag (`--trust portable`).
+API_TO_FLAGS = {"trust='portable'": "--trust portable", "trust='signed'": "--trust signed"}
+
+
+def as_flags(text: str) -> str:
+    """`text` with the API's argument spellings replaced by the command line's flags (API_TO_FLAGS)."""
+    for words, flag in API_TO_FLAGS.items():
+        text = text.replace(words, flag)
+    return text
+
+
 # `file:line:col: error:` (or `: note:`) at the start of a message: already located.
 _LOCATED = re.compile(r"^[^\n]*:\d+:\d+: (error|note):")
 _EXPECTED = (UsageError, ValueError, TypeError, OSError, RuntimeError, LookupError, ArithmeticError, ImportError)
@@ -90,7 +102,7 @@ def error_message(error: BaseException, prog: str, debug: bool) -> str:
             text = f"{prog}: error: {first}"
     from hlopt.passes.locations import shorten
 
-    return shorten("\n".join([text, *notes]) if debug else text)
+    return shorten(as_flags("\n".join([text, *notes]) if debug else text))
 
 
 def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
