@@ -21,6 +21,7 @@ result counts and ranks, devices and shardings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -83,6 +84,7 @@ def serialize(compiled: Compiled) -> bytes:
         "out_shardings": [encoding.encode_spec(s) for s in compiled.out_shardings],
         "flags": BuildFlags.of(compiled.module, compiled.signature.use_shardy).encode(),
         "pipeline": compiled.pipeline,
+        "in_names": list(compiled.signature.in_names),
     }
     sections = {
         "executable": get_client().serialize_executable(compiled.executable),
@@ -190,6 +192,8 @@ def _compiled(found: Container, source: str) -> Compiled:
         in_specs = _specs(manifest.get("in_shardings"), len(signature.in_avals), "in_shardings")
         out_specs = _specs(manifest.get("out_shardings"), len(signature.out_avals), "out_shardings")
         flags = BuildFlags.decode(manifest.get("flags"), len(signature.out_avals))
+        signature = dataclasses.replace(signature, in_names=encoding.decode_in_names(manifest.get("in_names"),
+                                                                                     len(signature.in_avals)))
     except (encoding.EncodingError, ValueError) as e:
         raise ExecutableFileError(f"{source}: manifest: {e}") from None
     if manifest["device_count"] != signature.num_devices:

@@ -285,7 +285,12 @@ def read_inputs(paths: list[str]) -> list[Any]:
     for path in paths:
         try:
             loaded = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
+        except ValueError as e:
+            if "pickle" not in str(e):
+                raise UsageError(f"cannot read input '{path}': {e}") from None
+            raise UsageError(f"cannot read input '{path}': not a .npy or .npz file of arrays (hlopt never "
+                             "unpickles Python objects)") from None
+        except OSError as e:
             raise UsageError(f"cannot read input '{path}': {e}") from None
         if isinstance(loaded, np.ndarray):
             arrays.append(loaded)
@@ -334,7 +339,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sig = compiled.signature
     inputs = read_inputs(args.input)
     if len(inputs) != len(sig.in_avals):
-        raise UsageError(f"{sig.name} takes {_count(len(sig.in_avals), 'array')}, "
+        names = f" ({', '.join(sig.in_names)})" if sig.in_names else ""
+        raise UsageError(f"{sig.name} takes {_count(len(sig.in_avals), 'array')}{printable(names)}, "
                          f"{len(inputs)} {'was' if len(inputs) == 1 else 'were'} given (--input)")
     dynamic, _ = jax.tree_util.tree_unflatten(sig.in_tree, inputs)
     out = compiled(*dynamic)
@@ -374,9 +380,11 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         in_tree, out_tree = encoding.decode_tree(sig["in_tree"]), encoding.decode_tree(sig["out_tree"])
         in_avals = [encoding.decode_aval(a) for a in sig["in_avals"]]
         out_avals = [encoding.decode_aval(a) for a in sig["out_avals"]]
-        in_names = leaf_names(jax.tree_util.tree_unflatten(in_tree, [0] * len(in_avals))[0])
+        in_names = (encoding.decode_in_names(manifest.get("in_names"), len(in_avals))  # files before it: paths
+                    or leaf_names(jax.tree_util.tree_unflatten(in_tree, [0] * len(in_avals))[0]))
         out_names = leaf_names(jax.tree_util.tree_unflatten(out_tree, [0] * len(out_avals)))
         mesh = sig.get("mesh")
+        width = max(16, *map(len, [*in_names, *out_names]))
         lines = [
             f"file:       {p(path)} ({size} bytes, format version {manifest['format_version']})",
             f"MAC:        {as_flags(p(mac))}",
@@ -390,10 +398,10 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
             f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
             f"pipeline:   {p(manifest['pipeline']) or '(none)'}",
             "inputs:",
-            *[f"  {p(n):16s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
+            *[f"  {p(n):{width}s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
               for n, a, s in zip(in_names, in_avals, manifest["in_shardings"])],
             "outputs:",
-            *[f"  {p(n):16s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
+            *[f"  {p(n):{width}s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
               for n, a, s in zip(out_names, out_avals, manifest["out_shardings"])],
         ]
         if sig["static_args"]:
