@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 
 from hlopt.passes import registry
@@ -252,6 +253,15 @@ def _recorder(name: str, result: PipelineResult) -> Callable:
     return record
 
 
+def _clock(name: str, progress: Callable[[str, float], None], last: list[float]) -> Callable:
+    def tick(op, pass_):
+        now = time.perf_counter()
+        progress(name, now - last[0])
+        last[0] = now
+
+    return tick
+
+
 def run_pipeline(
     module: ir.Module,
     pipeline: str,
@@ -259,12 +269,15 @@ def run_pipeline(
     print_ir_after_all: bool = False,
     timing: bool = False,
     verify: bool = True,
+    progress: Callable[[str, float], None] | None = None,
 ) -> PipelineResult:
     """Run `pipeline` on `module` in place and return the IR after each element.
 
     With `print_ir_after_all`, the IR after each element is also written to
     stderr as soon as the element has run (mlir-opt's `--mlir-print-ir-after-all`).
+    `progress(element, seconds)` is called as each element finishes.
     """
+    last = [0.0]
     elements = parse_pipeline(pipeline)
     result = PipelineResult()
     errors: list[BaseException] = []
@@ -281,7 +294,10 @@ def run_pipeline(
                 pm.add(el.text)
             if print_ir_after_all:
                 pm.add(_recorder(el.text, result), "hlopt-record-ir")
+            if progress is not None:
+                pm.add(_clock(el.text, progress, last), "hlopt-progress")
         failure = None
+        last[0] = time.perf_counter()
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:

@@ -100,10 +100,14 @@ class Lowered:
                        self.backend)
 
     @api_boundary
-    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False) -> "Lowered":
-        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked."""
+    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
+              progress: Callable[[str, float], None] | None = None) -> "Lowered":
+        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked.
+
+        `progress(pass, seconds)` is called as each pass finishes."""
         new = self.clone()
-        result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
+        result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing,
+                              progress=progress)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
         return new

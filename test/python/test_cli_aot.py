@@ -342,3 +342,21 @@ def test_files_without_names_still_load_and_malformed_names_are_refused(workdir,
         assert hlopt("inspect", "bad.hlx") == 1
         assert re.fullmatch(r"hlopt: error: bad\.hlx: malformed manifest: malformed (in_names|input name).*\n",
                             capsys.readouterr().err)
+
+
+def test_compile_verbose_prints_each_stage_with_its_time(workdir):
+    from hlopt.compiler.pipeline import parse_pipeline
+
+    tmp, name = workdir
+    proc = _cli(tmp, {"PYTHONPATH": str(tmp)}, "compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]",
+                "-o", "f.hlx", "-v")
+    assert proc.returncode == 0, proc.stderr
+    passes = [el.text for el in parse_pipeline("hlopt-default")]
+    stages = [f"importing {name}", f"lowering {name}:f", *[f"pass {p}" for p in passes], "PJRT compile",
+              "writing f.hlx"]
+    assert proc.stderr.splitlines() == [line for line in proc.stderr.splitlines()
+                                        if re.fullmatch(r"hlopt: .+: \d+\.\d\d s", line)]
+    assert [line.split(": ")[1] for line in proc.stderr.splitlines()] == stages
+    assert proc.stdout.startswith("wrote f.hlx (")
+    assert hlopt("run", "f.hlx", "--input", "xy.npz", "--output", "out.npz") == 0
+    check_outputs(tmp / "out.npz", jax.jit(ref)(X, Y))
