@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -114,10 +115,11 @@ class JitFunction:
     def lower(self, *args: Any) -> Lowered:
         return lower(self.fun, *args, **self.options)
 
-    @api_boundary
-    def __call__(self, *args: Any) -> Any:
-        return self._call(*args)
+    # Calling the instance calls `_call` (jaxlib's C++ dispatch) with no Python frame in between, as
+    # calling a jax.jit function does; errors are filtered below, where the Python cache miss starts.
+    __call__ = property(operator.attrgetter("_call"))
 
+    @api_boundary
     def _python_call(self, *args: Any) -> Any:
         return self._cache_miss(*args)[0]
 
