@@ -29,8 +29,8 @@ def as_flags(text: str) -> str:
     return text
 
 
-# `file:line:col: error:` (or `: note:`) at the start of a message: already located.
-_LOCATED = re.compile(r"^[^\n]*:\d+:\d+: (error|note):")
+# `file:line:col: error:` (or `<name>: error:`) in a message's first line: already located.
+_LOCATED = re.compile(r"^[^\n]*: error:")
 _EXPECTED = (UsageError, ValueError, TypeError, OSError, RuntimeError, LookupError, ArithmeticError, ImportError)
 
 
