@@ -350,3 +350,15 @@ def test_a_64_bit_input_is_reported_as_passed(dtype):
                                f"{jax_reads}: jax_enable_x64 is off) but the program was compiled for int16[4, 3]")
     with pytest.raises(TypeError, match=r"^<lambda>: argument 0 is int32\[4, 3\] but the program was compiled"):
         compiled(np.ones((4, 3), np.int32))  # no note where jax takes the dtype as it is
+
+
+def test_hlopt_compile_refuses_a_bad_pipeline_before_importing_the_program(tmp_path, monkeypatch, capsys):
+    (tmp_path / "never_imported.py").write_text("raise RuntimeError('imported')\n")
+    monkeypatch.chdir(tmp_path)
+    for pipeline, message in (("cse,,canonicalize", "empty entry 2 in pipeline 'cse,,canonicalize': remove the "
+                                                     "extra ','"),
+                              ("jet-expand{func=f order=65}", "pass 'jet-expand': option 'order' must be between 1 "
+                                                              "and 64, got '65'")):
+        assert main(["compile", "never_imported:f", "--arg", "f32[4]", "--pipeline", pipeline, "-o", "o.hlx"]) == 1
+        assert capsys.readouterr().err == f"hlopt: error: {message}\n"
+    assert "never_imported" not in sys.modules
