@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 
 import hlopt
+from record import write_record
 
 
 def workloads() -> dict:
@@ -45,21 +47,29 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=20000)
     a = parser.parse_args()
-    print(f"load average before: {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    load_before = os.getloadavg()
+    print(f"load average before: {', '.join(f'{v:.1f}' for v in load_before)}")
     print("| workload | hlopt µs/call | jax.jit µs/call | per-round hlopt / JAX: median (min-max) |")
     print("| --- | ---: | ---: | --- |")
+    figures = []
     for name, (fun, args) in workloads().items():
         ours, ref = hlopt.jit(fun), jax.jit(fun)
         for fn in (ours, ref):
             per_call(fn, args, 100)  # compile and warm up
         times: tuple[list[float], list[float]] = ([], [])
         for r in range(a.rounds):
+            print(f"  {name}: round {r + 1}/{a.rounds}", end="\r", file=sys.stderr, flush=True)
             for i in ((0, 1) if r % 2 == 0 else (1, 0)):
                 times[i].append(per_call((ours, ref)[i], args, a.calls))
         ratios = [o / j for o, j in zip(*times)]
         print(f"| {name} | {statistics.median(times[0]) * 1e6:.2f} | {statistics.median(times[1]) * 1e6:.2f} "
               f"| {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |", flush=True)
+        figures.append({"workload": name, "hlopt_s": statistics.median(times[0]),
+                        "jax_s": statistics.median(times[1]), "ratio": statistics.median(ratios),
+                        "ratio_min": min(ratios), "ratio_max": max(ratios), "ratio_is": "hlopt / jax.jit",
+                        "ratios": ratios})
     print(f"load average after: {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
+    write_record("dispatch", figures, load_before=load_before, options={"rounds": a.rounds, "calls": a.calls})
 
 
 if __name__ == "__main__":

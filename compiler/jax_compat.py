@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 from jax._src import core as _core
 from jax._src import sharding_impls as _sharding_impls
+from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
 from jax._src.custom_partitioning_sharding_rule import (
     SdyShardingRule,
@@ -28,11 +29,14 @@ from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
 from jaxlib import _jax
 
+from hlopt.passes.locations import hlopt_dirs
+
 __all__ = [
     "Placement",
     "SPMDAxisContext",
     "SdyShardingRule",
     "ShardingContext",
+    "api_boundary",
     "arg_avals",
     "build_module",
     "compile_args",
@@ -41,6 +45,7 @@ __all__ = [
     "extend_axis_env_nd",
     "fastpath_data",
     "flatten_for_dispatch",
+    "hide_frames_of",
     "is_committed",
     "key_shape",
     "layout_rank",
@@ -56,6 +61,21 @@ __all__ = [
     "under_transformation",
     "weak_out_avals",
 ]
+
+# --- traceback filtering (jax_traceback_filtering) -----------------------------
+
+C = TypeVar("C", bound=Callable)
+
+
+def hide_frames_of(path: str) -> None:
+    """Drop frames of files under `path` from tracebacks that cross an `api_boundary`, as jax drops its own."""
+    _traceback_util.register_exclusion(path=path)
+
+
+def api_boundary(fun: C) -> C:
+    """`fun`, wrapped so that an exception raised below it loses the frames `hide_frames_of` names."""
+    return _traceback_util.api_boundary(fun)
+
 
 # --- stage objects of jax.jit(...).lower ---------------------------------------
 
@@ -232,3 +252,8 @@ def fastpath_data(*, executable: Any, out_tree: Any, in_shardings: Sequence[Any]
 def layout_rank(layout: Any) -> int:
     """The rank of an array a PJRT executable's parameter or output `layout` describes."""
     return len(layout._xla_layout().minor_to_major())
+
+
+# hlopt's own frames leave tracebacks where jax's do (`jax_traceback_filtering`).
+for _path in hlopt_dirs():
+    hide_frames_of(_path)

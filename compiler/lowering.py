@@ -207,5 +207,25 @@ def lower_function(
         use_shardy=bool(jax.config.jax_use_shardy_partitioner),
         name=getattr(fun, "__name__", "fun"),
         device=device,
+        in_names=input_names(fun, args, static_argnums, len(in_avals)),
     )
     return module, signature
+
+
+def input_names(fun: Callable, args: Sequence[Any], static_argnums: Sequence[int], count: int) -> tuple[str, ...]:
+    """Each dynamic input leaf named by `fun`'s parameter and its path in that argument (`params['W1']`, `x`).
+
+    Arguments beyond the named parameters are `args[i]`; empty if the names do not cover `count` leaves.
+    """
+    try:
+        params = [p for p in inspect.signature(fun).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i, arg in enumerate(args):
+        if i in static_argnums:
+            continue
+        base = params[i].name if i < len(params) else f"args[{i}]"
+        names += [base + jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(arg)[0]]
+    return tuple(names) if len(names) == count else ()

@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 
 from hlopt.passes import registry
@@ -35,6 +36,8 @@ class PipelineError(ValueError):
 
     `notes` holds the `note:` lines of the call chain behind that location.
     """
+
+    __module__ = "hlopt"  # raised and printed as users import it
 
     def __init__(self, message: str, notes: list[str] | tuple[str, ...] = ()):
         super().__init__(message)
@@ -65,7 +68,7 @@ class PipelineResult:
 
 
 def split_top_level(text: str) -> list[str]:
-    """Split at commas that are outside (), {} and quotes."""
+    """Split at commas that are outside (), {} and quotes; an empty entry is an error (`cse,,inline`)."""
     parts, depth, current, quote = [], 0, [], False
     for ch in text:
         if ch == '"':
@@ -86,7 +89,11 @@ def split_top_level(text: str) -> list[str]:
     if depth != 0:
         raise PipelineError(f"unbalanced brackets in pipeline '{text}'")
     parts.append("".join(current).strip())
-    return [p for p in parts if p]
+    if parts == [""]:
+        return []
+    if "" in parts:
+        raise PipelineError(f"empty entry {parts.index('') + 1} in pipeline '{text}': remove the extra ','")
+    return parts
 
 
 def parse_pipeline(text: str) -> list[Element]:
@@ -246,6 +253,15 @@ def _recorder(name: str, result: PipelineResult) -> Callable:
     return record
 
 
+def _clock(name: str, progress: Callable[[str, float], None], last: list[float]) -> Callable:
+    def tick(op, pass_):
+        now = time.perf_counter()
+        progress(name, now - last[0])
+        last[0] = now
+
+    return tick
+
+
 def run_pipeline(
     module: ir.Module,
     pipeline: str,
@@ -253,12 +269,15 @@ def run_pipeline(
     print_ir_after_all: bool = False,
     timing: bool = False,
     verify: bool = True,
+    progress: Callable[[str, float], None] | None = None,
 ) -> PipelineResult:
     """Run `pipeline` on `module` in place and return the IR after each element.
 
     With `print_ir_after_all`, the IR after each element is also written to
     stderr as soon as the element has run (mlir-opt's `--mlir-print-ir-after-all`).
+    `progress(element, seconds)` is called as each element finishes.
     """
+    last = [0.0]
     elements = parse_pipeline(pipeline)
     result = PipelineResult()
     errors: list[BaseException] = []
@@ -275,23 +294,32 @@ def run_pipeline(
                 pm.add(el.text)
             if print_ir_after_all:
                 pm.add(_recorder(el.text, result), "hlopt-record-ir")
+            if progress is not None:
+                pm.add(_clock(el.text, progress, last), "hlopt-progress")
+        failure = None
+        last[0] = time.perf_counter()
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:
-            if errors:
-                raise _as_pipeline_error(errors[0]) from errors[0]
-            raise mlir_pipeline_error(e) from None
-        if errors:
-            raise _as_pipeline_error(errors[0]) from errors[0]
+            failure = e
+        if errors:  # raised outside the handler, so that the context _as_pipeline_error sets stays
+            raise _as_pipeline_error(errors[0]) from None
+        if failure is not None:
+            raise mlir_pipeline_error(failure) from None
     return result
 
 
-def _as_pipeline_error(err: BaseException) -> Exception:
+def _as_pipeline_error(err: BaseException) -> BaseException:
+    """A pass's diagnostic as a PipelineError (the pass's frames kept only as its hidden context); another
+    exception, a bug in a pass, as it is, with its type and traceback."""
     if isinstance(err, (PassError, PipelineError)):
-        return PipelineError(str(err), getattr(err, "notes", ()))
-    if isinstance(err, ir.MLIRError):
-        return mlir_pipeline_error(err)
-    return err  # a bug in a pass: keep its type and traceback
+        converted = PipelineError(str(err), getattr(err, "notes", ()))
+    elif isinstance(err, ir.MLIRError):
+        converted = mlir_pipeline_error(err)
+    else:
+        return err
+    converted.__context__ = err  # `raise ... from None` keeps it out of the printed traceback
+    return converted
 
 
 def format_mlir_error(err: ir.MLIRError) -> str:

@@ -23,7 +23,9 @@ class Signature:
     """What a program takes and returns, independent of the IR.
 
     `in_tree` is the treedef of `(dynamic_args, {})`; `static_args` maps each
-    static position to the value it was lowered with. A program runs on
+    static position to the value it was lowered with; `in_names` names each
+    input leaf by the function's parameter and its pytree path (`params['W1']`),
+    empty when unknown. A program runs on
     `mesh`'s devices, else on `device` when its arguments committed it to one
     (its outputs are then committed, as jax.jit's are), else on the default
     device.
@@ -38,6 +40,7 @@ class Signature:
     use_shardy: bool = True
     name: str = "main"
     device: jax.Device | None = None
+    in_names: tuple[str, ...] = ()
 
     @property
     def num_devices(self) -> int:

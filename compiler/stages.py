@@ -6,7 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from hlopt.compiler.pipeline import PipelineError, run_pipeline
+from hlopt.compiler.jax_compat import api_boundary
+from hlopt.compiler.pipeline import PipelineError, parse_pipeline, run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import get_context, ir
@@ -22,6 +23,8 @@ Backend = Callable[["Lowered", str], Any]
 
 class AnnotationError(PipelineError):
     """The module still holds an `hlopt.*` annotation when it reaches PJRT."""
+
+    __module__ = "hlopt"  # raised and printed as users import it
 
 
 def find_annotations(module: ir.Module | ir.Operation) -> list[tuple[str, str, str]]:
@@ -96,17 +99,24 @@ class Lowered:
         return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
                        self.backend)
 
-    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False) -> "Lowered":
-        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked."""
+    @api_boundary
+    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
+              progress: Callable[[str, float], None] | None = None) -> "Lowered":
+        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked.
+
+        `progress(pass, seconds)` is called as each pass finishes."""
         new = self.clone()
-        result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
+        result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing,
+                              progress=progress)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
         return new
 
+    @api_boundary
     def compile(self, pipeline: str = "hlopt-default") -> Any:
         """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
-        `hlopt.lower`'s: a cache hit skips the passes too)."""
+        `hlopt.lower`'s: a cache hit skips the passes too). A malformed `pipeline` is refused first."""
+        parse_pipeline(pipeline)
         if self.backend is None:
             check_no_annotations((self.apply(pipeline) if pipeline else self).module)
             raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "

@@ -3,19 +3,34 @@
 A pass is a frozen dataclass: the command-line name is the class variable
 `name`, options are fields (`my-opt` on the command line is the field
 `my_opt`), and `apply(module)` rewrites a `builtin.module` in place. The class
-docstring holds a one-line summary followed by a before/after example.
+docstring holds a summary paragraph followed by a before/after example. An int
+or string option declares the values it accepts with `option(...)`; a bool or
+`Literal` option's type says them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from typing import Any, ClassVar
 
 from hlopt.passes.locations import call_chain, error_line, format_location
 from hlopt.passes.mlir import ir
 
-__all__ = ["Pass", "PassError", "PassOptionError", "format_location", "parse_option_string"]
+__all__ = ["Pass", "PassError", "PassOptionError", "format_location", "option", "parse_option_string"]
+
+# The values of an option naming a function: an MLIR bare identifier.
+SYMBOL_NAME = r"[A-Za-z_][A-Za-z0-9_$.]*"
+
+
+def option(default: Any, *, low: int | None = None, high: int | None = None, pattern: str | None = None,
+           what: str = "") -> Any:
+    """A pass option's field: an int in `low..high`, or a string matching `pattern` (described as `what`).
+
+    A default outside that range means "not given".
+    """
+    return dataclasses.field(default=default, metadata={"low": low, "high": high, "pattern": pattern, "what": what})
 
 
 class PassError(Exception):
@@ -54,8 +69,9 @@ class Pass:
 
     @classmethod
     def summary(cls) -> str:
+        """The docstring's first paragraph, on one line."""
         doc = (cls.__doc__ or "").strip()
-        return doc.splitlines()[0] if doc else ""
+        return " ".join(doc.split("\n\n", 1)[0].split())
 
     @classmethod
     def from_options(cls, options: str) -> "Pass":
@@ -71,11 +87,13 @@ class Pass:
                     f"pass '{cls.name}' has no option '{key}' (options: {known})"
                 )
             kwargs[attr] = _convert(cls.name, key, value, hints[attr])
+            _check_range(cls.name, key, kwargs[attr], fields[attr])
         return cls(**kwargs)
 
     @classmethod
     def options_help(cls) -> list[tuple[str, str]]:
-        """`(name=values, default)` of each option, as a pipeline writes it (`target=shardy|gspmd`)."""
+        """`(name=values, default)` of each option, as a pipeline writes it (`target=shardy|gspmd`,
+        `order=1..64`); the default is `none` when an option is not given by default."""
         hints = typing.get_type_hints(cls)
         found = []
         for f in dataclasses.fields(cls):
@@ -83,8 +101,11 @@ class Pass:
             if typing.get_origin(hint) is typing.Literal:
                 values = "|".join(typing.get_args(hint))
             else:
-                values = {bool: "true|false", int: "<int>", str: "<string>"}.get(hint, f"<{hint}>")
-            default = str(f.default).lower() if isinstance(f.default, bool) else str(f.default) or "''"
+                values = _range_text(f) or {bool: "true|false", int: "<int>", str: "<string>"}.get(hint, f"<{hint}>")
+            if _out_of_range(f.default, f) is not None:
+                default = "none"
+            else:
+                default = str(f.default).lower() if isinstance(f.default, bool) else str(f.default) or "''"
             found.append((f"{f.name.replace('_', '-')}={values}", default))
         return found
 
@@ -138,6 +159,36 @@ def _convert(pass_name: str, key: str, value: str, hint: Any) -> Any:
         )
     else:
         return value
-    raise PassOptionError(
-        f"pass '{pass_name}': option '{key}' expects {getattr(hint, '__name__', hint)}, got '{value}'"
-    )
+    expected = {bool: "true or false", int: "an integer"}.get(hint, getattr(hint, "__name__", hint))
+    raise PassOptionError(f"pass '{pass_name}': option '{key}' must be {expected}, got '{value}'")
+
+
+def _range_text(field: dataclasses.Field) -> str:
+    """The values `option(...)` declared for `field`, as `--list-passes` shows them (`1..64`, `<function name>`)."""
+    meta = field.metadata
+    if meta.get("low") is not None or meta.get("high") is not None:
+        low, high = meta.get("low"), meta.get("high")
+        return f"{'' if low is None else low}..{'' if high is None else high}"
+    if meta.get("pattern"):
+        return f"<{(meta['what'] or 'string').removeprefix('a ')}>"
+    return ""
+
+
+def _out_of_range(value: Any, field: dataclasses.Field) -> str | None:
+    """Why `value` is outside the range `option(...)` declared for `field`; None if it is inside."""
+    meta = field.metadata
+    low, high, pattern = meta.get("low"), meta.get("high"), meta.get("pattern")
+    if isinstance(value, int) and not isinstance(value, bool) and (
+            (low is not None and value < low) or (high is not None and value > high)):
+        bounds = (f"between {low} and {high}" if low is not None and high is not None
+                  else f"at least {low}" if low is not None else f"at most {high}")
+        return f"must be {bounds}"
+    if isinstance(value, str) and pattern and not re.fullmatch(pattern, value):
+        return f"must be {meta['what'] or 'a string'} matching {pattern}"
+    return None
+
+
+def _check_range(pass_name: str, key: str, value: Any, field: dataclasses.Field) -> None:
+    why = _out_of_range(value, field)
+    if why is not None:
+        raise PassOptionError(f"pass '{pass_name}': option '{key}' {why}, got '{value}'")

@@ -88,6 +88,8 @@ class KeyReuse:
 class KeyReuseError(PassError):
     """A PRNG key is consumed more than once; `reports` lists every reuse."""
 
+    __module__ = "hlopt"  # raised and printed as users import it
+
     def __init__(self, reports: list[KeyReuse]):
         self.reports = list(reports)
         super().__init__("\n".join(str(r) for r in self.reports))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from hlopt.passes import builders, jet_directions
-from hlopt.passes.base import Pass, PassError
+from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, PassOptionError, option
 from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
                                     coefficients, has_reduction_rule, has_series, remove_stop_gradients,
                                     split_results)
@@ -645,15 +645,19 @@ class JetExpand(Pass):
     """
 
     name: ClassVar[str] = "jet-expand"
-    func: str = ""
-    order: int = 0
+    func: str = option("", pattern=SYMBOL_NAME, what="a function name")
+    order: int = option(0, low=1, high=MAX_ORDER)
+
+    def __post_init__(self) -> None:
+        if bool(self.func) != bool(self.order):
+            given, missing = ("func", "order") if self.func else ("order", "func")
+            raise PassOptionError(f"pass 'jet-expand': option '{given}' needs '{missing}' "
+                                  "(jet-expand{func=NAME order=K})")
 
     def apply(self, module: ir.Operation) -> None:
         jets = ModuleJet(module)
         if self.func:
             jets.jet_function(self.func, self.order, public=True)
-        elif self.order:
-            raise PassError("jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})")
         for func_op in list(jets.funcs.values()):
             jets.expand_annotations(func_op)
         jets.remove_markers()

@@ -167,12 +167,19 @@ def source_frames(loc: ir.Location | str, elsewhere: frozenset[str] = frozenset(
 
 
 @functools.cache
-def _library_dirs() -> tuple[str, ...]:
-    """The folders of hlopt's own packages and of jax and jaxlib, each ending in a separator."""
+def hlopt_dirs() -> tuple[str, ...]:
+    """The folders of hlopt's own packages (`hlopt`, `hlopt.compiler`, `hlopt.passes`, `hlopt.runtime`)."""
     passes = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(passes)  # the repository (editable install) or the installed `hlopt` folder
     dirs = [passes, os.path.join(root, "compiler"), os.path.join(root, "runtime")]
     dirs += list(getattr(sys.modules.get("hlopt"), "__path__", []))
+    return tuple(dict.fromkeys(os.path.realpath(d) for d in dirs))
+
+
+@functools.cache
+def _library_dirs() -> tuple[str, ...]:
+    """The folders of hlopt's own packages and of jax and jaxlib, each ending in a separator."""
+    dirs = list(hlopt_dirs())
     for name in ("jax", "jaxlib"):
         spec = importlib.util.find_spec(name)  # finds the package without importing it
         if spec is not None and spec.submodule_search_locations:

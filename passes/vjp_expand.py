@@ -56,7 +56,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from hlopt.passes import builders
-from hlopt.passes.base import Pass, PassError
+from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, option
 from hlopt.passes.jet_rules import remove_stop_gradients
 from hlopt.passes.mlir import ir
 from hlopt.passes.vjp_rules import RULES, Term, VjpBuilder
@@ -418,7 +418,7 @@ class VjpExpand(Pass):
     """
 
     name: ClassVar[str] = "vjp-expand"
-    func: str = ""
+    func: str = option("", pattern=SYMBOL_NAME, what="a function name")
 
     def apply(self, module: ir.Operation) -> None:
         vjps = ModuleVjp(module)

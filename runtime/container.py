@@ -50,6 +50,8 @@ Wanted = Callable[[bool], Collection[str]]
 class ExecutableFileError(ValueError):
     """A file (or bytes) that is not a valid hlopt executable: damaged, forged, foreign or unauthenticated."""
 
+    __module__ = "hlopt"  # raised and printed as users import it
+
 
 @dataclasses.dataclass
 class Container:

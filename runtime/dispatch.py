@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from hlopt.compiler.jax_compat import cpp_pjit, fastpath_data, flatten_for_dispatch, is_committed
+from hlopt.compiler.jax_compat import api_boundary, cpp_pjit, fastpath_data, flatten_for_dispatch, is_committed
 
 if TYPE_CHECKING:
     from hlopt.runtime.executable import Compiled
@@ -34,6 +34,7 @@ def cpp_function(fun: Callable, cache_miss: CacheMiss, static_argnums: Sequence[
     names the callable and owns its signature cache.
     """
 
+    @api_boundary  # an error below loses hlopt's frames (the C++ dispatch above adds none)
     def miss(*args: Any, **kwargs: Any) -> tuple[Any, Any, bool]:
         outputs, compiled = cache_miss(*args, **kwargs)
         return outputs, (_fastpath(compiled, outputs) if compiled is not None else None), False

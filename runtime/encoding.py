@@ -338,6 +338,20 @@ _SIGNATURE_FIELDS = {"name", "in_tree", "in_avals", "out_tree", "out_avals", "st
                      "use_shardy"}
 
 
+MAX_NAME_CHARS = 200
+
+
+def decode_in_names(data: Any, count: int) -> tuple[str, ...]:
+    """The manifest's `in_names`: one printable name per input leaf; empty for a file written without them."""
+    if data is None or data == []:
+        return ()
+    _check(isinstance(data, list) and len(data) == count, f"malformed in_names: not a list of {count} names")
+    for name in data:
+        _check(isinstance(name, str) and name.isprintable() and 0 < len(name) <= MAX_NAME_CHARS,
+               f"malformed input name {_short(name)}")
+    return tuple(data)
+
+
 def decode_signature(data: Any) -> Signature:
     """The Signature encoded in `data`; checks that trees and avals agree."""
     _check(isinstance(data, dict) and set(data) == _SIGNATURE_FIELDS, "malformed signature")

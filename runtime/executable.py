@@ -129,7 +129,7 @@ class Compiled:
                 raise type(e)(shorten(f"{sig.name}: argument {i}: {e}")) from None
             if given.shape != aval.shape or given.dtype != aval.dtype:
                 raise TypeError(shorten(
-                    f"{sig.name}: argument {i} is {_aval_name(given.dtype, given.shape)} but the program was "
+                    f"{sig.name}: argument {i} is {_as_passed(leaf, given)} but the program was "
                     f"compiled for {_aval_name(aval.dtype, aval.shape)}"
                 ))
         return leaves
@@ -186,6 +186,15 @@ def _physical_aval(aval: Any) -> jax.core.ShapedArray:
 
 def _aval_name(dtype: Any, shape: Sequence[int]) -> str:
     return f"{_dtype_name(dtype)}{list(shape)}"
+
+
+def _as_passed(leaf: Any, given: Any) -> str:
+    """`leaf`'s type as the caller passed it (`int64[4, 3]`), with what jax makes of it when that differs."""
+    own = getattr(leaf, "dtype", None)
+    if own is None or _is_key(given.dtype) or np.dtype(own) == given.dtype:
+        return _aval_name(given.dtype, given.shape)
+    why = "" if jax.config.jax_enable_x64 else ": jax_enable_x64 is off"
+    return f"{_aval_name(own, given.shape)} (which jax reads as {_dtype_name(given.dtype)}{why})"
 
 
 def _dtype_name(dtype: Any) -> str:

@@ -21,6 +21,7 @@ result counts and ranks, devices and shardings.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -33,7 +34,7 @@ import jax
 import jaxlib
 from jax.sharding import NamedSharding
 
-from hlopt.compiler.jax_compat import layout_rank
+from hlopt.compiler.jax_compat import api_boundary, layout_rank
 from hlopt.compiler.program import Signature, aval_str, module_to_bytecode, parse_module
 from hlopt.compiler.stages import AnnotationError, check_no_annotations
 from hlopt.passes.mlir import current_stablehlo_version, deserialize_portable_artifact, ir, serialize_portable_artifact
@@ -41,7 +42,7 @@ from hlopt.runtime import container, encoding
 from hlopt.runtime.compile import compile_program, program_devices
 from hlopt.runtime.container import Container, ExecutableFileError
 from hlopt.runtime.executable import Compiled, _physical_aval
-from hlopt.runtime.keys import Key, KeyFileError, describe_key, user_key
+from hlopt.runtime.keys import ENV_KEY, Key, KeyFileError, describe_key, key_file_path, user_key
 from hlopt.runtime.pjrt import BuildFlags, get_client, load_executable
 from hlopt.runtime.portable import PortableCheckError, check_portable, scan_artifact
 
@@ -54,6 +55,8 @@ MAGICS = {"module": b"ML\xefR"}  # MLIR bytecode
 
 class RecompileWarning(UserWarning):
     """A file was compiled from its portable artifact: another jaxlib or platform, or not authenticated."""
+
+    __module__ = "hlopt"  # raised and printed as users import it
 
 
 def _platform() -> dict[str, Any]:
@@ -81,6 +84,7 @@ def serialize(compiled: Compiled) -> bytes:
         "out_shardings": [encoding.encode_spec(s) for s in compiled.out_shardings],
         "flags": BuildFlags.of(compiled.module, compiled.signature.use_shardy).encode(),
         "pipeline": compiled.pipeline,
+        "in_names": list(compiled.signature.in_names),
     }
     sections = {
         "executable": get_client().serialize_executable(compiled.executable),
@@ -160,12 +164,14 @@ def read_file(path: str | os.PathLike, *, sections: tuple[str, ...] = ()) -> tup
     return found, verdict
 
 
+@api_boundary
 def deserialize(data: bytes, source: str = "<bytes>", *, trust: str = "signed") -> Compiled:
     """The `Compiled` held by an executable file's bytes; raises ExecutableFileError if refused."""
     wanted = _sections_for(trust, source)
     return _compiled(container.read_bytes(data, source, FORMAT, SECTIONS, _key(), wanted, MAGICS), source)
 
 
+@api_boundary
 def load(path: str | os.PathLike, *, trust: str = "signed") -> Compiled:
     """The `Compiled` in the executable file at `path`; raises ExecutableFileError if refused.
 
@@ -186,6 +192,8 @@ def _compiled(found: Container, source: str) -> Compiled:
         in_specs = _specs(manifest.get("in_shardings"), len(signature.in_avals), "in_shardings")
         out_specs = _specs(manifest.get("out_shardings"), len(signature.out_avals), "out_shardings")
         flags = BuildFlags.decode(manifest.get("flags"), len(signature.out_avals))
+        signature = dataclasses.replace(signature, in_names=encoding.decode_in_names(manifest.get("in_names"),
+                                                                                     len(signature.in_avals)))
     except (encoding.EncodingError, ValueError) as e:
         raise ExecutableFileError(f"{source}: manifest: {e}") from None
     if manifest["device_count"] != signature.num_devices:
@@ -220,9 +228,13 @@ def _compiled(found: Container, source: str) -> Compiled:
 
 
 def _unauthenticated(source: str) -> ExecutableFileError:
+    if os.environ.get(ENV_KEY) or key_file_path().exists():
+        why = f"its MAC does not verify with {describe_key()}: it was written under another key, or changed since"
+    else:
+        why = (f"it was written under another user's or machine's key, and this user has none to check it with "
+               f"({ENV_KEY} is not set and {key_file_path()} does not exist)")
     return ExecutableFileError(
-        f"{source}: its MAC does not verify with {describe_key()}: it was written under another key, "
-        "or changed since. Share the key between the machines that share files (HLOPT_KEY), or, "
+        f"{source}: {why}. Share the key between the machines that share files (HLOPT_KEY), or, "
         "if you trust its source, load it with trust='portable' (compiled from its StableHLO, "
         "never running its native code)")
 

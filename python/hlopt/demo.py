@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import time
 from typing import TextIO
 
 import numpy as np
@@ -67,7 +68,13 @@ def run(out: TextIO = sys.stdout, only: list[str] | None = None) -> int:
     for name in names:
         if name not in SECTIONS:
             raise ValueError(f"no demo section '{name}' (sections: {', '.join(SECTIONS)})")
+    for i, name in enumerate(names, 1):  # each step announced and timed, flushed as it happens
+        out.write(f"\n[{i}/{len(names)}] {name}...\n")
+        out.flush()
+        start = time.perf_counter()
         module_name, func_name = SECTIONS[name].split(":")
         getattr(importlib.import_module(module_name), func_name)(out)
+        out.write(f"[{i}/{len(names)}] {name}: done in {time.perf_counter() - start:.1f} s\n")
+        out.flush()
     out.write(f"\nhlopt demo: {len(names)} section(s) ran, every result matches JAX\n")
     return len(names)

@@ -54,7 +54,8 @@ from jax.extend.core import ClosedJaxpr, Jaxpr, Primitive, Var, jaxpr_as_fun
 from jax.extend.core.primitives import custom_jvp_call_p
 from jax.interpreters import ad, batching, mlir
 
-from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation, under_transformation
+from hlopt.compiler.jax_compat import (api_boundary, convert_constvars_jaxpr, lower_called_computation,
+                                       under_transformation)
 from hlopt.passes.jet_expand import MAX_ORDER
 from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
 from hlopt.passes.mlir import ir, stablehlo
@@ -434,6 +435,7 @@ def _jet_traced(fun: Callable, primals: Sequence[Any], series: Sequence[Any], fa
 _eager: "weakref.WeakKeyDictionary[Callable, dict[bool, Callable]]" = weakref.WeakKeyDictionary()
 
 
+@api_boundary
 def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
         factorial_scaled: bool = True) -> tuple[Any, Any]:
     """Taylor-mode higher-order differentiation, the contract of JAX's experimental `jet.jet`.

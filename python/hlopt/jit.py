@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 from jax.sharding import Mesh
 
+from hlopt.compiler.jax_compat import api_boundary
 from hlopt.compiler.lowering import check_static_argnums, lower_function, resolve_static_argnums
+from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
+from hlopt.passes.locations import shorten
 from hlopt.runtime.compile import compile_lowered
 from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
 
 
+@api_boundary
 def lower(
     fun: Callable,
     *args: Any,
@@ -57,6 +63,26 @@ def _arg_key(x: Any) -> Any:
     return (aval.shape, aval.dtype, aval.weak_type, None)
 
 
+def _not_an_array(fun: Callable, args: tuple[Any, ...], static: Sequence[int]) -> TypeError:
+    """The error for a dynamic argument that is no array (a string, an object), naming it and static_argnums."""
+    name = getattr(fun, "__name__", "the function")
+    try:
+        params = [p.name for p in inspect.signature(fun).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    for i, arg in enumerate(args):
+        for path, leaf in [] if i in static else jax.tree_util.tree_flatten_with_path(arg)[0]:
+            try:
+                jax.typeof(leaf)
+            except TypeError:
+                what = f"argument {i}" + (f" ({params[i]})" if i < len(params) else "") + jax.tree_util.keystr(path)
+                hint = (f"; if it is a setting rather than data, mark it static: "
+                        f"hlopt.jit({name}, static_argnums={i})" if not path else "")
+                return TypeError(shorten(f"{name}: {what} is {type(leaf).__name__} {leaf!r}, not an array{hint}"))
+    return TypeError(f"{name}: an argument is not an array")
+
+
 def _static_key(i: int, value: Any) -> tuple[int, type, Any]:
     """A static argument as jax.jit keys it: its type and value (1, 1.0 and True are three programs)."""
     try:
@@ -74,6 +100,7 @@ class JitFunction:
                  out_shardings: Any, static_argnums: Any, check_key_reuse: bool = False):
         functools.update_wrapper(self, fun)
         self.fun = fun
+        parse_pipeline(pipeline)  # a malformed pipeline is refused here, not at the first call
         self.pipeline = pipeline
         static_argnums = check_static_argnums(fun, static_argnums)
         self.options = dict(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
@@ -84,12 +111,15 @@ class JitFunction:
         if all(i >= 0 for i in static_argnums):
             self._call = cpp_function(fun, self._cache_miss, static_argnums)
 
+    @api_boundary
     def lower(self, *args: Any) -> Lowered:
         return lower(self.fun, *args, **self.options)
 
-    def __call__(self, *args: Any) -> Any:
-        return self._call(*args)
+    # Calling the instance calls `_call` (jaxlib's C++ dispatch) with no Python frame in between, as
+    # calling a jax.jit function does; errors are filtered below, where the Python cache miss starts.
+    __call__ = property(operator.attrgetter("_call"))
 
+    @api_boundary
     def _python_call(self, *args: Any) -> Any:
         return self._cache_miss(*args)[0]
 
@@ -100,8 +130,11 @@ class JitFunction:
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
             return self.fun(*args), None  # called while tracing: inline into the outer program
         statics = tuple(_static_key(i, args[i]) for i in static)
-        key = (tree, tuple(_arg_key(x) for x in leaves), statics, jax.sharding.get_mesh(),
-               jax.config.jax_default_device)
+        try:
+            arg_keys = tuple(_arg_key(x) for x in leaves)
+        except TypeError:
+            raise _not_an_array(self.fun, args, static) from None
+        key = (tree, arg_keys, statics, jax.sharding.get_mesh(), jax.config.jax_default_device)
         compiled = self._cache.get(key)
         if compiled is None:
             compiled = self.lower(*args).compile(self.pipeline)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import sys
 import textwrap
 
 import jax
@@ -154,7 +156,7 @@ def test_run_errors(workdir, capsys):
     assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0
     capsys.readouterr()
     assert hlopt("run", "f.hlx", "--input", "x.npy") == 1
-    assert "f takes 2 arrays, 1 were given" in capsys.readouterr().err
+    assert capsys.readouterr().err == "hlopt: error: f takes 2 arrays (x, y), 1 was given (--input)\n"
     assert hlopt("run", "f.hlx", "--input", "x.npy", "--input", "x.npy") == 1
     assert "argument 1 is float32[8, 4] but the program was compiled for float32[4, 2]" in capsys.readouterr().err
     (tmp / "bad.npy").write_bytes(b"nope")
@@ -189,7 +191,7 @@ def test_trust_flags(workdir, capsys, monkeypatch):
     assert out.rstrip().endswith("passes the checks of --trust portable (those that need no devices)")
     assert hlopt("run", "f.hlx", "--input", "xy.npz", "--trust", "portable", "--output", "out.npz") == 0
     check_outputs(tmp / "out.npz", jax.jit(ref)(X, Y))
-    assert capsys.readouterr().err == ("hlopt: warning: f.hlx: not authenticated (trust='portable'); "
+    assert capsys.readouterr().err == ("hlopt: warning: f.hlx: not authenticated (--trust portable); "
                                        "compiling it from its portable artifact\n")
     monkeypatch.delenv("HLOPT_KEY")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp / "no-config"))
@@ -230,3 +232,131 @@ def test_command_line_in_a_fresh_process(workdir):
     proc = env_run("run", "x.npy")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("hlopt: error: ")
+
+
+def _cli(cwd, env, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hlopt", *argv], cwd=cwd, capture_output=True, text=True,
+                          env={k: v for k, v in {**os.environ, **env}.items() if v is not None})
+
+
+SHARE = ("Share the key between the machines that share files (HLOPT_KEY), or, if you trust its source, load it "
+         "with --trust portable (compiled from its StableHLO, never running its native code)\n")
+
+
+def test_refusals_name_the_flags(workdir):
+    tmp, name = workdir
+    env = {"HLOPT_KEY": "the key of the machine that compiled " * 2, "PYTHONPATH": str(tmp)}
+    made = _cli(tmp, env, "compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx")
+    assert made.returncode == 0, made.stderr
+    other = _cli(tmp, {**env, "HLOPT_KEY": "the key of another machine, not shared " * 2}, "run", "f.hlx",
+                 "--input", "xy.npz")
+    assert (other.returncode, other.stdout) == (1, "")
+    assert other.stderr == ("hlopt: error: f.hlx: its MAC does not verify with HLOPT_KEY: it was written under "
+                            "another key, or changed since. " + SHARE)
+    config = tmp / "fresh-config"
+    none = _cli(tmp, {**env, "HLOPT_KEY": None, "XDG_CONFIG_HOME": str(config)}, "run", "f.hlx", "--input", "xy.npz")
+    assert (none.returncode, none.stdout) == (1, "")
+    assert none.stderr == ("hlopt: error: f.hlx: it was written under another user's or machine's key, and this "
+                           f"user has none to check it with (HLOPT_KEY is not set and {config}/hlopt/key does not "
+                           "exist). " + SHARE)
+    inspected = _cli(tmp, {**env, "HLOPT_KEY": "the key of another machine, not shared " * 2}, "inspect", "f.hlx")
+    assert "it loads only with --trust portable (compiled from its StableHLO)" in inspected.stdout
+    assert "trust=" not in inspected.stdout + other.stderr + none.stderr
+
+
+def test_run_reports_the_file_it_wrote_and_counts_inputs(workdir, capsys):
+    tmp, name = workdir
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0
+    capsys.readouterr()
+    assert hlopt("run", "f.hlx", "--input", "xy.npz", "--output", "results") == 0
+    assert capsys.readouterr().out == "wrote results.npz: a, b.0, b.1\n"
+    check_outputs(tmp / "results.npz", jax.jit(ref)(X, Y))
+    assert hlopt("run", "f.hlx", "--input", "xy.npz", "--input", "x.npy") == 1
+    assert capsys.readouterr().err == "hlopt: error: f takes 2 arrays (x, y), 3 were given (--input)\n"
+
+
+NAMED = """
+import jax.numpy as jnp
+
+def predict(W1, b1, x):
+    return jnp.tanh(x @ W1 + b1)
+"""
+
+
+def test_files_keep_parameter_names_and_inspect_shows_them(workdir, capsys):
+    tmp, _ = workdir
+    (tmp / "named_model.py").write_text(NAMED)
+    assert hlopt("compile", "named_model:predict", "--arg", "f32[3,4]", "--arg", "f32[4]", "--arg", "f32[2,3]",
+                 "-o", "p.hlx") == 0
+    capsys.readouterr()
+    assert hlopt("inspect", "p.hlx") == 0
+    text = capsys.readouterr().out
+    inputs = text[text.index("inputs:\n") + 8 : text.index("outputs:")].splitlines()
+    assert [line.split()[:2] for line in inputs] == [["W1", "float32[3,4]"], ["b1", "float32[4]"],
+                                                    ["x", "float32[2,3]"]]
+    assert hlopt("inspect", "p.hlx", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["in_names"] == ["W1", "b1", "x"]
+    np.save(tmp / "w.npy", np.ones((3, 4), np.float32))
+    assert hlopt("run", "p.hlx", "--input", "w.npy") == 1
+    assert capsys.readouterr().err == "hlopt: error: predict takes 3 arrays (W1, b1, x), 1 was given (--input)\n"
+
+
+def test_pytree_paths_are_kept_through_save_and_load(tmp_path, capsys):
+    import hlopt as api
+
+    def tree(params, x, *rest):
+        return jnp.tanh(x @ params["W1"] + params["b1"]) @ params["layers"][0] + rest[0]
+
+    params = {"W1": np.ones((3, 4), np.float32), "b1": np.ones(4, np.float32), "layers": [np.ones((4, 2), np.float32)]}
+    compiled = api.lower(tree, params, np.ones((2, 3), np.float32), np.float32(1)).compile()
+    names = ("params['W1']", "params['b1']", "params['layers'][0]", "x", "args[2]")
+    assert compiled.signature.in_names == names
+    compiled.save(tmp_path / "t.hlx")
+    assert api.load(tmp_path / "t.hlx").signature.in_names == names
+    assert hlopt("inspect", str(tmp_path / "t.hlx")) == 0
+    out = capsys.readouterr().out
+    assert all(re.search(rf"^  {re.escape(n)} +float32", out, re.M) for n in names), out
+
+
+def test_files_without_names_still_load_and_malformed_names_are_refused(workdir, capsys):
+    from forge import resign, unpack
+
+    import hlopt as api
+
+    tmp, name = workdir
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0
+    manifest, sections = unpack((tmp / "f.hlx").read_bytes())
+    assert manifest.pop("in_names") == ["x", "y"]
+    (tmp / "old.hlx").write_bytes(resign(manifest, sections))  # as files written before the field
+    old = api.load(tmp / "old.hlx")
+    assert old.signature.in_names == ()
+    np.testing.assert_allclose(old(X, Y)["a"], jax.jit(ref)(X, Y)["a"], rtol=1e-5, atol=1e-6)
+    capsys.readouterr()
+    assert hlopt("inspect", "old.hlx") == 0
+    text = capsys.readouterr().out
+    assert re.search(r"^  0 +float32\[8,4\]", text, re.M) and re.search(r"^  1 +float32\[4,2\]", text, re.M)
+    for bad in (["x"], ["x", "y\x1b[2J"], ["x", 3], "xy"):
+        (tmp / "bad.hlx").write_bytes(resign({**manifest, "in_names": bad}, sections))
+        with pytest.raises(api.ExecutableFileError, match=r"bad\.hlx: manifest: malformed (in_names|input name)"):
+            api.load(tmp / "bad.hlx")
+        assert hlopt("inspect", "bad.hlx") == 1
+        assert re.fullmatch(r"hlopt: error: bad\.hlx: malformed manifest: malformed (in_names|input name).*\n",
+                            capsys.readouterr().err)
+
+
+def test_compile_verbose_prints_each_stage_with_its_time(workdir):
+    from hlopt.compiler.pipeline import parse_pipeline
+
+    tmp, name = workdir
+    proc = _cli(tmp, {"PYTHONPATH": str(tmp)}, "compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]",
+                "-o", "f.hlx", "-v")
+    assert proc.returncode == 0, proc.stderr
+    passes = [el.text for el in parse_pipeline("hlopt-default")]
+    stages = [f"importing {name}", f"lowering {name}:f", *[f"pass {p}" for p in passes], "PJRT compile",
+              "writing f.hlx"]
+    assert proc.stderr.splitlines() == [line for line in proc.stderr.splitlines()
+                                        if re.fullmatch(r"hlopt: .+: \d+\.\d\d s", line)]
+    assert [line.split(": ")[1] for line in proc.stderr.splitlines()] == stages
+    assert proc.stdout.startswith("wrote f.hlx (")
+    assert hlopt("run", "f.hlx", "--input", "xy.npz", "--output", "out.npz") == 0
+    check_outputs(tmp / "out.npz", jax.jit(ref)(X, Y))

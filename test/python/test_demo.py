@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -46,3 +47,14 @@ def test_key_reuse_section_names_the_example_lines():
     column = lines[first - 1].index("jax.random.normal")
     assert f"{EXAMPLE_FILE}:{first}:{column}: note: the key was first consumed here" in out
     assert not any("bin/hlopt:" in line for line in out)
+
+
+def test_demo_announces_and_times_each_section():
+    proc = subprocess.run([sys.executable, "-m", "hlopt", "demo", "driver", "key-reuse"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps = [line for line in proc.stdout.splitlines() if line.startswith("[")]
+    assert [re.sub(r"\d+\.\d s$", "T s", line) for line in steps] == [
+        "[1/2] driver...", "[1/2] driver: done in T s", "[2/2] key-reuse...", "[2/2] key-reuse: done in T s"]
+    out = proc.stdout
+    assert out.index("[1/2] driver...") < out.index("=== driver") < out.index("[1/2] driver: done in")

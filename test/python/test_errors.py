@@ -9,9 +9,12 @@ from hlopt's output.
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import subprocess
 import sys
 import textwrap
+import traceback
 
 import jax
 import numpy as np
@@ -180,3 +183,182 @@ def test_mlir_file_errors_name_the_file(tmp_path, monkeypatch, capsys, kind, mes
 
     assert opt_main(["prog.mlir", "-p", "hlopt-default"]) == 1
     assert one_error_line(capsys.readouterr().err) == err
+
+
+# --- errors raised by JAX while tracing the user's function, at the CLI --------------------
+
+TRACING = {
+    "shape": ("""
+        import jax.numpy as jnp
+
+        def f(a, b):
+            return a + b  # @error
+    """, ["--arg", "f32[8,31]", "--arg", "f32[32]"], "a + b",
+        "Incompatible shapes for broadcasting: shapes=[(8, 31), (32,)]"),
+    "dtype": ("""
+        import jax
+
+        def f(a, b):
+            return jax.lax.add(a, b)  # @error
+    """, ["--arg", "f32[4]", "--arg", "i32[4]"], "jax.lax.add",
+        "lax.add requires arguments to have the same dtypes, got float32, int32. (Tip: jnp.add is a similar "
+        "function that does automatic type promotion on inputs)."),
+    # lowering fails after tracing: the operation's own traceback locates it (at its line's first column)
+    "primitive": ("""
+        from jax.extend.core import Primitive
+
+        frob_p = Primitive("frob")
+        frob_p.def_abstract_eval(lambda x: x)
+
+        def f(x):
+            return frob_p.bind(x * 2)  # @error
+    """, ["--arg", "f32[4]"], "return", "MLIR translation rule for primitive 'frob' not found for platform cpu"),
+    "import": ("""
+        import no_such_module_anywhere  # @error
+    """, ["--arg", "f32[4]"], "import", "No module named 'no_such_module_anywhere'"),
+    "syntax": ("""
+        def f(x)  # @error
+            return x
+    """, ["--arg", "f32[4]"], "# @error", "SyntaxError: expected ':'"),  # where Python's parser reports it
+    "concrete": ("""
+        def f(x):
+            if x.sum() > 0:  # @error
+                return x
+            return -x
+    """, ["--arg", "f32[4]"], "x.sum() > 0",
+        "Attempted boolean conversion of traced array with shape bool[]. "
+        "(`hlopt --debug` shows the rest of this message)"),
+}
+
+
+def hlopt_cli(cwd, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hlopt", *argv], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ""})
+
+
+@pytest.mark.parametrize("kind", list(TRACING))
+def test_tracing_errors_at_the_users_line(tmp_path, kind):
+    source, args, column_of, message = TRACING[kind]
+    text = textwrap.dedent(source).lstrip("\n")
+    path = tmp_path / f"user_{kind}.py"
+    path.write_text(text)
+    line, col = marked(text, "error", column_of)
+    proc = hlopt_cli(tmp_path, "compile", f"user_{kind}:f", *args, "-o", "o.hlx")
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == f"{path}:{line}:{col}: error: {message}\n"
+    assert not (tmp_path / "o.hlx").exists()
+    debug = hlopt_cli(tmp_path, "--debug", "compile", f"user_{kind}:f", *args, "-o", "o.hlx")
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    assert f"\n{path}:{line}:{col}: error: {message.split(' (`hlopt --debug')[0]}" in debug.stderr
+
+
+def test_a_missing_module_says_where_hlopt_looked(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mymodel.py").write_text("def predict(x):\n    return x\n")
+    proc = hlopt_cli(tmp_path, "compile", "mymodel:predict", "--arg", "f32[4]", "-o", "o.hlx")
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == (
+        f"hlopt: error: cannot import 'mymodel': no mymodel.py or mymodel/ in the working directory ({tmp_path}) "
+        "or on PYTHONPATH (not set); run hlopt from the folder that holds it, or add that folder to PYTHONPATH "
+        "(PYTHONPATH=/path/to/folder hlopt compile ...)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "models")}
+    ok = subprocess.run([sys.executable, "-m", "hlopt", "compile", "mymodel:predict", "--arg", "f32[4]", "-o",
+                         "o.hlx"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert ok.returncode == 0, ok.stderr
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    proc = hlopt_cli(tmp_path, "compile", "pkg.nomod:f", "--arg", "f32[4]", "-o", "o.hlx")
+    assert proc.stderr == f"hlopt: error: cannot import 'pkg.nomod': package 'pkg' ({tmp_path / 'pkg'}) has no " \
+                          "module 'nomod'\n"
+
+
+# --- the public classes, with hlopt's own frames hidden ------------------------------------
+
+
+def _hlopt_frames(error: BaseException) -> list[str]:
+    """Frames of hlopt's own files in everything `error`'s printed traceback shows (its chain included)."""
+    from hlopt.passes.locations import hlopt_dirs
+
+    text = "".join(traceback.format_exception(error))
+    files = re.findall(r'File "([^"]+)"', text)
+    return [f for f in files if os.path.realpath(f).startswith(tuple(os.path.join(d, "") for d in hlopt_dirs()))]
+
+
+def test_api_errors_are_the_public_classes_without_hlopts_frames(user_module, tmp_path):
+    module, path, text = user_module("jet")
+    with pytest.raises(hlopt.PipelineError) as info:
+        hlopt.jit(module.f)(np.ones(4, np.float32))
+    assert type(info.value) is hlopt.PipelineError and type(info.value).__module__ == "hlopt"
+    assert "\nhlopt.PipelineError: " in "".join(traceback.format_exception(info.value))
+    assert _hlopt_frames(info.value) == []
+    lowered = hlopt.lower(module.f, np.ones(4, np.float32))
+    for call in (lambda: lowered.apply("hlopt-default"), lambda: lowered.compile()):
+        with pytest.raises(hlopt.PipelineError) as info:
+            call()
+        assert _hlopt_frames(info.value) == []
+
+    bad = tmp_path / "bad.hlx"
+    bad.write_bytes(b"not an executable")
+    with pytest.raises(hlopt.ExecutableFileError) as info:
+        hlopt.load(bad)
+    assert type(info.value).__module__ == "hlopt" and _hlopt_frames(info.value) == []
+
+    def reuse(key):
+        return jax.random.normal(key, (3,)) + jax.random.normal(key, (3,))
+
+    with pytest.raises(hlopt.KeyReuseError) as info:
+        hlopt.lower(reuse, jax.random.key_data(jax.random.key(0)), check_key_reuse=True)
+    assert type(info.value).__module__ == "hlopt" and _hlopt_frames(info.value) == []
+
+
+def test_a_tracing_error_keeps_the_users_frames_only(tmp_path, monkeypatch):
+    (tmp_path / "shapes_api.py").write_text("def f(a, b):\n    return a + b\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import shapes_api
+
+    with pytest.raises(ValueError, match=r"Incompatible shapes for broadcasting") as info:
+        hlopt.jit(shapes_api.f)(np.ones((8, 31), np.float32), np.ones(32, np.float32))
+    assert _hlopt_frames(info.value) == []
+    assert any(f.filename == str(tmp_path / "shapes_api.py") and f.lineno == 2
+               for f in traceback.extract_tb(info.value.__traceback__))
+
+
+
+# --- API messages name arguments, with types as the caller passed them ---------------------
+
+
+def test_a_string_argument_gets_the_static_argnums_hint():
+    def predict(x, activation):
+        return x
+
+    with pytest.raises(TypeError) as info:
+        hlopt.jit(predict)(np.ones(3, np.float32), "relu")
+    assert str(info.value) == ("predict: argument 1 (activation) is str 'relu', not an array; if it is a setting "
+                               "rather than data, mark it static: hlopt.jit(predict, static_argnums=1)")
+    np.testing.assert_array_equal(hlopt.jit(predict, static_argnums=1)(np.ones(3, np.float32), "relu"), np.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float64, np.uint64])
+def test_a_64_bit_input_is_reported_as_passed(dtype):
+    assert not jax.config.jax_enable_x64
+    compiled = hlopt.lower(lambda x: x * 2, np.ones((4, 3), np.int16)).compile()
+    jax_reads = jax.dtypes.canonicalize_dtype(dtype).name  # what jax makes of it without jax_enable_x64
+    assert jax_reads != np.dtype(dtype).name
+    with pytest.raises(TypeError) as info:
+        compiled(np.ones((4, 3), dtype))
+    assert str(info.value) == (f"<lambda>: argument 0 is {np.dtype(dtype).name}[4, 3] (which jax reads as "
+                               f"{jax_reads}: jax_enable_x64 is off) but the program was compiled for int16[4, 3]")
+    with pytest.raises(TypeError, match=r"^<lambda>: argument 0 is int32\[4, 3\] but the program was compiled"):
+        compiled(np.ones((4, 3), np.int32))  # no note where jax takes the dtype as it is
+
+
+def test_hlopt_compile_refuses_a_bad_pipeline_before_importing_the_program(tmp_path, monkeypatch, capsys):
+    (tmp_path / "never_imported.py").write_text("raise RuntimeError('imported')\n")
+    monkeypatch.chdir(tmp_path)
+    for pipeline, message in (("cse,,canonicalize", "empty entry 2 in pipeline 'cse,,canonicalize': remove the "
+                                                     "extra ','"),
+                              ("jet-expand{func=f order=65}", "pass 'jet-expand': option 'order' must be between 1 "
+                                                              "and 64, got '65'")):
+        assert main(["compile", "never_imported:f", "--arg", "f32[4]", "--pipeline", pipeline, "-o", "o.hlx"]) == 1
+        assert capsys.readouterr().err == f"hlopt: error: {message}\n"
+    assert "never_imported" not in sys.modules

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import pathlib
 import re
 import subprocess
 import sys
+import typing
 
 import pytest
 
 from hlopt.cli.opt import main
-from hlopt.passes.registry import PASSES, PIPELINES
+from hlopt.compiler.pipeline import PipelineError, parse_pipeline
+from hlopt.passes.registry import PASSES, PIPELINES, all_passes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LIT = ROOT / "test" / "lit"
@@ -82,6 +86,97 @@ def test_list_passes(capsys):
     out = capsys.readouterr().out
     for name in list(PASSES) + list(PIPELINES):
         assert re.search(rf"^\s+{re.escape(name)}\s+\S", out, re.M), name
+
+
+def test_list_passes_prints_whole_summaries_and_ranges(capsys):
+    assert main(["--list-passes"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines() if not line.startswith("  hlopt-default")) <= 100
+    joined = " ".join(out.split())
+    for name, cls in all_passes().items():
+        first_paragraph = " ".join(inspect.cleandoc(cls.__doc__).split("\n\n")[0].split())
+        assert f"{name} {first_paragraph}" in joined, name
+    assert re.search(r"^    order=1\.\.64 +\(default none\)$", out, re.M), out
+    assert re.search(r"^    target=shardy\|gspmd +\(default shardy\)$", out, re.M), out
+
+
+def _out_of_range(cls, field) -> list[str]:
+    """Values outside the range `field` of pass `cls` declares; fails for an option that declares none."""
+    hint = typing.get_type_hints(cls)[field.name]
+    meta = field.metadata
+    if hint is bool:
+        return ["maybe", "2"]
+    if typing.get_origin(hint) is typing.Literal:
+        return ["no-such-choice", typing.get_args(hint)[0].upper()]
+    if hint is int:
+        assert meta.get("low") is not None or meta.get("high") is not None, f"{cls.name}: '{field.name}' has no range"
+        low, high = meta.get("low"), meta.get("high")
+        return [str(v) for v in (None if low is None else low - 1, None if high is None else high + 1) if v is not None]
+    if hint is str:
+        assert meta.get("pattern"), f"{cls.name}: option '{field.name}' declares no pattern"
+        bad = [v for v in ("0starts-with-a-digit", "has/a/slash", "'quoted'") if not re.fullmatch(meta["pattern"], v)]
+        assert bad, f"{cls.name}: option '{field.name}' accepts any string"
+        return bad
+    raise AssertionError(f"{cls.name}: option '{field.name}' of type {hint} has no out-of-range test")
+
+
+OPTIONS = [(name, cls, f) for name, cls in all_passes().items() for f in dataclasses.fields(cls)]
+
+
+@pytest.mark.parametrize("name, cls, field", OPTIONS, ids=[f"{n}-{f.name}" for n, _, f in OPTIONS])
+def test_every_option_rejects_an_out_of_range_value(tmp_path, capsys, name, cls, field):
+    key = field.name.replace("_", "-")
+    for value in _out_of_range(cls, field):
+        pipeline = f"{name}{{{key}={value}}}"
+        with pytest.raises(PipelineError) as info:
+            parse_pipeline(pipeline)
+        message = str(info.value)
+        assert message.startswith(f"pass '{name}': option '{key}' must be ") and message.endswith(f", got '{value}'")
+        assert run(tmp_path, GOOD, "-p", pipeline) == 1
+        assert capsys.readouterr().err == f"hlopt-opt: error: {message}\n"
+
+
+def test_the_range_check_covers_the_lowest_and_highest_order():
+    assert parse_pipeline("jet-expand{func=f order=1},jet-expand{func=f order=64}")
+    with pytest.raises(PipelineError, match=r"^pass 'jet-expand': option 'order' needs 'func' "):
+        parse_pipeline("jet-expand{order=2}")
+    with pytest.raises(PipelineError, match=r"^pass 'jet-expand': option 'func' needs 'order' "):
+        parse_pipeline("jet-expand{func=f}")
+
+
+@pytest.mark.parametrize("pipeline, entry", [("canonicalize,,cse", 2), ("cse,", 2), (",cse", 1),
+                                             ("hlopt-default, ,cse", 2)])
+def test_empty_pipeline_entries_are_refused(tmp_path, pipeline, entry):
+    path = tmp_path / "in.mlir"
+    path.write_text(GOOD)
+    proc = subprocess.run(["hlopt-opt", str(path), "-p", pipeline], capture_output=True, text=True)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr == f"hlopt-opt: error: empty entry {entry} in pipeline '{pipeline}': remove the extra ','\n"
+
+
+@pytest.mark.parametrize("pipeline, message", [
+    ("canonicalize,,cse", "empty entry 2 in pipeline 'canonicalize,,cse'"),
+    ("jet-expand{func=f order=0}", "pass 'jet-expand': option 'order' must be between 1 and 64, got '0'"),
+    ("no-such-pass", "unknown pass or pipeline 'no-such-pass'"),
+])
+def test_the_api_refuses_bad_pipelines_before_running(pipeline, message):
+    import numpy as np
+
+    import hlopt
+
+    traced = []
+
+    def f(x):
+        traced.append(x)
+        return x * 2
+
+    with pytest.raises(hlopt.PipelineError, match=re.escape(message)):
+        hlopt.jit(f, pipeline=pipeline)
+    assert not traced
+    lowered = hlopt.lower(f, np.ones(3, np.float32))
+    for call in (lambda: lowered.apply(pipeline), lambda: lowered.compile(pipeline=pipeline)):
+        with pytest.raises(hlopt.PipelineError, match=re.escape(message)):
+            call()
 
 
 @pytest.mark.parametrize("pipeline,message", [

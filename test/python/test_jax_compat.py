@@ -52,6 +52,22 @@ KEYWORDS = {
 }
 
 
+def test_traceback_filtering_hides_hlopts_frames():
+    assert {"path"} <= parameters(jax_compat._traceback_util.register_exclusion)
+    from hlopt.passes.locations import hlopt_dirs
+
+    assert set(hlopt_dirs()) <= set(jax_compat._traceback_util._exclude_paths)
+
+    def inner():
+        raise ValueError("below the boundary")
+
+    wrapped = jax_compat.api_boundary(lambda: inner())
+    with pytest.raises(ValueError) as info:
+        wrapped()
+    frames = [f.name for f in __import__("traceback").extract_tb(info.value.__traceback__)]
+    assert "inner" in frames  # a file of the user's (this test) keeps its frames
+
+
 @pytest.mark.parametrize("name", list(KEYWORDS))
 def test_signature(name):
     fn, keywords = KEYWORDS[name]

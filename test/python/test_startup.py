@@ -122,7 +122,7 @@ def test_list_passes_shows_options():
     text = list_passes()
     assert re.search(r"^\s+target=shardy\|gspmd\s+\(default shardy\)$", text, re.M)
     assert re.search(r"^\s+fold-in-consumes=true\|false\s+\(default false\)$", text, re.M)
-    assert re.search(r"^\s+order=<int>\s+\(default 0\)$", text, re.M)
+    assert re.search(r"^\s+order=1\.\.64\s+\(default none\)$", text, re.M)
 
 
 def test_inliner_extension_missing_disables_only_inline(tmp_path):

@@ -217,12 +217,13 @@ def test_sharding_constraint(shardy):
 
 
 def _pass_error(f, *args, **kwargs) -> PassError:
-    """The PassError that vjp-expand{func=main} raises on `f` (its location is the op's)."""
+    """The PassError that vjp-expand{func=main} raises on `f` (its location is the op's), kept as the context of
+    the PipelineError it is reported as."""
     with pytest.raises(hlopt.PipelineError) as info:
         hlopt.lower(f, *args, **kwargs).apply("vjp-expand{func=main}")
-    assert isinstance(info.value.__cause__, PassError), info.value
+    assert isinstance(info.value.__context__, PassError), info.value
     assert "\n" not in str(info.value)
-    return info.value.__cause__
+    return info.value.__context__
 
 
 def test_shard_map_shardy_is_refused_at_its_location():

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hlopt.cli.errors import UsageError
+from hlopt.cli.errors import UsageError, as_flags
 from hlopt.passes.locations import printable
 
 PROGRESS_AFTER_S = 2.0
@@ -40,6 +40,8 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", default="hlopt-default", help="the pipeline to run before compiling")
     p.add_argument("--host-devices", type=int, metavar="N", help="number of host CPU devices (default: the mesh size)")
     p.add_argument("-o", "--output", required=True, help="the executable file to write")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print each stage (lowering, each pass, PJRT compile, write) with its time on stderr")
 
 
 def parse_arg_type(text: str) -> Any:
@@ -112,12 +114,28 @@ def import_function(target: str) -> Any:
     except ValueError:
         raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function") from None
     except ImportError as e:
-        raise UsageError(f"cannot import '{target.partition(':')[0]}': {e}") from None
+        module_name = target.partition(":")[0]
+        if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise  # raised inside the user's module: located there
+        raise UsageError(_not_found(module_name, e.name)) from None
     except AttributeError as e:
         raise UsageError(str(e)) from None
     if not callable(obj):
         raise UsageError(f"'{target}' is not callable")
     return obj
+
+
+def _not_found(module_name: str, missing: str) -> str:
+    """Where `hlopt compile` looked for `missing` (the module `module_name` or its package), and what to do."""
+    parent, _, leaf = missing.rpartition(".")
+    if parent:
+        package = sys.modules.get(parent)
+        where = ", ".join(getattr(package, "__path__", [])) or "?"
+        return f"cannot import '{module_name}': package '{parent}' ({where}) has no module '{leaf}'"
+    pythonpath = os.environ.get("PYTHONPATH", "")
+    return (f"cannot import '{module_name}': no {missing}.py or {missing}/ in the working directory "
+            f"({os.getcwd()}) or on PYTHONPATH ({pythonpath or 'not set'}); run hlopt from the folder that holds "
+            f"it, or add that folder to PYTHONPATH (PYTHONPATH=/path/to/folder hlopt compile ...)")
 
 
 def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
@@ -193,6 +211,20 @@ def progress(what: str) -> Iterator[None]:
             print(f"hlopt: {what}: done in {elapsed:.1f} s", file=sys.stderr, flush=True)
 
 
+def stage_line(name: str, seconds: float) -> None:
+    """`hlopt: NAME: 0.12 s` on stderr, as a stage of `hlopt compile -v` finishes."""
+    print(f"hlopt: {name}: {seconds:.2f} s", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def stage(name: str, verbose: bool) -> Iterator[None]:
+    """With `verbose`, print the stage `name` with its time once it is done."""
+    start = time.perf_counter()
+    yield
+    if verbose:
+        stage_line(name, time.perf_counter() - start)
+
+
 def set_host_devices(count: int) -> None:
     """Ask for `count` host CPU devices; only possible before jax starts its backends."""
     import jax
@@ -206,8 +238,10 @@ def set_host_devices(count: int) -> None:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Lower, compile and save; print what was written."""
     import hlopt
+    from hlopt.compiler.pipeline import parse_pipeline
     from hlopt.passes.locations import source_name
 
+    parse_pipeline(args.pipeline)  # refused before the program is imported or traced
     if args.host_devices or args.mesh:
         set_host_devices(args.host_devices or math.prod(mesh_axes(args.mesh)[1]))
     arg_types = [parse_arg_type(a) for a in args.arg]
@@ -222,18 +256,27 @@ def cmd_compile(args: argparse.Namespace) -> int:
     # errors in a .mlir file's text are located in the file
     with source_name(args.target) if is_mlir else contextlib.nullcontext():
         if is_mlir:
-            lowered = lower_mlir(args.target, arg_types, mesh)
+            with stage(f"reading {args.target}", args.verbose):
+                lowered = lower_mlir(args.target, arg_types, mesh)
         else:
-            fun = import_function(args.target)
+            with stage(f"importing {args.target.partition(':')[0]}", args.verbose):
+                fun = import_function(args.target)
             if in_shardings is not None and len(in_shardings) != len(arg_types):
                 raise UsageError(f"{len(in_shardings)} --in-sharding for {len(arg_types)} --arg")
             if out_shardings is not None and len(out_shardings) == 1:
                 out_shardings = out_shardings[0]
-            lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
-                                  out_shardings=out_shardings)
-        with progress(f"compiling {lowered.signature.name}"):
-            compiled = lowered.compile(args.pipeline)
-    compiled.save(args.output)
+            with stage(f"lowering {args.target}", args.verbose):
+                lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
+                                      out_shardings=out_shardings)
+        if args.verbose:  # pass by pass, then PJRT (the persistent cache is consulted for PJRT only)
+            after = lowered.apply(args.pipeline, progress=lambda name, s: stage_line(f"pass {name}", s))
+            with stage("PJRT compile", True):
+                compiled = after.compile(pipeline="")
+        else:
+            with progress(f"compiling {lowered.signature.name}"):
+                compiled = lowered.compile(args.pipeline)
+    with stage(f"writing {args.output}", args.verbose):
+        compiled.save(args.output)
     print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {compiled.signature.describe()}")
     return 0
 
@@ -267,7 +310,12 @@ def read_inputs(paths: list[str]) -> list[Any]:
     for path in paths:
         try:
             loaded = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
+        except ValueError as e:
+            if "pickle" not in str(e):
+                raise UsageError(f"cannot read input '{path}': {e}") from None
+            raise UsageError(f"cannot read input '{path}': not a .npy or .npz file of arrays (hlopt never "
+                             "unpickles Python objects)") from None
+        except OSError as e:
             raise UsageError(f"cannot read input '{path}': {e}") from None
         if isinstance(loaded, np.ndarray):
             arrays.append(loaded)
@@ -286,6 +334,11 @@ def leaf_names(tree: Any) -> list[str]:
         parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
         names.append(".".join(parts) or "out")
     return names
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 array`, `4 arrays`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -307,18 +360,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         compiled = files.load(args.file, trust=args.trust)
     for w in caught:
-        print(f"hlopt: warning: {printable(w.message)}", file=sys.stderr)
+        print(f"hlopt: warning: {as_flags(printable(w.message))}", file=sys.stderr)
     sig = compiled.signature
     inputs = read_inputs(args.input)
     if len(inputs) != len(sig.in_avals):
-        raise UsageError(f"{sig.name} takes {len(sig.in_avals)} arrays, {len(inputs)} were given")
+        names = f" ({', '.join(sig.in_names)})" if sig.in_names else ""
+        raise UsageError(f"{sig.name} takes {_count(len(sig.in_avals), 'array')}{printable(names)}, "
+                         f"{len(inputs)} {'was' if len(inputs) == 1 else 'were'} given (--input)")
     dynamic, _ = jax.tree_util.tree_unflatten(sig.in_tree, inputs)
     out = compiled(*dynamic)
     names = leaf_names(out)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
     if args.output:
         np.savez(args.output, **dict(zip(names, leaves)))
-        print(f"wrote {args.output}: {', '.join(names)}")
+        written = args.output if args.output.endswith(".npz") else args.output + ".npz"  # as np.savez names it
+        print(f"wrote {written}: {', '.join(names)}")
     else:
         for name, value in zip(names, leaves):
             print(f"{printable(name)}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
@@ -349,12 +405,14 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         in_tree, out_tree = encoding.decode_tree(sig["in_tree"]), encoding.decode_tree(sig["out_tree"])
         in_avals = [encoding.decode_aval(a) for a in sig["in_avals"]]
         out_avals = [encoding.decode_aval(a) for a in sig["out_avals"]]
-        in_names = leaf_names(jax.tree_util.tree_unflatten(in_tree, [0] * len(in_avals))[0])
+        in_names = (encoding.decode_in_names(manifest.get("in_names"), len(in_avals))  # files before it: paths
+                    or leaf_names(jax.tree_util.tree_unflatten(in_tree, [0] * len(in_avals))[0]))
         out_names = leaf_names(jax.tree_util.tree_unflatten(out_tree, [0] * len(out_avals)))
         mesh = sig.get("mesh")
+        width = max(16, *map(len, [*in_names, *out_names]))
         lines = [
             f"file:       {p(path)} ({size} bytes, format version {manifest['format_version']})",
-            f"MAC:        {p(mac)}",
+            f"MAC:        {as_flags(p(mac))}",
             f"program:    {p(sig['name'])}",
             f"written by: jax {p(manifest.get('jax_version'))}, jaxlib {p(manifest['jaxlib_version'])}, "
             f"platform {p(manifest['platform'])} {p(manifest['platform_version'])}, "
@@ -365,10 +423,10 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
             f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
             f"pipeline:   {p(manifest['pipeline']) or '(none)'}",
             "inputs:",
-            *[f"  {p(n):16s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
+            *[f"  {p(n):{width}s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
               for n, a, s in zip(in_names, in_avals, manifest["in_shardings"])],
             "outputs:",
-            *[f"  {p(n):16s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
+            *[f"  {p(n):{width}s} {aval_str(a):20s} {p(encoding.spec_str(s))}"
               for n, a, s in zip(out_names, out_avals, manifest["out_shardings"])],
         ]
         if sig["static_args"]:

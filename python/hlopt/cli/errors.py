@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import linecache
+import os
+import re
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -11,6 +15,94 @@ from typing import Any
 
 class UsageError(Exception):
     """Bad command-line input: reported as one line, exit status 1."""
+
+
+# The Python API's words for what the command line spells as flags: messages from the runtime name
+# arguments (`trust='portable'`); the tools print them with the flag (`--trust portable`).
+API_TO_FLAGS = {"trust='portable'": "--trust portable", "trust='signed'": "--trust signed"}
+
+
+def as_flags(text: str) -> str:
+    """`text` with the API's argument spellings replaced by the command line's flags (API_TO_FLAGS)."""
+    for words, flag in API_TO_FLAGS.items():
+        text = text.replace(words, flag)
+    return text
+
+
+# `file:line:col: error:` (or `<name>: error:`) in a message's first line: already located.
+_LOCATED = re.compile(r"^[^\n]*: error:")
+_EXPECTED = (UsageError, ValueError, TypeError, OSError, RuntimeError, LookupError, ArithmeticError, ImportError)
+
+
+def _python_dirs() -> tuple[str, ...]:
+    """The folders of Python's standard library and installed packages, each ending in a separator."""
+    paths = sysconfig.get_paths()
+    return tuple(os.path.join(os.path.realpath(paths[k]), "") for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+
+
+def _is_user_file(path: str) -> bool:
+    from hlopt.passes.locations import in_library
+
+    return (os.path.isabs(path) and not in_library(path)
+            and not os.path.realpath(path).startswith(_python_dirs()))
+
+
+def _column(frame: traceback.FrameSummary) -> int:
+    if frame.colno is not None:
+        return frame.colno
+    line = linecache.getline(frame.filename, frame.lineno or 0)
+    return len(line) - len(line.lstrip()) if line.strip() else 0
+
+
+def user_frames(error: BaseException) -> list[tuple[str, int, int]]:
+    """`(file, line, col)` of the frames in the user's own code of `error`'s traceback, innermost first.
+
+    Without one there, the first exception of its `__cause__` chain that has
+    them gives them (JAX chains the Python stack that traced an operation to
+    an error in lowering it). A SyntaxError in the user's file comes first at
+    its own position. Columns are 0-based, as JAX reports Python columns; a
+    frame that does not record its column (one JAX kept) gives its line's first.
+    """
+    cause: BaseException | None = error
+    while cause is not None:
+        frames = [(f.filename, f.lineno or 0, _column(f)) for f in traceback.extract_tb(cause.__traceback__)]
+        if isinstance(cause, SyntaxError) and cause.filename:
+            frames.append((os.path.abspath(cause.filename), cause.lineno or 0, max((cause.offset or 1) - 1, 0)))
+        found = [f for f in reversed(frames) if _is_user_file(f[0])]
+        if found:
+            return found
+        cause = cause.__cause__
+    return []
+
+
+def error_message(error: BaseException, prog: str, debug: bool) -> str:
+    """The line (the lines under `debug`) that the tools print for `error`.
+
+    An error already located (`file:line:col: error: ...`) stays as it is; any
+    other error raised in the user's own code is located at its innermost frame
+    there, its first line only (the rest, and the outer frames as `note:`
+    lines, under `debug`); anything else is `prog: error: ...`.
+    """
+    text = (error.msg if isinstance(error, SyntaxError) else str(error)).strip() or type(error).__name__
+    notes = list(getattr(error, "notes", []))
+    if not _LOCATED.match(text):
+        if not isinstance(error, _EXPECTED):
+            text = f"{type(error).__name__}: {text}"
+        frames = user_frames(error)
+        first, _, rest = text.partition("\n")
+        if rest.strip() and not debug:
+            first += f" (`{prog} --debug` shows the rest of this message)"
+        elif rest.strip():
+            notes = [rest.strip(), *notes]
+        if frames:
+            file, line, col = frames[0]
+            text = f"{file}:{line}:{col}: error: {first}"
+            notes += [f"{f}:{n}:{c}: note: called from here" for f, n, c in frames[1:]]
+        else:
+            text = f"{prog}: error: {first}"
+    from hlopt.passes.locations import shorten
+
+    return shorten(as_flags("\n".join([text, *notes]) if debug else text))
 
 
 def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
@@ -27,15 +119,7 @@ def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
     except Exception as e:  # noqa: BLE001 - the CLI's contract: no traceback
         if debug:
             traceback.print_exc()
-        message = str(e).strip() or type(e).__name__
-        if ": error:" not in message.split("\n", 1)[0]:
-            expected = isinstance(e, (UsageError, ValueError, TypeError, OSError, RuntimeError, LookupError))
-            message = f"{prog}: error: {message if expected else f'{type(e).__name__}: {message}'}"
-        if debug:  # the call chain behind the location
-            message = "\n".join([message, *getattr(e, "notes", [])])
-        from hlopt.passes.locations import shorten
-
-        print(shorten(message), file=sys.stderr)
+        print(error_message(e, prog, debug), file=sys.stderr)
         return 1
 
 

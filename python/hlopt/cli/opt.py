@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from hlopt.cli.errors import UsageError, VersionAction, run_main
 
 SPLIT_MARKER = "// -----"
+LIST_WIDTH = 100  # --list-passes wraps summaries at this many columns
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,7 +32,8 @@ def list_passes() -> str:
 
     lines = ["Passes:"]
     for name, cls in all_passes().items():
-        lines.append(f"  {name:32s} {cls.summary()}")
+        lines.append(textwrap.fill(f"  {name:32s} {cls.summary()}", LIST_WIDTH, subsequent_indent=" " * 35,
+                                   break_on_hyphens=False))
         lines += [f"    {option:30s} (default {default})" for option, default in cls.options_help()]
     lines.append("Pipelines:")
     for name, text in sorted(PIPELINES.items()):

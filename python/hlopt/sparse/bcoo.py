@@ -22,9 +22,13 @@ from hlopt.sparse import indexing, ops
 class SparseEfficiencyError(ValueError):
     """An operation would store far more elements than its input."""
 
+    __module__ = "hlopt.sparse"  # raised and printed as users import it
+
 
 class SparseEfficiencyWarning(UserWarning):
     """An operation stores far more elements than its input."""
+
+    __module__ = "hlopt.sparse"  # raised and printed as users import it
 
 
 _TRACED_NSE_ERROR = (

@@ -39,9 +39,10 @@
 // FOREIGN: MAC:        DOES NOT VERIFY with HLOPT_KEY: written under another key, or changed since
 
 // REFUSED: hlopt: error: {{.*}}.hlx: its MAC does not verify with HLOPT_KEY: it was written under another key, or changed since.
+// REFUSED-SAME: load it with --trust portable
 // REFUSED-NOT: Traceback
 
-// PORTABLE: hlopt: warning: {{.*}}.hlx: not authenticated (trust='portable'); compiling it from its portable artifact
+// PORTABLE: hlopt: warning: {{.*}}.hlx: not authenticated (--trust portable); compiling it from its portable artifact
 // PORTABLE-NEXT: 0: float32[2, 3]
 // PORTABLE-NEXT: {{\[\[}}0. 2. 4.]
 

@@ -13,8 +13,8 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 }
 
 // MISSING: error: jet-expand: no function @missing in the module
-// ORDER: error: jet-expand: the order must be between 1 and 64, got 0
-// NOFUNC: error: jet-expand: option 'order' needs 'func' (jet-expand{func=NAME order=K})
+// ORDER: hlopt-opt: error: pass 'jet-expand': option 'order' must be between 1 and 64, got '0'{{$}}
+// NOFUNC: hlopt-opt: error: pass 'jet-expand': option 'order' needs 'func' (jet-expand{func=NAME order=K}){{$}}
 
 // REDUCE: errors.mlir:24:{{[0-9]+}}: error: jet-expand: no Taylor rule for stablehlo.reduce_window with a general body and an init value with a series
 func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -42,8 +42,8 @@ func.func @h(%x: tensor<4xf32>) -> tensor<4xf32> {
 // RUN: not hlopt-opt %s -p 'jet-expand{func=f order=100000000000000000000000}' 2>&1 | filecheck %s --check-prefix=HUGE
 // RUN: not hlopt-opt %s -p 'jet-expand{func=f order=-1}' 2>&1 | filecheck %s --check-prefix=NEGATIVE
 // RUN: not hlopt-opt %s -p 'jet-expand{func=decl order=1}' 2>&1 | filecheck %s --check-prefix=DECL
-// BIG: hlopt-opt: error: jet-expand: the order must be between 1 and 64, got 1000{{$}}
-// HUGE: hlopt-opt: error: jet-expand: the order must be between 1 and 64, got 100000000000000000000000{{$}}
-// NEGATIVE: hlopt-opt: error: jet-expand: the order must be between 1 and 64, got -1{{$}}
+// BIG: hlopt-opt: error: pass 'jet-expand': option 'order' must be between 1 and 64, got '1000'{{$}}
+// HUGE: hlopt-opt: error: pass 'jet-expand': option 'order' must be between 1 and 64, got '100000000000000000000000'{{$}}
+// NEGATIVE: hlopt-opt: error: pass 'jet-expand': option 'order' must be between 1 and 64, got '-1'{{$}}
 // DECL: hlopt-opt: error: jet-expand: @decl is a declaration without a body
 func.func private @decl(%x: tensor<4xf32>) -> tensor<4xf32>
