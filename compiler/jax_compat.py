@@ -16,6 +16,7 @@ from typing import Any
 
 import jax
 from jax._src import core as _core
+from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import tree_util as _tree_util
 from jax._src.custom_partitioning_sharding_rule import (
@@ -29,6 +30,7 @@ from jax._src.interpreters import pxla as _pxla
 from jaxlib import _jax
 
 __all__ = [
+    "LoweringTarget",
     "Placement",
     "SPMDAxisContext",
     "SdyShardingRule",
@@ -45,11 +47,14 @@ __all__ = [
     "key_shape",
     "layout_rank",
     "lower_called_computation",
+    "lowering_target",
+    "merge_module",
     "lower_jaxpr_to_fun",
     "lowering_placement",
     "output_aval",
     "partition_spec",
     "prng_impl",
+    "require_devices_during_lowering",
     "result_handler",
     "sdy_sharding_rule_to_mlir",
     "str_to_sdy_sharding_rule",
@@ -136,6 +141,36 @@ def build_module(jaxpr: Any, *, name: str, platform: str, axis_context: Any) -> 
     """A module whose public `@main` computes the closed jaxpr `jaxpr`."""
     return _mlir.build_mlir_module_helper(jaxpr, name=name, platforms=[platform], backend=None,
                                           axis_context=axis_context)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoweringTarget:
+    """What a lowering rule's module is being lowered for: its MLIR context, platforms and axis context."""
+
+    context: Any
+    platforms: tuple[str, ...]
+    axis_context: Any
+
+
+def lowering_target(ctx: Any) -> LoweringTarget:
+    """The target of the module a `jax.interpreters.mlir` lowering rule context `ctx` lowers into."""
+    module_context = ctx.module_context
+    return LoweringTarget(context=module_context.context, platforms=tuple(module_context.platforms),
+                          axis_context=module_context.axis_context)
+
+
+def merge_module(ctx: Any, *, name: str, module: Any) -> str:
+    """Move every function of `module` (in `ctx`'s MLIR context, with a public `@main`) into the module
+    `ctx` lowers into, renamed apart and private, as jax merges a called `jax.export` artifact;
+    the new name of `@main`. `module` is consumed."""
+    module_context = ctx.module_context
+    return _mlir.merge_mlir_modules(dst_module=module_context.module, sym_name=name, src_module=module,
+                                    dst_symtab=module_context.symbol_table)
+
+
+def require_devices_during_lowering(primitive: Any) -> None:
+    """Make jax lower programs holding `primitive` with their devices known (as its custom_partitioning needs)."""
+    _dispatch.prim_requires_devices_during_lowering.add(primitive)
 
 
 SPMDAxisContext = _sharding_impls.SPMDAxisContext  # lowering context of a mesh (with manual axes)

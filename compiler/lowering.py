@@ -13,9 +13,22 @@ from typing import Any
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from hlopt.compiler.jax_compat import Placement, arg_avals, compile_args, lowering_placement, weak_out_avals
-from hlopt.compiler.program import Signature
-from hlopt.passes.mlir import ir
+from hlopt.compiler.jax_compat import (
+    Placement,
+    arg_avals,
+    build_module,
+    compile_args,
+    lowering_placement,
+    lowering_target,
+    merge_module,
+    weak_out_avals,
+)
+from hlopt.compiler.pipeline import run_pipeline
+from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
+from hlopt.compiler.stages import check_no_annotations
+from hlopt.passes.locations import format_location
+from hlopt.passes.mlir import func, ir
+from hlopt.passes.walk import call_target, walk_ops
 
 _state = threading.local()
 
@@ -34,6 +47,56 @@ def annotations_allowed() -> Iterator[None]:
 def annotations_enabled() -> bool:
     """True inside `hlopt.lower` / `hlopt.jit`; False inside plain `jax.jit`."""
     return getattr(_state, "depth", 0) > 0
+
+
+# The pipeline that turns the annotation form of one hlopt operation into plain StableHLO
+# when JAX itself lowers the operation (hlopt.jit runs the same one on the whole program).
+PLAIN_PIPELINE = "hlopt-default"
+
+
+@functools.lru_cache(maxsize=128)
+def _plain_bytecode(annotated: bytes) -> bytes:
+    """The bytecode of an annotated module after `PLAIN_PIPELINE`; memoized, since jax lowers the same
+    operation again for each program that holds it (and grad, vmap and retracing repeat it)."""
+    module = parse_module(annotated)
+    run_pipeline(module, PLAIN_PIPELINE)
+    check_no_annotations(module)
+    for op in walk_ops(module.operation, "stablehlo.custom_call"):
+        if call_target(op).startswith("hlopt."):
+            raise ValueError(f"{format_location(op.location)}: error: custom_call @{call_target(op)} is an hlopt "
+                             f"annotation that no pass of '{PLAIN_PIPELINE}' lowers, so XLA cannot compile it")
+    return module_to_bytecode(module)
+
+
+def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value],
+                             name: str) -> list[ir.Value]:
+    """Lower `fun` of `ctx.avals_in` as plain StableHLO into the module that jax is lowering.
+
+    This is how an hlopt operation lowers under plain `jax.jit` / `jax.export`:
+    `fun` is lowered on its own in annotation form, for the same platform and
+    devices as the enclosing program; `PLAIN_PIPELINE` rewrites every annotation
+    into StableHLO in hlopt's context; the result is merged into jax's module
+    (as jax merges a called `jax.export` artifact) and called with `operands`.
+    """
+    target = lowering_target(ctx)
+    if len(target.platforms) != 1:
+        raise NotImplementedError(
+            f"{name}: hlopt operations lower for one platform at a time, but this program is being lowered "
+            f"for {list(target.platforms)}; export it once per platform")
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in ctx.avals_in]
+    closed = jax.make_jaxpr(fun)(*avals)
+    with annotations_allowed():
+        annotated = build_module(closed, name=name, platform=target.platforms[0], axis_context=target.axis_context)
+    plain = _plain_bytecode(module_to_bytecode(annotated))
+    with target.context:
+        module = ir.Module.parse(plain)
+        for op in list(module.body.operations):
+            if op.operation.name != "func.func":  # meshes: jax's module declares the same ones
+                op.operation.erase()
+        main = ir.SymbolTable(module.operation)["main"]
+        result_types = list(main.type.results)
+        callee = merge_module(ctx, name=name, module=module)
+        return list(func.CallOp(result_types, ir.FlatSymbolRefAttr.get(callee), list(operands)).results)
 
 
 def _named(mesh: Mesh | None, shardings: Any) -> Any:
