@@ -27,6 +27,7 @@ from jax._src.custom_partitioning_sharding_rule import (
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
+from jax._src.lib import hlo as _hlo
 from jaxlib import _jax
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "cpp_pjit",
     "extend_axis_env_nd",
     "fastpath_data",
+    "hlo_text",
     "flatten_for_dispatch",
     "is_committed",
     "key_shape",
@@ -182,6 +184,14 @@ def extend_axis_env_nd(sizes: Iterable[tuple[Any, int]]) -> Any:
     return _core.extend_axis_env_nd(sizes)
 
 
+def hlo_text(bytecode: bytes, *, debug_info: bool) -> str:
+    """XLA's HLO text of a StableHLO module (MLIR bytecode), as `jax.stages.Lowered.as_text("hlo")` prints it."""
+    options = _hlo.HloPrintOptions.short_parsable()
+    options.print_metadata = debug_info
+    computation = _jax.mlir.mlir_module_to_xla_computation(bytecode, use_tuple_args=False)
+    return computation.as_hlo_module().to_string(options)
+
+
 # --- sharding rules and shardings ---------------------------------------------------
 
 
@@ -224,14 +234,14 @@ def key_shape(dtype: Any) -> tuple[int, ...]:
 
 
 def cpp_pjit(*, name: str, fun: Callable, cache_miss: Callable, static_argnums: Sequence[int],
-             capacity: int) -> Callable:
+             static_argnames: Sequence[str] = (), capacity: int) -> Callable:
     """A C++ callable that calls `cache_miss` on new signatures and replays known ones.
 
     `cache_miss(*args)` returns `(outputs, fastpath_data or None, False)`.
     """
     return _jax.pjit(
         function_name=name, fun=fun, cache_miss=cache_miss, static_argnums=list(static_argnums),
-        static_argnames=[], global_cache_key=_pxla.JitGlobalCppCacheKeys(),
+        static_argnames=list(static_argnames), global_cache_key=_pxla.JitGlobalCppCacheKeys(),
         pytree_registry=_tree_util.dispatch_registry, shard_arg_fallback=_pxla.cc_shard_arg,
         cache=_jax.PjitFunctionCache(capacity=capacity))
 

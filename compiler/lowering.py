@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import operator
@@ -25,7 +26,7 @@ from hlopt.compiler.jax_compat import (
 )
 from hlopt.compiler.pipeline import run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
-from hlopt.compiler.stages import check_no_annotations
+from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
 from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import func, ir
 from hlopt.passes.walk import call_target, walk_ops
@@ -47,11 +48,6 @@ def annotations_allowed() -> Iterator[None]:
 def annotations_enabled() -> bool:
     """True inside `hlopt.lower` / `hlopt.jit`; False inside plain `jax.jit`."""
     return getattr(_state, "depth", 0) > 0
-
-
-# The pipeline that turns the annotation form of one hlopt operation into plain StableHLO
-# when JAX itself lowers the operation (hlopt.jit runs the same one on the whole program).
-PLAIN_PIPELINE = "hlopt-default"
 
 
 @functools.lru_cache(maxsize=128)
@@ -177,10 +173,7 @@ def check_static_argnums(fun: Callable, static_argnums: Any) -> tuple[int, ...]:
     index is allowed when `fun` takes `*args`); a signature Python cannot
     inspect is not checked.
     """
-    try:
-        argnums = (operator.index(static_argnums),)
-    except TypeError:
-        argnums = tuple(map(operator.index, static_argnums))
+    argnums = _index_tuple(static_argnums)
     try:
         params = inspect.signature(fun).parameters.values()
     except (TypeError, ValueError):
@@ -213,26 +206,58 @@ def resolve_static_argnums(static_argnums: Sequence[int], num_args: int) -> tupl
     return tuple(sorted(resolved))
 
 
-def lower_function(
-    fun: Callable,
-    *args: Any,
-    mesh: Mesh | None = None,
-    in_shardings: Any = None,
-    out_shardings: Any = None,
-    static_argnums: int | Sequence[int] = (),
-) -> tuple[ir.Module, Signature]:
-    """Trace `fun` at `args` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
+def argnums_and_argnames(fun: Callable, argnums: Any, argnames: Any, what: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """`static_argnums`/`static_argnames` (or the donate pair, named by `what`) completed from each other
+    through `fun`'s signature, as `jax.jit` completes them: a parameter that may be passed by
+    position or by keyword is named by both."""
+    argnums = check_static_argnums(fun, argnums) if what == "static" else _index_tuple(argnums)
+    argnames = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return argnums, argnames
+    either = [(i, p.name) for i, p in enumerate(params) if p.kind is p.POSITIONAL_OR_KEYWORD]
+    argnums += tuple(i for i, name in either if name in argnames and i not in argnums)
+    argnames += tuple(name for i, name in either if i in argnums and name not in argnames)
+    return argnums, argnames
+
+
+def _index_tuple(value: Any) -> tuple[int, ...]:
+    try:
+        return (operator.index(value),)
+    except TypeError:
+        return tuple(map(operator.index, value))
+
+
+@dataclasses.dataclass(frozen=True)
+class JitOptions:
+    """What `hlopt.jit` / `hlopt.lower` pass on to the tracing of a function (`jax.jit`'s own options)."""
+
+    mesh: Mesh | None = None
+    in_shardings: Any = None
+    out_shardings: Any = None
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+
+
+def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   options: JitOptions) -> tuple[ir.Module, Signature, Callable[[], Any] | None]:
+    """Trace `fun` at `args` and `kwargs` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
 
     The module is JAX's, in JAX's context: `Lowered` moves it into hlopt's when
-    it is first needed there (a persistent-cache hit never needs it).
+    it is first needed there (a persistent-cache hit never needs it). The third
+    result is None, or, for a program with host callbacks or side effects, a
+    function compiling it as `jax.jit` does (`Lowered.host_compile`).
     """
-    static_argnums = resolve_static_argnums(check_static_argnums(fun, static_argnums), len(args))
+    mesh, in_shardings, out_shardings = options.mesh, options.in_shardings, options.out_shardings
+    static_argnums = resolve_static_argnums(options.static_argnums, len(args))
 
-    @functools.wraps(fun)
-    def wrapped(*a, **k):  # a fresh function: jax's caches never mix with plain jax.jit
-        return fun(*a, **k)
-
-    jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "keep_unused": True}
+    jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "static_argnames": options.static_argnames,
+                                  "donate_argnums": options.donate_argnums,
+                                  "donate_argnames": options.donate_argnames,
+                                  "keep_unused": True}  # a program takes every argument (see hlopt.jit)
     dynamic = tuple(a for i, a in enumerate(args) if i not in static_argnums)
     if in_shardings is not None:  # else, as jax.jit: committed arguments keep their shardings, others replicate
         jit_kwargs["in_shardings"] = _named(mesh, in_shardings)
@@ -241,19 +266,21 @@ def lower_function(
     if out_shardings is not None:
         jit_kwargs["out_shardings"] = _named(mesh, out_shardings)
 
-    with annotations_allowed():
-        if mesh is not None:
-            with jax.set_mesh(mesh):
-                lowered = jax.jit(wrapped, **jit_kwargs).lower(*args)
-        else:
-            lowered = jax.jit(wrapped, **jit_kwargs).lower(*args)
+    def lower_with_jax() -> Any:
+        @functools.wraps(fun)
+        def wrapped(*a, **k):  # a fresh function: jax's caches never mix hlopt's lowerings with others
+            return fun(*a, **k)
 
-    options = compile_args(lowered)
-    if options.get("ordered_effects") or options.get("host_callbacks"):
-        raise NotImplementedError(
-            f"{getattr(fun, '__name__', fun)}: side effects and host callbacks cannot be "
-            "compiled ahead of time by hlopt"
-        )
+        with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+            return jax.jit(wrapped, **jit_kwargs).lower(*args, **kwargs)
+
+    with annotations_allowed():
+        lowered = lower_with_jax()
+
+    host_compile = None
+    compile_options = compile_args(lowered)
+    if compile_options.get("ordered_effects") or compile_options.get("host_callbacks"):
+        host_compile = lambda: lower_with_jax().compile()  # noqa: E731 - each hlopt op made plain StableHLO
     module = lowered.compiler_ir("stablehlo")
     in_avals = arg_avals(lowered)
     out_avals = tuple(jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in weak_out_avals(lowered))
@@ -271,4 +298,4 @@ def lower_function(
         name=getattr(fun, "__name__", "fun"),
         device=device,
     )
-    return module, signature
+    return module, signature, host_compile
