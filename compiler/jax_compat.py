@@ -38,6 +38,7 @@ __all__ = [
     "ShardingContext",
     "arg_avals",
     "build_module",
+    "closed_over_refs",
     "compile_args",
     "convert_constvars_jaxpr",
     "cpp_pjit",
@@ -75,6 +76,13 @@ def compile_args(lowered: Any) -> dict[str, Any]:
 def arg_avals(lowered: Any) -> tuple[Any, ...]:
     """The abstract values of a `jax.stages.Lowered`'s flat arguments (typed PRNG key dtypes kept)."""
     return tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
+
+
+def closed_over_refs(lowered: Any) -> int:
+    """How many mutable arrays (`jax.new_ref`) a `jax.stages.Lowered` program closes over (jax passes them
+    as hidden arguments and writes them back after the call)."""
+    mut = compile_args(lowered).get("mut")
+    return 0 if mut is None else len(mut.in_mut)
 
 
 def weak_out_avals(lowered: Any) -> tuple[Any, ...]:

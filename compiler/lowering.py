@@ -18,6 +18,7 @@ from hlopt.compiler.jax_compat import (
     Placement,
     arg_avals,
     build_module,
+    closed_over_refs,
     compile_args,
     lowering_placement,
     lowering_target,
@@ -207,11 +208,13 @@ def resolve_static_argnums(static_argnums: Sequence[int], num_args: int) -> tupl
 
 
 def argnums_and_argnames(fun: Callable, argnums: Any, argnames: Any, what: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """`static_argnums`/`static_argnames` (or the donate pair, named by `what`) completed from each other
-    through `fun`'s signature, as `jax.jit` completes them: a parameter that may be passed by
-    position or by keyword is named by both."""
+    """`static_argnums`/`static_argnames` (or the donate pair, named by `what`), the one not given
+    completed from the other through `fun`'s signature, as `jax.jit` completes them: a parameter
+    that may be passed by position or by keyword is then named by both."""
     argnums = check_static_argnums(fun, argnums) if what == "static" else _index_tuple(argnums)
     argnames = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+    if argnums and argnames:
+        return argnums, argnames
     try:
         params = list(inspect.signature(fun).parameters.values())
     except (TypeError, ValueError):
@@ -277,6 +280,11 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     with annotations_allowed():
         lowered = lower_with_jax()
 
+    if closed_over_refs(lowered):
+        raise ValueError(
+            f"{getattr(fun, '__name__', fun)} closes over {closed_over_refs(lowered)} mutable array(s) "
+            "(jax.new_ref), which hlopt cannot compile into a program of its arguments: pass the array as an "
+            "argument and return its new value, or use jax.jit")
     host_compile = None
     compile_options = compile_args(lowered)
     if compile_options.get("ordered_effects") or compile_options.get("host_callbacks"):
