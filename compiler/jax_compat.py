@@ -96,15 +96,17 @@ class Placement:
 
     `devices` is its device assignment (None when jax left it open),
     `committed` whether an argument or a sharding fixed it (jax.jit's outputs
-    are then committed), and `in_shardings`/`out_shardings` the shardings
+    are then committed), `in_shardings`/`out_shardings` the shardings
     jax resolved for its flat inputs and outputs (unspecified ones are not
-    `jax.sharding.Sharding`s).
+    `jax.sharding.Sharding`s), and `intermediate_shardings` those of the body's
+    sharding constraints and shard_maps.
     """
 
     devices: tuple[Any, ...] | None
     committed: bool
     in_shardings: tuple[Any, ...]
     out_shardings: tuple[Any, ...]
+    intermediate_shardings: tuple[Any, ...] = ()
 
 
 def lowering_placement(lowered: Any) -> Placement:
@@ -116,6 +118,7 @@ def lowering_placement(lowered: Any) -> Placement:
         committed=bool(args.get("committed", False)),
         in_shardings=tuple(args.get("in_shardings", ())),
         out_shardings=tuple(args.get("out_shardings", ())),
+        intermediate_shardings=tuple(args.get("intermediate_shardings", ())),
     )
 
 

@@ -25,6 +25,7 @@ from hlopt.compiler.jax_compat import (
     merge_module,
     weak_out_avals,
 )
+from hlopt.compiler.constant_operands import constant_positions, constants_module, use_constants
 from hlopt.compiler.pipeline import run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
@@ -71,7 +72,8 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
 
     This is how an hlopt operation lowers under plain `jax.jit` / `jax.export`:
     `fun` is lowered on its own in annotation form, for the same platform and
-    devices as the enclosing program; `PLAIN_PIPELINE` rewrites every annotation
+    devices as the enclosing program, with the operands that jax's module computes
+    from constants computed there too; `PLAIN_PIPELINE` rewrites every annotation
     into StableHLO in hlopt's context; the result is merged into jax's module
     (as jax merges a called `jax.export` artifact) and called with `operands`.
     """
@@ -83,8 +85,16 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in ctx.avals_in]
     closed = jax.make_jaxpr(fun)(*avals)
     with annotations_allowed():
-        annotated = build_module(closed, name=name, platform=target.platforms[0], axis_context=target.axis_context)
-    plain = _plain_bytecode(module_to_bytecode(annotated))
+        annotated = module_to_bytecode(build_module(closed, name=name, platform=target.platforms[0],
+                                                    axis_context=target.axis_context))
+    positions = constant_positions(operands)
+    if positions:  # what is constant in jax's module is constant for the passes too
+        with target.context, ir.Location.unknown():
+            constants = module_to_bytecode(constants_module(operands, positions))
+        module = parse_module(annotated)
+        use_constants(module, parse_module(constants), list(positions))
+        annotated = module_to_bytecode(module)
+    plain = _plain_bytecode(annotated)
     with target.context:
         module = ir.Module.parse(plain)
         for op in list(module.body.operations):
@@ -150,14 +160,16 @@ def _typed(x: Any, sharding: Any) -> Any:
 def _placement(name: str, placement: Placement) -> tuple[Mesh | None, jax.Device | None]:
     """The mesh, or the committed device, of a program lowered without `mesh=`, as `jax.jit` placed it.
 
-    Arguments sharded over a mesh (or a mesh set with `jax.set_mesh`) put the
-    program on that mesh; arguments committed to one device put it there.
+    Arguments sharded over a mesh, sharding constraints or shard_maps over one
+    in the body, or a mesh set with `jax.set_mesh` put the program on that mesh;
+    arguments committed to one device put it there.
     """
     devices = placement.devices
     if devices is None or len(devices) == 1:
         return None, devices[0] if devices and placement.committed else None
     context = jax.sharding.get_mesh()
-    meshes = [s.mesh for s in placement.in_shardings + placement.out_shardings if isinstance(s, NamedSharding)]
+    shardings = placement.in_shardings + placement.out_shardings + placement.intermediate_shardings
+    meshes = [s.mesh for s in shardings if isinstance(s, NamedSharding)]
     for mesh in meshes + ([] if context.empty else [context]):
         if isinstance(mesh, Mesh) and tuple(mesh.devices.flat) == devices:
             return mesh, None

@@ -116,5 +116,7 @@ def annotation_primitive(
             return plain_lowering(ctx, *operands, **params)
         return lower_as_plain_stablehlo(ctx, lambda *a: prim.bind(*a, **params), operands, name=name)
 
-    mlir.register_lowering(prim, rule)
+    # Lowered inline (not outlined into a function jax reuses per signature), so that under
+    # jax's lowering the operands jax computes from constants are visible to the rule.
+    mlir.register_lowering(prim, rule, cacheable=False)
     return prim

@@ -36,6 +36,7 @@ KEYWORDS = {
                                  {"fn_name", "call_jaxpr", "ctx", "num_const_args", "in_avals", "out_avals",
                                   "tokens_in"}),
     "lower_jaxpr_to_fun": (mlir.lower_jaxpr_to_fun, {"effects", "num_const_args", "in_avals"}),
+    "register_lowering": (mlir.register_lowering, {"cacheable"}),
     "merge_mlir_modules": (mlir.merge_mlir_modules, {"dst_module", "sym_name", "src_module", "dst_symtab"}),
     "build_mlir_module_helper": (mlir.build_mlir_module_helper,
                                  {"name", "platforms", "backend", "axis_context"}),

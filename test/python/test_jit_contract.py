@@ -480,3 +480,16 @@ def test_a_custom_partitioned_function_called_eagerly_evaluates_its_body_as_jax(
             outs[side] = (np.asarray(_fft_op(seen, side)(jax.device_put(x, NamedSharding(mesh, P("x"))))), seen)
     assert outs["hlopt"][1] == outs["jax"][1] == []
     np.testing.assert_allclose(outs["hlopt"][0], outs["jax"][0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_mesh_comes_from_sharding_constraints_in_the_body_as_for_jax_jit():
+    mesh = jax.make_mesh((4, 2), ("i", "j"), axis_types=(AxisType.Auto,) * 2)
+
+    def f(x):
+        x = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(("i", "j"))))
+        return jax.lax.with_sharding_constraint(jnp.sin(x) * 2, NamedSharding(mesh, P("i")))
+
+    x = np.arange(8.0, dtype=np.float32)
+    want, got = jax.jit(f)(x), hlopt.jit(f)(x)
+    assert got.sharding == want.sharding
+    np.testing.assert_array_equal(got, want)

@@ -103,6 +103,28 @@ def test_jax_module_holds_no_annotation_and_hlopt_lower_keeps_them(name):
     assert "stablehlo.custom_call @hlopt." in annotated, annotated
 
 
+def _mlp(weights, y):
+    for w in weights[:-1]:
+        y = jnp.tanh(y @ w)
+    return (y @ weights[-1])[0]
+
+
+def _mlp_laplacian(weights, x):
+    return hlopt.laplacian(lambda y: _mlp(weights, y))(x)
+
+
+def test_plain_path_sees_the_constant_series_hlopt_jit_sees():
+    """The zero series of closed-over weights and the identity directions are constants in jax's
+    module: the per-operation passes must see them, as hlopt-default does in the whole program
+    (else jet-expand keeps every term of the zero series: 23 dot_generals here instead of 5)."""
+    weights = [RNG.standard_normal((5, 16)), RNG.standard_normal((16, 16)), RNG.standard_normal((16, 1))]
+    plain = jax.jit(_mlp_laplacian).lower(weights, X).as_text()
+    whole = hlopt.lower(_mlp_laplacian, weights, X).apply("hlopt-default").as_text()
+    assert plain.count("stablehlo.dot_general") == whole.count("stablehlo.dot_general") <= 6
+    np.testing.assert_allclose(jax.jit(_mlp_laplacian)(weights, X), hessian_trace(lambda y: _mlp(weights, y))(X),
+                               rtol=1e-10)
+
+
 def test_hlopt_op_inside_an_inner_jax_jit_of_hlopt_jit():
     inner = jax.jit(hlopt.laplacian(f))
     outer = hlopt.jit(lambda x: inner(x) * 2)
