@@ -15,7 +15,13 @@ import pytest
 
 import hlopt
 
-jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def float64():
+    """float64 for this module's tests only: a global switch at import would change every later file."""
+    with jax.enable_x64(True):
+        yield
 
 DIM, WIDTH, POINTS = 3, 16, 12
 

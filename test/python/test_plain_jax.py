@@ -26,7 +26,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import hlopt
 from hlopt import sparse as hs
 
-jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def float64():
+    """float64 for this module's tests only: a global switch at import would change every later file."""
+    with jax.enable_x64(True):
+        yield
 
 RNG = np.random.default_rng(25)
 
