@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import jax
 from jax._src import core as _core
+from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
@@ -27,11 +28,13 @@ from jax._src.custom_partitioning_sharding_rule import (
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
+from jax._src.lib import hlo as _hlo
 from jaxlib import _jax
 
 from hlopt.passes.locations import hlopt_dirs
 
 __all__ = [
+    "LoweringTarget",
     "Placement",
     "SPMDAxisContext",
     "SdyShardingRule",
@@ -39,22 +42,27 @@ __all__ = [
     "api_boundary",
     "arg_avals",
     "build_module",
+    "closed_over_refs",
     "compile_args",
     "convert_constvars_jaxpr",
     "cpp_pjit",
     "extend_axis_env_nd",
     "fastpath_data",
+    "hlo_text",
     "flatten_for_dispatch",
     "hide_frames_of",
     "is_committed",
     "key_shape",
     "layout_rank",
     "lower_called_computation",
+    "lowering_target",
+    "merge_module",
     "lower_jaxpr_to_fun",
     "lowering_placement",
     "output_aval",
     "partition_spec",
     "prng_impl",
+    "require_devices_during_lowering",
     "result_handler",
     "sdy_sharding_rule_to_mlir",
     "str_to_sdy_sharding_rule",
@@ -90,6 +98,13 @@ def arg_avals(lowered: Any) -> tuple[Any, ...]:
     return tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
 
 
+def closed_over_refs(lowered: Any) -> int:
+    """How many mutable arrays (`jax.new_ref`) a `jax.stages.Lowered` program closes over (jax passes them
+    as hidden arguments and writes them back after the call)."""
+    mut = compile_args(lowered).get("mut")
+    return 0 if mut is None else len(mut.in_mut)
+
+
 def weak_out_avals(lowered: Any) -> tuple[Any, ...]:
     """The abstract values of a `jax.stages.Lowered`'s flat outputs with their weak types (`out_info` drops them)."""
     return tuple(compile_args(lowered)["global_out_avals"])
@@ -101,15 +116,17 @@ class Placement:
 
     `devices` is its device assignment (None when jax left it open),
     `committed` whether an argument or a sharding fixed it (jax.jit's outputs
-    are then committed), and `in_shardings`/`out_shardings` the shardings
+    are then committed), `in_shardings`/`out_shardings` the shardings
     jax resolved for its flat inputs and outputs (unspecified ones are not
-    `jax.sharding.Sharding`s).
+    `jax.sharding.Sharding`s), and `intermediate_shardings` those of the body's
+    sharding constraints and shard_maps.
     """
 
     devices: tuple[Any, ...] | None
     committed: bool
     in_shardings: tuple[Any, ...]
     out_shardings: tuple[Any, ...]
+    intermediate_shardings: tuple[Any, ...] = ()
 
 
 def lowering_placement(lowered: Any) -> Placement:
@@ -121,6 +138,7 @@ def lowering_placement(lowered: Any) -> Placement:
         committed=bool(args.get("committed", False)),
         in_shardings=tuple(args.get("in_shardings", ())),
         out_shardings=tuple(args.get("out_shardings", ())),
+        intermediate_shardings=tuple(args.get("intermediate_shardings", ())),
     )
 
 
@@ -158,6 +176,36 @@ def build_module(jaxpr: Any, *, name: str, platform: str, axis_context: Any) -> 
                                           axis_context=axis_context)
 
 
+@dataclasses.dataclass(frozen=True)
+class LoweringTarget:
+    """What a lowering rule's module is being lowered for: its MLIR context, platforms and axis context."""
+
+    context: Any
+    platforms: tuple[str, ...]
+    axis_context: Any
+
+
+def lowering_target(ctx: Any) -> LoweringTarget:
+    """The target of the module a `jax.interpreters.mlir` lowering rule context `ctx` lowers into."""
+    module_context = ctx.module_context
+    return LoweringTarget(context=module_context.context, platforms=tuple(module_context.platforms),
+                          axis_context=module_context.axis_context)
+
+
+def merge_module(ctx: Any, *, name: str, module: Any) -> str:
+    """Move every function of `module` (in `ctx`'s MLIR context, with a public `@main`) into the module
+    `ctx` lowers into, renamed apart and private, as jax merges a called `jax.export` artifact;
+    the new name of `@main`. `module` is consumed."""
+    module_context = ctx.module_context
+    return _mlir.merge_mlir_modules(dst_module=module_context.module, sym_name=name, src_module=module,
+                                    dst_symtab=module_context.symbol_table)
+
+
+def require_devices_during_lowering(primitive: Any) -> None:
+    """Make jax lower programs holding `primitive` with their devices known (as its custom_partitioning needs)."""
+    _dispatch.prim_requires_devices_during_lowering.add(primitive)
+
+
 SPMDAxisContext = _sharding_impls.SPMDAxisContext  # lowering context of a mesh (with manual axes)
 ShardingContext = _sharding_impls.ShardingContext  # lowering context of N devices without a mesh
 
@@ -165,6 +213,14 @@ ShardingContext = _sharding_impls.ShardingContext  # lowering context of N devic
 def extend_axis_env_nd(sizes: Iterable[tuple[Any, int]]) -> Any:
     """A context in which the named axes `sizes` are bound, as inside `shard_map`."""
     return _core.extend_axis_env_nd(sizes)
+
+
+def hlo_text(bytecode: bytes, *, debug_info: bool) -> str:
+    """XLA's HLO text of a StableHLO module (MLIR bytecode), as `jax.stages.Lowered.as_text("hlo")` prints it."""
+    options = _hlo.HloPrintOptions.short_parsable()
+    options.print_metadata = debug_info
+    computation = _jax.mlir.mlir_module_to_xla_computation(bytecode, use_tuple_args=False)
+    return computation.as_hlo_module().to_string(options)
 
 
 # --- sharding rules and shardings ---------------------------------------------------
@@ -209,14 +265,14 @@ def key_shape(dtype: Any) -> tuple[int, ...]:
 
 
 def cpp_pjit(*, name: str, fun: Callable, cache_miss: Callable, static_argnums: Sequence[int],
-             capacity: int) -> Callable:
+             static_argnames: Sequence[str] = (), capacity: int) -> Callable:
     """A C++ callable that calls `cache_miss` on new signatures and replays known ones.
 
     `cache_miss(*args)` returns `(outputs, fastpath_data or None, False)`.
     """
     return _jax.pjit(
         function_name=name, fun=fun, cache_miss=cache_miss, static_argnums=list(static_argnums),
-        static_argnames=[], global_cache_key=_pxla.JitGlobalCppCacheKeys(),
+        static_argnames=list(static_argnames), global_cache_key=_pxla.JitGlobalCppCacheKeys(),
         pytree_registry=_tree_util.dispatch_registry, shard_arg_fallback=_pxla.cc_shard_arg,
         cache=_jax.PjitFunctionCache(capacity=capacity))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import operator
@@ -13,9 +14,24 @@ from typing import Any
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from hlopt.compiler.jax_compat import Placement, arg_avals, compile_args, lowering_placement, weak_out_avals
-from hlopt.compiler.program import Signature
-from hlopt.passes.mlir import ir
+from hlopt.compiler.jax_compat import (
+    Placement,
+    arg_avals,
+    build_module,
+    closed_over_refs,
+    compile_args,
+    lowering_placement,
+    lowering_target,
+    merge_module,
+    weak_out_avals,
+)
+from hlopt.compiler.constant_operands import constant_positions, constants_module, use_constants
+from hlopt.compiler.pipeline import run_pipeline
+from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
+from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
+from hlopt.passes.locations import format_location
+from hlopt.passes.mlir import func, ir
+from hlopt.passes.walk import call_target, walk_ops
 
 _state = threading.local()
 
@@ -34,6 +50,60 @@ def annotations_allowed() -> Iterator[None]:
 def annotations_enabled() -> bool:
     """True inside `hlopt.lower` / `hlopt.jit`; False inside plain `jax.jit`."""
     return getattr(_state, "depth", 0) > 0
+
+
+@functools.lru_cache(maxsize=128)
+def _plain_bytecode(annotated: bytes) -> bytes:
+    """The bytecode of an annotated module after `PLAIN_PIPELINE`; memoized, since jax lowers the same
+    operation again for each program that holds it (and grad, vmap and retracing repeat it)."""
+    module = parse_module(annotated)
+    run_pipeline(module, PLAIN_PIPELINE)
+    check_no_annotations(module)
+    for op in walk_ops(module.operation, "stablehlo.custom_call"):
+        if call_target(op).startswith("hlopt."):
+            raise ValueError(f"{format_location(op.location)}: error: custom_call @{call_target(op)} is an hlopt "
+                             f"annotation that no pass of '{PLAIN_PIPELINE}' lowers, so XLA cannot compile it")
+    return module_to_bytecode(module)
+
+
+def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value],
+                             name: str) -> list[ir.Value]:
+    """Lower `fun` of `ctx.avals_in` as plain StableHLO into the module that jax is lowering.
+
+    This is how an hlopt operation lowers under plain `jax.jit` / `jax.export`:
+    `fun` is lowered on its own in annotation form, for the same platform and
+    devices as the enclosing program, with the operands that jax's module computes
+    from constants computed there too; `PLAIN_PIPELINE` rewrites every annotation
+    into StableHLO in hlopt's context; the result is merged into jax's module
+    (as jax merges a called `jax.export` artifact) and called with `operands`.
+    """
+    target = lowering_target(ctx)
+    if len(target.platforms) != 1:
+        raise NotImplementedError(
+            f"{name}: hlopt operations lower for one platform at a time, but this program is being lowered "
+            f"for {list(target.platforms)}; export it once per platform")
+    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in ctx.avals_in]
+    closed = jax.make_jaxpr(fun)(*avals)
+    with annotations_allowed():
+        annotated = module_to_bytecode(build_module(closed, name=name, platform=target.platforms[0],
+                                                    axis_context=target.axis_context))
+    positions = constant_positions(operands)
+    if positions:  # what is constant in jax's module is constant for the passes too
+        with target.context, ir.Location.unknown():
+            constants = module_to_bytecode(constants_module(operands, positions))
+        module = parse_module(annotated)
+        use_constants(module, parse_module(constants), list(positions))
+        annotated = module_to_bytecode(module)
+    plain = _plain_bytecode(annotated)
+    with target.context:
+        module = ir.Module.parse(plain)
+        for op in list(module.body.operations):
+            if op.operation.name != "func.func":  # meshes: jax's module declares the same ones
+                op.operation.erase()
+        main = ir.SymbolTable(module.operation)["main"]
+        result_types = list(main.type.results)
+        callee = merge_module(ctx, name=name, module=module)
+        return list(func.CallOp(result_types, ir.FlatSymbolRefAttr.get(callee), list(operands)).results)
 
 
 def _named(mesh: Mesh | None, shardings: Any) -> Any:
@@ -90,14 +160,16 @@ def _typed(x: Any, sharding: Any) -> Any:
 def _placement(name: str, placement: Placement) -> tuple[Mesh | None, jax.Device | None]:
     """The mesh, or the committed device, of a program lowered without `mesh=`, as `jax.jit` placed it.
 
-    Arguments sharded over a mesh (or a mesh set with `jax.set_mesh`) put the
-    program on that mesh; arguments committed to one device put it there.
+    Arguments sharded over a mesh, sharding constraints or shard_maps over one
+    in the body, or a mesh set with `jax.set_mesh` put the program on that mesh;
+    arguments committed to one device put it there.
     """
     devices = placement.devices
     if devices is None or len(devices) == 1:
         return None, devices[0] if devices and placement.committed else None
     context = jax.sharding.get_mesh()
-    meshes = [s.mesh for s in placement.in_shardings + placement.out_shardings if isinstance(s, NamedSharding)]
+    shardings = placement.in_shardings + placement.out_shardings + placement.intermediate_shardings
+    meshes = [s.mesh for s in shardings if isinstance(s, NamedSharding)]
     for mesh in meshes + ([] if context.empty else [context]):
         if isinstance(mesh, Mesh) and tuple(mesh.devices.flat) == devices:
             return mesh, None
@@ -114,10 +186,7 @@ def check_static_argnums(fun: Callable, static_argnums: Any) -> tuple[int, ...]:
     index is allowed when `fun` takes `*args`); a signature Python cannot
     inspect is not checked.
     """
-    try:
-        argnums = (operator.index(static_argnums),)
-    except TypeError:
-        argnums = tuple(map(operator.index, static_argnums))
+    argnums = _index_tuple(static_argnums)
     try:
         params = inspect.signature(fun).parameters.values()
     except (TypeError, ValueError):
@@ -150,26 +219,60 @@ def resolve_static_argnums(static_argnums: Sequence[int], num_args: int) -> tupl
     return tuple(sorted(resolved))
 
 
-def lower_function(
-    fun: Callable,
-    *args: Any,
-    mesh: Mesh | None = None,
-    in_shardings: Any = None,
-    out_shardings: Any = None,
-    static_argnums: int | Sequence[int] = (),
-) -> tuple[ir.Module, Signature]:
-    """Trace `fun` at `args` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
+def argnums_and_argnames(fun: Callable, argnums: Any, argnames: Any, what: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """`static_argnums`/`static_argnames` (or the donate pair, named by `what`), the one not given
+    completed from the other through `fun`'s signature, as `jax.jit` completes them: a parameter
+    that may be passed by position or by keyword is then named by both."""
+    argnums = check_static_argnums(fun, argnums) if what == "static" else _index_tuple(argnums)
+    argnames = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+    if argnums and argnames:
+        return argnums, argnames
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return argnums, argnames
+    either = [(i, p.name) for i, p in enumerate(params) if p.kind is p.POSITIONAL_OR_KEYWORD]
+    argnums += tuple(i for i, name in either if name in argnames and i not in argnums)
+    argnames += tuple(name for i, name in either if i in argnums and name not in argnames)
+    return argnums, argnames
+
+
+def _index_tuple(value: Any) -> tuple[int, ...]:
+    try:
+        return (operator.index(value),)
+    except TypeError:
+        return tuple(map(operator.index, value))
+
+
+@dataclasses.dataclass(frozen=True)
+class JitOptions:
+    """What `hlopt.jit` / `hlopt.lower` pass on to the tracing of a function (`jax.jit`'s own options)."""
+
+    mesh: Mesh | None = None
+    in_shardings: Any = None
+    out_shardings: Any = None
+    static_argnums: tuple[int, ...] = ()
+    static_argnames: tuple[str, ...] = ()
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+
+
+def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   options: JitOptions) -> tuple[ir.Module, Signature, Callable[[], Any] | None]:
+    """Trace `fun` at `args` and `kwargs` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
 
     The module is JAX's, in JAX's context: `Lowered` moves it into hlopt's when
-    it is first needed there (a persistent-cache hit never needs it).
+    it is first needed there (a persistent-cache hit never needs it). The third
+    result is None, or, for a program with host callbacks or side effects, a
+    function compiling it as `jax.jit` does (`Lowered.host_compile`).
     """
-    static_argnums = resolve_static_argnums(check_static_argnums(fun, static_argnums), len(args))
+    mesh, in_shardings, out_shardings = options.mesh, options.in_shardings, options.out_shardings
+    static_argnums = resolve_static_argnums(options.static_argnums, len(args))
 
-    @functools.wraps(fun)
-    def wrapped(*a, **k):  # a fresh function: jax's caches never mix with plain jax.jit
-        return fun(*a, **k)
-
-    jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "keep_unused": True}
+    jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "static_argnames": options.static_argnames,
+                                  "donate_argnums": options.donate_argnums,
+                                  "donate_argnames": options.donate_argnames,
+                                  "keep_unused": True}  # a program takes every argument (see hlopt.jit)
     dynamic = tuple(a for i, a in enumerate(args) if i not in static_argnums)
     if in_shardings is not None:  # else, as jax.jit: committed arguments keep their shardings, others replicate
         jit_kwargs["in_shardings"] = _named(mesh, in_shardings)
@@ -178,19 +281,26 @@ def lower_function(
     if out_shardings is not None:
         jit_kwargs["out_shardings"] = _named(mesh, out_shardings)
 
-    with annotations_allowed():
-        if mesh is not None:
-            with jax.set_mesh(mesh):
-                lowered = jax.jit(wrapped, **jit_kwargs).lower(*args)
-        else:
-            lowered = jax.jit(wrapped, **jit_kwargs).lower(*args)
+    def lower_with_jax() -> Any:
+        @functools.wraps(fun)
+        def wrapped(*a, **k):  # a fresh function: jax's caches never mix hlopt's lowerings with others
+            return fun(*a, **k)
 
-    options = compile_args(lowered)
-    if options.get("ordered_effects") or options.get("host_callbacks"):
-        raise NotImplementedError(
-            f"{getattr(fun, '__name__', fun)}: side effects and host callbacks cannot be "
-            "compiled ahead of time by hlopt"
-        )
+        with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
+            return jax.jit(wrapped, **jit_kwargs).lower(*args, **kwargs)
+
+    with annotations_allowed():
+        lowered = lower_with_jax()
+
+    if closed_over_refs(lowered):
+        raise ValueError(
+            f"{getattr(fun, '__name__', fun)} closes over {closed_over_refs(lowered)} mutable array(s) "
+            "(jax.new_ref), which hlopt cannot compile into a program of its arguments: pass the array as an "
+            "argument and return its new value, or use jax.jit")
+    host_compile = None
+    compile_options = compile_args(lowered)
+    if compile_options.get("ordered_effects") or compile_options.get("host_callbacks"):
+        host_compile = lambda: lower_with_jax().compile()  # noqa: E731 - each hlopt op made plain StableHLO
     module = lowered.compiler_ir("stablehlo")
     in_avals = arg_avals(lowered)
     out_avals = tuple(jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in weak_out_avals(lowered))
@@ -207,25 +317,26 @@ def lower_function(
         use_shardy=bool(jax.config.jax_use_shardy_partitioner),
         name=getattr(fun, "__name__", "fun"),
         device=device,
-        in_names=input_names(fun, args, static_argnums, len(in_avals)),
+        in_names=input_names(fun, args, kwargs, static_argnums, options.static_argnames, len(in_avals)),
     )
-    return module, signature
+    return module, signature, host_compile
 
 
-def input_names(fun: Callable, args: Sequence[Any], static_argnums: Sequence[int], count: int) -> tuple[str, ...]:
+def input_names(fun: Callable, args: Sequence[Any], kwargs: dict[str, Any], static_argnums: Sequence[int],
+                static_argnames: Sequence[str], count: int) -> tuple[str, ...]:
     """Each dynamic input leaf named by `fun`'s parameter and its path in that argument (`params['W1']`, `x`).
 
-    Arguments beyond the named parameters are `args[i]`; empty if the names do not cover `count` leaves.
+    Arguments beyond the named parameters are `args[i]`, keyword arguments their keyword (in jax's sorted
+    order); empty if the names do not cover `count` leaves.
     """
     try:
         params = [p for p in inspect.signature(fun).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
-    names = []
-    for i, arg in enumerate(args):
-        if i in static_argnums:
-            continue
-        base = params[i].name if i < len(params) else f"args[{i}]"
-        names += [base + jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(arg)[0]]
+    named = [(params[i].name if i < len(params) else f"args[{i}]", arg)
+             for i, arg in enumerate(args) if i not in static_argnums]
+    named += [(k, kwargs[k]) for k in sorted(kwargs) if k not in static_argnames]
+    names = [base + jax.tree_util.keystr(path)
+             for base, arg in named for path, _ in jax.tree_util.tree_flatten_with_path(arg)[0]]
     return tuple(names) if len(names) == count else ()

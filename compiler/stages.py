@@ -20,6 +20,10 @@ from hlopt.passes.walk import call_target, walk_ops
 # (the runtime's `compile_lowered`), so the compiler never imports the runtime.
 Backend = Callable[["Lowered", str], Any]
 
+# The pipeline that turns the annotation form of one hlopt operation into plain StableHLO
+# when jax itself lowers the operation (hlopt.jit runs the same one on the whole program).
+PLAIN_PIPELINE = "hlopt-default"
+
 
 class AnnotationError(PipelineError):
     """The module still holds an `hlopt.*` annotation when it reaches PJRT."""
@@ -61,11 +65,16 @@ class Lowered:
     `Lowered`; the IR after each pass of the last
     `apply(..., print_ir_after_all=True)` is in `ir_after_passes`. `compile`
     hands itself and a pipeline to `backend` (see `Backend`).
+
+    `host_compile`, for a program with host callbacks or side effects, compiles
+    it the way `jax.jit` does (they call back into this process; see
+    `hlopt.runtime.host`); it is None for every other program.
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
-                 backend: Backend | None = None):
+                 backend: Backend | None = None, host_compile: Callable[[], Any] | None = None):
         self._module = module
+        self.host_compile = host_compile
         self._moved = threading.Lock()  # held while the module moves into hlopt's context
         self.signature = signature
         self.pipeline = pipeline
@@ -85,8 +94,16 @@ class Lowered:
         """The module in whichever context it is in now (JAX's until `module` is read): to read, never to change."""
         return self._module
 
-    def as_text(self, *, debug_info: bool = False) -> str:
-        return self.module.operation.get_asm(enable_debug_info=debug_info)
+    def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
+        """The module as StableHLO text (`dialect="stablehlo"`, the default) or as XLA's HLO text
+        (`"hlo"`), with source locations if `debug_info`, as `jax.stages.Lowered.as_text`."""
+        if dialect in (None, "stablehlo"):
+            return self.module.operation.get_asm(enable_debug_info=debug_info)
+        if dialect == "hlo":
+            from hlopt.compiler.jax_compat import hlo_text  # jax, only when asked for: hlopt-opt never is
+
+            return hlo_text(module_to_bytecode(self.source_module), debug_info=debug_info)
+        raise ValueError(f"unknown dialect: {dialect!r}; Lowered.as_text takes 'stablehlo' or 'hlo'")
 
     def __str__(self) -> str:
         return self.as_text()
@@ -97,7 +114,7 @@ class Lowered:
 
     def clone(self) -> "Lowered":
         return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
-                       self.backend)
+                       self.backend, self.host_compile)
 
     @api_boundary
     def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
@@ -117,6 +134,10 @@ class Lowered:
         """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
         `hlopt.lower`'s: a cache hit skips the passes too). A malformed `pipeline` is refused first."""
         parse_pipeline(pipeline)
+        if self.host_compile is not None and pipeline != PLAIN_PIPELINE:
+            raise ValueError(
+                f"{self.signature.name}: a program with host callbacks or side effects compiles as under jax.jit, "
+                f"each hlopt operation with '{PLAIN_PIPELINE}'; the pipeline '{pipeline}' cannot be applied to it")
         if self.backend is None:
             check_no_annotations((self.apply(pipeline) if pipeline else self).module)
             raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "

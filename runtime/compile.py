@@ -13,6 +13,7 @@ from hlopt.compiler.stages import check_no_annotations
 from hlopt.passes.mlir import ir
 from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime.executable import Compiled
+from hlopt.runtime.host import HostCompiled
 from hlopt.runtime.pjrt import BuildFlags, compile_with_options, get_client, load_executable
 
 if TYPE_CHECKING:
@@ -34,9 +35,13 @@ def program_devices(signature: Signature) -> list[jax.Device]:
 def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
     """Run `pipeline` on `lowered` and compile the result; a persistent-cache hit skips both.
 
-    This is the `Backend` of the `Lowered`s that `hlopt.lower` makes.
+    This is the `Backend` of the `Lowered`s that `hlopt.lower` makes. A program
+    with host callbacks compiles as under `jax.jit` and is never cached
+    (`hlopt.runtime.host`).
     """
     signature = lowered.signature
+    if lowered.host_compile is not None:
+        return HostCompiled(lowered.host_compile(), signature, pipeline)
     cache = active_cache()
     key = None
     if cache is not None:

@@ -26,12 +26,13 @@ _CAPACITY = 256
 CacheMiss = Callable[..., "tuple[Any, Compiled | None]"]
 
 
-def cpp_function(fun: Callable, cache_miss: CacheMiss, static_argnums: Sequence[int] = ()) -> Callable:
-    """A C++ callable that runs `cache_miss(*args)` on new signatures and replays known ones.
+def cpp_function(fun: Callable, cache_miss: CacheMiss, static_argnums: Sequence[int] = (),
+                 static_argnames: Sequence[str] = ()) -> Callable:
+    """A C++ callable that runs `cache_miss(*args, **kwargs)` on new signatures and replays known ones.
 
     `cache_miss` returns `(outputs, compiled)`; `compiled` is None when the
-    call cannot be replayed (traced arguments, typed PRNG keys). `fun` only
-    names the callable and owns its signature cache.
+    call cannot be replayed (traced arguments, typed PRNG keys, host
+    callbacks). `fun` only names the callable and owns its signature cache.
     """
 
     @api_boundary  # an error below loses hlopt's frames (the C++ dispatch above adds none)
@@ -40,7 +41,7 @@ def cpp_function(fun: Callable, cache_miss: CacheMiss, static_argnums: Sequence[
         return outputs, (_fastpath(compiled, outputs) if compiled is not None else None), False
 
     return cpp_pjit(name=getattr(fun, "__name__", "hlopt_function"), fun=fun, cache_miss=miss,
-                    static_argnums=static_argnums, capacity=_CAPACITY)
+                    static_argnums=static_argnums, static_argnames=static_argnames, capacity=_CAPACITY)
 
 
 def _fastpath(compiled: Compiled, outputs: Any) -> Any:

@@ -8,6 +8,11 @@ structures (as Python literals), and the mesh; the sharding rule is the op's
 object registered under the key (`partition_ir`) with plain data, and this
 module turns that into JAX's callback contract: a `Mesh`, `ShapeDtypeStruct`s
 carrying `NamedSharding`s, and `lower_fn` lowered at per-device shapes.
+
+Under plain `jax.jit` (jax lowers the program, not hlopt) the function is
+JAX's `custom_partitioning` with the same callbacks: XLA calls them while it
+partitions, in the process that compiles, with the shardings it propagated.
+Called outside any jit, the function evaluates its body, as JAX's does.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental.custom_partitioning import custom_partitioning as jax_custom_partitioning
+from jax.extend.core import jaxpr_as_fun
+from jax.interpreters import mlir
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from hlopt.compiler.jax_compat import (
@@ -29,6 +37,7 @@ from hlopt.compiler.jax_compat import (
     build_module,
     extend_axis_env_nd,
     lower_jaxpr_to_fun,
+    require_devices_during_lowering,
     sdy_sharding_rule_to_mlir,
     str_to_sdy_sharding_rule,
 )
@@ -157,6 +166,7 @@ class custom_partitioning:
         self.infer_sharding_from_operands: Callable | None = None
         self.propagate_user_sharding: Callable | None = None
         self.sharding_rule: SdyShardingRule | Callable | None = None
+        self.decode_shardings = True
         self._literals = _Literals()
         self.key = _key(fun, self)
         register_partitioner(self.key, self)
@@ -176,10 +186,11 @@ class custom_partitioning:
     ) -> Callable:
         """Set the partitioning callbacks and the sharding rule, as JAX's `def_partition` does.
 
-        The callbacks always receive `NamedSharding`s on the program's mesh (hlopt
-        requires a mesh), so `decode_shardings` is accepted for compatibility only.
+        Under `hlopt.jit` the callbacks always receive `NamedSharding`s on the
+        program's mesh (hlopt requires a mesh); `decode_shardings` applies under
+        plain `jax.jit`, where JAX's own custom_partitioning calls them.
         """
-        del decode_shardings
+        self.decode_shardings = decode_shardings
         self.partition = partition
         self.infer_sharding_from_operands = infer_sharding_from_operands
         self.propagate_user_sharding = propagate_user_sharding
@@ -230,6 +241,14 @@ class custom_partitioning:
             out_tree=self._literals.encode(_skeleton(out_tree), out_tree, jax.tree_util.tree_structure),
         )
         return jax.tree_util.tree_unflatten(out_tree, out)
+
+    def as_jax(self) -> jax_custom_partitioning:
+        """JAX's `custom_partitioning` of the same function with the same callbacks."""
+        jax_fun = jax_custom_partitioning(self.fun, static_argnums=self.static_argnums)
+        jax_fun.def_partition(self.partition, infer_sharding_from_operands=self.infer_sharding_from_operands,
+                              propagate_user_sharding=self.propagate_user_sharding,
+                              decode_shardings=self.decode_shardings, sharding_rule=self.sharding_rule)
+        return jax_fun
 
     def _tree(self, text: str) -> Any:
         return self._literals.decode(text, jax.tree_util.tree_structure)
@@ -351,4 +370,28 @@ def _lowering(ctx, *operands, call, partitioner, static_args, in_tree, out_tree)
     return results
 
 
-_custom_partitioning_p = annotation_primitive("hlopt_custom_partitioning", _abstract_eval, _lowering)
+def _plain_lowering(ctx, *operands, call, partitioner, static_args, in_tree, out_tree):
+    """Under jax's own lowering: JAX's custom_partitioning of the same function and callbacks."""
+    statics = partitioner._literals.decode(static_args)
+    in_tree, out_tree = partitioner._tree(in_tree), partitioner._tree(out_tree)
+    num_args = len(statics) + len(in_tree.children())  # in_tree is the tuple of dynamic arguments
+    static = resolve_static_argnums(partitioner.static_argnums, num_args)
+    jax_fun = partitioner.as_jax()
+
+    def flat(*leaves):
+        dynamic, given = iter(in_tree.unflatten(leaves)), iter(statics)
+        args = [next(given) if i in static else next(dynamic) for i in range(num_args)]
+        return out_tree.flatten_up_to(jax_fun(*args))
+
+    return mlir.lower_fun(flat, multiple_results=True)(ctx, *operands)
+
+
+def _evaluate_body(*args, call, **params):
+    """Called outside any jit, a custom-partitioned function evaluates its body, as JAX's does."""
+    return jaxpr_as_fun(call)(*args)
+
+
+_custom_partitioning_p = annotation_primitive("hlopt_custom_partitioning", _abstract_eval, _lowering,
+                                              plain_lowering=_plain_lowering)
+_custom_partitioning_p.def_impl(_evaluate_body)
+require_devices_during_lowering(_custom_partitioning_p)  # JAX's partitioner callback needs the mesh's devices

@@ -12,7 +12,7 @@ import jax
 from jax.sharding import Mesh
 
 from hlopt.compiler.jax_compat import api_boundary
-from hlopt.compiler.lowering import check_static_argnums, lower_function, resolve_static_argnums
+from hlopt.compiler.lowering import JitOptions, argnums_and_argnames, lower_function, resolve_static_argnums
 from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
@@ -20,6 +20,17 @@ from hlopt.passes.locations import shorten
 from hlopt.runtime.compile import compile_lowered
 from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
+
+
+def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions,
+           check_key_reuse: bool) -> Lowered:
+    module, signature, host_compile = lower_function(fun, args, kwargs, options)
+    lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile)
+    if check_key_reuse:
+        reports = find_key_reuse(lowered.module.operation)
+        if reports:
+            raise KeyReuseError(reports)
+    return lowered
 
 
 @api_boundary
@@ -37,20 +48,10 @@ def lower(
     With `check_key_reuse=True`, raise `KeyReuseError` if the program consumes a
     PRNG key twice (the `check-key-reuse` pass).
     """
-    module, signature = lower_function(
-        fun,
-        *args,
-        mesh=mesh,
-        in_shardings=in_shardings,
-        out_shardings=out_shardings,
-        static_argnums=static_argnums,
-    )
-    lowered = Lowered(module, signature, backend=compile_lowered)
-    if check_key_reuse:
-        reports = find_key_reuse(lowered.module.operation)
-        if reports:
-            raise KeyReuseError(reports)
-    return lowered
+    static_argnums, static_argnames = argnums_and_argnames(fun, static_argnums, (), "static")
+    options = JitOptions(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
+                         static_argnums=static_argnums, static_argnames=static_argnames)
+    return _lower(fun, args, {}, options, check_key_reuse)
 
 
 def _arg_key(x: Any) -> Any:
@@ -83,53 +84,60 @@ def _not_an_array(fun: Callable, args: tuple[Any, ...], static: Sequence[int]) -
     return TypeError(f"{name}: an argument is not an array")
 
 
-def _static_key(i: int, value: Any) -> tuple[int, type, Any]:
+def _static_key(name: int | str, value: Any) -> tuple[int | str, type, Any]:
     """A static argument as jax.jit keys it: its type and value (1, 1.0 and True are three programs)."""
     try:
         hash(value)
     except TypeError as e:
-        raise ValueError(f"static argument {i} of type {type(value)} is not hashable ({e}); "
+        raise ValueError(f"static argument {name} of type {type(value)} is not hashable ({e}); "
                          "static arguments must be hashable, as for jax.jit") from None
-    return (i, type(value), value)
+    return (name, type(value), value)
 
 
 class JitFunction:
     """A function compiled by hlopt on first call for each input signature."""
 
-    def __init__(self, fun: Callable, *, pipeline: str, mesh: Mesh | None, in_shardings: Any,
-                 out_shardings: Any, static_argnums: Any, check_key_reuse: bool = False):
+    def __init__(self, fun: Callable, *, pipeline: str, options: JitOptions, check_key_reuse: bool = False):
         functools.update_wrapper(self, fun)
         self.fun = fun
         parse_pipeline(pipeline)  # a malformed pipeline is refused here, not at the first call
         self.pipeline = pipeline
-        static_argnums = check_static_argnums(fun, static_argnums)
-        self.options = dict(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
-                            static_argnums=static_argnums, check_key_reuse=check_key_reuse)
+        self.options = options
+        self.check_key_reuse = check_key_reuse
         self._cache: dict[Any, Compiled] = {}
         # Calls with a known signature run from C++; negative static_argnums need the call's arity.
         self._call = self._python_call
-        if all(i >= 0 for i in static_argnums):
-            self._call = cpp_function(fun, self._cache_miss, static_argnums)
+        if all(i >= 0 for i in options.static_argnums):
+            self._call = cpp_function(fun, self._cache_miss, options.static_argnums, options.static_argnames)
 
     @api_boundary
-    def lower(self, *args: Any) -> Lowered:
-        return lower(self.fun, *args, **self.options)
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """The function lowered at these arguments, as `jax.jit(...).lower`."""
+        return _lower(self.fun, args, kwargs, self.options, self.check_key_reuse)
+
+    def trace(self, *args: Any, **kwargs: Any) -> Any:
+        """JAX's `Traced` stage of the function at these arguments (its jaxpr, `.lower()` of plain jax)."""
+        return jax.jit(self.fun, static_argnums=self.options.static_argnums,
+                       static_argnames=self.options.static_argnames).trace(*args, **kwargs)
 
     # Calling the instance calls `_call` (jaxlib's C++ dispatch) with no Python frame in between, as
     # calling a jax.jit function does; errors are filtered below, where the Python cache miss starts.
     __call__ = property(operator.attrgetter("_call"))
 
     @api_boundary
-    def _python_call(self, *args: Any) -> Any:
-        return self._cache_miss(*args)[0]
+    def _python_call(self, *args: Any, **kwargs: Any) -> Any:
+        return self._cache_miss(*args, **kwargs)[0]
 
-    def _cache_miss(self, *args: Any) -> tuple[Any, Compiled | None]:
+    def _cache_miss(self, *args: Any, **kwargs: Any) -> tuple[Any, Compiled | None]:
         """The outputs, and the program that computed them (None when traced: inlined)."""
-        static = resolve_static_argnums(self.options["static_argnums"], len(args))
-        leaves, tree = jax.tree_util.tree_flatten([a for i, a in enumerate(args) if i not in static])
+        static = resolve_static_argnums(self.options.static_argnums, len(args))
+        named = self.options.static_argnames
+        dynamic = ([a for i, a in enumerate(args) if i not in static], {k: v for k, v in kwargs.items() if k not in named})
+        leaves, tree = jax.tree_util.tree_flatten(dynamic)
         if any(isinstance(x, jax.core.Tracer) for x in leaves):
-            return self.fun(*args), None  # called while tracing: inline into the outer program
-        statics = tuple(_static_key(i, args[i]) for i in static)
+            return self.fun(*args, **kwargs), None  # called while tracing: inline into the outer program
+        statics = tuple(_static_key(i, args[i]) for i in static) + tuple(
+            _static_key(k, kwargs[k]) for k in sorted(kwargs) if k in named)
         try:
             arg_keys = tuple(_arg_key(x) for x in leaves)
         except TypeError:
@@ -137,26 +145,43 @@ class JitFunction:
         key = (tree, arg_keys, statics, jax.sharding.get_mesh(), jax.config.jax_default_device)
         compiled = self._cache.get(key)
         if compiled is None:
-            compiled = self.lower(*args).compile(self.pipeline)
+            compiled = self.lower(*args, **kwargs).compile(self.pipeline)
             self._cache[key] = compiled
-        return compiled.call_flat(leaves), compiled
+        outputs = compiled.call_flat(leaves)
+        return outputs, (compiled if compiled.executable is not None else None)
 
 
 def jit(
-    fun: Callable,
+    fun: Callable | None = None,
     *,
     pipeline: str = "hlopt-default",
     mesh: Mesh | None = None,
     in_shardings: Any = None,
     out_shardings: Any = None,
     static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    donate_argnums: int | Sequence[int] = (),
+    donate_argnames: str | Sequence[str] = (),
+    keep_unused: bool = False,
     check_key_reuse: bool = False,
-) -> JitFunction:
-    """Compile `fun` with hlopt's pipeline on first call, once per input signature.
+) -> Any:
+    """Compile `fun` with hlopt's pipeline on first call, once per input signature, with `jax.jit`'s
+    call contract (positional and keyword arguments, static and donated ones by position or name).
 
+    Without `fun`, a decorator with these options (`@hlopt.jit(static_argnums=1)`).
+    A program takes every argument, used or not: `keep_unused=False` is accepted
+    for jax.jit's signature and changes nothing (the results are the same).
     With `check_key_reuse=True`, each new signature is checked for PRNG key
     reuse before compiling, raising `KeyReuseError`.
     """
-    return JitFunction(fun, pipeline=pipeline, mesh=mesh, in_shardings=in_shardings,
-                       out_shardings=out_shardings, static_argnums=static_argnums,
-                       check_key_reuse=check_key_reuse)
+    del keep_unused  # see the docstring
+    options = dict(pipeline=pipeline, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
+                   static_argnums=static_argnums, static_argnames=static_argnames, donate_argnums=donate_argnums,
+                   donate_argnames=donate_argnames, check_key_reuse=check_key_reuse)
+    if fun is None:
+        return functools.partial(jit, **options)
+    static = argnums_and_argnames(fun, static_argnums, static_argnames, "static")
+    donate = argnums_and_argnames(fun, donate_argnums, donate_argnames, "donate")
+    return JitFunction(fun, pipeline=pipeline, check_key_reuse=check_key_reuse, options=JitOptions(
+        mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static[0],
+        static_argnames=static[1], donate_argnums=donate[0], donate_argnames=donate[1]))

@@ -3,8 +3,10 @@
 An annotation primitive has an abstract evaluation rule (so shapes are known at
 trace time), a lowering rule that emits `stablehlo.custom_call @hlopt.<name>`
 with `api_version = 4` and a dictionary `backend_config`, and an eager
-implementation that compiles the single op with `hlopt.jit`. Inside plain
-`jax.jit` the lowering raises an error that says to use `hlopt.jit`.
+implementation that compiles the single op with `hlopt.jit`. When jax itself
+lowers it (plain `jax.jit`, `jax.export`), the operation is lowered alone in
+annotation form, hlopt's passes make it plain StableHLO, and that is merged
+into jax's module (`hlopt.compiler.lowering.lower_as_plain_stablehlo`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
-from hlopt.compiler.lowering import annotations_enabled
+from hlopt.compiler.lowering import annotations_enabled, lower_as_plain_stablehlo
 from hlopt.passes.mlir import ir, stablehlo
 
 
@@ -65,14 +67,6 @@ def result_types(ctx: Any) -> list[ir.Type]:
     return [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in ctx.avals_out]
 
 
-def require_hlopt_lowering(name: str) -> None:
-    if not annotations_enabled():
-        raise RuntimeError(
-            f"{name} lowers to an hlopt annotation that XLA cannot compile: "
-            "use hlopt.jit (or hlopt.lower) instead of jax.jit around this function"
-        )
-
-
 def _hashable(params: Mapping[str, Any]) -> Any:
     try:
         key = tuple(sorted(params.items()))
@@ -88,11 +82,14 @@ def annotation_primitive(
     lowering: Callable[..., Sequence[ir.Value]],
     *,
     multiple_results: bool = True,
+    plain_lowering: Callable[..., Sequence[ir.Value]] | None = None,
 ) -> jex_core.Primitive:
     """A primitive whose lowering emits an hlopt annotation.
 
-    `lowering(ctx, *operands, **params)` is called only inside hlopt's lowering;
-    eager calls compile the op alone with `hlopt.jit` (cached per parameters).
+    `lowering(ctx, *operands, **params)` is called inside hlopt's lowering; under
+    jax's own lowering `plain_lowering` is, if given, else the op becomes plain
+    StableHLO (`lower_as_plain_stablehlo`); eager calls compile the op alone with
+    `hlopt.jit` (cached per parameters).
     """
     prim = jex_core.Primitive(name)
     prim.multiple_results = multiple_results
@@ -113,8 +110,13 @@ def annotation_primitive(
     prim.def_impl(impl)
 
     def rule(ctx, *operands, **params):
-        require_hlopt_lowering(name)
-        return lowering(ctx, *operands, **params)
+        if annotations_enabled():
+            return lowering(ctx, *operands, **params)
+        if plain_lowering is not None:
+            return plain_lowering(ctx, *operands, **params)
+        return lower_as_plain_stablehlo(ctx, lambda *a: prim.bind(*a, **params), operands, name=name)
 
-    mlir.register_lowering(prim, rule)
+    # Lowered inline (not outlined into a function jax reuses per signature), so that under
+    # jax's lowering the operands jax computes from constants are visible to the rule.
+    mlir.register_lowering(prim, rule, cacheable=False)
     return prim

@@ -36,6 +36,8 @@ KEYWORDS = {
                                  {"fn_name", "call_jaxpr", "ctx", "num_const_args", "in_avals", "out_avals",
                                   "tokens_in"}),
     "lower_jaxpr_to_fun": (mlir.lower_jaxpr_to_fun, {"effects", "num_const_args", "in_avals"}),
+    "register_lowering": (mlir.register_lowering, {"cacheable"}),
+    "merge_mlir_modules": (mlir.merge_mlir_modules, {"dst_module", "sym_name", "src_module", "dst_symtab"}),
     "build_mlir_module_helper": (mlir.build_mlir_module_helper,
                                  {"name", "platforms", "backend", "axis_context"}),
     "str_to_sdy_sharding_rule": (jax_compat._str_to_sdy_sharding_rule,
@@ -73,6 +75,33 @@ def test_signature(name):
     fn, keywords = KEYWORDS[name]
     missing = keywords - parameters(fn)
     assert not missing, f"{name} no longer takes {sorted(missing)}: update compiler/jax_compat.py"
+
+
+def test_lowering_rule_context_has_what_lowering_target_and_merge_module_read():
+    from jax.extend.core import Primitive
+    from jax.interpreters import mlir as public_mlir
+
+    seen = {}
+    prim = Primitive("hlopt_test_compat_probe")
+    prim.def_abstract_eval(lambda x: x)
+
+    def rule(ctx, x):
+        seen["target"] = jax_compat.lowering_target(ctx)
+        module_context = ctx.module_context
+        seen["module"] = isinstance(module_context.module, jax_compat._mlir.ir.Module)
+        seen["symtab"] = isinstance(module_context.symbol_table, jax_compat._mlir.ir.SymbolTable)
+        return [x]
+
+    public_mlir.register_lowering(prim, rule)
+    jax.jit(prim.bind).lower(np.ones(3, np.float32))
+    target = seen["target"]
+    assert target.platforms == ("cpu",) and isinstance(target.context, jax_compat._mlir.ir.Context)
+    assert isinstance(target.axis_context, (jax_compat.ShardingContext, jax_compat.SPMDAxisContext))
+    assert seen["module"] and seen["symtab"]
+
+
+def test_primitives_requiring_devices_during_lowering_is_a_set():
+    assert isinstance(jax_compat._dispatch.prim_requires_devices_during_lowering, set)
 
 
 def test_sharding_contexts_have_the_fields_hlopt_reads():

@@ -8,6 +8,8 @@ with which exception type.
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -284,3 +286,210 @@ def test_a_program_lowered_for_host_inputs_gives_uncommitted_outputs():
             program(jax.device_put(host, jax.devices()[3]))
     with pytest.raises(ValueError, match="disagree"):
         reference(jax.device_put(host, jax.devices()[3]))
+
+
+# --- the call contract: keywords, static and donated arguments, the decorator form ----------------
+
+
+def both(fun, **options):
+    """The same function through jax.jit and hlopt.jit with the same options."""
+    return jax.jit(fun, **options), hlopt.jit(fun, **options)
+
+
+def scaled(x, y=2.0, *, n=1, scale=1.0):
+    return x * y * n + scale
+
+
+def call_outcomes(fun, calls, **options):
+    jitted = both(fun, **options)
+    return [[outcome(lambda: j(*args, **kwargs)) for args, kwargs in calls] for j in jitted]
+
+
+X3 = np.arange(3.0, dtype=np.float32)
+KEYWORD_CALLS = [((X3,), {}), ((X3,), {"y": 3.0}), ((X3,), {"y": X3}), ((X3, X3), {"scale": np.float32(2)}),
+                 ((), {"x": X3, "y": X3}), ((X3,), {"n": 2}), ((X3,), {"z": 1.0}), ((X3, 1.0, 2.0), {})]
+
+
+@pytest.mark.parametrize("options", [{}, {"static_argnames": "n"}, {"static_argnames": ("n", "y")},
+                                     {"static_argnums": 1}, {"static_argnums": 1, "static_argnames": "n"}],
+                         ids=["none", "n", "n_y", "argnum1", "argnum1_n"])
+def test_keyword_and_static_arguments_as_jax_jit(options):
+    theirs, ours = call_outcomes(scaled, KEYWORD_CALLS, **options)
+    assert ours == theirs
+
+
+def test_static_argnames_make_one_program_per_value_as_jax_jit():
+    traces = []
+
+    def f(x, *, n):
+        traces.append(n)
+        return x * n
+
+    ours = hlopt.jit(f, static_argnames="n")
+    assert [float(ours(X3, n=k)[1]) for k in (1, 2, 1, 2.0)] == [1.0, 2.0, 1.0, 2.0]
+    assert traces == [1, 2, 2.0]  # 2 and 2.0 are two programs, as for jax.jit
+    with pytest.raises(ValueError, match="hashable"):
+        ours(X3, n=[1])
+    with pytest.raises(ValueError):
+        jax.jit(f, static_argnames="n")(X3, n=[1])
+
+
+@pytest.mark.parametrize("options", [{"donate_argnums": 0}, {"donate_argnums": (0, 1)}, {"donate_argnames": "x"},
+                                     {"donate_argnames": ("y",)}], ids=["num0", "num01", "name_x", "name_y"])
+def test_donated_buffers_are_deleted_as_by_jax_jit(options):
+    def f(x, y):
+        return x * 2 + y, y - x
+
+    deleted = []
+    for jitted in both(f, **options):
+        x, y = jnp.arange(4.0), jnp.ones(4)
+        out = jitted(x, y=y) if "donate_argnames" in options else jitted(x, y)
+        np.testing.assert_array_equal(out[0], np.arange(4.0) * 2 + 1)
+        deleted.append((x.is_deleted(), y.is_deleted()))
+    assert deleted[0] == deleted[1] and any(deleted[0])
+
+
+def test_keep_unused_is_accepted_and_changes_no_result():
+    def f(x, unused):
+        return x + 1
+
+    for keep in (False, True):
+        theirs, ours = both(f, keep_unused=keep)
+        np.testing.assert_array_equal(ours(X3, X3), theirs(X3, X3))
+
+
+def test_the_decorator_factory_form():
+    @hlopt.jit(static_argnums=1)
+    def power(x, n):
+        return x**n
+
+    @hlopt.jit
+    def plain(x):
+        return x + 1
+
+    np.testing.assert_array_equal(power(X3, 3), X3**3)
+    np.testing.assert_array_equal(plain(X3), X3 + 1)
+    assert power.__name__ == "power" and isinstance(power, hlopt.jit(lambda x: x).__class__)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("x",))
+    sharded = hlopt.jit(in_shardings=NamedSharding(mesh, P("x")))(lambda x: x * 2)
+    want = jax.jit(lambda x: x * 2, in_shardings=NamedSharding(mesh, P("x")))(np.arange(8.0))
+    got = sharded(np.arange(8.0))
+    assert got.sharding == want.sharding
+    np.testing.assert_array_equal(got, want)
+
+
+def test_lowered_as_text_dialects_as_jax():
+    def f(x):
+        return jnp.sin(x) * 2
+
+    ours, theirs = hlopt.jit(f).lower(X3), jax.jit(f).lower(X3)
+    assert ours.as_text("hlo") == theirs.as_text("hlo")
+    assert ours.as_text(dialect="stablehlo") == ours.as_text() and "stablehlo.sine" in ours.as_text()
+    assert "metadata={" in ours.as_text("hlo", debug_info=True) and "metadata={" not in ours.as_text("hlo")
+    assert "loc(" in ours.as_text(debug_info=True) and "loc(" not in ours.as_text()
+    with pytest.raises(ValueError, match="unknown dialect"):
+        ours.as_text("mhlo-ish")
+    with pytest.raises(ValueError, match="unknown dialect"):
+        theirs.as_text("mhlo-ish")
+
+
+def test_trace_stage_as_jax():
+    def f(x, n):
+        return x * n
+
+    ours, theirs = hlopt.jit(f, static_argnums=1), jax.jit(f, static_argnums=1)
+    assert str(ours.trace(X3, 3).jaxpr) == str(theirs.trace(X3, 3).jaxpr)
+    assert "stablehlo.custom_call @hlopt.jet" in hlopt.jit(hlopt.laplacian(lambda x: jnp.sum(x**3))).lower(
+        X3).as_text()
+
+
+def test_a_closed_over_mutable_array_is_refused_at_lowering():
+    ref = jax.new_ref(jnp.zeros(3))
+
+    def f(x):
+        ref[...] += x
+        return x * 2
+
+    with pytest.raises(ValueError, match="closes over 1 mutable array.*pass the array as an argument"):
+        hlopt.jit(f).lower(X3)
+    with pytest.raises(ValueError, match="closes over 1 mutable array"):
+        hlopt.jit(f)(X3)
+    np.testing.assert_array_equal(ref[...], np.zeros(3))
+
+
+# --- the mesh, from the arguments and in_shardings -------------------------------------------------
+
+
+def _fft_op(seen, custom):
+    from jax.experimental import custom_partitioning as jax_cp
+
+    def partition(mesh, arg_shapes, result_shape):
+        seen.append(arg_shapes[0].sharding.spec)
+        s = NamedSharding(mesh, P(*arg_shapes[0].sharding.spec[:1], None))
+        return mesh, jnp.fft.fft, s, (s,)
+
+    op = (hlopt.custom_partitioning if custom == "hlopt" else jax_cp.custom_partitioning)(lambda x: jnp.fft.fft(x))
+    op.def_partition(partition=partition, sharding_rule="...i -> ...i")
+    return op
+
+
+@pytest.mark.parametrize("how", ["argument", "in_shardings"])
+def test_the_mesh_comes_from_named_shardings_as_for_jax_jit(how):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("x",))
+    x = (RNG.standard_normal((8, 16)) + 1j * RNG.standard_normal((8, 16))).astype(np.complex64)
+    results = {}
+    for side, jit in (("jax", jax.jit), ("hlopt", hlopt.jit)):
+        seen = []
+        op = _fft_op(seen, side)
+        if how == "argument":
+            out = jit(op)(jax.device_put(x, NamedSharding(mesh, P("x"))))
+        else:
+            out = jit(op, in_shardings=NamedSharding(mesh, P("x")))(x)
+        results[side] = (out.sharding, seen, np.asarray(out))
+    assert results["hlopt"][:2] == results["jax"][:2] and results["jax"][1] == [P("x", None)]
+    np.testing.assert_allclose(results["hlopt"][2], results["jax"][2], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("constraint", ["named", "spec_under_set_mesh", "spec_without_mesh"])
+def test_with_sharding_constraint_without_mesh_option_as_jax_jit(constraint):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("x",))
+    x = jax.device_put(np.arange(16.0, dtype=np.float32), NamedSharding(mesh, P("x")))
+    target = NamedSharding(mesh, P()) if constraint == "named" else P()
+
+    def f(x):
+        return jax.lax.with_sharding_constraint(x * 2, target)
+
+    def run(jit):
+        try:
+            with jax.set_mesh(mesh) if constraint == "spec_under_set_mesh" else contextlib.nullcontext():
+                out = jit(f)(x)
+        except (RuntimeError, ValueError) as e:
+            return type(e).__name__
+        return out.sharding.spec, np.asarray(out).tolist()
+
+    assert run(hlopt.jit) == run(jax.jit)
+
+
+def test_a_custom_partitioned_function_called_eagerly_evaluates_its_body_as_jax():
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("x",))
+    x = RNG.standard_normal((8, 16)).astype(np.complex64)
+    outs = {}
+    for side in ("jax", "hlopt"):
+        seen = []
+        with jax.set_mesh(mesh):
+            outs[side] = (np.asarray(_fft_op(seen, side)(jax.device_put(x, NamedSharding(mesh, P("x"))))), seen)
+    assert outs["hlopt"][1] == outs["jax"][1] == []
+    np.testing.assert_allclose(outs["hlopt"][0], outs["jax"][0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_mesh_comes_from_sharding_constraints_in_the_body_as_for_jax_jit():
+    mesh = jax.make_mesh((4, 2), ("i", "j"), axis_types=(AxisType.Auto,) * 2)
+
+    def f(x):
+        x = jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(("i", "j"))))
+        return jax.lax.with_sharding_constraint(jnp.sin(x) * 2, NamedSharding(mesh, P("i")))
+
+    x = np.arange(8.0, dtype=np.float32)
+    want, got = jax.jit(f)(x), hlopt.jit(f)(x)
+    assert got.sharding == want.sharding
+    np.testing.assert_array_equal(got, want)

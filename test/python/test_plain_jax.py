@@ -1,0 +1,260 @@
+"""hlopt's operations inside plain `jax.jit`, `jax.export` and JAX's persistent cache.
+
+Each function runs through `jax.jit` (jax lowers it; each hlopt operation is
+made plain StableHLO and merged in) and through `hlopt.jit` (hlopt lowers it in
+annotation form and runs `hlopt-default` on the whole program); both are
+compared with a JAX reference in float64 and with each other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import jet as jax_jet
+from jax.experimental import sparse as jsparse
+from jax.numpy.fft import fft
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import hlopt
+from hlopt import sparse as hs
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def float64():
+    """float64 for this module's tests only: a global switch at import would change every later file."""
+    with jax.enable_x64(True):
+        yield
+
+RNG = np.random.default_rng(25)
+
+
+def f(x):
+    return jnp.sum(jnp.sin(x) ** 2 * x[::-1]) + jnp.tanh(x[0] * x[1])
+
+
+def f2(x):
+    return jnp.exp(-jnp.sum(x**2)) * jnp.cos(x[0])
+
+
+def hessian_trace(fun):
+    return lambda x: jnp.trace(jax.hessian(fun)(x))
+
+
+def sparse_matrix(shape=(6, 5), seed=0):
+    dense = np.random.default_rng(seed).standard_normal(shape) * (np.random.default_rng(seed + 1).random(shape) < 0.4)
+    return dense
+
+
+def jet_ref(fun, primals, series):
+    return jax_jet.jet(fun, primals, series)
+
+
+X = RNG.standard_normal(5)
+XS = RNG.standard_normal((3, 5))
+A = sparse_matrix()
+B = sparse_matrix((5, 4), seed=7)
+NSE_A, NSE_B = int((A != 0).sum()), int((B != 0).sum())
+
+# name -> (function of arrays, arguments, reference function)
+CASES = {
+    "laplacian": (hlopt.laplacian(f), (X,), hessian_trace(f)),
+    "laplacian_f2": (hlopt.laplacian(f2), (X,), hessian_trace(f2)),
+    "bilaplacian": (hlopt.bilaplacian(f2), (X,), hessian_trace(hessian_trace(f2))),
+    "grad_laplacian": (jax.grad(hlopt.laplacian(f)), (X,), jax.grad(hessian_trace(f))),
+    "vmap_laplacian": (jax.vmap(hlopt.laplacian(f2)), (XS,), jax.vmap(hessian_trace(f2))),
+    "jvp_laplacian": (lambda x: jax.jvp(hlopt.laplacian(f), (x,), (jnp.ones_like(x),))[1], (X,),
+                      lambda x: jax.jvp(hessian_trace(f), (x,), (jnp.ones_like(x),))[1]),
+    "jet_order3": (lambda x, v: hlopt.jet(jnp.sin, (x,), ((v, v, v),)), (X, X[::-1]),
+                   lambda x, v: jet_ref(jnp.sin, (x,), ((v, v, v),))),
+    "grad_jet": (jax.grad(lambda x: hlopt.jet(f2, (x,), ((jnp.ones_like(x), x),))[1][1]), (X,),
+                 jax.grad(lambda x: jet_ref(f2, (x,), ((jnp.ones_like(x), x),))[1][1])),
+    "bcoo_matvec": (lambda d, v: hs.BCOO.fromdense(d, nse=NSE_A) @ v, (A, X),
+                    lambda d, v: jsparse.BCOO.fromdense(d, nse=NSE_A) @ v),
+    "bcoo_spspmm": (lambda a, b: (hs.BCOO.fromdense(a, nse=NSE_A) @ hs.BCOO.fromdense(b, nse=NSE_B)).todense(), (A, B),
+                    lambda a, b: a @ b),
+    "grad_bcoo_then_laplacian": (jax.grad(lambda d, v: hlopt.laplacian(f2)((hs.BCOO.fromdense(d, nse=NSE_A) @ v)[:5]),
+                                          argnums=1), (A, X),
+                                 jax.grad(lambda d, v: hessian_trace(f2)((d @ v)[:5]), argnums=1)),
+}
+
+
+def assert_tree_close(got, want, rtol):
+    jax.tree_util.tree_map(lambda g, w: np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol,
+                                                                     atol=rtol), got, want)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_plain_jax_jit_matches_reference_and_hlopt_jit(name):
+    fun, args, ref = CASES[name]
+    plain = jax.jit(fun)(*args)
+    assert_tree_close(plain, ref(*args), rtol=1e-10)
+    assert_tree_close(plain, hlopt.jit(fun)(*args), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["laplacian", "grad_jet", "bcoo_spspmm"])
+def test_jax_module_holds_no_annotation_and_hlopt_lower_keeps_them(name):
+    fun, args, _ = CASES[name]
+    plain = jax.jit(fun).lower(*args).as_text()
+    assert "@hlopt." not in plain, plain
+    annotated = hlopt.lower(fun, *args).as_text()
+    assert "stablehlo.custom_call @hlopt." in annotated, annotated
+
+
+def _mlp(weights, y):
+    for w in weights[:-1]:
+        y = jnp.tanh(y @ w)
+    return (y @ weights[-1])[0]
+
+
+def _mlp_laplacian(weights, x):
+    return hlopt.laplacian(lambda y: _mlp(weights, y))(x)
+
+
+def test_plain_path_sees_the_constant_series_hlopt_jit_sees():
+    """The zero series of closed-over weights and the identity directions are constants in jax's
+    module: the per-operation passes must see them, as hlopt-default does in the whole program
+    (else jet-expand keeps every term of the zero series: 23 dot_generals here instead of 5)."""
+    weights = [RNG.standard_normal((5, 16)), RNG.standard_normal((16, 16)), RNG.standard_normal((16, 1))]
+    plain = jax.jit(_mlp_laplacian).lower(weights, X).as_text()
+    whole = hlopt.lower(_mlp_laplacian, weights, X).apply("hlopt-default").as_text()
+    assert plain.count("stablehlo.dot_general") == whole.count("stablehlo.dot_general") <= 6
+    np.testing.assert_allclose(jax.jit(_mlp_laplacian)(weights, X), hessian_trace(lambda y: _mlp(weights, y))(X),
+                               rtol=1e-10)
+
+
+def test_hlopt_op_inside_an_inner_jax_jit_of_hlopt_jit():
+    inner = jax.jit(hlopt.laplacian(f))
+    outer = hlopt.jit(lambda x: inner(x) * 2)
+    np.testing.assert_allclose(outer(X), 2 * hessian_trace(f)(X), rtol=1e-10)
+    assert "stablehlo.custom_call @hlopt.jet" in hlopt.lower(lambda x: inner(x) * 2, X).as_text()
+
+
+def test_export_for_several_platforms_is_refused_with_the_way_out():
+    with pytest.raises(NotImplementedError, match="one platform at a time.*export it once per platform"):
+        jax.export.export(jax.jit(hlopt.laplacian(f)), platforms=("cpu", "cuda"))(X)
+
+
+def exported_function(data, indices, x):
+    """BCOO products, `hlopt.jet` and `hlopt.laplacian` in one function of arrays."""
+    m = hs.BCOO((data, indices), shape=A.shape)
+    y = m @ x
+    series = hlopt.jet(jnp.sin, (y,), ((jnp.ones_like(y), y),))[1]
+    return hlopt.laplacian(f)(y[:5] * x) + jnp.sum(series[1]), (m.T @ y)
+
+
+_EXPORT_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    args = np.load(sys.argv[2])
+    exported = jax.export.deserialize(open(sys.argv[1], "rb").read())
+    out = exported.call(args["data"], args["indices"], args["x"])
+    assert "hlopt" not in sys.modules and not any(m.startswith("hlopt.") for m in sys.modules), "hlopt imported"
+    print(json.dumps([float(out[0])] + [float(v) for v in np.asarray(out[1])]))
+""")
+
+
+def test_jax_export_runs_where_hlopt_is_never_imported(tmp_path):
+    m = hs.BCOO.fromdense(A, nse=NSE_A)
+    args = (np.asarray(m.data), np.asarray(m.indices), X)
+    exported = jax.export.export(jax.jit(exported_function))(*args)
+    (tmp_path / "f.jax").write_bytes(exported.serialize())
+    np.savez(tmp_path / "args.npz", data=args[0], indices=args[1], x=args[2])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run([sys.executable, "-c", _EXPORT_SCRIPT, str(tmp_path / "f.jax"), str(tmp_path / "args.npz")],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    want = hlopt.jit(exported_function)(*args)
+    np.testing.assert_allclose(got, [float(want[0]), *np.asarray(want[1])], rtol=1e-12)
+    dense = lambda d, i, x: (hessian_trace(f)((A @ x)[:5] * x)  # noqa: E731
+                             + jnp.sum(jet_ref(jnp.sin, (A @ x,), ((jnp.ones(6), A @ x),))[1][1]), A.T @ (A @ x))
+    ref = dense(*args)
+    np.testing.assert_allclose(got, [float(ref[0]), *np.asarray(ref[1])], rtol=1e-10)
+
+
+_CACHE_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    events = []
+    jax.monitoring.register_event_listener(lambda name, **kw: events.append(name))
+    import numpy as np
+    import hlopt
+    from hlopt import sparse as hs
+    def fun(d, x):
+        return hlopt.laplacian(lambda y: jax.numpy.sum(jax.numpy.sin(y) ** 2))(hs.BCOO.fromdense(d, nse=8) @ x)
+    d = np.arange(12.0).reshape(3, 4) % 3
+    out = jax.jit(fun)(d, np.linspace(0.1, 1.0, 4))
+    print(json.dumps({"value": float(out), "hits": events.count("/jax/compilation_cache/cache_hits")}))
+""")
+
+
+def test_jax_persistent_cache_hits_a_program_with_hlopt_ops(tmp_path):
+    runs = []
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, str(tmp_path / "cache")], capture_output=True,
+                             text=True, timeout=300, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr
+        runs.append(json.loads(run.stdout))
+    assert runs[0]["hits"] == 0 and runs[1]["hits"] >= 1, runs
+    assert runs[0]["value"] == runs[1]["value"]
+    assert os.listdir(tmp_path / "cache")
+
+
+# --- hlopt.custom_partitioning under plain jax.jit -------------------------------------------
+
+
+def _supported(sharding, shape):
+    rank = len(shape.shape)
+    keep = min(len(sharding.spec), rank - 1)
+    return NamedSharding(sharding.mesh, P(*(tuple(sharding.spec[:keep]) + (None,) * (rank - keep))))
+
+
+def _recording_fft(seen):
+    def partition(mesh, arg_shapes, result_shape):
+        seen.append(arg_shapes[0].sharding.spec)
+        s = _supported(arg_shapes[0].sharding, arg_shapes[0])
+        return mesh, fft, s, (s,)
+
+    op = hlopt.custom_partitioning(lambda x: fft(x))
+    op.def_partition(partition=partition, sharding_rule="...i -> ...i")
+    return op
+
+
+def test_custom_partitioning_under_plain_jax_jit_is_partitioned_by_xla_with_the_propagated_sharding():
+    mesh = Mesh(np.array(jax.devices()[:8]), ("x",))
+    x = (RNG.standard_normal((8, 16)) + 1j * RNG.standard_normal((8, 16))).astype(np.complex64)
+    seen = []
+    op = _recording_fft(seen)
+    xs = jax.device_put(x, NamedSharding(mesh, P("x")))
+    out = jax.jit(op)(xs)
+    np.testing.assert_allclose(out, fft(x), rtol=1e-4, atol=1e-4)
+    assert seen == [P("x", None)]
+    assert out.sharding.spec == P("x")
+    hlo = jax.jit(op).lower(xs).compile().as_text()
+    assert "all-gather" not in hlo and "all-to-all" not in hlo
+
+
+def test_custom_partitioned_function_called_eagerly_evaluates_its_body():
+    mesh = Mesh(np.array(jax.devices()[:8]), ("x",))
+    x = RNG.standard_normal((8, 16)).astype(np.complex64)
+    seen = []
+    op = _recording_fft(seen)
+    with jax.set_mesh(mesh):
+        out = op(jax.device_put(x, NamedSharding(mesh, P("x"))))
+    np.testing.assert_allclose(out, fft(x), rtol=1e-4, atol=1e-4)
+    assert seen == []
