@@ -1,0 +1,443 @@
+"""Linear algebra in `jet-expand` and `vjp-expand`: one record per operation, keyed on its meaning.
+
+JAX spells a factorization or a triangular solve as a LAPACK custom call on CPU
+(`@lapack_{s,d,c,z}potrf_ffi`, `...trsm_ffi`, `...getrf_ffi`) and as
+`stablehlo.cholesky` / `stablehlo.triangular_solve` elsewhere. `meaning(op)`
+reads either spelling (the call's `mhlo.backend_config` characters, the op's
+attributes, the operand layouts) into one record: `Cholesky`, `TriangularSolve`
+or `LU`. Each record holds its Taylor rule (`jet`, order by order, with the
+derivation in its docstring) and its reverse-mode rule (`vjp`) side by side;
+`jet_rules` and `vjp_rules` reach them through `jet` and `vjp` below.
+
+Matrices are the last two dimensions; leading ones are batch dimensions. The
+rules build plain StableHLO: `triangular_solve` on the primal factor,
+`dot_general`, masks by `iota` and `select` (and, for LU's row permutation, a
+`while` over the pivots). In a directions-batched or collapsed jet a coefficient
+carries a leading directions axis that the primal lacks: a solve or product of
+it with a primal folds that axis into a free matrix dimension (one solve for all
+directions), a product of two coefficients batches over it, and the JetBuilder's
+sums reduce the batched terms of the collapsed K-th coefficient over it.
+Complex matrices follow JAX's convention in reverse mode: the cotangent of
+x -> M x is ct -> M^T ct (no conjugation), i.e. the conjugate of the adjoint map
+applied to the conjugate cotangent, which is how `vjp` rules are written here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING, Optional, Union
+
+from hlopt.passes import builders
+from hlopt.passes.base import PassError
+from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.walk import call_target
+
+if TYPE_CHECKING:
+    from hlopt.passes.jet_rules import JetBuilder, Series
+    from hlopt.passes.vjp_rules import VjpBuilder
+
+Term = Optional[ir.Value]
+Value = ir.Value
+
+# --- matrices: masks, adjoints, products and solves (with a directions axis) -------------
+
+
+def _is_complex(v: Value) -> bool:
+    return isinstance(builders.elem_of(v), ir.ComplexType)
+
+
+def _conj(v: Value) -> Value:
+    return builders.complex_(builders.real(v), builders.neg(builders.imag(v))) if _is_complex(v) else v
+
+
+def _swap_last(v: Value) -> Value:
+    r = len(builders.shape_of(v))
+    return builders.transpose(v, [*range(r - 2), r - 1, r - 2])
+
+
+def _op(v: Value, how: str) -> Value:
+    """`v` (N), its transpose (T) or its adjoint (C), over the last two dimensions."""
+    if how == "N":
+        return v
+    t = _swap_last(v)
+    return _conj(t) if how == "C" else t
+
+
+def _offsets(v: Value) -> Value:
+    """col - row for every element of `v` (i32, `v`'s shape)."""
+    shape = builders.shape_of(v)
+    r = len(shape)
+    return builders.sub(builders.iota(shape, r - 1, builders.i32()), builders.iota(shape, r - 2, builders.i32()))
+
+
+def _where_offset(v: Value, direction: str, k: int, other: Value | None = None) -> Value:
+    """`v` where col - row `direction` k (`LE`, `GE`, `EQ`, `LT`, `GT`), else `other` (zero)."""
+    shape = builders.shape_of(v)
+    pred = builders.compare(_offsets(v), builders.full(shape, k, builders.i32()), direction)
+    return builders.select(pred, v, other if other is not None else builders.zeros_like(v))
+
+
+def _tril(v: Value, k: int = 0) -> Value:
+    return _where_offset(v, "LE", k)
+
+
+def _triu(v: Value, k: int = 0) -> Value:
+    return _where_offset(v, "GE", k)
+
+
+def _phi(v: Value) -> Value:
+    """The lower triangle of `v` with its diagonal halved."""
+    half = builders.mul(v, builders.full(builders.shape_of(v), 0.5, builders.elem_of(v)))
+    return _tril(_where_offset(v, "NE", 0, half))
+
+
+def _eye_plus(v: Value) -> Value:
+    """`v` with its diagonal replaced by ones (a unit-triangular factor from a packed one)."""
+    return _where_offset(v, "NE", 0, builders.full(builders.shape_of(v), 1, builders.elem_of(v)))
+
+
+def _lead(v: Value, primal: Value) -> bool:
+    """Whether `v`, a coefficient of a value like `primal`, carries the directions axis."""
+    return len(builders.shape_of(v)) > len(builders.shape_of(primal))
+
+
+def _mm(x: Value, y: Value, lead_x: bool, lead_y: bool, tx: str = "N", ty: str = "N") -> Value:
+    """op(x) @ op(y) over the last two dimensions (`tx`, `ty`: N, T or C), batched over
+    the leading ones; a directions axis (`lead_x`, `lead_y`) stays leading in the result."""
+    if tx == "C":
+        x, tx = _conj(x), "T"
+    if ty == "C":
+        y, ty = _conj(y), "T"
+    ox, oy = int(lead_x), int(lead_y)
+    nb = len(builders.shape_of(x)) - 2 - ox
+    xc = ox + nb + (1 if tx == "N" else 0)
+    yc = oy + nb + (0 if ty == "N" else 1)
+    if lead_x and lead_y:
+        batch_x, batch_y = [0, *range(1, nb + 1)], [0, *range(1, nb + 1)]
+    else:
+        batch_x, batch_y = list(range(ox, ox + nb)), list(range(oy, oy + nb))
+    out = builders.dot_general(x, y, lhs_batch=batch_x, rhs_batch=batch_y, lhs_contract=[xc], rhs_contract=[yc],
+                               elem=builders.elem_of(x))
+    if lead_x != lead_y:  # the axis is a free dimension: at nb (lhs) or nb + 1 (rhs)
+        at = nb if lead_x else nb + 1
+        out = builders.transpose(out, [at, *[d for d in range(nb + 3) if d != at]])
+    return out
+
+
+def _triangular_solve(a: Value, rhs: Value, lead: bool, left: bool, lower: bool, how: str, unit: bool) -> Value:
+    """X with op(A) X = rhs (`left`) or X op(A) = rhs, A the `lower` (or upper) triangle of
+    `a` (unit diagonal if `unit`), op by `how` (N, T, C): one `stablehlo.triangular_solve`,
+    a directions axis of `rhs` (`lead`) folded into its free matrix dimension."""
+    transpose = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "C": "ADJOINT"}[how]
+    if not lead:
+        return stablehlo.triangular_solve(a, rhs, left, lower, unit, stablehlo.TransposeAttr.get(transpose))
+    shape = builders.shape_of(rhs)
+    r, n, batch = len(shape), shape[0], shape[1:-2]
+    nb, (m, p) = len(batch), shape[-2:]
+    if left:  # [n, *batch, m, p] -> [*batch, m, n * p]
+        perm, folded = [*range(1, nb + 2), 0, r - 1], [*batch, m, n * p]
+        unfolded = [*batch, m, n, p]
+    else:  # [n, *batch, m, p] -> [*batch, n * m, p]
+        perm, folded = [*range(1, nb + 1), 0, r - 2, r - 1], [*batch, n * m, p]
+        unfolded = [*batch, n, m, p]
+    x = builders.reshape(builders.transpose(rhs, perm), folded)
+    x = stablehlo.triangular_solve(a, x, left, lower, unit, stablehlo.TransposeAttr.get(transpose))
+    return builders.transpose(builders.reshape(x, unfolded), [perm.index(d) for d in range(r)])
+
+
+def _check_layouts(op: ir.Operation, name: str) -> None:
+    """Refuse LAPACK matrices (the operands, the first result) not laid out as JAX lays
+    them out (column-major, batch dimensions major), whose triangles the attributes
+    would not name."""
+    for attr in ("operand_layouts", "result_layouts"):
+        if attr not in op.attributes:
+            continue
+        values = [v.type for v in (op.operands if attr == "operand_layouts" else op.results[:1])]
+        for i, (layout, t) in enumerate(zip(ir.ArrayAttr(op.attributes[attr]), values)):
+            got = [int(x) for x in ir.DenseIntElementsAttr(layout)]
+            r = ir.RankedTensorType(t).rank
+            want = [r - 2, r - 1, *reversed(range(r - 2))]
+            if got != want:
+                raise PassError(f"{name}: @{call_target(op)} {attr}[{i}] is {got}; the linear-algebra rules take "
+                                f"JAX's column-major layout {want}", op.location)
+
+
+def _char(config: ir.DictAttr, key: str, default: str) -> str:
+    return chr(ir.IntegerAttr(config[key]).value) if key in config else default
+
+
+def _elem_check(op: ir.Operation, name: str) -> None:
+    if not builders.is_differentiable(op.operands[0].type):
+        raise PassError(f"{name}: {op.name} of {op.operands[0].type} has no derivative", op.location)
+
+
+# --- the operations -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Cholesky:
+    """A = L L^H from the `lower` triangle of A (or A = U^H U from the upper one). Only
+    that triangle is read (A's Hermitian matrix is that triangle and its adjoint); the
+    LAPACK form (`packed`) returns the other triangle of A unchanged, the StableHLO form
+    an implementation-defined one, whose coefficients are zero here."""
+
+    lower: bool
+    packed: bool
+
+    def _factor(self, result: Value) -> Value:
+        """The lower factor L (for an upper Cholesky, U^H)."""
+        return _tril(result) if self.lower else _op(_triu(result), "C")
+
+    def _hermitian(self, a: Value) -> Value:
+        """The matrix the op factors: the read triangle and its adjoint."""
+        return builders.add(_tril(a), _op(_tril(a, -1), "C")) if self.lower else \
+            builders.add(_triu(a), _op(_triu(a, 1), "C"))
+
+    def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+        """L(t) L(t)^H = A(t) order by order: A_k = sum_{i=0..k} L_i L_{k-i}^H, so
+        L_0 L_k^H + L_k L_0^H = S_k with S_k = A_k - sum_{i=1..k-1} L_i L_{k-i}^H. With
+        M = L_0^{-1} L_k (lower triangular, real diagonal), M + M^H = L_0^{-1} S_k L_0^{-H}:
+        M is the lower triangle of the right side with its diagonal halved (Phi), so
+        L_k = L_0 Phi(L_0^{-1} S_k L_0^{-H}): two triangular solves and a product per order.
+        An upper factor is U_k = L_k^H; the unread triangle of the LAPACK result is A's."""
+        (a,), x0 = ins, op.results[0]
+        l0 = self._factor(x0)
+        ls: list[Term] = [l0] + [None] * b.order
+        out = b.series(x0)
+        for k in range(1, b.order + 1):
+            ak = None if a[k] is None else self._hermitian(a[k])
+            s = b.sub(ak, b.total([_mm(ls[i], ls[k - i], _lead(ls[i], x0), _lead(ls[k - i], x0), "N", "C")
+                                   for i in range(1, k) if ls[i] is not None and ls[k - i] is not None]))
+            if s is None:
+                continue
+            s = b.conform(s, x0, k)
+            lead = _lead(s, x0)
+            y = _triangular_solve(l0, s, lead, True, True, "N", False)
+            y = _triangular_solve(l0, y, lead, False, True, "C", False)
+            ls[k] = _mm(l0, _phi(y), False, lead)
+            own = ls[k] if self.lower else _op(ls[k], "C")
+            if self.packed and a[k] is not None:
+                rest = _tril(a[k], -1) if not self.lower else _triu(a[k], 1)
+                own = builders.add(own, rest)
+            out[k] = own
+        return [out] + [None] * (len(op.results) - 1)
+
+    def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        """dL = L Phi(L^{-1} dA_h L^{-H}) for the Hermitian dA_h the op reads, so with the
+        real inner product <X, Y> = Re tr(X^H Y) and Phi self-adjoint the adjoint map is
+        G = L^{-H} Phi(L^H tril(Lbar)) L^{-1}, and dA_h = tril(dA) + tril(dA, -1)^H gives
+        Abar = tril(G) + tril(G^H, -1) (upper: U = L^H, so Lbar = triu(Ubar)^H and
+        Abar = triu(G) + triu(G^H, 1)); the LAPACK result's
+        other triangle is A's, so its cotangent passes straight through."""
+        ct = cts[0]
+        if ct is None or not wants[0]:
+            return [None]
+        ct = _conj(ct)
+        l0 = self._factor(op.results[0])
+        lbar = _tril(ct) if self.lower else _op(_triu(ct), "C")
+        g = _phi(_mm(l0, lbar, False, False, "C", "N"))
+        g = _triangular_solve(l0, g, False, True, True, "C", False)
+        g = _triangular_solve(l0, g, False, False, True, "N", False)
+        abar = builders.add(_tril(g), _tril(_op(g, "C"), -1)) if self.lower else \
+            builders.add(_triu(g), _triu(_op(g, "C"), 1))
+        if self.packed:
+            abar = builders.add(abar, _triu(ct, 1) if self.lower else _tril(ct, -1))
+        return [_conj(abar)]
+
+
+@dataclasses.dataclass(frozen=True)
+class TriangularSolve:
+    """X with op(A) X = B (`left`) or X op(A) = B, A the `lower` (or upper) triangle of
+    its operand (diagonal taken as ones if `unit`), op = N, T or C (`how`)."""
+
+    left: bool
+    lower: bool
+    how: str
+    unit: bool
+
+    def _read(self, a: Value) -> Value:
+        """The part of `a` the solve reads (the diagonal is fixed when `unit`)."""
+        k = 1 if self.unit else 0
+        return _tril(a, -k) if self.lower else _triu(a, k)
+
+    def _solve(self, a0: Value, rhs: Value, lead: bool, how: str | None = None) -> Value:
+        return _triangular_solve(a0, rhs, lead, self.left, self.lower, how or self.how, self.unit)
+
+    def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+        """op(A(t)) X(t) = B(t) order by order (left; the right side mirrors it):
+        sum_{i=0..k} op(A_i) X_{k-i} = B_k, so op(A_0) X_k = B_k - sum_{i=1..k} op(A_i) X_{k-i}:
+        one solve with the primal matrix per order. A_i is the read part of A's coefficient."""
+        (a, rhs), x0, a0 = ins, op.results[0], op.operands[0]
+        xs: list[Term] = [x0] + [None] * b.order
+        reads = [None] + [None if t is None else self._read(t) for t in a[1:]]
+        for k in range(1, b.order + 1):
+            products = []
+            for i in range(1, k + 1):
+                if reads[i] is None or xs[k - i] is None:
+                    continue
+                la, lx = _lead(reads[i], a0), _lead(xs[k - i], x0)
+                products.append(_mm(reads[i], xs[k - i], la, lx, self.how, "N") if self.left else
+                                _mm(xs[k - i], reads[i], lx, la, "N", self.how))
+            r = b.sub(rhs[k], b.total(products))
+            if r is not None:
+                r = b.conform(r, x0, k)
+                xs[k] = self._solve(a0, r, _lead(r, x0))
+        return [xs]
+
+    def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        """X = op(A)^{-1} B (left): Bbar = op(A)^{-H} Xbar, a solve with the adjoint op, and
+        dX = -op(A)^{-1} op(dA) X gives op(A)bar = -Bbar X^H, hence Abar = op*(-Bbar X^H)
+        masked to the part read. Right: Bbar = Xbar op(A)^{-H}, op(A)bar = -X^H Bbar."""
+        (ct,), a0, x0 = cts, op.operands[0], op.results[0]
+        if ct is None:
+            return [None, None]
+        ct = _conj(ct)
+        if self.how == "T" and _is_complex(a0):  # op(A)^H = conj(A): solve A conj(Y) = conj(Xbar)
+            bbar = _conj(self._solve(a0, _conj(ct), False, "N"))
+        else:
+            bbar = self._solve(a0, ct, False, {"N": "C", "T": "N", "C": "N"}[self.how])
+        abar = None
+        if wants[0]:
+            g = _mm(bbar, x0, False, False, "N", "C") if self.left else _mm(x0, bbar, False, False, "C", "N")
+            abar = _conj(self._read(builders.neg(_op(g, {"N": "N", "T": "T", "C": "C"}[self.how]))))
+        return [abar, _conj(bbar) if wants[1] else None]
+
+
+@dataclasses.dataclass(frozen=True)
+class LU:
+    """P A = L U with partial pivoting (LAPACK getrf): the packed factors (L strictly
+    below the diagonal, its unit diagonal implied, U on and above it), the pivots (the
+    1-based row swaps, in order) and an info code. Square matrices."""
+
+    def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+        """The pivots stay the primal's (piecewise constant), so (P A)_k = sum_{i=0..k} L_i U_{k-i}:
+        L_0 U_k + L_k U_0 = S_k with S_k = P A_k - sum_{i=1..k-1} L_i U_{k-i}. Then
+        X = L_0^{-1} S_k U_0^{-1} = L_0^{-1} L_k + U_k U_0^{-1}, the first strictly lower
+        (L_k has a zero diagonal), the second upper, so L_k = L_0 tril(X, -1) and
+        U_k = triu(X) U_0; the packed coefficient is L_k + U_k."""
+        (a,), lu0 = ins, op.results[0]
+        _square(op, "jet-expand")
+        perm = _permutation_matrix(op.results[1], lu0)
+        l0, u0 = _eye_plus(_tril(lu0)), _triu(lu0)
+        ls: list[Term] = [l0] + [None] * b.order
+        us: list[Term] = [u0] + [None] * b.order
+        out = b.series(lu0)
+        for k in range(1, b.order + 1):
+            pa = None if a[k] is None else _mm(perm, a[k], False, _lead(a[k], lu0))
+            s = b.sub(pa, b.total([_mm(ls[i], us[k - i], _lead(ls[i], lu0), _lead(us[k - i], lu0))
+                                   for i in range(1, k) if ls[i] is not None and us[k - i] is not None]))
+            if s is None:
+                continue
+            s = b.conform(s, lu0, k)
+            lead = _lead(s, lu0)
+            x = _triangular_solve(lu0, s, lead, True, True, "N", True)
+            x = _triangular_solve(lu0, x, lead, False, False, "N", False)
+            ls[k] = _mm(l0, _tril(x, -1), False, lead)
+            us[k] = _mm(_triu(x), u0, lead, False)
+            out[k] = builders.add(ls[k], us[k])
+        return [out] + [None] * (len(op.results) - 1)
+
+    def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        """d(LU) = L tril(X, -1) + triu(X) U with X = L^{-1} P dA U^{-1} (see `jet`); the
+        first term is strictly lower, the second upper, so Xbar = tril(L^H tril(LUbar, -1), -1)
+        + triu(triu(LUbar) U^H), and Abar = P^T L^{-H} Xbar U^{-H}."""
+        ct = cts[0]
+        if ct is None or not wants[0]:
+            return [None]
+        _square(op, "vjp-expand")
+        ct, lu0 = _conj(ct), op.results[0]
+        l0, u0 = _eye_plus(_tril(lu0)), _triu(lu0)
+        xbar = builders.add(_tril(_mm(l0, _tril(ct, -1), False, False, "C", "N"), -1),
+                            _triu(_mm(_triu(ct), u0, False, False, "N", "C")))
+        g = _triangular_solve(lu0, xbar, False, True, True, "C", True)
+        g = _triangular_solve(lu0, g, False, False, False, "C", False)
+        return [_conj(_mm(_permutation_matrix(op.results[1], lu0), g, False, False, "T", "N"))]
+
+
+def _square(op: ir.Operation, name: str) -> None:
+    shape = builders.shape_of(op.operands[0])
+    if shape[-1] != shape[-2]:
+        raise PassError(f"{name}: the LU rules take square matrices; @{call_target(op)} factors "
+                        f"{shape[-2]}x{shape[-1]} ones", op.location)
+
+
+def _permutation_matrix(pivots: Value, like: Value) -> Value:
+    """P (of `like`'s type) with P A = A's rows in the order the 1-based row swaps
+    `pivots` leave them: perm starts as the identity and swaps entries i and
+    pivots[i] - 1 for each i in turn (a `while` over i), and P[r, c] = (perm[r] == c)."""
+    shape = builders.shape_of(pivots)
+    batch, n = shape[:-1], shape[-1]
+    nb, i32 = len(batch), builders.i32()
+    cols = builders.iota(shape, nb, i32)
+
+    def cond(i: Value, perm: Value) -> Value:
+        return builders.compare(i, builders.scalar(n, i32), "LT")
+
+    def body(i: Value, perm: Value) -> list[Value]:
+        starts = [builders.scalar(0, i32)] * nb + [i]
+        column = [*batch, 1]
+        j = builders.broadcast_to(builders.sub(builders.dynamic_slice(pivots, starts, column),
+                                               builders.full(column, 1, i32)), shape)
+        at_i = builders.broadcast_to(builders.dynamic_slice(perm, starts, column), shape)
+        at_j = builders.reduce(builders.select(builders.compare(cols, j, "EQ"), perm, builders.zeros_like(perm)), [nb])
+        at_j = builders.broadcast(at_j, shape, range(nb))
+        is_i = builders.compare(cols, builders.broadcast(i, shape, []), "EQ")
+        swapped = builders.select(is_i, at_j, builders.select(builders.compare(cols, j, "EQ"), at_i, perm))
+        return [builders.add(i, builders.scalar(1, i32)), swapped]
+
+    _, perm = builders.while_loop([builders.scalar(0, i32), builders.convert(cols, i32)], cond, body)
+    square = [*batch, n, n]
+    rows = builders.broadcast(perm, square, [*range(nb), nb])
+    hit = builders.compare(rows, builders.iota(square, nb + 1, i32), "EQ")
+    elem = builders.elem_of(like)
+    return builders.select(hit, builders.full(square, 1, elem), builders.full(square, 0, elem))
+
+
+Operation = Union[Cholesky, TriangularSolve, LU]
+
+LAPACK = re.compile(r"lapack_[sdcz](potrf|trsm|getrf)_ffi")
+OP_NAMES = ("stablehlo.cholesky", "stablehlo.triangular_solve")
+_TRANSPOSE = {"NO_TRANSPOSE": "N", "TRANSPOSE": "T", "ADJOINT": "C"}
+
+
+def meaning(op: ir.Operation, name: str = "jet-expand") -> Operation | None:
+    """The operation `op` computes (a LAPACK custom call or a StableHLO op), or None if it
+    is none of those here."""
+    if op.name == "stablehlo.cholesky":
+        return Cholesky(lower="lower" in op.attributes and ir.BoolAttr(op.attributes["lower"]).value, packed=False)
+    if op.name == "stablehlo.triangular_solve":
+        attr = lambda key: ir.BoolAttr(op.attributes[key]).value  # noqa: E731
+        how = _TRANSPOSE[stablehlo.TransposeAttr(op.attributes["transpose_a"]).value]
+        return TriangularSolve(attr("left_side"), attr("lower"), how, attr("unit_diagonal"))
+    target = call_target(op)
+    found = LAPACK.fullmatch(target) if target else None
+    if found is None:
+        return None
+    _check_layouts(op, name)
+    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else ir.DictAttr.get({})
+    config = ir.DictAttr(config)
+    kind = found.group(1)
+    if kind == "potrf":
+        return Cholesky(lower=_char(config, "uplo", "L") == "L", packed=True)
+    if kind == "trsm":
+        return TriangularSolve(left=_char(config, "side", "L") == "L", lower=_char(config, "uplo", "L") == "L",
+                               how=_char(config, "trans_x", "N"), unit=_char(config, "diag", "N") == "U")
+    return LU()
+
+
+def is_linalg(op: ir.Operation) -> bool:
+    """Whether `op` is one of the operations here (in either spelling)."""
+    return op.name in OP_NAMES or bool(LAPACK.fullmatch(call_target(op) or ""))
+
+
+def jet(b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+    """The Taylor rule of `op`, a linear-algebra operation (`is_linalg`)."""
+    _elem_check(op, "jet-expand")
+    return meaning(op, "jet-expand").jet(b, op, ins)
+
+
+def vjp(b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+    """The reverse-mode rule of `op`, a linear-algebra operation (`is_linalg`)."""
+    _elem_check(op, "vjp-expand")
+    return meaning(op, "vjp-expand").vjp(b, op, cts, wants)
