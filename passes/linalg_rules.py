@@ -1,11 +1,12 @@
 """Linear algebra in `jet-expand` and `vjp-expand`: one record per operation, keyed on its meaning.
 
 JAX spells a factorization or a triangular solve as a LAPACK custom call on CPU
-(`@lapack_{s,d,c,z}potrf_ffi`, `...trsm_ffi`, `...getrf_ffi`) and as
+(`@lapack_{s,d,c,z}potrf_ffi`, `...trsm_ffi`, `...getrf_ffi`, `...syevd_ffi` /
+`...heevd_ffi`) and as
 `stablehlo.cholesky` / `stablehlo.triangular_solve` elsewhere. `meaning(op)`
 reads either spelling (the call's `mhlo.backend_config` characters, the op's
-attributes, the operand layouts) into one record: `Cholesky`, `TriangularSolve`
-or `LU`. Each record holds its Taylor rule (`jet`, order by order, with the
+attributes, the operand layouts) into one record: `Cholesky`, `TriangularSolve`,
+`LU` or `Eigh`. Each record holds its Taylor rule (`jet`, order by order, with the
 derivation in its docstring) and its reverse-mode rule (`vjp`) side by side;
 `jet_rules` and `vjp_rules` reach them through `jet` and `vjp` below.
 
@@ -97,6 +98,26 @@ def _eye_plus(v: Value) -> Value:
     return _where_offset(v, "NE", 0, builders.full(builders.shape_of(v), 1, builders.elem_of(v)))
 
 
+def _real_diagonal(v: Value) -> Value:
+    """The diagonal of `v` (zeros elsewhere), its imaginary part dropped."""
+    d = _where_offset(v, "EQ", 0)
+    return builders.convert(builders.real(d), builders.elem_of(v)) if _is_complex(v) else d
+
+
+def _hermitian(a: Value, lower: bool) -> Value:
+    """The Hermitian matrix LAPACK reads from the `lower` (or upper) triangle of `a`: that
+    strict triangle, its adjoint, and the real part of the diagonal."""
+    strict = _tril(a, -1) if lower else _triu(a, 1)
+    return builders.add(builders.add(strict, _op(strict, "C")), _real_diagonal(a))
+
+
+def _hermitian_adjoint(g: Value, lower: bool) -> Value:
+    """The adjoint of `_hermitian` (real inner product): a cotangent G of the Hermitian
+    matrix goes to the strict triangle as G + G^H and to the diagonal as its real part."""
+    both = builders.add(g, _op(g, "C"))
+    return builders.add(_tril(both, -1) if lower else _triu(both, 1), _real_diagonal(g))
+
+
 def _lead(v: Value, primal: Value) -> bool:
     """Whether `v`, a coefficient of a value like `primal`, carries the directions axis."""
     return len(builders.shape_of(v)) > len(builders.shape_of(primal))
@@ -178,7 +199,7 @@ def _elem_check(op: ir.Operation, name: str) -> None:
 @dataclasses.dataclass(frozen=True)
 class Cholesky:
     """A = L L^H from the `lower` triangle of A (or A = U^H U from the upper one). Only
-    that triangle is read (A's Hermitian matrix is that triangle and its adjoint); the
+    that triangle is read (`_hermitian`: it, its adjoint, a real diagonal); the
     LAPACK form (`packed`) returns the other triangle of A unchanged, the StableHLO form
     an implementation-defined one, whose coefficients are zero here."""
 
@@ -188,11 +209,6 @@ class Cholesky:
     def _factor(self, result: Value) -> Value:
         """The lower factor L (for an upper Cholesky, U^H)."""
         return _tril(result) if self.lower else _op(_triu(result), "C")
-
-    def _hermitian(self, a: Value) -> Value:
-        """The matrix the op factors: the read triangle and its adjoint."""
-        return builders.add(_tril(a), _op(_tril(a, -1), "C")) if self.lower else \
-            builders.add(_triu(a), _op(_triu(a, 1), "C"))
 
     def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
         """L(t) L(t)^H = A(t) order by order: A_k = sum_{i=0..k} L_i L_{k-i}^H, so
@@ -206,7 +222,7 @@ class Cholesky:
         ls: list[Term] = [l0] + [None] * b.order
         out = b.series(x0)
         for k in range(1, b.order + 1):
-            ak = None if a[k] is None else self._hermitian(a[k])
+            ak = None if a[k] is None else _hermitian(a[k], self.lower)
             s = b.sub(ak, b.total([_mm(ls[i], ls[k - i], _lead(ls[i], x0), _lead(ls[k - i], x0), "N", "C")
                                    for i in range(1, k) if ls[i] is not None and ls[k - i] is not None]))
             if s is None:
@@ -226,9 +242,8 @@ class Cholesky:
     def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
         """dL = L Phi(L^{-1} dA_h L^{-H}) for the Hermitian dA_h the op reads, so with the
         real inner product <X, Y> = Re tr(X^H Y) and Phi self-adjoint the adjoint map is
-        G = L^{-H} Phi(L^H tril(Lbar)) L^{-1}, and dA_h = tril(dA) + tril(dA, -1)^H gives
-        Abar = tril(G) + tril(G^H, -1) (upper: U = L^H, so Lbar = triu(Ubar)^H and
-        Abar = triu(G) + triu(G^H, 1)); the LAPACK result's
+        G = L^{-H} Phi(L^H tril(Lbar)) L^{-1} (upper: U = L^H, so Lbar = triu(Ubar)^H), and
+        Abar = `_hermitian_adjoint`(G) for the triangle read; the LAPACK result's
         other triangle is A's, so its cotangent passes straight through."""
         ct = cts[0]
         if ct is None or not wants[0]:
@@ -239,8 +254,7 @@ class Cholesky:
         g = _phi(_mm(l0, lbar, False, False, "C", "N"))
         g = _triangular_solve(l0, g, False, True, True, "C", False)
         g = _triangular_solve(l0, g, False, False, True, "N", False)
-        abar = builders.add(_tril(g), _tril(_op(g, "C"), -1)) if self.lower else \
-            builders.add(_triu(g), _triu(_op(g, "C"), 1))
+        abar = _hermitian_adjoint(g, self.lower)
         if self.packed:
             abar = builders.add(abar, _triu(ct, 1) if self.lower else _tril(ct, -1))
         return [_conj(abar)]
@@ -355,6 +369,100 @@ class LU:
         return [_conj(_mm(_permutation_matrix(op.results[1], lu0), g, False, False, "T", "N"))]
 
 
+@dataclasses.dataclass(frozen=True)
+class Eigh:
+    """A V = V diag(w), V unitary, w ascending, from the `lower` (or upper) triangle of
+    the Hermitian A (LAPACK syevd / heevd, eigenvectors computed: results V, w, info)."""
+
+    lower: bool
+
+    def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+        """Distinct eigenvalues. In the eigenbasis, A~_i = V_0^H A_i V_0 and C_k = V_0^H V_k
+        (C_0 = I). Order k of A V = V diag(w), times V_0^H:
+        sum_{i=0..k} A~_i C_{k-i} = sum_{i=0..k} C_i diag(w_{k-i}), so with
+        R_k = sum_{i=1..k} A~_i C_{k-i} - sum_{i=1..k-1} C_i diag(w_{k-i}):
+        diag(w_0) C_k - C_k diag(w_0) + R_k = diag(w_k), i.e. w_k = diag(R_k) and
+        C_k[a, b] = R_k[a, b] / (w_0[b] - w_0[a]) off the diagonal. The diagonal is the
+        gauge JAX's derivative follows (V^H V' has a zero diagonal along the curve, which
+        keeps V^H V = I): diag(C_k) = -(1/k) sum_{i=1..k-1} (k - i) diag(C_i^H C_{k-i}).
+        V_k = V_0 C_k. At a degenerate eigenvalue (w_0[a] = w_0[b], a != b) the
+        eigenvectors are not differentiable: their coefficients, and the eigenvalues' from
+        order 2 on, divide by zero and come out inf or NaN, as JAX's own derivatives do."""
+        (a,), v0, w0 = ins, op.results[0], op.results[1]
+        shape = builders.shape_of(v0)
+        real = builders.elem_of(w0)
+        gaps = builders.sub(builders.broadcast(w0, shape, [*range(len(shape) - 2), len(shape) - 1]),
+                            builders.broadcast(w0, shape, range(len(shape) - 1)))
+        eye = _where_offset(builders.full(shape, 1, real), "EQ", 0)
+        # 1 / (w_0[b] - w_0[a]) off the diagonal, 0 on it (the diagonal is set apart)
+        inverse_gaps = _where_offset(builders.div(builders.full(shape, 1, real), builders.add(gaps, eye)), "NE", 0)
+        inverse_gaps = builders.convert(inverse_gaps, builders.elem_of(v0))
+        rotated: list[Term] = [None] + [None if t is None else _mm(_mm(v0, _hermitian(t, self.lower), False, _lead(t, v0), "C"),
+                                                                    v0, _lead(t, v0), False) for t in a[1:]]
+        cs: list[Term] = [None] * (b.order + 1)  # C_0 = I is implied
+        ws, vs = b.series(w0), b.series(v0)
+        for k in range(1, b.order + 1):
+            terms = [rotated[k]] + [_mm(rotated[i], cs[k - i], _lead(rotated[i], v0), _lead(cs[k - i], v0))
+                                    for i in range(1, k) if rotated[i] is not None and cs[k - i] is not None]
+            terms += [builders.neg(_scale_columns(cs[i], ws[k - i])) for i in range(1, k)
+                      if cs[i] is not None and ws[k - i] is not None]
+            r = b.total(terms)
+            if r is None:
+                continue
+            r = b.conform(r, v0, k)
+            ws[k] = builders.real(_diagonal(r)) if _is_complex(r) else _diagonal(r)
+            gauge = b.total([b.scale(_diagonal(_mm(cs[i], cs[k - i], _lead(cs[i], v0), _lead(cs[k - i], v0), "C")),
+                                     -(k - i) / k) for i in range(1, k) if cs[i] is not None and cs[k - i] is not None])
+            cs[k] = b.mul(r, inverse_gaps)
+            if gauge is not None:
+                cs[k] = b.add(cs[k], _embed_diagonal(b.conform(gauge, w0, k)))
+            vs[k] = _mm(v0, cs[k], False, _lead(cs[k], v0))
+        return [vs, ws, None]
+
+    def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        """dw = diag(V^H dA_h V) and dV = V (F o (V^H dA_h V)) with F[a, b] = 1 / (w[b] - w[a])
+        off the diagonal, 0 on it (see `jet`); F o is self-adjoint, so the adjoint map is
+        G = V (diag(wbar) + F o (V^H Vbar)) V^H, and Abar = `_hermitian_adjoint`(G) for
+        the triangle read (as for `Cholesky`)."""
+        vbar, wbar = cts[0], cts[1]
+        if (vbar is None and wbar is None) or not wants[0]:
+            return [None]
+        v0, w0 = op.results[0], op.results[1]
+        shape = builders.shape_of(v0)
+        inner = None
+        if vbar is not None:
+            gaps = builders.sub(builders.broadcast(w0, shape, [*range(len(shape) - 2), len(shape) - 1]),
+                                builders.broadcast(w0, shape, range(len(shape) - 1)))
+            eye = _where_offset(builders.full(shape, 1, builders.elem_of(w0)), "EQ", 0)
+            f = _where_offset(builders.div(builders.full(shape, 1, builders.elem_of(w0)), builders.add(gaps, eye)),
+                              "NE", 0)
+            inner = builders.mul(_mm(v0, _conj(vbar), False, False, "C"), builders.convert(f, builders.elem_of(v0)))
+        if wbar is not None:
+            inner = b.add(inner, _embed_diagonal(builders.convert(wbar, builders.elem_of(v0))))
+        g = _mm(_mm(v0, inner, False, False), v0, False, False, "N", "C")
+        return [_conj(_hermitian_adjoint(g, self.lower))]
+
+
+def _diagonal(v: Value) -> Value:
+    """The diagonal of the matrices of `v` (the last dimension dropped)."""
+    return builders.reduce(_where_offset(v, "EQ", 0), [len(builders.shape_of(v)) - 1])
+
+
+def _embed_diagonal(d: Value) -> Value:
+    """The matrices with diagonal `d` (a vector per matrix) and zeros elsewhere."""
+    shape = builders.shape_of(d)
+    full = builders.broadcast(d, [*shape, shape[-1]], range(len(shape)))
+    return _where_offset(full, "EQ", 0)
+
+
+def _scale_columns(m: Value, d: Value) -> Value:
+    """m diag(d): column j of `m` times d[j] (`d` of `m`'s element type or its real part)."""
+    shape = builders.shape_of(m)
+    scale = builders.broadcast(builders.convert(d, builders.elem_of(m)), shape,
+                               [*range(len(shape) - 2), len(shape) - 1])
+    return builders.mul(m, scale)
+
+
 def _square(op: ir.Operation, name: str) -> None:
     shape = builders.shape_of(op.operands[0])
     if shape[-1] != shape[-2]:
@@ -394,9 +502,9 @@ def _permutation_matrix(pivots: Value, like: Value) -> Value:
     return builders.select(hit, builders.full(square, 1, elem), builders.full(square, 0, elem))
 
 
-Operation = Union[Cholesky, TriangularSolve, LU]
+Operation = Union[Cholesky, TriangularSolve, LU, Eigh]
 
-LAPACK = re.compile(r"lapack_[sdcz](potrf|trsm|getrf)_ffi")
+LAPACK = re.compile(r"lapack_[sdcz](potrf|trsm|getrf|syevd|heevd)_ffi")
 OP_NAMES = ("stablehlo.cholesky", "stablehlo.triangular_solve")
 _TRANSPOSE = {"NO_TRANSPOSE": "N", "TRANSPOSE": "T", "ADJOINT": "C"}
 
@@ -423,6 +531,11 @@ def meaning(op: ir.Operation, name: str = "jet-expand") -> Operation | None:
     if kind == "trsm":
         return TriangularSolve(left=_char(config, "side", "L") == "L", lower=_char(config, "uplo", "L") == "L",
                                how=_char(config, "trans_x", "N"), unit=_char(config, "diag", "N") == "U")
+    if kind in ("syevd", "heevd"):
+        if _char(config, "mode", "V") != "V":
+            raise PassError(f"{name}: @{target} without eigenvectors (mode {_char(config, 'mode', 'V')!r}) has no "
+                            "rule here: the rules need the eigenvectors (compute_eigenvectors=True)", op.location)
+        return Eigh(lower=_char(config, "uplo", "L") == "L")
     return LU()
 
 

@@ -72,7 +72,13 @@ TRSM = {f"trsm_{'left' if left else 'right'}_{'lower' if lower else 'upper'}_{ho
         _trsm(left, lower, how, unit)
         for left, lower, how in itertools.product((True, False), (True, False), "NTC")
         for unit in [(left + lower + "NTC".index(how)) % 2 == 1]}
-OPS: dict[str, Callable] = {"cholesky": _cholesky, "lu": _lu, **TRSM}
+def _eigh(a, b):
+    """Eigenvectors and eigenvalues in one array (the last row: the eigenvalues)."""
+    v, w = lax.linalg.eigh(a + jnp.conj(jnp.swapaxes(a, -1, -2)) + jnp.real(jnp.sum(b)), symmetrize_input=False)
+    return jnp.concatenate([v, w[..., None, :].astype(v.dtype)], axis=-2)
+
+
+OPS: dict[str, Callable] = {"cholesky": _cholesky, "lu": _lu, "eigh": _eigh, **TRSM}
 
 
 def _case(name: str, dtype, batch: tuple[int, ...]):
@@ -91,8 +97,8 @@ def _assert_series(got, want, tol, what):
 
 
 CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))] + \
-    [(name, np.float32, ()) for name in ("cholesky", "lu", "trsm_left_lower_N", "trsm_right_upper_T_unit")] + \
-    [(name, np.complex128, batch) for name in ("cholesky", "lu", "trsm_left_upper_C_unit", "trsm_right_lower_T")
+    [(name, np.float32, ()) for name in ("cholesky", "lu", "eigh", "trsm_left_lower_N", "trsm_right_upper_T_unit")] + \
+    [(name, np.complex128, batch) for name in ("cholesky", "lu", "eigh", "trsm_left_upper_C_unit", "trsm_right_lower_T")
      for batch in ((), (2,))]
 
 
@@ -105,7 +111,7 @@ def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
     _assert_series([p, *s], want, TOL[dtype], name)
 
 
-@pytest.mark.parametrize("name", ["cholesky", "lu", "trsm_left_lower_N", "trsm_right_upper_C"])
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "trsm_left_lower_N", "trsm_right_upper_C"])
 def test_directions_batched_jet_matches_standard_jets(name):
     """vmap over the series: one jet batched over 3 directions (the primal once)."""
     with jax.enable_x64(True):
@@ -129,7 +135,7 @@ def _scalar(name: str) -> Callable:
     return f
 
 
-@pytest.mark.parametrize("name", ["cholesky", "lu", "trsm_left_upper_T", "trsm_right_lower_C_unit"])
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "trsm_left_upper_T", "trsm_right_lower_C_unit"])
 def test_collapsed_laplacian_matches_hessian_trace(name):
     with jax.enable_x64(True):
         x = _rng(name + "laplacian").normal(size=N * N + N)
@@ -138,7 +144,7 @@ def test_collapsed_laplacian_matches_hessian_trace(name):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
 
 
-@pytest.mark.parametrize("name", ["cholesky", "lu", "trsm_left_upper_T", "trsm_right_lower_C_unit"])
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "trsm_left_upper_T", "trsm_right_lower_C_unit"])
 def test_collapsed_matches_standard_jets(name):
     """The collapsed second coefficient (weights: the sum over directions) equals the sum of
     standard second coefficients along each direction."""
@@ -151,9 +157,10 @@ def test_collapsed_matches_standard_jets(name):
 
 
 VJP_CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))][::2] + \
-    [("cholesky", np.float64, (2,)), ("lu", np.float64, (2,)), ("trsm_left_lower_N", np.float64, (2,))] + \
-    [(name, np.complex128, ()) for name in ("cholesky", "lu", "trsm_left_upper_C_unit", "trsm_right_lower_T")] + \
-    [("cholesky", np.float32, ()), ("lu", np.float32, ())]
+    [("cholesky", np.float64, (2,)), ("lu", np.float64, (2,)), ("eigh", np.float64, (2,)),
+     ("trsm_left_lower_N", np.float64, (2,))] + \
+    [(name, np.complex128, ()) for name in ("cholesky", "lu", "eigh", "trsm_left_upper_C_unit", "trsm_right_lower_T")] + \
+    [("cholesky", np.float32, ()), ("lu", np.float32, ()), ("eigh", np.float32, ())]
 
 
 @pytest.mark.parametrize("name,dtype,batch", VJP_CASES, ids=lambda v: getattr(v, "__name__", str(v)))
