@@ -2,11 +2,12 @@
 
 JAX spells a factorization or a triangular solve as a LAPACK custom call on CPU
 (`@lapack_{s,d,c,z}potrf_ffi`, `...trsm_ffi`, `...getrf_ffi`, `...syevd_ffi` /
-`...heevd_ffi`) and as
+`...heevd_ffi`, `...geqrf_ffi` and the Householder product `...orgqr_ffi` /
+`...ungqr_ffi`) and as
 `stablehlo.cholesky` / `stablehlo.triangular_solve` elsewhere. `meaning(op)`
 reads either spelling (the call's `mhlo.backend_config` characters, the op's
 attributes, the operand layouts) into one record: `Cholesky`, `TriangularSolve`,
-`LU` or `Eigh`. Each record holds its Taylor rule (`jet`, order by order, with the
+`LU`, `Eigh`, `QR` or `HouseholderProduct`. Each record holds its Taylor rule (`jet`, order by order, with the
 derivation in its docstring) and its reverse-mode rule (`vjp`) side by side;
 `jet_rules` and `vjp_rules` reach them through `jet` and `vjp` below.
 
@@ -168,18 +169,18 @@ def _triangular_solve(a: Value, rhs: Value, lead: bool, left: bool, lower: bool,
 
 
 def _check_layouts(op: ir.Operation, name: str) -> None:
-    """Refuse LAPACK matrices (the operands, the first result) not laid out as JAX lays
-    them out (column-major, batch dimensions major), whose triangles the attributes
-    would not name."""
+    """Refuse LAPACK matrices (operands and results of the first operand's rank) not laid
+    out as JAX lays them out (column-major, batch dimensions major), whose triangles the
+    attributes would not name."""
+    r = ir.RankedTensorType(op.operands[0].type).rank
+    want = [r - 2, r - 1, *reversed(range(r - 2))]
     for attr in ("operand_layouts", "result_layouts"):
         if attr not in op.attributes:
             continue
-        values = [v.type for v in (op.operands if attr == "operand_layouts" else op.results[:1])]
+        values = [v.type for v in (op.operands if attr == "operand_layouts" else op.results)]
         for i, (layout, t) in enumerate(zip(ir.ArrayAttr(op.attributes[attr]), values)):
             got = [int(x) for x in ir.DenseIntElementsAttr(layout)]
-            r = ir.RankedTensorType(t).rank
-            want = [r - 2, r - 1, *reversed(range(r - 2))]
-            if got != want:
+            if ir.RankedTensorType(t).rank == r and got != want:
                 raise PassError(f"{name}: @{call_target(op)} {attr}[{i}] is {got}; the linear-algebra rules take "
                                 f"JAX's column-major layout {want}", op.location)
 
@@ -443,6 +444,269 @@ class Eigh:
         return [_conj(_hermitian_adjoint(g, self.lower))]
 
 
+def _reflectors(packed: Value) -> Value:
+    """The unit lower-trapezoidal Householder vectors V stored below the diagonal of `packed`."""
+    return _eye_plus(_tril(packed))
+
+
+def _rows(tau: Value, m: Value) -> Value:
+    """diag(tau) m: row i of the matrices of `m` times tau[i] (`tau` one vector per matrix;
+    either may carry a directions axis, which then leads both)."""
+    ts, ms = builders.shape_of(tau), builders.shape_of(m)
+    if len(ts) == len(ms) - 1:
+        return builders.mul(builders.broadcast(tau, ms, range(len(ts))), m)
+    if len(ts) < len(ms) - 1:  # m carries the axis
+        shape = ms[1:]
+        return builders.mul(builders.broadcast(builders.broadcast(tau, shape, range(len(ts))), ms,
+                                               range(1, len(ms))), m)
+    shape = [ts[0], *ms]  # tau carries the axis
+    return builders.mul(builders.broadcast(tau, shape, range(len(ts))), builders.broadcast(m, shape, range(1, len(shape))))
+
+
+def _gram(v: Value) -> Value:
+    return _triu(_mm(v, v, False, False, "C", "N"), 1)
+
+
+def _wy(v: Value, tau: Value) -> tuple[Value, Value]:
+    """(N, W) of the compact WY form H_1 ... H_n = I - V T V^H, n = the number of reflectors
+    (the columns of V): T = N^{-1} diag(tau) with N = I + diag(tau) striu(V^H V) (unit upper;
+    LAPACK's larft recurrence T[:i, i] = -tau_i T[:i, :i] V[:, :i]^H v_i, inverted blockwise:
+    T^{-1} = striu(V^H V) + diag(1 / tau), scaled by diag(tau) so that tau = 0 is allowed),
+    and W = T V_1^H (V_1: the first n rows), so the first n columns of I - Q are V W."""
+    n = builders.shape_of(v)[-1]
+    big_n = _eye_plus(_rows(tau, _gram(v)))
+    return big_n, _triangular_solve(big_n, _rows(tau, _op(_top(v, n), "C")), False, True, False, "N", True)
+
+
+def _top(v: Value, n: int) -> Value:
+    """The first `n` rows of the matrices of `v`."""
+    return builders.slice_dim(v, len(builders.shape_of(v)) - 2, 0, n)
+
+
+def _columns(v: Value, n: int) -> Value:
+    """The first `n` columns of the matrices (or vectors) of `v`."""
+    return builders.slice_dim(v, len(builders.shape_of(v)) - 1, 0, n)
+
+
+def _product_terms(xs: list[Term], ys: list[Term], k: int, like_x: Value, like_y: Value, lo: int = 0,
+                   hi: int | None = None, tx: str = "N", ty: str = "N") -> list[Value]:
+    """op(x_i) op(y_{k-i}) for i = lo..hi (k by default), the known-zero ones left out."""
+    hi = k if hi is None else hi
+    return [_mm(xs[i], ys[k - i], _lead(xs[i], like_x), _lead(ys[k - i], like_y), tx, ty)
+            for i in range(lo, hi + 1) if xs[i] is not None and ys[k - i] is not None]
+
+
+def _row_terms(taus: list[Term], xs: list[Term], k: int, lo: int = 0) -> list[Value]:
+    """diag(tau_i) x_{k-i} for i = lo..k, the known-zero ones left out."""
+    return [_rows(taus[i], xs[k - i]) for i in range(lo, k + 1) if taus[i] is not None and xs[k - i] is not None]
+
+
+@dataclasses.dataclass(frozen=True)
+class HouseholderProduct:
+    """Q = H_1 ... H_n (the first n columns), H_i = I - tau_i v_i v_i^H, from the packed
+    reflectors (LAPACK orgqr / ungqr): m x n matrices with m >= n and n reflectors."""
+
+    def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+        """Q = I - V Y with Y = N^{-1} diag(tau) V_1^H (`_wy`), N = I + diag(tau) striu(V^H V).
+        Order k: G_k = sum_i V_i^H V_{k-i}, N_k = sum_i diag(tau_i) striu(G_{k-i}),
+        N_0 Y_k = sum_i diag(tau_i) V_{1,k-i}^H - sum_{i=1..k} N_i Y_{k-i} (unit upper), and
+        Q_k = -sum_i V_i Y_{k-i}."""
+        (packed, tau), q0 = ins, op.results[0]
+        _householder_shape(op, "jet-expand")
+        n = builders.shape_of(q0)[-1]
+        vs = [_reflectors(op.operands[0])] + [None if t is None else _tril(t, -1) for t in packed[1:]]
+        n0, y0 = _wy(vs[0], tau[0])
+        ns: list[Term] = [n0] + [None] * b.order
+        ys: list[Term] = [y0] + [None] * b.order
+        tops = [None if v is None else _op(_top(v, n), "C") for v in vs]
+        out = b.series(q0)
+        for k in range(1, b.order + 1):
+            grams = [None if g is None else _triu(g, 1)
+                     for g in [b.total(_product_terms(vs, vs, j, vs[0], vs[0], tx="C")) for j in range(k + 1)]]
+            grams[0] = _gram(vs[0])
+            ns[k] = b.total(_row_terms(tau, grams, k))
+            rhs = b.sub(b.total(_row_terms(tau, tops, k)), b.total(_product_terms(ns, ys, k, n0, y0, lo=1)))
+            if rhs is not None:
+                rhs = b.conform(rhs, y0, k)
+                ys[k] = _triangular_solve(n0, rhs, _lead(rhs, y0), True, False, "N", True)
+            out[k] = b.neg(b.total(_product_terms(vs, ys, k, vs[0], y0)))
+        return [out]
+
+    def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        """dQ = -(dV Y + V dY), N dY = dD V_1^H + D dV_1^H - dN Y, dN = dD striu(G)
+        + D striu(dV^H V + V^H dV), D = diag(tau) (see `jet`). Adjoint: Z = N^{-H} (-V^H Qbar),
+        Nbar = -Z Y^H, E = striu(D^H Nbar); Vbar = -Qbar Y^H + [Z^H D; 0] + V (E + E^H), its
+        strict lower part to the packed operand; taubar = diag(Z V_1 + Nbar striu(G)^H)."""
+        (ct,), (packed, tau) = cts, op.operands
+        if ct is None:
+            return [None, None]
+        _householder_shape(op, "vjp-expand")
+        ct = _conj(ct)
+        n = builders.shape_of(ct)[-1]
+        v = _reflectors(packed)
+        big_n, y = _wy(v, tau)
+        z = _triangular_solve(big_n, builders.neg(_mm(v, ct, False, False, "C")), False, True, False, "C", True)
+        nbar = builders.neg(_mm(z, y, False, False, "N", "C"))
+        e = _triu(_rows(_conj(tau), nbar), 1)
+        shape = builders.shape_of(v)
+        zt = _op(_rows(_conj(tau), z), "C")  # (D^H Z)^H = Z^H D
+        zt = _pad_rows(zt, shape[-2])
+        vbar = builders.add(builders.add(builders.neg(_mm(ct, y, False, False, "N", "C")), zt),
+                            _mm(v, builders.add(e, _op(e, "C")), False, False))
+        taubar = _diagonal(builders.add(_mm(z, _top(v, n), False, False),
+                                        _mm(nbar, _gram(v), False, False, "N", "C")))
+        return [_conj(_tril(vbar, -1)) if wants[0] else None, _conj(taubar) if wants[1] else None]
+
+
+def _householder_primal(packed: Value, tau: Value, n: int) -> tuple[Value, Value, Value, Value]:
+    """(V, W, Q, R) of geqrf's results with the first `n` reflectors: V, W = T V_1^H (upper,
+    diag(W) = tau, so I - Q = V W on the first n columns), Q and R (upper)."""
+    cols = builders.shape_of(packed)[-1]
+    v, tau_n = _columns(_reflectors(packed), n), _columns(tau, n)
+    _, w = _wy(v, tau_n)
+    full = _wy(_reflectors(packed), tau)[1]
+    q = builders.sub(_eye_plus(builders.zeros_like(packed)), _mm(_reflectors(packed), full, False, False))
+    return v, w, q, _top(_triu(packed), cols)
+
+
+def _pad_rows(v: Value, rows: int) -> Value:
+    """`v` with zero rows appended to `rows` rows."""
+    return _pad_last(v, rows, 2)
+
+
+def _pad_last(v: Value, size: int, from_end: int) -> Value:
+    """`v` with zeros appended along dimension -`from_end` to `size`."""
+    shape = builders.shape_of(v)
+    high = [0] * len(shape)
+    high[-from_end] = size - shape[-from_end]
+    return builders.pad(v, [0] * len(shape), high, [0] * len(shape), builders.scalar(0, builders.elem_of(v)))
+
+
+def _effective_reflectors(op: ir.Operation) -> int:
+    """The reflectors of a geqrf that vary: all n, but the last of a real square matrix is
+    the identity (LAPACK gives a 1-element column tau = 0 whatever its value)."""
+    m, n = builders.shape_of(op.operands[0])[-2:]
+    return n - 1 if m == n and not _is_complex(op.operands[0]) else n
+
+
+@dataclasses.dataclass(frozen=True)
+class QR:
+    """A = Q R (LAPACK geqrf), m x n with m >= n: R above the diagonal of the packed
+    result, the Householder reflectors of Q below it, and their factors tau."""
+
+    def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+        """QR order by order: S_k = A_k - sum_{i=1..k-1} Q_i R_{k-i} = Q_0 R_k + Q_k R_0, so
+        with X = Q_0^H S_k R_0^{-1} = C_k + R_k R_0^{-1} (C_k = Q_0^H Q_k) and
+        C_k + C_k^H = -Z_k, Z_k = sum_{i=1..k-1} Q_i^H Q_{k-i} (Q^H Q = I): R_k R_0^{-1} is
+        upper with a real diagonal (R's is real), so C_k = tril(X, -1) - tril(X, -1)^H
+        - triu(Z_k, 1) + diag(-Re Z_k / 2 + i Im X); R_k = (X - C_k) R_0 and
+        Q_k = (S_k - Q_0 R_k) R_0^{-1}. Then the reflectors: I - Q = V W on the first n
+        columns (`_wy`) is an LU factorization without pivoting (V unit lower
+        trapezoidal, W upper, diag(W) = tau), so with Y_k = -Q_k,
+        X' = V_{1,0}^{-1} (Y_{1,k} - sum_{i=1..k-1} V_{1,i} W_{k-i}) W_0^{-1} on the top n rows,
+        W_k = triu(X') W_0, V_k = (Y_k - sum_{i=0..k-1} V_i W_{k-i}) W_0^{-1}, tau_k = diag(W_k)
+        (over the reflectors that vary, `_effective_reflectors`)."""
+        (a,), packed0, tau0 = ins, op.results[0], op.results[1]
+        _qr_shape(op, "jet-expand")
+        m, n = builders.shape_of(packed0)[-2:]
+        ne = _effective_reflectors(op)
+        v0, w0, q0, r0 = _householder_primal(packed0, tau0, ne)
+        qs: list[Term] = [q0] + [None] * b.order
+        rs: list[Term] = [r0] + [None] * b.order
+        vs: list[Term] = [v0] + [None] * b.order
+        ws: list[Term] = [w0] + [None] * b.order
+        packed, taus = b.series(packed0), b.series(tau0)
+        for k in range(1, b.order + 1):
+            s = b.sub(a[k], b.total(_product_terms(qs, rs, k, q0, r0, lo=1, hi=k - 1)))
+            if s is None:
+                continue
+            s = b.conform(s, q0, k)
+            lead = _lead(s, q0)
+            x = _triangular_solve(r0, _mm(q0, s, False, lead, "C"), lead, False, False, "N", False)
+            z = b.total(_product_terms(qs, qs, k, q0, q0, lo=1, hi=k - 1, tx="C"))
+            z = None if z is None else b.conform(z, r0, k)
+            strict = _tril(x, -1)
+            c = builders.sub(strict, _op(strict, "C"))
+            if _is_complex(x):
+                im = builders.imag(_diagonal(x))
+                c = builders.add(c, _embed_diagonal(builders.complex_(builders.zeros_like(im), im)))
+            if z is not None:
+                c = builders.sub(c, builders.add(_triu(z, 1), _scale_diagonal(_real_diagonal(z), 0.5)))
+            rs[k] = _triu(_mm(builders.sub(x, c), r0, lead, False))
+            qs[k] = _triangular_solve(r0, builders.sub(s, _mm(q0, rs[k], False, lead)), lead, False, False, "N", False)
+            packed[k] = _pad_rows(rs[k], m)
+            if ne == 0:
+                continue
+            y = builders.neg(_columns(qs[k], ne))
+            top = b.sub(_top(y, ne), b.total([_top(t, ne) for t in _product_terms(vs, ws, k, v0, w0, lo=1, hi=k - 1)]))
+            xp = _triangular_solve(_top(v0, ne), top, lead, True, True, "N", True)
+            xp = _triangular_solve(w0, xp, lead, False, False, "N", False)
+            ws[k] = _mm(_triu(xp), w0, lead, False)
+            rest = b.sub(y, b.total(_product_terms(vs, ws, k, v0, w0, lo=0, hi=k - 1)))
+            vs[k] = _tril(_triangular_solve(w0, rest, lead, False, False, "N", False), -1)
+            packed[k] = b.add(packed[k], _pad_last(vs[k], n, 1))
+            taus[k] = _pad_last(_diagonal(ws[k]), n, 1)
+        return [packed, taus]
+
+    def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        """The adjoints of `jet`'s two steps at order 1. Reflectors (Y = I - Q = V W): the
+        bottom rows give Ybar_2 = Vbar_2 W^{-H} and add -V_2^H Ybar_2 to Wbar; the top, as
+        for `LU`: Ybar_1 = V_1^{-H} (tril(V_1^H tril(Vbar_1, -1), -1) + triu(Wbar W^H)) W^{-H};
+        Qbar = -Ybar. QR: dR = U(X) R and dQ = dA R^{-1} - Q U(X), X = Q^H dA R^{-1},
+        U(X) = triu(X, 1) + tril(X, -1)^H + Re diag(X); with Ubar = Rbar R^H - Q^H Qbar,
+        Xbar = triu(Ubar, 1) + tril(Ubar^H, -1) + Re diag(Ubar) and Abar = (Qbar + Q Xbar) R^{-H}."""
+        packed_bar, tau_bar = cts
+        if (packed_bar is None and tau_bar is None) or not wants[0]:
+            return [None]
+        _qr_shape(op, "vjp-expand")
+        packed0, tau0 = op.results[0], op.results[1]
+        m, n = builders.shape_of(packed0)[-2:]
+        ne = _effective_reflectors(op)
+        v, w, q, r = _householder_primal(packed0, tau0, ne)
+        pbar = _conj(packed_bar) if packed_bar is not None else builders.zeros_like(packed0)
+        qbar = builders.zeros_like(q)
+        if ne:
+            vbar = _columns(_tril(pbar, -1), ne)
+            wbar = _embed_diagonal(builders.convert(_conj(_columns(tau_bar, ne)), builders.elem_of(w))) \
+                if tau_bar is not None else builders.zeros_like(w)
+            rows = len(builders.shape_of(v)) - 2
+            ybar2 = None
+            if m > ne:
+                v2, vbar2 = (builders.slice_dim(t, rows, ne, m) for t in (v, vbar))
+                ybar2 = _triangular_solve(w, vbar2, False, False, False, "C", False)
+                wbar = builders.sub(wbar, _mm(v2, ybar2, False, False, "C"))
+            v1 = _top(v, ne)
+            xbar = builders.add(_tril(_mm(v1, _top(vbar, ne), False, False, "C"), -1),
+                                _triu(_mm(_triu(wbar), w, False, False, "N", "C")))
+            ybar1 = _triangular_solve(v1, xbar, False, True, True, "C", True)
+            ybar1 = _triangular_solve(w, ybar1, False, False, False, "C", False)
+            qbar = _pad_last(builders.neg(builders.concat([ybar1, ybar2], rows) if ybar2 is not None else ybar1),
+                             n, 1)
+        ubar = builders.sub(_mm(_top(_triu(pbar), n), r, False, False, "N", "C"), _mm(q, qbar, False, False, "C"))
+        xbar = builders.add(builders.add(_triu(ubar, 1), _tril(_op(ubar, "C"), -1)), _real_diagonal(ubar))
+        abar = _triangular_solve(r, builders.add(qbar, _mm(q, xbar, False, False)), False, False, False, "C", False)
+        return [_conj(abar)]
+
+
+def _scale_diagonal(v: Value, c: float) -> Value:
+    return builders.mul(v, builders.full(builders.shape_of(v), c, builders.elem_of(v)))
+
+
+def _qr_shape(op: ir.Operation, name: str) -> None:
+    m, n = builders.shape_of(op.operands[0])[-2:]
+    if m < n:
+        raise PassError(f"{name}: the QR rules take m x n matrices with m >= n; @{call_target(op)} factors "
+                        f"{m}x{n} ones", op.location)
+
+
+def _householder_shape(op: ir.Operation, name: str) -> None:
+    m, n = builders.shape_of(op.operands[0])[-2:]
+    k = builders.shape_of(op.operands[1])[-1]
+    if m < n or k != n:
+        raise PassError(f"{name}: the Householder product rules take m x n reflectors with m >= n and n of them; "
+                        f"@{call_target(op)} has {m}x{n} and {k}", op.location)
+
+
 def _diagonal(v: Value) -> Value:
     """The diagonal of the matrices of `v` (the last dimension dropped)."""
     return builders.reduce(_where_offset(v, "EQ", 0), [len(builders.shape_of(v)) - 1])
@@ -502,9 +766,9 @@ def _permutation_matrix(pivots: Value, like: Value) -> Value:
     return builders.select(hit, builders.full(square, 1, elem), builders.full(square, 0, elem))
 
 
-Operation = Union[Cholesky, TriangularSolve, LU, Eigh]
+Operation = Union[Cholesky, TriangularSolve, LU, Eigh, QR, HouseholderProduct]
 
-LAPACK = re.compile(r"lapack_[sdcz](potrf|trsm|getrf|syevd|heevd)_ffi")
+LAPACK = re.compile(r"lapack_[sdcz](potrf|trsm|getrf|syevd|heevd|geqrf|orgqr|ungqr)_ffi")
 OP_NAMES = ("stablehlo.cholesky", "stablehlo.triangular_solve")
 _TRANSPOSE = {"NO_TRANSPOSE": "N", "TRANSPOSE": "T", "ADJOINT": "C"}
 
@@ -536,6 +800,10 @@ def meaning(op: ir.Operation, name: str = "jet-expand") -> Operation | None:
             raise PassError(f"{name}: @{target} without eigenvectors (mode {_char(config, 'mode', 'V')!r}) has no "
                             "rule here: the rules need the eigenvectors (compute_eigenvectors=True)", op.location)
         return Eigh(lower=_char(config, "uplo", "L") == "L")
+    if kind in ("orgqr", "ungqr"):
+        return HouseholderProduct()
+    if kind == "geqrf":
+        return QR()
     return LU()
 
 

@@ -32,6 +32,17 @@ N = 4
 TOL = {np.float64: 1e-9, np.complex128: 1e-9, np.float32: 2e-3}
 
 
+def _householder(a, tau):
+    """Q = H_1 ... H_n, first n columns, written out (JAX has no derivative for orgqr)."""
+    m, n = a.shape[-2:]
+    v = jnp.tril(a, -1) + jnp.eye(m, n, dtype=a.dtype)
+    q = jnp.broadcast_to(jnp.eye(m, dtype=a.dtype), (*a.shape[:-2], m, m))
+    for i in range(n):
+        vi = v[..., :, i]
+        q = q - (q @ vi[..., :, None]) * (tau[..., i, None, None] * jnp.conj(vi)[..., None, :])
+    return q[..., :, :n]
+
+
 def _rng(name: str) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(name.encode()))
 
@@ -78,7 +89,20 @@ def _eigh(a, b):
     return jnp.concatenate([v, w[..., None, :].astype(v.dtype)], axis=-2)
 
 
-OPS: dict[str, Callable] = {"cholesky": _cholesky, "lu": _lu, "eigh": _eigh, **TRSM}
+def _qr(a, b):
+    """Q and R of a tall matrix (geqrf, then orgqr) in one array."""
+    q, r = jnp.linalg.qr(jnp.concatenate([a, jnp.swapaxes(b, -1, -2)], axis=-2))
+    return jnp.concatenate([q, r], axis=-2)
+
+
+def _qr_square(a, b):
+    """Square: the last reflector of a real matrix is the identity (tau = 0)."""
+    q, r = jnp.linalg.qr(a + jnp.sum(b))
+    return jnp.concatenate([q, r], axis=-2)
+
+
+OPS: dict[str, Callable] = {"cholesky": _cholesky, "lu": _lu, "eigh": _eigh, "qr": _qr, "qr_square": _qr_square,
+                            **TRSM}
 
 
 def _case(name: str, dtype, batch: tuple[int, ...]):
@@ -97,8 +121,10 @@ def _assert_series(got, want, tol, what):
 
 
 CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))] + \
-    [(name, np.float32, ()) for name in ("cholesky", "lu", "eigh", "trsm_left_lower_N", "trsm_right_upper_T_unit")] + \
-    [(name, np.complex128, batch) for name in ("cholesky", "lu", "eigh", "trsm_left_upper_C_unit", "trsm_right_lower_T")
+    [(name, np.float32, ()) for name in ("cholesky", "lu", "eigh", "qr", "trsm_left_lower_N",
+                                         "trsm_right_upper_T_unit")] + \
+    [(name, np.complex128, batch) for name in ("cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_C_unit",
+                                               "trsm_right_lower_T")
      for batch in ((), (2,))]
 
 
@@ -111,7 +137,7 @@ def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
     _assert_series([p, *s], want, TOL[dtype], name)
 
 
-@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "trsm_left_lower_N", "trsm_right_upper_C"])
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "trsm_left_lower_N", "trsm_right_upper_C"])
 def test_directions_batched_jet_matches_standard_jets(name):
     """vmap over the series: one jet batched over 3 directions (the primal once)."""
     with jax.enable_x64(True):
@@ -135,7 +161,8 @@ def _scalar(name: str) -> Callable:
     return f
 
 
-@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "trsm_left_upper_T", "trsm_right_lower_C_unit"])
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_T",
+                                  "trsm_right_lower_C_unit"])
 def test_collapsed_laplacian_matches_hessian_trace(name):
     with jax.enable_x64(True):
         x = _rng(name + "laplacian").normal(size=N * N + N)
@@ -144,7 +171,8 @@ def test_collapsed_laplacian_matches_hessian_trace(name):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
 
 
-@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "trsm_left_upper_T", "trsm_right_lower_C_unit"])
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_T",
+                                  "trsm_right_lower_C_unit"])
 def test_collapsed_matches_standard_jets(name):
     """The collapsed second coefficient (weights: the sum over directions) equals the sum of
     standard second coefficients along each direction."""
@@ -157,10 +185,11 @@ def test_collapsed_matches_standard_jets(name):
 
 
 VJP_CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))][::2] + \
-    [("cholesky", np.float64, (2,)), ("lu", np.float64, (2,)), ("eigh", np.float64, (2,)),
-     ("trsm_left_lower_N", np.float64, (2,))] + \
-    [(name, np.complex128, ()) for name in ("cholesky", "lu", "eigh", "trsm_left_upper_C_unit", "trsm_right_lower_T")] + \
-    [("cholesky", np.float32, ()), ("lu", np.float32, ()), ("eigh", np.float32, ())]
+    [("cholesky", np.float64, (2,)), ("lu", np.float64, (2,)), ("eigh", np.float64, (2,)), ("qr", np.float64, (2,)),
+     ("qr_square", np.float64, ()), ("trsm_left_lower_N", np.float64, (2,))] + \
+    [(name, np.complex128, ()) for name in ("cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_C_unit",
+                                            "trsm_right_lower_T")] + \
+    [("cholesky", np.float32, ()), ("lu", np.float32, ()), ("eigh", np.float32, ()), ("qr", np.float32, ())]
 
 
 @pytest.mark.parametrize("name,dtype,batch", VJP_CASES, ids=lambda v: getattr(v, "__name__", str(v)))
@@ -172,6 +201,27 @@ def test_vjp_rule_matches_jax_vjp(name, dtype, batch):
         want = jax_vjp(OPS[name], primals, [ct])
     for g, w in zip(got, want):
         _assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, name)
+
+
+@pytest.mark.parametrize("dtype,batch", [(np.float64, ()), (np.float64, (2,)), (np.complex128, ()),
+                                         (np.float32, ())], ids=str)
+def test_householder_product_of_any_reflectors(dtype, batch):
+    """orgqr on reflectors and factors that come from no QR (tau = 0 included), against the
+    product written out: its Taylor coefficients and its vjp."""
+    with jax.enable_x64(dtype != np.float32):
+        rng = _rng(f"householder{np.dtype(dtype).name}{batch}")
+        a = _random(rng, (*batch, 5, 3), dtype)
+        tau = _random(rng, (*batch, 3), dtype)
+        tau = np.where(np.arange(3) == 1, 0, tau).astype(dtype)  # H_2 = I
+        series = [[_random(rng, x.shape, dtype) for _ in range(ORDER)] for x in (a, tau)]
+        p, s = hlopt.jet(lax.linalg.householder_product, (a, tau), series, factorial_scaled=False)
+        want = taylor_by_nested_jvp(_householder, [a, tau], series, ORDER)
+        _assert_series([p, *s], want, TOL[dtype], "orgqr")
+        ct = _random(rng, (*batch, 5, 3), dtype)
+        got = hlopt_vjp(lax.linalg.householder_product, [a, tau], [ct])
+        want = jax_vjp(_householder, [a, tau], [ct])
+    for g, w in zip(got, want):
+        _assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, "orgqr vjp")
 
 
 # --- the StableHLO spellings ------------------------------------------------------------
