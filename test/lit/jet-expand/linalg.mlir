@@ -4,6 +4,7 @@
 // RUN: hlopt-opt %s -p "jet-expand{func=trsm_stablehlo order=1}" | filecheck %s --check-prefix=TRSMHLO
 // RUN: hlopt-opt %s -p "jet-expand{func=lu order=1}" | filecheck %s --check-prefix=LU
 // RUN: hlopt-opt %s -p "jet-expand{func=eigh order=1}" | filecheck %s --check-prefix=EIGH
+// RUN: hlopt-opt %s -p "jet-expand{func=qr order=1}" | filecheck %s --check-prefix=QR
 
 // The linear-algebra rules (passes/linalg_rules.py): the LAPACK custom calls JAX emits on
 // CPU and the StableHLO ops other platforms use map to one rule per operation, whose
@@ -89,4 +90,20 @@ func.func @lu(%a: tensor<3x3xf64>) -> (tensor<3x3xf64>, tensor<3xi32>) {
 func.func @eigh(%a: tensor<3x3xf64>) -> (tensor<3x3xf64>, tensor<3xf64>) {
   %0:3 = stablehlo.custom_call @lapack_dsyevd_ffi(%a) {mhlo.backend_config = {mode = 86 : ui8, uplo = 76 : ui8}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<> : tensor<0xindex>]} : (tensor<3x3xf64>) -> (tensor<3x3xf64>, tensor<3xf64>, tensor<i32>)
   return %0#0, %0#1 : tensor<3x3xf64>, tensor<3xf64>
+}
+
+// QR (geqrf, then the Householder product orgqr): the QR recurrence with solves by R_0,
+// then the reflectors from the unpivoted LU of I - Q (unit lower V_1, upper W); orgqr's
+// Q = I - V N^{-1} diag(tau) V_1^H with N unit upper.
+// QR-LABEL: func.func @qr_jet1(
+// QR: stablehlo.custom_call @lapack_dgeqrf_ffi
+// QR: stablehlo.triangular_solve{{.*}}left_side = true, lower = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = true
+// QR: stablehlo.triangular_solve{{.*}}left_side = false, lower = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false
+// QR: stablehlo.triangular_solve{{.*}}left_side = true, lower = true, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = true
+// QR: stablehlo.custom_call @lapack_dorgqr_ffi
+// QR: return
+func.func @qr(%a: tensor<4x3xf64>) -> (tensor<4x3xf64>, tensor<4x3xf64>) {
+  %0:2 = stablehlo.custom_call @lapack_dgeqrf_ffi(%a) {mhlo.backend_config = {}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>]} : (tensor<4x3xf64>) -> (tensor<4x3xf64>, tensor<3xf64>)
+  %1 = stablehlo.custom_call @lapack_dorgqr_ffi(%0#0, %0#1) {mhlo.backend_config = {}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>]} : (tensor<4x3xf64>, tensor<3xf64>) -> tensor<4x3xf64>
+  return %1, %0#0 : tensor<4x3xf64>, tensor<4x3xf64>
 }

@@ -2,6 +2,7 @@
 // RUN: hlopt-opt %s -p 'vjp-expand{func=trsm}' | filecheck %s --check-prefix=TRSM
 // RUN: hlopt-opt %s -p 'vjp-expand{func=lu}' | filecheck %s --check-prefix=LU
 // RUN: hlopt-opt %s -p 'vjp-expand{func=eigh}' | filecheck %s --check-prefix=EIGH
+// RUN: hlopt-opt %s -p 'vjp-expand{func=qr}' | filecheck %s --check-prefix=QR
 
 // Reverse mode of the linear-algebra rules (passes/linalg_rules.py), whichever spelling.
 
@@ -54,4 +55,18 @@ func.func @lu(%a: tensor<3x3xf32>) -> tensor<3x3xf32> {
 func.func @eigh(%a: tensor<3x3xf32>) -> (tensor<3x3xf32>, tensor<3xf32>) {
   %0:3 = stablehlo.custom_call @lapack_ssyevd_ffi(%a) {mhlo.backend_config = {mode = 86 : ui8, uplo = 76 : ui8}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<> : tensor<0xindex>]} : (tensor<3x3xf32>) -> (tensor<3x3xf32>, tensor<3xf32>, tensor<i32>)
   return %0#0, %0#1 : tensor<3x3xf32>, tensor<3xf32>
+}
+
+// QR and the Householder product: the adjoints of the same steps.
+// QR-LABEL: func.func @qr_vjp(
+// QR: stablehlo.custom_call @lapack_dgeqrf_ffi
+// QR: stablehlo.custom_call @lapack_dorgqr_ffi
+// QR: stablehlo.triangular_solve{{.*}}left_side = true, lower = false, transpose_a = #stablehlo<transpose ADJOINT>, unit_diagonal = true
+// QR: stablehlo.triangular_solve{{.*}}left_side = true, lower = true, transpose_a = #stablehlo<transpose ADJOINT>, unit_diagonal = true
+// QR: stablehlo.triangular_solve{{.*}}left_side = false, lower = false, transpose_a = #stablehlo<transpose ADJOINT>, unit_diagonal = false
+// QR: return
+func.func @qr(%a: tensor<4x3xf64>) -> (tensor<4x3xf64>, tensor<4x3xf64>) {
+  %0:2 = stablehlo.custom_call @lapack_dgeqrf_ffi(%a) {mhlo.backend_config = {}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>]} : (tensor<4x3xf64>) -> (tensor<4x3xf64>, tensor<3xf64>)
+  %1 = stablehlo.custom_call @lapack_dorgqr_ffi(%0#0, %0#1) {mhlo.backend_config = {}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>]} : (tensor<4x3xf64>, tensor<3xf64>) -> tensor<4x3xf64>
+  return %1, %0#0 : tensor<4x3xf64>, tensor<4x3xf64>
 }
