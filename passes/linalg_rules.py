@@ -168,6 +168,19 @@ def _triangular_solve(a: Value, rhs: Value, lead: bool, left: bool, lower: bool,
     return builders.transpose(builders.reshape(x, unfolded), [perm.index(d) for d in range(r)])
 
 
+def _two_sided(b: "JetBuilder", s: Term, like: Value, k: int, a: Value, left: tuple[bool, str, bool],
+               right: tuple[bool, str, bool]) -> tuple[Term, bool]:
+    """op_l(A_l)^{-1} S op_r(A_r)^{-1} for S, coefficient k of a value like `like`, with
+    triangles of `a` named by `left` and `right` (lower, N/T/C, unit diagonal), and whether
+    the result carries the directions axis; (None, False) if S is known to be zero."""
+    if s is None:
+        return None, False
+    s = b.conform(s, like, k)
+    lead = _lead(s, like)
+    x = _triangular_solve(a, s, lead, True, *left)
+    return _triangular_solve(a, x, lead, False, *right), lead
+
+
 def _check_layouts(op: ir.Operation, name: str) -> None:
     """Refuse LAPACK matrices (operands and results of the first operand's rank) not laid
     out as JAX lays them out (column-major, batch dimensions major), whose triangles the
@@ -224,14 +237,10 @@ class Cholesky:
         out = b.series(x0)
         for k in range(1, b.order + 1):
             ak = None if a[k] is None else _hermitian(a[k], self.lower)
-            s = b.sub(ak, b.total([_mm(ls[i], ls[k - i], _lead(ls[i], x0), _lead(ls[k - i], x0), "N", "C")
-                                   for i in range(1, k) if ls[i] is not None and ls[k - i] is not None]))
-            if s is None:
+            s = b.sub(ak, b.total(_product_terms(ls, ls, k, x0, x0, lo=1, hi=k - 1, ty="C")))
+            y, lead = _two_sided(b, s, x0, k, l0, (True, "N", False), (True, "C", False))
+            if y is None:
                 continue
-            s = b.conform(s, x0, k)
-            lead = _lead(s, x0)
-            y = _triangular_solve(l0, s, lead, True, True, "N", False)
-            y = _triangular_solve(l0, y, lead, False, True, "C", False)
             ls[k] = _mm(l0, _phi(y), False, lead)
             own = ls[k] if self.lower else _op(ls[k], "C")
             if self.packed and a[k] is not None:
@@ -340,14 +349,10 @@ class LU:
         out = b.series(lu0)
         for k in range(1, b.order + 1):
             pa = None if a[k] is None else _mm(perm, a[k], False, _lead(a[k], lu0))
-            s = b.sub(pa, b.total([_mm(ls[i], us[k - i], _lead(ls[i], lu0), _lead(us[k - i], lu0))
-                                   for i in range(1, k) if ls[i] is not None and us[k - i] is not None]))
-            if s is None:
+            s = b.sub(pa, b.total(_product_terms(ls, us, k, lu0, lu0, lo=1, hi=k - 1)))
+            x, lead = _two_sided(b, s, lu0, k, lu0, (True, "N", True), (False, "N", False))
+            if x is None:
                 continue
-            s = b.conform(s, lu0, k)
-            lead = _lead(s, lu0)
-            x = _triangular_solve(lu0, s, lead, True, True, "N", True)
-            x = _triangular_solve(lu0, x, lead, False, False, "N", False)
             ls[k] = _mm(l0, _tril(x, -1), False, lead)
             us[k] = _mm(_triu(x), u0, lead, False)
             out[k] = builders.add(ls[k], us[k])
