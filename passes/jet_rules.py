@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-from hlopt.passes import builders, jet_directions
+from hlopt.passes import builders, jet_directions, linalg_rules
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.walk import call_target, walk_ops
@@ -980,6 +980,8 @@ def _custom_call(b, op, ins):
         return [b.series(op.result)]
     if target in SHARDING_TARGETS and len(op.operands) == 1:
         return linear(0)(b, op, ins)
+    if linalg_rules.is_linalg(op):
+        return linalg_rules.jet(b, op, ins)
     raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}", op.location)
 
 
@@ -1049,4 +1051,5 @@ RULES: dict[str, Rule] = {
     "stablehlo.sort": _sort,
     "stablehlo.custom_call": _custom_call,
     "sdy.sharding_constraint": linear(0),
+    **{name: linalg_rules.jet for name in linalg_rules.OP_NAMES},
 }

@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Optional
 
-from hlopt.passes import builders
+from hlopt.passes import builders, linalg_rules
 from hlopt.passes.base import PassError
 from hlopt.passes.jet_rules import STOP_GRADIENT, check_stop_gradient
 from hlopt.passes.mlir import ir, stablehlo
@@ -1007,6 +1007,8 @@ def _custom_call(b, op, cts, wants):
         return reapply(b, op, cts[0])
     if target in SPMD_SHAPES and len(op.operands) == 1:
         return [_cross_shard_boundary(op, cts[0], target)]
+    if linalg_rules.is_linalg(op):
+        return linalg_rules.vjp(b, op, cts, wants)
     lowering = lowering_pass_for(target)
     hint = f" (run '{lowering}' before 'vjp-expand')" if lowering and lowering != "vjp-expand" else ""
     raise PassError(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' @{target}{hint}", op.location)
@@ -1113,4 +1115,5 @@ RULES: dict[str, Rule] = {
     "stablehlo.case": _branches,
     "stablehlo.if": _branches,
     "func.call": _call,
+    **{name: linalg_rules.vjp for name in linalg_rules.OP_NAMES},
 }

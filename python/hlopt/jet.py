@@ -11,7 +11,10 @@ Before the body is lowered, what its plain lowering would lose for Taylor mode
 is kept: `stop_gradient` lowers to the `hlopt.jet.stop_gradient` marker (a zero
 series), a `custom_jvp` function to the `hlopt.jet.custom_jvp` marker calling its
 primal function and its JVP rule (so the jet follows the rule, as nested
-`jax.jvp` does, e.g. at `sinc(0)` or `softplus(0)`), and `logistic` to one
+`jax.jvp` does, e.g. at `sinc(0)` or `softplus(0)`), a `custom_linear_solve`
+(`solve`, `inv`, `cg`: its lowering calls the solve alone, on a factorization of
+a stop_gradient'ed matrix) to the same marker with JAX's JVP rule of the solve,
+and `logistic` to one
 `stablehlo.logistic` op (JAX lowers it to 1/(1+exp(-x)), whose expansion is NaN
 where exp(-x) overflows). `jet-expand` removes the markers.
 
@@ -51,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.extend.core import ClosedJaxpr, Jaxpr, Primitive, Var, jaxpr_as_fun
-from jax.extend.core.primitives import custom_jvp_call_p
+from jax.extend.core.primitives import custom_jvp_call_p, linear_solve_p
 from jax.interpreters import ad, batching, mlir
 
 from hlopt.compiler.jax_compat import (api_boundary, convert_constvars_jaxpr, lower_called_computation,
@@ -144,29 +147,47 @@ def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], tuple[Any
     swap = TAYLOR_LOWERINGS.get(eqn.primitive)
     if swap is not None:
         return eqn.replace(primitive=swap, params={})
-    if eqn.primitive is custom_jvp_call_p and budget > 0:
+    if eqn.primitive in (custom_jvp_call_p, linear_solve_p) and budget > 0:
+        # a custom_linear_solve's primal is the solve as it is: only its JVP rule is expanded
+        primal = _for_taylor(eqn.params["call_jaxpr"], budget, done) if eqn.primitive is custom_jvp_call_p \
+            else _one_equation(eqn)
         return eqn.replace(primitive=custom_jvp_p, params={
-            "primal": _for_taylor(eqn.params["call_jaxpr"], budget, done),
-            "jvp": _for_taylor(_custom_jvp_tangents(eqn), budget - 1, done)})
+            "primal": primal, "jvp": _for_taylor(_custom_jvp_tangents(eqn), budget - 1, done)})
     params = {k: _param_for_taylor(v, budget, done) for k, v in eqn.params.items()}
     return eqn if all(params[k] is v for k, v in eqn.params.items()) else eqn.replace(params=params)
 
 
 def _param_for_taylor(value: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
+    """An equation parameter with its jaxprs prepared for Taylor mode, of the same type:
+    a tuple stays a tuple and a named tuple (custom_linear_solve's `jaxprs`, with
+    `.solve`, `.matvec`...) the same named tuple; the same object if nothing changes."""
     if isinstance(value, (Jaxpr, ClosedJaxpr)):
         return _for_taylor(value, budget, done)
-    if isinstance(value, tuple) and any(isinstance(v, (Jaxpr, ClosedJaxpr)) for v in value):
-        return tuple(_param_for_taylor(v, budget, done) for v in value)
+    if isinstance(value, tuple):
+        items = [_param_for_taylor(v, budget, done) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     return value
 
 
+def _one_equation(eqn: Any) -> ClosedJaxpr:
+    """`eqn` alone as a closed jaxpr from its operands to its results."""
+    return jax.make_jaxpr(lambda *args: eqn.primitive.bind(*args, **eqn.params))(
+        *[jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars])
+
+
 def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
-    """The custom JVP rule of a `custom_jvp_call` equation as a closed jaxpr: (its
-    operands, the tangents of the inexact ones) -> the tangents of its inexact results."""
-    invars = [Var(v.aval) for v in eqn.invars]
-    call = jaxpr_as_fun(ClosedJaxpr(
-        Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
-                       effects=eqn.effects, debug_info=eqn.params["call_jaxpr"].jaxpr.debug_info), []))
+    """The JVP rule of a `custom_jvp_call` or `custom_linear_solve` equation as a closed
+    jaxpr: (its operands, the tangents of the inexact ones) -> the tangents of its
+    inexact results."""
+    if eqn.primitive is custom_jvp_call_p:
+        invars = [Var(v.aval) for v in eqn.invars]
+        call = jaxpr_as_fun(ClosedJaxpr(
+            Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
+                  effects=eqn.effects, debug_info=eqn.params["call_jaxpr"].jaxpr.debug_info), []))
+    else:
+        call = jaxpr_as_fun(_one_equation(eqn))
     avals = [v.aval for v in eqn.invars]
     inexact_in = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
     inexact_out = [jnp.issubdtype(v.aval.dtype, jnp.inexact) for v in eqn.outvars]

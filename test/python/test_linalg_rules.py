@@ -1,0 +1,296 @@
+"""The linear-algebra rules (passes/linalg_rules.py) against JAX: Taylor coefficients
+against nested jax.jvp to order 4 (float64 to 1e-9 relative, float32 at its own
+tolerance, complex where JAX supports it), batched and unbatched; the directions-
+batched and collapsed jets against standard ones and the Hessian trace; reverse mode
+against jax.vjp; the StableHLO spellings (`stablehlo.cholesky`, `triangular_solve`,
+what JAX emits for TPU and GPU) against the LAPACK ones; and the refusals.
+float64 is enabled only inside `jax.enable_x64(True)` blocks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import zlib
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from jax import lax
+from test_jet_rules import taylor_by_nested_jvp
+from vjp_harness import _as_entry, _signature, hlopt_vjp, jax_vjp
+
+import hlopt
+from hlopt.compiler.program import parse_module
+from hlopt.compiler.stages import Lowered
+from hlopt.runtime.compile import compile_lowered
+
+ORDER = 4
+N = 4
+TOL = {np.float64: 1e-9, np.complex128: 1e-9, np.float32: 2e-3}
+
+
+def _householder(a, tau):
+    """Q = H_1 ... H_n, first n columns, written out (JAX has no derivative for orgqr)."""
+    m, n = a.shape[-2:]
+    v = jnp.tril(a, -1) + jnp.eye(m, n, dtype=a.dtype)
+    q = jnp.broadcast_to(jnp.eye(m, dtype=a.dtype), (*a.shape[:-2], m, m))
+    for i in range(n):
+        vi = v[..., :, i]
+        q = q - (q @ vi[..., :, None]) * (tau[..., i, None, None] * jnp.conj(vi)[..., None, :])
+    return q[..., :, :n]
+
+
+def _rng(name: str) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(name.encode()))
+
+
+def _random(rng: np.random.Generator, shape, dtype) -> np.ndarray:
+    x = rng.normal(size=shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        x = x + 1j * rng.normal(size=shape)
+    return (x / np.sqrt(shape[-1])).astype(dtype)
+
+
+def _spd(a):
+    """A Hermitian positive definite matrix of `a` (batched)."""
+    return a @ jnp.conj(jnp.swapaxes(a, -1, -2)) + 2.0 * jnp.eye(a.shape[-1], dtype=a.dtype)
+
+
+def _dominant(a):
+    return a + 3.0 * jnp.eye(a.shape[-1], dtype=a.dtype)
+
+
+def _cholesky(a, b):
+    return lax.linalg.cholesky(_spd(a), symmetrize_input=False) * jnp.sum(b)
+
+
+def _lu(a, b):
+    return jsl.lu_factor(_dominant(a) + b[..., :1] * 0.1)[0]
+
+
+def _trsm(left: bool, lower: bool, how: str, unit: bool) -> Callable:
+    def f(a, b):
+        rhs = jnp.sin(b) if left else jnp.swapaxes(jnp.sin(b), -1, -2)
+        return lax.linalg.triangular_solve(_dominant(a), rhs, left_side=left, lower=lower,
+                                           transpose_a=how != "N", conjugate_a=how == "C", unit_diagonal=unit)
+    return f
+
+
+TRSM = {f"trsm_{'left' if left else 'right'}_{'lower' if lower else 'upper'}_{how}{'_unit' if unit else ''}":
+        _trsm(left, lower, how, unit)
+        for left, lower, how in itertools.product((True, False), (True, False), "NTC")
+        for unit in [(left + lower + "NTC".index(how)) % 2 == 1]}
+def _eigh(a, b):
+    """Eigenvectors and eigenvalues in one array (the last row: the eigenvalues)."""
+    v, w = lax.linalg.eigh(a + jnp.conj(jnp.swapaxes(a, -1, -2)) + jnp.real(jnp.sum(b)), symmetrize_input=False)
+    return jnp.concatenate([v, w[..., None, :].astype(v.dtype)], axis=-2)
+
+
+def _qr(a, b):
+    """Q and R of a tall matrix (geqrf, then orgqr) in one array."""
+    q, r = jnp.linalg.qr(jnp.concatenate([a, jnp.swapaxes(b, -1, -2)], axis=-2))
+    return jnp.concatenate([q, r], axis=-2)
+
+
+def _qr_square(a, b):
+    """Square: the last reflector of a real matrix is the identity (tau = 0)."""
+    q, r = jnp.linalg.qr(a + jnp.sum(b))
+    return jnp.concatenate([q, r], axis=-2)
+
+
+OPS: dict[str, Callable] = {"cholesky": _cholesky, "lu": _lu, "eigh": _eigh, "qr": _qr, "qr_square": _qr_square,
+                            **TRSM}
+
+
+def _case(name: str, dtype, batch: tuple[int, ...]):
+    rng = _rng(f"{name}{np.dtype(dtype).name}{batch}")
+    primals = [_random(rng, (*batch, N, N), dtype), _random(rng, (*batch, N, 2), dtype)]
+    series = [[_random(rng, p.shape, dtype) for _ in range(ORDER)] for p in primals]
+    return primals, series
+
+
+def _assert_series(got, want, tol, what):
+    for k, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        scale = max(np.max(np.abs(w)), 1e-30)
+        err = np.max(np.abs(g - w)) / scale
+        assert err <= tol, f"{what}: order {k} relative error {err:.2e} > {tol}"
+
+
+CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))] + \
+    [(name, np.float32, ()) for name in ("cholesky", "lu", "eigh", "qr", "trsm_left_lower_N",
+                                         "trsm_right_upper_T_unit")] + \
+    [(name, np.complex128, batch) for name in ("cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_C_unit",
+                                               "trsm_right_lower_T")
+     for batch in ((), (2,))]
+
+
+@pytest.mark.parametrize("name,dtype,batch", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
+    with jax.enable_x64(dtype != np.float32):
+        primals, series = _case(name, dtype, batch)
+        p, s = hlopt.jet(OPS[name], primals, series, factorial_scaled=False)
+        want = taylor_by_nested_jvp(OPS[name], primals, series, ORDER)
+    _assert_series([p, *s], want, TOL[dtype], name)
+
+
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "trsm_left_lower_N", "trsm_right_upper_C"])
+def test_directions_batched_jet_matches_standard_jets(name):
+    """vmap over the series: one jet batched over 3 directions (the primal once)."""
+    with jax.enable_x64(True):
+        primals, _ = _case(name, np.float64, (2,))
+        rng = _rng(name + "directions")
+        series = [[np.stack([_random(rng, p.shape, np.float64) for _ in range(3)]) for _ in range(3)]
+                  for p in primals]
+        batched = hlopt.jit(jax.vmap(lambda *s: hlopt.jet(OPS[name], primals, [list(s[:3]), list(s[3:])])[1]))(
+            *series[0], *series[1])
+        for r in range(3):
+            one = hlopt.jet(OPS[name], primals, [[c[r] for c in series[0]], [c[r] for c in series[1]]])[1]
+            _assert_series([b[r] for b in batched], one, 1e-12, f"{name} direction {r}")
+
+
+def _scalar(name: str) -> Callable:
+    def f(x):
+        a = x[: N * N].reshape(N, N)
+        b = jnp.tile(x[N * N:].reshape(N, 1), (1, 2))
+        out = OPS[name](jnp.sin(a) * 0.5 + 0.1 * a @ a, b)
+        return jnp.sum(jnp.cos(out)) + jnp.sum(out * out)
+    return f
+
+
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_T",
+                                  "trsm_right_lower_C_unit"])
+def test_collapsed_laplacian_matches_hessian_trace(name):
+    with jax.enable_x64(True):
+        x = _rng(name + "laplacian").normal(size=N * N + N)
+        got = hlopt.laplacian(_scalar(name))(x)
+        want = jnp.trace(jax.jit(jax.hessian(_scalar(name)))(x))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_T",
+                                  "trsm_right_lower_C_unit"])
+def test_collapsed_matches_standard_jets(name):
+    """The collapsed second coefficient (weights: the sum over directions) equals the sum of
+    standard second coefficients along each direction."""
+    with jax.enable_x64(True):
+        x = _rng(name + "collapsed").normal(size=N * N + N)
+        dirs = _rng(name + "dirs").normal(size=(3, x.size))
+        got = hlopt.laplacian(_scalar(name), weights=dirs.T)(x)
+        want = sum(hlopt.jet(_scalar(name), (x,), ((d, np.zeros_like(d)),))[1][1] for d in dirs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10)
+
+
+VJP_CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))][::2] + \
+    [("cholesky", np.float64, (2,)), ("lu", np.float64, (2,)), ("eigh", np.float64, (2,)), ("qr", np.float64, (2,)),
+     ("qr_square", np.float64, ()), ("trsm_left_lower_N", np.float64, (2,))] + \
+    [(name, np.complex128, ()) for name in ("cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_C_unit",
+                                            "trsm_right_lower_T")] + \
+    [("cholesky", np.float32, ()), ("lu", np.float32, ()), ("eigh", np.float32, ()), ("qr", np.float32, ())]
+
+
+@pytest.mark.parametrize("name,dtype,batch", VJP_CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_vjp_rule_matches_jax_vjp(name, dtype, batch):
+    with jax.enable_x64(dtype != np.float32):
+        primals, _ = _case(name, dtype, batch)
+        ct = _random(_rng(name + "ct"), jax.eval_shape(OPS[name], *primals).shape, dtype)
+        got = hlopt_vjp(OPS[name], primals, [ct])
+        want = jax_vjp(OPS[name], primals, [ct])
+    for g, w in zip(got, want):
+        _assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, name)
+
+
+@pytest.mark.parametrize("dtype,batch", [(np.float64, ()), (np.float64, (2,)), (np.complex128, ()),
+                                         (np.float32, ())], ids=str)
+def test_householder_product_of_any_reflectors(dtype, batch):
+    """orgqr on reflectors and factors that come from no QR (tau = 0 included), against the
+    product written out: its Taylor coefficients and its vjp."""
+    with jax.enable_x64(dtype != np.float32):
+        rng = _rng(f"householder{np.dtype(dtype).name}{batch}")
+        a = _random(rng, (*batch, 5, 3), dtype)
+        tau = _random(rng, (*batch, 3), dtype)
+        tau = np.where(np.arange(3) == 1, 0, tau).astype(dtype)  # H_2 = I
+        series = [[_random(rng, x.shape, dtype) for _ in range(ORDER)] for x in (a, tau)]
+        p, s = hlopt.jet(lax.linalg.householder_product, (a, tau), series, factorial_scaled=False)
+        want = taylor_by_nested_jvp(_householder, [a, tau], series, ORDER)
+        _assert_series([p, *s], want, TOL[dtype], "orgqr")
+        ct = _random(rng, (*batch, 5, 3), dtype)
+        got = hlopt_vjp(lax.linalg.householder_product, [a, tau], [ct])
+        want = jax_vjp(_householder, [a, tau], [ct])
+    for g, w in zip(got, want):
+        _assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, "orgqr vjp")
+
+
+# --- the StableHLO spellings ------------------------------------------------------------
+
+
+def _jet_of_module(text: str, primals, series, order: int):
+    """The plain Taylor coefficients of `@main` of `text` by `jet-expand{func=main order=K}`."""
+    module = parse_module(text)
+    coeffs = [c for s in series for c in s]
+    after = Lowered(module, _signature(primals, primals)).apply(f"jet-expand{{func=main order={order}}}")
+    _as_entry(after.module, f"main_jet{order}")
+    n_out = len(jax.tree_util.tree_leaves(primals[:1]))
+    outs = [np.zeros_like(primals[0])] * (n_out * (order + 1))
+    compiled = Lowered(after.module, _signature([*primals, *coeffs], outs), backend=compile_lowered).compile()
+    return [np.asarray(v) for v in compiled(*primals, *coeffs)]
+
+
+@pytest.mark.parametrize("name,platform", [("cholesky", "tpu"), ("trsm_left_lower_N", "cuda"),
+                                           ("trsm_left_upper_N_unit", "cuda")])
+def test_stablehlo_spelling_matches_nested_jvp(name, platform):
+    """JAX's TPU lowering of cholesky is `stablehlo.cholesky` and its CUDA lowering of
+    triangular_solve is `stablehlo.triangular_solve`: the same rule, compiled on CPU."""
+    with jax.enable_x64(True):
+        primals, series = _case(name, np.float64, (2,))
+        text = jax.jit(OPS[name]).trace(*primals).lower(lowering_platforms=(platform,)).as_text()
+        op = "stablehlo.cholesky" if name == "cholesky" else "stablehlo.triangular_solve"
+        assert op in text and "lapack" not in text
+        got = _jet_of_module(text, primals, series, ORDER)
+        want = taylor_by_nested_jvp(OPS[name], primals, series, ORDER)
+    _assert_series(got, want, 1e-9, name)
+
+
+def test_stablehlo_spelling_vjp_matches_jax_vjp():
+    with jax.enable_x64(True):
+        primals, _ = _case("trsm_left_upper_T", np.float64, ())
+        f = OPS["trsm_left_upper_T"]
+        text = jax.jit(f).trace(*primals).lower(lowering_platforms=("cuda",)).as_text()
+        ct = _random(_rng("ct"), (N, 2), np.float64)
+        got = hlopt_vjp(text, primals, [ct])
+        want = jax_vjp(f, primals, [ct])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+
+
+# --- refusals ---------------------------------------------------------------------------
+
+
+def _lowered_text(f, *args) -> str:
+    return jax.jit(f).lower(*args).as_text()
+
+
+def test_rectangular_lu_is_refused():
+    a = np.ones((4, 3), np.float32)
+    with pytest.raises(Exception, match="LU rules take square matrices.*4x3"):
+        hlopt.jet(lambda x: jsl.lu_factor(x)[0], (a,), ((a,),))
+
+
+def test_unknown_layout_is_refused():
+    text = _lowered_text(lambda a: lax.linalg.cholesky(a, symmetrize_input=False), np.eye(3, dtype=np.float32))
+    text = text.replace("operand_layouts = [dense<[0, 1]>", "operand_layouts = [dense<[1, 0]>")
+    module = parse_module(text)
+    x = np.eye(3, dtype=np.float32)
+    with pytest.raises(Exception, match=r"operand_layouts\[0\] is \[1, 0\].*column-major layout \[0, 1\]"):
+        Lowered(module, _signature([x], [x])).apply("jet-expand{func=main order=2}")
+
+
+def test_integer_results_have_no_series():
+    """LU's pivots come out of the jet as the primal's, with zero coefficients."""
+    a = _random(_rng("pivots"), (N, N), np.float32)
+    p, s = hlopt.jet(lambda x: jsl.lu_factor(x)[1], (a,), ((a, a),))
+    np.testing.assert_array_equal(p, jsl.lu_factor(a)[1])
+    assert all(not np.any(np.asarray(t, float)) for t in s)

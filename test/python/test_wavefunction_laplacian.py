@@ -1,0 +1,105 @@
+"""Laplacians of determinant wavefunctions, as variational Monte Carlo writes them, through
+the linear-algebra rules (nothing special-cased: `slogdet`, `cholesky`, `eigh` are
+differentiated by their Taylor rules), against `jnp.trace(jax.hessian)` in float64, and
+their weight gradients (jax.grad through hlopt.laplacian) against the gradient of the
+Hessian trace; a bi-Laplacian through Cholesky against nested Hessians.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import hlopt
+
+ELECTRONS = 3
+
+
+def _weights(seed: int, n: int = ELECTRONS, hidden: int = 8) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"w1": rng.normal(size=(3, hidden)) / np.sqrt(3), "b1": rng.normal(size=hidden) * 0.1,
+            "w2": rng.normal(size=(hidden, n)) / np.sqrt(hidden), "sigma": 1.0 + 0.1 * rng.normal(size=n)}
+
+
+def _orbitals(p: dict, x: jax.Array) -> jax.Array:
+    """phi_j(r_i): an MLP of each electron's position times an exponential envelope."""
+    r = x.reshape(-1, 3)
+    h = jnp.tanh(r @ p["w1"] + p["b1"])
+    envelope = jnp.exp(-jnp.sqrt(jnp.sum(r * r, -1, keepdims=True) + 1.0) * p["sigma"])
+    return (h @ p["w2"]) * envelope + 0.05 * jnp.sum(r, -1, keepdims=True)
+
+
+def _slogdet(p, x):
+    return jnp.linalg.slogdet(_orbitals(p, x))[1]
+
+
+def _cholesky_log_density(p, x):
+    """log N(y; 0, S) with S = Phi Phi^T + I and y = sin(x): through L = chol(S)."""
+    phi = _orbitals(p, x)
+    s = phi @ phi.T + jnp.eye(phi.shape[0])
+    y = jnp.sin(x.reshape(-1, 3)[:, 0])
+    chol = jnp.linalg.cholesky(s)
+    z = jax.scipy.linalg.solve_triangular(chol, y, lower=True)
+    return -0.5 * jnp.sum(z * z) - jnp.sum(jnp.log(jnp.diag(chol)))
+
+
+def _eigh(p, x):
+    """A spectral feature: the sum of log-eigenvalues and of their cubes of Phi^T Phi + I."""
+    phi = _orbitals(p, x)
+    w = jnp.linalg.eigh(phi.T @ phi + jnp.eye(phi.shape[1]))[0]
+    return jnp.sum(jnp.log(w)) + 0.1 * jnp.sum(w ** 3)
+
+
+WAVEFUNCTIONS: dict[str, Callable] = {"slogdet": _slogdet, "cholesky": _cholesky_log_density, "eigh": _eigh}
+
+
+def _x(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=3 * ELECTRONS)
+
+
+def _hessian_trace(f, p, x):
+    return jnp.trace(jax.hessian(lambda y: f(p, y))(x))
+
+
+@pytest.mark.parametrize("name", sorted(WAVEFUNCTIONS))
+def test_laplacian_matches_hessian_trace(name):
+    f = WAVEFUNCTIONS[name]
+    with jax.enable_x64(True):
+        p, x = _weights(1), _x(2)
+        got = hlopt.laplacian(lambda y: f(p, y))(x)
+        want = jax.jit(_hessian_trace, static_argnums=0)(f, p, x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(WAVEFUNCTIONS))
+def test_weight_gradient_of_the_laplacian(name):
+    """d/dtheta of the mean kinetic term over a few walkers, as VMC training takes it."""
+    f = WAVEFUNCTIONS[name]
+    with jax.enable_x64(True):
+        p = _weights(3)
+        xs = np.stack([_x(s) for s in range(4)])
+
+        def energy(p, laplacian):
+            return jnp.mean(jax.vmap(lambda x: laplacian(p, x))(xs))
+
+        got = hlopt.jit(jax.grad(lambda p: energy(p, lambda p, x: hlopt.laplacian(lambda y: f(p, y))(x))))(p)
+        want = jax.jit(jax.grad(lambda p: energy(p, lambda p, x: _hessian_trace(f, p, x))))(p)
+    for key in want:
+        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(want[key]), rtol=1e-8,
+                                   atol=1e-8 * np.max(np.abs(want[key])), err_msg=key)
+
+
+def test_bilaplacian_through_cholesky_matches_nested_hessians():
+    def f(x):
+        return _cholesky_log_density(_weights(4, n=2, hidden=4), jnp.concatenate([x, 0.3 * x[::-1]]))
+
+    with jax.enable_x64(True):
+        x = np.random.default_rng(5).normal(size=3)
+        got = hlopt.bilaplacian(f)(x)
+        t4 = jax.jit(jax.hessian(jax.hessian(f)))(x)
+        want = jnp.einsum("iijj->", t4)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
