@@ -26,6 +26,7 @@ from jax._src.custom_partitioning_sharding_rule import (
 from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
+from jax._src.lax import linalg as _linalg
 from jaxlib import _jax
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "cpp_pjit",
     "extend_axis_env_nd",
     "fastpath_data",
+    "initialize_lapack",
     "flatten_for_dispatch",
     "is_committed",
     "key_shape",
@@ -232,3 +234,14 @@ def fastpath_data(*, executable: Any, out_tree: Any, in_shardings: Sequence[Any]
 def layout_rank(layout: Any) -> int:
     """The rank of an array a PJRT executable's parameter or output `layout` describes."""
     return len(layout._xla_layout().minor_to_major())
+
+
+def initialize_lapack() -> None:
+    """Make jaxlib's LAPACK FFI kernels callable (what `jax.export` does before a deserialized CPU program runs).
+
+    jax registers the `lapack_*_ffi` targets on import but binds them to
+    LAPACK only when it first lowers a linear-algebra op; an executable
+    loaded from a file or cache calls them without that, and without this
+    it dies with SIGSEGV. Idempotent and cheap.
+    """
+    _linalg.initialize_lapack()

@@ -11,6 +11,7 @@ import numpy as np
 from jax.extend import backend as jax_backend
 from jaxlib import xla_client as xc
 
+from hlopt.compiler.jax_compat import initialize_lapack
 from hlopt.passes.mlir import ir
 
 
@@ -82,6 +83,7 @@ def compile_with_options(
 ) -> Any:
     """Compile StableHLO bytecode with explicit compile options."""
     client = client or get_client()
+    prepare_runtimes(client)
     return client.compile_and_load(
         module_bytecode,
         executable_devices=xc.DeviceList(tuple(devices)),
@@ -94,7 +96,20 @@ def load_executable(
 ) -> Any:
     """Load an executable that `client.serialize_executable` wrote, onto `devices`."""
     client = client or get_client()
+    prepare_runtimes(client)
     return client.deserialize_executable(serialized, xc.DeviceList(tuple(devices)), options)
+
+
+def prepare_runtimes(client: Any) -> None:
+    """Initialise what the custom calls a program may make need on `client`'s platform, before it runs.
+
+    A program lowered in this process had jax do it while lowering; one from a
+    file, the cache or a `.mlir` did not (jax.export does the same on load).
+    On CPU that is jaxlib's LAPACK kernels, the only runtime the targets of
+    runtime/portable.py's allowlist need (the partitioner's markers never run).
+    """
+    if client.platform == "cpu":
+        initialize_lapack()
 
 
 @dataclasses.dataclass(frozen=True)

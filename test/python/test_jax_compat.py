@@ -59,6 +59,12 @@ def test_signature(name):
     assert not missing, f"{name} no longer takes {sorted(missing)}: update compiler/jax_compat.py"
 
 
+def test_initialize_lapack_takes_nothing():
+    assert not parameters(jax_compat._linalg.initialize_lapack)
+    jax_compat.initialize_lapack()
+    jax_compat.initialize_lapack()  # idempotent
+
+
 def test_sharding_contexts_have_the_fields_hlopt_reads():
     assert {"mesh", "manual_axes"} <= {f.name for f in dataclasses.fields(jax_compat.SPMDAxisContext)}
     assert {"num_devices", "abstract_mesh"} <= {f.name for f in dataclasses.fields(jax_compat.ShardingContext)}
