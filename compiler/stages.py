@@ -9,6 +9,7 @@ from typing import Any
 from hlopt.compiler.pipeline import PipelineError, run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
+from hlopt.passes.lower_custom_partitioning import partitioner_imports
 from hlopt.passes.mlir import get_context, ir
 from hlopt.passes.registry import lowering_pass_for
 from hlopt.passes.walk import call_target, walk_ops
@@ -96,19 +97,27 @@ class Lowered:
         return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
                        self.backend)
 
-    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False) -> "Lowered":
-        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked."""
+    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
+              import_partitioners: bool = False) -> "Lowered":
+        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked.
+
+        `import_partitioners=True` lets `lower-custom-partitioning` import the
+        `module:qualname` of a key no partitioner of this process is registered
+        under (running that module's code); by default it refuses such a key.
+        """
         new = self.clone()
-        result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
+        with partitioner_imports(import_partitioners):
+            result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
         return new
 
-    def compile(self, pipeline: str = "hlopt-default") -> Any:
+    def compile(self, pipeline: str = "hlopt-default", *, import_partitioners: bool = False) -> Any:
         """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
-        `hlopt.lower`'s: a cache hit skips the passes too)."""
-        if self.backend is None:
-            check_no_annotations((self.apply(pipeline) if pipeline else self).module)
-            raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "
-                             "or pass backend= (e.g. hlopt.runtime.compile.compile_lowered)")
-        return self.backend(self, pipeline)
+        `hlopt.lower`'s: a cache hit skips the passes too). `import_partitioners` as for `apply`."""
+        with partitioner_imports(import_partitioners):
+            if self.backend is None:
+                check_no_annotations((self.apply(pipeline) if pipeline else self).module)
+                raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "
+                                 "or pass backend= (e.g. hlopt.runtime.compile.compile_lowered)")
+            return self.backend(self, pipeline)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hlopt.cli.errors import UsageError
+from hlopt.cli.opt import ALLOW_IMPORT_HELP
 from hlopt.passes.locations import printable
 
 PROGRESS_AFTER_S = 2.0
@@ -40,6 +41,7 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", default="hlopt-default", help="the pipeline to run before compiling")
     p.add_argument("--host-devices", type=int, metavar="N", help="number of host CPU devices (default: the mesh size)")
     p.add_argument("-o", "--output", required=True, help="the executable file to write")
+    p.add_argument("--allow-import", action="store_true", help=ALLOW_IMPORT_HELP)
 
 
 def parse_arg_type(text: str) -> Any:
@@ -232,7 +234,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
                                   out_shardings=out_shardings)
         with progress(f"compiling {lowered.signature.name}"):
-            compiled = lowered.compile(args.pipeline)
+            compiled = lowered.compile(args.pipeline, import_partitioners=args.allow_import)
     compiled.save(args.output)
     print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {compiled.signature.describe()}")
     return 0
