@@ -1,6 +1,6 @@
 """Running an attack or a fresh-process check in a child process with a timeout and a memory cap.
 
-`run_capped` starts the child with `RLIMIT_AS` set (so a blow-up dies as a
+`run_capped` starts the child with its address space capped (`ulimit -v`) (so a blow-up dies as a
 MemoryError or an abort instead of taking the machine) and reports how it
 ended; `assert_survived` fails a test if the child was killed by a signal,
 ran past its timeout or exited with a status other than the ones allowed.
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -44,20 +43,17 @@ class Outcome:
         return f"the child {how}:\n{self.stderr[-3000:]}"
 
 
-def _cap(memory: int) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 def run_capped(argv: Sequence[str], *, timeout: float = TIMEOUT_S, memory: int = MEMORY_CAP,
                env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
                input: bytes | None = None) -> Outcome:
     """Run `argv` (a `python` argv when it starts with '-') under the caps; never raises on how it ended."""
     if argv and argv[0].startswith("-"):
         argv = [sys.executable, *argv]
+    # the caps are set by a shell that then execs the child: no preexec_fn (fork in a threaded parent)
+    capped = ["/bin/sh", "-c", f'ulimit -v {memory // 1024} && ulimit -c 0 && exec "$@"', "sh", *argv]
     try:
-        proc = subprocess.run(list(argv), input=input, capture_output=True, timeout=timeout, cwd=cwd,
-                              env=dict(os.environ, **(env or {})), preexec_fn=lambda: _cap(memory))
+        proc = subprocess.run(capped, input=input, capture_output=True, timeout=timeout, cwd=cwd,
+                              env=dict(os.environ, **(env or {})))
     except subprocess.TimeoutExpired as e:
         text = lambda b: (b or b"").decode("utf-8", "backslashreplace")  # noqa: E731
         return Outcome(None, text(e.stdout), text(e.stderr), True)

@@ -73,8 +73,12 @@ def test_hlopt_run_runs_saved_programs_in_a_fresh_process(saved):
     assert_matches_jax(folder, "run-ordered")
 
 
-def test_the_harness_reports_a_crash():
+def test_the_harness_reports_a_crash_a_hang_and_a_blow_up():
     outcome = run_capped(["-c", "import ctypes; ctypes.string_at(0)"])
     assert outcome.signal == "SIGSEGV" and not outcome.timed_out
     with pytest.raises(AssertionError, match="killed by SIGSEGV"):
         assert_survived(outcome)
+    with pytest.raises(AssertionError, match="ran past its timeout"):
+        assert_survived(run_capped(["-c", "import time; time.sleep(60)"], timeout=2))
+    blow_up = run_capped(["-c", "x = bytearray(8 << 30)"], memory=1 << 30)
+    assert blow_up.returncode == 1 and "MemoryError" in blow_up.stderr
