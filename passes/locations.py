@@ -168,7 +168,8 @@ def source_frames(loc: ir.Location | str, elsewhere: frozenset[str] = frozenset(
 
 @functools.cache
 def _library_dirs() -> tuple[str, ...]:
-    """The folders of hlopt's own packages and of jax and jaxlib, each ending in a separator."""
+    """The folders of hlopt's own packages and of jax and jaxlib, each ending in a separator, as
+    Python names them and with links resolved (a location names a file the first way)."""
     passes = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(passes)  # the repository (editable install) or the installed `hlopt` folder
     dirs = [passes, os.path.join(root, "compiler"), os.path.join(root, "runtime")]
@@ -177,15 +178,20 @@ def _library_dirs() -> tuple[str, ...]:
         spec = importlib.util.find_spec(name)  # finds the package without importing it
         if spec is not None and spec.submodule_search_locations:
             dirs += list(spec.submodule_search_locations)
-    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+    return tuple(dict.fromkeys(os.path.join(form(d), "") for d in dirs for form in (os.path.abspath, os.path.realpath)))
 
 
 @functools.lru_cache(maxsize=1024)
 def in_library(path: str) -> bool:
-    """True for a file of hlopt's or jax's own code (not the user's)."""
-    if not os.path.isabs(path):
+    """True for a file of hlopt's or jax's own code (not the user's).
+
+    Only the text of `path` is compared: a location comes from the module (a
+    file may hold any string there, NUL bytes included), so it is never looked
+    up on disk.
+    """
+    if not path.startswith("/"):
         return False
-    return os.path.realpath(path).startswith(_library_dirs())
+    return os.path.normpath(path).startswith(_library_dirs())
 
 
 def user_frame(frames: Frames) -> Frame | None:
@@ -226,7 +232,7 @@ def format_frame(frame: Frame) -> str:
     file, line, col = frame
     if file == PARSED_TEXT:
         file = getattr(_state, "name", None) or file
-    return f"{file}:{line}:{col}"
+    return f"{printable(file)}:{line}:{col}"
 
 
 def format_frames(frames: Frames) -> str | None:

@@ -363,6 +363,26 @@ def test_insecure_key_file_turns_the_cache_off(cache_dir, tmp_path, monkeypatch)
     assert entries(cache_dir) == []
 
 
+@pytest.mark.parametrize("problem", ["folder at the key path", "key folder others can write", "non-UTF-8 HLOPT_KEY"])
+def test_an_unusable_key_turns_the_cache_off_with_a_warning(cache_dir, tmp_path, monkeypatch, problem):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    key = tmp_path / "config" / "hlopt" / "key"
+    key.parent.mkdir(parents=True, mode=0o700)
+    match = {"folder at the key path": "the key file .* is not a regular file",
+             "key folder others can write": "the key folder .* is writable by others",
+             "non-UTF-8 HLOPT_KEY": "HLOPT_KEY is not UTF-8 text"}[problem]
+    if problem == "folder at the key path":
+        key.mkdir()
+    elif problem == "key folder others can write":
+        key.parent.chmod(0o777)
+    else:
+        monkeypatch.setenv("HLOPT_KEY", os.fsdecode(b"\xff" + b"0123456789abcdef" * 3))
+    with pytest.warns(UserWarning, match=f"compiling without the compilation cache: {match}"):
+        compiled = hlopt.lower(f, X).compile()
+    np.testing.assert_allclose(compiled(X), jax.jit(f)(X), rtol=1e-6)
+    assert entries(cache_dir) == []
+
+
 WORKER = r"""
 import json, sys, time
 import jax.numpy as jnp, numpy as np, hlopt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import math
 import os
@@ -18,6 +19,7 @@ from typing import Any
 
 from hlopt.cli.errors import UsageError
 from hlopt.cli.opt import ALLOW_IMPORT_HELP
+from hlopt.runtime.errors import ExecutableFileError
 from hlopt.passes.locations import printable
 
 PROGRESS_AFTER_S = 2.0
@@ -248,7 +250,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="an executable file written by hlopt compile or Compiled.save")
     p.add_argument("--input", action="append", default=[], metavar="FILE",
                    help="a .npy (one argument) or .npz (its arrays in order); in argument order")
-    p.add_argument("--output", help="write the results to this .npz (keys are the output paths)")
+    p.add_argument("--output", help="write the results to this file, as a .npz (keys are the output paths), "
+                                    "replacing it atomically (a link there is replaced, its target untouched)")
     add_trust_arg(p, "signed")
 
 
@@ -261,22 +264,103 @@ def add_trust_arg(p: argparse.ArgumentParser, default: str | None) -> None:
                                               "(exit status 1 if the file fails them)"))
 
 
-def read_inputs(paths: list[str]) -> list[Any]:
-    """The arrays of .npy and .npz files, in order; never unpickles."""
+_MAX_NPY_HEADER = 10000  # numpy's own default limit on the header it parses
+
+
+def read_inputs(paths: list[str], avals: list[Any], program: str) -> list[Any]:
+    """The arrays of .npy and .npz files, in order, each checked against the program's next input.
+
+    Only regular files are read; a header's shape and dtype (and a zip
+    member's size) are compared with `avals` before any data is read, and no
+    more than those bytes are read, so a zip bomb or a lying header costs
+    nothing. Never unpickles. Raises ExecutableFileError.
+    """
+    arrays: list[Any] = []
+
+    def expected(path: str, what: str) -> Any:
+        if len(arrays) == len(avals):
+            raise ExecutableFileError(f"input '{printable(path)}'{what}: {program} takes {len(avals)} arrays, "
+                                      "and the inputs hold more")
+        return avals[len(arrays)]
+
+    for path in paths:
+        with _open_input(path) as f:
+            magic = f.read(6)
+            f.seek(0)
+            if magic == b"\x93NUMPY":
+                arrays.append(_read_npy(f, expected(path, ""), path, f"input '{printable(path)}'", program,
+                                        len(arrays), os.fstat(f.fileno()).st_size))
+            elif magic[:4] == b"PK\x03\x04":
+                _read_npz(f, path, expected, arrays, program)
+            else:
+                raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
+    if len(arrays) != len(avals):
+        raise ExecutableFileError(f"{program} takes {len(avals)} arrays, {len(arrays)} were given")
+    return arrays
+
+
+@contextlib.contextmanager
+def _open_input(path: str) -> Iterator[Any]:
+    """`path` opened for reading if it is a regular file (never a FIFO or a device, which could block)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as e:
+        raise ExecutableFileError(f"cannot read input '{printable(path)}': {getattr(e, 'strerror', None) or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ExecutableFileError(f"input '{printable(path)}' is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        yield f
+
+
+def _read_npy(f: Any, aval: Any, path: str, where: str, program: str, index: int, size: int) -> Any:
+    """The array of the .npy stream `f` (`size` bytes), if its header says it is `aval`; else ExecutableFileError."""
     import numpy as np
 
-    arrays = []
-    for path in paths:
-        try:
-            loaded = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read input '{path}': {e}") from None
-        if isinstance(loaded, np.ndarray):
-            arrays.append(loaded)
-        else:
-            with loaded:
-                arrays.extend(loaded[k] for k in loaded.files)
-    return arrays
+    from hlopt.runtime.files import _physical_aval
+
+    want = _physical_aval(aval)
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in readers:
+            raise ValueError(f"format version {version[0]}.{version[1]} (1.0 and 2.0 are read)")
+        shape, fortran, dtype = readers[version](f, max_header_size=_MAX_NPY_HEADER)
+    except (ValueError, OSError, SyntaxError, TypeError) as e:
+        raise ExecutableFileError(f"{where}: not a valid .npy header: {printable(e)}") from None
+    if dtype.hasobject or tuple(shape) != tuple(want.shape) or dtype != want.dtype:
+        raise ExecutableFileError(
+            f"{where} holds {printable(dtype)}{list(shape)} but {program} takes {want.dtype.name}"
+            f"{list(want.shape)} as input {index}")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size - f.tell() != nbytes:
+        raise ExecutableFileError(f"{where}: its data is {size - f.tell()} bytes, its header says {nbytes}")
+    data = f.read(nbytes)
+    if len(data) != nbytes:
+        raise ExecutableFileError(f"{where}: its data is shorter than its header says")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C").copy()
+
+
+def _read_npz(f: Any, path: str, expected: Any, arrays: list[Any], program: str) -> None:
+    """Append the arrays of the .npz file `f`, in order, each checked as `_read_npy` checks one."""
+    import zipfile
+    import zlib
+
+    try:
+        with zipfile.ZipFile(f) as z:
+            members = z.infolist()
+            for info in members:
+                where = f"input '{printable(path)}', array '{printable(info.filename)}'"
+                aval = expected(path, f", array '{printable(info.filename)}'")
+                with z.open(info) as member:
+                    arrays.append(_read_npy(member, aval, path, where, program, len(arrays), info.file_size))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError,
+            zlib.error) as e:
+        if isinstance(e, ExecutableFileError):
+            raise
+        raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
 
 
 def leaf_names(tree: Any) -> list[str]:
@@ -311,16 +395,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     for w in caught:
         print(f"hlopt: warning: {printable(w.message)}", file=sys.stderr)
     sig = compiled.signature
-    inputs = read_inputs(args.input)
-    if len(inputs) != len(sig.in_avals):
-        raise UsageError(f"{sig.name} takes {len(sig.in_avals)} arrays, {len(inputs)} were given")
+    inputs = read_inputs(args.input, list(sig.in_avals), printable(sig.name))
     dynamic, _ = jax.tree_util.tree_unflatten(sig.in_tree, inputs)
     out = compiled(*dynamic)
     names = leaf_names(out)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
     if args.output:
-        np.savez(args.output, **dict(zip(names, leaves)))
-        print(f"wrote {args.output}: {', '.join(names)}")
+        buffer = io.BytesIO()
+        np.savez(buffer, **dict(zip(names, leaves)))
+        files.write_atomically(args.output, buffer.getvalue())
+        print(f"wrote {printable(args.output)}: {', '.join(printable(n) for n in names)}")
     else:
         for name, value in zip(names, leaves):
             print(f"{printable(name)}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
