@@ -18,6 +18,7 @@ import jax
 from jax._src import core as _core
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import tree_util as _tree_util
+from jax._src import xla_bridge as _xla_bridge
 from jax._src.custom_partitioning_sharding_rule import (
     SdyShardingRule,
     sdy_sharding_rule_to_mlir as _sdy_sharding_rule_to_mlir,
@@ -43,6 +44,7 @@ __all__ = [
     "fastpath_data",
     "initialize_lapack",
     "flatten_for_dispatch",
+    "get_backend",
     "is_committed",
     "key_shape",
     "layout_rank",
@@ -245,3 +247,9 @@ def initialize_lapack() -> None:
     it dies with SIGSEGV. Idempotent and cheap.
     """
     _linalg.initialize_lapack()
+
+
+def get_backend(platform: str | None = None) -> Any:
+    """The PJRT client jax uses for `platform` (its default if None); `jax.extend.backend.get_backend`
+    without importing `jax.extend` (which imports Pallas)."""
+    return _xla_bridge.get_backend(platform)

@@ -9,7 +9,6 @@ from typing import Any
 from hlopt.compiler.pipeline import PipelineError, run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
-from hlopt.passes.lower_custom_partitioning import partitioner_imports
 from hlopt.passes.mlir import get_context, ir
 from hlopt.passes.registry import lowering_pass_for
 from hlopt.passes.walk import call_target, walk_ops
@@ -105,6 +104,8 @@ class Lowered:
         `module:qualname` of a key no partitioner of this process is registered
         under (running that module's code); by default it refuses such a key.
         """
+        from hlopt.passes.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
+
         new = self.clone()
         with partitioner_imports(import_partitioners):
             result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
@@ -115,6 +116,8 @@ class Lowered:
     def compile(self, pipeline: str = "hlopt-default", *, import_partitioners: bool = False) -> Any:
         """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
         `hlopt.lower`'s: a cache hit skips the passes too). `import_partitioners` as for `apply`."""
+        from hlopt.passes.lower_custom_partitioning import partitioner_imports
+
         with partitioner_imports(import_partitioners):
             if self.backend is None:
                 check_no_annotations((self.apply(pipeline) if pipeline else self).module)

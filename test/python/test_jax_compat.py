@@ -59,6 +59,13 @@ def test_signature(name):
     assert not missing, f"{name} no longer takes {sorted(missing)}: update compiler/jax_compat.py"
 
 
+def test_get_backend_is_jax_extends():
+    from jax.extend import backend
+
+    assert {"platform"} <= parameters(jax_compat._xla_bridge.get_backend)
+    assert jax_compat.get_backend() is backend.get_backend() and jax_compat.get_backend("cpu").platform == "cpu"
+
+
 def test_initialize_lapack_takes_nothing():
     assert not parameters(jax_compat._linalg.initialize_lapack)
     jax_compat.initialize_lapack()

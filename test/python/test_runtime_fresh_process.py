@@ -82,3 +82,20 @@ def test_the_harness_reports_a_crash_a_hang_and_a_blow_up():
         assert_survived(run_capped(["-c", "import time; time.sleep(60)"], timeout=2))
     blow_up = run_capped(["-c", "x = bytearray(8 << 30)"], memory=1 << 30)
     assert blow_up.returncode == 1 and "MemoryError" in blow_up.stderr
+
+
+LOAD_IMPORTS = """import sys, numpy as np, hlopt
+with np.load(sys.argv[1] + '.in.npz') as inputs:
+    args = [inputs[k] for k in inputs.files]
+hlopt.load(sys.argv[1] + '.hlx')(*args)
+print(sorted(m for m in ('jax.extend', 'jax._src.pallas.core', 'scipy.linalg') if m in sys.modules))
+"""
+
+
+def test_loading_imports_only_what_the_program_needs(saved):
+    """hlopt.load never imports jax.extend (and Pallas); LAPACK (and scipy's BLAS) only for a program that calls it."""
+    folder, _ = saved
+    for name, want in (("markers", "[]"), ("linalg_float32", "['scipy.linalg']")):
+        outcome = run_capped(["-c", LOAD_IMPORTS, str(folder / name)], env=ENV)
+        assert_survived(outcome)
+        assert outcome.stdout.strip() == want, (name, outcome.stdout)
