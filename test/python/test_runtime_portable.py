@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 import forge
+import fresh_worker
 import hlopt
 from hlopt.compiler.program import parse_module
 from hlopt.passes.mlir import ir
@@ -86,25 +86,13 @@ def test_lapack_programs_load_portably(name, dtype, other_key):
 
 
 def test_gspmd_markers_load_portably(other_key):
-    @hlopt.custom_partitioning
-    def double(x):
-        return x * 2
-
-    def partition(mesh, arg_shapes, result_shape):
-        s = NamedSharding(mesh, P("x"))
-        return mesh, lambda x: x * 2, s, (s,)
-
-    double.def_partition(partition=partition, sharding_rule="i j -> i j",
-                         infer_sharding_from_operands=lambda mesh, shapes, result: NamedSharding(mesh, P("x")))
-    mesh = jax.make_mesh((8,), ("x",))
-    x = RNG.standard_normal((16, 4)).astype(np.float32)
-    pipeline = "jet-expand,lower-bcoo,lower-custom-partitioning{target=gspmd},inline,canonicalize,cse,symbol-dce"
-    compiled = hlopt.lower(lambda x: double(jnp.sin(x)), x, mesh=mesh, in_shardings=(P("x"),)).compile(pipeline)
+    fun, reference, (x,), kwargs, pipeline = fresh_worker.program("markers")
+    compiled = hlopt.lower(fun, x, **kwargs).compile(pipeline)
     assert "SPMDFullToShardShape" in str(compiled.module)
     data = compiled.serialize()
     other_key()
     loaded = portable(data)
-    np.testing.assert_allclose(loaded(x), np.sin(x) * 2, rtol=1e-6)
+    np.testing.assert_allclose(loaded(x), reference(x), rtol=1e-6)
     assert loaded.out_shardings[0].spec == compiled.out_shardings[0].spec
 
 
