@@ -348,15 +348,17 @@ def _array_count(path: str) -> int:
     import zipfile
 
     with _open_input(path) as f:
-        if f.read(6) == b"\x93NUMPY":
+        magic = f.read(6)
+        if magic == b"\x93NUMPY":
             return 1
+        if magic[:4] != b"PK\x03\x04":
+            raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
         f.seek(0)
         try:
             with zipfile.ZipFile(f) as z:
                 return len(z.infolist())
         except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
-            raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a valid .npz file: "
-                                      f"{printable(e)}") from None
+            raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
 
 
 @contextlib.contextmanager
