@@ -82,6 +82,7 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "floor": (jnp.floor, ("real",), True),
     "ceil": (jnp.ceil, ("real",), True),
     "round": (jnp.round, ("real",), True),
+    "round_away_from_zero": (lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO) * x, ("real",), False),
     # linear family
     "neg": (jnp.negative, ("real",), True),
     "add": (jnp.add, ("real", "real"), True),
