@@ -21,7 +21,7 @@ import hlopt
 from hlopt.passes import derivatives, jet_rules, vjp_rules
 from hlopt.passes.derivatives import X, Y, op, polynomial
 
-from test_jet_rules import taylor_by_nested_jvp
+from references import taylor_by_nested_jvp
 from vjp_harness import hlopt_vjp, jax_vjp
 
 ORDER = 5
