@@ -209,7 +209,7 @@ def preload() -> None:
 
     import jax.experimental.serialize_executable  # noqa: F401
 
-    import hlopt.jit  # noqa: F401 - hlopt.lower and the compiler, passes and runtime behind it
+    import hlopt.staging  # noqa: F401 - hlopt.lower and the compiler, passes and runtime behind it
     import hlopt.runtime.files  # noqa: F401 - hlopt.load
 
 

@@ -50,10 +50,6 @@ _CHUNK = 64 << 20  # pread at most this much at once
 Wanted = Callable[[bool], Collection[str]]
 
 
-
-    __module__ = "hlopt"  # raised and printed as users import it
-
-
 @dataclasses.dataclass
 class Container:
     """What `read` found: the manifest, the sections asked for, and whether the MAC verified."""

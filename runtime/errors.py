@@ -8,3 +8,5 @@ class ExecutableFileError(ValueError):
 
     Also a key hlopt refuses (`KeyFileError`) and an input `hlopt run` refuses.
     """
+
+    __module__ = "hlopt"  # raised and printed as users import it

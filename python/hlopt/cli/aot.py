@@ -446,6 +446,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import jax
     import numpy as np
 
+    import hlopt.saved  # noqa: F401 - the node classes a signature may hold
     from hlopt.runtime import files
 
     found, _ = files.read_file(args.file)
@@ -494,6 +495,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
     """A readable summary of a checked manifest (no device is needed); every string from the file escaped."""
     import jax
 
+    import hlopt.saved  # noqa: F401 - the node classes a signature may hold
     from hlopt.compiler.program import aval_str
     from hlopt.runtime import encoding
 
@@ -539,6 +541,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print a file's manifest and whether its MAC verifies (its module with --ir); with --trust, load-check it."""
+    import hlopt.saved  # noqa: F401 - the node classes a signature may hold
     from hlopt.runtime import files
 
     found, mac = files.read_file(args.file, sections=files.SECTIONS)

@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--list-passes", action="store_true", help="list hlopt's passes and named pipelines")
     p.add_argument("--debug-info", action="store_true", help="print locations in the output")
     p.add_argument("--allow-import", action="store_true", help=ALLOW_IMPORT_HELP)
+    p.add_argument("--verify-diagnostics", action="store_true",
+                   help="check the errors against the input's '// expected-error@+N {{...}}' comments")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks and the call chain of errors")
     p.add_argument("--version", action=VersionAction)
     return p
@@ -106,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
 
             parse_pipeline(args.pipeline)  # a bad pipeline is reported before the input is read
         text, filename = _read(args.input)
+        if args.verify_diagnostics:
+            from hlopt.cli.diagnostics import verify
+
+            return verify(text, filename, args.pipeline, args.split_input_file)
         outputs, failed = [], False
         for chunk, first_line in _chunks(text, args.split_input_file):
             source = "\n" * first_line + chunk  # keep line numbers of the whole file
