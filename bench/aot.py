@@ -12,6 +12,9 @@ steadier measure of the work done):
          (b) the same with a persistent-cache hit        the same with JAX's compilation-cache hit
          (c) hlopt.load of a signed executable file      serialize_executable.deserialize_and_load
   PJRT   (d) client.deserialize_executable of the file's executable section alone: the floor of any loader
+  whole  (e) a fresh process, from its start to the first result: `python -c "import hlopt; hlopt.load(f)(x, w)"`
+             next to the same with `import jax` and deserialize_and_load (imports, backend, load, first call:
+             what a user waits for), timed from outside
 
 After (c), each loaded program is also run (per call, after a warm-up): how
 fast what was loaded runs, hlopt's executable (compiled without debug
@@ -23,7 +26,9 @@ which hlopt was at least as fast. The load average is printed before and after
 each workload. The key that signs the files is made in a temporary folder
 (XDG_CONFIG_HOME), never in ~/.config.
 
-Usage: python bench/aot.py [--repeat 15] [--workload elementwise|layers] [--paths compile,cache,load]
+Each run ends with a JSON record in bench/results/aot/ (bench/record.py).
+
+Usage: python bench/aot.py [--repeat 15] [--workload elementwise|layers] [--paths compile,cache,load,process]
 """
 
 from __future__ import annotations
@@ -46,6 +51,20 @@ PATHS = {
     "hlopt-load": "hlopt: hlopt.load(file)",
     "jax-load": "JAX: deserialize_and_load",
     "pjrt-load": "PJRT: deserialize_executable",
+    "hlopt-process": "hlopt: a process that runs hlopt.load(file)(x, w)",
+    "jax-process": "JAX: a process that runs deserialize_and_load(...)(x, w)",
+}
+KINDS = ("compile", "cache", "load", "process")
+_INPUTS = "x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8); w = np.eye(8, dtype=np.float32) * 0.3\n"
+# (e): the whole script of each side, run as `python -c SCRIPT WORKDIR`; it prints the result's checksum
+WHOLE_PROCESS = {
+    "hlopt-process": ("import sys, numpy as np, hlopt\nrun = hlopt.load(sys.argv[1] + '/f.hlx')\n" + _INPUTS
+                      + "print(float(np.asarray(run(x, w)[0])))"),
+    "jax-process": ("import sys, pickle, numpy as np, jax\n"
+                    "from jax.experimental.serialize_executable import deserialize_and_load\n"
+                    "payload, in_tree, out_tree = pickle.loads(open(sys.argv[1] + '/f.jaxexe', 'rb').read())\n"
+                    "run = deserialize_and_load(payload, in_tree, out_tree)\n" + _INPUTS
+                    + "print(float(np.asarray(run(x, w)[0])))"),
 }
 
 
@@ -190,7 +209,7 @@ def preload() -> None:
 
     import jax.experimental.serialize_executable  # noqa: F401
 
-    import hlopt.jit  # noqa: F401 - hlopt.lower and the compiler, passes and runtime behind it
+    import hlopt.staging  # noqa: F401 - hlopt.lower and the compiler, passes and runtime behind it
     import hlopt.runtime.files  # noqa: F401 - hlopt.load
 
 
@@ -223,10 +242,31 @@ def count_ops(module) -> int:
     return count
 
 
-def fresh(mode: str, workdir: Path, workload: str) -> dict:
+def fresh_env(workdir: Path) -> dict[str, str]:
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", XDG_CONFIG_HOME=str(workdir / "config"))
     for name in ("XLA_FLAGS", "HLOPT_CACHE_DIR", "HLOPT_KEY"):
         env.pop(name, None)
+    return env
+
+
+def whole_process(mode: str, workdir: Path) -> dict:
+    """(e): wall and CPU seconds of a fresh process running WHOLE_PROCESS[mode], from outside."""
+    cpu_before = os.times()
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", WHOLE_PROCESS[mode], str(workdir)], env=fresh_env(workdir),
+                          capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - start
+    cpu_after = os.times()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{mode} failed:\n{proc.stderr[-3000:]}")
+    cpu = (cpu_after.children_user - cpu_before.children_user) + (cpu_after.children_system - cpu_before.children_system)
+    return {"seconds": seconds, "cpu_seconds": cpu, "check": float(proc.stdout.strip().splitlines()[-1])}
+
+
+def fresh(mode: str, workdir: Path, workload: str) -> dict:
+    if mode in WHOLE_PROCESS:
+        return whole_process(mode, workdir)
+    env = fresh_env(workdir)
     proc = subprocess.run([sys.executable, __file__, "--worker", mode, str(workdir), "--workload", workload],
                           env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -239,19 +279,25 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--workload", choices=list(WORKLOADS), action="append",
                         help="which functions to time (default: all)")
-    parser.add_argument("--paths", default="compile,cache,load",
-                        help="which of compile, cache, load to time (default: all three)")
+    parser.add_argument("--paths", default=",".join(KINDS),
+                        help=f"which of {', '.join(KINDS)} to time (default: all)")
     parser.add_argument("--worker", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker[0], Path(args.worker[1]), args.workload[0])))
         return
-    kinds = [k for k in ("compile", "cache", "load") if k in args.paths.split(",")]
+    kinds = [k for k in KINDS if k in args.paths.split(",")]
+    load_before = os.getloadavg()
+    figures = []
     for workload in args.workload or list(WORKLOADS):
-        bench(workload, args.repeat, kinds)
+        figures += bench(workload, args.repeat, kinds)
+    from record import write_record
+
+    write_record("aot", figures, load_before=load_before, options={"repeat": args.repeat, "paths": kinds})
 
 
-def bench(workload: str, repeat: int, kinds: list[str]) -> None:
+def bench(workload: str, repeat: int, kinds: list[str]) -> list[dict]:
+    """Time every path of `kinds` on `workload`, print the table, and return its figures."""
     modes = [m for m in PATHS if m.split("-")[1] in kinds]
     load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
@@ -269,8 +315,9 @@ def bench(workload: str, repeat: int, kinds: list[str]) -> None:
         assert len(checks) == 1, f"paths disagree on the result: {checks}"
         assert all(x["hits"] == 1 for x in runs.get("hlopt-cache", [])), "the cache path did not hit"
 
-    report(runs, kinds)
+    figures = report(runs, kinds)
     print(f"\nload average (1, 5, 15 min): {load_before} before, {load_average()} after")
+    return [dict(f, workload=workload, ops=setup["ops"], rounds=repeat) for f in figures]
 
 
 def load_average() -> str:
@@ -285,16 +332,25 @@ def spread(ratios: list[float]) -> str:
             f">= 1 in {at_least}/{len(ratios)})")
 
 
-def report(runs: dict[str, list[dict]], kinds: list[str]) -> None:
-    """The table of medians and per-round ratios, wall-clock and CPU, and the load path's split."""
+def report(runs: dict[str, list[dict]], kinds: list[str]) -> list[dict]:
+    """Print the table of medians and per-round ratios, wall-clock and CPU, and the load path's split;
+    return one figure per path and measure."""
     print("| path | measure | hlopt (s) | JAX (s) | JAX / hlopt (medians) | per-round JAX / hlopt |")
     print("| --- | --- | ---: | ---: | ---: | --- |")
-    labels = {"compile": "fresh lower + compile", "cache": "persistent cache hit", "load": "load a signed file"}
-    for kind in (k for k in ("compile", "cache", "load") if k in kinds):
+    labels = {"compile": "fresh lower + compile", "cache": "persistent cache hit", "load": "load a signed file",
+              "process": "whole process to first result"}
+    figures = []
+    for kind in (k for k in KINDS if k in kinds):
         for measure, field in (("wall", "seconds"), ("CPU", "cpu_seconds")):
             h, j = ([x[field] for x in runs[f"{who}-{kind}"]] for who in ("hlopt", "jax"))
+            per_round = [b / a for a, b in zip(h, j)]
             print(f"| {labels[kind]} | {measure} | {statistics.median(h):.3f} | {statistics.median(j):.3f} | "
-                  f"{statistics.median(j) / statistics.median(h):.2f}x | {spread([b / a for a, b in zip(h, j)])} |")
+                  f"{statistics.median(j) / statistics.median(h):.2f}x | {spread(per_round)} |")
+            figures.append({"path": labels[kind], "measure": measure, "hlopt_s": statistics.median(h),
+                            "jax_s": statistics.median(j), "ratio": statistics.median(j) / statistics.median(h),
+                            "ratio_per_round_median": statistics.median(per_round),
+                            "ratio_per_round_min": min(per_round), "ratio_per_round_max": max(per_round),
+                            "ratio_is": "JAX / hlopt"})
     if "load" in kinds:
         for measure, field in (("wall", "seconds"), ("CPU", "cpu_seconds")):
             print(f"| PJRT deserialize_executable alone (the floor) | {measure} | "
@@ -308,7 +364,7 @@ def report(runs: dict[str, list[dict]], kinds: list[str]) -> None:
             h, j = (statistics.median(x["compile_seconds"] for x in runs[f"{who}-{kind}"]) for who in ("hlopt", "jax"))
             print(f"\n{kind}: of which after lowering (passes, cache lookup, PJRT): hlopt {h:.3f} s, JAX {j:.3f} s")
     if "load" not in kinds:
-        return
+        return figures
     pjrt = statistics.median(x["pjrt_seconds"] for x in runs["hlopt-load"])
     own = statistics.median(x["seconds"] - x["pjrt_seconds"] for x in runs["hlopt-load"])
     floor = [h["seconds"] / p["seconds"] for h, p in zip(runs["hlopt-load"], runs["pjrt-load"])]
@@ -318,6 +374,7 @@ def report(runs: dict[str, list[dict]], kinds: list[str]) -> None:
     if "compile" in kinds:
         compile_, load = (statistics.median(x["seconds"] for x in runs[f"hlopt-{k}"]) for k in ("compile", "load"))
         print(f"fresh compile / hlopt.load: {compile_ / load:.1f}x")
+    return figures
 
 
 if __name__ == "__main__":

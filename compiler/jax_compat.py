@@ -20,6 +20,7 @@ from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
+from jax._src import xla_bridge as _xla_bridge
 from jax._src.custom_partitioning_sharding_rule import (
     SdyShardingRule,
     sdy_sharding_rule_to_mlir as _sdy_sharding_rule_to_mlir,
@@ -29,6 +30,7 @@ from jax._src.interpreters import mlir as _mlir
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import hlo as _hlo
+from jax._src.lax import linalg as _linalg
 from jaxlib import _jax
 
 from hlopt.passes.locations import hlopt_dirs
@@ -51,6 +53,8 @@ __all__ = [
     "hlo_text",
     "flatten_for_dispatch",
     "hide_frames_of",
+    "initialize_lapack",
+    "get_backend",
     "is_committed",
     "key_shape",
     "layout_rank",
@@ -313,3 +317,20 @@ def layout_rank(layout: Any) -> int:
 # hlopt's own frames leave tracebacks where jax's do (`jax_traceback_filtering`).
 for _path in hlopt_dirs():
     hide_frames_of(_path)
+
+
+def initialize_lapack() -> None:
+    """Make jaxlib's LAPACK FFI kernels callable (what `jax.export` does before a deserialized CPU program runs).
+
+    jax registers the `lapack_*_ffi` targets on import but binds them to
+    LAPACK only when it first lowers a linear-algebra op; an executable
+    loaded from a file or cache calls them without that, and without this
+    it dies with SIGSEGV. Idempotent and cheap.
+    """
+    _linalg.initialize_lapack()
+
+
+def get_backend(platform: str | None = None) -> Any:
+    """The PJRT client jax uses for `platform` (its default if None); `jax.extend.backend.get_backend`
+    without importing `jax.extend` (which imports Pallas)."""
+    return _xla_bridge.get_backend(platform)

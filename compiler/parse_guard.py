@@ -51,6 +51,9 @@ BYTECODE_MAGIC = b"ML\xefR"
 
 # Strings and comments: no brackets or aliases inside.
 _SKIPPED = re.compile(rb'"(?:[^"\\\n]|\\.)*"?|//[^\n]*')
+# An escape in a quoted string: \", \\, \n, \t or two hex digits (a byte).
+_STRING_ESCAPE = re.compile(rb'\\(["\\nt]|[0-9A-Fa-f]{2})')
+_ESCAPED = {b'"': b'"', b"\\": b"\\", b"n": b"\n", b"t": b"\t"}
 # Alias names (`#name`, `!name`) with the `=` that follows one where it is defined.
 _ALIAS = re.compile(rb"([#!][A-Za-z_][\w$.]*)([ \t]*=)?")
 # +1 for an opening bracket, -1 for a closing one; the same for braces alone.
@@ -78,7 +81,8 @@ class _Alias:
 
 def check_text(text: str, filename: str = "-") -> None:
     """Raise ParseError if `text` nests deeper than MAX_NESTING (MAX_REGION_NESTING braces) or has a
-    dimension list longer than MAX_RANK.
+    dimension list longer than MAX_RANK, or a quoted string (a symbol name, a string attribute, a
+    location's file) whose escaped bytes are not UTF-8: hlopt and the MLIR bindings read them as text.
 
     Vectorized over the bytes: the brackets open at each byte are the prefix
     sums of +1 per opener and -1 per closer, clamped at zero. An alias nests as
@@ -90,6 +94,8 @@ def check_text(text: str, filename: str = "-") -> None:
     skipped = np.zeros(len(codes), bool)
     for match in _SKIPPED.finditer(data):
         skipped[match.start():match.end()] = True
+        if data[match.start()] == ord('"') and b"\\" in match.group():
+            _check_utf8(match.group()[1:-1], data, match.start(), filename)
     counted = ~skipped  # the '>' of '->' and of '>=' closes nothing
     counted[1:] &= ~((codes[1:] == ord(">")) & (codes[:-1] == ord("-")))
     counted[:-1] &= ~((codes[:-1] == ord(">")) & (codes[1:] == ord("=")))
@@ -104,6 +110,17 @@ def check_text(text: str, filename: str = "-") -> None:
         raise _too_deep(data, filename, *min(too_deep))  # the first place in the text
     _check_aliases(data, codes, skipped, depth, filename, nesting)
     _check_rank(data, codes, counted, filename)
+
+
+def _check_utf8(quoted: bytes, data: bytes, offset: int, filename: str) -> None:
+    """Refuse a string whose escapes spell bytes that are not UTF-8."""
+    raw = _STRING_ESCAPE.sub(lambda m: _ESCAPED.get(m[1]) or bytes([int(m[1], 16)]), quoted)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ParseError(error_line(f"{filename}:{_position(data, offset)}",
+                                    f"a quoted name or string whose escaped bytes are not UTF-8 (byte {e.start} is "
+                                    f"{raw[e.start]:#04x}); names must be UTF-8 text")) from None
 
 
 def _check_rank(data: bytes, codes: np.ndarray, counted: np.ndarray, filename: str) -> None:

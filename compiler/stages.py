@@ -118,28 +118,38 @@ class Lowered:
 
     @api_boundary
     def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
-              progress: Callable[[str, float], None] | None = None) -> "Lowered":
+              progress: Callable[[str, float], None] | None = None, import_partitioners: bool = False) -> "Lowered":
         """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked.
 
-        `progress(pass, seconds)` is called as each pass finishes."""
+        `progress(pass, seconds)` is called as each pass finishes. `import_partitioners=True` lets
+        `lower-custom-partitioning` import the `module:qualname` of a key no partitioner of this
+        process is registered under (running that module's code); by default it refuses such a key.
+        """
+        from hlopt.passes.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
+
         new = self.clone()
-        result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing,
-                              progress=progress)
+        with partitioner_imports(import_partitioners):
+            result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing,
+                                  progress=progress)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
         return new
 
     @api_boundary
-    def compile(self, pipeline: str = "hlopt-default") -> Any:
+    def compile(self, pipeline: str = "hlopt-default", *, import_partitioners: bool = False) -> Any:
         """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
-        `hlopt.lower`'s: a cache hit skips the passes too). A malformed `pipeline` is refused first."""
+        `hlopt.lower`'s: a cache hit skips the passes too). A malformed `pipeline` is refused first;
+        `import_partitioners` as for `apply`."""
+        from hlopt.passes.lower_custom_partitioning import partitioner_imports
+
         parse_pipeline(pipeline)
         if self.host_compile is not None and pipeline != PLAIN_PIPELINE:
             raise ValueError(
                 f"{self.signature.name}: a program with host callbacks or side effects compiles as under jax.jit, "
                 f"each hlopt operation with '{PLAIN_PIPELINE}'; the pipeline '{pipeline}' cannot be applied to it")
-        if self.backend is None:
-            check_no_annotations((self.apply(pipeline) if pipeline else self).module)
-            raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "
-                             "or pass backend= (e.g. hlopt.runtime.compile.compile_lowered)")
-        return self.backend(self, pipeline)
+        with partitioner_imports(import_partitioners):
+            if self.backend is None:
+                check_no_annotations((self.apply(pipeline) if pipeline else self).module)
+                raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "
+                                 "or pass backend= (e.g. hlopt.runtime.compile.compile_lowered)")
+            return self.backend(self, pipeline)

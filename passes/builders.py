@@ -3,6 +3,12 @@
 Every function takes and returns `ir.Value`s and builds with the MLIR Python
 bindings only. Shapes are static. Passes call these inside
 `with op.location, ir.InsertionPoint(op):`.
+
+One way per op: an op with attributes or a shape to infer has its typed helper
+here (`broadcast`, `reduce`, `dot_general`...), as do the binary arithmetic and
+comparison ops every pass uses; any other elementwise op, in particular one a
+rule table names (`stablehlo.cosine`, `chlo.digamma`), is built by name with
+`op(name, operands)`.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from hlopt.passes.mlir import chlo, func, ir, stablehlo
+from hlopt.passes.mlir import func, ir, stablehlo
 
 Value = ir.Value
 
@@ -86,7 +92,7 @@ def convert(v: Value, elem: ir.Type) -> Value:
     return stablehlo.convert(tensor(shape_of(v), elem), v)
 
 
-# --- splat constants, elementwise math, calls and regions (jet-expand) ------------
+# --- splat constants, calls and regions ---------------------------------------------
 
 
 def splat(value: float, t: ir.Type) -> Value:
@@ -100,55 +106,6 @@ def splat(value: float, t: ir.Type) -> Value:
     else:
         attr = ir.FloatAttr.get(elem, float(value))
     return stablehlo.constant(ir.DenseElementsAttr.get_splat(tensor(shape, elem), attr))
-
-
-def exp(a: Value) -> Value:
-    return stablehlo.exponential(a)
-
-
-def log(a: Value) -> Value:
-    return stablehlo.log(a)
-
-
-def sin(a: Value) -> Value:
-    return stablehlo.sine(a)
-
-
-def cos(a: Value) -> Value:
-    return stablehlo.cosine(a)
-
-
-def sinh(a: Value) -> Value:
-    return chlo.sinh(a)
-
-
-def cosh(a: Value) -> Value:
-    return chlo.cosh(a)
-
-
-def rsqrt(a: Value) -> Value:
-    return stablehlo.rsqrt(a)
-
-
-def floor(a: Value) -> Value:
-    return stablehlo.floor(a)
-
-
-def ceil(a: Value) -> Value:
-    return stablehlo.ceil(a)
-
-
-def power(a: Value, b: Value) -> Value:
-    return stablehlo.power(a, b)
-
-
-def digamma(a: Value) -> Value:
-    return chlo.digamma(a)
-
-
-def polygamma(n: Value, a: Value) -> Value:
-    """The n-th derivative of digamma at `a` (`n` a tensor of `a`'s type)."""
-    return chlo.polygamma(n, a)
 
 
 def call(callee: str, operands: Sequence[Value], result_types: Sequence[ir.Type]) -> list[Value]:
@@ -479,10 +436,6 @@ def op(name: str, operands: Sequence[Value], result_type: ir.Type | None = None,
 
 def neg(a: Value) -> Value:
     return stablehlo.negate(a)
-
-
-def minimum(a: Value, b: Value) -> Value:
-    return stablehlo.minimum(a, b)
 
 
 def clamp(lo: Value, v: Value, hi: Value) -> Value:

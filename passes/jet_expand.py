@@ -24,6 +24,11 @@ ANNOTATION = "hlopt.jet"
 # The largest order jet-expand builds: a rule's work grows as K^2 (Cauchy products) to
 # K^3 (Faa di Bruno), and the annotation carries K+1 values per primal.
 MAX_ORDER = 64
+# The most ops jet-expand may build in one module, charged before each jet function is built
+# as the ops of its source times K^2 (the Cauchy products of its rules). The order cap alone
+# does not bound the work: nested jets multiply, K^2 per level (a 7 KB module of three nested
+# order-64 jets ran for minutes and died past 5 GB).
+MAX_WORK = 1 << 20
 EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
              "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
              "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
@@ -379,6 +384,17 @@ class ModuleJet:
         self.funcs, self.names = builders.functions(self.body)
         self.generated: dict[tuple, tuple[str, frozenset]] = {}
         self.annotations_expanded: set[str] = set()
+        self.work = 0  # ops charged so far against MAX_WORK
+
+    def charge(self, src: ir.Operation, name: str, order: int, location: ir.Location | None) -> None:
+        """Count the jet of `@name` (its ops times `order`^2) against MAX_WORK; a PassError past it."""
+        ops = len(builders.nested_ops(src))
+        self.work += ops * order * order
+        if self.work > MAX_WORK:
+            raise PassError(f"jet-expand: the order-{order} jet of @{name} ({ops} ops, after its own jets) would "
+                            f"build about {ops * order * order} ops, {self.work} in all, past the budget of "
+                            f"{MAX_WORK} ops per module (ops x order^2 per jet function); lower the order or the "
+                            "nesting of jets", location)
 
     def function(self, name: str, location: ir.Location | None) -> ir.Operation:
         """The `func.func @name` with a body, or a PassError at `location`."""
@@ -403,6 +419,7 @@ class ModuleJet:
         check_order(order, location)
         src = self.function(name, location)
         self.expand_annotations(src)
+        self.charge(src, name, order, location)
         fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
         inputs, results = list(fn_type.inputs), list(fn_type.results)
         new_name = builders.unique_symbol(self.names, f"{name}_jet{order}")

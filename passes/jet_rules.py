@@ -14,7 +14,7 @@ Control flow (`while`, `case`, `if`, `func.call`) needs the walker (series of
 values outside the op, jets of callees): `hlopt.passes.jet_expand` expands it
 and imports this module, never the other way round.
 
-The families, as in JAX's experimental jet module:
+The families, as in JAX's experimental jet module (`def_deriv` is the ODE one):
 
 - zero:        floor, sign, ... have zero Taylor coefficients;
 - linear:      the op itself applied to each coefficient (`linear(0, 2)` names
@@ -22,23 +22,24 @@ The families, as in JAX's experimental jet module:
                their primal);
 - bilinear:    the Cauchy product v_k = sum_j op(u_j, w_{k-j});
 - ODE:         y' = c(x) u' gives y_k = 1/k sum_{j=1..k} j u_j c_{k-j}, with
-               c computed alongside y (exp, sin/cos, tanh, logistic, erf...);
-- composition: Faa di Bruno with known derivatives f^(m)(x0) (power, lgamma).
+               c = f'(x) the entry of the derivative table (`hlopt.passes.derivatives`,
+               which vjp-expand reads too) evaluated on series alongside y (exp,
+               sin/cos, tanh, logistic, erf, lgamma...; `derivative_rules`);
+- composition: Faa di Bruno with known derivatives f^(m)(x0) (power).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-from hlopt.passes import builders, jet_directions, linalg_rules
+from hlopt.passes import builders, derivatives, jet_directions, linalg_rules
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.terms import Term, TermAlgebra
 from hlopt.passes.walk import call_target, walk_ops
 
-Term = Optional[ir.Value]
 Series = list  # [primal, c1, ..., cK]; None entries are zero
 Rule = Callable[["JetBuilder", ir.Operation, list[Series]], list[Optional[Series]]]
 
@@ -95,7 +96,7 @@ def _rank(v: ir.Value) -> int:
     return ir.RankedTensorType(v.type).rank
 
 
-class JetBuilder:
+class JetBuilder(TermAlgebra):
     """Builds coefficient ops at the current insertion point; None is zero throughout.
 
     It is the one object rules receive besides the op: the order, the zero-aware
@@ -174,7 +175,7 @@ class JetBuilder:
         return builders.pad(v, [row] + [0] * (len(shape) - 1), [n - 1 - row] + [0] * (len(shape) - 1),
                             [0] * len(shape), builders.splat(0, scalar_type(v.type)))
 
-    def _aligned(self, a: ir.Value, c: ir.Value, linear: bool) -> tuple[ir.Value, ir.Value]:
+    def aligned(self, a: ir.Value, c: ir.Value, linear: bool) -> tuple[ir.Value, ir.Value]:
         """`a` and `c` with the same directions axis (see the class docstring)."""
         if self.directions is None:
             return a, c
@@ -197,46 +198,12 @@ class JetBuilder:
 
     # --- single terms -----------------------------------------------------
 
-    def constant(self, value: float, t: ir.Type) -> ir.Value:
-        return builders.splat(value, t)
-
-    def zeros(self, like: ir.Value) -> ir.Value:
-        return self.constant(0, like.type)
-
     def zeros_like(self, t: ir.Type) -> ir.Value:
         return self.constant(0, t)
 
-    def materialize(self, term: Term, like: ir.Value) -> ir.Value:
-        return term if term is not None else self.zeros(like)
-
-    def add(self, a: Term, b: Term) -> Term:
-        if a is None:
-            return b
-        if b is None:
-            return a
-        return builders.add(*self._aligned(a, b, linear=True))
-
-    def sub(self, a: Term, b: Term) -> Term:
-        if b is None:
-            return a
-        if a is None:
-            return self.neg(b)
-        return builders.sub(*self._aligned(a, b, linear=True))
-
-    def neg(self, a: Term) -> Term:
-        return None if a is None else builders.neg(a)
-
-    def mul(self, a: Term, b: Term) -> Term:
-        if a is None or b is None:
-            return None
-        return builders.mul(*self._aligned(a, b, linear=False))
-
-    def div(self, a: Term, b: ir.Value) -> Term:
-        return None if a is None else builders.div(*self._aligned(a, b, linear=False))
-
     def select(self, pred: ir.Value, on_true: ir.Value, on_false: ir.Value) -> ir.Value:
         """select(pred, on_true, on_false); a primal `pred` is broadcast along the directions."""
-        on_true, on_false = self._aligned(on_true, on_false, linear=True)
+        on_true, on_false = self.aligned(on_true, on_false, linear=True)
         if _rank(pred) and _rank(pred) < _rank(on_true):
             pred = builders.broadcast(pred, [*builders.shape_of(on_true)[:1], *builders.shape_of(pred)],
                                       range(1, _rank(pred) + 1))
@@ -254,21 +221,6 @@ class JetBuilder:
         if self._lead_of(term, like):
             return builders.broadcast(term, [builders.shape_of(term)[0], *shape], [0] + [d + 1 for d in dims])
         return builders.broadcast(term, shape, dims)
-
-    def scale(self, a: Term, c: float) -> Term:
-        if a is None or c == 0:
-            return None
-        if c == 1:
-            return a
-        if c == -1:
-            return self.neg(a)
-        return self.mul(a, self.constant(c, a.type))
-
-    def total(self, terms: Sequence[Term]) -> Term:
-        out = None
-        for t in terms:
-            out = self.add(out, t)
-        return out
 
     def clone(self, op: ir.Operation, replace: dict[int, ir.Value]) -> ir.Operation:
         """A copy of `op` (attributes, regions) at the insertion point with some operands replaced."""
@@ -343,29 +295,6 @@ def split_results(b: JetBuilder, results: Sequence[ir.Value], carried: Sequence[
 
 # --- series-level building blocks shared by several rules --------------------
 
-def exp_series(b: JetBuilder, z: Series, y0: ir.Value, c0: ir.Value | None = None) -> Series:
-    """exp(z) with primal y0; `c0` replaces y0 as the derivative's primal (expm1)."""
-    dz = b.scaled_derivative(z)
-    y = [y0] + [None] * b.order
-    c = [y0 if c0 is None else c0] + [None] * b.order
-    for k in range(1, b.order + 1):
-        y[k] = b.ode_term(dz, c, k)
-        c[k] = y[k]
-    return y
-
-
-def log_series(b: JetBuilder, u: Series, y0: ir.Value, denominator: ir.Value | None = None) -> Series:
-    """log(u) (or log1p(u) with `denominator` = 1 + u0): u' = denom * y'."""
-    den = u[0] if denominator is None else denominator
-    y = [y0] + [None] * b.order
-    dy = [None] * (b.order + 1)
-    for k in range(1, b.order + 1):
-        conv = b.scale(b.cauchy(dy, u, k, lo=1, hi=k - 1), 1.0 / k)
-        y[k] = b.div(b.sub(u[k], conv), den)
-        dy[k] = b.scale(y[k], k)
-    return y
-
-
 def div_series(b: JetBuilder, u: Series, w: Series, v0: Term) -> Series:
     """u / w: v_k = (u_k - sum_{j<k} v_j w_{k-j}) / w0."""
     v = [v0] + [None] * b.order
@@ -376,26 +305,6 @@ def div_series(b: JetBuilder, u: Series, w: Series, v0: Term) -> Series:
 
 def mul_series(b: JetBuilder, u: Series, w: Series, v0: Term) -> Series:
     return [v0] + [b.cauchy(u, w, k) for k in range(1, b.order + 1)]
-
-
-def power_series(b: JetBuilder, u: Series, r: float, y0: ir.Value) -> Series:
-    """u^r for a constant r: k u0 y_k = sum_{j=1..k} (r j - (k - j)) u_j y_{k-j}."""
-    y = [y0] + [None] * b.order
-    for k in range(1, b.order + 1):
-        terms = [b.scale(b.mul(u[j], y[k - j]), (r * j - (k - j)) / k) for j in range(1, k + 1)]
-        y[k] = b.div(b.total(terms), u[0])
-    return y
-
-
-def ode_series(b: JetBuilder, u: Series, y0: ir.Value, derivative: Callable[[list, int], Term]) -> Series:
-    """y' = c u' where c_j = derivative(y, j) may read y_0..y_j (computed in step)."""
-    du = b.scaled_derivative(u)
-    y = [y0] + [None] * b.order
-    c: list = [None] * (b.order + 1)
-    for k in range(1, b.order + 1):
-        c[k - 1] = derivative(y, k - 1)
-        y[k] = b.ode_term(du, c, k)
-    return y
 
 
 def square_term(b: JetBuilder, y: Series, j: int) -> Term:
@@ -430,6 +339,174 @@ def choose_series(b: JetBuilder, x: Series, y: Series, direction: str, out: ir.V
         half = b.scale(b.add(xk, yk), 0.5)
         series[k] = b.select(ties, half, b.select(wins, xk, yk))
     return series
+
+
+# --- the derivative table's rules: y' = f'(x) x' ---------------------------------
+
+_PENDING = object()
+
+
+class LazySeries:
+    """A truncated series whose coefficients are built when first read (`s[k]`), so a
+    derivative's series may read the series it defines, up to the order before.
+    `scaled` is (c, s) for the series c * s, which the ODE step folds into its 1/k."""
+
+    def __init__(self, compute: Callable[[int], Term], scaled: tuple[float, "LazySeries"] | None = None):
+        self._compute, self._known, self.scaled = compute, {}, scaled
+
+    def __getitem__(self, k: int) -> Term:
+        if k not in self._known:
+            self._known[k] = _PENDING
+            self._known[k] = self._compute(k)
+        if self._known[k] is _PENDING:
+            raise PassError(f"jet-expand: internal error: coefficient {k} of a derivative series reads itself")
+        return self._known[k]
+
+
+class TaylorOfFormulas:
+    """The series of the derivative table's formulas on series (`derivatives.Expr`), each
+    op or product built once (sine's series and cosine's read each other)."""
+
+    def __init__(self, b: JetBuilder, table: derivatives.Table):
+        self.b, self.table = b, table
+        self.memo: dict[tuple, LazySeries] = {}
+
+    def lazy(self, key: tuple, compute: Callable[[int], Term], scaled=None) -> LazySeries:
+        if key not in self.memo:
+            self.memo[key] = LazySeries(compute, scaled)
+        return self.memo[key]
+
+    def given(self, s: Series) -> LazySeries:
+        return self.lazy(("given", id(s)), lambda k: s[k])
+
+    def scaled_derivative(self, u: LazySeries) -> LazySeries:
+        """[0, 1 u_1, 2 u_2, ...]: the coefficients of t u'(t)."""
+        return self.lazy(("d", id(u)), lambda j: self.b.scale(u[j], j) if j else None)
+
+    def evaluate(self, e: derivatives.Expr, env: dict[str, LazySeries]) -> LazySeries:
+        b = self.b
+        if e.kind == "var":
+            return env[e.value]
+        if e.kind == "const":
+            t = env["x"][0].type
+            return self.lazy(("const", e.value, str(t)), lambda k: b.constant(e.value, t) if k == 0 else None)
+        args = [self.evaluate(a, env) for a in e.args]
+        key = (e.kind, e.value, *map(id, args))
+        if e.kind == "apply":
+            return self.apply(e.value, args[:-1], args[-1])
+        if e.kind == "scale":
+            return self.lazy(key, lambda k: b.scale(args[0][k], e.value), scaled=(e.value, args[0]))
+        u, w = args
+        if e.kind == "add":
+            return self.lazy(key, lambda k: b.add(u[k], w[k]))
+        if e.kind == "sub":
+            return self.lazy(key, lambda k: b.sub(u[k], w[k]))
+        if e.kind == "mul":
+            return self.product(u, w)
+        return self.lazy(key, lambda k: b.div(b.sub(u[k], b.cauchy(self.memo[key], w, k, hi=k - 1) if k else None),
+                                              w[0]))
+
+    def product(self, u: LazySeries, w: LazySeries) -> LazySeries:
+        """u w, by half the products for a square."""
+        return self.lazy(("mul", None, id(u), id(w)),
+                         lambda k: square_term(self.b, u, k) if u is w else self.b.cauchy(u, w, k))
+
+    def powers_of(self, p: list[float], y: LazySeries) -> LazySeries:
+        """The series of the polynomial p(y), constant coefficient first."""
+        b, powers = self.b, [None, y]
+        while len(powers) < len(p):
+            powers.append(self.product(powers[-1], y))
+
+        def coefficient(j: int) -> Term:
+            total = None
+            for i in range(1, len(p)):
+                if p[i]:
+                    term = b.scale(powers[i][j], abs(p[i]))
+                    total = b.sub(total, term) if p[i] < 0 else b.add(total, term)
+            return b.add(b.constant(p[0], y[0].type), total) if j == 0 and p[0] else total
+
+        return self.lazy(("poly", tuple(p), id(y)), coefficient)
+
+    def apply(self, name: str, fixed: Sequence[LazySeries], u: LazySeries, primal: ir.Value | None = None) -> LazySeries:
+        """The series of op `name` of `fixed` (without series) and `u`, by its table entry."""
+        key = ("apply", name, *map(id, fixed), id(u))
+        if key in self.memo:
+            return self.memo[key]
+        entry = self.table.get(name)
+        if entry is None:
+            raise PassError(f"jet-expand: internal error: no derivative of '{name}' in the derivative table")
+        b, order = self.b, self.b.order
+        for i, f in enumerate(fixed):
+            if any(f[k] is not None for k in range(1, order + 1)):
+                raise PassError(f"jet-expand: no Taylor rule for '{name}' with a series in operand {i}")
+        y0 = primal if primal is not None else builders.op(name, [f[0] for f in fixed] + [u[0]])
+        poly = derivatives.polynomial(entry.formula)
+        if not entry.reciprocal and poly is not None and len(poly) > 2 and \
+                u[1] is not None and all(u[k] is None for k in range(2, order + 1)):
+            closed = _polynomial_ode_of_line(b, poly, u[1], y0)
+            self.memo[key] = self.lazy(key + ("closed",), lambda k: closed[k])
+            return self.memo[key]
+        y = self.memo[key] = LazySeries(lambda k: y0 if k == 0 else step(k))
+        env = {f"p{i}": f for i, f in enumerate(fixed)}
+        env.update(x=u, y=y)
+        derivative: list[LazySeries] = []  # built when first read: polygamma's chain ends at the order
+
+        def c() -> LazySeries:
+            if not derivative:
+                derivative.append(self.powers_of(poly, y) if poly is not None else self.evaluate(entry.formula, env))
+            return derivative[0]
+
+        if entry.reciprocal:  # y' g = u': k y_k g_0 = k u_k - sum_{j=1..k-1} j y_j g_{k-j}
+            dy = self.scaled_derivative(y)
+
+            def step(k: int) -> Term:
+                conv = b.scale(b.cauchy(dy, c(), k, lo=1, hi=k - 1), 1.0 / k)
+                return b.div(b.sub(u[k], conv), c()[0])
+        else:  # y' = c u': y_k = 1/k sum_{j=1..k} j u_j c_{k-j}
+            du = self.scaled_derivative(u)
+
+            def step(k: int) -> Term:
+                factor, inner = c().scaled or (1.0, c())
+                return b.scale(b.cauchy(du, inner, k, lo=1), factor / k)
+        return y
+
+
+def _polynomial_ode_of_line(b: JetBuilder, p: list[float], u1: ir.Value, y0: ir.Value) -> Series:
+    """The series of y with y' = p(y) u' for u = u0 + u1 t (the first nonlinearity of a
+    directional derivative): y_k = u1^k P_k(y0) with P_0 = y and P_k = P_{k-1}' p(y) / k,
+    polynomials found here: one Horner evaluation per coefficient, where the recurrence
+    reads every lower coefficient (and XLA recomputes those in each consumer)."""
+    y, q, power = [y0] + [None] * b.order, [0.0, 1.0], u1
+    for k in range(1, b.order + 1):
+        q = [c / k for c in derivatives.poly_mul([i * c for i, c in enumerate(q)][1:], p)]
+        power = power if k == 1 else b.mul(power, u1)
+        y[k] = b.mul(_horner(b, q, y0), power)
+    return y
+
+
+def _horner(b: JetBuilder, coeffs: Sequence[float], x: ir.Value) -> Term:
+    """sum_i coeffs[i] x^i; zero coefficients build no ops."""
+    value = None
+    for c in reversed(coeffs):
+        value = b.add(b.mul(value, x), b.constant(c, x.type) if c else None)
+    return value
+
+
+def derivative_series(b: JetBuilder, name: str, u: Series, y0: ir.Value, fixed: Sequence[Series] = (),
+                      table: derivatives.Table | None = None) -> Series:
+    """The series of op `name` (an entry of `table`, by default `derivatives.DERIVATIVES`)
+    of `u`, with primal `y0` and other operands `fixed` (without series)."""
+    taylor = TaylorOfFormulas(b, derivatives.DERIVATIVES if table is None else table)
+    y = taylor.apply(name, [taylor.given(f) for f in fixed], taylor.given(u), primal=y0)
+    return [y[k] for k in range(b.order + 1)]
+
+
+def derivative_rules(table: derivatives.Table) -> dict[str, Rule]:
+    """A Taylor rule per entry of the derivative table `table`."""
+    def rule_of(name: str) -> Rule:
+        return lambda b, op, ins: [derivative_series(b, name, ins[-1], op.result, ins[:-1], table)]
+
+    return {name: rule_of(name) for name in table}
 
 
 # --- rule constructors --------------------------------------------------------
@@ -574,105 +651,6 @@ def _divide(b, op, ins):
     return [div_series(b, ins[0], ins[1], op.result)]
 
 
-def _sqrt(b, u, y0):
-    y = [y0] + [None] * b.order
-    two_y0 = b.scale(y0, 2.0)
-    for k in range(1, b.order + 1):
-        y[k] = b.div(b.sub(u[k], square_term(b, [None] + y[1:], k)), two_y0)
-    return y
-
-
-def pair_rule(partner: Callable[[ir.Value], ir.Value], own_sign: float, partner_sign: float) -> Rule:
-    """y = f(u) with y' = own_sign * z u' and z' = partner_sign * y u', z = partner(u):
-    sine/cosine and sinh/cosh; z is needed to order K-1 only."""
-
-    def rule(b, op, ins):
-        (u,) = ins
-        du = b.scaled_derivative(u)
-        y = b.series(op.result)
-        z = b.series(partner(u[0]))
-        for k in range(1, b.order + 1):
-            y[k] = b.scale(b.ode_term(du, z, k), own_sign)
-            if k < b.order:
-                z[k] = b.scale(b.ode_term(du, y, k), partner_sign)
-        return [y]
-
-    return rule
-
-
-def _poly_mul(p: Sequence[float], q: Sequence[float]) -> list[float]:
-    out = [0.0] * (len(p) + len(q) - 1)
-    for i, a in enumerate(p):
-        for j, c in enumerate(q):
-            out[i + j] += a * c
-    return out
-
-
-def _horner(b: JetBuilder, coeffs: Sequence[float], x: ir.Value) -> Term:
-    """sum_i coeffs[i] x^i; zero coefficients build no ops."""
-    value = None
-    for c in reversed(coeffs):
-        value = b.add(b.mul(value, x), b.constant(c, x.type) if c else None)
-    return value
-
-
-def _quadratic_of_y(a0: float, a1: float, a2: float) -> Callable[[JetBuilder, Series, ir.Value], Series]:
-    """Series of y with y' = (a0 + a1 y + a2 y^2) u': tanh (1, 0, -1), tan (1, 0, 1),
-    logistic (0, 1, -1). When u = u0 + u1 t (the first nonlinearity of a directional
-    derivative), y_k = u1^k P_k(y0) with P_0 = y and P_k = P_{k-1}' (a0 + a1 y + a2 y^2) / k,
-    polynomials found here: one Horner evaluation per coefficient, where the recurrence
-    reads every lower coefficient (and XLA recomputes those in each consumer)."""
-
-    def derivative(b, y, j):
-        sq = square_term(b, y, j)
-        lin = b.scale(y[j], a1)
-        rest = b.sub(lin, b.scale(sq, -a2)) if a2 < 0 else b.add(lin, b.scale(sq, a2))
-        return b.add(b.constant(a0, y[0].type), rest) if j == 0 and a0 else rest
-
-    def series(b, u, y0):
-        if u[1] is None or any(t is not None for t in u[2:]):
-            return ode_series(b, u, y0, lambda y, j: derivative(b, y, j))
-        y, p, power = [y0] + [None] * b.order, [0.0, 1.0], u[1]
-        for k in range(1, b.order + 1):
-            p = [c / k for c in _poly_mul([i * c for i, c in enumerate(p)][1:], [a0, a1, a2])]
-            power = power if k == 1 else b.mul(power, u[1])
-            y[k] = b.mul(_horner(b, p, y0), power)
-        return y
-
-    return series
-
-
-def _expm1(b, u, y0):
-    return exp_series(b, u, y0, c0=builders.exp(u[0]))
-
-
-def _log1p(b, u, y0):
-    return log_series(b, u, y0, denominator=b.add(b.constant(1, u[0].type), u[0]))
-
-
-def _quadratic(b: JetBuilder, z: Series, a: float, s: float) -> Series:
-    """The series of a + s z^2."""
-    z0_sq = b.mul(z[0], z[0])
-    return [b.add(b.constant(a, z[0].type), b.scale(z0_sq, s)) if a else b.scale(z0_sq, s)] + \
-        [b.scale(square_term(b, z, j), s) for j in range(1, b.order + 1)]
-
-
-def _reciprocal_of_quadratic(b: JetBuilder, z: Series, s: float) -> Series:
-    """1 / (1 + s z^2): the derivative of atan (s = 1) and atanh (s = -1)."""
-    one = b.constant(1, z[0].type)
-    d = _quadratic(b, z, 1.0, s)
-    return div_series(b, [one] + [None] * b.order, d, b.div(one, d[0]))
-
-
-def _with_derivative(b: JetBuilder, u: Series, y0: ir.Value, c: Series) -> Series:
-    du = b.scaled_derivative(u)
-    return [y0] + [b.ode_term(du, c, k) for k in range(1, b.order + 1)]
-
-
-def _atan_like(s: float) -> Callable:
-    """atan (s = 1) and atanh (s = -1): y' = u' / (1 + s u^2)."""
-    return lambda b, u, y0: _with_derivative(b, u, y0, _reciprocal_of_quadratic(b, u, s))
-
 
 def _atan2(b, op, ins):
     """atan2(u, w): t y'(t) = (w t u' - u t w') / (u^2 + w^2), which stays finite where
@@ -684,48 +662,6 @@ def _atan2(b, op, ins):
         b.add(square_term(b, u, k), square_term(b, w, k)) for k in range(1, b.order + 1)]
     q = div_series(b, num, den, None)
     return [[op.result] + [b.scale(q[k], 1.0 / k) for k in range(1, b.order + 1)]]
-
-
-def _inverse_sqrt_rule(sign: float, a: float, s: float) -> Callable:
-    """y' = sign (a + s u^2)^(-1/2) u': asin (1, 1, -1), acos (-1, 1, -1),
-    asinh (1, 1, 1), acosh (1, -1, 1)."""
-
-    def fn(b, u, y0):
-        w = _quadratic(b, u, a, s)
-        c = power_series(b, w, -0.5, builders.rsqrt(w[0]))
-        return _with_derivative(b, u, y0, [b.scale(t, sign) for t in c])
-
-    return fn
-
-
-def _erf_like(sign: float) -> Callable:
-    """erf (sign 1) and erfc (sign -1): y' = sign 2/sqrt(pi) exp(-u^2) u'."""
-
-    def fn(b, u, y0):
-        q = _quadratic(b, u, 0.0, -1.0)
-        e = exp_series(b, q, builders.exp(q[0]))
-        return _with_derivative(b, u, y0, [b.scale(t, sign * 2 / math.sqrt(math.pi)) for t in e])
-
-    return fn
-
-
-def _erf_inv(b, u, y0):
-    """y' = sqrt(pi)/2 exp(y^2) u': the derivative series is built from y as y grows."""
-    s: list = [None] * (b.order + 1)
-    ds: list = [None] * (b.order + 1)
-    e: list = [None] * (b.order + 1)
-
-    def derivative(y, j):
-        s[j] = square_term(b, y, j)
-        ds[j] = b.scale(s[j], j)
-        e[j] = builders.exp(s[0]) if j == 0 else b.ode_term(ds, e, j)
-        return b.scale(e[j], math.sqrt(math.pi) / 2)
-
-    return ode_series(b, u, y0, derivative)
-
-
-def _power_recurrence(r: float) -> Callable:
-    return lambda b, u, y0: power_series(b, u, r, y0)
 
 
 def _power(b, op, ins):
@@ -746,7 +682,7 @@ def _power(b, op, ins):
         while len(falling) <= m:
             i = len(falling)
             falling.append(b.scale(b.mul(falling[-1], b.sub(w[0], b.constant(i - 1, x[0].type))), 1.0 / i))
-        value = builders.power(x[0], b.sub(w[0], b.constant(m, x[0].type)))
+        value = builders.op("stablehlo.power", [x[0], b.sub(w[0], b.constant(m, x[0].type))])
         for i in range(m):
             value = b.scale(b.mul(value, w[0] if i == 0 else b.sub(w[0], b.constant(i, x[0].type))), 1.0 / (i + 1))
         return builders.select(builders.compare(falling[m], zero_, "EQ"), zero_, value)
@@ -754,29 +690,12 @@ def _power(b, op, ins):
     fixed = compose(b, x, op.result, d)
     if not has_series(w):
         return [fixed]
-    log_x = log_series(b, x, builders.log(x[0]))
+    log_x = derivative_series(b, "stablehlo.log", x, builders.op("stablehlo.log", [x[0]]))
     z = mul_series(b, [None] + w[1:], log_x, None)
-    y = mul_series(b, fixed, exp_series(b, z, one), op.result)
+    y = mul_series(b, fixed, derivative_series(b, "stablehlo.exponential", z, one), op.result)
     at_zero = builders.compare(x[0], zero_, "EQ")
     return [[y[0]] + [None if y[k] is None else b.select(at_zero, b.materialize(fixed[k], x[0]), y[k])
                       for k in range(1, b.order + 1)]]
-
-
-def _polygamma_composition(shift: int) -> Callable:
-    """lgamma (shift 0: f' = digamma) and digamma (shift 1): f^(m) = polygamma(m - 1 + shift)."""
-
-    def fn(b, u, y0):
-        def d(m: int) -> ir.Value:
-            n = m - 1 + shift
-            if n == 0:
-                value = builders.digamma(u[0])
-            else:
-                value = builders.polygamma(b.constant(n, u[0].type), u[0])
-            return b.scale(value, 1.0 / math.factorial(m))
-
-        return compose(b, u, y0, d)
-
-    return fn
 
 
 def _abs(b, op, ins):
@@ -785,7 +704,7 @@ def _abs(b, op, ins):
     if isinstance(builders.elem_of(u[0]), ir.ComplexType):
         re, im = ([None if t is None else part(t) for t in u] for part in (builders.real, builders.imag))
         r = [None] + [b.add(square_term(b, re, k), square_term(b, im, k)) for k in range(1, b.order + 1)]
-        return [_sqrt(b, r, op.result)]
+        return [derivative_series(b, "stablehlo.sqrt", r, op.result)]
     sign = builders.select(builders.compare(u[0], b.zeros(u[0]), "LT"), b.constant(-1, u[0].type),
                            b.constant(1, u[0].type))
     return [[op.result] + [b.mul(sign, u[k]) for k in range(1, b.order + 1)]]
@@ -797,7 +716,7 @@ def _remainder(b, op, ins):
     if all(t is None for t in y[1:]):
         return [out[:1] + x[1:]]
     q = builders.div(x[0], y[0])
-    trunc = builders.select(builders.compare(q, b.zeros(q), "LT"), builders.ceil(q), builders.floor(q))
+    trunc = builders.select(builders.compare(q, b.zeros(q), "LT"), builders.op("stablehlo.ceil", [q]), builders.op("stablehlo.floor", [q]))
     return [out[:1] + [b.sub(x[k], b.mul(trunc, y[k])) for k in range(1, b.order + 1)]]
 
 
@@ -989,6 +908,8 @@ SHARDING_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
 
 
 RULES: dict[str, Rule] = {
+    # y' = f'(x) x', from the derivative table (exp, log, sine, tanh, erf, lgamma...)
+    **derivative_rules(derivatives.DERIVATIVES),
     # zero
     **{name: zero for name in ("stablehlo.sign", "stablehlo.floor", "stablehlo.ceil",
                                "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even")},
@@ -1009,39 +930,14 @@ RULES: dict[str, Rule] = {
     "stablehlo.reduce_window": _reduce_like(linear(0, 1)),
     # bilinear
     "stablehlo.multiply": bilinear,
-    "chlo.square": of_series(lambda b, u, y0: [y0] + [square_term(b, u, k) for k in range(1, b.order + 1)]),
+    "chlo.square": of_series(  # the Cauchy square, not the ODE of its table entry
+        lambda b, u, y0: [y0] + [square_term(b, u, k) for k in range(1, b.order + 1)]),
     "stablehlo.dot_general": _dot_general,
     "stablehlo.convolution": bilinear,
     "stablehlo.divide": _divide,
-    # first-order ODE recurrences
-    "stablehlo.exponential": of_series(lambda b, u, y0: exp_series(b, u, y0)),
-    "stablehlo.exponential_minus_one": of_series(_expm1),
-    "stablehlo.log": of_series(lambda b, u, y0: log_series(b, u, y0)),
-    "stablehlo.log_plus_one": of_series(_log1p),
-    "stablehlo.sine": pair_rule(builders.cos, 1.0, -1.0),
-    "stablehlo.cosine": pair_rule(builders.sin, -1.0, 1.0),
-    "chlo.sinh": pair_rule(builders.cosh, 1.0, 1.0),
-    "chlo.cosh": pair_rule(builders.sinh, 1.0, 1.0),
-    "stablehlo.tanh": of_series(_quadratic_of_y(1.0, 0.0, -1.0)),
-    "stablehlo.tan": of_series(_quadratic_of_y(1.0, 0.0, 1.0)),
-    "stablehlo.logistic": of_series(_quadratic_of_y(0.0, 1.0, -1.0)),
-    "stablehlo.sqrt": of_series(_sqrt),
-    "stablehlo.rsqrt": of_series(_power_recurrence(-0.5)),
-    "stablehlo.cbrt": of_series(_power_recurrence(1.0 / 3.0)),
-    "chlo.atan": of_series(_atan_like(1.0)),
-    "chlo.atanh": of_series(_atan_like(-1.0)),
     "stablehlo.atan2": _atan2,
-    "chlo.asin": of_series(_inverse_sqrt_rule(1.0, 1.0, -1.0)),
-    "chlo.acos": of_series(_inverse_sqrt_rule(-1.0, 1.0, -1.0)),
-    "chlo.asinh": of_series(_inverse_sqrt_rule(1.0, 1.0, 1.0)),
-    "chlo.acosh": of_series(_inverse_sqrt_rule(1.0, -1.0, 1.0)),
-    "chlo.erf": of_series(_erf_like(1.0)),
-    "chlo.erfc": of_series(_erf_like(-1.0)),
-    "chlo.erf_inv": of_series(_erf_inv),
     # composition
     "stablehlo.power": _power,
-    "chlo.lgamma": of_series(_polygamma_composition(0)),
-    "chlo.digamma": of_series(_polygamma_composition(1)),
     # piecewise
     "stablehlo.abs": _abs,
     "stablehlo.remainder": _remainder,

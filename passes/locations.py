@@ -184,15 +184,20 @@ def _library_dirs() -> tuple[str, ...]:
         spec = importlib.util.find_spec(name)  # finds the package without importing it
         if spec is not None and spec.submodule_search_locations:
             dirs += list(spec.submodule_search_locations)
-    return tuple(os.path.join(os.path.realpath(d), "") for d in dirs)
+    return tuple(dict.fromkeys(os.path.join(form(d), "") for d in dirs for form in (os.path.abspath, os.path.realpath)))
 
 
 @functools.lru_cache(maxsize=1024)
 def in_library(path: str) -> bool:
-    """True for a file of hlopt's or jax's own code (not the user's)."""
-    if not os.path.isabs(path):
+    """True for a file of hlopt's or jax's own code (not the user's).
+
+    Only the text of `path` is compared: a location comes from the module (a
+    file may hold any string there, NUL bytes included), so it is never looked
+    up on disk.
+    """
+    if not path.startswith("/"):
         return False
-    return os.path.realpath(path).startswith(_library_dirs())
+    return os.path.normpath(path).startswith(_library_dirs())
 
 
 def user_frame(frames: Frames) -> Frame | None:
@@ -233,7 +238,7 @@ def format_frame(frame: Frame) -> str:
     file, line, col = frame
     if file == PARSED_TEXT:
         file = getattr(_state, "name", None) or file
-    return f"{file}:{line}:{col}"
+    return f"{printable(file)}:{line}:{col}"
 
 
 def format_frames(frames: Frames) -> str | None:

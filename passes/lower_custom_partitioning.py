@@ -10,16 +10,24 @@ and `@SPMDShardToFullShape` custom calls (target=gspmd, which also rewrites
 every `sdy.sharding` of the module into `mhlo.sharding`). Nothing in the
 output refers to a Python object.
 
-Partitioners are found by key: first among those registered in this process
-(`register_partitioner`), else by importing `module` and looking up
-`qualname` of a `module:qualname` key. The sharding strings are encoded and
-decoded in `sharding_codec.py`.
+Partitioners are found by key among those registered in this process
+(`register_partitioner`; each `hlopt.custom_partitioning` registers itself,
+so importing the module that defines it is enough). Reading IR never imports
+code: only inside `partitioner_imports()` (what `hlopt-opt --allow-import`,
+`hlopt compile --allow-import` and `import_partitioners=True` of
+`Lowered.apply`/`Lowered.compile` open) is an unregistered `module:qualname`
+key imported, and never from the current directory. The sharding strings are
+encoded and decoded in `sharding_codec.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Callable, Sequence
+import os
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar, Literal, Protocol
 
 from hlopt.passes.base import Pass, PassError
@@ -96,16 +104,41 @@ def registered_partitioner(key: str) -> Partitioner | None:
     return _PARTITIONERS.get(key)
 
 
+_IMPORTS_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("hlopt_partitioner_imports", default=False)
+
+
+@contextlib.contextmanager
+def partitioner_imports(allowed: bool = True) -> Iterator[None]:
+    """Within the block, a key no partitioner of this process is registered under is imported (`allowed=False`
+    leaves the setting as it is).
+
+    The explicit opt-in to running code a module names: its `module:qualname`
+    is imported from `sys.path` without the current directory, and a
+    `__main__` module is never imported.
+    """
+    token = _IMPORTS_ALLOWED.set(True) if allowed else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _IMPORTS_ALLOWED.reset(token)
+
+
 def resolve_partitioner(key: str) -> Partitioner:
-    """The partitioner registered under `key`, else `qualname` imported from `module`."""
+    """The partitioner registered under `key`; inside `partitioner_imports()`, else `qualname` imported from `module`."""
     found = _PARTITIONERS.get(key)
     if found is not None:
         return found
     module_name, _, qualname = key.partition(":")
-    if not qualname or "<locals>" in qualname or "#" in qualname:
+    if not _IMPORTS_ALLOWED.get():
+        raise LookupError(f"'{key}' is not registered in this process: import the module that defines it first, "
+                          "or allow importing it (hlopt-opt/hlopt compile --allow-import, "
+                          "import_partitioners=True in Python)")
+    if not qualname or "<locals>" in qualname or "#" in qualname or "__main__" in module_name.split("."):
         raise LookupError(f"'{key}' is not registered in this process and cannot be imported")
     try:
-        obj = import_object(key)
+        with _without_working_directory():
+            obj = import_object(key)
     except ImportError as e:
         raise LookupError(f"'{key}' is not registered and importing '{module_name}' failed: {e}") from None
     except AttributeError:
@@ -116,6 +149,18 @@ def resolve_partitioner(key: str) -> Partitioner:
     if found is None:
         raise LookupError(f"'{key}' names no custom partitioning after importing '{module_name}'")
     return found
+
+
+@contextlib.contextmanager
+def _without_working_directory() -> Iterator[None]:
+    """`sys.path` without '' and the current directory (which `python -c`/`-m` put first) while importing."""
+    cwd = os.path.realpath(os.getcwd())
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if p and os.path.realpath(p) != cwd]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def _tensor_type(t: ir.Type) -> ir.RankedTensorType:

@@ -15,8 +15,9 @@ The families, as in JAX's `ad.py` (`deflinear2`, `defbilinear`, `defjvp`):
 - zero:        piecewise-constant ops (floor, sign, compare...) pass nothing back;
 - linear:      the transpose of the op applied to the cotangent (negate,
                reshape, slice, pad, gather, reduce add...);
-- derivative:  elementwise ops, `ct * f'(x)` with f'(x) built from the operand
-               and the result (`deriv`), or `ct / g(x)` (`quotient`);
+- derivative:  elementwise ops, `ct * f'(x)` (or `ct / g(x)` where f' = 1 / g),
+               f' from the one derivative table (`hlopt.passes.derivatives`), which
+               jet-expand reads as well;
 - bilinear:    multiply and dot_general: the cotangent times the other operand;
 - structure:   while, case/if, func.call and sort, which rebuild or wrap
                regions (see `hlopt.passes.vjp_expand` for the residual policy).
@@ -27,48 +28,28 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
-from hlopt.passes import builders, linalg_rules
+from hlopt.passes import builders, derivatives, linalg_rules
 from hlopt.passes.base import PassError
 from hlopt.passes.jet_rules import STOP_GRADIENT, check_stop_gradient
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.terms import Term, TermAlgebra
 from hlopt.passes.registry import lowering_pass_for
 
 if TYPE_CHECKING:
     from hlopt.passes.vjp_expand import Scope
 
-Term = Optional[ir.Value]
 Rule = Callable[["VjpBuilder", ir.Operation, list[Term], list[bool]], list[Term]]
 
 I32 = builders.i32
 
 
-class VjpBuilder:
+class VjpBuilder(TermAlgebra):
     """Builds cotangent ops at the current insertion point; None is zero throughout."""
 
     def __init__(self, scope: "Scope"):
         self.scope = scope
-
-    def constant(self, value: complex | float, like: ir.Value) -> ir.Value:
-        """A constant of the type of `like` (complex values give the real part)."""
-        return builders.full(builders.shape_of(like), value, builders.elem_of(like))
-
-    def zeros(self, like: ir.Value) -> ir.Value:
-        return self.constant(0, like)
-
-    def materialize(self, term: Term, like: ir.Value) -> ir.Value:
-        return term if term is not None else self.zeros(like)
-
-    def add(self, a: Term, b: Term) -> Term:
-        if a is None:
-            return b
-        return a if b is None else builders.add(a, b)
-
-    def sub(self, a: Term, b: Term) -> Term:
-        if b is None:
-            return a
-        return self.neg(b) if a is None else builders.sub(a, b)
 
     def accumulate(self, total: ir.Value, ct: ir.Value) -> ir.Value:
         """`total + ct`; where one side is a slice or a scatter-add written into zeros (the
@@ -92,21 +73,6 @@ class VjpBuilder:
                 new.operands[0] = a
                 return new.results[0]
         return builders.add(total, ct)
-
-    def neg(self, a: Term) -> Term:
-        return None if a is None else builders.neg(a)
-
-    def mul(self, a: Term, b: Term) -> Term:
-        return None if a is None or b is None else builders.mul(a, b)
-
-    def div(self, a: Term, b: ir.Value) -> Term:
-        return None if a is None else builders.div(a, b)
-
-    def scale(self, a: Term, c: float) -> Term:
-        return None if a is None else builders.mul(a, self.constant(c, a))
-
-    def unary(self, name: str, x: ir.Value) -> ir.Value:
-        return builders.op(name, [x])
 
     def where(self, pred: ir.Value, a: Term) -> Term:
         """`a` where `pred` holds, zero elsewhere."""
@@ -202,16 +168,6 @@ def zero(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) ->
     return [None] * len(op.operands)
 
 
-def deriv(fn: Callable[[VjpBuilder, ir.Value, ir.Value], ir.Value]) -> Rule:
-    """An elementwise one-operand op: `ct * f'(x)`, with f'(x) = fn(b, x, y) and y = f(x)."""
-    return lambda b, op, cts, wants: [b.mul(cts[0], fn(b, op.operands[0], op.result))]
-
-
-def quotient(fn: Callable[[VjpBuilder, ir.Value, ir.Value], ir.Value]) -> Rule:
-    """An elementwise one-operand op with f'(x) = 1 / fn(b, x, y): `ct / fn(b, x, y)`."""
-    return lambda b, op, cts, wants: [b.div(cts[0], fn(b, op.operands[0], op.result))]
-
-
 def linear(transpose: Callable[[VjpBuilder, ir.Operation, ir.Value], list[Term]]) -> Rule:
     """A one-result op, linear in its differentiable operands: `transpose(b, op, ct)`."""
     return lambda b, op, cts, wants: transpose(b, op, cts[0])
@@ -227,7 +183,7 @@ def reapply(b: VjpBuilder, op: ir.Operation, ct: ir.Value) -> list[Term]:
 # --- elementwise ------------------------------------------------------------------
 
 def _one(b: VjpBuilder, x: ir.Value) -> ir.Value:
-    return b.constant(1, x)
+    return b.constant(1, x.type)
 
 
 def _square(b: VjpBuilder, x: ir.Value) -> ir.Value:
@@ -264,7 +220,7 @@ def _power(b, op, cts, wants):
         dx = b.mul(ct, builders.select(builders.compare(y, zero_, "EQ"), zero_, jac))
     if wants[1]:
         safe = builders.select(builders.compare(x, zero_, "EQ"), one, x)
-        dy = b.mul(ct, builders.mul(b.unary("stablehlo.log", safe), out))
+        dy = b.mul(ct, builders.mul(builders.op("stablehlo.log", [safe]), out))
     return [dx, dy]
 
 
@@ -278,7 +234,8 @@ def _remainder(b, op, cts, wants):
     """rem(x, y) = x - trunc(x / y) y: ct and -ct sign(x/y) floor(|x/y|), as JAX."""
     (ct,), (x, y) = cts, op.operands
     q = builders.div(x, y)
-    trunc = builders.mul(b.unary("stablehlo.sign", q), b.unary("stablehlo.floor", b.unary("stablehlo.abs", q)))
+    trunc = builders.mul(builders.op("stablehlo.sign", [q]),
+                         builders.op("stablehlo.floor", [builders.op("stablehlo.abs", [q])]))
     return [ct, b.neg(b.mul(ct, trunc)) if wants[1] else None]
 
 
@@ -286,7 +243,7 @@ def _balanced(b: VjpBuilder, x: ir.Value, z: ir.Value, y: ir.Value) -> ir.Value:
     """JAX's `_balanced_eq`: 1 where x = z != y, 1/2 where x = y = z, 0 elsewhere."""
     one = _one(b, z)
     hit = builders.select(builders.compare(x, z, "EQ"), one, b.zeros(z))
-    return builders.div(hit, builders.select(builders.compare(y, z, "EQ"), b.constant(2, z), one))
+    return builders.div(hit, builders.select(builders.compare(y, z, "EQ"), b.constant(2, z.type), one))
 
 
 def _choose(b, op, cts, wants):
@@ -345,25 +302,22 @@ def _convert(b, op, cts, wants):
     return [builders.convert(ct, elem)]
 
 
-def _polygamma(b, op, cts, wants):
-    """polygamma(n, x): ct polygamma(n + 1, x); the order n is not differentiable (as JAX)."""
-    (ct,), (n, x) = cts, op.operands
-    if wants[0]:
-        raise PassError("vjp-expand: chlo.polygamma is not differentiable in its order", op.location)
-    return [None, b.mul(ct, builders.op("chlo.polygamma", [builders.add(n, _one(b, n)), x]))]
+def derivative_rules(table: derivatives.Table) -> dict[str, Rule]:
+    """A reverse-mode rule per entry of the derivative table `table`: `ct f'(x)`, or
+    `ct / g(x)` for a quotient entry (f' = 1 / g)."""
+    def rule_of(name: str) -> Rule:
+        entry = table[name]
 
+        def rule(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+            if any(wants[:entry.fixed]):
+                raise PassError(f"vjp-expand: {name} is not differentiable in operand "
+                                f"{wants.index(True)} (only in its last one)", op.location)
+            d = derivatives.derivative_at(entry, b, list(op.operands), op.result)
+            return [None] * entry.fixed + [b.div(cts[0], d) if entry.reciprocal else b.mul(cts[0], d)]
 
-def _exp_square(scale: float, sign: float) -> Callable:
-    """v -> scale * exp(sign * v^2): erf' at the operand (sign -1), erf_inv' at the result (sign 1)."""
-    return lambda b, v: b.scale(b.unary("stablehlo.exponential", b.scale(_square(b, v), sign)), scale)
+        return rule
 
-
-_ERF = _exp_square(2 / math.sqrt(math.pi), -1.0)
-_ERF_INV = _exp_square(math.sqrt(math.pi) / 2, 1.0)
-
-
-def _one_minus_square(b: VjpBuilder, x: ir.Value) -> ir.Value:
-    return builders.sub(_one(b, x), _square(b, x))
+    return {name: rule_of(name) for name in table}
 
 
 # --- linear and shape ops ---------------------------------------------------------
@@ -1070,36 +1024,9 @@ RULES: dict[str, Rule] = {
     # bilinear
     "stablehlo.multiply": _multiply,
     "stablehlo.dot_general": _dot_general,
-    # elementwise derivatives
+    # elementwise: ct f'(x) (or ct / g(x)), from the derivative table
+    **derivative_rules(derivatives.DERIVATIVES),
     "stablehlo.divide": _divide,
-    "stablehlo.exponential": deriv(lambda b, x, y: y),
-    "stablehlo.exponential_minus_one": deriv(lambda b, x, y: builders.add(y, _one(b, y))),
-    "stablehlo.log": quotient(lambda b, x, y: x),
-    "stablehlo.log_plus_one": quotient(lambda b, x, y: builders.add(x, _one(b, x))),
-    "stablehlo.sqrt": quotient(lambda b, x, y: b.scale(y, 2.0)),
-    "stablehlo.rsqrt": deriv(lambda b, x, y: b.scale(builders.div(y, x), -0.5)),
-    "stablehlo.cbrt": deriv(lambda b, x, y: builders.div(b.constant(1 / 3, x), _square(b, y))),
-    "stablehlo.sine": deriv(lambda b, x, y: b.unary("stablehlo.cosine", x)),
-    "stablehlo.cosine": deriv(lambda b, x, y: builders.neg(b.unary("stablehlo.sine", x))),
-    "stablehlo.tan": deriv(lambda b, x, y: builders.add(_one(b, y), _square(b, y))),
-    "chlo.tan": deriv(lambda b, x, y: builders.add(_one(b, y), _square(b, y))),
-    "stablehlo.tanh": deriv(lambda b, x, y: builders.mul(builders.add(_one(b, y), y), builders.sub(_one(b, y), y))),
-    "stablehlo.logistic": deriv(lambda b, x, y: builders.mul(y, builders.sub(_one(b, y), y))),
-    "chlo.sinh": deriv(lambda b, x, y: b.unary("chlo.cosh", x)),
-    "chlo.cosh": deriv(lambda b, x, y: b.unary("chlo.sinh", x)),
-    "chlo.asin": deriv(lambda b, x, y: b.unary("stablehlo.rsqrt", _one_minus_square(b, x))),
-    "chlo.acos": deriv(lambda b, x, y: builders.neg(b.unary("stablehlo.rsqrt", _one_minus_square(b, x)))),
-    "chlo.atan": quotient(lambda b, x, y: builders.add(_one(b, x), _square(b, x))),
-    "chlo.asinh": deriv(lambda b, x, y: b.unary("stablehlo.rsqrt", builders.add(_square(b, x), _one(b, x)))),
-    "chlo.acosh": deriv(lambda b, x, y: b.unary("stablehlo.rsqrt", builders.sub(_square(b, x), _one(b, x)))),
-    "chlo.atanh": quotient(lambda b, x, y: builders.mul(builders.add(_one(b, x), x), builders.sub(_one(b, x), x))),
-    "chlo.erf": deriv(lambda b, x, y: _ERF(b, x)),
-    "chlo.erfc": deriv(lambda b, x, y: builders.neg(_ERF(b, x))),
-    "chlo.erf_inv": deriv(lambda b, x, y: _ERF_INV(b, y)),
-    "chlo.lgamma": deriv(lambda b, x, y: b.unary("chlo.digamma", x)),
-    "chlo.digamma": deriv(lambda b, x, y: builders.op("chlo.polygamma", [_one(b, x), x])),
-    "chlo.polygamma": _polygamma,
-    "chlo.square": deriv(lambda b, x, y: b.scale(x, 2.0)),
     "stablehlo.power": _power,
     "stablehlo.atan2": _atan2,
     "stablehlo.remainder": _remainder,

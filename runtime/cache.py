@@ -10,12 +10,18 @@ the passes. (A module that calls back into the user's Python, i.e. holds an
 `hlopt.custom_partitioning`, is keyed after the passes instead: its
 partitioner's code is not in the IR.)
 
-The folder is created 0700; one that another user owns or that group or
-others can write is refused with a warning, as ssh refuses such keys. An
-entry whose MAC does not verify, or that is not a regular file, is a miss
-and is replaced. Writes go to a temporary file renamed into place, so
-concurrent processes never see half an entry; the least recently used
-entries are evicted above a size limit.
+The folder is created 0700; one that is a symbolic link, that another user
+owns, that group or others can write, or below a folder others could
+change, is refused with a warning, as ssh's StrictModes refuses such keys
+(runtime/paths.py). An entry whose MAC does not verify, or that is not a
+regular file, is a miss and is replaced. Writes go to a temporary file
+renamed into place, so concurrent processes never see half an entry; the
+least recently used entries are evicted above a size limit. Eviction (and
+the removal of a dead process's temporary file) removes only what the cache
+itself writes: regular files of this user named as entries
+(`<64 hex digits>.hlx`) or temporary files (`.tmp-*.hlx`), found through the
+folder opened without following links; anything else in the folder (a
+user's own `model.hlx`, a link) is left alone and not counted.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import hashlib
 import importlib.metadata
 import math
 import os
+import re
 import stat
 import tempfile
 import threading
@@ -44,6 +51,7 @@ from hlopt.compiler.program import module_to_bytecode
 from hlopt.passes.mlir import ir, passmanager
 from hlopt.runtime import container
 from hlopt.runtime.keys import KeyFileError, user_key
+from hlopt.runtime.paths import folder_problem
 from hlopt.runtime.pjrt import BuildFlags
 
 ENV_DIR = "HLOPT_CACHE_DIR"
@@ -53,6 +61,8 @@ ENTRY_FORMAT = "hlopt-cache-entry"
 ENTRY_SECTIONS = ("executable", "module")
 SUFFIX = ".hlx"
 _STALE_TEMP_SECONDS = 3600
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.hlx")  # cache_key's hex digest + SUFFIX
+_TEMP_NAME = re.compile(r"\.tmp-[A-Za-z0-9_]{1,32}\.hlx")  # tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX)
 # The annotation whose lowering runs the user's Python (the partitioner): its IR does not pin the result.
 _USER_CODE_MARKER = b"hlopt.custom_partitioning"
 
@@ -115,7 +125,7 @@ class CompilationCache:
         except (container.ExecutableFileError, ValueError):
             return None
         with contextlib.suppress(OSError):  # a read-only cache still serves hits
-            os.utime(path)  # recently used: last to be evicted
+            os.utime(path, follow_symlinks=False)  # recently used: last to be evicted
         return CacheEntry(found.sections["executable"], found.sections["module"], flags)
 
     def put(self, key: str, executable: bytes, module: bytes, flags: BuildFlags) -> None:
@@ -142,30 +152,39 @@ class CompilationCache:
             else:
                 self.misses += 1
 
-    def _entries(self) -> list[tuple[float, int, Path]]:
+    def _entries(self) -> list[tuple[float, int, str]]:
+        """(mtime, size, name) of each entry this cache wrote; removes temporary files of dead writers."""
         found = []
-        for path in self.directory.glob(f"*{SUFFIX}"):
-            try:
-                st = path.lstat()
-            except OSError:
-                continue  # removed by another process meanwhile
-            if path.name.startswith(".tmp-"):
-                if time.time() - st.st_mtime > _STALE_TEMP_SECONDS:
-                    path.unlink(missing_ok=True)  # left by a process that died mid-write
-                continue
-            found.append((st.st_mtime, st.st_size, path))
+        with _open_folder(self.directory) as fd:
+            for name in os.listdir(fd):
+                entry, temp = _ENTRY_NAME.fullmatch(name), _TEMP_NAME.fullmatch(name)
+                if not (entry or temp):
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    continue  # removed by another process meanwhile
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+                    continue  # not something this cache wrote
+                if entry:
+                    found.append((st.st_mtime, st.st_size, name))
+                elif time.time() - st.st_mtime > _STALE_TEMP_SECONDS:
+                    with contextlib.suppress(OSError):
+                        os.unlink(name, dir_fd=fd)  # left by a process that died mid-write
         return found
 
     def evict(self, keep: Path | None = None) -> None:
         """Remove least recently used entries until the total size fits the limit."""
         entries = sorted(self._entries(), key=lambda e: e[0])
         total = sum(size for _, size, _ in entries)
-        for _, size, path in entries:
-            if total <= self.max_bytes:
-                break
-            if path != keep:
-                path.unlink(missing_ok=True)
-                total -= size
+        with _open_folder(self.directory) as fd:
+            for _, size, name in entries:
+                if total <= self.max_bytes:
+                    break
+                if keep is None or name != keep.name:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(name, dir_fd=fd)
+                    total -= size
 
     def info(self) -> CacheInfo:
         entries = self._entries()
@@ -173,17 +192,21 @@ class CompilationCache:
                          sum(size for _, size, _ in entries), self.max_bytes)
 
 
+@contextlib.contextmanager
+def _open_folder(directory: Path) -> Iterator[int]:
+    """A descriptor of the cache folder, opened without following a link (it was checked when the cache was made)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
 def check_directory(directory: Path) -> None:
-    """Refuse (CacheDirError) a cache folder that others could put entries into."""
-    st = os.stat(directory)
-    if not stat.S_ISDIR(st.st_mode):
-        raise CacheDirError(f"{directory} is not a folder")
-    if st.st_uid != os.getuid():
-        raise CacheDirError(f"{directory} belongs to user id {st.st_uid}, not to you ({os.getuid()}); "
-                            "use a folder of your own")
-    if st.st_mode & 0o022:
-        raise CacheDirError(f"{directory} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
-                            f"run `chmod 700 {directory}`")
+    """Refuse (CacheDirError) a cache folder that others could put entries into, or that is a link."""
+    problem = folder_problem(directory, "the cache folder")
+    if problem is not None:
+        raise CacheDirError(problem)
 
 
 def _mac_key() -> Any:

@@ -30,7 +30,10 @@ import struct
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
+from hlopt.runtime.errors import ExecutableFileError
 from hlopt.runtime.keys import Key
+
+__all__ = ["Container", "ExecutableFileError", "pack", "read_bytes", "read_path"]
 
 MAGIC = b"HLOPT\x00EX"
 FORMAT_VERSION = 2
@@ -45,12 +48,6 @@ _CHUNK = 64 << 20  # pread at most this much at once
 
 # which sections to read, given whether the MAC verified
 Wanted = Callable[[bool], Collection[str]]
-
-
-class ExecutableFileError(ValueError):
-    """A file (or bytes) that is not a valid hlopt executable: damaged, forged, foreign or unauthenticated."""
-
-    __module__ = "hlopt"  # raised and printed as users import it
 
 
 @dataclasses.dataclass

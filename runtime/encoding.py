@@ -8,7 +8,6 @@ and never imports or evaluates anything named in the data.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,17 +46,30 @@ def _check(cond: bool, what: str) -> None:
 
 _LEAF = "*"
 
-# pytree node classes a file may hold besides tuple, list, dict and None:
-# stable name -> (module, class). Each is registered with
+# pytree node classes a file may hold besides tuple, list, dict and None: stable name ->
+# class, registered by the package that defines the class (`register_node_type`;
+# `import hlopt.sparse` registers its BCOO). Each is registered with
 # `register_pytree_node_class` and its aux data is a static value (see
-# `encode_static`). Only classes in this table are ever imported.
-NODE_TYPES: dict[str, tuple[str, str]] = {
-    "hlopt.sparse.BCOO": ("hlopt.sparse.bcoo", "BCOO"),
-}
-_NODE_NAMES = {f"{module}.{cls}": name for name, (module, cls) in NODE_TYPES.items()}
+# `encode_static`). Only registered classes are ever built.
+NODE_TYPES: dict[str, type] = {}
+# node name -> what its aux data must satisfy given its children's avals (an error message, or None)
+NODE_CHECKS: dict[str, Callable[[dict[str, Any], Sequence[Any]], str | None]] = {}
 
 
-def _check_bcoo(aux: dict[str, Any], children: Sequence[Any]) -> str | None:
+def register_node_type(name: str, cls: type,
+                       check: Callable[[dict[str, Any], Sequence[Any]], str | None] | None = None) -> None:
+    """Let files hold pytree nodes of class `cls` under the stable `name`; `check(aux,
+    children)` says what is wrong with a decoded node's aux data for its children's avals."""
+    NODE_TYPES[name] = cls
+    if check is not None:
+        NODE_CHECKS[name] = check
+
+
+def _node_name(x: Any) -> str | None:
+    return next((name for name, cls in NODE_TYPES.items() if type(x) is cls), None)
+
+
+def check_bcoo(aux: dict[str, Any], children: Sequence[Any]) -> str | None:
     """A BCOO's shape must fit its buffers `data[*batch, nse, *dense]`, `indices[*batch, nse, n_sparse]`."""
     shape = aux.get("shape")
     if len(children) != 2 or not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
@@ -81,15 +93,8 @@ def _check_bcoo(aux: dict[str, Any], children: Sequence[Any]) -> str | None:
     return None
 
 
-# node name -> what its aux data must satisfy given its children's avals (an error message, or None)
-NODE_CHECKS: dict[str, Callable[[dict[str, Any], Sequence[Any]], str | None]] = {
-    "hlopt.sparse.BCOO": _check_bcoo,
-}
-
-
 def _node_class(name: str) -> type:
-    module, cls = NODE_TYPES[name]
-    return getattr(importlib.import_module(module), cls)
+    return NODE_TYPES[name]
 
 
 def encode_tree(treedef: Any) -> Any:
@@ -111,7 +116,7 @@ def encode_tree(treedef: Any) -> Any:
                 if type(k) not in (str, int):
                     raise EncodingError(f"dict key {k!r} of type {type(k).__name__}: only str and int keys can be saved")
             return {"dict": [[k, enc(v)] for k, v in x.items()]}
-        name = _NODE_NAMES.get(f"{type(x).__module__}.{type(x).__qualname__}")
+        name = _node_name(x)
         if name is None:
             raise EncodingError(
                 f"pytree node of type {type(x).__module__}.{type(x).__qualname__} cannot be saved: "

@@ -103,7 +103,12 @@ def _artifact(module: ir.Module, signature: dict[str, Any]) -> bytes:
 
 def save(compiled: Compiled, path: str | os.PathLike) -> None:
     """Write `compiled`'s executable file to `path` (atomically: a temporary file, then a rename)."""
-    data = serialize(compiled)
+    write_atomically(path, serialize(compiled))
+
+
+def write_atomically(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file renamed over it: readers never see half of it,
+    and a link at `path` is replaced, never followed. Mode 0666 less the umask, as `open` gives."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
     try:
@@ -259,6 +264,8 @@ def check_manifest(manifest: dict[str, Any], source: str) -> None:
     for key in ("device_count", "process_count"):
         if type(manifest.get(key)) is not int or manifest[key] < 1:
             raise ExecutableFileError(f"{source}: the manifest has no valid '{key}'")
+    if not isinstance(manifest.get("signature"), dict):
+        raise ExecutableFileError(f"{source}: the manifest has no valid 'signature'")
 
 
 def _portable_module(artifact: bytes, manifest: dict[str, Any], signature: Signature, flags: BuildFlags,

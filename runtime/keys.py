@@ -4,8 +4,10 @@ The key is `HLOPT_KEY` when that is set and not empty, else the contents of
 a key file, `$XDG_CONFIG_HOME/hlopt/key` (default `~/.config/hlopt/key`),
 created with 32 random bytes (hex) and mode 0600 at first use. Like ssh
 with its private keys, hlopt refuses a key file that others can read or
-write, or that another user owns. Machines that share executables share the
-key: `export HLOPT_KEY=$(cat ~/.config/hlopt/key)` on each.
+write, that another user owns, or whose folder is not private as
+runtime/paths.py checks it. A key must be UTF-8 text of at least 32 bytes,
+not all one byte. Machines that share executables share the key:
+`export HLOPT_KEY=$(cat ~/.config/hlopt/key)` on each.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ import secrets
 import stat
 from pathlib import Path
 
+from hlopt.runtime.errors import ExecutableFileError
+from hlopt.runtime.paths import folder_problem
+
 ENV_KEY = "HLOPT_KEY"
-MIN_KEY_CHARS = 32
+MIN_KEY_BYTES = 32
 _MAX_KEY_FILE_BYTES = 4096
 
 
-class KeyFileError(ValueError):
+class KeyFileError(ExecutableFileError):
     """The user's key cannot be used: an insecure or unreadable key file, or a weak HLOPT_KEY."""
 
 
@@ -55,10 +60,11 @@ def user_key(*, create: bool = True) -> Key | None:
     """
     env = os.environ.get(ENV_KEY, "")
     if env:
-        if len(env) < MIN_KEY_CHARS:
-            raise KeyFileError(f"{ENV_KEY} has {len(env)} characters; use at least {MIN_KEY_CHARS} random ones "
-                               "(e.g. `openssl rand -hex 32`)")
-        return Key(env.encode(), ENV_KEY)
+        secret = os.fsencode(env)  # the bytes the environment holds, even if they are not UTF-8
+        problem = weakness(secret)
+        if problem is not None:
+            raise KeyFileError(f"{ENV_KEY} {problem}")
+        return Key(secret, ENV_KEY)
     path = key_file_path()
     text = _read_key_file(path)
     if text is None:
@@ -66,6 +72,20 @@ def user_key(*, create: bool = True) -> Key | None:
             return None
         text = _create_key_file(path)
     return Key(text.encode(), str(path))
+
+
+def weakness(secret: bytes) -> str | None:
+    """What makes `secret` unfit as a key (a phrase), or None."""
+    advice = "use at least 32 random characters (e.g. `openssl rand -hex 32`)"
+    try:
+        secret.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"is not UTF-8 text; {advice}"
+    if len(secret) < MIN_KEY_BYTES:
+        return f"has {len(secret)} bytes; {advice}"
+    if len(set(secret)) == 1:
+        return f"is one byte repeated ({secret[:1]!r}); {advice}"
+    return None
 
 
 def describe_key() -> str:
@@ -78,16 +98,20 @@ def describe_key() -> str:
 
 def _read_key_file(path: Path) -> str | None:
     """The key in `path`, None if there is no such file; refuses an insecure or malformed one."""
+    problem = folder_problem(path.parent, "the key folder")
+    if problem is not None:
+        raise KeyFileError(problem)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
     except OSError as e:
         raise KeyFileError(f"cannot open the key file {path}: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise KeyFileError(f"the key file {path} is not a regular file; remove it, or set {ENV_KEY}")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"the key file {path} is not a regular file")
         if st.st_uid != os.getuid():
             raise KeyFileError(f"the key file {path} belongs to user id {st.st_uid}, not to you "
                                f"({os.getuid()}); remove it, or set {ENV_KEY}")
@@ -99,9 +123,10 @@ def _read_key_file(path: Path) -> str | None:
         text = data.decode("ascii").strip()
     except UnicodeDecodeError:
         text = ""
-    if len(data) > _MAX_KEY_FILE_BYTES or len(text) < MIN_KEY_CHARS or not text.isprintable():
-        raise KeyFileError(f"the key file {path} does not hold a key (at least {MIN_KEY_CHARS} printable "
-                           "ASCII characters); remove it and hlopt makes a new one")
+    if (len(data) > _MAX_KEY_FILE_BYTES or not text.isprintable()
+            or weakness(text.encode()) is not None):
+        raise KeyFileError(f"the key file {path} does not hold a key (at least {MIN_KEY_BYTES} printable "
+                           "ASCII characters, not all one); remove it and hlopt makes a new one")
     return text
 
 

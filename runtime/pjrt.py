@@ -8,15 +8,15 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.extend import backend as jax_backend
 from jaxlib import xla_client as xc
 
+from hlopt.compiler.jax_compat import get_backend, initialize_lapack
 from hlopt.passes.mlir import ir
 
 
 def get_client(platform: str | None = None) -> Any:
     """The PJRT client jax uses for `platform` (the default backend if None)."""
-    return jax_backend.get_backend(platform)
+    return get_backend(platform)
 
 
 def compile_options(
@@ -82,6 +82,7 @@ def compile_with_options(
 ) -> Any:
     """Compile StableHLO bytecode with explicit compile options."""
     client = client or get_client()
+    prepare_runtimes(client, module_bytecode)
     return client.compile_and_load(
         module_bytecode,
         executable_devices=xc.DeviceList(tuple(devices)),
@@ -94,7 +95,27 @@ def load_executable(
 ) -> Any:
     """Load an executable that `client.serialize_executable` wrote, onto `devices`."""
     client = client or get_client()
+    prepare_runtimes(client, serialized)
     return client.deserialize_executable(serialized, xc.DeviceList(tuple(devices)), options)
+
+
+def prepare_runtimes(client: Any, program: bytes) -> None:
+    """Initialise what the custom calls of `program` (bytecode or a serialized executable) need on
+    `client`'s platform, before it runs.
+
+    A program lowered in this process had jax do it while lowering; one from a
+    file, the cache or a `.mlir` did not (jax.export does the same on load).
+    On CPU that is jaxlib's LAPACK kernels, the only runtime the targets of
+    runtime/portable.py's allowlist need (the partitioner's markers never run).
+    Both forms name each custom-call target in plain bytes; initialising
+    imports scipy's LAPACK (a third of a second), so a program that names no
+    `lapack_` target skips it.
+    """
+    if client.platform == "cpu" and _LAPACK_TARGET in program:
+        initialize_lapack()
+
+
+_LAPACK_TARGET = b"lapack_"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -29,6 +29,7 @@ well formed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -59,11 +60,23 @@ class PortableCheckError(ValueError):
 
 
 Types = Sequence[ir.RankedTensorType]
-Rule = Callable[[Types, Types, ir.Operation], str | None]
+Config = dict[str, str]  # a kernel's attributes, decoded: name -> the character it holds
+Rule = Callable[[Types, Types, Config], str | None]
 
 _I32 = "i32"
 _LAPACK_TYPES = {"s": "f32", "d": "f64", "c": "complex<f32>", "z": "complex<f64>"}
 _REAL = {"f32": "f32", "f64": "f64", "complex<f32>": "f32", "complex<f64>": "f64"}
+# The attributes each kernel reads (jaxlib's lapack_kernels, all `ui8` characters) and the values it accepts.
+_CHARS = {"uplo": "LU", "side": "LR", "trans_x": "NTC", "diag": "NU", "mode": "NV"}
+_TRSM_ATTRS = ("side", "uplo", "trans_x", "diag")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """An allowlisted custom-call target: the check of its types, and the attributes its kernel reads."""
+
+    rule: Rule
+    attributes: tuple[str, ...] = ()
 
 
 def _tensor(t: ir.RankedTensorType) -> tuple[list[int], str]:
@@ -74,7 +87,7 @@ def _matrix_rule(element: str, results: Callable[[list[int], int, int], list[tup
                  square: bool = False) -> Rule:
     """A kernel of one batched matrix `a[*b, m, n]` whose results' types follow from it."""
 
-    def rule(operands: Types, outs: Types, op: ir.Operation) -> str | None:
+    def rule(operands: Types, outs: Types, config: Config) -> str | None:
         if len(operands) != 1:
             return f"takes 1 operand, not {len(operands)}"
         shape, elt = _tensor(operands[0])
@@ -89,15 +102,15 @@ def _matrix_rule(element: str, results: Callable[[list[int], int, int], list[tup
     return rule
 
 
-def _pair_rule(element: str, fits: Callable[[list[int], list[int], ir.Operation], str | None], writes: int) -> Rule:
+def _pair_rule(element: str, fits: Callable[[list[int], list[int], Config], str | None], writes: int) -> Rule:
     """A kernel of two batched operands that writes over operand `writes`; `fits` names what their shapes miss."""
 
-    def rule(operands: Types, outs: Types, op: ir.Operation) -> str | None:
+    def rule(operands: Types, outs: Types, config: Config) -> str | None:
         if len(operands) != 2:
             return f"takes 2 operands, not {len(operands)}"
         (a, ea), (b, eb) = _tensor(operands[0]), _tensor(operands[1])
         problem = None if ea == eb == element else f"{element} tensors"
-        problem = problem or fits(a, b, op)
+        problem = problem or fits(a, b, config)
         if problem is not None:
             return f"operands {_types(operands)} are not {problem}"
         if [_tensor(t) for t in outs] != [_tensor(operands[writes])]:
@@ -107,50 +120,48 @@ def _pair_rule(element: str, fits: Callable[[list[int], list[int], ir.Operation]
     return rule
 
 
-def _orgqr_fits(a: list[int], tau: list[int], op: ir.Operation) -> str | None:
+def _orgqr_fits(a: list[int], tau: list[int], config: Config) -> str | None:
     ok = len(a) >= 2 and len(tau) == len(a) - 1 and tau[:-1] == a[:-2] and tau[-1] <= a[-1] <= a[-2]
     return None if ok else "a[*b, m, n] and tau[*b, k] with k <= n <= m"
 
 
-def _trsm_fits(a: list[int], x: list[int], op: ir.Operation) -> str | None:
-    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
-    side = ir.IntegerAttr(config["side"]).value if isinstance(config, ir.DictAttr) and "side" in config else None
-    if side not in (ord("L"), ord("R")):
-        return "solved from a side: mhlo.backend_config has no side = L or R"
-    k = "m" if side == ord("L") else "n"
+def _trsm_fits(a: list[int], x: list[int], config: Config) -> str | None:
+    k = "m" if config["side"] == "L" else "n"
     ok = len(a) >= 2 and len(x) == len(a) and a[:-2] == x[:-2] and a[-1] == a[-2] == x[-2 if k == "m" else -1]
-    return None if ok else f"a square a[*b, k, k] and x[*b, m, n] with k = {k}"
+    return None if ok else f"a square a[*b, k, k] and x[*b, m, n] with k = {k} (side {config['side']})"
 
 
-def _lapack_rules() -> dict[str, Rule]:
-    rules: dict[str, Rule] = {}
+def _lapack_targets() -> dict[str, Target]:
+    targets: dict[str, Target] = {}
     for prefix, t in _LAPACK_TYPES.items():
         real = _REAL[t]
-        rules[f"lapack_{prefix}potrf_ffi"] = _matrix_rule(
-            t, lambda b, m, n, t=t: [(b + [m, n], t), (b, _I32)], square=True)
-        rules[f"lapack_{prefix}getrf_ffi"] = _matrix_rule(
-            t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], _I32), (b, _I32)])
-        rules[f"lapack_{prefix}geqrf_ffi"] = _matrix_rule(
-            t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], t)])
-        rules[f"lapack_{prefix}{'ungqr' if prefix in 'cz' else 'orgqr'}_ffi"] = _pair_rule(t, _orgqr_fits, writes=0)
-        rules[f"lapack_{prefix}{'heevd' if prefix in 'cz' else 'syevd'}_ffi"] = _matrix_rule(
-            t, lambda b, m, n, t=t, real=real: [(b + [m, n], t), (b + [n], real), (b, _I32)], square=True)
-        rules[f"lapack_{prefix}trsm_ffi"] = _pair_rule(t, _trsm_fits, writes=1)
-    return rules
+        targets[f"lapack_{prefix}potrf_ffi"] = Target(_matrix_rule(
+            t, lambda b, m, n, t=t: [(b + [m, n], t), (b, _I32)], square=True), ("uplo",))
+        targets[f"lapack_{prefix}getrf_ffi"] = Target(_matrix_rule(
+            t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], _I32), (b, _I32)]))
+        targets[f"lapack_{prefix}geqrf_ffi"] = Target(_matrix_rule(
+            t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], t)]))
+        targets[f"lapack_{prefix}{'ungqr' if prefix in 'cz' else 'orgqr'}_ffi"] = Target(
+            _pair_rule(t, _orgqr_fits, writes=0))
+        targets[f"lapack_{prefix}{'heevd' if prefix in 'cz' else 'syevd'}_ffi"] = Target(_matrix_rule(
+            t, lambda b, m, n, t=t, real=real: [(b + [m, n], t), (b + [n], real), (b, _I32)], square=True),
+            ("mode", "uplo"))
+        targets[f"lapack_{prefix}trsm_ffi"] = Target(_pair_rule(t, _trsm_fits, writes=1), _TRSM_ATTRS)
+    return targets
 
 
-def _marker_rule(operands: Types, outs: Types, op: ir.Operation) -> str | None:
+def _marker_rule(operands: Types, outs: Types, config: Config) -> str | None:
     if len(operands) != 1 or len(outs) != 1 or _tensor(operands[0])[1] != _tensor(outs[0])[1]:
         return f"is not one operand and one result of the same element type: {_types(operands)} -> {_types(outs)}"
     return None
 
 
-# custom-call target -> the check of its operand and result types (None: they are fine)
-CUSTOM_CALLS: dict[str, Rule] = {
-    "Sharding": _marker_rule,
-    "SPMDFullToShardShape": _marker_rule,
-    "SPMDShardToFullShape": _marker_rule,
-    **_lapack_rules(),
+# custom-call target -> the check of its operand and result types and the attributes its kernel reads
+CUSTOM_CALLS: dict[str, Target] = {
+    "Sharding": Target(_marker_rule),
+    "SPMDFullToShardShape": Target(_marker_rule),
+    "SPMDShardToFullShape": Target(_marker_rule),
+    **_lapack_targets(),
 }
 
 
@@ -249,23 +260,90 @@ def _where(op: ir.Operation) -> str:
 
 def _check_custom_call(op: ir.Operation, where: str, tensors: Callable) -> list[str]:
     target = ir.StringAttr(op.attributes["call_target_name"]).value
-    rule = CUSTOM_CALLS.get(target)
-    if rule is None:
+    known = CUSTOM_CALLS.get(target)
+    if known is None:
         return [f"{where}: custom call to {target!r}, which is not on hlopt's list of checked targets "
                 "(a kernel's code is not in the file, and its operands cannot be checked)"]
-    api = ir.IntegerAttr(op.attributes["api_version"]).value if "api_version" in op.attributes else 1
-    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else None
-    typed = api == 4 or (api == 1 and isinstance(config, ir.DictAttr))
-    if target.startswith("lapack_") and not typed:
-        return [f"{where}: custom call to {target!r} is not a typed (FFI) call: api_version {api} "
-                "and no mhlo.backend_config dictionary"]
+    call = f"{where}: custom call to {target!r}"
     if "called_computations" in op.attributes and len(ir.ArrayAttr(op.attributes["called_computations"])):
-        return [f"{where}: custom call to {target!r} calls functions; it never does"]
+        return [f"{call} calls functions; it never does"]
+    config = _kernel_config(op, target.startswith("lapack_"))
+    if isinstance(config, str):
+        return [f"{call} {config}"]
+    decoded, problem = _decode_config(config, known.attributes)
+    if problem is None and target.startswith("lapack_"):
+        problem = _check_batch_dims(op)
+    if problem is not None:
+        return [f"{call} {problem}"]
     operands, results = tensors(op.operands), tensors(op.results)
     if operands is None or results is None:
-        return [f"{where}: custom call to {target!r} takes or returns values that are not ranked tensors"]
-    problem = rule(operands, results, op)
-    return [] if problem is None else [f"{where}: custom call to {target!r} {problem}"]
+        return [f"{call} takes or returns values that are not ranked tensors"]
+    problem = known.rule(operands, results, decoded)
+    return [] if problem is None else [f"{call} {problem}"]
+
+
+def _kernel_config(op: ir.Operation, typed: bool) -> ir.DictAttr | str | None:
+    """The one dictionary of attributes the kernel reads (None if there is none), else what is wrong.
+
+    jax writes them as `mhlo.backend_config` (api_version 1, `backend_config = ""`);
+    StableHLO's own form is a dictionary `backend_config` with api_version 4.
+    XLA hands the kernel one of them; a call that carries both, or an opaque
+    string, could have one checked here and the other read, so it is refused.
+    """
+    attrs = op.attributes
+    api = ir.IntegerAttr(attrs["api_version"]).value if "api_version" in attrs else 1
+    forms = []
+    if "mhlo.backend_config" in attrs:
+        forms.append(("mhlo.backend_config", attrs["mhlo.backend_config"]))
+    if "backend_config" in attrs:
+        config = attrs["backend_config"]
+        if not (isinstance(config, ir.StringAttr) and ir.StringAttr(config).value == ""):
+            forms.append(("backend_config", config))
+    if len(forms) > 1:
+        return ("carries its attributes twice, as mhlo.backend_config and as backend_config: "
+                "the kernel reads one of them, so both are refused")
+    if not forms:
+        if typed and api != 4:
+            return f"is not a typed (FFI) call: api_version {api} and no mhlo.backend_config dictionary"
+        return None
+    name, config = forms[0]
+    if not isinstance(config, ir.DictAttr):
+        return f"has a {name} that is not a dictionary (an opaque string its kernel would parse)"
+    if typed and (api, name) not in ((1, "mhlo.backend_config"), (4, "mhlo.backend_config"), (4, "backend_config")):
+        return f"is not a typed (FFI) call: api_version {api} with a {name} dictionary"
+    return ir.DictAttr(config)
+
+
+def _decode_config(config: ir.DictAttr | None, names: tuple[str, ...]) -> tuple[Config, str | None]:
+    """The kernel's attributes as characters, or what is wrong: exactly `names`, each a `ui8` it accepts."""
+    got = sorted(config[i].name for i in range(len(config))) if config is not None else []
+    if got != sorted(names):
+        want = ", ".join(sorted(names)) or "none"
+        return {}, f"has attributes {{{', '.join(got)}}}; its kernel reads exactly {{{want}}}"
+    decoded = {}
+    for name in names:
+        value = config[name]
+        ok = isinstance(value, ir.IntegerAttr) and str(ir.IntegerAttr(value).type) == "ui8"
+        char = chr(ir.IntegerAttr(value).value) if ok and 0 < ir.IntegerAttr(value).value < 128 else None
+        if char is None or char not in _CHARS[name]:
+            return {}, (f"has {name} = {printable(str(value))}; its kernel accepts "
+                        f"{' or '.join(f'{ord(c)} : ui8 ({c})' for c in _CHARS[name])}")
+        decoded[name] = char
+    return decoded, None
+
+
+def _check_batch_dims(op: ir.Operation) -> str | None:
+    """`num_batch_dims`, which XLA's partitioner reads to split the call, must be its operands' batch rank."""
+    if "mhlo.frontend_attributes" not in op.attributes:
+        return None
+    frontend = ir.DictAttr(op.attributes["mhlo.frontend_attributes"])
+    if "num_batch_dims" not in frontend:
+        return None
+    rank = max(ir.RankedTensorType(v.type).rank for v in op.operands) - 2 if len(op.operands) else 0
+    value = frontend["num_batch_dims"]
+    if not (isinstance(value, ir.StringAttr) and ir.StringAttr(value).value == str(rank)):
+        return f"has num_batch_dims = {printable(str(value))}; its operands have {rank} batch dimensions"
+    return None
 
 
 def _byte_size(t: ir.Type) -> int | None:

@@ -7,32 +7,31 @@ Public names are imported when first used (PEP 562), so `import hlopt` and the
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 __version__ = "0.1.0"  # the one source of the version: pyproject.toml reads it from here
 
-# public name -> the module that defines it (the name itself when it is a module)
+# public name -> the module that defines it (the name itself when it is a module); no
+# module is named like a public function, so importing one never rebinds the name
 _LAZY: dict[str, str] = {
     "AnnotationError": "hlopt.compiler.stages",
     "CacheInfo": "hlopt.runtime.cache",
     "Compiled": "hlopt.runtime.executable",
     "ExecutableFileError": "hlopt.runtime.container",
-    "JitFunction": "hlopt.jit",
+    "JitFunction": "hlopt.staging",
     "KeyReuseError": "hlopt.passes.check_key_reuse",
     "Lowered": "hlopt.compiler.stages",
     "PipelineError": "hlopt.compiler.pipeline",
     "RecompileWarning": "hlopt.runtime.files",
     "bilaplacian": "hlopt.pde",
     "cache_info": "hlopt.runtime.cache",
-    "custom_partitioning": "hlopt.custom_partitioning",
-    "deserialize": "hlopt.runtime.files",
-    "jet": "hlopt.jet",
-    "jit": "hlopt.jit",
+    "custom_partitioning": "hlopt.partitioning",
+    "deserialize": "hlopt.saved",
+    "jet": "hlopt.taylor",
+    "jit": "hlopt.staging",
     "laplacian": "hlopt.pde",
-    "load": "hlopt.runtime.files",
-    "lower": "hlopt.jit",
+    "load": "hlopt.saved",
+    "lower": "hlopt.staging",
     "set_cache_dir": "hlopt.runtime.cache",
     "sparse": "hlopt.sparse",
 }
@@ -53,16 +52,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})
 
-
-class _Package(types.ModuleType):
-    """`hlopt.jit`, `hlopt.jet` and `hlopt.custom_partitioning` name functions defined in
-    submodules of the same name. Importing such a submodule binds the package attribute
-    to the module; keep the function there instead, as an eager `from ... import` would."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if isinstance(value, types.ModuleType) and _LAZY.get(name) == value.__name__ and hasattr(value, name):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hlopt.compiler.jax_compat import under_transformation
-from hlopt.jet import _trace, _zero_series, jet_p, series_positions
+from hlopt.taylor import _trace, _zero_series, jet_p, series_positions
 
 __all__ = ["bilaplacian", "laplacian"]
 
@@ -99,7 +99,7 @@ def _operator(name: str, fun: Callable, argnums: int, num_samples: int | None,
               evaluate: Callable[[Callable, jax.Array, Any], Any]):
     """The function of `fun`'s arguments computing evaluate(f, x, key) for x the argument
     `argnums` and f the function of x alone (the other arguments fixed)."""
-    from hlopt.jit import jit
+    from hlopt.staging import jit
 
     def traced(args: tuple, key: Any) -> Any:
         x = _point(name, args, argnums)

@@ -97,7 +97,7 @@ def annotation_primitive(
     eager_cache: dict[Any, Callable] = {}
 
     def impl(*args, **params):
-        from hlopt.jit import jit
+        from hlopt.staging import jit
 
         key = _hashable(params)
         fn = eager_cache.get(key) if key is not None else None

@@ -2,7 +2,8 @@
 
 `python attack_worker.py SPEC.json` runs each case of the spec and prints one
 JSON line: for each case either `{"refused": message}` (an ExecutableFileError),
-`{"out": {name: array as list}}`, or `{"error": "Type: message"}` for any other
+`{"out": {name: array as list}}` (called on X, Y, or on the arrays of the
+case's "inputs" .npz), or `{"error": "Type: message"}` for any other
 exception (which the tests count as a failure). The process must neither
 crash nor hang: the tests run it with a timeout and check its exit status.
 """
@@ -41,11 +42,15 @@ def leaves(out) -> dict:
 def run(case: dict) -> dict:
     import hlopt
 
+    args = (X, Y)
+    if "inputs" in case:  # a .npz of the arguments, in order
+        with np.load(case["inputs"]) as inputs:
+            args = tuple(inputs[k] for k in inputs.files)
     if case["kind"] == "load":
         compiled = hlopt.load(case["file"], trust=case["trust"])
     else:  # compile through the cache named by HLOPT_CACHE_DIR
         compiled = hlopt.lower(PROGRAMS[case["program"]], X, Y).compile()
-    out = leaves(compiled(X, Y))
+    out = leaves(compiled(*args))
     info = hlopt.cache_info()
     return {"out": out, "cache": [info.hits, info.misses]}
 

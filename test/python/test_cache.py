@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -210,21 +212,32 @@ def test_entry_under_the_wrong_name_is_a_miss(cache_dir):
 FLAGS = BuildFlags(True, (True,))
 
 
-def put(c, key, size):
-    c.put(key, bytes(size), b"", FLAGS)
+def name(letter: str) -> str:
+    """A key as cache_key makes them (a SHA-256 in hex), named by a letter."""
+    return hashlib.sha256(letter.encode()).hexdigest()
+
+
+def put(c, letter, size):
+    c.put(name(letter), bytes(size), b"", FLAGS)
+
+
+def stored(folder: Path) -> list[str]:
+    """The letters of the entries in `folder`."""
+    letters = {name(c): c for c in "abcdefghijk"}
+    return sorted(letters[p.stem] for p in folder.glob("*.hlx") if p.stem in letters)
 
 
 def test_lru_eviction_keeps_recent_entries(tmp_path):
     c = cache_mod.CompilationCache(tmp_path, max_bytes=3 * 1500)
     for i, key in enumerate("abc"):
         put(c, key, 1000)
-        os.utime(c.path(key), (time.time() - 100 + i, time.time() - 100 + i))
-    assert c.get("a", 1) is not None  # a becomes the most recently used
+        os.utime(c.path(name(key)), (time.time() - 100 + i, time.time() - 100 + i))
+    assert c.get(name("a"), 1) is not None  # a becomes the most recently used
     put(c, "d", 1000)
-    assert sorted(p.stem for p in tmp_path.glob("*.hlx")) == ["a", "c", "d"]
+    assert stored(tmp_path) == ["a", "c", "d"]
     assert c.info().size_bytes <= 3 * 1500
     put(c, "e", 5000)  # larger than the limit: it stays, everything older goes
-    assert [p.stem for p in tmp_path.glob("*.hlx")] == ["e"]
+    assert stored(tmp_path) == ["e"]
 
 
 def test_home_is_expanded(tmp_path, monkeypatch):
@@ -350,6 +363,26 @@ def test_insecure_key_file_turns_the_cache_off(cache_dir, tmp_path, monkeypatch)
     assert entries(cache_dir) == []
 
 
+@pytest.mark.parametrize("problem", ["folder at the key path", "key folder others can write", "non-UTF-8 HLOPT_KEY"])
+def test_an_unusable_key_turns_the_cache_off_with_a_warning(cache_dir, tmp_path, monkeypatch, problem):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    key = tmp_path / "config" / "hlopt" / "key"
+    key.parent.mkdir(parents=True, mode=0o700)
+    match = {"folder at the key path": "the key file .* is not a regular file",
+             "key folder others can write": "the key folder .* is writable by others",
+             "non-UTF-8 HLOPT_KEY": "HLOPT_KEY is not UTF-8 text"}[problem]
+    if problem == "folder at the key path":
+        key.mkdir()
+    elif problem == "key folder others can write":
+        key.parent.chmod(0o777)
+    else:
+        monkeypatch.setenv("HLOPT_KEY", os.fsdecode(b"\xff" + b"0123456789abcdef" * 3))
+    with pytest.warns(UserWarning, match=f"compiling without the compilation cache: {match}"):
+        compiled = hlopt.lower(f, X).compile()
+    np.testing.assert_allclose(compiled(X), jax.jit(f)(X), rtol=1e-6)
+    assert entries(cache_dir) == []
+
+
 WORKER = r"""
 import json, sys, time
 import jax.numpy as jnp, numpy as np, hlopt
@@ -416,3 +449,78 @@ def test_custom_partitioning_hits_across_processes_where_jax_misses(tmp_path):
     want = np.sin(np.arange(8, dtype=np.float32)) * 2
     for r in ours + theirs:
         np.testing.assert_allclose(r["out"], want, rtol=1e-6)
+
+
+# --- the cache removes only what it wrote, and never through a link ------------------------------
+
+EVICTING = ("import sys, numpy as np, jax.numpy as jnp, hlopt\n"
+            "for n in range(3):\n"
+            "    hlopt.lower(lambda x: jnp.sin(x) * n, np.ones(4, np.float32)).compile()\n"
+            "print(hlopt.cache_info().misses)\n")
+
+
+def compile_evicting(cache: Path) -> int:
+    """Three compiles through `cache` with a 1-byte limit (each evicts all but its own entry), in a capped
+    process; the cache misses it counted (0 if it refused the cache)."""
+    from sandbox import assert_survived, run_capped
+
+    outcome = run_capped(["-c", EVICTING], env={cache_mod.ENV_DIR: str(cache), cache_mod.ENV_MAX_BYTES: "1"})
+    assert_survived(outcome)
+    return int(outcome.stdout.split()[-1])
+
+
+def test_eviction_removes_only_entries_the_cache_wrote(tmp_path):
+    cache, models = tmp_path / "cache", tmp_path / "models"
+    cache.mkdir(mode=0o700)
+    models.mkdir()
+    hlopt.lower(f, X).compile().save(cache / "model.hlx")  # the user's own executable file
+    (cache / "notes.txt").write_text("mine")
+    (models / "weights.hlx").write_text("the target of a link")
+    (cache / f"{name('z')}.hlx").symlink_to(models / "weights.hlx")  # named as an entry, but a link
+    (cache / f"{name('y')}.hlx").mkdir()  # named as an entry, but a folder
+    genuine = cache / f"{name('x')}.hlx"  # the control: an entry the cache wrote, old, so evicted first
+    cache_mod.CompilationCache(cache).put(name("x"), bytes(100), b"", FLAGS)
+    os.utime(genuine, (time.time() - 1000, time.time() - 1000))
+    assert compile_evicting(cache) == 3
+    assert not genuine.exists(), "eviction did not run: the test proves nothing"
+    assert hlopt.load(cache / "model.hlx")(X) is not None and (cache / "notes.txt").read_text() == "mine"
+    assert (cache / f"{name('z')}.hlx").is_symlink() and (models / "weights.hlx").read_text() == "the target of a link"
+    assert (cache / f"{name('y')}.hlx").is_dir()
+    assert len([p for p in cache.glob("*.hlx") if cache_mod._ENTRY_NAME.fullmatch(p.name) and p.is_file()
+                and not p.is_symlink()]) == 1  # the last compile's own entry
+
+
+def test_a_cache_folder_that_is_a_link_is_refused_and_its_target_untouched(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir(mode=0o700)
+    hlopt.lower(f, X).compile().save(models / f"{name('m')}.hlx")  # even files named as entries
+    (models / "other.hlx").write_bytes(b"model")
+    before = sorted((p.name, p.read_bytes()) for p in models.iterdir())
+    link = tmp_path / "cache"
+    link.symlink_to(models)
+    with cache_mod.using_cache_dir(None), pytest.warns(UserWarning, match="is a symbolic link .*never follows one"):
+        hlopt.set_cache_dir(link)
+    assert compile_evicting(link) == 0  # a fresh process told to use it through HLOPT_CACHE_DIR: no cache
+    assert sorted((p.name, p.read_bytes()) for p in models.iterdir()) == before
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775])
+def test_a_folder_above_the_cache_that_others_can_write_is_refused(tmp_path, mode):
+    parent = tmp_path / "shared"
+    (parent / "mine").mkdir(parents=True, mode=0o700)
+    parent.chmod(mode)
+    with cache_mod.using_cache_dir(None), pytest.warns(
+            UserWarning, match=f"{parent}, above the cache folder .* is writable by others \\(mode {mode:04o}\\)"):
+        hlopt.set_cache_dir(parent / "mine")
+    assert hlopt.cache_info().directory is None
+
+
+def test_a_cache_below_a_sticky_root_folder_is_accepted(tmp_path):
+    root_tmp = Path("/tmp")
+    st = root_tmp.stat()
+    assert st.st_uid == 0 and st.st_mode & stat.S_ISVTX and st.st_mode & 0o002, "needs the usual /tmp"
+    folder = Path(tempfile.mkdtemp(dir=root_tmp))
+    try:
+        assert cache_mod.CompilationCache(folder).directory == folder
+    finally:
+        folder.rmdir()

@@ -18,7 +18,7 @@ def test_demo_runs_every_section(tmp_path):
     proc = subprocess.run([HLOPT, "demo"], capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == ""
-    from hlopt.demo import SECTIONS
+    from hlopt.demos import SECTIONS
 
     assert f"hlopt demo: {len(SECTIONS)} section(s) ran, every result matches JAX" in proc.stdout
     assert "--- after hlopt-default ---" in proc.stdout
@@ -34,7 +34,7 @@ def test_demo_unknown_section():
 def test_key_reuse_section_names_the_example_lines():
     # The example is compiled under its own file name: reports point into it, not at hlopt's
     # console script (which is the first frame outside hlopt's folders).
-    from hlopt.key_reuse_demo import EXAMPLE, EXAMPLE_FILE
+    from hlopt.demos.key_reuse import EXAMPLE, EXAMPLE_FILE
 
     lines = EXAMPLE.splitlines()
     second = next(n for n, line in enumerate(lines, 1) if "bernoulli(key" in line)

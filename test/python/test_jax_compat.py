@@ -104,6 +104,19 @@ def test_primitives_requiring_devices_during_lowering_is_a_set():
     assert isinstance(jax_compat._dispatch.prim_requires_devices_during_lowering, set)
 
 
+def test_get_backend_is_jax_extends():
+    from jax.extend import backend
+
+    assert {"platform"} <= parameters(jax_compat._xla_bridge.get_backend)
+    assert jax_compat.get_backend() is backend.get_backend() and jax_compat.get_backend("cpu").platform == "cpu"
+
+
+def test_initialize_lapack_takes_nothing():
+    assert not parameters(jax_compat._linalg.initialize_lapack)
+    jax_compat.initialize_lapack()
+    jax_compat.initialize_lapack()  # idempotent
+
+
 def test_sharding_contexts_have_the_fields_hlopt_reads():
     assert {"mesh", "manual_axes"} <= {f.name for f in dataclasses.fields(jax_compat.SPMDAxisContext)}
     assert {"num_devices", "abstract_mesh"} <= {f.name for f in dataclasses.fields(jax_compat.ShardingContext)}

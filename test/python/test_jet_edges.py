@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import jet as jax_jet
-from test_jet_rules import taylor_by_nested_jvp
+from references import taylor_by_nested_jvp
 
 import hlopt
 from hlopt.compiler.program import parse_module

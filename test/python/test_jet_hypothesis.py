@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax import lax
 from jax.experimental import jet as jax_jet
-from test_jet_rules import taylor_by_nested_jvp
+from references import taylor_by_nested_jvp
 
 import hlopt
 

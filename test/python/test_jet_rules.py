@@ -9,7 +9,6 @@ inside `jax.enable_x64(True)` blocks.
 from __future__ import annotations
 
 import functools
-import math
 import zlib
 from collections.abc import Callable
 
@@ -21,6 +20,7 @@ from jax import lax
 from jax.experimental import jet as jax_jet
 
 import hlopt
+from references import taylor_by_nested_jvp
 
 ORDER = 6
 N = 5
@@ -82,6 +82,7 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "floor": (jnp.floor, ("real",), True),
     "ceil": (jnp.ceil, ("real",), True),
     "round": (jnp.round, ("real",), True),
+    "round_away_from_zero": (lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO) * x, ("real",), False),
     # linear family
     "neg": (jnp.negative, ("real",), True),
     "add": (jnp.add, ("real", "real"), True),
@@ -197,31 +198,6 @@ def _inputs(name: str) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
     primals = [DOMAINS[d](r) for d in domains]
     series = [[0.5 * r.normal(size=N) for _ in range(ORDER)] for _ in domains]
     return primals, series
-
-
-def taylor_by_nested_jvp(f: Callable, primals, series, order: int):
-    """Plain Taylor coefficients (y^(k)/k!) of t -> f(x(t)), x_i(t) = x_i0 + sum_k x_ik t^k
-    per argument, by `order` nested jax.jvp in one jitted function.
-
-    t is real, of the first floating-point argument's precision; integer arguments stay
-    fixed; complex arguments and pytree outputs work. Level k of the nest returns the
-    derivatives 0..k.
-    """
-    inexact = [jnp.issubdtype(np.asarray(x).dtype, jnp.inexact) for x in primals]
-    dtypes = [np.asarray(x).dtype for x, d in zip(primals, inexact) if d]
-    t0 = jnp.zeros((), jnp.finfo(dtypes[0]).dtype if dtypes else float)
-
-    def derivatives(t):
-        return (f(*[x0 + sum(c * t**k for k, c in enumerate(cs, 1)) if d else x0
-                    for x0, cs, d in zip(primals, series, inexact)]),)
-
-    for _ in range(order):
-        def derivatives(t, inner=derivatives):
-            values, tangents = jax.jvp(inner, (t,), (jnp.ones_like(t),))
-            return values + (tangents[-1],)
-
-    out = jax.jit(derivatives)(t0)
-    return [jax.tree_util.tree_map(lambda v, k=k: v / math.factorial(k), d) for k, d in enumerate(out)]
 
 
 @functools.cache

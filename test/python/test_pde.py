@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import hlopt
-from hlopt.jet import jet
+from hlopt import jet
 
 RTOL = 1e-10
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 import hlopt
-from hlopt.jet import jet
+from hlopt import jet
 from test_pde import close, float64, nested_bilaplacian, nested_laplacian, nested_weighted  # noqa: F401 - fixture
 
 with jax.enable_x64(True):  # module constants in float64, like the tests that use them

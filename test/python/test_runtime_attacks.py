@@ -16,8 +16,6 @@ import hashlib
 import json
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -26,12 +24,12 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import forge
+from sandbox import Outcome, assert_survived, run_capped
 import hlopt
 from attack_worker import X, Y, f, g
 from hlopt.runtime import container, files
 
 WORKER = str(Path(__file__).parent / "attack_worker.py")
-TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
@@ -52,24 +50,25 @@ def assert_close(got: dict, expected: dict) -> None:
 
 
 def attack(tmp_path: Path, cases: list[dict], env: dict | None = None) -> list[dict]:
-    """Run `cases` in a fresh process; it must exit normally, within the timeout."""
+    """Run `cases` in a fresh process under sandbox.py's caps; it must exit normally, within the timeout."""
     spec = tmp_path / f"spec-{random.random()}.json"
     spec.write_text(json.dumps({"cases": cases}))
-    proc = subprocess.run([sys.executable, WORKER, str(spec)], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, env=dict(os.environ, **(env or {})))
-    assert proc.returncode == 0, f"the process died (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    proc = run_capped(["-u", WORKER, str(spec)], env=env)
+    assert_survived(proc)
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     for case, result in zip(cases, results, strict=True):
         assert "error" not in result, (case, result)
     return results
 
 
-def hlopt_cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["hlopt", *argv], capture_output=True, text=True, timeout=TIMEOUT_S,
-                          env=dict(os.environ, **(env or {})))
+def hlopt_cli(*argv: str, env: dict | None = None, cwd: str | os.PathLike | None = None) -> Outcome:
+    """`hlopt ARGV` under sandbox.py's caps; it must neither crash nor hang."""
+    proc = run_capped(["hlopt", *argv], env=env, cwd=cwd)
+    assert not proc.timed_out and proc.signal is None, proc.describe()
+    return proc
 
 
-def assert_one_line_error(proc: subprocess.CompletedProcess, message: str) -> None:
+def assert_one_line_error(proc: Outcome, message: str) -> None:
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("hlopt: error: ") and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -94,7 +93,7 @@ def test_patched_kernel_never_runs(tmp_path):
               "xc.DeviceList(tuple(jax.devices()[:1])), xc.CompileOptions())\n"
               "a = [jax.device_put(np.ones((8, 4), np.float32)), jax.device_put(np.ones((4, 2), np.float32))]\n"
               "e.execute_sharded(a).disassemble_into_single_device_arrays()[0][0].block_until_ready()\n")
-    subprocess.run([sys.executable, "-c", script, control], capture_output=True, timeout=TIMEOUT_S)
+    run_capped(["-c", script, control])
     assert marker.exists(), "the payload did not run even when PJRT loaded it: the test proves nothing"
     marker.unlink()
 
@@ -229,9 +228,7 @@ def test_forged_device_counts_are_capped(tmp_path, data):
         signed, portable = attack(tmp_path, [{"kind": "load", "file": forged, "trust": t} for t in files.TRUST_LEVELS])
         assert "MAC does not verify" in signed["refused"]
         assert f"runs on {count} devices but only 8" in portable["refused"]
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run(["hlopt", "run", str(tmp_path / "d100000.hlx"), "--trust", "portable"], capture_output=True,
-                          text=True, timeout=TIMEOUT_S, env=env)
+    proc = hlopt_cli("run", str(tmp_path / "d100000.hlx"), "--trust", "portable", env={"XLA_FLAGS": ""})
     assert_one_line_error(proc, "the program runs on 100000 devices; hlopt run sets up at most 1024 host devices")
 
 
@@ -277,9 +274,8 @@ def test_bcoo_file_under_another_key_gives_the_right_sums(tmp_path):
               "dense = np.array([[1, 0, 2, 0], [0, 0, 3, 4], [5, 0, 0, 0]], np.float32)\n"
               "out = c(hlopt.sparse.BCOO.fromdense(dense), np.arange(1, 5, dtype=np.float32))\n"
               "np.savez(sys.argv[2], t=np.asarray(out['t'].todense()), mv=np.asarray(out['mv']))\n")
-    proc = subprocess.run([sys.executable, "-c", script, str(path), str(tmp_path / "out.npz")], capture_output=True,
-                          text=True, timeout=TIMEOUT_S, env=dict(os.environ, HLOPT_KEY="another key " * 4))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_survived(run_capped(["-c", script, str(path), str(tmp_path / "out.npz")],
+                               env={"HLOPT_KEY": "another key " * 4}))
     out = np.load(tmp_path / "out.npz")
     np.testing.assert_array_equal(out["t"], dense.T)
     from jax.experimental import sparse as jsparse
@@ -363,8 +359,8 @@ def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_pa
         script = ("import sys; from hlopt.passes.mlir import deserialize_portable_artifact\n"
                   "print(deserialize_portable_artifact(open(sys.argv[1], 'rb').read()))")
         control = write(tmp_path, "artifact.bin", artifact)
-        proc = subprocess.run([sys.executable, "-c", script, control], capture_output=True, timeout=TIMEOUT_S)
-        assert proc.returncode < 0, "reading the deep module did not crash: the test proves nothing"
+        proc = run_capped(["-c", script, control])
+        assert proc.signal is not None, "reading the deep module did not crash: the test proves nothing"
     cases = [{"kind": "load", "file": forged, "trust": t} for t in files.TRUST_LEVELS]
     signed, portable = attack(tmp_path, cases)
     assert "MAC does not verify" in signed["refused"]
@@ -373,3 +369,52 @@ def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_pa
     assert_one_line_error(hlopt_cli("inspect", forged, "--trust", "portable"), why)
     np.savez(tmp_path / "a.npz", a)
     assert_one_line_error(hlopt_cli("run", forged, "--trust", "portable", "--input", str(tmp_path / "a.npz")), why)
+
+
+TRSM_BOTH_FORMS = """func.func @main(%a: tensor<3x3xf32>, %x: tensor<3xNxf32>) -> tensor<3xNxf32> {
+  %0 = stablehlo.custom_call @lapack_strsm_ffi(%a, %x) {api_version = 4 : i32,
+    backend_config = {diag = 78 : ui8, side = 82 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8},
+    mhlo.backend_config = {diag = 78 : ui8, side = 76 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8},
+    operand_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<[0, 1]> : tensor<2xindex>],
+    result_layouts = [dense<[0, 1]> : tensor<2xindex>]} : (tensor<3x3xf32>, tensor<3xNxf32>) -> tensor<3xNxf32>
+  return %0 : tensor<3xNxf32>
+}"""
+# The control: XLA compiles the module as it is and runs it; its kernel reads side R, so a 3x3 `a` is read as N x N.
+TRSM_CONTROL = """import sys, jax, numpy as np
+from hlopt.compiler.jax_compat import initialize_lapack
+from hlopt.compiler.program import module_to_bytecode, parse_module
+from hlopt.runtime.pjrt import compile_module
+initialize_lapack()
+exe = compile_module(module_to_bytecode(parse_module(open(sys.argv[1]).read())), jax.devices()[:1], False)
+with np.load(sys.argv[2]) as args:
+    a, x = args["arr_0"], args["arr_1"]
+out = exe.execute_sharded([jax.device_put(a), jax.device_put(x)]).disassemble_into_single_device_arrays()[0][0]
+np.save(sys.argv[3], np.asarray(out))
+"""
+
+
+@pytest.mark.parametrize("n", [4, 3000])
+def test_attributes_the_checks_did_not_read_never_reach_a_kernel(tmp_path, n):
+    """A trsm call with side L where runtime/portable.py looked and side R where the kernel looks is refused."""
+    a = (np.tril(np.ones((3, 3))) + 2 * np.eye(3)).astype(np.float32)
+    x = np.ones((3, n), np.float32)
+    np.savez(tmp_path / "ax.npz", a, x)
+    text = TRSM_BOTH_FORMS.replace("N", str(n))
+    (tmp_path / "trsm.mlir").write_text(text)
+    control = run_capped(["-c", TRSM_CONTROL, str(tmp_path / "trsm.mlir"), str(tmp_path / "ax.npz"),
+                          str(tmp_path / "out.npy")])
+    right = np.linalg.solve(a.astype(np.float64), x)
+    assert control.signal is not None or not np.allclose(np.load(tmp_path / "out.npy"), right, atol=1e-3), \
+        "the kernel read the checked side: the test proves nothing"
+
+    manifest, sections = forge.unpack(hlopt.lower(lambda a, x: x, a, x).compile().serialize())
+    from hlopt.compiler.program import parse_module
+    from hlopt.passes.mlir import serialize_portable_artifact
+
+    artifact = forge.retag(serialize_portable_artifact(parse_module(text)), manifest["signature"])
+    forged = write(tmp_path, "trsm.hlx", forge.forge(manifest, dict(sections, module=artifact)))
+    (portable,) = attack(tmp_path, [{"kind": "load", "file": forged, "trust": "portable",
+                                     "inputs": str(tmp_path / "ax.npz")}])
+    assert "carries its attributes twice" in portable["refused"], portable
+    ran = hlopt_cli("run", forged, "--trust", "portable", "--input", str(tmp_path / "ax.npz"))
+    assert_one_line_error(ran, "carries its attributes twice")

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import hlopt
 from hlopt.runtime import keys
 
 
@@ -31,8 +32,8 @@ def test_key_file_is_created_private_at_first_use(config):
 
 
 def test_hlopt_key_wins_and_the_key_file_is_not_made(config, monkeypatch):
-    monkeypatch.setenv("HLOPT_KEY", "k" * 40)
-    assert keys.user_key() == keys.Key(b"k" * 40, "HLOPT_KEY")
+    monkeypatch.setenv("HLOPT_KEY", "k0123456789" * 4)
+    assert keys.user_key() == keys.Key(b"k0123456789" * 4, "HLOPT_KEY")
     assert not config.exists()
     assert keys.describe_key() == "HLOPT_KEY"
 
@@ -54,7 +55,7 @@ def test_relative_xdg_config_home_is_ignored(tmp_path, monkeypatch):
 def test_weak_or_empty_hlopt_key(config, monkeypatch, value):
     monkeypatch.setenv("HLOPT_KEY", value)
     if value:
-        with pytest.raises(keys.KeyFileError, match="HLOPT_KEY has 5 characters; use at least 32 random ones"):
+        with pytest.raises(keys.KeyFileError, match="HLOPT_KEY has 5 bytes; use at least 32 random characters"):
             keys.user_key()
     else:
         assert keys.user_key().source == str(config)  # empty means unset
@@ -105,3 +106,62 @@ def test_processes_racing_to_make_the_key_agree(config):
     secrets = {p.communicate(timeout=120)[0].strip() for p in procs}
     assert secrets == {config.read_text().strip()}
     assert [p.name for p in config.parent.iterdir()] == ["key"]
+
+
+@pytest.mark.parametrize("value, match", [
+    (" " * 32, r"is one byte repeated \(b' '\)"),
+    ("A" * 64, r"is one byte repeated \(b'A'\)"),
+    ("0123456789" * 3, "has 30 bytes"),
+])
+def test_short_or_one_byte_keys_are_refused(config, monkeypatch, value, match):
+    monkeypatch.setenv("HLOPT_KEY", value)
+    with pytest.raises(keys.KeyFileError, match=f"HLOPT_KEY {match}; use at least 32 random characters"):
+        keys.user_key()
+
+
+def test_a_non_utf8_key_is_refused_typed(config, monkeypatch):
+    monkeypatch.setenv("HLOPT_KEY", os.fsdecode(b"\xff\xfe key bytes that are not UTF-8 at all"))
+    with pytest.raises(keys.KeyFileError, match="HLOPT_KEY is not UTF-8 text"):
+        keys.user_key()
+    assert issubclass(keys.KeyFileError, hlopt.ExecutableFileError)
+    monkeypatch.setenv("HLOPT_KEY", "é" * 16)  # 16 characters, 32 bytes: the bytes count
+    assert keys.user_key().secret == ("é" * 16).encode()
+
+
+def test_a_key_file_of_one_byte_repeated_is_refused(config):
+    config.parent.mkdir(parents=True, mode=0o700)
+    config.write_text(" x" + "x" * 63 + "\n")  # after stripping: one byte repeated
+    config.chmod(0o600)
+    with pytest.raises(keys.KeyFileError, match="does not hold a key .*not all one"):
+        keys.user_key()
+
+
+def test_a_folder_at_the_key_path_is_refused_typed(config):
+    config.mkdir(parents=True, mode=0o700)
+    with pytest.raises(keys.KeyFileError, match="the key file .* is not a regular file; remove it, or set HLOPT_KEY"):
+        keys.user_key()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o722])
+def test_a_key_folder_others_can_write_is_refused(config, mode):
+    keys.user_key()
+    config.parent.chmod(mode)
+    with pytest.raises(keys.KeyFileError, match=f"the key folder .* is writable by others \\(mode {mode:04o}\\)"):
+        keys.user_key()
+    config.parent.chmod(0o700)
+    config.parent.parent.chmod(0o777)  # a folder above it
+    try:
+        with pytest.raises(keys.KeyFileError, match="above the key folder .* is writable by others"):
+            keys.user_key()
+    finally:
+        config.parent.parent.chmod(0o755)
+
+
+def test_a_symlinked_key_folder_is_refused(config, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    config.parent.parent.mkdir(parents=True)
+    config.parent.symlink_to(elsewhere)
+    with pytest.raises(keys.KeyFileError, match="the key folder .* is a symbolic link"):
+        keys.user_key()
+    assert list(elsewhere.iterdir()) == []  # no key was written through the link

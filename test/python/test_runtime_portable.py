@@ -17,11 +17,12 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 import forge
+import fresh_worker
 import hlopt
 from hlopt.compiler.program import parse_module
+from hlopt.passes.mlir import ir
 from hlopt.runtime import files
 from hlopt.runtime.portable import PortableCheckError, check_portable
 
@@ -85,25 +86,13 @@ def test_lapack_programs_load_portably(name, dtype, other_key):
 
 
 def test_gspmd_markers_load_portably(other_key):
-    @hlopt.custom_partitioning
-    def double(x):
-        return x * 2
-
-    def partition(mesh, arg_shapes, result_shape):
-        s = NamedSharding(mesh, P("x"))
-        return mesh, lambda x: x * 2, s, (s,)
-
-    double.def_partition(partition=partition, sharding_rule="i j -> i j",
-                         infer_sharding_from_operands=lambda mesh, shapes, result: NamedSharding(mesh, P("x")))
-    mesh = jax.make_mesh((8,), ("x",))
-    x = RNG.standard_normal((16, 4)).astype(np.float32)
-    pipeline = "jet-expand,lower-bcoo,lower-custom-partitioning{target=gspmd},inline,canonicalize,cse,symbol-dce"
-    compiled = hlopt.lower(lambda x: double(jnp.sin(x)), x, mesh=mesh, in_shardings=(P("x"),)).compile(pipeline)
+    fun, reference, (x,), kwargs, pipeline = fresh_worker.program("markers")
+    compiled = hlopt.lower(fun, x, **kwargs).compile(pipeline)
     assert "SPMDFullToShardShape" in str(compiled.module)
     data = compiled.serialize()
     other_key()
     loaded = portable(data)
-    np.testing.assert_allclose(loaded(x), np.sin(x) * 2, rtol=1e-6)
+    np.testing.assert_allclose(loaded(x), reference(x), rtol=1e-6)
     assert loaded.out_shardings[0].spec == compiled.out_shardings[0].spec
 
 
@@ -132,6 +121,44 @@ HOSTILE = {
         '{diag = 78 : ui8, side = 82 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8}} : (tensor<4x4xf32>, tensor<4x3xf32>) '
         '-> tensor<4x3xf32>',
         "are not a square a[*b, k, k] and x[*b, m, n] with k = n"),
+    "attributes twice, disagreeing": (
+        '%0 = stablehlo.custom_call @lapack_strsm_ffi(%a, %r) {api_version = 4 : i32, backend_config = '
+        '{diag = 78 : ui8, side = 82 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8}, mhlo.backend_config = '
+        '{diag = 78 : ui8, side = 76 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8}} : (tensor<4x4xf32>, tensor<4x3xf32>) '
+        '-> tensor<4x3xf32>',
+        "carries its attributes twice, as mhlo.backend_config and as backend_config"),
+    "attributes twice, agreeing": (
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {api_version = 4 : i32, backend_config = '
+        '{uplo = 76 : ui8}, mhlo.backend_config = {uplo = 76 : ui8}} : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<i32>)',
+        "carries its attributes twice"),
+    "opaque string config": (
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {backend_config = "uplo=L"}'
+        ' : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<i32>)',
+        "has a backend_config that is not a dictionary"),
+    "attribute the kernel does not read": (
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {mhlo.backend_config = {lda = 2 : ui8, uplo = 76 : ui8}}'
+        ' : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<i32>)',
+        "has attributes {lda, uplo}; its kernel reads exactly {uplo}"),
+    "attribute missing": (
+        '%0 = stablehlo.custom_call @lapack_strsm_ffi(%a, %r) {mhlo.backend_config = '
+        '{side = 76 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8}} : (tensor<4x4xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>',
+        "has attributes {side, trans_x, uplo}; its kernel reads exactly {diag, side, trans_x, uplo}"),
+    "attributes on a kernel that reads none": (
+        '%0:3 = stablehlo.custom_call @lapack_sgetrf_ffi(%a) {mhlo.backend_config = {uplo = 76 : ui8}}'
+        ' : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4xi32>, tensor<i32>)',
+        "has attributes {uplo}; its kernel reads exactly {none}"),
+    "character the kernel does not accept": (
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {mhlo.backend_config = {uplo = 88 : ui8}}'
+        ' : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<i32>)',
+        "has uplo = 88 : ui8; its kernel accepts 76 : ui8 (L) or 85 : ui8 (U)"),
+    "attribute of another type": (
+        '%0:3 = stablehlo.custom_call @lapack_ssyevd_ffi(%a) {mhlo.backend_config = {mode = 86 : i32, uplo = 76 : ui8}}'
+        ' : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<4xf32>, tensor<i32>)',
+        "has mode = 86 : i32; its kernel accepts 78 : ui8 (N) or 86 : ui8 (V)"),
+    "batch rank lie": (
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {mhlo.backend_config = {uplo = 76 : ui8}, '
+        'mhlo.frontend_attributes = {num_batch_dims = "1"}} : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<i32>)',
+        'has num_batch_dims = "1"; its operands have 0 batch dimensions'),
     "orgqr tau too long": (
         '%t = stablehlo.constant dense<1.0> : tensor<5xf32>\n'
         '%0 = stablehlo.custom_call @lapack_sorgqr_ffi(%a, %t) {api_version = 4 : i32} : (tensor<4x4xf32>, tensor<5xf32>) '
@@ -206,3 +233,56 @@ def test_every_rule_accepts_what_jax_emits():
         jax.config.update("jax_enable_x64", False)
     lapack = {t for t in CUSTOM_CALLS if t.startswith("lapack_")}
     assert seen == lapack, sorted(lapack - seen)
+
+
+def _lapack_calls(module) -> list:
+    calls = []
+
+    def visit(op):
+        if op.name == "stablehlo.custom_call" and "lapack_" in str(op.attributes["call_target_name"]):
+            calls.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return calls
+
+
+def test_every_target_refuses_a_second_or_changed_attribute_dictionary():
+    """For each LAPACK call jax emits: its attributes given twice, one more, one fewer or one changed is refused."""
+    jax.config.update("jax_enable_x64", True)
+    try:
+        audited = set()
+        for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+            for fun, make in LINALG.values():
+                module = hlopt.lower(fun, *make(dtype)).module
+                with module.context:
+                    for op in _lapack_calls(module):
+                        target = ir.StringAttr(op.attributes["call_target_name"]).value
+                        attrs = op.attributes
+                        config = ir.DictAttr(attrs["mhlo.backend_config"])
+                        names = {config[i].name: config[i].attr for i in range(len(config))}
+                        char = lambda c: ir.IntegerAttr.get(ir.IntegerType.get_unsigned(8), ord(c))  # noqa: E731
+                        given = lambda d: {"mhlo.backend_config": ir.DictAttr.get(d)}  # noqa: E731
+                        edits = [{"backend_config": config,
+                                  "api_version": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4)},
+                                 given(dict(names, extra=char("L")))]
+                        edits += [given({k: v for k, v in names.items() if k != n}) for n in names]
+                        edits += [given(dict(names, **{n: char("X")})) for n in names]
+                        for edit in edits:
+                            saved = {k: attrs[k] for k in edit if k in attrs}
+                            for k, v in edit.items():
+                                attrs[k] = v
+                            with pytest.raises(PortableCheckError, match=re.escape(target)):
+                                check_portable(module)
+                            for k in edit:
+                                if k in saved:
+                                    attrs[k] = saved[k]
+                                else:
+                                    del attrs[k]
+                        check_portable(module)  # restored: accepted again
+                        audited.add(target)
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    from hlopt.runtime.portable import CUSTOM_CALLS
+
+    assert audited == {t for t in CUSTOM_CALLS if t.startswith("lapack_")}

@@ -315,9 +315,9 @@ def test_random_manifest_edits_never_escape_as_other_errors(data, monkeypatch):
 
 def test_file_from_another_key_is_refused_then_portable(tmp_path, monkeypatch):
     compiled = hlopt.lower(f, X, Y).compile()
-    monkeypatch.setenv("HLOPT_KEY", "A" * 40)
+    monkeypatch.setenv("HLOPT_KEY", "key A, 40 bytes long, " * 2)
     compiled.save(tmp_path / "a.hlx")
-    monkeypatch.setenv("HLOPT_KEY", "B" * 40)
+    monkeypatch.setenv("HLOPT_KEY", "key B, 40 bytes long, " * 2)
     with pytest.raises(hlopt.ExecutableFileError, match="MAC does not verify with HLOPT_KEY.*trust='portable'"):
         hlopt.load(tmp_path / "a.hlx")
     with pytest.warns(hlopt.RecompileWarning, match="not authenticated"):
@@ -329,7 +329,7 @@ def test_file_from_another_key_is_refused_then_portable(tmp_path, monkeypatch):
     monkeypatch.setattr(files, "compile_program", lambda *a, **k: pytest.fail("a signed file was recompiled"))
     again = hlopt.load(tmp_path / "b.hlx")
     np.testing.assert_allclose(again(X, Y)["s"], jax.jit(f)(X, Y)["s"], rtol=1e-6)
-    monkeypatch.setenv("HLOPT_KEY", "A" * 40)
+    monkeypatch.setenv("HLOPT_KEY", "key A, 40 bytes long, " * 2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_allclose(hlopt.load(tmp_path / "a.hlx")(X, Y)["s"], jax.jit(f)(X, Y)["s"], rtol=1e-6)
@@ -337,5 +337,5 @@ def test_file_from_another_key_is_refused_then_portable(tmp_path, monkeypatch):
 
 def test_weak_key_is_refused(monkeypatch):
     monkeypatch.setenv("HLOPT_KEY", "short")
-    with pytest.raises(ValueError, match="HLOPT_KEY has 5 characters; use at least 32"):
+    with pytest.raises(ValueError, match="HLOPT_KEY has 5 bytes; use at least 32"):
         hlopt.lower(f, X, Y).compile().serialize()

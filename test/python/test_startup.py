@@ -89,9 +89,9 @@ def test_public_names_resolve_lazily():
     assert set(hlopt.__all__) <= set(dir(hlopt))
     for name in hlopt.__all__:
         assert getattr(hlopt, name) is not None, name
-    importlib.import_module("hlopt.jet")  # the submodules named like functions, imported again
-    importlib.import_module("hlopt.jit")
-    assert callable(hlopt.jit) and hlopt.jit.__module__ == "hlopt.jit"  # the function, not its module
+    importlib.import_module("hlopt.taylor")  # the submodules defining them, imported again
+    importlib.import_module("hlopt.staging")
+    assert callable(hlopt.jit) and hlopt.jit.__module__ == "hlopt.staging"  # the function, not its module
     assert callable(hlopt.jet) and hlopt.jet.__name__ == "jet"
     assert isinstance(hlopt.custom_partitioning, type) and hlopt.sparse.BCOO is not None
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
@@ -99,7 +99,7 @@ def test_public_names_resolve_lazily():
 
 
 def test_submodule_imported_first_keeps_the_function():
-    proc = python("import hlopt.jit, hlopt.jet, hlopt.custom_partitioning, hlopt\n"
+    proc = python("import hlopt.staging, hlopt.taylor, hlopt.partitioning, hlopt\n"
                   "print(callable(hlopt.jit), hlopt.jet.__name__, isinstance(hlopt.custom_partitioning, type))")
     assert proc.stdout.split() == ["True", "jet", "True"], proc.stderr
 
@@ -143,3 +143,14 @@ def test_inliner_extension_missing_disables_only_inline(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ""
     assert re.fullmatch(r"hlopt-opt: error: 'inline' needs the func dialect's inliner interface, which this "
                         r"jaxlib does not provide \(ImportError: .*register_inliner_extensions.*\).*\n", proc.stderr)
+
+
+def test_import_from_the_folder_above_a_clone(tmp_path):
+    """A clone named hlopt in the current folder (a namespace package to Python, first on
+    sys.path) does not shadow the installed package."""
+    for part in ("python/hlopt", "passes", "compiler", "runtime"):
+        (tmp_path / "hlopt" / part).mkdir(parents=True)
+    proc = python("import hlopt, hlopt.passes.registry\nprint(hlopt.__file__, callable(hlopt.lower))", cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    where, lower = proc.stdout.split()
+    assert lower == "True" and not where.startswith(str(tmp_path)), proc.stdout

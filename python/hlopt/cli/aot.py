@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import math
 import os
@@ -12,11 +13,13 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from hlopt.cli.errors import UsageError, as_flags
+from hlopt.cli.opt import ALLOW_IMPORT_HELP
+from hlopt.runtime.errors import ExecutableFileError
 from hlopt.passes.locations import printable
 
 PROGRESS_AFTER_S = 2.0
@@ -42,6 +45,7 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, help="the executable file to write")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print each stage (lowering, each pass, PJRT compile, write) with its time on stderr")
+    p.add_argument("--allow-import", action="store_true", help=ALLOW_IMPORT_HELP)
 
 
 def parse_arg_type(text: str) -> Any:
@@ -269,12 +273,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
                                       out_shardings=out_shardings)
         if args.verbose:  # pass by pass, then PJRT (the persistent cache is consulted for PJRT only)
-            after = lowered.apply(args.pipeline, progress=lambda name, s: stage_line(f"pass {name}", s))
+            after = lowered.apply(args.pipeline, progress=lambda name, s: stage_line(f"pass {name}", s),
+                                  import_partitioners=args.allow_import)
             with stage("PJRT compile", True):
                 compiled = after.compile(pipeline="")
         else:
             with progress(f"compiling {lowered.signature.name}"):
-                compiled = lowered.compile(args.pipeline)
+                compiled = lowered.compile(args.pipeline, import_partitioners=args.allow_import)
     with stage(f"writing {args.output}", args.verbose):
         compiled.save(args.output)
     print(f"wrote {args.output} ({Path(args.output).stat().st_size} bytes): {compiled.signature.describe()}")
@@ -289,7 +294,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="an executable file written by hlopt compile or Compiled.save")
     p.add_argument("--input", action="append", default=[], metavar="FILE",
                    help="a .npy (one argument) or .npz (its arrays in order); in argument order")
-    p.add_argument("--output", help="write the results to this .npz (keys are the output paths)")
+    p.add_argument("--output", help="write the results to this file, as a .npz (keys are the output paths), "
+                                    "replacing it atomically (a link there is replaced, its target untouched)")
     add_trust_arg(p, "signed")
 
 
@@ -302,27 +308,121 @@ def add_trust_arg(p: argparse.ArgumentParser, default: str | None) -> None:
                                               "(exit status 1 if the file fails them)"))
 
 
-def read_inputs(paths: list[str]) -> list[Any]:
-    """The arrays of .npy and .npz files, in order; never unpickles."""
+_MAX_NPY_HEADER = 10000  # numpy's own default limit on the header it parses
+
+
+def read_inputs(paths: list[str], avals: list[Any], program: str, names: Sequence[str] = ()) -> list[Any]:
+    """The arrays of .npy and .npz files, in order, each checked against the program's next input.
+
+    Only regular files are read; a header's shape and dtype (and a zip
+    member's size) are compared with `avals` before any data is read, and no
+    more than those bytes are read, so a zip bomb or a lying header costs
+    nothing. Never unpickles. Raises ExecutableFileError.
+    """
+    given = sum(_array_count(path) for path in paths)
+    if given != len(avals):
+        named = f" ({', '.join(names)})" if names else ""
+        raise ExecutableFileError(f"{program} takes {_count(len(avals), 'array')}{printable(named)}, "
+                                  f"{given} {'was' if given == 1 else 'were'} given (--input)")
+    arrays: list[Any] = []
+
+    def expected() -> Any:
+        return avals[len(arrays)]
+
+    for path in paths:
+        with _open_input(path) as f:
+            magic = f.read(6)
+            f.seek(0)
+            if magic == b"\x93NUMPY":
+                arrays.append(_read_npy(f, expected(), path, f"input '{printable(path)}'", program,
+                                        len(arrays), os.fstat(f.fileno()).st_size))
+            elif magic[:4] == b"PK\x03\x04":
+                _read_npz(f, path, expected, arrays, program)
+            else:
+                raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
+    return arrays
+
+
+def _array_count(path: str) -> int:
+    """How many arrays the .npy or .npz file `path` holds, read from its header or zip directory only."""
+    import zipfile
+
+    with _open_input(path) as f:
+        magic = f.read(6)
+        if magic == b"\x93NUMPY":
+            return 1
+        if magic[:4] != b"PK\x03\x04":
+            raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
+        f.seek(0)
+        try:
+            with zipfile.ZipFile(f) as z:
+                return len(z.infolist())
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
+            raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
+
+
+@contextlib.contextmanager
+def _open_input(path: str) -> Iterator[Any]:
+    """`path` opened for reading if it is a regular file (never a FIFO or a device, which could block)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as e:
+        raise ExecutableFileError(f"cannot read input '{printable(path)}': {getattr(e, 'strerror', None) or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ExecutableFileError(f"input '{printable(path)}' is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        yield f
+
+
+def _read_npy(f: Any, aval: Any, path: str, where: str, program: str, index: int, size: int) -> Any:
+    """The array of the .npy stream `f` (`size` bytes), if its header says it is `aval`; else ExecutableFileError."""
     import numpy as np
 
-    arrays = []
-    for path in paths:
-        try:
-            loaded = np.load(path, allow_pickle=False)
-        except ValueError as e:
-            if "pickle" not in str(e):
-                raise UsageError(f"cannot read input '{path}': {e}") from None
-            raise UsageError(f"cannot read input '{path}': not a .npy or .npz file of arrays (hlopt never "
-                             "unpickles Python objects)") from None
-        except OSError as e:
-            raise UsageError(f"cannot read input '{path}': {e}") from None
-        if isinstance(loaded, np.ndarray):
-            arrays.append(loaded)
-        else:
-            with loaded:
-                arrays.extend(loaded[k] for k in loaded.files)
-    return arrays
+    from hlopt.runtime.files import _physical_aval
+
+    want = _physical_aval(aval)
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in readers:
+            raise ValueError(f"format version {version[0]}.{version[1]} (1.0 and 2.0 are read)")
+        shape, fortran, dtype = readers[version](f, max_header_size=_MAX_NPY_HEADER)
+    except (ValueError, OSError, SyntaxError, TypeError) as e:
+        raise ExecutableFileError(f"{where}: not a valid .npy header: {printable(e)}") from None
+    if dtype.hasobject or tuple(shape) != tuple(want.shape) or dtype != want.dtype:
+        raise ExecutableFileError(
+            f"{where} holds {printable(dtype)}{list(shape)} but {program} takes {want.dtype.name}"
+            f"{list(want.shape)} as input {index}")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size - f.tell() != nbytes:
+        raise ExecutableFileError(f"{where}: its data is {size - f.tell()} bytes, its header says {nbytes}")
+    data = f.read(nbytes)
+    if len(data) != nbytes:
+        raise ExecutableFileError(f"{where}: its data is shorter than its header says")
+    return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C").copy()
+
+
+def _read_npz(f: Any, path: str, expected: Any, arrays: list[Any], program: str) -> None:
+    """Append the arrays of the .npz file `f`, in order, each checked as `_read_npy` checks one."""
+    import zipfile
+    import zlib
+
+    try:
+        with zipfile.ZipFile(f) as z:
+            members = z.infolist()
+            for info in members:
+                where = f"input '{printable(path)}', array '{printable(info.filename)}'"
+                aval = expected()
+                with z.open(info) as member:
+                    arrays.append(_read_npy(member, aval, path, where, program, len(arrays), info.file_size))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError,
+            zlib.error) as e:
+        if isinstance(e, ExecutableFileError):
+            raise
+        raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
 
 
 def leaf_names(tree: Any) -> list[str]:
@@ -346,6 +446,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import jax
     import numpy as np
 
+    import hlopt.saved  # noqa: F401 - the node classes a signature may hold
     from hlopt.runtime import files
 
     found, _ = files.read_file(args.file)
@@ -362,19 +463,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     for w in caught:
         print(f"hlopt: warning: {as_flags(printable(w.message))}", file=sys.stderr)
     sig = compiled.signature
-    inputs = read_inputs(args.input)
-    if len(inputs) != len(sig.in_avals):
-        names = f" ({', '.join(sig.in_names)})" if sig.in_names else ""
-        raise UsageError(f"{sig.name} takes {_count(len(sig.in_avals), 'array')}{printable(names)}, "
-                         f"{len(inputs)} {'was' if len(inputs) == 1 else 'were'} given (--input)")
+    inputs = read_inputs(args.input, list(sig.in_avals), printable(sig.name), sig.in_names)
     dynamic, _ = jax.tree_util.tree_unflatten(sig.in_tree, inputs)
     out = compiled(*dynamic)
     names = leaf_names(out)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
     if args.output:
-        np.savez(args.output, **dict(zip(names, leaves)))
+        buffer = io.BytesIO()
+        np.savez(buffer, **dict(zip(names, leaves)))
         written = args.output if args.output.endswith(".npz") else args.output + ".npz"  # as np.savez names it
-        print(f"wrote {written}: {', '.join(names)}")
+        files.write_atomically(written, buffer.getvalue())
+        print(f"wrote {printable(written)}: {', '.join(printable(n) for n in names)}")
     else:
         for name, value in zip(names, leaves):
             print(f"{printable(name)}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
@@ -396,6 +495,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
     """A readable summary of a checked manifest (no device is needed); every string from the file escaped."""
     import jax
 
+    import hlopt.saved  # noqa: F401 - the node classes a signature may hold
     from hlopt.compiler.program import aval_str
     from hlopt.runtime import encoding
 
@@ -441,6 +541,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Print a file's manifest and whether its MAC verifies (its module with --ir); with --trust, load-check it."""
+    import hlopt.saved  # noqa: F401 - the node classes a signature may hold
     from hlopt.runtime import files
 
     found, mac = files.read_file(args.file, sections=files.SECTIONS)

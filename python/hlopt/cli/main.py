@@ -10,9 +10,9 @@ from hlopt.cli.errors import VersionAction, run_main
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from hlopt import demo
+    from hlopt import demos
 
-    demo.run(sys.stdout, args.sections or None)
+    demos.run(sys.stdout, args.sections or None)
     return 0
 
 

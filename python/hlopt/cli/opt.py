@@ -10,6 +10,8 @@ from hlopt.cli.errors import UsageError, VersionAction, run_main
 
 SPLIT_MARKER = "// -----"
 LIST_WIDTH = 100  # --list-passes wraps summaries at this many columns
+ALLOW_IMPORT_HELP = ("import the module:qualname a custom_partitioning key names when no partitioner of this process "
+                     "is registered under it (runs that module's code; never from the current directory)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,6 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timing", action="store_true", help="report the time of each pass on stderr")
     p.add_argument("--list-passes", action="store_true", help="list hlopt's passes and named pipelines")
     p.add_argument("--debug-info", action="store_true", help="print locations in the output")
+    p.add_argument("--allow-import", action="store_true", help=ALLOW_IMPORT_HELP)
+    p.add_argument("--verify-diagnostics", action="store_true",
+                   help="check the errors against the input's '// expected-error@+N {{...}}' comments")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks and the call chain of errors")
     p.add_argument("--version", action=VersionAction)
     return p
@@ -70,8 +75,12 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
 
 
 def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bool = False,
-            timing: bool = False, debug_info: bool = False) -> str:
-    """Parse `source`, run `pipeline`, and return the printed module."""
+            timing: bool = False, debug_info: bool = False, allow_import: bool = False) -> str:
+    """Parse `source`, run `pipeline`, and return the printed module.
+
+    `allow_import`: see ALLOW_IMPORT_HELP (by default a partitioner key resolves
+    only among those registered in this process).
+    """
     from hlopt.compiler.parse_guard import parse_source
     from hlopt.compiler.pipeline import run_pipeline
     from hlopt.passes.locations import source_name
@@ -80,7 +89,10 @@ def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bo
     with get_context(), source_name(filename):
         module = parse_source(source, filename)
         if pipeline:
-            run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
+            from hlopt.passes.lower_custom_partitioning import partitioner_imports
+
+            with partitioner_imports(allow_import):
+                run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)
         return module.operation.get_asm(enable_debug_info=debug_info)
 
 
@@ -96,13 +108,18 @@ def main(argv: list[str] | None = None) -> int:
 
             parse_pipeline(args.pipeline)  # a bad pipeline is reported before the input is read
         text, filename = _read(args.input)
+        if args.verify_diagnostics:
+            from hlopt.cli.diagnostics import verify
+
+            return verify(text, filename, args.pipeline, args.split_input_file)
         outputs, failed = [], False
         for chunk, first_line in _chunks(text, args.split_input_file):
             source = "\n" * first_line + chunk  # keep line numbers of the whole file
             try:
                 outputs.append(process(source, filename, args.pipeline,
                                        print_ir_after_all=args.print_ir_after_all,
-                                       timing=args.timing, debug_info=args.debug_info))
+                                       timing=args.timing, debug_info=args.debug_info,
+                                       allow_import=args.allow_import))
             except Exception as e:  # noqa: BLE001 - with --split-input-file, go on to the next chunk
                 if not args.split_input_file or args.debug:
                     raise

@@ -38,6 +38,9 @@ from hlopt.sparse.structure import (
     bcoo_extract,
 )
 from hlopt.sparse.transform import grad, jacfwd, jacobian, jacrev, value_and_grad
+from hlopt.runtime.encoding import check_bcoo, register_node_type
+
+register_node_type("hlopt.sparse.BCOO", BCOO, check_bcoo)  # executable files may hold BCOO arguments
 
 __all__ = [
     "BCOO",

@@ -1,6 +1,6 @@
-// RUN: not hlopt-opt %s -p 'jet-expand{func=f order=2}' --split-input-file 2>&1 | filecheck %s
+// RUN: hlopt-opt %s -p 'jet-expand{func=f order=2}' --split-input-file --verify-diagnostics
 
-// CHECK: custom-jvp-errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @hlopt.jet.custom_jvp needs called_computations = [@primal, @tangents]
+// expected-error@+2 {{jet-expand: @hlopt.jet.custom_jvp needs called_computations = [@primal, @tangents]}}
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.custom_call @hlopt.jet.custom_jvp(%x) {api_version = 4 : i32, backend_config = {}, called_computations = [@primal]} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
@@ -11,7 +11,7 @@ func.func private @primal(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// CHECK: custom-jvp-errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @hlopt.jet.custom_jvp needs @tangents to take its operands and the tangents of the floating-point ones, and give the tangents of its floating-point results
+// expected-error@+2 {{jet-expand: @hlopt.jet.custom_jvp needs @tangents to take its operands and the tangents of the floating-point ones, and give the tangents of its floating-point results}}
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.custom_call @hlopt.jet.custom_jvp(%x) {api_version = 4 : i32, backend_config = {}, called_computations = [@primal, @tangents]} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
@@ -25,7 +25,7 @@ func.func private @tangents(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// CHECK: custom-jvp-errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @hlopt.jet.custom_jvp needs @primal to take its operands and give its results
+// expected-error@+2 {{jet-expand: @hlopt.jet.custom_jvp needs @primal to take its operands and give its results}}
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.custom_call @hlopt.jet.custom_jvp(%x) {api_version = 4 : i32, backend_config = {}, called_computations = [@primal, @tangents]} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
@@ -41,7 +41,7 @@ func.func private @tangents(%x: tensor<4xf32>, %dx: tensor<4xf32>) -> tensor<4xf
 // -----
 
 // A marker outside the jets is checked too when it is replaced by its primal call.
-// CHECK: custom-jvp-errors.mlir:[[# @LINE + 5]]:{{[0-9]+}}: error: jet-expand: no function @nowhere in the module
+// expected-error@+5 {{jet-expand: no function @nowhere in the module}}
 func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %x : tensor<4xf32>
 }

@@ -64,10 +64,10 @@ func.func @f(%x: tensor<3xf32>, %y: tensor<3xf32>) -> tensor<3xf32> {
 // CHECK-LABEL: func.func @f_jet2
 // CHECK-SAME: (%[[X:.*]]: tensor<f32>, %[[X1:.*]]: tensor<f32>, %[[X2:.*]]: tensor<f32>)
 // CHECK: %[[Y:.*]] = stablehlo.exponential %[[X]]
-// CHECK: %[[TWO:.*]] = stablehlo.constant dense<2.0
-// CHECK: %[[DX2:.*]] = stablehlo.multiply %[[X2]], %[[TWO]]
 // CHECK: %[[Y1:.*]] = stablehlo.multiply %[[X1]], %[[Y]]
 // CHECK: %[[A:.*]] = stablehlo.multiply %[[X1]], %[[Y1]]
+// CHECK: %[[TWO:.*]] = stablehlo.constant dense<2.0
+// CHECK: %[[DX2:.*]] = stablehlo.multiply %[[X2]], %[[TWO]]
 // CHECK: %[[B:.*]] = stablehlo.multiply %[[DX2]], %[[Y]]
 // CHECK: %[[S:.*]] = stablehlo.add %[[A]], %[[B]]
 // CHECK: %[[HALF:.*]] = stablehlo.constant dense<5.0

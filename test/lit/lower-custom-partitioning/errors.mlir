@@ -1,4 +1,4 @@
-// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 not hlopt-opt %s -p lower-custom-partitioning --split-input-file 2>&1 | filecheck %s
+// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 not hlopt-opt --allow-import %s -p lower-custom-partitioning --split-input-file 2>&1 | filecheck %s
 
 // CHECK: {{.*}}:[[# @LINE + 4]]:{{[0-9]+}}: error: custom_partitioning 'lit_partitioners:broken' with operands (float32[8, 16] sharded [{"x"}, {}]): the partitioner raised ValueError: this layout is not supported
 // CHECK-NOT: Traceback

@@ -1,4 +1,4 @@
-// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 hlopt-opt %s -p "lower-custom-partitioning{target=gspmd}" --split-input-file | filecheck %s
+// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 hlopt-opt --allow-import %s -p "lower-custom-partitioning{target=gspmd}" --split-input-file | filecheck %s
 
 // GSPMD form: the operand is resharded with @Sharding, cut to its per-device
 // shape, the body runs in manual mode, and the result is put back together.

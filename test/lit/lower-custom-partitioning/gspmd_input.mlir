@@ -1,5 +1,5 @@
-// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 hlopt-opt %s -p "lower-custom-partitioning{target=gspmd}" | filecheck %s
-// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 not hlopt-opt %s -p lower-custom-partitioning 2>&1 | filecheck %s --check-prefix=SHARDY
+// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 hlopt-opt --allow-import %s -p "lower-custom-partitioning{target=gspmd}" | filecheck %s
+// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 not hlopt-opt --allow-import %s -p lower-custom-partitioning 2>&1 | filecheck %s --check-prefix=SHARDY
 
 // A module lowered for GSPMD (jax_use_shardy_partitioner off): the operand
 // shardings are read back from mhlo.sharding strings ("{devices=[2,4]<=[8]}"

@@ -1,4 +1,4 @@
-// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 hlopt-opt %s -p lower-custom-partitioning --split-input-file | filecheck %s
+// RUN: env PYTHONPATH=%S/Inputs XLA_FLAGS=--xla_force_host_platform_device_count=8 hlopt-opt --allow-import %s -p lower-custom-partitioning --split-input-file | filecheck %s
 
 // The operand is sharded on its rows; `double` keeps that sharding, so each
 // device doubles its own 1x16 rows inside a manual computation. The body is

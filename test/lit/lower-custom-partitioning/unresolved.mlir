@@ -1,6 +1,10 @@
-// RUN: not hlopt-opt %s -p lower-custom-partitioning 2>&1 | filecheck %s
+// RUN: not hlopt-opt %s -p lower-custom-partitioning 2>&1 | filecheck %s --check-prefix=DEFAULT
+// RUN: not hlopt-opt --allow-import %s -p lower-custom-partitioning 2>&1 | filecheck %s
 
-// A key that is neither registered in the process nor importable.
+// A key that is not registered in the process: without --allow-import it is never imported;
+// with it, the module cannot be imported.
+// DEFAULT: {{.*}}:[[# @LINE + 6]]:{{[0-9]+}}: error: cannot resolve custom partitioner: 'no_such_module_for_hlopt:op' is not registered in this process: import the module that defines it first, or allow importing it (hlopt-opt/hlopt compile --allow-import
+// DEFAULT-NOT: Traceback
 // CHECK: {{.*}}:[[# @LINE + 4]]:{{[0-9]+}}: error: cannot resolve custom partitioner: 'no_such_module_for_hlopt:op' is not registered and importing 'no_such_module_for_hlopt' failed
 // CHECK-NOT: Traceback
 sdy.mesh @mesh = <["x"=8]>

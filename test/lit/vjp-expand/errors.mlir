@@ -1,4 +1,4 @@
-// RUN: not hlopt-opt %s -p vjp-expand --split-input-file 2>&1 | filecheck %s
+// RUN: hlopt-opt %s -p vjp-expand --split-input-file --verify-diagnostics
 // RUN: not hlopt-opt %s -p 'vjp-expand{func=missing}' --split-input-file 2>&1 | filecheck %s --check-prefix=MISSING
 // RUN: not hlopt-opt %s -p 'vjp-expand{order=2}' --split-input-file 2>&1 | filecheck %s --check-prefix=OPTION
 
@@ -7,7 +7,7 @@
 // OPTION: pass 'vjp-expand' has no option 'order' (options: func)
 
 // An op without a rule is named at its location (inside the differentiated callee).
-// CHECK: errors.mlir:[[# @LINE + 6]]:{{[0-9]+}}: error: vjp-expand: no reverse-mode rule for 'chlo.bessel_i1e'
+// expected-error@+6 {{vjp-expand: no reverse-mode rule for 'chlo.bessel_i1e'}}
 func.func @main(%x: tensor<3x3xf32>, %ct: tensor<3x3xf32>) -> tensor<3x3xf32> {
   %g = stablehlo.custom_call @hlopt.vjp(%x, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<3x3xf32>, tensor<3x3xf32>) -> tensor<3x3xf32>
   return %g : tensor<3x3xf32>
@@ -20,7 +20,7 @@ func.func private @f(%x: tensor<3x3xf32>) -> tensor<3x3xf32> {
 // -----
 
 // Operands must be the callee's inputs then one cotangent per result.
-// CHECK: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: vjp-expand: @hlopt.vjp of @f takes its 1 input(s) then one cotangent per result (tensor<4xf32>, tensor<4xf32>) and returns one cotangent per input (tensor<4xf32>); got (tensor<4xf32>) -> (tensor<4xf32>)
+// expected-error@+2 {{vjp-expand: @hlopt.vjp of @f takes its 1 input(s) then one cotangent per result (tensor<4xf32>, tensor<4xf32>) and returns one cotangent per input (tensor<4xf32>); got (tensor<4xf32>) -> (tensor<4xf32>)}}
 func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
   %g = stablehlo.custom_call @hlopt.vjp(%x) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<4xf32>) -> tensor<4xf32>
   return %g : tensor<4xf32>
@@ -33,7 +33,7 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 // Types must match the callee's.
-// CHECK: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: vjp-expand: @hlopt.vjp of @f takes its 1 input(s) then one cotangent per result (tensor<4xf32>, tensor<4xf32>) and returns one cotangent per input (tensor<4xf32>); got (tensor<4xf32>, tensor<4xf64>) -> (tensor<4xf32>)
+// expected-error@+2 {{vjp-expand: @hlopt.vjp of @f takes its 1 input(s) then one cotangent per result (tensor<4xf32>, tensor<4xf32>) and returns one cotangent per input (tensor<4xf32>); got (tensor<4xf32>, tensor<4xf64>) -> (tensor<4xf32>)}}
 func.func @main(%x: tensor<4xf32>, %ct: tensor<4xf64>) -> tensor<4xf32> {
   %g = stablehlo.custom_call @hlopt.vjp(%x, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<4xf32>, tensor<4xf64>) -> tensor<4xf32>
   return %g : tensor<4xf32>
@@ -45,7 +45,7 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// CHECK: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: vjp-expand: @hlopt.vjp needs called_computations = [@f] (the function to differentiate), got None
+// expected-error@+2 {{vjp-expand: @hlopt.vjp needs called_computations = [@f] (the function to differentiate), got None}}
 func.func @main(%x: tensor<4xf32>, %ct: tensor<4xf32>) -> tensor<4xf32> {
   %g = stablehlo.custom_call @hlopt.vjp(%x, %ct) {api_version = 4 : i32, backend_config = {}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %g : tensor<4xf32>
@@ -53,7 +53,7 @@ func.func @main(%x: tensor<4xf32>, %ct: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// CHECK: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: vjp-expand: @hlopt.vjp has unknown backend_config fields: order (none are defined)
+// expected-error@+2 {{vjp-expand: @hlopt.vjp has unknown backend_config fields: order (none are defined)}}
 func.func @main(%x: tensor<4xf32>, %ct: tensor<4xf32>) -> tensor<4xf32> {
   %g = stablehlo.custom_call @hlopt.vjp(%x, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %g : tensor<4xf32>
@@ -64,7 +64,7 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// CHECK: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: vjp-expand: no function @nowhere in the module
+// expected-error@+2 {{vjp-expand: no function @nowhere in the module}}
 func.func @main(%x: tensor<4xf32>, %ct: tensor<4xf32>) -> tensor<4xf32> {
   %g = stablehlo.custom_call @hlopt.vjp(%x, %ct) {api_version = 4 : i32, called_computations = [@nowhere], backend_config = {}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %g : tensor<4xf32>
@@ -73,7 +73,7 @@ func.func @main(%x: tensor<4xf32>, %ct: tensor<4xf32>) -> tensor<4xf32> {
 // -----
 
 // An annotation another pass lowers: the message says which to run first.
-// CHECK: errors.mlir:[[# @LINE + 6]]:{{[0-9]+}}: error: vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' @hlopt.jet (run 'jet-expand' before 'vjp-expand')
+// expected-error@+6 {{vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' @hlopt.jet (run 'jet-expand' before 'vjp-expand')}}
 func.func @main(%x: tensor<f32>, %ct: tensor<f32>) -> tensor<f32> {
   %g = stablehlo.custom_call @hlopt.vjp(%x, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<f32>, tensor<f32>) -> tensor<f32>
   return %g : tensor<f32>
@@ -90,7 +90,7 @@ func.func private @g(%x: tensor<f32>) -> tensor<f32> {
 // -----
 
 // A scatter that multiplies has no rule (add and replace have one).
-// CHECK: errors.mlir:[[# @LINE + 7]]:{{[0-9]+}}: error: vjp-expand: no reverse-mode rule for stablehlo.scatter with a stablehlo.multiply body over 1 operand(s) (add and replace have one)
+// expected-error@+7 {{vjp-expand: no reverse-mode rule for stablehlo.scatter with a stablehlo.multiply body over 1 operand(s) (add and replace have one)}}
 func.func @main(%x: tensor<5xf32>, %u: tensor<2xf32>, %ct: tensor<5xf32>) -> (tensor<5xf32>, tensor<2xf32>) {
   %g:2 = stablehlo.custom_call @hlopt.vjp(%x, %u, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<5xf32>, tensor<2xf32>, tensor<5xf32>) -> (tensor<5xf32>, tensor<2xf32>)
   return %g#0, %g#1 : tensor<5xf32>, tensor<2xf32>
@@ -108,7 +108,7 @@ func.func private @f(%x: tensor<5xf32>, %u: tensor<2xf32>) -> tensor<5xf32> {
 // -----
 
 // Max pooling with window dilation has no rule (select_and_scatter has no dilation).
-// CHECK: errors.mlir:[[# @LINE + 8]]:{{[0-9]+}}: error: vjp-expand: no reverse-mode rule for a stablehlo.reduce_window with a stablehlo.maximum body and base or window dilation
+// expected-error@+8 {{vjp-expand: no reverse-mode rule for a stablehlo.reduce_window with a stablehlo.maximum body and base or window dilation}}
 // CHECK-NOT: Traceback
 func.func @main(%x: tensor<6xf32>, %ct: tensor<4xf32>) -> tensor<6xf32> {
   %g = stablehlo.custom_call @hlopt.vjp(%x, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<6xf32>, tensor<4xf32>) -> tensor<6xf32>

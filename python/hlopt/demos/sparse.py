@@ -13,7 +13,7 @@ def sparse_section(out: TextIO) -> None:
     import jax.numpy as jnp
 
     import hlopt
-    from hlopt.demo import banner, check_close
+    from hlopt.demos import banner, check_close
     from hlopt.passes.walk import walk_ops
     from hlopt.sparse import BCOO, bcoo_multiply_sparse
 

@@ -468,7 +468,7 @@ def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
     term k is the k-th derivative along the curve; otherwise the plain Taylor
     coefficient (derivative / k!).
     """
-    from hlopt.jit import jit
+    from hlopt.staging import jit
 
     if under_transformation():  # also when only `fun` closes over a tracer
         return _jet_traced(fun, primals, series, factorial_scaled)

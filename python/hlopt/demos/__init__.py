@@ -16,13 +16,13 @@ from typing import TextIO
 import numpy as np
 
 SECTIONS: dict[str, str] = {
-    "driver": "hlopt.demo:driver_section",
-    "sparse": "hlopt.sparse.demo:sparse_section",
-    "jet": "hlopt.jet_demo:section",
-    "pinn": "hlopt.pinn_demo:section",
-    "partitioning": "hlopt.partitioning_demo:section",
-    "aot": "hlopt.aot_demo:section",
-    "key-reuse": "hlopt.key_reuse_demo:section",
+    "driver": "hlopt.demos:driver_section",
+    "sparse": "hlopt.demos.sparse:sparse_section",
+    "jet": "hlopt.demos.jet:section",
+    "pinn": "hlopt.demos.pinn:section",
+    "partitioning": "hlopt.demos.partitioning:section",
+    "aot": "hlopt.demos.aot:section",
+    "key-reuse": "hlopt.demos.key_reuse:section",
 }
 
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import hlopt
-from hlopt.demo import banner, check_close
+from hlopt.demos import banner, check_close
 from hlopt.runtime import cache, files
 
 

@@ -12,7 +12,7 @@ def section(out: TextIO) -> None:
     import jax.numpy as jnp
 
     import hlopt
-    from hlopt.demo import banner, check_close
+    from hlopt.demos import banner, check_close
 
     banner(out, "jet: Taylor-mode differentiation as a StableHLO pass (jet-expand)")
     # h(z) = z^3 at z = 0.5 and its first derivatives; f = sin; jet gives the

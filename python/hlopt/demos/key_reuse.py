@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 import hlopt
-from hlopt.demo import banner, check_close
+from hlopt.demos import banner, check_close
 
 
 # The user's program the section checks. It is compiled from this text under its own file name:

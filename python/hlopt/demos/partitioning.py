@@ -18,7 +18,7 @@ from jax.numpy.fft import fft
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import hlopt
-from hlopt.demo import banner, check_close
+from hlopt.demos import banner, check_close
 
 DEVICES = 8
 GATHERS = re.compile(r"\b(all-gather|dynamic-slice)\b")
@@ -75,7 +75,7 @@ def section(out: TextIO) -> None:
     env = dict(os.environ, JAX_PLATFORMS="cpu",
                XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={DEVICES}")
     # -P: the current directory stays off sys.path, so a clone named `hlopt` there cannot shadow the package
-    proc = subprocess.run([sys.executable, "-P", "-m", "hlopt.partitioning_demo"], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-P", "-m", "hlopt.demos.partitioning"], env=env, capture_output=True,
                           text=True)
     out.write(proc.stdout)
     if proc.returncode != 0:

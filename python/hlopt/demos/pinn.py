@@ -12,7 +12,7 @@ def section(out: TextIO) -> None:
     import jax.numpy as jnp
 
     import hlopt
-    from hlopt.demo import banner, check_close
+    from hlopt.demos import banner, check_close
 
     banner(out, "pinn: jax.grad through hlopt.laplacian (vjp-expand of the collapsed jet)")
     # -lap u = 2 pi^2 sin(pi x) sin(pi y) on the unit square, u = 0 on its boundary

@@ -1,0 +1,12 @@
+"""The error every refusal of an executable file, cache entry, key or input raises."""
+
+from __future__ import annotations
+
+
+class ExecutableFileError(ValueError):
+    """A file (or bytes) that is not a valid hlopt executable: damaged, forged, foreign or unauthenticated.
+
+    Also a key hlopt refuses (`KeyFileError`) and an input `hlopt run` refuses.
+    """
+
+    __module__ = "hlopt"  # raised and printed as users import it

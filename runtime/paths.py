@@ -1,0 +1,51 @@
+"""Whether a folder hlopt keeps private files in (the cache, the key's folder) could be tampered with.
+
+As ssh's StrictModes checks the path to a user's keys: the folder itself must
+not be a symbolic link, must be a folder, must belong to this user and must
+not be writable by group or others; every folder above it (of its real path,
+up to `/`) must belong to this user or to root and must not be writable by
+group or others, except a root-owned sticky folder such as /tmp (there
+others cannot rename or remove what is ours). ssh stops at the home folder;
+this walk goes up to `/`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+
+def folder_problem(folder: Path, what: str) -> str | None:
+    """What makes `folder` unsafe to keep `what` in (a sentence), or None if it is safe or does not exist."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"cannot check {what} {folder}: {e.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return (f"{what} {folder} is a symbolic link (to {os.path.realpath(folder)}); hlopt never follows one: "
+                "name the folder itself")
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{what} {folder} is not a folder"
+    uid = os.getuid()
+    if st.st_uid != uid:
+        return f"{what} {folder} belongs to user id {st.st_uid}, not to you ({uid}); use a folder of your own"
+    if st.st_mode & 0o022:
+        return (f"{what} {folder} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); "
+                f"run `chmod 700 {folder}`")
+    real = Path(os.path.realpath(folder))
+    for parent in real.parents:
+        try:
+            pst = os.stat(parent)
+        except OSError as e:
+            return f"cannot check {parent}, above {what} {folder}: {e.strerror}"
+        if pst.st_uid not in (0, uid):
+            return (f"{parent}, above {what} {folder}, belongs to user id {pst.st_uid}: they could replace "
+                    "what is below it; use a folder whose parents are yours or root's")
+        sticky_root = pst.st_uid == 0 and pst.st_mode & stat.S_ISVTX
+        if pst.st_mode & 0o022 and not sticky_root:
+            return (f"{parent}, above {what} {folder}, is writable by others (mode "
+                    f"{stat.S_IMODE(pst.st_mode):04o}): they could replace what is below it")
+    return None

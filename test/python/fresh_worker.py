@@ -1,0 +1,126 @@
+"""Programs that call every allowlisted custom-call target, saved in one process and run in fresh ones.
+
+`python fresh_worker.py save DIR` compiles the programs of PROGRAMS (every
+LAPACK kernel of runtime/portable.py's allowlist, in the four element types,
+and the GSPMD partitioner's markers), saves each as DIR/NAME.hlx with its
+inputs (DIR/NAME.in.npz, in argument order), jax.jit's outputs
+(DIR/NAME.want.npz) and the custom-call targets of its module
+(DIR/targets.json); it also fills the cache at $HLOPT_CACHE_DIR.
+`python fresh_worker.py load DIR MODE` runs each program in this fresh
+process, loaded by MODE (`signed`: hlopt.load; `bytes`: hlopt.deserialize;
+`portable`: trust="portable"; `cache`: compiled again, a cache hit) and writes
+DIR/NAME.MODE.npz. Run with JAX_ENABLE_X64=1 and eight host devices.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import hlopt
+
+GSPMD = "jet-expand,lower-bcoo,lower-custom-partitioning{target=gspmd},inline,canonicalize,cse,symbol-dce"
+
+
+def linalg(spd, tall, wide, lower, rhs, upper, rhs_t):
+    """Every LAPACK kernel jax calls on CPU: potrf, getrf, geqrf, orgqr/ungqr, syevd/heevd, trsm."""
+    q, r = jnp.linalg.qr(tall, mode="complete")
+    return {"cholesky": jnp.linalg.cholesky(spd), "lu": tuple(jsl.lu_factor(tall)), "qr": (q, r),
+            "qr_wide": tuple(jnp.linalg.qr(wide)), "eigh": tuple(jnp.linalg.eigh(spd)),
+            "solve_left": jsl.solve_triangular(lower, rhs, lower=True),
+            "solve_right": jsl.solve_triangular(upper, rhs_t.T, lower=False, trans=1).T}
+
+
+def linalg_inputs(dtype, seed: int) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+
+    def draw(*shape):
+        a = rng.standard_normal(shape)
+        return (a + 1j * rng.standard_normal(shape) if np.issubdtype(dtype, np.complexfloating) else a).astype(dtype)
+
+    a = draw(2, 4, 4)
+    spd = (a @ np.conj(np.swapaxes(a, -1, -2)) + 4 * np.eye(4)).astype(dtype)
+    return spd, draw(5, 3), draw(2, 3, 5), np.tril(spd[0]), draw(4, 3), np.triu(spd[1]), draw(3, 4)
+
+
+def _double_partitioned():
+    @hlopt.custom_partitioning
+    def double(x):
+        return x * 2
+
+    def partition(mesh, arg_shapes, result_shape):
+        s = NamedSharding(mesh, P("x"))
+        return mesh, lambda x: x * 2, s, (s,)
+
+    double.def_partition(partition=partition, sharding_rule="i j -> i j",
+                         infer_sharding_from_operands=lambda mesh, shapes, result: NamedSharding(mesh, P("x")))
+    return double
+
+
+def program(name: str):
+    """(function, jax's reference of it, inputs, lower keywords, pipeline) of the program `name`."""
+    if name == "markers":
+        double = _double_partitioned()
+        mesh = jax.make_mesh((8,), ("x",))
+        x = np.random.default_rng(3).standard_normal((16, 4)).astype(np.float32)
+        return (lambda x: double(jnp.sin(x))), (lambda x: jnp.sin(x) * 2), (x,), {
+            "mesh": mesh, "in_shardings": (P("x"),)}, GSPMD
+    dtype = np.dtype(name.removeprefix("linalg_"))
+    return linalg, linalg, linalg_inputs(dtype, seed=len(name)), {}, "hlopt-default"
+
+
+PROGRAMS = ["linalg_float32", "linalg_float64", "linalg_complex64", "linalg_complex128", "markers"]
+
+
+def flat(tree) -> dict[str, np.ndarray]:
+    return {f"{i:02d}": np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(tree))}
+
+
+def save(folder: Path) -> None:
+    targets = {}
+    for name in PROGRAMS:
+        fun, reference, args, kwargs, pipeline = program(name)
+        compiled = hlopt.lower(fun, *args, **kwargs).compile(pipeline)
+        compiled.save(folder / f"{name}.hlx")
+        np.savez(folder / f"{name}.in.npz", *args)
+        np.savez(folder / f"{name}.want.npz", **flat(jax.jit(reference)(*args)))
+        targets[name] = sorted(set(re.findall(r"custom_call @([A-Za-z0-9_]+)", str(compiled.module))))
+    (folder / "targets.json").write_text(json.dumps(targets))
+
+
+def load(folder: Path, mode: str) -> None:
+    for name in PROGRAMS:
+        path = folder / f"{name}.hlx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", hlopt.RecompileWarning)
+            if mode == "signed":
+                compiled = hlopt.load(path)
+            elif mode == "bytes":
+                compiled = hlopt.deserialize(path.read_bytes())
+            elif mode == "portable":
+                compiled = hlopt.load(path, trust="portable")
+            else:
+                fun, _, args, kwargs, pipeline = program(name)
+                compiled = hlopt.lower(fun, *args, **kwargs).compile(pipeline)
+        with np.load(folder / f"{name}.in.npz") as inputs:
+            args = [inputs[k] for k in inputs.files]
+        np.savez(folder / f"{name}.{mode}.npz", **flat(compiled(*args)))
+    if mode == "cache":
+        info = hlopt.cache_info()
+        assert (info.hits, info.misses) == (len(PROGRAMS), 0), info
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "save":
+        save(Path(sys.argv[2]))
+    else:
+        load(Path(sys.argv[2]), sys.argv[3])

@@ -1,0 +1,66 @@
+"""Running an attack or a fresh-process check in a child process with a timeout and a memory cap.
+
+`run_capped` starts the child with its address space capped (`ulimit -v`) (so a blow-up dies as a
+MemoryError or an abort instead of taking the machine) and reports how it
+ended; `assert_survived` fails a test if the child was killed by a signal,
+ran past its timeout or exited with a status other than the ones allowed.
+The tests that use it also run a control (a child that segfaults, hangs or
+allocates without bound) to show the harness sees each bad outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+MEMORY_CAP = 4 << 30  # bytes of address space per child (a jax process needs about 1.5 GiB)
+TIMEOUT_S = 240
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How a child ended: its exit status (negative: killed by that signal), output, and whether it hung."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+    @property
+    def signal(self) -> str | None:
+        """The signal that killed the child (e.g. 'SIGSEGV'), or None."""
+        if self.returncode is None or self.returncode >= 0:
+            return None
+        return signal.Signals(-self.returncode).name
+
+    def describe(self) -> str:
+        how = ("ran past its timeout" if self.timed_out else f"was killed by {self.signal}" if self.signal
+               else f"exited with status {self.returncode}")
+        return f"the child {how}:\n{self.stderr[-3000:]}"
+
+
+def run_capped(argv: Sequence[str], *, timeout: float = TIMEOUT_S, memory: int = MEMORY_CAP,
+               env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
+               input: bytes | None = None) -> Outcome:
+    """Run `argv` (a `python` argv when it starts with '-') under the caps; never raises on how it ended."""
+    if argv and argv[0].startswith("-"):
+        argv = [sys.executable, *argv]
+    # the caps are set by a shell that then execs the child: no preexec_fn (fork in a threaded parent)
+    capped = ["/bin/sh", "-c", f'ulimit -v {memory // 1024} && ulimit -c 0 && exec "$@"', "sh", *argv]
+    try:
+        proc = subprocess.run(capped, input=input, capture_output=True, timeout=timeout, cwd=cwd,
+                              env=dict(os.environ, **(env or {})))
+    except subprocess.TimeoutExpired as e:
+        text = lambda b: (b or b"").decode("utf-8", "backslashreplace")  # noqa: E731
+        return Outcome(None, text(e.stdout), text(e.stderr), True)
+    return Outcome(proc.returncode, proc.stdout.decode("utf-8", "backslashreplace"),
+                   proc.stderr.decode("utf-8", "backslashreplace"), False)
+
+
+def assert_survived(outcome: Outcome, allowed: Sequence[int] = (0,)) -> None:
+    """The child neither crashed, nor hung, nor exited with a status outside `allowed`."""
+    assert not outcome.timed_out and outcome.signal is None and outcome.returncode in allowed, outcome.describe()

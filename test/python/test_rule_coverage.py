@@ -1,0 +1,115 @@
+"""Every key of jet-expand's and vjp-expand's rule tables has a numeric test and a lit case.
+
+The numeric tests are the cases of test_jet_rules.py and test_derivatives.py (against nested jax.jvp) and
+test_vjp_rules.py (against jax.vjp): an op is covered when the StableHLO of some case
+holds it. A lit case is a test/lit/jet-expand (or jet-collapse) / vjp-expand input that
+holds the op. A new rule without both fails here, by name; `GAPS` lists the keys that
+lack one today, and fails once a gap is closed (remove it then).
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+import re
+
+import jax
+import numpy as np
+
+import test_derivatives
+import test_jet_rules
+import test_vjp_rules
+from hlopt.passes import jet_rules, vjp_rules
+
+LIT = pathlib.Path(__file__).resolve().parents[1] / "lit"
+OP = re.compile(r"\b((?:stablehlo|chlo|sdy|func)\.[a-z_0-9]+)\b")
+
+# (table, what is missing) -> keys, each with why
+FOREIGN = "jax 0.10 does not emit it (lax.logistic, jnp.tan lower to other ops); the rule is for other producers"
+SHARDING = "numeric tests on 8 devices in test_sharded.py, not read here"
+CUSTOM = "custom calls (sharding, stop_gradient) are tested in test_sharded.py and test_jet_edges.py"
+NO_LIT = "no lit case yet"
+GAPS: dict[tuple[str, str], dict[str, str]] = {
+    ("jet", "numeric"): {"chlo.tan": FOREIGN, "stablehlo.logistic": FOREIGN, "sdy.sharding_constraint": SHARDING,
+                         "stablehlo.custom_call": CUSTOM},
+    ("jet", "lit"): dict.fromkeys((
+        "sdy.sharding_constraint", "stablehlo.abs", "stablehlo.ceil", "stablehlo.clamp", "stablehlo.complex",
+        "stablehlo.fft", "stablehlo.gather", "stablehlo.imag", "stablehlo.minimum", "stablehlo.real",
+        "stablehlo.remainder", "stablehlo.reverse", "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even",
+        "stablehlo.scatter", "stablehlo.sign"), NO_LIT),
+    ("vjp", "numeric"): {"chlo.tan": FOREIGN, "stablehlo.logistic": FOREIGN, "sdy.sharding_constraint": SHARDING,
+                         "stablehlo.custom_call": CUSTOM, "chlo.conj": "jnp.conj lowers to real/imag/complex",
+                         "stablehlo.if": "jax lowers lax.cond to stablehlo.case"},
+    ("vjp", "lit"): dict.fromkeys((
+        "chlo.conj", "chlo.top_k", "sdy.sharding_constraint", "stablehlo.abs", "stablehlo.atan2", "stablehlo.ceil",
+        "stablehlo.complex", "stablehlo.imag", "stablehlo.minimum", "stablehlo.optimization_barrier",
+        "stablehlo.power", "stablehlo.real", "stablehlo.reduce_precision", "stablehlo.remainder",
+        "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even", "stablehlo.sign"), NO_LIT),
+}
+
+
+def _ops(text: str) -> set[str]:
+    return set(OP.findall(text))
+
+
+@functools.cache
+def jet_numeric() -> set[str]:
+    found = set()
+    with jax.enable_x64(True):
+        for name, (fun, _, _) in test_jet_rules.CASES.items():
+            primals, _ = test_jet_rules._inputs(name)
+            found |= _ops(jax.jit(fun).lower(*primals).as_text())
+        for fun, lo, hi in test_derivatives.TABLE_CASES.values():
+            found |= _ops(jax.jit(fun).lower(np.linspace(lo, hi, 3)).as_text())
+    return found
+
+
+@functools.cache
+def vjp_numeric() -> set[str]:
+    found = set()
+    with jax.enable_x64(True):
+        for group, (cases, shape) in test_vjp_rules.GROUPS.items():
+            inputs = [test_vjp_rules._case_inputs(cases, n, shape, "float64") for n in cases]
+            f = test_vjp_rules._batched([cases[n][0] for n in cases], [len(i) for i in inputs])
+            found |= _ops(jax.jit(f).lower(*[x for i in inputs for x in i]).as_text())
+    return found
+
+
+def lit_ops(*folders: str) -> set[str]:
+    return set().union(*(_ops(p.read_text()) for folder in folders for p in (LIT / folder).glob("*.mlir")))
+
+
+def _missing(table: str, what: str, keys: set[str], covered: set[str]) -> None:
+    missing = keys - covered
+    known = GAPS[(table, what)]
+    new = sorted(missing - set(known))
+    closed = sorted(set(known) - missing)
+    assert not new, f"{table} rules without a {what} test: {', '.join(new)}"
+    assert not closed, f"{table} rules listed in GAPS but now covered by a {what} test: {', '.join(closed)}"
+
+
+def test_every_jet_rule_has_a_numeric_test():
+    _missing("jet", "numeric", set(jet_rules.RULES), jet_numeric())
+
+
+def test_every_jet_rule_has_a_lit_case():
+    _missing("jet", "lit", set(jet_rules.RULES), lit_ops("jet-expand", "jet-collapse"))
+
+
+def test_every_vjp_rule_has_a_numeric_test():
+    _missing("vjp", "numeric", set(vjp_rules.RULES), vjp_numeric())
+
+
+def test_every_vjp_rule_has_a_lit_case():
+    _missing("vjp", "lit", set(vjp_rules.RULES), lit_ops("vjp-expand"))
+
+
+def test_a_missing_case_is_named():
+    fake = {"stablehlo.sine", "chlo.made_up"}
+    try:
+        _missing("jet", "numeric", fake | set(GAPS[("jet", "numeric")]), jet_numeric())
+    except AssertionError as e:
+        assert "chlo.made_up" in str(e) and "stablehlo.sine" not in str(e)
+    else:
+        raise AssertionError("a rule without a test went unnoticed")
+    assert np.all([OP.findall('%0 = "stablehlo.reduce_window"(%x)') == ["stablehlo.reduce_window"]])
