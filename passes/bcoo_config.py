@@ -153,10 +153,35 @@ def read(op: ir.Operation) -> BcooOp:
     for i, (t, shape) in enumerate(zip(results, expected)):
         if tuple(t.shape) != shape:
             fail(f"result {i} has type {t}, but the config and operands give shape {list(shape)}")
-    errors = _element_type_errors(name, signature, operands, results)
+    errors = _element_type_errors(name, signature, operands, results) + _size_errors(config, signature, operands)
     if errors:
         fail(errors[0])
     return BcooOp(op, name, config, results)
+
+
+_MAX_ELEMENTS = (1 << 63) - 1  # the lowerings number the elements of `shape` in int64
+
+
+def _size_errors(config: Mapping[str, Any], signature: Signature, operands: list[ir.RankedTensorType]) -> list[str]:
+    """What makes `shape` too large for the lowerings: more elements than int64 numbers, or a sparse
+    dimension whose indices (and the padding index, its size) the indices' integer type cannot hold."""
+    shape = tuple(config["shape"])
+    total = 1
+    for size in shape:
+        total *= size
+    if total > _MAX_ELEMENTS:
+        return [f"shape {list(shape)} has {total} elements, more than the 2^63 - 1 an int64 index numbers"]
+    if INDICES not in signature.operands:
+        return []
+    indices = operands[signature.operands.index(INDICES)]
+    width = ir.IntegerType(indices.element_type).width
+    n_batch = config["n_batch"]
+    largest = (1 << (width - 1)) - 1
+    for d in range(n_batch, n_batch + indices.shape[-1]):
+        if d < len(shape) and shape[d] > largest:
+            return [f"sparse dimension {d} of shape {list(shape)} is {shape[d]}, more than {indices.element_type} "
+                    f"indices can address ({largest}): use {'int64' if width < 64 else 'a smaller shape'} indices"]
+    return []
 
 
 _KIND_NAMES = {SHAPE: "an i64 array of non-negative sizes", INTS: "an i64 array", INT: "an integer",

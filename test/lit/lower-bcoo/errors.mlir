@@ -255,6 +255,24 @@ func.func @concatenate_bad_sizes(%d0: tensor<3xf32>, %i0: tensor<3x2xi32>) -> (t
 
 // -----
 
+// A shape far larger than its operands: 2^40 x 2^40 has more elements than an int64 numbers.
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.multiply_dense: shape [1099511627776, 1099511627776] has 1208925819614629174706176 elements, more than the 2^63 - 1 an int64 index numbers
+func.func @huge_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi64>, %v: tensor<1x1xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.multiply_dense(%data, %indices, %v) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 1099511627776, 1099511627776>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi64>, tensor<1x1xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
+// int32 indices cannot address a dimension of 2^40 (nor mark its padding).
+// CHECK-NEXT: errors.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: @hlopt.bcoo.multiply_dense: sparse dimension 1 of shape [4, 1099511627776] is 1099511627776, more than i32 indices can address (2147483647): use int64 indices
+func.func @int32_indices_of_a_huge_dimension(%data: tensor<3xf32>, %indices: tensor<3x2xi32>, %v: tensor<1x1xf32>) -> tensor<3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.multiply_dense(%data, %indices, %v) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 1099511627776>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<1x1xf32>) -> tensor<3xf32>
+  return %0 : tensor<3xf32>
+}
+
+// -----
+
 // A bad op after a good one is found before the good one is rewritten.
 // CHECK-NEXT: errors.mlir:[[# @LINE + 4]]:{{[0-9]+}}: error: @hlopt.bcoo.todense: backend_config has no 'n_dense' (an integer)
 // CHECK-NOT: error
