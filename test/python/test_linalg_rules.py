@@ -239,14 +239,22 @@ def _jet_of_module(text: str, primals, series, order: int):
     return [np.asarray(v) for v in compiled(*primals, *coeffs)]
 
 
-@pytest.mark.parametrize("name,platform", [("cholesky", "tpu"), ("trsm_left_lower_N", "cuda"),
-                                           ("trsm_left_upper_N_unit", "cuda")])
+# JAX's TPU lowering of cholesky is `stablehlo.cholesky` and its CUDA lowering of
+# triangular_solve is `stablehlo.triangular_solve`: the same rules, compiled on CPU.
+SPELLINGS = [("cholesky", "tpu"), ("trsm_left_lower_N", "cuda"), ("trsm_left_upper_N_unit", "cuda")]
+VJP_SPELLINGS = [("cholesky", "tpu"), ("trsm_left_upper_T", "cuda")]
+
+
+def spelling_text(name: str, platform: str, primals) -> str:
+    """The StableHLO JAX emits for case `name` on `platform` (float64 inside `jax.enable_x64`)."""
+    return jax.jit(OPS[name]).trace(*primals).lower(lowering_platforms=(platform,)).as_text()
+
+
+@pytest.mark.parametrize("name,platform", SPELLINGS)
 def test_stablehlo_spelling_matches_nested_jvp(name, platform):
-    """JAX's TPU lowering of cholesky is `stablehlo.cholesky` and its CUDA lowering of
-    triangular_solve is `stablehlo.triangular_solve`: the same rule, compiled on CPU."""
     with jax.enable_x64(True):
         primals, series = _case(name, np.float64, (2,))
-        text = jax.jit(OPS[name]).trace(*primals).lower(lowering_platforms=(platform,)).as_text()
+        text = spelling_text(name, platform, primals)
         op = "stablehlo.cholesky" if name == "cholesky" else "stablehlo.triangular_solve"
         assert op in text and "lapack" not in text
         got = _jet_of_module(text, primals, series, ORDER)
@@ -254,12 +262,14 @@ def test_stablehlo_spelling_matches_nested_jvp(name, platform):
     _assert_series(got, want, 1e-9, name)
 
 
-def test_stablehlo_spelling_vjp_matches_jax_vjp():
+@pytest.mark.parametrize("name,platform", VJP_SPELLINGS)
+def test_stablehlo_spelling_vjp_matches_jax_vjp(name, platform):
     with jax.enable_x64(True):
-        primals, _ = _case("trsm_left_upper_T", np.float64, ())
-        f = OPS["trsm_left_upper_T"]
-        text = jax.jit(f).trace(*primals).lower(lowering_platforms=("cuda",)).as_text()
-        ct = _random(_rng("ct"), (N, 2), np.float64)
+        primals, _ = _case(name, np.float64, ())
+        f = OPS[name]
+        text = spelling_text(name, platform, primals)
+        assert ("stablehlo.cholesky" if name == "cholesky" else "stablehlo.triangular_solve") in text
+        ct = _random(_rng("ct"), jax.eval_shape(f, *primals).shape, np.float64)
         got = hlopt_vjp(text, primals, [ct])
         want = jax_vjp(f, primals, [ct])
     for g, w in zip(got, want):

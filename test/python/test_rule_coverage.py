@@ -1,7 +1,7 @@
 """Every key of jet-expand's and vjp-expand's rule tables has a numeric test and a lit case.
 
-The numeric tests are the cases of test_jet_rules.py and test_derivatives.py (against nested jax.jvp) and
-test_vjp_rules.py (against jax.vjp): an op is covered when the StableHLO of some case
+The numeric tests are the cases of test_jet_rules.py and test_derivatives.py (against nested jax.jvp),
+test_vjp_rules.py (against jax.vjp) and the StableHLO spellings of test_linalg_rules.py: an op is covered when the StableHLO of some case
 holds it. A lit case is a test/lit/jet-expand (or jet-collapse) / vjp-expand input that
 holds the op. A new rule without both fails here, by name; `GAPS` lists the keys that
 lack one today, and fails once a gap is closed (remove it then).
@@ -18,6 +18,7 @@ import numpy as np
 
 import test_derivatives
 import test_jet_rules
+import test_linalg_rules
 import test_vjp_rules
 from hlopt.passes import jet_rules, vjp_rules
 
@@ -61,6 +62,16 @@ def jet_numeric() -> set[str]:
             found |= _ops(jax.jit(fun).lower(*primals).as_text())
         for fun, lo, hi in test_derivatives.TABLE_CASES.values():
             found |= _ops(jax.jit(fun).lower(np.linspace(lo, hi, 3)).as_text())
+        found |= _linalg_spellings(test_linalg_rules.SPELLINGS)
+    return found
+
+
+def _linalg_spellings(spellings) -> set[str]:
+    """The ops of the StableHLO spellings of linear algebra (other platforms') that test_linalg_rules checks."""
+    found = set()
+    for name, platform in spellings:
+        primals, _ = test_linalg_rules._case(name, np.float64, ())
+        found |= _ops(test_linalg_rules.spelling_text(name, platform, primals))
     return found
 
 
@@ -72,6 +83,7 @@ def vjp_numeric() -> set[str]:
             inputs = [test_vjp_rules._case_inputs(cases, n, shape, "float64") for n in cases]
             f = test_vjp_rules._batched([cases[n][0] for n in cases], [len(i) for i in inputs])
             found |= _ops(jax.jit(f).lower(*[x for i in inputs for x in i]).as_text())
+        found |= _linalg_spellings(test_linalg_rules.VJP_SPELLINGS)
     return found
 
 
