@@ -51,16 +51,21 @@ _LEAF = "*"
 # `import hlopt.sparse` registers its BCOO). Each is registered with
 # `register_pytree_node_class` and its aux data is a static value (see
 # `encode_static`). Only registered classes are ever built.
-NODE_TYPES: dict[str, type] = {}
+NODE_TYPES: dict[str, type | Callable[[], type]] = {}
 # node name -> what its aux data must satisfy given its children's avals (an error message, or None)
 NODE_CHECKS: dict[str, Callable[[dict[str, Any], Sequence[Any]], str | None]] = {}
 
 
-def register_node_type(name: str, cls: type,
+def register_node_type(name: str, cls: type | Callable[[], type],
                        check: Callable[[dict[str, Any], Sequence[Any]], str | None] | None = None) -> None:
     """Let files hold pytree nodes of class `cls` under the stable `name`; `check(aux,
-    children)` says what is wrong with a decoded node's aux data for its children's avals."""
-    NODE_TYPES[name] = cls
+    children)` says what is wrong with a decoded node's aux data for its children's avals.
+
+    `cls` may be a function giving the class, called when a file first holds such a node
+    (so reading a file that holds none imports nothing); a class registered under `name`
+    is never replaced by such a function."""
+    if isinstance(cls, type) or not isinstance(NODE_TYPES.get(name), type):
+        NODE_TYPES[name] = cls
     if check is not None:
         NODE_CHECKS[name] = check
 
@@ -94,7 +99,10 @@ def check_bcoo(aux: dict[str, Any], children: Sequence[Any]) -> str | None:
 
 
 def _node_class(name: str) -> type:
-    return NODE_TYPES[name]
+    cls = NODE_TYPES[name]
+    if not isinstance(cls, type):
+        cls = NODE_TYPES[name] = cls()
+    return cls
 
 
 def encode_tree(treedef: Any) -> Any:

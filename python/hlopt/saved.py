@@ -1,7 +1,17 @@
 """`hlopt.load` and `hlopt.deserialize`: the runtime's, with every pytree node class a
-saved signature may hold registered first (importing `hlopt.sparse` registers BCOO)."""
+saved signature may hold registered first. BCOO's class is imported (with `hlopt.sparse`)
+only when a file holds a BCOO, so loading any other program imports no more than it needs."""
 
-import hlopt.sparse  # noqa: F401 - registers hlopt.sparse.BCOO with the runtime's encoding
+from hlopt.runtime.encoding import check_bcoo, register_node_type
 from hlopt.runtime.files import deserialize, load
 
 __all__ = ["deserialize", "load"]
+
+
+def _bcoo() -> type:
+    from hlopt.sparse import BCOO
+
+    return BCOO
+
+
+register_node_type("hlopt.sparse.BCOO", _bcoo, check_bcoo)
