@@ -298,6 +298,8 @@ def main() -> None:
 
 def bench(workload: str, repeat: int, kinds: list[str]) -> list[dict]:
     """Time every path of `kinds` on `workload`, print the table, and return its figures."""
+    from record import progress
+
     modes = [m for m in PATHS if m.split("-")[1] in kinds]
     load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
@@ -309,6 +311,7 @@ def bench(workload: str, repeat: int, kinds: list[str]) -> list[dict]:
               f"{repeat} rounds of fresh processes, every path once per round\n")
         runs: dict[str, list[dict]] = {mode: [] for mode in modes}
         for r in range(repeat):  # the order rotates, so that no path always follows another
+            progress(f"{workload}: round {r + 1} of {repeat}")
             for mode in modes[r % len(modes):] + modes[: r % len(modes)]:
                 runs[mode].append(fresh(mode, workdir, workload))
         checks = {round(x["check"], 2) for rs in runs.values() for x in rs} | {round(setup["check"], 2)}

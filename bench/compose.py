@@ -39,7 +39,7 @@ import hlopt  # noqa: E402
 from hlopt import sparse as hs  # noqa: E402
 from hlopt.compiler import lowering  # noqa: E402
 
-from record import write_record  # noqa: E402
+from record import progress, write_record  # noqa: E402
 
 
 def mlp(params, x):
@@ -136,6 +136,7 @@ def main():
     figures = []
     print(f"load {load_before[0]:.2f}; ratios are jax.jit path / hlopt.jit path (median, min-max)")
     for name, (fun, fargs) in workloads(args).items():
+        progress(f"{name}: compiling both paths, then {args.rounds} rounds of calls and {args.compiles} of compiles")
         sides = {"jax": jax.jit(fun), "hlopt": hlopt.jit(fun)}
         ours, theirs = block(sides["hlopt"](*fargs)), block(sides["jax"](*fargs))
         diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))

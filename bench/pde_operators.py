@@ -57,7 +57,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import jet as jax_jet  # noqa: E402
 
 import hlopt  # noqa: E402
-from record import write_record  # noqa: E402
+from record import progress, write_record  # noqa: E402
 
 STANDARD = "jet-expand,inline,canonicalize,cse,symbol-dce"
 WORKLOADS = ("exact", "weighted", "randomized", "bilaplacian")
@@ -179,6 +179,7 @@ def run(title, methods, args, repeat, memory, ref="collapsed") -> list[dict]:
     """Time `methods` interleaved; print each one's median, ratio to `ref`, time to first
     result, peak memory (`memory[name]`), and largest difference from `ref`'s output, and
     return those as one figure per method."""
+    progress(f"{title}: compiling {len(methods)} methods, then {repeat} interleaved rounds")
     first, out = {}, {}
     for name, fn in methods.items():
         t0 = time.perf_counter()

@@ -37,7 +37,7 @@ import jax.numpy as jnp  # noqa: E402
 from pde_operators import init, mlp, peak_mib, run  # noqa: E402
 
 import hlopt  # noqa: E402
-from record import write_record  # noqa: E402
+from record import progress, write_record  # noqa: E402
 
 
 def pinn_loss(laplacian):
@@ -83,6 +83,7 @@ def main():
         print(json.dumps({dim: {name: peak_mib(fn, args) for name, fn in methods().items()}
                           for dim, args in problems(a)}))
         return
+    progress("peak memory of each method, in a separate process")
     memory = json.loads(subprocess.run([sys.executable, __file__, "--memory", *sys.argv[1:]], check=True,
                                        capture_output=True, text=True).stdout.splitlines()[-1])
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}, "

@@ -14,6 +14,7 @@ each side (seconds), and the ratios the script printed, for example
 from __future__ import annotations
 
 import datetime
+import time
 import json
 import os
 import platform
@@ -43,6 +44,14 @@ def _commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+_START = time.perf_counter()
+
+
+def progress(message: str) -> None:
+    """One line on stderr, at once, with the seconds since the script started: long runs show where they are."""
+    print(f"[{time.perf_counter() - _START:7.1f} s] {message}", file=sys.stderr, flush=True)
 
 
 def machine() -> dict[str, Any]:

@@ -42,7 +42,7 @@ if "--memory" in sys.argv:
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from record import write_record  # noqa: E402
+from record import progress, write_record  # noqa: E402
 
 import hlopt  # noqa: E402
 
@@ -124,6 +124,7 @@ def main() -> None:
     for n in a.electrons:
         args = inputs(n, a.walkers, dtype)
         for workload in ("kinetic", "gradient"):
+            progress(f"n = {n}: {workload}, compiling {len(METHODS)} methods, then {a.repeat} interleaved rounds")
             fns = {m: programs(m)[workload] for m in METHODS}
             outs = {m: jax.block_until_ready(fn(*args)) for m, fn in fns.items()}
             times = {m: [] for m in METHODS}
