@@ -5,9 +5,8 @@
 
 Each registered pass contributes its summary (the docstring's first paragraph), what the
 registry says of it (module, the annotations it lowers, its place in `hlopt-default`), a table
-of its options (one row per dataclass field; one column per entry of `OPTION_COLUMNS`,
-then one per key of the fields' `metadata`), and the rest of its docstring, where
-indented blocks are the before/after IR. A pass whose docstring holds no example is
+of its options (one row per dataclass field, as `hlopt-opt --list-passes` shows it), and the
+rest of its docstring, where indented blocks are the before/after IR. A pass whose docstring holds no example is
 followed by its module's docstring. Named pipelines end the page.
 """
 
@@ -18,10 +17,7 @@ import dataclasses
 import inspect
 import sys
 import textwrap
-import typing
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from hlopt.passes.base import Pass
 from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, PASSES, PIPELINES, all_passes
@@ -29,24 +25,18 @@ from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, PASSES, PIPELI
 PAGE = Path(__file__).resolve().parent / "passes.md"
 
 
-def _values(field: dataclasses.Field, hint: Any) -> str:
-    if typing.get_origin(hint) is typing.Literal:
-        return " \\| ".join(f"`{v}`" for v in typing.get_args(hint))
-    return {bool: "`true` \\| `false`", int: "integer", str: "string"}.get(hint, f"`{hint}`")
-
-
-def _default(field: dataclasses.Field, hint: Any) -> str:
-    if isinstance(field.default, bool):
-        return f"`{str(field.default).lower()}`"
-    return f"`{field.default}`" if field.default != "" else "none"
-
-
-# (column header, cell) per option; a new property of options is one more entry here.
-OPTION_COLUMNS: list[tuple[str, Callable[[dataclasses.Field, Any], str]]] = [
-    ("option", lambda f, hint: f"`{f.name.replace('_', '-')}`"),
-    ("values", _values),
-    ("default", _default),
-]
+def _options_table(cls: type[Pass]) -> list[str]:
+    """One row per option: its name and values, default and meaning, as `hlopt-opt --list-passes` gives them."""
+    fields = dataclasses.fields(cls)
+    if not fields:
+        return ["No options."]
+    rows = ["| option | values | default | what |", "| --- | --- | --- | --- |"]
+    for f, (spelled, default) in zip(fields, cls.options_help(), strict=True):
+        name, _, values = spelled.partition("=")
+        what = f.metadata.get("what") or ""
+        values = values.replace("|", "\\|")  # a table cell's pipes, even in code
+        rows.append(f"| `{name}` | `{values}` | `{default}` | {what} |")
+    return ["\n".join(rows)]
 
 
 def _paragraphs_and_blocks(text: str) -> list[str]:
@@ -79,21 +69,6 @@ def _split_docstring(doc: str) -> tuple[str, str]:
     doc = inspect.cleandoc(doc or "")
     first, _, rest = doc.partition("\n\n")
     return " ".join(part.strip() for part in first.splitlines()), rest
-
-
-def _options_table(cls: type[Pass]) -> list[str]:
-    fields = dataclasses.fields(cls)
-    if not fields:
-        return ["No options."]
-    hints = typing.get_type_hints(cls)
-    extra = sorted({key for f in fields for key in f.metadata})
-    headers = [h for h, _ in OPTION_COLUMNS] + extra
-    rows = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-    for f in fields:
-        cells = [cell(f, hints[f.name]) for _, cell in OPTION_COLUMNS]
-        cells += [str(f.metadata.get(key, "")) for key in extra]
-        rows.append("| " + " | ".join(cells) + " |")
-    return ["\n".join(rows)]
 
 
 def _facts(name: str, module: str, cls: type[Pass]) -> list[str]:
