@@ -3,7 +3,7 @@
 For a function of about 2,000 StableHLO ops, each path runs in its own fresh
 process (importing jax and all of hlopt, which imports its compiler and
 runtime lazily, and starting the backend are left out: the same for all;
-README "Architecture" times the imports), rounds are interleaved (every path once per round, in an
+the whole-process path `process` times them too), rounds are interleaved (every path once per round, in an
 order that rotates), and the median over rounds is reported, of wall-clock
 seconds and of the process's CPU seconds (all threads; on a shared machine the
 steadier measure of the work done):

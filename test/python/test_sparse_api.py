@@ -172,7 +172,7 @@ def test_operators_match_jax():
     }
     for name, (got, want) in cases.items():
         assert isinstance(got, hs.BCOO), name
-        # a * b stores one entry per entry of the smaller operand, not every pair (README)
+        # a * b stores one entry per entry of the smaller operand, not every pair (docs/sparse.md)
         assert got.nse == want.nse if name != "a * b" else got.nse == min(a.nse, b.nse) < want.nse, name
         assert_close(got.todense(), want.todense(), "int32" if got.dtype == jnp.int32 else "float32")
     assert_close(a + y, ja + y)  # sparse + dense of the full shape is dense

@@ -6,7 +6,7 @@ ops, each drawn for the shape and layout the chain has reached. One
 `hlopt.jit` runs the whole chain; `todense()` of the result must equal
  - the dense computation (numpy on the dense input), always, and
  - `jax.jit` of the same chain of `jax.experimental.sparse` ops, except where
-   the README's sparse Deviations say JAX differs (`DEVIATIONS`: the step
+   docs/sparse.md's Deviations say JAX differs (`DEVIATIONS`: the step
    kinds where JAX fails or counts padding; a chain holding one is compared
    with the dense computation only).
 For float32 chains the gradient of a weighted sum with respect to `data` is
@@ -32,7 +32,7 @@ from test_sparse_util import assert_close
 DTYPES = ["float32", "int32", "complex64"]
 
 # Step kinds where JAX's result is not the dense one or JAX raises, each a documented deviation
-# (README, sparse Deviations): JAX's reshape refuses n_batch = n_dense = 1;
+# (docs/sparse.md, Deviations): JAX's reshape refuses n_batch = n_dense = 1;
 # JAX's squeeze of every sparse dim keeps padding entries (it no longer sees them as padding); JAX's
 # BCOO + BCOO refuses batch buffers that broadcast; inside jit, JAX's indexing with arrays fails when
 # the result is empty (it builds the result with fromdense and no nse); JAX's sparse * dense fails on a
@@ -261,7 +261,7 @@ def _run_dense_jnp(d, indices, shape, chain, before):
 @pytest.mark.parametrize("kind", DEVIATIONS)
 def test_each_documented_deviation_is_real(kind):
     """Each kind in DEVIATIONS is a case where JAX fails or differs from the dense result (so the
-    exemption above covers exactly what the README documents, and goes stale if JAX changes)."""
+    exemption above covers exactly what docs/sparse.md documents, and goes stale if JAX changes)."""
     if kind == "reshape":
         data, indices = np.ones((2, 3, 2), np.float32), np.zeros((2, 3, 1), np.int32)
         with pytest.raises(Exception):
