@@ -128,13 +128,13 @@ def test_jet_error_api_and_cli(user_module, capsys):
     with pytest.raises(hlopt.PipelineError) as info:
         hlopt.jit(module.f)(np.ones(4, np.float32))
     assert str(info.value) == want
-    assert any("hlopt/jet.py" in n and "note: called from here" in n for n in info.value.notes)
+    assert any("hlopt/taylor.py" in n and "note: called from here" in n for n in info.value.notes)
     assert main(["compile", f"{module.__name__}:f", "--arg", "f32[4]", "-o", "o.hlx"]) == 1
     assert one_error_line(capsys.readouterr().err) == want
     assert main(["--debug", "compile", f"{module.__name__}:f", "--arg", "f32[4]", "-o", "o.hlx"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and f"\n{want}\n" in err
-    assert re.search(r"\n.*hlopt/jet\.py:\d+:\d+: note: called from here", err)
+    assert re.search(r"\n.*hlopt/taylor\.py:\d+:\d+: note: called from here", err)
 
 
 def test_partitioner_error_api_and_cli(user_module, capsys):

@@ -23,7 +23,7 @@ from jax import lax
 from test_jet_rules import taylor_by_nested_jvp
 
 import hlopt
-from hlopt.jet import _for_taylor
+from hlopt.taylor import _for_taylor
 
 ORDER = 3
 
