@@ -175,6 +175,14 @@ def peak_mib(fn, args) -> float:
     return (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 20
 
 
+def peak_memory_in_subprocess() -> dict:
+    """What the running script prints last as JSON when run again with `--memory`, in a fresh
+    process (where the flag turns YNNPACK fusions off before jax is imported)."""
+    script = os.path.abspath(sys.argv[0])
+    return json.loads(subprocess.run([sys.executable, script, "--memory", *sys.argv[1:]], check=True,
+                                     capture_output=True, text=True).stdout.splitlines()[-1])
+
+
 def run(title, methods, args, repeat, memory, ref="collapsed") -> list[dict]:
     """Time `methods` interleaved; print each one's median, ratio to `ref`, time to first
     result, peak memory (`memory[name]`), and largest difference from `ref`'s output, and
@@ -238,8 +246,7 @@ def main():
         print(json.dumps({title: {name: peak_mib(fn, args) for name, fn in methods.items()}
                           for title, methods, args in workloads(a)}))
         return
-    memory = json.loads(subprocess.run([sys.executable, __file__, "--memory", *sys.argv[1:]], check=True,
-                                       capture_output=True, text=True).stdout.splitlines()[-1])
+    memory = peak_memory_in_subprocess()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}, "
           f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     figures = []

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -34,7 +33,7 @@ if "--memory" in sys.argv:  # as bench/pde_operators.py: every intermediate in X
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from pde_operators import init, mlp, peak_mib, run  # noqa: E402
+from pde_operators import init, mlp, peak_memory_in_subprocess, peak_mib, run  # noqa: E402
 
 import hlopt  # noqa: E402
 from record import progress, write_record  # noqa: E402
@@ -84,8 +83,7 @@ def main():
                           for dim, args in problems(a)}))
         return
     progress("peak memory of each method, in a separate process")
-    memory = json.loads(subprocess.run([sys.executable, __file__, "--memory", *sys.argv[1:]], check=True,
-                                       capture_output=True, text=True).stdout.splitlines()[-1])
+    memory = peak_memory_in_subprocess()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}, {os.cpu_count()} CPUs, batch {a.batch}, "
           f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     figures = []

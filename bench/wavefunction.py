@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -42,6 +41,7 @@ if "--memory" in sys.argv:
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from pde_operators import peak_memory_in_subprocess, peak_mib  # noqa: E402
 from record import progress, write_record  # noqa: E402
 
 import hlopt  # noqa: E402
@@ -89,13 +89,6 @@ def programs(method: str) -> dict:
     return {"kinetic": jit(energies), "gradient": jit(jax.grad(lambda p, xs: jnp.mean(energies(p, xs))))}
 
 
-def peak_mib(fn, args) -> float:
-    compiled = fn.lower(*args).compile()
-    stats = (compiled.executable.get_compiled_memory_stats() if isinstance(fn, hlopt.JitFunction)
-             else compiled.memory_analysis())
-    return (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 20
-
-
 def inputs(n: int, walkers: int, dtype) -> tuple:
     return init(jax.random.key(n), n, dtype), jax.random.normal(jax.random.key(100 + n), (walkers, 3 * n), dtype)
 
@@ -116,8 +109,7 @@ def main() -> None:
         print(json.dumps({f"{n} {w}": {m: peak_mib(programs(m)[w], inputs(n, a.walkers, dtype)) for m in METHODS}
                           for n in a.electrons for w in ("kinetic", "gradient")}))
         return
-    memory = json.loads(subprocess.run([sys.executable, __file__, "--memory", *sys.argv[1:]], check=True,
-                                       capture_output=True, text=True).stdout.splitlines()[-1])
+    memory = peak_memory_in_subprocess()
     print(f"jax {jax.__version__}, {os.cpu_count()} CPUs, {np.dtype(dtype).name}, {a.walkers} walkers, "
           f"load average {' '.join(f'{x:.1f}' for x in load_before)}")
     figures = []
