@@ -847,8 +847,8 @@ def _inverse_square_gaps(s: Value, elem: ir.Type) -> Value:
     gaps = builders.sub(builders.broadcast(squares, shape, [*range(r - 2), r - 1]),
                         builders.broadcast(squares, shape, range(r - 1)))
     eye = _where_offset(builders.full(shape, 1, real), "EQ", 0)
-    return builders.convert(_where_offset(builders.div(builders.full(shape, 1, real), builders.add(gaps, eye)), "NE", 0),
-                            elem)
+    inverse = builders.div(builders.full(shape, 1, real), builders.add(gaps, eye))
+    return builders.convert(_where_offset(inverse, "NE", 0), elem)
 
 
 def _imaginary(v: Value, elem: ir.Type) -> Value:
@@ -885,13 +885,9 @@ class SVD:
         m != n or A is complex so does 1 / s at a zero one: U's and V's coefficients, and s's
         from order 2 on, come out inf or NaN, as JAX's own derivatives do (a real square
         matrix with one zero singular value is fine)."""
-        (a,), s0, u0, vh0 = ins, op.results[1], op.results[2], op.results[3]
-        _svd_mode(op, "jet-expand")
-        elem = builders.elem_of(u0)
-        v0, m, n, p = _op(vh0, "C"), builders.shape_of(u0)[-2], builders.shape_of(vh0)[-1], builders.shape_of(s0)[-1]
-        f = _inverse_square_gaps(s0, elem)  # also the `like` of the p x p coefficients
-        sc, inverse = builders.convert(s0, elem), builders.div(builders.full(builders.shape_of(s0), 1, elem),
-                                                               builders.convert(s0, elem))
+        (a,), (s0, u0, vh0, v0, f, sc, inverse) = ins, _svd_primal(op, "jet-expand")
+        elem, m, n, p = builders.elem_of(u0), builders.shape_of(u0)[-2], builders.shape_of(vh0)[-1], \
+            builders.shape_of(s0)[-1]
         us, vs, ss = b.series(u0), b.series(v0), b.series(s0)
         cs: list[Term] = [None] * (b.order + 1)  # C_0 = D_0 = I are implied
         ds: list[Term] = [None] * (b.order + 1)
@@ -904,9 +900,11 @@ class SVD:
                 sj = builders.convert(ss[j], elem)
                 x = _cols(sj, cs[i]) if i else None
                 if l:
-                    x = _rows(sj, _op(ds[l], "C")) if x is None else _mm(x, ds[l], _lead(x, f), _lead(ds[l], f), "N", "C")
+                    x = _rows(sj, _op(ds[l], "C")) if x is None else \
+                        _mm(x, ds[l], _lead(x, f), _lead(ds[l], f), "N", "C")
                 terms.append(x)
-            rotated = None if a[k] is None else _mm(_mm(u0, a[k], False, _lead(a[k], u0), "C"), v0, _lead(a[k], u0), False)
+            lead = a[k] is not None and _lead(a[k], u0)
+            rotated = None if a[k] is None else _mm(_mm(u0, a[k], False, lead, "C"), v0, lead, False)
             r = b.conform(b.sub(rotated, b.total(terms)), f, k)
             z = b.conform(b.total(_product_terms(us, us, k, u0, u0, lo=1, hi=k - 1, tx="C")), f, k)
             w = b.conform(b.total(_product_terms(vs, vs, k, v0, v0, lo=1, hi=k - 1, tx="C")), f, k)
@@ -917,10 +915,9 @@ class SVD:
             cs[k] = b.mul(f, b.sub(None if r is None else _cols(sc, r), None if q is None else _rows(sc, q)))
             dh = b.mul(f, b.sub(None if q is None else _cols(sc, q), None if r is None else _rows(sc, r)))
             ds[k] = None if dh is None else _op(dh, "C")
-            half = lambda t: None if t is None else _scale_diagonal(_real_diagonal(t), -0.5)  # noqa: E731
-            cs[k], ds[k] = b.add(cs[k], half(z)), b.add(ds[k], half(w))
-            diagonal = lambda t: None if t is None else builders.real(_diagonal(t)) if _is_complex(t) else _diagonal(t)  # noqa: E731
-            ss[k] = b.add(diagonal(r), b.mul(s0, b.scale(b.add(diagonal(z), diagonal(w)), 0.5)))
+            cs[k], ds[k] = b.add(cs[k], _minus_half_diagonal(z)), b.add(ds[k], _minus_half_diagonal(w))
+            zw = b.add(_real_diagonal_of(z), _real_diagonal_of(w))
+            ss[k] = b.add(_real_diagonal_of(r), b.mul(s0, b.scale(zw, 0.5)))
             if _is_complex(u0):
                 gauge = b.total([b.scale(builders.imag(_diagonal(_mm(vs[i], vs[k - i], _lead(vs[i], v0),
                                                                         _lead(vs[k - i], v0), "C"))), -(k - i) / k)
@@ -947,13 +944,9 @@ class SVD:
         _, sbar, ubar, vhbar, _ = cts
         if (sbar is None and ubar is None and vhbar is None) or not wants[0]:
             return [None]
-        _svd_mode(op, "vjp-expand")
-        s0, u0, vh0 = op.results[1], op.results[2], op.results[3]
-        elem = builders.elem_of(u0)
-        v0, m, n, p = _op(vh0, "C"), builders.shape_of(u0)[-2], builders.shape_of(vh0)[-1], builders.shape_of(s0)[-1]
-        f = _inverse_square_gaps(s0, elem)
-        sc, inverse = builders.convert(s0, elem), builders.div(builders.full(builders.shape_of(s0), 1, elem),
-                                                               builders.convert(s0, elem))
+        s0, u0, vh0, v0, f, sc, inverse = _svd_primal(op, "vjp-expand")
+        elem, m, n, p = builders.elem_of(u0), builders.shape_of(u0)[-2], builders.shape_of(vh0)[-1], \
+            builders.shape_of(s0)[-1]
         inner = None if sbar is None else _embed_diagonal(builders.convert(sbar, elem))
         outer = None
         if ubar is not None:
@@ -981,7 +974,8 @@ def _outside(b: "JetBuilder", a: "Series", others: list[Term], own: list[Term], 
     """The part of coefficient k of U outside span(U_0) (`how` N: from A V = U S; C: of V from
     A^H U = V S): (I - X_0 X_0^H)(sum_{i=1..k} op(A_i) Y_{k-i} - sum_{i=1..k-1} X_i S_{k-i}) S_0^{-1}."""
     elem = builders.elem_of(own0)
-    products = [_mm(a[i], others[k - i], _lead(a[i], own0), _lead(others[k - i], other0), how, "N") for i in range(1, k + 1) if a[i] is not None and others[k - i] is not None]
+    products = [_mm(a[i], others[k - i], _lead(a[i], own0), _lead(others[k - i], other0), how, "N")
+                for i in range(1, k + 1) if a[i] is not None and others[k - i] is not None]
     scaled = [_cols(builders.convert(ss[k - i], elem), own[i]) for i in range(1, k)
               if own[i] is not None and ss[k - i] is not None]
     y = b.conform(b.sub(b.total(products), b.total(scaled)), own0, k)
@@ -990,6 +984,29 @@ def _outside(b: "JetBuilder", a: "Series", others: list[Term], own: list[Term], 
     y = _cols(inverse, y)
     lead = _lead(y, own0)
     return builders.sub(y, _mm(own0, _mm(own0, y, False, lead, "C"), False, lead))
+
+
+def _svd_primal(op: ir.Operation, name: str) -> tuple[Value, ...]:
+    """s, U, V^H and V of a thin SVD, F (`_inverse_square_gaps`, also the `like` of p x p
+    coefficients), s and 1 / s of U's element type; refuses the modes without a rule."""
+    _svd_mode(op, name)
+    s0, u0, vh0 = op.results[1], op.results[2], op.results[3]
+    elem = builders.elem_of(u0)
+    sc = builders.convert(s0, elem)
+    return (s0, u0, vh0, _op(vh0, "C"), _inverse_square_gaps(s0, elem), sc,
+            builders.div(builders.full(builders.shape_of(s0), 1, elem), sc))
+
+
+def _minus_half_diagonal(t: Term) -> Term:
+    """-Re diag(t) / 2 as a matrix (zero off the diagonal)."""
+    return None if t is None else _scale_diagonal(_real_diagonal(t), -0.5)
+
+
+def _real_diagonal_of(t: Term) -> Term:
+    """The real part of the diagonal of `t`, a vector per matrix."""
+    if t is None:
+        return None
+    return builders.real(_diagonal(t)) if _is_complex(t) else _diagonal(t)
 
 
 def _svd_mode(op: ir.Operation, name: str) -> None:
