@@ -422,8 +422,8 @@ def test_lstsq_pinv_cho_solve_in_laplacian_match_hessian_trace(name):
         x = _rng(name + "laplacian").normal(size=36) * 0.5
         got = hlopt.laplacian(f)(x)
         want = jnp.trace(jax.jit(jax.hessian(f))(x))
-        grad = jax.grad(lambda y: hlopt.laplacian(f)(y))(x)
-        want_grad = jax.grad(lambda y: jnp.trace(jax.hessian(f)(y)))(x)
+        grad = jax.jit(jax.grad(hlopt.laplacian(f)))(x)
+        want_grad = jax.jit(jax.grad(lambda y: jnp.trace(jax.hessian(f)(y))))(x)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
     np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-8, atol=1e-10)
 
