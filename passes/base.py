@@ -138,11 +138,9 @@ def parse_option_string(options: str) -> dict[str, str]:
 
 def _convert(pass_name: str, key: str, value: str, hint: Any) -> Any:
     origin = typing.get_origin(hint)
-    if hint is bool:
-        if value.lower() in ("1", "true", "yes", "on"):
-            return True
-        if value.lower() in ("0", "false", "no", "off"):
-            return False
+    if hint is bool:  # the spellings MLIR's own pass options print and document
+        if value in ("true", "false"):
+            return value == "true"
     elif hint is int:
         try:
             return int(value)

@@ -2,12 +2,12 @@
 
 JAX spells a factorization or a triangular solve as a LAPACK custom call on CPU
 (`@lapack_{s,d,c,z}potrf_ffi`, `...trsm_ffi`, `...getrf_ffi`, `...syevd_ffi` /
-`...heevd_ffi`, `...geqrf_ffi` and the Householder product `...orgqr_ffi` /
-`...ungqr_ffi`) and as
+`...heevd_ffi`, `...geqrf_ffi`, the Householder product `...orgqr_ffi` /
+`...ungqr_ffi` and the SVD `...gesdd_ffi` / `...gesvd_ffi`) and as
 `stablehlo.cholesky` / `stablehlo.triangular_solve` elsewhere. `meaning(op)`
 reads either spelling (the call's `mhlo.backend_config` characters, the op's
 attributes, the operand layouts) into one record: `Cholesky`, `TriangularSolve`,
-`LU`, `Eigh`, `QR` or `HouseholderProduct`. Each record holds its Taylor rule (`jet`, order by order, with the
+`LU`, `Eigh`, `QR`, `HouseholderProduct` or `SVD`. Each record holds its Taylor rule (`jet`, order by order, with the
 derivation in its docstring) and its reverse-mode rule (`vjp`) side by side;
 `jet_rules` and `vjp_rules` reach them through `jet` and `vjp` below.
 
@@ -771,9 +771,9 @@ def _permutation_matrix(pivots: Value, like: Value) -> Value:
     return builders.select(hit, builders.full(square, 1, elem), builders.full(square, 0, elem))
 
 
-Operation = Union[Cholesky, TriangularSolve, LU, Eigh, QR, HouseholderProduct]
+Operation = Union[Cholesky, TriangularSolve, LU, Eigh, QR, HouseholderProduct, "SVD"]
 
-LAPACK = re.compile(r"lapack_[sdcz](potrf|trsm|getrf|syevd|heevd|geqrf|orgqr|ungqr)_ffi")
+LAPACK = re.compile(r"lapack_[sdcz](potrf|trsm|getrf|syevd|heevd|geqrf|orgqr|ungqr|gesdd|gesvd)_ffi")
 OP_NAMES = ("stablehlo.cholesky", "stablehlo.triangular_solve")
 _TRANSPOSE = {"NO_TRANSPOSE": "N", "TRANSPOSE": "T", "ADJOINT": "C"}
 
@@ -809,6 +809,8 @@ def meaning(op: ir.Operation, name: str = "jet-expand") -> Operation | None:
         return HouseholderProduct()
     if kind == "geqrf":
         return QR()
+    if kind in ("gesdd", "gesvd"):
+        return SVD()
     return LU()
 
 
@@ -827,3 +829,191 @@ def vjp(b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -
     """The reverse-mode rule of `op`, a linear-algebra operation (`is_linalg`)."""
     _elem_check(op, "vjp-expand")
     return meaning(op, "vjp-expand").vjp(b, op, cts, wants)
+
+
+# --- the singular value decomposition -------------------------------------------------------
+
+
+def _cols(d: Value, m: Value) -> Value:
+    """m diag(d): column j of the matrices of `m` times d[j] (either may carry a directions axis)."""
+    return _swap_last(_rows(d, _swap_last(m)))
+
+
+def _inverse_square_gaps(s: Value, elem: ir.Type) -> Value:
+    """F[a, b] = 1 / (s[b]^2 - s[a]^2) off the diagonal, 0 on it, of element type `elem`."""
+    shape = [*builders.shape_of(s), builders.shape_of(s)[-1]]
+    r, real = len(shape), builders.elem_of(s)
+    squares = builders.mul(s, s)
+    gaps = builders.sub(builders.broadcast(squares, shape, [*range(r - 2), r - 1]),
+                        builders.broadcast(squares, shape, range(r - 1)))
+    eye = _where_offset(builders.full(shape, 1, real), "EQ", 0)
+    inverse = builders.div(builders.full(shape, 1, real), builders.add(gaps, eye))
+    return builders.convert(_where_offset(inverse, "NE", 0), elem)
+
+
+def _imaginary(v: Value, elem: ir.Type) -> Value:
+    """i v for the real `v`, as `elem` (complex)."""
+    return builders.complex_(builders.zeros_like(v), v) if isinstance(elem, ir.ComplexType) else v
+
+
+@dataclasses.dataclass(frozen=True)
+class SVD:
+    """A = U diag(s) V^H, the thin decomposition (LAPACK gesdd / gesvd in mode 'S', i.e.
+    full_matrices=False): A m x n, p = min(m, n), U m x p and V n x p with orthonormal
+    columns, s descending and real; results (A overwritten, s, U, V^H, info)."""
+
+    def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+        """Distinct nonzero singular values. With C_k = U_0^H U_k, D_k = V_0^H V_k (C_0 = D_0 = I)
+        and S_k = diag(s_k), order k of U_0^H A V_0 = sum_{i+j+l=k} C_i S_j D_l^H reads
+        C_k S_0 + S_0 D_k^H + S_k = R_k, R_k = U_0^H A_k V_0 - sum_{i+j+l=k, all<k} C_i S_j D_l^H,
+        and U^H U = I, V^H V = I give C_k + C_k^H = -Z_k, D_k + D_k^H = -W_k with
+        Z_k = sum_{i=1..k-1} U_i^H U_{k-i}, W_k likewise of V. Off the diagonal the pair of
+        equations (a, b) and (b, a) in x = C_k[a, b], y = conj(D_k[b, a]):
+        x s_b + y s_a = P[a, b] and x s_a + y s_b = Q[a, b], with P = R_k and
+        Q = -R_k^H - S_0 Z_k - W_k S_0, give, with F[a, b] = 1 / (s_b^2 - s_a^2),
+        C_k = F o (P S_0 - S_0 Q) and D_k^H = F o (Q S_0 - S_0 P) there. On it,
+        Re C_k = -Z_k / 2, Re D_k = -W_k / 2 and s_k = Re diag(R_k) + s_0 (Z_k + W_k) / 2 (real
+        diagonals); the imaginary parts (complex only) are the gauge JAX's derivative follows:
+        V^H V' has a zero diagonal along the curve, so
+        diag(D_k) = -(1/k) sum_{i=1..k-1} (k - i) diag(V_i^H V_{k-i}) (as for `Eigh`), and then
+        Im C_k[a, a] = Im R_k[a, a] / s_a + Im D_k[a, a]. The parts of U_k and V_k outside the
+        spans of U_0 and V_0 (m > p, n > p) come from A V = U S and A^H U = V S, whose order k,
+        projected by I - U_0 U_0^H (which annihilates A_0 and U_0), is
+        (I - U_0 U_0^H) U_k S_0 = (I - U_0 U_0^H)(sum_{i=1..k} A_i V_{k-i} - sum_{i=1..k-1} U_i S_{k-i}),
+        and likewise for V with A^H. So U_k = U_0 C_k + that part, V_k = V_0 D_k + its own.
+        At a degenerate singular value (s_a = s_b, a != b) F divides by zero, and where
+        m != n or A is complex so does 1 / s at a zero one: U's and V's coefficients, and s's
+        from order 2 on, come out inf or NaN, as JAX's own derivatives do (a real square
+        matrix with one zero singular value is fine)."""
+        (a,), (s0, u0, vh0, v0, f, sc, inverse) = ins, _svd_primal(op, "jet-expand")
+        elem, m, n, p = builders.elem_of(u0), builders.shape_of(u0)[-2], builders.shape_of(vh0)[-1], \
+            builders.shape_of(s0)[-1]
+        us, vs, ss = b.series(u0), b.series(v0), b.series(s0)
+        cs: list[Term] = [None] * (b.order + 1)  # C_0 = D_0 = I are implied
+        ds: list[Term] = [None] * (b.order + 1)
+        for k in range(1, b.order + 1):
+            terms = []
+            for i, j in ((i, j) for i in range(k) for j in range(k - i + 1)):
+                l = k - i - j
+                if l == k or (i and cs[i] is None) or ss[j] is None or (l and ds[l] is None):
+                    continue
+                sj = builders.convert(ss[j], elem)
+                x = _cols(sj, cs[i]) if i else None
+                if l:
+                    x = _rows(sj, _op(ds[l], "C")) if x is None else \
+                        _mm(x, ds[l], _lead(x, f), _lead(ds[l], f), "N", "C")
+                terms.append(x)
+            lead = a[k] is not None and _lead(a[k], u0)
+            rotated = None if a[k] is None else _mm(_mm(u0, a[k], False, lead, "C"), v0, lead, False)
+            r = b.conform(b.sub(rotated, b.total(terms)), f, k)
+            z = b.conform(b.total(_product_terms(us, us, k, u0, u0, lo=1, hi=k - 1, tx="C")), f, k)
+            w = b.conform(b.total(_product_terms(vs, vs, k, v0, v0, lo=1, hi=k - 1, tx="C")), f, k)
+            if r is None and z is None and w is None:
+                continue
+            q = b.sub(b.neg(None if r is None else _op(r, "C")),
+                      b.add(None if z is None else _rows(sc, z), None if w is None else _cols(sc, w)))
+            cs[k] = b.mul(f, b.sub(None if r is None else _cols(sc, r), None if q is None else _rows(sc, q)))
+            dh = b.mul(f, b.sub(None if q is None else _cols(sc, q), None if r is None else _rows(sc, r)))
+            ds[k] = None if dh is None else _op(dh, "C")
+            cs[k], ds[k] = b.add(cs[k], _minus_half_diagonal(z)), b.add(ds[k], _minus_half_diagonal(w))
+            zw = b.add(_real_diagonal_of(z), _real_diagonal_of(w))
+            ss[k] = b.add(_real_diagonal_of(r), b.mul(s0, b.scale(zw, 0.5)))
+            if _is_complex(u0):
+                gauge = b.total([b.scale(builders.imag(_diagonal(_mm(vs[i], vs[k - i], _lead(vs[i], v0),
+                                                                        _lead(vs[k - i], v0), "C"))), -(k - i) / k)
+                                 for i in range(1, k) if vs[i] is not None and vs[k - i] is not None])
+                gauge = b.conform(gauge, s0, k)
+                phase = b.add(None if r is None else b.div(builders.imag(_diagonal(r)), s0), gauge)
+                cs[k] = b.add(cs[k], None if phase is None else _embed_diagonal(_imaginary(phase, elem)))
+                ds[k] = b.add(ds[k], None if gauge is None else _embed_diagonal(_imaginary(gauge, elem)))
+            us[k] = None if cs[k] is None else _mm(u0, cs[k], False, _lead(cs[k], f))
+            vs[k] = None if ds[k] is None else _mm(v0, ds[k], False, _lead(ds[k], f))
+            if m > p:
+                us[k] = b.add(us[k], _outside(b, a, vs, us, ss, k, u0, v0, inverse, "N"))
+            if n > p:
+                vs[k] = b.add(vs[k], _outside(b, a, us, vs, ss, k, v0, u0, inverse, "C"))
+        return [None, ss, us, [vh0] + [None if t is None else _op(t, "C") for t in vs[1:]], None]
+
+    def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        """The adjoint of `jet` at order 1, dS = U^H dA V: ds = Re diag(dS),
+        dU = U (F o (dS S + S dS^H) + i Im diag(dS) / S) + (I - U U^H) dA V S^{-1},
+        dV = V (F o (S dS + dS^H S)) + (I - V V^H) dA^H U S^{-1}. With J = U^H Ubar, K = V^H Vbar
+        (Vbar = Vhbar^H) and F o self-adjoint up to F^T = -F:
+        Abar = U (F o (J - J^H) S + S F o (K - K^H) + diag(sbar) + i diag(Im J) S^{-1}) V^H
+        + (I - U U^H) Ubar S^{-1} V^H + U S^{-1} Vbar^H (I - V V^H)."""
+        _, sbar, ubar, vhbar, _ = cts
+        if (sbar is None and ubar is None and vhbar is None) or not wants[0]:
+            return [None]
+        s0, u0, vh0, v0, f, sc, inverse = _svd_primal(op, "vjp-expand")
+        elem, m, n, p = builders.elem_of(u0), builders.shape_of(u0)[-2], builders.shape_of(vh0)[-1], \
+            builders.shape_of(s0)[-1]
+        inner = None if sbar is None else _embed_diagonal(builders.convert(sbar, elem))
+        outer = None
+        if ubar is not None:
+            ubar = _conj(ubar)
+            j = _mm(u0, ubar, False, False, "C")
+            inner = b.add(inner, _cols(sc, builders.mul(f, builders.sub(j, _op(j, "C")))))
+            if _is_complex(u0):
+                inner = b.add(inner, _embed_diagonal(_imaginary(builders.div(builders.imag(_diagonal(j)), s0), elem)))
+            if m > p:
+                outside = builders.sub(ubar, _mm(u0, j, False, False))
+                outer = _mm(_cols(inverse, outside), v0, False, False, "N", "C")
+        if vhbar is not None:
+            vbar = _swap_last(vhbar)  # (conj Vhbar)^H
+            kk = _mm(v0, vbar, False, False, "C")
+            inner = b.add(inner, _rows(sc, builders.mul(f, builders.sub(kk, _op(kk, "C")))))
+            if n > p:
+                outside = builders.sub(vbar, _mm(v0, kk, False, False))
+                outer = b.add(outer, _mm(u0, _cols(inverse, outside), False, False, "N", "C"))
+        abar = _mm(_mm(u0, inner, False, False), v0, False, False, "N", "C")
+        return [_conj(b.add(abar, outer))]
+
+
+def _outside(b: "JetBuilder", a: "Series", others: list[Term], own: list[Term], ss: list[Term], k: int,
+             own0: Value, other0: Value, inverse: Value, how: str) -> Term:
+    """The part of coefficient k of U outside span(U_0) (`how` N: from A V = U S; C: of V from
+    A^H U = V S): (I - X_0 X_0^H)(sum_{i=1..k} op(A_i) Y_{k-i} - sum_{i=1..k-1} X_i S_{k-i}) S_0^{-1}."""
+    elem = builders.elem_of(own0)
+    products = [_mm(a[i], others[k - i], _lead(a[i], own0), _lead(others[k - i], other0), how, "N")
+                for i in range(1, k + 1) if a[i] is not None and others[k - i] is not None]
+    scaled = [_cols(builders.convert(ss[k - i], elem), own[i]) for i in range(1, k)
+              if own[i] is not None and ss[k - i] is not None]
+    y = b.conform(b.sub(b.total(products), b.total(scaled)), own0, k)
+    if y is None:
+        return None
+    y = _cols(inverse, y)
+    lead = _lead(y, own0)
+    return builders.sub(y, _mm(own0, _mm(own0, y, False, lead, "C"), False, lead))
+
+
+def _svd_primal(op: ir.Operation, name: str) -> tuple[Value, ...]:
+    """s, U, V^H and V of a thin SVD, F (`_inverse_square_gaps`, also the `like` of p x p
+    coefficients), s and 1 / s of U's element type; refuses the modes without a rule."""
+    _svd_mode(op, name)
+    s0, u0, vh0 = op.results[1], op.results[2], op.results[3]
+    elem = builders.elem_of(u0)
+    sc = builders.convert(s0, elem)
+    return (s0, u0, vh0, _op(vh0, "C"), _inverse_square_gaps(s0, elem), sc,
+            builders.div(builders.full(builders.shape_of(s0), 1, elem), sc))
+
+
+def _minus_half_diagonal(t: Term) -> Term:
+    """-Re diag(t) / 2 as a matrix (zero off the diagonal)."""
+    return None if t is None else _scale_diagonal(_real_diagonal(t), -0.5)
+
+
+def _real_diagonal_of(t: Term) -> Term:
+    """The real part of the diagonal of `t`, a vector per matrix."""
+    if t is None:
+        return None
+    return builders.real(_diagonal(t)) if _is_complex(t) else _diagonal(t)
+
+
+def _svd_mode(op: ir.Operation, name: str) -> None:
+    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else ir.DictAttr.get({})
+    mode = _char(ir.DictAttr(config), "mode", "S")
+    if mode != "S":
+        what = {"N": "without singular vectors (compute_uv=False)", "A": "with full matrices (full_matrices=True)"}
+        raise PassError(f"{name}: @{call_target(op)} {what.get(mode, f'in mode {mode!r}')} has no rule here: the rules "
+                        "take the thin decomposition with its vectors, jnp.linalg.svd(a, full_matrices=False)",
+                        op.location)

@@ -77,6 +77,7 @@ class Target:
 
     rule: Rule
     attributes: tuple[str, ...] = ()
+    chars: tuple[tuple[str, str], ...] = ()  # (attribute, accepted characters) where this kernel's differ from _CHARS
 
 
 def _tensor(t: ir.RankedTensorType) -> tuple[list[int], str]:
@@ -131,6 +132,24 @@ def _trsm_fits(a: list[int], x: list[int], config: Config) -> str | None:
     return None if ok else f"a square a[*b, k, k] and x[*b, m, n] with k = {k} (side {config['side']})"
 
 
+def _svd_rule(element: str, real: str) -> Rule:
+    """gesdd / gesvd of `a[*b, m, n]`: (a, s[*b, p], u[*b, m, r], vt[*b, c, n], info[*b]), p = min(m, n),
+    with r = c = p in mode S, r = m and c = n in mode A, and either in mode N (no vectors written)."""
+
+    def results(b: list[int], m: int, n: int, full: bool) -> list[tuple[list[int], str]]:
+        p = min(m, n)
+        return [(b + [m, n], element), (b + [p], real), (b + [m, m if full else p], element),
+                (b + [n if full else p, n], element), (b, _I32)]
+
+    def rule(operands: Types, outs: Types, config: Config) -> str | None:
+        fulls = {"S": (False,), "A": (True,), "N": (False, True)}[config["mode"]]
+        problems = [_matrix_rule(element, lambda b, m, n, full=full: results(b, m, n, full))(operands, outs, config)
+                    for full in fulls]
+        return None if None in problems else f"{problems[0]} in mode {config['mode']}"
+
+    return rule
+
+
 def _lapack_targets() -> dict[str, Target]:
     targets: dict[str, Target] = {}
     for prefix, t in _LAPACK_TYPES.items():
@@ -147,6 +166,8 @@ def _lapack_targets() -> dict[str, Target]:
             t, lambda b, m, n, t=t, real=real: [(b + [m, n], t), (b + [n], real), (b, _I32)], square=True),
             ("mode", "uplo"))
         targets[f"lapack_{prefix}trsm_ffi"] = Target(_pair_rule(t, _trsm_fits, writes=1), _TRSM_ATTRS)
+        for svd in ("gesdd", "gesvd"):
+            targets[f"lapack_{prefix}{svd}_ffi"] = Target(_svd_rule(t, real), ("mode",), (("mode", "SAN"),))
     return targets
 
 
@@ -270,7 +291,7 @@ def _check_custom_call(op: ir.Operation, where: str, tensors: Callable) -> list[
     config = _kernel_config(op, target.startswith("lapack_"))
     if isinstance(config, str):
         return [f"{call} {config}"]
-    decoded, problem = _decode_config(config, known.attributes)
+    decoded, problem = _decode_config(config, known.attributes, {**_CHARS, **dict(known.chars)})
     if problem is None and target.startswith("lapack_"):
         problem = _check_batch_dims(op)
     if problem is not None:
@@ -314,8 +335,8 @@ def _kernel_config(op: ir.Operation, typed: bool) -> ir.DictAttr | str | None:
     return ir.DictAttr(config)
 
 
-def _decode_config(config: ir.DictAttr | None, names: tuple[str, ...]) -> tuple[Config, str | None]:
-    """The kernel's attributes as characters, or what is wrong: exactly `names`, each a `ui8` it accepts."""
+def _decode_config(config: ir.DictAttr | None, names: tuple[str, ...], chars: dict[str, str]) -> tuple[Config, str | None]:
+    """The kernel's attributes as characters, or what is wrong: exactly `names`, each a `ui8` among its `chars`."""
     got = sorted(config[i].name for i in range(len(config))) if config is not None else []
     if got != sorted(names):
         want = ", ".join(sorted(names)) or "none"
@@ -325,9 +346,9 @@ def _decode_config(config: ir.DictAttr | None, names: tuple[str, ...]) -> tuple[
         value = config[name]
         ok = isinstance(value, ir.IntegerAttr) and str(ir.IntegerAttr(value).type) == "ui8"
         char = chr(ir.IntegerAttr(value).value) if ok and 0 < ir.IntegerAttr(value).value < 128 else None
-        if char is None or char not in _CHARS[name]:
+        if char is None or char not in chars[name]:
             return {}, (f"has {name} = {printable(str(value))}; its kernel accepts "
-                        f"{' or '.join(f'{ord(c)} : ui8 ({c})' for c in _CHARS[name])}")
+                        f"{' or '.join(f'{ord(c)} : ui8 ({c})' for c in chars[name])}")
         decoded[name] = char
     return decoded, None
 

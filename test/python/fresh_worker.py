@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import hlopt
@@ -32,12 +33,14 @@ GSPMD = "jet-expand,lower-bcoo,lower-custom-partitioning{target=gspmd},inline,ca
 
 
 def linalg(spd, tall, wide, lower, rhs, upper, rhs_t):
-    """Every LAPACK kernel jax calls on CPU: potrf, getrf, geqrf, orgqr/ungqr, syevd/heevd, trsm."""
+    """Every LAPACK kernel jax calls on CPU: potrf, getrf, geqrf, orgqr/ungqr, syevd/heevd, trsm, gesdd, gesvd."""
     q, r = jnp.linalg.qr(tall, mode="complete")
     return {"cholesky": jnp.linalg.cholesky(spd), "lu": tuple(jsl.lu_factor(tall)), "qr": (q, r),
             "qr_wide": tuple(jnp.linalg.qr(wide)), "eigh": tuple(jnp.linalg.eigh(spd)),
             "solve_left": jsl.solve_triangular(lower, rhs, lower=True),
-            "solve_right": jsl.solve_triangular(upper, rhs_t.T, lower=False, trans=1).T}
+            "solve_right": jsl.solve_triangular(upper, rhs_t.T, lower=False, trans=1).T,
+            "svd": tuple(jnp.linalg.svd(tall, full_matrices=False)),
+            "svd_qr": tuple(lax.linalg.svd(wide, full_matrices=False, algorithm=lax.linalg.SvdAlgorithm.QR))}
 
 
 def linalg_inputs(dtype, seed: int) -> tuple[np.ndarray, ...]:

@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import numpy as np
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HLOPT = str(pathlib.Path(sys.executable).parent / "hlopt")  # the console script next to this interpreter
 
@@ -58,3 +60,20 @@ def test_demo_announces_and_times_each_section():
         "[1/2] driver...", "[1/2] driver: done in T s", "[2/2] key-reuse...", "[2/2] key-reuse: done in T s"]
     out = proc.stdout
     assert out.index("[1/2] driver...") < out.index("=== driver") < out.index("[1/2] driver: done in")
+
+
+def test_vmc_section_lowers_the_energy_and_matches_the_hessian_trace():
+    """`hlopt demo vmc`: the printed energies fall toward the exact 6.5, and on every step the
+    kinetic energy by hlopt.laplacian equals the one by jnp.trace(jax.hessian)."""
+    proc = subprocess.run([HLOPT, "demo", "vmc"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines() if re.fullmatch(r"\s*\d+( +[-+\d.e]+){6}", line)]
+    from hlopt.demos.vmc import EXACT, STEPS
+
+    assert [int(r[0]) for r in rows] == list(range(STEPS))
+    energy, error, by_hlopt, by_hessian, difference = (np.array([float(r[i]) for r in rows]) for i in range(1, 6))
+    np.testing.assert_allclose(by_hlopt, by_hessian, rtol=1e-9)
+    assert np.all(difference < 1e-9)
+    assert energy[-1] < energy[0] - 5 * (error[0] + error[-1])
+    assert abs(energy[-1] - EXACT) < 0.5 * abs(energy[0] - EXACT)
+    assert np.all(energy > EXACT - 5 * error)  # variational: never below the ground state beyond the noise

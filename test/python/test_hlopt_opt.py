@@ -104,8 +104,8 @@ def _out_of_range(cls, field) -> list[str]:
     """Values outside the range `field` of pass `cls` declares; fails for an option that declares none."""
     hint = typing.get_type_hints(cls)[field.name]
     meta = field.metadata
-    if hint is bool:
-        return ["maybe", "2"]
+    if hint is bool:  # MLIR's spellings only: true and false
+        return ["maybe", "2", "1", "0", "yes", "on", "TRUE", "False"]
     if typing.get_origin(hint) is typing.Literal:
         return ["no-such-choice", typing.get_args(hint)[0].upper()]
     if hint is int:
@@ -134,6 +134,11 @@ def test_every_option_rejects_an_out_of_range_value(tmp_path, capsys, name, cls,
         assert message.startswith(f"pass '{name}': option '{key}' must be ") and message.endswith(f", got '{value}'")
         assert run(tmp_path, GOOD, "-p", pipeline) == 1
         assert capsys.readouterr().err == f"hlopt-opt: error: {message}\n"
+
+
+def test_bool_options_take_true_and_false():
+    (true,), (false,) = (parse_pipeline(f"check-key-reuse{{fold-in-consumes={v}}}") for v in ("true", "false"))
+    assert (true.python_pass.fold_in_consumes, false.python_pass.fold_in_consumes) == (True, False)
 
 
 def test_the_range_check_covers_the_lowest_and_highest_order():

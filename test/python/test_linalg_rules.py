@@ -304,3 +304,132 @@ def test_integer_results_have_no_series():
     p, s = hlopt.jet(lambda x: jsl.lu_factor(x)[1], (a,), ((a, a),))
     np.testing.assert_array_equal(p, jsl.lu_factor(a)[1])
     assert all(not np.any(np.asarray(t, float)) for t in s)
+
+
+# --- the singular value decomposition (and lstsq, pinv, cho_solve built on the rules) ---
+
+
+def _svd_packed(a, algorithm=None):
+    """U, s and V of the thin SVD of `a` in one array (V = Vh^H, so all have p columns)."""
+    u, s, vh = lax.linalg.svd(a, full_matrices=False, algorithm=algorithm)
+    return jnp.concatenate([u, s[..., None, :].astype(u.dtype), jnp.conj(jnp.swapaxes(vh, -1, -2))], axis=-2)
+
+
+def _svd_tall(a, b):
+    return _svd_packed(jnp.concatenate([a, jnp.swapaxes(b, -1, -2)], axis=-2))
+
+
+def _svd_wide(a, b):
+    return _svd_packed(jnp.concatenate([a, b], axis=-1))
+
+
+def _svd_square(a, b):
+    return _svd_packed(a + jnp.sum(b))
+
+
+def _svd_qr_algorithm(a, b):
+    """lax.linalg.svd with the QR algorithm: LAPACK gesvd, the same record as gesdd."""
+    return _svd_packed(jnp.concatenate([a, jnp.swapaxes(b, -1, -2)], axis=-2), lax.linalg.SvdAlgorithm.QR)
+
+
+SVD_OPS = {"svd_tall": _svd_tall, "svd_wide": _svd_wide, "svd_square": _svd_square,
+           "svd_qr_algorithm": _svd_qr_algorithm}
+OPS.update(SVD_OPS)  # after the parameter lists above: the shared helpers (_scalar) read OPS
+SVD_CASES = [(name, np.float64, batch) for name in SVD_OPS for batch in ((), (2,))] + \
+    [("svd_tall", np.complex128, (2,)), ("svd_wide", np.complex128, ()), ("svd_square", np.complex128, ())] + \
+    [("svd_tall", np.float32, ()), ("svd_wide", np.float32, ())]
+
+
+@pytest.mark.parametrize("name,dtype,batch", SVD_CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_svd_taylor_rule_matches_nested_jvp(name, dtype, batch):
+    test_taylor_rule_matches_nested_jvp(name, dtype, batch)
+
+
+def test_svd_spellings_are_gesdd_and_gesvd():
+    primals, _ = _case("svd_tall", np.float32, ())
+    assert "@lapack_sgesdd_ffi" in _lowered_text(OPS["svd_tall"], *primals)
+    assert "@lapack_sgesvd_ffi" in _lowered_text(OPS["svd_qr_algorithm"], *primals)
+
+
+@pytest.mark.parametrize("name", ["svd_tall", "svd_wide"])
+def test_svd_directions_batched_jet_matches_standard_jets(name):
+    test_directions_batched_jet_matches_standard_jets(name)
+
+
+@pytest.mark.parametrize("name", list(SVD_OPS))
+def test_svd_collapsed_laplacian_matches_hessian_trace(name):
+    test_collapsed_laplacian_matches_hessian_trace(name)
+
+
+@pytest.mark.parametrize("name", ["svd_tall", "svd_wide", "svd_square"])
+def test_svd_collapsed_matches_standard_jets(name):
+    test_collapsed_matches_standard_jets(name)
+
+
+@pytest.mark.parametrize("name,dtype,batch", [(name, np.float64, ()) for name in SVD_OPS] +
+                         [("svd_wide", np.float64, (2,)), ("svd_tall", np.complex128, ()),
+                          ("svd_wide", np.complex128, ()), ("svd_tall", np.float32, ())],
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_svd_vjp_rule_matches_jax_vjp(name, dtype, batch):
+    test_vjp_rule_matches_jax_vjp(name, dtype, batch)
+
+
+def test_svd_vjp_of_singular_values_alone():
+    """Only s reaches the output (U, V unused): the cotangent of s alone."""
+    with jax.enable_x64(True):
+        a = _random(_rng("svals"), (2, 5, 3), np.float64)
+        f = lambda x: jnp.linalg.svd(x, full_matrices=False)[1] ** 2  # noqa: E731
+        ct = _random(_rng("svals ct"), (2, 3), np.float64)
+        got, want = hlopt_vjp(f, [a], [ct]), jax_vjp(f, [a], [ct])
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-10, atol=1e-12)
+
+
+def _tall_system(rng: np.random.Generator, dtype):
+    return _random(rng, (6, 4), dtype), _random(rng, (6, 2), dtype)
+
+
+LSTSQ = {"lstsq": lambda a, b: jnp.linalg.lstsq(a, b)[0], "pinv": lambda a, b: jnp.linalg.pinv(a) @ b,
+         "cho_solve": lambda a, b: jsl.cho_solve(jsl.cho_factor(a.T @ a + jnp.eye(a.shape[1], dtype=a.dtype)),
+                                                  a.T @ b)}
+
+
+@pytest.mark.parametrize("name", list(LSTSQ))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_lstsq_pinv_cho_solve_in_jet_match_nested_jvp(name, dtype):
+    with jax.enable_x64(dtype != np.float32):
+        rng = _rng(name + "jet" + np.dtype(dtype).name)
+        primals = _tall_system(rng, dtype)
+        series = [[_random(rng, p.shape, dtype) for _ in range(ORDER)] for p in primals]
+        p, s = hlopt.jet(LSTSQ[name], primals, series, factorial_scaled=False)
+        want = taylor_by_nested_jvp(LSTSQ[name], primals, series, ORDER)
+    _assert_series([p, *s], want, TOL[dtype], name)
+
+
+@pytest.mark.parametrize("name", list(LSTSQ))
+def test_lstsq_pinv_cho_solve_in_laplacian_match_hessian_trace(name):
+    def f(x):
+        a = x[:24].reshape(6, 4) + jnp.eye(6, 4)
+        b = jnp.sin(x[24:]).reshape(6, 2)
+        return jnp.sum(jnp.tanh(LSTSQ[name](a, b)))
+
+    with jax.enable_x64(True):
+        x = _rng(name + "laplacian").normal(size=36) * 0.5
+        got = hlopt.laplacian(f)(x)
+        want = jnp.trace(jax.jit(jax.hessian(f))(x))
+        grad = jax.jit(jax.grad(hlopt.laplacian(f)))(x)
+        want_grad = jax.jit(jax.grad(lambda y: jnp.trace(jax.hessian(f)(y))))(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(want_grad), rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("how,match", [
+    (lambda x: jnp.linalg.svd(x, full_matrices=True)[0], r"@lapack_dgesdd_ffi with full matrices \(full_matrices=True\)"),
+    (lambda x: jnp.linalg.svd(x, compute_uv=False), r"@lapack_dgesdd_ffi without singular vectors \(compute_uv=False\)"),
+])
+def test_svd_modes_without_a_rule_are_refused(how, match):
+    with jax.enable_x64(True):
+        a = _random(_rng("modes"), (5, 3), np.float64)
+        with pytest.raises(Exception, match=match + ".*jnp.linalg.svd\\(a, full_matrices=False\\)"):
+            hlopt.jet(how, (a,), ((a,),))
+        with pytest.raises(Exception, match=match):
+            hlopt_vjp(lambda x: jnp.sum(how(x)), [a], [np.float64(1)])

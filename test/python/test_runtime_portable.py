@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+from jax import lax
 import pytest
 
 import forge
@@ -68,6 +69,12 @@ LINALG = {
     "solve_triangular right": (lambda a, b: jsl.solve_triangular(a, b.T, lower=False, trans=1).T,
                                lambda dt: (np.triu(spd(4, dt)), RNG.standard_normal((3, 4)).astype(dt))),
     "inv": (jnp.linalg.inv, lambda dt: (spd(3, dt),)),
+    "svd thin": (lambda a: tuple(jnp.linalg.svd(a, full_matrices=False)),
+                 lambda dt: (RNG.standard_normal((2, 5, 3)).astype(dt),)),
+    "svd full": (lambda a: tuple(jnp.linalg.svd(a)), lambda dt: (RNG.standard_normal((3, 5)).astype(dt),)),
+    "svd values": (lambda a: jnp.linalg.svd(a, compute_uv=False), lambda dt: (RNG.standard_normal((5, 3)).astype(dt),)),
+    "svd qr": (lambda a: tuple(lax.linalg.svd(a, full_matrices=False, algorithm=lax.linalg.SvdAlgorithm.QR)),
+               lambda dt: (RNG.standard_normal((3, 5)).astype(dt),)),
 }
 
 
@@ -164,6 +171,14 @@ HOSTILE = {
         '%0 = stablehlo.custom_call @lapack_sorgqr_ffi(%a, %t) {api_version = 4 : i32} : (tensor<4x4xf32>, tensor<5xf32>) '
         '-> tensor<4x4xf32>',
         "with k <= n <= m"),
+    "svd full mode with thin vectors": (
+        '%0:5 = stablehlo.custom_call @lapack_sgesdd_ffi(%r) {mhlo.backend_config = {mode = 65 : ui8}} : '
+        '(tensor<4x3xf32>) -> (tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3x3xf32>, tensor<i32>)',
+        "the kernel writes (tensor<4x3xf32>, tensor<3xf32>, tensor<4x4xf32>, tensor<3x3xf32>, tensor<i32>) in mode A"),
+    "svd mode jax never emits": (
+        '%0:5 = stablehlo.custom_call @lapack_sgesvd_ffi(%r) {mhlo.backend_config = {mode = 79 : ui8}} : '
+        '(tensor<4x3xf32>) -> (tensor<4x3xf32>, tensor<3xf32>, tensor<4x3xf32>, tensor<3x3xf32>, tensor<i32>)',
+        "has mode = 79 : ui8; its kernel accepts 83 : ui8 (S) or 65 : ui8 (A) or 78 : ui8 (N)"),
     "infeed": (
         '%tok = stablehlo.create_token : !stablehlo.token\n'
         '%0:2 = "stablehlo.infeed"(%tok) {infeed_config = ""} : (!stablehlo.token) -> (tensor<4x4xf32>, !stablehlo.token)',

@@ -222,3 +222,26 @@ def test_a_folder_at_the_key_path_warns_and_compiles(program, tmp_path):
     assert outcome.stdout.startswith("6.0 ") and "compiling without the compilation cache: the key file" in outcome.stdout
     one_line_error(cli("run", "f.hlx", "--input", "x.npy", "--input", "y.npy", cwd=program, env=env),
                    "is not a regular file; remove it, or set HLOPT_KEY")
+
+
+def test_each_input_file_is_opened_once(tmp_path, monkeypatch):
+    """`hlopt run` counts the arrays and reads them from one open of each file (a file swapped
+    between two opens could pass the count and then be read as another)."""
+    from hlopt.cli import aot
+
+    np.save(tmp_path / "x.npy", X)
+    np.savez(tmp_path / "xy.npz", x=X, y=Y)
+    opened = []
+    real = os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real(path, *a, **k))
+    import jax
+
+    avals = [jax.core.ShapedArray(X.shape, X.dtype), jax.core.ShapedArray(Y.shape, Y.dtype)]
+    got = aot.read_inputs([str(tmp_path / "xy.npz")], avals, "f")
+    assert opened == [str(tmp_path / "xy.npz")]
+    np.testing.assert_array_equal(got[0], X)
+    np.testing.assert_array_equal(got[1], Y)
+    opened.clear()
+    with pytest.raises(hlopt.ExecutableFileError, match=r"f takes 2 arrays, 3 were given"):
+        aot.read_inputs([str(tmp_path / "x.npy"), str(tmp_path / "xy.npz")], avals, "f")
+    assert opened == [str(tmp_path / "x.npy"), str(tmp_path / "xy.npz")]

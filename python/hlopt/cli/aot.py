@@ -314,51 +314,46 @@ _MAX_NPY_HEADER = 10000  # numpy's own default limit on the header it parses
 def read_inputs(paths: list[str], avals: list[Any], program: str, names: Sequence[str] = ()) -> list[Any]:
     """The arrays of .npy and .npz files, in order, each checked against the program's next input.
 
-    Only regular files are read; a header's shape and dtype (and a zip
-    member's size) are compared with `avals` before any data is read, and no
-    more than those bytes are read, so a zip bomb or a lying header costs
-    nothing. Never unpickles. Raises ExecutableFileError.
+    Each file is opened once, and only if it is a regular file; the number
+    of arrays (from the .npy magic or the zip directory) is checked first,
+    then each header's shape and dtype (and a zip member's size) against
+    `avals` before any data is read, and no more than those bytes are read,
+    so a zip bomb or a lying header costs nothing. Never unpickles. Raises
+    ExecutableFileError.
     """
-    given = sum(_array_count(path) for path in paths)
-    if given != len(avals):
-        named = f" ({', '.join(names)})" if names else ""
-        raise ExecutableFileError(f"{program} takes {_count(len(avals), 'array')}{printable(named)}, "
-                                  f"{given} {'was' if given == 1 else 'were'} given (--input)")
-    arrays: list[Any] = []
-
-    def expected() -> Any:
-        return avals[len(arrays)]
-
-    for path in paths:
-        with _open_input(path) as f:
-            magic = f.read(6)
-            f.seek(0)
-            if magic == b"\x93NUMPY":
-                arrays.append(_read_npy(f, expected(), path, f"input '{printable(path)}'", program,
+    with contextlib.ExitStack() as stack:
+        sources = [_input_source(stack, path) for path in paths]
+        given = sum(1 if members is None else len(members) for _, _, members in sources)
+        if given != len(avals):
+            named = f" ({', '.join(names)})" if names else ""
+            raise ExecutableFileError(f"{program} takes {_count(len(avals), 'array')}{printable(named)}, "
+                                      f"{given} {'was' if given == 1 else 'were'} given (--input)")
+        arrays: list[Any] = []
+        for path, f, members in sources:
+            if members is None:
+                arrays.append(_read_npy(f, avals[len(arrays)], path, f"input '{printable(path)}'", program,
                                         len(arrays), os.fstat(f.fileno()).st_size))
-            elif magic[:4] == b"PK\x03\x04":
-                _read_npz(f, path, expected, arrays, program)
             else:
-                raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
-    return arrays
+                _read_npz(f, members, path, avals, arrays, program)
+        return arrays
 
 
-def _array_count(path: str) -> int:
-    """How many arrays the .npy or .npz file `path` holds, read from its header or zip directory only."""
+def _input_source(stack: contextlib.ExitStack, path: str) -> tuple[str, Any, Any]:
+    """(path, the open file, None) for a .npy file; (path, its open ZipFile, its members) for a .npz."""
     import zipfile
 
-    with _open_input(path) as f:
-        magic = f.read(6)
-        if magic == b"\x93NUMPY":
-            return 1
-        if magic[:4] != b"PK\x03\x04":
-            raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
-        f.seek(0)
-        try:
-            with zipfile.ZipFile(f) as z:
-                return len(z.infolist())
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
-            raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
+    f = stack.enter_context(_open_input(path))
+    magic = f.read(6)
+    f.seek(0)
+    if magic == b"\x93NUMPY":
+        return path, f, None
+    if magic[:4] != b"PK\x03\x04":
+        raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
+    try:
+        z = stack.enter_context(zipfile.ZipFile(f))
+        return path, z, z.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
+        raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
 
 
 @contextlib.contextmanager
@@ -405,19 +400,17 @@ def _read_npy(f: Any, aval: Any, path: str, where: str, program: str, index: int
     return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C").copy()
 
 
-def _read_npz(f: Any, path: str, expected: Any, arrays: list[Any], program: str) -> None:
-    """Append the arrays of the .npz file `f`, in order, each checked as `_read_npy` checks one."""
+def _read_npz(z: Any, members: list[Any], path: str, avals: list[Any], arrays: list[Any], program: str) -> None:
+    """Append the arrays of the open .npz `z`, in order, each checked as `_read_npy` checks one."""
     import zipfile
     import zlib
 
     try:
-        with zipfile.ZipFile(f) as z:
-            members = z.infolist()
-            for info in members:
-                where = f"input '{printable(path)}', array '{printable(info.filename)}'"
-                aval = expected()
-                with z.open(info) as member:
-                    arrays.append(_read_npy(member, aval, path, where, program, len(arrays), info.file_size))
+        for info in members:
+            where = f"input '{printable(path)}', array '{printable(info.filename)}'"
+            with z.open(info) as member:
+                arrays.append(_read_npy(member, avals[len(arrays)], path, where, program, len(arrays),
+                                        info.file_size))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError,
             zlib.error) as e:
         if isinstance(e, ExecutableFileError):

@@ -20,6 +20,7 @@ SECTIONS: dict[str, str] = {
     "sparse": "hlopt.demos.sparse:sparse_section",
     "jet": "hlopt.demos.jet:section",
     "pinn": "hlopt.demos.pinn:section",
+    "vmc": "hlopt.demos.vmc:section",
     "partitioning": "hlopt.demos.partitioning:section",
     "aot": "hlopt.demos.aot:section",
     "key-reuse": "hlopt.demos.key_reuse:section",
