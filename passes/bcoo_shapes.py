@@ -1,4 +1,5 @@
-"""Buffer shapes of BCOO results: the one source for abstract evaluation and lower-bcoo.
+"""BCOO layouts and the shape math of the ops, shared by their records (`hlopt.passes.bcoo`), the
+jax rules of `hlopt.sparse` and the symbolic phase of sparse x sparse products.
 
 A BCOO array of `shape` stores `data[*batch, nse, *dense]` and
 `indices[*batch, nse, n_sparse]`; a batch dim of either buffer may be 1 and then
@@ -10,7 +11,7 @@ that produced them). They raise ValueError for inputs no layout fits.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 Shape = tuple[int, ...]
@@ -403,10 +404,10 @@ def multiply_dense(lay: Layout, v: Sequence[int]) -> Shape:
 
 
 # ---------------------------------------------------------------------------
-# The result buffers of every `hlopt.bcoo.<op>`, from its backend_config
+# The BCOO operand a backend_config describes
 
 
-def _operand(config: Mapping[str, Any], data: Shape, indices: Shape) -> Layout:
+def operand(config: Mapping[str, Any], data: Shape, indices: Shape) -> Layout:
     """The layout of the op's BCOO operand; `n_batch` and `n_dense` in the config must match it."""
     lay = layout(config["shape"], data, indices)
     if (config["n_batch"], config["n_dense"]) != (lay.n_batch, lay.n_dense):
@@ -416,72 +417,6 @@ def _operand(config: Mapping[str, Any], data: Shape, indices: Shape) -> Layout:
             f"n_dense={lay.n_dense}"
         )
     return lay
-
-
-def _extract(config: Mapping[str, Any], arr: Shape, indices: Shape) -> list[Shape]:
-    if tuple(config["shape"]) != tuple(arr):
-        raise ValueError(f"shape {tuple(config['shape'])} is not the shape of the dense operand {tuple(arr)}")
-    lay = extract_layout(arr, indices)
-    _operand(config, lay.data, indices)
-    return [extract(lay)]
-
-
-def _fromdense(config: Mapping[str, Any], mat: Shape) -> list[Shape]:
-    if tuple(config["shape"]) != tuple(mat):
-        raise ValueError(f"shape {tuple(config['shape'])} is not the shape of the dense operand {tuple(mat)}")
-    return list(fromdense(mat, config["nse"], config["n_batch"], config["n_dense"]))
-
-
-def _gather(config: Mapping[str, Any], data: Shape, indices: Shape, starts: Shape) -> list[Shape]:
-    lay = _operand(config, data, indices)
-    if len(starts) != 2 or starts[1] != len(lay.shape):
-        raise ValueError(f"gather start indices must have shape (windows, {len(lay.shape)}), got {tuple(starts)}")
-    return list(gather(lay, config["slice_sizes"], starts[0])[1:])
-
-
-def _multiply_sparse(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri: Shape) -> list[Shape]:
-    if config["driver"] not in ("lhs", "rhs", "pairs"):
-        raise ValueError(f"driver must be 'lhs', 'rhs' or 'pairs', got {config['driver']!r}")
-    plan = multiply_sparse(_operand(config, ld, li), layout(config["rhs_shape"], rd, ri), config["driver"])
-    return [plan.data, plan.indices]
-
-
-def _reduce_sum(config: Mapping[str, Any], data: Shape, indices: Shape) -> list[Shape]:
-    plan = reduce_sum(_operand(config, data, indices), config["axes"])
-    return [plan.data, plan.indices]
-
-
-def _reshape(config: Mapping[str, Any], data: Shape, indices: Shape) -> list[Shape]:
-    lay = _operand(config, data, indices)
-    return list(reshape_buffers(lay, reshape(lay, config["new_sizes"], config.get("dimensions") or None)))
-
-
-RESULT_SHAPES: dict[str, Callable[..., list[Shape]]] = {
-    "todense": lambda c, d, i: [todense(_operand(c, d, i))],
-    "extract": _extract,
-    "fromdense": _fromdense,
-    "multiply_dense": lambda c, d, i, v: [multiply_dense(_operand(c, d, i), v)],
-    "multiply_sparse": _multiply_sparse,
-    "update_layout": lambda c, d, i: list(update_layout(layout(c["shape"], d, i), c["n_batch"], c["n_dense"])),
-    "reduce_sum": _reduce_sum,
-    "reshape": _reshape,
-    "slice": lambda c, d, i: list(slice_shapes(_operand(c, d, i), c["start_indices"], c["limit_indices"],
-                                               c["strides"])[1:]),
-    "sort_indices": lambda c, d, i: list(sort_indices(_operand(c, d, i))),
-    "squeeze": lambda c, d, i: list(squeeze(_operand(c, d, i), c["dimensions"])[1:]),
-    "sum_duplicates": lambda c, d, i: list(sum_duplicates(_operand(c, d, i), c["nse"])),
-    "transpose": lambda c, d, i: list(transpose(_operand(c, d, i), c["permutation"])[1:]),
-    "gather": _gather,
-}
-
-
-def result_shapes(op: str, config: Mapping[str, Any], operands: Sequence[Sequence[int]]) -> list[Shape]:
-    """The result buffer shapes of `hlopt.bcoo.<op>` with this backend_config and these operand shapes.
-
-    The one rule for both abstract evaluation (`hlopt.sparse`) and the checks of lower-bcoo.
-    Raises ValueError, TypeError or NotImplementedError when config and operands do not fit.
-    """
-    return [tuple(s) for s in RESULT_SHAPES[op](config, *(tuple(o) for o in operands))]
 
 
 # ---------------------------------------------------------------------------
@@ -609,45 +544,6 @@ def spdot_general_sampled(lhs: Layout, rhs: Layout, indices: Sequence[int], dime
     return data, lay
 
 
-def _sampled_config(config: Mapping[str, Any], lay: Layout) -> None:
-    if tuple(config["shape"]) != lay.shape or (config["n_batch"], config["n_dense"]) != (lay.n_batch, lay.n_dense):
-        raise ValueError(f"shape={tuple(config['shape'])}, n_batch={config['n_batch']} and n_dense={config['n_dense']} "
-                         f"do not describe the sampled array: the dims of the product give shape {lay.shape}, "
-                         f"n_batch={lay.n_batch}, n_dense={lay.n_dense}")
-
-
-def _dot_general(config: Mapping[str, Any], data: Shape, indices: Shape, rhs: Shape) -> list[Shape]:
-    return [dot_shape(_operand(config, data, indices).shape, rhs, config["dimension_numbers"])]
-
-
-def _dot_general_sampled(config: Mapping[str, Any], a: Shape, b: Shape, indices: Shape) -> list[Shape]:
-    data, lay = dot_general_sampled(a, b, indices, config["dimension_numbers"], config.get("permutation"))
-    _sampled_config(config, lay)
-    return [data]
-
-
-def _spdot_general(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri: Shape) -> list[Shape]:
-    plan = spdot_general(_operand(config, ld, li), layout(config["rhs_shape"], rd, ri), config["dimension_numbers"],
-                         config["nse"])
-    return [plan.data, plan.indices]
-
-
-def _spdot_general_sampled(config: Mapping[str, Any], ad: Shape, ai: Shape, bd: Shape, bi: Shape,
-                           indices: Shape) -> list[Shape]:
-    lhs, rhs = layout(config["lhs_shape"], ad, ai), layout(config["rhs_shape"], bd, bi)
-    data, lay = spdot_general_sampled(lhs, rhs, indices, config["dimension_numbers"], config.get("permutation"))
-    _sampled_config(config, lay)
-    return [data]
-
-
-RESULT_SHAPES.update({
-    "dot_general": _dot_general,
-    "dot_general_sampled": _dot_general_sampled,
-    "spdot_general": _spdot_general,
-    "spdot_general_sampled": _spdot_general_sampled,
-})
-
-
 # ---------------------------------------------------------------------------
 # Structure ops (concatenate, broadcast_in_dim, dynamic_slice, conv)
 
@@ -749,34 +645,3 @@ def conv(lhs: Layout, rhs: Layout, padding: Sequence[int]) -> tuple[Shape, Shape
     return (*batch, size), (*batch, nse), (*batch, nse, 1)
 
 
-def _concatenate(config: Mapping[str, Any], *buffers: Shape) -> list[Shape]:
-    sizes, dim = config["sizes"], config["dimension"]
-    if len(buffers) != 2 * len(sizes):
-        raise ValueError(f"concatenate: {len(sizes)} operand sizes for {len(buffers) // 2} operands")
-    if not 0 <= dim < len(config["shape"]):
-        raise ValueError(f"concatenate dimension {dim} out of range for shape {tuple(config['shape'])}")
-    lays = []
-    for k, size in enumerate(sizes):
-        shape = tuple(size if d == dim else s for d, s in enumerate(config["shape"]))
-        lays.append(_operand({**config, "shape": shape}, buffers[2 * k], buffers[2 * k + 1]))
-    return list(concatenate(lays, dim)[1:])
-
-
-def _conv(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri: Shape) -> list[Shape]:
-    return list(conv(_operand(config, ld, li), layout(config["rhs_shape"], rd, ri), config["padding"])[1:])
-
-
-def _dynamic_slice(config: Mapping[str, Any], data: Shape, indices: Shape, starts: Shape) -> list[Shape]:
-    lay = _operand(config, data, indices)
-    if starts != (len(lay.shape),):
-        raise ValueError(f"dynamic_slice start indices must have shape ({len(lay.shape)},), got {starts}")
-    return list(dynamic_slice(lay, config["slice_sizes"])[1:])
-
-
-RESULT_SHAPES.update({
-    "broadcast_in_dim": lambda c, d, i: list(broadcast_in_dim(_operand(c, d, i), c["new_shape"],
-                                                              c["broadcast_dimensions"])[4:]),
-    "concatenate": _concatenate,
-    "conv": _conv,
-    "dynamic_slice": _dynamic_slice,
-})

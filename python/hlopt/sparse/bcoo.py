@@ -16,7 +16,7 @@ from jax.extend import core as jex_core
 from jax.interpreters import ad, batching, mlir
 
 from hlopt.passes import bcoo_shapes as shapes
-from hlopt.sparse import indexing, ops
+from hlopt.sparse import indexing, ops, rules
 
 
 class SparseEfficiencyError(ValueError):
@@ -647,7 +647,7 @@ def bcoo_sum_duplicates(mat: BCOO, nse: int | None = None) -> BCOO:
     which needs concrete (not traced) arrays.
     """
     if nse is None:
-        if ops.is_traced(mat.indices):
+        if rules.is_traced(mat.indices):
             raise ValueError(
                 "bcoo_sum_duplicates: nse must be specified when using the function within "
                 "jit, vmap, and other transformations requiring abstract evaluation."

@@ -1,10 +1,10 @@
-"""The jax primitives behind `hlopt.sparse`: one per `hlopt.bcoo.*` op.
+"""The jax primitives behind `hlopt.sparse`: one per `hlopt.bcoo.*` op, each defined from the
+op's record (`hlopt.passes.bcoo`) by `hlopt.sparse.rules`.
 
-Each primitive computes its result shapes with `hlopt.passes.bcoo_shapes` (the
-same rules the `lower-bcoo` pass relies on), lowers to its annotation, and has
-JVP rules; the ops that are linear in `data` (or in a dense operand) also have
-transpose rules so that `jax.grad` works. vmap turns the mapped axis into a
-leading batch dim (`BATCHED_PARAMS`).
+A record gives the primitive its abstract evaluation (the shape rule lower-bcoo checks
+against), its lowering (the annotation with the config the record's signature builds) and
+its batching parameters; here are its JVP rules and, for the ops linear in `data` (or in a
+dense operand), the transpose rules that make `jax.grad` work.
 
 Operands are `(data, indices, ...)`; `extract` takes `(arr, indices)`, the dense
 array in the data slot. Every BCOO operand comes with the parameters `shape`,
@@ -14,157 +14,49 @@ array in the data slot. Every BCOO operand comes with the parameters `shape`,
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import core as jex_core
 from jax.interpreters import ad, batching
 
 from hlopt.passes import bcoo_shapes as shapes
-from hlopt.primitives import annotation_primitive, emit_annotation, result_types
-
-PREFIX = "hlopt.bcoo."
-
-
-def _aval(shape: Sequence[int], dtype: Any) -> jax.core.ShapedArray:
-    return jax.core.ShapedArray(tuple(int(s) for s in shape), dtype)
-
-
-def _layout(data: Any, indices: Any, shape: Sequence[int]) -> shapes.Layout:
-    return shapes.layout(shape, data.shape, indices.shape)
-
-
-def _zero_tangent(x: Any) -> ad.Zero:
-    return ad.Zero(_aval(np.shape(x), x.dtype).to_tangent_aval())
-
-
-def _config(name: str, avals_in: Sequence[Any], params: dict[str, Any]) -> dict[str, Any]:
-    """`backend_config` of a BCOO op: shape, n_batch, n_dense, flags and the op's own parameters.
-
-    For `fromdense` and `update_layout`, `n_batch` and `n_dense` are the op's
-    parameters (the layout it produces), as in JAX's experimental sparse module.
-    """
-    config = {k: v for k, v in params.items() if v is not None and k != "index_dtype"}
-    if name in ("extract", "fromdense"):
-        config["shape"] = tuple(avals_in[0].shape)
-    if name != "fromdense":
-        shape, indices = config["shape"], avals_in[1]
-        n_batch = len(indices.shape) - 2
-        config.setdefault("n_batch", n_batch)
-        config.setdefault("n_dense", len(shape) - n_batch - indices.shape[-1])
-    config.setdefault("indices_sorted", False)
-    config.setdefault("unique_indices", False)
-    return config
-
-
-def _abstract_eval(name: str) -> Callable[..., Any]:
-    """Result avals of an op: shapes from `bcoo_shapes.result_shapes` (the rule lower-bcoo checks
-    against), data of the data operand's dtype, indices of the index operand's (or `index_dtype`)."""
-    def abstract_eval(*operands, **params):
-        if name == "gather" and not jnp.issubdtype(operands[2].dtype, jnp.integer):
-            raise TypeError(f"bcoo gather: start indices must be integers, got {operands[2].dtype}")
-        out = shapes.result_shapes(name, _config(name, operands, params), [x.shape for x in operands])
-        dtypes = [operands[0].dtype, params["index_dtype"] if name == "fromdense" else operands[1].dtype]
-        if name == "multiply_sparse":
-            dtypes[0] = jnp.result_type(operands[0].dtype, operands[2].dtype)
-        avals = [_aval(s, d) for s, d in zip(out, dtypes)]
-        return avals if len(avals) > 1 else avals[0]
-
-    return abstract_eval
-
-
-def _define(name: str, abstract_eval: Callable[..., Any], *, multiple_results: bool = True) -> jex_core.Primitive:
-    def lowering(ctx, *operands, **params):
-        return emit_annotation(PREFIX + name, operands, result_types(ctx), _config(name, ctx.avals_in, params))
-
-    prim = annotation_primitive(f"bcoo_{name}", abstract_eval, lowering, multiple_results=multiple_results)
-    batching.primitive_batchers[prim] = _batch_rule(prim, name)  # fromdense replaces it below
-    return prim
-
-
-def _to_front(x: Any, bdim: int | None) -> jax.Array:
-    """The mapped axis of a buffer as a new leading batch dim (size 1 when the buffer is not mapped)."""
-    return jnp.expand_dims(x, 0) if bdim is None else jnp.moveaxis(x, bdim, 0)
-
-
-def _from_front(outs: Any, size: int, multiple: bool) -> tuple[Any, Any]:
-    """Results with a leading batch dim: mapped along 0, or (size 1) the same for every example."""
-    def split(x):
-        return (x, 0) if x.shape[0] == size else (x[0], None)
-
-    if not multiple:
-        return split(outs)
-    pairs = [split(x) for x in outs]
-    return [x for x, _ in pairs], [d for _, d in pairs]
-
-
-# op name -> its parameters for an array with one more leading batch dim of `size`
-BATCHED_PARAMS: dict[str, Callable[[dict[str, Any], int], dict[str, Any]]] = {
-    "todense": lambda p, size: p,
-    "sort_indices": lambda p, size: p,
-    "sum_duplicates": lambda p, size: p,
-    "transpose": lambda p, size: {**p, "permutation": (0, *(x + 1 for x in p["permutation"]))},
-    "squeeze": lambda p, size: {**p, "dimensions": tuple(d + 1 for d in p["dimensions"])},
-    "slice": lambda p, size: {**p, "start_indices": (0, *p["start_indices"]), "limit_indices": (size, *p["limit_indices"]),
-                              "strides": (1, *p["strides"])},
-    "reduce_sum": lambda p, size: {**p, "axes": tuple(a + 1 for a in p["axes"])},
-    "reshape": lambda p, size: {**p, "new_sizes": (size, *p["new_sizes"]), "dimensions": None if p["dimensions"] is None
-                                else (0, *(d + 1 for d in p["dimensions"]))},
-    "update_layout": lambda p, size: {**p, "n_batch": p["n_batch"] + 1},
-    "multiply_dense": lambda p, size: p,
-    "multiply_sparse": lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])},
-    "extract": lambda p, size: p,
-}
-
-
-def _batch_rule(prim: jex_core.Primitive, name: str) -> Callable:
-    """vmap of an op: the mapped axis of every operand becomes a leading batch dim."""
-    def rule(args, dims, **params):
-        size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        batched = [_to_front(a, d) for a, d in zip(args, dims)]
-        if name == "multiply_dense":  # the dense operand, brought to the batched array's rank
-            v = batched[2]
-            batched[2] = jnp.reshape(v, (v.shape[0],) + (1,) * (len(params["shape"]) - v.ndim + 1) + v.shape[1:])
-        if name == "extract":  # the dense array defines the shape: it needs every example
-            batched[0] = jnp.broadcast_to(batched[0], (size, *batched[0].shape[1:]))
-        if "shape" in params:
-            params = {**params, "shape": (size, *params["shape"])}
-        outs = prim.bind(*batched, **BATCHED_PARAMS[name](params, size))
-        return _from_front(outs, size, prim.multiple_results)
-
-    return rule
-
-
-def _sum_to_shape(x: jax.Array, shape: Sequence[int]) -> jax.Array:
-    """Sum `x` over the dims that `shape` (same rank, or trailing dims) has as 1 or lacks."""
-    shape = tuple(shape)
-    lead = x.ndim - len(shape)
-    x = x.sum(tuple(range(lead))) if lead else x
-    axes = tuple(i for i, (a, b) in enumerate(zip(x.shape, shape)) if b == 1 and a != 1)
-    return x.sum(axes, keepdims=True) if axes else x
-
-
-def _ct(ct: Any, aval_like: Any) -> jax.Array:
-    return jnp.zeros(aval_like.shape, aval_like.dtype) if type(ct) is ad.Zero else ct
-
-
-def _primal_aval(x: Any) -> Any:
-    return x.aval if ad.is_undefined_primal(x) else x
+from hlopt.passes.bcoo import REGISTRY
+from hlopt.sparse.rules import (
+    abstract_eval,
+    aval,
+    bilinear_jvp,
+    data_linear,
+    define,
+    instantiate,
+    layout,
+    mapped_size,
+    primal_aval,
+    sum_to_shape,
+    to_front,
+    zero_tangent,
+)
 
 
 # ---------------------------------------------------------------------------
 # todense / extract: mutual transposes
 
 
-_todense_abstract = _abstract_eval("todense")
-todense_p = _define("todense", _todense_abstract, multiple_results=False)
+todense_p = define(REGISTRY["todense"])
 
 
-_extract_abstract = _abstract_eval("extract")
-extract_p = _define("extract", _extract_abstract, multiple_results=False)
+_extract_abstract = abstract_eval(REGISTRY["extract"])
+
+
+def _batch_extract(batched: list, params: dict, size: int) -> list:
+    """The dense array defines the shape: it needs every example."""
+    arr, indices = batched
+    return [jnp.broadcast_to(arr, (size, *arr.shape[1:])), indices]
+
+
+extract_p = define(REGISTRY["extract"], _extract_abstract, prepare_batch=_batch_extract)
 
 
 def todense(data: jax.Array, indices: jax.Array, shape: Sequence[int]) -> jax.Array:
@@ -181,13 +73,13 @@ def extract(indices: jax.Array, arr: jax.Array, assume_unique: bool = True) -> j
 def _todense_transpose(ct, data, indices, *, shape, **_):
     if ad.is_undefined_primal(indices):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    return [_sum_to_shape(extract(indices, _ct(ct, _aval(shape, data.aval.dtype))), data.aval.shape), None]
+    return [sum_to_shape(extract(indices, instantiate(ct, aval(shape, data.aval.dtype))), data.aval.shape), None]
 
 
 def _extract_transpose(ct, arr, indices, *, assume_unique):
     if ad.is_undefined_primal(indices):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    ct = _ct(ct, _extract_abstract(arr.aval, indices, assume_unique=assume_unique))
+    ct = instantiate(ct, _extract_abstract(arr.aval, indices, assume_unique=assume_unique))
     if not assume_unique:  # only first occurrences read arr: 1 there, 0 at repeats and padding
         ct = ct * extract(indices, jnp.ones(arr.aval.shape, ct.dtype), assume_unique=False)
     return [todense(ct, indices, arr.aval.shape), None]
@@ -203,14 +95,14 @@ ad.primitive_transposes[extract_p] = _extract_transpose
 # fromdense
 
 
-fromdense_p = _define("fromdense", _abstract_eval("fromdense"))
+fromdense_p = define(REGISTRY["fromdense"])
 
 
 def _fromdense_jvp(primals, tangents, **params):
     (mat,), (mat_dot,) = primals, tangents
     data, indices = fromdense_p.bind(mat, **params)
-    data_dot = _zero_tangent(data) if type(mat_dot) is ad.Zero else extract(indices, mat_dot)
-    return (data, indices), (data_dot, _zero_tangent(indices))
+    data_dot = zero_tangent(data) if type(mat_dot) is ad.Zero else extract(indices, mat_dot)
+    return (data, indices), (data_dot, zero_tangent(indices))
 
 
 ad.primitive_jvps[fromdense_p] = _fromdense_jvp
@@ -228,78 +120,22 @@ batching.primitive_batchers[fromdense_p] = _fromdense_batch
 # Ops linear in data with indices that depend on indices only
 
 
-def _data_linear_jvp(prim: jex_core.Primitive) -> Callable:
-    def jvp(primals, tangents, **params):
-        data, *rest = primals
-        out_data, out_indices = prim.bind(data, *rest, **params)
-        g = tangents[0]
-        data_dot = _zero_tangent(out_data) if type(g) is ad.Zero else prim.bind(g, *rest, **params)[0]
-        return (out_data, out_indices), (data_dot, _zero_tangent(out_indices))
-
-    return jvp
-
-
-def _selection_transpose(prim: jex_core.Primitive) -> Callable:
-    """The transpose of an op each of whose output data elements is one input data element or 0.
-
-    The op runs once more on the 1-based positions of the input data elements (0 stays 0), so
-    each output element names its source; the cotangents are added into their sources (an input
-    element broadcast to several outputs receives the sum of theirs).
-    """
-    def transpose(ct, data, *rest, **params):
-        size = math.prod(data.shape)
-        if size >= np.iinfo(np.int32).max and not jax.config.read("jax_enable_x64"):
-            raise NotImplementedError(f"the gradient of {prim.name} needs jax_enable_x64 for "
-                                      f"data with {size} elements")
-        dtype = np.int32 if size < np.iinfo(np.int32).max else np.int64
-        positions = jnp.arange(1, size + 1, dtype=dtype).reshape(data.shape)
-        source = prim.bind(positions, *rest, **params)[0]
-        targets = jnp.where(source == 0, size, source - 1).ravel()
-        summed = jnp.zeros((size,), ct.dtype).at[targets].add(ct.ravel(), mode="drop")
-        return summed.reshape(data.shape)
-
-    return transpose
-
-
-def _data_linear(name: str, transpose: Callable | None = None) -> jex_core.Primitive:
-    """An op linear in data whose output indices depend on the indices only.
-
-    `transpose(ct, data_aval, indices, *rest, **params)` is the data cotangent (`rest`: the
-    op's other operands, not differentiable); None means the op only selects data elements
-    (`_selection_transpose`).
-    """
-    abstract_eval = _abstract_eval(name)
-    prim = _define(name, abstract_eval)
-    ad.primitive_jvps[prim] = _data_linear_jvp(prim)
-    transpose = transpose or _selection_transpose(prim)
-
-    def rule(cts, data, *rest, **params):
-        if any(map(ad.is_undefined_primal, rest)):
-            raise ValueError("Cannot transpose with respect to sparse indices")
-        out = abstract_eval(data.aval, *rest, **params)[0]
-        ct = _ct(cts[0], out)
-        return [transpose(ct, data.aval, *rest, **params), *(None for _ in rest)]
-
-    ad.primitive_transposes[prim] = rule
-    return prim
-
-
 def _sum_duplicates_transpose(ct, data, indices, *, shape, nse, **_):
     """Each input entry receives the cotangent of the unique entry it was summed into."""
-    lay = _layout(data, indices, shape)
+    lay = layout(data, indices, shape)
     nb = lay.n_batch
     if lay.n_sparse == 0:
         first = ct[(slice(None),) * nb + (slice(0, 1),)] if nse else _zeros(ct.shape[:nb] + (1,) + ct.shape[nb + 1 :], ct.dtype)
-        return _sum_to_shape(jnp.broadcast_to(first, (*first.shape[:nb], lay.nse, *first.shape[nb + 1 :])), data.shape)
+        return sum_to_shape(jnp.broadcast_to(first, (*first.shape[:nb], lay.nse, *first.shape[nb + 1 :])), data.shape)
     _, out_indices = sum_duplicates_p.bind(_zeros(data.shape, data.dtype), indices, shape=shape, nse=nse,
                                            indices_sorted=False, unique_indices=False)
     ones = jnp.ones(data.shape, data.dtype)
     looked_up, _ = multiply_sparse(ones, indices, ct, out_indices, shape, shape, driver="lhs")
-    return _sum_to_shape(looked_up, data.shape)
+    return sum_to_shape(looked_up, data.shape)
 
 
 def _transpose_transpose(ct, data, indices, *, shape, permutation, **_):
-    lay = _layout(data, indices, shape)
+    lay = layout(data, indices, shape)
     nb, ns = lay.n_batch, lay.n_sparse
     data_perm = [*permutation[:nb], nb, *(p - ns + 1 for p in permutation[nb + ns :])]
     return jnp.transpose(ct, np.argsort(data_perm))
@@ -320,7 +156,7 @@ def _expand_dense(mask: jax.Array, n_dense: int) -> jax.Array:
 
 
 def _slice_transpose(ct, data, indices, *, shape, start_indices, limit_indices, strides, **_):
-    lay = _layout(data, indices, shape)
+    lay = layout(data, indices, shape)
     nb, ns = lay.n_batch, lay.n_sparse
     if ns:
         sl = [slice(None)] * nb
@@ -340,12 +176,12 @@ def _slice_transpose(ct, data, indices, *, shape, start_indices, limit_indices, 
             sliced_shape[i] = len(range(start_indices[d], limit_indices[d], strides[d]))
         else:
             index.append(slice(None))
-    ct = _sum_to_shape(ct, sliced_shape)
+    ct = sum_to_shape(ct, sliced_shape)
     return jnp.zeros(data.shape, ct.dtype).at[tuple(index)].set(ct)
 
 
 def _reduce_sum_transpose(ct, data, indices, *, shape, axes, **_):
-    lay = _layout(data, indices, shape)
+    lay = layout(data, indices, shape)
     plan = shapes.reduce_sum(lay, axes)
     nb, ns = lay.n_batch, lay.n_sparse
     axes = sorted(set(axes))
@@ -363,11 +199,11 @@ def _reduce_sum_transpose(ct, data, indices, *, shape, axes, **_):
         x = jnp.where(_expand_dense(_valid(indices, lay.sparse_shape), len(dense_kept)), x, 0)
     dense_axes = [a - ns + 1 for a in axes if a >= nb + ns]
     x = jnp.expand_dims(x, dense_axes)
-    return _sum_to_shape(jnp.broadcast_to(x, (*x.shape[: nb + 1], *data.shape[nb + 1 :])), data.shape)
+    return sum_to_shape(jnp.broadcast_to(x, (*x.shape[: nb + 1], *data.shape[nb + 1 :])), data.shape)
 
 
 def _reshape_transpose(ct, data, indices, *, shape, new_sizes, dimensions, **_):
-    lay = _layout(data, indices, shape)
+    lay = layout(data, indices, shape)
     plan = shapes.reshape(lay, new_sizes, dimensions)
     nb = lay.n_batch
     if lay.n_sparse and not plan.sparse:
@@ -375,24 +211,24 @@ def _reshape_transpose(ct, data, indices, *, shape, new_sizes, dimensions, **_):
     perm = [*plan.batch_perm, nb, *(p + nb + 1 for p in plan.dense_perm)]
     permuted = [(*lay.batch_shape, lay.nse, *lay.dense_shape)[p] for p in perm]
     x = jnp.transpose(ct.reshape(permuted), np.argsort(perm))
-    return _sum_to_shape(x, data.shape)
+    return sum_to_shape(x, data.shape)
 
 
-sort_indices_p = _data_linear("sort_indices")
-sum_duplicates_p = _data_linear("sum_duplicates", _sum_duplicates_transpose)
-transpose_p = _data_linear("transpose", _transpose_transpose)
-squeeze_p = _data_linear("squeeze")
-slice_p = _data_linear("slice", _slice_transpose)
-reduce_sum_p = _data_linear("reduce_sum", _reduce_sum_transpose)
-reshape_p = _data_linear("reshape", _reshape_transpose)
-update_layout_p = _data_linear("update_layout")
-gather_p = _data_linear("gather")
+sort_indices_p = data_linear(REGISTRY["sort_indices"])
+sum_duplicates_p = data_linear(REGISTRY["sum_duplicates"], _sum_duplicates_transpose)
+transpose_p = data_linear(REGISTRY["transpose"], _transpose_transpose)
+squeeze_p = data_linear(REGISTRY["squeeze"])
+slice_p = data_linear(REGISTRY["slice"], _slice_transpose)
+reduce_sum_p = data_linear(REGISTRY["reduce_sum"], _reduce_sum_transpose)
+reshape_p = data_linear(REGISTRY["reshape"], _reshape_transpose)
+update_layout_p = data_linear(REGISTRY["update_layout"])
+gather_p = data_linear(REGISTRY["gather"])
 
 
 def _gather_batch(args, dims, *, shape, slice_sizes, **params):
     """vmap of gather: example s's windows read batch row s of the operand (one window list)."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    data, indices, starts = (_to_front(a, d) for a, d in zip(args, dims))
+    size = mapped_size(args, dims)
+    data, indices, starts = (to_front(a, d) for a, d in zip(args, dims))
     windows = starts.shape[1]
     starts = jnp.broadcast_to(starts, (size, *starts.shape[1:]))
     rows = jnp.broadcast_to(jnp.arange(size, dtype=starts.dtype).reshape(size, 1, 1), (size, windows, 1))
@@ -408,40 +244,32 @@ batching.primitive_batchers[gather_p] = _gather_batch
 # multiply_dense: bilinear in (data, v)
 
 
-_multiply_dense_abstract = _abstract_eval("multiply_dense")
-multiply_dense_p = _define("multiply_dense", _multiply_dense_abstract, multiple_results=False)
+_multiply_dense_abstract = abstract_eval(REGISTRY["multiply_dense"])
+
+
+def _batch_multiply_dense(batched: list, params: dict, size: int) -> list:
+    """The dense operand, brought to the batched array's rank."""
+    data, indices, v = batched
+    v = jnp.reshape(v, (v.shape[0],) + (1,) * (len(params["shape"]) - v.ndim + 1) + v.shape[1:])
+    return [data, indices, v]
+
+
+multiply_dense_p = define(REGISTRY["multiply_dense"], _multiply_dense_abstract, prepare_batch=_batch_multiply_dense)
 
 
 def _multiply_dense_transpose(ct, data, indices, v, *, shape, **params):
     if ad.is_undefined_primal(indices):
         raise ValueError("Cannot transpose with respect to sparse indices")
     if ad.is_undefined_primal(data):
-        ct = _ct(ct, _multiply_dense_abstract(data.aval, indices, v, shape=shape))
-        return [_sum_to_shape(multiply_dense_p.bind(ct, indices, v, shape=shape, **params), data.aval.shape), None, None]
+        ct = instantiate(ct, _multiply_dense_abstract(data.aval, indices, v, shape=shape))
+        return [sum_to_shape(multiply_dense_p.bind(ct, indices, v, shape=shape, **params), data.aval.shape), None, None]
     v_aval = v.aval
-    ct = _ct(ct, _multiply_dense_abstract(data, indices, v_aval, shape=shape))
+    ct = instantiate(ct, _multiply_dense_abstract(data, indices, v_aval, shape=shape))
     product = ct * data
     if not v_aval.shape:
         return [None, None, product.sum().astype(v_aval.dtype)]
     dense = todense(product, indices, shape)
-    return [None, None, _sum_to_shape(dense, v_aval.shape).reshape(v_aval.shape)]
-
-
-def bilinear_jvp(prim: Any, first: int, second: int) -> Callable:
-    """The JVP rule of `prim`, linear in each of operands `first` and `second` (the others are
-    indices): d prim(a, b) = prim(da, b) + prim(a, db). A `prim` with results (data, indices)
-    differentiates its data; its indices get a zero tangent."""
-    def jvp(primals, tangents, **params):
-        out = prim.bind(*primals, **params)
-        terms = []
-        for k in (first, second):
-            if type(tangents[k]) is not ad.Zero:
-                term = prim.bind(*primals[:k], tangents[k], *primals[k + 1:], **params)
-                terms.append(term[0] if prim.multiple_results else term)
-        data = out[0] if prim.multiple_results else out
-        data_dot = (terms[0] if len(terms) == 1 else terms[0] + terms[1]) if terms else _zero_tangent(data)
-        return out, ([data_dot, _zero_tangent(out[1])] if prim.multiple_results else data_dot)
-    return jvp
+    return [None, None, sum_to_shape(dense, v_aval.shape).reshape(v_aval.shape)]
 
 
 ad.primitive_jvps[multiply_dense_p] = bilinear_jvp(multiply_dense_p, 0, 2)
@@ -453,11 +281,11 @@ ad.primitive_transposes[multiply_dense_p] = _multiply_dense_transpose
 
 
 def _multiply_sparse_plan(ld, li, rd, ri, lhs_shape, rhs_shape, driver) -> shapes.MultiplyPlan:
-    return shapes.multiply_sparse(_layout(ld, li, lhs_shape), _layout(rd, ri, rhs_shape), driver)
+    return shapes.multiply_sparse(layout(ld, li, lhs_shape), layout(rd, ri, rhs_shape), driver)
 
 
-_multiply_sparse_abstract = _abstract_eval("multiply_sparse")
-multiply_sparse_p = _define("multiply_sparse", _multiply_sparse_abstract)
+_multiply_sparse_abstract = abstract_eval(REGISTRY["multiply_sparse"])
+multiply_sparse_p = define(REGISTRY["multiply_sparse"], _multiply_sparse_abstract)
 
 
 def multiply_sparse(ld, li, rd, ri, lhs_shape, rhs_shape, driver=None) -> tuple[jax.Array, jax.Array]:
@@ -482,15 +310,15 @@ def _multiply_sparse_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, driver,
     if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
         raise ValueError("Cannot transpose with respect to sparse indices")
     left = ad.is_undefined_primal(ld)
-    lda, rda = _primal_aval(ld), _primal_aval(rd)
+    lda, rda = primal_aval(ld), primal_aval(rd)
     plan = _multiply_sparse_plan(lda, li, rda, ri, shape, rhs_shape, driver)
     out_aval = _multiply_sparse_abstract(lda, li, rda, ri, shape=shape, rhs_shape=rhs_shape, driver=driver)[0]
-    ct = _ct(cts[0], out_aval)
+    ct = instantiate(cts[0], out_aval)
     kw = dict(shape=shape, rhs_shape=rhs_shape, driver=driver, **params)
     side = "lhs" if left else "rhs"
     me, my_idx, my_shape = (lda, li, shape) if left else (rda, ri, rhs_shape)
     other, other_idx, other_shape = (rd, ri, rhs_shape) if left else (ld, li, shape)
-    my_lay, other_lay = _layout(me, my_idx, my_shape), _layout(other, other_idx, other_shape)
+    my_lay, other_lay = layout(me, my_idx, my_shape), layout(other, other_idx, other_shape)
     nb, dense = plan.n_batch, ct.shape[plan.n_batch + 1 :]
     entries = (*plan.batch, *my_lay.batch_shape[nb:], my_lay.nse, *dense)
     ones = jnp.ones(me.shape, me.dtype)
@@ -516,8 +344,8 @@ def _multiply_sparse_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, driver,
             grad = multiply_sparse_p.bind(*looked_up, **lookup_kw)[0]
         else:  # I broadcast against the output: sum the cotangents over my size-1 dims densely
             product = todense(ct * aligned, out_indices, plan.shape)
-            grad = extract(my_idx, _sum_to_shape(product, my_shape))
-    grad = _sum_to_shape(grad, me.shape).astype(me.dtype)
+            grad = extract(my_idx, sum_to_shape(product, my_shape))
+    grad = sum_to_shape(grad, me.shape).astype(me.dtype)
     return [grad, None, None, None] if left else [None, None, grad, None]
 
 
@@ -545,5 +373,3 @@ def unique_count(indices: np.ndarray, sizes: Sequence[int]) -> int:
     return int(counts.max(initial=0))
 
 
-def is_traced(*xs: Any) -> bool:
-    return any(isinstance(x, jax.core.Tracer) for x in xs)

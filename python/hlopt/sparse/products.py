@@ -2,9 +2,9 @@
 `bcoo_dot_general_sampled` (SDDMM) and `bcoo_spdot_general`, with the primitives behind them.
 
 Each primitive lowers to one `hlopt.bcoo.<op>` annotation (`dot_general`, `dot_general_sampled`,
-`spdot_general`, `spdot_general_sampled`) whose rule is in `hlopt.passes.bcoo_products`; the
-result shapes come from `hlopt.passes.bcoo_shapes` (the rules lower-bcoo checks against) and
-the result dtype from `lax.dot_general`'s. Every product is linear in each operand's data:
+`spdot_general`, `spdot_general_sampled`) whose record is in `hlopt.passes.bcoo.ops.products`; the
+result shapes come from the record (the rules lower-bcoo checks against) and the result dtype
+from `lax.dot_general`'s. Every product is linear in each operand's data:
 JVP rules bind the product on the tangents, transpose rules are the products that JAX's
 `lax.dot_general` transpose gives, read at the operand's indices (a sampled product), so a
 gradient never builds the dense operand of a sparse one. vmap makes the mapped axis a batch
@@ -27,29 +27,27 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend import core as jex_core
 from jax.interpreters import ad, batching
 
 from hlopt.passes import bcoo_shapes as shapes
-from hlopt.primitives import annotation_primitive, emit_annotation, result_types
-from hlopt.sparse import ops, symbolic
+from hlopt.passes.bcoo import REGISTRY, Record
+from hlopt.passes.bcoo.record import DATA, DENSE
+from hlopt.sparse import rules, symbolic
 from hlopt.sparse.bcoo import BCOO, SparseEfficiencyError, bcoo_squeeze, bcoo_transpose
 from hlopt.sparse.structure import bcoo_broadcast_in_dim
 
-PREFIX = "hlopt.bcoo."
 
 # The most output entries (all batches) that JAX's bound may give a product with traced indices:
 # 2**24 entries are 200 MB of float32 data and two int32 index columns.
 TRACED_BOUND_LIMIT = 1 << 24
-
-# Parameters that the result type carries and the annotation does not.
-_TYPE_ONLY = ("preferred_element_type",)
 
 
 def _dims_key(dimension_numbers: Any) -> shapes.DotDims:
@@ -79,36 +77,25 @@ def _check_numbers(*dtypes: Any) -> None:
             raise TypeError(f"bcoo_dot_general: operands must be numbers, got {dtype}")
 
 
-def _check_indices(*indices: Any) -> None:
-    for idx in indices:
-        if not jnp.issubdtype(idx.dtype, jnp.integer):
-            raise TypeError(f"BCOO indices must be integers, got {idx.dtype}")
+def _product_dtypes(record: Record) -> rules.DtypeRule:
+    """A product's result dtypes: lax.dot_general's for its two number operands, then (sparse
+    results) the indices operands' dtype."""
+    numbers = [i for i, role in enumerate(record.signature.operands) if role in (DATA, DENSE)]
+
+    def dtypes(avals: Sequence[Any], params: dict[str, Any]) -> list[Any]:
+        lhs, rhs = (avals[i].dtype for i in numbers)
+        _check_numbers(lhs, rhs)
+        out = [_result_dtype(lhs, rhs, params["dimension_numbers"], params.get("preferred_element_type"))]
+        return out + [avals[1].dtype] if record.signature.results == 2 else out
+
+    return dtypes
 
 
-def _config(params: dict[str, Any], indices: Any, shape: Sequence[int]) -> dict[str, Any]:
-    config = {k: v for k, v in params.items() if v is not None and k not in _TYPE_ONLY}
-    n_batch = len(indices.shape) - 2
-    config["shape"] = tuple(shape)
-    config["n_batch"] = n_batch
-    config["n_dense"] = len(shape) - n_batch - indices.shape[-1]
-    config.setdefault("indices_sorted", False)
-    config.setdefault("unique_indices", False)
-    return config
-
-
-def _define(name: str, abstract_eval, config, multiple_results: bool = False):
-    def lowering(ctx, *operands, **params):
-        return emit_annotation(PREFIX + name, operands, result_types(ctx), config(ctx.avals_in, params))
-
-    return annotation_primitive(f"bcoo_{name}", abstract_eval, lowering, multiple_results=multiple_results)
-
-
-def _ct(ct: Any, aval: Any) -> jax.Array:
-    return jnp.zeros(aval.shape, aval.dtype) if type(ct) is ad.Zero else ct
-
-
-def _aval_of(x: Any) -> Any:
-    return x.aval if ad.is_undefined_primal(x) else x
+def _define(name: str) -> tuple[jex_core.Primitive, Callable[..., Any]]:
+    """A product's primitive and its abstract evaluation (the record's shapes, lax.dot_general's dtypes)."""
+    record = REGISTRY[name]
+    abstract = rules.abstract_eval(record, _product_dtypes(record))
+    return rules.define(record, abstract), abstract
 
 
 def _cotangent_dims(ranks: Sequence[int], dims: shapes.DotDims, permutation: Sequence[int] | None, side: int):
@@ -147,35 +134,22 @@ def _dot_batch_dims(dims: shapes.DotDims, rhs_mapped: bool):
 # dot_general: sparse x dense
 
 
-def _dot_general_abstract(data, indices, rhs, *, shape, dimension_numbers, preferred_element_type, **_):
-    _check_indices(indices)
-    _check_numbers(data.dtype, rhs.dtype)
-    shapes.layout(shape, data.shape, indices.shape)
-    out = shapes.dot_shape(shape, rhs.shape, dimension_numbers)
-    dtype = _result_dtype(data.dtype, rhs.dtype, dimension_numbers, preferred_element_type)
-    return jax.core.ShapedArray(out, dtype)
-
-
-def _dot_general_config(avals_in, params):
-    return _config(params, avals_in[1], params["shape"])
-
-
-dot_general_p = _define("dot_general", _dot_general_abstract, _dot_general_config)
+dot_general_p, _dot_general_abstract = _define("dot_general")
 
 
 def _dot_general_transpose(ct, data, indices, rhs, *, shape, dimension_numbers, preferred_element_type,
                            **flags):
     if ad.is_undefined_primal(indices):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    data_aval, rhs_aval = _aval_of(data), _aval_of(rhs)
+    data_aval, rhs_aval = rules.primal_aval(data), rules.primal_aval(rhs)
     out = _dot_general_abstract(data_aval, indices, rhs_aval, shape=shape, dimension_numbers=dimension_numbers,
                                 preferred_element_type=preferred_element_type)
-    ct = _ct(ct, out)
+    ct = rules.instantiate(ct, out)
     ranks = (len(shape), len(rhs_aval.shape))
     if ad.is_undefined_primal(data):
         l_dims, l_perm = _cotangent_dims(ranks, dimension_numbers, None, 0)
         grad = dot_general_sampled(ct, rhs, indices, l_dims, permutation=l_perm)
-        grad = ops._sum_to_shape(grad, data_aval.shape).astype(data_aval.dtype)
+        grad = rules.sum_to_shape(grad, data_aval.shape).astype(data_aval.dtype)
         return [grad, None, None]
     # sparse first: [batch, lhs's contracting dims (rhs's, ordered by lhs's), ct's rhs dims]
     (ct_c, l_c), (ct_b, l_b) = _cotangent_dims(ranks, dimension_numbers, None, 1)[0]
@@ -190,8 +164,8 @@ def _dot_general_transpose(ct, data, indices, rhs, *, shape, dimension_numbers, 
 def _dot_general_batch(args, dims, *, shape, dimension_numbers, **params):
     data, indices, rhs = args
     ddim, idim, rdim = dims
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    data, indices = ops._to_front(data, ddim), ops._to_front(indices, idim)
+    size = rules.mapped_size(args, dims)
+    data, indices = rules.to_front(data, ddim), rules.to_front(indices, idim)
     rhs_mapped = rdim is not None
     if rhs_mapped:
         rhs = jnp.moveaxis(rhs, rdim, 0)
@@ -200,7 +174,7 @@ def _dot_general_batch(args, dims, *, shape, dimension_numbers, **params):
     return out, out_dim
 
 
-ad.primitive_jvps[dot_general_p] = ops.bilinear_jvp(dot_general_p, 0, 2)
+ad.primitive_jvps[dot_general_p] = rules.bilinear_jvp(dot_general_p, 0, 2)
 ad.primitive_transposes[dot_general_p] = _dot_general_transpose
 batching.primitive_batchers[dot_general_p] = _dot_general_batch
 
@@ -209,21 +183,7 @@ batching.primitive_batchers[dot_general_p] = _dot_general_batch
 # dot_general_sampled: dense x dense at sparse indices (SDDMM)
 
 
-def _sampled_abstract(a, b, indices, *, dimension_numbers, permutation):
-    _check_indices(indices)
-    _check_numbers(a.dtype, b.dtype)
-    data, _ = shapes.dot_general_sampled(a.shape, b.shape, indices.shape, dimension_numbers, permutation)
-    return jax.core.ShapedArray(data, _result_dtype(a.dtype, b.dtype, dimension_numbers, None))
-
-
-def _sampled_config(avals_in, params):
-    a, b, indices = avals_in
-    _, lay = shapes.dot_general_sampled(a.shape, b.shape, indices.shape, params["dimension_numbers"],
-                                        params["permutation"])
-    return _config(params, indices, lay.shape)
-
-
-dot_general_sampled_p = _define("dot_general_sampled", _sampled_abstract, _sampled_config)
+dot_general_sampled_p, _sampled_abstract = _define("dot_general_sampled")
 
 
 def dot_general_sampled(a: Any, b: Any, indices: Any, dimension_numbers: Any,
@@ -239,10 +199,10 @@ def _sampled_transpose(ct, a, b, indices, *, dimension_numbers, permutation):
     the sparse x dense product of it with the other operand."""
     if ad.is_undefined_primal(indices):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    a_aval, b_aval = _aval_of(a), _aval_of(b)
+    a_aval, b_aval = rules.primal_aval(a), rules.primal_aval(b)
     data_shape, lay = shapes.dot_general_sampled(a_aval.shape, b_aval.shape, indices.shape, dimension_numbers,
                                                  permutation)
-    ct = _ct(ct, jax.core.ShapedArray(data_shape, _sampled_abstract(a_aval, b_aval, indices,
+    ct = rules.instantiate(ct, jax.core.ShapedArray(data_shape, _sampled_abstract(a_aval, b_aval, indices,
                                                                     dimension_numbers=dimension_numbers,
                                                                     permutation=permutation).dtype))
     side = 0 if ad.is_undefined_primal(a) else 1
@@ -255,15 +215,15 @@ def _sampled_transpose(ct, a, b, indices, *, dimension_numbers, permutation):
 
 
 def _sampled_batch(args, dims, *, dimension_numbers, permutation):
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    a, b, indices = (ops._to_front(x, d) for x, d in zip(args, dims))
+    size = rules.mapped_size(args, dims)
+    a, b, indices = (rules.to_front(x, d) for x, d in zip(args, dims))
     a = jnp.broadcast_to(a, (size, *a.shape[1:]))
     b = jnp.broadcast_to(b, (size, *b.shape[1:]))
     new_dims, _ = _dot_batch_dims(dimension_numbers, True)
     perm = None if permutation is None else (0, *(p + 1 for p in permutation))
     return dot_general_sampled_p.bind(a, b, indices, dimension_numbers=new_dims, permutation=perm), 0
 
-ad.primitive_jvps[dot_general_sampled_p] = ops.bilinear_jvp(dot_general_sampled_p, 0, 1)
+ad.primitive_jvps[dot_general_sampled_p] = rules.bilinear_jvp(dot_general_sampled_p, 0, 1)
 ad.primitive_transposes[dot_general_sampled_p] = _sampled_transpose
 batching.primitive_batchers[dot_general_sampled_p] = _sampled_batch
 
@@ -272,42 +232,10 @@ batching.primitive_batchers[dot_general_sampled_p] = _sampled_batch
 # spdot_general: sparse x sparse, and its sampled form (the transpose)
 
 
-def _spdot_abstract(ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers, nse, preferred_element_type, **_):
-    _check_indices(li, ri)
-    _check_numbers(ld.dtype, rd.dtype)
-    if li.dtype != ri.dtype:
-        raise TypeError(f"bcoo_spdot_general: indices of one dtype, got {li.dtype} and {ri.dtype}")
-    plan = shapes.spdot_general(shapes.layout(shape, ld.shape, li.shape), shapes.layout(rhs_shape, rd.shape, ri.shape),
-                                dimension_numbers, nse)
-    dtype = _result_dtype(ld.dtype, rd.dtype, dimension_numbers, preferred_element_type)
-    return [jax.core.ShapedArray(plan.data, dtype), jax.core.ShapedArray(plan.indices, li.dtype)]
+spdot_general_p, _spdot_abstract = _define("spdot_general")
 
 
-def _spdot_config(avals_in, params):
-    return _config(params, avals_in[1], params["shape"])
-
-
-spdot_general_p = _define("spdot_general", _spdot_abstract, _spdot_config, multiple_results=True)
-
-
-def _spsampled_abstract(ad_, ai, bd, bi, indices, *, lhs_shape, rhs_shape, dimension_numbers, permutation):
-    _check_indices(ai, bi, indices)
-    _check_numbers(ad_.dtype, bd.dtype)
-    data, _ = shapes.spdot_general_sampled(shapes.layout(lhs_shape, ad_.shape, ai.shape),
-                                           shapes.layout(rhs_shape, bd.shape, bi.shape), indices.shape,
-                                           dimension_numbers, permutation)
-    return jax.core.ShapedArray(data, _result_dtype(ad_.dtype, bd.dtype, dimension_numbers, None))
-
-
-def _spsampled_config(avals_in, params):
-    ad_, ai, bd, bi, indices = avals_in
-    _, lay = shapes.spdot_general_sampled(shapes.layout(params["lhs_shape"], ad_.shape, ai.shape),
-                                          shapes.layout(params["rhs_shape"], bd.shape, bi.shape), indices.shape,
-                                          params["dimension_numbers"], params["permutation"])
-    return _config(params, indices, lay.shape)
-
-
-spdot_general_sampled_p = _define("spdot_general_sampled", _spsampled_abstract, _spsampled_config)
+spdot_general_sampled_p, _spsampled_abstract = _define("spdot_general_sampled")
 
 
 def _spdot_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers, nse, preferred_element_type,
@@ -316,11 +244,11 @@ def _spdot_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers
     indices) with the other operand, read at the operand's indices."""
     if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    lda, rda = _aval_of(ld), _aval_of(rd)
+    lda, rda = rules.primal_aval(ld), rules.primal_aval(rd)
     params = dict(shape=shape, rhs_shape=rhs_shape, dimension_numbers=dimension_numbers, nse=nse,
                   preferred_element_type=preferred_element_type, **flags)
     data_aval, _ = _spdot_abstract(lda, li, rda, ri, **params)
-    ct = _ct(cts[0], data_aval)
+    ct = rules.instantiate(cts[0], data_aval)
     _, out_indices = spdot_general_p.bind(jnp.zeros(lda.shape, lda.dtype), li, jnp.zeros(rda.shape, rda.dtype), ri,
                                           **params)
     out_shape = shapes.dot_shape(shape, rhs_shape, dimension_numbers)
@@ -335,11 +263,11 @@ def _sparse_cotangents(ct: Any, ct_indices: Any, ct_shape: Sequence[int], permut
     product of that BCOO array with the other operand, read at the operand's indices."""
     side = 0 if ad.is_undefined_primal(x[0]) else 1
     (od, oi, oshape), (td, ti, _) = (y, x) if side == 0 else (x, y)
-    aval = _aval_of(td)
+    aval = rules.primal_aval(td)
     ct_dims, perm = _cotangent_dims((len(x[2]), len(y[2])), dims, permutation, side)
     grad = spdot_general_sampled_p.bind(ct, ct_indices, od, oi, ti, lhs_shape=tuple(ct_shape), rhs_shape=oshape,
                                         dimension_numbers=ct_dims, permutation=perm)
-    grad = ops._sum_to_shape(grad, aval.shape).astype(aval.dtype)
+    grad = rules.sum_to_shape(grad, aval.shape).astype(aval.dtype)
     return [grad, None, None, None] if side == 0 else [None, None, grad, None]
 
 
@@ -348,10 +276,10 @@ def _spsampled_transpose(ct, ad_, ai, bd, bi, indices, *, lhs_shape, rhs_shape, 
     (a BCOO array at `indices`) with the other operand, read at the operand's indices."""
     if any(ad.is_undefined_primal(i) for i in (ai, bi, indices)):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    a_aval, b_aval = _aval_of(ad_), _aval_of(bd)
+    a_aval, b_aval = rules.primal_aval(ad_), rules.primal_aval(bd)
     params = dict(lhs_shape=lhs_shape, rhs_shape=rhs_shape, dimension_numbers=dimension_numbers,
                   permutation=permutation)
-    ct = _ct(ct, _spsampled_abstract(a_aval, ai, b_aval, bi, indices, **params))
+    ct = rules.instantiate(ct, _spsampled_abstract(a_aval, ai, b_aval, bi, indices, **params))
     _, lay = shapes.spdot_general_sampled(shapes.layout(lhs_shape, a_aval.shape, ai.shape),
                                           shapes.layout(rhs_shape, b_aval.shape, bi.shape), indices.shape,
                                           dimension_numbers, permutation)
@@ -361,29 +289,29 @@ def _spsampled_transpose(ct, ad_, ai, bd, bi, indices, *, lhs_shape, rhs_shape, 
 
 
 def _spsampled_batch(args, dims, *, lhs_shape, rhs_shape, dimension_numbers, permutation):
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
+    size = rules.mapped_size(args, dims)
     new_dims, _ = _dot_batch_dims(dimension_numbers, True)
     rank = len(shapes.dot_shape(lhs_shape, rhs_shape, dimension_numbers))
     perm = (0, *(p + 1 for p in (range(rank) if permutation is None else permutation)))
-    out = spdot_general_sampled_p.bind(*(ops._to_front(x, d) for x, d in zip(args, dims)),
+    out = spdot_general_sampled_p.bind(*(rules.to_front(x, d) for x, d in zip(args, dims)),
                                        lhs_shape=(size, *lhs_shape), rhs_shape=(size, *rhs_shape),
                                        dimension_numbers=new_dims, permutation=perm)
     return out, 0
 
 
 def _spdot_batch(args, dims, *, shape, rhs_shape, dimension_numbers, **params):
-    size = next(x.shape[d] for x, d in zip(args, dims) if d is not None)
-    ld, li, rd, ri = (ops._to_front(x, d) for x, d in zip(args, dims))
+    size = rules.mapped_size(args, dims)
+    ld, li, rd, ri = (rules.to_front(x, d) for x, d in zip(args, dims))
     new_dims, _ = _dot_batch_dims(dimension_numbers, True)
     outs = spdot_general_p.bind(ld, li, rd, ri, shape=(size, *shape), rhs_shape=(size, *rhs_shape),
                                 dimension_numbers=new_dims, **params)
     return outs, [0, 0]
 
 
-ad.primitive_jvps[spdot_general_p] = ops.bilinear_jvp(spdot_general_p, 0, 2)
+ad.primitive_jvps[spdot_general_p] = rules.bilinear_jvp(spdot_general_p, 0, 2)
 ad.primitive_transposes[spdot_general_p] = _spdot_transpose
 batching.primitive_batchers[spdot_general_p] = _spdot_batch
-ad.primitive_jvps[spdot_general_sampled_p] = ops.bilinear_jvp(spdot_general_sampled_p, 0, 2)
+ad.primitive_jvps[spdot_general_sampled_p] = rules.bilinear_jvp(spdot_general_sampled_p, 0, 2)
 ad.primitive_transposes[spdot_general_sampled_p] = _spsampled_transpose
 batching.primitive_batchers[spdot_general_sampled_p] = _spsampled_batch
 
@@ -434,7 +362,7 @@ def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferre
     pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
     lay_l, lay_r = _layouts(lhs, rhs)
     nse = None if nse is None else operator.index(nse)
-    if not ops.is_traced(lhs.indices, rhs.indices):
+    if not rules.is_traced(lhs.indices, rhs.indices):
         structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims,
                                              nse)
         if structure is not None:
@@ -455,9 +383,9 @@ def bcoo_spdot_nse(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any) -> int:
     `nse=` to a traced `bcoo_spdot_general`.
     """
     dims = _dims_key(dimension_numbers)
-    if ops.is_traced(lhs.indices, rhs.indices):
+    if rules.is_traced(lhs.indices, rhs.indices):
         raise jax.errors.ConcretizationTypeError(
-            lhs.indices if ops.is_traced(lhs.indices) else rhs.indices,
+            lhs.indices if rules.is_traced(lhs.indices) else rhs.indices,
             "bcoo_spdot_nse counts the output structure from concrete indices: call it outside jit, "
             "on the arrays whose product a traced bcoo_spdot_general takes with nse=")
     lay_l, lay_r = _layouts(lhs, rhs)

@@ -2,13 +2,13 @@
 `bcoo_extract` and `bcoo_conv_general_dilated`, with JAX's names, signatures and semantics.
 
 Each is one primitive lowering to one `hlopt.bcoo.<op>` annotation (`concatenate`,
-`broadcast_in_dim`, `dynamic_slice`, `extract`, `conv`) whose rule is in
-`hlopt.passes.bcoo_structure`; result shapes come from `hlopt.passes.bcoo_shapes`. All are linear
-in the data: broadcast_in_dim and dynamic_slice select data elements (the generic selection
-transpose of `ops`), concatenate's transpose slices each operand's part back out, extract's is
-`todense`, and conv is bilinear (each operand's cotangent sums the pair products with the other).
-vmap makes the mapped axis a leading batch dim; a mapped start of dynamic_slice gathers one
-window per example.
+`broadcast_in_dim`, `dynamic_slice`, `extract`, `conv`), defined from the op's record
+(`hlopt.passes.bcoo.ops.<op>`: its lowering, result shapes and batching parameters). All are
+linear in the data: broadcast_in_dim and dynamic_slice select data elements (the selection
+transpose of `rules.data_linear`), concatenate's transpose slices each operand's part back out,
+extract's is `todense`, and conv is bilinear (each operand's cotangent sums the pair products
+with the other). vmap makes the mapped axis a leading batch dim; a mapped start of
+dynamic_slice gathers one window per example.
 """
 
 from __future__ import annotations
@@ -25,21 +25,15 @@ from jax import lax
 from jax.interpreters import ad, batching
 
 from hlopt.passes import bcoo_shapes as shapes
-from hlopt.sparse import ops
+from hlopt.passes.bcoo import REGISTRY
+from hlopt.sparse import ops, rules
 from hlopt.sparse.bcoo import BCOO, bcoo_sum_duplicates, bcoo_update_layout
 
-ops.BATCHED_PARAMS.update({
-    "broadcast_in_dim": lambda p, size: {**p, "new_shape": (size, *p["new_shape"]),
-                                         "broadcast_dimensions": (0, *(d + 1 for d in p["broadcast_dimensions"]))},
-    "concatenate": lambda p, size: {**p, "dimension": p["dimension"] + 1},
-    "conv": lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])},
-})
-
-broadcast_in_dim_p = ops._data_linear("broadcast_in_dim")
-dynamic_slice_p = ops._data_linear("dynamic_slice")
-concatenate_p = ops._define("concatenate", ops._abstract_eval("concatenate"))
-_conv_abstract = ops._abstract_eval("conv")
-conv_p = ops._define("conv", _conv_abstract)
+broadcast_in_dim_p = rules.data_linear(REGISTRY["broadcast_in_dim"])
+dynamic_slice_p = rules.data_linear(REGISTRY["dynamic_slice"])
+concatenate_p = rules.define(REGISTRY["concatenate"])
+_conv_abstract = rules.abstract_eval(REGISTRY["conv"])
+conv_p = rules.define(REGISTRY["conv"], _conv_abstract)
 
 
 def _layout(mat: BCOO) -> shapes.Layout:
@@ -92,13 +86,13 @@ def bcoo_dynamic_slice(mat: BCOO, start_indices: Sequence[Any], slice_sizes: Seq
 
 def _dynamic_slice_batch(args, dims, *, shape, slice_sizes, **params):
     """vmap: unmapped starts slice the new batch dim whole; mapped starts cut one window per example."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    data, indices, starts = (ops._to_front(a, d) for a, d in zip(args, dims))
+    size = rules.mapped_size(args, dims)
+    data, indices, starts = (rules.to_front(a, d) for a, d in zip(args, dims))
     if dims[2] is None:
         starts = jnp.concatenate([jnp.zeros((1,), starts.dtype), starts[0]])
         outs = dynamic_slice_p.bind(data, indices, starts, shape=(size, *shape), slice_sizes=(size, *slice_sizes),
                                     **params)
-        return ops._from_front(outs, size, True)
+        return rules.from_front(outs, size, True)
     wrapped = jnp.where(starts < 0, starts + jnp.asarray(shape, starts.dtype).reshape(1, -1), starts)
     rows = jnp.arange(size, dtype=starts.dtype).reshape(size, 1)
     windows = jnp.concatenate([rows, wrapped], axis=1)
@@ -147,10 +141,10 @@ def bcoo_concatenate(operands: Sequence[BCOO], *, dimension: int) -> BCOO:
 def _concatenate_jvp(primals, tangents, **params):
     out = concatenate_p.bind(*primals, **params)
     if all(type(t) is ad.Zero for t in tangents[::2]):
-        return out, [ops._zero_tangent(out[0]), ops._zero_tangent(out[1])]
+        return out, [rules.zero_tangent(out[0]), rules.zero_tangent(out[1])]
     datas = [ad.instantiate_zeros(t) for t in tangents[::2]]
     args = [x for pair in zip(datas, primals[1::2]) for x in pair]
-    return out, [concatenate_p.bind(*args, **params)[0], ops._zero_tangent(out[1])]
+    return out, [concatenate_p.bind(*args, **params)[0], rules.zero_tangent(out[1])]
 
 
 def _concatenate_transpose(cts, *operands, shape, dimension, sizes, **_):
@@ -158,11 +152,11 @@ def _concatenate_transpose(cts, *operands, shape, dimension, sizes, **_):
     entries; sparse: its run of entries), summed over the batch dims its buffer broadcasts."""
     if any(ad.is_undefined_primal(x) for x in operands[1::2]):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    avals = [ops._primal_aval(x) for x in operands]
+    avals = [rules.primal_aval(x) for x in operands]
     lays = [shapes.layout(tuple(s if d == dimension else n for d, n in enumerate(shape)), avals[2 * k].shape,
                           avals[2 * k + 1].shape) for k, s in enumerate(sizes)]
     out_shape, out_data, _ = shapes.concatenate(lays, dimension)
-    ct = ops._ct(cts[0], jax.core.ShapedArray(out_data, avals[0].dtype))
+    ct = rules.instantiate(cts[0], jax.core.ShapedArray(out_data, avals[0].dtype))
     nb = lays[0].n_batch
     grads, start = [], 0
     for k, lay in enumerate(lays):
@@ -174,7 +168,7 @@ def _concatenate_transpose(cts, *operands, shape, dimension, sizes, **_):
         else:
             index[nb] = slice(start, start + lay.nse)
             start += lay.nse
-        part = ops._sum_to_shape(ct[tuple(index)], avals[2 * k].shape)
+        part = rules.sum_to_shape(ct[tuple(index)], avals[2 * k].shape)
         grads += [part.astype(avals[2 * k].dtype) if ad.is_undefined_primal(operands[2 * k]) else None, None]
     return grads
 
@@ -268,12 +262,12 @@ def _conv_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, padding, **_):
     """Each operand entry's cotangent: the output cotangents of its pairs, times the partner's data."""
     if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
         raise ValueError("Cannot transpose with respect to sparse indices")
-    lda, rda = ops._primal_aval(ld), ops._primal_aval(rd)
+    lda, rda = rules.primal_aval(ld), rules.primal_aval(rd)
     out = _conv_abstract(lda, li, rda, ri, shape=shape, rhs_shape=rhs_shape, padding=padding)[0]
-    ct = ops._ct(cts[0], out)
+    ct = rules.instantiate(cts[0], out)
     batch = tuple(shape[:-1])
     nl, nr = li.shape[-2], ri.shape[-2]
-    size = shapes.conv(ops._layout(lda, li, shape), ops._layout(rda, ri, rhs_shape), padding)[0][-1]
+    size = shapes.conv(rules.layout(lda, li, shape), rules.layout(rda, ri, rhs_shape), padding)[0][-1]
     lcol = jnp.broadcast_to(li, (*batch, nl, 1))[..., :, 0]
     rcol = jnp.broadcast_to(ri, (*batch, nr, 1))[..., :, 0]
     at = lcol[..., :, None] + padding[0] - rcol[..., None, :]
@@ -282,10 +276,10 @@ def _conv_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, padding, **_):
     ct = jnp.where(keep, ct.reshape(*batch, nl, nr), 0)
     if ad.is_undefined_primal(ld):
         grad = jnp.einsum("...ij,...j->...i", ct, jnp.broadcast_to(rd, (*batch, nr)))
-        return [ops._sum_to_shape(grad, lda.shape).astype(lda.dtype), None, None, None]
+        return [rules.sum_to_shape(grad, lda.shape).astype(lda.dtype), None, None, None]
     grad = jnp.einsum("...ij,...i->...j", ct, jnp.broadcast_to(ld, (*batch, nl)))
-    return [None, None, ops._sum_to_shape(grad, rda.shape).astype(rda.dtype), None]
+    return [None, None, rules.sum_to_shape(grad, rda.shape).astype(rda.dtype), None]
 
 
-ad.primitive_jvps[conv_p] = ops.bilinear_jvp(conv_p, 0, 2)
+ad.primitive_jvps[conv_p] = rules.bilinear_jvp(conv_p, 0, 2)
 ad.primitive_transposes[conv_p] = _conv_transpose

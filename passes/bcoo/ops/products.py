@@ -1,4 +1,4 @@
-"""lower-bcoo rules for the products: `dot_general` (sparse x dense), `dot_general_sampled`
+"""The products: `dot_general` (sparse x dense), `dot_general_sampled`
 (dense x dense read at sparse indices, SDDMM), `spdot_general` (sparse x sparse) and
 `spdot_general_sampled` (sparse x sparse read at sparse indices, the transpose of `spdot_general`).
 
@@ -35,13 +35,15 @@ for 1e5 entries of 64 floats).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo_config import BcooOp
+from hlopt.passes.bcoo.record import (
+    DATA, DENSE, DIMS, INDICES, INT, INTS, NUMBERS, SHAPE, BcooOp, Record, Shape, Signature,
+)
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -495,3 +497,71 @@ def lower_spdot_general_sampled(c: BcooOp) -> list[Value]:
     per_sorted = ix.mask(ix.gather_rows(acc, run_start), valid)
     data = ix.scatter_rows(b.full([1, ns_], 0, elem), spos, per_sorted, "set")
     return [b.reshape(b.convert(data, out_elem), data_shape)]
+
+
+# ---------------------------------------------------------------------------
+# The records
+
+
+def _check_sampled(config: Mapping[str, Any], lay: shapes.Layout) -> None:
+    if tuple(config["shape"]) != lay.shape or (config["n_batch"], config["n_dense"]) != (lay.n_batch, lay.n_dense):
+        raise ValueError(f"shape={tuple(config['shape'])}, n_batch={config['n_batch']} and n_dense={config['n_dense']} "
+                         f"do not describe the sampled array: the dims of the product give shape {lay.shape}, "
+                         f"n_batch={lay.n_batch}, n_dense={lay.n_dense}")
+
+
+def dot_general_shapes(config: Mapping[str, Any], data: Shape, indices: Shape, rhs: Shape) -> list[Shape]:
+    return [shapes.dot_shape(shapes.operand(config, data, indices).shape, rhs, config["dimension_numbers"])]
+
+
+def dot_general_sampled_shapes(config: Mapping[str, Any], a: Shape, b: Shape, indices: Shape) -> list[Shape]:
+    data, lay = shapes.dot_general_sampled(a, b, indices, config["dimension_numbers"], config.get("permutation"))
+    _check_sampled(config, lay)
+    return [data]
+
+
+def spdot_general_shapes(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri: Shape) -> list[Shape]:
+    lhs, rhs = shapes.operand(config, ld, li), shapes.layout(config["rhs_shape"], rd, ri)
+    plan = shapes.spdot_general(lhs, rhs, config["dimension_numbers"], config["nse"])
+    return [plan.data, plan.indices]
+
+
+def spdot_general_sampled_shapes(config: Mapping[str, Any], ad: Shape, ai: Shape, bd: Shape, bi: Shape,
+                           indices: Shape) -> list[Shape]:
+    lhs, rhs = shapes.layout(config["lhs_shape"], ad, ai), shapes.layout(config["rhs_shape"], bd, bi)
+    data, lay = shapes.spdot_general_sampled(lhs, rhs, indices, config["dimension_numbers"], config.get("permutation"))
+    _check_sampled(config, lay)
+    return [data]
+
+
+def _sampled_shape(params: Mapping[str, Any], operands: Sequence[Shape]) -> Shape:
+    """The sampled array's shape: the product's dims, permuted."""
+    a, b_, indices = operands
+    return shapes.dot_general_sampled(a, b_, indices, params["dimension_numbers"], params["permutation"])[1].shape
+
+
+def _spsampled_shape(params: Mapping[str, Any], operands: Sequence[Shape]) -> Shape:
+    """The sampled array's shape: the sparse x sparse product's dims, permuted."""
+    ad, ai, bd, bi, indices = operands
+    lhs, rhs = shapes.layout(params["lhs_shape"], ad, ai), shapes.layout(params["rhs_shape"], bd, bi)
+    return shapes.spdot_general_sampled(lhs, rhs, indices, params["dimension_numbers"], params["permutation"])[1].shape
+
+
+_PRODUCT = dict(elements=NUMBERS, type_only=("preferred_element_type",))
+
+RECORDS = (
+    Record("dot_general", Signature((DATA, INDICES, DENSE), 1, {"dimension_numbers": DIMS}), dot_general_shapes,
+           lower_dot_general, **_PRODUCT),
+    Record("dot_general_sampled",
+           Signature((DENSE, DENSE, INDICES), 1, {"dimension_numbers": DIMS}, {"permutation": INTS}),
+           dot_general_sampled_shapes, lower_dot_general_sampled, elements=NUMBERS, array_shape=_sampled_shape,
+           indices_operand=2),
+    Record("spdot_general", Signature((DATA, INDICES, DATA, INDICES), 2,
+                                      {"rhs_shape": SHAPE, "dimension_numbers": DIMS, "nse": INT}),
+           spdot_general_shapes, lower_spdot_general, **_PRODUCT),
+    Record("spdot_general_sampled", Signature((DATA, INDICES, DATA, INDICES, INDICES), 1,
+                                              {"lhs_shape": SHAPE, "rhs_shape": SHAPE, "dimension_numbers": DIMS},
+                                              {"permutation": INTS}),
+           spdot_general_sampled_shapes, lower_spdot_general_sampled, elements=NUMBERS, array_shape=_spsampled_shape,
+           indices_operand=4),
+)

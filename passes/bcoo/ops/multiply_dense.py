@@ -1,0 +1,43 @@
+"""`hlopt.bcoo.multiply_dense`: a BCOO array times a dense array that broadcasts to its shape
+(the data of the product; the indices are the operand's)."""
+
+from __future__ import annotations
+
+import math
+
+from hlopt.passes import bcoo_index as ix
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes import builders as b
+from hlopt.passes.bcoo.record import DATA, DENSE, INDICES, BcooOp, Record, Signature, same_params
+from hlopt.passes.mlir import ir
+
+Value = ir.Value
+
+
+def lower_multiply_dense(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx, v = c.operands
+    out_shape = c.result_shape(0)
+    vs = b.shape_of(v)
+    if not vs:
+        return [b.mul(data, b.broadcast(v, b.shape_of(data), []))]
+    if 0 in lay.sparse_shape:  # every entry is padding: there is no element of v to read
+        return [b.full(out_shape, 0, c.result_elem(0))]
+    nb, ns = lay.n_batch, lay.n_sparse
+    v = b.reshape(v, [1] * (len(lay.shape) - len(vs)) + vs)
+    vs = b.shape_of(v)
+    batch = out_shape[:nb]
+    bs = math.prod(batch)
+    data_c = ix.canonical(data, batch)
+    idx_c = ix.canonical(idx, batch)
+    v_c = b.reshape(ix.broadcast_batch(v, batch), [bs, *vs[nb:]])
+    keep = [1 if s > 1 else 0 for s in vs[nb : nb + ns]]
+    where = idx_c if all(keep) else b.mul(idx_c, ix.per_column(idx_c, keep))
+    # Padding entries read a clamped element, as in JAX; their data is never used.
+    gathered = b.broadcast_to(ix.gather_sparse(v_c, where), b.shape_of(data_c))
+    return [b.reshape(b.mul(data_c, gathered), out_shape)]
+
+
+RECORDS = (Record("multiply_dense", Signature((DATA, INDICES, DENSE), 1),
+                   lambda c, d, i, v: [shapes.multiply_dense(shapes.operand(c, d, i), v)], lower_multiply_dense,
+                   batched=same_params),)

@@ -1,0 +1,121 @@
+"""`hlopt.bcoo.multiply_sparse`: the elementwise product of two BCOO arrays; the `driver` operand's
+entries each meet at most one entry of the other (`lhs`, `rhs`), or every pair is formed (`pairs`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hlopt.passes import bcoo_index as ix
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes import builders as b
+from hlopt.passes.bcoo.record import DATA, INDICES, SHAPE, STR, BcooOp, Record, Shape, Signature
+from hlopt.passes.mlir import ir
+
+Value = ir.Value
+
+
+def lower_multiply_sparse(c: BcooOp) -> list[Value]:
+    lhs, rhs = c.layout(0), c.layout(2, "rhs_shape")
+    plan = shapes.multiply_sparse(lhs, rhs, c.config["driver"])
+    nb = plan.n_batch
+    sides = []
+    for lay, (data, idx) in ((lhs, c.operands[:2]), (rhs, c.operands[2:])):
+        data, idx = ix.broadcast_batch(data, lay.batch_shape), ix.broadcast_batch(idx, lay.batch_shape)
+        if lay.n_batch > nb:
+            data, idx = ix.batch_to_sparse(data, idx, nb, lay.n_batch - nb)
+        sizes = lay.shape[nb : len(lay.shape) - lay.n_dense]
+        sides.append((ix.canonical(data, plan.batch), ix.canonical(idx, plan.batch), sizes))
+    out_sizes = plan.shape[nb : len(plan.shape) - lhs.n_dense]
+    if plan.driver == "pairs":
+        out_data, out_idx = _multiply_pairs(sides[0], sides[1], out_sizes)
+    else:
+        drive, look = (sides[0], sides[1]) if plan.driver == "lhs" else (sides[1], sides[0])
+        out_data, out_idx = _multiply_lookup(drive, look, out_sizes)
+    return [b.reshape(out_data, plan.data), b.reshape(out_idx, plan.indices)]
+
+
+Side = tuple[Value, Value, Sequence[int]]
+
+
+def _dense_product(a: Value, c: Value, dense: Sequence[int]) -> Value:
+    lead = b.shape_of(a)[:2]
+    return b.mul(b.broadcast_to(a, [*lead, *dense]), b.broadcast_to(c, [*lead, *dense]))
+
+
+def _multiply_lookup(drive: Side, look: Side, out_sizes: Sequence[int]) -> tuple[Value, Value]:
+    """Each driver entry times the summed lookup entries at its index (the lookup side may broadcast)."""
+    d_data, d_idx, d_sizes = drive
+    k_data, k_idx, k_sizes = look
+    bs, nd_ = b.shape_of(d_idx)[:2]
+    nk = b.shape_of(k_idx)[1]
+    dense = list(map(shapes.broadcast_dim, b.shape_of(d_data)[2:], b.shape_of(k_data)[2:]))
+    if nd_ == 0 or nk == 0:
+        data = b.full([bs, nd_, *dense], 0, b.elem_of(d_data))
+        return data, ix.per_column(b.full(b.shape_of(d_idx), 0, b.elem_of(d_idx)), out_sizes)
+    dims = [k for k, s in enumerate(k_sizes) if s != 1]
+    total = math.prod(k_sizes[k] for k in dims)
+    # Size-1 dims of the lookup side add 0 to its linear keys, which are therefore keys over `dims`.
+    u_data, u_key = ix.sum_duplicates_keys(k_data, k_idx, k_sizes, nk)
+    kt = ix.key_type([k_sizes[k] for k in dims], headroom=2)
+    u_key = b.convert(u_key, kt)
+    d_key = ix.matched_key(d_idx, d_sizes, dims, total + 1, kt)
+    two = b.full([bs, nk + nd_], 2, kt)
+    tags = b.concat([b.full([bs, nk], 0, kt), b.full([bs, nd_], 1, kt)], 1)
+    combined = b.add(b.mul(b.concat([u_key, d_key], 1), two), tags)
+    _, pos_s = ix.sort_positions(combined)
+    it = b.elem_of(pos_s)
+    from_look = b.compare(pos_s, b.full([bs, nk + nd_], nk, it), "LT")
+    last = b.prefix_scan(b.select(from_look, pos_s, b.full([bs, nk + nd_], -1, it)), 1, "max")
+    partner = ix.scatter_rows(
+        b.full([bs, nd_], -1, it),
+        b.select(from_look, b.full([bs, nk + nd_], nd_, it), b.sub(pos_s, b.full([bs, nk + nd_], nk, it))),
+        last,
+        "set",
+    )
+    found = b.compare(partner, b.zeros_like(partner), "GE")
+    safe = b.select(found, partner, b.zeros_like(partner))
+    match = b.and_(found, b.compare(ix.gather_rows(u_key, safe), d_key, "EQ"))
+    data = ix.mask(_dense_product(d_data, ix.gather_rows(u_data, safe), dense), match)
+    idx = ix.where(match, d_idx, out_sizes)
+    return data, idx
+
+
+def _multiply_pairs(lhs: Side, rhs: Side, out_sizes: Sequence[int]) -> tuple[Value, Value]:
+    """Every pair of entries, kept where their indices agree: both operands broadcast."""
+    l_data, l_idx, l_sizes = lhs
+    r_data, r_idx, r_sizes = rhs
+    bs, nl, s = b.shape_of(l_idx)
+    nr = b.shape_of(r_idx)[1]
+    dims = [k for k in range(s) if l_sizes[k] != 1 and r_sizes[k] != 1]
+    total = math.prod(l_sizes[k] for k in dims)
+    kt = ix.key_type([l_sizes[k] for k in dims])
+    lk = b.broadcast(ix.matched_key(l_idx, l_sizes, dims, total, kt), [bs, nl, nr], [0, 1])
+    rk = b.broadcast(ix.matched_key(r_idx, r_sizes, dims, total + 1, kt), [bs, nl, nr], [0, 2])
+    match = b.reshape(b.compare(lk, rk, "EQ"), [bs, nl * nr])
+    dense = list(map(shapes.broadcast_dim, b.shape_of(l_data)[2:], b.shape_of(r_data)[2:]))
+    nd = len(dense)
+    pair = [bs, nl, nr, *dense]
+    ld = b.broadcast(l_data, pair, [0, 1, *range(3, 3 + nd)])
+    rd = b.broadcast(r_data, pair, [0, 2, *range(3, 3 + nd)])
+    data = ix.mask(b.reshape(b.mul(ld, rd), [bs, nl * nr, *dense]), match)
+    li = b.broadcast(l_idx, [bs, nl, nr, s], [0, 1, 3])
+    ri = b.broadcast(r_idx, [bs, nl, nr, s], [0, 2, 3])
+    idx = b.reshape(b.maximum(li, ri), [bs, nl * nr, s])
+    idx = ix.where(match, idx, out_sizes)
+    return data, idx
+
+
+def result_shapes(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri: Shape) -> list[Shape]:
+    """The result buffer shapes with this backend_config and these operand shapes."""
+    if config["driver"] not in ("lhs", "rhs", "pairs"):
+        raise ValueError(f"driver must be 'lhs', 'rhs' or 'pairs', got {config['driver']!r}")
+    lhs, rhs = shapes.operand(config, ld, li), shapes.layout(config["rhs_shape"], rd, ri)
+    plan = shapes.multiply_sparse(lhs, rhs, config["driver"])
+    return [plan.data, plan.indices]
+
+
+RECORDS = (Record("multiply_sparse", Signature((DATA, INDICES, DATA, INDICES), 2, {"rhs_shape": SHAPE, "driver": STR}),
+                   result_shapes, lower_multiply_sparse,
+                   batched=lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])}),)

@@ -1,0 +1,42 @@
+"""`hlopt.bcoo.sum_duplicates`: entries with one index summed into one, `nse` entries per batch
+(the smallest indices in row-major order, then padding)."""
+
+from __future__ import annotations
+
+import math
+
+from hlopt.passes import bcoo_index as ix
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes import builders as b
+from hlopt.passes.bcoo.record import DATA, INDICES, INT, BcooOp, Record, Signature, same_params
+from hlopt.passes.mlir import ir
+
+Value = ir.Value
+
+
+def lower_sum_duplicates(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    nse = c.config["nse"]
+    batch = lay.max_batch
+    data_c, idx_c = ix.canonical(data, batch), ix.canonical(idx, batch)
+    if lay.n_sparse == 0:
+        total = b.reduce(data_c, [1])
+        bs = math.prod(batch)
+        total = b.reshape(total, [bs, 1, *lay.dense_shape])
+        nd = lay.n_dense
+        out = b.pad(total, [0] * (2 + nd), [0, nse - 1] + [0] * nd, [0] * (2 + nd), b.scalar(0, b.elem_of(data))) \
+            if nse else b.slice_dim(total, 1, 0, 0)
+        indices = b.full([bs, nse, 0], 0, b.elem_of(idx))
+    elif 0 in lay.sparse_shape:  # every entry is padding
+        out = b.full([math.prod(batch), nse, *lay.dense_shape], 0, b.elem_of(data))
+        indices = ix.per_column(b.full([math.prod(batch), nse, lay.n_sparse], 0, b.elem_of(idx)), lay.sparse_shape)
+    else:
+        out, keys = ix.sum_duplicates_keys(data_c, idx_c, lay.sparse_shape, nse)
+        indices = ix.unravel(keys, lay.sparse_shape, b.elem_of(idx))
+    return [ix.restore(out, batch, c.result_shape(0)), ix.restore(indices, batch, c.result_shape(1))]
+
+
+RECORDS = (Record("sum_duplicates", Signature((DATA, INDICES), 2, {"nse": INT}),
+                   lambda c, d, i: list(shapes.sum_duplicates(shapes.operand(c, d, i), c["nse"])), lower_sum_duplicates,
+                   batched=same_params),)

@@ -1,0 +1,34 @@
+"""`hlopt.bcoo.todense`: the dense array of a BCOO array (a scatter-add of the data at its indices)."""
+
+from __future__ import annotations
+
+import math
+
+from hlopt.passes import bcoo_index as ix
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes import builders as b
+from hlopt.passes.bcoo.record import DATA, INDICES, BcooOp, Record, Signature, same_params
+from hlopt.passes.mlir import ir
+
+Value = ir.Value
+
+
+def lower_todense(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    batch = lay.batch_shape
+    bs = math.prod(batch)
+    data_c, idx_c = ix.canonical(data, batch), ix.canonical(idx, batch)
+    out_c = [bs, *lay.sparse_shape, *lay.dense_shape]
+    if lay.n_sparse == 0:
+        out = b.reduce(data_c, [1])
+    elif lay.nse == 0 or math.prod(out_c) == 0:
+        out = b.full(out_c, 0, b.elem_of(data))
+    else:
+        # An update whose index is outside the array (padding, negative or past the end) is dropped.
+        out = ix.scatter_sparse(b.full(out_c, 0, b.elem_of(data)), idx_c, data_c)
+    return [b.reshape(out, lay.shape)]
+
+
+RECORDS = (Record("todense", Signature((DATA, INDICES), 1), lambda c, d, i: [shapes.operand(c, d, i).shape],
+                   lower_todense, batched=same_params),)

@@ -1,0 +1,30 @@
+"""`hlopt.bcoo.transpose`: `lax.transpose` of a BCOO array (batch, sparse and dense dims permuted
+among themselves)."""
+
+from __future__ import annotations
+
+from hlopt.passes import bcoo_index as ix
+from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes import builders as b
+from hlopt.passes.bcoo.record import DATA, INDICES, INTS, BcooOp, Record, Signature
+from hlopt.passes.mlir import ir
+
+Value = ir.Value
+
+
+def lower_transpose(c: BcooOp) -> list[Value]:
+    lay = c.layout()
+    data, idx = c.operands
+    perm = c.config["permutation"]
+    nb, ns = lay.n_batch, lay.n_sparse
+    dense = [p - ns + 1 for p in perm[nb + ns :]]
+    cols = [p - nb for p in perm[nb : nb + ns]]
+    data = b.transpose(data, [*perm[:nb], nb, *dense])
+    idx = b.transpose(ix.columns(idx, cols), [*perm[:nb], nb, nb + 1])
+    return [data, idx]
+
+
+RECORDS = (Record("transpose", Signature((DATA, INDICES), 2, {"permutation": INTS}),
+                   lambda c, d, i: list(shapes.transpose(shapes.operand(c, d, i), c["permutation"])[1:]),
+                   lower_transpose,
+                   batched=lambda p, size: {**p, "permutation": (0, *(x + 1 for x in p["permutation"]))}),)
