@@ -101,7 +101,7 @@ def fresh(fun):
 def compile_time(side, fun, args):
     start = time.perf_counter()
     if side == "jax":
-        lowering._plain_bytecode.cache_clear()
+        lowering.clear_plain_memo()
         jax.jit(fresh(fun)).lower(*args).compile()
     else:
         hlopt.jit(fresh(fun)).lower(*args).compile()

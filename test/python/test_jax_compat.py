@@ -134,6 +134,17 @@ def test_stage_attributes():
     assert x == jax.core.ShapedArray((3,), np.float32)
 
 
+def test_kept_inputs_follow_keep_unused():
+    def f(a, b, c):
+        return a + c
+
+    args = (np.ones(3, np.float32),) * 3
+    assert jax_compat.kept_inputs(jax.jit(f).lower(*args)) == (0, 2)
+    assert jax_compat.kept_inputs(jax.jit(f, keep_unused=True).lower(*args)) == (0, 1, 2)
+    lowering = jax.jit(f).lower(*args)._lowering
+    assert isinstance(lowering.const_args, list) and isinstance(jax_compat.compile_args(jax.jit(f).lower(*args))["kept_var_idx"], (set, frozenset))
+
+
 def test_convert_constvars_jaxpr():
     c = np.arange(3.0, dtype=np.float32)
     closed = jax.make_jaxpr(lambda x: x * c)(np.ones(3, np.float32))
@@ -197,7 +208,7 @@ def test_cpp_dispatch_replays_a_known_signature():
         data = jax_compat.fastpath_data(
             executable=executable.runtime_executable(), out_tree=tree, in_shardings=executable.input_shardings[0],
             out_shardings=[executable.output_shardings], out_avals=[leaves[0].aval],
-            out_committed=[jax_compat.is_committed(leaves[0])])
+            out_committed=[jax_compat.is_committed(leaves[0])], kept=[True])
         return out, data, False
 
     call = jax_compat.cpp_pjit(name="f", fun=fun, cache_miss=cache_miss, static_argnums=(), capacity=4)
