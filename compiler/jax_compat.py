@@ -19,6 +19,7 @@ import jax
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
+from jax._src import source_info_util as _source_info_util
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
 from jax._src import xla_bridge as _xla_bridge
@@ -85,8 +86,10 @@ C = TypeVar("C", bound=Callable)
 
 
 def hide_frames_of(path: str) -> None:
-    """Drop frames of files under `path` from tracebacks that cross an `api_boundary`, as jax drops its own."""
+    """Drop frames of files under `path` where jax drops its own: from tracebacks that cross an
+    `api_boundary`, and from the source locations (call stacks) of the ops jax traces."""
     _traceback_util.register_exclusion(path=path)
+    _source_info_util.register_exclusion(path=path)
 
 
 def api_boundary(fun: C) -> C:

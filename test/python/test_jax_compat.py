@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +60,8 @@ def test_traceback_filtering_hides_hlopts_frames():
     from hlopt.passes.locations import hlopt_dirs
 
     assert set(hlopt_dirs()) <= set(jax_compat._traceback_util._exclude_paths)
+    assert {"path"} <= parameters(jax_compat._source_info_util.register_exclusion)
+    assert not any(jax_compat._source_info_util.is_user_filename(os.path.join(d, "x.py")) for d in hlopt_dirs())
 
     def inner():
         raise ValueError("below the boundary")

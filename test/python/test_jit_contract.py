@@ -9,6 +9,7 @@ with which exception type.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 
 import jax
@@ -18,6 +19,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 import hlopt
+from hlopt.passes.locations import hlopt_dirs
 
 RNG = np.random.default_rng(12)
 
@@ -505,6 +507,23 @@ def test_lowered_as_text_dialects_as_jax():
         ours.as_text("mhlo-ish")
     with pytest.raises(ValueError, match="unknown dialect"):
         theirs.as_text("mhlo-ish")
+
+
+def source_files(text: str) -> set[str]:
+    """The files named by the source locations of a StableHLO or HLO text."""
+    return set(re.findall(r'"([^"]+\.py)"', text))
+
+
+@pytest.mark.parametrize("dialect", ["stablehlo", "hlo"])
+def test_debug_info_names_the_users_frames_as_jax(dialect):
+    def f(x):
+        return hlopt.laplacian(lambda p: jnp.sum(jnp.sin(p) ** 2))(x) + jnp.cos(x[0])
+
+    texts = {j.__module__: j(f).lower(X3).as_text(dialect, debug_info=True) for j in (jax.jit, hlopt.jit)}
+    ours, theirs = texts["hlopt.staging"], texts["jax._src.api"]
+    assert source_files(ours) == source_files(theirs)
+    assert __file__ in source_files(ours)
+    assert not [d for d in hlopt_dirs() if d in ours]
 
 
 def test_trace_stage_as_jax():
