@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.experimental.layout import Format, Layout
 
 from hlopt.compiler.jax_compat import api_boundary, hlo_cost_analysis, hlo_text, xla_computation
 from hlopt.compiler.pipeline import PipelineError, parse_pipeline, run_pipeline
@@ -87,9 +88,28 @@ class CompiledStage(Stage):
         return jax.tree_util.tree_unflatten(self.signature.out_tree, list(self.out_shardings))
 
     @property
+    def input_formats(self) -> Any:
+        """The pytree of `(args, kwargs)` of the arguments' `Format`s (layout and sharding); `Format()` for an
+        argument the program does not take, as jax gives."""
+        layouts = iter(self.executable.get_parameter_layouts())
+        kept = set(self.signature.kept_inputs)
+        return jax.tree_util.tree_unflatten(self.signature.in_tree, [
+            Format(Layout.from_pjrt_layout(next(layouts)), s) if i in kept else Format()
+            for i, s in enumerate(self.in_shardings)])
+
+    @property
+    def output_formats(self) -> Any:
+        """The pytree of the outputs' `Format`s (layout and sharding)."""
+        return jax.tree_util.tree_unflatten(self.signature.out_tree, self._output_formats())
+
+    def _output_formats(self) -> list[Format]:
+        return [Format(Layout.from_pjrt_layout(layout), s)
+                for layout, s in zip(self.executable.get_output_layouts(), self.out_shardings)]
+
+    @property
     def out_info(self) -> Any:
-        """The pytree of `jax.ShapeDtypeStruct`s of the outputs, with their shardings."""
-        return self._out_info(list(self.out_shardings))
+        """The pytree of `jax.ShapeDtypeStruct`s of the outputs, with their formats (layout and sharding)."""
+        return self._out_info(self._output_formats())
 
     def cost_analysis(self) -> Any:
         """XLA's cost estimates of the optimized program (flops, bytes accessed...), as `jax.stages.Compiled`."""

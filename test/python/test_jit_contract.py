@@ -418,6 +418,7 @@ STAGE_CASES = {  # a function, its positional and keyword arguments, jit options
                       {"k": np.float32(2)}, {"donate_argnums": 0}),
     "static": (lambda x, n: (x * n, x.astype(jnp.int32)), (X3, 3), {}, {"static_argnums": 1}),
     "unused_kept": (lambda x, y: x @ x, (X3, X3), {}, {"keep_unused": True}),
+    "unused_pruned": (lambda x, y, z: x @ z, (X3, X3, X3), {}, {}),
     "weak": (lambda x: (x + 1, 2.0), (X3,), {}, {}),
 }
 
@@ -444,8 +445,9 @@ def test_stage_attributes_as_jax(name):
     for c in compiled.values():
         assert c.args_info == want.args_info and c.in_tree == want.in_tree and c.out_tree == want.out_tree
         assert c.input_shardings == want.input_shardings and c.output_shardings == want.output_shardings
-        assert jax.tree.map(lambda s: (s.shape, s.dtype, s.sharding), c.out_info) == jax.tree.map(
-            lambda s: (s.shape, s.dtype, s.sharding), want.out_info)
+        assert jax.tree.map(lambda s: (s.shape, s.dtype, s.sharding, s.format), c.out_info) == jax.tree.map(
+            lambda s: (s.shape, s.dtype, s.sharding, s.format), want.out_info)
+        assert c.input_formats == want.input_formats and c.output_formats == want.output_formats
         assert c.cost_analysis()["flops"] == want.cost_analysis()["flops"]
         assert c.memory_analysis().argument_size_in_bytes == want.memory_analysis().argument_size_in_bytes
         assert c.memory_analysis().output_size_in_bytes == want.memory_analysis().output_size_in_bytes
