@@ -419,6 +419,7 @@ STAGE_CASES = {  # a function, its positional and keyword arguments, jit options
     "static": (lambda x, n: (x * n, x.astype(jnp.int32)), (X3, 3), {}, {"static_argnums": 1}),
     "unused_kept": (lambda x, y: x @ x, (X3, X3), {}, {"keep_unused": True}),
     "unused_pruned": (lambda x, y, z: x @ z, (X3, X3, X3), {}, {}),
+    "closed_over_constant": (lambda x, dead: jnp.arange(16.0, dtype=jnp.float32)[3:6] * 2 + 42 + x, (X3, X3), {}, {}),
     "weak": (lambda x: (x + 1, 2.0), (X3,), {}, {}),
 }
 
@@ -463,6 +464,30 @@ def test_stage_attributes_as_jax(name):
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
             assert g.dtype == w.dtype and g.weak_type == w.weak_type
             np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("use_np", [False, True], ids=["jnp", "np"])
+@pytest.mark.parametrize("x64_at", [(), ("lower",), ("compile",), ("call",), ("lower", "compile", "call")],
+                         ids=["none", "lower", "compile", "call", "all"])
+def test_a_closed_over_64_bit_constant_as_jax(x64_at, use_np):
+    with jax.enable_x64(True):
+        const = (np.arange if use_np else jnp.arange)(8, dtype=np.int64) + 42
+
+    def f(x):
+        return jax.lax.convert_element_type(const, np.float32) + x
+
+    x = np.arange(8.0, dtype=np.float32)
+    results = []
+    for jitted in both(f):
+        with jax.enable_x64("lower" in x64_at):
+            lowered = jitted.lower(x)
+        with jax.enable_x64("compile" in x64_at):
+            compiled = lowered.compile()
+        assert len(compiled.args_info[0]) == len(compiled.in_avals[0]) == len(compiled.input_shardings[0]) == 1
+        with jax.enable_x64("call" in x64_at):
+            results.append(np.asarray(compiled(x)))
+    np.testing.assert_array_equal(results[1], results[0])
+    np.testing.assert_array_equal(results[0], np.arange(8.0) + 42 + x)
 
 
 @pytest.mark.parametrize("call", ["missing_keyword", "extra_keyword", "keyword_as_positional"])
