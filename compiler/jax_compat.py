@@ -10,9 +10,10 @@ MLIR bindings.) jax and jaxlib are pinned to one version (pyproject.toml).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import jax
@@ -67,6 +68,7 @@ __all__ = [
     "lowering_target",
     "merge_module",
     "lower_jaxpr_to_fun",
+    "locations_without",
     "lowering_placement",
     "output_aval",
     "partition_spec",
@@ -86,10 +88,29 @@ C = TypeVar("C", bound=Callable)
 
 
 def hide_frames_of(path: str) -> None:
-    """Drop frames of files under `path` where jax drops its own: from tracebacks that cross an
-    `api_boundary`, and from the source locations (call stacks) of the ops jax traces."""
+    """Drop frames of files under `path` from tracebacks that cross an `api_boundary`, as jax drops its own."""
     _traceback_util.register_exclusion(path=path)
-    _source_info_util.register_exclusion(path=path)
+
+
+_exclusions_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def locations_without(paths: Sequence[str]) -> Iterator[None]:
+    """While active, the source locations (call stacks) of what jax lowers leave out the frames of files
+    under `paths`, as they leave out jax's own."""
+    with _exclusions_lock:
+        added = [p for p in paths if p not in _source_info_util._exclude_paths]
+        for path in added:
+            _source_info_util.register_exclusion(path=path)
+    try:
+        yield
+    finally:
+        with _exclusions_lock:
+            for path in added:
+                _source_info_util._exclude_paths.remove(path)
+            _source_info_util._exclude_path_regex.cache_clear()
+            _source_info_util.is_user_filename.cache_clear()
 
 
 def api_boundary(fun: C) -> C:

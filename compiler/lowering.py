@@ -22,6 +22,7 @@ from hlopt.compiler.jax_compat import (
     closed_over_refs,
     compile_args,
     donated_inputs,
+    locations_without,
     kept_inputs,
     lowering_placement,
     lowering_target,
@@ -32,7 +33,7 @@ from hlopt.compiler.constant_operands import constant_positions, constants_modul
 from hlopt.compiler.pipeline import run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
-from hlopt.passes.locations import format_location
+from hlopt.passes.locations import format_location, hlopt_dirs
 from hlopt.passes.mlir import func, get_context, ir
 from hlopt.passes.walk import call_target, walk_ops
 
@@ -284,14 +285,15 @@ class JitOptions:
     keep_unused: bool = False
 
 
-def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
-                   options: JitOptions) -> tuple[ir.Module, Signature, Callable[[], Any] | None]:
+def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions
+                   ) -> tuple[ir.Module, Signature, Callable[[], Any] | None, Callable[[], ir.Module]]:
     """Trace `fun` at `args` and `kwargs` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
 
     The module is JAX's, in JAX's context: `Lowered` moves it into hlopt's when
     it is first needed there (a persistent-cache hit never needs it). The third
     result is None, or, for a program with host callbacks or side effects, a
-    function compiling it as `jax.jit` does (`Lowered.host_compile`).
+    function compiling it as `jax.jit` does (`Lowered.host_compile`). The fourth lowers it again with
+    source locations that leave out hlopt's frames, as jax's leave out its own (`Lowered.user_located`).
     """
     mesh, in_shardings, out_shardings = options.mesh, options.in_shardings, options.out_shardings
     static_argnums = resolve_static_argnums(options.static_argnums, len(args))
@@ -349,7 +351,11 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
         kept=None if len(kept) == len(in_avals) else kept,
         donated=donated_inputs(lowered),
     )
-    return module, signature, host_compile
+    def user_located() -> ir.Module:
+        with locations_without(hlopt_dirs()), annotations_allowed():
+            return lower_with_jax().compiler_ir("stablehlo")
+
+    return module, signature, host_compile, user_located
 
 
 def input_names(fun: Callable, args: Sequence[Any], kwargs: dict[str, Any], static_argnums: Sequence[int],

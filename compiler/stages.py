@@ -167,13 +167,19 @@ class Lowered(Stage):
 
     `host_compile`, for a program with host callbacks or side effects, compiles
     it the way `jax.jit` does (they call back into this process; see
-    `hlopt.runtime.host`); it is None for every other program.
+    `hlopt.runtime.host`); it is None for every other program. `user_located`,
+    if given, lowers the function again with source locations that leave out
+    hlopt's frames, as jax's leave out its own: what `as_text(debug_info=True)`
+    prints before any pass (the module's own locations keep them, so that an
+    error in a pass can show the whole call chain).
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
-                 backend: Backend | None = None, host_compile: Callable[[], Any] | None = None):
+                 backend: Backend | None = None, host_compile: Callable[[], Any] | None = None,
+                 user_located: Callable[[], ir.Module] | None = None):
         self._module = module
         self.host_compile = host_compile
+        self.user_located = user_located
         self._moved = threading.Lock()  # held while the module moves into hlopt's context
         self.signature = signature
         self.pipeline = pipeline
@@ -196,11 +202,14 @@ class Lowered(Stage):
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The module as StableHLO text (`dialect="stablehlo"`, the default) or as XLA's HLO text
         (`"hlo"`), with source locations if `debug_info`, as `jax.stages.Lowered.as_text`."""
-        if dialect in (None, "stablehlo"):
-            return self.module.operation.get_asm(enable_debug_info=debug_info)
+        if dialect not in (None, "stablehlo", "hlo"):
+            raise ValueError(f"unknown dialect: {dialect!r}; Lowered.as_text takes 'stablehlo' or 'hlo'")
+        relocated = debug_info and self.user_located is not None and not self.pipeline
         if dialect == "hlo":
-            return hlo_text(module_to_bytecode(self.source_module), debug_info=debug_info)
-        raise ValueError(f"unknown dialect: {dialect!r}; Lowered.as_text takes 'stablehlo' or 'hlo'")
+            module = self.user_located() if relocated else self.source_module
+            return hlo_text(module_to_bytecode(module), debug_info=debug_info)
+        module = parse_module(module_to_bytecode(self.user_located())) if relocated else self.module
+        return module.operation.get_asm(enable_debug_info=debug_info)
 
     def compiler_ir(self, dialect: str | None = None) -> Any:
         """The module (`dialect="stablehlo"`, the default, in hlopt's MLIR context) or its `XlaComputation`
@@ -230,7 +239,7 @@ class Lowered(Stage):
 
     def clone(self) -> "Lowered":
         return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
-                       self.backend, self.host_compile)
+                       self.backend, self.host_compile, self.user_located)
 
     @api_boundary
     def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,

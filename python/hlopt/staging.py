@@ -24,8 +24,9 @@ from hlopt.runtime.executable import Compiled
 
 def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions,
            check_key_reuse: bool) -> Lowered:
-    module, signature, host_compile = lower_function(fun, args, kwargs, options)
-    lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile)
+    module, signature, host_compile, user_located = lower_function(fun, args, kwargs, options)
+    lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile,
+                      user_located=user_located)
     if check_key_reuse:
         reports = find_key_reuse(lowered.module.operation)
         if reports:

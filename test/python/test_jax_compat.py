@@ -60,8 +60,13 @@ def test_traceback_filtering_hides_hlopts_frames():
     from hlopt.passes.locations import hlopt_dirs
 
     assert set(hlopt_dirs()) <= set(jax_compat._traceback_util._exclude_paths)
-    assert {"path"} <= parameters(jax_compat._source_info_util.register_exclusion)
-    assert not any(jax_compat._source_info_util.is_user_filename(os.path.join(d, "x.py")) for d in hlopt_dirs())
+    info = jax_compat._source_info_util
+    assert {"path"} <= parameters(info.register_exclusion)
+    inside = os.path.join(hlopt_dirs()[0], "x.py")
+    assert info.is_user_filename(inside)  # hlopt's frames are in the locations, for the call chain of errors
+    with jax_compat.locations_without(hlopt_dirs()):
+        assert not info.is_user_filename(inside)
+    assert info.is_user_filename(inside) and isinstance(info._exclude_paths, list)
 
     def inner():
         raise ValueError("below the boundary")
