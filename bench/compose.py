@@ -17,7 +17,8 @@ Figures per workload:
            ratio = jax.jit path / hlopt.jit path; median and min-max over --rounds rounds
   compile  trace + lower + passes + XLA compile of a fresh function, sides alternating, --compiles
            times; ratio = jax.jit path / hlopt.jit path (median, min-max). The memo of passes run
-           per operation is cleared before each jax.jit compile, so it is a first compile.
+           per operation is cleared before each jax.jit compile, so it is a first compile; the
+           garbage collector runs before each compile, so neither side pays for the other's garbage.
 
 Usage: python bench/compose.py [--rounds 7] [--calls 20] [--compiles 5] [--batch 128] [--dim 8] [--width 64]
 """
@@ -25,6 +26,7 @@ Usage: python bench/compose.py [--rounds 7] [--calls 20] [--compiles 5] [--batch
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import time
@@ -99,9 +101,10 @@ def fresh(fun):
 
 
 def compile_time(side, fun, args):
+    gc.collect()
     start = time.perf_counter()
     if side == "jax":
-        lowering._plain_bytecode.cache_clear()
+        lowering.clear_plain_memo()
         jax.jit(fresh(fun)).lower(*args).compile()
     else:
         hlopt.jit(fresh(fun)).lower(*args).compile()

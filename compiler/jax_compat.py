@@ -10,14 +10,17 @@ MLIR bindings.) jax and jaxlib are pinned to one version (pyproject.toml).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import jax
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
 from jax._src import sharding_impls as _sharding_impls
+from jax._src import source_info_util as _source_info_util
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
 from jax._src import xla_bridge as _xla_bridge
@@ -48,20 +51,24 @@ __all__ = [
     "compile_args",
     "convert_constvars_jaxpr",
     "cpp_pjit",
+    "donated_inputs",
     "extend_axis_env_nd",
     "fastpath_data",
+    "hlo_cost_analysis",
     "hlo_text",
     "flatten_for_dispatch",
     "hide_frames_of",
     "initialize_lapack",
     "get_backend",
     "is_committed",
+    "kept_inputs",
     "key_shape",
     "layout_rank",
     "lower_called_computation",
     "lowering_target",
     "merge_module",
     "lower_jaxpr_to_fun",
+    "locations_without",
     "lowering_placement",
     "output_aval",
     "partition_spec",
@@ -72,6 +79,7 @@ __all__ = [
     "str_to_sdy_sharding_rule",
     "under_transformation",
     "weak_out_avals",
+    "xla_computation",
 ]
 
 # --- traceback filtering (jax_traceback_filtering) -----------------------------
@@ -82,6 +90,27 @@ C = TypeVar("C", bound=Callable)
 def hide_frames_of(path: str) -> None:
     """Drop frames of files under `path` from tracebacks that cross an `api_boundary`, as jax drops its own."""
     _traceback_util.register_exclusion(path=path)
+
+
+_exclusions_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def locations_without(paths: Sequence[str]) -> Iterator[None]:
+    """While active, the source locations (call stacks) of what jax lowers leave out the frames of files
+    under `paths`, as they leave out jax's own."""
+    with _exclusions_lock:
+        added = [p for p in paths if p not in _source_info_util._exclude_paths]
+        for path in added:
+            _source_info_util.register_exclusion(path=path)
+    try:
+        yield
+    finally:
+        with _exclusions_lock:
+            for path in added:
+                _source_info_util._exclude_paths.remove(path)
+            _source_info_util._exclude_path_regex.cache_clear()
+            _source_info_util.is_user_filename.cache_clear()
 
 
 def api_boundary(fun: C) -> C:
@@ -97,9 +126,21 @@ def compile_args(lowered: Any) -> dict[str, Any]:
     return lowered._lowering.compile_args
 
 
+def donated_inputs(lowered: Any) -> tuple[int, ...]:
+    """The positions among a `jax.stages.Lowered`'s flat arguments of the donated ones."""
+    return tuple(i for i, info in enumerate(jax.tree_util.tree_leaves(lowered.args_info)) if info.donated)
+
+
 def arg_avals(lowered: Any) -> tuple[Any, ...]:
     """The abstract values of a `jax.stages.Lowered`'s flat arguments (typed PRNG key dtypes kept)."""
     return tuple(info._aval for info in jax.tree_util.tree_leaves(lowered.args_info))
+
+
+def kept_inputs(lowered: Any) -> tuple[int, ...]:
+    """The positions among a `jax.stages.Lowered`'s flat arguments of those its module takes (all of them
+    with `keep_unused=True`; without, jax drops the unused ones), sorted."""
+    n_const = len(lowered._lowering.const_args)
+    return tuple(i - n_const for i in sorted(compile_args(lowered)["kept_var_idx"]) if i >= n_const)
 
 
 def closed_over_refs(lowered: Any) -> int:
@@ -174,10 +215,31 @@ def lower_jaxpr_to_fun(*, module_context: Any, name: str, jaxpr: Any, in_avals: 
     return _mlir.lower_jaxpr_to_fun(module_context, name, jaxpr, effects=[], num_const_args=0, in_avals=in_avals)
 
 
-def build_module(jaxpr: Any, *, name: str, platform: str, axis_context: Any) -> Any:
-    """A module whose public `@main` computes the closed jaxpr `jaxpr`."""
-    return _mlir.build_mlir_module_helper(jaxpr, name=name, platforms=[platform], backend=None,
-                                          axis_context=axis_context)
+# jax makes a new MLIR context for each module it lowers (a few tens of milliseconds: every dialect is
+# loaded again). `build_module(context=...)` lowers into a given one instead: jax's ModuleContext takes its
+# context from `make_ir_context`, which is replaced here by one that returns this thread's override, if any.
+_context_override = threading.local()
+_jax_make_ir_context = _mlir.make_ir_context
+
+
+def _make_ir_context() -> Any:
+    context = getattr(_context_override, "context", None)
+    return _jax_make_ir_context() if context is None else context
+
+
+_mlir.make_ir_context = _make_ir_context
+
+
+def build_module(jaxpr: Any, *, name: str, platform: str, axis_context: Any, context: Any = None) -> Any:
+    """A module whose public `@main` computes the closed jaxpr `jaxpr`, in `context` (an MLIR context with
+    jax's dialects loaded; a new one if None)."""
+    previous = getattr(_context_override, "context", None)
+    _context_override.context = context
+    try:
+        return _mlir.build_mlir_module_helper(jaxpr, name=name, platforms=[platform], backend=None,
+                                              axis_context=axis_context)
+    finally:
+        _context_override.context = previous
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,12 +281,22 @@ def extend_axis_env_nd(sizes: Iterable[tuple[Any, int]]) -> Any:
     return _core.extend_axis_env_nd(sizes)
 
 
+def xla_computation(bytecode: bytes) -> Any:
+    """XLA's `XlaComputation` of a StableHLO module (MLIR bytecode), as `jax.stages.Lowered.compiler_ir("hlo")`."""
+    return _jax.mlir.mlir_module_to_xla_computation(bytecode, use_tuple_args=False)
+
+
 def hlo_text(bytecode: bytes, *, debug_info: bool) -> str:
     """XLA's HLO text of a StableHLO module (MLIR bytecode), as `jax.stages.Lowered.as_text("hlo")` prints it."""
     options = _hlo.HloPrintOptions.short_parsable()
     options.print_metadata = debug_info
-    computation = _jax.mlir.mlir_module_to_xla_computation(bytecode, use_tuple_args=False)
-    return computation.as_hlo_module().to_string(options)
+    return xla_computation(bytecode).as_hlo_module().to_string(options)
+
+
+def hlo_cost_analysis(bytecode: bytes) -> dict[str, float]:
+    """XLA's cost estimates of a StableHLO module (MLIR bytecode) before optimization, as
+    `jax.stages.Lowered.cost_analysis` gives them (flops, bytes accessed, ...)."""
+    return _jax.hlo_module_cost_analysis(_xla_bridge.get_backend(), xla_computation(bytecode).as_hlo_module())
 
 
 # --- sharding rules and shardings ---------------------------------------------------
@@ -297,13 +369,16 @@ def is_committed(array: Any) -> bool:
 
 
 def fastpath_data(*, executable: Any, out_tree: Any, in_shardings: Sequence[Any], out_shardings: Sequence[Any],
-                  out_avals: Sequence[Any], out_committed: Sequence[bool]) -> Any:
-    """What `cpp_pjit` needs to run `executable` again from C++ (every input kept, default layouts)."""
-    n_in = len(in_shardings)
+                  out_avals: Sequence[Any], out_committed: Sequence[bool], kept: Sequence[bool]) -> Any:
+    """What `cpp_pjit` needs to run `executable` again from C++ (default layouts).
+
+    `kept[i]` says whether input leaf i is a parameter of `executable`;
+    `in_shardings` are the parameters' shardings.
+    """
     return _pxla.MeshExecutableFastpathData(
         xla_executable=executable, out_pytree_def=out_tree, in_shardings=in_shardings,
         out_shardings=out_shardings, out_avals=out_avals, out_committed=out_committed,
-        kept_var_bitvec=[True] * n_in, in_device_local_layouts=[None] * n_in, const_args=[])
+        kept_var_bitvec=list(kept), in_device_local_layouts=[None] * len(in_shardings), const_args=[])
 
 
 # --- loaded executables ------------------------------------------------------------

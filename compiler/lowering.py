@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -20,6 +21,9 @@ from hlopt.compiler.jax_compat import (
     build_module,
     closed_over_refs,
     compile_args,
+    donated_inputs,
+    locations_without,
+    kept_inputs,
     lowering_placement,
     lowering_target,
     merge_module,
@@ -29,8 +33,8 @@ from hlopt.compiler.constant_operands import constant_positions, constants_modul
 from hlopt.compiler.pipeline import run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
-from hlopt.passes.locations import format_location
-from hlopt.passes.mlir import func, ir
+from hlopt.passes.locations import format_location, hlopt_dirs
+from hlopt.passes.mlir import func, get_context, ir
 from hlopt.passes.walk import call_target, walk_ops
 
 _state = threading.local()
@@ -52,18 +56,43 @@ def annotations_enabled() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
-@functools.lru_cache(maxsize=128)
-def _plain_bytecode(annotated: bytes) -> bytes:
-    """The bytecode of an annotated module after `PLAIN_PIPELINE`; memoized, since jax lowers the same
-    operation again for each program that holds it (and grad, vmap and retracing repeat it)."""
-    module = parse_module(annotated)
-    run_pipeline(module, PLAIN_PIPELINE)
+# The plain StableHLO of each annotated operation module (bytecode to bytecode, least recently used
+# last): jax lowers the same operation again for each program that holds it (and grad, vmap and
+# retracing repeat it).
+_PLAIN_MEMO: collections.OrderedDict[bytes, bytes] = collections.OrderedDict()
+_PLAIN_MEMO_SIZE = 128
+_plain_memo_lock = threading.Lock()
+
+
+def clear_plain_memo() -> None:
+    """Forget the operations made plain so far (benchmarks measure a first lowering with it)."""
+    with _plain_memo_lock:
+        _PLAIN_MEMO.clear()
+
+
+def _plain_bytecode(module: ir.Module) -> bytes:
+    """The bytecode of the annotated `module` (in hlopt's context) after `PLAIN_PIPELINE`, which may
+    rewrite `module` in place; memoized on the module's bytecode."""
+    key = module_to_bytecode(module)
+    with _plain_memo_lock:
+        if key in _PLAIN_MEMO:
+            _PLAIN_MEMO.move_to_end(key)
+            return _PLAIN_MEMO[key]
+    meshes = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
+    # jax's module names its meshes only once it is lowered whole: the sharding attributes of the
+    # operation carry theirs inline, as those of jax's module do until then.
+    run_pipeline(module, PLAIN_PIPELINE + (",sdy-inline-meshes" if meshes else ""))
     check_no_annotations(module)
     for op in walk_ops(module.operation, "stablehlo.custom_call"):
         if call_target(op).startswith("hlopt."):
             raise ValueError(f"{format_location(op.location)}: error: custom_call @{call_target(op)} is an hlopt "
                              f"annotation that no pass of '{PLAIN_PIPELINE}' lowers, so XLA cannot compile it")
-    return module_to_bytecode(module)
+    plain = module_to_bytecode(module)
+    with _plain_memo_lock:
+        _PLAIN_MEMO[key] = plain
+        while len(_PLAIN_MEMO) > _PLAIN_MEMO_SIZE:
+            _PLAIN_MEMO.popitem(last=False)
+    return plain
 
 
 def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value],
@@ -84,21 +113,19 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
             f"for {list(target.platforms)}; export it once per platform")
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in ctx.avals_in]
     closed = jax.make_jaxpr(fun)(*avals)
-    with annotations_allowed():
-        annotated = module_to_bytecode(build_module(closed, name=name, platform=target.platforms[0],
-                                                    axis_context=target.axis_context))
+    with annotations_allowed():  # lowered straight into hlopt's context, where the passes run
+        annotated = build_module(closed, name=name, platform=target.platforms[0], axis_context=target.axis_context,
+                                 context=get_context())
     positions = constant_positions(operands)
     if positions:  # what is constant in jax's module is constant for the passes too
         with target.context, ir.Location.unknown():
             constants = module_to_bytecode(constants_module(operands, positions))
-        module = parse_module(annotated)
-        use_constants(module, parse_module(constants), list(positions))
-        annotated = module_to_bytecode(module)
+        use_constants(annotated, parse_module(constants), list(positions))
     plain = _plain_bytecode(annotated)
     with target.context:
         module = ir.Module.parse(plain)
         for op in list(module.body.operations):
-            if op.operation.name != "func.func":  # meshes: jax's module declares the same ones
+            if op.operation.name != "func.func":  # meshes, now inlined where they are used
                 op.operation.erase()
         main = ir.SymbolTable(module.operation)["main"]
         result_types = list(main.type.results)
@@ -255,16 +282,18 @@ class JitOptions:
     static_argnames: tuple[str, ...] = ()
     donate_argnums: tuple[int, ...] = ()
     donate_argnames: tuple[str, ...] = ()
+    keep_unused: bool = False
 
 
-def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
-                   options: JitOptions) -> tuple[ir.Module, Signature, Callable[[], Any] | None]:
+def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions
+                   ) -> tuple[ir.Module, Signature, Callable[[], Any] | None, Callable[[], ir.Module]]:
     """Trace `fun` at `args` and `kwargs` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
 
     The module is JAX's, in JAX's context: `Lowered` moves it into hlopt's when
     it is first needed there (a persistent-cache hit never needs it). The third
     result is None, or, for a program with host callbacks or side effects, a
-    function compiling it as `jax.jit` does (`Lowered.host_compile`).
+    function compiling it as `jax.jit` does (`Lowered.host_compile`). The fourth lowers it again with
+    source locations that leave out hlopt's frames, as jax's leave out its own (`Lowered.user_located`).
     """
     mesh, in_shardings, out_shardings = options.mesh, options.in_shardings, options.out_shardings
     static_argnums = resolve_static_argnums(options.static_argnums, len(args))
@@ -272,7 +301,7 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "static_argnames": options.static_argnames,
                                   "donate_argnums": options.donate_argnums,
                                   "donate_argnames": options.donate_argnames,
-                                  "keep_unused": True}  # a program takes every argument (see hlopt.jit)
+                                  "keep_unused": options.keep_unused}
     dynamic = tuple(a for i, a in enumerate(args) if i not in static_argnums)
     if in_shardings is not None:  # else, as jax.jit: committed arguments keep their shardings, others replicate
         jit_kwargs["in_shardings"] = _named(mesh, in_shardings)
@@ -303,6 +332,7 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
         host_compile = lambda: lower_with_jax().compile()  # noqa: E731 - each hlopt op made plain StableHLO
     module = lowered.compiler_ir("stablehlo")
     in_avals = arg_avals(lowered)
+    kept = kept_inputs(lowered)
     out_avals = tuple(jax.core.ShapedArray(a.shape, a.dtype, weak_type=a.weak_type) for a in weak_out_avals(lowered))
     device = None
     if mesh is None:
@@ -318,8 +348,14 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
         name=getattr(fun, "__name__", "fun"),
         device=device,
         in_names=input_names(fun, args, kwargs, static_argnums, options.static_argnames, len(in_avals)),
+        kept=None if len(kept) == len(in_avals) else kept,
+        donated=donated_inputs(lowered),
     )
-    return module, signature, host_compile
+    def user_located() -> ir.Module:
+        with locations_without(hlopt_dirs()), annotations_allowed():
+            return lower_with_jax().compiler_ir("stablehlo")
+
+    return module, signature, host_compile, user_located
 
 
 def input_names(fun: Callable, args: Sequence[Any], kwargs: dict[str, Any], static_argnums: Sequence[int],

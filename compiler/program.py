@@ -25,7 +25,10 @@ class Signature:
     `in_tree` is the treedef of `(dynamic_args, {})`; `static_args` maps each
     static position to the value it was lowered with; `in_names` names each
     input leaf by the function's parameter and its pytree path (`params['W1']`),
-    empty when unknown. A program runs on
+    empty when unknown; `kept` lists the input leaves the executable takes as
+    parameters (None: all of them; jax.jit's `keep_unused=False` drops the
+    others, which a call still accepts); `donated` lists the input leaves whose
+    buffers the program may consume. A program runs on
     `mesh`'s devices, else on `device` when its arguments committed it to one
     (its outputs are then committed, as jax.jit's are), else on the default
     device.
@@ -41,6 +44,18 @@ class Signature:
     name: str = "main"
     device: jax.Device | None = None
     in_names: tuple[str, ...] = ()
+    kept: tuple[int, ...] | None = None
+    donated: tuple[int, ...] = ()
+
+    @property
+    def kept_inputs(self) -> tuple[int, ...]:
+        """The positions among the input leaves of the executable's parameters, in order."""
+        return tuple(range(len(self.in_avals))) if self.kept is None else self.kept
+
+    @property
+    def param_avals(self) -> tuple[jax.core.ShapedArray, ...]:
+        """The avals of the executable's parameters (the kept input leaves)."""
+        return tuple(self.in_avals[i] for i in self.kept_inputs)
 
     @property
     def num_devices(self) -> int:

@@ -1,4 +1,4 @@
-"""The stage objects: `Lowered` (StableHLO, before and after passes)."""
+"""The stage objects: `Lowered` (StableHLO, before and after passes), and what `Compiled` shares with it."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from hlopt.compiler.jax_compat import api_boundary
+import jax
+from jax.experimental.layout import Format, Layout
+
+from hlopt.compiler.jax_compat import api_boundary, hlo_cost_analysis, hlo_text, xla_computation
 from hlopt.compiler.pipeline import PipelineError, parse_pipeline, run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
@@ -23,6 +26,102 @@ Backend = Callable[["Lowered", str], Any]
 # The pipeline that turns the annotation form of one hlopt operation into plain StableHLO
 # when jax itself lowers the operation (hlopt.jit runs the same one on the whole program).
 PLAIN_PIPELINE = "hlopt-default"
+
+
+class Stage:
+    """What `jax.stages.Lowered` and `jax.stages.Compiled` tell about a program's arguments and results,
+    read from its `signature`: `args_info`, `in_tree`, `in_avals`, `donate_argnums`, `out_tree`."""
+
+    signature: Signature
+
+    @property
+    def args_info(self) -> Any:
+        """The pytree of `(args, kwargs)` of `jax.stages.ArgInfo` (aval, donated), static arguments left out."""
+        donated = set(self.signature.donated)
+        return jax.tree_util.tree_unflatten(self.signature.in_tree, [
+            jax.stages.ArgInfo(aval, i in donated) for i, aval in enumerate(self.signature.in_avals)])
+
+    @property
+    def in_tree(self) -> Any:
+        """The treedef of `(dynamic positional arguments, keyword arguments)`."""
+        return self.signature.in_tree
+
+    @property
+    def in_avals(self) -> Any:
+        """The pytree of the arguments' abstract values."""
+        return jax.tree_util.tree_unflatten(self.signature.in_tree, list(self.signature.in_avals))
+
+    @property
+    def donate_argnums(self) -> tuple[int, ...]:
+        """The flat positions of the donated argument leaves."""
+        return self.signature.donated
+
+    @property
+    def out_tree(self) -> Any:
+        """The treedef of the function's output."""
+        return self.signature.out_tree
+
+    def _out_info(self, shardings: list[Any]) -> Any:
+        return jax.tree_util.tree_unflatten(self.signature.out_tree, [
+            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s) for a, s in zip(self.signature.out_avals, shardings)])
+
+
+class CompiledStage(Stage):
+    """`jax.stages.Compiled`'s attributes of a compiled program: its `executable` (PJRT's), the flat
+    `in_shardings` (one per input leaf) and `out_shardings` of it."""
+
+    executable: Any
+    in_shardings: list[Any]
+    out_shardings: list[Any]
+
+    @property
+    def input_shardings(self) -> Any:
+        """The pytree of `(args, kwargs)` of the arguments' shardings; None for an argument the program
+        does not take (`keep_unused=False`), as jax gives."""
+        kept = set(self.signature.kept_inputs)
+        return jax.tree_util.tree_unflatten(self.signature.in_tree, [
+            s if i in kept else None for i, s in enumerate(self.in_shardings)])
+
+    @property
+    def output_shardings(self) -> Any:
+        """The pytree of the outputs' shardings."""
+        return jax.tree_util.tree_unflatten(self.signature.out_tree, list(self.out_shardings))
+
+    @property
+    def input_formats(self) -> Any:
+        """The pytree of `(args, kwargs)` of the arguments' `Format`s (layout and sharding); `Format()` for an
+        argument the program does not take, as jax gives."""
+        layouts = iter(self.executable.get_parameter_layouts())
+        kept = set(self.signature.kept_inputs)
+        return jax.tree_util.tree_unflatten(self.signature.in_tree, [
+            Format(Layout.from_pjrt_layout(next(layouts)), s) if i in kept else Format()
+            for i, s in enumerate(self.in_shardings)])
+
+    @property
+    def output_formats(self) -> Any:
+        """The pytree of the outputs' `Format`s (layout and sharding)."""
+        return jax.tree_util.tree_unflatten(self.signature.out_tree, self._output_formats())
+
+    def _output_formats(self) -> list[Format]:
+        return [Format(Layout.from_pjrt_layout(layout), s)
+                for layout, s in zip(self.executable.get_output_layouts(), self.out_shardings)]
+
+    @property
+    def out_info(self) -> Any:
+        """The pytree of `jax.ShapeDtypeStruct`s of the outputs, with their formats (layout and sharding)."""
+        return self._out_info(self._output_formats())
+
+    def cost_analysis(self) -> Any:
+        """XLA's cost estimates of the optimized program (flops, bytes accessed...), as `jax.stages.Compiled`."""
+        return self.executable.cost_analysis()
+
+    def memory_analysis(self) -> Any:
+        """XLA's memory estimates of the program (argument, output, temporary sizes...), as `jax.stages.Compiled`."""
+        return self.executable.get_compiled_memory_stats()
+
+    def runtime_executable(self) -> Any:
+        """The PJRT loaded executable, as `jax.stages.Compiled.runtime_executable`."""
+        return self.executable
 
 
 class AnnotationError(PipelineError):
@@ -55,7 +154,7 @@ def check_no_annotations(module: ir.Module) -> None:
         )
 
 
-class Lowered:
+class Lowered(Stage):
     """A function lowered to StableHLO.
 
     The module may come in another context (JAX's, from `hlopt.lower`): it is
@@ -68,13 +167,19 @@ class Lowered:
 
     `host_compile`, for a program with host callbacks or side effects, compiles
     it the way `jax.jit` does (they call back into this process; see
-    `hlopt.runtime.host`); it is None for every other program.
+    `hlopt.runtime.host`); it is None for every other program. `user_located`,
+    if given, lowers the function again with source locations that leave out
+    hlopt's frames, as jax's leave out its own: what `as_text(debug_info=True)`
+    prints before any pass (the module's own locations keep them, so that an
+    error in a pass can show the whole call chain).
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
-                 backend: Backend | None = None, host_compile: Callable[[], Any] | None = None):
+                 backend: Backend | None = None, host_compile: Callable[[], Any] | None = None,
+                 user_located: Callable[[], ir.Module] | None = None):
         self._module = module
         self.host_compile = host_compile
+        self.user_located = user_located
         self._moved = threading.Lock()  # held while the module moves into hlopt's context
         self.signature = signature
         self.pipeline = pipeline
@@ -97,13 +202,33 @@ class Lowered:
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The module as StableHLO text (`dialect="stablehlo"`, the default) or as XLA's HLO text
         (`"hlo"`), with source locations if `debug_info`, as `jax.stages.Lowered.as_text`."""
-        if dialect in (None, "stablehlo"):
-            return self.module.operation.get_asm(enable_debug_info=debug_info)
+        if dialect not in (None, "stablehlo", "hlo"):
+            raise ValueError(f"unknown dialect: {dialect!r}; Lowered.as_text takes 'stablehlo' or 'hlo'")
+        relocated = debug_info and self.user_located is not None and not self.pipeline
         if dialect == "hlo":
-            from hlopt.compiler.jax_compat import hlo_text  # jax, only when asked for: hlopt-opt never is
+            module = self.user_located() if relocated else self.source_module
+            return hlo_text(module_to_bytecode(module), debug_info=debug_info)
+        module = parse_module(module_to_bytecode(self.user_located())) if relocated else self.module
+        return module.operation.get_asm(enable_debug_info=debug_info)
 
-            return hlo_text(module_to_bytecode(self.source_module), debug_info=debug_info)
-        raise ValueError(f"unknown dialect: {dialect!r}; Lowered.as_text takes 'stablehlo' or 'hlo'")
+    def compiler_ir(self, dialect: str | None = None) -> Any:
+        """The module (`dialect="stablehlo"`, the default, in hlopt's MLIR context) or its `XlaComputation`
+        (`"hlo"`), as `jax.stages.Lowered.compiler_ir`."""
+        if dialect in (None, "stablehlo"):
+            return self.module
+        if dialect == "hlo":
+            return xla_computation(module_to_bytecode(self.source_module))
+        raise ValueError(f"unknown dialect: {dialect!r}; Lowered.compiler_ir takes 'stablehlo' or 'hlo'")
+
+    def cost_analysis(self) -> dict[str, float]:
+        """XLA's cost estimates of the module before any optimization (flops, bytes accessed...), as
+        `jax.stages.Lowered.cost_analysis`; `Compiled.cost_analysis` has them after XLA's."""
+        return hlo_cost_analysis(module_to_bytecode(self.source_module))
+
+    @property
+    def out_info(self) -> Any:
+        """The pytree of `jax.ShapeDtypeStruct`s of the outputs (their shardings are known once compiled)."""
+        return self._out_info([None] * len(self.signature.out_avals))
 
     def __str__(self) -> str:
         return self.as_text()
@@ -114,7 +239,7 @@ class Lowered:
 
     def clone(self) -> "Lowered":
         return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
-                       self.backend, self.host_compile)
+                       self.backend, self.host_compile, self.user_located)
 
     @api_boundary
     def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,

@@ -101,7 +101,7 @@ def _from_cache(cache: CompilationCache, key: str, signature: Signature) -> tupl
     except Exception:  # noqa: BLE001 - an entry PJRT cannot load is a miss, and is replaced
         return None
     if (len(executable.get_parameter_layouts()), len(executable.get_output_layouts())) != (
-            len(signature.in_avals), len(signature.out_avals)):
+            len(signature.param_avals), len(signature.out_avals)):
         return None
     cache.record(hit=True)
     return executable, lambda: parse_module(entry.module)

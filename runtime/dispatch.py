@@ -52,6 +52,7 @@ def _fastpath(compiled: Compiled, outputs: Any) -> Any:
     ):
         return None
     return fastpath_data(
-        executable=compiled.executable, out_tree=out_tree, in_shardings=compiled.in_shardings,
+        executable=compiled.executable, out_tree=out_tree, in_shardings=compiled.param_shardings,
         out_shardings=compiled.out_shardings, out_avals=[x.aval for x in out_flat],
-        out_committed=[is_committed(x) for x in out_flat])
+        out_committed=[is_committed(x) for x in out_flat],
+        kept=[i in set(compiled.signature.kept_inputs) for i in range(len(compiled.in_shardings))])

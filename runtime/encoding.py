@@ -344,6 +344,8 @@ def encode_signature(sig: Signature) -> dict[str, Any]:
         "mesh": None if sig.mesh is None else encode_mesh(sig.mesh),
         "device": None if sig.device is None else int(sig.device.id),
         "use_shardy": bool(sig.use_shardy),
+        "kept": None if sig.kept is None else list(sig.kept),
+        "donated": list(sig.donated),
     }
 
 
@@ -367,7 +369,7 @@ def decode_in_names(data: Any, count: int) -> tuple[str, ...]:
 
 def decode_signature(data: Any) -> Signature:
     """The Signature encoded in `data`; checks that trees and avals agree."""
-    _check(isinstance(data, dict) and set(data) == _SIGNATURE_FIELDS, "malformed signature")
+    _check(isinstance(data, dict) and set(data) - {"kept", "donated"} == _SIGNATURE_FIELDS, "malformed signature")
     _check(isinstance(data["name"], str) and data["name"].isprintable() and len(data["name"]) <= 200,
            f"malformed signature name {_short(data['name'])}")
     _check(isinstance(data["use_shardy"], bool), "malformed use_shardy")
@@ -386,6 +388,10 @@ def decode_signature(data: Any) -> Signature:
     for what, tree, avals, encoded in (("input", in_tree, in_avals, data["in_tree"]),
                                        ("output", out_tree, out_avals, data["out_tree"])):
         _check_nodes(tree, avals, encoded, what)
+    kept, donated = data.get("kept"), data.get("donated", [])  # files from before them: all kept, none donated
+    for what, positions in (("kept", [] if kept is None else kept), ("donated", donated)):
+        _check(isinstance(positions, list) and all(type(i) is int and 0 <= i < len(in_avals) for i in positions)
+               and positions == sorted(set(positions)), f"malformed {what} inputs {_short(positions)}")
     static = []
     for item in data["static_args"]:
         _check(isinstance(item, list) and len(item) == 2 and type(item[0]) is int and item[0] >= 0,
@@ -401,6 +407,8 @@ def decode_signature(data: Any) -> Signature:
         use_shardy=data["use_shardy"],
         name=data["name"],
         device=None if device is None else devices_for([device])[0],
+        kept=None if kept is None else tuple(kept),
+        donated=tuple(donated),
     )
 
 

@@ -12,17 +12,20 @@ from jax.sharding import NamedSharding, SingleDeviceSharding
 
 from hlopt.compiler.jax_compat import key_shape, output_aval, partition_spec, prng_impl, result_handler
 from hlopt.compiler.program import Signature, same_value
+from hlopt.compiler.stages import CompiledStage
 from hlopt.passes.locations import shorten
 from hlopt.passes.mlir import ir
 from hlopt.runtime.dispatch import cpp_function
 
 
-class Compiled:
+class Compiled(CompiledStage):
     """A compiled hlopt program.
 
-    Call it with the function's arguments (static arguments may be given, and
-    must then equal the ones it was lowered with); it returns the function's
-    output pytree of `jax.Array`s, sharded as the program says.
+    Call it with the function's positional and keyword arguments (static
+    positional arguments may be given, and must then equal the ones it was
+    lowered with); it returns the function's output pytree of `jax.Array`s,
+    sharded as the program says. It has `jax.stages.Compiled`'s attributes
+    (`args_info`, `in_tree`, `out_info`, `input_shardings`, `cost_analysis()`...).
     """
 
     def __init__(self, executable: Any, signature: Signature, module: ir.Module | Callable[[], ir.Module],
@@ -36,8 +39,11 @@ class Compiled:
         mesh = signature.mesh
         if mesh is not None:
             self.devices = list(mesh.devices.flat)
-        self.in_shardings = self._shardings(executable.get_parameter_shardings(), len(signature.in_avals))
+        self.param_shardings = self._shardings(executable.get_parameter_shardings(), len(signature.param_avals))
         self.out_shardings = self._shardings(executable.get_output_shardings(), len(signature.out_avals))
+        # One per input leaf: a leaf the program drops (keep_unused=False) is placed as nothing needs it.
+        placed = dict(zip(signature.kept_inputs, self.param_shardings))
+        self.in_shardings = [placed.get(i, self._shardings(None, 1)[0]) for i in range(len(signature.in_avals))]
         # As jax.jit's: outputs are committed unless the program runs where uncommitted inputs put it.
         self.committed = mesh is not None or signature.device is not None
         self._in_is_key = [_is_key(a.dtype) for a in signature.in_avals]
@@ -45,11 +51,12 @@ class Compiled:
         self._out_handlers = [result_handler(output_aval(_physical_aval(a), s), s, committed=self.committed)
                               for a, s in zip(signature.out_avals, self.out_shardings)]
 
-        def run(*args: Any) -> Any:  # a plain function: the C++ dispatch keys its cache on it
-            return self._python_call(*args)
+        def run(*args: Any, **kwargs: Any) -> Any:  # a plain function: the C++ dispatch keys its cache on it
+            return self._python_call(*args, **kwargs)
 
         # With static arguments a call may give them or not, which the C++ signature cannot express.
-        self._call = run if signature.static_args else cpp_function(run, lambda *args: (run(*args), self))
+        self._call = run if signature.static_args else cpp_function(
+            run, lambda *args, **kwargs: (run(*args, **kwargs), self))
 
     @property
     def module(self) -> ir.Module:
@@ -106,14 +113,14 @@ class Compiled:
                 dynamic.append(a)
         return tuple(dynamic)
 
-    def _flatten_inputs(self, args: tuple[Any, ...]) -> list[Any]:
+    def _flatten_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The argument leaves, checked against the avals the program was compiled for, as jax's `Compiled` checks them.
 
         A leaf must be an array or a Python scalar of the same shape and (jax's
         canonical) dtype; weak types are not told apart.
         """
         sig = self.signature
-        leaves, tree = jax.tree_util.tree_flatten((self._dynamic_args(args), {}))
+        leaves, tree = jax.tree_util.tree_flatten((self._dynamic_args(args), kwargs))
         if tree != sig.in_tree:
             raise TypeError(shorten(
                 f"{sig.name}: arguments have structure {tree} but the program was "
@@ -141,8 +148,8 @@ class Compiled:
         committed array must already be placed so (jax.jit's rule).
         """
         arrays = []
-        for i, (leaf, aval, is_key, sharding) in enumerate(
-                zip(leaves, self.signature.in_avals, self._in_is_key, self.in_shardings)):
+        for i in self.signature.kept_inputs:
+            leaf, aval, is_key, sharding = leaves[i], self.signature.in_avals[i], self._in_is_key[i], self.in_shardings[i]
             if not hasattr(leaf, "dtype"):
                 leaf = np.asarray(leaf, dtype=aval.dtype)  # Python scalars, checked by _flatten_inputs
             if is_key:
@@ -166,11 +173,11 @@ class Compiled:
             outs.append(out)
         return jax.tree_util.tree_unflatten(self.signature.out_tree, outs)
 
-    def _python_call(self, *args: Any) -> Any:
-        return self.call_flat(self._flatten_inputs(args))
+    def _python_call(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call_flat(self._flatten_inputs(args, kwargs))
 
-    def __call__(self, *args: Any) -> Any:
-        return self._call(*args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
 
 
 def _is_key(dtype: Any) -> bool:

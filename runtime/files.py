@@ -325,7 +325,7 @@ def check_loaded(executable: Any, sig: Signature, source: str) -> None:
     def lie(message: str) -> ExecutableFileError:
         return ExecutableFileError(f"{source}: the manifest does not match the executable: {message}")
 
-    for what, layouts, avals in (("input", executable.get_parameter_layouts(), sig.in_avals),
+    for what, layouts, avals in (("input", executable.get_parameter_layouts(), sig.param_avals),
                                  ("output", executable.get_output_layouts(), sig.out_avals)):
         if len(layouts) != len(avals):
             raise lie(f"{len(avals)} {what}s listed, the executable has {len(layouts)}")
@@ -369,7 +369,7 @@ def _check_module(module: ir.Module, sig: Signature, device_count: int, source: 
     if main is None:
         raise lie("the module has no @main function")
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
-    for what, types, avals in (("input", ftype.inputs, sig.in_avals), ("output", ftype.results, sig.out_avals)):
+    for what, types, avals in (("input", ftype.inputs, sig.param_avals), ("output", ftype.results, sig.out_avals)):
         if len(types) != len(avals):
             raise lie(f"{len(avals)} {what}s listed, @main has {len(types)}")
         for i, (t, aval) in enumerate(zip(types, avals)):

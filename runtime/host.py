@@ -18,13 +18,14 @@ from typing import Any
 import jax
 
 from hlopt.compiler.program import Signature
+from hlopt.compiler.stages import Stage
 
 
 class HostCallbackError(ValueError):
     """A program that calls back into this Python process was asked to leave it (saved, serialized, cached)."""
 
 
-class HostCompiled:
+class HostCompiled(Stage):
     """A compiled program with host callbacks or side effects; it runs in this process only.
 
     Called like `Compiled`; `as_text()` is XLA's optimized HLO. `executable`

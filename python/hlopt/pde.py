@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hlopt.compiler.jax_compat import under_transformation
-from hlopt.taylor import _trace, _zero_series, jet_p, series_positions
+from hlopt.taylor import _struct, _trace, _zero_series, jet_p, series_positions
 
 __all__ = ["bilaplacian", "laplacian"]
 
@@ -84,7 +84,7 @@ def collapsed_jet(fun: Callable, x: jax.Array, directions: jax.Array, order: int
         out_tree_box.append(tree)
         return leaves
 
-    jaxpr, consts = _trace(flat_fun, [jax.ShapeDtypeStruct(x.shape, x.dtype)])
+    jaxpr, consts = _trace(flat_fun, [_struct(x)])
     mode = {"directions": R, "collapsed": True, "weights": weights}
     series = [directions.astype(x.dtype)] + _zero_series([x], order, R, True)[1:]
     n = len(consts) + 1

@@ -24,8 +24,9 @@ from hlopt.runtime.executable import Compiled
 
 def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions,
            check_key_reuse: bool) -> Lowered:
-    module, signature, host_compile = lower_function(fun, args, kwargs, options)
-    lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile)
+    module, signature, host_compile, user_located = lower_function(fun, args, kwargs, options)
+    lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile,
+                      user_located=user_located)
     if check_key_reuse:
         reports = find_key_reuse(lowered.module.operation)
         if reports:
@@ -169,19 +170,19 @@ def jit(
     call contract (positional and keyword arguments, static and donated ones by position or name).
 
     Without `fun`, a decorator with these options (`@hlopt.jit(static_argnums=1)`).
-    A program takes every argument, used or not: `keep_unused=False` is accepted
-    for jax.jit's signature and changes nothing (the results are the same).
+    As for `jax.jit`, the compiled program drops the arguments the function does
+    not use unless `keep_unused=True` (a call still takes them; a donated unused
+    argument is then not consumed).
     With `check_key_reuse=True`, each new signature is checked for PRNG key
     reuse before compiling, raising `KeyReuseError`.
     """
-    del keep_unused  # see the docstring
     options = dict(pipeline=pipeline, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
                    static_argnums=static_argnums, static_argnames=static_argnames, donate_argnums=donate_argnums,
-                   donate_argnames=donate_argnames, check_key_reuse=check_key_reuse)
+                   donate_argnames=donate_argnames, keep_unused=keep_unused, check_key_reuse=check_key_reuse)
     if fun is None:
         return functools.partial(jit, **options)
     static = argnums_and_argnames(fun, static_argnums, static_argnames, "static")
     donate = argnums_and_argnames(fun, donate_argnums, donate_argnames, "donate")
     return JitFunction(fun, pipeline=pipeline, check_key_reuse=check_key_reuse, options=JitOptions(
         mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static[0],
-        static_argnames=static[1], donate_argnums=donate[0], donate_argnames=donate[1]))
+        static_argnames=static[1], donate_argnums=donate[0], donate_argnames=donate[1], keep_unused=keep_unused))

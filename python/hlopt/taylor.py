@@ -74,6 +74,20 @@ def _trace(fun: Callable, avals: Sequence[Any]) -> tuple[ClosedJaxpr, list[Any]]
     return ClosedJaxpr(convert_constvars_jaxpr(closed.jaxpr), ()), list(closed.consts)
 
 
+def _struct(x: Any) -> jax.ShapeDtypeStruct:
+    """`x`'s type to trace a function at: shape, dtype and, over a mesh with explicit axes, sharding."""
+    aval = jax.typeof(x)
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=None if aval.sharding.mesh.empty else aval.sharding)
+
+
+def _with_directions(aval: Any, shape: tuple[int, ...]) -> jax.core.ShapedArray:
+    """`aval` of `shape` (its own, or with the leading directions axis, which is not sharded)."""
+    sharding = aval.sharding
+    if len(shape) > len(aval.shape):
+        sharding = sharding.update(spec=sharding.spec.update(partitions=(None, *sharding.spec)))
+    return jax.core.ShapedArray(shape, aval.dtype, sharding=sharding)
+
+
 def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: int, collapsed: bool) -> tuple:
     """The shape of coefficient k of a value of `shape`: with the leading directions
     axis in a batched jet and for coefficients 1..K-1 of a collapsed one."""
@@ -85,8 +99,8 @@ def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: in
 def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
                    weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
                    zeros: tuple[int, ...] = ()):
-    outs = [jax.core.ShapedArray(a.shape, a.dtype) for a in jaxpr.out_avals]
-    return outs + [jax.core.ShapedArray(coefficient_shape(a.shape, k, order, directions, collapsed), a.dtype)
+    outs = [jax.core.ShapedArray(a.shape, a.dtype, sharding=a.sharding) for a in jaxpr.out_avals]
+    return outs + [_with_directions(a, coefficient_shape(a.shape, k, order, directions, collapsed))
                    for a in outs for k in range(1, order + 1)]
 
 
@@ -442,7 +456,7 @@ def _jet_traced(fun: Callable, primals: Sequence[Any], series: Sequence[Any], fa
         out_tree_box.append(out_tree)
         return out_leaves
 
-    jaxpr, consts = _trace(flat_fun, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves])
+    jaxpr, consts = _trace(flat_fun, [_struct(x) for x in leaves])
     outs = jet_p.bind(*consts, *leaves, *_zero_series(consts, order), *coeffs, jaxpr=jaxpr, order=order,
                       zeros=series_positions(len(consts) + len(leaves), order, 0, len(consts)))
     n_out = len(jaxpr.out_avals)

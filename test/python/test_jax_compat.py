@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +60,13 @@ def test_traceback_filtering_hides_hlopts_frames():
     from hlopt.passes.locations import hlopt_dirs
 
     assert set(hlopt_dirs()) <= set(jax_compat._traceback_util._exclude_paths)
+    info = jax_compat._source_info_util
+    assert {"path"} <= parameters(info.register_exclusion)
+    inside = os.path.join(hlopt_dirs()[0], "x.py")
+    assert info.is_user_filename(inside)  # hlopt's frames are in the locations, for the call chain of errors
+    with jax_compat.locations_without(hlopt_dirs()):
+        assert not info.is_user_filename(inside)
+    assert info.is_user_filename(inside) and isinstance(info._exclude_paths, list)
 
     def inner():
         raise ValueError("below the boundary")
@@ -134,6 +142,17 @@ def test_stage_attributes():
     assert x == jax.core.ShapedArray((3,), np.float32)
 
 
+def test_kept_inputs_follow_keep_unused():
+    def f(a, b, c):
+        return a + c
+
+    args = (np.ones(3, np.float32),) * 3
+    assert jax_compat.kept_inputs(jax.jit(f).lower(*args)) == (0, 2)
+    assert jax_compat.kept_inputs(jax.jit(f, keep_unused=True).lower(*args)) == (0, 1, 2)
+    lowering = jax.jit(f).lower(*args)._lowering
+    assert isinstance(lowering.const_args, list) and isinstance(jax_compat.compile_args(jax.jit(f).lower(*args))["kept_var_idx"], (set, frozenset))
+
+
 def test_convert_constvars_jaxpr():
     c = np.arange(3.0, dtype=np.float32)
     closed = jax.make_jaxpr(lambda x: x * c)(np.ones(3, np.float32))
@@ -197,7 +216,7 @@ def test_cpp_dispatch_replays_a_known_signature():
         data = jax_compat.fastpath_data(
             executable=executable.runtime_executable(), out_tree=tree, in_shardings=executable.input_shardings[0],
             out_shardings=[executable.output_shardings], out_avals=[leaves[0].aval],
-            out_committed=[jax_compat.is_committed(leaves[0])])
+            out_committed=[jax_compat.is_committed(leaves[0])], kept=[True])
         return out, data, False
 
     call = jax_compat.cpp_pjit(name="f", fun=fun, cache_miss=cache_miss, static_argnums=(), capacity=4)

@@ -9,6 +9,8 @@ with which exception type.
 from __future__ import annotations
 
 import contextlib
+import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +19,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 import hlopt
+from hlopt.passes.locations import hlopt_dirs
 
 RNG = np.random.default_rng(12)
 
@@ -349,13 +352,153 @@ def test_donated_buffers_are_deleted_as_by_jax_jit(options):
     assert deleted[0] == deleted[1] and any(deleted[0])
 
 
-def test_keep_unused_is_accepted_and_changes_no_result():
-    def f(x, unused):
-        return x + 1
+def entry_parameters(hlo: str) -> int:
+    """How many parameters the entry computation of an HLO module text takes."""
+    entry = hlo[hlo.index("ENTRY"):]
+    return entry[:entry.index("\n}")].count(" parameter(")
 
-    for keep in (False, True):
-        theirs, ours = both(f, keep_unused=keep)
-        np.testing.assert_array_equal(ours(X3, X3), theirs(X3, X3))
+
+UNUSED = {  # a function, its arguments, and the input leaves it uses
+    "middle": (lambda x, unused, z: x * 2 + z, (X3, np.ones(4, np.float32), X3), {}),
+    "all_but_one_leaf": (lambda p, y: p["a"] * y, ({"a": X3, "b": np.ones(2, np.float32)}, X3), {}),
+    "keyword": (lambda x, *, k=None: x + 1, (X3,), {"k": np.ones(5, np.float32)}),
+    "none_used": (lambda x, y: jnp.float32(1.0), (X3, X3), {}),
+    "static_and_unused": (lambda x, n, unused: x * n, (X3, 3, X3), {}),
+}
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["prune", "keep"])
+@pytest.mark.parametrize("name", UNUSED)
+def test_keep_unused_prunes_the_program_as_jax_jit(name, keep, tmp_path, monkeypatch):
+    fun, args, kwargs = UNUSED[name]
+    options = {"keep_unused": keep, "static_argnums": (1,) if name == "static_and_unused" else ()}
+    theirs, ours = both(fun, **options)
+    lowered = {"jax": theirs.lower(*args, **kwargs), "hlopt": ours.lower(*args, **kwargs)}
+    counts = {k: entry_parameters(v.as_text("hlo")) for k, v in lowered.items()}
+    compiled = {k: v.compile() for k, v in lowered.items()}
+    counts.update({k + "_compiled": entry_parameters(v.as_text()) for k, v in compiled.items()})
+    assert counts["hlopt"] == counts["jax"] == counts["hlopt_compiled"] == counts["jax_compiled"]
+    n_leaves = len(jax.tree_util.tree_leaves((args, kwargs))) - (1 if options["static_argnums"] else 0)
+    assert (counts["jax"] == n_leaves) == keep
+    want = theirs(*args, **kwargs)
+    np.testing.assert_array_equal(ours(*args, **kwargs), want)
+    np.testing.assert_array_equal(compiled["hlopt"](*args, **kwargs), want)
+    path = tmp_path / "f.hlopt"
+    monkeypatch.setenv("HLOPT_KEY", "key A " * 8)
+    compiled["hlopt"].save(path)
+    for trust in ("signed", "portable"):
+        if trust == "portable":  # under another key: recompiled from the file's portable artifact
+            monkeypatch.setenv("HLOPT_KEY", "key B " * 8)
+        with pytest.warns(hlopt.RecompileWarning) if trust == "portable" else contextlib.nullcontext():
+            loaded = hlopt.load(path, trust=trust)
+        np.testing.assert_array_equal(loaded(*args, **kwargs), want)
+        assert entry_parameters(loaded.as_text()) == counts["jax"]
+    with pytest.raises(TypeError):
+        ours.lower(*args, **kwargs).compile()(*args[:-1])  # a pruned argument is still part of the call
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["prune", "keep"])
+def test_a_donated_unused_argument_is_consumed_as_by_jax_jit(keep):
+    def f(x, unused):
+        return x * 2
+
+    deleted = []
+    for jitted in both(f, keep_unused=keep, donate_argnums=(0, 1)):
+        for _ in range(2):  # the second call runs from the C++ dispatch
+            x, unused = jnp.arange(4.0), jnp.ones(4)
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Some donated buffers were not usable")
+                np.testing.assert_array_equal(jitted(x, unused), np.arange(4.0) * 2)
+            deleted.append((x.is_deleted(), unused.is_deleted()))
+    assert deleted[:2] == deleted[2:] and deleted[0] == (True, False)
+
+
+STAGE_CASES = {  # a function, its positional and keyword arguments, jit options
+    "pytree_kwargs": (lambda x, u, *, k: {"a": x * k, "b": (x.sum(),)}, (X3, np.ones(4, np.float32)),
+                      {"k": np.float32(2)}, {"donate_argnums": 0}),
+    "static": (lambda x, n: (x * n, x.astype(jnp.int32)), (X3, 3), {}, {"static_argnums": 1}),
+    "unused_kept": (lambda x, y: x @ x, (X3, X3), {}, {"keep_unused": True}),
+    "unused_pruned": (lambda x, y, z: x @ z, (X3, X3, X3), {}, {}),
+    "closed_over_constant": (lambda x, dead: jnp.arange(16.0, dtype=jnp.float32)[3:6] * 2 + 42 + x, (X3, X3), {}, {}),
+    "weak": (lambda x: (x + 1, 2.0), (X3,), {}, {}),
+}
+
+
+def without_static(args, options):
+    return tuple(a for i, a in enumerate(args) if i not in np.atleast_1d(options.get("static_argnums", ())))
+
+
+@pytest.mark.parametrize("name", STAGE_CASES)
+def test_stage_attributes_as_jax(name):
+    fun, args, kwargs, options = STAGE_CASES[name]
+    theirs, ours = (j.lower(*args, **kwargs) for j in both(fun, **options))
+    for lowered in (theirs, ours):
+        assert lowered.args_info == theirs.args_info and lowered.in_tree == theirs.in_tree
+        assert lowered.out_tree == theirs.out_tree and lowered.donate_argnums == theirs.donate_argnums
+        assert lowered.in_avals == theirs.in_avals
+        assert jax.tree.map(lambda s: (s.shape, s.dtype), lowered.out_info) == jax.tree.map(
+            lambda s: (s.shape, s.dtype), theirs.out_info)
+        assert lowered.compiler_ir("hlo").as_hlo_text() == lowered.as_text("hlo")
+        assert str(lowered.compiler_ir()) == lowered.as_text() == str(lowered.compiler_ir("stablehlo"))
+        assert lowered.cost_analysis()["flops"] == theirs.cost_analysis()["flops"]
+    compiled = {"jax": theirs.compile(), "hlopt": ours.compile()}
+    want = compiled["jax"]
+    for c in compiled.values():
+        assert c.args_info == want.args_info and c.in_tree == want.in_tree and c.out_tree == want.out_tree
+        assert c.input_shardings == want.input_shardings and c.output_shardings == want.output_shardings
+        assert jax.tree.map(lambda s: (s.shape, s.dtype, s.sharding, s.format), c.out_info) == jax.tree.map(
+            lambda s: (s.shape, s.dtype, s.sharding, s.format), want.out_info)
+        assert c.input_formats == want.input_formats and c.output_formats == want.output_formats
+        assert c.cost_analysis()["flops"] == want.cost_analysis()["flops"]
+        assert c.memory_analysis().argument_size_in_bytes == want.memory_analysis().argument_size_in_bytes
+        assert c.memory_analysis().output_size_in_bytes == want.memory_analysis().output_size_in_bytes
+        assert type(c.runtime_executable()) is type(want.runtime_executable())
+    fresh = lambda: (tuple(jnp.array(a) if isinstance(a, np.ndarray) else a  # noqa: E731 - donated buffers go
+                           for a in without_static(args, options)), kwargs)
+    for _ in range(2):  # the second call runs from the C++ dispatch
+        a, k = fresh()
+        got = compiled["hlopt"](*a, **k)
+        a, k = fresh()
+        expected = want(*a, **k)
+        assert jax.tree.structure(got) == jax.tree.structure(expected)
+        for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
+            assert g.dtype == w.dtype and g.weak_type == w.weak_type
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("use_np", [False, True], ids=["jnp", "np"])
+@pytest.mark.parametrize("x64_at", [(), ("lower",), ("compile",), ("call",), ("lower", "compile", "call")],
+                         ids=["none", "lower", "compile", "call", "all"])
+def test_a_closed_over_64_bit_constant_as_jax(x64_at, use_np):
+    with jax.enable_x64(True):
+        const = (np.arange if use_np else jnp.arange)(8, dtype=np.int64) + 42
+
+    def f(x):
+        return jax.lax.convert_element_type(const, np.float32) + x
+
+    x = np.arange(8.0, dtype=np.float32)
+    results = []
+    for jitted in both(f):
+        with jax.enable_x64("lower" in x64_at):
+            lowered = jitted.lower(x)
+        with jax.enable_x64("compile" in x64_at):
+            compiled = lowered.compile()
+        assert len(compiled.args_info[0]) == len(compiled.in_avals[0]) == len(compiled.input_shardings[0]) == 1
+        with jax.enable_x64("call" in x64_at):
+            results.append(np.asarray(compiled(x)))
+    np.testing.assert_array_equal(results[1], results[0])
+    np.testing.assert_array_equal(results[0], np.arange(8.0) + 42 + x)
+
+
+@pytest.mark.parametrize("call", ["missing_keyword", "extra_keyword", "keyword_as_positional"])
+def test_compiled_refuses_the_keyword_calls_jax_refuses(call):
+    fun, args, kwargs, options = STAGE_CASES["pytree_kwargs"]
+    calls = {"missing_keyword": (args, {}), "extra_keyword": (args, {**kwargs, "z": X3}),
+             "keyword_as_positional": (args + (kwargs["k"],), {})}
+    a, k = calls[call]
+    for jitted in both(fun):
+        with pytest.raises(TypeError):
+            jitted.lower(*args, **kwargs).compile()(*a, **k)
 
 
 def test_the_decorator_factory_form():
@@ -391,6 +534,26 @@ def test_lowered_as_text_dialects_as_jax():
         ours.as_text("mhlo-ish")
     with pytest.raises(ValueError, match="unknown dialect"):
         theirs.as_text("mhlo-ish")
+
+
+def source_files(text: str) -> set[str]:
+    """The files named by the source locations of a StableHLO or HLO text."""
+    return set(re.findall(r'"([^"]+\.py)"', text))
+
+
+@pytest.mark.parametrize("dialect", ["stablehlo", "hlo"])
+def test_debug_info_names_the_users_frames_as_jax(dialect):
+    def plain(x):
+        return jnp.sin(x) * jnp.cos(x[0])
+
+    def with_ops(x):
+        return hlopt.laplacian(lambda p: jnp.sum(jnp.sin(p) ** 2))(x) + plain(x)
+
+    texts = {j.__module__: j(plain).lower(X3).as_text(dialect, debug_info=True) for j in (jax.jit, hlopt.jit)}
+    assert source_files(texts["hlopt.staging"]) == source_files(texts["jax._src.api"])
+    ours = hlopt.jit(with_ops).lower(X3).as_text(dialect, debug_info=True)
+    assert __file__ in source_files(ours) and not [d for d in hlopt_dirs() if d in ours]
+    assert "loc(" not in hlopt.jit(with_ops).lower(X3).as_text(dialect) and "source_file" not in ours
 
 
 def test_trace_stage_as_jax():

@@ -258,3 +258,52 @@ def test_custom_partitioned_function_called_eagerly_evaluates_its_body():
         out = op(jax.device_put(x, NamedSharding(mesh, P("x"))))
     np.testing.assert_allclose(out, fft(x), rtol=1e-4, atol=1e-4)
     assert seen == []
+
+
+# --- meshes with Explicit axes: the sharding is part of each value's type -----------------------
+
+def sin_times(y):
+    return jnp.sin(y) * y + jnp.exp(y[..., ::-1] * 0.5)
+
+
+def sum_sin2(p):
+    return jnp.sum(jnp.sin(p) ** 2 * p[::-1])
+
+
+EXPLICIT = {  # ours, the reference, and the operation's input
+    "jet2": (lambda x: hlopt.jet(sin_times, (x,), ((jnp.ones_like(x), 0.5 * x),)),
+             lambda x: jax_jet.jet(sin_times, (x,), ((jnp.ones_like(x), 0.5 * x),))),
+    "jet3": (lambda x: hlopt.jet(sin_times, (x,), ((x, jnp.ones_like(x), jnp.zeros_like(x)),)),
+             lambda x: jax_jet.jet(sin_times, (x,), ((x, jnp.ones_like(x), jnp.zeros_like(x)),))),
+    "laplacian": (lambda x: jax.vmap(hlopt.laplacian(sum_sin2))(x), lambda x: jax.vmap(hessian_trace(sum_sin2))(x)),
+    "bilaplacian": (lambda x: jax.vmap(hlopt.bilaplacian(sum_sin2))(x),
+                    lambda x: jax.vmap(hessian_trace(lambda p: jnp.trace(jax.hessian(sum_sin2)(p))))(x)),
+}
+
+
+# The per-point operators take the rows of x: jax's reference (jax.hessian) cannot differentiate a
+# point whose coordinates are sharded, so they run on row-sharded inputs only.
+SPECS = {"rows": P("x"), "both": P("x", "y"), "cols": P(None, "y")}
+EXPLICIT_CASES = [(name, spec) for name in EXPLICIT for spec in (SPECS if name.startswith("jet") else ["rows"])]
+
+
+@pytest.mark.parametrize(("name", "spec"), [(n, SPECS[s]) for n, s in EXPLICIT_CASES],
+                         ids=[f"{n}-{s}" for n, s in EXPLICIT_CASES])
+@pytest.mark.parametrize("side", ["jax.jit", "hlopt.jit"])
+def test_operations_keep_explicit_shardings_as_the_reference(side, name, spec):
+    ours, reference = EXPLICIT[name]
+    mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    x = jax.device_put(RNG.uniform(-1, 1, (8, 4)), NamedSharding(mesh, spec))
+    with jax.set_mesh(mesh):
+        want = jax.jit(reference)(x)
+        got = (jax.jit if side == "jax.jit" else hlopt.jit)(ours)(x)
+        traced, want_traced = (jax.eval_shape(fun, x) for fun in (ours, reference))  # types at trace time
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for g, w, t, wt in zip(*map(jax.tree.leaves, (got, want, traced, want_traced))):
+        assert g.sharding.is_equivalent_to(w.sharding, w.ndim), (g.sharding, w.sharding)
+        assert padded(t.sharding.spec, t.ndim) == padded(wt.sharding.spec, wt.ndim), (t.sharding, wt.sharding)
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+
+
+def padded(spec, ndim):
+    return tuple(spec) + (None,) * (ndim - len(spec))
