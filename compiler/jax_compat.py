@@ -272,6 +272,12 @@ def require_devices_during_lowering(primitive: Any) -> None:
     _dispatch.prim_requires_devices_during_lowering.add(primitive)
 
 
+def register_dce_rule(primitive: Any, rule: Callable[[list[bool], Any], tuple[list[bool], Any]]) -> None:
+    """Make jax's dead-code elimination of jaxprs (run by `jax.jit` before lowering) call
+    `rule(used_outputs, eqn) -> (used_inputs, new_eqn or None)` for `primitive`'s equations."""
+    _pe.dce_rules[primitive] = rule
+
+
 SPMDAxisContext = _sharding_impls.SPMDAxisContext  # lowering context of a mesh (with manual axes)
 ShardingContext = _sharding_impls.ShardingContext  # lowering context of N devices without a mesh
 

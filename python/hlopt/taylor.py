@@ -58,7 +58,7 @@ from jax.extend.core.primitives import custom_jvp_call_p, linear_solve_p
 from jax.interpreters import ad, batching, mlir
 
 from hlopt.compiler.jax_compat import (api_boundary, convert_constvars_jaxpr, lower_called_computation,
-                                       under_transformation)
+                                       register_dce_rule, under_transformation)
 from hlopt.passes.jet_expand import MAX_ORDER
 from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
 from hlopt.passes.mlir import ir, stablehlo
@@ -98,10 +98,39 @@ def coefficient_shape(shape: tuple[int, ...], k: int, order: int, directions: in
 
 def _abstract_eval(*avals, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
                    weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
-                   zeros: tuple[int, ...] = ()):
+                   zeros: tuple[int, ...] = (), live: tuple[bool, ...] | None = None):
+    return _live(_all_outputs(jaxpr, order, directions, collapsed), live)
+
+
+def _all_outputs(jaxpr: ClosedJaxpr, order: int, directions: int, collapsed: bool) -> list[Any]:
+    """The avals of every result of a jet: each output's primal, then each output's K coefficients."""
     outs = [jax.core.ShapedArray(a.shape, a.dtype, sharding=a.sharding) for a in jaxpr.out_avals]
     return outs + [_with_directions(a, coefficient_shape(a.shape, k, order, directions, collapsed))
                    for a in outs for k in range(1, order + 1)]
+
+
+def _live(values: Sequence[Any], live: tuple[bool, ...] | None) -> list[Any]:
+    """The results a jet equation keeps (`live`, set by jax's dead-code elimination), in order."""
+    return list(values) if live is None else [v for v, keep in zip(values, live) if keep]
+
+
+def _dce(used_outputs: list[bool], eqn: Any) -> tuple[list[bool], Any]:
+    """Dead-code elimination of a jet (jax.jit runs it before lowering): the results no
+    one reads are dropped from the equation, and its `live` parameter tells the lowering
+    which of the jet's results to keep, so that hlopt's passes remove the work that only
+    they need before jet-expand stacks the coefficients of one dot (under `hlopt.jit`
+    hlopt's own dead-code elimination of the whole program sees the same)."""
+    if all(used_outputs):
+        return [True] * len(eqn.invars), eqn
+    if not any(used_outputs) and not eqn.effects:
+        return [False] * len(eqn.invars), None
+    params = eqn.params
+    old = params.get("live") or (True,) * len(_all_outputs(
+        params["jaxpr"], params["order"], params.get("directions", 0), params.get("collapsed", False)))
+    used = iter(used_outputs)
+    live = tuple(keep and next(used) for keep in old)
+    outvars = [v for v, keep in zip(eqn.outvars, used_outputs) if keep]
+    return [True] * len(eqn.invars), eqn.replace(params={**params, "live": live}, outvars=outvars)
 
 
 def _lower_called(name: str, jaxpr: ClosedJaxpr, ctx: Any) -> str:
@@ -218,7 +247,7 @@ def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
 
 def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
               weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
-              zeros: tuple[int, ...] = ()):
+              zeros: tuple[int, ...] = (), live: tuple[bool, ...] | None = None):
     budget = order + _enclosing_order.get()
     token = _enclosing_order.set(budget)
     try:
@@ -232,10 +261,12 @@ def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 
             config["weights"] = ir.DenseF64ArrayAttr.get(list(weights))
     elif directions:
         config["directions"] = directions
-    return emit_annotation("hlopt.jet", operands, result_types(ctx), config, called_computations=[name])
+    types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in _all_outputs(jaxpr, order, directions, collapsed)]
+    return _live(emit_annotation("hlopt.jet", operands, types, config, called_computations=[name]), live)
 
 
 jet_p = annotation_primitive("hlopt_jet", _abstract_eval, _lowering)
+register_dce_rule(jet_p, _dce)
 
 
 def _zero_series(values: Sequence[Any], order: int, directions: int = 0, collapsed: bool = False) -> list[Any]:
@@ -251,7 +282,7 @@ def series_positions(n: int, order: int, first: int, count: int) -> tuple[int, .
 
 def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
            weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
-           zeros: tuple[int, ...] = ()):
+           zeros: tuple[int, ...] = (), live: tuple[bool, ...] | None = None):
     """vmap of a jet is the jet of the vmapped function: a primal whose value or
     series is batched is batched (with its series) in the new function. A standard
     jet whose series alone are batched (vmap over directions) becomes one jet batched
@@ -261,6 +292,10 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
     directions of a Laplacian vmapped over points) rides on a new zero primal that
     the function broadcasts over the batch and adds to the primal, so that the
     broadcast is inside the jet, where jet-expand multiplies before it."""
+    if live is not None:  # the whole jet, batched, then the results kept
+        outs, out_dims = _batch(args, dims, jaxpr=jaxpr, order=order, directions=directions, collapsed=collapsed,
+                                weights=weights, linear=linear, zeros=zeros)
+        return _live(outs, live), _live(out_dims, live)
     n = len(jaxpr.in_avals)
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
@@ -339,11 +374,15 @@ batching.primitive_batchers[jet_p] = _batch
 
 def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0,
          collapsed: bool = False, weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
-         zeros: tuple[int, ...] = ()):
+         zeros: tuple[int, ...] = (), live: tuple[bool, ...] | None = None):
     """Forward mode through a jet: d/de of the series of f(x(t) + e dx(t)) is the
     series of jvp(f)(x(t), dx(t)), i.e. the jet of jvp(f) on (x, dx) and their series,
     which is linear in dx and its series (marked `linear`, for `_transpose`). Operands
     known to be zero (`zeros`: zero series and zero tangents) stay marked."""
+    if live is not None:  # the whole jet's forward mode, then the results kept
+        outs, tangent_outs = _jvp(primals, tangents, jaxpr=jaxpr, order=order, directions=directions,
+                                  collapsed=collapsed, weights=weights, linear=linear, zeros=zeros)
+        return _live(outs, live), _live(tangent_outs, live)
     n = len(jaxpr.in_avals)
     mode = {"directions": directions, "collapsed": collapsed, "weights": weights}
     zero_tangents = [j for j, t in enumerate(tangents) if type(t) is ad.Zero]
@@ -378,7 +417,7 @@ ad.primitive_jvps[jet_p] = _jvp
 
 def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: int = 0, collapsed: bool = False,
                weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
-               zeros: tuple[int, ...] = ()):
+               zeros: tuple[int, ...] = (), live: tuple[bool, ...] | None = None):
     """Reverse mode through a jet: JAX transposes the tangent jet of `_jvp`, which is
     linear in the operands `linear`, by an `hlopt.vjp` annotation of that jet taken
     with respect to the undefined operands (see the module docstring)."""
@@ -388,7 +427,7 @@ def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: in
             "hlopt.jet: transposing a jet in operands it is not known to be linear in; reverse mode reaches a jet "
             "only through its forward-mode rule (jax.grad, jax.vjp, jax.linearize of a function calling hlopt.jet)")
     params = {"jaxpr": jaxpr, "order": order, "directions": directions, "collapsed": collapsed,
-              "weights": weights, "linear": linear, "zeros": zeros}
+              "weights": weights, "linear": linear, "zeros": zeros, "live": live}
     avals = [a.aval if ad.is_undefined_primal(a) else jax.typeof(a) for a in args]
     # operands known to be zero are built inside the differentiated function, where
     # jet-expand sees them as constants (as in the forward jet) and skips their terms

@@ -112,6 +112,24 @@ def test_primitives_requiring_devices_during_lowering_is_a_set():
     assert isinstance(jax_compat._dispatch.prim_requires_devices_during_lowering, set)
 
 
+def test_dce_rules_are_called_with_the_used_outputs():
+    from jax.extend.core import Primitive
+
+    prim = Primitive("hlopt_test_compat_dce")
+    prim.multiple_results = True
+    prim.def_abstract_eval(lambda x: [x, x])
+    seen = []
+
+    def rule(used, eqn):
+        seen.append(list(used))
+        return [True], eqn
+
+    jax_compat.register_dce_rule(prim, rule)
+    jaxpr = jax.make_jaxpr(lambda x: prim.bind(x)[1])(np.ones(3, np.float32))
+    jax_compat._pe.dce_jaxpr(jaxpr.jaxpr, [True])
+    assert seen == [[False, True]] and isinstance(jax_compat._pe.dce_rules, dict)
+
+
 def test_get_backend_is_jax_extends():
     from jax.extend import backend
 

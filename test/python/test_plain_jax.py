@@ -131,6 +131,46 @@ def test_plain_path_sees_the_constant_series_hlopt_jit_sees():
                                rtol=1e-10)
 
 
+def _instructions(compiled_text):
+    return sum(1 for line in compiled_text.splitlines() if " = " in line.split("metadata")[0])
+
+
+_MLP = [RNG.standard_normal((5, 32)), RNG.standard_normal((32, 32)), RNG.standard_normal((32, 1))]
+# name -> a function whose jets have results no one reads (primals, lower orders, outputs)
+UNUSED_RESULTS = {
+    "vmap_laplacian": (jax.vmap(lambda x: _mlp_laplacian(_MLP, x)), (XS,)),
+    "grad_laplacian": (jax.grad(lambda x: _mlp_laplacian(_MLP, x)), (X,)),
+    "jet_top_order": (lambda x: hlopt.jet(lambda y: _mlp(_MLP, y), (x,), ((jnp.ones_like(x), x, x),))[1][2], (X,)),
+    "jet_one_output": (lambda x: hlopt.jet(lambda y: (jnp.sin(y), _mlp(_MLP, y)), (x,), ((x, x),))[1][1][1], (X,)),
+    "bilaplacian": (jax.vmap(hlopt.bilaplacian(lambda y: _mlp(_MLP, y))), (XS,)),
+}
+
+
+@pytest.mark.parametrize("name", list(UNUSED_RESULTS))
+def test_both_paths_compile_the_same_program_when_jet_results_are_unused(name):
+    """jax.jit's dead-code elimination tells a jet which of its results are read (its `live`
+    parameter), so hlopt's passes drop the rest before jet-expand stacks the terms of one
+    dot, as hlopt.jit's elimination over the whole program does: XLA's optimized HLO of the
+    two paths has the same instructions, and the same numbers."""
+    fun, args = UNUSED_RESULTS[name]
+    plain, whole = jax.jit(fun), hlopt.jit(fun)
+    assert _instructions(plain.lower(*args).compile().as_text()) == \
+        _instructions(whole.lower(*args).compile().as_text())
+    assert_tree_close(plain(*args), whole(*args), rtol=1e-12)
+    assert_tree_close(plain(*args), jax.jit(fun, keep_unused=True)(*args), rtol=1e-12)
+
+
+def test_a_jet_keeps_only_the_results_jax_reads():
+    from hlopt.taylor import jet_p
+
+    jaxpr = jax.make_jaxpr(UNUSED_RESULTS["jet_top_order"][0])(X)
+    from hlopt.compiler import jax_compat
+
+    pruned, _ = jax_compat._pe.dce_jaxpr(jaxpr.jaxpr, [True])
+    (eqn,) = [e for e in pruned.eqns if e.primitive is jet_p]
+    assert eqn.params["live"] == (False, False, False, True) and len(eqn.outvars) == 1
+
+
 def test_hlopt_op_inside_an_inner_jax_jit_of_hlopt_jit():
     inner = jax.jit(hlopt.laplacian(f))
     outer = hlopt.jit(lambda x: inner(x) * 2)
