@@ -10,7 +10,7 @@
 // CHECK: %[[Y:.*]] = stablehlo.tanh %[[X]] : tensor<4xf32>
 // CHECK: %[[D:.*]] = stablehlo.add %{{.*}} : tensor<4xf32>
 // CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
-// CHECK: %[[S:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+// CHECK: %[[S:.*]] = stablehlo.reduce(%[[SQ]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
 // CHECK: %[[A:.*]] = stablehlo.multiply %[[S]], %[[Y]] : tensor<4xf32>
 // CHECK: stablehlo.multiply %[[A]], %[[D]] : tensor<4xf32>
 // CHECK-NOT: -> tensor<3x4xf32>
@@ -35,7 +35,7 @@ func.func private @t(%x: tensor<4xf32>) -> tensor<f32> {
 // CHECK: %[[Y0:.*]] = stablehlo.tanh %arg0 : tensor<4xf32>
 // CHECK: %[[X1:.*]] = stablehlo.multiply %arg1, %{{.*}} : tensor<3x4xf32>
 // CHECK: %[[SQ0:.*]] = stablehlo.multiply %arg1, %arg1 : tensor<3x4xf32>
-// CHECK: %[[S0:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ0]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+// CHECK: %[[S0:.*]] = stablehlo.reduce(%[[SQ0]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
 // CHECK: stablehlo.multiply %[[S0]], %[[Y0]] : tensor<4xf32>
 // CHECK: %[[X2:.*]] = stablehlo.multiply %{{.*}} : tensor<1x4xf32>
 // CHECK: %[[P:.*]] = stablehlo.reshape %[[Y0]] : (tensor<4xf32>) -> tensor<1x4xf32>
@@ -46,7 +46,7 @@ func.func private @t(%x: tensor<4xf32>) -> tensor<f32> {
 // CHECK: %[[R0:.*]] = stablehlo.reshape %[[U0]] : (tensor<1x2xf32>) -> tensor<2xf32>
 // CHECK: %[[Y1:.*]] = stablehlo.tanh %[[R0]] : tensor<2xf32>
 // CHECK: %[[SQ1:.*]] = stablehlo.multiply %[[U1]], %[[U1]] : tensor<3x2xf32>
-// CHECK: %[[S1:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ1]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x2xf32>) -> tensor<2xf32>
+// CHECK: %[[S1:.*]] = stablehlo.reduce(%[[SQ1]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x2xf32>, tensor<f32>) -> tensor<2xf32>
 // CHECK: stablehlo.multiply %[[S1]], %[[Y1]] : tensor<2xf32>
 // CHECK-NOT: stablehlo.broadcast_in_dim {{.*}} -> tensor<3x2xf32>
 // CHECK: return
@@ -69,7 +69,7 @@ func.func private @t2(%x: tensor<4xf32>) -> tensor<2xf32> {
 // CHECK-LABEL: func.func private @l_jet2
 // CHECK-NOT: -> tensor<2x4xf32>
 // CHECK: %[[SQ:.*]] = stablehlo.multiply %arg1, %arg1 : tensor<2x4xf32>
-// CHECK: %[[S:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ]], contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2x4xf32>) -> tensor<4xf32>
+// CHECK: %[[S:.*]] = stablehlo.reduce(%{{.*}} init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<2x4xf32>, tensor<f32>) -> tensor<4xf32>
 // CHECK: %[[H:.*]] = stablehlo.multiply %[[S]], %{{.*}} : tensor<4xf32>
 // CHECK: stablehlo.divide %[[H]], %arg0 : tensor<4xf32>
 // CHECK-NOT: -> tensor<2x4xf32>

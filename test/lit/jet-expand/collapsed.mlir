@@ -16,9 +16,8 @@
 // CHECK-LABEL: func.func private @f_jet2
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
 // CHECK: %[[SIN:.*]] = stablehlo.sine %[[X]] : tensor<4xf32>
-// CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<3xf32>
 // CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
-// CHECK: %[[SUM:.*]] = stablehlo.dot_general %[[ONES]], %[[SQ]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+// CHECK: %[[SUM:.*]] = stablehlo.reduce(%[[SQ]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
 // CHECK: stablehlo.multiply %[[SUM]], %[[SIN]] : tensor<4xf32>
 // CHECK: %[[STACK:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>
 // CHECK: %[[DOT:.*]] = stablehlo.dot_general %[[STACK]], %{{.*}} : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4xf32>
@@ -74,7 +73,8 @@ func.func private @f(%x: tensor<2x4xf32>) -> tensor<2x3xf32> {
 // Weights: the sum over the directions is weighted (a signed sum, as the bi-Laplacian needs).
 // CHECK-LABEL: func.func private @g_jet2
 // CHECK: %[[W:.*]] = stablehlo.constant dense<[2.000000e+00, -1.000000e+00]> : tensor<2xf32>
-// CHECK: stablehlo.dot_general %[[W]], %{{.*}}, contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2xf32>) -> tensor<f32>
+// CHECK: %[[P:.*]] = stablehlo.multiply %{{.*}}, %[[W]] : tensor<2xf32>
+// CHECK: stablehlo.reduce(%[[P]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
 func.func @weighted(%x: tensor<f32>, %v: tensor<2xf32>, %z: tensor<f32>) -> tensor<f32> {
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@g], backend_config = {order = 2 : i64, collapsed = true, weights = array<f64: 2.0, -1.0>}} : (tensor<f32>, tensor<2xf32>, tensor<f32>) -> (tensor<f32>, tensor<2xf32>, tensor<f32>)
   return %r#2 : tensor<f32>
