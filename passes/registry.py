@@ -19,6 +19,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
     "vjp-expand": ("vjp_expand", "VjpExpand"),
+    "xla-cpu-dot-operand-order": ("xla_cpu.dot_operand_order", "DotOperandOrder"),
     "xla-cpu-sum-as-dot": ("xla_cpu.sum_as_dot", "SumAsDot"),
 }
 
@@ -31,7 +32,7 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "lower-bcoo", "vjp-expand", "
 # The XLA:CPU tuning passes of `hlopt-default` (`hlopt.passes.xla_cpu`), in the order they run:
 # after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees
 # the whole program in one function. Without them `hlopt-default` computes the same values.
-DEFAULT_TUNING = ("xla-cpu-sum-as-dot",)
+DEFAULT_TUNING = ("xla-cpu-sum-as-dot", "xla-cpu-dot-operand-order")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {

@@ -484,25 +484,10 @@ def _dot_transpose(ct: ir.Value, x: ir.Value, y: ir.Value, x_contract: Sequence[
     elem = builders.elem_of(ct)
     x_contract_by_y = [x_contract[i] for i in sorted(range(len(y_contract)), key=lambda i: y_contract[i])]
     unsorted = list(x_batch) + x_kept + x_contract_by_y
-    if unsorted != sorted(unsorted) and list(x_batch) + x_contract_by_y + x_kept == sorted(unsorted):
-        # `y` first gives x's dims in order (a weight gradient x^T ct of x @ W): no transpose
-        # after the dot, which XLA:CPU would otherwise fold into a transposed copy of `ct`
-        unsorted = list(x_batch) + x_contract_by_y + x_kept
-        r = builders.dot_general(builders.convert(y, elem), ct, lhs_batch=y_batch, rhs_batch=range(nb),
-                                 lhs_contract=y_kept, rhs_contract=ans_y, elem=elem,
-                                 precision_config=_swapped(precision))
-    else:
-        r = builders.dot_general(ct, builders.convert(y, elem), lhs_batch=range(nb), rhs_batch=y_batch,
-                                 lhs_contract=ans_y, rhs_contract=y_kept, elem=elem, precision_config=precision)
+    r = builders.dot_general(ct, builders.convert(y, elem), lhs_batch=range(nb), rhs_batch=y_batch,
+                             lhs_contract=ans_y, rhs_contract=y_kept, elem=elem, precision_config=precision)
     return builders.convert(builders.transpose(r, [unsorted.index(i) for i in range(len(unsorted))]),
                             builders.elem_of(x))
-
-
-def _swapped(precision: ir.Attribute | None) -> ir.Attribute | None:
-    """A dot_general's precision_config for its operands swapped."""
-    if precision is None:
-        return None
-    return ir.ArrayAttr.get(list(reversed(list(ir.ArrayAttr(precision)))))
 
 
 def _dot_general(b, op, cts, wants):
