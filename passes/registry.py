@@ -20,6 +20,8 @@ PASSES: dict[str, tuple[str, str]] = {
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
     "vjp-expand": ("vjp_expand", "VjpExpand"),
     "xla-cpu-dot-operand-order": ("xla_cpu.dot_operand_order", "DotOperandOrder"),
+    "xla-cpu-join-dot-sums": ("xla_cpu.join_dot_sums", "JoinDotSums"),
+    "xla-cpu-stack-dots": ("xla_cpu.stack_dots", "StackDots"),
     "xla-cpu-sum-as-dot": ("xla_cpu.sum_as_dot", "SumAsDot"),
     "xla-cpu-update-in-place": ("xla_cpu.update_in_place", "UpdateInPlace"),
 }
@@ -33,7 +35,8 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "lower-bcoo", "vjp-expand", "
 # The XLA:CPU tuning passes of `hlopt-default` (`hlopt.passes.xla_cpu`), in the order they run:
 # after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees
 # the whole program in one function. Without them `hlopt-default` computes the same values.
-DEFAULT_TUNING = ("xla-cpu-sum-as-dot", "xla-cpu-dot-operand-order", "xla-cpu-update-in-place")
+DEFAULT_TUNING = ("xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-update-in-place", "xla-cpu-dot-operand-order",
+                  "xla-cpu-join-dot-sums")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {
