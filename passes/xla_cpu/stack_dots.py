@@ -66,26 +66,22 @@ def _key(dot: _Dot) -> tuple:
 
 def _plan(dots: Sequence[_Dot]) -> tuple[int, list[_Dot]] | None:
     """The dimension (of the highest-rank operands) to stack along and the dots that stack
-    along it: operands of the highest rank alike but along that free dimension, and
-    operands of one rank less shaped as the others without their leading free dimension
-    (a primal beside its coefficients, with a leading directions axis) when that is the
-    dimension; None if fewer than two stack."""
+    along it, the most there are: operands of the highest rank alike but along that free
+    dimension, and, when it is the first, operands of one rank less shaped as the others
+    without it (a primal beside its coefficients, which carry a leading directions axis);
+    None if fewer than two stack."""
     rank = max(len(d.shape) for d in dots)
-    full = [d for d in dots if len(d.shape) == rank]
-    first = full[0]
-    free = first.free()
-    if not free:
-        return None
-    same = [d for d in full if (d.batch, d.contract) == (first.batch, first.contract)]
-    differing = {i for d in same for i, (a, b) in enumerate(zip(d.shape, first.shape)) if a != b}
-    if len(differing) > 1 or (differing and differing.pop() not in free):
-        return None
-    dim = next(iter({i for d in same for i, (a, b) in enumerate(zip(d.shape, first.shape)) if a != b}), free[0])
-    kept = [d for d in same if all(a == b for i, (a, b) in enumerate(zip(d.shape, first.shape)) if i != dim)]
-    if dim == 0:
-        kept += [d for d in dots if len(d.shape) == rank - 1 and [b + 1 for b in d.batch] == first.batch
-                 and [c + 1 for c in d.contract] == first.contract and d.shape == first.shape[1:]]
-    return (dim, kept) if len(kept) > 1 else None
+    best: tuple[int, list[_Dot]] | None = None
+    for first in (d for d in dots if len(d.shape) == rank):
+        for dim in first.free():
+            kept = [d for d in dots if len(d.shape) == rank and (d.batch, d.contract) == (first.batch, first.contract)
+                    and all(a == b for i, (a, b) in enumerate(zip(d.shape, first.shape)) if i != dim)]
+            if dim == 0:
+                kept += [d for d in dots if len(d.shape) == rank - 1 and [b + 1 for b in d.batch] == first.batch
+                         and [c + 1 for c in d.contract] == first.contract and d.shape == first.shape[1:]]
+            if len(kept) > 1 and (best is None or len(kept) > len(best[1])):
+                best = (dim, kept)
+    return best
 
 
 def _position(block: ir.Block) -> dict[ir.Operation, int]:
@@ -173,6 +169,11 @@ class StackDots(Pass):
     name: ClassVar[str] = "xla-cpu-stack-dots"
 
     def apply(self, module: ir.Operation) -> None:
+        while self._stack_once(module):  # a stack may stack again with others (nested directions axes)
+            pass
+
+    def _stack_once(self, module: ir.Operation) -> bool:
+        """Stack each group of dots once; whether any were."""
         groups: dict[tuple, list[_Dot]] = {}
         for op in walk_ops(module, "stablehlo.dot_general"):
             if set(op.attributes) - {"dot_dimension_numbers", "precision_config"}:
@@ -200,3 +201,4 @@ class StackDots(Pass):
                 taken.update(d.op for d in dots)
                 replaced.extend(d.op for d in dots)
         erase_unused(replaced)
+        return bool(replaced)
