@@ -273,12 +273,6 @@ def _sunk_dims(dims: stablehlo.DotDimensionNumbers, v: ir.Value,
     return batch, contract, added
 
 
-def multiplied_before_broadcast(op: ir.Operation, side: int, v: ir.Value) -> bool:
-    """Whether `apply` multiplies `v` (operand `side` of dot_general `op`, with the
-    directions axis leading) before its broadcast instead of as it is (`_dot_general`)."""
-    return _sunk_dims(stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"]), v, side) is not None
-
-
 def _gather(op, operands, lead, n):
     """The directions axis is a leading offset (window) dimension of the operand."""
     x, indices = operands

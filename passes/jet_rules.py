@@ -36,7 +36,7 @@ from typing import Optional
 
 from hlopt.passes import builders, derivatives, jet_directions, linalg_rules
 from hlopt.passes.base import PassError
-from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.mlir import ir
 from hlopt.passes.terms import Term, TermAlgebra
 from hlopt.passes.walk import call_target, walk_ops
 

@@ -22,7 +22,7 @@ from hlopt.passes.xla_cpu.rewrite import OpRewrite
 SWAPPABLE = {"dot_dimension_numbers", "precision_config"}
 
 
-def swapped_precision(precision: ir.Attribute | None) -> ir.Attribute | None:
+def _swapped_precision(precision: ir.Attribute | None) -> ir.Attribute | None:
     """A dot_general's precision_config for its operands swapped."""
     if precision is None:
         return None
@@ -71,4 +71,4 @@ class DotOperandOrder(OpRewrite):
             return None
         precision = dot.attributes["precision_config"] if "precision_config" in dot.attributes else None
         return [builders.dot_general(rhs, lhs, lhs_batch=rb, rhs_batch=lb, lhs_contract=rc, rhs_contract=lc,
-                                     elem=builders.elem_of(source), precision_config=swapped_precision(precision))]
+                                     elem=builders.elem_of(source), precision_config=_swapped_precision(precision))]
