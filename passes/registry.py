@@ -19,13 +19,17 @@ PASSES: dict[str, tuple[str, str]] = {
     "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
     "vjp-expand": ("vjp_expand", "VjpExpand"),
+    "xla-cpu-sparse-kernels": ("xla_cpu.sparse_kernels", "SparseKernels"),
 }
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run (jet-collapse
 # rewrites directions-batched jets whose K-th coefficients are only summed before they expand).
 # vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
 # first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
-DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "lower-bcoo", "vjp-expand", "lower-custom-partitioning")
+# xla-cpu-sparse-kernels runs before lower-bcoo: it reads the sparse products' annotations (and
+# rewrites only when the module is compiled for CPU).
+DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lower-bcoo", "vjp-expand",
+                     "lower-custom-partitioning")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {
