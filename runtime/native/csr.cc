@@ -29,8 +29,11 @@ namespace ffi = xla::ffi;
 namespace hlopt {
 namespace {
 
-// Entries per parallel block: large enough that scheduling costs nothing next to the work.
-constexpr int64_t kBlockEntries = 1 << 15;
+// Multiply-adds per parallel block (entries x dense columns), about a millisecond of work: a
+// product smaller than that runs on the caller alone. On a machine with more runnable threads
+// than cores, a helper preempted inside its block makes the caller wait for the rest of its
+// time slice (milliseconds), which smaller blocks turned into a loss (bench/sparse_scipy.py).
+constexpr int64_t kBlockWork = 1 << 21;
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // One copy compiled for AVX2 + FMA machines, one for any x86-64; the loader picks one at startup
@@ -148,7 +151,7 @@ void spmm(ffi::ThreadPool& pool, const T* data, const int32_t* idx, const T* x, 
   // In double: (hi - lo) * n may not fit in int64 for a hostile program's shapes.
   const double work = static_cast<double>(hi - lo + m) * static_cast<double>(n);
   const int64_t blocks = static_cast<int64_t>(std::max(1.0, std::min(static_cast<double>(m),
-                                                                     work / (kBlockEntries * 4.0) + 1.0)));
+                                                                     work / kBlockWork + 1.0)));
   std::vector<int64_t> row(blocks + 1), start(blocks + 1);
   row[0] = 0;
   row[blocks] = m;
@@ -241,7 +244,7 @@ inline void sddmm_block_typed(const double* p, const double* qt, const int32_t* 
 template <typename T>
 void sddmm(ffi::ThreadPool& pool, const T* p, const T* qt, const int32_t* idx, T* out, int64_t nse, int64_t m,
            int64_t n, int64_t k) {
-  const int64_t per_block = std::max<int64_t>(1, kBlockEntries * 4 / std::max<int64_t>(k, 1));
+  const int64_t per_block = std::max<int64_t>(1, kBlockWork / std::max<int64_t>(k, 1));
   const int64_t blocks = (nse + per_block - 1) / per_block;
   auto body = [&](int64_t b) {
     sddmm_block_typed(p, qt, idx, out, m, n, k, b * per_block, std::min(nse, (b + 1) * per_block));

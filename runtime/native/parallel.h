@@ -14,7 +14,8 @@
 namespace hlopt {
 
 // Calls `f(block)` once for every block in [0, n_blocks), on the calling thread and on up to
-// `pool.num_threads()` pool threads, and returns when every call has returned.
+// `pool.num_threads() - 1` pool threads (one thread a core, the caller's included), and returns
+// when every call has returned.
 //
 // Blocks are taken from a shared counter, so the caller never waits for a task that has not
 // started: a task that starts late (its pool busy, or running the caller) finds no block left
@@ -23,7 +24,7 @@ namespace hlopt {
 template <typename F>
 void parallel_for(xla::ffi::ThreadPool& pool, int64_t n_blocks, F& f) {
   if (n_blocks <= 0) return;
-  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n_blocks - 1);
+  const int64_t helpers = std::min<int64_t>(pool.num_threads() - 1, n_blocks - 1);
   if (helpers <= 0) {
     for (int64_t b = 0; b < n_blocks; ++b) f(b);
     return;
