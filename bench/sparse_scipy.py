@@ -321,6 +321,7 @@ def main() -> None:
                         help="leave out SpMM whose dense operands exceed this")
     parser.add_argument("--budget", type=float, default=0.5, help="seconds of calls per side per product, at least")
     parser.add_argument("--breakdown", action="store_true", help="also time the pieces of an XLA:CPU SpMV")
+    parser.add_argument("--no-spgemm", action="store_true", help="leave out SpGEMM (SpMV, SpMM and SDDMM only)")
     parser.add_argument("--only", default="",
                         help="run only products whose name contains this (SpMV, SpMM, SpMM x 64, SDDMM, SpGEMM)")
     args = parser.parse_args()
@@ -341,7 +342,7 @@ def main() -> None:
                                       copy_bw, budget, args.only)
         if args.breakdown:
             figures += breakdown(random_csr(rng, n, args.per_row), rng, copy_bw, budget)
-        if args.only in "SpGEMM" and n <= args.spgemm_max_rows:
+        if args.only in "SpGEMM" and n <= args.spgemm_max_rows and not args.no_spgemm:
             traced = n <= args.traced_spgemm_max_rows
             figures += spgemm("random", random_csr(rng, n, args.spgemm_per_row), copy_bw, budget, traced)
             if n <= args.power_law_max_rows:

@@ -24,13 +24,17 @@ PASSES: dict[str, tuple[str, str]] = {
     "xla-cpu-stack-dots": ("xla_cpu.stack_dots", "StackDots"),
     "xla-cpu-sum-as-dot": ("xla_cpu.sum_as_dot", "SumAsDot"),
     "xla-cpu-update-in-place": ("xla_cpu.update_in_place", "UpdateInPlace"),
+    "xla-cpu-sparse-kernels": ("xla_cpu.sparse_kernels", "SparseKernels"),
 }
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run (jet-collapse
 # rewrites directions-batched jets whose K-th coefficients are only summed before they expand).
 # vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
 # first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
-DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "lower-bcoo", "vjp-expand", "lower-custom-partitioning")
+# xla-cpu-sparse-kernels runs before lower-bcoo: it reads the sparse products' annotations (and
+# rewrites only when the module is compiled for CPU).
+DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lower-bcoo", "vjp-expand",
+                     "lower-custom-partitioning")
 
 # The XLA:CPU tuning passes of `hlopt-default` (`hlopt.passes.xla_cpu`), in the order they run:
 # after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees

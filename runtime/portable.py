@@ -8,7 +8,8 @@ checks on every operation:
   host transfers (`infeed`, `outfeed`, `send`, `recv`): they can block forever;
 - every tensor fits in this machine's memory;
 - custom calls only to targets in `CUSTOM_CALLS`: the partitioner's markers
-  (they never run) and the LAPACK kernels jax calls on CPU, each with the
+  (they never run), the LAPACK kernels jax calls on CPU and hlopt's own CPU
+  kernels (runtime/kernels.py, which also check every shape and index), each with the
   operand and result types jax gives them (a kernel trusts its buffers: a
   result smaller than its operand would be written past its end). The list
   follows `jax.export`'s targets with guaranteed stability, narrowed to those
@@ -177,13 +178,51 @@ def _marker_rule(operands: Types, outs: Types, config: Config) -> str | None:
     return None
 
 
+_FLOATS = ("f32", "f64")
+
+
+def _spmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
+    """hlopt_bcoo_spmm (runtime/native/csr.cc): data[nse], indices[nse, 2] i32, x[K] or x[K, N] -> [M] or [M, N]."""
+    if len(operands) != 3 or len(outs) != 1:
+        return f"takes 3 operands and returns 1 result, not {len(operands)} and {len(outs)}"
+    (d, et), (i, ei), (x, ex) = (_tensor(t) for t in operands)
+    o, eo = _tensor(outs[0])
+    ok = (et in _FLOATS and et == ex == eo and ei == _I32 and len(d) == 1 and i == [d[0], 2]
+          and len(x) in (1, 2) and len(o) == len(x) and o[1:] == x[1:])
+    return None if ok else (f"{_types(operands)} -> {_types(outs)} is not data[nse], indices[nse, 2] (i32), "
+                            "x[K] or x[K, N] -> [M] or [M, N], all f32 or all f64")
+
+
+def _sddmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
+    """hlopt_bcoo_sddmm (runtime/native/csr.cc): p[M, K], qt[N, K], indices[nse, 2] i32 -> [nse]."""
+    if len(operands) != 3 or len(outs) != 1:
+        return f"takes 3 operands and returns 1 result, not {len(operands)} and {len(outs)}"
+    (p, et), (q, eq), (i, ei) = (_tensor(t) for t in operands)
+    o, eo = _tensor(outs[0])
+    ok = (et in _FLOATS and et == eq == eo and ei == _I32 and len(p) == 2 and len(q) == 2 and p[1] == q[1]
+          and len(i) == 2 and i[1] == 2 and o == [i[0]])
+    return None if ok else (f"{_types(operands)} -> {_types(outs)} is not p[M, K], qt[N, K], indices[nse, 2] "
+                            "(i32) -> [nse], all f32 or all f64")
+
+
+# hlopt's own kernels (runtime/kernels.py): they read no attributes.
+HLOPT_TARGETS: dict[str, Target] = {
+    "hlopt_bcoo_spmm": Target(_spmm_rule),
+    "hlopt_bcoo_sddmm": Target(_sddmm_rule),
+}
+
 # custom-call target -> the check of its operand and result types and the attributes its kernel reads
 CUSTOM_CALLS: dict[str, Target] = {
     "Sharding": Target(_marker_rule),
     "SPMDFullToShardShape": Target(_marker_rule),
     "SPMDShardToFullShape": Target(_marker_rule),
     **_lapack_targets(),
+    **HLOPT_TARGETS,
 }
+
+# Attributes that change what buffers a kernel is handed (layouts, results aliasing operands): hlopt's
+# kernels read row-major buffers of their own, so a call of one that carries any is refused.
+_BUFFER_ATTRS = ("operand_layouts", "result_layouts", "output_operand_aliases")
 
 
 def _types(types: Types) -> str:
@@ -288,7 +327,11 @@ def _check_custom_call(op: ir.Operation, where: str, tensors: Callable) -> list[
     call = f"{where}: custom call to {target!r}"
     if "called_computations" in op.attributes and len(ir.ArrayAttr(op.attributes["called_computations"])):
         return [f"{call} calls functions; it never does"]
-    config = _kernel_config(op, target.startswith("lapack_"))
+    if target in HLOPT_TARGETS:
+        given = [a for a in _BUFFER_ATTRS if a in op.attributes and len(ir.ArrayAttr(op.attributes[a]))]
+        if given:
+            return [f"{call} sets {', '.join(given)}; hlopt's kernels take row-major buffers of their own"]
+    config = _kernel_config(op, target.startswith(("lapack_", "hlopt_")))
     if isinstance(config, str):
         return [f"{call} {config}"]
     decoded, problem = _decode_config(config, known.attributes, {**_CHARS, **dict(known.chars)})

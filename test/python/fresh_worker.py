@@ -2,7 +2,8 @@
 
 `python fresh_worker.py save DIR` compiles the programs of PROGRAMS (every
 LAPACK kernel of runtime/portable.py's allowlist, in the four element types,
-and the GSPMD partitioner's markers), saves each as DIR/NAME.hlx with its
+hlopt's own CPU kernels (SpMV, SpMM, SDDMM) in two, and the GSPMD
+partitioner's markers), saves each as DIR/NAME.hlx with its
 inputs (DIR/NAME.in.npz, in argument order), jax.jit's outputs
 (DIR/NAME.want.npz) and the custom-call targets of its module
 (DIR/targets.json); it also fills the cache at $HLOPT_CACHE_DIR.
@@ -25,9 +26,11 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import lax
+from jax.experimental import sparse as jsparse
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import hlopt
+from hlopt import sparse as hs
 
 GSPMD = "jet-expand,lower-bcoo,lower-custom-partitioning{target=gspmd},inline,canonicalize,cse,symbol-dce"
 
@@ -55,6 +58,29 @@ def linalg_inputs(dtype, seed: int) -> tuple[np.ndarray, ...]:
     return spd, draw(5, 3), draw(2, 3, 5), np.tril(spd[0]), draw(4, 3), np.triu(spd[1]), draw(3, 4)
 
 
+SPARSE_SHAPE = (6, 5)
+MATMUL = (((1,), (0,)), ((), ()))
+
+
+def sparse_products(module):
+    """SpMV and SpMM of a row-sorted BCOO matrix and SDDMM at its entries, with `module`'s BCOO
+    (hlopt.sparse: hlopt's kernels on CPU; jax.experimental.sparse: the reference)."""
+
+    def products(data, indices, x, xm, p, q):
+        a = module.BCOO((data, indices), shape=SPARSE_SHAPE, indices_sorted=True)
+        return a @ x, a @ xm, module.bcoo_dot_general_sampled(p, q, indices, dimension_numbers=MATMUL)
+
+    return products
+
+
+def sparse_inputs(dtype, seed: int) -> tuple[np.ndarray, ...]:
+    """Rows sorted, an empty row, a duplicate, and a padding entry (row 6) at the end."""
+    rng = np.random.default_rng(seed)
+    indices = np.array([[0, 1], [0, 4], [2, 0], [2, 0], [3, 3], [5, 2], [6, 0]], np.int32)
+    draw = lambda *shape: rng.standard_normal(shape).astype(dtype)  # noqa: E731
+    return draw(7), indices, draw(5), draw(5, 3), draw(6, 4), draw(4, 5)
+
+
 def _double_partitioned():
     @hlopt.custom_partitioning
     def double(x):
@@ -77,11 +103,15 @@ def program(name: str):
         x = np.random.default_rng(3).standard_normal((16, 4)).astype(np.float32)
         return (lambda x: double(jnp.sin(x))), (lambda x: jnp.sin(x) * 2), (x,), {
             "mesh": mesh, "in_shardings": (P("x"),)}, GSPMD
+    if name.startswith("sparse_"):
+        dtype = np.dtype(name.removeprefix("sparse_"))
+        return sparse_products(hs), sparse_products(jsparse), sparse_inputs(dtype, seed=len(name)), {}, "hlopt-default"
     dtype = np.dtype(name.removeprefix("linalg_"))
     return linalg, linalg, linalg_inputs(dtype, seed=len(name)), {}, "hlopt-default"
 
 
-PROGRAMS = ["linalg_float32", "linalg_float64", "linalg_complex64", "linalg_complex128", "markers"]
+PROGRAMS = ["linalg_float32", "linalg_float64", "linalg_complex64", "linalg_complex128", "sparse_float32",
+            "sparse_float64", "markers"]
 
 
 def flat(tree) -> dict[str, np.ndarray]:
