@@ -21,10 +21,10 @@ PASSES: dict[str, tuple[str, str]] = {
     "vjp-expand": ("vjp_expand", "VjpExpand"),
     "xla-cpu-dot-operand-order": ("xla_cpu.dot_operand_order", "DotOperandOrder"),
     "xla-cpu-join-dot-sums": ("xla_cpu.join_dot_sums", "JoinDotSums"),
+    "xla-cpu-sparse-kernels": ("xla_cpu.sparse_kernels", "SparseKernels"),
     "xla-cpu-stack-dots": ("xla_cpu.stack_dots", "StackDots"),
     "xla-cpu-sum-as-dot": ("xla_cpu.sum_as_dot", "SumAsDot"),
     "xla-cpu-update-in-place": ("xla_cpu.update_in_place", "UpdateInPlace"),
-    "xla-cpu-sparse-kernels": ("xla_cpu.sparse_kernels", "SparseKernels"),
 }
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run (jet-collapse

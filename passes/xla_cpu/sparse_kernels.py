@@ -53,7 +53,7 @@ from typing import ClassVar, Literal
 
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass
-from hlopt.passes.bcoo_config import PREFIX, BcooOp, is_bcoo_op, read
+from hlopt.passes.bcoo import PREFIX, BcooOp, is_bcoo_op, read
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.target import target_platform
 from hlopt.passes.walk import call_target, walk_ops
