@@ -38,7 +38,7 @@ from jax.interpreters import ad, batching
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
-from hlopt.sparse import ops, symbolic
+from hlopt.sparse import ops, spgemm, symbolic
 from hlopt.sparse.bcoo import BCOO, SparseEfficiencyError, bcoo_squeeze, bcoo_transpose
 from hlopt.sparse.structure import bcoo_broadcast_in_dim
 
@@ -434,6 +434,15 @@ def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferre
     pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
     lay_l, lay_r = _layouts(lhs, rhs)
     nse = None if nse is None else operator.index(nse)
+    kernel = spgemm.plan(lay_l, lay_r, dims, _result_dtype(lhs.dtype, rhs.dtype, dims, pet), lhs.indices.dtype,
+                         rhs.indices.dtype)
+    if kernel is not None:
+        traced = ops.is_traced(lhs.indices, rhs.indices)
+        data, indices = spgemm.product(kernel, lhs.data, lhs.indices, rhs.data, rhs.indices,
+                                       _traced_nse(lhs, rhs, dims) if traced and nse is None else nse,
+                                       spdot_general_sampled_p)
+        return BCOO((data, indices), shape=shapes.spdot_general(lay_l, lay_r, dims).shape, indices_sorted=True,
+                    unique_indices=True)
     if not ops.is_traced(lhs.indices, rhs.indices):
         structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims,
                                              nse)
@@ -461,6 +470,10 @@ def bcoo_spdot_nse(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any) -> int:
             "bcoo_spdot_nse counts the output structure from concrete indices: call it outside jit, "
             "on the arrays whose product a traced bcoo_spdot_general takes with nse=")
     lay_l, lay_r = _layouts(lhs, rhs)
+    kernel = spgemm.plan(lay_l, lay_r, dims, _result_dtype(lhs.dtype, rhs.dtype, dims, None), lhs.indices.dtype,
+                         rhs.indices.dtype)
+    if kernel is not None:
+        return spgemm.exact_nse(kernel, lhs.indices, rhs.indices)
     structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims)
     return shapes.spdot_general(lay_l, lay_r, dims).bound if structure is None else structure.nse
 
