@@ -30,9 +30,9 @@ namespace ffi = xla::ffi;
 namespace {
 
 // Work (multiply-adds) below which a range of rows is not split further.
-constexpr int64_t kWorkPerBlock = 1 << 16;
+constexpr int64_t kWorkPerBlock = 1 << 18;
 // Rows with at most this many entries are ordered by rank (quadratic, branch-free) rather than sorted.
-constexpr int64_t kRankSortMax = 48;
+constexpr int64_t kRankSortMax = 256;
 
 // One operand's rows as CSR: the in-range entries of row r are `k in [ptr[r], ptr[r+1])`, with
 // column `col[k]` and position `entry[k]` in the operand's buffers (for its data). Entries whose
@@ -136,6 +136,23 @@ ffi::Error check_dims(const Dims& dims, ffi::DataType index_type) {
   return ffi::Error::Success();
 }
 
+// ranks[i]: the number of `cols` below cols[i] (distinct columns), compared branch-free.
+__attribute__((target_clones("avx2", "default"))) void column_ranks(const int32_t* cols, int64_t n, int32_t* ranks) {
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t rank = 0;
+    for (int64_t k = 0; k < n; ++k) rank += cols[k] < cols[i];
+    ranks[i] = rank;
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void column_ranks(const int64_t* cols, int64_t n, int64_t* ranks) {
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rank = 0;
+    for (int64_t k = 0; k < n; ++k) rank += cols[k] < cols[i];
+    ranks[i] = rank;
+  }
+}
+
 // M: the marker type, wide enough for a row number (int32 halves the markers' cache footprint).
 template <typename M, typename I>
 void count_impl(const I* li, int64_t lnse, const I* ri, int64_t rnse, const Dims& dims, I* counts,
@@ -215,6 +232,8 @@ ffi::Error fill_impl(const T* ld, const I* li, int64_t lnse, const T* rd, const 
     };
     std::vector<Slot> slots(dims.cols, Slot{M(-1), T(0)});
     std::vector<I> found(dims.cols);  // a row's distinct columns (at most cols)
+    std::vector<I> rank_of(kRankSortMax);
+    I* ranks = rank_of.data();
     Slot* slot = slots.data();
     I* cols = found.data();
     const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
@@ -248,15 +267,12 @@ ffi::Error fill_impl(const T* ld, const I* li, int64_t lnse, const T* rd, const 
         out_idx[2 * (start + at) + 1] = c;
       };
       if (n <= kRankSortMax) {
-        for (int64_t i = 0; i < n; ++i) {
-          const I c = cols[i];
-          int64_t rank = 0;
-          for (int64_t k = 0; k < n; ++k) rank += cols[k] < c;
-          if (rank < room) put(rank, c);
-        }
+        column_ranks(cols, n, ranks);
+        for (int64_t i = 0; i < n; ++i)
+          if (ranks[i] < room) put(ranks[i], cols[i]);
         continue;
       }
-      if (n > dims.cols / 16) {
+      if (n > dims.cols / 64) {
         n = 0;
         for (int64_t c = 0; c < dims.cols; ++c)
           if (slot[c].row == row) cols[n++] = static_cast<I>(c);

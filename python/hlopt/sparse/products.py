@@ -434,8 +434,7 @@ def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferre
     pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
     lay_l, lay_r = _layouts(lhs, rhs)
     nse = None if nse is None else operator.index(nse)
-    kernel = spgemm.plan(lay_l, lay_r, dims, _result_dtype(lhs.dtype, rhs.dtype, dims, pet), lhs.indices.dtype,
-                         rhs.indices.dtype)
+    kernel = spgemm.plan(lay_l, lay_r, dims, lhs.dtype, rhs.dtype, pet, lhs.indices.dtype, rhs.indices.dtype)
     if kernel is not None:
         traced = ops.is_traced(lhs.indices, rhs.indices)
         data, indices = spgemm.product(kernel, lhs.data, lhs.indices, rhs.data, rhs.indices,
@@ -470,8 +469,7 @@ def bcoo_spdot_nse(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any) -> int:
             "bcoo_spdot_nse counts the output structure from concrete indices: call it outside jit, "
             "on the arrays whose product a traced bcoo_spdot_general takes with nse=")
     lay_l, lay_r = _layouts(lhs, rhs)
-    kernel = spgemm.plan(lay_l, lay_r, dims, _result_dtype(lhs.dtype, rhs.dtype, dims, None), lhs.indices.dtype,
-                         rhs.indices.dtype)
+    kernel = spgemm.plan(lay_l, lay_r, dims, lhs.dtype, rhs.dtype, None, lhs.indices.dtype, rhs.indices.dtype)
     if kernel is not None:
         return spgemm.exact_nse(kernel, lhs.indices, rhs.indices)
     structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims)

@@ -58,12 +58,15 @@ class Plan:
         return {"rows": np.int64(self.rows), "inner": np.int64(self.inner), "cols": np.int64(self.cols)}
 
 
-def plan(lhs: shapes.Layout, rhs: shapes.Layout, dimension_numbers: shapes.DotDims, dtype: Any,
-         lhs_index_dtype: Any, rhs_index_dtype: Any) -> Plan | None:
-    """How the kernels compute `bcoo_spdot_general` of these layouts, or None where they do not
-    (batch or dense dims, not two matrices with one contracting dim each, data of another dtype
-    than DTYPES, indices not int32/int64, more than MAX_COLS output columns)."""
+def plan(lhs: shapes.Layout, rhs: shapes.Layout, dimension_numbers: shapes.DotDims, lhs_dtype: Any, rhs_dtype: Any,
+         preferred_element_type: Any, lhs_index_dtype: Any, rhs_index_dtype: Any) -> Plan | None:
+    """How the kernels compute `bcoo_spdot_general` of these layouts and dtypes, or None where
+    they do not (batch or dense dims, not two matrices with one contracting dim each, a result
+    dtype (lax.dot_general's for float or complex data) other than DTYPES, indices not
+    int32/int64, more than MAX_COLS output columns)."""
     (lc, rc), (lb, rb) = dimension_numbers
+    dtype = np.dtype(preferred_element_type if preferred_element_type is not None else
+                     jax.dtypes.canonicalize_dtype(jnp.promote_types(lhs_dtype, rhs_dtype)))
     matrices = all(x.n_batch == 0 and x.n_dense == 0 and x.n_sparse == 2 for x in (lhs, rhs))
     if not matrices or lb or rb or len(lc) != 1 or len(rc) != 1 or np.dtype(dtype) not in DTYPES:
         return None
@@ -81,21 +84,12 @@ def plan(lhs: shapes.Layout, rhs: shapes.Layout, dimension_numbers: shapes.DotDi
 def row_counts(plan: Plan, lhs_indices: Any, rhs_indices: Any) -> jax.Array:
     """Each output row's number of distinct columns (`hlopt_spgemm_count`)."""
     kernels.register()
-    li, ri = _oriented(plan, lhs_indices, rhs_indices)
-    out = jax.ShapeDtypeStruct((plan.rows,), plan.index_dtype)
-    return jax.ffi.ffi_call(COUNT_TARGET, out, vmap_method="sequential")(li, ri, **plan.attrs)
+    return _counts(plan, lhs_indices, rhs_indices)
 
 
 def exact_nse(plan: Plan, lhs_indices: Any, rhs_indices: Any) -> int:
     """The product's structural nonzero count, from concrete indices (counted now, on the host)."""
     return _concrete_counts(plan, lhs_indices, rhs_indices)[1]
-
-
-def _concrete_counts(plan: Plan, lhs_indices: Any, rhs_indices: Any) -> tuple[jax.Array, int]:
-    """The row counts of concrete indices, computed now (also inside a trace), and their sum."""
-    with jax.ensure_compile_time_eval():
-        counts = row_counts(plan, lhs_indices, rhs_indices)
-    return counts, int(np.asarray(counts).sum(dtype=np.int64))
 
 
 def product(plan: Plan, lhs_data: Any, lhs_indices: Any, rhs_data: Any, rhs_indices: Any, nse: int | None,
@@ -106,9 +100,21 @@ def product(plan: Plan, lhs_data: Any, lhs_indices: Any, rhs_data: Any, rhs_indi
         counts, nse = _concrete_counts(plan, lhs_indices, rhs_indices)
     else:
         counts = row_counts(plan, lhs_indices, rhs_indices)
+    return _product(_Static(plan, nse, sampled), lhs_data, lhs_indices, rhs_data, rhs_indices, counts)
+
+
+def _concrete_counts(plan: Plan, lhs_indices: Any, rhs_indices: Any) -> tuple[jax.Array, int]:
+    """The row counts of concrete indices, computed now (also inside a trace), and their sum."""
+    with jax.ensure_compile_time_eval():
+        counts = row_counts(plan, lhs_indices, rhs_indices)
+    return counts, int(np.asarray(counts).sum(dtype=np.int64))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _counts(plan: Plan, lhs_indices: Any, rhs_indices: Any) -> jax.Array:
     li, ri = _oriented(plan, lhs_indices, rhs_indices)
-    ld, rd = (jnp.asarray(d).astype(plan.dtype) for d in (lhs_data, rhs_data))
-    return _fill(ld, li, rd, ri, counts, _Static(plan, nse, sampled))
+    out = jax.ShapeDtypeStruct((plan.rows,), plan.index_dtype)
+    return jax.ffi.ffi_call(COUNT_TARGET, out, vmap_method="sequential")(li, ri, **plan.attrs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,15 +124,21 @@ class _Static:
     sampled: Any
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _product(static: _Static, lhs_data: Any, lhs_indices: Any, rhs_data: Any, rhs_indices: Any,
+             counts: Any) -> tuple[jax.Array, jax.Array]:
+    li, ri = _oriented(static.plan, lhs_indices, rhs_indices)
+    ld, rd = (d.astype(static.plan.dtype) for d in (lhs_data, rhs_data))
+    return _fill(ld, li, rd, ri, counts, static)
+
+
 def _oriented(plan: Plan, lhs_indices: Any, rhs_indices: Any) -> tuple[jax.Array, jax.Array]:
     """Both operands' indices as (row, column) of `rows x inner` and `inner x cols`, of one dtype."""
-    li = jnp.asarray(lhs_indices).astype(plan.index_dtype)
-    ri = jnp.asarray(rhs_indices).astype(plan.index_dtype)
+    li, ri = lhs_indices.astype(plan.index_dtype), rhs_indices.astype(plan.index_dtype)
     return (li[:, ::-1] if plan.swap_lhs else li), (ri[:, ::-1] if plan.swap_rhs else ri)
 
 
 def _fill_call(ld: Any, li: Any, rd: Any, ri: Any, counts: Any, static: _Static) -> tuple[jax.Array, jax.Array]:
-    kernels.register()
     p = static.plan
     out = (jax.ShapeDtypeStruct((static.nse,), p.dtype), jax.ShapeDtypeStruct((static.nse, 2), p.index_dtype))
     data, indices = jax.ffi.ffi_call(FILL_TARGET, out, vmap_method="sequential")(ld, li, rd, ri, counts, **p.attrs)
