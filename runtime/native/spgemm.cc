@@ -35,17 +35,22 @@ constexpr int64_t kWorkPerBlock = 1 << 18;
 constexpr int64_t kRankSortMax = 256;
 
 // One operand's rows as CSR: the in-range entries of row r are `k in [ptr[r], ptr[r+1])`, with
-// column `col[k]` and position `entry[k]` in the operand's buffers (for its data). Entries whose
-// row or column is out of range are dropped.
+// column `col(k)` and position `entries[k]` in the operand's buffers (for its data). Entries whose
+// row or column is out of range are dropped. Buffers already in row order with every index in
+// range are read in place (`identity`: entry k is k); others are grouped into `cols` and `entries`.
 template <typename I>
 struct Rows {
   std::vector<int64_t> ptr;
-  std::vector<I> col;
-  std::vector<int64_t> entry;
+  const I* col_data = nullptr;  // col(k) = col_data[k * stride]
+  int64_t stride = 1;
+  bool identity = false;
+  std::vector<I> cols;
+  std::vector<int64_t> entries;
+
+  I col(int64_t k) const { return col_data[k * stride]; }
 };
 
-// Groups an operand's entries by row (a stable counting sort; one pass when rows are already
-// nondecreasing, as row-sorted indices are).
+// Groups an operand's entries by row (a stable counting sort, or none when they are in row order).
 template <typename I>
 Rows<I> group_rows(const I* idx, int64_t nse, int64_t n_rows, int64_t n_cols) {
   Rows<I> rows;
@@ -56,29 +61,31 @@ Rows<I> group_rows(const I* idx, int64_t nse, int64_t n_rows, int64_t n_cols) {
     return r >= 0 && r < n_rows && c >= 0 && c < n_cols;
   };
   bool sorted = true;
+  int64_t n_valid = 0;
   for (int64_t k = 0; k < nse; ++k) {
     if (k > 0 && idx[2 * k] < idx[2 * k - 2]) sorted = false;
-    if (valid(k)) ++ptr[idx[2 * k] + 1];
+    if (valid(k)) {
+      ++ptr[idx[2 * k] + 1];
+      ++n_valid;
+    }
   }
   for (int64_t r = 0; r < n_rows; ++r) ptr[r + 1] += ptr[r];
-  rows.col.resize(ptr[n_rows]);
-  rows.entry.resize(ptr[n_rows]);
-  if (sorted) {
-    int64_t at = 0;
-    for (int64_t k = 0; k < nse; ++k) {
-      if (!valid(k)) continue;
-      rows.col[at] = idx[2 * k + 1];
-      rows.entry[at++] = k;
-    }
+  if (sorted && n_valid == nse) {
+    rows.col_data = idx + 1;
+    rows.stride = 2;
+    rows.identity = true;
     return rows;
   }
+  rows.cols.resize(n_valid);
+  rows.entries.resize(n_valid);
   std::vector<int64_t> next(ptr.begin(), ptr.end() - 1);
   for (int64_t k = 0; k < nse; ++k) {
     if (!valid(k)) continue;
     int64_t at = next[idx[2 * k]]++;
-    rows.col[at] = idx[2 * k + 1];
-    rows.entry[at] = k;
+    rows.cols[at] = idx[2 * k + 1];
+    rows.entries[at] = k;
   }
+  rows.col_data = rows.cols.data();
   return rows;
 }
 
@@ -89,7 +96,7 @@ std::vector<int64_t> split_rows(const Rows<I>& lhs, const Rows<I>& rhs, int64_t 
   std::vector<int64_t> work(end + 1, 0);
   for (int64_t r = 0; r < end; ++r) {
     int64_t w = 1;
-    for (int64_t a = lhs.ptr[r]; a < lhs.ptr[r + 1]; ++a) w += rhs.ptr[lhs.col[a] + 1] - rhs.ptr[lhs.col[a]];
+    for (int64_t a = lhs.ptr[r]; a < lhs.ptr[r + 1]; ++a) w += rhs.ptr[lhs.col(a) + 1] - rhs.ptr[lhs.col(a)];
     work[r + 1] = work[r] + w;
   }
   const int64_t total = work.back();
@@ -164,9 +171,9 @@ void count_impl(const I* li, int64_t lnse, const I* ri, int64_t rnse, const Dims
     for (int64_t r = first; r < last; ++r) {
       int64_t n = 0;
       for (int64_t a = lhs.ptr[r]; a < lhs.ptr[r + 1]; ++a) {
-        int64_t j = lhs.col[a];
+        int64_t j = lhs.col(a);
         for (int64_t b = rhs.ptr[j]; b < rhs.ptr[j + 1]; ++b) {
-          int64_t c = rhs.col[b];
+          int64_t c = rhs.col(b);
           if (mark[c] != static_cast<M>(r)) {
             mark[c] = static_cast<M>(r);
             ++n;
@@ -221,9 +228,12 @@ ffi::Error fill_impl(const T* ld, const I* li, int64_t lnse, const T* rd, const 
   last_row = std::min(last_row, dims.rows);
   Rows<I> lhs = group_rows(li, lnse, dims.rows, dims.inner);
   Rows<I> rhs = group_rows(ri, rnse, dims.inner, dims.cols);
-  std::vector<T> lv(lhs.entry.size()), rv(rhs.entry.size());
-  for (size_t k = 0; k < lv.size(); ++k) lv[k] = ld[lhs.entry[k]];
-  for (size_t k = 0; k < rv.size(); ++k) rv[k] = rd[rhs.entry[k]];
+  // Each operand's data in its rows' order (the buffers themselves when read in place).
+  std::vector<T> lv(lhs.entries.size()), rv(rhs.entries.size());
+  for (size_t k = 0; k < lv.size(); ++k) lv[k] = ld[lhs.entries[k]];
+  for (size_t k = 0; k < rv.size(); ++k) rv[k] = rd[rhs.entries[k]];
+  const T* lx = lhs.identity ? ld : lv.data();
+  const T* rx = rhs.identity ? rd : rv.data();
   bool ok = parallel_rows(pool, split_rows(lhs, rhs, last_row, pool), [&](int64_t first, int64_t last) {
     // One slot per output column: the last row that touched it and its running sum.
     struct Slot {
@@ -237,16 +247,16 @@ ffi::Error fill_impl(const T* ld, const I* li, int64_t lnse, const T* rd, const 
     Slot* slot = slots.data();
     I* cols = found.data();
     const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
-    const I *lc = lhs.col.data(), *rc = rhs.col.data();
-    const T *lx = lv.data(), *rx = rv.data();
+    const I *lc = lhs.col_data, *rc = rhs.col_data;
+    const int64_t ls = lhs.stride, rs = rhs.stride;
     for (int64_t r = first; r < last; ++r) {
       const M row = static_cast<M>(r);
       int64_t n = 0;
       for (int64_t a = lp[r], a_end = lp[r + 1]; a < a_end; ++a) {
-        const int64_t j = lc[a];
+        const int64_t j = lc[a * ls];
         const T x = lx[a];
         for (int64_t b = rp[j], b_end = rp[j + 1]; b < b_end; ++b) {
-          const I c = rc[b];
+          const I c = rc[b * rs];
           Slot& s = slot[c];
           if (s.row != row) {
             s.row = row;
