@@ -54,19 +54,29 @@ def test_matmul_nse_and_values_equal_scipy(n, k, m, density, seed):
         np.testing.assert_allclose(np.asarray(got.todense()), want.toarray(), rtol=1e-12, atol=1e-12)
 
 
+def graph_csr(rng: np.random.Generator, graph: str, n: int, per_row: int, exponent: float,
+              symmetric: bool) -> sp.csr_matrix:
+    """n x n float64: `per_row` uniform columns a row ("random"), or n * per_row edges whose ends
+    are drawn with weight (node + 1) ** -exponent ("power-law"), both directions if `symmetric`."""
+    if graph == "random":
+        rows, cols = np.repeat(np.arange(n), per_row), rng.integers(0, n, per_row * n)
+    else:
+        p = np.arange(1, n + 1) ** -exponent
+        p /= p.sum()
+        rows, cols = rng.choice(n, per_row * n, p=p), rng.choice(n, per_row * n, p=p)
+        if symmetric:
+            rows, cols = np.concatenate([rows, cols]), np.concatenate([cols, rows])
+    a = sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(n, n))
+    a.sum_duplicates()
+    return a
+
+
 @pytest.mark.parametrize("graph", ["random", "power-law"])
 def test_matmul_of_a_graph_squared_equals_scipy(graph):
     rng = np.random.default_rng(3)
     n = 300
-    if graph == "random":
-        rows, cols = np.repeat(np.arange(n), 4), rng.integers(0, n, 4 * n)
-    else:
-        p = np.arange(1, n + 1) ** -0.8
-        p /= p.sum()
-        rows, cols = rng.choice(n, 3 * n, p=p), rng.choice(n, 3 * n, p=p)
     with jax.enable_x64(True):
-        a = sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(n, n))
-        a.sum_duplicates()
+        a = graph_csr(rng, graph, n, 4 if graph == "random" else 3, 0.8, symmetric=False)
         got = from_csr(a) @ from_csr(a)
         want = a @ a
         assert got.nse == want.nnz
@@ -272,23 +282,30 @@ def test_kernel_product_equals_numpy_eager_and_traced(n, k, m, lnse, rnse, orien
 
 @pytest.mark.parametrize("graph", ["random", "power-law"])
 def test_kernel_square_of_a_graph_equals_scipy(graph):
-    """A @ A at 3000 rows (power-law rows reach the sorted and the dense-scan orderings): scipy's nnz and values."""
+    """A @ A at 3000 rows (power-law hubs' rows are ordered by a scan of the dense marker, the
+    others by rank): scipy's nnz, and its entries in row-major order."""
     rng = np.random.default_rng(11)
-    n = 3000
-    if graph == "random":
-        rows, cols = np.repeat(np.arange(n), 5), rng.integers(0, n, 5 * n)
-    else:
-        p = np.arange(1, n + 1) ** -0.9
-        p /= p.sum()
-        rows, cols = rng.choice(n, 8 * n, p=p), rng.choice(n, 8 * n, p=p)
-        rows, cols = np.concatenate([rows, cols]), np.concatenate([cols, rows])
     with jax.enable_x64(True):
-        a = sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(n, n))
-        a.sum_duplicates()
+        a = graph_csr(rng, graph, 3000, 5 if graph == "random" else 8, 0.9, symmetric=True)
         got = from_csr(a) @ from_csr(a)
         want = (a @ a).tocoo()
         want.sum_duplicates()  # row-major, as hlopt's entries are
         assert got.nse == want.nnz
+        np.testing.assert_array_equal(np.asarray(got.indices), np.stack([want.row, want.col], 1))
+        np.testing.assert_allclose(np.asarray(got.data), want.data, rtol=1e-12, atol=1e-12)
+
+
+def test_kernel_orders_a_long_sparse_row_by_sorting():
+    """An output row of 300 distinct columns out of 20000 (neither rank-ordered nor dense) equals scipy's."""
+    rng = np.random.default_rng(4)
+    lhs = sp.csr_matrix((rng.standard_normal(300), (np.zeros(300, int), np.arange(300))), shape=(2, 300))
+    rhs = sp.csr_matrix((rng.standard_normal(300), (np.arange(300), rng.permutation(20000)[:300])),
+                        shape=(300, 20000))
+    with jax.enable_x64(True):
+        got = from_csr(lhs) @ from_csr(rhs)
+        want = (lhs @ rhs).tocoo()
+        want.sum_duplicates()
+        assert got.nse == want.nnz == 300
         np.testing.assert_array_equal(np.asarray(got.indices), np.stack([want.row, want.col], 1))
         np.testing.assert_allclose(np.asarray(got.data), want.data, rtol=1e-12, atol=1e-12)
 
