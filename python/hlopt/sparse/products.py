@@ -428,7 +428,9 @@ def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferre
     computed on the host first (`hlopt.sparse.symbolic`) and the values are one gather of each
     operand's data, a product and a sorted segment sum over the matching pairs; with traced ones,
     the `spdot_general` annotation's work and memory are linear in the operands' nse, `nse` and the
-    pairs processed per chunk (never `lhs.nse * rhs.nse` at once).
+    pairs processed per chunk (never `lhs.nse * rhs.nse` at once). Products of two matrices (no
+    batch or dense dims) of float or complex data run instead on the native CSR kernels
+    (`hlopt.sparse.spgemm`), eagerly and traced alike.
     """
     dims = _dims_key(dimension_numbers)
     pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
