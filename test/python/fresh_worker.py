@@ -2,8 +2,8 @@
 
 `python fresh_worker.py save DIR` compiles the programs of PROGRAMS (every
 LAPACK kernel of runtime/portable.py's allowlist, in the four element types,
-hlopt's own CPU kernels (SpMV, SpMM, SDDMM) in two, and the GSPMD
-partitioner's markers), saves each as DIR/NAME.hlx with its
+hlopt's own CPU kernels (SpMV, SpMM, SDDMM) in two, the GSPMD
+partitioner's markers and hlopt's SpGEMM kernels), saves each as DIR/NAME.hlx with its
 inputs (DIR/NAME.in.npz, in argument order), jax.jit's outputs
 (DIR/NAME.want.npz) and the custom-call targets of its module
 (DIR/targets.json); it also fills the cache at $HLOPT_CACHE_DIR.
@@ -95,6 +95,30 @@ def _double_partitioned():
     return double
 
 
+SPGEMM_DIMS = (((1,), (0,)), ((), ()))
+
+
+def spgemm(ld, li, rd, ri):
+    """A sparse x sparse product with traced indices and nse given (hlopt_spgemm_count and _fill), densified."""
+    from hlopt import sparse as hs
+
+    out = hs.bcoo_spdot_general(hs.BCOO((ld, li), shape=(6, 7)), hs.BCOO((rd, ri), shape=(7, 5)),
+                                dimension_numbers=SPGEMM_DIMS, nse=30)
+    return out.todense()
+
+
+def spgemm_reference(ld, li, rd, ri):
+    dense = lambda d, i, shape: jnp.zeros(shape, d.dtype).at[i[:, 0], i[:, 1]].add(d, mode="drop")  # noqa: E731
+    return dense(ld, li, (6, 7)) @ dense(rd, ri, (7, 5))
+
+
+def spgemm_inputs() -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(5)
+    li = np.stack([rng.integers(0, 6, 12), rng.integers(0, 7, 12)], 1).astype(np.int32)
+    ri = np.stack([rng.integers(0, 7, 10), rng.integers(0, 5, 10)], 1).astype(np.int32)
+    return rng.standard_normal(12), li, rng.standard_normal(10), ri
+
+
 def program(name: str):
     """(function, jax's reference of it, inputs, lower keywords, pipeline) of the program `name`."""
     if name == "markers":
@@ -106,12 +130,14 @@ def program(name: str):
     if name.startswith("sparse_"):
         dtype = np.dtype(name.removeprefix("sparse_"))
         return sparse_products(hs), sparse_products(jsparse), sparse_inputs(dtype, seed=len(name)), {}, "hlopt-default"
+    if name == "spgemm":
+        return spgemm, spgemm_reference, spgemm_inputs(), {}, "hlopt-default"
     dtype = np.dtype(name.removeprefix("linalg_"))
     return linalg, linalg, linalg_inputs(dtype, seed=len(name)), {}, "hlopt-default"
 
 
 PROGRAMS = ["linalg_float32", "linalg_float64", "linalg_complex64", "linalg_complex128", "sparse_float32",
-            "sparse_float64", "markers"]
+            "sparse_float64", "markers", "spgemm"]
 
 
 def flat(tree) -> dict[str, np.ndarray]:
