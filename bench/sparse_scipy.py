@@ -18,10 +18,13 @@ as much as the products do, so a percentage of it above 100 says the copy ran at
   (`bcoo_dot_general_sampled`; scipy has no SDDMM: its side is numpy on the CSR arrays, in
   chunks, as a scipy user writes it).
 - SpGEMM `A @ A`: scipy's CSR product against hlopt two ways: `A @ A` called eagerly (the
-  output structure counted on the host, then the values computed with that nse) and, under
-  `hlopt.jit`, `bcoo_spdot_general(A, A, nse=exact)` with traced indices (the `spdot_general`
-  annotation; up to `--traced-spgemm-max-rows`). The power-law graph runs up to
-  `--power-law-max-rows`, SpGEMM up to `--spgemm-max-rows`.
+  native count kernel sizes the output exactly, then the fill kernel computes it; see
+  hlopt.sparse.spgemm) and, under `hlopt.jit`, `bcoo_spdot_general(A, A, nse=exact)` with traced
+  indices (both kernels in the program; up to `--traced-spgemm-max-rows`). The power-law graph
+  runs up to `--power-law-max-rows`, SpGEMM up to `--spgemm-max-rows`. The eager rows' peak
+  memory is, for both sides, what the resident set grows by over one call in a fresh process
+  (after a warm-up call), which sees the kernels' scratch; the jit rows' hlopt peak is XLA's
+  buffers only.
 
 `--breakdown` times, beside scipy's SpMV, the pieces any plain-StableHLO SpMV is built of, each
 compiled by XLA:CPU alone (`jax.jit` on the same buffers): the gather and multiply summed to a
@@ -40,7 +43,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -55,7 +60,6 @@ import scipy.sparse as sp
 import hlopt
 from hlopt import sparse as hs
 from hlopt.passes import bcoo_shapes
-from hlopt.sparse import products, symbolic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import write_record  # noqa: E402
@@ -273,8 +277,13 @@ def spgemm(name: str, m: sp.csr_matrix, copy_bw: float, budget: float, traced: b
     jax.block_until_ready((A @ A).data)
     first = time.perf_counter() - start
     eager_peak = _eager_peak(A)
-    figures.append(measure(f"SpGEMM {name}, eager A @ A", n, m.nnz, bytes_, copy_bw, lambda: m @ m,
-                           lambda: (A @ A).data, None, (), budget, first, ours_peak=eager_peak))
+    row = measure(f"SpGEMM {name}, eager A @ A", n, m.nnz, bytes_, copy_bw, lambda: m @ m,
+                  lambda: (A @ A).data, None, (), budget, first, ours_peak=eager_peak)
+    row["scipy_peak_bytes"] = _rss_growth_in_subprocess("scipy", A)  # the same measure as hlopt's
+    row["peak_is"] = "resident-set growth over one call, fresh process, after a warm-up call"
+    print(f"|   (peak as resident-set growth over one call: scipy {row['scipy_peak_bytes'] / 2**20:.1f} MB, "
+          f"hlopt {eager_peak / 2**20:.1f} MB) |", flush=True)
+    figures.append(row)
     if not traced:
         return figures
     B = bcoo(shape)
@@ -286,14 +295,44 @@ def spgemm(name: str, m: sp.csr_matrix, copy_bw: float, budget: float, traced: b
 
 
 def _eager_peak(A: hs.BCOO) -> int:
-    """Eager `A @ A`'s peak: the host's (tracemalloc over the call: the structure phase is numpy)
-    plus the values program's temporaries and outputs (they may coexist)."""
-    host = scipy_peak(lambda: A @ A)
-    s = symbolic.spdot_structure(np.asarray(A.indices), _layout(A), np.asarray(A.indices), _layout(A), MM)
-    spec = [jax.ShapeDtypeStruct(A.data.shape, A.data.dtype)] * 2 + [
-        jax.ShapeDtypeStruct(a.shape, np.int32) for a in (s.lhs_entry, s.rhs_entry, s.slot)]
-    stats = products._pair_values.lower(*spec, size=s.nse, dtype=np.dtype(np.float32)).compile().memory_analysis()
-    return host + stats.temp_size_in_bytes + stats.output_size_in_bytes
+    """Eager `A @ A`'s peak: what the process's resident memory grows by over one call (the
+    kernels' scratch and XLA's buffers alike), in a fresh process (`spgemm_rss_growth`)."""
+    return _rss_growth_in_subprocess("hlopt", A)
+
+
+def _rss_growth_in_subprocess(side: str, A: hs.BCOO) -> int:
+    """`spgemm_rss_growth` of `side` on A's buffers, run by this script in a fresh process."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "a.npz")
+        np.savez(path, data=np.asarray(A.data), indices=np.asarray(A.indices), shape=np.asarray(A.shape))
+        out = subprocess.run([sys.executable, __file__, "--rss-growth", side, path], check=True,
+                             capture_output=True, text=True).stdout
+    return int(out.split()[-1])
+
+
+def spgemm_rss_growth(side: str, path: str) -> int:
+    """Bytes this process's peak resident set grows by over one `A @ A` after a warm-up call
+    (compiles and allocator pools excluded): VmHWM reset through /proc/self/clear_refs."""
+    with np.load(path) as f:
+        data, indices, shape = f["data"], f["indices"], tuple(int(s) for s in f["shape"])
+    if side == "scipy":
+        m = sp.csr_matrix((data, (indices[:, 0], indices[:, 1])), shape=shape)
+        product = lambda: m @ m  # noqa: E731
+    else:
+        A = hs.BCOO((jnp.asarray(data), jnp.asarray(indices)), shape=shape, indices_sorted=True, unique_indices=True)
+        product = lambda: jax.block_until_ready((A @ A).data)  # noqa: E731
+    out = product()
+    del out
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    before = _status_kib("VmRSS")
+    out = product()
+    return (_status_kib("VmHWM") - before) * 1024
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
 
 
 def _layout(A: hs.BCOO) -> Any:
@@ -312,18 +351,22 @@ def main() -> None:
     parser.add_argument("--spgemm-per-row", type=int, default=5, help="entries a row of the SpGEMM operands")
     parser.add_argument("--spgemm-max-rows", type=int, default=100_000,
                         help="largest SpGEMM operand (rows); larger sizes run the other products only")
-    parser.add_argument("--traced-spgemm-max-rows", type=int, default=10_000,
-                        help="largest SpGEMM run under jit with traced indices (the annotation's sort-based "
-                             "values phase: 0.1-1 s and 11 s of compile at 1e4 rows)")
-    parser.add_argument("--power-law-max-rows", type=int, default=10_000,
-                        help="largest power-law SpGEMM (at 1e5 rows its 2e7 pairs take hlopt's host phase 2.7 GB)")
+    parser.add_argument("--traced-spgemm-max-rows", type=int, default=100_000,
+                        help="largest SpGEMM run under jit with traced indices")
+    parser.add_argument("--power-law-max-rows", type=int, default=100_000, help="largest power-law SpGEMM")
+    parser.add_argument("--rss-growth", nargs=2, metavar=("SIDE", "NPZ"),
+                        help="internal: print spgemm_rss_growth(SIDE, NPZ) (the SpGEMM peak, in a fresh process)")
     parser.add_argument("--max-dense-mb", type=float, default=600,
                         help="leave out SpMM whose dense operands exceed this")
     parser.add_argument("--budget", type=float, default=0.5, help="seconds of calls per side per product, at least")
     parser.add_argument("--breakdown", action="store_true", help="also time the pieces of an XLA:CPU SpMV")
+    parser.add_argument("--no-spgemm", action="store_true", help="leave out SpGEMM (SpMV, SpMM and SDDMM only)")
     parser.add_argument("--only", default="",
                         help="run only products whose name contains this (SpMV, SpMM, SpMM x 64, SDDMM, SpGEMM)")
     args = parser.parse_args()
+    if args.rss_growth:
+        print(spgemm_rss_growth(*args.rss_growth))
+        return
     load_before = os.getloadavg()
     sizes = [int(float(s)) for s in args.rows.split(",")] if args.rows else (
         [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000])
@@ -341,7 +384,7 @@ def main() -> None:
                                       copy_bw, budget, args.only)
         if args.breakdown:
             figures += breakdown(random_csr(rng, n, args.per_row), rng, copy_bw, budget)
-        if args.only in "SpGEMM" and n <= args.spgemm_max_rows:
+        if args.only in "SpGEMM" and n <= args.spgemm_max_rows and not args.no_spgemm:
             traced = n <= args.traced_spgemm_max_rows
             figures += spgemm("random", random_csr(rng, n, args.spgemm_per_row), copy_bw, budget, traced)
             if n <= args.power_law_max_rows:

@@ -273,12 +273,6 @@ def _sunk_dims(dims: stablehlo.DotDimensionNumbers, v: ir.Value,
     return batch, contract, added
 
 
-def multiplied_before_broadcast(op: ir.Operation, side: int, v: ir.Value) -> bool:
-    """Whether `apply` multiplies `v` (operand `side` of dot_general `op`, with the
-    directions axis leading) before its broadcast instead of as it is (`_dot_general`)."""
-    return _sunk_dims(stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"]), v, side) is not None
-
-
 def _gather(op, operands, lead, n):
     """The directions axis is a leading offset (window) dimension of the operand."""
     x, indices = operands
@@ -363,10 +357,9 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
     broadcasts along other axes (of the unit directions over a vmapped batch, say) is
     summed before it is broadcast (`_broadcast_sum`).
 
-    The sum itself is a dot_general with the weight vector (ones if none), not a
-    `reduce`: XLA:CPU (jaxlib 0.10.2) hands a reduce over a leading axis, with the
-    products feeding it, to a YNNPACK reduce fusion that runs 10-20x slower than the
-    same sum as a matrix-vector product (bench/pde_operators.py)."""
+    The sum itself is a `reduce` add over the axis (of the product with the weights
+    broadcast along it, if given); `xla-cpu-sum-as-dot` makes it a matrix-vector
+    product for XLA:CPU."""
     shape, elem = builders.shape_of(v), builders.elem_of(v)
     values = [1.0] * shape[0] if weights is None else list(weights)
     factors = _Factors(shape[1:])
@@ -377,10 +370,12 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
         varying = factors.varying
     if not varying:  # v does not vary along the axis: the sum is sum(w) times it
         factors.invariant.append(builders.splat(math.fsum(values), builders.tensor(shape[1:], elem)))
-    out = _broadcast_sum(varying, values, shape) if varying else None
+    out = _broadcast_sum(varying, weights, shape) if varying else None
     if varying and out is None:
-        out = builders.dot_general(weight_vector(values, elem), functools.reduce(builders.mul, varying),
-                                   lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0], elem=elem)
+        product = functools.reduce(builders.mul, varying)
+        if weights is not None:
+            product = builders.mul(product, builders.broadcast(weight_vector(values, elem), shape, [0]))
+        out = builders.reduce(product, [0])
     for a in factors.invariant:
         out = a if out is None else builders.mul(out, a)
     for d in factors.divisors:
@@ -388,7 +383,8 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
     return builders.neg(out) if negated else out
 
 
-def _broadcast_sum(varying: Sequence[ir.Value], values: Sequence[float], shape: Sequence[int]) -> ir.Value | None:
+def _broadcast_sum(varying: Sequence[ir.Value], weights: Sequence[float] | None,
+                   shape: Sequence[int]) -> ir.Value | None:
     """`lead_sum` of the product of `varying` when every factor is the same kind of
     broadcast (`broadcast_in_dim` with the same dimensions, keeping the leading axis
     first, no size-1 stretch) of values of one shape: the sum of the product of those
@@ -403,7 +399,7 @@ def _broadcast_sum(varying: Sequence[ir.Value], values: Sequence[float], shape: 
             for op, v in zip(ops, sources)) or not placed or placed[0] != 0 or len(placed) == len(shape)
             or any(src_shape[i] != shape[d] for i, d in enumerate(placed))):
         return None
-    total = lead_sum(functools.reduce(builders.mul, sources), values)
+    total = lead_sum(functools.reduce(builders.mul, sources), weights)
     return builders.broadcast(total, shape[1:], [d - 1 for d in placed[1:]])
 
 

@@ -139,23 +139,12 @@ class FunctionJet:
         term.erase()
 
     def drop_dead_results(self, block: ir.Block, live: frozenset[int]) -> None:
-        """Return zeros for the results of `block` not in `live`, shrink the stacked
-        dot_generals to the coefficients still needed, and erase what became dead."""
+        """Return zeros for the results of `block` not in `live` and erase what became dead."""
         term = list(block.operations)[-1].operation
         with ir.InsertionPoint(term), term.location:
             for i, v in enumerate(list(term.operands)):
                 if i not in live and not builders.is_zero_constant(v):
                     term.operands[i] = self.builder.zeros(v)
-        live_now = live_values(block)
-        for stack in self.builder.stacks:
-            keep = [i for i, piece in enumerate(stack.slices) if piece in live_now]
-            if not keep or len(keep) == len(stack.slices):
-                continue
-            with ir.InsertionPoint(stack.anchor), stack.anchor.location:
-                smaller = stack.rebuild([stack.pieces[i] for i in keep])
-            for i, piece in zip(keep, smaller.slices):
-                stack.slices[i].replace_all_uses_with(piece)
-        self.builder.erase_templates()
         _erase_dead(block)
 
     # --- control flow -------------------------------------------------------
@@ -440,7 +429,6 @@ class ModuleJet:
         fj.finish_block(block, outs, range(len(outs)))
         if live is not None:
             fj.drop_dead_results(block, live)
-        fj.builder.erase_templates()
         with new.context:
             new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 inputs + coeff_types,

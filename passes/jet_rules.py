@@ -36,7 +36,7 @@ from typing import Optional
 
 from hlopt.passes import builders, derivatives, jet_directions, linalg_rules
 from hlopt.passes.base import PassError
-from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.mlir import ir
 from hlopt.passes.terms import Term, TermAlgebra
 from hlopt.passes.walk import call_target, walk_ops
 
@@ -99,9 +99,8 @@ def _rank(v: ir.Value) -> int:
 class JetBuilder(TermAlgebra):
     """Builds coefficient ops at the current insertion point; None is zero throughout.
 
-    It is the one object rules receive besides the op: the order, the zero-aware
-    arithmetic on terms, and `stacks`, where `dot_general` records the stacked dots
-    the walker may shrink later.
+    It is the one object rules receive besides the op: the order and the zero-aware
+    arithmetic on terms.
 
     With `directions` (a batched or collapsed jet) a coefficient term carries a
     leading directions axis and a primal-derived value does not; the arithmetic
@@ -114,14 +113,6 @@ class JetBuilder(TermAlgebra):
     def __init__(self, order: int, directions: Directions | None = None):
         self.order = order
         self.directions = directions
-        self.stacks: list[Stack] = []
-
-    def erase_templates(self) -> None:
-        """Erase the stacks' templates (`Stack.template`), once they can no longer shrink."""
-        for stack in self.stacks:
-            if stack.template is not None:
-                stack.template.erase()
-                stack.template = None
 
     # --- the directions axis ------------------------------------------------
 
@@ -539,97 +530,6 @@ def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optiona
     return [out]
 
 
-@dataclasses.dataclass
-class Stack:
-    """A dot_general of coefficients stacked along one dimension of one operand, and
-    its result sliced back: one slice per piece. `anchor` is the first op built, and
-    `rebuild(pieces)` builds the same for fewer pieces (at an insertion point before it)."""
-
-    anchor: ir.Operation | None
-    pieces: list
-    slices: list
-    rebuild: Callable[[list], "Stack"]
-    template: ir.Operation | None = None  # an unused copy of a replaced op that `rebuild` reads
-
-
-def stacked_dot(op: ir.Operation, side: int, pieces: Sequence[ir.Value], dim: int, out_dim: int,
-                piece_type: ir.Type) -> Stack:
-    """`op` with operand `side` replaced by `pieces` concatenated along `dim`; its
-    result (`piece_type` per piece) sliced apart along `out_dim`."""
-    stacked = builders.concat(list(pieces), dim)
-    big = op.clone(ip=ir.InsertionPoint.current)
-    big.operands[side] = stacked
-    t = ir.RankedTensorType(piece_type)
-    shape = list(t.shape)
-    size = shape[out_dim]
-    shape[out_dim] *= len(pieces)
-    big.result.set_type(ir.RankedTensorType.get(shape, t.element_type))
-    slices = [builders.slice_dim(big.result, out_dim, i * size, (i + 1) * size) for i in range(len(pieces))]
-    return Stack(big, list(pieces), slices, lambda kept: stacked_dot(big, side, kept, dim, out_dim, piece_type))
-
-
-def directions_stacked_dot(op: ir.Operation, side: int, pieces: Sequence[ir.Value]) -> Stack:
-    """`op` with operand `side` replaced by coefficient `pieces` concatenated along
-    their directions axes (sizes R, and 1 for a collapsed K-th): one matmul."""
-    sizes = [builders.shape_of(p)[0] for p in pieces]
-    stacked = builders.concat(list(pieces), 0)
-    operands = list(op.operands)
-    operands[side] = stacked
-    out = jet_directions.apply(op, operands, [i == side for i in range(2)], sum(sizes))
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    slices = [builders.slice_dim(out, 0, a, a + n) for a, n in zip(starts, sizes)]
-    anchor = stacked.owner.operation if len(pieces) > 1 else None
-    return Stack(anchor, list(pieces), slices, lambda kept: directions_stacked_dot(op, side, kept))
-
-
-def _dot_general(b, op, ins):
-    """Bilinear. When one side has no series, the coefficients of the other side
-    are stacked along a free dimension and go through one dot_general (one large
-    matmul instead of K), then sliced apart; the driver shrinks the stack to the
-    coefficients the outputs need.
-
-    In a directions-batched or collapsed jet the primal joins the stack along the
-    directions axis, as a row of its own next to the collapsed K-th coefficient's:
-    one matmul per layer reads the constant side once (a small batch of points is
-    bound by reading the weights, three times with separate primal, first-order
-    and collapsed dots; bench/pinn_grad.py). A coefficient that is a broadcast
-    `jet_directions.apply` multiplies before it (the unit directions over a vmapped
-    batch) keeps its own dot, as does every coefficient then. Without directions,
-    the primal keeps its own dot (the op itself), computed before the stack."""
-    dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-    lhs_rank = ir.RankedTensorType(op.operands[0].type).rank
-    lhs_free = lhs_rank - len(dims.lhs_batching_dimensions) - len(dims.lhs_contracting_dimensions)
-    sides = ((0, dims.lhs_batching_dimensions, dims.lhs_contracting_dimensions, 0),
-             (1, dims.rhs_batching_dimensions, dims.rhs_contracting_dimensions, lhs_free))
-    for side, batch, contract, offset in sides:
-        x, other = ins[side], ins[1 - side]
-        terms = [k for k in range(1, b.order + 1) if x[k] is not None]
-        if has_series(other) or not terms:
-            continue
-        out = b.series(op.result)
-        shape = ir.RankedTensorType(x[0].type).shape
-        free = [d for d in range(len(shape)) if d not in batch and d not in contract]
-        if b.directions is not None:
-            pieces = [b.conform(x[k], x[0], k) for k in terms]
-            if any(jet_directions.multiplied_before_broadcast(op, side, p) for p in pieces):
-                break
-            primal = builders.reshape(x[0], [1, *builders.shape_of(x[0])])
-            template = op.clone(ip=ir.InsertionPoint(op))  # `op` itself is replaced by the primal's row
-            stack = directions_stacked_dot(template, side, [primal, *pieces])
-            stack.template = template
-            out[0] = builders.reshape(stack.slices[0], builders.shape_of(op.result))
-            stacked = dict(zip(terms, stack.slices[1:]))
-        elif free and len(terms) > 1:
-            stack = stacked_dot(op, side, [x[k] for k in terms], free[0], len(batch) + offset, op.result.type)
-            stacked = dict(zip(terms, stack.slices))
-        else:
-            continue
-        b.stacks.append(stack)
-        out[1:] = [stacked.get(k) for k in range(1, b.order + 1)]
-        return [out]
-    return bilinear(b, op, ins)
-
-
 def of_series(fn: Callable[[JetBuilder, Series, ir.Value], Series]) -> Rule:
     """A rule for a one-operand, one-result op from a series function."""
     return lambda b, op, ins: [fn(b, ins[0], op.result)]
@@ -932,7 +832,7 @@ RULES: dict[str, Rule] = {
     "stablehlo.multiply": bilinear,
     "chlo.square": of_series(  # the Cauchy square, not the ODE of its table entry
         lambda b, u, y0: [y0] + [square_term(b, u, k) for k in range(1, b.order + 1)]),
-    "stablehlo.dot_general": _dot_general,
+    "stablehlo.dot_general": bilinear,  # one dot per coefficient; xla-cpu-stack-dots stacks them
     "stablehlo.convolution": bilinear,
     "stablehlo.divide": _divide,
     "stablehlo.atan2": _atan2,

@@ -19,18 +19,34 @@ PASSES: dict[str, tuple[str, str]] = {
     "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
     "vjp-expand": ("vjp_expand", "VjpExpand"),
+    "xla-cpu-dot-operand-order": ("xla_cpu.dot_operand_order", "DotOperandOrder"),
+    "xla-cpu-join-dot-sums": ("xla_cpu.join_dot_sums", "JoinDotSums"),
+    "xla-cpu-sparse-kernels": ("xla_cpu.sparse_kernels", "SparseKernels"),
+    "xla-cpu-stack-dots": ("xla_cpu.stack_dots", "StackDots"),
+    "xla-cpu-sum-as-dot": ("xla_cpu.sum_as_dot", "SumAsDot"),
+    "xla-cpu-update-in-place": ("xla_cpu.update_in_place", "UpdateInPlace"),
 }
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run (jet-collapse
 # rewrites directions-batched jets whose K-th coefficients are only summed before they expand).
 # vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
 # first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
-DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "lower-bcoo", "vjp-expand", "lower-custom-partitioning")
+# xla-cpu-sparse-kernels runs before lower-bcoo: it reads the sparse products' annotations (and
+# rewrites only when the module is compiled for CPU).
+DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lower-bcoo", "vjp-expand",
+                     "lower-custom-partitioning")
+
+# The XLA:CPU tuning passes of `hlopt-default` (`hlopt.passes.xla_cpu`), in the order they run:
+# after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees
+# the whole program in one function. Without them `hlopt-default` computes the same values.
+DEFAULT_TUNING = ("xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-update-in-place", "xla-cpu-dot-operand-order",
+                  "xla-cpu-join-dot-sums")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {
     "hlopt-default": ",".join(
-        [name for name in DEFAULT_LOWERINGS if name in PASSES] + ["inline", "canonicalize", "cse", "symbol-dce"]
+        [name for name in DEFAULT_LOWERINGS if name in PASSES] + ["inline"]
+        + [name for name in DEFAULT_TUNING if name in PASSES] + ["canonicalize", "cse", "symbol-dce"]
     ),
 }
 

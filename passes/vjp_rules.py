@@ -52,27 +52,14 @@ class VjpBuilder(TermAlgebra):
         self.scope = scope
 
     def accumulate(self, total: ir.Value, ct: ir.Value) -> ir.Value:
-        """`total + ct`; where one side is a slice or a scatter-add written into zeros (the
-        cotangent of a dynamic_slice or gather, as in every step of a scan), the other side
-        is updated in place instead of adding a whole array of zeros. Two cotangents that
-        are zero-padded pieces meeting along one dim (the cotangents of the slices that
-        take a stacked dot_general's result apart) are concatenated, not added."""
+        """`total + ct`. Two cotangents that are zero-padded pieces meeting along one dim (the
+        cotangents of the slices that take a stacked dot_general's result apart) are
+        concatenated, not added, so the rules that read them (`slice_ct`, `_dot_transpose`)
+        still see the padding. (An update written into zeros, the cotangent of a
+        dynamic_slice or gather, is added here; `xla-cpu-update-in-place` applies it to
+        the other side in place.)"""
         joined = _joined_pieces(total, ct)
-        if joined is not None:
-            return joined
-        for a, c in ((total, ct), (ct, total)):
-            into = c.owner.operation if isinstance(c, ir.OpResult) else None
-            if into is None or not builders.is_zero_constant(into.operands[0]):
-                continue
-            if into.name == "stablehlo.dynamic_update_slice":
-                update, starts = into.operands[1], list(into.operands)[2:]
-                old = builders.dynamic_slice(a, starts, builders.shape_of(update))
-                return builders.dynamic_update_slice(a, builders.add(old, update), starts)
-            if into.name == "stablehlo.scatter" and builders.reducer_kind(into) == "stablehlo.add":
-                new = into.clone(ip=ir.InsertionPoint.current)
-                new.operands[0] = a
-                return new.results[0]
-        return builders.add(total, ct)
+        return joined if joined is not None else builders.add(total, ct)
 
     def where(self, pred: ir.Value, a: Term) -> Term:
         """`a` where `pred` holds, zero elsewhere."""
@@ -484,25 +471,10 @@ def _dot_transpose(ct: ir.Value, x: ir.Value, y: ir.Value, x_contract: Sequence[
     elem = builders.elem_of(ct)
     x_contract_by_y = [x_contract[i] for i in sorted(range(len(y_contract)), key=lambda i: y_contract[i])]
     unsorted = list(x_batch) + x_kept + x_contract_by_y
-    if unsorted != sorted(unsorted) and list(x_batch) + x_contract_by_y + x_kept == sorted(unsorted):
-        # `y` first gives x's dims in order (a weight gradient x^T ct of x @ W): no transpose
-        # after the dot, which XLA:CPU would otherwise fold into a transposed copy of `ct`
-        unsorted = list(x_batch) + x_contract_by_y + x_kept
-        r = builders.dot_general(builders.convert(y, elem), ct, lhs_batch=y_batch, rhs_batch=range(nb),
-                                 lhs_contract=y_kept, rhs_contract=ans_y, elem=elem,
-                                 precision_config=_swapped(precision))
-    else:
-        r = builders.dot_general(ct, builders.convert(y, elem), lhs_batch=range(nb), rhs_batch=y_batch,
-                                 lhs_contract=ans_y, rhs_contract=y_kept, elem=elem, precision_config=precision)
+    r = builders.dot_general(ct, builders.convert(y, elem), lhs_batch=range(nb), rhs_batch=y_batch,
+                             lhs_contract=ans_y, rhs_contract=y_kept, elem=elem, precision_config=precision)
     return builders.convert(builders.transpose(r, [unsorted.index(i) for i in range(len(unsorted))]),
                             builders.elem_of(x))
-
-
-def _swapped(precision: ir.Attribute | None) -> ir.Attribute | None:
-    """A dot_general's precision_config for its operands swapped."""
-    if precision is None:
-        return None
-    return ir.ArrayAttr.get(list(reversed(list(ir.ArrayAttr(precision)))))
 
 
 def _dot_general(b, op, cts, wants):

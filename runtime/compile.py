@@ -11,6 +11,7 @@ import jax
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import check_no_annotations
 from hlopt.passes.mlir import ir
+from hlopt.passes.target import compiling_for
 from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime.executable import Compiled
 from hlopt.runtime.host import HostCompiled
@@ -52,7 +53,8 @@ def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
             if hit is not None:
                 executable, module = hit
                 return Compiled(executable, signature, module, ",".join(p for p in (lowered.pipeline, pipeline) if p))
-    after = lowered.apply(pipeline) if pipeline else lowered
+    with compiling_for(program_devices(signature)[0].platform):  # platform-specific passes may rewrite
+        after = lowered.apply(pipeline) if pipeline else lowered
     check_no_annotations(after.module)
     return Compiled(_compile(after.module, signature, cache, key), signature, after.module, after.pipeline)
 

@@ -12,6 +12,7 @@ from jaxlib import xla_client as xc
 
 from hlopt.compiler.jax_compat import get_backend, initialize_lapack
 from hlopt.passes.mlir import ir
+from hlopt.runtime import kernels
 
 
 def get_client(platform: str | None = None) -> Any:
@@ -105,17 +106,23 @@ def prepare_runtimes(client: Any, program: bytes) -> None:
 
     A program lowered in this process had jax do it while lowering; one from a
     file, the cache or a `.mlir` did not (jax.export does the same on load).
-    On CPU that is jaxlib's LAPACK kernels, the only runtime the targets of
-    runtime/portable.py's allowlist need (the partitioner's markers never run).
-    Both forms name each custom-call target in plain bytes; initialising
-    imports scipy's LAPACK (a third of a second), so a program that names no
-    `lapack_` target skips it.
+    On CPU that is jaxlib's LAPACK kernels and hlopt's own (runtime/kernels.py),
+    the only runtimes the targets of runtime/portable.py's allowlist need (the
+    partitioner's markers never run). Both forms name each custom-call target
+    in plain bytes; initialising LAPACK imports scipy's (a third of a second),
+    so a program that names no `lapack_` target skips it, and one that names
+    no `hlopt_` target skips hlopt's.
     """
-    if client.platform == "cpu" and _LAPACK_TARGET in program:
+    if client.platform != "cpu":
+        return
+    if _LAPACK_TARGET in program:
         initialize_lapack()
+    if _HLOPT_TARGET in program:
+        kernels.register()
 
 
 _LAPACK_TARGET = b"lapack_"
+_HLOPT_TARGET = kernels.TARGET_PREFIX.encode()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,9 @@ checks on every operation:
   host transfers (`infeed`, `outfeed`, `send`, `recv`): they can block forever;
 - every tensor fits in this machine's memory;
 - custom calls only to targets in `CUSTOM_CALLS`: the partitioner's markers
-  (they never run) and the LAPACK kernels jax calls on CPU, each with the
+  (they never run), the LAPACK kernels jax calls on CPU and hlopt's own CPU
+  kernels (runtime/kernels.py: sparse products and SpGEMM, which also check every shape,
+  index and count they read), each with the
   operand and result types jax gives them (a kernel trusts its buffers: a
   result smaller than its operand would be written past its end). The list
   follows `jax.export`'s targets with guaranteed stability, narrowed to those
@@ -73,11 +75,13 @@ _TRSM_ATTRS = ("side", "uplo", "trans_x", "diag")
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """An allowlisted custom-call target: the check of its types, and the attributes its kernel reads."""
+    """An allowlisted custom-call target: the check of its types, the `ui8` character attributes
+    its kernel reads, and its `i64` attributes (each at least 0; `Config` gives them as decimal text)."""
 
     rule: Rule
     attributes: tuple[str, ...] = ()
     chars: tuple[tuple[str, str], ...] = ()  # (attribute, accepted characters) where this kernel's differ from _CHARS
+    integers: tuple[str, ...] = ()  # attributes this kernel reads as i64 numbers of at least 0
 
 
 def _tensor(t: ir.RankedTensorType) -> tuple[list[int], str]:
@@ -171,11 +175,85 @@ def _lapack_targets() -> dict[str, Target]:
     return targets
 
 
+_INDEX_TYPES = ("i32", "i64")
+_SPGEMM_DATA = tuple(_LAPACK_TYPES.values())
+_SPGEMM_ATTRS = ("rows", "inner", "cols")
+
+
+def _coo_matrix(t: ir.RankedTensorType, index: str) -> bool:
+    shape, elt = _tensor(t)
+    return elt == index and len(shape) == 2 and shape[1] == 2
+
+
+def _spgemm_count_rule(operands: Types, outs: Types, config: Config) -> str | None:
+    """hlopt_spgemm_count: indices li[n, 2], ri[m, 2] -> counts[rows], one integer type."""
+    if len(operands) != 2 or len(outs) != 1:
+        return f"takes 2 operands and returns 1 result, not {len(operands)} and {len(outs)}"
+    index = _tensor(operands[0])[1]
+    if index not in _INDEX_TYPES or not all(_coo_matrix(t, index) for t in operands):
+        return f"operands {_types(operands)} are not i32 or i64 indices [nse, 2] of one type"
+    if _tensor(outs[0]) != ([int(config["rows"])], index):
+        return f"results {_types(outs)}; the kernel writes {_types_of([([int(config['rows'])], index)])}"
+    return None
+
+
+def _spgemm_fill_rule(operands: Types, outs: Types, config: Config) -> str | None:
+    """hlopt_spgemm_fill: (ld[n], li[n, 2], rd[m], ri[m, 2], counts[rows]) -> (data[nse], indices[nse, 2])."""
+    if len(operands) != 5 or len(outs) != 2:
+        return f"takes 5 operands and returns 2 results, not {len(operands)} and {len(outs)}"
+    (ld, de), (_, index) = _tensor(operands[0]), _tensor(operands[1])
+    (rd, re), (counts, ce) = _tensor(operands[2]), _tensor(operands[4])
+    ok = (de in _SPGEMM_DATA and re == de and index in _INDEX_TYPES and ce == index
+          and _coo_matrix(operands[1], index) and _coo_matrix(operands[3], index)
+          and ld == _tensor(operands[1])[0][:1] and rd == _tensor(operands[3])[0][:1]
+          and counts == [int(config["rows"])])
+    if not ok:
+        return (f"operands {_types(operands)} are not data[n], indices[n, 2], data[m], indices[m, 2] and "
+                "counts[rows] of one float or complex type and one of i32, i64")
+    nse = _tensor(outs[0])[0]
+    if len(nse) != 1 or [_tensor(t) for t in outs] != [(nse, de), (nse + [2], index)]:
+        return f"results {_types(outs)} are not data[nse] and indices[nse, 2] of the operands' types"
+    return None
+
+
 def _marker_rule(operands: Types, outs: Types, config: Config) -> str | None:
     if len(operands) != 1 or len(outs) != 1 or _tensor(operands[0])[1] != _tensor(outs[0])[1]:
         return f"is not one operand and one result of the same element type: {_types(operands)} -> {_types(outs)}"
     return None
 
+
+_FLOATS = ("f32", "f64")
+
+
+def _spmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
+    """hlopt_bcoo_spmm (runtime/native/csr.cc): data[nse], indices[nse, 2] i32, x[K] or x[K, N] -> [M] or [M, N]."""
+    if len(operands) != 3 or len(outs) != 1:
+        return f"takes 3 operands and returns 1 result, not {len(operands)} and {len(outs)}"
+    (d, et), (i, ei), (x, ex) = (_tensor(t) for t in operands)
+    o, eo = _tensor(outs[0])
+    ok = (et in _FLOATS and et == ex == eo and ei == _I32 and len(d) == 1 and i == [d[0], 2]
+          and len(x) in (1, 2) and len(o) == len(x) and o[1:] == x[1:])
+    return None if ok else (f"{_types(operands)} -> {_types(outs)} is not data[nse], indices[nse, 2] (i32), "
+                            "x[K] or x[K, N] -> [M] or [M, N], all f32 or all f64")
+
+
+def _sddmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
+    """hlopt_bcoo_sddmm (runtime/native/csr.cc): p[M, K], qt[N, K], indices[nse, 2] i32 -> [nse]."""
+    if len(operands) != 3 or len(outs) != 1:
+        return f"takes 3 operands and returns 1 result, not {len(operands)} and {len(outs)}"
+    (p, et), (q, eq), (i, ei) = (_tensor(t) for t in operands)
+    o, eo = _tensor(outs[0])
+    ok = (et in _FLOATS and et == eq == eo and ei == _I32 and len(p) == 2 and len(q) == 2 and p[1] == q[1]
+          and len(i) == 2 and i[1] == 2 and o == [i[0]])
+    return None if ok else (f"{_types(operands)} -> {_types(outs)} is not p[M, K], qt[N, K], indices[nse, 2] "
+                            "(i32) -> [nse], all f32 or all f64")
+
+
+# hlopt's own sparse-product kernels (runtime/kernels.py), emitted by xla-cpu-sparse-kernels: they read no attributes.
+HLOPT_TARGETS: dict[str, Target] = {
+    "hlopt_bcoo_spmm": Target(_spmm_rule),
+    "hlopt_bcoo_sddmm": Target(_sddmm_rule),
+}
 
 # custom-call target -> the check of its operand and result types and the attributes its kernel reads
 CUSTOM_CALLS: dict[str, Target] = {
@@ -183,7 +261,16 @@ CUSTOM_CALLS: dict[str, Target] = {
     "SPMDFullToShardShape": Target(_marker_rule),
     "SPMDShardToFullShape": Target(_marker_rule),
     **_lapack_targets(),
+    **HLOPT_TARGETS,
+    # hlopt's SpGEMM kernels (runtime/native/spgemm.cc), called through jax.ffi.ffi_call (which gives
+    # their row-major layouts); they check every index and count they read
+    "hlopt_spgemm_count": Target(_spgemm_count_rule, integers=_SPGEMM_ATTRS),
+    "hlopt_spgemm_fill": Target(_spgemm_fill_rule, integers=_SPGEMM_ATTRS),
 }
+
+# Attributes that change what buffers a kernel is handed (layouts, results aliasing operands): hlopt's
+# kernels read row-major buffers of their own, so a call of one that carries any is refused.
+_BUFFER_ATTRS = ("operand_layouts", "result_layouts", "output_operand_aliases")
 
 
 def _types(types: Types) -> str:
@@ -288,10 +375,15 @@ def _check_custom_call(op: ir.Operation, where: str, tensors: Callable) -> list[
     call = f"{where}: custom call to {target!r}"
     if "called_computations" in op.attributes and len(ir.ArrayAttr(op.attributes["called_computations"])):
         return [f"{call} calls functions; it never does"]
-    config = _kernel_config(op, target.startswith("lapack_"))
+    if target in HLOPT_TARGETS:
+        given = [a for a in _BUFFER_ATTRS if a in op.attributes and len(ir.ArrayAttr(op.attributes[a]))]
+        if given:
+            return [f"{call} sets {', '.join(given)}; hlopt's kernels take row-major buffers of their own"]
+    config = _kernel_config(op, target.startswith(("lapack_", "hlopt_")))
     if isinstance(config, str):
         return [f"{call} {config}"]
-    decoded, problem = _decode_config(config, known.attributes, {**_CHARS, **dict(known.chars)})
+    decoded, problem = _decode_config(config, known.attributes, {**_CHARS, **dict(known.chars)},
+                                     known.integers)
     if problem is None and target.startswith("lapack_"):
         problem = _check_batch_dims(op)
     if problem is not None:
@@ -335,11 +427,13 @@ def _kernel_config(op: ir.Operation, typed: bool) -> ir.DictAttr | str | None:
     return ir.DictAttr(config)
 
 
-def _decode_config(config: ir.DictAttr | None, names: tuple[str, ...], chars: dict[str, str]) -> tuple[Config, str | None]:
-    """The kernel's attributes as characters, or what is wrong: exactly `names`, each a `ui8` among its `chars`."""
+def _decode_config(config: ir.DictAttr | None, names: tuple[str, ...], chars: dict[str, str],
+                   integers: tuple[str, ...] = ()) -> tuple[Config, str | None]:
+    """The kernel's attributes decoded, or what is wrong: exactly `names` (each a `ui8` among its
+    `chars`) and `integers` (each an `i64` of at least 0)."""
     got = sorted(config[i].name for i in range(len(config))) if config is not None else []
-    if got != sorted(names):
-        want = ", ".join(sorted(names)) or "none"
+    if got != sorted((*names, *integers)):
+        want = ", ".join(sorted((*names, *integers))) or "none"
         return {}, f"has attributes {{{', '.join(got)}}}; its kernel reads exactly {{{want}}}"
     decoded = {}
     for name in names:
@@ -350,6 +444,12 @@ def _decode_config(config: ir.DictAttr | None, names: tuple[str, ...], chars: di
             return {}, (f"has {name} = {printable(str(value))}; its kernel accepts "
                         f"{' or '.join(f'{ord(c)} : ui8 ({c})' for c in chars[name])}")
         decoded[name] = char
+    for name in integers:
+        value = config[name]
+        ok = isinstance(value, ir.IntegerAttr) and str(ir.IntegerAttr(value).type) == "i64"
+        if not ok or ir.IntegerAttr(value).value < 0:
+            return {}, f"has {name} = {printable(str(value))}; its kernel reads an i64 of at least 0"
+        decoded[name] = str(ir.IntegerAttr(value).value)
     return decoded, None
 
 

@@ -2,7 +2,8 @@
 
 `python fresh_worker.py save DIR` compiles the programs of PROGRAMS (every
 LAPACK kernel of runtime/portable.py's allowlist, in the four element types,
-and the GSPMD partitioner's markers), saves each as DIR/NAME.hlx with its
+hlopt's own CPU kernels (SpMV, SpMM, SDDMM) in two, the GSPMD
+partitioner's markers and hlopt's SpGEMM kernels), saves each as DIR/NAME.hlx with its
 inputs (DIR/NAME.in.npz, in argument order), jax.jit's outputs
 (DIR/NAME.want.npz) and the custom-call targets of its module
 (DIR/targets.json); it also fills the cache at $HLOPT_CACHE_DIR.
@@ -25,9 +26,11 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import lax
+from jax.experimental import sparse as jsparse
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import hlopt
+from hlopt import sparse as hs
 
 GSPMD = "jet-expand,lower-bcoo,lower-custom-partitioning{target=gspmd},inline,canonicalize,cse,symbol-dce"
 
@@ -55,6 +58,29 @@ def linalg_inputs(dtype, seed: int) -> tuple[np.ndarray, ...]:
     return spd, draw(5, 3), draw(2, 3, 5), np.tril(spd[0]), draw(4, 3), np.triu(spd[1]), draw(3, 4)
 
 
+SPARSE_SHAPE = (6, 5)
+MATMUL = (((1,), (0,)), ((), ()))
+
+
+def sparse_products(module):
+    """SpMV and SpMM of a row-sorted BCOO matrix and SDDMM at its entries, with `module`'s BCOO
+    (hlopt.sparse: hlopt's kernels on CPU; jax.experimental.sparse: the reference)."""
+
+    def products(data, indices, x, xm, p, q):
+        a = module.BCOO((data, indices), shape=SPARSE_SHAPE, indices_sorted=True)
+        return a @ x, a @ xm, module.bcoo_dot_general_sampled(p, q, indices, dimension_numbers=MATMUL)
+
+    return products
+
+
+def sparse_inputs(dtype, seed: int) -> tuple[np.ndarray, ...]:
+    """Rows sorted, an empty row, a duplicate, and a padding entry (row 6) at the end."""
+    rng = np.random.default_rng(seed)
+    indices = np.array([[0, 1], [0, 4], [2, 0], [2, 0], [3, 3], [5, 2], [6, 0]], np.int32)
+    draw = lambda *shape: rng.standard_normal(shape).astype(dtype)  # noqa: E731
+    return draw(7), indices, draw(5), draw(5, 3), draw(6, 4), draw(4, 5)
+
+
 def _double_partitioned():
     @hlopt.custom_partitioning
     def double(x):
@@ -69,6 +95,30 @@ def _double_partitioned():
     return double
 
 
+SPGEMM_DIMS = (((1,), (0,)), ((), ()))
+
+
+def spgemm(ld, li, rd, ri):
+    """A sparse x sparse product with traced indices and nse given (hlopt_spgemm_count and _fill), densified."""
+    from hlopt import sparse as hs
+
+    out = hs.bcoo_spdot_general(hs.BCOO((ld, li), shape=(6, 7)), hs.BCOO((rd, ri), shape=(7, 5)),
+                                dimension_numbers=SPGEMM_DIMS, nse=30)
+    return out.todense()
+
+
+def spgemm_reference(ld, li, rd, ri):
+    dense = lambda d, i, shape: jnp.zeros(shape, d.dtype).at[i[:, 0], i[:, 1]].add(d, mode="drop")  # noqa: E731
+    return dense(ld, li, (6, 7)) @ dense(rd, ri, (7, 5))
+
+
+def spgemm_inputs() -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(5)
+    li = np.stack([rng.integers(0, 6, 12), rng.integers(0, 7, 12)], 1).astype(np.int32)
+    ri = np.stack([rng.integers(0, 7, 10), rng.integers(0, 5, 10)], 1).astype(np.int32)
+    return rng.standard_normal(12), li, rng.standard_normal(10), ri
+
+
 def program(name: str):
     """(function, jax's reference of it, inputs, lower keywords, pipeline) of the program `name`."""
     if name == "markers":
@@ -77,11 +127,17 @@ def program(name: str):
         x = np.random.default_rng(3).standard_normal((16, 4)).astype(np.float32)
         return (lambda x: double(jnp.sin(x))), (lambda x: jnp.sin(x) * 2), (x,), {
             "mesh": mesh, "in_shardings": (P("x"),)}, GSPMD
+    if name.startswith("sparse_"):
+        dtype = np.dtype(name.removeprefix("sparse_"))
+        return sparse_products(hs), sparse_products(jsparse), sparse_inputs(dtype, seed=len(name)), {}, "hlopt-default"
+    if name == "spgemm":
+        return spgemm, spgemm_reference, spgemm_inputs(), {}, "hlopt-default"
     dtype = np.dtype(name.removeprefix("linalg_"))
     return linalg, linalg, linalg_inputs(dtype, seed=len(name)), {}, "hlopt-default"
 
 
-PROGRAMS = ["linalg_float32", "linalg_float64", "linalg_complex64", "linalg_complex128", "markers"]
+PROGRAMS = ["linalg_float32", "linalg_float64", "linalg_complex64", "linalg_complex128", "sparse_float32",
+            "sparse_float64", "markers", "spgemm"]
 
 
 def flat(tree) -> dict[str, np.ndarray]:

@@ -191,7 +191,7 @@ def test_compositions_to_order_10():
 def test_unused_results_are_not_computed():
     """Only the top coefficient of a two-layer tanh MLP is used: it matches nested jvp in
     float64, and the jet computes neither the other coefficients of the last dot_general
-    (its stack of four shrinks to one) nor the primal output."""
+    (one dot of the four is left) nor the primal output."""
     order = 4
     rng = np.random.default_rng(6)
     with jax.enable_x64(True):

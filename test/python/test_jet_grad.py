@@ -280,10 +280,9 @@ def test_pinn_loss_gradient_wrt_mlp_weights(sizes):
 
 
 def test_pinn_gradient_reads_the_stacked_cotangents_unpadded():
-    """jet-expand stacks each layer's coefficients into one dot_general and slices its
-    result apart; the backward concatenates the slices' cotangents and reads the one
-    that is alone unpadded, so the gradient pads no cotangent back into a stack (no
-    pad of zeros, no work on them)."""
+    """hlopt-default stacks each layer's coefficients into one dot_general and slices its
+    result apart (xla-cpu-stack-dots, after vjp-expand): the gradient pads no cotangent
+    back into a stack (no pad of zeros, no work on them)."""
     params = mlp_params(jax.random.key(0), [3, 8, 8, 1])
     lowered = hlopt.lower(jax.grad(pinn_loss(hlopt.laplacian, POINTS, BOUNDARY)), params)
     text = lowered.apply("hlopt-default").as_text()

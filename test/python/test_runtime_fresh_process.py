@@ -1,13 +1,13 @@
 """Saved programs that call every allowlisted custom-call target run in a fresh process.
 
 One process compiles and saves programs calling each LAPACK kernel of
-runtime/portable.py's allowlist (four element types) and the GSPMD
-partitioner's markers (fresh_worker.py); fresh processes, each with a
-timeout and a memory cap, load them by every route (`hlopt.load`,
+runtime/portable.py's allowlist (four element types), hlopt's own CPU kernels
+(two) and the GSPMD partitioner's markers (fresh_worker.py); fresh processes,
+each with a timeout and a memory cap, load them by every route (`hlopt.load`,
 `hlopt.deserialize`, `trust="portable"`, a cache hit, `hlopt run`) and call
-them before anything else touched LAPACK (a cache hit is the exception:
-lowering the function again lets jax initialise it). Their numbers must be
-jax.jit's.
+them before anything else touched LAPACK or registered hlopt's kernels (a
+cache hit is the exception for LAPACK: lowering the function again lets jax
+initialise it). Their numbers must be jax.jit's.
 A control shows the harness reports a child that segfaults.
 """
 

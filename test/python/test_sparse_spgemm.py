@@ -54,19 +54,29 @@ def test_matmul_nse_and_values_equal_scipy(n, k, m, density, seed):
         np.testing.assert_allclose(np.asarray(got.todense()), want.toarray(), rtol=1e-12, atol=1e-12)
 
 
+def graph_csr(rng: np.random.Generator, graph: str, n: int, per_row: int, exponent: float,
+              symmetric: bool) -> sp.csr_matrix:
+    """n x n float64: `per_row` uniform columns a row ("random"), or n * per_row edges whose ends
+    are drawn with weight (node + 1) ** -exponent ("power-law"), both directions if `symmetric`."""
+    if graph == "random":
+        rows, cols = np.repeat(np.arange(n), per_row), rng.integers(0, n, per_row * n)
+    else:
+        p = np.arange(1, n + 1) ** -exponent
+        p /= p.sum()
+        rows, cols = rng.choice(n, per_row * n, p=p), rng.choice(n, per_row * n, p=p)
+        if symmetric:
+            rows, cols = np.concatenate([rows, cols]), np.concatenate([cols, rows])
+    a = sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(n, n))
+    a.sum_duplicates()
+    return a
+
+
 @pytest.mark.parametrize("graph", ["random", "power-law"])
 def test_matmul_of_a_graph_squared_equals_scipy(graph):
     rng = np.random.default_rng(3)
     n = 300
-    if graph == "random":
-        rows, cols = np.repeat(np.arange(n), 4), rng.integers(0, n, 4 * n)
-    else:
-        p = np.arange(1, n + 1) ** -0.8
-        p /= p.sum()
-        rows, cols = rng.choice(n, 3 * n, p=p), rng.choice(n, 3 * n, p=p)
     with jax.enable_x64(True):
-        a = sp.csr_matrix((rng.standard_normal(rows.size), (rows, cols)), shape=(n, n))
-        a.sum_duplicates()
+        a = graph_csr(rng, graph, n, 4 if graph == "random" else 3, 0.8, symmetric=False)
         got = from_csr(a) @ from_csr(a)
         want = a @ a
         assert got.nse == want.nnz
@@ -196,3 +206,251 @@ def test_gradients_through_exact_product_match_dense():
     args = (lhs.data.astype(jnp.float32), rhs.data.astype(jnp.float32))
     for got, want in zip(jax.grad(sparse_loss, (0, 1))(*args), jax.grad(dense_loss, (0, 1))(*args)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# The native CSR kernels (hlopt.sparse.spgemm): 2-d x 2-d products of float or complex data
+
+ORIENTED = {  # lhs contracting dim, rhs contracting dim -> dimension_numbers
+    (1, 0): MM, (0, 0): (((0,), (0,)), ((), ())), (1, 1): (((1,), (1,)), ((), ())), (0, 1): (((0,), (1,)), ((), ())),
+}
+
+
+def coo_operand(rng: np.random.Generator, shape, nse: int, dtype, index_dtype, hostile: bool) -> hs.BCOO:
+    """Unsorted entries with duplicates; `hostile` adds padding, negative and far out-of-range indices."""
+    idx = np.stack([rng.integers(0, s, nse) for s in shape], 1).astype(index_dtype)
+    if hostile and nse >= 3:
+        idx[-1] = shape
+        idx[-2] = (-1, 0)
+        idx[-3] = (0, np.iinfo(index_dtype).max)
+    data = rng.standard_normal(nse)
+    if np.issubdtype(dtype, np.complexfloating):
+        data = data + 1j * rng.standard_normal(nse)
+    return hs.BCOO((jnp.asarray(data.astype(dtype)), jnp.asarray(idx)), shape=shape)
+
+
+def dense_of(m: hs.BCOO) -> np.ndarray:
+    """The dense array of a BCOO matrix in numpy (entries with an out-of-range index dropped)."""
+    idx, data = np.asarray(m.indices).astype(np.int64), np.asarray(m.data)
+    keep = np.all((idx >= 0) & (idx < m.shape), axis=1)
+    out = np.zeros(m.shape, data.dtype)
+    np.add.at(out, (idx[keep, 0], idx[keep, 1]), data[keep])
+    return out
+
+
+def pattern_of(m: hs.BCOO) -> np.ndarray:
+    idx = np.asarray(m.indices).astype(np.int64)
+    keep = np.all((idx >= 0) & (idx < m.shape), axis=1)
+    out = np.zeros(m.shape)
+    out[idx[keep, 0], idx[keep, 1]] = 1
+    return out
+
+
+def uses_kernel(f, *args) -> bool:
+    return "hlopt_spgemm_fill" in str(jax.make_jaxpr(f)(*args))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 30), st.integers(1, 30), st.integers(0, 60), st.integers(0, 60),
+       st.sampled_from(sorted(ORIENTED)), st.sampled_from([np.float32, np.float64, np.complex128]),
+       st.sampled_from([np.int32, np.int64]), st.booleans(), st.integers(0, 10**6))
+def test_kernel_product_equals_numpy_eager_and_traced(n, k, m, lnse, rnse, orient, dtype, index_dtype, hostile, seed):
+    """Eager: nse is the structural count, values numpy's (float64: 1e-12), indices row-major and
+    unique. hlopt.jit and jax.jit with traced indices and nse= give the same entries."""
+    rng = np.random.default_rng(seed)
+    dims = ORIENTED[orient]
+    with jax.enable_x64(True):
+        lhs = coo_operand(rng, (k, n) if orient[0] == 0 else (n, k), lnse, dtype, index_dtype, hostile)
+        rhs = coo_operand(rng, (m, k) if orient[1] == 1 else (k, m), rnse, dtype, index_dtype, hostile)
+        prod = lambda x, y: hs.bcoo_dot_general(x, y, dimension_numbers=dims)  # noqa: E731
+        assert uses_kernel(prod, lhs, rhs)
+        got = prod(lhs, rhs)
+        want = lax.dot_general(dense_of(lhs), dense_of(rhs), dims)
+        exact = int((lax.dot_general(pattern_of(lhs), pattern_of(rhs), dims) != 0).sum())
+        assert got.nse == exact == hs.bcoo_spdot_nse(lhs, rhs, dimension_numbers=dims)
+        tol = 1e-12 if dtype != np.float32 else 1e-5
+        np.testing.assert_allclose(np.asarray(got.todense()), np.asarray(want), rtol=tol, atol=tol)
+        keys = np.asarray(got.indices[:, 0]).astype(np.int64) * m + np.asarray(got.indices[:, 1])
+        assert (np.diff(keys) > 0).all() and got.indices.dtype == index_dtype
+        spdot = lambda x, y: hs.bcoo_spdot_general(x, y, dimension_numbers=dims, nse=exact + 2)  # noqa: E731
+        for traced in (hlopt.jit(spdot)(lhs, rhs), jax.jit(spdot)(lhs, rhs)):
+            np.testing.assert_array_equal(np.asarray(traced.indices[:exact]), np.asarray(got.indices))
+            np.testing.assert_array_equal(np.asarray(traced.indices[exact:]), np.full((2, 2), (n, m)))
+            np.testing.assert_allclose(np.asarray(traced.data[:exact]), np.asarray(got.data), rtol=tol, atol=tol)
+            assert not np.asarray(traced.data[exact:]).any()
+
+
+@pytest.mark.parametrize("graph", ["random", "power-law"])
+def test_kernel_square_of_a_graph_equals_scipy(graph):
+    """A @ A at 3000 rows (power-law hubs' rows are ordered by a scan of the dense marker, the
+    others by rank): scipy's nnz, and its entries in row-major order."""
+    rng = np.random.default_rng(11)
+    with jax.enable_x64(True):
+        a = graph_csr(rng, graph, 3000, 5 if graph == "random" else 8, 0.9, symmetric=True)
+        got = from_csr(a) @ from_csr(a)
+        want = (a @ a).tocoo()
+        want.sum_duplicates()  # row-major, as hlopt's entries are
+        assert got.nse == want.nnz
+        np.testing.assert_array_equal(np.asarray(got.indices), np.stack([want.row, want.col], 1))
+        np.testing.assert_allclose(np.asarray(got.data), want.data, rtol=1e-12, atol=1e-12)
+
+
+def test_kernel_orders_a_long_sparse_row_by_sorting():
+    """An output row of 300 distinct columns out of 20000 (neither rank-ordered nor dense) equals scipy's."""
+    rng = np.random.default_rng(4)
+    lhs = sp.csr_matrix((rng.standard_normal(300), (np.zeros(300, int), np.arange(300))), shape=(2, 300))
+    rhs = sp.csr_matrix((rng.standard_normal(300), (np.arange(300), rng.permutation(20000)[:300])),
+                        shape=(300, 20000))
+    with jax.enable_x64(True):
+        got = from_csr(lhs) @ from_csr(rhs)
+        want = (lhs @ rhs).tocoo()
+        want.sum_duplicates()
+        assert got.nse == want.nnz == 300
+        np.testing.assert_array_equal(np.asarray(got.indices), np.stack([want.row, want.col], 1))
+        np.testing.assert_allclose(np.asarray(got.data), want.data, rtol=1e-12, atol=1e-12)
+
+
+def test_kernel_nse_below_the_count_keeps_the_first_row_major_entries():
+    a = sp.random(40, 30, density=0.2, format="csr", random_state=3, dtype=np.float64)
+    b = sp.random(30, 50, density=0.2, format="csr", random_state=4, dtype=np.float64)
+    with jax.enable_x64(True):
+        want = (a @ b).tocoo()
+        want.sum_duplicates()
+        for nse in (0, 1, want.nnz // 3):
+            for got in (hs.bcoo_spdot_general(from_csr(a), from_csr(b), dimension_numbers=MM, nse=nse),
+                        hlopt.jit(lambda x, y: hs.bcoo_spdot_general(x, y, dimension_numbers=MM, nse=nse))(
+                            from_csr(a), from_csr(b))):
+                assert got.nse == nse
+                np.testing.assert_array_equal(np.asarray(got.indices), np.stack([want.row, want.col], 1)[:nse])
+                np.testing.assert_allclose(np.asarray(got.data), want.data[:nse], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("where", ["eager", "hlopt.jit", "jax.jit"])
+def test_kernel_gradients_match_dense(where):
+    """grad and jvp of both operands' data through the kernel product (traced indices, nse above
+    the count, so padding is differentiated too) equal the dense product's."""
+    rng = np.random.default_rng(9)
+    with jax.enable_x64(True):
+        lhs, rhs = coo_operand(rng, (8, 6), 20, np.float64, np.int32, True), coo_operand(
+            rng, (9, 6), 15, np.float64, np.int32, True)
+        dims = ORIENTED[(1, 1)]
+        w = jnp.asarray(rng.standard_normal((8, 9)))
+        exact = hs.bcoo_spdot_nse(lhs, rhs, dimension_numbers=dims)
+
+        def sparse_loss(ld, li, rd, ri):
+            out = hs.bcoo_spdot_general(hs.BCOO((ld, li), shape=lhs.shape), hs.BCOO((rd, ri), shape=rhs.shape),
+                                        dimension_numbers=dims, nse=None if where == "eager" else exact + 3)
+            return jnp.sum(jnp.sin(out.todense()) * w)
+
+        def dense_loss(ld, rd):
+            dl = hs.BCOO((ld, lhs.indices), shape=lhs.shape).todense()
+            dr = hs.BCOO((rd, rhs.indices), shape=rhs.shape).todense()
+            return jnp.sum(jnp.sin(dl @ dr.T) * w)
+
+        grad = jax.grad(sparse_loss, (0, 2))
+        grad = {"eager": grad, "hlopt.jit": hlopt.jit(grad), "jax.jit": jax.jit(grad)}[where]
+        got = grad(lhs.data, lhs.indices, rhs.data, rhs.indices)
+        want = jax.grad(dense_loss, (0, 1))(lhs.data, rhs.data)
+        for g, e in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-12)
+        tangents = (jnp.asarray(rng.standard_normal(20)), jnp.asarray(rng.standard_normal(15)))
+        _, got_t = jax.jvp(lambda a, b: sparse_loss(a, lhs.indices, b, rhs.indices), (lhs.data, rhs.data), tangents)
+        _, want_t = jax.jvp(dense_loss, (lhs.data, rhs.data), tangents)
+        np.testing.assert_allclose(float(got_t), float(want_t), rtol=1e-10)
+
+
+def test_kernel_product_under_vmap_of_data():
+    """vmap over the data of both operands (indices shared) runs the kernel per batch element."""
+    rng = np.random.default_rng(2)
+    lhs, rhs = coo_operand(rng, (7, 5), 12, np.float32, np.int32, False), coo_operand(
+        rng, (5, 6), 10, np.float32, np.int32, False)
+    ld = jnp.asarray(rng.standard_normal((3, 12)).astype(np.float32))
+    rd = jnp.asarray(rng.standard_normal((3, 10)).astype(np.float32))
+    f = lambda a, b: (hs.BCOO((a, lhs.indices), shape=lhs.shape) @ hs.BCOO((b, rhs.indices), shape=rhs.shape)  # noqa: E731
+                      ).todense()
+    got = jax.vmap(f)(ld, rd)
+    for i in range(3):
+        want = dense_of(hs.BCOO((ld[i], lhs.indices), shape=lhs.shape)) @ dense_of(
+            hs.BCOO((rd[i], rhs.indices), shape=rhs.shape))
+        np.testing.assert_allclose(np.asarray(got[i]), want, rtol=1e-5, atol=1e-5)
+
+
+def test_layouts_the_kernels_do_not_cover_take_the_host_structure():
+    """Batched, vector and integer-data products fall back (no kernel call), with exact nse as before."""
+    rng = np.random.RandomState(0)
+    batched = (random_bcoo(rng, (3, 6, 7), 1, 9), random_bcoo(rng, (3, 7, 5), 1, 8), (((2,), (1,)), ((0,), (0,))))
+    vector = (random_bcoo(rng, (7,), 0, 4), random_bcoo(rng, (7, 5), 0, 8), (((0,), (0,)), ((), ())))
+    a, b = random_bcoo(rng, (6, 7), 0, 9), random_bcoo(rng, (7, 5), 0, 8)
+    as_int = lambda m: hs.BCOO((m.data.astype(jnp.int32), m.indices), shape=m.shape)  # noqa: E731
+    ints = (as_int(a), as_int(b), MM)
+    for lhs, rhs, dims in (batched, vector, ints):
+        prod = lambda x, y, dims=dims: hs.bcoo_dot_general(x, y, dimension_numbers=dims)  # noqa: E731
+        assert not uses_kernel(prod, lhs, rhs)
+        assert prod(lhs, rhs).nse == hs.bcoo_spdot_nse(lhs, rhs, dimension_numbers=dims)
+
+
+def _raw_fill(ld, li, rd, ri, counts, nse, rows, inner, cols):
+    from hlopt.runtime import kernels
+
+    kernels.register()
+    out = (jax.ShapeDtypeStruct((nse,), ld.dtype), jax.ShapeDtypeStruct((nse, 2), li.dtype))
+    return jax.ffi.ffi_call("hlopt_spgemm_fill", out)(ld, li, rd, ri, counts, rows=np.int64(rows),
+                                                       inner=np.int64(inner), cols=np.int64(cols))
+
+
+def test_fill_kernel_refuses_forged_counts_and_shapes():
+    """Counts that disagree with the operands, negative counts and inconsistent shapes are errors
+    (never a read or write out of bounds); huge or negative indices are dropped."""
+    li = jnp.asarray([[0, 0], [1, 1], [2**31 - 1, 0], [-5, 1], [0, -1]], jnp.int32)
+    ld = jnp.ones(5, jnp.float32)
+    ri = jnp.asarray([[0, 0], [1, 1], [1, 2**30]], jnp.int32)
+    rd = jnp.ones(3, jnp.float32)
+    good = jnp.asarray([1, 1], jnp.int32)
+    data, idx = _raw_fill(ld, li, rd, ri, good, 3, 2, 2, 2)
+    np.testing.assert_array_equal(np.asarray(idx), [[0, 0], [1, 1], [2, 2]])
+    np.testing.assert_array_equal(np.asarray(data), [1, 1, 0])
+    for counts, match in ((jnp.asarray([2, 0], jnp.int32), "do not match"),
+                          (jnp.asarray([-1, 3], jnp.int32), "negative"),
+                          (jnp.asarray([2**31 - 1, 2**31 - 1], jnp.int32), "above cols")):
+        with pytest.raises(Exception, match=match):
+            jax.block_until_ready(_raw_fill(ld, li, rd, ri, counts, 3, 2, 2, 2))
+    with pytest.raises(Exception, match="counts"):
+        jax.block_until_ready(_raw_fill(ld, li, rd, ri, jnp.asarray([1, 1, 1], jnp.int32), 3, 2, 2, 2))
+    with pytest.raises(Exception, match="rows, inner and cols"):
+        jax.block_until_ready(_raw_fill(ld, li, rd, ri, good, 3, 2, 2, -1))
+
+
+def test_portable_rules_accept_the_kernel_calls_and_refuse_changed_ones():
+    """A saved program's hlopt_spgemm calls pass runtime/portable.py's rules; a changed attribute,
+    an extra one, an i32 one or a result of another size is refused."""
+    from hlopt.passes.mlir import ir
+    from hlopt.runtime.portable import PortableCheckError, check_portable
+
+    a = from_csr(sp.random(6, 7, density=0.3, format="csr", random_state=0, dtype=np.float32))
+    b = from_csr(sp.random(7, 5, density=0.3, format="csr", random_state=1, dtype=np.float32))
+    module = hlopt.lower(lambda x, y: hs.bcoo_spdot_general(x, y, dimension_numbers=MM, nse=9).todense(), a,
+                         b).compile().module
+    check_portable(module)
+    calls = []
+
+    def visit(op):
+        if op.name == "stablehlo.custom_call":
+            calls.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    assert {ir.StringAttr(op.attributes["call_target_name"]).value for op in calls} == {
+        "hlopt_spgemm_count", "hlopt_spgemm_fill"}
+    with module.context:
+        i64 = lambda v: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)  # noqa: E731
+        for op in calls:
+            config = ir.DictAttr(op.attributes["mhlo.backend_config"])
+            names = {config[i].name: config[i].attr for i in range(len(config))}
+            edits = [dict(names, rows=i64(7)), dict(names, extra=i64(1)), {k: v for k, v in names.items() if k != "cols"},
+                     dict(names, cols=ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 5)), dict(names, inner=i64(-1))]
+            for edit in edits:
+                op.attributes["mhlo.backend_config"] = ir.DictAttr.get(edit)
+                with pytest.raises(PortableCheckError, match="hlopt_spgemm"):
+                    check_portable(module)
+            op.attributes["mhlo.backend_config"] = config
+        check_portable(module)

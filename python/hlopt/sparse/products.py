@@ -40,7 +40,7 @@ from jax.interpreters import ad, batching
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes.bcoo import REGISTRY, Record
 from hlopt.passes.bcoo.record import DATA, DENSE
-from hlopt.sparse import rules, symbolic
+from hlopt.sparse import rules, spgemm, symbolic
 from hlopt.sparse.bcoo import BCOO, SparseEfficiencyError, bcoo_squeeze, bcoo_transpose
 from hlopt.sparse.structure import bcoo_broadcast_in_dim
 
@@ -356,12 +356,22 @@ def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferre
     computed on the host first (`hlopt.sparse.symbolic`) and the values are one gather of each
     operand's data, a product and a sorted segment sum over the matching pairs; with traced ones,
     the `spdot_general` annotation's work and memory are linear in the operands' nse, `nse` and the
-    pairs processed per chunk (never `lhs.nse * rhs.nse` at once).
+    pairs processed per chunk (never `lhs.nse * rhs.nse` at once). Products of two matrices (no
+    batch or dense dims) of float or complex data run instead on the native CSR kernels
+    (`hlopt.sparse.spgemm`), eagerly and traced alike.
     """
     dims = _dims_key(dimension_numbers)
     pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
     lay_l, lay_r = _layouts(lhs, rhs)
     nse = None if nse is None else operator.index(nse)
+    kernel = spgemm.plan(lay_l, lay_r, dims, lhs.dtype, rhs.dtype, pet, lhs.indices.dtype, rhs.indices.dtype)
+    if kernel is not None:
+        traced = rules.is_traced(lhs.indices, rhs.indices)
+        data, indices = spgemm.product(kernel, lhs.data, lhs.indices, rhs.data, rhs.indices,
+                                       _traced_nse(lhs, rhs, dims) if traced and nse is None else nse,
+                                       spdot_general_sampled_p)
+        return BCOO((data, indices), shape=shapes.spdot_general(lay_l, lay_r, dims).shape, indices_sorted=True,
+                    unique_indices=True)
     if not rules.is_traced(lhs.indices, rhs.indices):
         structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims,
                                              nse)
@@ -389,6 +399,9 @@ def bcoo_spdot_nse(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any) -> int:
             "bcoo_spdot_nse counts the output structure from concrete indices: call it outside jit, "
             "on the arrays whose product a traced bcoo_spdot_general takes with nse=")
     lay_l, lay_r = _layouts(lhs, rhs)
+    kernel = spgemm.plan(lay_l, lay_r, dims, lhs.dtype, rhs.dtype, None, lhs.indices.dtype, rhs.indices.dtype)
+    if kernel is not None:
+        return spgemm.exact_nse(kernel, lhs.indices, rhs.indices)
     structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims)
     return shapes.spdot_general(lay_l, lay_r, dims).bound if structure is None else structure.nse
 

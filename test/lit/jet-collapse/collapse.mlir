@@ -38,7 +38,7 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<f32> {
 // A K-th input that is not zero is summed over the directions; a convert on the way
 // to the sum is rebuilt on the collapsed output.
 // CHECK-LABEL: func.func @nonzero_input
-// CHECK: %[[S:.*]] = stablehlo.dot_general %{{.*}}, %arg2, contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2x4xf32>) -> tensor<4xf32>
+// CHECK: %[[S:.*]] = stablehlo.reduce(%arg2 init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<2x4xf32>, tensor<f32>) -> tensor<4xf32>
 // CHECK: %[[R:.*]]:3 = stablehlo.custom_call @hlopt.jet(%arg0, %arg1, %[[S]])
 // CHECK: stablehlo.convert %[[R]]#2 : (tensor<f32>) -> tensor<f64>
 func.func @nonzero_input(%x: tensor<4xf32>, %v: tensor<2x4xf32>, %w: tensor<2x4xf32>) -> tensor<f64> {

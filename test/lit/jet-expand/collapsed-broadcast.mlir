@@ -13,7 +13,7 @@
 // CHECK-NOT: tensor<3x2x4xf32>
 // CHECK: stablehlo.multiply %{{.*}}, %[[B]] : tensor<3x2x5xf32>
 // CHECK: %[[SQ:.*]] = stablehlo.multiply %[[D]], %[[D]] : tensor<3x5xf32>
-// CHECK: %[[SUM:.*]] = stablehlo.dot_general %{{.*}}, %[[SQ]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x5xf32>) -> tensor<5xf32>
+// CHECK: %[[SUM:.*]] = stablehlo.reduce(%[[SQ]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x5xf32>, tensor<f32>) -> tensor<5xf32>
 // CHECK: stablehlo.broadcast_in_dim %[[SUM]], dims = [1] : (tensor<5xf32>) -> tensor<2x5xf32>
 // CHECK-NOT: tensor<3x2x5xf32>
 // CHECK: return

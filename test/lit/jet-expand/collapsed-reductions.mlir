@@ -28,7 +28,7 @@ func.func private @c(%x: tensor<1x1x4xf32>) -> tensor<1x2x4xf32> {
 // CHECK-LABEL: func.func private @p_jet2
 // CHECK: %[[K:.*]] = stablehlo.pad %{{.*}}, low = [0, 0], high = [2, 0], interior = [0, 0] : (tensor<1x4xf32>, tensor<f32>) -> tensor<3x4xf32>
 // CHECK: %[[R:.*]]:3 = stablehlo.reduce(%{{.*}} init: %{{.*}}), (%{{.*}} init: %{{.*}}), (%[[K]] init: %{{.*}}) across dimensions = [1] : (tensor<3x4xf32>, tensor<3x4xf32>, tensor<3x4xf32>, tensor<f32>, tensor<f32>, tensor<f32>)
-// CHECK: stablehlo.dot_general %{{.*}}, %[[R]]#2, contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3xf32>) -> tensor<f32>
+// CHECK: stablehlo.reduce(%[[R]]#2 init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
 func.func @prod(%x: tensor<4xf32>, %v: tensor<3x4xf32>, %z: tensor<4xf32>) -> tensor<f32> {
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@p], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<f32>)
   return %r#2 : tensor<f32>

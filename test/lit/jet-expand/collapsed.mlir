@@ -1,4 +1,5 @@
 // RUN: hlopt-opt %s -p jet-expand --split-input-file | filecheck %s
+// RUN: hlopt-opt %s -p 'jet-expand,xla-cpu-stack-dots' --split-input-file | filecheck %s --check-prefix=STACK
 
 // A collapsed jet of order 2 along 3 directions: coefficient 1 keeps the leading
 // directions axis, the K-th is carried with an axis of size 1 inside and comes out
@@ -9,24 +10,23 @@
 // second dot takes coefficient 1 (3 rows) and the collapsed one (1 row) stacked, as one
 // matmul; the primal's row, stacked with them too, is dropped with the dead primal
 // result (and no copy of the replaced primal dot is left behind).
-// CHECK-LABEL: func.func @main
-// CHECK: %[[R:.*]]:3 = call @f_jet2(%arg0, %arg1, %{{.*}}) : (tensor<4xf32>, tensor<3x4xf32>, tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
-// CHECK: %[[S:.*]] = stablehlo.reshape %[[R]]#2 : (tensor<1xf32>) -> tensor<f32>
-// CHECK: return %[[R]]#1, %[[S]]
-// CHECK-LABEL: func.func private @f_jet2
-// CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
-// CHECK: %[[SIN:.*]] = stablehlo.sine %[[X]] : tensor<4xf32>
-// CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<3xf32>
-// CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
-// CHECK: %[[SUM:.*]] = stablehlo.dot_general %[[ONES]], %[[SQ]], contracting_dims = [0] x [0] : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
-// CHECK: stablehlo.multiply %[[SUM]], %[[SIN]] : tensor<4xf32>
-// CHECK: %[[STACK:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>
-// CHECK: %[[DOT:.*]] = stablehlo.dot_general %[[STACK]], %{{.*}} : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4xf32>
-// CHECK: %[[D1:.*]] = stablehlo.slice %[[DOT]] [0:3]
-// CHECK: %[[D2:.*]] = stablehlo.slice %[[DOT]] [3:4]
-// CHECK-NOT: stablehlo.dot_general
-// CHECK-NOT: stablehlo.sine
-// CHECK: return %{{.*}}, %[[D1]], %[[D2]]
+// STACK-LABEL: func.func @main
+// STACK: %[[R:.*]]:3 = call @f_jet2(%arg0, %arg1, %{{.*}}) : (tensor<4xf32>, tensor<3x4xf32>, tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
+// STACK: %[[S:.*]] = stablehlo.reshape %[[R]]#2 : (tensor<1xf32>) -> tensor<f32>
+// STACK: return %[[R]]#1, %[[S]]
+// STACK-LABEL: func.func private @f_jet2
+// STACK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<1xf32>)
+// STACK: %[[SIN:.*]] = stablehlo.sine %[[X]] : tensor<4xf32>
+// STACK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
+// STACK: %[[SUM:.*]] = stablehlo.reduce(%[[SQ]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
+// STACK: stablehlo.multiply %[[SUM]], %[[SIN]] : tensor<4xf32>
+// STACK: %[[STACK:.*]] = stablehlo.concatenate %{{.*}}, %{{.*}}, dim = 0 : (tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<4x4xf32>
+// STACK: %[[DOT:.*]] = stablehlo.dot_general %[[STACK]], %{{.*}} : (tensor<4x4xf32>, tensor<4xf32>) -> tensor<4xf32>
+// STACK: %[[D1:.*]] = stablehlo.slice %[[DOT]] [0:3]
+// STACK: %[[D2:.*]] = stablehlo.slice %[[DOT]] [3:4]
+// STACK-NOT: stablehlo.dot_general
+// STACK-NOT: stablehlo.sine
+// STACK: return %{{.*}}, %[[D1]], %[[D2]]
 func.func @main(%x: tensor<4xf32>, %v: tensor<3x4xf32>) -> (tensor<3xf32>, tensor<f32>) {
   %z = stablehlo.constant dense<0.0> : tensor<4xf32>
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<f32>)
@@ -43,20 +43,20 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<f32> {
 
 // With the primal result live, the primal's row joins the stack too: one matmul reads
 // the weights once for the primal, the 3 directions and the collapsed coefficient.
-// CHECK-LABEL: func.func private @f_jet2
-// CHECK-SAME: (%[[X:[^:]*]]: tensor<2x4xf32>, %[[V:[^:]*]]: tensor<3x2x4xf32>, %{{[^:]*}}: tensor<1x2x4xf32>)
-// CHECK: %[[W:.*]] = stablehlo.constant
-// CHECK: %[[T:.*]] = stablehlo.tanh %[[X]] : tensor<2x4xf32>
-// CHECK-NOT: stablehlo.dot_general %[[T]]
-// CHECK: %[[P:.*]] = stablehlo.reshape %[[T]] : (tensor<2x4xf32>) -> tensor<1x2x4xf32>
-// CHECK: %[[STACK:.*]] = stablehlo.concatenate %[[P]], %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x2x4xf32>, tensor<3x2x4xf32>, tensor<1x2x4xf32>) -> tensor<5x2x4xf32>
-// CHECK: %[[DOT:.*]] = stablehlo.dot_general %[[STACK]], %[[W]], contracting_dims = [2] x [0] : (tensor<5x2x4xf32>, tensor<4x3xf32>) -> tensor<5x2x3xf32>
-// CHECK: %[[Y0:.*]] = stablehlo.slice %[[DOT]] [0:1, 0:2, 0:3]
-// CHECK: %[[Y1:.*]] = stablehlo.slice %[[DOT]] [1:4, 0:2, 0:3]
-// CHECK: %[[Y2:.*]] = stablehlo.slice %[[DOT]] [4:5, 0:2, 0:3]
-// CHECK: %[[Y:.*]] = stablehlo.reshape %[[Y0]] : (tensor<1x2x3xf32>) -> tensor<2x3xf32>
-// CHECK-NOT: stablehlo.dot_general
-// CHECK: return %[[Y]], %[[Y1]], %[[Y2]]
+// STACK-LABEL: func.func private @f_jet2
+// STACK-SAME: (%[[X:[^:]*]]: tensor<2x4xf32>, %[[V:[^:]*]]: tensor<3x2x4xf32>, %{{[^:]*}}: tensor<1x2x4xf32>)
+// STACK: %[[W:.*]] = stablehlo.constant
+// STACK: %[[T:.*]] = stablehlo.tanh %[[X]] : tensor<2x4xf32>
+// STACK-NOT: stablehlo.dot_general %[[T]]
+// STACK: %[[P:.*]] = stablehlo.reshape %[[T]] : (tensor<2x4xf32>) -> tensor<1x2x4xf32>
+// STACK: %[[STACK:.*]] = stablehlo.concatenate %[[P]], %{{.*}}, %{{.*}}, dim = 0 : (tensor<1x2x4xf32>, tensor<3x2x4xf32>, tensor<1x2x4xf32>) -> tensor<5x2x4xf32>
+// STACK: %[[DOT:.*]] = stablehlo.dot_general %[[STACK]], %[[W]], contracting_dims = [2] x [0] : (tensor<5x2x4xf32>, tensor<4x3xf32>) -> tensor<5x2x3xf32>
+// STACK: %[[Y0:.*]] = stablehlo.slice %[[DOT]] [0:1, 0:2, 0:3]
+// STACK: %[[Y1:.*]] = stablehlo.slice %[[DOT]] [1:4, 0:2, 0:3]
+// STACK: %[[Y2:.*]] = stablehlo.slice %[[DOT]] [4:5, 0:2, 0:3]
+// STACK: %[[Y:.*]] = stablehlo.reshape %[[Y0]] : (tensor<1x2x3xf32>) -> tensor<2x3xf32>
+// STACK-NOT: stablehlo.dot_general
+// STACK: return %[[Y]], %[[Y1]], %[[Y2]]
 func.func @primal_too(%x: tensor<2x4xf32>, %v: tensor<3x2x4xf32>) -> (tensor<2x3xf32>, tensor<3x2x3xf32>, tensor<2x3xf32>) {
   %z = stablehlo.constant dense<0.0> : tensor<2x4xf32>
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<2x4xf32>, tensor<3x2x4xf32>, tensor<2x4xf32>) -> (tensor<2x3xf32>, tensor<3x2x3xf32>, tensor<2x3xf32>)
@@ -74,7 +74,8 @@ func.func private @f(%x: tensor<2x4xf32>) -> tensor<2x3xf32> {
 // Weights: the sum over the directions is weighted (a signed sum, as the bi-Laplacian needs).
 // CHECK-LABEL: func.func private @g_jet2
 // CHECK: %[[W:.*]] = stablehlo.constant dense<[2.000000e+00, -1.000000e+00]> : tensor<2xf32>
-// CHECK: stablehlo.dot_general %[[W]], %{{.*}}, contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2xf32>) -> tensor<f32>
+// CHECK: %[[P:.*]] = stablehlo.multiply %{{.*}}, %[[W]] : tensor<2xf32>
+// CHECK: stablehlo.reduce(%[[P]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<2xf32>, tensor<f32>) -> tensor<f32>
 func.func @weighted(%x: tensor<f32>, %v: tensor<2xf32>, %z: tensor<f32>) -> tensor<f32> {
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@g], backend_config = {order = 2 : i64, collapsed = true, weights = array<f64: 2.0, -1.0>}} : (tensor<f32>, tensor<2xf32>, tensor<f32>) -> (tensor<f32>, tensor<2xf32>, tensor<f32>)
   return %r#2 : tensor<f32>

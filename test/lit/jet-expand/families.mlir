@@ -1,4 +1,5 @@
 // RUN: hlopt-opt %s -p 'jet-expand{func=f order=2}' --split-input-file | filecheck %s
+// RUN: hlopt-opt %s -p 'jet-expand{func=f order=2},xla-cpu-stack-dots' --split-input-file | filecheck %s --check-prefix=STACK
 
 // Linear ops apply themselves to each coefficient; the primal ops are kept.
 // CHECK-LABEL: func.func @f_jet2
@@ -140,25 +141,32 @@ func.func @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// dot_general with a series on one side only (x @ constant): the primal keeps its own
-// dot_general (the op itself); the K coefficients go through one dot_general stacked
-// along a free dimension, then are sliced apart.
+// dot_general with a series on one side only (x @ constant): one dot_general per
+// coefficient, which xla-cpu-stack-dots (the STACK run) makes one dot_general of the
+// K coefficients stacked along a free dimension, then sliced apart (the primal's joins
+// the products that share x with it).
 // With series on both sides (x @ w) it is the Cauchy product.
+// STACK: func.func @f_jet2(%[[X:[^:]*]]: tensor<3x4xf32>, %[[W:[^:]*]]: tensor<4x6xf32>, %[[X1:[^:]*]]: tensor<3x4xf32>, %[[X2:[^:]*]]: tensor<3x4xf32>, %[[W1:[^:]*]]: tensor<4x6xf32>, %[[W2:[^:]*]]: tensor<4x6xf32>)
+// STACK: %[[C:.*]] = stablehlo.constant
+// STACK: %[[S:.*]] = stablehlo.concatenate %[[X1]], %[[X2]], dim = 0 : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<6x4xf32>
+// STACK: %[[B:.*]] = stablehlo.dot_general %[[S]], %[[C]], contracting_dims = [1] x [0] : (tensor<6x4xf32>, tensor<4x6xf32>) -> tensor<6x6xf32>
+// STACK: stablehlo.slice %[[B]] [0:3, 0:6]
+// STACK: stablehlo.slice %[[B]] [3:6, 0:6]
+// STACK: %[[T:.*]] = stablehlo.concatenate %[[C]], %[[W]], %[[W1]], dim = 1 : (tensor<4x6xf32>, tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x18xf32>
+// STACK: stablehlo.dot_general %[[X]], %[[T]], contracting_dims = [1] x [0] : (tensor<3x4xf32>, tensor<4x18xf32>) -> tensor<3x18xf32>
+// STACK: stablehlo.dot_general %[[X1]], %[[W]]
+// STACK: stablehlo.dot_general %[[X]], %[[W2]]
+// STACK: stablehlo.dot_general %[[X1]], %[[W1]]
+// STACK: stablehlo.dot_general %[[X2]], %[[W]]
+// STACK-NOT: stablehlo.dot_general
+// STACK: return
 // CHECK-LABEL: func.func @f_jet2
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<3x4xf32>, %[[W:[^:]*]]: tensor<4x6xf32>, %[[X1:[^:]*]]: tensor<3x4xf32>, %[[X2:[^:]*]]: tensor<3x4xf32>, %[[W1:[^:]*]]: tensor<4x6xf32>, %[[W2:[^:]*]]: tensor<4x6xf32>)
 // CHECK: %[[C:.*]] = stablehlo.constant
-// CHECK: stablehlo.dot_general %[[X]], %[[C]], contracting_dims = [1] x [0] : (tensor<3x4xf32>, tensor<4x6xf32>) -> tensor<3x6xf32>
-// CHECK: %[[S:.*]] = stablehlo.concatenate %[[X1]], %[[X2]], dim = 0 : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<6x4xf32>
-// CHECK: %[[B:.*]] = stablehlo.dot_general %[[S]], %[[C]], contracting_dims = [1] x [0] : (tensor<6x4xf32>, tensor<4x6xf32>) -> tensor<6x6xf32>
-// CHECK: stablehlo.slice %[[B]] [0:3, 0:6]
-// CHECK: stablehlo.slice %[[B]] [3:6, 0:6]
-// CHECK: stablehlo.dot_general %[[X]], %[[W]]
-// CHECK: stablehlo.dot_general %[[X]], %[[W1]]
-// CHECK: stablehlo.dot_general %[[X1]], %[[W]]
-// CHECK: stablehlo.dot_general %[[X]], %[[W2]]
-// CHECK: stablehlo.dot_general %[[X1]], %[[W1]]
-// CHECK: stablehlo.dot_general %[[X2]], %[[W]]
-// CHECK-NOT: stablehlo.dot_general
+// CHECK: stablehlo.dot_general %[[X]], %[[C]]
+// CHECK: stablehlo.dot_general %[[X1]], %[[C]]
+// CHECK: stablehlo.dot_general %[[X2]], %[[C]]
+// CHECK-NOT: stablehlo.concatenate
 // CHECK: return
 func.func @f(%x: tensor<3x4xf32>, %w: tensor<4x6xf32>) -> tensor<3x6xf32> {
   %c = stablehlo.constant dense<1.0> : tensor<4x6xf32>

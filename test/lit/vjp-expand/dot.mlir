@@ -1,13 +1,14 @@
 // RUN: hlopt-opt %s -p 'vjp-expand{func=f}' --split-input-file | filecheck %s
 
 // Batched matmul: the lhs cotangent contracts the cotangent with the rhs over the
-// rhs free dim; the rhs one contracts the lhs with the cotangent over the lhs free
-// dim, lhs first, so that its dims come out in the rhs's order (no transpose).
+// rhs free dim; the rhs one contracts the cotangent with the lhs over the lhs free
+// dim, transposed into the rhs's order (xla-cpu-dot-operand-order swaps the operands
+// instead, test/lit/xla-cpu/dot-operand-order.mlir).
 // CHECK-LABEL: func.func @f_vjp
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<2x3x4xf32>, %[[Y:[^:]*]]: tensor<2x4x5xf32>, %[[CT:[^:]*]]: tensor<2x3x5xf32>)
 // CHECK: %[[XCT:.*]] = stablehlo.dot_general %[[CT]], %[[Y]], batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<2x3x5xf32>, tensor<2x4x5xf32>) -> tensor<2x3x4xf32>
-// CHECK: %[[YCT:.*]] = stablehlo.dot_general %[[X]], %[[CT]], batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<2x3x4xf32>, tensor<2x3x5xf32>) -> tensor<2x4x5xf32>
-// CHECK-NOT: stablehlo.transpose
+// CHECK: %[[D:.*]] = stablehlo.dot_general %[[CT]], %[[X]], batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<2x3x5xf32>, tensor<2x3x4xf32>) -> tensor<2x5x4xf32>
+// CHECK: %[[YCT:.*]] = stablehlo.transpose %[[D]], dims = [0, 2, 1] : (tensor<2x5x4xf32>) -> tensor<2x4x5xf32>
 // CHECK: return %[[XCT]], %[[YCT]]
 func.func @f(%x: tensor<2x3x4xf32>, %y: tensor<2x4x5xf32>) -> tensor<2x3x5xf32> {
   %0 = stablehlo.dot_general %x, %y, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<2x3x4xf32>, tensor<2x4x5xf32>) -> tensor<2x3x5xf32>
@@ -24,7 +25,7 @@ func.func @f(%x: tensor<2x3x4xf32>, %y: tensor<2x4x5xf32>) -> tensor<2x3x5xf32> 
 // CHECK: %[[D:.*]] = stablehlo.dot_general %[[CT]], %[[W32]], contracting_dims = [1] x [1]
 // CHECK: %[[XCT:.*]] = stablehlo.convert %[[D]] : (tensor<3x4xf32>) -> tensor<3x4xbf16>
 // CHECK: %[[X32:.*]] = stablehlo.convert %[[X]] : (tensor<3x4xbf16>) -> tensor<3x4xf32>
-// CHECK: stablehlo.dot_general %[[X32]], %[[CT]], contracting_dims = [0] x [0]
+// CHECK: stablehlo.dot_general %[[CT]], %[[X32]], contracting_dims = [0] x [0]
 // CHECK: %[[WCT:.*]] = stablehlo.convert %{{.*}} : (tensor<4x5xf32>) -> tensor<4x5xbf16>
 // CHECK: return %[[XCT]], %[[WCT]]
 func.func @f(%x: tensor<3x4xbf16>, %w: tensor<4x5xbf16>) -> tensor<3x5xf32> {
@@ -62,7 +63,8 @@ func.func @f(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> (
 // CHECK: %[[S:.*]] = stablehlo.concatenate
 // CHECK: %[[BCT:.*]] = stablehlo.dot_general %[[CQ]], %[[W]], contracting_dims = [1] x [1] : (tensor<1x4xf32>, tensor<3x4xf32>) -> tensor<1x3xf32>
 // CHECK: %[[ROWS:.*]] = stablehlo.slice %[[S]] [2:3, 0:3]
-// CHECK: stablehlo.dot_general %[[ROWS]], %[[CQ]], contracting_dims = [0] x [0] : (tensor<1x3xf32>, tensor<1x4xf32>) -> tensor<3x4xf32>
+// CHECK: %[[WD:.*]] = stablehlo.dot_general %[[CQ]], %[[ROWS]], contracting_dims = [0] x [0] : (tensor<1x4xf32>, tensor<1x3xf32>) -> tensor<4x3xf32>
+// CHECK: stablehlo.transpose %[[WD]], dims = [1, 0]
 // CHECK: %[[ZERO:.*]] = stablehlo.broadcast_in_dim %{{.*}}, dims = [] : (tensor<f32>) -> tensor<2x3xf32>
 // CHECK: return %[[ZERO]], %[[BCT]]
 func.func @f(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> tensor<1x4xf32> {
@@ -78,7 +80,8 @@ func.func @f(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> t
 // rows and the collapsed row. The three slices' cotangents (the primal's through its
 // reshape) are joined into one stacked cotangent: one dot by the weights for the
 // operand's cotangent and one product of the stack with it for the weights', in the
-// weights' layout (the stack first, no transpose), and no zero padding anywhere.
+// weights' layout (transposed; xla-cpu-dot-operand-order swaps its operands instead),
+// and no zero padding anywhere.
 // CHECK-LABEL: func.func @f_vjp
 // CHECK-SAME: %[[W:[^:]*]]: tensor<3x5xf32>, %{{[^:]*}}: tensor<2x5xf32>, %[[C1:[^:]*]]: tensor<4x2x5xf32>, %{{[^:]*}}: tensor<1x2x5xf32>)
 // CHECK-NOT: stablehlo.pad
@@ -87,9 +90,9 @@ func.func @f(%a: tensor<2x3xf32>, %b: tensor<1x3xf32>, %w: tensor<3x4xf32>) -> t
 // CHECK: %[[C12:.*]] = stablehlo.concatenate %[[C1]], %{{.*}}, dim = 0 : (tensor<4x2x5xf32>, tensor<1x2x5xf32>) -> tensor<5x2x5xf32>
 // CHECK: %[[CT:.*]] = stablehlo.concatenate %[[C0]], %[[C12]], dim = 0 : (tensor<1x2x5xf32>, tensor<5x2x5xf32>) -> tensor<6x2x5xf32>
 // CHECK: %[[DS:.*]] = stablehlo.dot_general %[[CT]], %[[W]], contracting_dims = [2] x [1] : (tensor<6x2x5xf32>, tensor<3x5xf32>) -> tensor<6x2x3xf32>
-// CHECK: %[[DW:.*]] = stablehlo.dot_general %[[S]], %[[CT]], contracting_dims = [0, 1] x [0, 1] : (tensor<6x2x3xf32>, tensor<6x2x5xf32>) -> tensor<3x5xf32>
+// CHECK: %[[DT:.*]] = stablehlo.dot_general %[[CT]], %[[S]], contracting_dims = [0, 1] x [0, 1] : (tensor<6x2x5xf32>, tensor<6x2x3xf32>) -> tensor<5x3xf32>
+// CHECK: %[[DW:.*]] = stablehlo.transpose %[[DT]], dims = [1, 0]
 // CHECK-NOT: stablehlo.pad
-// CHECK-NOT: stablehlo.transpose
 // CHECK: return %{{.*}}, %{{.*}}, %{{.*}}, %[[DW]]
 func.func @f(%p: tensor<2x3xf32>, %d: tensor<4x2x3xf32>, %k: tensor<1x2x3xf32>, %w: tensor<3x5xf32>) -> (tensor<2x5xf32>, tensor<4x2x5xf32>, tensor<1x2x5xf32>) {
   %r = stablehlo.reshape %p : (tensor<2x3xf32>) -> tensor<1x2x3xf32>

@@ -1,4 +1,5 @@
 // RUN: hlopt-opt %s -p 'vjp-expand{func=f}' --split-input-file | filecheck %s
+// RUN: hlopt-opt %s -p 'vjp-expand{func=f},xla-cpu-update-in-place' --split-input-file | filecheck %s --check-prefix=INPLACE
 
 // broadcast_in_dim with permuted dims: the cotangent is summed over the new dim,
 // then put back in operand order.
@@ -34,9 +35,9 @@ func.func @f(%x: tensor<6xf32>) -> tensor<4xf32> {
 // -----
 
 // concatenate -> slices; dynamic_update_slice -> zeros written into the cotangent
-// (operand) and a dynamic_slice of it (update); dynamic_slice -> the cotangent added
-// in place at the same start (not written into zeros and added whole). The index
-// gets a zero cotangent.
+// (operand) and a dynamic_slice of it (update); dynamic_slice -> the cotangent written
+// into zeros at the same start and added, which xla-cpu-update-in-place adds in place
+// (not whole). The index gets a zero cotangent.
 // CHECK-LABEL: func.func @f_vjp
 // CHECK-SAME: (%{{[^:]*}}: tensor<5xf32>, %{{[^:]*}}: tensor<2xf32>, %[[I:[^:]*]]: tensor<i32>, %[[CT0:[^:]*]]: tensor<3xf32>, %[[CT1:[^:]*]]: tensor<7xf32>)
 // CHECK: %[[A:.*]] = stablehlo.slice %[[CT1]] [0:5]
@@ -44,11 +45,17 @@ func.func @f(%x: tensor<6xf32>) -> tensor<4xf32> {
 // CHECK: %[[XCT:.*]] = stablehlo.dynamic_update_slice %[[A]], %{{.*}}, %[[I]]
 // CHECK: %[[UCT:.*]] = stablehlo.dynamic_slice %[[A]], %[[I]], sizes = [2]
 // CHECK: %[[Y:.*]] = stablehlo.add %[[B]], %[[UCT]]
-// CHECK: %[[OLD:.*]] = stablehlo.dynamic_slice %[[XCT]], %[[I]], sizes = [3]
-// CHECK: %[[SUM:.*]] = stablehlo.add %[[OLD]], %[[CT0]]
-// CHECK: %[[X:.*]] = stablehlo.dynamic_update_slice %[[XCT]], %[[SUM]], %[[I]]
+// CHECK: %[[W:.*]] = stablehlo.dynamic_update_slice %{{.*}}, %[[CT0]], %[[I]]
+// CHECK: %[[X:.*]] = stablehlo.add %[[XCT]], %[[W]]
 // CHECK: %[[Z:.*]] = stablehlo.constant dense<0> : tensor<i32>
 // CHECK: return %[[X]], %[[Y]], %[[Z]]
+// INPLACE-LABEL: func.func @f_vjp(%{{[^:]*}}: tensor<5xf32>, %{{[^:]*}}: tensor<2xf32>,
+// INPLACE-SAME: %[[I:[^:]*]]: tensor<i32>, %[[CT0:[^:]*]]: tensor<3xf32>, %{{[^:]*}}: tensor<7xf32>)
+// INPLACE: %[[XCT:.*]] = stablehlo.dynamic_update_slice
+// INPLACE: %[[OLD:.*]] = stablehlo.dynamic_slice %[[XCT]], %[[I]], sizes = [3]
+// INPLACE: %[[SUM:.*]] = stablehlo.add %[[OLD]], %[[CT0]]
+// INPLACE: %[[X:.*]] = stablehlo.dynamic_update_slice %[[XCT]], %[[SUM]], %[[I]]
+// INPLACE: return %[[X]]
 func.func @f(%x: tensor<5xf32>, %y: tensor<2xf32>, %i: tensor<i32>) -> (tensor<3xf32>, tensor<7xf32>) {
   %0 = stablehlo.dynamic_slice %x, %i, sizes = [3] : (tensor<5xf32>, tensor<i32>) -> tensor<3xf32>
   %1 = stablehlo.dynamic_update_slice %x, %y, %i : (tensor<5xf32>, tensor<2xf32>, tensor<i32>) -> tensor<5xf32>

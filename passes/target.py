@@ -1,0 +1,31 @@
+"""The platform the module a pipeline rewrites will be compiled for, when the compiler knows it.
+
+Passes that emit a platform's own custom calls (`passes/xla_cpu/`) rewrite only
+for that platform. The runtime names it while it applies the pipeline of a
+program it is about to compile (`compiling_for`); everywhere else (`hlopt-opt`,
+`Lowered.apply`, the rules that lower hlopt operations inside plain
+`jax.jit`/`jax.export`) it is None: the module must stay portable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("hlopt_target_platform", default=None)
+
+
+def target_platform() -> str | None:
+    """The platform (`cpu`, `cuda`...) the module being rewritten is compiled for; None if unknown."""
+    return _PLATFORM.get()
+
+
+@contextlib.contextmanager
+def compiling_for(platform: str) -> Iterator[None]:
+    """Within the block, passes rewrite for `platform` (jax's platform name of the compile's devices)."""
+    token = _PLATFORM.set(platform)
+    try:
+        yield
+    finally:
+        _PLATFORM.reset(token)

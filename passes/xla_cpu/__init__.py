@@ -1,0 +1,1 @@
+"""Passes that tune plain StableHLO for XLA:CPU; `hlopt-default` runs them after the semantic rules."""

@@ -1,0 +1,53 @@
+"""What the XLA:CPU tuning passes share: a pass that offers each op of some names to a rewrite.
+
+A tuning pass names the ops it looks at (`anchors`) and says, in `rewrite(op)`,
+the values that replace the op's results, built at the op (insertion point
+before it, its location), or None to leave it. The ops it left without uses
+are erased afterwards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import ClassVar
+
+from hlopt.passes.base import Pass
+from hlopt.passes.mlir import ir
+from hlopt.passes.walk import walk_ops
+
+
+@dataclasses.dataclass(frozen=True)
+class OpRewrite(Pass):
+    """Base of the tuning passes: `rewrite` each op named in `anchors`, in walk order."""
+
+    anchors: ClassVar[tuple[str, ...]] = ()
+
+    def rewrite(self, op: ir.Operation) -> Sequence[ir.Value] | None:
+        """The values replacing `op`'s results, or None to keep `op`."""
+        raise NotImplementedError
+
+    def apply(self, module: ir.Operation) -> None:
+        replaced: list[ir.Operation] = []
+        for op in walk_ops(module, *self.anchors):
+            with ir.InsertionPoint(op), op.location:
+                values = self.rewrite(op)
+            if values is not None:
+                for old, new in zip(op.results, values, strict=True):
+                    old.replace_all_uses_with(new)
+                replaced.append(op)
+        erase_unused(replaced)
+
+
+def erase_unused(ops: Sequence[ir.Operation]) -> None:
+    """Erase `ops` and then every op that fed only them, as far as nothing else uses it
+    (ops without regions, not custom calls)."""
+    pending = list(ops)
+    while pending:
+        op = pending.pop()
+        if any(next(iter(r.uses), None) is not None for r in op.results):
+            continue
+        feeders = [v.owner.operation for v in op.operands if isinstance(v, ir.OpResult)]
+        op.erase()
+        pending.extend(f for f in feeders if not len(f.regions) and f.name != "stablehlo.custom_call"
+                       and f not in pending)

@@ -1,0 +1,301 @@
+// Sparse x dense products over a BCOO matrix whose entries are sorted by row (a CSR view):
+//
+// - hlopt_bcoo_spmm: out[M(, N)] = A @ x for A = BCOO(data[nse], indices[nse, 2]) of shape [M, K]
+//   and a dense x[K] (SpMV) or x[K, N] (SpMM); M is out's first dimension, K is x's.
+// - hlopt_bcoo_sddmm: out[nse] = (P @ Q)[indices] for P[M, K] and Q given transposed, qt[N, K].
+//
+// Entries follow JAX's BCOO rules: one whose row or column is outside the shape (padding,
+// negative, past the end) adds nothing (SDDMM: reads nothing and gives 0), duplicates add up.
+// Every buffer's shape and type are checked against the others before anything is read, and
+// every index against the shape before it is used: a hostile program's operands cannot make a
+// kernel read or write out of bounds.
+//
+// SpMM walks each block of rows once: row pointers come from binary searches of the sorted
+// rows at the block boundaries, and the walk checks that every entry of the block belongs to
+// it. Entries not sorted by row are still summed right, by a serial pass (slower, never
+// wrong). Blocks of about equal nse run on XLA:CPU's intra-op thread pool.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "parallel.h"
+#include "registry.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace hlopt {
+namespace {
+
+// Multiply-adds per parallel block (entries x dense columns), about a millisecond of work: a
+// product smaller than that runs on the caller alone. On a machine with more runnable threads
+// than cores, a helper preempted inside its block makes the caller wait for the rest of its
+// time slice (milliseconds), which smaller blocks turned into a loss (bench/sparse_scipy.py).
+constexpr int64_t kBlockWork = 1 << 21;
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// One copy compiled for AVX2 + FMA machines, one for any x86-64; the loader picks one at startup
+// (so a built wheel runs on any x86-64 machine).
+#define HLOPT_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HLOPT_MULTIVERSION
+#endif
+
+inline bool in_range(int32_t i, int64_t size) {
+  return i >= 0 && static_cast<int64_t>(i) < size;
+}
+
+std::string dims_text(ffi::AnyBuffer::Dimensions dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
+// The first entry in [lo, hi) whose row is >= r, if rows are sorted (in [lo, hi) otherwise).
+int64_t lower_bound_row(const int32_t* idx, int64_t lo, int64_t hi, int64_t r) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (static_cast<int64_t>(idx[2 * mid]) < r) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// out[r, :] for rows [r0, r1) from entries [e0, e1), which must hold exactly those rows' entries
+// in row order; false if they do not (then the rows written are wrong and the caller redoes them).
+template <typename T>
+inline bool rows_block(const T* __restrict data, const int32_t* __restrict idx, const T* __restrict x,
+                       T* __restrict out, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t e0,
+                       int64_t e1) {
+  int64_t e = e0;
+  if (n == 1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      T acc = 0;
+      for (; e < e1 && static_cast<int64_t>(idx[2 * e]) == r; ++e) {
+        const int32_t c = idx[2 * e + 1];
+        if (in_range(c, k)) acc += data[e] * x[c];
+      }
+      out[r] = acc;
+    }
+    return e == e1;
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    T* __restrict o = out + r * n;
+    for (int64_t j = 0; j < n; ++j) o[j] = 0;
+    for (; e < e1 && static_cast<int64_t>(idx[2 * e]) == r; ++e) {
+      const int32_t c = idx[2 * e + 1];
+      if (!in_range(c, k)) continue;
+      const T v = data[e];
+      const T* __restrict xr = x + static_cast<int64_t>(c) * n;
+      for (int64_t j = 0; j < n; ++j) o[j] += v * xr[j];
+    }
+  }
+  return e == e1;
+}
+
+HLOPT_MULTIVERSION bool rows_block_f32(const float* data, const int32_t* idx, const float* x, float* out,
+                                       int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block(data, idx, x, out, k, n, r0, r1, e0, e1);
+}
+
+HLOPT_MULTIVERSION bool rows_block_f64(const double* data, const int32_t* idx, const double* x, double* out,
+                                       int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block(data, idx, x, out, k, n, r0, r1, e0, e1);
+}
+
+inline bool rows_block_typed(const float* d, const int32_t* i, const float* x, float* o, int64_t k, int64_t n,
+                             int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block_f32(d, i, x, o, k, n, r0, r1, e0, e1);
+}
+inline bool rows_block_typed(const double* d, const int32_t* i, const double* x, double* o, int64_t k,
+                             int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block_f64(d, i, x, o, k, n, r0, r1, e0, e1);
+}
+
+// Any order: zero the output, then add every in-range entry into its row.
+template <typename T>
+void unsorted_spmm(const T* data, const int32_t* idx, const T* x, T* out, int64_t nse, int64_t m, int64_t k,
+                   int64_t n) {
+  std::memset(out, 0, sizeof(T) * static_cast<size_t>(m * n));
+  for (int64_t e = 0; e < nse; ++e) {
+    const int32_t r = idx[2 * e], c = idx[2 * e + 1];
+    if (!in_range(r, m) || !in_range(c, k)) continue;
+    const T v = data[e];
+    T* o = out + static_cast<int64_t>(r) * n;
+    const T* xr = x + static_cast<int64_t>(c) * n;
+    for (int64_t j = 0; j < n; ++j) o[j] += v * xr[j];
+  }
+}
+
+template <typename T>
+void spmm(ffi::ThreadPool& pool, const T* data, const int32_t* idx, const T* x, T* out, int64_t nse, int64_t m,
+          int64_t k, int64_t n) {
+  // Sorted rows: [lo, hi) are the entries of rows 0..m-1, those before have negative rows, those
+  // after rows >= m (padding). Checked below; any other order takes the serial pass.
+  const int64_t lo = lower_bound_row(idx, 0, nse, 0);
+  const int64_t hi = lower_bound_row(idx, lo, nse, m);
+  bool sorted = true;
+  for (int64_t e = 0; e < lo && sorted; ++e) sorted = idx[2 * e] < 0;
+  for (int64_t e = hi; e < nse && sorted; ++e) sorted = static_cast<int64_t>(idx[2 * e]) >= m;
+  if (!sorted || m == 0) {
+    if (m > 0 && n > 0) unsorted_spmm(data, idx, x, out, nse, m, k, n);
+    return;
+  }
+  if (n == 0) return;
+  // Block b holds rows [row[b], row[b+1]), starting at about entry lo + b * (hi - lo) / blocks.
+  // In double: (hi - lo) * n may not fit in int64 for a hostile program's shapes.
+  const double work = static_cast<double>(hi - lo + m) * static_cast<double>(n);
+  const int64_t blocks = static_cast<int64_t>(std::max(1.0, std::min(static_cast<double>(m),
+                                                                     work / kBlockWork + 1.0)));
+  std::vector<int64_t> row(blocks + 1), start(blocks + 1);
+  row[0] = 0;
+  row[blocks] = m;
+  for (int64_t b = 1; b < blocks; ++b) {
+    const int64_t e = lo + (hi - lo) * b / blocks;
+    const int64_t r = e < hi ? static_cast<int64_t>(idx[2 * e]) : m;
+    row[b] = std::min(m, std::max(row[b - 1], r));
+  }
+  start[0] = lo;
+  start[blocks] = hi;
+  for (int64_t b = 1; b < blocks; ++b) start[b] = lower_bound_row(idx, lo, hi, row[b]);
+  std::atomic<bool> ok{true};
+  auto body = [&](int64_t b) {
+    if (!rows_block_typed(data, idx, x, out, k, n, row[b], row[b + 1], start[b], start[b + 1])) {
+      ok.store(false, std::memory_order_relaxed);
+    }
+  };
+  parallel_for(pool, blocks, body);
+  if (!ok.load()) unsorted_spmm(data, idx, x, out, nse, m, k, n);
+}
+
+ffi::Error spmm_impl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::Buffer<ffi::S32> indices, ffi::AnyBuffer x,
+                     ffi::Result<ffi::AnyBuffer> out) {
+  const auto ddims = data.dimensions(), idims = indices.dimensions(), xdims = x.dimensions(),
+             odims = out->dimensions();
+  const ffi::DataType t = data.element_type();
+  if (t != ffi::F32 && t != ffi::F64) {
+    return ffi::Error::InvalidArgument("hlopt_bcoo_spmm: data must be f32 or f64");
+  }
+  if (x.element_type() != t || out->element_type() != t) {
+    return ffi::Error::InvalidArgument("hlopt_bcoo_spmm: data, x and the result must have one element type");
+  }
+  if (ddims.size() != 1 || idims.size() != 2 || idims[0] != ddims[0] || idims[1] != 2) {
+    return ffi::Error::InvalidArgument("hlopt_bcoo_spmm: needs data[nse] and indices[nse, 2], got data" +
+                                       dims_text(ddims) + " and indices" + dims_text(idims));
+  }
+  const bool matrix = xdims.size() == 2;
+  if ((xdims.size() != 1 && !matrix) || odims.size() != xdims.size() || (matrix && odims[1] != xdims[1])) {
+    return ffi::Error::InvalidArgument("hlopt_bcoo_spmm: needs x[K] and a result [M], or x[K, N] and a result "
+                                       "[M, N], got x" + dims_text(xdims) + " and a result" + dims_text(odims));
+  }
+  const int64_t nse = ddims[0], m = odims[0], k = xdims[0], n = matrix ? xdims[1] : 1;
+  const int32_t* idx = indices.typed_data();
+  if (t == ffi::F32) {
+    spmm(pool, static_cast<const float*>(data.untyped_data()), idx, static_cast<const float*>(x.untyped_data()),
+         static_cast<float*>(out->untyped_data()), nse, m, k, n);
+  } else {
+    spmm(pool, static_cast<const double*>(data.untyped_data()), idx, static_cast<const double*>(x.untyped_data()),
+         static_cast<double*>(out->untyped_data()), nse, m, k, n);
+  }
+  return ffi::Error::Success();
+}
+
+template <typename T>
+inline void sddmm_block(const T* __restrict p, const T* __restrict qt, const int32_t* __restrict idx,
+                        T* __restrict out, int64_t m, int64_t n, int64_t k, int64_t e0, int64_t e1) {
+  for (int64_t e = e0; e < e1; ++e) {
+    const int32_t r = idx[2 * e], c = idx[2 * e + 1];
+    if (!in_range(r, m) || !in_range(c, n)) {
+      out[e] = 0;
+      continue;
+    }
+    const T* __restrict a = p + static_cast<int64_t>(r) * k;
+    const T* __restrict b = qt + static_cast<int64_t>(c) * k;
+    T acc = 0;
+    for (int64_t j = 0; j < k; ++j) acc += a[j] * b[j];
+    out[e] = acc;
+  }
+}
+
+HLOPT_MULTIVERSION void sddmm_block_f32(const float* p, const float* qt, const int32_t* idx, float* out, int64_t m,
+                                        int64_t n, int64_t k, int64_t e0, int64_t e1) {
+  sddmm_block(p, qt, idx, out, m, n, k, e0, e1);
+}
+
+HLOPT_MULTIVERSION void sddmm_block_f64(const double* p, const double* qt, const int32_t* idx, double* out,
+                                        int64_t m, int64_t n, int64_t k, int64_t e0, int64_t e1) {
+  sddmm_block(p, qt, idx, out, m, n, k, e0, e1);
+}
+
+inline void sddmm_block_typed(const float* p, const float* qt, const int32_t* idx, float* out, int64_t m,
+                              int64_t n, int64_t k, int64_t e0, int64_t e1) {
+  sddmm_block_f32(p, qt, idx, out, m, n, k, e0, e1);
+}
+inline void sddmm_block_typed(const double* p, const double* qt, const int32_t* idx, double* out, int64_t m,
+                              int64_t n, int64_t k, int64_t e0, int64_t e1) {
+  sddmm_block_f64(p, qt, idx, out, m, n, k, e0, e1);
+}
+
+template <typename T>
+void sddmm(ffi::ThreadPool& pool, const T* p, const T* qt, const int32_t* idx, T* out, int64_t nse, int64_t m,
+           int64_t n, int64_t k) {
+  const int64_t per_block = std::max<int64_t>(1, kBlockWork / std::max<int64_t>(k, 1));
+  const int64_t blocks = (nse + per_block - 1) / per_block;
+  auto body = [&](int64_t b) {
+    sddmm_block_typed(p, qt, idx, out, m, n, k, b * per_block, std::min(nse, (b + 1) * per_block));
+  };
+  parallel_for(pool, blocks, body);
+}
+
+ffi::Error sddmm_impl(ffi::ThreadPool pool, ffi::AnyBuffer p, ffi::AnyBuffer qt, ffi::Buffer<ffi::S32> indices,
+                      ffi::Result<ffi::AnyBuffer> out) {
+  const auto pdims = p.dimensions(), qdims = qt.dimensions(), idims = indices.dimensions(),
+             odims = out->dimensions();
+  const ffi::DataType t = p.element_type();
+  if ((t != ffi::F32 && t != ffi::F64) || qt.element_type() != t || out->element_type() != t) {
+    return ffi::Error::InvalidArgument("hlopt_bcoo_sddmm: p, qt and the result must be all f32 or all f64");
+  }
+  if (pdims.size() != 2 || qdims.size() != 2 || pdims[1] != qdims[1] || idims.size() != 2 || idims[1] != 2 ||
+      odims.size() != 1 || odims[0] != idims[0]) {
+    return ffi::Error::InvalidArgument("hlopt_bcoo_sddmm: needs p[M, K], qt[N, K], indices[nse, 2] and a result "
+                                       "[nse], got p" + dims_text(pdims) + ", qt" + dims_text(qdims) +
+                                       ", indices" + dims_text(idims) + " and a result" + dims_text(odims));
+  }
+  const int64_t nse = idims[0], m = pdims[0], n = qdims[0], k = pdims[1];
+  const int32_t* idx = indices.typed_data();
+  if (t == ffi::F32) {
+    sddmm(pool, static_cast<const float*>(p.untyped_data()), static_cast<const float*>(qt.untyped_data()), idx,
+          static_cast<float*>(out->untyped_data()), nse, m, n, k);
+  } else {
+    sddmm(pool, static_cast<const double*>(p.untyped_data()), static_cast<const double*>(qt.untyped_data()), idx,
+          static_cast<double*>(out->untyped_data()), nse, m, n, k);
+  }
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER(bcoo_spmm, spmm_impl,
+                       ffi::Ffi::Bind()
+                           .Ctx<ffi::ThreadPool>()
+                           .Arg<ffi::AnyBuffer>()
+                           .Arg<ffi::Buffer<ffi::S32>>()
+                           .Arg<ffi::AnyBuffer>()
+                           .Ret<ffi::AnyBuffer>());
+
+XLA_FFI_DEFINE_HANDLER(bcoo_sddmm, sddmm_impl,
+                       ffi::Ffi::Bind()
+                           .Ctx<ffi::ThreadPool>()
+                           .Arg<ffi::AnyBuffer>()
+                           .Arg<ffi::AnyBuffer>()
+                           .Arg<ffi::Buffer<ffi::S32>>()
+                           .Ret<ffi::AnyBuffer>());
+
+HLOPT_REGISTER_HANDLER("hlopt_bcoo_spmm", bcoo_spmm);
+HLOPT_REGISTER_HANDLER("hlopt_bcoo_sddmm", bcoo_sddmm);
+
+}  // namespace
+}  // namespace hlopt

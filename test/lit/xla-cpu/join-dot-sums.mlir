@@ -1,0 +1,42 @@
+// RUN: hlopt-opt %s -p xla-cpu-join-dot-sums --split-input-file | filecheck %s
+
+// A weight gradient summed over the primal (no directions axis), the directions and
+// the collapsed coefficient: one dot of the stacks.
+// CHECK-LABEL: func.func @weight_gradient
+// CHECK: %[[X0:.*]] = stablehlo.reshape %arg0 : (tensor<7x16xf32>) -> tensor<1x7x16xf32>
+// CHECK: %[[C0:.*]] = stablehlo.reshape %arg3 : (tensor<7x8xf32>) -> tensor<1x7x8xf32>
+// CHECK: %[[XS:.*]] = stablehlo.concatenate %arg1, %[[X0]], dim = 0 : (tensor<4x7x16xf32>, tensor<1x7x16xf32>) -> tensor<5x7x16xf32>
+// CHECK: %[[CS:.*]] = stablehlo.concatenate %arg4, %[[C0]], dim = 0 : (tensor<4x7x8xf32>, tensor<1x7x8xf32>) -> tensor<5x7x8xf32>
+// CHECK: %[[X:.*]] = stablehlo.concatenate %[[XS]], %arg2, dim = 0 : (tensor<5x7x16xf32>, tensor<1x7x16xf32>) -> tensor<6x7x16xf32>
+// CHECK: %[[C:.*]] = stablehlo.concatenate %[[CS]], %arg5, dim = 0 : (tensor<5x7x8xf32>, tensor<1x7x8xf32>) -> tensor<6x7x8xf32>
+// CHECK: %[[D:.*]] = stablehlo.dot_general %[[X]], %[[C]], contracting_dims = [0, 1] x [0, 1] : (tensor<6x7x16xf32>, tensor<6x7x8xf32>) -> tensor<16x8xf32>
+// CHECK-NOT: stablehlo.add
+// CHECK: return %[[D]]
+func.func @weight_gradient(%x0: tensor<7x16xf32>, %x1: tensor<4x7x16xf32>, %x2: tensor<1x7x16xf32>, %c0: tensor<7x8xf32>, %c1: tensor<4x7x8xf32>, %c2: tensor<1x7x8xf32>) -> tensor<16x8xf32> {
+  %0 = stablehlo.dot_general %x0, %c0, contracting_dims = [0] x [0] : (tensor<7x16xf32>, tensor<7x8xf32>) -> tensor<16x8xf32>
+  %1 = stablehlo.dot_general %x1, %c1, contracting_dims = [0, 1] x [0, 1] : (tensor<4x7x16xf32>, tensor<4x7x8xf32>) -> tensor<16x8xf32>
+  %2 = stablehlo.dot_general %x2, %c2, contracting_dims = [0, 1] x [0, 1] : (tensor<1x7x16xf32>, tensor<1x7x8xf32>) -> tensor<16x8xf32>
+  %3 = stablehlo.add %0, %1 : tensor<16x8xf32>
+  %4 = stablehlo.add %3, %2 : tensor<16x8xf32>
+  return %4 : tensor<16x8xf32>
+}
+
+// -----
+
+// Operands that differ along a free dimension, a dot used twice, other precisions
+// and other dimensions stay sums.
+// CHECK-LABEL: func.func @kept
+// CHECK-NOT: stablehlo.concatenate
+// CHECK-COUNT-3: stablehlo.add
+func.func @kept(%a: tensor<4x3xf32>, %b: tensor<4x5xf32>, %c: tensor<4x3xf32>, %d: tensor<4x5xf32>, %e: tensor<5x4xf32>) -> (tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>) {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [0] x [0] : (tensor<4x3xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
+  %1 = stablehlo.dot_general %c, %d, contracting_dims = [0] x [0] : (tensor<4x3xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
+  %2 = stablehlo.add %0, %1 : tensor<3x5xf32>
+  %3 = stablehlo.dot_general %a, %b, contracting_dims = [0] x [0], precision = [HIGHEST, HIGHEST] : (tensor<4x3xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
+  %4 = stablehlo.dot_general %c, %d, contracting_dims = [0] x [0] : (tensor<4x3xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
+  %5 = stablehlo.add %3, %4 : tensor<3x5xf32>
+  %6 = stablehlo.dot_general %a, %e, contracting_dims = [0] x [1] : (tensor<4x3xf32>, tensor<5x4xf32>) -> tensor<3x5xf32>
+  %7 = stablehlo.dot_general %c, %d, contracting_dims = [0] x [0] : (tensor<4x3xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
+  %8 = stablehlo.add %6, %7 : tensor<3x5xf32>
+  return %2, %5, %8, %0 : tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>
+}

@@ -1,0 +1,70 @@
+// RUN: hlopt-opt %s --split-input-file -p 'xla-cpu-sparse-kernels{platform=cpu}' | filecheck %s
+// RUN: hlopt-opt %s --split-input-file -p 'xla-cpu-sparse-kernels' | filecheck %s --check-prefix=OFF
+// RUN: hlopt-opt %s --split-input-file -p 'xla-cpu-sparse-kernels{platform=none}' | filecheck %s --check-prefix=OFF
+
+// Row-sorted SpMM: one kernel call, no gather or scatter.
+// CHECK-LABEL: func.func @spmm
+// CHECK: %[[R:.*]] = stablehlo.custom_call @hlopt_bcoo_spmm(%arg0, %arg1, %arg2) {api_version = 4 : i32, backend_config = {}} : (tensor<6xf32>, tensor<6x2xi32>, tensor<5x3xf32>) -> tensor<4x3xf32>
+// CHECK-NEXT: return %[[R]]
+// Without a CPU target (hlopt-opt's default), the annotation stays for lower-bcoo.
+// OFF-LABEL: func.func @spmm
+// OFF: stablehlo.custom_call @hlopt.bcoo.dot_general
+// OFF-NOT: hlopt_bcoo
+func.func @spmm(%data: tensor<6xf32>, %indices: tensor<6x2xi32>, %x: tensor<5x3xf32>) -> tensor<4x3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = true}} : (tensor<6xf32>, tensor<6x2xi32>, tensor<5x3xf32>) -> tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
+
+// -----
+
+// SpMV in float64.
+// CHECK-LABEL: func.func @spmv
+// CHECK: stablehlo.custom_call @hlopt_bcoo_spmm(%arg0, %arg1, %arg2) {{.*}} : (tensor<6xf64>, tensor<6x2xi32>, tensor<5xf64>) -> tensor<4xf64>
+func.func @spmv(%data: tensor<6xf64>, %indices: tensor<6x2xi32>, %x: tensor<5xf64>) -> tensor<4xf64> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf64>, tensor<6x2xi32>, tensor<5xf64>) -> tensor<4xf64>
+  return %0 : tensor<4xf64>
+}
+
+// -----
+
+// Not rewritten: rows not known sorted, A^T @ x (contracting the rows), int64 indices, mixed types.
+// CHECK-LABEL: func.func @kept
+// CHECK-NOT: hlopt_bcoo_spmm
+// CHECK-COUNT-4: stablehlo.custom_call @hlopt.bcoo.dot_general(
+// CHECK-NOT: hlopt_bcoo_spmm
+func.func @kept(%data: tensor<6xf32>, %indices: tensor<6x2xi32>, %x: tensor<5xf32>, %y: tensor<4xf32>, %i64: tensor<6x2xi64>, %x64: tensor<5xf64>) -> (tensor<4xf32>, tensor<5xf32>, tensor<4xf32>, tensor<4xf64>) {
+  %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6x2xi32>, tensor<5xf32>) -> tensor<4xf32>
+  %1 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %y) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 0>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6x2xi32>, tensor<4xf32>) -> tensor<5xf32>
+  %2 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %i64, %x) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6x2xi64>, tensor<5xf32>) -> tensor<4xf32>
+  %3 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x64) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6x2xi32>, tensor<5xf64>) -> tensor<4xf64>
+  return %0, %1, %2, %3 : tensor<4xf32>, tensor<5xf32>, tensor<4xf32>, tensor<4xf64>
+}
+
+// -----
+
+// SDDMM: Q is transposed so the kernel reads both factors by rows.
+// CHECK-LABEL: func.func @sddmm
+// CHECK: %[[QT:.*]] = stablehlo.transpose %arg1, dims = [1, 0] : (tensor<3x5xf32>) -> tensor<5x3xf32>
+// CHECK: stablehlo.custom_call @hlopt_bcoo_sddmm(%arg0, %[[QT]], %arg2) {api_version = 4 : i32, backend_config = {}} : (tensor<4x3xf32>, tensor<5x3xf32>, tensor<6x2xi32>) -> tensor<6xf32>
+// OFF-LABEL: func.func @sddmm
+// OFF: stablehlo.custom_call @hlopt.bcoo.dot_general_sampled
+func.func @sddmm(%p: tensor<4x3xf32>, %q: tensor<3x5xf32>, %indices: tensor<6x2xi32>) -> tensor<6xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.dot_general_sampled(%p, %q, %indices) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<4x3xf32>, tensor<3x5xf32>, tensor<6x2xi32>) -> tensor<6xf32>
+  return %0 : tensor<6xf32>
+}
+
+// -----
+
+// A product inside a function an hlopt.vjp annotation differentiates stays for lower-bcoo.
+// CHECK-LABEL: func.func @under_vjp
+// CHECK: stablehlo.custom_call @hlopt.vjp
+// CHECK-LABEL: func.func private @body
+// CHECK: stablehlo.custom_call @hlopt.bcoo.dot_general(
+func.func @under_vjp(%data: tensor<6xf32>, %indices: tensor<6x2xi32>, %x: tensor<5xf32>, %ct: tensor<4xf32>) -> tensor<6xf32> {
+  %0 = stablehlo.custom_call @hlopt.vjp(%data, %indices, %x, %ct) {api_version = 4 : i32, backend_config = {}, called_computations = [@body]} : (tensor<6xf32>, tensor<6x2xi32>, tensor<5xf32>, tensor<4xf32>) -> tensor<6xf32>
+  return %0 : tensor<6xf32>
+}
+func.func private @body(%data: tensor<6xf32>, %indices: tensor<6x2xi32>, %x: tensor<5xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6x2xi32>, tensor<5xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -1,0 +1,54 @@
+// RUN: hlopt-opt %s -p xla-cpu-stack-dots --split-input-file | filecheck %s
+
+// A collapsed jet's dots of one layer: the primal (no directions axis), 3 directions
+// and the collapsed coefficient times the same weights become one matmul, the
+// primal's row reshaped back.
+// CHECK-LABEL: func.func @layer
+// CHECK: %[[P:.*]] = stablehlo.reshape %arg0 : (tensor<2x4xf32>) -> tensor<1x2x4xf32>
+// CHECK: %[[S:.*]] = stablehlo.concatenate %[[P]], %arg1, %arg2, dim = 0 : (tensor<1x2x4xf32>, tensor<3x2x4xf32>, tensor<1x2x4xf32>) -> tensor<5x2x4xf32>
+// CHECK: %[[D:.*]] = stablehlo.dot_general %[[S]], %arg3, contracting_dims = [2] x [0], precision = [DEFAULT, DEFAULT] : (tensor<5x2x4xf32>, tensor<4x3xf32>) -> tensor<5x2x3xf32>
+// CHECK: %[[Y0:.*]] = stablehlo.slice %[[D]] [0:1, 0:2, 0:3]
+// CHECK: %[[Y1:.*]] = stablehlo.slice %[[D]] [1:4, 0:2, 0:3]
+// CHECK: %[[Y2:.*]] = stablehlo.slice %[[D]] [4:5, 0:2, 0:3]
+// CHECK: %[[Y:.*]] = stablehlo.reshape %[[Y0]] : (tensor<1x2x3xf32>) -> tensor<2x3xf32>
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: return %[[Y]], %[[Y1]], %[[Y2]]
+func.func @layer(%x: tensor<2x4xf32>, %v: tensor<3x2x4xf32>, %k: tensor<1x2x4xf32>, %w: tensor<4x3xf32>) -> (tensor<2x3xf32>, tensor<3x2x3xf32>, tensor<1x2x3xf32>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0], precision = [DEFAULT, DEFAULT] : (tensor<2x4xf32>, tensor<4x3xf32>) -> tensor<2x3xf32>
+  %1 = stablehlo.dot_general %v, %w, contracting_dims = [2] x [0], precision = [DEFAULT, DEFAULT] : (tensor<3x2x4xf32>, tensor<4x3xf32>) -> tensor<3x2x3xf32>
+  %2 = stablehlo.dot_general %k, %w, contracting_dims = [2] x [0], precision = [DEFAULT, DEFAULT] : (tensor<1x2x4xf32>, tensor<4x3xf32>) -> tensor<1x2x3xf32>
+  return %0, %1, %2 : tensor<2x3xf32>, tensor<3x2x3xf32>, tensor<1x2x3xf32>
+}
+
+// -----
+
+// The shared operand on the left: the others stack along their free dimension, which
+// comes after the shared one's in the result.
+// CHECK-LABEL: func.func @left
+// CHECK: %[[S:.*]] = stablehlo.concatenate %arg1, %arg2, dim = 1 : (tensor<4x2xf32>, tensor<4x3xf32>) -> tensor<4x5xf32>
+// CHECK: %[[D:.*]] = stablehlo.dot_general %arg0, %[[S]], contracting_dims = [1] x [0] : (tensor<6x4xf32>, tensor<4x5xf32>) -> tensor<6x5xf32>
+// CHECK: %[[A:.*]] = stablehlo.slice %[[D]] [0:6, 0:2]
+// CHECK: %[[B:.*]] = stablehlo.slice %[[D]] [0:6, 2:5]
+// CHECK: return %[[A]], %[[B]]
+func.func @left(%w: tensor<6x4xf32>, %a: tensor<4x2xf32>, %b: tensor<4x3xf32>) -> (tensor<6x2xf32>, tensor<6x3xf32>) {
+  %0 = stablehlo.dot_general %w, %a, contracting_dims = [1] x [0] : (tensor<6x4xf32>, tensor<4x2xf32>) -> tensor<6x2xf32>
+  %1 = stablehlo.dot_general %w, %b, contracting_dims = [1] x [0] : (tensor<6x4xf32>, tensor<4x3xf32>) -> tensor<6x3xf32>
+  return %0, %1 : tensor<6x2xf32>, tensor<6x3xf32>
+}
+
+// -----
+
+// A dot whose result feeds the other's operand cannot join it; other dimensions or
+// precisions, or operands that differ along a contracted dimension, stay apart.
+// CHECK-LABEL: func.func @kept
+// CHECK-NOT: stablehlo.concatenate
+// CHECK-COUNT-5: stablehlo.dot_general
+// CHECK-NOT: stablehlo.concatenate
+func.func @kept(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>, %y: tensor<3x5xf32>, %u: tensor<5x4xf32>) -> (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<3x4xf32>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0] : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %1 = stablehlo.dot_general %0, %w, contracting_dims = [1] x [0] : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %2 = stablehlo.dot_general %x, %w, contracting_dims = [0] x [0] : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  %3 = stablehlo.dot_general %y, %u, contracting_dims = [1] x [0] : (tensor<3x5xf32>, tensor<5x4xf32>) -> tensor<3x4xf32>
+  %4 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0], precision = [HIGHEST, HIGHEST] : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %1, %2, %4, %3 : tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<3x4xf32>
+}
