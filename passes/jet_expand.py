@@ -1,8 +1,11 @@
 """`jet-expand`: Taylor-mode differentiation of StableHLO functions.
 
-The rules per op live in `hlopt.passes.jet_rules.RULES`; this module walks
-functions, loops and branches, keeps the series of every value, and turns
-`hlopt.jet` annotations into calls of the generated functions.
+The rules per op live in `hlopt.passes.jet_rules.RULES`; this module is
+jet-expand's plug-in on the function-transform driver (`hlopt.passes.transform`,
+which walks the blocks, caches the generated functions and finds what reaches
+what): it keeps the series of every value, grows loops, branches, calls and
+general reductions by their coefficients, and turns `hlopt.jet` annotations
+into calls of the generated functions.
 """
 
 from __future__ import annotations

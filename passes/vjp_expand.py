@@ -4,9 +4,11 @@
 and returns one cotangent per input. Inputs that are not floating-point or
 complex (integers, booleans) get a zero cotangent of their own type, where
 `jax.vjp` returns float0 zeros. The rules per op live in
-`hlopt.passes.vjp_rules.RULES`; this module finds which values depend on the
-differentiated inputs, walks each block backward, and turns `hlopt.vjp`
-annotations into calls of the generated functions.
+`hlopt.passes.vjp_rules.RULES`; this module is vjp-expand's plug-in on the
+function-transform driver (`hlopt.passes.transform`, which caches the generated
+functions, finds what reaches what and erases dead values): it records which
+values depend on the differentiated inputs, walks each block backward, and
+turns `hlopt.vjp` annotations into calls of the generated functions.
 
 Residual policy (what the backward part reads, and where it comes from):
 
