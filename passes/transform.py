@@ -53,11 +53,12 @@ class RuleTable(Generic[R]):
 
     def lookup(self, op: ir.Operation) -> R | None:
         """The rule for `op`, or None."""
-        if op.name == "stablehlo.custom_call":
+        name = op.name
+        if self.by_target and name == "stablehlo.custom_call":
             rule = self.by_target.get(call_target(op))
             if rule is not None:
                 return rule
-        return self.by_name.get(op.name)
+        return self.by_name.get(name)
 
 
 def block_ops(block: ir.Block) -> list[ir.Operation]:
