@@ -50,7 +50,8 @@ import numpy as np
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.locations import Frames, format_frames, source_frames
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.walk import call_target, walk_ops
+from hlopt.passes.transform import ModuleTransform, RuleTable, walk
+from hlopt.passes.walk import call_target, callee_of, walk_ops
 
 # The threefry2x32 key-schedule parity constant: ks[2] = k0 ^ k1 ^ 0x1BD11BDA.
 THREEFRY_PARITY = 0x1BD11BDA
@@ -232,28 +233,28 @@ class _Scope:
         self.consumed: MutableMapping[Pair, Use] = {} if consumed is None else consumed
 
 
-class _Analysis:
-    """One run of the analysis over a module: cells, function summaries, reports."""
+class _Analysis(ModuleTransform):
+    """One run of the analysis over a module: cells, function summaries (`generated`,
+    by function name), reports."""
+
+    pass_name = "check-key-reuse"
 
     def __init__(self, module: ir.Operation, fold_in_consumes: bool):
+        super().__init__(module)
         self.fold_in_consumes = fold_in_consumes
-        self.funcs: dict[str, ir.Operation] = {}
-        for op in module.regions[0].blocks[0].operations:
-            if op.operation.name == "func.func" and op.regions[0].blocks:  # declarations: unknown calls
-                self.funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
+        # declarations are unknown calls
+        self.funcs = {name: op for name, op in self.funcs.items() if op.regions[0].blocks}
         self.function_names = frozenset(_base_name(name) for name in self.funcs)
         self.elsewhere: frozenset[str] = frozenset()
-        self.call_sites = collections.Counter(
-            ir.FlatSymbolRefAttr(op.attributes["callee"]).value for op in walk_ops(module, "func.call"))
+        self.call_sites = collections.Counter(callee_of(op) for op in walk_ops(module, "func.call"))
         self.next_id = 0
         self.env: dict[ir.Value, Cells | None] = {}
-        self.summaries: dict[str, _Summary] = {}
         self.kernels: dict[str, bool] = {}
         self.candidates: dict[int, np.ndarray] = {}  # cell of a dynamic slice -> the cells it may be
         self.fold_in_data: dict[ir.Value, bool] = {}
         self.reports: list[KeyReuse] = []
         self.reported: set[KeyReuse] = set()
-        self.handlers: dict[str, Callable[[ir.Operation, _Scope], None]] = {
+        self.handlers: RuleTable[Callable[[ir.Operation, _Scope], None]] = RuleTable({
             "func.call": self._call,
             "stablehlo.while": self._while,
             "stablehlo.case": self._branches,
@@ -263,7 +264,7 @@ class _Analysis:
             "sdy.manual_computation": self._manual_computation,
             "stablehlo.dynamic_slice": self._dynamic_slice,
             "stablehlo.gather": self._gather,
-        }
+        })
 
     def place(self, op: ir.Operation) -> _Place:
         """Where `op`, in the function being analysed, is in the source."""
@@ -342,36 +343,33 @@ class _Analysis:
 
     def walk_block(self, block: ir.Block, scope: _Scope) -> list[ir.Value]:
         """Interpret `block`; return the operands of its terminator."""
-        terminator: list[ir.Value] = []
-        for op in block.operations:
-            op = op.operation
-            name = op.name
-            if name in ("func.return", "stablehlo.return", "sdy.return"):
-                terminator = list(op.operands)
-                continue
-            handler = self.handlers.get(name)
-            if handler is not None:
-                handler(op, scope)
-                continue
-            move = MOVES.get(name)
-            if move is not None and len(op.results) == 1:
-                source, rule = move
-                cells = [self.cells(v) for v in op.operands]
-                result = op.results[0]
-                shape = _tracked_shape(result)
-                moved = None
-                if shape is not None and len(cells) > source and cells[source] is not None:
-                    moved = rule(op, cells, shape)
-                self.bind(result, moved)
-                continue
-            for result in op.results:
-                self.bind_fresh(result)
-        return terminator
+        return walk(block, lambda op, _: self.visit(op, scope))
+
+    def visit(self, op: ir.Operation, scope: _Scope) -> None:
+        """Interpret `op`: its handler, the move of key data it makes, or fresh results."""
+        handler = self.handlers.lookup(op)
+        if handler is not None:
+            handler(op, scope)
+            return
+        move = MOVES.get(op.name)
+        if move is not None and len(op.results) == 1:
+            source, rule = move
+            cells = [self.cells(v) for v in op.operands]
+            result = op.results[0]
+            shape = _tracked_shape(result)
+            moved = None
+            if shape is not None and len(cells) > source and cells[source] is not None:
+                moved = rule(op, cells, shape)
+            self.bind(result, moved)
+            return
+        for result in op.results:
+            self.bind_fresh(result)
 
     def summary(self, name: str) -> _Summary:
-        cached = self.summaries.get(name)
-        if cached is not None:
-            return cached
+        """What function `name` does to the keys it is given (analysed once)."""
+        return self.generate(name, lambda: self._summarize(name))
+
+    def _summarize(self, name: str) -> _Summary:
         func = self.funcs[name]
         block = func.regions[0].blocks[0]
         caller_elsewhere = self.elsewhere
@@ -387,7 +385,6 @@ class _Analysis:
         picked = {c: self.candidates[c] for cells in results if cells is not None
                   for c in cells.reshape(-1).tolist() if c in self.candidates}
         result = _Summary(params, results, events, start, self.next_id, picked)
-        self.summaries[name] = result
         self.elsewhere = caller_elsewhere
         return result
 
@@ -456,7 +453,7 @@ class _Analysis:
     # ---- calls, loops, branches -------------------------------------------
 
     def _call(self, op: ir.Operation, scope: _Scope) -> None:
-        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        callee = callee_of(op)
         operands = list(op.operands)
         if self.is_kernel(callee):
             self.kernel_application(scope, operands[0], operands[1], operands[2:4], op)

@@ -1,8 +1,11 @@
 """`jet-expand`: Taylor-mode differentiation of StableHLO functions.
 
-The rules per op live in `hlopt.passes.jet_rules.RULES`; this module walks
-functions, loops and branches, keeps the series of every value, and turns
-`hlopt.jet` annotations into calls of the generated functions.
+The rules per op live in `hlopt.passes.jet_rules.RULES`; this module is
+jet-expand's plug-in on the function-transform driver (`hlopt.passes.transform`,
+which walks the blocks, caches the generated functions and finds what reaches
+what): it keeps the series of every value, grows loops, branches, calls and
+general reductions by their coefficients, and turns `hlopt.jet` annotations
+into calls of the generated functions.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, PassOptionError, opt
 from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
                                     coefficients, has_reduction_rule, has_series, remove_stop_gradients,
                                     split_results)
-from hlopt.passes.mlir import ir
-from hlopt.passes.walk import call_target, custom_calls, custom_calls_once
+from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.transform import (ModuleTransform, RuleTable, branch_carried, erase_dead, is_pure_op, live_values,
+                                    loop_carried, rewrite_each, uses_any, walk)
+from hlopt.passes.walk import call_target, callee_of
 
 ANNOTATION = "hlopt.jet"
 # The largest order jet-expand builds: a rule's work grows as K^2 (Cauchy products) to
@@ -29,9 +34,7 @@ MAX_ORDER = 64
 # does not bound the work: nested jets multiply, K^2 per level (a 7 KB module of three nested
 # order-64 jets ran for minutes and died past 5 GB).
 MAX_WORK = 1 << 20
-EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
-             "stablehlo.all_gather", "stablehlo.all_to_all", "stablehlo.collective_permute",
-             "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
+RULE_TABLE = RuleTable(RULES)
 
 
 def _is_pure(op: ir.Operation) -> bool:
@@ -39,24 +42,7 @@ def _is_pure(op: ir.Operation) -> bool:
     marker): dead when its results are."""
     if op.name == "stablehlo.custom_call":
         return call_target(op) in (STOP_GRADIENT, CUSTOM_JVP)
-    return (op.name.startswith(("stablehlo.", "chlo.")) and len(op.results) > 0 and not op.regions
-            and op.name not in EFFECTFUL)
-
-
-def live_values(block: ir.Block) -> set[ir.Value]:
-    """The values whose uses in `block` reach an op that is not pure (a return, a call, a
-    loop, ...): one backward sweep; everything an impure op or its regions read is live."""
-    live: set[ir.Value] = set()
-    for op in reversed([op.operation for op in block.operations]):
-        if not _is_pure(op) or any(r in live for r in op.results):
-            live.update(v for inner in [op, *builders.nested_ops(op)] for v in inner.operands)
-    return live
-
-
-def _erase_dead(block: ir.Block) -> None:
-    for op in reversed([op.operation for op in block.operations]):
-        if _is_pure(op) and not any(builders.has_uses(r) for r in op.results):
-            op.erase()
+    return is_pure_op(op) and not op.regions
 
 
 class FunctionJet:
@@ -66,7 +52,7 @@ class FunctionJet:
     need the series of values outside the op or the jets of callees, are expanded here
     (`STRUCTURE`, keyed by op name, or by target for custom calls)."""
 
-    STRUCTURE: ClassVar[dict[str, Callable[["FunctionJet", ir.Operation, list[Series]], list[Series]]]]
+    STRUCTURE: ClassVar[RuleTable[Callable[["FunctionJet", ir.Operation, list[Series]], list[Series]]]]
 
     def __init__(self, module: "ModuleJet", order: int, directions: Directions | None = None):
         self.module = module
@@ -81,23 +67,24 @@ class FunctionJet:
         if any(t is not None for t in series[1:]):
             self.series[value] = series
 
+    def carries(self, value: ir.Value) -> bool:
+        """Whether `value` has a series (a coefficient not known to be zero)."""
+        return value in self.series
+
     def expand_block(self, block: ir.Block, arg_series: Sequence[Series]) -> list[Series]:
         """Add the coefficient ops of every op in `block`; the series of its terminator's operands."""
         for arg, s in zip(block.arguments, arg_series):
             self.record(arg, s)
-        ops = [op.operation for op in block.operations]
-        for op, after in zip(ops, ops[1:]):
-            self.expand_op(op, after)
-        return [self.series_of(v) for v in ops[-1].operands]
+        return [self.series_of(v) for v in walk(block, self.expand_op)]
 
     def expand_op(self, op: ir.Operation, after: ir.Operation) -> None:
         ins = [self.series_of(v) for v in op.operands]
-        if not any(v in self.series for v in op.operands) and not (op.regions and self._captures_series(op)):
+        if not uses_any(op, self.carries):
             return
         if not any(builders.is_differentiable(r.type) and builders.has_uses(r) for r in op.results):
             return
-        structure = self.STRUCTURE.get(call_target(op) if op.name == "stablehlo.custom_call" else op.name)
-        rule = RULES.get(op.name)
+        structure = self.STRUCTURE.lookup(op)
+        rule = RULE_TABLE.lookup(op)
         if structure is None and rule is None:
             raise PassError(f"jet-expand: no Taylor rule for '{op.name}'", op.location)
         with ir.InsertionPoint(after), op.location:
@@ -114,23 +101,6 @@ class FunctionJet:
         if replaced:
             op.erase()
 
-    def _captures_series(self, op: ir.Operation) -> bool:
-        return any(v in self.series for inner in builders.nested_ops(op) for v in inner.operands)
-
-    def may_carry_series(self, block: ir.Block, seeds: Sequence[ir.Value]) -> list[bool]:
-        """Which terminator operands of `block` may have a series, if `seeds` and the
-        values already known outside do (a conservative forward dataflow)."""
-        marked = set(seeds)
-
-        def hit(v: ir.Value) -> bool:
-            return v in marked or v in self.series
-
-        ops = [op.operation for op in block.operations]
-        for op in ops[:-1]:
-            if any(hit(v) for inner in [op, *builders.nested_ops(op)] for v in inner.operands):
-                marked.update(r for r in op.results if builders.is_differentiable(r.type))
-        return [hit(v) for v in ops[-1].operands]
-
     def finish_block(self, block: ir.Block, outs: Sequence[Series], which: Sequence[int]) -> None:
         """Rebuild the terminator: the primals, then the K coefficients of each of `which`."""
         term = list(block.operations)[-1].operation
@@ -145,7 +115,7 @@ class FunctionJet:
             for i, v in enumerate(list(term.operands)):
                 if i not in live and not builders.is_zero_constant(v):
                     term.operands[i] = self.builder.zeros(v)
-        _erase_dead(block)
+        erase_dead(block, _is_pure)
 
     # --- control flow -------------------------------------------------------
 
@@ -153,13 +123,7 @@ class FunctionJet:
         """Loop state gains the coefficients of every value that may carry a series."""
         b = self.builder
         body = op.regions[1].blocks[0]
-        carried = [has_series(s) for s in ins]
-        while True:
-            marked = self.may_carry_series(body, [a for a, c in zip(body.arguments, carried) if c])
-            grown = [c or (m and builders.is_differentiable(s[0].type)) for c, m, s in zip(carried, marked, ins)]
-            if grown == carried:
-                break
-            carried = grown
+        carried = loop_carried(op, self.carries)
         which = [i for i, c in enumerate(carried) if c]
         operands = list(op.operands) + coefficients(b, ins, which)
         types = [v.type for v in operands]
@@ -173,8 +137,7 @@ class FunctionJet:
     def expand_branches(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
         """case / if: every branch returns the coefficients of the results any branch differentiates."""
         blocks = [r.blocks[0] for r in op.regions]
-        marked = [self.may_carry_series(block, []) for block in blocks]
-        carried = [builders.is_differentiable(r.type) and any(m[i] for m in marked) for i, r in enumerate(op.results)]
+        carried = branch_carried(op, self.carries)
         which = [i for i, c in enumerate(carried) if c]
         types = [r.type for r in op.results] + [self.builder.coefficient_type(op.results[i].type, k)
                                                 for i in which for k in range(1, self.order + 1)]
@@ -186,7 +149,7 @@ class FunctionJet:
 
     def expand_call(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
         """A call of the callee's jet, specialized to the coefficients known to be zero."""
-        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        callee = callee_of(op)
         zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, self.order + 1) if s[k] is None)
         b = self.builder
         name, zero_out = self.module.jet_function(callee, self.order, zero, op.location, directions=b.directions)
@@ -353,26 +316,24 @@ class FunctionJet:
         return outs
 
 
-FunctionJet.STRUCTURE = {
-    CUSTOM_JVP: FunctionJet.expand_custom_jvp,
+FunctionJet.STRUCTURE = RuleTable(by_target={CUSTOM_JVP: FunctionJet.expand_custom_jvp}, by_name={
     "stablehlo.reduce": FunctionJet.expand_reduction,
     "stablehlo.reduce_window": FunctionJet.expand_reduction,
     "stablehlo.while": FunctionJet.expand_while,
     "stablehlo.case": FunctionJet.expand_branches,
     "stablehlo.if": FunctionJet.expand_branches,
     "func.call": FunctionJet.expand_call,
-}
+})
 
 
-class ModuleJet:
+class ModuleJet(ModuleTransform):
     """Generates `@NAME_jetK` functions in one module and expands its annotations."""
 
+    pass_name = "jet-expand"
+    annotation = ANNOTATION
+
     def __init__(self, module: ir.Operation):
-        self.module = module
-        self.body = module.regions[0].blocks[0]
-        self.funcs, self.names = builders.functions(self.body)
-        self.generated: dict[tuple, tuple[str, frozenset]] = {}
-        self.annotations_expanded: set[str] = set()
+        super().__init__(module)
         self.work = 0  # ops charged so far against MAX_WORK
 
     def charge(self, src: ir.Operation, name: str, order: int, location: ir.Location | None) -> None:
@@ -385,15 +346,6 @@ class ModuleJet:
                             f"{MAX_WORK} ops per module (ops x order^2 per jet function); lower the order or the "
                             "nesting of jets", location)
 
-    def function(self, name: str, location: ir.Location | None) -> ir.Operation:
-        """The `func.func @name` with a body, or a PassError at `location`."""
-        src = self.funcs.get(name)
-        if src is None:
-            raise PassError(f"jet-expand: no function @{name} in the module", location)
-        if not src.regions[0].blocks:
-            raise PassError(f"jet-expand: @{name} is a declaration without a body", location)
-        return src
-
     def jet_function(self, name: str, order: int, zero: frozenset = frozenset(),
                      location: ir.Location | None = None, public: bool = False,
                      live: frozenset | None = None, directions: Directions | None = None) -> tuple[str, frozenset]:
@@ -403,17 +355,17 @@ class ModuleJet:
         and not computed. With `directions`, coefficients carry the directions axis
         (`JetBuilder.coefficient_type`)."""
         key = (name, order, zero, live, directions)
-        if key in self.generated:
-            return self.generated[key]
+        return self.generate(key, lambda: self._build_jet(key, location, public))
+
+    def _build_jet(self, key: tuple, location: ir.Location | None, public: bool) -> tuple[str, frozenset]:
+        name, order, zero, live, directions = key
         check_order(order, location)
         src = self.function(name, location)
         self.expand_annotations(src)
         self.charge(src, name, order, location)
-        fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
-        inputs, results = list(fn_type.inputs), list(fn_type.results)
-        new_name = builders.unique_symbol(self.names, f"{name}_jet{order}")
-        new = self.funcs[new_name] = builders.clone_function(src, self.body, new_name, public)
-        self.generated[key] = (new_name, frozenset())
+        inputs, results = self.signature(name)
+        new_name, new = self.new_function(name, f"{name}_jet{order}", public)
+        self.generated[key] = (new_name, frozenset())  # what a call of it met while building it reads
 
         block = new.regions[0].blocks[0]
         fj = FunctionJet(self, order, directions)
@@ -433,20 +385,14 @@ class ModuleJet:
             new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
                 inputs + coeff_types,
                 results + [fj.builder.coefficient_type(t, k) for t in results for k in range(1, order + 1)]))
-        self.generated[key] = (new_name, zero_out)
-        return self.generated[key]
-
-    def expand_annotations(self, func_op: ir.Operation) -> None:
-        """Replace every `hlopt.jet` custom_call in `func_op` by a call of a generated jet."""
-        for op in custom_calls_once(func_op, ANNOTATION, self.annotations_expanded):
-            self.expand_annotation(op)
+        return new_name, zero_out
 
     def expand_annotation(self, op: ir.Operation) -> None:
         callee, order, directions = self.check_annotation(op)
-        n_in = self.n_in(callee)
+        n_in = len(self.signature(callee)[0])
         zero = frozenset((i, k) for i in range(n_in) for k in range(1, order + 1)
                          if builders.is_zero_constant(op.operands[n_in + i * order + k - 1]))
-        used = live_values(op.block)
+        used = live_values(op.block, _is_pure)
         live = frozenset(i for i, r in enumerate(op.results) if r in used)
         name, _ = self.jet_function(callee, order, zero, op.location,
                                     live=None if len(live) == len(op.results) else live, directions=directions)
@@ -481,12 +427,11 @@ class ModuleJet:
             raise fail("needs called_computations = [@primal, @tangents]")
         primal, tangents = (c.value for c in computations)
         operands, results = [v.type for v in op.operands], [r.type for r in op.results]
-        p_type, t_type = (ir.FunctionType(ir.TypeAttr(self.function(name, op.location).attributes["function_type"]).value)
-                          for name in (primal, tangents))
-        if list(p_type.inputs) != operands or list(p_type.results) != results:
+        (p_inputs, p_results), (t_inputs, t_results) = (self.signature(name, op.location) for name in (primal, tangents))
+        if p_inputs != operands or p_results != results:
             raise fail(f"needs @{primal} to take its operands and give its results")
-        if list(t_type.inputs) != operands + [t for t in operands if builders.is_differentiable(t)] or \
-                list(t_type.results) != [t for t in results if builders.is_differentiable(t)]:
+        if t_inputs != operands + [t for t in operands if builders.is_differentiable(t)] or \
+                t_results != [t for t in results if builders.is_differentiable(t)]:
             raise fail(f"needs @{tangents} to take its operands and the tangents of the floating-point ones, "
                        "and give the tangents of its floating-point results")
         return primal, tangents
@@ -495,17 +440,15 @@ class ModuleJet:
         """Replace every custom_jvp marker by a call of its primal function, and every
         stop_gradient marker by its operand unless vjp-expand still needs it: what is left
         of them once the jets are built."""
-        for op in custom_calls(self.module, CUSTOM_JVP):
-            primal, _ = self.check_custom_jvp(op)
-            with ir.InsertionPoint(op), op.location:
-                values = builders.call(primal, list(op.operands), [r.type for r in op.results])
-            for old, new in zip(op.results, values):
-                old.replace_all_uses_with(new)
-            op.erase()
+        rewrite_each(self.module, stablehlo.CustomCallOp, self._primal_call)
         remove_stop_gradients(self.module, "jet-expand")
 
-    def n_in(self, callee: str) -> int:
-        return len(ir.FunctionType(ir.TypeAttr(self.funcs[callee].attributes["function_type"]).value).inputs)
+    def _primal_call(self, op: ir.Operation) -> list[ir.Value] | None:
+        """A custom_jvp marker's call of its primal function; None for any other custom call."""
+        if call_target(op) != CUSTOM_JVP:
+            return None
+        primal, _ = self.check_custom_jvp(op)
+        return builders.call(primal, list(op.operands), [r.type for r in op.results])
 
     def check_annotation(self, op: ir.Operation) -> tuple[str, int, Directions | None]:
         """The callee, order and directions of the `hlopt.jet` annotation `op`, after
@@ -536,15 +479,14 @@ class ModuleJet:
                 not isinstance(computations[0], ir.FlatSymbolRefAttr):
             raise fail("needs called_computations = [@f], one function")
         callee = computations[0].value
-        fn_type = ir.FunctionType(ir.TypeAttr(self.function(callee, op.location).attributes["function_type"]).value)
-        n = len(fn_type.inputs)
+        inputs, results = self.signature(callee, op.location)
+        n = len(inputs)
         if len(op.operands) != n * (order + 1):
             raise fail(f"of order {order} of @{callee} needs {n * (order + 1)} operands (the {n} primal(s), "
                        f"then {order} coefficient(s) per primal), got {len(op.operands)}")
-        directions = _directions(config, order, list(op.operands[n:]), list(fn_type.inputs), fail)
+        directions = _directions(config, order, list(op.operands[n:]), inputs, fail)
         b = JetBuilder(order, directions)
-        for what, values, primal_types in (("operand", list(op.operands), list(fn_type.inputs)),
-                                           ("result", list(op.results), list(fn_type.results))):
+        for what, values, primal_types in (("operand", list(op.operands), inputs), ("result", list(op.results), results)):
             n = len(primal_types)
             if len(values) != n * (order + 1):
                 raise fail(f"of order {order} of @{callee} needs {n * (order + 1)} {what}s (the {n} primal(s), "
@@ -663,6 +605,5 @@ class JetExpand(Pass):
         jets = ModuleJet(module)
         if self.func:
             jets.jet_function(self.func, self.order, public=True)
-        for func_op in list(jets.funcs.values()):
-            jets.expand_annotations(func_op)
+        jets.expand_all()
         jets.remove_markers()

@@ -4,9 +4,11 @@
 and returns one cotangent per input. Inputs that are not floating-point or
 complex (integers, booleans) get a zero cotangent of their own type, where
 `jax.vjp` returns float0 zeros. The rules per op live in
-`hlopt.passes.vjp_rules.RULES`; this module finds which values depend on the
-differentiated inputs, walks each block backward, and turns `hlopt.vjp`
-annotations into calls of the generated functions.
+`hlopt.passes.vjp_rules.RULES`; this module is vjp-expand's plug-in on the
+function-transform driver (`hlopt.passes.transform`, which caches the generated
+functions, finds what reaches what and erases dead values): it records which
+values depend on the differentiated inputs, walks each block backward, and
+turns `hlopt.vjp` annotations into calls of the generated functions.
 
 Residual policy (what the backward part reads, and where it comes from):
 
@@ -59,18 +61,14 @@ from hlopt.passes import builders
 from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, option
 from hlopt.passes.jet_rules import remove_stop_gradients
 from hlopt.passes.mlir import ir
+from hlopt.passes.transform import (ModuleTransform, RuleTable, block_ops, branch_carried, erase_dead, is_pure_op,
+                                    loop_carried, uses_any)
 from hlopt.passes.vjp_rules import RULES, Term, VjpBuilder
-from hlopt.passes.walk import custom_calls_once
+from hlopt.passes.walk import callee_of
 
 ANNOTATION = "hlopt.vjp"
 INLINE_OPS = 32  # callees up to this size (JAX's helper wrappers) are differentiated in place
-EFFECTFUL = ("stablehlo.custom_call", "stablehlo.send", "stablehlo.recv", "stablehlo.infeed", "stablehlo.outfeed",
-             "stablehlo.all_gather", "stablehlo.all_reduce", "stablehlo.all_to_all", "stablehlo.reduce_scatter",
-             "stablehlo.collective_permute", "stablehlo.collective_broadcast", "stablehlo.optimization_barrier")
-
-
-def _block_ops(block: ir.Block) -> list[ir.Operation]:
-    return [op.operation for op in block.operations]
+RULE_TABLE = RuleTable(RULES)
 
 
 class Scope:
@@ -117,30 +115,9 @@ class Scope:
 
     # --- activity (forward) ---------------------------------------------------------
 
-    def reaches(self, block: ir.Block, seeds: Sequence[ir.Value]) -> list[bool]:
-        """Which terminator operands of `block` may vary if `seeds` and the varying values
-        outside do (a conservative forward dataflow)."""
-        marked = set(seeds)
-
-        def hit(v: ir.Value) -> bool:
-            return v in marked or self.is_active(v)
-
-        ops = _block_ops(block)
-        for op in ops[:-1]:
-            if any(hit(v) for inner in [op, *builders.nested_ops(op)] for v in inner.operands):
-                marked.update(r for r in op.results if builders.is_differentiable(r.type))
-        return [hit(v) for v in ops[-1].operands]
-
     def loop_activity(self, op: ir.Operation) -> list[bool]:
         """Which state values of a `while` vary: a fixpoint over its body."""
-        body = op.regions[1].blocks[0]
-        carried = [self.is_active(v) for v in op.operands]
-        while True:
-            reached = self.reaches(body, [a for a, c in zip(body.arguments, carried) if c])
-            grown = [(c or r) and builders.is_differentiable(v.type) for c, r, v in zip(carried, reached, op.operands)]
-            if grown == carried:
-                return carried
-            carried = grown
+        return loop_carried(op, self.is_active)
 
     def prepare(self, ops: Sequence[ir.Operation]) -> list[ir.Operation]:
         """Inline the small leaf calls among `ops`, then record which values vary; the ops
@@ -174,11 +151,9 @@ class Scope:
             if op.name == "stablehlo.while":
                 varies = self.loop_activity(op)
             elif op.name in ("stablehlo.case", "stablehlo.if"):
-                branches = [self.reaches(region.blocks[0], []) for region in op.regions]
-                varies = [any(b[i] for b in branches) for i in range(len(op.results))]
+                varies = branch_carried(op, self.is_active)
             else:
-                hit = any(self.is_active(v) for inner in [op, *builders.nested_ops(op)] for v in inner.operands)
-                varies = [hit] * len(op.results)
+                varies = [uses_any(op, self.is_active)] * len(op.results)
             self.active.update(r for r, v in zip(op.results, varies) if v and builders.is_differentiable(r.type))
 
     # --- cotangents (backward) ------------------------------------------------------
@@ -194,9 +169,9 @@ class Scope:
                 continue
             operands = list(op.operands)
             wants = [self.is_active(v) for v in operands]
-            if not any(wants) and not (op.regions and self._captures_active(op)):
+            if not uses_any(op, self.is_active):
                 continue
-            rule = RULES.get(op.name)
+            rule = RULE_TABLE.lookup(op)
             if rule is None:
                 raise PassError(f"vjp-expand: no reverse-mode rule for '{op.name}'", op.location)
             name = op.name
@@ -209,9 +184,6 @@ class Scope:
                                         f"type {ct.type} for an operand of type {v.type}", v.location)
                     self.add_ct(v, ct)
 
-    def _captures_active(self, op: ir.Operation) -> bool:
-        return any(self.is_active(v) for inner in builders.nested_ops(op) for v in inner.operands)
-
     # --- rebuilding the forward -----------------------------------------------------
 
     def clone_region(self, op: ir.Operation, index: int, args: Sequence[ir.Value]) -> tuple[list, ir.Operation]:
@@ -222,7 +194,7 @@ class Scope:
         block = shell.regions[index].blocks[0]
         for arg, v in zip(block.arguments, args):
             arg.replace_all_uses_with(v)
-        ops = _block_ops(block)
+        ops = block_ops(block)
         for inner in ops:
             inner.move_before(shell)
         shell.erase()
@@ -250,14 +222,14 @@ class Scope:
         self.module.erase_dead(block)
 
 
-class ModuleVjp:
+class ModuleVjp(ModuleTransform):
     """Generates `@NAME_vjp` functions in one module and expands its annotations."""
 
+    pass_name = "vjp-expand"
+    annotation = ANNOTATION
+
     def __init__(self, module: ir.Operation):
-        self.body = module.regions[0].blocks[0]
-        self.funcs, self.names = builders.functions(self.body)
-        self.generated: dict[tuple[str, frozenset, frozenset], tuple[str, frozenset]] = {}
-        self.annotations_expanded: set[str] = set()
+        super().__init__(module)
         self.pure_funcs: dict[str, bool] = {}
 
     def vjp_function(self, name: str, zero_cts: frozenset = frozenset(), unwanted: frozenset = frozenset(),
@@ -265,19 +237,16 @@ class ModuleVjp:
         """The name of the vjp of `@name` whose result cotangents in `zero_cts` are known to
         be zero and whose inputs in `unwanted` need no cotangent, and the inputs whose
         cotangent it returns as a known zero."""
-        key = (name, zero_cts, unwanted)
-        if key in self.generated:
-            return self.generated[key]
-        src = self.funcs.get(name)
-        if src is None:
-            raise PassError(f"vjp-expand: no function @{name} in the module", location)
-        self.expand_annotations(src)
-        fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
-        inputs, results = list(fn_type.inputs), list(fn_type.results)
-        new_name = builders.unique_symbol(self.names, f"{name}_vjp")
-        new = self.funcs[new_name] = builders.clone_function(src, self.body, new_name, public)
+        return self.generate((name, zero_cts, unwanted), lambda: self._build_vjp(name, zero_cts, unwanted,
+                                                                                  location, public))
+
+    def _build_vjp(self, name: str, zero_cts: frozenset, unwanted: frozenset, location: ir.Location | None,
+                   public: bool) -> tuple[str, frozenset]:
+        self.expand_annotations(self.function(name, location))
+        inputs, results = self.signature(name)
+        new_name, new = self.new_function(name, f"{name}_vjp", public)
         block = new.regions[0].blocks[0]
-        ops = _block_ops(block)
+        ops = block_ops(block)
         term = ops.pop()
         args = list(block.arguments)
         ct_args = [block.add_argument(t, new.location) for t in results]
@@ -292,15 +261,14 @@ class ModuleVjp:
         with new.context:
             new.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs + results, inputs))
         self.erase_dead(block)
-        self.generated[key] = (new_name, frozenset(i for i, ct in enumerate(cts) if ct is None))
-        return self.generated[key]
+        return new_name, frozenset(i for i, ct in enumerate(cts) if ct is None)
 
     def inlinable(self, op: ir.Operation) -> ir.Operation | None:
         """The callee of `op` if `op` calls a small leaf function (at most INLINE_OPS ops, no
         calls, loops or branches) that is differentiated in place rather than by a vjp."""
         if op.name != "func.call":
             return None
-        callee = self.funcs.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+        callee = self.funcs.get(callee_of(op))
         if callee is None:
             return None
         inner = builders.nested_ops(callee)
@@ -314,8 +282,8 @@ class ModuleVjp:
     def is_pure(self, op: ir.Operation) -> bool:
         """An op without side effects (nested ones included): dead when its results are."""
         if op.name == "func.call":
-            return self._pure_func(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-        if not op.name.startswith(("stablehlo.", "chlo.")) or op.name in EFFECTFUL or not op.results:
+            return self._pure_func(callee_of(op))
+        if not is_pure_op(op):
             return False
         return all(self.is_pure(inner) or inner.name == "stablehlo.return" for inner in builders.nested_ops(op))
 
@@ -329,28 +297,13 @@ class ModuleVjp:
 
     def erase_dead(self, block: ir.Block) -> None:
         """Erase the pure ops of `block` (and of the blocks nested in it) whose results are unused."""
-        for op in reversed(_block_ops(block)):
-            if self.is_pure(op) and not any(builders.has_uses(r) for r in op.results):
-                op.erase()
-                continue
-            for region in op.regions:
-                for inner in region.blocks:
-                    self.erase_dead(inner)
+        erase_dead(block, self.is_pure, nested=True)
 
     # --- annotations ------------------------------------------------------------------
 
-    def expand_annotations(self, func_op: ir.Operation) -> None:
-        """Replace every `hlopt.vjp` custom_call in `func_op` by a call of a generated vjp."""
-        for op in custom_calls_once(func_op, ANNOTATION, self.annotations_expanded):
-            self.expand_annotation(op)
-
     def expand_annotation(self, op: ir.Operation) -> None:
         callee = _annotation_callee(op)
-        src = self.funcs.get(callee)
-        if src is None:
-            raise PassError(f"vjp-expand: no function @{callee} in the module", op.location)
-        fn_type = ir.FunctionType(ir.TypeAttr(src.attributes["function_type"]).value)
-        inputs, results = list(fn_type.inputs), list(fn_type.results)
+        inputs, results = self.signature(callee, op.location)
         expected = inputs + results
         got = [v.type for v in op.operands]
         if got != expected or [r.type for r in op.results] != inputs:
@@ -424,6 +377,5 @@ class VjpExpand(Pass):
         vjps = ModuleVjp(module)
         if self.func:
             vjps.vjp_function(self.func, public=True)
-        for func_op in list(vjps.funcs.values()):
-            vjps.expand_annotations(func_op)
+        vjps.expand_all()
         remove_stop_gradients(module, self.name)

@@ -42,3 +42,8 @@ def custom_calls_once(func_op: ir.Operation, target: str, seen: set[str]) -> lis
         return []
     seen.add(name)
     return custom_calls(func_op, target)
+
+
+def callee_of(op: ir.Operation) -> str:
+    """The symbol a `func.call` calls."""
+    return ir.FlatSymbolRefAttr(op.attributes["callee"]).value
