@@ -16,7 +16,9 @@ Methods (each under its jit; hlopt.jit for hlopt):
   hessian     jnp.trace(jax.hessian) + jax.grad
 
 Per method: the median over --repeat interleaved rounds, the median of each round's
-ratio folx / method (above 1: faster than folx), the largest difference from the
+ratio folx / method (above 1: faster than folx), the same ratio of the CPU time the
+process spent in the call (all threads; `time.process_time`), which on a loaded shared
+machine varies less than wall-clock time does (other processes' work is not counted), the largest difference from the
 Hessian trace in float64 on the same inputs (relative to its largest value; the kinetic
 energy cancels -Delta log psi against |grad log psi|^2, so float32 differs by more
 than its epsilon where log psi is steep), and the peak memory: XLA's compiled
@@ -120,28 +122,35 @@ def main() -> None:
             fns = {m: programs(m)[workload] for m in METHODS}
             outs = {m: jax.block_until_ready(fn(*args)) for m, fn in fns.items()}
             times = {m: [] for m in METHODS}
+            cpu = {m: [] for m in METHODS}
             for _ in range(a.repeat):
                 for m, fn in fns.items():
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     jax.block_until_ready(fn(*args))
                     times[m].append(time.perf_counter() - t0)
+                    cpu[m].append(time.process_time() - c0)
             with jax.enable_x64(True):  # the reference: the Hessian trace in float64 on the same inputs
                 wide = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), args)
                 ref = np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(programs("hessian")[workload](*wide))])
             print(f"\n== {workload}, n = {n} (D = {3 * n})")
-            print(f"{'method':<8} {'median ms':>10} {'folx/method':>12} {'min-max':>12} {'peak MiB':>9} "
-                  f"{'max |diff|/|f64 ref|':>21}")
+            print(f"{'method':<8} {'median ms':>10} {'folx/method':>12} {'min-max':>12} {'CPU ms':>8} {'CPU ratio':>10} "
+                  f"{'min-max':>12} {'peak MiB':>9} {'max |diff|/|f64 ref|':>21}")
             for m in METHODS:
                 ratios = [f / t for f, t in zip(times["folx"], times[m])]
+                cpu_ratios = [f / t for f, t in zip(cpu["folx"], cpu[m])]
                 got = np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(outs[m])])
                 diff = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
                 peak = memory[f"{n} {workload}"][m]
                 print(f"{m:<8} {1e3 * np.median(times[m]):>10.2f} {np.median(ratios):>12.2f} "
-                      f"{min(ratios):>5.2f}-{max(ratios):<6.2f} {peak:>9.1f} {diff:>21.1e}")
+                      f"{min(ratios):>5.2f}-{max(ratios):<6.2f} {1e3 * np.median(cpu[m]):>8.2f} "
+                      f"{np.median(cpu_ratios):>10.2f} {min(cpu_ratios):>5.2f}-{max(cpu_ratios):<6.2f} "
+                      f"{peak:>9.1f} {diff:>21.1e}")
                 figures.append({"workload": workload, "electrons": n, "walkers": a.walkers,
                                 "dtype": np.dtype(dtype).name, "method": m, "median_s": float(np.median(times[m])),
                                 "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)),
                                 "ratio_max": float(max(ratios)), "ratio_is": "folx / method",
+                                "cpu_s": float(np.median(cpu[m])), "cpu_ratio": float(np.median(cpu_ratios)),
+                                "cpu_ratio_min": float(min(cpu_ratios)), "cpu_ratio_max": float(max(cpu_ratios)),
                                 "peak_mib": peak, "max_rel_diff_vs_float64_hessian": diff})
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     write_record("wavefunction", figures, load_before=load_before,
