@@ -11,7 +11,9 @@ Workloads, per n in --electrons (4 6 8):
   kinetic     the local kinetic energy -1/2 (Delta log psi + |grad log psi|^2) per walker
   gradient    the gradient with respect to the weights of the mean local kinetic energy
 Methods (each under its jit; hlopt.jit for hlopt):
-  hlopt       hlopt.laplacian (collapsed Taylor mode through the LU rules) + jax.grad
+  hlopt       hlopt.pde.laplacian_and_gradient: one collapsed 2-jet along the unit vectors gives the
+              Laplacian and (its first coefficients) the gradient, as folx's one pass does (slogdet
+              by its own JVP rule, a custom_jvp, and the solve's, a custom_linear_solve); jax.grad
   folx        folx.forward_laplacian (bench extra), its Laplacian and Jacobian
   hessian     jnp.trace(jax.hessian) + jax.grad
 
@@ -47,6 +49,7 @@ from pde_operators import peak_memory_in_subprocess, peak_mib  # noqa: E402
 from record import progress, write_record  # noqa: E402
 
 import hlopt  # noqa: E402
+from hlopt.pde import laplacian_and_gradient  # noqa: E402
 
 HIDDEN = 32
 METHODS = ("hlopt", "folx", "hessian")
@@ -79,9 +82,11 @@ def kinetic(method: str):
             return -0.5 * (out.laplacian + jnp.sum(out.jacobian.dense_array ** 2))
         return fn
     if method == "hlopt":
-        laplacian = lambda p, x: hlopt.laplacian(lambda y: log_psi(p, y))(x)  # noqa: E731
-    else:
-        laplacian = lambda p, x: jnp.trace(jax.hessian(lambda y: log_psi(p, y))(x))  # noqa: E731
+        def fn(p, x):
+            laplacian, gradient = laplacian_and_gradient(lambda y: log_psi(p, y))(x)
+            return -0.5 * (laplacian + jnp.sum(gradient ** 2))
+        return fn
+    laplacian = lambda p, x: jnp.trace(jax.hessian(lambda y: log_psi(p, y))(x))  # noqa: E731
     return lambda p, x: -0.5 * (laplacian(p, x) + jnp.sum(jax.grad(log_psi, 1)(p, x) ** 2))
 
 
