@@ -11,12 +11,16 @@ Workloads, per n in --electrons (4 6 8):
   kinetic     the local kinetic energy -1/2 (Delta log psi + |grad log psi|^2) per walker
   gradient    the gradient with respect to the weights of the mean local kinetic energy
 Methods (each under its jit; hlopt.jit for hlopt):
-  hlopt       hlopt.laplacian (collapsed Taylor mode through the LU rules) + jax.grad
+  hlopt       hlopt.pde.laplacian_and_gradient: one collapsed 2-jet along the unit vectors gives the
+              Laplacian and (its first coefficients) the gradient, as folx's one pass does (slogdet
+              by its own JVP rule, a custom_jvp, and the solve's, a custom_linear_solve); jax.grad
   folx        folx.forward_laplacian (bench extra), its Laplacian and Jacobian
   hessian     jnp.trace(jax.hessian) + jax.grad
 
 Per method: the median over --repeat interleaved rounds, the median of each round's
-ratio folx / method (above 1: faster than folx), the largest difference from the
+ratio folx / method (above 1: faster than folx), the same ratio of the CPU time the
+process spent in the call (all threads; `time.process_time`), which on a loaded shared
+machine varies less than wall-clock time does (other processes' work is not counted), the largest difference from the
 Hessian trace in float64 on the same inputs (relative to its largest value; the kinetic
 energy cancels -Delta log psi against |grad log psi|^2, so float32 differs by more
 than its epsilon where log psi is steep), and the peak memory: XLA's compiled
@@ -45,6 +49,7 @@ from pde_operators import peak_memory_in_subprocess, peak_mib  # noqa: E402
 from record import progress, write_record  # noqa: E402
 
 import hlopt  # noqa: E402
+from hlopt.pde import laplacian_and_gradient  # noqa: E402
 
 HIDDEN = 32
 METHODS = ("hlopt", "folx", "hessian")
@@ -77,9 +82,11 @@ def kinetic(method: str):
             return -0.5 * (out.laplacian + jnp.sum(out.jacobian.dense_array ** 2))
         return fn
     if method == "hlopt":
-        laplacian = lambda p, x: hlopt.laplacian(lambda y: log_psi(p, y))(x)  # noqa: E731
-    else:
-        laplacian = lambda p, x: jnp.trace(jax.hessian(lambda y: log_psi(p, y))(x))  # noqa: E731
+        def fn(p, x):
+            laplacian, gradient = laplacian_and_gradient(lambda y: log_psi(p, y))(x)
+            return -0.5 * (laplacian + jnp.sum(gradient ** 2))
+        return fn
+    laplacian = lambda p, x: jnp.trace(jax.hessian(lambda y: log_psi(p, y))(x))  # noqa: E731
     return lambda p, x: -0.5 * (laplacian(p, x) + jnp.sum(jax.grad(log_psi, 1)(p, x) ** 2))
 
 
@@ -120,28 +127,35 @@ def main() -> None:
             fns = {m: programs(m)[workload] for m in METHODS}
             outs = {m: jax.block_until_ready(fn(*args)) for m, fn in fns.items()}
             times = {m: [] for m in METHODS}
+            cpu = {m: [] for m in METHODS}
             for _ in range(a.repeat):
                 for m, fn in fns.items():
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     jax.block_until_ready(fn(*args))
                     times[m].append(time.perf_counter() - t0)
+                    cpu[m].append(time.process_time() - c0)
             with jax.enable_x64(True):  # the reference: the Hessian trace in float64 on the same inputs
                 wide = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), args)
                 ref = np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(programs("hessian")[workload](*wide))])
             print(f"\n== {workload}, n = {n} (D = {3 * n})")
-            print(f"{'method':<8} {'median ms':>10} {'folx/method':>12} {'min-max':>12} {'peak MiB':>9} "
-                  f"{'max |diff|/|f64 ref|':>21}")
+            print(f"{'method':<8} {'median ms':>10} {'folx/method':>12} {'min-max':>12} {'CPU ms':>8} {'CPU ratio':>10} "
+                  f"{'min-max':>12} {'peak MiB':>9} {'max |diff|/|f64 ref|':>21}")
             for m in METHODS:
                 ratios = [f / t for f, t in zip(times["folx"], times[m])]
+                cpu_ratios = [f / t for f, t in zip(cpu["folx"], cpu[m])]
                 got = np.concatenate([np.ravel(v) for v in jax.tree_util.tree_leaves(outs[m])])
                 diff = float(np.max(np.abs(got - ref)) / max(np.max(np.abs(ref)), 1e-30))
                 peak = memory[f"{n} {workload}"][m]
                 print(f"{m:<8} {1e3 * np.median(times[m]):>10.2f} {np.median(ratios):>12.2f} "
-                      f"{min(ratios):>5.2f}-{max(ratios):<6.2f} {peak:>9.1f} {diff:>21.1e}")
+                      f"{min(ratios):>5.2f}-{max(ratios):<6.2f} {1e3 * np.median(cpu[m]):>8.2f} "
+                      f"{np.median(cpu_ratios):>10.2f} {min(cpu_ratios):>5.2f}-{max(cpu_ratios):<6.2f} "
+                      f"{peak:>9.1f} {diff:>21.1e}")
                 figures.append({"workload": workload, "electrons": n, "walkers": a.walkers,
                                 "dtype": np.dtype(dtype).name, "method": m, "median_s": float(np.median(times[m])),
                                 "ratio": float(np.median(ratios)), "ratio_min": float(min(ratios)),
                                 "ratio_max": float(max(ratios)), "ratio_is": "folx / method",
+                                "cpu_s": float(np.median(cpu[m])), "cpu_ratio": float(np.median(cpu_ratios)),
+                                "cpu_ratio_min": float(min(cpu_ratios)), "cpu_ratio_max": float(max(cpu_ratios)),
                                 "peak_mib": peak, "max_rel_diff_vs_float64_hessian": diff})
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     write_record("wavefunction", figures, load_before=load_before,

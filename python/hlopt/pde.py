@@ -41,7 +41,7 @@ import numpy as np
 from hlopt.compiler.jax_compat import under_transformation
 from hlopt.taylor import _struct, _trace, _zero_series, jet_p, series_positions
 
-__all__ = ["bilaplacian", "laplacian"]
+__all__ = ["bilaplacian", "laplacian", "laplacian_and_gradient"]
 
 DISTRIBUTIONS = ("normal", "rademacher")
 
@@ -71,10 +71,12 @@ def _point(name: str, args: tuple, argnums: int) -> jax.Array:
 
 
 def collapsed_jet(fun: Callable, x: jax.Array, directions: jax.Array, order: int,
-                  weights: tuple[float, ...] | None = None) -> Any:
+                  weights: tuple[float, ...] | None = None, first: bool = False) -> Any:
     """sum_r w_r c_K(v_r): the K-th plain Taylor coefficient of `fun` at `x` along each
     direction v_r = directions[r] (the first input coefficient; the others zero),
-    summed over r (weighted by `weights`), for each output leaf."""
+    summed over r (weighted by `weights`), for each output leaf. With `first` (K >= 2),
+    also the first coefficients c_1(v_r) = Df[v_r] the jet computes on the way, shaped
+    (R,) + the leaf's shape: the pair (sum, firsts)."""
     R = directions.shape[0]
     out_tree_box = []
 
@@ -92,7 +94,10 @@ def collapsed_jet(fun: Callable, x: jax.Array, directions: jax.Array, order: int
     outs = jet_p.bind(*consts, x, *_zero_series(consts, order, R, True), *series, jaxpr=jaxpr, order=order,
                       zeros=zeros, **mode)
     n_out = len(jaxpr.out_avals)
-    return jax.tree_util.tree_unflatten(out_tree_box[-1], [outs[n_out + i * order + order - 1] for i in range(n_out)])
+    kth = jax.tree_util.tree_unflatten(out_tree_box[-1], [outs[n_out + i * order + order - 1] for i in range(n_out)])
+    if not first:
+        return kth
+    return kth, jax.tree_util.tree_unflatten(out_tree_box[-1], [outs[n_out + i * order] for i in range(n_out)])
 
 
 def _operator(name: str, fun: Callable, argnums: int, num_samples: int | None,
@@ -180,6 +185,25 @@ def laplacian(fun: Callable, argnums: int = 0, *, weights: Any = None, num_sampl
         return _unit_directions(x, key)
 
     return _operator("laplacian", fun, argnums, num_samples, _collapsed(build, order=2))
+
+
+def _laplacian_and_gradient(f: Callable, x: jax.Array, key: Any) -> tuple[Any, Any]:
+    """(Delta f, grad f) at `x` from one collapsed 2-jet along the unit vectors e_i: the
+    sum 2 sum_i c_2(e_i), and c_1(e_i) = df/dx_i moved behind each output's shape."""
+    directions, _, scale = _unit_directions(x, key)
+    kth, firsts = collapsed_jet(f, x, directions, 2, first=True)
+    laplacians = jax.tree_util.tree_map(lambda y: y * jnp.asarray(scale, y.dtype), kth)
+    gradients = jax.tree_util.tree_map(lambda c: jnp.moveaxis(c, 0, -1).reshape((*c.shape[1:], *x.shape)), firsts)
+    return laplacians, gradients
+
+
+def laplacian_and_gradient(fun: Callable, argnums: int = 0) -> Callable:
+    """A function of `fun`'s arguments giving (Laplacian, gradient) of each output element
+    of `fun` with respect to argument `argnums`: the exact Laplacian as `laplacian` gives
+    it and the gradient (shape output.shape + x.shape) from the same collapsed jet, whose
+    first coefficients along the unit vectors are the partial derivatives (no second pass,
+    as a local energy -1/2 (Delta log psi + |grad log psi|^2) needs both)."""
+    return _operator("laplacian_and_gradient", fun, argnums, None, _laplacian_and_gradient)
 
 
 def _unit_directions(x: jax.Array, key: Any) -> tuple[jax.Array, None, float]:

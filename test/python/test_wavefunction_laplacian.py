@@ -2,7 +2,9 @@
 the linear-algebra rules (nothing special-cased: `slogdet`, `cholesky`, `eigh` are
 differentiated by their Taylor rules), against `jnp.trace(jax.hessian)` in float64, and
 their weight gradients (jax.grad through hlopt.laplacian) against the gradient of the
-Hessian trace; a bi-Laplacian through Cholesky against nested Hessians.
+Hessian trace; the Laplacian and gradient from one jet (`hlopt.pde.laplacian_and_gradient`)
+and the weight gradient of the local kinetic energy built on them; a bi-Laplacian through
+Cholesky against nested Hessians.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 import pytest
 
 import hlopt
+from hlopt.pde import laplacian_and_gradient
 
 ELECTRONS = 3
 
@@ -91,6 +94,61 @@ def test_weight_gradient_of_the_laplacian(name):
     for key in want:
         np.testing.assert_allclose(np.asarray(got[key]), np.asarray(want[key]), rtol=1e-8,
                                    atol=1e-8 * np.max(np.abs(want[key])), err_msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(WAVEFUNCTIONS))
+def test_laplacian_and_gradient_match_hessian_trace_and_grad(name):
+    """One collapsed jet gives both: its first coefficients along e_i are the gradient."""
+    f = WAVEFUNCTIONS[name]
+    with jax.enable_x64(True):
+        p, x = _weights(6), _x(7).reshape(ELECTRONS, 3)
+        laplacian, gradient = laplacian_and_gradient(lambda y: f(p, y.reshape(-1)))(x)
+        want = jax.jit(_hessian_trace, static_argnums=0)(f, p, x.reshape(-1))
+        want_gradient = jax.grad(lambda y: f(p, y.reshape(-1)))(x)
+    assert gradient.shape == x.shape
+    np.testing.assert_allclose(np.asarray(laplacian), np.asarray(want), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(gradient), np.asarray(want_gradient), rtol=1e-9,
+                               atol=1e-12 * np.max(np.abs(want_gradient)))
+
+
+def test_laplacian_and_gradient_of_a_vector_output():
+    """The gradient of each output element: shape output.shape + x.shape, the Jacobian."""
+    def f(x):
+        return jnp.stack([jnp.sum(jnp.sin(x) * x[::-1]), jnp.prod(jnp.cos(x[:3])), x[0] ** 3])
+
+    with jax.enable_x64(True):
+        x = np.random.default_rng(8).normal(size=5)
+        laplacian, jacobian = laplacian_and_gradient(f)(x)
+        want = jnp.trace(jax.hessian(f)(x), axis1=-2, axis2=-1)
+        want_jacobian = jax.jacobian(f)(x)
+    np.testing.assert_allclose(np.asarray(laplacian), np.asarray(want), rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(jacobian), np.asarray(want_jacobian), rtol=1e-9, atol=1e-14)
+
+
+def test_weight_gradient_of_the_local_kinetic_energy():
+    """d/dtheta of the mean of -1/2 (Delta log psi + |grad log psi|^2), both from one jet,
+    against the same through the Hessian and jax.grad."""
+    with jax.enable_x64(True):
+        p = _weights(9)
+        xs = np.stack([_x(s) for s in range(10, 14)])
+
+        def ours(p, x):
+            laplacian, gradient = laplacian_and_gradient(lambda y: _slogdet(p, y))(x)
+            return -0.5 * (laplacian + jnp.sum(gradient ** 2))
+
+        def reference(p, x):
+            return -0.5 * (_hessian_trace(_slogdet, p, x) + jnp.sum(jax.grad(_slogdet, 1)(p, x) ** 2))
+
+        got = hlopt.jit(jax.grad(lambda p: jnp.mean(jax.vmap(lambda x: ours(p, x))(xs))))(p)
+        want = jax.jit(jax.grad(lambda p: jnp.mean(jax.vmap(lambda x: reference(p, x))(xs))))(p)
+    for key in want:
+        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(want[key]), rtol=1e-8,
+                                   atol=1e-8 * np.max(np.abs(want[key])), err_msg=key)
+
+
+def test_laplacian_and_gradient_refuses_an_integer_argument():
+    with pytest.raises(TypeError, match="hlopt.laplacian_and_gradient: argument 0 must be a real floating-point"):
+        laplacian_and_gradient(lambda y: jnp.sum(y))(np.arange(3))
 
 
 def test_bilaplacian_through_cholesky_matches_nested_hessians():
