@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "jet": "hlopt.taylor",
     "jit": "hlopt.staging",
     "laplacian": "hlopt.pde",
+    "laplacian_and_gradient": "hlopt.pde",
     "load": "hlopt.saved",
     "lower": "hlopt.staging",
     "set_cache_dir": "hlopt.runtime.cache",
