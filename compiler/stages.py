@@ -204,12 +204,12 @@ class Lowered(Stage):
         (`"hlo"`), with source locations if `debug_info`, as `jax.stages.Lowered.as_text`."""
         if dialect not in (None, "stablehlo", "hlo"):
             raise ValueError(f"unknown dialect: {dialect!r}; Lowered.as_text takes 'stablehlo' or 'hlo'")
-        relocated = debug_info and self.user_located is not None and not self.pipeline
         if dialect == "hlo":
+            # XLA's HLO text with the metadata jax.jit's has: the user's frames, not hlopt's
+            relocated = debug_info and self.user_located is not None and not self.pipeline
             module = self.user_located() if relocated else self.source_module
             return hlo_text(module_to_bytecode(module), debug_info=debug_info)
-        module = parse_module(module_to_bytecode(self.user_located())) if relocated else self.module
-        return module.operation.get_asm(enable_debug_info=debug_info)
+        return self.module.operation.get_asm(enable_debug_info=debug_info)
 
     def compiler_ir(self, dialect: str | None = None) -> Any:
         """The module (`dialect="stablehlo"`, the default, in hlopt's MLIR context) or its `XlaComputation`

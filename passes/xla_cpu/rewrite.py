@@ -42,12 +42,14 @@ class OpRewrite(Pass):
 def erase_unused(ops: Sequence[ir.Operation]) -> None:
     """Erase `ops` and then every op that fed only them, as far as nothing else uses it
     (ops without regions, not custom calls)."""
-    pending = list(ops)
+    pending = list(dict.fromkeys(ops))  # an op may be listed twice (a dot stacked from both sides)
+    erased: set[ir.Operation] = set()
     while pending:
         op = pending.pop()
-        if any(next(iter(r.uses), None) is not None for r in op.results):
+        if op in erased or any(next(iter(r.uses), None) is not None for r in op.results):
             continue
         feeders = [v.owner.operation for v in op.operands if isinstance(v, ir.OpResult)]
+        erased.add(op)
         op.erase()
         pending.extend(f for f in feeders if not len(f.regions) and f.name != "stablehlo.custom_call"
-                       and f not in pending)
+                       and f not in pending and f not in erased)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import inspect
 import operator
@@ -28,7 +30,11 @@ def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options
     lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile,
                       user_located=user_located)
     if check_key_reuse:
-        reports = find_key_reuse(lowered.module.operation)
+        # checked on the whole traced program, as jax's checker reads the jaxpr: jax's dead-code
+        # elimination (keep_unused=False) would drop a key consumed by a draw no one reads
+        whole = lowered if options.keep_unused else Lowered(
+            lower_function(fun, args, kwargs, dataclasses.replace(options, keep_unused=True))[0], signature)
+        reports = find_key_reuse(whole.module.operation)
         if reports:
             raise KeyReuseError(reports)
     return lowered
@@ -47,11 +53,13 @@ def lower(
     """Lower `fun` at `args` (arrays or `jax.ShapeDtypeStruct`s) to StableHLO.
 
     With `check_key_reuse=True`, raise `KeyReuseError` if the program consumes a
-    PRNG key twice (the `check-key-reuse` pass).
+    PRNG key twice (the `check-key-reuse` pass). The module is the whole traced
+    program: every argument and every op, read or not (`hlopt.jit`'s default
+    `keep_unused=False` drops what is unread, as `jax.jit` does).
     """
     static_argnums, static_argnames = argnums_and_argnames(fun, static_argnums, (), "static")
     options = JitOptions(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
-                         static_argnums=static_argnums, static_argnames=static_argnames)
+                         static_argnums=static_argnums, static_argnames=static_argnames, keep_unused=True)
     return _lower(fun, args, {}, options, check_key_reuse)
 
 

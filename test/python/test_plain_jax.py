@@ -147,14 +147,16 @@ UNUSED_RESULTS = {
 
 
 @pytest.mark.parametrize("name", list(UNUSED_RESULTS))
-def test_both_paths_compile_the_same_program_when_jet_results_are_unused(name):
+def test_the_jax_jit_path_drops_unread_jet_results_as_hlopt_jit_does(name):
     """jax.jit's dead-code elimination tells a jet which of its results are read (its `live`
     parameter), so hlopt's passes drop the rest before jet-expand stacks the terms of one
     dot, as hlopt.jit's elimination over the whole program does: XLA's optimized HLO of the
-    two paths has the same instructions, and the same numbers."""
+    jax.jit path has no more instructions than hlopt.jit's (without the rule, 112 against 101
+    on the vmapped Laplacian), and the same numbers. (The paths may differ by a few
+    instructions the other way: xla-cpu-stack-dots sees one operation's module at a time.)"""
     fun, args = UNUSED_RESULTS[name]
     plain, whole = jax.jit(fun), hlopt.jit(fun)
-    assert _instructions(plain.lower(*args).compile().as_text()) == \
+    assert _instructions(plain.lower(*args).compile().as_text()) <= \
         _instructions(whole.lower(*args).compile().as_text())
     assert_tree_close(plain(*args), whole(*args), rtol=1e-12)
     assert_tree_close(plain(*args), jax.jit(fun, keep_unused=True)(*args), rtol=1e-12)
