@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from hlopt.passes import builders as b
 from hlopt.passes.base import PassError
@@ -225,40 +226,37 @@ def gather_rows(x: Value, rows: Value) -> Value:
     """`x[b, rows[b, m], ...]` for canonical `x[B, N, *rest]` and `rows[B, M]` (in range)."""
     xs = b.shape_of(x)
     bs, m = b.shape_of(rows)
-    return b.gather(
-        x,
-        b.reshape(rows, [bs, m, 1]),
-        offset_dims=range(2, len(xs)),
-        collapsed_slice_dims=[1],
-        operand_batching_dims=[0],
-        start_indices_batching_dims=[0],
-        start_index_map=[1],
-        index_vector_dim=2,
-        slice_sizes=[1, 1, *xs[2:]],
-    )
+    return b.gather(x, b.reshape(rows, [bs, m, 1]), offset_dims=range(2, len(xs)), collapsed_slice_dims=[1],
+                    operand_batching_dims=[0], start_indices_batching_dims=[0], start_index_map=[1],
+                    index_vector_dim=2, slice_sizes=[1, 1, *xs[2:]])
 
 
 def scatter_rows(out: Value, rows: Value, updates: Value, combine: str) -> Value:
     """`out[b, rows[b, n], ...] (+)= updates[b, n, ...]`; rows outside `out` are dropped."""
-    os_ = b.shape_of(out)
     bs, n = b.shape_of(rows)
-    return b.scatter(
-        out,
-        b.reshape(rows, [bs, n, 1]),
-        updates,
-        update_window_dims=range(2, len(os_)),
-        inserted_window_dims=[1],
-        input_batching_dims=[0],
-        scatter_indices_batching_dims=[0],
-        scattered_dims_to_operand_dims=[1],
-        index_vector_dim=2,
-        combine=combine,
-    )
+    return b.scatter(out, b.reshape(rows, [bs, n, 1]), updates, update_window_dims=range(2, len(b.shape_of(out))),
+                     inserted_window_dims=[1], input_batching_dims=[0], scatter_indices_batching_dims=[0],
+                     scattered_dims_to_operand_dims=[1], index_vector_dim=2, combine=combine)
 
 
 def batching(bs: int) -> tuple[int, list[int]]:
     """With one batch row the batch dim is dropped (XLA would add an index column for it)."""
     return (0, []) if bs == 1 else (1, [0])
+
+
+class SparseDims(NamedTuple):
+    """The dimension numbers that read (gather) or write (scatter) canonical `x[B, *sparse, *rest]`
+    at `idx[B, N, S]`: with one batch row the batch dim is dropped (`batching`)."""
+
+    lead: int  # 1 with a batch dim, 0 without
+    batch: list[int]  # the batching dims of the operand and of the indices
+    window: range  # the result's (gather) or the updates' (scatter) dims of `rest`
+    sparse: range  # the operand dims the index columns address
+
+    @staticmethod
+    def of(bs: int, s: int, n_rest: int) -> SparseDims:
+        lead, batch = batching(bs)
+        return SparseDims(lead, batch, range(lead + 1, lead + 1 + n_rest), range(lead, lead + s))
 
 
 def gather_sparse(arr: Value, idx: Value) -> Value:
@@ -267,20 +265,13 @@ def gather_sparse(arr: Value, idx: Value) -> Value:
     rest = b.shape_of(arr)[1 + s :]
     if s == 0:
         return b.broadcast(arr, [bs, n, *rest], [0, *range(2, 2 + len(rest))])
-    lead, batch_dims = batching(bs)
-    if not lead:
+    dims = SparseDims.of(bs, s, len(rest))
+    if not dims.lead:
         arr, idx = b.reshape(arr, b.shape_of(arr)[1:]), b.reshape(idx, [n, s])
-    out = b.gather(
-        arr,
-        idx,
-        offset_dims=range(lead + 1, lead + 1 + len(rest)),
-        collapsed_slice_dims=range(lead, lead + s),
-        operand_batching_dims=batch_dims,
-        start_indices_batching_dims=batch_dims,
-        start_index_map=range(lead, lead + s),
-        index_vector_dim=lead + 1,
-        slice_sizes=[1] * (lead + s) + list(rest),
-    )
+    out = b.gather(arr, idx, offset_dims=dims.window, collapsed_slice_dims=dims.sparse,
+                   operand_batching_dims=dims.batch, start_indices_batching_dims=dims.batch,
+                   start_index_map=dims.sparse, index_vector_dim=dims.lead + 1,
+                   slice_sizes=[1] * (dims.lead + s) + list(rest))
     return b.reshape(out, [bs, n, *rest])
 
 
@@ -289,20 +280,12 @@ def scatter_sparse(out: Value, idx: Value, updates: Value) -> Value:
     bs, n, s = b.shape_of(idx)
     shape = b.shape_of(out)
     rest = shape[1 + s :]
-    lead, batch_dims = batching(bs)
-    if not lead:
+    dims = SparseDims.of(bs, s, len(rest))
+    if not dims.lead:
         out, idx, updates = b.reshape(out, shape[1:]), b.reshape(idx, [n, s]), b.reshape(updates, [n, *rest])
-    result = b.scatter(
-        out,
-        idx,
-        updates,
-        update_window_dims=range(lead + 1, lead + 1 + len(rest)),
-        inserted_window_dims=range(lead, lead + s),
-        input_batching_dims=batch_dims,
-        scatter_indices_batching_dims=batch_dims,
-        scattered_dims_to_operand_dims=range(lead, lead + s),
-        index_vector_dim=lead + 1,
-    )
+    result = b.scatter(out, idx, updates, update_window_dims=dims.window, inserted_window_dims=dims.sparse,
+                       input_batching_dims=dims.batch, scatter_indices_batching_dims=dims.batch,
+                       scattered_dims_to_operand_dims=dims.sparse, index_vector_dim=dims.lead + 1)
     return b.reshape(result, shape)
 
 

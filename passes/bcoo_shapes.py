@@ -79,9 +79,11 @@ def layout(shape: Sequence[int], data: Sequence[int], indices: Sequence[int]) ->
     if data[lay.n_batch :] != (lay.nse, *lay.dense_shape):
         raise ValueError(
             f"data shape {data} does not fit shape {shape} with nse={lay.nse}, "
-            f"n_batch={lay.n_batch}, n_dense={lay.n_dense}"
+            f"n_batch={lay.n_batch}, n_dense={lay.n_dense} (the buffers hold {lay.n_batch} batch, {lay.n_sparse} "
+            f"sparse and {max(len(data) - 1 - lay.n_batch, 0)} dense dims)"
         )
     return lay
+
 
 
 def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> Shape:

@@ -47,8 +47,9 @@ def _check(cond: bool, what: str) -> None:
 _LEAF = "*"
 
 # pytree node classes a file may hold besides tuple, list, dict and None: stable name ->
-# class, registered by the package that defines the class (`register_node_type`;
-# `import hlopt.sparse` registers its BCOO). Each is registered with
+# class, registered by the package that defines the class with the check of its aux data
+# (`register_node_type`; `hlopt.sparse` registers its BCOO, whose check is the layout rule
+# of `hlopt.passes.bcoo_shapes`: the runtime knows no node class itself). Each is registered with
 # `register_pytree_node_class` and its aux data is a static value (see
 # `encode_static`). Only registered classes are ever built.
 NODE_TYPES: dict[str, type | Callable[[], type]] = {}
@@ -72,30 +73,6 @@ def register_node_type(name: str, cls: type | Callable[[], type],
 
 def _node_name(x: Any) -> str | None:
     return next((name for name, cls in NODE_TYPES.items() if type(x) is cls), None)
-
-
-def check_bcoo(aux: dict[str, Any], children: Sequence[Any]) -> str | None:
-    """A BCOO's shape must fit its buffers `data[*batch, nse, *dense]`, `indices[*batch, nse, n_sparse]`."""
-    shape = aux.get("shape")
-    if len(children) != 2 or not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
-        return f"malformed BCOO shape {_short(shape)}"
-    data, indices = children
-    what = f"BCOO of shape {_short(shape)} with data {aval_str(data)} and indices {aval_str(indices)}"
-    if data.ndim < 1 or indices.ndim < 2 or not np.issubdtype(indices.dtype, np.integer):
-        return f"{what}: data needs a rank >= 1, indices integers of rank >= 2"
-    n_batch, n_sparse = indices.ndim - 2, indices.shape[-1]
-    n_dense = data.ndim - 1 - n_batch
-    if n_dense < 0 or len(shape) != n_batch + n_sparse + n_dense:
-        return f"{what}: the buffers hold {n_batch} batch, {n_sparse} sparse and {max(n_dense, 0)} dense dims"
-    if data.shape[n_batch] != indices.shape[n_batch]:
-        return f"{what}: data and indices disagree on nse"
-    if any(b not in (1, s) for buf in (data, indices) for b, s in zip(buf.shape[:n_batch], shape)):
-        return f"{what}: the batch dims of the buffers are neither the shape's nor 1"
-    if tuple(data.shape[n_batch + 1:]) != shape[n_batch + n_sparse:]:
-        return f"{what}: the dense dims of data are not the shape's"
-    if any(s - 1 > np.iinfo(indices.dtype).max for s in shape[n_batch : n_batch + n_sparse]):
-        return f"{what}: {indices.dtype} indices cannot address every sparse dim"
-    return None
 
 
 def _node_class(name: str) -> type:

@@ -2,7 +2,9 @@
 saved signature may hold registered first. BCOO's class is imported (with `hlopt.sparse`)
 only when a file holds a BCOO, so loading any other program imports no more than it needs."""
 
-from hlopt.runtime.encoding import check_bcoo, register_node_type
+from typing import Any
+
+from hlopt.runtime.encoding import register_node_type
 from hlopt.runtime.files import deserialize, load
 
 __all__ = ["deserialize", "load"]
@@ -14,4 +16,10 @@ def _bcoo() -> type:
     return BCOO
 
 
-register_node_type("hlopt.sparse.BCOO", _bcoo, check_bcoo)
+def _bcoo_problem(aux: dict[str, Any], children: Any) -> str | None:
+    from hlopt.sparse.bcoo import node_problem
+
+    return node_problem(aux, children)
+
+
+register_node_type("hlopt.sparse.BCOO", _bcoo, _bcoo_problem)

@@ -38,9 +38,10 @@ from hlopt.sparse.structure import (
     bcoo_extract,
 )
 from hlopt.sparse.transform import grad, jacfwd, jacobian, jacrev, value_and_grad
-from hlopt.runtime.encoding import check_bcoo, register_node_type
+from hlopt.runtime.encoding import register_node_type
+from hlopt.sparse.bcoo import node_problem
 
-register_node_type("hlopt.sparse.BCOO", BCOO, check_bcoo)  # executable files may hold BCOO arguments
+register_node_type("hlopt.sparse.BCOO", BCOO, node_problem)  # executable files may hold BCOO arguments
 
 __all__ = [
     "BCOO",

@@ -15,6 +15,7 @@ import numpy as np
 from jax.extend import core as jex_core
 from jax.interpreters import ad, batching, mlir
 
+from hlopt.compiler.program import aval_str
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.sparse import indexing, ops, rules
 
@@ -44,6 +45,27 @@ class SparseInfo(NamedTuple):
     shape: tuple[int, ...]
     indices_sorted: bool = False
     unique_indices: bool = False
+
+
+def node_problem(aux: dict[str, Any], children: Sequence[Any]) -> str | None:
+    """What is wrong with a BCOO pytree node an executable file holds (None: nothing): its aux
+    data and its children's avals must be a BCOO's, by the one layout rule (`shapes.layout`,
+    as the constructor checks) with integer indices that address every sparse dim. The
+    runtime calls it for each such node (registered in `hlopt.sparse` and `hlopt.saved`)."""
+    shape = aux.get("shape")
+    if len(children) != 2 or not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
+        return f"malformed BCOO shape {repr(shape)[:60]}"
+    data, indices = children
+    what = f"BCOO of shape {shape} with data {aval_str(data)} and indices {aval_str(indices)}"
+    if not np.issubdtype(indices.dtype, np.integer):
+        return f"{what}: indices must be integers"
+    try:
+        lay = shapes.layout(shape, data.shape, indices.shape)
+    except ValueError as e:
+        return f"{what}: {e}"
+    if any(s - 1 > np.iinfo(indices.dtype).max for s in lay.sparse_shape):
+        return f"{what}: {indices.dtype} indices cannot address every sparse dim"
+    return None
 
 
 @jax.tree_util.register_pytree_node_class
