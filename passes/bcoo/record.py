@@ -78,6 +78,43 @@ def same_params(params: dict[str, Any], size: int) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Derivative:
+    """How the data result of an op changes with its operands, declared for `hlopt.sparse` to turn
+    into the primitive's JVP and transpose rules (the other results, indices, have zero tangents).
+
+    - `linear`: the operands the data result is linear in, each with the others fixed (so the JVP
+      binds the op on each nonzero tangent in turn and adds the terms), or the role `DATA`: every
+      data operand (variadic ops). Every other operand is an integer operand without a tangent.
+    - `joint`: the data result is linear in all `linear` operands together (the JVP binds the op
+      once on all their tangents): concatenate.
+    - `transpose(t, ct, *operands, **params)`: the cotangent of the one operand `t.is_undefined`
+      holds (a joint op: a list, one per `linear` operand, None for a known one), `ct` the data
+      result's cotangent; None (`SELECTS`): the op only moves, repeats or drops elements of its
+      one linear operand, and the cotangent is found by running it on the elements' positions.
+    - `jvp(t, primals, tangents, outs, **params)`: the data tangent (None: zero) of an op that is
+      not linear in its operands (fromdense, whose indices depend on the values); `linear` is
+      then empty.
+
+    Rules are functions over `hlopt.passes.bcoo.terms.Terms`: data, never jax.
+    """
+
+    linear: tuple[int, ...] | str = (0,)
+    joint: bool = False
+    transpose: Callable[..., Any] | None = None
+    jvp: Callable[..., Any] | None = None
+
+    def linear_operands(self, roles: Sequence[str]) -> tuple[int, ...]:
+        """The indices of the linear operands among operands with these roles."""
+        if isinstance(self.linear, str):
+            return tuple(i for i, role in enumerate(roles) if role == self.linear)
+        return self.linear
+
+
+SELECTS = None  # `Derivative.transpose` of an op that only moves, repeats or drops data elements
+DATA_LINEAR = Derivative()  # linear in its data, selecting elements: most structural ops
+
+
+@dataclasses.dataclass(frozen=True)
 class Record:
     """One BCOO op: everything hlopt knows about `hlopt.bcoo.<name>` apart from its jax rules.
 
@@ -90,7 +127,16 @@ class Record:
       parameters do not hold one (None: they do);
     - `indices_operand`: the operand whose indices `n_batch` and `n_dense` describe (None: the
       primitive's parameters give them);
-    - `type_only`: primitive parameters that the result types carry and the config does not.
+    - `type_only`: primitive parameters that the result types carry and the config does not;
+    - `derivative`: its `Derivative` (None: the primitive has no JVP or transpose);
+    - `batch(t, args, dims, **params)`: hook for a vmap rule that `batched` cannot give, as jax's
+      batching rules: (outputs, their mapped dims);
+    - `prepare_batch(t, operands, params, size)`: the operands, their mapped axes leading, as the
+      op with `batched` parameters takes them (None: as they are);
+    - `dtypes(t, avals, params)`: hook for the result dtypes (None: the data and dense operands'
+      promoted dtype, then the indices operands' or the `index_dtype` parameter's).
+
+    The hooks are functions over `hlopt.passes.bcoo.terms.Terms` (see `Derivative`).
     """
 
     name: str
@@ -102,6 +148,10 @@ class Record:
     array_shape: Callable[[Mapping[str, Any], Sequence[Shape]], Shape] | None = None
     indices_operand: int | None = 1
     type_only: tuple[str, ...] = ()
+    derivative: Derivative | None = None
+    batch: Callable[..., Any] | None = None
+    prepare_batch: Callable[..., list[Any]] | None = None
+    dtypes: Callable[..., list[Any]] | None = None
 
     @property
     def target(self) -> str:

@@ -5,14 +5,15 @@ abstract evaluation, validation and lower-bcoo.
   signature (read back with `hlopt.passes.bcoo.read`), a numeric test here (against the dense
   computation) and a lit case in test/lit/lower-bcoo; a record without one fails by name;
 - `Record.config` refuses parameters its signature does not name and fields of the wrong kind;
-- a scratch op, `scale` (data times an integer `factor`), is added as ONE record in a scratch
-  registry (the module-level `SCALE` below, plus its jax primitive from `rules.data_linear`):
-  lowering, validation, eager calls, jit, grad and vmap all work from it, and the shipped
-  registry does not know it.
+- scratch ops (`bcoo_scratch_ops.py`: one record module, no jax) are added to a scratch
+  registry: their primitives, lowering, validation, eager calls, jit, grad (through other
+  ops' primitives), JVP and vmap all come from the records, and the shipped registry does not
+  know them.
 """
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import re
 
@@ -25,12 +26,11 @@ from jax import lax
 import hlopt
 import hlopt.sparse as hs
 from hlopt.passes import bcoo
-from hlopt.passes import bcoo_shapes as shapes
-from hlopt.passes import builders as b
 from hlopt.passes.base import PassError
-from hlopt.passes.bcoo.record import DATA, INDICES, INT, Record, Signature, same_params
 from hlopt.passes.walk import walk_ops
 from hlopt.sparse import rules
+
+import bcoo_scratch_ops as scratch_ops
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit" / "lower-bcoo"
 DIMS = (((1,), (0,)), ((), ()))
@@ -149,33 +149,41 @@ def test_a_registry_holds_each_name_once():
 
 
 # ---------------------------------------------------------------------------
-# A scratch op: everything it needs is this record and its primitive.
-
-
-def _lower_scale(c: bcoo.BcooOp) -> list:
-    data, idx = c.operands
-    factor = b.full(b.shape_of(data), c.config["factor"], b.elem_of(data))
-    return [b.mul(data, factor), idx]
-
-
-SCALE = Record("scale", Signature((DATA, INDICES), 2, {"factor": INT}),
-               lambda c, d, i: [shapes.operand(c, d, i).data, i], _lower_scale, batched=same_params)
-scale_p = rules.data_linear(SCALE, lambda ct, data, indices, *, factor, **_: ct * factor)
+# Scratch ops: everything they need is one record module (bcoo_scratch_ops.py, which imports no
+# jax); `hlopt.sparse.rules` builds their primitives, with vmap, JVP and transpose, from it.
 
 
 def _scale(m: hs.BCOO, factor: int) -> hs.BCOO:
-    data, indices = scale_p.bind(m.data, m.indices, factor=factor, **m._params)
+    data, indices = rules.primitive("scale").bind(m.data, m.indices, factor=factor, **m._params)
     return hs.BCOO((data, indices), shape=m.shape)
+
+
+def _times_dense(m: hs.BCOO, arr) -> jax.Array:
+    """The data of `m * arr` (arr dense, of m's shape) at m's indices."""
+    return rules.primitive("times_dense").bind(m.data, m.indices, jnp.asarray(arr), **m._params)
 
 
 @pytest.fixture
 def scratch(monkeypatch):
-    monkeypatch.setattr(bcoo, "REGISTRY", bcoo.REGISTRY.with_records(SCALE))
+    monkeypatch.setattr(bcoo, "REGISTRY", bcoo.REGISTRY.with_records(*scratch_ops.RECORDS))
+
+
+def test_the_scratch_module_is_data_for_the_jax_side():
+    tree = ast.parse(pathlib.Path(scratch_ops.__file__).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in imported if m.split(".")[0] in ("jax", "jaxlib", "hlopt") and not m.startswith(
+        "hlopt.passes")}, imported
+    assert "scale" not in bcoo.REGISTRY and "times_dense" not in bcoo.REGISTRY
 
 
 def test_the_shipped_registry_does_not_know_the_scratch_op():
+    with pytest.raises(KeyError, match="scale"):
+        rules.primitive("scale")
+    scale_p = rules.define(scratch_ops.SCALE)  # a primitive made outside the registry in use
     with pytest.raises(Exception, match=r"@hlopt.bcoo.scale: unknown sparse op \(known: broadcast_in_dim"):
-        hlopt.jit(lambda m: _scale(m, 3).todense())(M)
+        hlopt.jit(lambda m: hs.BCOO(tuple(scale_p.bind(m.data, m.indices, factor=3, **m._params)),
+                                    shape=m.shape).todense())(M)
 
 
 def test_a_scratch_op_is_one_record(scratch):
@@ -189,6 +197,57 @@ def test_a_scratch_op_is_one_record(scratch):
     batched = hs.BCOO.fromdense(np.stack([X, X2]), n_batch=1)
     out = jax.vmap(lambda d, i: _scale(hs.BCOO((d, i), shape=(3, 4)), 2).todense())(batched.data, batched.indices)
     np.testing.assert_allclose(np.asarray(out), 2 * np.stack([X, X2]))
+
+
+W = _rng.normal(size=(3, 4)).astype(np.float32)
+
+
+def _dense_times(d, w):
+    """The dense reference of `_times_dense`: `X * w` read at M's entries, with data `d` for X's."""
+    return d * w[_AT]
+
+
+def test_a_bilinear_scratch_op_differentiates_through_other_ops(scratch):
+    """times_dense's transposes are declared through extract and todense: grad in each operand,
+    forward and reverse, under hlopt.jit and lower-bcoo, against the dense computation."""
+    want = _dense_times(np.asarray(M.data), W)
+    np.testing.assert_allclose(np.asarray(_times_dense(M, W)), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(hlopt.jit(_times_dense)(M, W)), want, rtol=1e-6)
+    lowered = hlopt.lower(_times_dense, M, W).apply("lower-bcoo").as_text()
+    assert "hlopt.bcoo" not in lowered and "stablehlo.gather" in lowered
+
+    def loss(d, w):
+        return (_times_dense(hs.BCOO((d, M.indices), shape=M.shape), w) ** 2).sum()
+
+    def dense_loss(d, w):
+        return (_dense_times(d, w) ** 2).sum()
+
+    for argnum in (0, 1):
+        got = hlopt.jit(jax.grad(loss, argnums=argnum))(M.data, jnp.asarray(W))
+        ref = jax.grad(dense_loss, argnums=argnum)(M.data, jnp.asarray(W))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-6)
+    tangent = jax.jvp(loss, (M.data, jnp.asarray(W)), (jnp.ones_like(M.data), jnp.asarray(X2)))[1]
+    ref = jax.jvp(dense_loss, (M.data, jnp.asarray(W)), (jnp.ones_like(M.data), jnp.asarray(X2)))[1]
+    np.testing.assert_allclose(np.asarray(tangent), np.asarray(ref), rtol=1e-5)
+
+
+def test_a_bilinear_scratch_op_batches(scratch):
+    """vmap over the BCOO (the dense array shared, then mapped too) and grad under vmap."""
+    batched = hs.BCOO.fromdense(np.stack([X, X2]), n_batch=1)
+    ws = np.stack([W, 2 * W])
+
+    def one(d, i, w):
+        return _times_dense(hs.BCOO((d, i), shape=(3, 4)), w)
+
+    out = jax.vmap(one, in_axes=(0, 0, None))(batched.data, batched.indices, W)
+    dense = np.stack([X, X2])
+    np.testing.assert_allclose(np.asarray(hs.BCOO((out, batched.indices), shape=(2, 3, 4)).todense()), dense * W,
+                               rtol=1e-6)
+    out = hlopt.jit(jax.vmap(one))(batched.data, batched.indices, ws)
+    np.testing.assert_allclose(np.asarray(hs.BCOO((out, batched.indices), shape=(2, 3, 4)).todense()), dense * ws,
+                               rtol=1e-6)
+    grads = jax.vmap(jax.grad(lambda d, i, w: one(d, i, w).sum(), argnums=2))(batched.data, batched.indices, ws)
+    np.testing.assert_allclose(np.asarray(grads), (dense != 0) * dense, rtol=1e-6)
 
 
 def test_a_scratch_op_is_validated_by_its_signature(scratch):

@@ -8,7 +8,7 @@ from typing import Any
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INTS, SHAPE, BcooOp, Record, Signature
+from hlopt.passes.bcoo.record import DATA, DATA_LINEAR, INDICES, INTS, SHAPE, BcooOp, Record, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -41,4 +41,4 @@ def batched(p: dict[str, Any], size: int) -> dict[str, Any]:
 RECORDS = (Record("broadcast_in_dim", Signature((DATA, INDICES), 2, {"new_shape": SHAPE, "broadcast_dimensions": INTS}),
                    lambda c, d, i: list(shapes.broadcast_in_dim(shapes.operand(c, d, i), c["new_shape"],
                                                                 c["broadcast_dimensions"])[4:]),
-                   lower_broadcast_in_dim, batched),)
+                   lower_broadcast_in_dim, batched, derivative=DATA_LINEAR),)

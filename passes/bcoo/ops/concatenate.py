@@ -12,7 +12,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INT, SHAPE, BcooOp, Record, Shape, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, INT, SHAPE, BcooOp, Derivative, Record, Shape, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -62,5 +63,27 @@ def result_shapes(config: Mapping[str, Any], *buffers: Shape) -> list[Shape]:
     return list(shapes.concatenate(lays, dim)[1:])
 
 
+def transpose_concatenate(t: terms.Terms, ct, *operands, shape, dimension, sizes, **_):
+    """Each operand's data cotangent is its part of the output's (batch: its rows and first nse
+    entries; sparse: its run of entries), summed over the batch dims its buffer broadcasts."""
+    avals = [t.aval(x) for x in operands]
+    lays = [shapes.layout(tuple(s if d == dimension else n for d, n in enumerate(shape)), avals[2 * k].shape,
+                          avals[2 * k + 1].shape) for k, s in enumerate(sizes)]
+    nb = lays[0].n_batch
+    grads, start = [], 0
+    for k, lay in enumerate(lays):
+        index = [slice(None)] * ct.ndim
+        if dimension < nb:
+            index[dimension] = slice(start, start + lay.shape[dimension])
+            index[nb] = slice(0, lay.nse)
+            start += lay.shape[dimension]
+        else:
+            index[nb] = slice(start, start + lay.nse)
+            start += lay.nse
+        grads.append(t.sum_to_shape(ct[tuple(index)], avals[2 * k].shape) if t.is_undefined(operands[2 * k]) else None)
+    return grads
+
+
 RECORDS = (Record("concatenate", Signature((DATA, INDICES), 2, {"dimension": INT, "sizes": SHAPE}, variadic=True),
-                   result_shapes, lower_concatenate, batched=lambda p, size: {**p, "dimension": p["dimension"] + 1}),)
+                   result_shapes, lower_concatenate, batched=lambda p, size: {**p, "dimension": p["dimension"] + 1},
+                   derivative=Derivative(linear=DATA, joint=True, transpose=transpose_concatenate)),)

@@ -12,7 +12,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INTS, SHAPE, BcooOp, Record, Shape, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, INTS, SHAPE, BcooOp, Derivative, Record, Shape, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -47,5 +48,24 @@ def result_shapes(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri
     return list(shapes.conv(lhs, rhs, config["padding"])[1:])
 
 
+def transpose_conv(t: terms.Terms, ct, ld, li, rd, ri, *, shape, rhs_shape, padding, **_):
+    """Each operand entry's cotangent: the output cotangents of its pairs, times the partner's data."""
+    lda, rda = t.aval(ld), t.aval(rd)
+    batch = tuple(shape[:-1])
+    nl, nr = li.shape[-2], ri.shape[-2]
+    size = shapes.conv(shapes.layout(shape, lda.shape, li.shape), shapes.layout(rhs_shape, rda.shape, ri.shape),
+                       padding)[0][-1]
+    lcol = t.broadcast_to(li, (*batch, nl, 1))[..., :, 0]
+    rcol = t.broadcast_to(ri, (*batch, nr, 1))[..., :, 0]
+    at = lcol[..., :, None] + padding[0] - rcol[..., None, :]
+    keep = ((lcol >= 0) & (lcol < shape[-1]))[..., :, None] & ((rcol >= 0) & (rcol < rhs_shape[-1]))[..., None, :]
+    keep = keep & (at >= 0) & (at < size)
+    ct = t.where(keep, ct.reshape(*batch, nl, nr), 0)
+    if t.is_undefined(ld):
+        return t.sum_to_shape(t.einsum("...ij,...j->...i", ct, t.broadcast_to(rd, (*batch, nr))), lda.shape)
+    return t.sum_to_shape(t.einsum("...ij,...i->...j", ct, t.broadcast_to(ld, (*batch, nl))), rda.shape)
+
+
 RECORDS = (Record("conv", Signature((DATA, INDICES, DATA, INDICES), 2, {"rhs_shape": SHAPE, "padding": INTS}),
-                   result_shapes, lower_conv, batched=lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])}),)
+                   result_shapes, lower_conv, batched=lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])},
+                   derivative=Derivative(linear=(0, 2), transpose=transpose_conv)),)

@@ -10,7 +10,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, SHAPE, STARTS, BcooOp, Record, Shape, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, DATA_LINEAR, INDICES, SHAPE, STARTS, BcooOp, Record, Shape, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -63,5 +64,22 @@ def result_shapes(config: Mapping[str, Any], data: Shape, indices: Shape, starts
     return list(shapes.dynamic_slice(lay, config["slice_sizes"])[1:])
 
 
+def batch_dynamic_slice(t: terms.Terms, args, dims, *, shape, slice_sizes, **params):
+    """vmap: unmapped starts slice the new batch dim whole; mapped starts cut one window per example
+    (a gather of one window per example)."""
+    size = t.mapped_size(args, dims)
+    data, indices, starts = (t.to_front(a, d) for a, d in zip(args, dims))
+    if dims[2] is None:
+        starts = t.concatenate([t.zeros((1,), starts.dtype), starts[0]], 0)
+        outs = t.bind("dynamic_slice", data, indices, starts, shape=(size, *shape), slice_sizes=(size, *slice_sizes),
+                      **params)
+        return t.from_front(outs, size, True)
+    wrapped = t.where(starts < 0, starts + t.asarray(shape, starts.dtype).reshape(1, -1), starts)
+    rows = t.arange(0, size, starts.dtype).reshape(size, 1)
+    windows = t.concatenate([rows, wrapped], 1)
+    outs = t.bind("gather", data, indices, windows, shape=(size, *shape), slice_sizes=(1, *slice_sizes), **params)
+    return [x.reshape(size, *x.shape[2:]) for x in outs], [0, 0]
+
+
 RECORDS = (Record("dynamic_slice", Signature((DATA, INDICES, STARTS), 2, {"slice_sizes": SHAPE}), result_shapes,
-                   lower_dynamic_slice),)
+                   lower_dynamic_slice, derivative=DATA_LINEAR, batch=batch_dynamic_slice),)

@@ -10,7 +10,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import BOOL, DENSE, INDICES, BcooOp, Record, Shape, Signature, same_params
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import BOOL, DENSE, INDICES, BcooOp, Derivative, Record, Shape, Signature, same_params
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -52,5 +53,21 @@ def result_shapes(config: Mapping[str, Any], arr: Shape, indices: Shape) -> list
     return [shapes.extract(lay)]
 
 
+def transpose_extract(t: terms.Terms, ct, arr, indices, *, assume_unique):
+    """The cotangent scattered back at the indices (todense); without `assume_unique` only first
+    occurrences read `arr`: 1 there, 0 at repeats and padding."""
+    shape = t.aval(arr).shape
+    if not assume_unique:
+        ct = ct * terms.extract(t, indices, t.ones(shape, ct.dtype), assume_unique=False)
+    return terms.todense(t, ct, indices, shape)
+
+
+def prepare_batch(t: terms.Terms, batched: list, params: dict, size: int) -> list:
+    """The dense array defines the shape: it needs every example."""
+    arr, indices = batched
+    return [t.broadcast_to(arr, (size, *arr.shape[1:])), indices]
+
+
 RECORDS = (Record("extract", Signature((DENSE, INDICES), 1, {}, {"assume_unique": BOOL}), result_shapes, lower_extract,
-                   batched=same_params, array_shape=lambda params, operands: operands[0]),)
+                   batched=same_params, array_shape=lambda params, operands: operands[0],
+                   derivative=Derivative(transpose=transpose_extract), prepare_batch=prepare_batch),)

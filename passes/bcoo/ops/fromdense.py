@@ -10,7 +10,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DENSE, INT, BcooOp, Record, Shape, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DENSE, INT, BcooOp, Derivative, Record, Shape, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -53,5 +54,18 @@ def result_shapes(config: Mapping[str, Any], mat: Shape) -> list[Shape]:
     return list(shapes.fromdense(mat, config["nse"], config["n_batch"], config["n_dense"]))
 
 
+def jvp_fromdense(t: terms.Terms, primals, tangents, outs, **params):
+    """Not linear (the indices depend on the values): the data tangent is the dense tangent at the
+    result's indices."""
+    (mat_dot,) = tangents
+    return None if t.is_zero(mat_dot) else terms.extract(t, outs[1], mat_dot)
+
+
+def batch_fromdense(t: terms.Terms, args, dims, *, n_batch, **params):
+    """The mapped axis becomes a new leading batch dim of the result."""
+    return t.bind("fromdense", t.moveaxis(args[0], dims[0], 0), n_batch=n_batch + 1, **params), (0, 0)
+
+
 RECORDS = (Record("fromdense", Signature((DENSE,), 2, {"nse": INT}), result_shapes, lower_fromdense,
-                   array_shape=lambda params, operands: operands[0], indices_operand=None, type_only=("index_dtype",)),)
+                   array_shape=lambda params, operands: operands[0], indices_operand=None, type_only=("index_dtype",),
+                   derivative=Derivative(linear=(), jvp=jvp_fromdense), batch=batch_fromdense),)

@@ -9,7 +9,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, SHAPE, STARTS, BcooOp, Record, Shape, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, DATA_LINEAR, INDICES, SHAPE, STARTS, BcooOp, Record, Shape, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -69,5 +70,17 @@ def result_shapes(config: Mapping[str, Any], data: Shape, indices: Shape, starts
     return list(shapes.gather(lay, config["slice_sizes"], starts[0])[1:])
 
 
+def batch_gather(t: terms.Terms, args, dims, *, shape, slice_sizes, **params):
+    """vmap: example s's windows read batch row s of the operand (one window list)."""
+    size = t.mapped_size(args, dims)
+    data, indices, starts = (t.to_front(a, d) for a, d in zip(args, dims))
+    windows = starts.shape[1]
+    starts = t.broadcast_to(starts, (size, *starts.shape[1:]))
+    rows = t.broadcast_to(t.arange(0, size, starts.dtype).reshape(size, 1, 1), (size, windows, 1))
+    starts = t.concatenate([rows, starts], 2).reshape(size * windows, len(shape) + 1)
+    outs = t.bind("gather", data, indices, starts, shape=(size, *shape), slice_sizes=(1, *slice_sizes), **params)
+    return [x.reshape(size, windows, *x.shape[2:]) for x in outs], [0, 0]
+
+
 RECORDS = (Record("gather", Signature((DATA, INDICES, STARTS), 2, {"slice_sizes": SHAPE}), result_shapes,
-                   lower_gather),)
+                   lower_gather, derivative=DATA_LINEAR, batch=batch_gather),)

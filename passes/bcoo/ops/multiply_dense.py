@@ -8,7 +8,8 @@ import math
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, DENSE, INDICES, BcooOp, Record, Signature, same_params
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, DENSE, INDICES, BcooOp, Derivative, Record, Signature, same_params
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -38,6 +39,25 @@ def lower_multiply_dense(c: BcooOp) -> list[Value]:
     return [b.reshape(b.mul(data_c, gathered), out_shape)]
 
 
+def transpose_multiply_dense(t: terms.Terms, ct, data, indices, v, *, shape, **params):
+    """Bilinear in (data, v): the data cotangent is the product with v again; v's is the dense
+    array of `ct * data`, summed over the dims v broadcasts."""
+    if t.is_undefined(data):
+        return t.sum_to_shape(t.bind("multiply_dense", ct, indices, v, shape=shape, **params), t.aval(data).shape)
+    v_shape = t.aval(v).shape
+    product = ct * data
+    if not v_shape:
+        return product.sum()
+    return t.sum_to_shape(terms.todense(t, product, indices, shape), v_shape).reshape(v_shape)
+
+
+def prepare_batch(t: terms.Terms, batched: list, params: dict, size: int) -> list:
+    """The dense operand, brought to the batched array's rank."""
+    data, indices, v = batched
+    return [data, indices, v.reshape((v.shape[0],) + (1,) * (len(params["shape"]) - v.ndim + 1) + v.shape[1:])]
+
+
 RECORDS = (Record("multiply_dense", Signature((DATA, INDICES, DENSE), 1),
                    lambda c, d, i, v: [shapes.multiply_dense(shapes.operand(c, d, i), v)], lower_multiply_dense,
-                   batched=same_params),)
+                   batched=same_params, prepare_batch=prepare_batch,
+                   derivative=Derivative(linear=(0, 2), transpose=transpose_multiply_dense)),)

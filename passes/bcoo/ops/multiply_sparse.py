@@ -10,7 +10,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, SHAPE, STR, BcooOp, Record, Shape, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, SHAPE, STR, BcooOp, Derivative, Record, Shape, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -116,6 +117,58 @@ def result_shapes(config: Mapping[str, Any], ld: Shape, li: Shape, rd: Shape, ri
     return [plan.data, plan.indices]
 
 
+def _aligned(t: terms.Terms, data, lay: shapes.Layout, plan: shapes.MultiplyPlan):
+    """An operand's data arranged like the plan's entries: `[*plan.batch, nse, *dense]`."""
+    nb, rest = plan.n_batch, data.shape[lay.n_batch + 1 :]
+    full = t.broadcast_to(data, (*lay.batch_shape, lay.nse, *rest))
+    merged = full.reshape(*lay.batch_shape[:nb], math.prod(lay.batch_shape[nb:]) * lay.nse, *rest)
+    return t.broadcast_to(merged, (*plan.batch, *merged.shape[nb:]))
+
+
+def transpose_multiply_sparse(t: terms.Terms, ct, ld, li, rd, ri, *, shape, rhs_shape, driver, **params):
+    """Bilinear in the two data: on the driver side elementwise; on the lookup side through the
+    lookup with this side driving (or the dense product when this side broadcasts); with pairs,
+    summed over the partners."""
+    left = t.is_undefined(ld)
+    lda, rda = t.aval(ld), t.aval(rd)
+    plan = shapes.multiply_sparse(shapes.layout(shape, lda.shape, li.shape), shapes.layout(rhs_shape, rda.shape,
+                                                                                          ri.shape), driver)
+    kw = dict(shape=shape, rhs_shape=rhs_shape, driver=driver, **params)
+    side = "lhs" if left else "rhs"
+    me, my_idx, my_shape = (lda, li, shape) if left else (rda, ri, rhs_shape)
+    other, other_idx, other_shape = (rd, ri, rhs_shape) if left else (ld, li, shape)
+    my_lay, other_lay = shapes.layout(my_shape, me.shape, my_idx.shape), shapes.layout(other_shape, other.shape,
+                                                                                         other_idx.shape)
+    nb, dense = plan.n_batch, ct.shape[plan.n_batch + 1 :]
+    entries = (*plan.batch, *my_lay.batch_shape[nb:], my_lay.nse, *dense)
+    ones = t.ones(me.shape, me.dtype)
+    if plan.driver == side:
+        args = (ones, li, rd, ri) if left else (ld, li, ones, ri)
+        grad = (ct * t.bind("multiply_sparse", *args, **kw)[0]).reshape(entries)
+    else:
+        zeros = t.zeros(me.shape, me.dtype)
+        _, out_indices = t.bind("multiply_sparse", *((zeros, li, rd, ri) if left else (ld, li, zeros, ri)), **kw)
+        aligned = _aligned(t, other, other_lay, plan)
+        if plan.driver == "pairs":
+            split = (*plan.batch, plan.lhs_nse, plan.rhs_nse)
+            match = terms.valid(t, out_indices, plan.shape[nb : nb + out_indices.shape[-1]]).reshape(split)
+            weighted = ct.reshape(*split, *dense) * terms.expand_dense(match, len(dense)).astype(ct.dtype)
+            mine, partner = (nb, nb + 1) if left else (nb + 1, nb)
+            grad = (weighted * t.expand_dims(aligned, mine)).sum(partner).reshape(entries)
+        elif tuple(my_shape) == plan.shape and my_lay.n_batch == nb:
+            # Each of my entries receives the summed cotangents at its index: the same
+            # lookup with me driving, so nothing of the dense shape is built.
+            looked_up = (ones, my_idx, ct * aligned, out_indices) if left else (ct * aligned, out_indices, ones, my_idx)
+            lookup_kw = dict(kw, shape=plan.shape if not left else shape, rhs_shape=plan.shape if left else rhs_shape,
+                             driver=side)
+            grad = t.bind("multiply_sparse", *looked_up, **lookup_kw)[0]
+        else:  # I broadcast against the output: sum the cotangents over my size-1 dims densely
+            product = terms.todense(t, ct * aligned, out_indices, plan.shape)
+            grad = terms.extract(t, my_idx, t.sum_to_shape(product, my_shape))
+    return t.sum_to_shape(grad, me.shape)
+
+
 RECORDS = (Record("multiply_sparse", Signature((DATA, INDICES, DATA, INDICES), 2, {"rhs_shape": SHAPE, "driver": STR}),
                    result_shapes, lower_multiply_sparse,
-                   batched=lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])}),)
+                   batched=lambda p, size: {**p, "rhs_shape": (size, *p["rhs_shape"])},
+                   derivative=Derivative(linear=(0, 2), transpose=transpose_multiply_sparse)),)

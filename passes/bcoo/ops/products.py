@@ -42,7 +42,7 @@ from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
 from hlopt.passes.bcoo.record import (
-    DATA, DENSE, DIMS, INDICES, INT, INTS, NUMBERS, SHAPE, BcooOp, Record, Shape, Signature,
+    DATA, DENSE, DIMS, INDICES, INT, INTS, NUMBERS, SHAPE, BcooOp, Derivative, Record, Shape, Signature,
 )
 from hlopt.passes.mlir import ir
 
@@ -547,21 +547,187 @@ def _spsampled_shape(params: Mapping[str, Any], operands: Sequence[Shape]) -> Sh
     return shapes.spdot_general_sampled(lhs, rhs, indices, params["dimension_numbers"], params["permutation"])[1].shape
 
 
+# ---------------------------------------------------------------------------
+# Derivatives and batching: every product is linear in each operand's data. The transposes are
+# the products that lax.dot_general's transpose gives, read at the operand's indices (a sampled
+# product), so a gradient never builds the dense operand of a sparse one.
+
+
+def cotangent_dims(ranks: Sequence[int], dims: shapes.DotDims, permutation: Sequence[int] | None, side: int):
+    """For `out = dot_general(x0, x1, dims)` with its dims permuted (out dim i is dot dim
+    `permutation[i]`; None: not permuted): the dims and permutation that give operand `side`'s
+    cotangent as `dot_general(out_ct, other operand, dims')` permuted, as lax.dot_general's
+    transpose has them (operand dim i is dot' dim `permutation'[i]`)."""
+    (lc, rc), (lb, rb) = dims
+    contracting, batch = (lc, rc), (lb, rb)
+    free = [shapes.free_dims(ranks[k], contracting[k], batch[k]) for k in (0, 1)]
+    nb = len(lb)
+    start = (nb, nb + len(free[0]))  # the first dot dim of each operand's free dims
+    perm = range(nb + len(free[0]) + len(free[1])) if permutation is None else permutation
+    pos = {dot: s for s, dot in enumerate(perm)}
+    other = 1 - side
+    ct_dims = ((tuple(pos[start[other] + j] for j in range(len(free[other]))), tuple(free[other])),
+               (tuple(pos[i] for i in range(nb)), tuple(batch[other])))
+    # dot' dims: the batch pairs, out_ct's other dims (ascending), the other operand's contracting dims (ascending)
+    ct_free = [s for s, dot in enumerate(perm) if start[side] <= dot < start[side] + len(free[side])]
+    src = [*batch[side], *(free[side][perm[s] - start[side]] for s in ct_free),
+           *(contracting[side][contracting[other].index(d)] for d in sorted(contracting[other]))]
+    return ct_dims, _inverse(src)
+
+
+def _inverse(order: Sequence[int]) -> tuple[int, ...]:
+    """The permutation that sorts `order` (numpy's argsort of distinct values)."""
+    return tuple(sorted(range(len(order)), key=lambda i: order[i]))
+
+
+def batch_dims(dims: shapes.DotDims, rhs_mapped: bool):
+    """dimension_numbers once both operands have a leading mapped dim (batched together) or only
+    lhs has one (a free dim), and the output dim it becomes."""
+    (lc, rc), (lb, rb) = dims
+    shift = (lambda ds: tuple(d + 1 for d in ds))
+    if rhs_mapped:
+        return ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb)))), 0
+    return ((shift(lc), rc), (shift(lb), rb)), len(lb)
+
+
+def product_dtypes(results: int, numbers: tuple[int, int]) -> Callable[..., list[Any]]:
+    """A product's result dtypes: lax.dot_general's for its two number operands, then (sparse
+    results) the indices operands' dtype."""
+    def dtypes(t, avals: Sequence[Any], params: dict[str, Any]) -> list[Any]:
+        out = [t.dot_dtype(avals[numbers[0]].dtype, avals[numbers[1]].dtype, params["dimension_numbers"],
+                           params.get("preferred_element_type"))]
+        return out + [avals[1].dtype] if results == 2 else out
+
+    return dtypes
+
+
+def transpose_dot_general(t, ct, data, indices, rhs, *, shape, dimension_numbers, preferred_element_type, **flags):
+    """The data cotangent: ct times rhs, sampled at the indices; rhs's: the sparse operand times ct."""
+    data_aval, rhs_aval = t.aval(data), t.aval(rhs)
+    ranks = (len(shape), len(rhs_aval.shape))
+    if t.is_undefined(data):
+        l_dims, l_perm = cotangent_dims(ranks, dimension_numbers, None, 0)
+        grad = t.bind("dot_general_sampled", ct, rhs, indices, dimension_numbers=l_dims, permutation=l_perm)
+        return t.sum_to_shape(grad, data_aval.shape)
+    # sparse first: [batch, lhs's contracting dims (rhs's, ordered by lhs's), ct's rhs dims]
+    (ct_c, l_c), (ct_b, l_b) = cotangent_dims(ranks, dimension_numbers, None, 1)[0]
+    (lc, rc), (_, rb) = dimension_numbers
+    rc_by_l = [rc[i] for i in _inverse(lc)] if rc else []
+    rkept = [d for d in range(len(rhs_aval.shape)) if d not in rc and d not in rb]
+    grad = t.bind("dot_general", data, indices, ct, shape=shape, dimension_numbers=((l_c, ct_c), (l_b, ct_b)),
+                  preferred_element_type=None, **flags)
+    return t.transpose(grad, _inverse([*rb, *rc_by_l, *rkept]))
+
+
+def batch_dot_general(t, args, dims, *, shape, dimension_numbers, **params):
+    data, indices, rhs = args
+    ddim, idim, rdim = dims
+    size = t.mapped_size(args, dims)
+    data, indices = t.to_front(data, ddim), t.to_front(indices, idim)
+    if rdim is not None:
+        rhs = t.moveaxis(rhs, rdim, 0)
+    new_dims, out_dim = batch_dims(dimension_numbers, rdim is not None)
+    return t.bind("dot_general", data, indices, rhs, shape=(size, *shape), dimension_numbers=new_dims,
+                  **params), out_dim
+
+
+def transpose_dot_general_sampled(t, ct, a, b_, indices, *, dimension_numbers, permutation):
+    """The sampled cotangent is a BCOO array of the permuted product: each operand's cotangent is
+    the sparse x dense product of it with the other operand."""
+    a_aval, b_aval = t.aval(a), t.aval(b_)
+    _, lay = shapes.dot_general_sampled(a_aval.shape, b_aval.shape, indices.shape, dimension_numbers, permutation)
+    side = 0 if t.is_undefined(a) else 1
+    ct_dims, perm = cotangent_dims((len(a_aval.shape), len(b_aval.shape)), dimension_numbers, permutation, side)
+    g = t.bind("dot_general", ct, indices, b_ if side == 0 else a, shape=lay.shape, dimension_numbers=ct_dims,
+               preferred_element_type=None, indices_sorted=False, unique_indices=False)
+    return t.transpose(g, perm)
+
+
+def batch_dot_general_sampled(t, args, dims, *, dimension_numbers, permutation):
+    size = t.mapped_size(args, dims)
+    a, b_, indices = (t.to_front(x, d) for x, d in zip(args, dims))
+    a = t.broadcast_to(a, (size, *a.shape[1:]))
+    b_ = t.broadcast_to(b_, (size, *b_.shape[1:]))
+    new_dims, _ = batch_dims(dimension_numbers, True)
+    perm = None if permutation is None else (0, *(p + 1 for p in permutation))
+    return t.bind("dot_general_sampled", a, b_, indices, dimension_numbers=new_dims, permutation=perm), 0
+
+
+def sparse_cotangent(t, ct, ct_indices, ct_shape: Sequence[int], permutation: Sequence[int] | None,
+                     x: tuple[Any, Any, Sequence[int]], y: tuple[Any, Any, Sequence[int]], dims: shapes.DotDims):
+    """The data cotangent of the unknown one of the sparse operands `x`, `y` (data, indices, shape)
+    of a product whose output (dims permuted by `permutation`) has the cotangent `ct` at
+    `ct_indices`: the product of that BCOO array with the other operand, read at the operand's indices."""
+    side = 0 if t.is_undefined(x[0]) else 1
+    (od, oi, oshape), (td, ti, _) = (y, x) if side == 0 else (x, y)
+    ct_dims, perm = cotangent_dims((len(x[2]), len(y[2])), dims, permutation, side)
+    grad = t.bind("spdot_general_sampled", ct, ct_indices, od, oi, ti, lhs_shape=tuple(ct_shape),
+                  rhs_shape=tuple(oshape), dimension_numbers=ct_dims, permutation=perm)
+    return t.sum_to_shape(grad, t.aval(td).shape)
+
+
+def transpose_spdot_general(t, ct, ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers, nse,
+                            preferred_element_type, **flags):
+    """Through the output's indices: the sampled product of the cotangent with the other operand."""
+    lda, rda = t.aval(ld), t.aval(rd)
+    params = dict(shape=shape, rhs_shape=rhs_shape, dimension_numbers=dimension_numbers, nse=nse,
+                  preferred_element_type=preferred_element_type, **flags)
+    _, out_indices = t.bind("spdot_general", t.zeros(lda.shape, lda.dtype), li, t.zeros(rda.shape, rda.dtype), ri,
+                            **params)
+    out_shape = shapes.dot_shape(shape, rhs_shape, dimension_numbers)
+    return sparse_cotangent(t, ct, out_indices, out_shape, None, (ld, li, tuple(shape)), (rd, ri, tuple(rhs_shape)),
+                            dimension_numbers)
+
+
+def batch_spdot_general(t, args, dims, *, shape, rhs_shape, dimension_numbers, **params):
+    size = t.mapped_size(args, dims)
+    ld, li, rd, ri = (t.to_front(x, d) for x, d in zip(args, dims))
+    new_dims, _ = batch_dims(dimension_numbers, True)
+    return t.bind("spdot_general", ld, li, rd, ri, shape=(size, *shape), rhs_shape=(size, *rhs_shape),
+                  dimension_numbers=new_dims, **params), [0, 0]
+
+
+def transpose_spdot_general_sampled(t, ct, ad, ai, bd, bi, indices, *, lhs_shape, rhs_shape, dimension_numbers,
+                                    permutation):
+    """Bilinear in the operands' data: each one's cotangent is the sampled product of the cotangent
+    (a BCOO array at `indices`) with the other operand, read at the operand's indices."""
+    a_aval, b_aval = t.aval(ad), t.aval(bd)
+    _, lay = shapes.spdot_general_sampled(shapes.layout(lhs_shape, a_aval.shape, ai.shape),
+                                          shapes.layout(rhs_shape, b_aval.shape, bi.shape), indices.shape,
+                                          dimension_numbers, permutation)
+    return sparse_cotangent(t, ct, indices, lay.shape, permutation, (ad, ai, tuple(lhs_shape)),
+                            (bd, bi, tuple(rhs_shape)), dimension_numbers)
+
+
+def batch_spdot_general_sampled(t, args, dims, *, lhs_shape, rhs_shape, dimension_numbers, permutation):
+    size = t.mapped_size(args, dims)
+    new_dims, _ = batch_dims(dimension_numbers, True)
+    rank = len(shapes.dot_shape(lhs_shape, rhs_shape, dimension_numbers))
+    perm = (0, *(p + 1 for p in (range(rank) if permutation is None else permutation)))
+    return t.bind("spdot_general_sampled", *(t.to_front(x, d) for x, d in zip(args, dims)),
+                  lhs_shape=(size, *lhs_shape), rhs_shape=(size, *rhs_shape), dimension_numbers=new_dims,
+                  permutation=perm), 0
+
+
 _PRODUCT = dict(elements=NUMBERS, type_only=("preferred_element_type",))
 
 RECORDS = (
     Record("dot_general", Signature((DATA, INDICES, DENSE), 1, {"dimension_numbers": DIMS}), dot_general_shapes,
-           lower_dot_general, **_PRODUCT),
+           lower_dot_general, **_PRODUCT, dtypes=product_dtypes(1, (0, 2)), batch=batch_dot_general,
+           derivative=Derivative(linear=(0, 2), transpose=transpose_dot_general)),
     Record("dot_general_sampled",
            Signature((DENSE, DENSE, INDICES), 1, {"dimension_numbers": DIMS}, {"permutation": INTS}),
            dot_general_sampled_shapes, lower_dot_general_sampled, elements=NUMBERS, array_shape=_sampled_shape,
-           indices_operand=2),
+           indices_operand=2, dtypes=product_dtypes(1, (0, 1)), batch=batch_dot_general_sampled,
+           derivative=Derivative(linear=(0, 1), transpose=transpose_dot_general_sampled)),
     Record("spdot_general", Signature((DATA, INDICES, DATA, INDICES), 2,
                                       {"rhs_shape": SHAPE, "dimension_numbers": DIMS, "nse": INT}),
-           spdot_general_shapes, lower_spdot_general, **_PRODUCT),
+           spdot_general_shapes, lower_spdot_general, **_PRODUCT, dtypes=product_dtypes(2, (0, 2)),
+           batch=batch_spdot_general, derivative=Derivative(linear=(0, 2), transpose=transpose_spdot_general)),
     Record("spdot_general_sampled", Signature((DATA, INDICES, DATA, INDICES, INDICES), 1,
                                               {"lhs_shape": SHAPE, "rhs_shape": SHAPE, "dimension_numbers": DIMS},
                                               {"permutation": INTS}),
            spdot_general_sampled_shapes, lower_spdot_general_sampled, elements=NUMBERS, array_shape=_spsampled_shape,
-           indices_operand=4),
+           indices_operand=4, dtypes=product_dtypes(1, (0, 2)), batch=batch_spdot_general_sampled,
+           derivative=Derivative(linear=(0, 2), transpose=transpose_spdot_general_sampled)),
 )

@@ -9,7 +9,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INTS, BcooOp, Record, Shape, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, INTS, BcooOp, Derivative, Record, Shape, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -40,7 +41,7 @@ def lower_reduce_sum(c: BcooOp) -> list[Value]:
         kept = ix.where(inside, kept, [lay.sparse_shape[k] for k in kept_cols])
     idx = kept
     kept = [a for a in range(nb) if a not in axes]
-    target = [lay.shape[a] if a in plan.fold else 1 if a in plan.scale else plan.batch[kept.index(a)] for a in range(nb)]
+    target = _batch_target(lay, plan, kept)
     outs = []
     for buf, out in ((data, plan.data), (idx, plan.indices)):
         buf = ix.broadcast_batch(buf, target)
@@ -50,11 +51,42 @@ def lower_reduce_sum(c: BcooOp) -> list[Value]:
     return outs
 
 
+def _batch_target(lay: shapes.Layout, plan: shapes.ReduceSumPlan, kept: list[int]) -> list[int]:
+    """Each batch dim's size before the fold: the array's (folded into nse), 1 (scaled) or the result's (kept)."""
+    return [lay.shape[a] if a in plan.fold else 1 if a in plan.scale else plan.batch[kept.index(a)]
+            for a in range(lay.n_batch)]
+
+
 def result_shapes(config: Mapping[str, Any], data: Shape, indices: Shape) -> list[Shape]:
     """The result buffer shapes with this backend_config and these operand shapes."""
     plan = shapes.reduce_sum(shapes.operand(config, data, indices), config["axes"])
     return [plan.data, plan.indices]
 
 
+def transpose_reduce_sum(t: terms.Terms, ct, data, indices, *, shape, axes, **_):
+    """The cotangent broadcast back over the summed axes (batch axes unfolded from nse, scaled
+    ones multiplied, dense ones broadcast; zeroed where the lowering zeroes the data)."""
+    data = t.aval(data)
+    lay = shapes.layout(shape, data.shape, indices.shape)
+    plan = shapes.reduce_sum(lay, axes)
+    nb, ns = lay.n_batch, lay.n_sparse
+    axes = sorted(set(axes))
+    kept = [a for a in range(nb) if a not in axes]
+    scale = [a for a in range(nb) if a in plan.scale]
+    order = [*kept, *plan.fold, *scale]
+    target = _batch_target(lay, plan, kept)
+    dense_kept = ct.shape[len(plan.batch) + 1 :]
+    x = ct.reshape(*[target[a] for a in order], lay.nse, *dense_kept)
+    x = t.transpose(x, [*(order.index(i) for i in range(len(order))), *range(nb, x.ndim)])
+    factor = math.prod(lay.shape[a] for a in plan.scale)
+    if factor != 1:
+        x = x * t.asarray(factor, x.dtype)
+    if shapes.reduce_sum_zeroes_data(lay, axes):
+        x = t.where(terms.expand_dense(terms.valid(t, indices, lay.sparse_shape), len(dense_kept)), x, 0)
+    x = t.expand_dims(x, [a - ns + 1 for a in axes if a >= nb + ns])
+    return t.sum_to_shape(t.broadcast_to(x, (*x.shape[: nb + 1], *data.shape[nb + 1 :])), data.shape)
+
+
 RECORDS = (Record("reduce_sum", Signature((DATA, INDICES), 2, {"axes": INTS}), result_shapes, lower_reduce_sum,
-                   batched=lambda p, size: {**p, "axes": tuple(a + 1 for a in p["axes"])}),)
+                   batched=lambda p, size: {**p, "axes": tuple(a + 1 for a in p["axes"])},
+                   derivative=Derivative(transpose=transpose_reduce_sum)),)

@@ -10,7 +10,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INTS, SHAPE, BcooOp, Record, Shape, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, INTS, SHAPE, BcooOp, Derivative, Record, Shape, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -53,5 +54,19 @@ def batched(p: dict[str, Any], size: int) -> dict[str, Any]:
             "dimensions": None if dims is None else (0, *(d + 1 for d in dims))}
 
 
+def transpose_reshape(t: terms.Terms, ct, data, indices, *, shape, new_sizes, dimensions, **_):
+    """The cotangent reshaped and permuted back (zeroed at padding when the sparse dims went dense)."""
+    data = t.aval(data)
+    lay = shapes.layout(shape, data.shape, indices.shape)
+    plan = shapes.reshape(lay, new_sizes, dimensions)
+    nb = lay.n_batch
+    if lay.n_sparse and not plan.sparse:
+        ct = t.where(terms.expand_dense(terms.valid(t, indices, lay.sparse_shape), len(plan.dense)), ct, 0)
+    perm = [*plan.batch_perm, nb, *(p + nb + 1 for p in plan.dense_perm)]
+    permuted = [(*lay.batch_shape, lay.nse, *lay.dense_shape)[p] for p in perm]
+    x = t.transpose(ct.reshape(permuted), [perm.index(i) for i in range(len(perm))])
+    return t.sum_to_shape(x, data.shape)
+
+
 RECORDS = (Record("reshape", Signature((DATA, INDICES), 2, {"new_sizes": SHAPE}, {"dimensions": INTS}), result_shapes,
-                   lower_reshape, batched),)
+                   lower_reshape, batched, derivative=Derivative(transpose=transpose_reshape)),)

@@ -9,7 +9,8 @@ from typing import Any
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INTS, BcooOp, Record, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, INTS, BcooOp, Derivative, Record, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -54,8 +55,35 @@ def batched(p: dict[str, Any], size: int) -> dict[str, Any]:
             "strides": (1, *p["strides"])}
 
 
+def transpose_slice(t: terms.Terms, ct, data, indices, *, shape, start_indices, limit_indices, strides, **_):
+    """The cotangent of each kept entry (its index in the window) written back into the sliced
+    batch rows and dense window of the data."""
+    data = t.aval(data)
+    lay = shapes.layout(shape, data.shape, indices.shape)
+    nb, ns = lay.n_batch, lay.n_sparse
+    if ns:
+        sl = [slice(None)] * nb
+        for i in range(nb):
+            if indices.shape[i] == lay.shape[i]:
+                sl[i] = slice(start_indices[i], limit_indices[i], strides[i])
+        idx = indices[tuple(sl)]
+        st, lim, sd = (terms.per_column(t, x[nb : nb + ns], idx) for x in (start_indices, limit_indices, strides))
+        keep = t.all((idx >= st) & (idx < lim) & ((idx - st) % sd == 0), -1)
+        ct = t.where(terms.expand_dense(keep, lay.n_dense), ct, 0)
+    sliced_shape = list(data.shape)
+    index = []
+    for i in range(len(data.shape)):
+        d = i if i < nb else (None if i == nb else i + ns - 1)
+        if d is not None and (i >= nb or data.shape[i] == lay.shape[i]):
+            index.append(slice(start_indices[d], limit_indices[d], strides[d]))
+            sliced_shape[i] = len(range(start_indices[d], limit_indices[d], strides[d]))
+        else:
+            index.append(slice(None))
+    return t.set_at(t.zeros(data.shape, ct.dtype), tuple(index), t.sum_to_shape(ct, sliced_shape))
+
+
 RECORDS = (Record("slice",
                    Signature((DATA, INDICES), 2, {"start_indices": INTS, "limit_indices": INTS, "strides": INTS}),
                    lambda c, d, i: list(shapes.slice_shapes(shapes.operand(c, d, i), c["start_indices"],
                                                             c["limit_indices"], c["strides"])[1:]),
-                   lower_slice, batched),)
+                   lower_slice, batched, derivative=Derivative(transpose=transpose_slice)),)

@@ -8,7 +8,7 @@ import math
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, BcooOp, Record, Signature, same_params
+from hlopt.passes.bcoo.record import DATA, DATA_LINEAR, INDICES, BcooOp, Record, Signature, same_params
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -35,4 +35,4 @@ def lower_sort_indices(c: BcooOp) -> list[Value]:
 
 RECORDS = (Record("sort_indices", Signature((DATA, INDICES), 2),
                    lambda c, d, i: list(shapes.sort_indices(shapes.operand(c, d, i))), lower_sort_indices,
-                   batched=same_params),)
+                   batched=same_params, derivative=DATA_LINEAR),)

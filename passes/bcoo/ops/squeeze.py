@@ -6,7 +6,7 @@ from __future__ import annotations
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INTS, BcooOp, Record, Signature
+from hlopt.passes.bcoo.record import DATA, DATA_LINEAR, INDICES, INTS, BcooOp, Record, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -33,4 +33,5 @@ def lower_squeeze(c: BcooOp) -> list[Value]:
 
 RECORDS = (Record("squeeze", Signature((DATA, INDICES), 2, {"dimensions": INTS}),
                    lambda c, d, i: list(shapes.squeeze(shapes.operand(c, d, i), c["dimensions"])[1:]), lower_squeeze,
-                   batched=lambda p, size: {**p, "dimensions": tuple(d + 1 for d in p["dimensions"])}),)
+                   batched=lambda p, size: {**p, "dimensions": tuple(d + 1 for d in p["dimensions"])},
+                   derivative=DATA_LINEAR),)

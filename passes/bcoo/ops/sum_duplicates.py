@@ -8,7 +8,8 @@ import math
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INT, BcooOp, Record, Signature, same_params
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, INT, BcooOp, Derivative, Record, Signature, same_params
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -37,6 +38,23 @@ def lower_sum_duplicates(c: BcooOp) -> list[Value]:
     return [ix.restore(out, batch, c.result_shape(0)), ix.restore(indices, batch, c.result_shape(1))]
 
 
+def transpose_sum_duplicates(t: terms.Terms, ct, data, indices, *, shape, nse, **_):
+    """Each input entry receives the cotangent of the unique entry it was summed into: a lookup of
+    its index among the output's (multiply_sparse driven by the input)."""
+    data = t.aval(data)
+    lay = shapes.layout(shape, data.shape, indices.shape)
+    nb = lay.n_batch
+    if lay.n_sparse == 0:
+        first = (ct[(slice(None),) * nb + (slice(0, 1),)] if nse
+                 else t.zeros(ct.shape[:nb] + (1,) + ct.shape[nb + 1 :], ct.dtype))
+        return t.sum_to_shape(t.broadcast_to(first, (*first.shape[:nb], lay.nse, *first.shape[nb + 1 :])), data.shape)
+    flags = dict(indices_sorted=False, unique_indices=False)
+    _, out_indices = t.bind("sum_duplicates", t.zeros(data.shape, data.dtype), indices, shape=shape, nse=nse, **flags)
+    looked_up, _ = t.bind("multiply_sparse", t.ones(data.shape, data.dtype), indices, ct, out_indices,
+                          shape=tuple(shape), rhs_shape=tuple(shape), driver="lhs", **flags)
+    return t.sum_to_shape(looked_up, data.shape)
+
+
 RECORDS = (Record("sum_duplicates", Signature((DATA, INDICES), 2, {"nse": INT}),
                    lambda c, d, i: list(shapes.sum_duplicates(shapes.operand(c, d, i), c["nse"])), lower_sum_duplicates,
-                   batched=same_params),)
+                   batched=same_params, derivative=Derivative(transpose=transpose_sum_duplicates)),)

@@ -7,7 +7,8 @@ import math
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, BcooOp, Record, Signature, same_params
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, BcooOp, Derivative, Record, Signature, same_params
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -30,5 +31,10 @@ def lower_todense(c: BcooOp) -> list[Value]:
     return [b.reshape(out, lay.shape)]
 
 
+def transpose_todense(t: terms.Terms, ct, data, indices, *, shape, **_):
+    """The data cotangent is the dense cotangent read at the indices (extract: todense's transpose)."""
+    return t.sum_to_shape(terms.extract(t, indices, ct), t.aval(data).shape)
+
+
 RECORDS = (Record("todense", Signature((DATA, INDICES), 1), lambda c, d, i: [shapes.operand(c, d, i).shape],
-                   lower_todense, batched=same_params),)
+                   lower_todense, batched=same_params, derivative=Derivative(transpose=transpose_todense)),)

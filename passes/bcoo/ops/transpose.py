@@ -6,7 +6,8 @@ from __future__ import annotations
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, INTS, BcooOp, Record, Signature
+from hlopt.passes.bcoo import terms
+from hlopt.passes.bcoo.record import DATA, INDICES, INTS, BcooOp, Derivative, Record, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -24,7 +25,16 @@ def lower_transpose(c: BcooOp) -> list[Value]:
     return [data, idx]
 
 
+def transpose_transpose(t: terms.Terms, ct, data, indices, *, shape, permutation, **_):
+    """The data cotangent, permuted back."""
+    lay = shapes.layout(shape, t.aval(data).shape, indices.shape)
+    nb, ns = lay.n_batch, lay.n_sparse
+    data_perm = [*permutation[:nb], nb, *(p - ns + 1 for p in permutation[nb + ns :])]
+    return t.transpose(ct, [data_perm.index(i) for i in range(len(data_perm))])
+
+
 RECORDS = (Record("transpose", Signature((DATA, INDICES), 2, {"permutation": INTS}),
                    lambda c, d, i: list(shapes.transpose(shapes.operand(c, d, i), c["permutation"])[1:]),
                    lower_transpose,
-                   batched=lambda p, size: {**p, "permutation": (0, *(x + 1 for x in p["permutation"]))}),)
+                   batched=lambda p, size: {**p, "permutation": (0, *(x + 1 for x in p["permutation"]))},
+                   derivative=Derivative(transpose=transpose_transpose)),)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
-from hlopt.passes.bcoo.record import DATA, INDICES, BcooOp, Record, Signature
+from hlopt.passes.bcoo.record import DATA, DATA_LINEAR, INDICES, BcooOp, Record, Signature
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
@@ -90,4 +90,5 @@ def _sparse_to_batch(data: Value, idx: Value, nb: int, sizes: Sequence[int]) -> 
 RECORDS = (Record("update_layout", Signature((DATA, INDICES), 2),
                    lambda c, d, i: list(shapes.update_layout(shapes.layout(c["shape"], d, i), c["n_batch"],
                                                              c["n_dense"])),
-                   lower_update_layout, batched=lambda p, size: {**p, "n_batch": p["n_batch"] + 1}),)
+                   lower_update_layout, batched=lambda p, size: {**p, "n_batch": p["n_batch"] + 1},
+                   derivative=DATA_LINEAR),)

@@ -3,12 +3,10 @@
 
 Each primitive lowers to one `hlopt.bcoo.<op>` annotation (`dot_general`, `dot_general_sampled`,
 `spdot_general`, `spdot_general_sampled`) whose record is in `hlopt.passes.bcoo.ops.products`; the
-result shapes come from the record (the rules lower-bcoo checks against) and the result dtype
-from `lax.dot_general`'s. Every product is linear in each operand's data:
-JVP rules bind the product on the tangents, transpose rules are the products that JAX's
-`lax.dot_general` transpose gives, read at the operand's indices (a sampled product), so a
-gradient never builds the dense operand of a sparse one. vmap makes the mapped axis a batch
-dimension of the product.
+primitives are defined wholly from the records (shapes, `lax.dot_general`'s dtypes, batching,
+and the derivatives: each product is linear in each operand's data, its transposes the
+products that JAX's `lax.dot_general` transpose gives, read at the operand's indices, so a
+gradient never builds the dense operand of a sparse one); here is the API that binds them.
 
 Sparse x sparse stores `nse` output entries; the entries are the distinct output indices,
 sorted, and when more exist than `nse`, those with the smallest row-major index are kept. By
@@ -27,19 +25,15 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend import core as jex_core
-from jax.interpreters import ad, batching
 
 from hlopt.passes import bcoo_shapes as shapes
-from hlopt.passes.bcoo import REGISTRY, Record
-from hlopt.passes.bcoo.record import DATA, DENSE
 from hlopt.sparse import rules, spgemm, symbolic
 from hlopt.sparse.bcoo import BCOO, SparseEfficiencyError, bcoo_squeeze, bcoo_transpose
 from hlopt.sparse.structure import bcoo_broadcast_in_dim
@@ -61,129 +55,10 @@ def _dims_key(dimension_numbers: Any) -> shapes.DotDims:
     return (norm[0], norm[1]), (norm[2], norm[3])
 
 
-def _result_dtype(lhs: Any, rhs: Any, dims: shapes.DotDims, preferred_element_type: Any) -> np.dtype:
-    """lax.dot_general's result dtype for operands of these dtypes."""
-    (lc, rc), (lb, rb) = dims
-    n = max((*lc, *lb, -1)) + 1, max((*rc, *rb, -1)) + 1
-    a = jax.ShapeDtypeStruct((1,) * n[0], lhs)
-    b = jax.ShapeDtypeStruct((1,) * n[1], rhs)
-    return jax.eval_shape(lambda x, y: lax.dot_general(x, y, dims, preferred_element_type=preferred_element_type),
-                          a, b).dtype
-
-
-def _check_numbers(*dtypes: Any) -> None:
-    for dtype in dtypes:
-        if not (jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_)):
-            raise TypeError(f"bcoo_dot_general: operands must be numbers, got {dtype}")
-
-
-def _product_dtypes(record: Record) -> rules.DtypeRule:
-    """A product's result dtypes: lax.dot_general's for its two number operands, then (sparse
-    results) the indices operands' dtype."""
-    numbers = [i for i, role in enumerate(record.signature.operands) if role in (DATA, DENSE)]
-
-    def dtypes(avals: Sequence[Any], params: dict[str, Any]) -> list[Any]:
-        lhs, rhs = (avals[i].dtype for i in numbers)
-        _check_numbers(lhs, rhs)
-        out = [_result_dtype(lhs, rhs, params["dimension_numbers"], params.get("preferred_element_type"))]
-        return out + [avals[1].dtype] if record.signature.results == 2 else out
-
-    return dtypes
-
-
-def _define(name: str) -> tuple[jex_core.Primitive, Callable[..., Any]]:
-    """A product's primitive and its abstract evaluation (the record's shapes, lax.dot_general's dtypes)."""
-    record = REGISTRY[name]
-    abstract = rules.abstract_eval(record, _product_dtypes(record))
-    return rules.define(record, abstract), abstract
-
-
-def _cotangent_dims(ranks: Sequence[int], dims: shapes.DotDims, permutation: Sequence[int] | None, side: int):
-    """For `out = dot_general(x0, x1, dims)` with its dims permuted (out dim i is dot dim
-    `permutation[i]`; None: not permuted): the dims and permutation that give operand `side`'s
-    cotangent as `dot_general(out_ct, other operand, dims')` permuted, as lax.dot_general's
-    transpose has them (operand dim i is dot' dim `permutation'[i]`)."""
-    (lc, rc), (lb, rb) = dims
-    contracting, batch = (lc, rc), (lb, rb)
-    free = [shapes.free_dims(ranks[k], contracting[k], batch[k]) for k in (0, 1)]
-    nb = len(lb)
-    start = (nb, nb + len(free[0]))  # the first dot dim of each operand's free dims
-    perm = range(nb + len(free[0]) + len(free[1])) if permutation is None else permutation
-    pos = {dot: s for s, dot in enumerate(perm)}
-    other = 1 - side
-    ct_dims = ((tuple(pos[start[other] + j] for j in range(len(free[other]))), free[other]),
-               (tuple(pos[i] for i in range(nb)), batch[other]))
-    # dot' dims: the batch pairs, out_ct's other dims (ascending), the other operand's contracting dims (ascending)
-    ct_free = [s for s, dot in enumerate(perm) if start[side] <= dot < start[side] + len(free[side])]
-    src = [*batch[side], *(free[side][perm[s] - start[side]] for s in ct_free),
-           *(contracting[side][contracting[other].index(d)] for d in sorted(contracting[other]))]
-    return ct_dims, tuple(int(p) for p in np.argsort(src))
-
-
-def _dot_batch_dims(dims: shapes.DotDims, rhs_mapped: bool):
-    """dimension_numbers once both operands have a leading mapped dim (batched together) or only
-    lhs has one (a free dim), and the output dim it becomes."""
-    (lc, rc), (lb, rb) = dims
-    shift = (lambda ds: tuple(d + 1 for d in ds))
-    if rhs_mapped:
-        return ((shift(lc), shift(rc)), ((0, *shift(lb)), (0, *shift(rb)))), 0
-    return ((shift(lc), rc), (shift(lb), rb)), len(lb)
-
-
-# ---------------------------------------------------------------------------
-# dot_general: sparse x dense
-
-
-dot_general_p, _dot_general_abstract = _define("dot_general")
-
-
-def _dot_general_transpose(ct, data, indices, rhs, *, shape, dimension_numbers, preferred_element_type,
-                           **flags):
-    if ad.is_undefined_primal(indices):
-        raise ValueError("Cannot transpose with respect to sparse indices")
-    data_aval, rhs_aval = rules.primal_aval(data), rules.primal_aval(rhs)
-    out = _dot_general_abstract(data_aval, indices, rhs_aval, shape=shape, dimension_numbers=dimension_numbers,
-                                preferred_element_type=preferred_element_type)
-    ct = rules.instantiate(ct, out)
-    ranks = (len(shape), len(rhs_aval.shape))
-    if ad.is_undefined_primal(data):
-        l_dims, l_perm = _cotangent_dims(ranks, dimension_numbers, None, 0)
-        grad = dot_general_sampled(ct, rhs, indices, l_dims, permutation=l_perm)
-        grad = rules.sum_to_shape(grad, data_aval.shape).astype(data_aval.dtype)
-        return [grad, None, None]
-    # sparse first: [batch, lhs's contracting dims (rhs's, ordered by lhs's), ct's rhs dims]
-    (ct_c, l_c), (ct_b, l_b) = _cotangent_dims(ranks, dimension_numbers, None, 1)[0]
-    (lc, rc), (_, rb) = dimension_numbers
-    rc_by_l = [rc[i] for i in np.argsort(lc)] if rc else []
-    rkept = [d for d in range(len(rhs_aval.shape)) if d not in rc and d not in rb]
-    grad = dot_general_p.bind(data, indices, ct, shape=shape, dimension_numbers=((l_c, ct_c), (l_b, ct_b)),
-                              preferred_element_type=None, **flags)
-    return [None, None, jnp.transpose(grad, np.argsort([*rb, *rc_by_l, *rkept])).astype(rhs_aval.dtype)]
-
-
-def _dot_general_batch(args, dims, *, shape, dimension_numbers, **params):
-    data, indices, rhs = args
-    ddim, idim, rdim = dims
-    size = rules.mapped_size(args, dims)
-    data, indices = rules.to_front(data, ddim), rules.to_front(indices, idim)
-    rhs_mapped = rdim is not None
-    if rhs_mapped:
-        rhs = jnp.moveaxis(rhs, rdim, 0)
-    new_dims, out_dim = _dot_batch_dims(dimension_numbers, rhs_mapped)
-    out = dot_general_p.bind(data, indices, rhs, shape=(size, *shape), dimension_numbers=new_dims, **params)
-    return out, out_dim
-
-
-ad.primitive_jvps[dot_general_p] = rules.bilinear_jvp(dot_general_p, 0, 2)
-ad.primitive_transposes[dot_general_p] = _dot_general_transpose
-batching.primitive_batchers[dot_general_p] = _dot_general_batch
-
-
-# ---------------------------------------------------------------------------
-# dot_general_sampled: dense x dense at sparse indices (SDDMM)
-
-
-dot_general_sampled_p, _sampled_abstract = _define("dot_general_sampled")
+dot_general_p = rules.primitive("dot_general")
+dot_general_sampled_p = rules.primitive("dot_general_sampled")
+spdot_general_p = rules.primitive("spdot_general")
+spdot_general_sampled_p = rules.primitive("spdot_general_sampled")
 
 
 def dot_general_sampled(a: Any, b: Any, indices: Any, dimension_numbers: Any,
@@ -192,128 +67,6 @@ def dot_general_sampled(a: Any, b: Any, indices: Any, dimension_numbers: Any,
     return dot_general_sampled_p.bind(jnp.asarray(a), jnp.asarray(b), jnp.asarray(indices),
                                       dimension_numbers=_dims_key(dimension_numbers),
                                       permutation=None if permutation is None else tuple(permutation))
-
-
-def _sampled_transpose(ct, a, b, indices, *, dimension_numbers, permutation):
-    """The sampled cotangent is a BCOO array of the permuted product: each operand's cotangent is
-    the sparse x dense product of it with the other operand."""
-    if ad.is_undefined_primal(indices):
-        raise ValueError("Cannot transpose with respect to sparse indices")
-    a_aval, b_aval = rules.primal_aval(a), rules.primal_aval(b)
-    data_shape, lay = shapes.dot_general_sampled(a_aval.shape, b_aval.shape, indices.shape, dimension_numbers,
-                                                 permutation)
-    ct = rules.instantiate(ct, jax.core.ShapedArray(data_shape, _sampled_abstract(a_aval, b_aval, indices,
-                                                                    dimension_numbers=dimension_numbers,
-                                                                    permutation=permutation).dtype))
-    side = 0 if ad.is_undefined_primal(a) else 1
-    other, aval = (b, a_aval) if side == 0 else (a, b_aval)
-    ct_dims, perm = _cotangent_dims((len(a_aval.shape), len(b_aval.shape)), dimension_numbers, permutation, side)
-    g = dot_general_p.bind(ct, indices, other, shape=lay.shape, dimension_numbers=ct_dims, preferred_element_type=None,
-                           indices_sorted=False, unique_indices=False)
-    grad = jnp.transpose(g, perm).astype(aval.dtype)
-    return [grad, None, None] if side == 0 else [None, grad, None]
-
-
-def _sampled_batch(args, dims, *, dimension_numbers, permutation):
-    size = rules.mapped_size(args, dims)
-    a, b, indices = (rules.to_front(x, d) for x, d in zip(args, dims))
-    a = jnp.broadcast_to(a, (size, *a.shape[1:]))
-    b = jnp.broadcast_to(b, (size, *b.shape[1:]))
-    new_dims, _ = _dot_batch_dims(dimension_numbers, True)
-    perm = None if permutation is None else (0, *(p + 1 for p in permutation))
-    return dot_general_sampled_p.bind(a, b, indices, dimension_numbers=new_dims, permutation=perm), 0
-
-ad.primitive_jvps[dot_general_sampled_p] = rules.bilinear_jvp(dot_general_sampled_p, 0, 1)
-ad.primitive_transposes[dot_general_sampled_p] = _sampled_transpose
-batching.primitive_batchers[dot_general_sampled_p] = _sampled_batch
-
-
-# ---------------------------------------------------------------------------
-# spdot_general: sparse x sparse, and its sampled form (the transpose)
-
-
-spdot_general_p, _spdot_abstract = _define("spdot_general")
-
-
-spdot_general_sampled_p, _spsampled_abstract = _define("spdot_general_sampled")
-
-
-def _spdot_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, dimension_numbers, nse, preferred_element_type,
-                     **flags):
-    """Each operand's cotangent: the product of the output cotangent (a BCOO array at the output
-    indices) with the other operand, read at the operand's indices."""
-    if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
-        raise ValueError("Cannot transpose with respect to sparse indices")
-    lda, rda = rules.primal_aval(ld), rules.primal_aval(rd)
-    params = dict(shape=shape, rhs_shape=rhs_shape, dimension_numbers=dimension_numbers, nse=nse,
-                  preferred_element_type=preferred_element_type, **flags)
-    data_aval, _ = _spdot_abstract(lda, li, rda, ri, **params)
-    ct = rules.instantiate(cts[0], data_aval)
-    _, out_indices = spdot_general_p.bind(jnp.zeros(lda.shape, lda.dtype), li, jnp.zeros(rda.shape, rda.dtype), ri,
-                                          **params)
-    out_shape = shapes.dot_shape(shape, rhs_shape, dimension_numbers)
-    return _sparse_cotangents(ct, out_indices, out_shape, None, (ld, li, tuple(shape)), (rd, ri, tuple(rhs_shape)),
-                              dimension_numbers)
-
-
-def _sparse_cotangents(ct: Any, ct_indices: Any, ct_shape: Sequence[int], permutation: Sequence[int] | None,
-                       x: tuple[Any, Any, Sequence[int]], y: tuple[Any, Any, Sequence[int]], dims: shapes.DotDims):
-    """The data cotangents of the sparse operands `x`, `y` (data, indices, shape) of a product whose
-    output (dims permuted by `permutation`) has the cotangent `ct` at `ct_indices`: each is the
-    product of that BCOO array with the other operand, read at the operand's indices."""
-    side = 0 if ad.is_undefined_primal(x[0]) else 1
-    (od, oi, oshape), (td, ti, _) = (y, x) if side == 0 else (x, y)
-    aval = rules.primal_aval(td)
-    ct_dims, perm = _cotangent_dims((len(x[2]), len(y[2])), dims, permutation, side)
-    grad = spdot_general_sampled_p.bind(ct, ct_indices, od, oi, ti, lhs_shape=tuple(ct_shape), rhs_shape=oshape,
-                                        dimension_numbers=ct_dims, permutation=perm)
-    grad = rules.sum_to_shape(grad, aval.shape).astype(aval.dtype)
-    return [grad, None, None, None] if side == 0 else [None, None, grad, None]
-
-
-def _spsampled_transpose(ct, ad_, ai, bd, bi, indices, *, lhs_shape, rhs_shape, dimension_numbers, permutation):
-    """Bilinear in the operands' data: each one's cotangent is the sampled product of the cotangent
-    (a BCOO array at `indices`) with the other operand, read at the operand's indices."""
-    if any(ad.is_undefined_primal(i) for i in (ai, bi, indices)):
-        raise ValueError("Cannot transpose with respect to sparse indices")
-    a_aval, b_aval = rules.primal_aval(ad_), rules.primal_aval(bd)
-    params = dict(lhs_shape=lhs_shape, rhs_shape=rhs_shape, dimension_numbers=dimension_numbers,
-                  permutation=permutation)
-    ct = rules.instantiate(ct, _spsampled_abstract(a_aval, ai, b_aval, bi, indices, **params))
-    _, lay = shapes.spdot_general_sampled(shapes.layout(lhs_shape, a_aval.shape, ai.shape),
-                                          shapes.layout(rhs_shape, b_aval.shape, bi.shape), indices.shape,
-                                          dimension_numbers, permutation)
-    grads = _sparse_cotangents(ct, indices, lay.shape, permutation, (ad_, ai, tuple(lhs_shape)),
-                               (bd, bi, tuple(rhs_shape)), dimension_numbers)
-    return [*grads, None]
-
-
-def _spsampled_batch(args, dims, *, lhs_shape, rhs_shape, dimension_numbers, permutation):
-    size = rules.mapped_size(args, dims)
-    new_dims, _ = _dot_batch_dims(dimension_numbers, True)
-    rank = len(shapes.dot_shape(lhs_shape, rhs_shape, dimension_numbers))
-    perm = (0, *(p + 1 for p in (range(rank) if permutation is None else permutation)))
-    out = spdot_general_sampled_p.bind(*(rules.to_front(x, d) for x, d in zip(args, dims)),
-                                       lhs_shape=(size, *lhs_shape), rhs_shape=(size, *rhs_shape),
-                                       dimension_numbers=new_dims, permutation=perm)
-    return out, 0
-
-
-def _spdot_batch(args, dims, *, shape, rhs_shape, dimension_numbers, **params):
-    size = rules.mapped_size(args, dims)
-    ld, li, rd, ri = (rules.to_front(x, d) for x, d in zip(args, dims))
-    new_dims, _ = _dot_batch_dims(dimension_numbers, True)
-    outs = spdot_general_p.bind(ld, li, rd, ri, shape=(size, *shape), rhs_shape=(size, *rhs_shape),
-                                dimension_numbers=new_dims, **params)
-    return outs, [0, 0]
-
-
-ad.primitive_jvps[spdot_general_p] = rules.bilinear_jvp(spdot_general_p, 0, 2)
-ad.primitive_transposes[spdot_general_p] = _spdot_transpose
-batching.primitive_batchers[spdot_general_p] = _spdot_batch
-ad.primitive_jvps[spdot_general_sampled_p] = rules.bilinear_jvp(spdot_general_sampled_p, 0, 2)
-ad.primitive_transposes[spdot_general_sampled_p] = _spsampled_transpose
-batching.primitive_batchers[spdot_general_sampled_p] = _spsampled_batch
 
 
 # ---------------------------------------------------------------------------
@@ -441,7 +194,7 @@ def _structured_product(lhs: BCOO, rhs: BCOO, lay_l: shapes.Layout, lay_r: shape
     size = math.prod(plan.data)
     it = np.int32 if max(size, flat[0].size, flat[1].size) < 2**31 else np.int64
     pairs = (jnp.asarray(a.astype(it)) for a in (structure.lhs_entry, structure.rhs_entry, structure.slot))
-    values = _pair_values(*flat, *pairs, size=size, dtype=_result_dtype(lhs.dtype, rhs.dtype, dims, pet))
+    values = _pair_values(*flat, *pairs, size=size, dtype=rules.TERMS.dot_dtype(lhs.dtype, rhs.dtype, dims, pet))
     indices = jnp.asarray(structure.indices.astype(lhs.indices.dtype))
     return BCOO((values.reshape(plan.data), indices), shape=plan.shape, indices_sorted=True, unique_indices=True)
 

@@ -1,25 +1,31 @@
-"""How a BCOO op's record (`hlopt.passes.bcoo`) becomes a jax primitive, and the helpers that
-the JVP, transpose and batching rules of every BCOO primitive share.
+"""How a BCOO op's record (`hlopt.passes.bcoo`) becomes a jax primitive: one generic
+interpreter of the record, with no rule of any op written here.
 
 `define(record)` gives the primitive `bcoo_<name>`: its abstract evaluation is the record's
-shape rule (with a dtype rule), its lowering emits `@hlopt.bcoo.<name>` with the
-`backend_config` the record's signature builds and checks, and, when the record has batching
-parameters, vmap makes the mapped axis a leading batch dim. `data_linear(record)` adds the JVP
-and transpose of an op linear in its data whose output indices depend on the indices only.
+shape rule (with its dtype hook or the default dtype rule), its lowering emits
+`@hlopt.bcoo.<name>` with the `backend_config` the record's signature builds and checks; vmap
+makes the mapped axis a leading batch dim with the record's batching parameters (or runs its
+`batch` hook); the JVP and transpose rules come from its `Derivative` (multilinear or joint
+linear operands; a transpose written through other ops, or `SELECTS`). The record's hooks are
+functions over `hlopt.passes.bcoo.terms.Terms`, which `TERMS` here interprets with jax.
+`primitive(name)` is the primitive of the op of that name in the registry in use.
 """
 
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.extend import core as jex_core
 from jax.interpreters import ad, batching
 
+from hlopt.passes import bcoo
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes.bcoo import Record
 from hlopt.passes.bcoo.record import DATA, DENSE, INDICES, STARTS
@@ -27,8 +33,6 @@ from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
 # (operand avals, params) -> the dtype of each result
 DtypeRule = Callable[[Sequence[Any], dict[str, Any]], list[Any]]
-# (batched operands, params, size) -> the operands the batched op is bound on
-BatchPrep = Callable[[list[jax.Array], dict[str, Any], int], list[jax.Array]]
 
 
 def aval(shape: Sequence[int], dtype: Any) -> jax.core.ShapedArray:
@@ -97,9 +101,9 @@ def same_dtypes(avals: Sequence[Any], params: dict[str, Any], record: Record) ->
     return dtypes
 
 
-def abstract_eval(record: Record, dtypes: DtypeRule | None = None) -> Callable[..., Any]:
+def abstract_eval(record: Record) -> Callable[..., Any]:
     """The result avals of `record`'s op: shapes from its shape rule (the one lower-bcoo checks
-    against) on the config its signature builds, dtypes from `dtypes` (default `same_dtypes`)."""
+    against) on the config its signature builds, dtypes from its `dtypes` hook (default `same_dtypes`)."""
     def rule(*operands: Any, **params: Any) -> Any:
         roles = record.signature.roles(len(operands))
         index_dtypes = set()
@@ -113,36 +117,55 @@ def abstract_eval(record: Record, dtypes: DtypeRule | None = None) -> Callable[.
             raise TypeError(f"bcoo {record.name}: indices of one dtype, got {sorted(map(str, index_dtypes))}")
         in_shapes = [x.shape for x in operands]
         out = record.result_shapes(record.config(params, in_shapes), in_shapes)
-        types = dtypes(operands, params) if dtypes else same_dtypes(operands, params, record)
-        avals = [aval(s, d) for s, d in zip(out, types)]
+        types_ = record.dtypes(TERMS, operands, params) if record.dtypes else same_dtypes(operands, params, record)
+        avals = [aval(s, d) for s, d in zip(out, types_)]
         return avals if record.signature.results > 1 else avals[0]
 
     return rule
 
 
-def define(record: Record, abstract: Callable[..., Any] | None = None, *,
-           prepare_batch: BatchPrep | None = None) -> jex_core.Primitive:
-    """The primitive `bcoo_<name>` of `record`: abstract evaluation `abstract` (default
-    `abstract_eval(record)`), a lowering to its annotation, and (when the record has batching
-    parameters) a batching rule; `prepare_batch` adjusts the operands once their mapped axes lead."""
+# id(record) -> (record, its primitive): a record is defined once, the registry in use resolves names
+_PRIMITIVES: dict[int, tuple[Record, jex_core.Primitive]] = {}
+
+
+def primitive(name: str) -> jex_core.Primitive:
+    """The primitive of the op `name` in the registry in use (`hlopt.passes.bcoo.REGISTRY`)."""
+    return define(bcoo.REGISTRY[name])
+
+
+def define(record: Record) -> jex_core.Primitive:
+    """The primitive `bcoo_<name>` of `record` (made once per record): abstract evaluation, a
+    lowering to its annotation, its batching rule, and its JVP and transpose rules when the
+    record declares a `Derivative`."""
+    known = _PRIMITIVES.get(id(record))
+    if known is not None and known[0] is record:
+        return known[1]
+
     def lowering(ctx, *operands, **params):
         config = record.config(params, [a.shape for a in ctx.avals_in])
         return emit_annotation(record.target, operands, result_types(ctx), config)
 
-    prim = annotation_primitive(f"bcoo_{record.name}", abstract or abstract_eval(record), lowering,
+    abstract = abstract_eval(record)
+    prim = annotation_primitive(f"bcoo_{record.name}", abstract, lowering,
                                 multiple_results=record.signature.results > 1)
-    if record.batched is not None:
-        batching.primitive_batchers[prim] = _batch_rule(prim, record, prepare_batch)
+    if record.batch is not None:
+        batching.primitive_batchers[prim] = lambda args, dims, **params: record.batch(TERMS, args, dims, **params)
+    elif record.batched is not None:
+        batching.primitive_batchers[prim] = _batch_rule(prim, record)
+    if record.derivative is not None:
+        ad.primitive_jvps[prim] = _jvp_rule(prim, record)
+        ad.primitive_transposes[prim] = _transpose_rule(prim, record, abstract)
+    _PRIMITIVES[id(record)] = (record, prim)
     return prim
 
 
-def _batch_rule(prim: jex_core.Primitive, record: Record, prepare: BatchPrep | None) -> Callable:
+def _batch_rule(prim: jex_core.Primitive, record: Record) -> Callable:
     """vmap of an op: the mapped axis of every operand becomes a leading batch dim."""
     def rule(args, dims, **params):
         size = mapped_size(args, dims)
         batched = [to_front(a, d) for a, d in zip(args, dims)]
-        if prepare is not None:
-            batched = prepare(batched, params, size)
+        if record.prepare_batch is not None:
+            batched = record.prepare_batch(TERMS, batched, params, size)
         if "shape" in params:
             params = {**params, "shape": (size, *params["shape"])}
         outs = prim.bind(*batched, **record.batched(params, size))
@@ -151,78 +174,108 @@ def _batch_rule(prim: jex_core.Primitive, record: Record, prepare: BatchPrep | N
     return rule
 
 
-def bilinear_jvp(prim: Any, first: int, second: int) -> Callable:
-    """The JVP rule of `prim`, linear in each of operands `first` and `second` (the others are
-    indices): d prim(a, b) = prim(da, b) + prim(a, db). A `prim` with results (data, indices)
-    differentiates its data; its indices get a zero tangent."""
+def _data(prim: jex_core.Primitive, out: Any) -> Any:
+    return out[0] if prim.multiple_results else out
+
+
+def _jvp_rule(prim: jex_core.Primitive, record: Record) -> Callable:
+    """The JVP of the data result from the record's `Derivative`; indices get zero tangents."""
+    derivative = record.derivative
+
     def jvp(primals, tangents, **params):
         out = prim.bind(*primals, **params)
-        terms = []
-        for k in (first, second):
-            if type(tangents[k]) is not ad.Zero:
-                term = prim.bind(*primals[:k], tangents[k], *primals[k + 1:], **params)
-                terms.append(term[0] if prim.multiple_results else term)
-        data = out[0] if prim.multiple_results else out
-        data_dot = (terms[0] if len(terms) == 1 else terms[0] + terms[1]) if terms else zero_tangent(data)
-        return out, ([data_dot, zero_tangent(out[1])] if prim.multiple_results else data_dot)
+        outs = list(out) if prim.multiple_results else [out]
+        linear = derivative.linear_operands(record.signature.roles(len(primals)))
+        live = [k for k in linear if type(tangents[k]) is not ad.Zero]
+        if derivative.jvp is not None:
+            data_dot = derivative.jvp(TERMS, primals, tangents, outs, **params)
+        elif not live:
+            data_dot = None
+        elif derivative.joint:
+            args = list(primals)
+            for k in linear:
+                args[k] = ad.instantiate_zeros(tangents[k])
+            data_dot = _data(prim, prim.bind(*args, **params))
+        else:
+            terms = [_data(prim, prim.bind(*primals[:k], tangents[k], *primals[k + 1 :], **params)) for k in live]
+            data_dot = terms[0]
+            for term in terms[1:]:
+                data_dot = data_dot + term
+        tangent_out = [zero_tangent(outs[0]) if data_dot is None else data_dot, *map(zero_tangent, outs[1:])]
+        return out, tangent_out if prim.multiple_results else tangent_out[0]
+
     return jvp
 
 
-def _data_linear_jvp(prim: jex_core.Primitive) -> Callable:
-    def jvp(primals, tangents, **params):
-        data, *rest = primals
-        out_data, out_indices = prim.bind(data, *rest, **params)
-        g = tangents[0]
-        data_dot = zero_tangent(out_data) if type(g) is ad.Zero else prim.bind(g, *rest, **params)[0]
-        return (out_data, out_indices), (data_dot, zero_tangent(out_indices))
+def _transpose_rule(prim: jex_core.Primitive, record: Record, abstract: Callable[..., Any]) -> Callable:
+    """The transpose from the record's `Derivative`: its rule, or the selection transpose."""
+    derivative = record.derivative
 
-    return jvp
+    def rule(cts, *operands, **params):
+        linear = derivative.linear_operands(record.signature.roles(len(operands)))
+        if any(ad.is_undefined_primal(x) for i, x in enumerate(operands) if i not in linear):
+            raise ValueError("Cannot transpose with respect to sparse indices")
+        avals = [primal_aval(x) for x in operands]
+        ct = instantiate(cts[0] if prim.multiple_results else cts, _data(prim, abstract(*avals, **params)))
+        undefined = [k for k in linear if ad.is_undefined_primal(operands[k])]
+        if derivative.transpose is None:
+            grads = {0: _selection_transpose(prim, ct, avals[0], operands[1:], params)}
+        elif derivative.joint:
+            grads = dict(zip(linear, derivative.transpose(TERMS, ct, *operands, **params)))
+        else:
+            grads = {undefined[0]: derivative.transpose(TERMS, ct, *operands, **params)}
+        return [grads[i].astype(avals[i].dtype) if i in undefined and grads.get(i) is not None else None
+                for i in range(len(operands))]
+
+    return rule
 
 
-def _selection_transpose(prim: jex_core.Primitive) -> Callable:
-    """The transpose of an op each of whose output data elements is one input data element or 0.
+def _selection_transpose(prim: jex_core.Primitive, ct: Any, data: Any, rest: Sequence[Any], params: dict) -> Any:
+    """The cotangent of the data of an op each of whose output data elements is one input data
+    element or 0 (`SELECTS`).
 
     The op runs once more on the 1-based positions of the input data elements (0 stays 0), so
     each output element names its source; the cotangents are added into their sources (an input
     element broadcast to several outputs receives the sum of theirs).
     """
-    def transpose(ct, data, *rest, **params):
-        size = math.prod(data.shape)
-        if size >= np.iinfo(np.int32).max and not jax.config.read("jax_enable_x64"):
-            raise NotImplementedError(f"the gradient of {prim.name} needs jax_enable_x64 for "
-                                      f"data with {size} elements")
-        dtype = np.int32 if size < np.iinfo(np.int32).max else np.int64
-        positions = jnp.arange(1, size + 1, dtype=dtype).reshape(data.shape)
-        source = prim.bind(positions, *rest, **params)[0]
-        targets = jnp.where(source == 0, size, source - 1).ravel()
-        summed = jnp.zeros((size,), ct.dtype).at[targets].add(ct.ravel(), mode="drop")
-        return summed.reshape(data.shape)
-
-    return transpose
-
-
-def data_linear(record: Record, transpose: Callable | None = None) -> jex_core.Primitive:
-    """The primitive of an op linear in data whose output indices depend on the indices only.
-
-    `transpose(ct, data_aval, indices, *rest, **params)` is the data cotangent (`rest`: the
-    op's other operands, not differentiable); None means the op only selects data elements.
-    """
-    abstract = abstract_eval(record)
-    prim = define(record, abstract)
-    ad.primitive_jvps[prim] = _data_linear_jvp(prim)
-    transpose = transpose or _selection_transpose(prim)
-
-    def rule(cts, data, *rest, **params):
-        if any(map(ad.is_undefined_primal, rest)):
-            raise ValueError("Cannot transpose with respect to sparse indices")
-        out = abstract(data.aval, *rest, **params)[0]
-        ct = instantiate(cts[0], out)
-        return [transpose(ct, data.aval, *rest, **params), *(None for _ in rest)]
-
-    ad.primitive_transposes[prim] = rule
-    return prim
+    size = math.prod(data.shape)
+    if size >= np.iinfo(np.int32).max and not jax.config.read("jax_enable_x64"):
+        raise NotImplementedError(f"the gradient of {prim.name} needs jax_enable_x64 for data with {size} elements")
+    dtype = np.int32 if size < np.iinfo(np.int32).max else np.int64
+    positions = jnp.arange(1, size + 1, dtype=dtype).reshape(data.shape)
+    source = _data(prim, prim.bind(positions, *rest, **params))
+    targets = jnp.where(source == 0, size, source - 1).ravel()
+    summed = jnp.zeros((size,), ct.dtype).at[targets].add(ct.ravel(), mode="drop")
+    return summed.reshape(data.shape)
 
 
 def is_traced(*xs: Any) -> bool:
     """Whether any of `xs` is a tracer (its value unknown while tracing)."""
     return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _bind(name: str, *operands: Any, **params: Any) -> Any:
+    return primitive(name).bind(*operands, **params)
+
+
+def _dot_dtype(lhs: Any, rhs: Any, dimension_numbers: Any, preferred_element_type: Any) -> np.dtype:
+    for dtype in (lhs, rhs):
+        if not (jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_)):
+            raise TypeError(f"bcoo_dot_general: operands must be numbers, got {dtype}")
+    (lc, rc), (lb, rb) = dimension_numbers
+    n = max((*lc, *lb, -1)) + 1, max((*rc, *rb, -1)) + 1
+    a, b = jax.ShapeDtypeStruct((1,) * n[0], lhs), jax.ShapeDtypeStruct((1,) * n[1], rhs)
+    return jax.eval_shape(lambda x, y: lax.dot_general(x, y, dimension_numbers,
+                                                       preferred_element_type=preferred_element_type), a, b).dtype
+
+
+# The jax interpreter of `hlopt.passes.bcoo.terms.Terms`: what a record's rules compute with.
+TERMS = types.SimpleNamespace(
+    bind=_bind, is_undefined=ad.is_undefined_primal, aval=primal_aval, is_zero=lambda x: type(x) is ad.Zero,
+    zeros=lambda shape, dtype: jnp.zeros(tuple(shape), dtype), ones=lambda shape, dtype: jnp.ones(tuple(shape), dtype),
+    arange=lambda start, stop, dtype: jnp.arange(start, stop, dtype=dtype), asarray=jnp.asarray, where=jnp.where,
+    all=lambda x, axis: jnp.all(x, axis=axis), transpose=jnp.transpose, broadcast_to=jnp.broadcast_to,
+    expand_dims=jnp.expand_dims, moveaxis=jnp.moveaxis, concatenate=lambda xs, axis: jnp.concatenate(xs, axis=axis),
+    einsum=jnp.einsum, sum_to_shape=sum_to_shape, set_at=lambda x, index, values: x.at[index].set(values),
+    dot_dtype=_dot_dtype, to_front=to_front, from_front=from_front, mapped_size=mapped_size,
+)

@@ -2,13 +2,9 @@
 `bcoo_extract` and `bcoo_conv_general_dilated`, with JAX's names, signatures and semantics.
 
 Each is one primitive lowering to one `hlopt.bcoo.<op>` annotation (`concatenate`,
-`broadcast_in_dim`, `dynamic_slice`, `extract`, `conv`), defined from the op's record
-(`hlopt.passes.bcoo.ops.<op>`: its lowering, result shapes and batching parameters). All are
-linear in the data: broadcast_in_dim and dynamic_slice select data elements (the selection
-transpose of `rules.data_linear`), concatenate's transpose slices each operand's part back out,
-extract's is `todense`, and conv is bilinear (each operand's cotangent sums the pair products
-with the other). vmap makes the mapped axis a leading batch dim; a mapped start of
-dynamic_slice gathers one window per example.
+`broadcast_in_dim`, `dynamic_slice`, `extract`, `conv`), defined wholly from the op's record
+(`hlopt.passes.bcoo.ops.<op>`: its lowering, result shapes, batching and derivative): here
+are only the API functions that bind them.
 """
 
 from __future__ import annotations
@@ -22,18 +18,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.interpreters import ad, batching
 
 from hlopt.passes import bcoo_shapes as shapes
-from hlopt.passes.bcoo import REGISTRY
 from hlopt.sparse import ops, rules
 from hlopt.sparse.bcoo import BCOO, bcoo_sum_duplicates, bcoo_update_layout
 
-broadcast_in_dim_p = rules.data_linear(REGISTRY["broadcast_in_dim"])
-dynamic_slice_p = rules.data_linear(REGISTRY["dynamic_slice"])
-concatenate_p = rules.define(REGISTRY["concatenate"])
-_conv_abstract = rules.abstract_eval(REGISTRY["conv"])
-conv_p = rules.define(REGISTRY["conv"], _conv_abstract)
+broadcast_in_dim_p = rules.primitive("broadcast_in_dim")
+dynamic_slice_p = rules.primitive("dynamic_slice")
+concatenate_p = rules.primitive("concatenate")
+conv_p = rules.primitive("conv")
 
 
 def _layout(mat: BCOO) -> shapes.Layout:
@@ -84,25 +77,6 @@ def bcoo_dynamic_slice(mat: BCOO, start_indices: Sequence[Any], slice_sizes: Seq
     return out
 
 
-def _dynamic_slice_batch(args, dims, *, shape, slice_sizes, **params):
-    """vmap: unmapped starts slice the new batch dim whole; mapped starts cut one window per example."""
-    size = rules.mapped_size(args, dims)
-    data, indices, starts = (rules.to_front(a, d) for a, d in zip(args, dims))
-    if dims[2] is None:
-        starts = jnp.concatenate([jnp.zeros((1,), starts.dtype), starts[0]])
-        outs = dynamic_slice_p.bind(data, indices, starts, shape=(size, *shape), slice_sizes=(size, *slice_sizes),
-                                    **params)
-        return rules.from_front(outs, size, True)
-    wrapped = jnp.where(starts < 0, starts + jnp.asarray(shape, starts.dtype).reshape(1, -1), starts)
-    rows = jnp.arange(size, dtype=starts.dtype).reshape(size, 1)
-    windows = jnp.concatenate([rows, wrapped], axis=1)
-    outs = ops.gather_p.bind(data, indices, windows, shape=(size, *shape), slice_sizes=(1, *slice_sizes), **params)
-    return [x.reshape(size, *x.shape[2:]) for x in outs], [0, 0]
-
-
-batching.primitive_batchers[dynamic_slice_p] = _dynamic_slice_batch
-
-
 # ---------------------------------------------------------------------------
 # concatenate
 
@@ -136,45 +110,6 @@ def bcoo_concatenate(operands: Sequence[BCOO], *, dimension: int) -> BCOO:
                               sizes=tuple(op.shape[dimension] for op in operands),
                               indices_sorted=False, unique_indices=False)
     return BCOO(tuple(bufs), shape=shape)
-
-
-def _concatenate_jvp(primals, tangents, **params):
-    out = concatenate_p.bind(*primals, **params)
-    if all(type(t) is ad.Zero for t in tangents[::2]):
-        return out, [rules.zero_tangent(out[0]), rules.zero_tangent(out[1])]
-    datas = [ad.instantiate_zeros(t) for t in tangents[::2]]
-    args = [x for pair in zip(datas, primals[1::2]) for x in pair]
-    return out, [concatenate_p.bind(*args, **params)[0], rules.zero_tangent(out[1])]
-
-
-def _concatenate_transpose(cts, *operands, shape, dimension, sizes, **_):
-    """Each operand's data cotangent is its part of the output's (batch: its rows and first nse
-    entries; sparse: its run of entries), summed over the batch dims its buffer broadcasts."""
-    if any(ad.is_undefined_primal(x) for x in operands[1::2]):
-        raise ValueError("Cannot transpose with respect to sparse indices")
-    avals = [rules.primal_aval(x) for x in operands]
-    lays = [shapes.layout(tuple(s if d == dimension else n for d, n in enumerate(shape)), avals[2 * k].shape,
-                          avals[2 * k + 1].shape) for k, s in enumerate(sizes)]
-    out_shape, out_data, _ = shapes.concatenate(lays, dimension)
-    ct = rules.instantiate(cts[0], jax.core.ShapedArray(out_data, avals[0].dtype))
-    nb = lays[0].n_batch
-    grads, start = [], 0
-    for k, lay in enumerate(lays):
-        index = [slice(None)] * ct.ndim
-        if dimension < nb:
-            index[dimension] = slice(start, start + lay.shape[dimension])
-            index[nb] = slice(0, lay.nse)
-            start += lay.shape[dimension]
-        else:
-            index[nb] = slice(start, start + lay.nse)
-            start += lay.nse
-        part = rules.sum_to_shape(ct[tuple(index)], avals[2 * k].shape)
-        grads += [part.astype(avals[2 * k].dtype) if ad.is_undefined_primal(operands[2 * k]) else None, None]
-    return grads
-
-
-ad.primitive_jvps[concatenate_p] = _concatenate_jvp
-ad.primitive_transposes[concatenate_p] = _concatenate_transpose
 
 
 # ---------------------------------------------------------------------------
@@ -256,30 +191,3 @@ def _for_conv(mat: Any, index_dtype: Any) -> BCOO:
         indices = jnp.arange(n, dtype=index_dtype).reshape(1, 1, n, 1)
         return BCOO((jnp.asarray(mat), indices), shape=mat.shape)
     raise TypeError(f"bcoo_conv_general_dilated: input of type {type(mat)} not recognized.")
-
-
-def _conv_transpose(cts, ld, li, rd, ri, *, shape, rhs_shape, padding, **_):
-    """Each operand entry's cotangent: the output cotangents of its pairs, times the partner's data."""
-    if ad.is_undefined_primal(li) or ad.is_undefined_primal(ri):
-        raise ValueError("Cannot transpose with respect to sparse indices")
-    lda, rda = rules.primal_aval(ld), rules.primal_aval(rd)
-    out = _conv_abstract(lda, li, rda, ri, shape=shape, rhs_shape=rhs_shape, padding=padding)[0]
-    ct = rules.instantiate(cts[0], out)
-    batch = tuple(shape[:-1])
-    nl, nr = li.shape[-2], ri.shape[-2]
-    size = shapes.conv(rules.layout(lda, li, shape), rules.layout(rda, ri, rhs_shape), padding)[0][-1]
-    lcol = jnp.broadcast_to(li, (*batch, nl, 1))[..., :, 0]
-    rcol = jnp.broadcast_to(ri, (*batch, nr, 1))[..., :, 0]
-    at = lcol[..., :, None] + padding[0] - rcol[..., None, :]
-    keep = ((lcol >= 0) & (lcol < shape[-1]))[..., :, None] & ((rcol >= 0) & (rcol < rhs_shape[-1]))[..., None, :]
-    keep &= (at >= 0) & (at < size)
-    ct = jnp.where(keep, ct.reshape(*batch, nl, nr), 0)
-    if ad.is_undefined_primal(ld):
-        grad = jnp.einsum("...ij,...j->...i", ct, jnp.broadcast_to(rd, (*batch, nr)))
-        return [rules.sum_to_shape(grad, lda.shape).astype(lda.dtype), None, None, None]
-    grad = jnp.einsum("...ij,...i->...j", ct, jnp.broadcast_to(ld, (*batch, nl)))
-    return [None, None, rules.sum_to_shape(grad, rda.shape).astype(rda.dtype), None]
-
-
-ad.primitive_jvps[conv_p] = rules.bilinear_jvp(conv_p, 0, 2)
-ad.primitive_transposes[conv_p] = _conv_transpose
