@@ -262,3 +262,44 @@ def test_a_scratch_op_is_validated_by_its_signature(scratch):
         op.attributes["backend_config"] = ir.DictAttr.get(config)
         with pytest.raises(PassError, match=r"@hlopt.bcoo.scale: backend_config has no 'factor' \(an integer\)"):
             bcoo.read(op)
+
+
+def test_the_jax_terms_implement_the_protocol():
+    """Every name a record's rules may use (`hlopt.passes.bcoo.terms.Terms`) has a jax meaning."""
+    from hlopt.passes.bcoo.terms import Terms
+
+    wanted = {n for n in vars(Terms) if not n.startswith("_")}
+    assert wanted and not sorted(wanted - set(vars(rules.TERMS))), "Terms members rules.TERMS lacks"
+
+
+def test_every_record_that_differentiates_declares_it():
+    """Every shipped op has a Derivative (its JVP and transpose come from the record alone)."""
+    assert not sorted(name for name, record in bcoo.REGISTRY.items() if record.derivative is None)
+
+
+LAYOUT_CASES = [  # (shape, data shape, indices shape, index dtype, the fragment of the refusal, or None)
+    ((4, 3), (5,), (5, 2), np.int32, None),
+    ((2, 4, 3), (1, 5), (2, 5, 2), np.int32, None),
+    ((4, 3, 1), (5,), (5, 2), np.int32, "the buffers hold 0 batch, 2 sparse and 0 dense dims"),
+    ((4,), (3,), (3, 2), np.int32, "does not fit an array of shape"),
+    ((3, 4), (2, 5), (3, 5, 1), np.int32, "batch dimensions"),
+    ((4, 300), (5,), (5, 2), np.int8, "int8 indices cannot address every sparse dim"),
+]
+
+
+@pytest.mark.parametrize("shape, data, indices, dtype, problem", LAYOUT_CASES)
+def test_a_files_bcoo_check_is_the_constructors_layout_rule(shape, data, indices, dtype, problem):
+    """The runtime's check of a BCOO node (registered by hlopt.sparse) and the BCOO constructor
+    read one layout rule (bcoo_shapes.layout)."""
+    from hlopt.runtime.encoding import NODE_CHECKS
+
+    check = NODE_CHECKS["hlopt.sparse.BCOO"]
+    found = check({"shape": shape}, [jax.ShapeDtypeStruct(data, np.float32), jax.ShapeDtypeStruct(indices, dtype)])
+    if problem is None:
+        assert found is None
+        hs.BCOO((np.zeros(data, np.float32), np.zeros(indices, dtype)), shape=shape)
+        return
+    assert problem in found
+    if "cannot address" not in problem:  # the constructor refuses the same layouts
+        with pytest.raises(ValueError, match=re.escape(found.split(": ", 1)[1])):
+            hs.BCOO((np.zeros(data, np.float32), np.zeros(indices, dtype)), shape=shape)
