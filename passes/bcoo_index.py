@@ -7,17 +7,12 @@ keys and their inverse, sorts that carry positions, and row and sparse-index
 gathers and scatters. Everything builds StableHLO at the current insertion
 point with `passes/builders.py`.
 
-Choices made for XLA:CPU and PJRT's CPU client (other backends get correct but
-not necessarily the fastest IR):
-- up to `UNROLLED_COLUMNS` index columns are combined by a chain of
-  elementwise ops, which XLA:CPU fuses into its consumer; more go through a
-  reduce;
-- an index row is filled with padding by one select per column
-  (`stack_where`), never by a select of a row mask broadcast over the columns,
-  which LLVM's loop unswitching turns into a data-dependent branch per entry;
-- `padding_unless_zero` is a gather instead of a compare and select, so that a
-  program made of it stays below the size that PJRT's CPU client runs on the
-  calling thread instead of handing it to a worker thread.
+The IR is plain and semantic: index columns are combined by a reduce over the
+column dim, and an index row is filled with padding by a select of the row
+mask broadcast over the columns. What XLA:CPU runs faster (a chain of
+elementwise ops instead of a small reduce, one select per column, a gather for
+`padding_unless_zero`) is the `xla-cpu-column-selects` pass of `hlopt-default`
+(`passes/xla_cpu/column_selects.py`), which gives the same values.
 """
 
 from __future__ import annotations
@@ -31,10 +26,6 @@ from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir
 
 Value = ir.Value
-
-# XLA:CPU: a chain of and/or over at most this many index columns fuses into the consumer.
-UNROLLED_COLUMNS = 8
-
 
 def broadcast_batch(v: Value, batch: Sequence[int]) -> Value:
     shape = b.shape_of(v)
@@ -105,15 +96,8 @@ def valid(idx: Value, sizes: Sequence[int]) -> Value:
 
 
 def fold_columns(x: Value, kind: str = "and") -> Value:
-    """`x[..., S]` -> `[...]`, the columns combined with `kind` (`and`: true where every column
-    is); a chain of ops for few columns (fuses better), else a reduce."""
-    shape = b.shape_of(x)
-    if not 0 < shape[-1] <= UNROLLED_COLUMNS:
-        return b.reduce(x, [len(shape) - 1], kind)
-    result = column(x, 0)
-    for k in range(1, shape[-1]):
-        result = b.COMBINERS[kind](result, column(x, k))
-    return result
+    """`x[..., S]` -> `[...]`, the columns combined with `kind` (`and`: true where every column is)."""
+    return b.reduce(x, [len(b.shape_of(x)) - 1], kind)
 
 
 def column(x: Value, k: int) -> Value:
@@ -124,43 +108,24 @@ def column(x: Value, k: int) -> Value:
 
 def stack_where(ok: Value, cols: Sequence[Value], fill: Sequence[int]) -> Value:
     """Index columns `cols` (each shaped like `ok`) stacked into `[..., S]`, with `fill[k]` in
-    column k where `ok` is false.
-
-    One select per column: a select of `ok` broadcast across the columns becomes, on XLA:CPU, a
-    branch per entry (LLVM unswitches the column loop), which mispredicts on irregular masks
-    (slice: 5x slower).
-    """
+    column k where `ok` is false."""
     shape = b.shape_of(ok)
-    picked = [b.select(ok, col, b.full(shape, f, b.elem_of(col))) for col, f in zip(cols, fill, strict=True)]
-    return b.concat([b.reshape(p, [*shape, 1]) for p in picked], len(shape))
+    return where(ok, b.concat([b.reshape(c, [*shape, 1]) for c in cols], len(shape)), fill)
 
 
 def where(ok: Value, idx: Value, fill: Sequence[int]) -> Value:
-    """`idx[..., S]` where `ok[...]`, else the per-column `fill` (see `stack_where`)."""
+    """`idx[..., S]` where `ok[...]`, else the per-column `fill`."""
     shape = b.shape_of(idx)
     if not shape[-1]:
         return idx
-    return stack_where(ok, [column(idx, k) for k in range(shape[-1])], fill)
+    return b.select(b.broadcast(ok, shape, range(len(shape) - 1)), idx, per_column(idx, fill))
 
 
 def padding_unless_zero(flags: Value, idx: Value, fill: Sequence[int]) -> Value:
-    """`idx[..., K]` where every column of `flags[..., F]` is 0, else the per-column `fill`.
-
-    A gather from the stack `[idx, fill]` whose start index is the flags read unsigned
-    (or-ed), which the gather clamps to 1 when not 0: pure data movement, so a program
-    made of it alone stays under PJRT's CPU threshold for running on the calling thread
-    (a compare + select per entry does not, and the hand-off to a worker costs more than
-    the work).
-    """
-    lead = b.shape_of(idx)[:-1]
-    n = len(lead)
-    flag = fold_columns(b.convert(flags, b.unsigned(b.elem_of(flags))), "or")
-    table = b.concat([b.reshape(v, [1, *b.shape_of(v)]) for v in (idx, per_column(idx, fill))], 0)
-    return b.gather(
-        table, b.reshape(flag, [*lead, 1]), offset_dims=[n], collapsed_slice_dims=[0],
-        operand_batching_dims=range(1, n + 1), start_indices_batching_dims=range(n), start_index_map=[0],
-        index_vector_dim=n, slice_sizes=[1] * (n + 1) + [b.shape_of(idx)[-1]],
-    )
+    """`idx[..., K]` where every column of `flags[..., F]` is 0, else the per-column `fill`."""
+    shape = b.shape_of(idx)
+    nonzero = fold_columns(b.compare(flags, b.zeros_like(flags), "NE"), "or")
+    return b.select(b.broadcast(nonzero, shape, range(len(shape) - 1)), per_column(idx, fill), idx)
 
 
 def mask(x: Value, ok: Value) -> Value:

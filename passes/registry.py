@@ -19,6 +19,7 @@ PASSES: dict[str, tuple[str, str]] = {
     "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
     "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
     "vjp-expand": ("vjp_expand", "VjpExpand"),
+    "xla-cpu-column-selects": ("xla_cpu.column_selects", "ColumnSelects"),
     "xla-cpu-dot-operand-order": ("xla_cpu.dot_operand_order", "DotOperandOrder"),
     "xla-cpu-join-dot-sums": ("xla_cpu.join_dot_sums", "JoinDotSums"),
     "xla-cpu-sparse-kernels": ("xla_cpu.sparse_kernels", "SparseKernels"),
@@ -40,7 +41,7 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lo
 # after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees
 # the whole program in one function. Without them `hlopt-default` computes the same values.
 DEFAULT_TUNING = ("xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-update-in-place", "xla-cpu-dot-operand-order",
-                  "xla-cpu-join-dot-sums")
+                  "xla-cpu-join-dot-sums", "xla-cpu-column-selects")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {

@@ -61,9 +61,10 @@ func.func @transpose(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (
 // CHECK-NOT: stablehlo.compare GE
 // CHECK: stablehlo.remainder {{.*}} : tensor<2x5x2xui32>
 // CHECK: stablehlo.divide {{.*}} : tensor<2x5x2xui32>
-// CHECK: stablehlo.select {{.*}} : tensor<2x5xi1>, tensor<2x5xi32>
-// CHECK: stablehlo.select {{.*}} : tensor<2x5xi1>, tensor<2x5xi32>
-// CHECK: stablehlo.concatenate
+// The kept entries' indices, padding elsewhere: one select of the row mask broadcast over the
+// columns (xla-cpu-column-selects splits it per column for XLA:CPU).
+// CHECK: %[[ROWS:.*]] = stablehlo.broadcast_in_dim {{.*}}, dims = [0, 1] : (tensor<2x5xi1>) -> tensor<2x5x2xi1>
+// CHECK: stablehlo.select %[[ROWS]], {{.*}} : tensor<2x5x2xi1>, tensor<2x5x2xi32>
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return {{.*}} : tensor<2x5x2xf32>, tensor<2x5x2xi32>
 func.func @slice(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x2xf32>, tensor<2x5x2xi32>) {
@@ -83,7 +84,7 @@ func.func @slice(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tens
 // CHECK: stablehlo.convert %[[SUMMED]] : (tensor<2x5x1xi32>) -> tensor<2x5x1xui32>
 // CHECK: stablehlo.compare LT
 // CHECK: stablehlo.constant dense<4> : tensor<i32>
-// CHECK: stablehlo.select {{.*}} : tensor<2x5xi1>, tensor<2x5xi32>
+// CHECK: stablehlo.select {{.*}} : tensor<2x5x1xi1>, tensor<2x5x1xi32>
 // CHECK-NOT: stablehlo.select
 // CHECK: stablehlo.reshape %arg0 : (tensor<2x5x3xf32>) -> tensor<10x3xf32>
 // CHECK: stablehlo.reshape {{.*}} -> tensor<10x1xi32>
@@ -108,19 +109,17 @@ func.func @reduce_sum_all_sparse(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x
 
 // -----
 
-// squeeze of a size-1 sparse dim: an entry whose index there is not 0 becomes padding
-// (a gather from [kept index, size] whose start is the squeezed index read unsigned, which the
-// gather clamps to 1 when it is not 0: no compare, no select).
+// squeeze of a size-1 sparse dim: an entry whose index there is not 0 becomes padding (a
+// select of the kept index and the size; xla-cpu-column-selects makes it a gather).
 // CHECK-LABEL: func.func @squeeze
 // CHECK-NOT: hlopt.bcoo
 // CHECK: %[[SQ:.*]] = stablehlo.slice %arg1 [0:2, 0:5, 0:1]
 // CHECK: %[[KEPT:.*]] = stablehlo.slice %arg1 [0:2, 0:5, 1:2]
-// CHECK: stablehlo.convert %[[SQ]] : (tensor<2x5x1xi32>) -> tensor<2x5x1xui32>
+// CHECK: %[[NZ:.*]] = stablehlo.compare NE, %[[SQ]]
+// CHECK: %[[ANY:.*]] = stablehlo.reduce(%[[NZ]] init: {{.*}}) applies stablehlo.or across dimensions = [2]
+// CHECK: %[[ROWS:.*]] = stablehlo.broadcast_in_dim %[[ANY]], dims = [0, 1] : (tensor<2x5xi1>) -> tensor<2x5x1xi1>
 // CHECK: %[[SIZE:.*]] = stablehlo.constant dense<6> : tensor<i32>
-// CHECK: %[[TABLE:.*]] = stablehlo.concatenate {{.*}}, dim = 0 : (tensor<1x2x5x1xi32>, tensor<1x2x5x1xi32>) -> tensor<2x2x5x1xi32>
-// CHECK: "stablehlo.gather"(%[[TABLE]], {{.*}}) <{dimension_numbers = #stablehlo.gather<offset_dims = [2], collapsed_slice_dims = [0], operand_batching_dims = [1, 2], start_indices_batching_dims = [0, 1], start_index_map = [0], index_vector_dim = 2>
-// CHECK-SAME: (tensor<2x2x5x1xi32>, tensor<2x5x1xui32>) -> tensor<2x5x1xi32>
-// CHECK-NOT: stablehlo.select
+// CHECK: stablehlo.select %[[ROWS]], {{.*}}, %[[KEPT]] : tensor<2x5x1xi1>, tensor<2x5x1xi32>
 // CHECK-NOT: hlopt.bcoo
 // CHECK: return %arg0, {{.*}} : tensor<2x5x3xf32>, tensor<2x5x1xi32>
 func.func @squeeze(%data: tensor<2x5x3xf32>, %indices: tensor<2x5x2xi32>) -> (tensor<2x5x3xf32>, tensor<2x5x1xi32>) {
