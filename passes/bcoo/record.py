@@ -1,5 +1,7 @@
 """What one `hlopt.bcoo.<op>` is: its `Record` (signature, shape rule, lowering, batching
-parameters), and the checked view (`BcooOp`) that its lowering and every reader of the IR get.
+parameters, `Derivative`, and hooks over abstract terms for what tables cannot say), and the
+checked view (`BcooOp`) that its lowering and every reader of the IR get. `hlopt.sparse.rules`
+turns a record into the jax primitive, with no per-op code of its own.
 
 A record's `Signature` names the operand roles, the result count and the `backend_config`
 fields beyond the common ones (`shape`, `n_batch`, `n_dense`, `indices_sorted`,
@@ -116,7 +118,7 @@ DATA_LINEAR = Derivative()  # linear in its data, selecting elements: most struc
 
 @dataclasses.dataclass(frozen=True)
 class Record:
-    """One BCOO op: everything hlopt knows about `hlopt.bcoo.<name>` apart from its jax rules.
+    """One BCOO op: everything hlopt knows about `hlopt.bcoo.<name>`, its jax rules included.
 
     - `shapes(config, *operand_shapes)`: the result buffer shapes (ValueError, TypeError or
       NotImplementedError when config and operands do not fit);
