@@ -125,10 +125,11 @@ def compare(old_runs: list[dict], new_runs: list[dict]) -> tuple[list[dict], lis
             new = [r[key][field] for r in news if key in r and field in r[key]]
             paired = [n / o for o, n in zip(old, new) if o]
             old_m, new_m = statistics.median(old), statistics.median(new)
-            out.append({**dict(key), "field": field, "old": old_m, "new": new_m,
-                        "ratio": new_m / old_m if old_m else None,
-                        "round_ratio": statistics.median(paired) if paired else None,
-                        "round_ratio_min": min(paired, default=None), "round_ratio_max": max(paired, default=None),
+            ratios = {"ratio": new_m / old_m} if old_m else {}  # none of a zero (an exact result's error)
+            if paired:
+                ratios.update(round_ratio=statistics.median(paired), round_ratio_min=min(paired),
+                              round_ratio_max=max(paired))
+            out.append({**dict(key), "field": field, "old": old_m, "new": new_m, **ratios,
                         "old_runs": old, "new_runs": new, "ratio_is": "new / old"})
     return out, only
 
@@ -178,9 +179,9 @@ def main() -> None:
     print("| --- | --- | ---: | ---: | ---: | --- |")
     for f in figures:
         key = label(figure_key({k: v for k, v in f.items() if k not in ("field", "old_runs", "new_runs")}))
-        ratio = "-" if f["ratio"] is None else f"{f['ratio']:.3f}"
-        rr = "-" if f["round_ratio"] is None else \
-            f"{f['round_ratio']:.3f} ({f['round_ratio_min']:.3f}-{f['round_ratio_max']:.3f})"
+        ratio = f"{f['ratio']:.3f}" if "ratio" in f else "-"
+        rr = f"{f['round_ratio']:.3f} ({f['round_ratio_min']:.3f}-{f['round_ratio_max']:.3f})" \
+            if "round_ratio" in f else "-"
         print(f"| {key} | {f['field']} | {f['old']:.4g} | {f['new']:.4g} | {ratio} | {rr} |")
     for line in only:
         print(line)
