@@ -30,7 +30,7 @@ from jax.numpy.fft import fft  # noqa: E402
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import hlopt  # noqa: E402
-from hlopt.partitioning_demo import fft_partition as partition  # noqa: E402
+from hlopt.demos.partitioning import fft_partition as partition  # noqa: E402
 from record import write_record  # noqa: E402
 
 

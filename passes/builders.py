@@ -196,44 +196,18 @@ def pad(v: Value, low: Sequence[int], high: Sequence[int], interior: Sequence[in
     return stablehlo.pad(v, value, list(low), list(high), list(interior))
 
 
-def add(a: Value, b: Value) -> Value:
-    return stablehlo.add(a, b)
-
-
-def sub(a: Value, b: Value) -> Value:
-    return stablehlo.subtract(a, b)
-
-
-def mul(a: Value, b: Value) -> Value:
-    return stablehlo.multiply(a, b)
-
-
-def div(a: Value, b: Value) -> Value:
-    return stablehlo.divide(a, b)
-
-
-def rem(a: Value, b: Value) -> Value:
-    return stablehlo.remainder(a, b)
-
-
-def maximum(a: Value, b: Value) -> Value:
-    return stablehlo.maximum(a, b)
-
-
-def minimum(a: Value, b: Value) -> Value:
-    return stablehlo.minimum(a, b)
-
-
-def and_(a: Value, b: Value) -> Value:
-    return stablehlo.and_(a, b)
-
-
-def or_(a: Value, b: Value) -> Value:
-    return stablehlo.or_(a, b)
-
-
-def not_(a: Value) -> Value:
-    return stablehlo.not_(a)
+# The elementwise arithmetic and logic ops every pass uses: the bindings' own builders
+# (`stablehlo.add(lhs, rhs)` builds the op at the insertion point and returns its result).
+add = stablehlo.add
+sub = stablehlo.subtract
+mul = stablehlo.multiply
+div = stablehlo.divide
+rem = stablehlo.remainder
+maximum = stablehlo.maximum
+minimum = stablehlo.minimum
+and_ = stablehlo.and_
+or_ = stablehlo.or_
+not_ = stablehlo.not_
 
 
 def compare(a: Value, b: Value, direction: str) -> Value:
@@ -313,13 +287,10 @@ def gather(
     sorted_indices: bool = False,
 ) -> Value:
     dnums = stablehlo.GatherDimensionNumbers.get(
-        offset_dims=list(offset_dims),
-        collapsed_slice_dims=list(collapsed_slice_dims),
+        offset_dims=list(offset_dims), collapsed_slice_dims=list(collapsed_slice_dims),
         operand_batching_dims=list(operand_batching_dims),
         start_indices_batching_dims=list(start_indices_batching_dims),
-        start_index_map=list(start_index_map),
-        index_vector_dim=index_vector_dim,
-    )
+        start_index_map=list(start_index_map), index_vector_dim=index_vector_dim)
     return stablehlo.gather(operand, indices, dnums, list(slice_sizes), indices_are_sorted=sorted_indices)
 
 
@@ -343,13 +314,10 @@ def scatter(
     Updates whose window falls outside `operand` are dropped, as XLA does.
     """
     dnums = stablehlo.ScatterDimensionNumbers.get(
-        update_window_dims=list(update_window_dims),
-        inserted_window_dims=list(inserted_window_dims),
+        update_window_dims=list(update_window_dims), inserted_window_dims=list(inserted_window_dims),
         input_batching_dims=list(input_batching_dims),
         scatter_indices_batching_dims=list(scatter_indices_batching_dims),
-        scattered_dims_to_operand_dims=list(scattered_dims_to_operand_dims),
-        index_vector_dim=index_vector_dim,
-    )
+        scattered_dims_to_operand_dims=list(scattered_dims_to_operand_dims), index_vector_dim=index_vector_dim)
     op = stablehlo.ScatterOp([operand.type], [operand], indices, [updates], dnums, indices_are_sorted=sorted_indices)
     elem = elem_of(operand)
     if combine == "add":

@@ -11,22 +11,24 @@ from typing import Any
 
 from hlopt.passes.base import Pass
 
+# The passes, by name. A name gives the pass's module and class: `jet-expand` is
+# `hlopt.passes.jet_expand.JetExpand`, and the XLA:CPU passes live in `hlopt.passes.xla_cpu`
+# (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`).
+PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
+              "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-sparse-kernels", "xla-cpu-stack-dots",
+              "xla-cpu-sum-as-dot", "xla-cpu-update-in-place")
+XLA_CPU_PREFIX = "xla-cpu-"
+
+
+def _module_and_class(name: str) -> tuple[str, str]:
+    """(module under hlopt.passes, class name) of the pass `name`."""
+    stem = name.removeprefix(XLA_CPU_PREFIX)
+    package = "xla_cpu." if stem != name else ""
+    return package + stem.replace("-", "_"), "".join(word.capitalize() for word in stem.split("-"))
+
+
 # pass name -> (module under hlopt.passes, class name)
-PASSES: dict[str, tuple[str, str]] = {
-    "check-key-reuse": ("check_key_reuse", "CheckKeyReuse"),
-    "jet-collapse": ("jet_collapse", "JetCollapse"),
-    "jet-expand": ("jet_expand", "JetExpand"),
-    "lower-bcoo": ("lower_bcoo", "LowerBcoo"),
-    "lower-custom-partitioning": ("lower_custom_partitioning", "LowerCustomPartitioning"),
-    "vjp-expand": ("vjp_expand", "VjpExpand"),
-    "xla-cpu-column-selects": ("xla_cpu.column_selects", "ColumnSelects"),
-    "xla-cpu-dot-operand-order": ("xla_cpu.dot_operand_order", "DotOperandOrder"),
-    "xla-cpu-join-dot-sums": ("xla_cpu.join_dot_sums", "JoinDotSums"),
-    "xla-cpu-sparse-kernels": ("xla_cpu.sparse_kernels", "SparseKernels"),
-    "xla-cpu-stack-dots": ("xla_cpu.stack_dots", "StackDots"),
-    "xla-cpu-sum-as-dot": ("xla_cpu.sum_as_dot", "SumAsDot"),
-    "xla-cpu-update-in-place": ("xla_cpu.update_in_place", "UpdateInPlace"),
-}
+PASSES: dict[str, tuple[str, str]] = {name: _module_and_class(name) for name in PASS_NAMES}
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run (jet-collapse
 # rewrites directions-batched jets whose K-th coefficients are only summed before they expand).

@@ -1,5 +1,7 @@
-"""Reference results the tests compare hlopt against, shared by the jet, PDE and vjp tests
-(the vjp ones are in vjp_harness.py): plain Taylor coefficients by nested jax.jvp."""
+"""Reference results and shared cases the tests compare hlopt against, used by the jet, PDE,
+sparse and vjp tests (the vjp harness is vjp_harness.py): plain Taylor coefficients by nested
+jax.jvp, a jvp-and-gradient comparison, an unbiasedness check, and programs more than one
+test file runs."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
+
+import hlopt
 
 def taylor_by_nested_jvp(f: Callable, primals, series, order: int):
     """Plain Taylor coefficients (y^(k)/k!) of t -> f(x(t)), x_i(t) = x_i0 + sum_k x_ik t^k
@@ -34,3 +39,56 @@ def taylor_by_nested_jvp(f: Callable, primals, series, order: int):
     out = jax.jit(derivatives)(t0)
     return [jax.tree_util.tree_map(lambda v, k=k: v / math.factorial(k), d) for k, d in enumerate(out)]
 
+
+
+def assert_jvp_and_grad_match(f: Callable, ref: Callable, primals, tangents, weights, assert_close) -> None:
+    """hlopt.jit of f's jvp and of the gradient of sum(f(...) * weights) in every argument
+    equal jax.jit's of the reference `ref`, each compared by `assert_close(got, want)`."""
+    n = len(primals)
+
+    def jvp_and_grad(g):
+        def run(*args):
+            loss = lambda *a: (g(*a) * weights).sum()  # noqa: E731
+            return jax.jvp(g, args[:n], args[n:]), jax.grad(loss, tuple(range(n)))(*args[:n])
+        return run
+
+    (p, t), grads = hlopt.jit(jvp_and_grad(f))(*primals, *tangents)
+    (want_p, want_t), want_grads = jax.jit(jvp_and_grad(ref))(*primals, *tangents)
+    for got, want in zip((p, t, *grads), (want_p, want_t, *want_grads), strict=True):
+        assert_close(got, want)
+
+
+def assert_unbiased(samples, exact: float) -> None:
+    """The mean of `samples` within 5 standard errors (measured from the same samples) of `exact`."""
+    samples = np.asarray(samples)
+    stderr = samples.std(ddof=1) / np.sqrt(samples.size)
+    assert abs(samples.mean() - exact) < 5 * stderr + 1e-12, (samples.mean(), exact, stderr)
+
+
+def while_data_dependent(x):
+    """A while loop whose number of steps depends on the primal values."""
+    def cond(s):
+        return s[1].sum() < 20.0
+
+    def body(s):
+        return s[0] + 1, s[1] * 1.3 + 0.1 * jnp.sin(s[1])
+
+    return lax.while_loop(cond, body, (0, x))[1]
+
+
+def vjp_of_a_jet(f_body: str) -> str:
+    """A module whose @main takes the hlopt.vjp of @second(x, v), the second Taylor coefficient
+    (an order-2 hlopt.jet) of @f(%x: tensor<4xf32>) -> tensor<4xf32> along v; `f_body` is @f's
+    body (its ops and return), as the Python side will emit the backward of a jet."""
+    return """
+func.func @main(%x: tensor<4xf32>, %v: tensor<4xf32>, %ct: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %g:2 = stablehlo.custom_call @hlopt.vjp(%x, %v, %ct) {api_version = 4 : i32, called_computations = [@second], backend_config = {}} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
+  return %g#0, %g#1 : tensor<4xf32>, tensor<4xf32>
+}
+func.func private @second(%x: tensor<4xf32>, %v: tensor<4xf32>) -> tensor<4xf32> {
+  %z = stablehlo.constant dense<0.0> : tensor<4xf32>
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64}} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  return %r#2 : tensor<4xf32>
+}
+func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+""" + f_body.strip("\n") + "\n}"

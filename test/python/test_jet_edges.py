@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import jet as jax_jet
-from references import taylor_by_nested_jvp
+from references import taylor_by_nested_jvp, vjp_of_a_jet
 
 import hlopt
 from hlopt.compiler.program import parse_module
@@ -131,23 +131,13 @@ def test_stop_gradient_leaves_nothing_to_run():
     assert "custom_call" not in plain and plain.count("stablehlo.multiply") == 1
 
 
-VJP_OF_A_JET = """
-func.func @main(%x: tensor<4xf32>, %v: tensor<4xf32>, %ct: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
-  %g:2 = stablehlo.custom_call @hlopt.vjp(%x, %v, %ct) {api_version = 4 : i32, called_computations = [@second], backend_config = {}} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
-  return %g#0, %g#1 : tensor<4xf32>, tensor<4xf32>
-}
-func.func private @second(%x: tensor<4xf32>, %v: tensor<4xf32>) -> tensor<4xf32> {
-  %z = stablehlo.constant dense<0.0> : tensor<4xf32>
-  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64}} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
-  return %r#2 : tensor<4xf32>
-}
-func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+VJP_OF_A_JET = vjp_of_a_jet("""
   %0 = stablehlo.tanh %x : tensor<4xf32>
   %1 = stablehlo.exponential %x : tensor<4xf32>
   %2 = stablehlo.custom_call @hlopt.jet.stop_gradient(%1) {api_version = 4 : i32, backend_config = {}} : (tensor<4xf32>) -> tensor<4xf32>
   %3 = stablehlo.multiply %0, %2 : tensor<4xf32>
   return %3 : tensor<4xf32>
-}"""
+""")
 
 
 def test_vjp_of_a_jet_does_not_differentiate_through_stop_gradient():

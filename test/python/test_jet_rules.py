@@ -20,7 +20,7 @@ from jax import lax
 from jax.experimental import jet as jax_jet
 
 import hlopt
-from references import taylor_by_nested_jvp
+from references import taylor_by_nested_jvp, while_data_dependent
 
 ORDER = 6
 N = 5
@@ -37,16 +37,6 @@ DOMAINS: dict[str, Callable[[np.random.Generator], np.ndarray]] = {
     "ties2": lambda r: np.array([0.3, 1.0, -0.4, 2.0, 0.1]),  # equal to "ties" at 0 and 4
 }
 
-
-def _while_data_dependent(x):
-    # the number of steps depends on the primal values
-    def cond(s):
-        return s[1].sum() < 20.0
-
-    def body(s):
-        return s[0] + 1, s[1] * 1.3 + 0.1 * jnp.sin(s[1])
-
-    return lax.while_loop(cond, body, (0, x))[1]
 
 
 def _conv(x, w):
@@ -177,7 +167,7 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
                  ("real",), False),
     "sort": (lambda x: jnp.sort(x * x - x), ("real",), False),
     "argsort_gather": (lambda x: x[jnp.argsort(x)] * jnp.sort(x), ("real",), False),
-    "while_data_dependent": (_while_data_dependent, ("pos",), False),
+    "while_data_dependent": (while_data_dependent, ("pos",), False),
     "fori_loop": (lambda x: lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) * x, x), ("real",), False),
     "nested_loops": (lambda x: lax.fori_loop(0, 2, lambda i, v: lax.fori_loop(0, 2, lambda j, w: jnp.sin(w) * x, v) + v, x),
                      ("real",), False),

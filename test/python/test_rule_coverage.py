@@ -1,4 +1,11 @@
-"""Every key of jet-expand's and vjp-expand's rule tables has a numeric test and a lit case.
+"""Every key of every rule table and lowering table has a numeric test and a lit case.
+
+Tables: jet-expand's and vjp-expand's rules, the derivative table both read
+(passes/derivatives.py), the directions-batched/collapsed rules (jet_directions.APPLY),
+the LAPACK kinds of the linear-algebra rules, the annotations each lowering pass
+lowers (registry.ANNOTATIONS) and the passes themselves (each XLA:CPU tuning pass
+has its lit test and is compared with and without it in test_xla_cpu_tuning.py).
+The BCOO op records are checked the same way in test_bcoo_records.py.
 
 The numeric tests are the cases of test_jet_rules.py and test_derivatives.py (against nested jax.jvp),
 test_vjp_rules.py (against jax.vjp) and the StableHLO spellings of test_linalg_rules.py: an op is covered when the StableHLO of some case
@@ -20,7 +27,7 @@ import test_derivatives
 import test_jet_rules
 import test_linalg_rules
 import test_vjp_rules
-from hlopt.passes import jet_rules, vjp_rules
+from hlopt.passes import derivatives, jet_directions, jet_rules, linalg_rules, registry, vjp_rules
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit"
 OP = re.compile(r"\b((?:stablehlo|chlo|sdy|func)\.[a-z_0-9]+)\b")
@@ -34,19 +41,31 @@ GAPS: dict[tuple[str, str], dict[str, str]] = {
     ("jet", "numeric"): {"chlo.tan": FOREIGN, "stablehlo.logistic": FOREIGN, "sdy.sharding_constraint": SHARDING,
                          "stablehlo.custom_call": CUSTOM},
     ("jet", "lit"): dict.fromkeys((
-        "sdy.sharding_constraint", "stablehlo.abs", "stablehlo.ceil", "stablehlo.clamp", "stablehlo.complex",
-        "stablehlo.fft", "stablehlo.gather", "stablehlo.imag", "stablehlo.minimum", "stablehlo.real",
-        "stablehlo.remainder", "stablehlo.reverse", "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even",
+        "sdy.sharding_constraint", "stablehlo.abs", "stablehlo.ceil", "stablehlo.clamp",
+        "stablehlo.fft", "stablehlo.gather", "stablehlo.minimum", "stablehlo.remainder", "stablehlo.reverse", "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even",
         "stablehlo.scatter", "stablehlo.sign"), NO_LIT),
     ("vjp", "numeric"): {"chlo.tan": FOREIGN, "stablehlo.logistic": FOREIGN, "sdy.sharding_constraint": SHARDING,
                          "stablehlo.custom_call": CUSTOM, "chlo.conj": "jnp.conj lowers to real/imag/complex",
                          "stablehlo.if": "jax lowers lax.cond to stablehlo.case"},
     ("vjp", "lit"): dict.fromkeys((
         "chlo.conj", "chlo.top_k", "sdy.sharding_constraint", "stablehlo.abs", "stablehlo.atan2", "stablehlo.ceil",
-        "stablehlo.complex", "stablehlo.imag", "stablehlo.minimum", "stablehlo.optimization_barrier",
-        "stablehlo.power", "stablehlo.real", "stablehlo.reduce_precision", "stablehlo.remainder",
+        "stablehlo.minimum", "stablehlo.optimization_barrier", "stablehlo.power", "stablehlo.reduce_precision", "stablehlo.remainder",
         "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even", "stablehlo.sign"), NO_LIT),
 }
+
+
+GAPS.update({
+    ("derivatives", "numeric"): {"chlo.tan": FOREIGN, "stablehlo.logistic": FOREIGN},
+    ("derivatives", "lit"): {},
+    ("directions", "lit"): dict.fromkeys((
+        "sdy.sharding_constraint", "stablehlo.complex", "stablehlo.fft", "stablehlo.gather", "stablehlo.imag",
+        "stablehlo.negate", "stablehlo.real", "stablehlo.reduce_window", "stablehlo.reverse", "stablehlo.scatter",
+        "stablehlo.select"), NO_LIT),
+    ("linalg", "lit"): {},
+    ("annotations", "lit"): {},
+    ("passes", "lit"): {},
+    ("tuning", "numeric"): {},
+})
 
 
 def _ops(text: str) -> set[str]:
@@ -125,3 +144,54 @@ def test_a_missing_case_is_named():
     else:
         raise AssertionError("a rule without a test went unnoticed")
     assert np.all([OP.findall('%0 = "stablehlo.reduce_window"(%x)') == ["stablehlo.reduce_window"]])
+
+
+def test_every_derivative_has_a_numeric_test():
+    _missing("derivatives", "numeric", set(derivatives.DERIVATIVES), jet_numeric() | vjp_numeric())
+
+
+def test_every_derivative_has_a_lit_case():
+    _missing("derivatives", "lit", set(derivatives.DERIVATIVES), lit_ops("jet-expand", "jet-collapse", "vjp-expand"))
+
+
+def test_every_directions_rule_has_a_lit_case():
+    """Numeric: test_linalg_rules' and test_pde's directions-batched and collapsed jets against standard jets."""
+    files = [p for folder in ("jet-collapse", "jet-expand") for p in (LIT / folder).glob("*.mlir")
+             if "directions" in p.read_text()]
+    _missing("directions", "lit", set(jet_directions.APPLY), set().union(*(_ops(p.read_text()) for p in files)))
+
+
+LAPACK_KIND = re.compile(r"lapack_[sdcz]([a-z]+)_ffi")
+
+
+def test_every_lapack_kind_has_a_lit_case_for_both_transforms():
+    """Numeric: test_linalg_rules runs every kind (OPS) against nested jvp and jax.vjp."""
+    kinds = set(linalg_rules.LAPACK.pattern.split("(")[1].split(")")[0].split("|"))
+    folders = ("jet-expand", "vjp-expand")
+    found = {f"{folder}: {k}" for folder in folders for p in (LIT / folder).glob("*.mlir")
+             for k in LAPACK_KIND.findall(p.read_text())}
+    _missing("linalg", "lit", {f"{folder}: {k}" for folder in folders for k in kinds}, found)
+
+
+def test_every_annotation_has_a_lit_case_of_its_pass():
+    found = set()
+    for target, pass_name in registry.ANNOTATIONS.items():
+        texts = [p.read_text() for p in (LIT / pass_name).glob("*.mlir")]
+        pattern = re.compile(r"@" + re.escape(target) + (r"\w" if target.endswith(".") else r"\b(?![.\w])"))
+        if any(pattern.search(t) for t in texts):
+            found.add(target)
+    _missing("annotations", "lit", set(registry.ANNOTATIONS), found)
+
+
+def test_every_pass_has_a_lit_test_that_runs_it():
+    runs = {p.read_text().split("\n", 1)[0] for p in LIT.rglob("*.mlir")}
+    runs |= {line for p in LIT.rglob("*.mlir") for line in p.read_text().splitlines() if "RUN:" in line}
+    found = {name for name in registry.PASSES if any(re.search(r"\b" + re.escape(name) + r"\b", r) for r in runs)}
+    _missing("passes", "lit", set(registry.PASSES), found)
+
+
+def test_every_tuning_pass_is_compared_with_and_without_it():
+    source = (pathlib.Path(__file__).parent / "test_xla_cpu_tuning.py").read_text()
+    uses_the_tuple = "DEFAULT_TUNING" in source
+    found = set(registry.DEFAULT_TUNING) if uses_the_tuple else {n for n in registry.DEFAULT_TUNING if n in source}
+    _missing("tuning", "numeric", set(registry.DEFAULT_TUNING), found)

@@ -14,6 +14,7 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
+from references import assert_jvp_and_grad_match
 from test_sparse_util import SHAPE, assert_close, buffers, random_data, strict_promotion  # noqa: F401
 
 LAYOUTS = [(0, 0), (1, 1), (2, 0)]
@@ -158,18 +159,7 @@ def test_multiply_dense_jvp_and_grad(vshape):
     def ref(d, v):
         return dense(d, indices) * jnp.broadcast_to(v, SHAPE)  # explicit: the tests run with rank promotion off
 
-    def ours(d, v, td, tv):
-        return jax.jvp(f, (d, v), (td, tv)), jax.grad(lambda d, v: (f(d, v) * w).sum(), (0, 1))(d, v)
-
-    def reference(d, v, td, tv):
-        return jax.jvp(ref, (d, v), (td, tv)), jax.grad(lambda d, v: (ref(d, v) * w).sum(), (0, 1))(d, v)
-
-    (p, t), (gd, gv) = hlopt.jit(ours)(data, v, td, tv)
-    (want_p, want_t), (want_gd, want_gv) = jax.jit(reference)(data, v, td, tv)
-    assert_close(p, want_p)
-    assert_close(t, want_t)
-    assert_close(gd, want_gd)
-    assert_close(gv, want_gv)
+    assert_jvp_and_grad_match(f, ref, (data, v), (td, tv), w, assert_close)
 
 
 @pytest.mark.parametrize(
@@ -190,18 +180,7 @@ def test_multiply_sparse_jvp_and_grad(lshape, rshape, lnb, rnb):
     def ref(ld, rd):
         return dense(ld, li, lshape) * dense(rd, ri, rshape)
 
-    def ours(ld, rd, tl, tr):
-        return jax.jvp(f, (ld, rd), (tl, tr)), jax.grad(lambda a, b: (f(a, b) * w).sum(), (0, 1))(ld, rd)
-
-    def reference(ld, rd, tl, tr):
-        return jax.jvp(ref, (ld, rd), (tl, tr)), jax.grad(lambda a, b: (ref(a, b) * w).sum(), (0, 1))(ld, rd)
-
-    (p, t), (gl, gr) = hlopt.jit(ours)(ld, rd, tl, tr)
-    (want_p, want_t), (want_gl, want_gr) = jax.jit(reference)(ld, rd, tl, tr)
-    assert_close(p, want_p)
-    assert_close(t, want_t)
-    assert_close(gl, want_gl)
-    assert_close(gr, want_gr)
+    assert_jvp_and_grad_match(f, ref, (ld, rd), (tl, tr), w, assert_close)
 
 
 # Every op linear in data, with the same op on the dense array: (hlopt op on a BCOO, dense op).

@@ -66,3 +66,41 @@ def test_parsing_of_comments_and_diagnostics():
     assert check([Diagnostic("error", 3, "bad")], produced(error), "x.mlir") == []
     assert check([Diagnostic("error", 3, "bad"), Diagnostic("note", 2, "first")], produced(error), "x.mlir") == [
         "x.mlir:1: error: unexpected note: first here", "x.mlir:2: error: expected note \"first\" was not produced"]
+
+
+def test_above_and_below_skip_lines_of_expectations():
+    text = ("a\n"                                  # 11
+            "// expected-note@above {{n}}\n"       # 12 -> 11
+            "// expected-error@below {{e}}\n"      # 13 -> 15
+            "// expected-error@below {{f}}\n"      # 14 -> 15
+            "b\n"                                  # 15
+            "c // expected-error {{g}} // expected-error {{h}}\n"  # 16, twice
+            "// expected-warning@above {{w}}\n")   # 17 -> 15 (16 holds expectations)
+    assert [(e.kind, e.line, e.message) for e in expectations(text, 10)] == [
+        ("note", 11, "n"), ("error", 15, "e"), ("error", 15, "f"), ("error", 16, "g"), ("error", 16, "h"),
+        ("warning", 15, "w")]
+    dangling = expectations("a\n// expected-error@below {{x}}\n", 0)
+    assert [e.line for e in dangling] == [3]  # past the chunk: never met
+
+
+def test_several_diagnostics_of_one_op_each_need_an_expectation():
+    error = Exception("x.mlir:3:5: error: first\nx.mlir:3:5: error: second\nx.mlir:1:1: note: why")
+    got = produced(error)
+    assert check([Diagnostic("error", 3, "first"), Diagnostic("error", 3, "second")], got, "x.mlir") == []
+    assert check([Diagnostic("error", 3, "first")], got, "x.mlir") == ["x.mlir:3: error: unexpected error: second"]
+    assert check([Diagnostic("error", 3, "first"), Diagnostic("error", 3, "first")], got, "x.mlir") == [
+        "x.mlir:3: error: unexpected error: second", "x.mlir:3: error: expected error \"first\" was not produced"]
+
+
+def test_chunks_that_succeed_are_printed(tmp_path, capsys):
+    good = "func.func @g(%x: tensor<4xf32>) -> tensor<4xf32> {\n  return %x : tensor<4xf32>\n}\n"
+    text = good + "// -----\n" + BODY.format(before=f"  // expected-error@below {{{{{MESSAGE}}}}}\n", same="", after="")
+    path = tmp_path / "case.mlir"
+    path.write_text(text)
+    rc = main([str(path), "-p", "jet-expand{func=f order=2}", "--verify-diagnostics", "--split-input-file"])
+    out, err = capsys.readouterr()
+    # the first chunk has no @f: its error is expected nowhere, so it fails, and nothing of it is printed
+    assert rc == 1 and "unexpected error: jet-expand: no function @f in the module" in err and "@g" not in out
+    rc = main([str(path), "-p", "canonicalize", "--verify-diagnostics", "--split-input-file"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and "func.func @g" in out and "func.func @f" in out and "was not produced" in err

@@ -18,6 +18,7 @@ from hlopt.compiler.program import parse_module
 from hlopt.passes.base import PassError
 from hlopt.compiler.stages import AnnotationError, Lowered
 from hlopt.runtime.compile import compile_lowered
+from references import vjp_of_a_jet
 from vjp_harness import _signature, assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
 
 rng = np.random.default_rng(0)
@@ -278,21 +279,11 @@ func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 def test_vjp_of_a_jet_through_the_default_pipeline():
     """The backward of a jet: an hlopt.vjp over a function that holds an hlopt.jet, as the
     Python side will emit it (jet-expand runs first in hlopt-default)."""
-    text = """
-func.func @main(%x: tensor<4xf32>, %v: tensor<4xf32>, %ct: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
-  %g:2 = stablehlo.custom_call @hlopt.vjp(%x, %v, %ct) {api_version = 4 : i32, called_computations = [@second], backend_config = {}} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>)
-  return %g#0, %g#1 : tensor<4xf32>, tensor<4xf32>
-}
-func.func private @second(%x: tensor<4xf32>, %v: tensor<4xf32>) -> tensor<4xf32> {
-  %z = stablehlo.constant dense<0.0> : tensor<4xf32>
-  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@f], backend_config = {order = 2 : i64}} : (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
-  return %r#2 : tensor<4xf32>
-}
-func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
+    text = vjp_of_a_jet("""
   %0 = stablehlo.tanh %x : tensor<4xf32>
   %1 = stablehlo.multiply %0, %x : tensor<4xf32>
   return %1 : tensor<4xf32>
-}"""
+""")
 
     def second(x, v):  # the second Taylor coefficient of t -> f(x + t v): f''(x) v^2 / 2
         f = lambda x: jnp.tanh(x) * x  # noqa: E731

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+from references import while_data_dependent
 from vjp_harness import assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
 
 RTOL = {"float64": 1e-10, "float32": 2e-5}
@@ -132,18 +133,9 @@ def _mlp(x, w1, b1, w2):
     return jnp.tanh(jnp.tanh(x @ w1 + b1) @ w2)
 
 
-def _while_data_dependent(x):
-    def cond(s):
-        return s[1].sum() < 20.0
-
-    def body(s):
-        return s[0] + 1, s[1] * 1.3 + 0.1 * jnp.sin(s[1])
-
-    return lax.while_loop(cond, body, (0, x))[1]
-
 
 def _unrolled_while(x: np.ndarray) -> Callable:
-    """`_while_data_dependent` unrolled at the trip count it takes from `x`, for jax.vjp
+    """`while_data_dependent` unrolled at the trip count it takes from `x`, for jax.vjp
     (which refuses the while loop)."""
     n, probe = 0, np.asarray(x)
     while probe.sum() < 20.0:
@@ -265,7 +257,7 @@ STRUCTURAL: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "scan_reverse": (lambda x: lax.scan(lambda c, a: (c * jnp.cos(a), c), 1.0 + x[0], x, reverse=True), ("real",)),
     "nested_loops": (lambda x: lax.fori_loop(
         0, 2, lambda i, v: lax.fori_loop(0, 3, lambda j, w: jnp.sin(w) * x, v) + v, x), ("real",)),
-    "while_data_dependent": (_while_data_dependent, ("pos",)),
+    "while_data_dependent": (while_data_dependent, ("pos",)),
     "switch": (lambda x, y: lax.switch(jnp.int32(jnp.sum(x) > 0), [lambda: jnp.sin(x) * y, lambda: jnp.exp(y)]),
                ("real", "real")),
     "cond": (lambda x, y: lax.cond(x[0] > 0, lambda: jnp.cos(x) * y, lambda: y / (1 + x * x)), ("real", "real")),

@@ -7,21 +7,26 @@
 
 An expectation `// expected-KIND[@LINE] {{TEXT}}` (KIND: error, warning or note)
 wants a diagnostic of that kind whose message contains TEXT, on the comment's own
-line, N lines below (`@+N`) or above (`@-N`); `@unknown` wants one without a
-location (`hlopt-opt: error: ...`). Notes (the call chain behind an error) are
-checked only in a chunk that expects one. Each `// -----` chunk of a split input
+line, N lines below (`@+N`) or above (`@-N`), on the next line without an
+expectation (`@below`) or the last one before it (`@above`), as mlir-opt reads
+them; `@unknown` wants one without a location (`hlopt-opt: error: ...`). One line
+may carry several expectations, and one operation several diagnostics (each is
+matched by one expectation). Notes (the first use behind a reuse, the call chain
+behind an error) are checked only in a chunk that expects one; there, every note
+must be expected. Each `// -----` chunk of a split input
 is run and checked on its own. Every diagnostic must be expected and every
 expectation met; each miss is reported as an error at its line, and the exit
-status is 1 if there is one.
+status is 1 if there is one. The chunks that succeed are printed, as without
+--verify-diagnostics, so one run checks both the errors and the output.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import sys
+from collections.abc import Callable
 
-_EXPECTED = re.compile(r"//\s*expected-(error|warning|note)(?:@(unknown|[+-]\d+))?\s*\{\{(.*?)\}\}")
+_EXPECTED = re.compile(r"//\s*expected-(error|warning|note)(?:@(unknown|above|below|[+-]\d+))?\s*\{\{(.*?)\}\}")
 _LOCATED = re.compile(r"^(?:.*?):(\d+):\d+: (error|warning|note): (.*)$")
 _UNLOCATED = re.compile(r"^[\w.-]+: (error|warning|note): (.*)$")
 
@@ -38,11 +43,28 @@ class Diagnostic:
 
 def expectations(text: str, first_line: int) -> list[Diagnostic]:
     """The `expected-*` comments of a chunk that starts at 0-based line `first_line`."""
-    found = []
-    for i, line in enumerate(text.splitlines(), start=first_line + 1):
-        for kind, where, message in _EXPECTED.findall(line):
-            target = None if where == "unknown" else i + int(where or 0)
+    found: list[Diagnostic] = []
+    below: list[Diagnostic] = []  # waiting for the next line without an expectation
+    last_plain = None  # the last line without an expectation (1-based)
+    lines = text.splitlines()
+    for i, line in enumerate(lines, start=first_line + 1):
+        matches = _EXPECTED.findall(line)
+        if not matches:
+            for e in below:
+                e.line = i
+            below, last_plain = [], i
+        for kind, where, message in matches:
+            if where == "unknown":
+                target = None
+            elif where == "above":
+                target = last_plain
+            elif where == "below":
+                target = first_line + len(lines) + 1  # past the chunk, unless a line follows
+            else:
+                target = i + int(where or 0)
             found.append(Diagnostic(kind, target, message))
+            if where == "below":
+                below.append(found[-1])
     return found
 
 
@@ -80,19 +102,11 @@ def check(expected: list[Diagnostic], got: list[Diagnostic], filename: str) -> l
     return misses
 
 
-def verify(text: str, filename: str, pipeline: str, split: bool) -> int:
-    """Run `pipeline` on each chunk of `text` and check its diagnostics; print the misses
-    to stderr and return the exit status (0: every diagnostic was as expected)."""
-    from hlopt.cli.opt import _chunks, process
-
-    misses = []
-    for chunk, first_line in _chunks(text, split):
-        try:
-            process("\n" * first_line + chunk, filename, pipeline)
-            got = []
-        except Exception as e:  # noqa: BLE001 - every error of a chunk is a diagnostic to check
-            got = produced(e)
-        misses += check(expectations(chunk, first_line), got, filename)
-    for line in misses:
-        print(line, file=sys.stderr)
-    return 1 if misses else 0
+def verify_chunk(chunk: str, first_line: int, filename: str, run: Callable[[], str]) -> tuple[str | None, list[str]]:
+    """Run one chunk (`run` returns its printed module) and check its diagnostics against
+    its expectations: the printed module (None if the chunk failed) and the misses."""
+    try:
+        output, got = run(), []
+    except Exception as e:  # noqa: BLE001 - every error of a chunk is a diagnostic to check
+        output, got = None, produced(e)
+    return output, check(expectations(chunk, first_line), got, filename)

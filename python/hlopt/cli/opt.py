@@ -108,30 +108,35 @@ def main(argv: list[str] | None = None) -> int:
 
             parse_pipeline(args.pipeline)  # a bad pipeline is reported before the input is read
         text, filename = _read(args.input)
-        if args.verify_diagnostics:
-            from hlopt.cli.diagnostics import verify
-
-            return verify(text, filename, args.pipeline, args.split_input_file)
-        outputs, failed = [], False
+        outputs, failed, misses = [], False, []
         for chunk, first_line in _chunks(text, args.split_input_file):
-            source = "\n" * first_line + chunk  # keep line numbers of the whole file
+            def run(source: str = "\n" * first_line + chunk) -> str:  # keep line numbers of the whole file
+                return process(source, filename, args.pipeline, print_ir_after_all=args.print_ir_after_all,
+                               timing=args.timing, debug_info=args.debug_info, allow_import=args.allow_import)
+
+            if args.verify_diagnostics:
+                from hlopt.cli.diagnostics import verify_chunk
+
+                output, chunk_misses = verify_chunk(chunk, first_line, filename, run)
+                outputs += [] if output is None else [output]
+                misses += chunk_misses
+                continue
             try:
-                outputs.append(process(source, filename, args.pipeline,
-                                       print_ir_after_all=args.print_ir_after_all,
-                                       timing=args.timing, debug_info=args.debug_info,
-                                       allow_import=args.allow_import))
+                outputs.append(run())
             except Exception as e:  # noqa: BLE001 - with --split-input-file, go on to the next chunk
                 if not args.split_input_file or args.debug:
                     raise
                 print(str(e), file=sys.stderr)
                 failed = True
+        for line in misses:
+            print(line, file=sys.stderr)
         out = (SPLIT_MARKER + "\n").join(o.rstrip("\n") + "\n" for o in outputs)
         if args.output == "-":
             sys.stdout.write(out)
         else:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(out)
-        return 1 if failed else 0
+        return 1 if failed or misses else 0
 
     return run_main(body, "hlopt-opt", args.debug)
 

@@ -1,7 +1,6 @@
-// RUN: not hlopt-opt %s -p check-key-reuse --split-input-file 2>&1 >/dev/null | filecheck %s
-// RUN: not hlopt-opt %s -p check-key-reuse{fold-in-consumes=true} --split-input-file 2>&1 >/dev/null | filecheck %s --check-prefix=FOLD
-// RUN: not hlopt-opt %s -p check-key-reuse --split-input-file 2>&1 >/dev/null | grep -c "error:" | filecheck %s --check-prefix=COUNT
-// COUNT: {{^}}8{{$}}
+// RUN: hlopt-opt %s -p check-key-reuse --split-input-file --verify-diagnostics
+// RUN: hlopt-opt %s -p check-key-reuse{fold-in-consumes=true} --split-input-file --verify-diagnostics
+// Whether fold_in consumes its key changes nothing here; fold-in.mlir has the case where it does.
 
 // Each function holds the threefry2x32 kernel as JAX emits it, abbreviated: the
 // analysis recognises it by its key schedule (k0 ^ k1 ^ 0x1BD11BDA), not its name.
@@ -22,10 +21,8 @@ func.func @bits_twice(%key: tensor<2xui32>) -> (tensor<ui32>, tensor<ui32>) {
   %c = stablehlo.constant dense<0> : tensor<ui32>
   %a:2 = func.call @threefry2x32(%k0, %k1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
   %b:2 = func.call @threefry2x32(%k0, %k1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
-  // CHECK: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: note: the key was first consumed here
-  // FOLD: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 5]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-error@-1 {{PRNG key is consumed a second time}}
+  // expected-note@-3 {{the key was first consumed here}}
   return %a#0, %b#0 : tensor<ui32>, tensor<ui32>
 }
 
@@ -59,10 +56,8 @@ func.func @split_then_reuse_parent(%key: tensor<2xui32>) -> (tensor<ui32>, tenso
   %ck1 = stablehlo.reshape %c1 : (tensor<1xui32>) -> tensor<ui32>
   %a:2 = func.call @threefry2x32(%ck0, %ck1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
   %b:2 = func.call @threefry2x32(%k0, %k1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
-  // CHECK: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: reuse.mlir:[[# @LINE - 11]]:{{[0-9]+}}: note: the key was first consumed here
-  // FOLD: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 13]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-error@-1 {{PRNG key is consumed a second time}}
+  // expected-note@-11 {{the key was first consumed here}}
   return %a#0, %b#0, %split#0 : tensor<ui32>, tensor<ui32>, tensor<ui32>
 }
 
@@ -92,10 +87,8 @@ func.func @through_calls(%key: tensor<2xui32>) -> (tensor<ui32>, tensor<ui32>) {
   %r = stablehlo.reshape %key : (tensor<2xui32>) -> tensor<1x2xui32>
   %s = stablehlo.reshape %r : (tensor<1x2xui32>) -> tensor<2xui32>
   %b = func.call @draw(%s) : (tensor<2xui32>) -> tensor<ui32>
-  // CHECK: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: reuse.mlir:[[# @LINE - 5]]:{{[0-9]+}}: note: the key was first consumed here
-  // FOLD: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 7]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-error@-1 {{PRNG key is consumed a second time}}
+  // expected-note@-5 {{the key was first consumed here}}
   return %a, %b : tensor<ui32>, tensor<ui32>
 }
 
@@ -123,10 +116,8 @@ func.func @loop_over_captured_key(%key: tensor<2xui32>, %n: tensor<i32>) -> tens
     stablehlo.return %p : tensor<i1>
   } do {
     %a:2 = func.call @threefry2x32(%k0, %k1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
-  // CHECK: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed in every iteration of a loop without being split
-  // CHECK-NEXT: reuse.mlir:[[# @LINE - 8]]:{{[0-9]+}}: note: in this loop
-  // FOLD: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: error: PRNG key is consumed in every iteration of a loop without being split
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 10]]:{{[0-9]+}}: note: in this loop
+  // expected-error@-1 {{PRNG key is consumed in every iteration of a loop without being split}}
+  // expected-note@-8 {{in this loop}}
     %one = stablehlo.constant dense<1> : tensor<i32>
     %j = stablehlo.subtract %i, %one : tensor<i32>
     stablehlo.return %j, %a#0 : tensor<i32>, tensor<ui32>
@@ -159,10 +150,8 @@ func.func @after_branches(%key: tensor<2xui32>, %which: tensor<i32>) -> tensor<u
     stablehlo.return %b#1 : tensor<ui32>
   }) : (tensor<i32>) -> tensor<ui32>
   %after:2 = func.call @threefry2x32(%k0, %k1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
-  // CHECK: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: reuse.mlir:[[# @LINE - 8]]:{{[0-9]+}}: note: the key was first consumed here
-  // FOLD: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 10]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-error@-1 {{PRNG key is consumed a second time}}
+  // expected-note@-8 {{the key was first consumed here}}
   return %after#0 : tensor<ui32>
 }
 
@@ -181,44 +170,13 @@ func.func @inlined_and_custom_call(%key: tensor<2xui32>) -> (tensor<ui32>, tenso
   %add0 = stablehlo.add %c, %k0 : tensor<ui32>
   %x1 = stablehlo.xor %k0, %k1 : tensor<ui32>
   %ks1 = stablehlo.xor %parity, %x1 : tensor<ui32>
-  // CHECK: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: reuse.mlir:[[# @LINE - 5]]:{{[0-9]+}}: note: the key was first consumed here
-  // FOLD: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 7]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-error@-1 {{PRNG key is consumed a second time}}
+  // expected-note@-5 {{the key was first consumed here}}
   %g:2 = stablehlo.custom_call @cu_threefry2x32(%k0, %k1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
-  // CHECK: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: reuse.mlir:[[# @LINE - 10]]:{{[0-9]+}}: note: the key was first consumed here
-  // FOLD: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 12]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-error@-1 {{PRNG key is consumed a second time}}
+  // expected-note@-8 {{the key was first consumed here}}
   %h:2 = stablehlo.custom_call @cu_threefry2x32(%k0, %k1, %c, %c) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
-  // CHECK: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: reuse.mlir:[[# @LINE - 15]]:{{[0-9]+}}: note: the key was first consumed here
-  // FOLD: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 17]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-error@-1 {{PRNG key is consumed a second time}}
+  // expected-note@-11 {{the key was first consumed here}}
   return %ks0, %ks1, %g#0 : tensor<ui32>, tensor<ui32>, tensor<ui32>
-}
-
-// -----
-
-// fold_in hashes the key with data (a function argument): JAX does not count it
-// as consuming; fold-in-consumes=true does.
-func.func private @threefry2x32(%k0: tensor<ui32>, %k1: tensor<ui32>, %x0: tensor<ui32>, %x1: tensor<ui32>) -> (tensor<ui32>, tensor<ui32>) {
-  %c = stablehlo.constant dense<466688986> : tensor<ui32>
-  %0 = stablehlo.xor %k0, %k1 : tensor<ui32>
-  %1 = stablehlo.xor %0, %c : tensor<ui32>
-  %2 = stablehlo.add %x0, %k0 : tensor<ui32>
-  %3 = stablehlo.add %x1, %1 : tensor<ui32>
-  return %2, %3 : tensor<ui32>, tensor<ui32>
-}
-func.func @fold_in_twice(%key: tensor<2xui32>, %d: tensor<ui32>) -> (tensor<ui32>, tensor<ui32>) {
-  %s0 = stablehlo.slice %key [0:1] : (tensor<2xui32>) -> tensor<1xui32>
-  %k0 = stablehlo.reshape %s0 : (tensor<1xui32>) -> tensor<ui32>
-  %s1 = stablehlo.slice %key [1:2] : (tensor<2xui32>) -> tensor<1xui32>
-  %k1 = stablehlo.reshape %s1 : (tensor<1xui32>) -> tensor<ui32>
-  %c = stablehlo.constant dense<0> : tensor<ui32>
-  %a:2 = func.call @threefry2x32(%k0, %k1, %d, %d) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
-  %b:2 = func.call @threefry2x32(%k0, %k1, %d, %d) : (tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>) -> (tensor<ui32>, tensor<ui32>)
-  // FOLD: reuse.mlir:[[# @LINE - 1]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // FOLD-NEXT: reuse.mlir:[[# @LINE - 3]]:{{[0-9]+}}: note: the key was first consumed here
-  return %a#0, %b#0 : tensor<ui32>, tensor<ui32>
 }

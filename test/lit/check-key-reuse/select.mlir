@@ -1,6 +1,4 @@
-// RUN: not hlopt-opt %s -p check-key-reuse 2>&1 >/dev/null | filecheck %s
-// RUN: not hlopt-opt %s -p check-key-reuse 2>&1 >/dev/null | grep -c "error:" | filecheck %s --check-prefix=COUNT
-// COUNT: {{^}}3{{$}}
+// RUN: hlopt-opt %s -p check-key-reuse --verify-diagnostics
 
 // A select is followed when the choice is known: a constant predicate, or both
 // sides the same key. Otherwise its result is a new key. Two draws from one key
@@ -31,12 +29,12 @@ func.func @select_known(%key: tensor<2xui32>, %other: tensor<2xui32>, %p: tensor
   %chosen = stablehlo.select %true, %key, %other : tensor<i1>, tensor<2xui32>
   %same = stablehlo.select %p, %other, %other : tensor<i1>, tensor<2xui32>
   %a = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
-  // CHECK: select.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: select.mlir:[[# @LINE - 2]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-note@above {{the key was first consumed here}}
+  // expected-error@below {{PRNG key is consumed a second time}}
   %b = func.call @draw(%chosen) : (tensor<2xui32>) -> tensor<ui32>
   %c = func.call @draw(%other) : (tensor<2xui32>) -> tensor<ui32>
-  // CHECK: select.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: select.mlir:[[# @LINE - 2]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-note@above {{the key was first consumed here}}
+  // expected-error@below {{PRNG key is consumed a second time}}
   %d = func.call @draw(%same) : (tensor<2xui32>) -> tensor<ui32>
   return %a, %b, %c, %d : tensor<ui32>, tensor<ui32>, tensor<ui32>, tensor<ui32>
 }
@@ -59,8 +57,8 @@ func.func @draws_meet_in_a_select(%key: tensor<2xui32>, %p: tensor<i1>) -> tenso
 
 func.func @draws_mixed_after_a_select(%key: tensor<2xui32>, %p: tensor<i1>) -> tensor<ui32> {
   %a = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
-  // CHECK: select.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: PRNG key is consumed a second time
-  // CHECK-NEXT: select.mlir:[[# @LINE - 2]]:{{[0-9]+}}: note: the key was first consumed here
+  // expected-note@above {{the key was first consumed here}}
+  // expected-error@below {{PRNG key is consumed a second time}}
   %b = func.call @draw(%key) : (tensor<2xui32>) -> tensor<ui32>
   %s = stablehlo.select %p, %a, %b : tensor<i1>, tensor<ui32>
   %m = stablehlo.add %s, %a : tensor<ui32>

@@ -1,5 +1,7 @@
 // Input nested deeper than MLIR's parser (or XLA) can take is refused before parsing: one line with the
 // location, exit 1, never a segmentation fault (test/python/nesting_limits.py generates the inputs).
+// Checked on stderr, not with --verify-diagnostics: the inputs are generated (no room for an
+// expected-error comment in them), and the check is that the whole output is that one line.
 
 // RUN: %PYTHON %S/../../python/nesting_limits.py --emit tuple 20000 > %t.types.mlir
 // RUN: not hlopt-opt %t.types.mlir -p canonicalize 2>&1 | filecheck %s --check-prefix=TYPES

@@ -1,5 +1,7 @@
 // Every pipeline error is one line and exit status 1, also those MLIR only prints (an inline pass's
 // default pipeline is parsed when the pass runs, and its errors were printed and ignored).
+// A pipeline is checked before the input is read, so these are the command's errors, not
+// diagnostics of the input that --verify-diagnostics could match: they are checked on stderr.
 
 // RUN: not hlopt-opt %s -p 'inline{default-pipeline=jet-expand}' 2>&1 | filecheck %s --check-prefix=NESTED
 // NESTED: hlopt-opt: error: 'jet-expand' is an hlopt pass or pipeline: it runs on the whole module and cannot be nested in 'inline{default-pipeline=jet-expand}'; put it at the top level of the pipeline

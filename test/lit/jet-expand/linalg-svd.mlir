@@ -1,7 +1,6 @@
 // RUN: hlopt-opt %s -p "jet-expand{func=svd order=2}" | filecheck %s --check-prefix=SVD
 // RUN: hlopt-opt %s -p "jet-expand{func=svd_wide order=1}" | filecheck %s --check-prefix=WIDE
-// RUN: not hlopt-opt %s -p "jet-expand{func=svd_full order=1}" 2>&1 | filecheck %s --check-prefix=FULL
-// RUN: not hlopt-opt %s -p "jet-expand{func=svd_values order=1}" 2>&1 | filecheck %s --check-prefix=VALUES
+// The SVD modes without a rule (full matrices, values only) are in linalg-errors.mlir.
 
 // The SVD record of passes/linalg_rules.py (LAPACK gesdd / gesvd, thin): the primal stays the
 // call; its coefficients are products in the primal singular bases, F o (...) with
@@ -31,16 +30,4 @@ func.func @svd(%a: tensor<5x3xf32>) -> (tensor<5x3xf32>, tensor<3xf32>, tensor<3
 func.func @svd_wide(%a: tensor<2x2x4xf64>) -> (tensor<2x2x2xf64>, tensor<2x2xf64>, tensor<2x2x4xf64>) {
   %0:5 = stablehlo.custom_call @lapack_dgesvd_ffi(%a) {backend_config = "", mhlo.backend_config = {mode = 83 : ui8}, operand_layouts = [dense<[1, 2, 0]> : tensor<3xindex>], result_layouts = [dense<[1, 2, 0]> : tensor<3xindex>, dense<[1, 0]> : tensor<2xindex>, dense<[1, 2, 0]> : tensor<3xindex>, dense<[1, 2, 0]> : tensor<3xindex>, dense<0> : tensor<1xindex>]} : (tensor<2x2x4xf64>) -> (tensor<2x2x4xf64>, tensor<2x2xf64>, tensor<2x2x2xf64>, tensor<2x2x4xf64>, tensor<2xi32>)
   return %0#2, %0#1, %0#3 : tensor<2x2x2xf64>, tensor<2x2xf64>, tensor<2x2x4xf64>
-}
-
-// FULL: linalg-svd.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @lapack_sgesdd_ffi with full matrices (full_matrices=True) has no rule here: the rules take the thin decomposition with its vectors, jnp.linalg.svd(a, full_matrices=False)
-func.func @svd_full(%a: tensor<5x3xf32>) -> tensor<5x5xf32> {
-  %0:5 = stablehlo.custom_call @lapack_sgesdd_ffi(%a) {mhlo.backend_config = {mode = 65 : ui8}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<[0, 1]> : tensor<2xindex>, dense<[0, 1]> : tensor<2xindex>, dense<> : tensor<0xindex>]} : (tensor<5x3xf32>) -> (tensor<5x3xf32>, tensor<3xf32>, tensor<5x5xf32>, tensor<3x3xf32>, tensor<i32>)
-  return %0#2 : tensor<5x5xf32>
-}
-
-// VALUES: linalg-svd.mlir:[[# @LINE + 2]]:{{[0-9]+}}: error: jet-expand: @lapack_sgesdd_ffi without singular vectors (compute_uv=False) has no rule here
-func.func @svd_values(%a: tensor<5x3xf32>) -> tensor<3xf32> {
-  %0:5 = stablehlo.custom_call @lapack_sgesdd_ffi(%a) {mhlo.backend_config = {mode = 78 : ui8}, operand_layouts = [dense<[0, 1]> : tensor<2xindex>], result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<0> : tensor<1xindex>, dense<[0, 1]> : tensor<2xindex>, dense<[0, 1]> : tensor<2xindex>, dense<> : tensor<0xindex>]} : (tensor<5x3xf32>) -> (tensor<5x3xf32>, tensor<3xf32>, tensor<5x5xf32>, tensor<3x3xf32>, tensor<i32>)
-  return %0#1 : tensor<3xf32>
 }

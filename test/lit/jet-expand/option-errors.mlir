@@ -1,5 +1,7 @@
 // RUN: not hlopt-opt %s -p 'jet-expand{func=f order=0}' 2>&1 | filecheck %s --check-prefix=ORDER
 // RUN: not hlopt-opt %s -p 'jet-expand{order=2}' 2>&1 | filecheck %s --check-prefix=NOFUNC
+// Option errors are the command's (the pipeline is checked before the input is read), not
+// diagnostics of the input that --verify-diagnostics could match: they are checked on stderr.
 // ORDER: hlopt-opt: error: pass 'jet-expand': option 'order' must be between 1 and 64, got '0'{{$}}
 // NOFUNC: hlopt-opt: error: pass 'jet-expand': option 'order' needs 'func' (jet-expand{func=NAME order=K}){{$}}
 // The order is bounded: 1000 used to run for minutes, 10^23 to abort with std::bad_alloc.
