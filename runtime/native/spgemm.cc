@@ -407,6 +407,17 @@ ffi::Error by_index(ffi::DataType type, const Dims& dims, F f) {
   return narrow_rows(dims) ? f(int32_t{}, int64_t{}) : f(int64_t{}, int64_t{});
 }
 
+// fill_rows, then padding (column cols, value 0; a COO entry's row `rows`) after the last entry.
+template <typename M, typename T, typename I, typename P>
+ffi::Error fill_and_pad(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* rd,
+                        const std::vector<int64_t>& offset, const Dims& dims, int64_t nse, ffi::ThreadPool& pool, P put,
+                        const char* target) {
+  if (auto err = status_error(fill_rows<M>(lhs, ld, rhs, rd, offset, dims, nse, pool, put), target); err.failure())
+    return err;
+  for (int64_t k = std::min(offset[dims.rows], nse); k < nse; ++k) put(k, dims.rows, static_cast<I>(dims.cols), T(0));
+  return ffi::Error::Success();
+}
+
 // ---- BCOO operands ----
 
 ffi::Error SpgemmCountImpl(ffi::ThreadPool pool, ffi::AnyBuffer li, ffi::AnyBuffer ri, int64_t rows, int64_t inner,
@@ -451,12 +462,8 @@ ffi::Error coo_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& li, const ff
     idx[2 * at] = static_cast<I>(r);
     idx[2 * at + 1] = c;
   };
-  if (auto err = status_error(fill_rows<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), offset, dims, nse, pool, put),
-                              "hlopt_spgemm_fill");
-      err.failure())
-    return err;
-  for (int64_t k = std::min(offset[dims.rows], nse); k < nse; ++k) put(k, dims.rows, static_cast<I>(dims.cols), T(0));
-  return ffi::Error::Success();
+  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), offset, dims, nse, pool, put,
+                         "hlopt_spgemm_fill");
 }
 
 ffi::Error SpgemmFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffer li, ffi::AnyBuffer rd, ffi::AnyBuffer ri,
@@ -556,12 +563,8 @@ ffi::Error csr_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& lp, const ff
     data[at] = v;
     idx[at] = c;
   };
-  if (auto err = status_error(fill_rows<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), offset, dims, nse, pool, put),
-                              "hlopt_spgemm_csr_fill");
-      err.failure())
-    return err;
-  for (int64_t k = std::min(offset[dims.rows], nse); k < nse; ++k) put(k, dims.rows, static_cast<I>(dims.cols), T(0));
-  return ffi::Error::Success();
+  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), offset, dims, nse, pool, put,
+                         "hlopt_spgemm_csr_fill");
 }
 
 ffi::Error SpgemmCsrFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffer lp, ffi::AnyBuffer li,
