@@ -21,7 +21,9 @@ as much as the products do, so a percentage of it above 100 says the copy ran at
   native count kernel sizes the output exactly, then the fill kernel computes it; see
   hlopt.sparse.spgemm) and, under `hlopt.jit`, `bcoo_spdot_general(A, A, nse=exact)` with traced
   indices (both kernels in the program; up to `--traced-spgemm-max-rows`). The power-law graph
-  runs up to `--power-law-max-rows`, SpGEMM up to `--spgemm-max-rows`. The eager rows' peak
+  runs up to `--power-law-max-rows`, SpGEMM up to `--spgemm-max-rows`. Beside them the same
+  products of `hlopt.sparse.BCSR` matrices (`bcsr_spdot_general`: CSR in, CSR out, 8 bytes an
+  entry as scipy's), eagerly and under jit with nse given. The eager rows' peak
   memory is, for both sides, what the resident set grows by over one call in a fresh process
   (after a warm-up call), which sees the kernels' scratch; the jit rows' hlopt peak is XLA's
   buffers only.
@@ -60,6 +62,8 @@ import scipy.sparse as sp
 import hlopt
 from hlopt import sparse as hs
 from hlopt.passes import bcoo_shapes
+from hlopt.sparse.bcsr import BCSR
+from hlopt.sparse.bcsr_spgemm import bcsr_spdot_general
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from record import write_record  # noqa: E402
@@ -284,8 +288,23 @@ def spgemm(name: str, m: sp.csr_matrix, copy_bw: float, budget: float, traced: b
     print(f"|   (peak as resident-set growth over one call: scipy {row['scipy_peak_bytes'] / 2**20:.1f} MB, "
           f"hlopt {eager_peak / 2**20:.1f} MB) |", flush=True)
     figures.append(row)
+    C = BCSR.from_scipy_sparse(m)
+    jax.block_until_ready(bcsr_spdot_general(C, C).data)
+    csr_peak = _rss_growth_in_subprocess("hlopt-bcsr", A)
+    row = measure(f"SpGEMM {name}, eager BCSR @ BCSR", n, m.nnz, bytes_, copy_bw, lambda: m @ m,
+                  lambda: bcsr_spdot_general(C, C).data, None, (), budget, first, ours_peak=csr_peak)
+    row["scipy_peak_bytes"] = figures[-1]["scipy_peak_bytes"]
+    row["peak_is"] = figures[-1]["peak_is"]
+    print(f"|   (peak as resident-set growth over one call: scipy {row['scipy_peak_bytes'] / 2**20:.1f} MB, "
+          f"hlopt BCSR {csr_peak / 2**20:.1f} MB) |", flush=True)
+    figures.append(row)
     if not traced:
         return figures
+    fc, cc = compiled(lambda d, i, p: _csr_bufs(bcsr_spdot_general(BCSR((d, i, p), shape=shape),
+                                                                   BCSR((d, i, p), shape=shape), nse=exact)),
+                      (C.data, C.indices, C.indptr))
+    figures.append(measure(f"SpGEMM {name}, jit BCSR, nse given", n, m.nnz, bytes_, copy_bw, lambda: m @ m,
+                           lambda: fc(C.data, C.indices, C.indptr), fc, (C.data, C.indices, C.indptr), budget, cc))
     B = bcoo(shape)
     f, c = compiled(lambda d, i: _bufs(hs.bcoo_spdot_general(B(d, i), B(d, i), dimension_numbers=mm, nse=exact)),
                     (d, i))
@@ -318,6 +337,9 @@ def spgemm_rss_growth(side: str, path: str) -> int:
     if side == "scipy":
         m = sp.csr_matrix((data, (indices[:, 0], indices[:, 1])), shape=shape)
         product = lambda: m @ m  # noqa: E731
+    elif side == "hlopt-bcsr":
+        C = BCSR.from_scipy_sparse(sp.csr_matrix((data, (indices[:, 0], indices[:, 1])), shape=shape))
+        product = lambda: jax.block_until_ready(bcsr_spdot_general(C, C).data)  # noqa: E731
     else:
         A = hs.BCOO((jnp.asarray(data), jnp.asarray(indices)), shape=shape, indices_sorted=True, unique_indices=True)
         product = lambda: jax.block_until_ready((A @ A).data)  # noqa: E731
@@ -341,6 +363,10 @@ def _layout(A: hs.BCOO) -> Any:
 
 def _bufs(m: hs.BCOO) -> tuple[jax.Array, jax.Array]:
     return m.data, m.indices
+
+
+def _csr_bufs(m: BCSR) -> tuple[jax.Array, jax.Array, jax.Array]:
+    return m.data, m.indices, m.indptr
 
 
 def main() -> None:

@@ -279,20 +279,10 @@ ffi::Error sddmm_impl(ffi::ThreadPool pool, ffi::AnyBuffer p, ffi::AnyBuffer qt,
 }
 
 XLA_FFI_DEFINE_HANDLER(bcoo_spmm, spmm_impl,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::ThreadPool>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::Buffer<ffi::S32>>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Ret<ffi::AnyBuffer>());
+                       (bind_pooled<ffi::AnyBuffer, ffi::Buffer<ffi::S32>, ffi::AnyBuffer>().Ret<ffi::AnyBuffer>()));
 
 XLA_FFI_DEFINE_HANDLER(bcoo_sddmm, sddmm_impl,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::ThreadPool>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::Buffer<ffi::S32>>()
-                           .Ret<ffi::AnyBuffer>());
+                       (bind_pooled<ffi::AnyBuffer, ffi::AnyBuffer, ffi::Buffer<ffi::S32>>().Ret<ffi::AnyBuffer>()));
 
 HLOPT_REGISTER_HANDLER("hlopt_bcoo_spmm", bcoo_spmm);
 HLOPT_REGISTER_HANDLER("hlopt_bcoo_sddmm", bcoo_sddmm);

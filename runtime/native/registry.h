@@ -6,9 +6,11 @@
 #ifndef HLOPT_RUNTIME_NATIVE_REGISTRY_H_
 #define HLOPT_RUNTIME_NATIVE_REGISTRY_H_
 
+#include <utility>
 #include <vector>
 
 #include "xla/ffi/api/c_api.h"
+#include "xla/ffi/api/ffi.h"
 
 namespace hlopt {
 
@@ -25,6 +27,27 @@ struct RegisterHandler {
     handler_table().push_back({name, handler});
   }
 };
+
+template <typename... Args>
+struct ArgList {};
+
+// `binding` with the operands A, Rest... added. A Binding can be neither copied nor moved out of
+// its chain of calls, so each step returns the next call's result (a prvalue) itself.
+template <typename B, typename A, typename... Rest>
+auto with_args(B&& binding, ArgList<A, Rest...>) {
+  if constexpr (sizeof...(Rest) == 0) {
+    return std::move(binding).template Arg<A>();
+  } else {
+    return with_args(std::move(binding).template Arg<A>(), ArgList<Rest...>{});
+  }
+}
+
+// The binding of a handler that runs on XLA:CPU's intra-op thread pool and takes the operands
+// `Args...` (attributes and results are added to it): `bind_pooled<ffi::AnyBuffer, ...>().Ret<...>()`.
+template <typename... Args>
+auto bind_pooled() {
+  return with_args(xla::ffi::Ffi::Bind().Ctx<xla::ffi::ThreadPool>(), ArgList<Args...>{});
+}
 
 }  // namespace hlopt
 

@@ -1,23 +1,33 @@
-// Sparse x sparse matrix product (SpGEMM) of two COO matrices, CSR-style in two phases.
+// Sparse x sparse matrix product (SpGEMM) of two 2-d sparse matrices, CSR-style in two phases.
 //
-// Operands are BCOO buffers of 2-d matrices without batch or dense dims: `indices[nse, 2]`
-// (row, column) and `data[nse]`, lhs `rows x inner`, rhs `inner x cols`. Entries whose index is
-// out of range (padding, or anything else) are dropped, as JAX's BCOO treats them; duplicates
-// add. Nothing from an operand is trusted: every index, count and size is checked before use.
+// Operands (lhs `rows x inner`, rhs `inner x cols`) come as BCOO buffers (`indices[nse, 2]` of
+// (row, column) and `data[nse]`, no batch or dense dims) or as CSR buffers (`indptr[rows + 1]`,
+// `indices[nse]` of columns, `data[nse]`). A COO entry whose index is out of range (padding, or
+// anything else) is dropped, as JAX's BCOO treats them, and so is a CSR entry whose column is or
+// that lies outside [indptr[0], indptr[rows]); duplicates add. Nothing from an operand is trusted:
+// every index, pointer, count and size is checked before use, and a CSR operand whose indptr is
+// negative, decreases or points past its buffers is refused.
 //
-// - hlopt_spgemm_count (symbolic phase): `counts[rows]`, the distinct output columns of each row.
-// - hlopt_spgemm_fill (numeric phase): given `counts` (checked against the operands' structure),
-//   the output's first `nse` entries in row-major order (`nse` is the result's size; padding
-//   after the last entry has index (rows, cols) and value 0), the values summed in the data's
-//   type.
+// - hlopt_spgemm_count (symbolic phase, BCOO operands): `counts[rows]`, the distinct output
+//   columns of each row.
+// - hlopt_spgemm_fill (numeric phase, BCOO operands and output): given `counts` (checked against
+//   the operands' structure), the output's first `nse` entries in row-major order, columns
+//   ascending within a row (`nse` is the result's size; padding after the last entry has index
+//   (rows, cols) and value 0), the values summed in the data's type.
+// - hlopt_spgemm_csr_count / hlopt_spgemm_csr_fill: the same on CSR operands; the count writes the
+//   output's `indptr[rows + 1]` directly, the fill takes it (checked the same way) and writes the
+//   output's first `nse` column indices and values (padding: column `cols`, value 0).
 //
 // Each phase takes one output row at a time with a dense marker over the output's columns (one
-// per thread); rows are split across threads into ranges of equal work (multiply-adds).
+// per thread); rows are split across threads into ranges of equal work (multiply-adds). A row's
+// columns are put in order by rank (a short row), by a bitmap over the columns (a long one) or by
+// sorting, whichever costs least.
 
 #include <algorithm>
 #include <complex>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -31,7 +41,9 @@ namespace {
 
 // Work (multiply-adds) below which a range of rows is not split further.
 constexpr int64_t kWorkPerBlock = 1 << 18;
-// Rows with at most this many entries are ordered by rank (quadratic, branch-free) rather than sorted.
+// The most output columns: each thread keeps a marker, a running sum and a column per output column.
+constexpr int64_t kMaxCols = int64_t{1} << 24;
+// Rows with at most this many entries may be ordered by rank (quadratic, branch-free).
 constexpr int64_t kRankSortMax = 256;
 
 // One operand's rows as CSR: the in-range entries of row r are `k in [ptr[r], ptr[r+1])`, with
@@ -50,7 +62,7 @@ struct Rows {
   I col(int64_t k) const { return col_data[k * stride]; }
 };
 
-// Groups an operand's entries by row (a stable counting sort, or none when they are in row order).
+// Groups a COO operand's entries by row (a stable counting sort, or none when they are in row order).
 template <typename I>
 Rows<I> group_rows(const I* idx, int64_t nse, int64_t n_rows, int64_t n_cols) {
   Rows<I> rows;
@@ -89,6 +101,47 @@ Rows<I> group_rows(const I* idx, int64_t nse, int64_t n_rows, int64_t n_cols) {
   return rows;
 }
 
+// A CSR operand's rows (`indptr[n_rows + 1]`, `indices[nse]`; entries outside [indptr[0],
+// indptr[n_rows]) are padding): read in place when every column is in range, else without the
+// entries whose column is not. An error when indptr is negative, decreases, or ends past nse.
+template <typename I>
+ffi::Error csr_rows(const I* indptr, const I* indices, int64_t nse, int64_t n_rows, int64_t n_cols, Rows<I>& rows,
+                    const char* name) {
+  std::vector<int64_t>& ptr = rows.ptr;
+  ptr.resize(n_rows + 1);
+  bool monotone = indptr[0] >= 0;
+  for (int64_t r = 0; r <= n_rows; ++r) {
+    ptr[r] = static_cast<int64_t>(indptr[r]);
+    if (r > 0 && ptr[r] < ptr[r - 1]) monotone = false;
+  }
+  if (!monotone || ptr[n_rows] > nse)
+    return ffi::Error::InvalidArgument(std::string("hlopt_spgemm_csr: ") + name +
+                                       " indptr must start at 0 or above, never decrease and end at most at nse");
+  const int64_t begin = ptr[0], end = ptr[n_rows];
+  int64_t n_valid = 0;
+  for (int64_t k = begin; k < end; ++k) n_valid += indices[k] >= 0 && static_cast<int64_t>(indices[k]) < n_cols;
+  if (n_valid == end - begin) {
+    rows.col_data = indices;
+    rows.identity = true;
+    return ffi::Error::Success();
+  }
+  rows.cols.resize(n_valid);
+  rows.entries.resize(n_valid);
+  int64_t at = 0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t first = ptr[r];
+    ptr[r] = at;
+    for (int64_t k = first; k < ptr[r + 1]; ++k) {
+      if (indices[k] < 0 || static_cast<int64_t>(indices[k]) >= n_cols) continue;
+      rows.cols[at] = indices[k];
+      rows.entries[at++] = k;
+    }
+  }
+  ptr[n_rows] = at;
+  rows.col_data = rows.cols.data();
+  return ffi::Error::Success();
+}
+
 // Row ranges [bounds[b], bounds[b+1]) of about equal work (multiply-adds), one per thread of
 // `pool` and the caller, fewer for a small product.
 template <typename I>
@@ -110,15 +163,39 @@ std::vector<int64_t> split_rows(const Rows<I>& lhs, const Rows<I>& rhs, int64_t 
   return bounds;
 }
 
-// Runs body(first_row, last_row) on each range of `bounds` over `pool`; true when every call
-// returned true.
+// What the row ranges of a phase came to: every one done, one whose structure disagrees with the
+// given counts, or one that could not allocate its scratch.
+enum class Status { kOk, kMismatch, kNoMemory };
+
+// Runs body(first_row, last_row) on each range of `bounds` over `pool` (false from a call: a
+// mismatch); an allocation that fails in a call ends that call (a pool thread must not throw).
 template <typename F>
-bool parallel_rows(ffi::ThreadPool& pool, const std::vector<int64_t>& bounds, F body) {
+Status parallel_rows(ffi::ThreadPool& pool, const std::vector<int64_t>& bounds, F body) {
   const int64_t n = static_cast<int64_t>(bounds.size()) - 1;
-  std::vector<char> ok(n, 0);
-  auto block = [&](int64_t b) { ok[b] = body(bounds[b], bounds[b + 1]); };
+  std::vector<Status> status(n, Status::kOk);
+  auto block = [&](int64_t b) {
+    try {
+      status[b] = body(bounds[b], bounds[b + 1]) ? Status::kOk : Status::kMismatch;
+    } catch (const std::bad_alloc&) {
+      status[b] = Status::kNoMemory;
+    }
+  };
   hlopt::parallel_for(pool, n, block);
-  return std::all_of(ok.begin(), ok.end(), [](char c) { return c != 0; });
+  return *std::max_element(status.begin(), status.end());
+}
+
+ffi::Error no_memory(const std::string& target) {
+  return ffi::Error(ffi::ErrorCode::kResourceExhausted, target + ": out of memory for the kernel's scratch");
+}
+
+// f() (an ffi::Error), or the out-of-memory error if an allocation on the calling thread fails.
+template <typename F>
+ffi::Error guarded(const char* target, F f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return no_memory(target);
+  }
 }
 
 struct Dims {
@@ -127,6 +204,10 @@ struct Dims {
 
 // Whether row numbers fit the int32 marker.
 bool narrow_rows(const Dims& dims) { return dims.rows < std::numeric_limits<int32_t>::max(); }
+
+bool is_index(ffi::DataType t) { return t == ffi::DataType::S32 || t == ffi::DataType::S64; }
+
+bool one_d(const ffi::AnyBuffer& b, int64_t n) { return b.dimensions().size() == 1 && b.dimensions()[0] == n; }
 
 ffi::Error check_indices(const ffi::AnyBuffer& idx, const char* name) {
   auto d = idx.dimensions();
@@ -138,8 +219,10 @@ ffi::Error check_indices(const ffi::AnyBuffer& idx, const char* name) {
 ffi::Error check_dims(const Dims& dims, ffi::DataType index_type) {
   int64_t limit = index_type == ffi::DataType::S32 ? std::numeric_limits<int32_t>::max()
                                                    : std::numeric_limits<int64_t>::max();
-  if (dims.rows < 0 || dims.inner < 0 || dims.cols < 0 || dims.rows >= limit || dims.cols >= limit)
+  if (dims.rows < 0 || dims.inner < 0 || dims.cols < 0 || dims.rows >= limit || dims.inner >= limit ||
+      dims.cols >= limit)
     return ffi::Error::InvalidArgument("hlopt_spgemm: rows, inner and cols must be in [0, the index type's max)");
+  if (dims.cols > kMaxCols) return ffi::Error::InvalidArgument("hlopt_spgemm: cols must be at most 2^24");
   return ffi::Error::Success();
 }
 
@@ -160,13 +243,24 @@ __attribute__((target_clones("avx2", "default"))) void column_ranks(const int64_
   }
 }
 
-// M: the marker type, wide enough for a row number (int32 halves the markers' cache footprint).
-template <typename M, typename I>
-void count_impl(const I* li, int64_t lnse, const I* ri, int64_t rnse, const Dims& dims, I* counts,
-                ffi::ThreadPool& pool) {
-  Rows<I> lhs = group_rows(li, lnse, dims.rows, dims.inner);
-  Rows<I> rhs = group_rows(ri, rnse, dims.inner, dims.cols);
-  parallel_rows(pool, split_rows(lhs, rhs, dims.rows, pool), [&](int64_t first, int64_t last) {
+// How a row of n distinct columns out of `cols` is put in order: by rank (about n^2 / lanes
+// compares), by a bitmap over the columns (n bits set, cols / 64 words read) or by sorting.
+enum class Order { kRank, kBitmap, kSort };
+
+template <typename I>
+Order row_order(int64_t n, int64_t cols) {
+  const int64_t lanes = 32 / sizeof(I);
+  const int64_t bitmap = 2 * n + cols / 64;
+  if (n <= kRankSortMax && n * n / lanes <= bitmap) return Order::kRank;
+  int64_t log2n = 1;
+  while ((int64_t{1} << log2n) < n) ++log2n;
+  return bitmap <= 2 * n * log2n ? Order::kBitmap : Order::kSort;
+}
+
+// The symbolic phase: each row's number of distinct columns, written by `emit(row, count)`.
+template <typename M, typename I, typename E>
+Status count_rows(const Rows<I>& lhs, const Rows<I>& rhs, const Dims& dims, ffi::ThreadPool& pool, E emit) {
+  return parallel_rows(pool, split_rows(lhs, rhs, dims.rows, pool), [&](int64_t first, int64_t last) {
     std::vector<M> mark(dims.cols, M(-1));
     for (int64_t r = first; r < last; ++r) {
       int64_t n = 0;
@@ -180,61 +274,41 @@ void count_impl(const I* li, int64_t lnse, const I* ri, int64_t rnse, const Dims
           }
         }
       }
-      counts[r] = static_cast<I>(n);
+      emit(r, n);
     }
     return true;
   });
 }
 
-ffi::Error SpgemmCountImpl(ffi::ThreadPool pool, ffi::AnyBuffer li, ffi::AnyBuffer ri, int64_t rows, int64_t inner,
-                           int64_t cols, ffi::Result<ffi::AnyBuffer> counts) {
-  Dims dims{rows, inner, cols};
-  auto type = li.element_type();
-  if (type != ffi::DataType::S32 && type != ffi::DataType::S64)
-    return ffi::Error::InvalidArgument("hlopt_spgemm_count: indices must be int32 or int64");
-  if (ri.element_type() != type || counts->element_type() != type)
-    return ffi::Error::InvalidArgument("hlopt_spgemm_count: indices and counts must have one dtype");
-  for (auto err : {check_indices(li, "lhs"), check_indices(ri, "rhs"), check_dims(dims, type)})
-    if (err.failure()) return err;
-  if (counts->dimensions().size() != 1 || counts->dimensions()[0] != rows)
-    return ffi::Error::InvalidArgument("hlopt_spgemm_count: counts must be [rows]");
-  int64_t lnse = li.dimensions()[0], rnse = ri.dimensions()[0];
-  if (type == ffi::DataType::S32)
-    count_impl<int32_t>(li.typed_data<int32_t>(), lnse, ri.typed_data<int32_t>(), rnse, dims,
-                        counts->typed_data<int32_t>(), pool);
-  else if (narrow_rows(dims))
-    count_impl<int32_t>(li.typed_data<int64_t>(), lnse, ri.typed_data<int64_t>(), rnse, dims,
-                        counts->typed_data<int64_t>(), pool);
-  else
-    count_impl<int64_t>(li.typed_data<int64_t>(), lnse, ri.typed_data<int64_t>(), rnse, dims,
-                        counts->typed_data<int64_t>(), pool);
+// The output rows' offsets from `counts[rows]` (`offset_of(r)` gives row r's count) or an error
+// when a count is negative or above cols.
+template <typename C>
+ffi::Error row_offsets(const Dims& dims, C count_of, std::vector<int64_t>& offset) {
+  offset.assign(dims.rows + 1, 0);
+  for (int64_t r = 0; r < dims.rows; ++r) {
+    const int64_t c = count_of(r);
+    if (c < 0 || c > dims.cols)
+      return ffi::Error::InvalidArgument("hlopt_spgemm_fill: a row's entry count is negative or above cols");
+    offset[r + 1] = offset[r] + c;
+  }
   return ffi::Error::Success();
 }
 
-// The numeric phase; false when `counts` disagrees with the operands' structure.
-template <typename M, typename T, typename I>
-ffi::Error fill_impl(const T* ld, const I* li, int64_t lnse, const T* rd, const I* ri, int64_t rnse, const I* counts,
-                     const Dims& dims, int64_t nse, T* out_data, I* out_idx, ffi::ThreadPool& pool) {
-  // Offsets of each row's entries in the output, from the checked counts.
-  std::vector<int64_t> offset(dims.rows + 1, 0);
-  for (int64_t r = 0; r < dims.rows; ++r) {
-    int64_t c = static_cast<int64_t>(counts[r]);
-    if (c < 0 || c > dims.cols)
-      return ffi::Error::InvalidArgument("hlopt_spgemm_fill: a row count is negative or above cols");
-    offset[r + 1] = offset[r] + c;
-  }
+// The numeric phase: the output's entries before `nse` through `put(position, row, column, value)`,
+// each row's columns ascending; kMismatch when a row's structure disagrees with `offset`.
+template <typename M, typename T, typename I, typename P>
+Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* rd, const std::vector<int64_t>& offset,
+               const Dims& dims, int64_t nse, ffi::ThreadPool& pool, P put) {
   // Rows whose entries start at or after nse contribute nothing.
   int64_t last_row = std::upper_bound(offset.begin(), offset.end() - 1, nse - 1) - offset.begin();
   last_row = std::min(last_row, dims.rows);
-  Rows<I> lhs = group_rows(li, lnse, dims.rows, dims.inner);
-  Rows<I> rhs = group_rows(ri, rnse, dims.inner, dims.cols);
   // Each operand's data in its rows' order (the buffers themselves when read in place).
   std::vector<T> lv(lhs.entries.size()), rv(rhs.entries.size());
   for (size_t k = 0; k < lv.size(); ++k) lv[k] = ld[lhs.entries[k]];
   for (size_t k = 0; k < rv.size(); ++k) rv[k] = rd[rhs.entries[k]];
   const T* lx = lhs.identity ? ld : lv.data();
   const T* rx = rhs.identity ? rd : rv.data();
-  bool ok = parallel_rows(pool, split_rows(lhs, rhs, last_row, pool), [&](int64_t first, int64_t last) {
+  return parallel_rows(pool, split_rows(lhs, rhs, last_row, pool), [&](int64_t first, int64_t last) {
     // One slot per output column: the last row that touched it and its running sum.
     struct Slot {
       M row;
@@ -243,9 +317,11 @@ ffi::Error fill_impl(const T* ld, const I* li, int64_t lnse, const T* rd, const 
     std::vector<Slot> slots(dims.cols, Slot{M(-1), T(0)});
     std::vector<I> found(dims.cols);  // a row's distinct columns (at most cols)
     std::vector<I> rank_of(kRankSortMax);
+    std::vector<uint64_t> bits((dims.cols + 63) / 64, 0);
     I* ranks = rank_of.data();
     Slot* slot = slots.data();
     I* cols = found.data();
+    uint64_t* bit = bits.data();
     const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
     const I *lc = lhs.col_data, *rc = rhs.col_data;
     const int64_t ls = lhs.stride, rs = rhs.stride;
@@ -268,55 +344,126 @@ ffi::Error fill_impl(const T* ld, const I* li, int64_t lnse, const T* rd, const 
         }
       }
       if (n != offset[r + 1] - offset[r]) return false;
-      // The row's entries in column order: a short row by each column's rank (branch-free
-      // compares), a long one by sorting, a dense one by reading the slots in column order.
       const int64_t start = offset[r], room = std::min(offset[r + 1], nse) - start;
-      auto put = [&](int64_t at, I c) {
-        out_data[start + at] = slot[c].sum;
-        out_idx[2 * (start + at)] = static_cast<I>(r);
-        out_idx[2 * (start + at) + 1] = c;
-      };
-      if (n <= kRankSortMax) {
-        column_ranks(cols, n, ranks);
-        for (int64_t i = 0; i < n; ++i)
-          if (ranks[i] < room) put(ranks[i], cols[i]);
-        continue;
+      switch (row_order<I>(n, dims.cols)) {
+        case Order::kRank:
+          column_ranks(cols, n, ranks);
+          for (int64_t i = 0; i < n; ++i)
+            if (ranks[i] < room) put(start + ranks[i], r, cols[i], slot[cols[i]].sum);
+          break;
+        case Order::kBitmap: {
+          for (int64_t i = 0; i < n; ++i) bit[cols[i] >> 6] |= uint64_t{1} << (cols[i] & 63);
+          int64_t at = 0;
+          for (int64_t w = 0, words = static_cast<int64_t>(bits.size()); w < words; ++w) {
+            for (uint64_t word = bit[w]; word != 0; word &= word - 1) {
+              const I c = static_cast<I>(w * 64 + __builtin_ctzll(word));
+              if (at < room) put(start + at, r, c, slot[c].sum);
+              ++at;
+            }
+            bit[w] = 0;
+          }
+          break;
+        }
+        case Order::kSort:
+          std::sort(cols, cols + n);
+          for (int64_t i = 0; i < std::min(n, room); ++i) put(start + i, r, cols[i], slot[cols[i]].sum);
+          break;
       }
-      if (n > dims.cols / 64) {
-        n = 0;
-        for (int64_t c = 0; c < dims.cols; ++c)
-          if (slot[c].row == row) cols[n++] = static_cast<I>(c);
-      } else {
-        std::sort(cols, cols + n);
-      }
-      for (int64_t i = 0; i < std::min(n, room); ++i) put(i, cols[i]);
     }
     return true;
   });
-  if (!ok) return ffi::Error::InvalidArgument("hlopt_spgemm_fill: counts do not match the operands' structure");
-  for (int64_t k = std::min(offset[dims.rows], nse); k < nse; ++k) {
-    out_data[k] = T(0);
-    out_idx[2 * k] = static_cast<I>(dims.rows);
-    out_idx[2 * k + 1] = static_cast<I>(dims.cols);
-  }
+}
+
+ffi::Error status_error(Status status, const char* target) {
+  if (status == Status::kNoMemory) return no_memory(target);
+  if (status == Status::kMismatch)
+    return ffi::Error::InvalidArgument(std::string(target) +
+                                       ": the output's row counts do not match the operands' structure");
   return ffi::Error::Success();
 }
 
-template <typename T>
-ffi::Error fill_typed(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& li, const ffi::AnyBuffer& rd,
-                      const ffi::AnyBuffer& ri, const ffi::AnyBuffer& counts, const Dims& dims,
-                      ffi::AnyBuffer& out_data, ffi::AnyBuffer& out_idx, ffi::ThreadPool& pool) {
-  int64_t lnse = li.dimensions()[0], rnse = ri.dimensions()[0], nse = out_data.dimensions()[0];
-  if (li.element_type() == ffi::DataType::S32)
-    return fill_impl<int32_t>(ld.typed_data<T>(), li.typed_data<int32_t>(), lnse, rd.typed_data<T>(),
-                              ri.typed_data<int32_t>(), rnse, counts.typed_data<int32_t>(), dims, nse,
-                              out_data.typed_data<T>(), out_idx.typed_data<int32_t>(), pool);
-  auto fill = [&](auto marker) {
-    return fill_impl<decltype(marker)>(ld.typed_data<T>(), li.typed_data<int64_t>(), lnse, rd.typed_data<T>(),
-                                       ri.typed_data<int64_t>(), rnse, counts.typed_data<int64_t>(), dims, nse,
-                                       out_data.typed_data<T>(), out_idx.typed_data<int64_t>(), pool);
+// Calls `f(T{})` for the data type `dtype` (float32, float64, complex64, complex128).
+template <typename F>
+ffi::Error by_dtype(ffi::DataType dtype, const char* target, F f) {
+  switch (dtype) {
+    case ffi::DataType::F32:
+      return f(float{});
+    case ffi::DataType::F64:
+      return f(double{});
+    case ffi::DataType::C64:
+      return f(std::complex<float>{});
+    case ffi::DataType::C128:
+      return f(std::complex<double>{});
+    default:
+      return ffi::Error::InvalidArgument(std::string(target) +
+                                         ": data must be float32, float64, complex64 or complex128");
+  }
+}
+
+// Calls `f(marker, index)` with the index type `type` and the narrowest marker for dims.rows.
+template <typename F>
+ffi::Error by_index(ffi::DataType type, const Dims& dims, F f) {
+  if (type == ffi::DataType::S32) return f(int32_t{}, int32_t{});
+  return narrow_rows(dims) ? f(int32_t{}, int64_t{}) : f(int64_t{}, int64_t{});
+}
+
+// fill_rows, then padding (column cols, value 0; a COO entry's row `rows`) after the last entry.
+template <typename M, typename T, typename I, typename P>
+ffi::Error fill_and_pad(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* rd,
+                        const std::vector<int64_t>& offset, const Dims& dims, int64_t nse, ffi::ThreadPool& pool, P put,
+                        const char* target) {
+  if (auto err = status_error(fill_rows<M>(lhs, ld, rhs, rd, offset, dims, nse, pool, put), target); err.failure())
+    return err;
+  for (int64_t k = std::min(offset[dims.rows], nse); k < nse; ++k) put(k, dims.rows, static_cast<I>(dims.cols), T(0));
+  return ffi::Error::Success();
+}
+
+// ---- BCOO operands ----
+
+ffi::Error SpgemmCountImpl(ffi::ThreadPool pool, ffi::AnyBuffer li, ffi::AnyBuffer ri, int64_t rows, int64_t inner,
+                           int64_t cols, ffi::Result<ffi::AnyBuffer> counts) {
+  Dims dims{rows, inner, cols};
+  auto type = li.element_type();
+  if (!is_index(type)) return ffi::Error::InvalidArgument("hlopt_spgemm_count: indices must be int32 or int64");
+  if (ri.element_type() != type || counts->element_type() != type)
+    return ffi::Error::InvalidArgument("hlopt_spgemm_count: indices and counts must have one dtype");
+  for (auto err : {check_indices(li, "lhs"), check_indices(ri, "rhs"), check_dims(dims, type)})
+    if (err.failure()) return err;
+  if (!one_d(*counts, rows)) return ffi::Error::InvalidArgument("hlopt_spgemm_count: counts must be [rows]");
+  int64_t lnse = li.dimensions()[0], rnse = ri.dimensions()[0];
+  auto run = [&](auto marker, auto index) -> ffi::Error {
+    using M = decltype(marker);
+    using I = decltype(index);
+    Rows<I> lhs = group_rows(li.typed_data<I>(), lnse, dims.rows, dims.inner);
+    Rows<I> rhs = group_rows(ri.typed_data<I>(), rnse, dims.inner, dims.cols);
+    I* out = counts->typed_data<I>();
+    return status_error(count_rows<M>(lhs, rhs, dims, pool, [out](int64_t r, int64_t n) { out[r] = static_cast<I>(n); }),
+                        "hlopt_spgemm_count");
   };
-  return narrow_rows(dims) ? fill(int32_t{}) : fill(int64_t{});
+  return guarded("hlopt_spgemm_count", [&] { return by_index(type, dims, run); });
+}
+
+template <typename T, typename M, typename I>
+ffi::Error coo_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& li, const ffi::AnyBuffer& rd,
+                    const ffi::AnyBuffer& ri, const ffi::AnyBuffer& counts, const Dims& dims, ffi::AnyBuffer& out_data,
+                    ffi::AnyBuffer& out_idx, ffi::ThreadPool& pool) {
+  const int64_t nse = out_data.dimensions()[0];
+  const I* count = counts.typed_data<I>();
+  std::vector<int64_t> offset;
+  if (auto err = row_offsets(dims, [count](int64_t r) { return static_cast<int64_t>(count[r]); }, offset);
+      err.failure())
+    return err;
+  Rows<I> lhs = group_rows(li.typed_data<I>(), li.dimensions()[0], dims.rows, dims.inner);
+  Rows<I> rhs = group_rows(ri.typed_data<I>(), ri.dimensions()[0], dims.inner, dims.cols);
+  T* data = out_data.typed_data<T>();
+  I* idx = out_idx.typed_data<I>();
+  auto put = [data, idx](int64_t at, int64_t r, I c, T v) {
+    data[at] = v;
+    idx[2 * at] = static_cast<I>(r);
+    idx[2 * at + 1] = c;
+  };
+  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), offset, dims, nse, pool, put,
+                         "hlopt_spgemm_fill");
 }
 
 ffi::Error SpgemmFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffer li, ffi::AnyBuffer rd, ffi::AnyBuffer ri,
@@ -325,8 +472,7 @@ ffi::Error SpgemmFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffe
   Dims dims{rows, inner, cols};
   auto type = li.element_type();
   auto dtype = ld.element_type();
-  if (type != ffi::DataType::S32 && type != ffi::DataType::S64)
-    return ffi::Error::InvalidArgument("hlopt_spgemm_fill: indices must be int32 or int64");
+  if (!is_index(type)) return ffi::Error::InvalidArgument("hlopt_spgemm_fill: indices must be int32 or int64");
   if (ri.element_type() != type || counts.element_type() != type || out_idx->element_type() != type)
     return ffi::Error::InvalidArgument("hlopt_spgemm_fill: indices, counts and output indices must have one dtype");
   if (rd.element_type() != dtype || out_data->element_type() != dtype)
@@ -334,50 +480,137 @@ ffi::Error SpgemmFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffe
   for (auto err : {check_indices(li, "lhs"), check_indices(ri, "rhs"), check_indices(*out_idx, "output"),
                    check_dims(dims, type)})
     if (err.failure()) return err;
-  auto one_d = [](const ffi::AnyBuffer& b, int64_t n) { return b.dimensions().size() == 1 && b.dimensions()[0] == n; };
   if (!one_d(ld, li.dimensions()[0]) || !one_d(rd, ri.dimensions()[0]) ||
       !one_d(*out_data, out_idx->dimensions()[0]) || !one_d(counts, rows))
     return ffi::Error::InvalidArgument(
         "hlopt_spgemm_fill: data must be [nse] beside indices [nse, 2], and counts [rows]");
-  switch (dtype) {
-    case ffi::DataType::F32:
-      return fill_typed<float>(ld, li, rd, ri, counts, dims, *out_data, *out_idx, pool);
-    case ffi::DataType::F64:
-      return fill_typed<double>(ld, li, rd, ri, counts, dims, *out_data, *out_idx, pool);
-    case ffi::DataType::C64:
-      return fill_typed<std::complex<float>>(ld, li, rd, ri, counts, dims, *out_data, *out_idx, pool);
-    case ffi::DataType::C128:
-      return fill_typed<std::complex<double>>(ld, li, rd, ri, counts, dims, *out_data, *out_idx, pool);
-    default:
-      return ffi::Error::InvalidArgument("hlopt_spgemm_fill: data must be float32, float64, complex64 or complex128");
-  }
+  return guarded("hlopt_spgemm_fill", [&] { return by_dtype(dtype, "hlopt_spgemm_fill", [&](auto t) {
+    return by_index(type, dims, [&](auto m, auto i) {
+      return coo_fill<decltype(t), decltype(m), decltype(i)>(ld, li, rd, ri, counts, dims, *out_data, *out_idx, pool);
+    });
+  }); });
 }
+
+// ---- CSR operands ----
+
+// Checks a CSR operand's buffers (indptr[n_rows + 1] and indices[nse], one index type).
+ffi::Error check_csr(const ffi::AnyBuffer& indptr, const ffi::AnyBuffer& indices, int64_t n_rows, ffi::DataType type,
+                     const char* name) {
+  if (indptr.element_type() != type || indices.element_type() != type)
+    return ffi::Error::InvalidArgument("hlopt_spgemm_csr: every indptr and indices must have one dtype");
+  if (!one_d(indptr, n_rows + 1) || indices.dimensions().size() != 1)
+    return ffi::Error::InvalidArgument(std::string("hlopt_spgemm_csr: ") + name +
+                                       " must be indptr[rows + 1] and indices[nse]");
+  return ffi::Error::Success();
+}
+
+template <typename I>
+ffi::Error both_csr_rows(const ffi::AnyBuffer& lp, const ffi::AnyBuffer& li, const ffi::AnyBuffer& rp,
+                         const ffi::AnyBuffer& ri, const Dims& dims, Rows<I>& lhs, Rows<I>& rhs) {
+  if (auto err = csr_rows(lp.typed_data<I>(), li.typed_data<I>(), li.dimensions()[0], dims.rows, dims.inner, lhs, "lhs");
+      err.failure())
+    return err;
+  return csr_rows(rp.typed_data<I>(), ri.typed_data<I>(), ri.dimensions()[0], dims.inner, dims.cols, rhs, "rhs");
+}
+
+ffi::Error SpgemmCsrCountImpl(ffi::ThreadPool pool, ffi::AnyBuffer lp, ffi::AnyBuffer li, ffi::AnyBuffer rp,
+                              ffi::AnyBuffer ri, int64_t rows, int64_t inner, int64_t cols,
+                              ffi::Result<ffi::AnyBuffer> indptr) {
+  Dims dims{rows, inner, cols};
+  auto type = lp.element_type();
+  if (!is_index(type)) return ffi::Error::InvalidArgument("hlopt_spgemm_csr_count: indices must be int32 or int64");
+  for (auto err : {check_dims(dims, type), check_csr(lp, li, rows, type, "lhs"), check_csr(rp, ri, inner, type, "rhs")})
+    if (err.failure()) return err;
+  if (indptr->element_type() != type || !one_d(*indptr, rows + 1))
+    return ffi::Error::InvalidArgument("hlopt_spgemm_csr_count: the output indptr must be [rows + 1] of the indices' dtype");
+  return guarded("hlopt_spgemm_csr_count", [&] { return by_index(type, dims, [&](auto marker, auto index) {
+    using I = decltype(index);
+    Rows<I> lhs, rhs;
+    if (auto err = both_csr_rows(lp, li, rp, ri, dims, lhs, rhs); err.failure()) return err;
+    I* out = indptr->typed_data<I>();
+    auto emit = [out](int64_t r, int64_t n) { out[r + 1] = static_cast<I>(n); };
+    if (auto err = status_error(count_rows<decltype(marker)>(lhs, rhs, dims, pool, emit), "hlopt_spgemm_csr_count");
+        err.failure())
+      return err;
+    out[0] = 0;
+    int64_t total = 0;
+    for (int64_t r = 1; r <= rows; ++r) {
+      total += static_cast<int64_t>(out[r]);
+      if (total > std::numeric_limits<I>::max())
+        return ffi::Error::InvalidArgument("hlopt_spgemm_csr_count: the product has more entries than its index type holds");
+      out[r] = static_cast<I>(total);
+    }
+    return ffi::Error::Success();
+  }); });
+}
+
+template <typename T, typename M, typename I>
+ffi::Error csr_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& lp, const ffi::AnyBuffer& li,
+                    const ffi::AnyBuffer& rd, const ffi::AnyBuffer& rp, const ffi::AnyBuffer& ri,
+                    const ffi::AnyBuffer& indptr, const Dims& dims, ffi::AnyBuffer& out_data, ffi::AnyBuffer& out_idx,
+                    ffi::ThreadPool& pool) {
+  const int64_t nse = out_data.dimensions()[0];
+  const I* ptr = indptr.typed_data<I>();
+  if (ptr[0] != 0) return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: the output indptr must start at 0");
+  std::vector<int64_t> offset;
+  auto count_of = [ptr](int64_t r) { return static_cast<int64_t>(ptr[r + 1]) - static_cast<int64_t>(ptr[r]); };
+  if (auto err = row_offsets(dims, count_of, offset); err.failure()) return err;
+  Rows<I> lhs, rhs;
+  if (auto err = both_csr_rows(lp, li, rp, ri, dims, lhs, rhs); err.failure()) return err;
+  T* data = out_data.typed_data<T>();
+  I* idx = out_idx.typed_data<I>();
+  auto put = [data, idx](int64_t at, int64_t, I c, T v) {
+    data[at] = v;
+    idx[at] = c;
+  };
+  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), offset, dims, nse, pool, put,
+                         "hlopt_spgemm_csr_fill");
+}
+
+ffi::Error SpgemmCsrFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffer lp, ffi::AnyBuffer li,
+                             ffi::AnyBuffer rd, ffi::AnyBuffer rp, ffi::AnyBuffer ri, ffi::AnyBuffer indptr,
+                             int64_t rows, int64_t inner, int64_t cols, ffi::Result<ffi::AnyBuffer> out_data,
+                             ffi::Result<ffi::AnyBuffer> out_idx) {
+  Dims dims{rows, inner, cols};
+  auto type = lp.element_type();
+  auto dtype = ld.element_type();
+  if (!is_index(type)) return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: indices must be int32 or int64");
+  for (auto err : {check_dims(dims, type), check_csr(lp, li, rows, type, "lhs"), check_csr(rp, ri, inner, type, "rhs"),
+                   check_csr(indptr, *out_idx, rows, type, "the output")})
+    if (err.failure()) return err;
+  if (rd.element_type() != dtype || out_data->element_type() != dtype)
+    return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: operand and output data must have one dtype");
+  if (!one_d(ld, li.dimensions()[0]) || !one_d(rd, ri.dimensions()[0]) || !one_d(*out_data, out_idx->dimensions()[0]))
+    return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: data must be [nse] beside indices [nse]");
+  return guarded("hlopt_spgemm_csr_fill", [&] { return by_dtype(dtype, "hlopt_spgemm_csr_fill", [&](auto t) {
+    return by_index(type, dims, [&](auto m, auto i) {
+      return csr_fill<decltype(t), decltype(m), decltype(i)>(ld, lp, li, rd, rp, ri, indptr, dims, *out_data,
+                                                             *out_idx, pool);
+    });
+  }); });
+}
+
+// The attributes every SpGEMM kernel reads, added to `binding`.
+template <typename B>
+auto with_dims(B&& binding) {
+  return std::move(binding).template Attr<int64_t>("rows").template Attr<int64_t>("inner").template Attr<int64_t>(
+      "cols");
+}
+
+using Buf = ffi::AnyBuffer;
 
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER(HloptSpgemmCount, SpgemmCountImpl,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::ThreadPool>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Attr<int64_t>("rows")
-                           .Attr<int64_t>("inner")
-                           .Attr<int64_t>("cols")
-                           .Ret<ffi::AnyBuffer>());
-
+                       with_dims(hlopt::bind_pooled<Buf, Buf>()).Ret<Buf>());
 XLA_FFI_DEFINE_HANDLER(HloptSpgemmFill, SpgemmFillImpl,
-                       ffi::Ffi::Bind()
-                           .Ctx<ffi::ThreadPool>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Arg<ffi::AnyBuffer>()
-                           .Attr<int64_t>("rows")
-                           .Attr<int64_t>("inner")
-                           .Attr<int64_t>("cols")
-                           .Ret<ffi::AnyBuffer>()
-                           .Ret<ffi::AnyBuffer>());
+                       with_dims(hlopt::bind_pooled<Buf, Buf, Buf, Buf, Buf>()).Ret<Buf>().Ret<Buf>());
+XLA_FFI_DEFINE_HANDLER(HloptSpgemmCsrCount, SpgemmCsrCountImpl,
+                       with_dims(hlopt::bind_pooled<Buf, Buf, Buf, Buf>()).Ret<Buf>());
+XLA_FFI_DEFINE_HANDLER(HloptSpgemmCsrFill, SpgemmCsrFillImpl,
+                       with_dims(hlopt::bind_pooled<Buf, Buf, Buf, Buf, Buf, Buf, Buf>()).Ret<Buf>().Ret<Buf>());
 
 HLOPT_REGISTER_HANDLER("hlopt_spgemm_count", HloptSpgemmCount);
 HLOPT_REGISTER_HANDLER("hlopt_spgemm_fill", HloptSpgemmFill);
+HLOPT_REGISTER_HANDLER("hlopt_spgemm_csr_count", HloptSpgemmCsrCount);
+HLOPT_REGISTER_HANDLER("hlopt_spgemm_csr_fill", HloptSpgemmCsrFill);

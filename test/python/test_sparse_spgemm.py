@@ -454,3 +454,242 @@ def test_portable_rules_accept_the_kernel_calls_and_refuse_changed_ones():
                     check_portable(module)
             op.attributes["mhlo.backend_config"] = config
         check_portable(module)
+
+
+# ---- BCSR @ BCSR on the CSR kernels (hlopt.sparse.bcsr_spgemm) ----
+
+from hlopt.sparse.bcsr import BCSR  # noqa: E402
+from hlopt.sparse.bcsr_spgemm import bcsr_spdot_general  # noqa: E402
+
+
+def messy_csr(rng: np.random.Generator, shape, density, dtype, index_dtype, shuffle: bool, dupes: bool,
+              lead: int, pad: int, bad_cols: bool) -> tuple[BCSR, np.ndarray]:
+    """A BCSR matrix and its dense value: columns unsorted within rows (`shuffle`), repeated (`dupes`),
+    `lead` padding entries before indptr[0] and `pad` after indptr[-1], out-of-range columns (dropped)."""
+    m, k = shape
+    dense = np.zeros(shape, np.complex128)
+    data, cols, ptr = [], [], [lead]
+    for r in range(m):
+        row = list(np.flatnonzero(rng.random(k) < density))
+        if dupes and row:
+            row += list(rng.choice(row, size=len(row) // 2 + 1))
+        if bad_cols:
+            row += [k + 3, -2][: rng.integers(0, 3)]
+        if shuffle:
+            rng.shuffle(row)
+        for c in row:
+            v = rng.standard_normal() + (1j * rng.standard_normal() if np.iscomplexobj(np.zeros(1, dtype)) else 0)
+            if 0 <= c < k:
+                dense[r, c] += v
+            data.append(v)
+            cols.append(c)
+        ptr.append(ptr[-1] + len(row))
+    junk = rng.standard_normal(lead + pad)
+    data = np.concatenate([junk[:lead], np.asarray(data, np.complex128), junk[lead:]])
+    data = (data if np.iscomplexobj(np.zeros(1, dtype)) else data.real).astype(dtype)
+    cols = np.concatenate([rng.integers(0, max(k, 1), lead), np.asarray(cols, np.int64), rng.integers(0, max(k, 1), pad)])
+    mat = BCSR((jnp.asarray(data), jnp.asarray(cols.astype(index_dtype)), jnp.asarray(np.asarray(ptr, index_dtype))),
+               shape=shape)
+    return mat, dense.astype(dtype) if np.iscomplexobj(np.zeros(1, dtype)) else dense.real.astype(dtype)
+
+
+def structural(a: np.ndarray, b: np.ndarray, ap: np.ndarray, bp: np.ndarray) -> int:
+    """Nonzeros of the product of the patterns (stored in-range entries, even ones that cancel)."""
+    return int(((ap.astype(np.float64) @ bp.astype(np.float64)) != 0).sum())
+
+
+def stored_pattern(mat: BCSR) -> np.ndarray:
+    ptr, cols = np.asarray(mat.indptr), np.asarray(mat.indices)
+    out = np.zeros(mat.shape, bool)
+    for r in range(mat.shape[0]):
+        for c in cols[ptr[r]:ptr[r + 1]]:
+            if 0 <= c < mat.shape[1]:
+                out[r, c] = True
+    return out
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 12), st.integers(0, 12), st.integers(0, 12), st.floats(0.0, 0.6), st.integers(0, 10**6),
+       st.sampled_from([np.float32, np.float64, np.complex64, np.complex128]), st.sampled_from([np.int32, np.int64]),
+       st.booleans(), st.booleans(), st.integers(0, 3), st.integers(0, 3), st.booleans())
+def test_bcsr_product_equals_scipy_on_messy_layouts(n, k, m, density, seed, dtype, index_dtype, shuffle, dupes, lead,
+                                                     pad, bad_cols):
+    """Eager BCSR @ BCSR: exactly the structural nonzeros, columns ascending and distinct in each row,
+    values those of scipy's CSR product of the same entries (float64 / complex128: 1e-12)."""
+    rng = np.random.default_rng(seed)
+    with jax.enable_x64(True):
+        a, ad = messy_csr(rng, (n, k), density, dtype, index_dtype, shuffle, dupes, lead, pad, bad_cols)
+        b, bd = messy_csr(rng, (k, m), density, dtype, index_dtype, shuffle, dupes, lead, pad, bad_cols)
+        c = bcsr_spdot_general(a, b)
+        assert c.nse == structural(ad, bd, stored_pattern(a), stored_pattern(b))
+        assert c.indices.dtype == index_dtype and c.indptr.shape == (n + 1,) and int(c.indptr[-1]) == c.nse
+        ptr, cols = np.asarray(c.indptr), np.asarray(c.indices)
+        for r in range(n):
+            assert np.all(np.diff(cols[ptr[r]:ptr[r + 1]]) > 0)
+        want = (sp.csr_matrix(ad.astype(np.complex128)) @ sp.csr_matrix(bd.astype(np.complex128))).toarray()
+        tol = 1e-12 if np.dtype(dtype) in (np.dtype(np.float64), np.dtype(np.complex128)) else 2e-5
+        want = want if np.iscomplexobj(np.zeros(1, dtype)) else want.real
+        np.testing.assert_allclose(np.asarray(c.todense()), want.astype(dtype), rtol=tol, atol=tol)
+
+
+def test_bcsr_product_edge_matrices():
+    """Empty matrices, empty rows, all-padding operands and a dense row: the exact nse, scipy's values."""
+    with jax.enable_x64(True):
+        cases = [sp.csr_matrix((0, 4)), sp.csr_matrix((3, 0)), sp.csr_matrix((3, 4)),
+                 sp.random(5, 6, density=1.0, format="csr", random_state=0),
+                 sp.csr_matrix(np.diag([1.0, 0, 2, 0]))]
+        for a in cases:
+            for b in (sp.random(a.shape[1], 3, density=0.5, format="csr", random_state=1),
+                      sp.csr_matrix((a.shape[1], 0))):
+                c = bcsr_spdot_general(BCSR.from_scipy_sparse(a), BCSR.from_scipy_sparse(b))
+                want = a @ b
+                want.sum_duplicates()
+                assert c.nse == ((abs(a) > 0).astype(float) @ (abs(b) > 0).astype(float)).nnz
+                np.testing.assert_allclose(np.asarray(c.todense()), want.toarray(), rtol=1e-12, atol=1e-12)
+        empty = BCSR._empty((4, 5), dtype=jnp.float64, nse=3)
+        assert bcsr_spdot_general(empty, BCSR.from_scipy_sparse(sp.random(5, 2, density=1.0, format="csr"))).nse == 0
+
+
+def test_bcsr_product_under_jit_takes_nse():
+    """Traced indices: nse= given (more entries: padding after indptr[-1]; fewer: the first ones,
+    indptr capped); none given is refused saying how to give it; JAX's BCSR reads the result."""
+    from jax.experimental import sparse as jsparse
+
+    with jax.enable_x64(True):
+        a = sp.random(9, 8, density=0.3, format="csr", random_state=3)
+        b = sp.random(8, 7, density=0.3, format="csr", random_state=4)
+        A, B = BCSR.from_scipy_sparse(a), BCSR.from_scipy_sparse(b)
+        exact = bcsr_spdot_general(A, B).nse
+        want = (a @ b).toarray()
+        for nse in (exact, exact + 4):
+            c = jax.jit(lambda x, y, nse=nse: bcsr_spdot_general(x, y, nse=nse))(A, B)
+            assert c.nse == nse and int(c.indptr[-1]) == exact
+            np.testing.assert_allclose(np.asarray(c.todense()), want, rtol=1e-12, atol=1e-12)
+            ref = jsparse.BCSR((c.data, c.indices, c.indptr), shape=c.shape)
+            np.testing.assert_allclose(np.asarray(ref.todense()), want, rtol=1e-12, atol=1e-12)
+        c = jax.jit(lambda x, y: bcsr_spdot_general(x, y, nse=5))(A, B)
+        full = bcsr_spdot_general(A, B)
+        assert np.all(np.asarray(c.indptr) == np.minimum(np.asarray(full.indptr), 5))
+        np.testing.assert_array_equal(np.asarray(c.indices), np.asarray(full.indices)[:5])
+        with pytest.raises(jax.errors.ConcretizationTypeError, match="nse="):
+            jax.jit(bcsr_spdot_general)(A, B)
+
+
+def test_bcsr_product_gradients_match_dense():
+    """grad and jvp of the product's data with respect to both operands' data: the dense product's,
+    read at the output's entries."""
+    with jax.enable_x64(True):
+        a = sp.random(6, 5, density=0.4, format="csr", random_state=5)
+        b = sp.random(5, 4, density=0.4, format="csr", random_state=6)
+        A, B = BCSR.from_scipy_sparse(a), BCSR.from_scipy_sparse(b)
+        out = bcsr_spdot_general(A, B)
+        rows = np.repeat(np.arange(6), np.diff(np.asarray(out.indptr)))
+        cols = np.asarray(out.indices)
+        w = np.random.default_rng(0).standard_normal(out.nse)
+
+        def sparse_loss(ad, bd):
+            c = bcsr_spdot_general(BCSR((ad, A.indices, A.indptr), shape=A.shape),
+                                   BCSR((bd, B.indices, B.indptr), shape=B.shape))
+            return jnp.sum(c.data * w)
+
+        ar, ac = a.tocoo().row, a.tocoo().col
+        br, bc = b.tocoo().row, b.tocoo().col
+        dense = lambda ad, bd: jnp.sum((jnp.zeros((6, 5)).at[ar, ac].set(ad) @ jnp.zeros((5, 4)).at[br, bc].set(bd)  # noqa: E731
+                                        )[rows, cols] * w)
+        got, want = jax.grad(sparse_loss, (0, 1))(A.data, B.data), jax.grad(dense, (0, 1))(A.data, B.data)
+        for g, h in zip(got, want):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(h), rtol=1e-12, atol=1e-12)
+        t = (jnp.ones_like(A.data), jnp.arange(B.nse, dtype=jnp.float64))
+        np.testing.assert_allclose(jax.jvp(sparse_loss, (A.data, B.data), t)[1], jax.jvp(dense, (A.data, B.data), t)[1],
+                                   rtol=1e-12, atol=1e-12)
+
+
+_HOSTILE_CSR_CHILD = """
+import jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+from hlopt.runtime import kernels
+kernels.register()
+S = jax.ShapeDtypeStruct
+dims = lambda r, i, c: dict(rows=np.int64(r), inner=np.int64(i), cols=np.int64(c))
+count = lambda lp, li, rp, ri, r, i, c: np.asarray(jax.ffi.ffi_call("hlopt_spgemm_csr_count", S((r + 1,), lp.dtype))(
+    lp, li, rp, ri, **dims(r, i, c)))
+def fill(ld, lp, li, rd, rp, ri, ptr, nse, r, i, c):
+    out = (S((nse,), ld.dtype), S((nse,), lp.dtype))
+    return [np.asarray(x) for x in jax.ffi.ffi_call("hlopt_spgemm_csr_fill", out)(ld, lp, li, rd, rp, ri, ptr, **dims(r, i, c))]
+i32 = lambda *v: np.asarray(v, np.int32)
+big = np.iinfo(np.int32).max
+# 2 x 2 identity times 2 x 2 identity; a hostile column (huge, negative) is dropped
+lp, li = i32(0, 2, 3), i32(0, big, 1)
+rp, ri = i32(0, 1, 3), i32(0, -7, 1)
+ld, rd = np.ones(3), np.ones(3)
+ptr = count(lp, li, rp, ri, 2, 2, 2)
+assert list(ptr) == [0, 1, 2], ptr
+data, cols = fill(ld, lp, li, rd, rp, ri, ptr, 3, 2, 2, 2)
+assert list(cols) == [0, 1, 2] and list(data) == [1, 1, 0], (cols, data)
+def refused(f, match):
+    try:
+        f()
+    except Exception as e:
+        assert match in str(e), (match, str(e))
+    else:
+        raise AssertionError("ran: " + match)
+for bad in (i32(0, 3, 2), i32(-1, 1, 3), i32(0, 2, 9), i32(0, big, 3)):
+    refused(lambda: count(bad, li, rp, ri, 2, 2, 2), "indptr must")
+    refused(lambda: fill(ld, bad, li, rd, rp, ri, ptr, 3, 2, 2, 2), "indptr must")
+    refused(lambda: count(lp, li, bad, ri, 2, 2, 2), "indptr must")
+for lie, match in ((i32(0, 2, 2), "do not match"), (i32(1, 2, 3), "start at 0"), (i32(0, 2, 1), "negative"),
+                   (i32(0, big, big), "above cols")):
+    refused(lambda: fill(ld, lp, li, rd, rp, ri, lie, 3, 2, 2, 2), match)
+refused(lambda: count(lp, li, rp, ri, 2, 2, 2**40), "cols")
+refused(lambda: count(lp, li, rp, ri, 2, 2, -1), "rows, inner and cols")
+refused(lambda: count(lp, li.astype(np.int64), rp, ri, 2, 2, 2), "dtype")
+refused(lambda: fill(ld, lp, li, rd, rp, ri, ptr[:2], 3, 2, 2, 2), "indptr[rows + 1]")
+refused(lambda: fill(ld[:2], lp, li, rd, rp, ri, ptr, 3, 2, 2, 2), "data must be [nse]")
+refused(lambda: fill(ld.astype(np.float16), lp, li, rd.astype(np.float16), rp, ri, ptr, 3, 2, 2, 2), "float32")
+# the BCOO kernels: a lying nse (shorter or longer than the structure) truncates or pads, never more
+coo = lambda *rows: np.asarray(rows, np.int32).reshape(-1, 2)
+for nse in (0, 1, 5):
+    out = (S((nse,), np.float64), S((nse, 2), np.int32))
+    d, ix = jax.ffi.ffi_call("hlopt_spgemm_fill", out)(np.ones(2), coo(0, 0, 1, 1), np.ones(2), coo(0, 0, 1, 1),
+                                                        i32(1, 1), **dims(2, 2, 2))
+    assert np.asarray(d).sum() == min(nse, 2), (nse, d)
+refused(lambda: jax.block_until_ready(jax.ffi.ffi_call("hlopt_spgemm_count", S((2,), np.int32))(
+    coo(0, 0), coo(0, 0), **dims(2, 2, 2**30))), "cols")
+print("survived")
+"""
+
+
+def test_hostile_operands_handed_to_the_spgemm_kernels_are_dropped_or_refused():
+    """Forged CSR buffers and calls (decreasing, negative or overlong indptr, lying output indptr,
+    columns out of range, huge cols, wrong shapes and dtypes) in a capped child: dropped or refused
+    with the kernel's error, never a crash."""
+    from sandbox import assert_survived, run_capped
+
+    outcome = run_capped(["-c", _HOSTILE_CSR_CHILD], env={"JAX_PLATFORMS": "cpu"})
+    assert_survived(outcome)
+    assert "survived" in outcome.stdout, outcome.describe()
+
+
+def test_portable_rules_accept_the_csr_kernel_calls():
+    """A saved program's hlopt_spgemm_csr calls pass runtime/portable.py's rules; one with rows changed is refused."""
+    from hlopt.passes.mlir import ir
+    from hlopt.runtime.portable import PortableCheckError, check_portable
+
+    A = BCSR.from_scipy_sparse(sp.random(6, 7, density=0.3, format="csr", random_state=0, dtype=np.float32))
+    B = BCSR.from_scipy_sparse(sp.random(7, 5, density=0.3, format="csr", random_state=1, dtype=np.float32))
+    module = hlopt.lower(lambda x, y: bcsr_spdot_general(x, y, nse=9).todense(), A, B).compile().module
+    check_portable(module)
+    calls = []
+    module.operation.walk(lambda op: (calls.append(op) if op.name == "stablehlo.custom_call" else None,
+                                      ir.WalkResult.ADVANCE)[1])
+    names = {ir.StringAttr(op.attributes["call_target_name"]).value for op in calls}
+    assert {"hlopt_spgemm_csr_count", "hlopt_spgemm_csr_fill"} <= names
+    with module.context:
+        for op in calls:
+            config = ir.DictAttr(op.attributes["mhlo.backend_config"])
+            edit = {config[i].name: config[i].attr for i in range(len(config))}
+            edit["rows"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 7)
+            op.attributes["mhlo.backend_config"] = ir.DictAttr.get(edit)
+            with pytest.raises(PortableCheckError, match="hlopt_spgemm_csr"):
+                check_portable(module)
+            op.attributes["mhlo.backend_config"] = config

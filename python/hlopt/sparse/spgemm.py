@@ -26,6 +26,7 @@ import numpy as np
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.runtime import kernels
+from hlopt.sparse import rules
 
 COUNT_TARGET = "hlopt_spgemm_count"
 FILL_TARGET = "hlopt_spgemm_fill"
@@ -162,3 +163,91 @@ def _fill_jvp(static, primals, tangents):
              for a, b, t in ((dl, rd, dl), (ld, dr, dr)) if type(t) is not jax.custom_derivatives.SymbolicZero]
     data_dot = functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(data)
     return (data, indices), (data_dot.astype(data.dtype), np.zeros(indices.shape, jax.dtypes.float0))
+
+
+# ---- CSR operands and output (hlopt.sparse.BCSR's buffers) ----
+
+CSR_COUNT_TARGET = "hlopt_spgemm_csr_count"
+CSR_FILL_TARGET = "hlopt_spgemm_csr_fill"
+
+
+def csr_plan(lhs_shape: tuple[int, int], rhs_shape: tuple[int, int], lhs_dtype: Any, rhs_dtype: Any,
+             preferred_element_type: Any, lhs_index_dtype: Any, rhs_index_dtype: Any) -> Plan | None:
+    """How the CSR kernels compute the matrix product of CSR matrices of these shapes and dtypes,
+    or None where they do not (as `plan`: a result dtype other than DTYPES, indices not int32/int64,
+    more than MAX_COLS output columns). A ValueError if the inner sizes differ."""
+    (rows, inner), (inner_r, cols) = lhs_shape, rhs_shape
+    if inner != inner_r:
+        raise ValueError(f"a matrix product of shapes {tuple(lhs_shape)} and {tuple(rhs_shape)}: inner sizes differ")
+    square = shapes.layout((rows, inner), (0,), (0, 2)), shapes.layout((inner, cols), (0,), (0, 2))
+    return plan(*square, MM, lhs_dtype, rhs_dtype, preferred_element_type, lhs_index_dtype, rhs_index_dtype)
+
+
+def csr_product(plan: Plan, lhs_data: Any, lhs_indices: Any, lhs_indptr: Any, rhs_data: Any, rhs_indices: Any,
+                rhs_indptr: Any, nse: int | None, sampled: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The CSR product's (data, indices, indptr) of two CSR matrices (`plan` from `csr_plan`), its
+    columns ascending within each row. `nse` None: the exact count, the output's `indptr[-1]` counted
+    now (concrete indices needed); given: the first `nse` entries (indptr capped at nse), padding
+    after the last (column `cols`, value 0). `sampled` is `spdot_general_sampled`, for the tangents."""
+    kernels.register()
+    if nse is None:
+        if rules.is_traced(lhs_indices, lhs_indptr, rhs_indices, rhs_indptr):
+            raise jax.errors.ConcretizationTypeError(
+                lhs_indices, "the exact nse of a CSR product needs concrete indices: under jit give nse= "
+                "(the count of the same product outside jit, its indptr[-1])")
+        with jax.ensure_compile_time_eval():
+            indptr = _csr_counts(plan, lhs_indices, lhs_indptr, rhs_indices, rhs_indptr)
+        exact, nse = True, int(np.asarray(indptr)[-1])
+    else:
+        indptr, exact = _csr_counts(plan, lhs_indices, lhs_indptr, rhs_indices, rhs_indptr), False
+    data, indices = _csr_product(_Static(plan, nse, sampled), lhs_data, lhs_indices, lhs_indptr, rhs_data,
+                                 rhs_indices, rhs_indptr, indptr)
+    return data, indices, indptr if exact else jnp.minimum(indptr, nse)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _csr_counts(plan: Plan, lhs_indices: Any, lhs_indptr: Any, rhs_indices: Any, rhs_indptr: Any) -> jax.Array:
+    li, lp, ri, rp = (x.astype(plan.index_dtype) for x in (lhs_indices, lhs_indptr, rhs_indices, rhs_indptr))
+    out = jax.ShapeDtypeStruct((plan.rows + 1,), plan.index_dtype)
+    return jax.ffi.ffi_call(CSR_COUNT_TARGET, out, vmap_method="sequential")(lp, li, rp, ri, **plan.attrs)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _csr_product(static: _Static, lhs_data: Any, lhs_indices: Any, lhs_indptr: Any, rhs_data: Any, rhs_indices: Any,
+                 rhs_indptr: Any, indptr: Any) -> tuple[jax.Array, jax.Array]:
+    p = static.plan
+    ld, rd = (d.astype(p.dtype) for d in (lhs_data, rhs_data))
+    li, lp, ri, rp = (x.astype(p.index_dtype) for x in (lhs_indices, lhs_indptr, rhs_indices, rhs_indptr))
+    return _csr_fill(ld, lp, li, rd, rp, ri, indptr, static)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(7,))
+def _csr_fill(ld, lp, li, rd, rp, ri, indptr, static):
+    p = static.plan
+    out = (jax.ShapeDtypeStruct((static.nse,), p.dtype), jax.ShapeDtypeStruct((static.nse,), p.index_dtype))
+    return jax.ffi.ffi_call(CSR_FILL_TARGET, out, vmap_method="sequential")(ld, lp, li, rd, rp, ri, indptr, **p.attrs)
+
+
+@functools.partial(_csr_fill.defjvp, symbolic_zeros=True)
+def _csr_fill_jvp(static, primals, tangents):
+    """As `_fill_jvp`, on each operand's and the output's entries as (row, column) pairs."""
+    ld, lp, li, rd, rp, ri, indptr = primals
+    dl, dr = tangents[0], tangents[3]
+    data, indices = _csr_fill(ld, lp, li, rd, rp, ri, indptr, static)
+    p = static.plan
+    lc, rc = _coo(li, lp, p.rows, p.inner), _coo(ri, rp, p.inner, p.cols)
+    oc = _coo(indices, indptr, p.rows, p.cols)
+    params = dict(lhs_shape=(p.rows, p.inner), rhs_shape=(p.inner, p.cols), dimension_numbers=MM, permutation=None)
+    terms = [static.sampled.bind(a, lc, b, rc, oc, **params)
+             for a, b, t in ((dl, rd, dl), (ld, dr, dr)) if type(t) is not jax.custom_derivatives.SymbolicZero]
+    data_dot = functools.reduce(jnp.add, terms) if terms else jnp.zeros_like(data)
+    return (data, indices), (data_dot.astype(data.dtype), np.zeros(indices.shape, jax.dtypes.float0))
+
+
+def _coo(indices: jax.Array, indptr: jax.Array, rows: int, cols: int) -> jax.Array:
+    """CSR entries as BCOO indices[nse, 2]: padding (outside [indptr[0], indptr[rows])) and columns out
+    of range get the index (rows, cols), which BCOO drops."""
+    at = jnp.arange(indices.shape[0], dtype=indptr.dtype)
+    row = jnp.searchsorted(indptr, at, side="right").astype(indptr.dtype) - 1
+    keep = (at >= indptr[0]) & (at < indptr[-1]) & (indices >= 0) & (indices < cols)
+    return jnp.stack([jnp.where(keep, row, rows), jnp.where(keep, indices, cols)], axis=1)
