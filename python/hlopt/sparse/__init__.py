@@ -28,6 +28,7 @@ from hlopt.sparse.bcoo import (
     todense,
     todense_p,
 )
+from hlopt.sparse.bcsr import BCSR, bcsr_fromdense, bcsr_todense
 from hlopt.sparse.construct import empty, eye, random_bcoo
 from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general, bcoo_spdot_nse
 from hlopt.sparse.structure import (
@@ -44,6 +45,7 @@ register_node_type("hlopt.sparse.BCOO", BCOO, check_bcoo)  # executable files ma
 
 __all__ = [
     "BCOO",
+    "BCSR",
     "SparseEfficiencyError",
     "SparseEfficiencyWarning",
     "bcoo_broadcast_in_dim",
@@ -70,6 +72,8 @@ __all__ = [
     "bcoo_todense_p",
     "bcoo_transpose",
     "bcoo_update_layout",
+    "bcsr_fromdense",
+    "bcsr_todense",
     "empty",
     "eye",
     "grad",
