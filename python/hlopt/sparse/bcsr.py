@@ -17,6 +17,7 @@ differentiates with respect to its `data`.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +25,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.interpreters import ad, batching
 
+from hlopt.passes.bcoo import REGISTRY
+from hlopt.sparse import products, rules
 from hlopt.sparse.bcoo import BCOO, SparseInfo, bcoo_fromdense
 
 
@@ -191,3 +195,100 @@ def bcsr_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
 def bcsr_todense(mat: BCSR) -> jax.Array:
     """The dense matrix `mat` represents (duplicates summed, padding ignored)."""
     return mat.to_bcoo().todense()
+
+
+# ---------------------------------------------------------------------------
+# Products: `A @ x` for a dense x[K] or x[K, N] is the `bcsr_dot_general` annotation (its record in
+# hlopt.passes.bcoo.ops.bcsr_dot_general); every other contraction is the BCOO product of `to_bcoo()`.
+
+_MATMUL = (((1,), (0,)), ((), ()))
+_RECORD = REGISTRY["bcsr_dot_general"]
+
+
+def _dtypes(avals: Sequence[Any], params: dict[str, Any]) -> list[Any]:
+    data, _, _, x = avals
+    preferred = params.get("preferred_element_type")
+    return [np.dtype(preferred) if preferred is not None else jnp.result_type(data.dtype, x.dtype)]
+
+
+_abstract = rules.abstract_eval(_RECORD, _dtypes)
+bcsr_dot_general_p = rules.define(_RECORD, _abstract)
+
+
+def _bind(data: Any, indices: Any, indptr: Any, x: Any, *, shape: tuple[int, ...],
+          preferred_element_type: Any = None) -> jax.Array:
+    return bcsr_dot_general_p.bind(data, indices, indptr, x, shape=shape, n_batch=0, n_dense=0,
+                                   preferred_element_type=preferred_element_type)
+
+
+def _as_bcoo_product(data: Any, indices: Any, indptr: Any, x: Any, *, shape: tuple[int, ...],
+                     preferred_element_type: Any = None, **_: Any) -> jax.Array:
+    """The same product through the BCOO matrix of these buffers (its rules give the transposes)."""
+    bcoo_indices = jnp.stack([_rows(indices, indptr), indices], axis=1)
+    return products.dot_general_p.bind(data, bcoo_indices, x, shape=shape, dimension_numbers=_MATMUL,
+                                       preferred_element_type=preferred_element_type,
+                                       indices_sorted=False, unique_indices=False)
+
+
+def _transpose(ct, data, indices, indptr, x, *, shape, preferred_element_type, **_):
+    if ad.is_undefined_primal(indices) or ad.is_undefined_primal(indptr):
+        raise ValueError("Cannot transpose with respect to sparse indices")
+    bcoo_indices = jnp.stack([_rows(indices, indptr), indices], axis=1)
+    grads = ad.primitive_transposes[products.dot_general_p](
+        ct, data, bcoo_indices, x, shape=shape, dimension_numbers=_MATMUL,
+        preferred_element_type=preferred_element_type, indices_sorted=False, unique_indices=False)
+    return [grads[0], None, None, grads[2]]
+
+
+def _batch(args, dims, **params):
+    data, indices, indptr, x = args
+    if dims[:3] != (None, None, None):  # a batch of matrices: the BCOO product's batching rule
+        return jax.vmap(functools.partial(_as_bcoo_product, **params), dims)(*args), 0
+    # Only x is mapped: its mapped axis becomes its last (free) dim, then the result's.
+    moved = jnp.moveaxis(x, dims[3], -1)
+    flat = moved.reshape(moved.shape[0], math.prod(moved.shape[1:]))
+    out = _bind(data, indices, indptr, flat, **_product_params(params))
+    return out.reshape((params["shape"][0], *moved.shape[1:])), moved.ndim - 1
+
+
+def _product_params(params: dict[str, Any]) -> dict[str, Any]:
+    return {"shape": params["shape"], "preferred_element_type": params.get("preferred_element_type")}
+
+
+ad.primitive_jvps[bcsr_dot_general_p] = rules.bilinear_jvp(bcsr_dot_general_p, 0, 3)
+ad.primitive_transposes[bcsr_dot_general_p] = _transpose
+batching.primitive_batchers[bcsr_dot_general_p] = _batch
+
+
+def bcsr_dot_general(lhs: BCSR | Any, rhs: Any, *, dimension_numbers: Any, precision: Any = None,
+                     preferred_element_type: Any = None, out_sharding: Any = None) -> Any:
+    """`lax.dot_general` where `lhs` (or `rhs`) is a BCSR matrix: a dense result.
+
+    `A @ x` (A's columns contracted with x's first dim, x of 1 or 2 dims) is one `bcsr_dot_general`
+    annotation (on CPU hlopt's CSR kernel); any other contraction is the BCOO product of `to_bcoo()`.
+    """
+    del precision, out_sharding  # as JAX's: unused
+    dims = products._dims_key(dimension_numbers)
+    if isinstance(lhs, BCSR) and not isinstance(rhs, (BCSR, BCOO)):
+        rhs = jnp.asarray(rhs)
+        if dims == _MATMUL and rhs.ndim in (1, 2):
+            return _bind(lhs.data, lhs.indices, lhs.indptr, rhs, shape=lhs.shape,
+                         preferred_element_type=preferred_element_type)
+    to_bcoo = (lambda a: a.to_bcoo() if isinstance(a, BCSR) else a)  # noqa: E731
+    lhs, rhs = to_bcoo(lhs), to_bcoo(rhs)
+    if not isinstance(lhs, BCOO) and not isinstance(rhs, BCOO):
+        return jax.lax.dot_general(lhs, rhs, dims, preferred_element_type=preferred_element_type)
+    return products.bcoo_dot_general(lhs, rhs, dimension_numbers=dims, preferred_element_type=preferred_element_type)
+
+
+def _matmul(a: Any, b: Any) -> Any:
+    """`a @ b` where a or b is a BCSR matrix: `bcsr_dot_general` for `A @ x` with x of 1 or 2 dims,
+    else the BCOO `@` of `to_bcoo()` (jnp.matmul's rules)."""
+    if isinstance(a, BCSR) and not isinstance(b, (BCSR, BCOO)) and np.ndim(b) in (1, 2):
+        return bcsr_dot_general(a, b, dimension_numbers=_MATMUL)
+    to_bcoo = (lambda x: x.to_bcoo() if isinstance(x, BCSR) else x)  # noqa: E731
+    return products.matmul(to_bcoo(a), to_bcoo(b))
+
+
+BCSR.__matmul__ = lambda self, other: _matmul(self, other)
+BCSR.__rmatmul__ = lambda self, other: _matmul(other, self)
