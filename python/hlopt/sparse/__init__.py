@@ -28,7 +28,7 @@ from hlopt.sparse.bcoo import (
     todense,
     todense_p,
 )
-from hlopt.sparse.bcsr import BCSR, bcsr_fromdense, bcsr_todense
+from hlopt.sparse.bcsr import BCSR, bcsr_dot_general, bcsr_fromdense, bcsr_todense
 from hlopt.sparse.construct import empty, eye, random_bcoo
 from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general, bcoo_spdot_nse
 from hlopt.sparse.structure import (
@@ -72,6 +72,7 @@ __all__ = [
     "bcoo_todense_p",
     "bcoo_transpose",
     "bcoo_update_layout",
+    "bcsr_dot_general",
     "bcsr_fromdense",
     "bcsr_todense",
     "empty",
