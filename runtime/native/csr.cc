@@ -288,6 +288,12 @@ ffi::Error sddmm_impl(ffi::ThreadPool pool, ffi::AnyBuffer p, ffi::AnyBuffer qt,
 // ---------------------------------------------------------------------------
 // CSR
 
+// Work (entries + rows, times columns) per parallel block of the CSR kernel, a quarter of
+// kBlockWork's: an SpMV of 1e5 rows x 10 entries (about half a millisecond) takes both cores. On
+// the shared 2-core machine at load 13-16, 2^17 and 2^21 gave the same interleaved ratio to scipy
+// at 1e5 rows (0.93-0.97, bench/sparse_scipy.py): no loss from preempted helpers measured there.
+constexpr int64_t kCsrBlockWork = 1 << 19;
+
 // One entry's product with x, zero for a column outside [0, k) (read as x[0], never out of bounds:
 // the caller has k > 0). Branch-free, so rows of random columns vectorise and do not mispredict.
 template <typename T>
@@ -390,7 +396,7 @@ int64_t csr_spmm(ffi::ThreadPool& pool, const T* data, const int32_t* col, const
   const double entries = std::max(0.0, static_cast<double>(ptr[m]) - ptr[0]);
   const double total = entries + static_cast<double>(m);
   const int64_t blocks = static_cast<int64_t>(std::max(1.0, std::min(static_cast<double>(m),
-                                                                     total * static_cast<double>(n) / kBlockWork)));
+                                                                     total * static_cast<double>(n) / kCsrBlockWork)));
   std::vector<int64_t> row(blocks + 1);
   row[0] = 0;
   row[blocks] = m;
