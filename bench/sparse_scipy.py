@@ -13,7 +13,8 @@ temporaries and outputs). hlopt's compile time (first call of `hlopt.jit`) is pr
 The copy is measured once before and once after the products: on a loaded machine it varies
 as much as the products do, so a percentage of it above 100 says the copy ran at a worse moment.
 
-- SpMV `A @ v`, SpMM `A @ X` (X with 16, 64, 256 columns; a case whose dense operands exceed
+- SpMV `A @ v`, SpMM `A @ X` (X with 16, 64, 256 columns), each with A as a row-sorted BCOO and
+  as a `hlopt.sparse.BCSR` (rows marked "(BCSR)", the same CSR buffers scipy reads; a case whose dense operands exceed
   `--max-dense-mb` is left out and printed as such), SDDMM: `(P @ Q)` read at A's entries
   (`bcoo_dot_general_sampled`; scipy has no SDDMM: its side is numpy on the CSR arrays, in
   chunks, as a scipy user writes it).
@@ -198,6 +199,7 @@ def dense_products(m: sp.csr_matrix, rng: np.random.Generator, widths: list[int]
     d, i = to_bcoo_buffers(m)
     A = bcoo(m.shape)
     base = csr_bytes(m)
+    csr = hs.BCSR.from_scipy_sparse(m)  # the same matrix as CSR: 8 B an entry where BCOO streams 12
     figures = []
     if only in "SpMV":
         v_np = rng.standard_normal(n, dtype=np.float32)
@@ -205,6 +207,9 @@ def dense_products(m: sp.csr_matrix, rng: np.random.Generator, widths: list[int]
         f, c = compiled(lambda d, i, v: A(d, i) @ v, (d, i, v))
         figures.append(measure("SpMV", n, nnz, base + 2 * n * F32, copy_bw, lambda: m @ v_np,
                                lambda: f(d, i, v), f, (d, i, v), budget, c))
+        f, c = compiled(lambda a, v: a @ v, (csr, v))
+        figures.append(measure("SpMV (BCSR)", n, nnz, base + 2 * n * F32, copy_bw, lambda: m @ v_np,
+                               lambda: f(csr, v), f, (csr, v), budget, c))
     for k in widths:
         if only not in f"SpMM x {k}":
             continue
@@ -216,6 +221,9 @@ def dense_products(m: sp.csr_matrix, rng: np.random.Generator, widths: list[int]
         f, c = compiled(lambda d, i, x: A(d, i) @ x, (d, i, x))
         figures.append(measure(f"SpMM x {k}", n, nnz, base + 2 * n * k * F32, copy_bw, lambda: m @ x_np,
                                lambda: f(d, i, x), f, (d, i, x), budget, c))
+        f, c = compiled(lambda a, x: a @ x, (csr, x))
+        figures.append(measure(f"SpMM x {k} (BCSR)", n, nnz, base + 2 * n * k * F32, copy_bw, lambda: m @ x_np,
+                               lambda: f(csr, x), f, (csr, x), budget, c))
     if only in "SDDMM x 16":
         k = 16
         p_np = rng.standard_normal((n, k), dtype=np.float32)

@@ -288,10 +288,24 @@ def _sddmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
                             "(i32) -> [nse], all f32 or all f64")
 
 
+def _csr_spmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
+    """hlopt_csr_spmm (runtime/native/csr.cc): data[nse], indices[nse] i32, indptr[M + 1] i32, x[K] or
+    x[K, N] -> [M] or [M, N]."""
+    if len(operands) != 4 or len(outs) != 1:
+        return f"takes 4 operands and returns 1 result, not {len(operands)} and {len(outs)}"
+    (d, et), (i, ei), (p, ep), (x, ex) = (_tensor(t) for t in operands)
+    o, eo = _tensor(outs[0])
+    ok = (et in _FLOATS and et == ex == eo and ei == ep == _I32 and len(d) == 1 and i == d and len(x) in (1, 2)
+          and len(o) == len(x) and o[1:] == x[1:] and p == [o[0] + 1])
+    return None if ok else (f"{_types(operands)} -> {_types(outs)} is not data[nse], indices[nse], indptr[M + 1] "
+                            "(i32), x[K] or x[K, N] -> [M] or [M, N], all f32 or all f64")
+
+
 # hlopt's own sparse-product kernels (runtime/kernels.py), emitted by xla-cpu-sparse-kernels: they read no attributes.
 HLOPT_TARGETS: dict[str, Target] = {
     "hlopt_bcoo_spmm": Target(_spmm_rule),
     "hlopt_bcoo_sddmm": Target(_sddmm_rule),
+    "hlopt_csr_spmm": Target(_csr_spmm_rule),
 }
 
 # custom-call target -> the check of its operand and result types and the attributes its kernel reads

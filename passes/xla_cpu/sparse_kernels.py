@@ -5,7 +5,7 @@ operand's rows, a multiply and a sorted scatter-add (SpMV, SpMM) or two gathers
 and a batched dot (SDDMM). XLA:CPU runs the gather alone slower than
 scipy.sparse runs the whole CSR product (bench/sparse_scipy.py --breakdown),
 so no formulation in plain StableHLO reaches scipy; the kernels of
-runtime/native/csr.cc (`hlopt_bcoo_spmm`, `hlopt_bcoo_sddmm`) walk the rows in
+runtime/native/csr.cc (`hlopt_bcoo_spmm`, `hlopt_bcoo_sddmm`, `hlopt_csr_spmm`) walk the rows in
 one pass, split over XLA's intra-op threads when the product is large. Measured
 on a shared 2-core machine at load average 17-19 (bench/sparse_scipy.py, record
 bench/results/sparse_scipy/, float32, 10 entries a row; scipy's time / hlopt's,
@@ -19,6 +19,11 @@ Rewritten, each only where all of its conditions hold (anything else is left to 
 - `@hlopt.bcoo.dot_general` of a BCOO matrix `[M, K]` (n_batch = n_dense = 0, `indices_sorted`,
   i32 indices) with a dense `x[K]` or `x[K, N]` contracting the matrix's columns with x's rows,
   data, x and result of one type f32 or f64 -> `@hlopt_bcoo_spmm(data, indices, x)`.
+- `@hlopt.bcoo.bcsr_dot_general` of a CSR matrix (`hlopt.sparse.BCSR`, i32 indices and indptr) with a
+  dense `x[K]` or `x[K, N]` (the record admits no other), data, x and result of one type f32 or f64
+  -> `@hlopt_csr_spmm(data, indices, indptr, x)`: 8 bytes an entry (value and column) where the
+  BCOO kernel reads 12; it refuses, when the program runs, an indptr that is not non-decreasing
+  from >= 0 to <= nse.
 - `@hlopt.bcoo.dot_general_sampled` of `P[M, K] @ Q[K, N]` read at the entries of an `[M, N]`
   matrix (n_batch = n_dense = 0, no permutation, i32 indices), one type f32 or f64 ->
   `@hlopt_bcoo_sddmm(P, transpose(Q), indices)`.
@@ -60,6 +65,7 @@ from hlopt.passes.walk import call_target, walk_ops
 
 SPMM = "hlopt_bcoo_spmm"
 SDDMM = "hlopt_bcoo_sddmm"
+CSR_SPMM = "hlopt_csr_spmm"
 
 # `A @ x` and `P @ Q` as dot_general's dimension numbers: ((lhs_contracting, rhs_contracting), batch).
 _MATMUL = (((1,), (0,)), ((), ()))
@@ -103,6 +109,13 @@ def _sddmm(c: BcooOp) -> ir.Value | None:
     return _kernel(SDDMM, [p, b.transpose(q, [1, 0]), indices], c.result_types[0])
 
 
+def _csr_spmm(c: BcooOp) -> ir.Value | None:
+    data, indices, indptr, x = c.operands
+    fits = (_i32(b.elem_of(indices)) and _i32(b.elem_of(indptr))
+            and _floats(b.elem_of(data), b.elem_of(x), c.result_elem(0)))
+    return _kernel(CSR_SPMM, [data, indices, indptr, x], c.result_types[0]) if fits else None
+
+
 def _kernel(target: str, operands: list[ir.Value], result: ir.Type) -> ir.Value:
     """A typed (FFI) call of one of hlopt's kernels, which reads no attributes."""
     op = stablehlo.CustomCallOp([result], operands, target, backend_config=ir.DictAttr.get({}),
@@ -110,7 +123,7 @@ def _kernel(target: str, operands: list[ir.Value], result: ir.Type) -> ir.Value:
     return op.result
 
 
-REWRITES = {"dot_general": _spmm, "dot_general_sampled": _sddmm}
+REWRITES = {"dot_general": _spmm, "dot_general_sampled": _sddmm, "bcsr_dot_general": _csr_spmm}
 
 
 def _annotation_bodies(module: ir.Operation) -> set[str]:
@@ -146,7 +159,7 @@ def _enclosing_function(op: ir.Operation) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class SparseKernels(Pass):
-    """Rewrite row-sorted BCOO sparse x dense products (SpMV, SpMM, SDDMM) into calls of hlopt's CPU kernels.
+    """Rewrite row-sorted BCOO and BCSR sparse x dense products (SpMV, SpMM, SDDMM) into calls of hlopt's CPU kernels.
 
     On for CPU compiles only (`platform=auto`); `platform=cpu` forces it, `platform=none` turns it off.
     """

@@ -81,6 +81,7 @@ CASES = {
     "transpose": (lambda m: hs.bcoo_transpose(m, permutation=(1, 0)).todense(), X.T),
     "gather": (lambda m: m[jnp.array([2, 0])].todense(), X[[2, 0]]),
     "dot_general": (lambda m: m @ jnp.asarray(Y), X @ Y),
+    "bcsr_dot_general": (lambda m: hs.BCSR.from_bcoo(m) @ jnp.asarray(Y), X @ Y),
     "dot_general_sampled": (
         lambda m: hs.bcoo_dot_general_sampled(jnp.asarray(A), jnp.asarray(B), m.indices, dimension_numbers=DIMS),
         (A @ B)[_AT]),
@@ -181,7 +182,7 @@ def test_the_shipped_registry_does_not_know_the_scratch_op():
     with pytest.raises(KeyError, match="scale"):
         rules.primitive("scale")
     scale_p = rules.define(scratch_ops.SCALE)  # a primitive made outside the registry in use
-    with pytest.raises(Exception, match=r"@hlopt.bcoo.scale: unknown sparse op \(known: broadcast_in_dim"):
+    with pytest.raises(Exception, match=r"@hlopt.bcoo.scale: unknown sparse op \(known: bcsr_dot_general, broadcast_in_dim"):
         hlopt.jit(lambda m: hs.BCOO(tuple(scale_p.bind(m.data, m.indices, factor=3, **m._params)),
                                     shape=m.shape).todense())(M)
 

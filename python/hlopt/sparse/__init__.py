@@ -28,7 +28,8 @@ from hlopt.sparse.bcoo import (
     todense,
     todense_p,
 )
-from hlopt.sparse.bcsr import BCSR, bcsr_fromdense, bcsr_todense
+from hlopt.sparse.bcsr import BCSR, bcsr_dot_general, bcsr_fromdense, bcsr_todense
+from hlopt.sparse.bcsr_spgemm import bcsr_spdot_general
 from hlopt.sparse.construct import empty, eye, random_bcoo
 from hlopt.sparse.products import bcoo_dot_general, bcoo_dot_general_sampled, bcoo_spdot_general, bcoo_spdot_nse
 from hlopt.sparse.structure import (
@@ -73,6 +74,8 @@ __all__ = [
     "bcoo_todense_p",
     "bcoo_transpose",
     "bcoo_update_layout",
+    "bcsr_dot_general",
+    "bcsr_spdot_general",
     "bcsr_fromdense",
     "bcsr_todense",
     "empty",

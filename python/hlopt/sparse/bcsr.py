@@ -17,7 +17,6 @@ differentiates with respect to its `data`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hlopt.passes.bcoo.ops.bcsr_dot_general import MATMUL, entry_rows
+from hlopt.sparse import bcsr_spgemm, products, rules
 from hlopt.sparse.bcoo import BCOO, SparseInfo, bcoo_fromdense
 
 
@@ -163,11 +164,8 @@ class BCSR:
 
 
 def _rows(indices: jax.Array, indptr: jax.Array) -> jax.Array:
-    """The row of each entry (JAX's `_csr_to_coo`): how many of `indptr` are <= its position, less 1.
-    A pointer outside [0, nse) marks no entry (one below 0 would wrap around in `.at`)."""
-    nse = indices.shape[0]
-    ptr = jnp.where((indptr >= 0) & (indptr < nse), indptr, nse)
-    return jnp.cumsum(jnp.zeros((nse,), indices.dtype).at[ptr].add(1, mode="drop"), dtype=indices.dtype) - 1
+    """The row of each entry (JAX's `_csr_to_coo`)."""
+    return entry_rows(rules.TERMS, indices, indptr)
 
 
 def _indptr(rows: jax.Array, m: int) -> jax.Array:
@@ -191,3 +189,53 @@ def bcsr_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
 def bcsr_todense(mat: BCSR) -> jax.Array:
     """The dense matrix `mat` represents (duplicates summed, padding ignored)."""
     return mat.to_bcoo().todense()
+
+
+# ---------------------------------------------------------------------------
+# Products: `A @ x` for a dense x[K] or x[K, N] is the `bcsr_dot_general` annotation (its record in
+# hlopt.passes.bcoo.ops.bcsr_dot_general); every other contraction is the BCOO product of `to_bcoo()`.
+
+_MATMUL = MATMUL
+bcsr_dot_general_p = rules.primitive("bcsr_dot_general")
+
+
+def _bind(data: Any, indices: Any, indptr: Any, x: Any, *, shape: tuple[int, ...],
+          preferred_element_type: Any = None) -> jax.Array:
+    return bcsr_dot_general_p.bind(data, indices, indptr, x, shape=shape, n_batch=0, n_dense=0,
+                                   preferred_element_type=preferred_element_type)
+
+
+def bcsr_dot_general(lhs: BCSR | Any, rhs: Any, *, dimension_numbers: Any, precision: Any = None,
+                     preferred_element_type: Any = None, out_sharding: Any = None) -> Any:
+    """`lax.dot_general` where `lhs` (or `rhs`) is a BCSR matrix: a dense result.
+
+    `A @ x` (A's columns contracted with x's first dim, x of 1 or 2 dims) is one `bcsr_dot_general`
+    annotation (on CPU hlopt's CSR kernel); any other contraction is the BCOO product of `to_bcoo()`.
+    """
+    del precision, out_sharding  # as JAX's: unused
+    dims = products._dims_key(dimension_numbers)
+    if isinstance(lhs, BCSR) and isinstance(rhs, BCSR) and dims == _MATMUL:
+        return bcsr_spgemm.bcsr_spdot_general(lhs, rhs, preferred_element_type=preferred_element_type)
+    if isinstance(lhs, BCSR) and not isinstance(rhs, (BCSR, BCOO)):
+        rhs = jnp.asarray(rhs)
+        if dims == _MATMUL and rhs.ndim in (1, 2):
+            return _bind(lhs.data, lhs.indices, lhs.indptr, rhs, shape=lhs.shape,
+                         preferred_element_type=preferred_element_type)
+    to_bcoo = (lambda a: a.to_bcoo() if isinstance(a, BCSR) else a)  # noqa: E731
+    lhs, rhs = to_bcoo(lhs), to_bcoo(rhs)
+    if not isinstance(lhs, BCOO) and not isinstance(rhs, BCOO):
+        return jax.lax.dot_general(lhs, rhs, dims, preferred_element_type=preferred_element_type)
+    return products.bcoo_dot_general(lhs, rhs, dimension_numbers=dims, preferred_element_type=preferred_element_type)
+
+
+def _matmul(a: Any, b: Any) -> Any:
+    """`a @ b` where a or b is a BCSR matrix: `bcsr_dot_general` for `A @ x` with x of 1 or 2 dims,
+    else the BCOO `@` of `to_bcoo()` (jnp.matmul's rules)."""
+    if isinstance(a, BCSR) and (isinstance(b, BCSR) or not isinstance(b, BCOO) and np.ndim(b) in (1, 2)):
+        return bcsr_dot_general(a, b, dimension_numbers=_MATMUL)
+    to_bcoo = (lambda x: x.to_bcoo() if isinstance(x, BCSR) else x)  # noqa: E731
+    return products.matmul(to_bcoo(a), to_bcoo(b))
+
+
+BCSR.__matmul__ = lambda self, other: _matmul(self, other)
+BCSR.__rmatmul__ = lambda self, other: _matmul(other, self)

@@ -13,7 +13,7 @@ func.func @bad_shape(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<
 
 // -----
 
-// expected-error@+2 {{@hlopt.bcoo.frobnicate: unknown sparse op (known: broadcast_in_dim, concatenate, conv, dot_general, dot_general_sampled, dynamic_slice, extract, fromdense,}}
+// expected-error@+2 {{@hlopt.bcoo.frobnicate: unknown sparse op (known: bcsr_dot_general, broadcast_in_dim, concatenate, conv, dot_general, dot_general_sampled, dynamic_slice, extract, fromdense,}}
 func.func @unknown(%data: tensor<3xf32>, %indices: tensor<3x2xi32>) -> tensor<4x5xf32> {
   %0 = stablehlo.custom_call @hlopt.bcoo.frobnicate(%data, %indices) {api_version = 4 : i32, backend_config = {shape = array<i64: 4, 5>}} : (tensor<3xf32>, tensor<3x2xi32>) -> tensor<4x5xf32>
   return %0 : tensor<4x5xf32>

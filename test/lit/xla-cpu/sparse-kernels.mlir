@@ -68,3 +68,33 @@ func.func private @body(%data: tensor<6xf32>, %indices: tensor<6x2xi32>, %x: ten
   %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6x2xi32>, tensor<5xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// BCSR SpMM and SpMV: one hlopt_csr_spmm call each, the operands as they are.
+// CHECK-LABEL: func.func @csr
+// CHECK: %[[A:.*]] = stablehlo.custom_call @hlopt_csr_spmm(%arg0, %arg1, %arg2, %arg3) {api_version = 4 : i32, backend_config = {}} : (tensor<6xf32>, tensor<6xi32>, tensor<5xi32>, tensor<5x3xf32>) -> tensor<4x3xf32>
+// CHECK: %[[B:.*]] = stablehlo.custom_call @hlopt_csr_spmm(%arg0, %arg1, %arg2, %arg4) {api_version = 4 : i32, backend_config = {}} : (tensor<6xf32>, tensor<6xi32>, tensor<5xi32>, tensor<5xf32>) -> tensor<4xf32>
+// CHECK-NEXT: return %[[A]], %[[B]]
+// OFF-LABEL: func.func @csr
+// OFF-COUNT-2: stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general
+// OFF-NOT: hlopt_csr
+func.func @csr(%data: tensor<6xf32>, %indices: tensor<6xi32>, %indptr: tensor<5xi32>, %x: tensor<5x3xf32>, %v: tensor<5xf32>) -> (tensor<4x3xf32>, tensor<4xf32>) {
+  %0 = stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general(%data, %indices, %indptr, %x) {api_version = 4 : i32, backend_config = {indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6xi32>, tensor<5xi32>, tensor<5x3xf32>) -> tensor<4x3xf32>
+  %1 = stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general(%data, %indices, %indptr, %v) {api_version = 4 : i32, backend_config = {indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6xi32>, tensor<5xi32>, tensor<5xf32>) -> tensor<4xf32>
+  return %0, %1 : tensor<4x3xf32>, tensor<4xf32>
+}
+
+// -----
+
+// Not rewritten: int64 indices, mixed types, complex (the kernel takes f32 or f64, i32).
+// CHECK-LABEL: func.func @csr_kept
+// CHECK-NOT: hlopt_csr_spmm
+// CHECK-COUNT-3: stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general(
+// CHECK-NOT: hlopt_csr_spmm
+func.func @csr_kept(%data: tensor<6xf32>, %i64: tensor<6xi64>, %p64: tensor<5xi64>, %indices: tensor<6xi32>, %indptr: tensor<5xi32>, %x: tensor<5xf32>, %x64: tensor<5xf64>, %c: tensor<6xcomplex<f32>>) -> (tensor<4xf32>, tensor<4xf64>, tensor<4xcomplex<f32>>) {
+  %0 = stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general(%data, %i64, %p64, %x) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<6xf32>, tensor<6xi64>, tensor<5xi64>, tensor<5xf32>) -> tensor<4xf32>
+  %1 = stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general(%data, %indices, %indptr, %x64) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<6xf32>, tensor<6xi32>, tensor<5xi32>, tensor<5xf64>) -> tensor<4xf64>
+  %2 = stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general(%c, %indices, %indptr, %x) {api_version = 4 : i32, backend_config = {n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>}} : (tensor<6xcomplex<f32>>, tensor<6xi32>, tensor<5xi32>, tensor<5xf32>) -> tensor<4xcomplex<f32>>
+  return %0, %1, %2 : tensor<4xf32>, tensor<4xf64>, tensor<4xcomplex<f32>>
+}
