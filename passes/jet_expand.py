@@ -658,8 +658,11 @@ class JetExpand(Pass):
     coefficients (y^(k)/k!) per primal, and returns the primal results, then K
     coefficients per result. With `func=NAME order=K` it also builds `@NAME_jetK`
     from any function. Inside the jets, `hlopt.jet.stop_gradient` markers are zero
-    series and `hlopt.jet.custom_jvp` markers follow their JVP rule; at the end the
-    first become their operand and the second a call of their primal function.
+    series, `hlopt.jet.custom_jvp` markers follow their JVP rule and
+    `hlopt.jet.linear_solve` markers (a `custom_linear_solve`) the structure of the
+    solve, order by order from solves with the primal's factorization; at the end the
+    first become their operand, the second a call of their primal function and the
+    third a call of their solve.
 
         %r:3 = stablehlo.custom_call @hlopt.jet(%x, %x1, %x2)
                  {called_computations = [@f], backend_config = {order = 2 : i64}}
