@@ -315,13 +315,16 @@ class FunctionJet:
                 continue
             if lead:  # the rows of order k at once: the solve of the map applied to each row
                 t = [b.coefficient(ti, bi[0], k) for ti, bi in zip(t, rhs)]
-                names = [self.module.rows_function(f, count, d.size, op.location) for f, count in ((matvec, m), (solve, s))]
+                names = [self.module.rows_function(matvec, m, d.size, op.location),
+                         self.module.rows_function(solve, s, d.size, op.location, at_primal=True)]
             else:
                 t = [b.materialize(ti, bi[0]) if d is None else
                      builders.reshape(b.coefficient(ti, bi[0], k), builders.shape_of(bi[0])) for ti, bi in zip(t, rhs)]
                 names = [matvec, solve]
             # a marker again, so that an enclosing jet differentiates the solve by this rule
-            marker = builders.regrown(op, [c[0] for c in consts] + [f[0] for f in factors] + t, [v.type for v in t])
+            at = [bi[0] for bi in rhs] if lead else []  # the rows' solve is taken at the primal's right-hand sides
+            marker = builders.regrown(op, [c[0] for c in consts] + [f[0] for f in factors] + at + t,
+                                      [v.type for v in t])
             marker.attributes["called_computations"] = ir.ArrayAttr.get([ir.FlatSymbolRefAttr.get(n) for n in names])
             x_k = list(marker.results)
             if d is not None and not lead:
@@ -374,19 +377,24 @@ class ModuleJet(ModuleTransform):
                             f"{MAX_WORK} ops per module (ops x order^2 per jet function); lower the order or the "
                             "nesting of jets", location)
 
-    def rows_function(self, name: str, constants: int, size: int, location: ir.Location | None) -> str:
+    def rows_function(self, name: str, constants: int, size: int, location: ir.Location | None,
+                      at_primal: bool = False) -> str:
         """`@name`, linear in its arguments after the first `constants`, applied to each row
         of those arguments given with a leading axis of `size`: the function of (constants,
         rows) giving coefficient 1 of `@name`'s jet along `size` directions at zero there,
-        the constants' series zero."""
-        return self.generate(("rows", name, constants, size), lambda: self._build_rows(name, constants, size, location))
+        the constants' series zero. With `at_primal`, the jet is taken at given values of
+        those arguments, which come after the constants (a solve whose control flow reads
+        its right-hand side, e.g. cg, is linear near the primal's, not at zero)."""
+        return self.generate(("rows", name, constants, size, at_primal),
+                             lambda: self._build_rows(name, constants, size, location, at_primal))
 
-    def _build_rows(self, name: str, constants: int, size: int, location: ir.Location | None) -> str:
+    def _build_rows(self, name: str, constants: int, size: int, location: ir.Location | None, at_primal: bool) -> str:
         b = JetBuilder(1, Directions(size))
         inputs, results = self.signature(name, location)
         jet, _ = self.jet_function(name, 1, frozenset((i, 1) for i in range(constants)), location,
                                    directions=b.directions)
-        rows_in = inputs[:constants] + [b.coefficient_type(t, 1) for t in inputs[constants:]]
+        given = inputs[:len(inputs) if at_primal else constants]
+        rows_in = given + [b.coefficient_type(t, 1) for t in inputs[constants:]]
         rows_out = [b.coefficient_type(t, 1) for t in results]
         new_name = builders.unique_symbol(self.names, f"{name}_rows{size}")
         with ir.InsertionPoint(self.body), location or ir.Location.unknown():
@@ -395,8 +403,8 @@ class ModuleJet(ModuleTransform):
             block = fn.add_entry_block()
             with ir.InsertionPoint(block):
                 args = list(block.arguments)
-                primals = args[:constants] + [b.zeros_like(t) for t in inputs[constants:]]
-                coefficients_in = [b.zeros_like(b.coefficient_type(t, 1)) for t in inputs[:constants]] + args[constants:]
+                primals = args[:len(given)] + [b.zeros_like(t) for t in inputs[len(given):]]
+                coefficients_in = [b.zeros_like(b.coefficient_type(t, 1)) for t in inputs[:constants]] + args[len(given):]
                 out = builders.call(jet, primals + coefficients_in, results + rows_out)
                 func.ReturnOp(out[len(results):])
         self.funcs[new_name] = fn.operation
