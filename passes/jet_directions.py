@@ -273,16 +273,21 @@ def _sunk_dims(dims: stablehlo.DotDimensionNumbers, v: ir.Value,
     return batch, contract, added
 
 
+def _shifted(*dims: Sequence[int]) -> list[list[int]]:
+    """Operand (or window) dimension lists past a new leading directions axis: each one up by one."""
+    return [[d + 1 for d in ds] for ds in dims]
+
+
 def _gather(op, operands, lead, n):
     """The directions axis is a leading offset (window) dimension of the operand."""
     x, indices = operands
     g = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
+    offset, collapsed, batching, index_map = _shifted(g.offset_dims, g.collapsed_slice_dims, g.operand_batching_dims,
+                                                      g.start_index_map)
     number = stablehlo.GatherDimensionNumbers.get(
-        offset_dims=[0] + [d + 1 for d in g.offset_dims],
-        collapsed_slice_dims=[d + 1 for d in g.collapsed_slice_dims],
-        operand_batching_dims=[d + 1 for d in g.operand_batching_dims],
-        start_indices_batching_dims=list(g.start_indices_batching_dims),
-        start_index_map=[d + 1 for d in g.start_index_map], index_vector_dim=g.index_vector_dim)
+        offset_dims=[0] + offset, collapsed_slice_dims=collapsed, operand_batching_dims=batching,
+        start_indices_batching_dims=list(g.start_indices_batching_dims), start_index_map=index_map,
+        index_vector_dim=g.index_vector_dim)
     return _rebuilt(op, [x, indices], n, {"dimension_numbers": number,
                                           "slice_sizes": _i64s([n] + _array(op, "slice_sizes"))})
 
@@ -292,13 +297,12 @@ def _scatter(op, operands, lead, n):
     x, indices, updates = operands
     x, updates = _lead_all([x, updates], [lead[0], lead[2]], n)
     s = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+    window, inserted, batching, to_operand = _shifted(s.update_window_dims, s.inserted_window_dims,
+                                                      s.input_batching_dims, s.scattered_dims_to_operand_dims)
     number = stablehlo.ScatterDimensionNumbers.get(
-        update_window_dims=[0] + [d + 1 for d in s.update_window_dims],
-        inserted_window_dims=[d + 1 for d in s.inserted_window_dims],
-        input_batching_dims=[d + 1 for d in s.input_batching_dims],
+        update_window_dims=[0] + window, inserted_window_dims=inserted, input_batching_dims=batching,
         scatter_indices_batching_dims=list(s.scatter_indices_batching_dims),
-        scattered_dims_to_operand_dims=[d + 1 for d in s.scattered_dims_to_operand_dims],
-        index_vector_dim=s.index_vector_dim)
+        scattered_dims_to_operand_dims=to_operand, index_vector_dim=s.index_vector_dim)
     return _rebuilt(op, [x, indices, updates], n, {"scatter_dimension_numbers": number})
 
 

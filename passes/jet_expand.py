@@ -17,10 +17,10 @@ from typing import ClassVar
 
 from hlopt.passes import builders, jet_directions
 from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, PassOptionError, option
-from hlopt.passes.jet_rules import (CUSTOM_JVP, RULES, STOP_GRADIENT, Directions, JetBuilder, Series,
-                                    coefficients, has_reduction_rule, has_series, remove_stop_gradients,
+from hlopt.passes.jet_rules import (CUSTOM_JVP, LINEAR_SOLVE, RULES, STOP_GRADIENT, Directions, JetBuilder,
+                                    Series, coefficients, has_reduction_rule, has_series, remove_stop_gradients,
                                     split_results)
-from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.mlir import func, ir, stablehlo
 from hlopt.passes.transform import (ModuleTransform, RuleTable, branch_carried, erase_dead, is_pure_op, live_values,
                                     loop_carried, rewrite_each, uses_any, walk)
 from hlopt.passes.walk import call_target, callee_of
@@ -41,7 +41,7 @@ def _is_pure(op: ir.Operation) -> bool:
     """A StableHLO/CHLO op with results and without regions or side effects (or a jet
     marker): dead when its results are."""
     if op.name == "stablehlo.custom_call":
-        return call_target(op) in (STOP_GRADIENT, CUSTOM_JVP)
+        return call_target(op) in (STOP_GRADIENT, CUSTOM_JVP, LINEAR_SOLVE)
     return is_pure_op(op) and not op.regions
 
 
@@ -255,68 +255,99 @@ class FunctionJet:
         return {j: [b.scale(g[m][k - 1], 1.0 / k) for k in range(1, K + 1)] for m, j in enumerate(inexact_out)}
 
     def _custom_jvp_directions(self, op: ir.Operation, ins: list[Series], tangents: str) -> list[Series]:
-        """The custom_jvp marker `op` in a batched or collapsed jet, by its own rule: the
-        standard jet along each direction, in a `while` loop over the R directions (any
-        function's rule is honoured; one small program runs per direction), each
-        direction's coefficients written into its row. In a collapsed jet the K-th
-        coefficient, the sum over the directions, is linear in the inputs' K-th through
-        the rule at the primal: sum_r y_K[r] = jvp(x_0, sum_r x_K[r]) + sum_r y_K[r]|x_K[r]=0,
-        so the loop runs the jets with x_K = 0 and sums their K-th coefficients, and the
-        first term is one call of @tangents after it (the rule is linear in its tangents)."""
-        b, K, d = self.builder, self.order, self.builder.directions
-        per = K - 1 if d.collapsed else K  # the coefficients each direction has a row of
+        """The custom_jvp marker `op` in a batched or collapsed jet, by its own rule, in one
+        jet of @tangents along all the directions at once. y'(t) = jvp(x(t), x'(t)), and
+        the rule is linear in its tangents, so t y'(t) = jvp(x(t), t x'(t)): the series of
+        t x'(t), (0, x_1, 2 x_2, ..., K x_K), has a zero primal, which every direction
+        shares, and the series of t y'(t) is (0, y_1, 2 y_2, ..., K y_K). So the order-K
+        jet of @tangents along (x, t x') in the jet's own directions (the collapsed K-th
+        included: it is linear in the inputs' K-th, as every coefficient K is) gives
+        y_k as its coefficient k divided by k. Its terms are linear in the series of t x',
+        which starts at order 1, so coefficient k needs those of @tangents in x to order
+        k - 1 only: the body prepared for jets of one order less (`hlopt.taylor`) is exact."""
+        b, K = self.builder, self.order
+        inexact_in = [i for i, s in enumerate(ins) if builders.is_differentiable(s[0].type)]
         inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
-        i32 = builders.i32()
-        zero_index = builders.scalar(0, i32)
-        weights = {j: jet_directions.weight_vector(d.weights, builders.elem_of(op.results[j]))
-                   for j in inexact_out if d.collapsed and d.weights is not None}
-
-        def row(v: ir.Value, r: ir.Value) -> ir.Value:
-            shape = builders.shape_of(v)
-            return builders.reshape(builders.dynamic_slice(v, [r] + [zero_index] * (len(shape) - 1), [1, *shape[1:]]),
-                                    shape[1:])
-
-        def body(r: ir.Value, *state: ir.Value) -> list[ir.Value]:
-            series = [[s[0]] + [None if s[k] is None else row(s[k], r) for k in range(1, per + 1)] + [None] * (K - per)
-                      for s in ins]
-            coefficients_r = self._custom_jvp_series(op, series, tangents)
-            out, it = [builders.add(r, builders.scalar(1, i32))], iter(state)
-            for j in inexact_out:
-                like = op.results[j]
-                for k in range(1, K + 1):
-                    acc, y = next(it), coefficients_r[j][k - 1]
-                    if y is None:
-                        out.append(acc)
-                    elif k <= per:
-                        starts = [r] + [zero_index] * len(builders.shape_of(like))
-                        out.append(builders.dynamic_update_slice(acc, builders.reshape(y, [1, *builders.shape_of(y)]),
-                                                                 starts))
-                    else:  # the collapsed K-th: weighted sum over the directions
-                        if j in weights:
-                            w = builders.reshape(builders.dynamic_slice(weights[j], [r], [1]), [])
-                            y = builders.mul(y, builders.broadcast(w, builders.shape_of(y), []))
-                        out.append(builders.add(acc, builders.reshape(y, [1, *builders.shape_of(y)])))
-            return out
-
-        rows = [b.zeros_like(b.coefficient_type(op.results[j].type, k)) for j in inexact_out for k in range(1, K + 1)]
-        if per:
-            size = builders.scalar(d.size, i32)
-            rows = builders.while_loop([zero_index, *rows], lambda r, *_: builders.compare(r, size, "LT"), body)[1:]
+        args = list(ins) + [[b.zeros(ins[i][0])] + b.scaled_derivative(ins[i])[1:] for i in inexact_in]
+        zero = frozenset((n, k) for n, a in enumerate(args) for k in range(1, K + 1) if a[k] is None)
+        name, zero_out = self.module.jet_function(tangents, K, zero, op.location, directions=b.directions)
+        out_types = [op.results[j].type for j in inexact_out]
+        results = builders.call(name, [a[0] for a in args] + coefficients(b, args, range(len(args))),
+                                out_types + [b.coefficient_type(t, k) for t in out_types for k in range(1, K + 1)])
+        z = split_results(b, results, [True] * len(out_types))
         outs = [b.series(v) for v in op.results]
-        it = iter(rows)
-        for j in inexact_out:
-            outs[j] = [op.results[j]] + [next(it) for _ in range(K)]
-        inexact_in = [s for s in ins if builders.is_differentiable(s[0].type)]
-        if d.collapsed and any(s[K] is not None for s in inexact_in):
-            tangents_in = [b.zeros(s[0]) if s[K] is None else builders.reshape(s[K], builders.shape_of(s[0]))
-                           for s in inexact_in]
-            direct = builders.call(tangents, [s[0] for s in ins] + tangents_in, [op.results[j].type for j in inexact_out])
-            for y, j in zip(direct, inexact_out):
-                outs[j][K] = builders.add(outs[j][K], builders.reshape(y, [1, *builders.shape_of(y)]))
+        for m, j in enumerate(inexact_out):
+            outs[j] = [op.results[j]] + [None if (m, k) in zero_out else b.scale(z[m][k], 1.0 / k)
+                                         for k in range(1, K + 1)]
         return outs
 
+    def expand_linear_solve(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
+        """A custom_linear_solve x = S(b), S the solve of the linear map v -> M(c, v) (the
+        matvec, of constants c), by its structure: M(c(t), x(t)) = b(t) order by order is
+        M(c_0, x_k) + [coefficient k of M(c(t), x(t)) without x_k] = b_k, so
 
-FunctionJet.STRUCTURE = RuleTable(by_target={CUSTOM_JVP: FunctionJet.expand_custom_jvp}, by_name={
+            x_k = S(b_k - r_k),  r_k = coefficient k of the order-k jet of M along
+                                       (c_0..c_k; x_0..x_{k-1}, 0),
+
+        each solve with the primal's own factorization (S's constants; their series are
+        not followed, as JAX's JVP rule of the solve does not follow them). In a batched
+        or collapsed jet, the directions of one order are one solve with them stacked
+        (the order-1 jet of S along them: S is linear in b), r_k is the jet of M in the
+        jet's directions, and the collapsed K-th (a weighted sum over the directions,
+        linear in b_K and r_K) is one plain solve. The primal stays the marker, a call of
+        @solve once every jet is built. Where the matvec is linear in v as its jet sees it
+        (its contract), this is nested jax.jvp's result; a matvec whose derivative in v
+        is not its action (a stop_gradient on v) gives the implicit function of the
+        matvec as written instead."""
+        matvec, solve, m, s = self.module.check_linear_solve(op)
+        b, K, d = self.builder, self.order, self.builder.directions
+        consts, factors, rhs = ins[:m], ins[m:m + s], ins[m + s:]
+        xs = [b.series(r) for r in op.results]
+        for k in range(1, K + 1):
+            lead = d is not None and not (d.collapsed and k == K)
+            jb = JetBuilder(k, d if d is None or not lead else Directions(d.size))
+            r = [None] * len(xs)
+            if any(c[j] is not None for c in consts for j in range(1, k + 1)):
+                series = [c[:k + 1] for c in consts] + [x[:k] + [None] for x in xs]
+                r = [y[k] for y in self._call_jet(matvec, series, jb, op.location)]
+            t = [b.sub(bi[k], ri) for bi, ri in zip(rhs, r)]
+            if all(v is None for v in t):
+                continue
+            if lead:  # the rows of order k at once: the solve of the map applied to each row
+                t = [b.coefficient(ti, bi[0], k) for ti, bi in zip(t, rhs)]
+                names = [self.module.rows_function(matvec, m, d.size, op.location),
+                         self.module.rows_function(solve, s, d.size, op.location, at_primal=True)]
+            else:
+                t = [b.materialize(ti, bi[0]) if d is None else
+                     builders.reshape(b.coefficient(ti, bi[0], k), builders.shape_of(bi[0])) for ti, bi in zip(t, rhs)]
+                names = [matvec, solve]
+            # a marker again, so that an enclosing jet differentiates the solve by this rule
+            at = [bi[0] for bi in rhs] if lead else []  # the rows' solve is taken at the primal's right-hand sides
+            marker = builders.regrown(op, [c[0] for c in consts] + [f[0] for f in factors] + at + t,
+                                      [v.type for v in t])
+            marker.attributes["called_computations"] = ir.ArrayAttr.get([ir.FlatSymbolRefAttr.get(n) for n in names])
+            x_k = list(marker.results)
+            if d is not None and not lead:
+                x_k = [builders.reshape(v, [1, *builders.shape_of(v)]) for v in x_k]
+            for x, v in zip(xs, x_k):
+                x[k] = v
+        return xs
+
+    def _call_jet(self, name: str, ins: list[Series], b: JetBuilder, location: ir.Location) -> list[Series]:
+        """The series of the results of `@name` along the series `ins` (of `b`'s order and
+        directions): a call of its jet specialized to the coefficients known to be zero."""
+        K = b.order
+        zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, K + 1) if s[k] is None)
+        jet, zero_out = self.module.jet_function(name, K, zero, location, directions=b.directions)
+        results = self.module.signature(name)[1]
+        values = builders.call(jet, [s[0] for s in ins] + coefficients(b, ins, range(len(ins))),
+                               results + [b.coefficient_type(t, k) for t in results for k in range(1, K + 1)])
+        outs = split_results(b, values, [True] * len(results))
+        return [[y[0]] + [None if (i, k) in zero_out else y[k] for k in range(1, K + 1)] for i, y in enumerate(outs)]
+
+
+FunctionJet.STRUCTURE = RuleTable(by_target={CUSTOM_JVP: FunctionJet.expand_custom_jvp,
+                                              LINEAR_SOLVE: FunctionJet.expand_linear_solve}, by_name={
     "stablehlo.reduce": FunctionJet.expand_reduction,
     "stablehlo.reduce_window": FunctionJet.expand_reduction,
     "stablehlo.while": FunctionJet.expand_while,
@@ -345,6 +376,39 @@ class ModuleJet(ModuleTransform):
                             f"build about {ops * order * order} ops, {self.work} in all, past the budget of "
                             f"{MAX_WORK} ops per module (ops x order^2 per jet function); lower the order or the "
                             "nesting of jets", location)
+
+    def rows_function(self, name: str, constants: int, size: int, location: ir.Location | None,
+                      at_primal: bool = False) -> str:
+        """`@name`, linear in its arguments after the first `constants`, applied to each row
+        of those arguments given with a leading axis of `size`: the function of (constants,
+        rows) giving coefficient 1 of `@name`'s jet along `size` directions at zero there,
+        the constants' series zero. With `at_primal`, the jet is taken at given values of
+        those arguments, which come after the constants (a solve whose control flow reads
+        its right-hand side, e.g. cg, is linear near the primal's, not at zero)."""
+        return self.generate(("rows", name, constants, size, at_primal),
+                             lambda: self._build_rows(name, constants, size, location, at_primal))
+
+    def _build_rows(self, name: str, constants: int, size: int, location: ir.Location | None, at_primal: bool) -> str:
+        b = JetBuilder(1, Directions(size))
+        inputs, results = self.signature(name, location)
+        jet, _ = self.jet_function(name, 1, frozenset((i, 1) for i in range(constants)), location,
+                                   directions=b.directions)
+        given = inputs[:len(inputs) if at_primal else constants]
+        rows_in = given + [b.coefficient_type(t, 1) for t in inputs[constants:]]
+        rows_out = [b.coefficient_type(t, 1) for t in results]
+        new_name = builders.unique_symbol(self.names, f"{name}_rows{size}")
+        with ir.InsertionPoint(self.body), location or ir.Location.unknown():
+            fn = func.FuncOp(new_name, ir.FunctionType.get(rows_in, rows_out))
+            fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+            block = fn.add_entry_block()
+            with ir.InsertionPoint(block):
+                args = list(block.arguments)
+                primals = args[:len(given)] + [b.zeros_like(t) for t in inputs[len(given):]]
+                coefficients_in = [b.zeros_like(b.coefficient_type(t, 1)) for t in inputs[:constants]] + args[len(given):]
+                out = builders.call(jet, primals + coefficients_in, results + rows_out)
+                func.ReturnOp(out[len(results):])
+        self.funcs[new_name] = fn.operation
+        return new_name
 
     def jet_function(self, name: str, order: int, zero: frozenset = frozenset(),
                      location: ir.Location | None = None, public: bool = False,
@@ -415,19 +479,26 @@ class ModuleJet(ModuleTransform):
         collapsed = b.directions is not None and b.directions.collapsed
         return lambda i: collapsed and i >= n and (i - n) % order == order - 1
 
+    def _marker_functions(self, op: ir.Operation, target: str, roles: Sequence[str]) -> tuple:
+        """A marker's failure constructor, the names of its called functions (one per role)
+        and their signatures, after checking `called_computations` names them."""
+
+        def fail(message: str) -> PassError:
+            return PassError(f"jet-expand: @{target} {message}", op.location)
+
+        computations = _attribute(op.attributes, "called_computations")
+        if not isinstance(computations, ir.ArrayAttr) or len(computations) != len(roles) or \
+                not all(isinstance(c, ir.FlatSymbolRefAttr) for c in computations):
+            raise fail(f"needs called_computations = [{', '.join('@' + r for r in roles)}]")
+        names = [c.value for c in computations]
+        return fail, names, [self.signature(name, op.location) for name in names]
+
     def check_custom_jvp(self, op: ir.Operation) -> tuple[str, str]:
         """The primal and tangent functions of a custom_jvp marker, after checking their types."""
 
-        def fail(message: str) -> PassError:
-            return PassError(f"jet-expand: @{CUSTOM_JVP} {message}", op.location)
-
-        computations = _attribute(op.attributes, "called_computations")
-        if not isinstance(computations, ir.ArrayAttr) or len(computations) != 2 or \
-                not all(isinstance(c, ir.FlatSymbolRefAttr) for c in computations):
-            raise fail("needs called_computations = [@primal, @tangents]")
-        primal, tangents = (c.value for c in computations)
+        fail, (primal, tangents), ((p_inputs, p_results), (t_inputs, t_results)) = \
+            self._marker_functions(op, CUSTOM_JVP, ("primal", "tangents"))
         operands, results = [v.type for v in op.operands], [r.type for r in op.results]
-        (p_inputs, p_results), (t_inputs, t_results) = (self.signature(name, op.location) for name in (primal, tangents))
         if p_inputs != operands or p_results != results:
             raise fail(f"needs @{primal} to take its operands and give its results")
         if t_inputs != operands + [t for t in operands if builders.is_differentiable(t)] or \
@@ -436,15 +507,37 @@ class ModuleJet(ModuleTransform):
                        "and give the tangents of its floating-point results")
         return primal, tangents
 
+    def check_linear_solve(self, op: ir.Operation) -> tuple[str, str, int, int]:
+        """The matvec and solve functions of a linear_solve marker and the numbers of their
+        constants among its operands, after checking their types."""
+
+        fail, (matvec, solve), ((m_inputs, m_results), (s_inputs, s_results)) = \
+            self._marker_functions(op, LINEAR_SOLVE, ("matvec", "solve"))
+        operands, results = [v.type for v in op.operands], [r.type for r in op.results]
+        n = len(results)
+        m, s = len(m_inputs) - n, len(s_inputs) - n
+        if m < 0 or s < 0 or m + s + n != len(operands) or m_inputs != operands[:m] + results or \
+                s_inputs != operands[m:m + s] + operands[m + s:] or s_results != results or \
+                m_results != operands[m + s:]:
+            raise fail(f"needs its operands to be @{matvec}'s constants, @{solve}'s constants and the right-hand "
+                       f"sides, @{matvec} to take its constants and the solutions and give the right-hand sides, "
+                       f"and @{solve} to take its constants and the right-hand sides and give its results")
+        return matvec, solve, m, s
+
     def remove_markers(self) -> None:
-        """Replace every custom_jvp marker by a call of its primal function, and every
+        """Replace every custom_jvp marker by a call of its primal function, every
+        linear_solve marker by a call of its solve, and every
         stop_gradient marker by its operand unless vjp-expand still needs it: what is left
         of them once the jets are built."""
         rewrite_each(self.module, stablehlo.CustomCallOp, self._primal_call)
         remove_stop_gradients(self.module, "jet-expand")
 
     def _primal_call(self, op: ir.Operation) -> list[ir.Value] | None:
-        """A custom_jvp marker's call of its primal function; None for any other custom call."""
+        """A custom_jvp marker's call of its primal function, a linear_solve marker's of its
+        solve; None for any other custom call."""
+        if call_target(op) == LINEAR_SOLVE:
+            _, solve, m, _ = self.check_linear_solve(op)
+            return builders.call(solve, list(op.operands[m:]), [r.type for r in op.results])
         if call_target(op) != CUSTOM_JVP:
             return None
         primal, _ = self.check_custom_jvp(op)
@@ -573,8 +666,11 @@ class JetExpand(Pass):
     coefficients (y^(k)/k!) per primal, and returns the primal results, then K
     coefficients per result. With `func=NAME order=K` it also builds `@NAME_jetK`
     from any function. Inside the jets, `hlopt.jet.stop_gradient` markers are zero
-    series and `hlopt.jet.custom_jvp` markers follow their JVP rule; at the end the
-    first become their operand and the second a call of their primal function.
+    series, `hlopt.jet.custom_jvp` markers follow their JVP rule and
+    `hlopt.jet.linear_solve` markers (a `custom_linear_solve`) the structure of the
+    solve, order by order from solves with the primal's factorization; at the end the
+    first become their operand, the second a call of their primal function and the
+    third a call of their solve.
 
         %r:3 = stablehlo.custom_call @hlopt.jet(%x, %x1, %x2)
                  {called_computations = [@f], backend_config = {order = 2 : i64}}

@@ -47,12 +47,17 @@ Rule = Callable[["JetBuilder", ir.Operation, list[Series]], list[Optional[Series
 # `lax.stop_gradient` (the identity on values, a zero series), and a `custom_jvp`
 # function, called_computations = [@primal, @tangents] (its primal function, and
 # its JVP rule from (operands, tangents of the inexact ones) to the tangents of
-# the inexact results), whose series jet_expand builds from a jet of @tangents.
+# the inexact results), whose series jet_expand builds from a jet of @tangents;
+# and a `custom_linear_solve`, called_computations = [@matvec, @solve] (operands: the
+# matvec's constants, the solve's constants, the right-hand sides; results: the
+# solutions), whose series jet_expand builds order by order from solves (the
+# structural rule, `FunctionJet.expand_linear_solve`).
 # The stop_gradient marker is a zero derivative for vjp-expand too: it stays while
 # an `hlopt.jet` or `hlopt.vjp` annotation is left (`DIFFERENTIATING`), so a vjp of
 # a jet does not differentiate through it, and the last of the two passes removes it.
 STOP_GRADIENT = "hlopt.jet.stop_gradient"
 CUSTOM_JVP = "hlopt.jet.custom_jvp"
+LINEAR_SOLVE = "hlopt.jet.linear_solve"
 DIFFERENTIATING = ("hlopt.jet", "hlopt.vjp")
 
 

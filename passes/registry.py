@@ -76,6 +76,7 @@ ANNOTATIONS: dict[str, str] = {
     "hlopt.jet": "jet-expand",
     "hlopt.jet.stop_gradient": "jet-expand",
     "hlopt.jet.custom_jvp": "jet-expand",
+    "hlopt.jet.linear_solve": "jet-expand",
     "hlopt.custom_partitioning": "lower-custom-partitioning",
     "hlopt.vjp": "vjp-expand",
 }

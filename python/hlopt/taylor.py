@@ -13,8 +13,9 @@ series), a `custom_jvp` function to the `hlopt.jet.custom_jvp` marker calling it
 primal function and its JVP rule (so the jet follows the rule, as nested
 `jax.jvp` does, e.g. at `sinc(0)` or `softplus(0)`), a `custom_linear_solve`
 (`solve`, `inv`, `cg`: its lowering calls the solve alone, on a factorization of
-a stop_gradient'ed matrix) to the same marker with JAX's JVP rule of the solve,
-and `logistic` to one
+a stop_gradient'ed matrix) to the `hlopt.jet.linear_solve` marker calling its
+matvec and its solve (jet-expand builds its series order by order from solves
+with the primal's factorization), and `logistic` to one
 `stablehlo.logistic` op (JAX lowers it to 1/(1+exp(-x)), whose expansion is NaN
 where exp(-x) overflows). `jet-expand` removes the markers.
 
@@ -60,7 +61,7 @@ from jax.interpreters import ad, batching, mlir
 from hlopt.compiler.jax_compat import (api_boundary, convert_constvars_jaxpr, lower_called_computation,
                                        register_dce_rule, under_transformation)
 from hlopt.passes.jet_expand import MAX_ORDER
-from hlopt.passes.jet_rules import CUSTOM_JVP, STOP_GRADIENT
+from hlopt.passes.jet_rules import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 from hlopt.vjp import vjp_of_linear
@@ -157,6 +158,17 @@ def _custom_jvp_lowering(ctx, *operands, primal: ClosedJaxpr, jvp: ClosedJaxpr):
 custom_jvp_p = annotation_primitive("hlopt_jet_custom_jvp", lambda *avals, primal, jvp: primal.out_avals,
                                     _custom_jvp_lowering)
 
+
+def _linear_solve_lowering(ctx, *operands, matvec: ClosedJaxpr, solve: ClosedJaxpr):
+    functions = [_lower_called("hlopt_linear_solve_matvec", matvec, ctx),
+                 _lower_called("hlopt_linear_solve", solve, ctx)]
+    return emit_annotation(LINEAR_SOLVE, operands, result_types(ctx), {}, called_computations=functions)
+
+
+# operands: the matvec's constants, the solve's, the right-hand sides; results: the solutions
+taylor_linear_solve_p = annotation_primitive("hlopt_jet_linear_solve", lambda *avals, matvec, solve: solve.out_avals,
+                                             _linear_solve_lowering)
+
 # primitive -> the one a jet body binds instead (its parameters dropped)
 TAYLOR_LOWERINGS: dict[Primitive, Primitive] = {
     lax.stop_gradient_p: stop_gradient_p,
@@ -190,12 +202,19 @@ def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], tuple[Any
     swap = TAYLOR_LOWERINGS.get(eqn.primitive)
     if swap is not None:
         return eqn.replace(primitive=swap, params={})
-    if eqn.primitive in (custom_jvp_call_p, linear_solve_p) and budget > 0:
-        # a custom_linear_solve's primal is the solve as it is: only its JVP rule is expanded
-        primal = _for_taylor(eqn.params["call_jaxpr"], budget, done) if eqn.primitive is custom_jvp_call_p \
-            else _one_equation(eqn)
+    if eqn.primitive is custom_jvp_call_p and budget > 0:
         return eqn.replace(primitive=custom_jvp_p, params={
-            "primal": primal, "jvp": _for_taylor(_custom_jvp_tangents(eqn), budget - 1, done)})
+            "primal": _for_taylor(eqn.params["call_jaxpr"], budget, done),
+            "jvp": _for_taylor(_custom_jvp_tangents(eqn), budget - 1, done)})
+    if eqn.primitive is linear_solve_p and budget > 0:
+        # the marker takes the matvec's and the solve's constants and the right-hand sides
+        # (the vecmat and the transposed solve serve reverse mode, which JAX traces itself)
+        lengths, jaxprs = eqn.params["const_lengths"], eqn.params["jaxprs"]
+        solve_at = lengths.matvec + lengths.vecmat
+        invars = (eqn.invars[:lengths.matvec] + eqn.invars[solve_at:solve_at + lengths.solve]
+                  + eqn.invars[sum(lengths):])
+        return eqn.replace(primitive=taylor_linear_solve_p, invars=invars, params={
+            "matvec": _for_taylor(jaxprs.matvec, budget, done), "solve": _for_taylor(jaxprs.solve, budget, done)})
     params = {k: _param_for_taylor(v, budget, done) for k, v in eqn.params.items()}
     return eqn if all(params[k] is v for k, v in eqn.params.items()) else eqn.replace(params=params)
 
@@ -214,23 +233,13 @@ def _param_for_taylor(value: Any, budget: int, done: dict[tuple[int, int], tuple
     return value
 
 
-def _one_equation(eqn: Any) -> ClosedJaxpr:
-    """`eqn` alone as a closed jaxpr from its operands to its results."""
-    return jax.make_jaxpr(lambda *args: eqn.primitive.bind(*args, **eqn.params))(
-        *[jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.invars])
-
-
 def _custom_jvp_tangents(eqn: Any) -> ClosedJaxpr:
-    """The JVP rule of a `custom_jvp_call` or `custom_linear_solve` equation as a closed
-    jaxpr: (its operands, the tangents of the inexact ones) -> the tangents of its
-    inexact results."""
-    if eqn.primitive is custom_jvp_call_p:
-        invars = [Var(v.aval) for v in eqn.invars]
-        call = jaxpr_as_fun(ClosedJaxpr(
-            Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
-                  effects=eqn.effects, debug_info=eqn.params["call_jaxpr"].jaxpr.debug_info), []))
-    else:
-        call = jaxpr_as_fun(_one_equation(eqn))
+    """The JVP rule of a `custom_jvp_call` equation as a closed jaxpr: (its operands,
+    the tangents of the inexact ones) -> the tangents of its inexact results."""
+    invars = [Var(v.aval) for v in eqn.invars]
+    call = jaxpr_as_fun(ClosedJaxpr(
+        Jaxpr(constvars=[], invars=invars, outvars=eqn.outvars, eqns=[eqn.replace(invars=invars)],
+              effects=eqn.effects, debug_info=eqn.params["call_jaxpr"].jaxpr.debug_info), []))
     avals = [v.aval for v in eqn.invars]
     inexact_in = [jnp.issubdtype(a.dtype, jnp.inexact) for a in avals]
     inexact_out = [jnp.issubdtype(v.aval.dtype, jnp.inexact) for v in eqn.outvars]

@@ -8,6 +8,8 @@ jax.jvp, jax.grad of them). relu, softplus and softmax are custom_jvp functions 
 jax.nn; logaddexp at a tie is where differentiating the primal instead would be wrong.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -87,12 +89,13 @@ def test_vmap_over_points_and_grad():
     close(jax.grad(loss)(W1, hlopt.laplacian), jax.jit(jax.grad(loss), static_argnums=1)(W1, nested_laplacian))
 
 
-def test_ir_loops_over_the_directions_and_calls_the_rule_once_for_the_sum():
-    """The rule's jet runs per direction in one `while` loop; the collapsed K-th
-    coefficient's linear term is one call of the rule, outside the loop."""
+def test_ir_calls_one_jet_of_the_rule_for_all_directions():
+    """The rule runs in one collapsed jet of it along all the directions (x, t x'): no
+    loop over the directions, no row slicing."""
     text = hlopt.lower(hlopt.laplacian(FUNCTIONS["relu_cubed"]), X).apply("jet-expand").as_text()
-    assert text.count("stablehlo.while") == 1
-    assert "stablehlo.dynamic_slice" in text and "stablehlo.dynamic_update_slice" in text
+    assert "stablehlo.while" not in text
+    assert "stablehlo.dynamic_slice" not in text and "stablehlo.dynamic_update_slice" not in text
+    assert len(re.findall(r"call @\S*_jet2\(", text)) >= 1
 
 
 @pytest.mark.parametrize("name", ["softplus_mlp", "not_elementwise"])

@@ -1,22 +1,21 @@
 // RUN: hlopt-opt %s -p jet-expand --split-input-file | filecheck %s
 
 // A custom_jvp function in a collapsed jet (order 2, 3 directions) follows its own
-// rule: the standard jet of @tangents runs per direction in one `while` loop over the
-// directions, each direction's first coefficient written into its row, the nonlinear
-// part of its second coefficient summed. The collapsed second coefficient's term in the
-// input's own (summed) second coefficient is linear: one call of @tangents at the primal.
+// rule in one jet of @tangents along all directions, no loop: t y'(t) = jvp(x(t), t x'(t))
+// (the rule is linear in its tangents), and t x'(t) = (0, x_1, 2 x_2) has a zero primal
+// that the directions share, so the order-2 collapsed jet of @tangents along (x, t x')
+// gives (0, y_1, 2 y_2): y_1 its first coefficient, y_2 half its collapsed second.
 // CHECK-LABEL: func.func private @f_jet2
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %[[X2:[^:]*]]: tensor<1x4xf32>)
-// CHECK: %[[N:.*]] = stablehlo.constant dense<3> : tensor<i32>
-// CHECK: stablehlo.while(%[[R:[^ ]*]] = {{.*}}, %[[ROWS:[^ ]*]] = {{.*}}, %[[SUM:[^ ]*]] = {{.*}}) : tensor<i32>, tensor<3x4xf32>, tensor<1x4xf32>
-// CHECK: stablehlo.compare LT, %[[R]], %[[N]]
-// CHECK: %[[ROW:.*]] = stablehlo.dynamic_slice %[[V]], %[[R]], %{{.*}}, sizes = [1, 4]
-// CHECK: %[[VR:.*]] = stablehlo.reshape %[[ROW]] : (tensor<1x4xf32>) -> tensor<4xf32>
-// CHECK: %[[G:.*]]:2 = func.call @tangents_jet1(%[[X]], %[[VR]], %[[VR]], %{{.*}})
-// CHECK: stablehlo.dynamic_update_slice %[[ROWS]], %{{.*}}, %[[R]], %{{.*}} : (tensor<3x4xf32>, tensor<1x4xf32>, tensor<i32>, tensor<i32>) -> tensor<3x4xf32>
-// CHECK: stablehlo.add %[[SUM]], %{{.*}} : tensor<1x4xf32>
-// CHECK: %[[TOP:.*]] = stablehlo.reshape %[[X2]] : (tensor<1x4xf32>) -> tensor<4xf32>
-// CHECK: call @tangents(%[[X]], %[[TOP]])
+// CHECK-NOT: stablehlo.while
+// CHECK: %[[ZERO:.*]] = stablehlo.constant dense<0.000000e+00> : tensor<4xf32>
+// CHECK: %[[TWO:.*]] = stablehlo.constant dense<2.000000e+00> : tensor<1x4xf32>
+// CHECK: %[[U2:.*]] = stablehlo.multiply %[[X2]], %[[TWO]]
+// CHECK: %[[Z:.*]]:3 = call @tangents_jet2(%[[X]], %[[ZERO]], %[[V]], %[[X2]], %[[V]], %[[U2]])
+// CHECK: %[[HALF:.*]] = stablehlo.constant dense<5.000000e-01> : tensor<1x4xf32>
+// CHECK: %[[Y2:.*]] = stablehlo.multiply %[[Z]]#2, %[[HALF]]
+// CHECK: return %{{.*}}, %[[Z]]#1, %[[Y2]]
+// CHECK-LABEL: func.func private @tangents_jet2
 // CHECK-NOT: stablehlo.while
 // CHECK: return
 func.func @main(%x: tensor<4xf32>, %v: tensor<3x4xf32>, %z: tensor<4xf32>) -> (tensor<3x4xf32>, tensor<4xf32>) {
@@ -39,14 +38,12 @@ func.func private @tangents(%x: tensor<4xf32>, %dx: tensor<4xf32>) -> tensor<4xf
 
 // -----
 
-// Weighted collapsed sum: each direction's nonlinear part is scaled by its weight,
-// read at the loop index from the weights vector, built once before the loop.
+// Weighted collapsed sum: the jet of @tangents is collapsed with the same weights.
 // CHECK-LABEL: func.func private @g_jet2
-// CHECK: %[[W:.*]] = stablehlo.constant dense<[2.000000e+00, -1.000000e+00]> : tensor<2xf32>
-// CHECK: stablehlo.while
-// CHECK: stablehlo.dynamic_slice %[[W]], %{{.*}}, sizes = [1] : (tensor<2xf32>, tensor<i32>) -> tensor<1xf32>
-// CHECK: stablehlo.multiply
-// CHECK: call @tangents(
+// CHECK-NOT: stablehlo.while
+// CHECK: call @tangents_jet2(
+// CHECK-LABEL: func.func private @tangents_jet2
+// CHECK: stablehlo.constant dense<[2.000000e+00, -1.000000e+00]> : tensor<2xf32>
 func.func @weighted(%x: tensor<f32>, %v: tensor<2xf32>, %z: tensor<f32>) -> tensor<f32> {
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@g], backend_config = {order = 2 : i64, collapsed = true, weights = array<f64: 2.0, -1.0>}} : (tensor<f32>, tensor<2xf32>, tensor<f32>) -> (tensor<f32>, tensor<2xf32>, tensor<f32>)
   return %r#2 : tensor<f32>
@@ -67,12 +64,11 @@ func.func private @tangents(%x: tensor<f32>, %dx: tensor<f32>) -> tensor<f32> {
 
 // -----
 
-// A directions-batched jet: every coefficient of every direction is written into its
-// row; nothing is summed and the rule is not called outside the loop.
+// A directions-batched jet: the same one jet of @tangents, batched (nothing summed).
 // CHECK-LABEL: func.func private @h_jet2
 // CHECK-SAME: -> (tensor<f32>, tensor<5xf32>, tensor<5xf32>)
-// CHECK: stablehlo.while({{.*}}) : tensor<i32>, tensor<5xf32>, tensor<5xf32>
-// CHECK-COUNT-2: stablehlo.dynamic_update_slice
+// CHECK-NOT: stablehlo.while
+// CHECK: call @tangents_jet2({{.*}}) : (tensor<f32>, tensor<f32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf32>, tensor<5xf32>)
 // CHECK-NOT: call @tangents(
 // CHECK: return
 func.func @batched(%x: tensor<f32>, %v: tensor<5xf32>, %w: tensor<5xf32>) -> tensor<5xf32> {
