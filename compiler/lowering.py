@@ -311,7 +311,8 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     The module is JAX's, in JAX's context: `Lowered` moves it into hlopt's when
     it is first needed there (a persistent-cache hit never needs it). The third
     result is None, or, for a program with host callbacks or side effects, a
-    function compiling it as `jax.jit` does (`Lowered.host_compile`). The fourth lowers it again with
+    function compiling it with XLA's options as `jax.jit` does, which returns jax's compiled program and the
+    module it compiled (`Lowered.host_compile`). The fourth lowers it again with
     source locations that leave out hlopt's frames, as jax's leave out its own (`Lowered.user_located`).
     """
     mesh, in_shardings, out_shardings = options.mesh, options.in_shardings, options.out_shardings
@@ -348,7 +349,9 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     host_compile = None
     compile_options = compile_args(lowered)
     if compile_options.get("ordered_effects") or compile_options.get("host_callbacks"):
-        host_compile = lambda: lower_with_jax().compile()  # noqa: E731 - each hlopt op made plain StableHLO
+        def host_compile(compiler_options: dict[str, Any] | None) -> tuple[Any, ir.Module]:
+            again = lower_with_jax()  # each hlopt operation made plain StableHLO
+            return again.compile(compiler_options), again.compiler_ir("stablehlo")
     module = lowered.compiler_ir("stablehlo")
     in_avals = arg_avals(lowered)
     kept = kept_inputs(lowered)
