@@ -771,3 +771,14 @@ def test_compiler_options_are_part_of_the_persistent_cache_key(tmp_path):
         again = hlopt.jit(fun).lower(X3).compile(compiler_options=dict(NO_FUSION))  # the same options: a hit
         assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 2)
     assert _fusions(unfused) == _fusions(again) > _fusions(plain)
+
+
+def test_xla_dump_options_dump_the_program_as_under_jax_jit(tmp_path):
+    """XLA's dump options write the optimized HLO for hlopt.jit as for jax.jit (the same instructions)."""
+    fun = COMPILER_OPTION_CASES["hlopt_op"]
+    texts = {}
+    for side, j in (("jax", jax.jit), ("hlopt", hlopt.jit)):
+        j(fun, compiler_options={"xla_dump_to": str(tmp_path / side), "xla_dump_hlo_as_text": True})(X3)
+        (dump,) = (tmp_path / side).glob("*after_optimizations.txt")
+        texts[side] = dump.read_text()
+    assert _instructions(texts["hlopt"]) == _instructions(texts["jax"]) > 0
