@@ -9,7 +9,8 @@ Workloads:
   laplacian   vmap(hlopt.laplacian(mlp)) on --batch points of dimension --dim (tanh MLP, width --width)
   pinn_grad   grad of a Poisson residual loss with hlopt.laplacian in it (the same MLP and points)
   jet         hlopt.jet of exp(sin(cos(x)) * cos(x)), order 4, on --n elements
-  spmv        BCOO (density 1%, --rows x --rows) times a dense vector, then hlopt.laplacian of a sum of sines
+  spmv        row-sorted BCOO (density 1%, --rows x --rows) times a dense vector (hlopt's CPU kernel on both
+              paths), then hlopt.laplacian of a sum of sines
 
 Figures per workload:
 
@@ -79,7 +80,7 @@ def workloads(args):
     matrix = hs.BCOO.fromdense(dense.astype(np.float32))
 
     def spmv(data, indices, v):
-        y = hs.BCOO((data, indices), shape=dense.shape) @ v
+        y = hs.BCOO((data, indices), shape=dense.shape, indices_sorted=True) @ v
         return hlopt.laplacian(lambda z: jnp.sum(jnp.sin(z)))(y)
 
     x = jnp.linspace(0.0, 1.0, args.n)

@@ -244,18 +244,21 @@ def build_module(jaxpr: Any, *, name: str, platform: str, axis_context: Any, con
 
 @dataclasses.dataclass(frozen=True)
 class LoweringTarget:
-    """What a lowering rule's module is being lowered for: its MLIR context, platforms and axis context."""
+    """What a lowering rule's module is being lowered for: its MLIR context, platforms and axis context, and
+    whether it is lowered for `jax.export` (to run elsewhere) rather than for jax to compile in this process."""
 
     context: Any
     platforms: tuple[str, ...]
     axis_context: Any
+    for_export: bool = False
 
 
 def lowering_target(ctx: Any) -> LoweringTarget:
     """The target of the module a `jax.interpreters.mlir` lowering rule context `ctx` lowers into."""
     module_context = ctx.module_context
     return LoweringTarget(context=module_context.context, platforms=tuple(module_context.platforms),
-                          axis_context=module_context.axis_context)
+                          axis_context=module_context.axis_context,
+                          for_export=bool(module_context.lowering_parameters.for_export))
 
 
 def merge_module(ctx: Any, *, name: str, module: Any) -> str:

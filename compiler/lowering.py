@@ -35,6 +35,7 @@ from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
 from hlopt.passes.locations import format_location, hlopt_dirs
 from hlopt.passes.mlir import func, get_context, ir
+from hlopt.passes.target import compiling_for
 from hlopt.passes.walk import call_target, walk_ops
 
 _state = threading.local()
@@ -56,10 +57,10 @@ def annotations_enabled() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
-# The plain StableHLO of each annotated operation module (bytecode to bytecode, least recently used
-# last): jax lowers the same operation again for each program that holds it (and grad, vmap and
-# retracing repeat it).
-_PLAIN_MEMO: collections.OrderedDict[bytes, bytes] = collections.OrderedDict()
+# The plain StableHLO of each annotated operation module, per platform it is made plain for (None:
+# portable), bytecode to bytecode, least recently used last: jax lowers the same operation again for
+# each program that holds it (and grad, vmap and retracing repeat it).
+_PLAIN_MEMO: collections.OrderedDict[tuple[str | None, bytes], bytes] = collections.OrderedDict()
 _PLAIN_MEMO_SIZE = 128
 _plain_memo_lock = threading.Lock()
 
@@ -70,10 +71,11 @@ def clear_plain_memo() -> None:
         _PLAIN_MEMO.clear()
 
 
-def _plain_bytecode(module: ir.Module) -> bytes:
-    """The bytecode of the annotated `module` (in hlopt's context) after `PLAIN_PIPELINE`, which may
-    rewrite `module` in place; memoized on the module's bytecode."""
-    key = module_to_bytecode(module)
+def _plain_bytecode(module: ir.Module, platform: str | None) -> bytes:
+    """The bytecode of the annotated `module` (in hlopt's context) after `PLAIN_PIPELINE`, run for
+    `platform` (`hlopt.passes.target.compiling_for`; None: portable), which may rewrite `module` in
+    place; memoized on the platform and the module's bytecode."""
+    key = (platform, module_to_bytecode(module))
     with _plain_memo_lock:
         if key in _PLAIN_MEMO:
             _PLAIN_MEMO.move_to_end(key)
@@ -81,7 +83,8 @@ def _plain_bytecode(module: ir.Module) -> bytes:
     meshes = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
     # jax's module names its meshes only once it is lowered whole: the sharding attributes of the
     # operation carry theirs inline, as those of jax's module do until then.
-    run_pipeline(module, PLAIN_PIPELINE + (",sdy-inline-meshes" if meshes else ""))
+    with compiling_for(platform) if platform is not None else contextlib.nullcontext():
+        run_pipeline(module, PLAIN_PIPELINE + (",sdy-inline-meshes" if meshes else ""))
     check_no_annotations(module)
     for op in walk_ops(module.operation, "stablehlo.custom_call"):
         if call_target(op).startswith("hlopt."):
@@ -95,8 +98,15 @@ def _plain_bytecode(module: ir.Module) -> bytes:
     return plain
 
 
-def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value],
-                             name: str) -> list[ir.Value]:
+def compiled_here_for(ctx: Any) -> str | None:
+    """The platform jax will compile the module that the lowering rule context `ctx` lowers into for, in
+    this process; None for `jax.export` (the module must stay portable) or several platforms."""
+    target = lowering_target(ctx)
+    return target.platforms[0] if len(target.platforms) == 1 and not target.for_export else None
+
+
+def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value], name: str,
+                             prepare: Callable[[str, bytes], None] | None = None) -> list[ir.Value]:
     """Lower `fun` of `ctx.avals_in` as plain StableHLO into the module that jax is lowering.
 
     This is how an hlopt operation lowers under plain `jax.jit` / `jax.export`:
@@ -105,6 +115,12 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
     from constants computed there too; `PLAIN_PIPELINE` rewrites every annotation
     into StableHLO in hlopt's context; the result is merged into jax's module
     (as jax merges a called `jax.export` artifact) and called with `operands`.
+
+    Under `jax.jit` the passes run for the platform jax compiles for, as
+    `hlopt.jit` runs them (so on CPU `xla-cpu-sparse-kernels` calls hlopt's
+    kernels), and `prepare(platform, plain bytecode)` is called first, to
+    register with XLA what its custom calls need before jax compiles them; under
+    `jax.export` they run for no platform, and the module stays portable.
     """
     target = lowering_target(ctx)
     if len(target.platforms) != 1:
@@ -121,7 +137,10 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
         with target.context, ir.Location.unknown():
             constants = module_to_bytecode(constants_module(operands, positions))
         use_constants(annotated, parse_module(constants), list(positions))
-    plain = _plain_bytecode(annotated)
+    platform = compiled_here_for(ctx)
+    plain = _plain_bytecode(annotated, platform)
+    if platform is not None and prepare is not None:
+        prepare(platform, plain)
     with target.context:
         module = ir.Module.parse(plain)
         for op in list(module.body.operations):
@@ -292,7 +311,8 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     The module is JAX's, in JAX's context: `Lowered` moves it into hlopt's when
     it is first needed there (a persistent-cache hit never needs it). The third
     result is None, or, for a program with host callbacks or side effects, a
-    function compiling it as `jax.jit` does (`Lowered.host_compile`). The fourth lowers it again with
+    function compiling it with XLA's options as `jax.jit` does, which returns jax's compiled program and the
+    module it compiled (`Lowered.host_compile`). The fourth lowers it again with
     source locations that leave out hlopt's frames, as jax's leave out its own (`Lowered.user_located`).
     """
     mesh, in_shardings, out_shardings = options.mesh, options.in_shardings, options.out_shardings
@@ -329,7 +349,9 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     host_compile = None
     compile_options = compile_args(lowered)
     if compile_options.get("ordered_effects") or compile_options.get("host_callbacks"):
-        host_compile = lambda: lower_with_jax().compile()  # noqa: E731 - each hlopt op made plain StableHLO
+        def host_compile(compiler_options: dict[str, Any] | None) -> tuple[Any, ir.Module]:
+            again = lower_with_jax()  # each hlopt operation made plain StableHLO
+            return again.compile(compiler_options), again.compiler_ir("stablehlo")
     module = lowered.compiler_ir("stablehlo")
     in_avals = arg_avals(lowered)
     kept = kept_inputs(lowered)

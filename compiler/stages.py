@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import numpy as np
 from jax.experimental.layout import Format, Layout
 
 from hlopt.compiler.jax_compat import api_boundary, hlo_cost_analysis, hlo_text, xla_computation
@@ -17,15 +18,63 @@ from hlopt.passes.mlir import get_context, ir
 from hlopt.passes.registry import lowering_pass_for
 from hlopt.passes.walk import call_target, walk_ops
 
-# What `Lowered.compile` hands a `Lowered` and the pipeline to run on it; it returns the
-# compiled program, applying the pipeline and `check_no_annotations` itself (so that a
-# persistent-cache hit can skip the passes). The layer that creates `Lowered`s supplies it
-# (the runtime's `compile_lowered`), so the compiler never imports the runtime.
-Backend = Callable[["Lowered", str], Any]
+# A compile's XLA options, as `jax.jit(compiler_options=...)` takes them: (name, value) pairs, sorted by name.
+CompilerOptions = tuple[tuple[str, Any], ...]
+
+
+def check_compiler_options(compiler_options: Any) -> CompilerOptions:
+    """`compiler_options` (None or a mapping of XLA option names to str, bool, int or float values, as
+    `jax.jit` takes them) as sorted pairs; TypeError for another type. XLA checks the names and the
+    values when it compiles, as under `jax.jit` (`No such compile option: 'name'`)."""
+    if compiler_options is None:
+        return ()
+    if not isinstance(compiler_options, Mapping):
+        raise TypeError(f"compiler_options must be a dict of XLA option names to values, as for jax.jit, "
+                        f"not {type(compiler_options).__name__}")
+    for name, value in compiler_options.items():
+        if not isinstance(name, str):
+            raise TypeError(f"compiler_options: an option name must be a str, not {type(name).__name__} {name!r}")
+        if not isinstance(value, (str, bool, int, float, np.integer, np.floating, np.bool_)):
+            raise TypeError(f"compiler_options: {name} must be a str, bool, int or float, "
+                            f"not {type(value).__name__} {value!r}")
+    return tuple(sorted((name, value.item() if isinstance(value, np.generic) else value)
+                        for name, value in compiler_options.items()))
+
+
+# What `Lowered.compile` hands a `Lowered`, the pipeline to run on it and the XLA options
+# (`CompilerOptions`) to compile with; it returns the compiled program, applying the pipeline
+# and `check_no_annotations` itself (so that a persistent-cache hit can skip the passes). The
+# layer that creates `Lowered`s supplies it (the runtime's `compile_lowered`), so the compiler
+# never imports the runtime.
+Backend = Callable[["Lowered", str, CompilerOptions], Any]
+
+# How a program with host callbacks compiles (`Lowered.host_compile`): as `jax.jit` compiles it, with
+# these XLA options; jax's compiled program and the module (in jax's context) it compiled.
+HostCompile = Callable[[dict[str, Any] | None], tuple[Any, ir.Module]]
 
 # The pipeline that turns the annotation form of one hlopt operation into plain StableHLO
 # when jax itself lowers the operation (hlopt.jit runs the same one on the whole program).
 PLAIN_PIPELINE = "hlopt-default"
+
+
+class MovingModule:
+    """A module that may be in another MLIR context (JAX's) and moves into hlopt's when first read there."""
+
+    def __init__(self, module: ir.Module):
+        self._module = module
+        self._moved = threading.Lock()  # held while the module moves into hlopt's context
+
+    def get(self) -> ir.Module:
+        """The module in hlopt's context (moved there on first use)."""
+        with self._moved:
+            if self._module.context != get_context():
+                self._module = parse_module(module_to_bytecode(self._module))
+            return self._module
+
+    @property
+    def source(self) -> ir.Module:
+        """The module in whichever context it is in now: to read, never to change."""
+        return self._module
 
 
 class Stage:
@@ -165,22 +214,25 @@ class Lowered(Stage):
     `apply(..., print_ir_after_all=True)` is in `ir_after_passes`. `compile`
     hands itself and a pipeline to `backend` (see `Backend`).
 
-    `host_compile`, for a program with host callbacks or side effects, compiles
-    it the way `jax.jit` does (they call back into this process; see
+    `host_compile(compiler_options)`, for a program with host callbacks or side
+    effects, compiles it the way `jax.jit` does (returning jax's compiled program
+    and the module it compiled) (they call back into this process; see
     `hlopt.runtime.host`); it is None for every other program. `user_located`,
     if given, lowers the function again with source locations that leave out
     hlopt's frames, as jax's leave out its own: what `as_text(debug_info=True)`
     prints before any pass (the module's own locations keep them, so that an
-    error in a pass can show the whole call chain).
+    error in a pass can show the whole call chain). `compiler_options` are the
+    XLA options of the `hlopt.jit` that lowered it, which `compile`'s own
+    update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`).
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
-                 backend: Backend | None = None, host_compile: Callable[[], Any] | None = None,
-                 user_located: Callable[[], ir.Module] | None = None):
-        self._module = module
+                 backend: Backend | None = None, host_compile: HostCompile | None = None,
+                 user_located: Callable[[], ir.Module] | None = None, compiler_options: CompilerOptions = ()):
+        self._module = MovingModule(module)
+        self.compiler_options = compiler_options
         self.host_compile = host_compile
         self.user_located = user_located
-        self._moved = threading.Lock()  # held while the module moves into hlopt's context
         self.signature = signature
         self.pipeline = pipeline
         self.backend = backend
@@ -189,15 +241,12 @@ class Lowered(Stage):
     @property
     def module(self) -> ir.Module:
         """The module in hlopt's context (moved there on first use)."""
-        with self._moved:
-            if self._module.context != get_context():
-                self._module = parse_module(module_to_bytecode(self._module))
-            return self._module
+        return self._module.get()
 
     @property
     def source_module(self) -> ir.Module:
         """The module in whichever context it is in now (JAX's until `module` is read): to read, never to change."""
-        return self._module
+        return self._module.source
 
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The module as StableHLO text (`dialect="stablehlo"`, the default) or as XLA's HLO text
@@ -239,7 +288,7 @@ class Lowered(Stage):
 
     def clone(self) -> "Lowered":
         return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
-                       self.backend, self.host_compile, self.user_located)
+                       self.backend, self.host_compile, self.user_located, self.compiler_options)
 
     @api_boundary
     def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
@@ -261,12 +310,20 @@ class Lowered(Stage):
         return new
 
     @api_boundary
-    def compile(self, pipeline: str = "hlopt-default", *, import_partitioners: bool = False) -> Any:
+    def compile(self, pipeline: str = "hlopt-default", *, compiler_options: Mapping[str, Any] | None = None,
+                import_partitioners: bool = False) -> Any:
         """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
-        `hlopt.lower`'s: a cache hit skips the passes too). A malformed `pipeline` is refused first;
-        `import_partitioners` as for `apply`."""
+        `hlopt.lower`'s: a cache hit skips the passes too). `compiler_options` are XLA's options, as
+        `jax.stages.Lowered.compile` takes them (`{"xla_cpu_enable_fast_math": True}`; XLA refuses an
+        unknown name when it compiles). A malformed `pipeline` is refused first; `import_partitioners`
+        as for `apply`."""
         from hlopt.passes.lower_custom_partitioning import partitioner_imports
 
+        if isinstance(pipeline, Mapping):
+            raise TypeError("Lowered.compile takes the pipeline first: pass XLA's options by keyword, "
+                            "compile(compiler_options={...})")
+        given = dict(check_compiler_options(compiler_options))
+        options = tuple(sorted({**dict(self.compiler_options), **given}.items()))  # compile's win, as in jax
         parse_pipeline(pipeline)
         if self.host_compile is not None and pipeline != PLAIN_PIPELINE:
             raise ValueError(
@@ -277,4 +334,4 @@ class Lowered(Stage):
                 check_no_annotations((self.apply(pipeline) if pipeline else self).module)
                 raise ValueError(f"{self!r} has no compile backend: make it with hlopt.lower, "
                                  "or pass backend= (e.g. hlopt.runtime.compile.compile_lowered)")
-            return self.backend(self, pipeline)
+            return self.backend(self, pipeline, options)

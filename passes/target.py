@@ -2,9 +2,10 @@
 
 Passes that emit a platform's own custom calls (`passes/xla_cpu/`) rewrite only
 for that platform. The runtime names it while it applies the pipeline of a
-program it is about to compile (`compiling_for`); everywhere else (`hlopt-opt`,
-`Lowered.apply`, the rules that lower hlopt operations inside plain
-`jax.jit`/`jax.export`) it is None: the module must stay portable.
+program it is about to compile (`compiling_for`), and so does the rule that
+lowers an hlopt operation inside plain `jax.jit`, with the platform jax compiles
+for; everywhere else (`hlopt-opt`, `Lowered.apply`, hlopt operations lowered
+for `jax.export`) it is None: the module must stay portable.
 """
 
 from __future__ import annotations

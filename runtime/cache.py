@@ -71,6 +71,13 @@ class CacheDirError(ValueError):
     """A cache folder hlopt will not use: not a folder, another user's, or writable by others."""
 
 
+# The `jax.monitoring` events of hlopt's cache, named as jax names its own cache's
+# (`/jax/compilation_cache/cache_hits`): a listener sees both caches, told apart. (Programs
+# with hlopt operations under plain `jax.jit` are in jax's cache and record jax's events.)
+HIT_EVENT = "/hlopt/compilation_cache/cache_hits"
+MISS_EVENT = "/hlopt/compilation_cache/cache_misses"
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheInfo:
     """What `hlopt.cache_info()` reports; counts are for this process."""
@@ -146,11 +153,13 @@ class CompilationCache:
         self.evict(keep=self.path(key))
 
     def record(self, hit: bool) -> None:
+        """Count a hit or a miss, and record it as a `jax.monitoring` event (`HIT_EVENT`, `MISS_EVENT`)."""
         with self._lock:
             if hit:
                 self.hits += 1
             else:
                 self.misses += 1
+        jax.monitoring.record_event(HIT_EVENT if hit else MISS_EVENT)
 
     def _entries(self) -> list[tuple[float, int, str]]:
         """(mtime, size, name) of each entry this cache wrote; removes temporary files of dead writers."""
@@ -328,8 +337,10 @@ def hlopt_version() -> str:
     return next((line[len("Version: "):] for line in text.splitlines() if line.startswith("Version: ")), "unknown")
 
 
-def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use_shardy: bool, client: Any) -> str:
-    """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`) and compiling it gives."""
+def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use_shardy: bool, client: Any,
+              compiler_options: Sequence[tuple[str, Any]] = ()) -> str:
+    """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`) and compiling it with
+    the XLA options `compiler_options` (sorted pairs, `hlopt.runtime.pjrt.check_compiler_options`) gives."""
     h = hashlib.sha256()
     for part in (
         b"hlopt-cache-key-v3",  # v3: executables compiled without debug locations
@@ -345,6 +356,7 @@ def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use
         jaxlib.__version__,
         os.environ.get("XLA_FLAGS", ""),
         f"{jax.process_index()}/{jax.process_count()}",
+        repr(tuple(compiler_options)),
     ):
         data = part if isinstance(part, bytes) else part.encode()
         h.update(len(data).to_bytes(8, "little"))

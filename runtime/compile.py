@@ -15,7 +15,14 @@ from hlopt.passes.target import compiling_for
 from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime.executable import Compiled
 from hlopt.runtime.host import HostCompiled
-from hlopt.runtime.pjrt import BuildFlags, compile_with_options, get_client, load_executable
+from hlopt.runtime.pjrt import (
+    BuildFlags,
+    CompilerOptions,
+    compile_with_options,
+    get_client,
+    load_executable,
+    with_compiler_options,
+)
 
 if TYPE_CHECKING:
     from hlopt.compiler.stages import Lowered
@@ -33,8 +40,9 @@ def program_devices(signature: Signature) -> list[jax.Device]:
     return [jax.devices(default)[0]]
 
 
-def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
-    """Run `pipeline` on `lowered` and compile the result; a persistent-cache hit skips both.
+def compile_lowered(lowered: "Lowered", pipeline: str, compiler_options: CompilerOptions = ()) -> Compiled:
+    """Run `pipeline` on `lowered` and compile the result with the XLA options `compiler_options` (sorted
+    pairs, `check_compiler_options`); a persistent-cache hit skips both.
 
     This is the `Backend` of the `Lowered`s that `hlopt.lower` makes. A program
     with host callbacks compiles as under `jax.jit` and is never cached
@@ -42,13 +50,15 @@ def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
     """
     signature = lowered.signature
     if lowered.host_compile is not None:
-        return HostCompiled(lowered.host_compile(), signature, pipeline)
+        compiled, module = lowered.host_compile(dict(compiler_options) or None)
+        return HostCompiled(compiled, module, signature, pipeline)
     cache = active_cache()
     key = None
     if cache is not None:
         bytecode = stripped_bytecode(lowered.source_module)  # never moves it: a hit does not parse
         if not calls_user_code(bytecode):
-            key = cache_key(bytecode, pipeline, program_devices(signature), signature.use_shardy, get_client())
+            key = cache_key(bytecode, pipeline, program_devices(signature), signature.use_shardy, get_client(),
+                            compiler_options)
             hit = _from_cache(cache, key, signature)
             if hit is not None:
                 executable, module = hit
@@ -56,7 +66,8 @@ def compile_lowered(lowered: "Lowered", pipeline: str) -> Compiled:
     with compiling_for(program_devices(signature)[0].platform):  # platform-specific passes may rewrite
         after = lowered.apply(pipeline) if pipeline else lowered
     check_no_annotations(after.module)
-    return Compiled(_compile(after.module, signature, cache, key), signature, after.module, after.pipeline)
+    return Compiled(_compile(after.module, signature, cache, key, compiler_options), signature, after.module,
+                    after.pipeline)
 
 
 def compile_program(module: ir.Module, signature: Signature) -> Any:
@@ -64,8 +75,10 @@ def compile_program(module: ir.Module, signature: Signature) -> Any:
     return _compile(module, signature, active_cache(), None)
 
 
-def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | None, key: str | None) -> Any:
-    """Compile a post-pass module; store it under `key` (else under the module's own key).
+def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | None, key: str | None,
+             compiler_options: CompilerOptions = ()) -> Any:
+    """Compile a post-pass module with the XLA options `compiler_options`; store it under `key` (else
+    under the module's own key).
 
     PJRT gets the module with its debug locations stripped, so the executable's
     HLO carries no op metadata (op_name, source_file, source_line): loading it
@@ -74,17 +87,18 @@ def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | 
     """
     devices = program_devices(signature)
     flags = BuildFlags.of(module, signature.use_shardy)
+    options = with_compiler_options(flags.options(devices), compiler_options)
     stripped = stripped_bytecode(module)  # what PJRT compiles (see above)
     client = get_client()
     if cache is None:
-        return compile_with_options(stripped, devices, flags.options(devices), client)
+        return compile_with_options(stripped, devices, options, client)
     if key is None:
-        key = cache_key(stripped, "", devices, signature.use_shardy, client)
+        key = cache_key(stripped, "", devices, signature.use_shardy, client, compiler_options)
         hit = _from_cache(cache, key, signature)
         if hit is not None:
             return hit[0]
     cache.record(hit=False)
-    executable = compile_with_options(stripped, devices, flags.options(devices), client)
+    executable = compile_with_options(stripped, devices, options, client)
     try:
         cache.put(key, client.serialize_executable(executable), module_to_bytecode(module), flags)
     except OSError as e:  # a full or read-only disk costs the entry, not the compilation

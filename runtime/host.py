@@ -18,7 +18,8 @@ from typing import Any
 import jax
 
 from hlopt.compiler.program import Signature
-from hlopt.compiler.stages import Stage
+from hlopt.compiler.stages import MovingModule, Stage
+from hlopt.passes.mlir import ir
 
 
 class HostCallbackError(ValueError):
@@ -28,15 +29,20 @@ class HostCallbackError(ValueError):
 class HostCompiled(Stage):
     """A compiled program with host callbacks or side effects; it runs in this process only.
 
-    Called like `Compiled`; `as_text()` is XLA's optimized HLO. `executable`
-    is None: the C++ dispatch of `hlopt.jit` does not replay it (jax's own
-    compiled object has its fast path).
+    Called like `Compiled`, and with `jax.stages.Compiled`'s attributes, which
+    are those of the program `jax.jit` compiled (`as_text()`, XLA's optimized
+    HLO; `cost_analysis()`, `memory_analysis()`, `runtime_executable()`,
+    `input_shardings`, `output_shardings`, `input_formats`, `output_formats`,
+    `out_info`); `module` is the StableHLO it was compiled from, each hlopt
+    operation made plain. `executable` is None: the C++ dispatch of
+    `hlopt.jit` does not replay it (jax's own compiled object has its fast path).
     """
 
     executable = None
 
-    def __init__(self, compiled: Any, signature: Signature, pipeline: str):
+    def __init__(self, compiled: Any, module: Any, signature: Signature, pipeline: str):
         self._compiled = compiled
+        self._module = MovingModule(module)
         self.signature = signature
         self.pipeline = pipeline
 
@@ -55,9 +61,51 @@ class HostCompiled(Stage):
     def save(self, path: Any) -> None:
         raise self._refuse("save")
 
+    @property
+    def module(self) -> ir.Module:
+        """The StableHLO module (in hlopt's MLIR context) that jax compiled, each hlopt operation made plain."""
+        return self._module.get()
+
     def as_text(self) -> str:
         """XLA's optimized HLO of the program."""
         return self._compiled.as_text()
+
+    def cost_analysis(self) -> Any:
+        """XLA's cost estimates of the optimized program (flops, bytes accessed...), as `jax.stages.Compiled`."""
+        return self._compiled.cost_analysis()
+
+    def memory_analysis(self) -> Any:
+        """XLA's memory estimates of the program (argument, output, temporary sizes...), as `jax.stages.Compiled`."""
+        return self._compiled.memory_analysis()
+
+    def runtime_executable(self) -> Any:
+        """The PJRT loaded executable, as `jax.stages.Compiled.runtime_executable`."""
+        return self._compiled.runtime_executable()
+
+    @property
+    def input_shardings(self) -> Any:
+        """The pytree of `(args, kwargs)` of the arguments' shardings, as `jax.stages.Compiled`."""
+        return self._compiled.input_shardings
+
+    @property
+    def output_shardings(self) -> Any:
+        """The pytree of the outputs' shardings."""
+        return self._compiled.output_shardings
+
+    @property
+    def input_formats(self) -> Any:
+        """The pytree of `(args, kwargs)` of the arguments' `Format`s (layout and sharding)."""
+        return self._compiled.input_formats
+
+    @property
+    def output_formats(self) -> Any:
+        """The pytree of the outputs' `Format`s (layout and sharding)."""
+        return self._compiled.output_formats
+
+    @property
+    def out_info(self) -> Any:
+        """The pytree of `jax.ShapeDtypeStruct`s of the outputs, with their formats."""
+        return self._compiled.out_info
 
     def call_flat(self, leaves: Sequence[Any]) -> Any:
         """Run on the leaves of the dynamic arguments and keyword arguments."""

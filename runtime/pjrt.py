@@ -11,6 +11,7 @@ import numpy as np
 from jaxlib import xla_client as xc
 
 from hlopt.compiler.jax_compat import get_backend, initialize_lapack
+from hlopt.compiler.stages import CompilerOptions
 from hlopt.passes.mlir import ir
 from hlopt.runtime import kernels
 
@@ -64,6 +65,23 @@ _SHARDING_ATTRS = ("sdy.sharding", "mhlo.sharding")
 def declares_sdy_mesh(module: ir.Module) -> bool:
     """Whether `module` holds an `sdy.mesh`: Shardy partitions it, else GSPMD does."""
     return any(op.operation.name == "sdy.mesh" for op in module.body.operations)
+
+
+# XLA option names that jax.jit sets on the executable build options rather than passing to XLA as
+# option overrides (jax._src.compiler.get_compile_options); hlopt does the same.
+_BUILD_OPTIONS = ("exec_time_optimization_effort", "memory_fitting_effort", "optimization_level",
+                  "memory_fitting_level")
+
+def with_compiler_options(options: xc.CompileOptions, compiler_options: CompilerOptions) -> xc.CompileOptions:
+    """`options` with the XLA options `compiler_options` set, as `jax.jit` sets them."""
+    overrides = []
+    for name, value in compiler_options:
+        if name in _BUILD_OPTIONS:
+            setattr(options.executable_build_options, name, value)
+        else:
+            overrides.append((name, value))
+    options.env_option_overrides = overrides
+    return options
 
 
 def compile_module(

@@ -6,7 +6,9 @@ with `api_version = 4` and a dictionary `backend_config`, and an eager
 implementation that compiles the single op with `hlopt.jit`. When jax itself
 lowers it (plain `jax.jit`, `jax.export`), the operation is lowered alone in
 annotation form, hlopt's passes make it plain StableHLO, and that is merged
-into jax's module (`hlopt.compiler.lowering.lower_as_plain_stablehlo`).
+into jax's module (`hlopt.compiler.lowering.lower_as_plain_stablehlo`): for
+the platform jax compiles for under `jax.jit` (hlopt's CPU kernels included,
+registered with XLA before jax compiles), portable under `jax.export`.
 """
 
 from __future__ import annotations
@@ -67,6 +69,14 @@ def result_types(ctx: Any) -> list[ir.Type]:
     return [mlir.aval_to_ir_type(ctx.module_context, aval) for aval in ctx.avals_out]
 
 
+def prepare_runtimes(platform: str, program: bytes) -> None:
+    """Register with XLA what the custom calls of `program` (plain StableHLO bytecode that jax will
+    compile for `platform` in this process) need: on CPU, hlopt's kernels (runtime/kernels.py)."""
+    from hlopt.runtime.pjrt import get_client, prepare_runtimes as prepare  # the runtime, once an op lowers
+
+    prepare(get_client(platform), program)
+
+
 def _hashable(params: Mapping[str, Any]) -> Any:
     try:
         key = tuple(sorted(params.items()))
@@ -114,7 +124,8 @@ def annotation_primitive(
             return lowering(ctx, *operands, **params)
         if plain_lowering is not None:
             return plain_lowering(ctx, *operands, **params)
-        return lower_as_plain_stablehlo(ctx, lambda *a: prim.bind(*a, **params), operands, name=name)
+        return lower_as_plain_stablehlo(ctx, lambda *a: prim.bind(*a, **params), operands, name=name,
+                                        prepare=prepare_runtimes)
 
     # Lowered inline (not outlined into a function jax reuses per signature), so that under
     # jax's lowering the operands jax computes from constants are visible to the rule.

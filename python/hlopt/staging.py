@@ -16,7 +16,7 @@ from jax.sharding import Mesh
 from hlopt.compiler.jax_compat import api_boundary
 from hlopt.compiler.lowering import JitOptions, argnums_and_argnames, lower_function, resolve_static_argnums
 from hlopt.compiler.pipeline import parse_pipeline
-from hlopt.compiler.stages import Lowered
+from hlopt.compiler.stages import CompilerOptions, Lowered, check_compiler_options
 from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
 from hlopt.passes.locations import shorten
 from hlopt.runtime.compile import compile_lowered
@@ -25,10 +25,10 @@ from hlopt.runtime.executable import Compiled
 
 
 def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions,
-           check_key_reuse: bool) -> Lowered:
+           check_key_reuse: bool, compiler_options: CompilerOptions = ()) -> Lowered:
     module, signature, host_compile, user_located = lower_function(fun, args, kwargs, options)
     lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile,
-                      user_located=user_located)
+                      user_located=user_located, compiler_options=compiler_options)
     if check_key_reuse:
         # checked on the whole traced program, as jax's checker reads the jaxpr: jax's dead-code
         # elimination (keep_unused=False) would drop a key consumed by a draw no one reads
@@ -106,11 +106,13 @@ def _static_key(name: int | str, value: Any) -> tuple[int | str, type, Any]:
 class JitFunction:
     """A function compiled by hlopt on first call for each input signature."""
 
-    def __init__(self, fun: Callable, *, pipeline: str, options: JitOptions, check_key_reuse: bool = False):
+    def __init__(self, fun: Callable, *, pipeline: str, options: JitOptions, check_key_reuse: bool = False,
+                 compiler_options: CompilerOptions = ()):
         functools.update_wrapper(self, fun)
         self.fun = fun
         parse_pipeline(pipeline)  # a malformed pipeline is refused here, not at the first call
         self.pipeline = pipeline
+        self.compiler_options = compiler_options
         self.options = options
         self.check_key_reuse = check_key_reuse
         self._cache: dict[Any, Compiled] = {}
@@ -122,7 +124,7 @@ class JitFunction:
     @api_boundary
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """The function lowered at these arguments, as `jax.jit(...).lower`."""
-        return _lower(self.fun, args, kwargs, self.options, self.check_key_reuse)
+        return _lower(self.fun, args, kwargs, self.options, self.check_key_reuse, self.compiler_options)
 
     def trace(self, *args: Any, **kwargs: Any) -> Any:
         """JAX's `Traced` stage of the function at these arguments (its jaxpr, `.lower()` of plain jax)."""
@@ -172,6 +174,7 @@ def jit(
     donate_argnums: int | Sequence[int] = (),
     donate_argnames: str | Sequence[str] = (),
     keep_unused: bool = False,
+    compiler_options: dict[str, Any] | None = None,
     check_key_reuse: bool = False,
 ) -> Any:
     """Compile `fun` with hlopt's pipeline on first call, once per input signature, with `jax.jit`'s
@@ -181,16 +184,24 @@ def jit(
     As for `jax.jit`, the compiled program drops the arguments the function does
     not use unless `keep_unused=True` (a call still takes them; a donated unused
     argument is then not consumed).
+    `compiler_options` are XLA's options (`{"xla_cpu_enable_fast_math": True}`), as
+    `jax.jit` takes them: checked to be a dict of names to str, bool, int or float
+    values here, the names by XLA when it compiles (`No such compile option`), and
+    part of the persistent cache's key.
     With `check_key_reuse=True`, each new signature is checked for PRNG key
     reuse before compiling, raising `KeyReuseError`.
     """
     options = dict(pipeline=pipeline, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
                    static_argnums=static_argnums, static_argnames=static_argnames, donate_argnums=donate_argnums,
-                   donate_argnames=donate_argnames, keep_unused=keep_unused, check_key_reuse=check_key_reuse)
+                   donate_argnames=donate_argnames, keep_unused=keep_unused, compiler_options=compiler_options,
+                   check_key_reuse=check_key_reuse)
+    xla_options = check_compiler_options(compiler_options)
     if fun is None:
         return functools.partial(jit, **options)
     static = argnums_and_argnames(fun, static_argnums, static_argnames, "static")
     donate = argnums_and_argnames(fun, donate_argnums, donate_argnames, "donate")
-    return JitFunction(fun, pipeline=pipeline, check_key_reuse=check_key_reuse, options=JitOptions(
+    jit_options = JitOptions(
         mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings, static_argnums=static[0],
-        static_argnames=static[1], donate_argnums=donate[0], donate_argnames=donate[1], keep_unused=keep_unused))
+        static_argnames=static[1], donate_argnums=donate[0], donate_argnames=donate[1], keep_unused=keep_unused)
+    return JitFunction(fun, pipeline=pipeline, check_key_reuse=check_key_reuse, compiler_options=xla_options,
+                       options=jit_options)

@@ -524,3 +524,20 @@ def test_a_cache_below_a_sticky_root_folder_is_accepted(tmp_path):
         assert cache_mod.CompilationCache(folder).directory == folder
     finally:
         folder.rmdir()
+
+
+def test_hits_and_misses_are_jax_monitoring_events(cache_dir):
+    """A listener of jax.monitoring sees hlopt's cache as it sees jax's, under hlopt's own event names."""
+    events = []
+    listener = lambda name, **kwargs: events.append(name)  # noqa: E731
+    jax.monitoring.register_event_listener(listener)
+    try:
+        hlopt.jit(f)(X)
+        hlopt.jit(f)(X)
+        hlopt.jit(lambda x: f(x) * 2)(X)
+    finally:
+        jax.monitoring.unregister_event_listener(listener)
+    ours = [e for e in events if e.startswith("/hlopt/")]
+    assert ours == [cache_mod.MISS_EVENT, cache_mod.HIT_EVENT, cache_mod.MISS_EVENT]
+    assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 2)
+    assert "/jax/compilation_cache/cache_hits" not in events  # jax's cache was not asked

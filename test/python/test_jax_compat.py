@@ -94,7 +94,7 @@ def test_lowering_rule_context_has_what_lowering_target_and_merge_module_read():
     prim.def_abstract_eval(lambda x: x)
 
     def rule(ctx, x):
-        seen["target"] = jax_compat.lowering_target(ctx)
+        seen.setdefault("targets", []).append(jax_compat.lowering_target(ctx))
         module_context = ctx.module_context
         seen["module"] = isinstance(module_context.module, jax_compat._mlir.ir.Module)
         seen["symtab"] = isinstance(module_context.symbol_table, jax_compat._mlir.ir.SymbolTable)
@@ -102,10 +102,12 @@ def test_lowering_rule_context_has_what_lowering_target_and_merge_module_read():
 
     public_mlir.register_lowering(prim, rule)
     jax.jit(prim.bind).lower(np.ones(3, np.float32))
-    target = seen["target"]
+    jax.export.export(jax.jit(prim.bind))(np.ones(3, np.float32))
+    target, exported = seen["targets"]
     assert target.platforms == ("cpu",) and isinstance(target.context, jax_compat._mlir.ir.Context)
     assert isinstance(target.axis_context, (jax_compat.ShardingContext, jax_compat.SPMDAxisContext))
     assert seen["module"] and seen["symtab"]
+    assert not target.for_export and exported.for_export and exported.platforms == ("cpu",)
 
 
 def test_primitives_requiring_devices_during_lowering_is_a_set():

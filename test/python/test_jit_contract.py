@@ -9,6 +9,7 @@ with which exception type.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import warnings
 
@@ -20,6 +21,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDevi
 
 import hlopt
 from hlopt.passes.locations import hlopt_dirs
+from hlopt.runtime.host import HostCompiled
 
 RNG = np.random.default_rng(12)
 
@@ -428,9 +430,27 @@ def without_static(args, options):
     return tuple(a for i, a in enumerate(args) if i not in np.atleast_1d(options.get("static_argnums", ())))
 
 
+def with_host_callback(fun, seen):
+    """`fun` that also hands its first output to a host callback (hlopt compiles it as jax.jit does)."""
+    @functools.wraps(fun)
+    def called_back(*args, **kwargs):
+        out = fun(*args, **kwargs)
+        jax.debug.callback(lambda v: seen.append(np.asarray(v)), jax.tree.leaves(out)[0])
+        return out
+    return called_back
+
+
+def _instructions(text):
+    return sum(1 for line in text.splitlines() if " = " in line.split("metadata")[0])
+
+
+@pytest.mark.parametrize("host", [False, True], ids=["", "host_callback"])
 @pytest.mark.parametrize("name", STAGE_CASES)
-def test_stage_attributes_as_jax(name):
+def test_stage_attributes_as_jax(name, host):
     fun, args, kwargs, options = STAGE_CASES[name]
+    seen = []
+    if host:
+        fun = with_host_callback(fun, seen)
     theirs, ours = (j.lower(*args, **kwargs) for j in both(fun, **options))
     for lowered in (theirs, ours):
         assert lowered.args_info == theirs.args_info and lowered.in_tree == theirs.in_tree
@@ -443,6 +463,10 @@ def test_stage_attributes_as_jax(name):
         assert lowered.cost_analysis()["flops"] == theirs.cost_analysis()["flops"]
     compiled = {"jax": theirs.compile(), "hlopt": ours.compile()}
     want = compiled["jax"]
+    assert isinstance(compiled["hlopt"], HostCompiled) == host
+    if host:  # the program jax.jit compiles
+        assert _instructions(compiled["hlopt"].as_text()) == _instructions(want.as_text())
+        assert "func.func public @main" in str(compiled["hlopt"].module)
     for c in compiled.values():
         assert c.args_info == want.args_info and c.in_tree == want.in_tree and c.out_tree == want.out_tree
         assert c.input_shardings == want.input_shardings and c.output_shardings == want.output_shardings
@@ -464,6 +488,8 @@ def test_stage_attributes_as_jax(name):
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
             assert g.dtype == w.dtype and g.weak_type == w.weak_type
             np.testing.assert_array_equal(g, w)
+    jax.effects_barrier()
+    assert len(seen) == (4 if host else 0)
 
 
 @pytest.mark.parametrize("use_np", [False, True], ids=["jnp", "np"])
@@ -659,3 +685,100 @@ def test_the_mesh_comes_from_sharding_constraints_in_the_body_as_for_jax_jit():
     want, got = jax.jit(f)(x), hlopt.jit(f)(x)
     assert got.sharding == want.sharding
     np.testing.assert_array_equal(got, want)
+
+
+# --- compiler_options: XLA's options, as jax.jit takes them ---------------------------------------
+
+def _fusions(compiled):
+    return compiled.as_text().count(" fusion(")
+
+
+COMPILER_OPTION_CASES = {  # name -> a function of X3 (plain, with an hlopt operation, with a host callback)
+    "plain": lambda x: jnp.sum(jnp.sin(x) * jnp.cos(x) + x**2),
+    "hlopt_op": lambda x: hlopt.laplacian(lambda y: jnp.sum(jnp.sin(y) ** 3))(x) + jnp.sum(jnp.cos(x) * x),
+    "host_callback": with_host_callback(lambda x: jnp.sum(jnp.sin(x) * jnp.cos(x) + x**2), []),
+}
+NO_FUSION = {"xla_disable_hlo_passes": "fusion"}
+
+
+@pytest.mark.parametrize("name", COMPILER_OPTION_CASES)
+def test_compiler_options_change_the_program_as_under_jax_jit(name):
+    """An XLA option (here: no fusion pass) changes hlopt.jit's optimized program as it changes jax.jit's,
+    given to the jit, to `Lowered.compile`, or to both (the compile's then win, as in jax)."""
+    fun = COMPILER_OPTION_CASES[name]
+    forms = {
+        "default": lambda j: j(fun).lower(X3).compile(),
+        "jit": lambda j: j(fun, compiler_options=NO_FUSION).lower(X3).compile(),
+        "decorator": lambda j: j(compiler_options=NO_FUSION)(fun).lower(X3).compile(),
+        "compile": lambda j: j(fun).lower(X3).compile(compiler_options=NO_FUSION),
+        "compile_wins": lambda j: j(fun, compiler_options={"xla_disable_hlo_passes": ""}).lower(X3).compile(
+            compiler_options=NO_FUSION),
+    }
+    counts = {}
+    for form, make in forms.items():
+        theirs, ours = make(jax.jit), make(hlopt.jit)
+        counts[form] = (_fusions(theirs), _fusions(ours))
+        np.testing.assert_allclose(ours(X3), theirs(X3), rtol=1e-6)
+    assert counts["default"][0] < counts["jit"][0], counts  # the option does something
+    assert len(set(counts.values()) - {counts["default"]}) == 1, counts  # and the same in each form
+    for theirs, ours in counts.values():
+        assert ours == theirs, counts
+    np.testing.assert_allclose(hlopt.jit(fun, compiler_options=NO_FUSION)(X3), jax.jit(fun)(X3), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", COMPILER_OPTION_CASES)
+@pytest.mark.parametrize("options", [{"no_such_option": 1}, {"xla_cpu_enable_fast_math": "not a bool"}],
+                         ids=["unknown name", "bad value"])
+@pytest.mark.parametrize("where", ["jit", "compile"])
+def test_compiler_options_xla_refuses_are_refused_as_by_jax_jit(name, options, where):
+    fun = COMPILER_OPTION_CASES[name]
+
+    def compile_with(j):
+        return j(fun, compiler_options=options)(X3) if where == "jit" else \
+            j(fun).lower(X3).compile(compiler_options=options)
+
+    with pytest.raises(Exception) as theirs:
+        compile_with(jax.jit)
+    with pytest.raises(type(theirs.value)) as ours:
+        compile_with(hlopt.jit)
+    assert str(ours.value) == str(theirs.value) and ("No such compile option" in str(ours.value)
+                                                     or "not a valid bool" in str(ours.value))
+
+
+@pytest.mark.parametrize("options, match", [
+    ([("xla_cpu_enable_fast_math", True)], "must be a dict of XLA option names"),
+    ({1: True}, "an option name must be a str, not int"),
+    ({"xla_cpu_enable_fast_math": [True]}, "xla_cpu_enable_fast_math must be a str, bool, int or float, not list"),
+])
+def test_compiler_options_of_the_wrong_type_are_refused_at_once(options, match):
+    with pytest.raises(TypeError, match=match):
+        hlopt.jit(jnp.sin, compiler_options=options)
+    with pytest.raises(TypeError, match=match):
+        hlopt.jit(jnp.sin).lower(X3).compile(compiler_options=options)
+    with pytest.raises(TypeError, match="pass XLA's options by keyword"):
+        hlopt.jit(jnp.sin).lower(X3).compile({"xla_cpu_enable_fast_math": True})
+
+
+def test_compiler_options_are_part_of_the_persistent_cache_key(tmp_path):
+    from hlopt.runtime import cache as cache_mod
+
+    fun = COMPILER_OPTION_CASES["hlopt_op"]
+    with cache_mod.using_cache_dir(tmp_path / "cache"):
+        plain = hlopt.jit(fun).lower(X3).compile()
+        assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 1)
+        unfused = hlopt.jit(fun, compiler_options=NO_FUSION).lower(X3).compile()  # not the entry above
+        assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
+        again = hlopt.jit(fun).lower(X3).compile(compiler_options=dict(NO_FUSION))  # the same options: a hit
+        assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 2)
+    assert _fusions(unfused) == _fusions(again) > _fusions(plain)
+
+
+def test_xla_dump_options_dump_the_program_as_under_jax_jit(tmp_path):
+    """XLA's dump options write the optimized HLO for hlopt.jit as for jax.jit (the same instructions)."""
+    fun = COMPILER_OPTION_CASES["hlopt_op"]
+    texts = {}
+    for side, j in (("jax", jax.jit), ("hlopt", hlopt.jit)):
+        j(fun, compiler_options={"xla_dump_to": str(tmp_path / side), "xla_dump_hlo_as_text": True})(X3)
+        (dump,) = (tmp_path / side).glob("*after_optimizations.txt")
+        texts[side] = dump.read_text()
+    assert _instructions(texts["hlopt"]) == _instructions(texts["jax"]) > 0

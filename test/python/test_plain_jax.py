@@ -135,6 +135,11 @@ def _instructions(compiled_text):
     return sum(1 for line in compiled_text.splitlines() if " = " in line.split("metadata")[0])
 
 
+def _entry_instructions(compiled_text):
+    entry = compiled_text[compiled_text.index("\nENTRY"):]
+    return _instructions(entry[:entry.index("\n}")])
+
+
 _MLP = [RNG.standard_normal((5, 32)), RNG.standard_normal((32, 32)), RNG.standard_normal((32, 1))]
 # name -> a function whose jets have results no one reads (primals, lower orders, outputs)
 UNUSED_RESULTS = {
@@ -152,12 +157,14 @@ def test_the_jax_jit_path_drops_unread_jet_results_as_hlopt_jit_does(name):
     parameter), so hlopt's passes drop the rest before jet-expand stacks the terms of one
     dot, as hlopt.jit's elimination over the whole program does: XLA's optimized HLO of the
     jax.jit path has no more instructions than hlopt.jit's (without the rule, 112 against 101
-    on the vmapped Laplacian), and the same numbers. (The paths may differ by a few
-    instructions the other way: xla-cpu-stack-dots sees one operation's module at a time.)"""
+    on the vmapped Laplacian), and the same numbers. Their entry computations (what runs) have
+    as many instructions; inside the bi-Laplacian's fusions, XLA's layout assignment leaves
+    hlopt.jit's 2 copies more (between layouts that differ only in a size-1 dimension)."""
     fun, args = UNUSED_RESULTS[name]
+    plain, whole = (side.lower(*args).compile().as_text() for side in (jax.jit(fun), hlopt.jit(fun)))
+    assert _entry_instructions(plain) == _entry_instructions(whole)
+    assert _instructions(plain) <= _instructions(whole) <= _instructions(plain) + (2 if name == "bilaplacian" else 0)
     plain, whole = jax.jit(fun), hlopt.jit(fun)
-    assert _instructions(plain.lower(*args).compile().as_text()) <= \
-        _instructions(whole.lower(*args).compile().as_text())
     assert_tree_close(plain(*args), whole(*args), rtol=1e-12)
     assert_tree_close(plain(*args), jax.jit(fun, keep_unused=True)(*args), rtol=1e-12)
 
@@ -173,6 +180,73 @@ def test_a_jet_keeps_only_the_results_jax_reads():
     assert eqn.params["live"] == (False, False, False, True) and len(eqn.outvars) == 1
 
 
+def _sorted_matrix(shape, seed, dtype):
+    dense = sparse_matrix(shape, seed).astype(dtype)
+    m = jsparse.BCOO.fromdense(dense)
+    return dense, np.asarray(m.data), np.asarray(m.indices)
+
+
+def _sparse_products(shape, n_cols):
+    """Row-sorted sparse x dense products (SpMV or SpMM, SDDMM) and their gradient: xla-cpu-sparse-kernels'
+    rewrites."""
+    def products(data, indices, x, p, q):
+        a = hs.BCOO((data, indices), shape=shape, indices_sorted=True)
+        sampled = hs.bcoo_dot_general_sampled(p, q, indices, dimension_numbers=(((1,), (0,)), ((), ())))
+        return jnp.sin(a @ x), sampled
+
+    def loss(data, indices, x, p, q):
+        y, s = products(data, indices, x, p, q)
+        return jnp.sum(y**2) + jnp.sum(jnp.cos(s))
+
+    return {"products": products, "grad": jax.grad(loss, argnums=(0, 2, 3, 4))}
+
+
+@pytest.mark.parametrize("n_cols", [None, 3])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kind", ["products", "grad"])
+def test_sparse_kernels_run_under_jax_jit_as_under_hlopt_jit(kind, dtype, n_cols):
+    """On CPU, jax.jit's path makes row-sorted products calls of hlopt's kernels, as hlopt.jit does:
+    the same numbers, the kernel calls in XLA's optimized HLO, as many instructions in its entry
+    computation (what runs: fusions, kernel calls, scatters). Inside the fusions of the gradient,
+    XLA's simplifier leaves 2 bitcasts fewer on the jax.jit path, where hlopt's whole-program
+    CSE has not shared the transposed products' gathers with the SDDMM's."""
+    shape = (7, 5)
+    dense, data, indices = _sorted_matrix(shape, 3, dtype)
+    x = RNG.standard_normal((5,) if n_cols is None else (5, n_cols)).astype(dtype)
+    p, q = RNG.standard_normal((7, 2)).astype(dtype), RNG.standard_normal((2, 5)).astype(dtype)
+    fun = _sparse_products(shape, n_cols)[kind]
+    args = (data, indices, x, p, q)
+    plain, whole = (side.lower(*args).compile() for side in (jax.jit(fun), hlopt.jit(fun)))
+    for text in (plain.as_text(), whole.as_text()):
+        assert "hlopt_bcoo_spmm" in text and "hlopt_bcoo_sddmm" in text
+    assert _entry_instructions(plain.as_text()) == _entry_instructions(whole.as_text())
+    assert _instructions(plain.as_text()) <= _instructions(whole.as_text())
+    got = plain(*args)
+    assert_tree_close(got, whole(*args), rtol=1e-12 if dtype == np.float64 else 1e-5)
+
+    def reference(data, indices, x, p, q):  # jax's own BCOO, no hlopt
+        a = jsparse.BCOO((data, indices), shape=shape, indices_sorted=True)
+        sampled = jsparse.bcoo_dot_general_sampled(p, q, indices, dimension_numbers=(((1,), (0,)), ((), ())))
+        y = jnp.sin(a @ x)
+        return y, sampled
+
+    want = (reference(*args) if kind == "products" else jax.grad(
+        lambda d, x, p, q: jnp.sum(reference(d, indices, x, p, q)[0] ** 2)
+        + jnp.sum(jnp.cos(reference(d, indices, x, p, q)[1])), argnums=(0, 1, 2, 3))(data, x, p, q))
+    assert_tree_close(got, want, rtol=1e-10 if dtype == np.float64 else 1e-4)
+
+
+def test_jax_export_and_hlopt_apply_keep_sparse_products_portable():
+    shape = (7, 5)
+    _, data, indices = _sorted_matrix(shape, 3, np.float64)
+    fun = _sparse_products(shape, 3)["grad"]
+    args = (data, indices, np.ones((5, 3)), np.ones((7, 2)), np.ones((2, 5)))
+    exported = jax.export.export(jax.jit(fun))(*args).mlir_module()
+    assert "custom_call @hlopt" not in exported  # no kernel call (hlopt_...) or annotation (hlopt....)
+    assert "custom_call @hlopt" not in hlopt.lower(fun, *args).apply("hlopt-default").as_text()
+    assert "hlopt_bcoo_spmm" in jax.jit(fun).lower(*args).as_text()  # lowered for this process's CPU
+
+
 def test_hlopt_op_inside_an_inner_jax_jit_of_hlopt_jit():
     inner = jax.jit(hlopt.laplacian(f))
     outer = hlopt.jit(lambda x: inner(x) * 2)
@@ -186,8 +260,9 @@ def test_export_for_several_platforms_is_refused_with_the_way_out():
 
 
 def exported_function(data, indices, x):
-    """BCOO products, `hlopt.jet` and `hlopt.laplacian` in one function of arrays."""
-    m = hs.BCOO((data, indices), shape=A.shape)
+    """BCOO products (row-sorted: hlopt's CPU kernels on the jax.jit path), `hlopt.jet` and
+    `hlopt.laplacian` in one function of arrays."""
+    m = hs.BCOO((data, indices), shape=A.shape, indices_sorted=True)
     y = m @ x
     series = hlopt.jet(jnp.sin, (y,), ((jnp.ones_like(y), y),))[1]
     return hlopt.laplacian(f)(y[:5] * x) + jnp.sum(series[1]), (m.T @ y)
@@ -209,7 +284,9 @@ _EXPORT_SCRIPT = textwrap.dedent("""
 def test_jax_export_runs_where_hlopt_is_never_imported(tmp_path):
     m = hs.BCOO.fromdense(A, nse=NSE_A)
     args = (np.asarray(m.data), np.asarray(m.indices), X)
+    assert "hlopt_bcoo_spmm" in jax.jit(exported_function).lower(*args).compile().as_text()
     exported = jax.export.export(jax.jit(exported_function))(*args)
+    assert "custom_call @hlopt" not in exported.mlir_module()  # no kernel call (hlopt_...) or annotation (hlopt....)
     (tmp_path / "f.jax").write_bytes(exported.serialize())
     np.savez(tmp_path / "args.npz", data=args[0], indices=args[1], x=args[2])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -238,10 +315,14 @@ _CACHE_SCRIPT = textwrap.dedent("""
     import hlopt
     from hlopt import sparse as hs
     def fun(d, x):
-        return hlopt.laplacian(lambda y: jax.numpy.sum(jax.numpy.sin(y) ** 2))(hs.BCOO.fromdense(d, nse=8) @ x)
+        m = hs.BCOO.fromdense(d, nse=8)
+        m = hs.BCOO((m.data, m.indices), shape=m.shape, indices_sorted=True)  # hlopt's CPU kernel
+        return hlopt.laplacian(lambda y: jax.numpy.sum(jax.numpy.sin(y) ** 2))(m @ x)
     d = np.arange(12.0).reshape(3, 4) % 3
     out = jax.jit(fun)(d, np.linspace(0.1, 1.0, 4))
-    print(json.dumps({"value": float(out), "hits": events.count("/jax/compilation_cache/cache_hits")}))
+    kernel = "hlopt_bcoo_spmm" in jax.jit(fun).lower(d, np.linspace(0.1, 1.0, 4)).compile().as_text()
+    print(json.dumps({"value": float(out), "hits": events.count("/jax/compilation_cache/cache_hits"),
+                      "kernel": kernel}))
 """)
 
 
@@ -253,7 +334,10 @@ def test_jax_persistent_cache_hits_a_program_with_hlopt_ops(tmp_path):
         assert run.returncode == 0, run.stderr
         runs.append(json.loads(run.stdout))
     assert runs[0]["hits"] == 0 and runs[1]["hits"] >= 1, runs
-    assert runs[0]["value"] == runs[1]["value"]
+    assert runs[0]["value"] == runs[1]["value"] and runs[0]["kernel"] and runs[1]["kernel"]
+    d = np.arange(12.0).reshape(3, 4) % 3
+    want = hessian_trace(lambda y: jnp.sum(jnp.sin(y) ** 2))(d @ np.linspace(0.1, 1.0, 4))
+    np.testing.assert_allclose(runs[1]["value"], want, rtol=1e-10)
     assert os.listdir(tmp_path / "cache")
 
 
