@@ -234,6 +234,30 @@ def test_known_zero_operands_are_constants_of_the_differentiated_function():
         nested_jet(lambda v: jnp.sin(w * v), (X,), ((S[0], S[1]),))[1][1]))(jnp.array(0.7)))
 
 
+def test_reverse_mode_differentiates_the_jet_and_follows_custom_rules():
+    """Reverse mode differentiates the jet of a plain body itself (@hlopt_vjp_fun takes no
+    tangent operand) and transposes the tangent jet where the body has a derivative rule
+    of its own: relu's custom_jvp at its kink (w = 0), where the reverse mode of max(x, 0)
+    would split the cotangent at the tie, gives JAX's derivative."""
+    def loss(body):
+        def fn(w):
+            out = hlopt.jet(lambda v: body(w * v), (X,), ((S[0], S[1]),))
+            return jnp.sum(out[0] + out[1][0] + out[1][1])
+        return fn
+
+    def nested(body):
+        def fn(w):
+            out = nested_jet(lambda v: body(w * v), (X,), ((S[0], S[1]),))
+            return jnp.sum(out[0] + out[1][0] + out[1][1])
+        return fn
+
+    for body, w in ((jnp.tanh, 0.7), (jax.nn.relu, 0.0), (jax.nn.relu, 0.7)):
+        close(hlopt.jit(jax.grad(loss(body)))(jnp.array(w)), jax.grad(nested(body))(jnp.array(w)))
+    text = hlopt.lower(jax.grad(loss(jnp.tanh)), jnp.array(0.7)).as_text()
+    (signature,) = [line for line in text.splitlines() if "func.func private @hlopt_vjp_fun(" in line]
+    assert signature.split("->")[0].count("%arg") == 4, signature  # w, x and x's coefficients
+
+
 def test_float32_wide_network():
     """float32 at width 256, where differentiating the zero series as arguments used
     to meet an XLA CPU miscompile (garbage gradients)."""
