@@ -468,10 +468,15 @@ def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: in
 # function's primal may differ from its rule, as relu's at 0)
 RULE_DERIVED = ("custom_jvp_call", "custom_vjp_call", "custom_lin", "custom_linear_solve",
                 "hlopt_jet_custom_jvp", "hlopt_jet_linear_solve")
+# primitives whose series jet-expand builds with a variadic reduce or reduce_window (products,
+# cumulative max / min carrying their coefficients), which vjp-expand has no rule for
+VARIADIC_SERIES = ("reduce_prod", "cumprod", "cummax", "cummin", "reduce_max", "reduce_min",
+                   "reduce_window", "reduce_window_max", "reduce_window_min")
 
 
 def _has_derivative_rule(jaxpr: Jaxpr, seen: set[int]) -> bool:
-    """Whether `jaxpr` (or a jaxpr in its equations' parameters) binds a `RULE_DERIVED` primitive."""
+    """Whether `jaxpr` (or a jaxpr in its equations' parameters) binds a `RULE_DERIVED` or a
+    `VARIADIC_SERIES` primitive."""
     if id(jaxpr) in seen:
         return False
     seen.add(id(jaxpr))
@@ -483,7 +488,7 @@ def _has_derivative_rule(jaxpr: Jaxpr, seen: set[int]) -> bool:
             return _has_derivative_rule(value, seen)
         return isinstance(value, (tuple, list)) and any(inner(v) for v in value)
 
-    return any(eqn.primitive.name in RULE_DERIVED or any(inner(v) for v in eqn.params.values())
+    return any(eqn.primitive.name in RULE_DERIVED + VARIADIC_SERIES or any(inner(v) for v in eqn.params.values())
                for eqn in jaxpr.eqns)
 
 
@@ -496,8 +501,9 @@ def _reverse_of_jet(f: ClosedJaxpr, cotangents, args, params: dict) -> list[Any]
     takes two series products, each transposed term by term). None where the layout
     does not allow it (a primal operand undefined, integer results whose tangents are
     float0): `_transpose` then transposes the tangent jet, as it does for a jet whose body
-    binds a primitive with a derivative rule of its own (`RULE_DERIVED`): the reverse mode
-    of its expanded ops would not follow the rule."""
+    binds a primitive with a derivative rule of its own (`RULE_DERIVED`: the reverse mode
+    of its expanded ops would not follow the rule) or one whose series is a variadic
+    reduction (`VARIADIC_SERIES`)."""
     order, zeros = params["order"], set(params["zeros"])
     n = len(f.in_avals)
     count = n * (order + 1)  # the jet's operands: n primals and their K coefficients each
