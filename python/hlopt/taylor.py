@@ -26,7 +26,10 @@ transposes that tangent jet, in the operands it is linear in, by the
 `hlopt_vjp` primitive (`hlopt.vjp`), which lowers to an `hlopt.vjp` annotation
 of a function holding the tangent jet: `jet-expand` expands the jet, then
 `vjp-expand` builds its reverse-mode function with respect to the transposed
-operands only. So `jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.value_and_grad`
+operands only; where the body has no primitive with a derivative rule of its own
+(custom_jvp, custom_linear_solve...) nor a variadic series (prod, cummax...), that
+function is f's jet itself, differentiated at its operands (`_reverse_of_jet`).
+So `jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.value_and_grad`
 work with respect to primals, series and closed-over arrays (the jet's
 leading operands), and what JAX's jvp does to the body (custom_jvp rules,
 stop_gradient) holds in reverse mode too, since the compiler transposes JAX's
