@@ -27,7 +27,10 @@ transposes that tangent jet, in the operands it is linear in, by the
 `hlopt_vjp` primitive (`hlopt.vjp`), which lowers to an `hlopt.vjp` annotation
 of a function holding the tangent jet: `jet-expand` expands the jet, then
 `vjp-expand` builds its reverse-mode function with respect to the transposed
-operands only. So `jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.value_and_grad`
+operands only; where the body has no primitive with a derivative rule of its own
+(custom_jvp, custom_linear_solve...) nor a variadic series (prod, cummax...), that
+function is f's jet itself, differentiated at its operands (`_reverse_of_jet`).
+So `jax.grad`, `jax.vjp`, `jax.jacrev`, `jax.value_and_grad`
 work with respect to primals, series and closed-over arrays (the jet's
 leading operands), and what JAX's jvp does to the body (custom_jvp rules,
 stop_gradient) holds in reverse mode too, since the compiler transposes JAX's
@@ -64,7 +67,7 @@ from hlopt.passes.jet_expand import MAX_ORDER
 from hlopt.passes.jet_rules import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
-from hlopt.vjp import vjp_of_linear
+from hlopt.vjp import vjp_at, vjp_of_linear
 
 __all__ = ["jet"]
 
@@ -381,6 +384,25 @@ def _batch(args, dims, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0, c
 batching.primitive_batchers[jet_p] = _batch
 
 
+# the jaxpr of a tangent jet `_jvp` binds -> the jaxpr of the jet it is the derivative of
+_tangent_of: "weakref.WeakKeyDictionary[ClosedJaxpr, ClosedJaxpr]" = weakref.WeakKeyDictionary()
+
+
+def _tangent_positions(c: int, n: int, order: int) -> tuple[Callable[[int], int], Callable[[int], int]]:
+    """Where operand j of a jet with n primals sits in the tangent jet `_jvp` binds (c
+    constants; its primals consts, x, dx, then K coefficients each): as a primal, and
+    as its tangent."""
+    m = c + 2 * n
+
+    def primal_at(j):
+        return c + j if j < n else m + c * order + j - n
+
+    def tangent_at(j):
+        return c + n + j if j < n else m + (c + n) * order + j - n
+
+    return primal_at, tangent_at
+
+
 def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int = 0,
          collapsed: bool = False, weights: tuple[float, ...] | None = None, linear: tuple[int, ...] = (),
          zeros: tuple[int, ...] = (), live: tuple[bool, ...] | None = None):
@@ -403,15 +425,10 @@ def _jvp(primals, tangents, *, jaxpr: ClosedJaxpr, order: int, directions: int =
 
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in jaxpr.in_avals]
     tangent_jaxpr, consts = _trace(tangent_fun, avals + avals)
+    _tangent_of[tangent_jaxpr] = jaxpr
     c = len(consts)
-    m = c + 2 * n  # the tangent jet's primals: consts, x, dx
-
-    def primal_at(j):
-        return c + j if j < n else m + c * order + j - n
-
-    def tangent_at(j):
-        return c + n + j if j < n else m + (c + n) * order + j - n
-
+    m = c + 2 * n
+    primal_at, tangent_at = _tangent_positions(c, n, order)
     tangent_outs = jet_p.bind(*consts, *primals[:n], *tangents[:n], *_zero_series(consts, order, directions, collapsed),
                               *primals[n:], *tangents[n:], jaxpr=tangent_jaxpr, order=order,
                               linear=tuple(map(tangent_at, range(len(primals)))),
@@ -437,6 +454,11 @@ def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: in
             "only through its forward-mode rule (jax.grad, jax.vjp, jax.linearize of a function calling hlopt.jet)")
     params = {"jaxpr": jaxpr, "order": order, "directions": directions, "collapsed": collapsed,
               "weights": weights, "linear": linear, "zeros": zeros, "live": live}
+    primal = _tangent_of.get(jaxpr)
+    if primal is not None and not _has_derivative_rule(primal.jaxpr, set()):
+        got = _reverse_of_jet(primal, cotangents, args, params)
+        if got is not None:
+            return got
     avals = [a.aval if ad.is_undefined_primal(a) else jax.typeof(a) for a in args]
     # operands known to be zero are built inside the differentiated function, where
     # jet-expand sees them as constants (as in the forward jet) and skips their terms
@@ -451,6 +473,81 @@ def _transpose(cotangents, *args, jaxpr: ClosedJaxpr, order: int, directions: in
     closed = jax.make_jaxpr(fun)(*[jax.ShapeDtypeStruct(avals[i].shape, avals[i].dtype) for i in kept])
     got = dict(zip(kept, vjp_of_linear(closed, [args[i] for i in kept], cotangents)))
     return [got.get(i) for i in range(len(args))]
+
+
+# primitives whose derivative is a rule of their own rather than that of the ops they lower to
+# (a custom_linear_solve lowers its solve on a stop_gradient'ed factorization, a custom_jvp
+# function's primal may differ from its rule, as relu's at 0)
+RULE_DERIVED = ("custom_jvp_call", "custom_vjp_call", "custom_lin", "custom_linear_solve",
+                "hlopt_jet_custom_jvp", "hlopt_jet_linear_solve")
+# primitives whose series jet-expand builds with a variadic reduce or reduce_window (products,
+# cumulative max / min carrying their coefficients), which vjp-expand has no rule for
+VARIADIC_SERIES = ("reduce_prod", "cumprod", "cummax", "cummin", "reduce_max", "reduce_min",
+                   "reduce_window", "reduce_window_max", "reduce_window_min")
+
+
+def _has_derivative_rule(jaxpr: Jaxpr, seen: set[int]) -> bool:
+    """Whether `jaxpr` (or a jaxpr in its equations' parameters) binds a `RULE_DERIVED` or a
+    `VARIADIC_SERIES` primitive."""
+    if id(jaxpr) in seen:
+        return False
+    seen.add(id(jaxpr))
+
+    def inner(value: Any) -> bool:
+        if isinstance(value, ClosedJaxpr):
+            return _has_derivative_rule(value.jaxpr, seen)
+        if isinstance(value, Jaxpr):
+            return _has_derivative_rule(value, seen)
+        return isinstance(value, (tuple, list)) and any(inner(v) for v in value)
+
+    return any(eqn.primitive.name in RULE_DERIVED + VARIADIC_SERIES or any(inner(v) for v in eqn.params.values())
+               for eqn in jaxpr.eqns)
+
+
+def _reverse_of_jet(f: ClosedJaxpr, cotangents, args, params: dict) -> list[Any] | None:
+    """The transpose of the tangent jet of f's jet (`_jvp`) as the reverse mode of f's jet
+    itself at its operands: the cotangent of tangent operand `tangent_at(j)` is that of
+    the jet's operand j, read at `primal_at(j)`. `vjp-expand` then differentiates the
+    expanded jet of f (its coefficients' own ops, whose forward values are the
+    residuals) instead of the jet of JAX's tangent formulas (tanh's (g + g y)(1 - y)
+    takes two series products, each transposed term by term). None where the layout
+    does not allow it (a primal operand undefined, integer results whose tangents are
+    float0): `_transpose` then transposes the tangent jet, as it does for a jet whose body
+    binds a primitive with a derivative rule of its own (`RULE_DERIVED`: the reverse mode
+    of its expanded ops would not follow the rule) or one whose series is a variadic
+    reduction (`VARIADIC_SERIES`)."""
+    order, zeros = params["order"], set(params["zeros"])
+    n = len(f.in_avals)
+    count = n * (order + 1)  # the jet's operands: n primals and their K coefficients each
+    c = len(args) // (order + 1) - 2 * n
+    primal_at, tangent_at = _tangent_positions(c, n, order)
+    operand_of = {tangent_at(j): j for j in range(count)}
+    undefined = [i for i, a in enumerate(args) if ad.is_undefined_primal(a)]
+    if any(i not in operand_of for i in undefined) or any(ad.is_undefined_primal(args[primal_at(j)])
+                                                          for j in range(count)) \
+            or [a.dtype for a in f.out_avals] != [a.dtype for a in params["jaxpr"].out_avals]:
+        return None
+    wrt = {operand_of[i] for i in undefined}
+    known_zero = {j for j in range(count) if primal_at(j) in zeros} - wrt
+    kept = [j for j in range(count) if j not in known_zero]
+    avals = [jax.typeof(args[primal_at(j)]) for j in range(count)]
+
+    def fun(*operands):
+        full = [jnp.zeros(a.shape, a.dtype) for a in avals]
+        for j, x in zip(kept, operands):
+            full[j] = x
+        return jet_p.bind(*full, jaxpr=f, order=order, directions=params["directions"],
+                          collapsed=params["collapsed"], weights=params["weights"],
+                          zeros=tuple(sorted(known_zero)), live=params["live"])
+
+    closed = jax.make_jaxpr(fun)(*[jax.ShapeDtypeStruct(avals[j].shape, avals[j].dtype) for j in kept])
+    got = vjp_at(closed, [args[primal_at(j)] for j in kept], cotangents,
+                 [k for k, j in enumerate(kept) if j in wrt])
+    out: list[Any] = [None] * len(args)
+    for k, j in enumerate(kept):
+        if j in wrt:
+            out[tangent_at(j)] = got[k]
+    return out
 
 
 ad.primitive_transposes[jet_p] = _transpose

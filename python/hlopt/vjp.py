@@ -27,7 +27,7 @@ from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_comp
 from hlopt.passes.vjp_expand import ANNOTATION
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
-__all__ = ["vjp_p"]
+__all__ = ["vjp_at", "vjp_of_linear", "vjp_p"]
 
 
 def _abstract_eval(*avals, jaxpr: ClosedJaxpr, wrt: tuple[int, ...]):
@@ -78,13 +78,20 @@ def _no_jvp(primals, tangents, **params):
 ad.primitive_jvps[vjp_p] = _no_jvp
 
 
+def vjp_at(fun_jaxpr: ClosedJaxpr, values: Sequence[Any], cotangents: Sequence[Any],
+           wrt: Sequence[int]) -> list[Any]:
+    """The cotangents of inputs `wrt` of `fun_jaxpr` at `values`, given the cotangents of
+    its results (symbolic zeros instantiated), by the `hlopt_vjp` primitive; None for
+    every other input and for inputs of an integer type."""
+    wrt = tuple(i for i in wrt if jnp.issubdtype(fun_jaxpr.in_avals[i].dtype, jnp.inexact))
+    cts = [ad.instantiate_zeros(ct) if type(ct) is ad.Zero else ct for ct in cotangents]
+    got = iter(vjp_p.bind(*values, *cts, jaxpr=fun_jaxpr, wrt=wrt)) if wrt else iter(())
+    return [next(got) if i in wrt else None for i in range(len(values))]
+
+
 def vjp_of_linear(fun_jaxpr: ClosedJaxpr, args: Sequence[Any], cotangents: Sequence[Any]) -> list[Any]:
     """The transpose of a function linear in its undefined inputs (`ad.UndefinedPrimal`),
     given the cotangents of its results: the cotangents of those inputs (None for the
     defined ones and for inputs of an integer type)."""
-    wrt = tuple(i for i, a in enumerate(args) if ad.is_undefined_primal(a)
-                and jnp.issubdtype(a.aval.dtype, jnp.inexact))
     values = [ad.zeros_like_aval(a.aval) if ad.is_undefined_primal(a) else a for a in args]
-    cts = [ad.instantiate_zeros(ct) if type(ct) is ad.Zero else ct for ct in cotangents]
-    got = iter(vjp_p.bind(*values, *cts, jaxpr=fun_jaxpr, wrt=wrt)) if wrt else iter(())
-    return [next(got) if i in wrt else None for i in range(len(args))]
+    return vjp_at(fun_jaxpr, values, cotangents, [i for i, a in enumerate(args) if ad.is_undefined_primal(a)])
