@@ -119,6 +119,35 @@ def spgemm_inputs() -> tuple[np.ndarray, ...]:
     return rng.standard_normal(12), li, rng.standard_normal(10), ri
 
 
+def csr_products(ad, ai, ap, bd, bi, bp, x, xm):
+    """BCSR SpMV and SpMM (hlopt_csr_spmm) and BCSR @ BCSR with nse given (hlopt_spgemm_csr_count
+    and _fill), densified."""
+    from hlopt import sparse as hs
+
+    a, b = hs.BCSR((ad, ai, ap), shape=(6, 7)), hs.BCSR((bd, bi, bp), shape=(7, 5))
+    return a @ x, a @ xm, hs.bcsr_spdot_general(a, b, nse=30).todense()
+
+
+def csr_reference(ad, ai, ap, bd, bi, bp, x, xm):
+    def dense(d, i, p, shape):
+        rows = jnp.searchsorted(p, jnp.arange(d.shape[0]), side="right") - 1
+        return jnp.zeros(shape, d.dtype).at[rows, i].add(d, mode="drop")
+
+    a, b = dense(ad, ai, ap, (6, 7)), dense(bd, bi, bp, (7, 5))
+    return a @ x, a @ xm, a @ b
+
+
+def csr_inputs() -> tuple[np.ndarray, ...]:
+    """Two CSR matrices (an empty row in each, a duplicate column in the first) and dense operands."""
+    rng = np.random.default_rng(6)
+    ai = np.array([1, 4, 4, 0, 2, 6, 3, 5], np.int32)
+    ap = np.array([0, 3, 3, 5, 6, 8, 8], np.int32)
+    bi = np.array([0, 2, 4, 1, 3, 0, 2, 4], np.int32)
+    bp = np.array([0, 2, 3, 3, 5, 6, 7, 8], np.int32)
+    draw = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    return draw(8), ai, ap, draw(8), bi, bp, draw(7), draw(7, 3)
+
+
 def program(name: str):
     """(function, jax's reference of it, inputs, lower keywords, pipeline) of the program `name`."""
     if name == "markers":
@@ -132,12 +161,14 @@ def program(name: str):
         return sparse_products(hs), sparse_products(jsparse), sparse_inputs(dtype, seed=len(name)), {}, "hlopt-default"
     if name == "spgemm":
         return spgemm, spgemm_reference, spgemm_inputs(), {}, "hlopt-default"
+    if name == "csr":
+        return csr_products, csr_reference, csr_inputs(), {}, "hlopt-default"
     dtype = np.dtype(name.removeprefix("linalg_"))
     return linalg, linalg, linalg_inputs(dtype, seed=len(name)), {}, "hlopt-default"
 
 
 PROGRAMS = ["linalg_float32", "linalg_float64", "linalg_complex64", "linalg_complex128", "sparse_float32",
-            "sparse_float64", "markers", "spgemm"]
+            "sparse_float64", "markers", "spgemm", "csr"]
 
 
 def flat(tree) -> dict[str, np.ndarray]:
