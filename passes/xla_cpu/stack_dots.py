@@ -7,13 +7,19 @@ and reverse mode multiplies each of their cotangents by it again. XLA:CPU
 operand once per dot; a small batch of points is bound by reading the weights,
 so K + 1 dots take about K + 1 times one (bench/pinn_grad.py,
 `bench/xla_cpu_tuning.py`). Concatenated along a free dimension of the other
-side, they are one matmul whose result is sliced apart.
+side, they are one matmul whose result is sliced apart. Where the other operands' free
+shapes differ (a layer's primal rows beside its directions' and collapsed
+coefficients', 16, 1x16, 8x5x16, 7x1x16 rows in bench/pde_operators.py's
+bi-Laplacian), each is flattened to one row dimension first, so the weights are
+read once per layer rather than once per shape.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+import math
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from hlopt.passes import builders
@@ -64,7 +70,20 @@ def _key(dot: _Dot) -> tuple:
     return (dot.op.block, dot.w, dot.side, str(w_dims), precision, str(builders.elem_of(dot.op.result)))
 
 
-def _plan(dots: Sequence[_Dot]) -> tuple[int, list[_Dot]] | None:
+def _plan(dots: Sequence[_Dot]) -> tuple[Callable[[list[_Dot]], None], list[_Dot]] | None:
+    """How to stack the most of `dots` and which: along one free dimension (`_along`), or,
+    where that takes fewer, all operands flattened to rows (`_flat_plan`); None if fewer
+    than two stack."""
+    along = _along(dots)
+    flat = _flat_plan(dots)
+    if flat is not None and (along is None or len(flat[1]) > len(along[1])):
+        return functools.partial(_stack_flat, layout=flat[0]), flat[1]
+    if along is not None:
+        return functools.partial(_stack, dim=along[0]), along[1]
+    return None
+
+
+def _along(dots: Sequence[_Dot]) -> tuple[int, list[_Dot]] | None:
     """The dimension (of the highest-rank operands) to stack along and the dots that stack
     along it, the most there are: operands of the highest rank alike but along that free
     dimension, and, when it is the first, operands of one rank less shaped as the others
@@ -82,6 +101,35 @@ def _plan(dots: Sequence[_Dot]) -> tuple[int, list[_Dot]] | None:
             if len(kept) > 1 and (best is None or len(kept) > len(best[1])):
                 best = (dim, kept)
     return best
+
+
+def _layout(dot: _Dot) -> str | None:
+    """"trailing" when the varying operand has no batch dimensions and contracts its last
+    dimensions in order (its free ones flatten to leading rows), "leading" when it contracts
+    its first ones, None otherwise."""
+    rank, k = len(dot.shape), len(dot.contract)
+    if dot.batch:
+        return None
+    if dot.contract == list(range(rank - k, rank)):
+        return "trailing"
+    if dot.contract == list(range(k)):
+        return "leading"
+    return None
+
+
+def _flat_plan(dots: Sequence[_Dot]) -> tuple[str, list[_Dot]] | None:
+    """The layout (`_layout`) that the most of `dots` share, and those dots; they stack
+    whatever the shapes of their free dimensions (the weights of a layer times the primal's
+    rows, the directions' and the collapsed coefficients'). None if fewer than two."""
+    by_layout: dict[str, list[_Dot]] = {}
+    for dot in dots:
+        layout = _layout(dot)
+        if layout is not None:
+            by_layout.setdefault(layout, []).append(dot)
+    if not by_layout:
+        return None
+    layout, kept = max(by_layout.items(), key=lambda item: len(item[1]))
+    return (layout, kept) if len(kept) > 1 else None
 
 
 def _position(block: ir.Block) -> dict[ir.Operation, int]:
@@ -118,7 +166,7 @@ def _used_after(dot: _Dot, at: int, where: dict[ir.Operation, int]) -> bool:
 
 
 def _stack(dots: list[_Dot], dim: int) -> None:
-    """Replace `dots` (stacking along `dim`, see `_plan`) by one dot_general at the last of them."""
+    """Replace `dots` (stacking along `dim`, see `_along`) by one dot_general at the last of them."""
     rank = max(len(d.shape) for d in dots)
     first = next(d for d in dots if len(d.shape) == rank)
     pieces = [d.x if len(d.shape) == rank else builders.reshape(d.x, [1, *d.shape]) for d in dots]
@@ -134,9 +182,8 @@ def _stack(dots: list[_Dot], dim: int) -> None:
         lb, rb, lc, rc = list(d.lhs_batching_dimensions), first.batch, list(d.lhs_contracting_dimensions), first.contract
         w_rank = len(builders.shape_of(first.w))
         w_free = [i for i in range(w_rank) if i not in lb and i not in lc]
-    precision = first.op.attributes["precision_config"] if "precision_config" in first.op.attributes else None
     out = builders.dot_general(lhs, rhs, lhs_batch=lb, rhs_batch=rb, lhs_contract=lc, rhs_contract=rc,
-                               elem=builders.elem_of(first.op.result), precision_config=precision)
+                               elem=builders.elem_of(first.op.result), precision_config=_precision(first))
     at = len(first.batch) + len(w_free) + first.free().index(dim)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     slices = [builders.slice_dim(out, at, start, start + size) for start, size in zip(starts, sizes)]
@@ -146,11 +193,49 @@ def _stack(dots: list[_Dot], dim: int) -> None:
         dot.op.result.replace_all_uses_with(piece)
 
 
+def _precision(dot: _Dot) -> ir.Attribute | None:
+    return dot.op.attributes["precision_config"] if "precision_config" in dot.op.attributes else None
+
+
+def _stack_flat(dots: list[_Dot], layout: str) -> None:
+    """Replace `dots` (of one `layout`, see `_flat_plan`) by one dot_general at the last of
+    them: each varying operand reshaped to one row dimension beside its contracting ones,
+    the rows concatenated, the result sliced apart and reshaped back."""
+    first = dots[0]
+    k = len(first.contract)
+    rows = [math.prod(builders.shape_of(d.x)[i] for i in d.free()) for d in dots]
+    if layout == "trailing":
+        contract_sizes = first.shape[len(first.shape) - k:]
+        pieces = [builders.reshape(d.x, [n, *contract_sizes]) for d, n in zip(dots, rows)]
+        row_dim, x_contract = 0, list(range(1, k + 1))
+    else:
+        contract_sizes = first.shape[:k]
+        pieces = [builders.reshape(d.x, [*contract_sizes, n]) for d, n in zip(dots, rows)]
+        row_dim, x_contract = k, list(range(k))
+    stacked = builders.concat(pieces, row_dim)
+    d = _dims(first.op)
+    if first.side == 0:
+        lhs, rhs, lc, rc = stacked, first.w, x_contract, list(d.rhs_contracting_dimensions)
+        at = 0
+    else:
+        lhs, rhs, lc, rc = first.w, stacked, list(d.lhs_contracting_dimensions), x_contract
+        at = len(builders.shape_of(first.w)) - k
+    out = builders.dot_general(lhs, rhs, lhs_batch=[], rhs_batch=[], lhs_contract=lc, rhs_contract=rc,
+                               elem=builders.elem_of(first.op.result), precision_config=_precision(first))
+    starts = [sum(rows[:i]) for i in range(len(rows))]
+    for dot, start, n in zip(dots, starts, rows):
+        piece = builders.slice_dim(out, at, start, start + n)
+        dot.op.result.replace_all_uses_with(builders.reshape(piece, builders.shape_of(dot.op.result)))
+
+
 @dataclasses.dataclass(frozen=True)
 class StackDots(Pass):
     """dot_generals of one block that share one operand (same side, dimensions and precision)
     and whose other operands differ along one free dimension (or lack a leading one) become
-    one dot_general of those operands concatenated, its result sliced apart.
+    one dot_general of those operands concatenated, its result sliced apart. Where their
+    free shapes differ otherwise, operands without batch dimensions that contract their
+    last (or first) dimensions are reshaped to one row dimension each and stacked so, and
+    the slices reshaped back.
 
         %a = stablehlo.dot_general %x1, %w, contracting_dims = [1] x [0]
              : (tensor<3x4xf32>, tensor<4x5xf32>) -> tensor<3x5xf32>
@@ -193,11 +278,11 @@ class StackDots(Pass):
                 plan = _plan(run) if len(run) > 1 else None
                 if plan is None:
                     continue
-                dim, dots = plan
+                build, dots = plan
                 dots.sort(key=lambda d: where[d.op])
                 anchor = max(dots, key=lambda d: where[d.op]).op
                 with ir.InsertionPoint(anchor), anchor.location:
-                    _stack(dots, dim)
+                    build(dots)
                 taken.update(d.op for d in dots)
                 replaced.extend(d.op for d in dots)
         erase_unused(replaced)

@@ -152,3 +152,19 @@ def test_every_tuning_pass_changes_some_workload():
                                                           for p in DEFAULT_TUNING})
     unchanged = [p for p in DEFAULT_TUNING if all(full == rest[p] for full, rest in texts.values())]
     assert not unchanged, f"tuning passes that change none of the workloads: {unchanged}"
+
+
+def test_stack_dots_joins_rows_of_mixed_shapes():
+    """The bi-Laplacian's products with its hidden 12x10 weights have rows of four shapes
+    (the primal's, the directions', two kinds of collapsed coefficients'): xla-cpu-stack-dots
+    makes them one dot_general, where without it there are several (the values are compared
+    by test_untuned_pipeline_gives_the_same_values)."""
+    fun, args, _ = workloads()["bilaplacian"]
+    lowered = hlopt.lower(fun, *args)
+
+    def weight_products(pipeline):
+        return [line for line in lowered.apply(pipeline).as_text().splitlines()
+                if "stablehlo.dot_general" in line and ", tensor<12x10xf64>) ->" in line]
+
+    assert len(weight_products(DEFAULT)) == 1
+    assert len(weight_products(without("xla-cpu-stack-dots"))) >= 4

@@ -52,3 +52,49 @@ func.func @kept(%x: tensor<4x4xf32>, %w: tensor<4x4xf32>, %y: tensor<3x5xf32>, %
   %4 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0], precision = [HIGHEST, HIGHEST] : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
   return %1, %2, %4, %3 : tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>, tensor<3x4xf32>
 }
+
+// -----
+
+// A bi-Laplacian layer's weight products: rows of shapes 2, 1x2, 3x2x2 and 2x1x2 times
+// the same weights stack along no one dimension; each is flattened to rows (16 in all),
+// one matmul, its slices reshaped back.
+// CHECK-LABEL: func.func @mixed
+// CHECK: %[[B:.*]] = stablehlo.reshape %arg1 : (tensor<1x2x4xf64>) -> tensor<2x4xf64>
+// CHECK: %[[C:.*]] = stablehlo.reshape %arg2 : (tensor<3x2x2x4xf64>) -> tensor<12x4xf64>
+// CHECK: %[[E:.*]] = stablehlo.reshape %arg3 : (tensor<2x1x2x4xf64>) -> tensor<4x4xf64>
+// CHECK: %[[S:.*]] = stablehlo.concatenate %arg0, %[[B]], %[[C]], %[[E]], dim = 0 : (tensor<2x4xf64>, tensor<2x4xf64>, tensor<12x4xf64>, tensor<4x4xf64>) -> tensor<20x4xf64>
+// CHECK: %[[D:.*]] = stablehlo.dot_general %[[S]], %arg4, contracting_dims = [1] x [0], precision = [HIGHEST, HIGHEST] : (tensor<20x4xf64>, tensor<4x3xf64>) -> tensor<20x3xf64>
+// CHECK: %[[Y0:.*]] = stablehlo.slice %[[D]] [0:2, 0:3]
+// CHECK: %[[Y1:.*]] = stablehlo.slice %[[D]] [2:4, 0:3]
+// CHECK: %[[R1:.*]] = stablehlo.reshape %[[Y1]] : (tensor<2x3xf64>) -> tensor<1x2x3xf64>
+// CHECK: %[[Y2:.*]] = stablehlo.slice %[[D]] [4:16, 0:3]
+// CHECK: %[[R2:.*]] = stablehlo.reshape %[[Y2]] : (tensor<12x3xf64>) -> tensor<3x2x2x3xf64>
+// CHECK: %[[Y3:.*]] = stablehlo.slice %[[D]] [16:20, 0:3]
+// CHECK: %[[R3:.*]] = stablehlo.reshape %[[Y3]] : (tensor<4x3xf64>) -> tensor<2x1x2x3xf64>
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: return %[[Y0]], %[[R1]], %[[R2]], %[[R3]]
+func.func @mixed(%x: tensor<2x4xf64>, %v: tensor<1x2x4xf64>, %c: tensor<3x2x2x4xf64>, %k: tensor<2x1x2x4xf64>, %w: tensor<4x3xf64>) -> (tensor<2x3xf64>, tensor<1x2x3xf64>, tensor<3x2x2x3xf64>, tensor<2x1x2x3xf64>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [1] x [0], precision = [HIGHEST, HIGHEST] : (tensor<2x4xf64>, tensor<4x3xf64>) -> tensor<2x3xf64>
+  %1 = stablehlo.dot_general %v, %w, contracting_dims = [2] x [0], precision = [HIGHEST, HIGHEST] : (tensor<1x2x4xf64>, tensor<4x3xf64>) -> tensor<1x2x3xf64>
+  %2 = stablehlo.dot_general %c, %w, contracting_dims = [3] x [0], precision = [HIGHEST, HIGHEST] : (tensor<3x2x2x4xf64>, tensor<4x3xf64>) -> tensor<3x2x2x3xf64>
+  %3 = stablehlo.dot_general %k, %w, contracting_dims = [3] x [0], precision = [HIGHEST, HIGHEST] : (tensor<2x1x2x4xf64>, tensor<4x3xf64>) -> tensor<2x1x2x3xf64>
+  return %0, %1, %2, %3 : tensor<2x3xf64>, tensor<1x2x3xf64>, tensor<3x2x2x3xf64>, tensor<2x1x2x3xf64>
+}
+
+// -----
+
+// The shared operand on the left, the others contracting their first dimension: rows
+// flatten to the last dimension, which follows the shared operand's free one.
+// CHECK-LABEL: func.func @mixed_left
+// CHECK: %[[B:.*]] = stablehlo.reshape %arg2 : (tensor<4x3x2xf32>) -> tensor<4x6xf32>
+// CHECK: %[[S:.*]] = stablehlo.concatenate %arg1, %[[B]], dim = 1 : (tensor<4x2xf32>, tensor<4x6xf32>) -> tensor<4x8xf32>
+// CHECK: %[[D:.*]] = stablehlo.dot_general %arg0, %[[S]], contracting_dims = [1] x [0] : (tensor<5x4xf32>, tensor<4x8xf32>) -> tensor<5x8xf32>
+// CHECK: %[[A:.*]] = stablehlo.slice %[[D]] [0:5, 0:2]
+// CHECK: %[[Y:.*]] = stablehlo.slice %[[D]] [0:5, 2:8]
+// CHECK: %[[R:.*]] = stablehlo.reshape %[[Y]] : (tensor<5x6xf32>) -> tensor<5x3x2xf32>
+// CHECK: return %[[A]], %[[R]]
+func.func @mixed_left(%w: tensor<5x4xf32>, %a: tensor<4x2xf32>, %b: tensor<4x3x2xf32>) -> (tensor<5x2xf32>, tensor<5x3x2xf32>) {
+  %0 = stablehlo.dot_general %w, %a, contracting_dims = [1] x [0] : (tensor<5x4xf32>, tensor<4x2xf32>) -> tensor<5x2xf32>
+  %1 = stablehlo.dot_general %w, %b, contracting_dims = [1] x [0] : (tensor<5x4xf32>, tensor<4x3x2xf32>) -> tensor<5x3x2xf32>
+  return %0, %1 : tensor<5x2xf32>, tensor<5x3x2xf32>
+}

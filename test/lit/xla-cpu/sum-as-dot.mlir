@@ -51,7 +51,22 @@ func.func @complex(%x: tensor<2x3xcomplex<f32>>) -> tensor<3xcomplex<f32>> {
 
 // -----
 
-// Sums over other axes, integer sums, sums from another init value and other
+// A sum over an inner axis (a nested jet's directions) is the operand's product with
+// ones contracting that axis; the other axes keep their order.
+// CHECK-LABEL: func.func @inner
+// CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<3xf32>
+// CHECK: %[[S:.*]] = stablehlo.dot_general %arg0, %[[ONES]], contracting_dims = [1] x [0] : (tensor<2x3x4x5xf32>, tensor<3xf32>) -> tensor<2x4x5xf32>
+// CHECK-NOT: stablehlo.reduce
+// CHECK: return %[[S]]
+func.func @inner(%x: tensor<2x3x4x5xf32>) -> tensor<2x4x5xf32> {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<2x3x4x5xf32>, tensor<f32>) -> tensor<2x4x5xf32>
+  return %0 : tensor<2x4x5xf32>
+}
+
+// -----
+
+// Sums over the last axis, integer sums, sums from another init value and other
 // reductions stay as they are.
 // CHECK-LABEL: func.func @kept
 // CHECK-NOT: stablehlo.dot_general
