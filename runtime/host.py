@@ -22,6 +22,21 @@ from hlopt.compiler.stages import MovingModule, Stage
 from hlopt.passes.mlir import ir
 
 
+
+def _forwarded(name: str, doc: str) -> property:
+    """A property reading `name` of the compiled jax program."""
+    return property(lambda self: getattr(self._compiled, name), doc=doc)
+
+
+def _forwarded_call(name: str, doc: str) -> Any:
+    """A method calling `name` of the compiled jax program."""
+    def method(self) -> Any:
+        return getattr(self._compiled, name)()
+
+    method.__name__, method.__doc__ = name, doc
+    return method
+
+
 class HostCallbackError(ValueError):
     """A program that calls back into this Python process was asked to leave it (saved, serialized, cached)."""
 
@@ -66,46 +81,19 @@ class HostCompiled(Stage):
         """The StableHLO module (in hlopt's MLIR context) that jax compiled, each hlopt operation made plain."""
         return self._module.get()
 
-    def as_text(self) -> str:
-        """XLA's optimized HLO of the program."""
-        return self._compiled.as_text()
-
-    def cost_analysis(self) -> Any:
-        """XLA's cost estimates of the optimized program (flops, bytes accessed...), as `jax.stages.Compiled`."""
-        return self._compiled.cost_analysis()
-
-    def memory_analysis(self) -> Any:
-        """XLA's memory estimates of the program (argument, output, temporary sizes...), as `jax.stages.Compiled`."""
-        return self._compiled.memory_analysis()
-
-    def runtime_executable(self) -> Any:
-        """The PJRT loaded executable, as `jax.stages.Compiled.runtime_executable`."""
-        return self._compiled.runtime_executable()
-
-    @property
-    def input_shardings(self) -> Any:
-        """The pytree of `(args, kwargs)` of the arguments' shardings, as `jax.stages.Compiled`."""
-        return self._compiled.input_shardings
-
-    @property
-    def output_shardings(self) -> Any:
-        """The pytree of the outputs' shardings."""
-        return self._compiled.output_shardings
-
-    @property
-    def input_formats(self) -> Any:
-        """The pytree of `(args, kwargs)` of the arguments' `Format`s (layout and sharding)."""
-        return self._compiled.input_formats
-
-    @property
-    def output_formats(self) -> Any:
-        """The pytree of the outputs' `Format`s (layout and sharding)."""
-        return self._compiled.output_formats
-
-    @property
-    def out_info(self) -> Any:
-        """The pytree of `jax.ShapeDtypeStruct`s of the outputs, with their formats."""
-        return self._compiled.out_info
+    # As jax.stages.Compiled's: what jax's compiled program answers.
+    as_text = _forwarded_call("as_text", "XLA's optimized HLO of the program.")
+    cost_analysis = _forwarded_call(
+        "cost_analysis", "XLA's cost estimates of the optimized program (flops, bytes accessed...).")
+    memory_analysis = _forwarded_call(
+        "memory_analysis", "XLA's memory estimates of the program (argument, output, temporary sizes...).")
+    runtime_executable = _forwarded_call("runtime_executable", "The PJRT loaded executable.")
+    input_shardings = _forwarded("input_shardings", "The pytree of `(args, kwargs)` of the arguments' shardings.")
+    output_shardings = _forwarded("output_shardings", "The pytree of the outputs' shardings.")
+    input_formats = _forwarded(
+        "input_formats", "The pytree of `(args, kwargs)` of the arguments' `Format`s (layout and sharding).")
+    output_formats = _forwarded("output_formats", "The pytree of the outputs' `Format`s (layout and sharding).")
+    out_info = _forwarded("out_info", "The pytree of `jax.ShapeDtypeStruct`s of the outputs, with their formats.")
 
     def call_flat(self, leaves: Sequence[Any]) -> Any:
         """Run on the leaves of the dynamic arguments and keyword arguments."""

@@ -6,13 +6,11 @@ and a batched dot (SDDMM). XLA:CPU runs the gather alone slower than
 scipy.sparse runs the whole CSR product (bench/sparse_scipy.py --breakdown),
 so no formulation in plain StableHLO reaches scipy; the kernels of
 runtime/native/csr.cc (`hlopt_bcoo_spmm`, `hlopt_bcoo_sddmm`, `hlopt_csr_spmm`) walk the rows in
-one pass, split over XLA's intra-op threads when the product is large. Measured
-on a shared 2-core machine at load average 17-19 (bench/sparse_scipy.py, record
-bench/results/sparse_scipy/, float32, 10 entries a row; scipy's time / hlopt's,
-median of interleaved rounds): SpMM 1.3-1.9x scipy's speed at 1e5-1e6 rows
-(16-256 columns), SDDMM 2.4x, SpMV 0.66-0.68x (the kernel reads BCOO's row
-index beside each column index, 12 bytes an entry to CSR's 8); before this pass
-hlopt's XLA path was 1.9-2.9x slower than scipy on SpMV and 2.1x on SpMM.
+one pass, split over XLA's intra-op threads when the product is large. On a
+2-core machine with nothing else running (bench/sparse_scipy.py, float32, 10
+entries a row; scipy's time / hlopt's, median of interleaved rounds) SpMM runs at
+1.3-2.7x scipy's speed from 1e4 to 1e6 rows, SDDMM at 3.8-4.3x, SpMV at 0.6-1.7x
+(below scipy at 1e4 rows, above at 1e6; a BCSR SpMV above from 1e5 rows).
 
 Rewritten, each only where all of its conditions hold (anything else is left to `lower-bcoo`):
 
