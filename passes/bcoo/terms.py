@@ -59,9 +59,6 @@ class Terms(Protocol):
     def cumsum(self, x: Term, axis: int) -> Term:
         """The running sum along `axis`, in `x`'s dtype."""
 
-    def vmap(self, fn: Any, in_axes: Any, size: int) -> Any:
-        """`fn` mapped over the `in_axes` of its arguments (`jax.vmap`), results mapped along 0."""
-
     def dot_dtype(self, lhs: Any, rhs: Any, dimension_numbers: Any, preferred_element_type: Any) -> Any:
         """`lax.dot_general`'s result dtype for operands of these dtypes (a TypeError for non-numbers)."""
 

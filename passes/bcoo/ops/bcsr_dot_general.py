@@ -75,15 +75,22 @@ MATMUL = (((1,), (0,)), ((), ()))  # A's columns with x's first dim
 
 def entry_rows(t, indices, indptr):
     """The row of each entry (JAX's `_csr_to_coo`): how many of `indptr` are <= its position, less 1.
-    A pointer outside [0, nse) marks no entry."""
-    nse = t.aval(indices).shape[0]
+    A pointer outside [0, nse) marks no entry. `indices[..., nse]` and `indptr[..., M + 1]` may
+    share leading batch dims."""
+    shape = t.aval(indices).shape
+    nse = shape[-1]
     ptr = t.where((indptr >= 0) & (indptr < nse), indptr, nse)
-    return t.cumsum(t.add_at(t.zeros((nse,), indices.dtype), ptr, 1), 0) - 1
+    if len(shape) == 1:
+        index = ptr
+    else:  # one batch dim: each matrix marks its own row of the counts
+        index = (t.arange(0, shape[0], ptr.dtype).reshape(shape[0], 1), ptr)
+    return t.cumsum(t.add_at(t.zeros(shape, indices.dtype), index, 1), len(shape) - 1) - 1
 
 
 def coo_indices(t, indices, indptr):
     """`indices[nse, 2]` of the BCOO matrix with these entries: (row, column) pairs."""
-    return t.concatenate([t.expand_dims(entry_rows(t, indices, indptr), 1), t.expand_dims(indices, 1)], 1)
+    axis = len(t.aval(indices).shape)
+    return t.concatenate([t.expand_dims(entry_rows(t, indices, indptr), axis), t.expand_dims(indices, axis)], axis)
 
 
 def _dtypes(t, avals, params):
@@ -105,9 +112,14 @@ def batch_bcsr_dot_general(t, args, dims, **params):
     x's mapped axis becomes its last free dim, then the result's."""
     data, indices, indptr, x = args
     if tuple(dims[:3]) != (None, None, None):
-        size = t.mapped_size(args, dims)
-        pairs = t.vmap(lambda i, p: coo_indices(t, i, p), (dims[1], dims[2]), size)(indices, indptr)
-        return batch_dot_general(t, [data, pairs, x], [dims[0], 0, dims[3]], **_coo_params(**params))
+        if dims[1] is None and dims[2] is None:  # one structure for every matrix
+            pairs, pairs_dim = coo_indices(t, indices, indptr), None
+        else:
+            size = t.mapped_size(args, dims)
+            indices = t.broadcast_to(t.to_front(indices, dims[1]), (size, t.aval(indices).shape[-1]))
+            indptr = t.broadcast_to(t.to_front(indptr, dims[2]), (size, t.aval(indptr).shape[-1]))
+            pairs, pairs_dim = coo_indices(t, indices, indptr), 0
+        return batch_dot_general(t, [data, pairs, x], [dims[0], pairs_dim, dims[3]], **_coo_params(**params))
     moved = t.moveaxis(x, dims[3], -1)
     flat = moved.reshape(moved.shape[0], -1)
     out = t.bind("bcsr_dot_general", data, indices, indptr, flat, **params)

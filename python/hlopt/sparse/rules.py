@@ -279,6 +279,5 @@ TERMS = types.SimpleNamespace(
     einsum=jnp.einsum, sum_to_shape=sum_to_shape, set_at=lambda x, index, values: x.at[index].set(values),
     add_at=lambda x, index, values: x.at[index].add(values, mode="drop"),
     cumsum=lambda x, axis: jnp.cumsum(x, axis=axis, dtype=x.dtype),
-    vmap=lambda fn, in_axes, size: jax.vmap(fn, in_axes=in_axes, axis_size=size),
     dot_dtype=_dot_dtype, to_front=to_front, from_front=from_front, mapped_size=mapped_size,
 )
