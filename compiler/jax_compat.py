@@ -35,6 +35,7 @@ from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import hlo as _hlo
 from jax._src.lax import linalg as _linalg
 from jaxlib import _jax
+from jaxlib import xla_client  # noqa: F401  (compile options, device lists: runtime/pjrt.py)
 
 from hlopt.passes.locations import hlopt_dirs
 

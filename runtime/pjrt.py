@@ -8,9 +8,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jaxlib import xla_client as xc
-
 from hlopt.compiler.jax_compat import get_backend, initialize_lapack
+from hlopt.compiler.jax_compat import xla_client as xc
 from hlopt.compiler.stages import CompilerOptions
 from hlopt.passes.mlir import ir
 from hlopt.runtime import kernels
@@ -68,7 +67,7 @@ def declares_sdy_mesh(module: ir.Module) -> bool:
 
 
 # XLA option names that jax.jit sets on the executable build options rather than passing to XLA as
-# option overrides (jax._src.compiler.get_compile_options); hlopt does the same.
+# option overrides (jax's get_compile_options); hlopt does the same.
 _BUILD_OPTIONS = ("exec_time_optimization_effort", "memory_fitting_effort", "optimization_level",
                   "memory_fitting_level")
 
