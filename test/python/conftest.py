@@ -43,6 +43,17 @@ def partitioner(request):
     yield request.param
     jax.config.update("jax_use_shardy_partitioner", old)
 
+
+@pytest.fixture(scope="module")
+def x64_module():
+    """float64 on for a whole test module (`pytestmark = pytest.mark.usefixtures("x64_module")`), off after it."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", False)
+
+
 _seconds_per_file: collections.Counter[str] = collections.Counter()
 # Under pytest-xdist (`-n`), the controller's progress line per file: tests left, outcomes.
 _tests_left: collections.Counter[str] = collections.Counter()

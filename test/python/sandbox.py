@@ -64,3 +64,27 @@ def run_capped(argv: Sequence[str], *, timeout: float = TIMEOUT_S, memory: int =
 def assert_survived(outcome: Outcome, allowed: Sequence[int] = (0,)) -> None:
     """The child neither crashed, nor hung, nor exited with a status outside `allowed`."""
     assert not outcome.timed_out and outcome.signal is None and outcome.returncode in allowed, outcome.describe()
+
+
+# Prepended to a hostile-kernel child (`run_hostile_kernel_child`): `expect_refused(call, wrong, *messages)`
+# calls `call(*args)` for each named argument tuple of `wrong`, requires each call to raise an error naming
+# one of `messages`, and prints "survived" when every one was refused.
+_EXPECT_REFUSED = '''
+def expect_refused(call, wrong, *messages):
+    for name, args in wrong.items():
+        try:
+            call(*args)
+        except Exception as e:
+            assert any(m in str(e) for m in messages), (name, str(e))
+        else:
+            raise AssertionError(f"{name}: the kernel ran")
+    print("survived")
+'''
+
+
+def run_hostile_kernel_child(source: str) -> None:
+    """Run `source` (hostile operands handed straight to hlopt's kernels, ending in `expect_refused`) in a
+    capped CPU child: the child neither crashed nor hung, and every hostile call was refused."""
+    outcome = run_capped(["-c", _EXPECT_REFUSED + source], env={"JAX_PLATFORMS": "cpu"})
+    assert_survived(outcome)
+    assert "survived" in outcome.stdout, outcome.stdout

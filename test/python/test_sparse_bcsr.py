@@ -23,11 +23,7 @@ from hlopt import sparse as hs
 DTYPES = [np.float32, np.float64, np.complex64]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def x64():
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", False)
+pytestmark = pytest.mark.usefixtures("x64_module")
 
 
 def dense(shape, dtype, density=0.4, seed=0, empty_rows=()):
