@@ -40,7 +40,7 @@ namespace ffi = xla::ffi;
 namespace {
 
 // Work (multiply-adds) below which a range of rows is not split further.
-constexpr int64_t kWorkPerBlock = 1 << 18;
+constexpr int64_t kWorkPerBlock = 1 << 16;
 // The most output columns: each thread keeps a marker, a running sum and a column per output column.
 constexpr int64_t kMaxCols = int64_t{1} << 24;
 // Rows with at most this many entries may be ordered by rank (quadratic, branch-free).
