@@ -1,11 +1,11 @@
 """The abstract terms a BCOO record's derivative and batching declarations are written over.
 
-`hlopt.passes` imports no jax, so a record cannot build jax arrays; its rules (the transpose of
-a `Derivative`, a JVP, batching and dtype hooks) are functions whose first argument `t` is an
-interpreter of the `Terms` below, which `hlopt.sparse.rules` supplies (jax.numpy on jax
-values). The values a rule handles are opaque array terms: it may use their `shape`, `dtype`
-and `ndim`, arithmetic and comparison operators, basic indexing (`x[...]`), and the methods
-`reshape`, `sum` and `astype`; everything else goes through `t`. `t.bind(name, ...)` applies
+A record builds no arrays itself; its rules (the transpose of a `Derivative`, a JVP,
+batching and dtype hooks) are functions whose first argument `t` is an interpreter of the
+`Terms` below, which `hlopt.sparse.rules` supplies. The values a rule handles are opaque
+array terms: it may use their `shape`, `dtype` and `ndim`, arithmetic and comparison
+operators, basic indexing (`x[...]`), and the methods `reshape`, `sum` and `astype`;
+everything else goes through `t`. `t.bind(name, ...)` applies
 another BCOO op (the registry in use resolves it), so a rule can be written through other ops.
 """
 
@@ -18,7 +18,7 @@ Term = Any  # an array term of the interpreter
 
 
 class Terms(Protocol):
-    """What the jax side gives a record's rules (the names of jax.numpy where one exists)."""
+    """What the interpreter gives a record's rules (numpy's names where one exists)."""
 
     # BCOO ops and the transposition state of operands
     def bind(self, name: str, *operands: Term, **params: Any) -> Any:
@@ -60,7 +60,7 @@ class Terms(Protocol):
         """The running sum along `axis`, in `x`'s dtype."""
 
     def dot_dtype(self, lhs: Any, rhs: Any, dimension_numbers: Any, preferred_element_type: Any) -> Any:
-        """`lax.dot_general`'s result dtype for operands of these dtypes (a TypeError for non-numbers)."""
+        """`dot_general`'s result dtype for operands of these dtypes (a TypeError for non-numbers)."""
 
     # batching
     def to_front(self, x: Term, bdim: int | None) -> Term:
