@@ -46,12 +46,13 @@ def partitioner(request):
 
 @pytest.fixture(scope="module")
 def x64_module():
-    """float64 on for a whole test module (`pytestmark = pytest.mark.usefixtures("x64_module")`), off after it."""
+    """float64 on for a whole test module (`pytestmark = pytest.mark.usefixtures("x64_module")`), as before after it."""
     import jax
 
+    old = jax.config.jax_enable_x64
     jax.config.update("jax_enable_x64", True)
     yield
-    jax.config.update("jax_enable_x64", False)
+    jax.config.update("jax_enable_x64", old)
 
 
 _seconds_per_file: collections.Counter[str] = collections.Counter()

@@ -66,10 +66,19 @@ def assert_survived(outcome: Outcome, allowed: Sequence[int] = (0,)) -> None:
     assert not outcome.timed_out and outcome.signal is None and outcome.returncode in allowed, outcome.describe()
 
 
-# Prepended to a hostile-kernel child (`run_hostile_kernel_child`): `expect_refused(call, wrong, *messages)`
-# calls `call(*args)` for each named argument tuple of `wrong`, requires each call to raise an error naming
-# one of `messages`, and prints "survived" when every one was refused.
-_EXPECT_REFUSED = '''
+# Prepended to a hostile-kernel child (`run_hostile_kernel_child`): float64 on and hlopt's kernels
+# registered; `S`, the int32 extremes `big` and `small`; `expect_refused(call, wrong, *messages)` calls
+# `call(*args)` for each named argument tuple of `wrong`, requires each call to raise an error naming one
+# of `messages`, and prints "survived" when every one was refused.
+_CHILD_PREAMBLE = '''
+import jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+from hlopt.runtime import kernels
+kernels.register()
+S = jax.ShapeDtypeStruct
+big, small = np.iinfo(np.int32).max, np.iinfo(np.int32).min
+
+
 def expect_refused(call, wrong, *messages):
     for name, args in wrong.items():
         try:
@@ -85,6 +94,6 @@ def expect_refused(call, wrong, *messages):
 def run_hostile_kernel_child(source: str) -> None:
     """Run `source` (hostile operands handed straight to hlopt's kernels, ending in `expect_refused`) in a
     capped CPU child: the child neither crashed nor hung, and every hostile call was refused."""
-    outcome = run_capped(["-c", _EXPECT_REFUSED + source], env={"JAX_PLATFORMS": "cpu"})
+    outcome = run_capped(["-c", _CHILD_PREAMBLE + source], env={"JAX_PLATFORMS": "cpu"})
     assert_survived(outcome)
     assert "survived" in outcome.stdout, outcome.stdout
