@@ -6,19 +6,33 @@ slower than the same sum as a `dot_general` with a vector of ones, which goes
 to its matmul emitter (the collapsed jets' sums over directions,
 bench/pde_operators.py; `bench/xla_cpu_tuning.py` measures it). A weighted sum,
 a product with a rank-1 constant broadcast along that axis, is the product with
-the weights instead of ones. A sum over one inner axis (the bi-Laplacian's nested
-directions, 5x5x16x768 summed over the second) is the product with ones contracting
-that axis: bench/pde_operators.py's collapsed bi-Laplacian runs about 10% faster so.
+the weights instead of ones.
+
+A `dot_general`'s operand is a buffer of its own (XLA:CPU fuses no producer into a
+dot), where the `reduce` computed its elementwise operand on the fly. For a sum of
+at most `FEW_TERMS` terms over the bi-Laplacian's nested directions (an operand of
+rank 4 or more, [outer, inner, batch, width], summed over either direction axis) that
+buffer is the whole 5x5x16x768 product, and over the inner axis XLA also copies it
+transposed: bench/pde_operators.py's collapsed bi-Laplacian held three such 1.2 MiB
+buffers at once (13.2 MiB instead of 10.5). Such a sum is the terms' sum instead,
+slices of the operand added one after another, which XLA:CPU fuses with the product
+into one loop and runs as fast as the dot. A larger inner-axis sum is the product
+with ones contracting that axis.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.rewrite import OpRewrite
+
+
+# A sum of at most this many terms over a nested directions axis is added term by term.
+FEW_TERMS = 8
 
 
 def _summed_dim(op: ir.Operation) -> int | None:
@@ -50,11 +64,21 @@ def _weights(v: ir.Value) -> tuple[ir.Value, ir.Value] | None:
     return None
 
 
+def _terms_sum(x: ir.Value, dim: int) -> ir.Value:
+    """The sum of `x` over `dim` as its slices along `dim` added in order."""
+    shape = builders.shape_of(x)
+    rest = shape[:dim] + shape[dim + 1:]
+    terms = [builders.reshape(builders.slice_dim(x, dim, i, i + 1), rest) for i in range(shape[dim])]
+    return functools.reduce(builders.add, terms)
+
+
 @dataclasses.dataclass(frozen=True)
 class SumAsDot(OpRewrite):
     """A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
     ones (or with the weights it is multiplied by), which XLA:CPU runs 10-20x faster; one over
     another single dimension but the last, a `dot_general` of the operand with ones contracting it.
+    An unweighted sum of at most `FEW_TERMS` over dimension 0 or 1 of an operand of rank 4 or more
+    (nested directions) becomes the sum of its slices, which keeps the operand out of memory.
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
@@ -75,10 +99,14 @@ class SumAsDot(OpRewrite):
             return None
         x = op.operands[0]
         elem = builders.elem_of(x)
-        if dim == len(builders.shape_of(x)) - 1:  # a sum along rows in memory: XLA:CPU's reduce is not slow there
+        shape = builders.shape_of(x)
+        if dim == len(shape) - 1:  # a sum along rows in memory: XLA:CPU's reduce is not slow there
             return None
+        nested = len(shape) >= 4 and dim <= 1 and shape[dim] <= FEW_TERMS
+        if nested and (dim == 1 or _weights(x) is None):  # a dot would hold x in memory: add its terms
+            return [_terms_sum(x, dim)]
         if dim != 0:  # an inner directions axis (the bi-Laplacian's nested jets): x's other dims keep their order
-            ones = builders.splat(1, builders.tensor([builders.shape_of(x)[dim]], elem))
+            ones = builders.splat(1, builders.tensor([shape[dim]], elem))
             return [builders.dot_general(x, ones, lhs_batch=[], rhs_batch=[], lhs_contract=[dim], rhs_contract=[0],
                                          elem=elem)]
         weighted = _weights(x)

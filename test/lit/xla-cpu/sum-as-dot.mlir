@@ -51,17 +51,76 @@ func.func @complex(%x: tensor<2x3xcomplex<f32>>) -> tensor<3xcomplex<f32>> {
 
 // -----
 
-// A sum over an inner axis (a nested jet's directions) is the operand's product with
-// ones contracting that axis; the other axes keep their order.
+// A sum over an inner axis of more than 8 terms is the operand's product with ones
+// contracting that axis; the other axes keep their order.
 // CHECK-LABEL: func.func @inner
-// CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<3xf32>
-// CHECK: %[[S:.*]] = stablehlo.dot_general %arg0, %[[ONES]], contracting_dims = [1] x [0] : (tensor<2x3x4x5xf32>, tensor<3xf32>) -> tensor<2x4x5xf32>
+// CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<9xf32>
+// CHECK: %[[S:.*]] = stablehlo.dot_general %arg0, %[[ONES]], contracting_dims = [1] x [0] : (tensor<2x9x4x5xf32>, tensor<9xf32>) -> tensor<2x4x5xf32>
 // CHECK-NOT: stablehlo.reduce
 // CHECK: return %[[S]]
-func.func @inner(%x: tensor<2x3x4x5xf32>) -> tensor<2x4x5xf32> {
+func.func @inner(%x: tensor<2x9x4x5xf32>) -> tensor<2x4x5xf32> {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
-  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<2x3x4x5xf32>, tensor<f32>) -> tensor<2x4x5xf32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<2x9x4x5xf32>, tensor<f32>) -> tensor<2x4x5xf32>
   return %0 : tensor<2x4x5xf32>
+}
+
+// -----
+
+// A sum of at most 8 terms over either directions axis of nested directions (rank 4:
+// outer, inner, batch, width) of an elementwise product adds the product's slices: no
+// dot_general, which would hold the whole product in memory (and, over the inner axis,
+// a transposed copy of it), and no reduce.
+// CHECK-LABEL: func.func @nested_inner
+// CHECK: %[[P:.*]] = stablehlo.multiply %arg0, %arg1 : tensor<2x3x4x5xf32>
+// CHECK-NOT: stablehlo.dot_general
+// CHECK-NOT: stablehlo.reduce
+// CHECK: %[[S0:.*]] = stablehlo.slice %[[P]] [0:2, 0:1, 0:4, 0:5]
+// CHECK: %[[T0:.*]] = stablehlo.reshape %[[S0]] : (tensor<2x1x4x5xf32>) -> tensor<2x4x5xf32>
+// CHECK: %[[S1:.*]] = stablehlo.slice %[[P]] [0:2, 1:2, 0:4, 0:5]
+// CHECK: %[[T1:.*]] = stablehlo.reshape %[[S1]] : (tensor<2x1x4x5xf32>) -> tensor<2x4x5xf32>
+// CHECK: %[[S2:.*]] = stablehlo.slice %[[P]] [0:2, 2:3, 0:4, 0:5]
+// CHECK: %[[T2:.*]] = stablehlo.reshape %[[S2]] : (tensor<2x1x4x5xf32>) -> tensor<2x4x5xf32>
+// CHECK: %[[A0:.*]] = stablehlo.add %[[T0]], %[[T1]] : tensor<2x4x5xf32>
+// CHECK: %[[A1:.*]] = stablehlo.add %[[A0]], %[[T2]] : tensor<2x4x5xf32>
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: return %[[A1]]
+func.func @nested_inner(%x: tensor<2x3x4x5xf32>, %y: tensor<2x3x4x5xf32>) -> tensor<2x4x5xf32> {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %p = stablehlo.multiply %x, %y : tensor<2x3x4x5xf32>
+  %0 = stablehlo.reduce(%p init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<2x3x4x5xf32>, tensor<f32>) -> tensor<2x4x5xf32>
+  return %0 : tensor<2x4x5xf32>
+}
+
+// CHECK-LABEL: func.func @nested_outer
+// CHECK-NOT: stablehlo.dot_general
+// CHECK-NOT: stablehlo.reduce
+// CHECK: %[[S0:.*]] = stablehlo.slice %arg0 [0:1, 0:3, 0:4, 0:5]
+// CHECK: %[[T0:.*]] = stablehlo.reshape %[[S0]] : (tensor<1x3x4x5xf32>) -> tensor<3x4x5xf32>
+// CHECK: %[[S1:.*]] = stablehlo.slice %arg0 [1:2, 0:3, 0:4, 0:5]
+// CHECK: %[[T1:.*]] = stablehlo.reshape %[[S1]] : (tensor<1x3x4x5xf32>) -> tensor<3x4x5xf32>
+// CHECK: %[[A0:.*]] = stablehlo.add %[[T0]], %[[T1]] : tensor<3x4x5xf32>
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: return %[[A0]]
+func.func @nested_outer(%x: tensor<2x3x4x5xf32>) -> tensor<3x4x5xf32> {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<2x3x4x5xf32>, tensor<f32>) -> tensor<3x4x5xf32>
+  return %0 : tensor<3x4x5xf32>
+}
+
+// A weighted sum over the outer directions stays a product with the weights; a sum of
+// 9 terms over them, a product with ones.
+// CHECK-LABEL: func.func @nested_outer_kept
+// CHECK: stablehlo.dot_general %{{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2x3x4x5xf32>) -> tensor<3x4x5xf32>
+// CHECK: stablehlo.dot_general %{{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<9xf32>, tensor<9x3x4x5xf32>) -> tensor<3x4x5xf32>
+// CHECK-NOT: stablehlo.slice
+func.func @nested_outer_kept(%x: tensor<2x3x4x5xf32>, %z: tensor<9x3x4x5xf32>) -> (tensor<3x4x5xf32>, tensor<3x4x5xf32>) {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %w = stablehlo.constant dense<[2.0, 0.5]> : tensor<2xf32>
+  %wb = stablehlo.broadcast_in_dim %w, dims = [0] : (tensor<2xf32>) -> tensor<2x3x4x5xf32>
+  %p = stablehlo.multiply %x, %wb : tensor<2x3x4x5xf32>
+  %0 = stablehlo.reduce(%p init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<2x3x4x5xf32>, tensor<f32>) -> tensor<3x4x5xf32>
+  %1 = stablehlo.reduce(%z init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<9x3x4x5xf32>, tensor<f32>) -> tensor<3x4x5xf32>
+  return %0, %1 : tensor<3x4x5xf32>, tensor<3x4x5xf32>
 }
 
 // -----
