@@ -77,8 +77,9 @@ class SumAsDot(OpRewrite):
     """A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
     ones (or with the weights it is multiplied by), which XLA:CPU runs 10-20x faster; one over
     another single dimension but the last, a `dot_general` of the operand with ones contracting it.
-    An unweighted sum of at most `FEW_TERMS` over dimension 0 or 1 of an operand of rank 4 or more
-    (nested directions) becomes the sum of its slices, which keeps the operand out of memory.
+    A sum of at most `FEW_TERMS` (8) terms over dimension 1, or unweighted over dimension 0, of an
+    operand of rank 4 or more (nested directions) becomes the sum of its slices, which keeps the
+    operand out of memory.
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
