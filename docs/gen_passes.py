@@ -77,8 +77,10 @@ def _facts(name: str, module: str, cls: type[Pass]) -> list[str]:
     targets = [f"`@{t}*`" if t.endswith(".") else f"`@{t}`" for t, owner in ANNOTATIONS.items() if owner == name]
     if targets:
         facts.append(f"- lowers the annotations {', '.join(targets)}")
-    if name in DEFAULT_LOWERINGS:
-        facts.append(f"- runs in `hlopt-default`, step {DEFAULT_LOWERINGS.index(name) + 1}")
+    steps = PIPELINES["hlopt-default"].split(",")
+    if name in steps:
+        kind = "a lowering" if name in DEFAULT_LOWERINGS else "a tuning pass, after `inline` and `cse`"
+        facts.append(f"- runs in `hlopt-default`, step {steps.index(name) + 1} of {len(steps)} ({kind})")
     else:
         facts.append("- not in `hlopt-default`: name it in a pipeline")
     return facts
