@@ -16,7 +16,7 @@ from hlopt.passes.base import Pass
 # (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`).
 PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
               "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-sparse-kernels",
-              "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-update-in-place")
+              "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place")
 XLA_CPU_PREFIX = "xla-cpu-"
 
 
