@@ -73,9 +73,10 @@ class TriangularInverse(Pass):
         %inv = "stablehlo.triangular_solve"(%a, %eye) {left_side = true, lower = true,
                transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = true}
                : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
-        %t = stablehlo.transpose %inv, dims = [1, 0] : (tensor<4x4xf32>) -> tensor<4x4xf32>
-        %x = stablehlo.dot_general %t, %b, contracting_dims = [1] x [0]
+        %x = stablehlo.dot_general %inv, %b, contracting_dims = [0] x [0]
              : (tensor<4x4xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+
+    (op(inv) by the contracting dimensions; an adjoint reads the inverse conjugated.)
     """
 
     name: ClassVar[str] = "xla-cpu-triangular-inverse"
