@@ -139,8 +139,9 @@ def test_stablehlo_solves_of_a_jet(how):
     b0, b1, b2 = (_rhs(rng, (N, 2), np.complex64) for _ in range(3))
 
     def fun(a, b0, b1, b2):
-        f = lambda b: lax.linalg.triangular_solve(a, b, left_side=True, lower=True, transpose_a=how != "N",  # noqa: E731
-                                                  conjugate_a=how == "C")
+        def f(b):
+            return lax.linalg.triangular_solve(a, b, left_side=True, lower=True, transpose_a=how != "N",
+                                               conjugate_a=how == "C")
         x, (x1, x2) = hlopt.jet(f, (b0,), ((b1, b2),))
         return x, x1, x2
 

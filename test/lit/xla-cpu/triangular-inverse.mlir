@@ -91,3 +91,24 @@ func.func @other_layout(%a: tensor<4x4xf32>, %b: tensor<4x8xf32>, %c: tensor<4x2
   %1 = "stablehlo.triangular_solve"(%a, %c) {left_side = true, lower = true, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false} : (tensor<4x4xf32>, tensor<4x2xf32>) -> tensor<4x2xf32>
   return %0, %1 : tensor<4x8xf32>, tensor<4x2xf32>
 }
+
+// -----
+
+// Solves in different blocks are separate groups (the inverse is built in the block of
+// the solves it serves): 3 columns inside the branch and 3 outside, each no more than
+// the 4 rows, so both stay although 6 in all would be more.
+// CHECK-LABEL: func.func @blocks
+// CHECK: "stablehlo.case"
+// CHECK: "stablehlo.triangular_solve"(%arg1, %arg2)
+// CHECK: "stablehlo.triangular_solve"(%arg1, %arg2)
+// CHECK-NOT: stablehlo.dot_general
+func.func @blocks(%i: tensor<i32>, %a: tensor<4x4xf32>, %b: tensor<4x3xf32>) -> (tensor<4x3xf32>, tensor<4x3xf32>) {
+  %0 = "stablehlo.case"(%i) ({
+    %s = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false} : (tensor<4x4xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+    stablehlo.return %s : tensor<4x3xf32>
+  }, {
+    stablehlo.return %b : tensor<4x3xf32>
+  }) : (tensor<i32>) -> tensor<4x3xf32>
+  %1 = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false} : (tensor<4x4xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
+  return %0, %1 : tensor<4x3xf32>, tensor<4x3xf32>
+}
