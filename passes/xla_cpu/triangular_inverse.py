@@ -15,7 +15,11 @@ solve becomes op(inv) @ B, or B @ op(inv) for a solve from the right.
 
 Only where it pays: the solves of one factor, triangle and diagonal kind whose
 right-hand sides hold more columns in all (rows, for a solve from the right) than
-the matrix has rows are rewritten; the others stay solves.
+the matrix has rows are rewritten; the others stay solves. And only for matrices of
+`min-rows` rows or more (8): XLA's expanded solve costs about one step per row, so
+the inverse (one more such solve) and the products it adds pay off with the rows.
+In bench/wavefunction.py's programs (128 walkers, float32, a loaded 2-core machine)
+the pass made n = 4 about 10% slower, n = 6 about as fast, and n = 8 up to 12% faster.
 
 Rounding: X = op(inv) B is not the backward-stable substitution X = op(A) \\ B.
 Each column of the explicit inverse is a backward-stable solve, so for a
@@ -32,7 +36,7 @@ import dataclasses
 from typing import ClassVar
 
 from hlopt.passes import linalg_rules
-from hlopt.passes.base import Pass, PassError
+from hlopt.passes.base import Pass, PassError, option
 from hlopt.passes.builders import shape_of
 from hlopt.passes.linalg_rules import TriangularSolve
 from hlopt.passes.mlir import ir
@@ -61,7 +65,7 @@ def _columns(op: ir.Operation, solve: TriangularSolve) -> int:
 class TriangularInverse(Pass):
     """The triangular solves (`stablehlo.triangular_solve`, LAPACK trsm) of one factor, triangle
     and diagonal kind in one block, with more right-hand-side columns in all than the factor
-    has rows, become products with the triangle's inverse, computed once by a solve against
+    has rows (and at least `min-rows` rows), become products with the triangle's inverse, computed once by a solve against
     the identity: X = op(inv) B (solves from the left) or B op(inv) (from the right).
 
         %x = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true,
@@ -80,6 +84,7 @@ class TriangularInverse(Pass):
     """
 
     name: ClassVar[str] = "xla-cpu-triangular-inverse"
+    min_rows: int = option(8, low=1, high=1 << 20, what="the fewest rows of a factor whose solves are rewritten")
 
     def apply(self, module: ir.Operation) -> None:
         groups: dict[tuple, list[tuple[ir.Operation, TriangularSolve]]] = {}
@@ -90,8 +95,9 @@ class TriangularInverse(Pass):
                 groups.setdefault(key, []).append((op, solve))
         replaced: list[ir.Operation] = []
         for (a, lower, unit, *_), members in groups.items():
-            if sum(_columns(op, solve) for op, solve in members) <= shape_of(a)[-1]:
-                continue  # the inverse would take about as long as the solves
+            n = shape_of(a)[-1]
+            if n < self.min_rows or sum(_columns(op, solve) for op, solve in members) <= n:
+                continue  # the inverse and the products would take about as long as the solves
             first = members[0][0]
             with ir.InsertionPoint(first), first.location:
                 inv = linalg_rules.triangular_solve(a, linalg_rules.identity_like(a), left=True, lower=lower,

@@ -3,8 +3,9 @@ hlopt-default with and without it gives the solutions scipy gives (within the ro
 explicit inverse changes), for solves from the left and the right, lower and upper triangles,
 plain, transposed and adjoint, unit and non-unit diagonals, batched and not, in float32,
 float64 and complex64, in JAX's LAPACK spelling and in the StableHLO one the jet rules emit;
-and a determinant wavefunction's Laplacian and weight gradient (bench/wavefunction.py's
-workload, slogdet's LU solves) agree with and without it and with the Hessian trace."""
+small factors stay solves unless `min-rows` lets them in; and a determinant wavefunction's
+Laplacian and weight gradient (bench/wavefunction.py's workload, slogdet's LU solves, with
+`min-rows=1` for its 4x4 matrices) agree with and without it and with the Hessian trace."""
 
 from __future__ import annotations
 
@@ -22,13 +23,28 @@ from hlopt.passes.registry import PIPELINES
 
 WITH = PIPELINES["hlopt-default"]
 WITHOUT = WITH.replace("xla-cpu-triangular-inverse,", "")
+SMALL = WITH.replace("xla-cpu-triangular-inverse", "xla-cpu-triangular-inverse{min-rows=1}")  # 4x4 factors too
 HOW = {"N": 0, "T": 1, "C": 2}  # scipy's `trans`
 TOL = {np.float32: 2e-5, np.float64: 1e-12, np.complex64: 2e-5, np.complex128: 1e-12}
-N, COLUMNS = 4, 3  # two solves of 3 columns each with a 4x4 factor: 6 > 4, rewritten
+N, COLUMNS = 8, 5  # two solves of 5 columns each with an 8x8 factor: 10 > 8, rewritten
 
 
 def test_the_pass_is_in_hlopt_default():
-    assert "xla-cpu-triangular-inverse" in WITH and WITHOUT != WITH
+    assert "xla-cpu-triangular-inverse" in WITH and WITHOUT != WITH and "min-rows=1" in SMALL
+
+
+def test_small_factors_stay_by_default():
+    """A 4x4 factor's solves (3 + 3 columns) stay solves unless min-rows allows 4 rows."""
+    rng = np.random.default_rng(4)
+    a = _factor(rng, (), np.float32)[:4, :4]
+    b, c = _rhs(rng, (4, 3), np.float32), _rhs(rng, (4, 3), np.float32)
+    lowered = hlopt.lower(_solves(True, True, "N", True), a, b, c)
+    assert lowered.apply(WITH).as_text() == lowered.apply(WITHOUT).as_text()
+    small = lowered.apply(SMALL).as_text()
+    assert "trsm" not in small and "stablehlo.dot_general" in small
+    refs = [_reference(a, r, True, True, "N", True) for r in (b, c)]
+    for got, want in zip(hlopt.jit(_solves(True, True, "N", True), pipeline=SMALL)(a, b, c), refs, strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=2e-5 * max(1.0, np.max(np.abs(want))))
 
 
 def _factor(rng, batch, dtype):
@@ -83,7 +99,7 @@ def _check_here(fun, args, references, dtype):
     tuned, untuned = lowered.apply(WITH).as_text(), lowered.apply(WITHOUT).as_text()
     assert "trsm" not in tuned and "triangular_solve" in tuned and "stablehlo.dot_general" in tuned
     assert "trsm" in untuned or "triangular_solve" in untuned
-    with_pass = hlopt.jit(fun)(*args)
+    with_pass = hlopt.jit(fun, pipeline=WITH)(*args)
     without_pass = hlopt.jit(fun, pipeline=WITHOUT)(*args)
     tol = TOL[dtype]
     for got, plain, want in zip(with_pass, without_pass, references, strict=True):
@@ -122,10 +138,10 @@ def test_every_element_type(dtype, unit):
 
 
 def test_narrow_solves_stay():
-    """Two solves of one column each with a 4x4 factor: no more right-hand sides than rows."""
+    """Two solves of 4 columns each with an 8x8 factor: no more right-hand sides than rows."""
     rng = np.random.default_rng(5)
     a = _factor(rng, (), np.float32)
-    b, c = _rhs(rng, (N, 1), np.float32), _rhs(rng, (N, 1), np.float32)
+    b, c = _rhs(rng, (N, 4), np.float32), _rhs(rng, (N, 4), np.float32)
     tuned = hlopt.lower(_solves(True, True, "N", False), a, b, c).apply(WITH).as_text()
     assert tuned.count("lapack_strsm_ffi(") == 2 and "stablehlo.dot_general" not in tuned
 
@@ -136,7 +152,7 @@ def test_stablehlo_solves_of_a_jet(how):
     primal factor beside the primal's LAPACK call: one group of both spellings."""
     rng = np.random.default_rng(7)
     a = _factor(rng, (), np.complex64)
-    b0, b1, b2 = (_rhs(rng, (N, 2), np.complex64) for _ in range(3))
+    b0, b1, b2 = (_rhs(rng, (N, 3), np.complex64) for _ in range(3))
 
     def fun(a, b0, b1, b2):
         def f(b):
@@ -152,7 +168,7 @@ def test_stablehlo_solves_of_a_jet(how):
     _check(fun, (a, b0, b1, b2), refs, np.complex64)
 
 
-# --- the wavefunction of bench/wavefunction.py, small ---------------------------------------
+# --- the wavefunction of bench/wavefunction.py, small (4 electrons: min-rows=1) -------------
 
 ELECTRONS, HIDDEN, WALKERS = 4, 8, 6
 
@@ -196,10 +212,10 @@ def test_wavefunction_with_and_without_the_pass(workload):
     fun = program(_hlopt_laplacian)
     args = (_params(jnp.float32), jax.random.normal(jax.random.key(1), (WALKERS, 3 * ELECTRONS), jnp.float32))
     lowered = hlopt.lower(fun, *args)
-    tuned, untuned = lowered.apply(WITH).as_text(), lowered.apply(WITHOUT).as_text()
+    tuned, untuned = lowered.apply(SMALL).as_text(), lowered.apply(WITHOUT).as_text()
     solves = lambda text: text.count("trsm_ffi(") + text.count("stablehlo.triangular_solve")  # noqa: E731
     assert solves(tuned) < solves(untuned), "the pass rewrote none of the determinant's solves"
-    got = jax.tree_util.tree_leaves(hlopt.jit(fun)(*args))
+    got = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=SMALL)(*args))
     plain = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=WITHOUT)(*args))
     with jax.enable_x64(True):
         wide = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), args)

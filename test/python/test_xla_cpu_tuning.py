@@ -104,10 +104,11 @@ def workloads():
             return product, lib.bcoo_reduce_sum(sp, axes=(0,)).todense(), (sp.T @ product)
         return run
 
-    w = jax.random.normal(jax.random.key(7), (4, 4)) / 2
+    w = jax.random.normal(jax.random.key(7), (8, 4)) / 2
 
-    def log_det(c, x):  # a determinant wavefunction's log|det| (slogdet: LU and its triangular solves)
-        return jnp.linalg.slogdet(2 * jnp.eye(4) + jnp.tanh(x[:, None] * c + x[None, :]))[1]
+    def log_det(c, x):  # a determinant wavefunction's log|det| (slogdet: LU and its 8x8 triangular solves)
+        z = c @ x
+        return jnp.linalg.slogdet(2 * jnp.eye(8) + 0.2 * jnp.tanh(z[:, None] * z[None, :] + z[None, :]))[1]
 
     def determinant(laplacian):
         return jax.grad(lambda c: jnp.mean(jax.vmap(lambda x: laplacian(lambda y: log_det(c, y))(x))(xs) ** 2))
