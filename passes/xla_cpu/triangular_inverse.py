@@ -15,11 +15,12 @@ solve becomes op(inv) @ B, or B @ op(inv) for a solve from the right.
 
 Only where it pays: the solves of one factor, triangle and diagonal kind whose
 right-hand sides hold more columns in all (rows, for a solve from the right) than
-the matrix has rows are rewritten; the others stay solves. And only for matrices of
-`min-rows` rows or more (8): XLA's expanded solve costs about one step per row, so
-the inverse (one more such solve) and the products it adds pay off with the rows.
-In bench/wavefunction.py's programs (128 walkers, float32, a loaded 2-core machine)
-the pass made n = 4 about 10% slower, n = 6 about as fast, and n = 8 up to 12% faster.
+the matrix has rows are rewritten; the others stay solves. With `min-rows`, only
+factors of at least that many rows (XLA's expanded solve costs about one step per
+row, so the inverse, one more such solve, and the products it adds pay off with the
+rows). `bench/xla_cpu_tuning.py --workloads wavefunction --electrons N` measures the
+pass on bench/wavefunction.py's programs; on a loaded 2-core machine its effect there
+(n = 4, 6, 8) stayed within the run-to-run spread of about 10%, n = 8 leaning faster.
 
 Rounding: X = op(inv) B is not the backward-stable substitution X = op(A) \\ B.
 Each column of the explicit inverse is a backward-stable solve, so for a
@@ -65,7 +66,7 @@ def _columns(op: ir.Operation, solve: TriangularSolve) -> int:
 class TriangularInverse(Pass):
     """The triangular solves (`stablehlo.triangular_solve`, LAPACK trsm) of one factor, triangle
     and diagonal kind in one block, with more right-hand-side columns in all than the factor
-    has rows (and at least `min-rows` rows), become products with the triangle's inverse, computed once by a solve against
+    has rows (and at least `min-rows` rows, 1 by default), become products with the triangle's inverse, computed once by a solve against
     the identity: X = op(inv) B (solves from the left) or B op(inv) (from the right).
 
         %x = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true,
@@ -84,7 +85,7 @@ class TriangularInverse(Pass):
     """
 
     name: ClassVar[str] = "xla-cpu-triangular-inverse"
-    min_rows: int = option(8, low=1, high=1 << 20, what="the fewest rows of a factor whose solves are rewritten")
+    min_rows: int = option(1, low=1, high=1 << 20, what="the fewest rows of a factor whose solves are rewritten")
 
     def apply(self, module: ir.Operation) -> None:
         groups: dict[tuple, list[tuple[ir.Operation, TriangularSolve]]] = {}

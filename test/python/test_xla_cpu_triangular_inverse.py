@@ -3,9 +3,9 @@ hlopt-default with and without it gives the solutions scipy gives (within the ro
 explicit inverse changes), for solves from the left and the right, lower and upper triangles,
 plain, transposed and adjoint, unit and non-unit diagonals, batched and not, in float32,
 float64 and complex64, in JAX's LAPACK spelling and in the StableHLO one the jet rules emit;
-small factors stay solves unless `min-rows` lets them in; and a determinant wavefunction's
-Laplacian and weight gradient (bench/wavefunction.py's workload, slogdet's LU solves, with
-`min-rows=1` for its 4x4 matrices) agree with and without it and with the Hessian trace."""
+small factors stay solves under `min-rows`; and a determinant wavefunction's Laplacian and
+weight gradient (bench/wavefunction.py's workload at 4 electrons, slogdet's LU solves) agree
+with and without it and with the Hessian trace."""
 
 from __future__ import annotations
 
@@ -23,27 +23,27 @@ from hlopt.passes.registry import PIPELINES
 
 WITH = PIPELINES["hlopt-default"]
 WITHOUT = WITH.replace("xla-cpu-triangular-inverse,", "")
-SMALL = WITH.replace("xla-cpu-triangular-inverse", "xla-cpu-triangular-inverse{min-rows=1}")  # 4x4 factors too
+ROWS8 = WITH.replace("xla-cpu-triangular-inverse", "xla-cpu-triangular-inverse{min-rows=8}")
 HOW = {"N": 0, "T": 1, "C": 2}  # scipy's `trans`
 TOL = {np.float32: 2e-5, np.float64: 1e-12, np.complex64: 2e-5, np.complex128: 1e-12}
 N, COLUMNS = 8, 5  # two solves of 5 columns each with an 8x8 factor: 10 > 8, rewritten
 
 
 def test_the_pass_is_in_hlopt_default():
-    assert "xla-cpu-triangular-inverse" in WITH and WITHOUT != WITH and "min-rows=1" in SMALL
+    assert "xla-cpu-triangular-inverse" in WITH and WITHOUT != WITH and "min-rows=8" in ROWS8
 
 
-def test_small_factors_stay_by_default():
-    """A 4x4 factor's solves (3 + 3 columns) stay solves unless min-rows allows 4 rows."""
+def test_min_rows():
+    """A 4x4 factor's solves (3 + 3 columns) are rewritten by default and stay with min-rows=8."""
     rng = np.random.default_rng(4)
     a = _factor(rng, (), np.float32)[:4, :4]
     b, c = _rhs(rng, (4, 3), np.float32), _rhs(rng, (4, 3), np.float32)
     lowered = hlopt.lower(_solves(True, True, "N", True), a, b, c)
-    assert lowered.apply(WITH).as_text() == lowered.apply(WITHOUT).as_text()
-    small = lowered.apply(SMALL).as_text()
+    assert lowered.apply(ROWS8).as_text() == lowered.apply(WITHOUT).as_text()
+    small = lowered.apply(WITH).as_text()
     assert "trsm" not in small and "stablehlo.dot_general" in small
     refs = [_reference(a, r, True, True, "N", True) for r in (b, c)]
-    for got, want in zip(hlopt.jit(_solves(True, True, "N", True), pipeline=SMALL)(a, b, c), refs, strict=True):
+    for got, want in zip(hlopt.jit(_solves(True, True, "N", True), pipeline=WITH)(a, b, c), refs, strict=True):
         np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=2e-5 * max(1.0, np.max(np.abs(want))))
 
 
@@ -168,7 +168,7 @@ def test_stablehlo_solves_of_a_jet(how):
     _check(fun, (a, b0, b1, b2), refs, np.complex64)
 
 
-# --- the wavefunction of bench/wavefunction.py, small (4 electrons: min-rows=1) -------------
+# --- the wavefunction of bench/wavefunction.py, small ---------------------------------------
 
 ELECTRONS, HIDDEN, WALKERS = 4, 8, 6
 
@@ -212,10 +212,10 @@ def test_wavefunction_with_and_without_the_pass(workload):
     fun = program(_hlopt_laplacian)
     args = (_params(jnp.float32), jax.random.normal(jax.random.key(1), (WALKERS, 3 * ELECTRONS), jnp.float32))
     lowered = hlopt.lower(fun, *args)
-    tuned, untuned = lowered.apply(SMALL).as_text(), lowered.apply(WITHOUT).as_text()
+    tuned, untuned = lowered.apply(WITH).as_text(), lowered.apply(WITHOUT).as_text()
     solves = lambda text: text.count("trsm_ffi(") + text.count("stablehlo.triangular_solve")  # noqa: E731
     assert solves(tuned) < solves(untuned), "the pass rewrote none of the determinant's solves"
-    got = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=SMALL)(*args))
+    got = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=WITH)(*args))
     plain = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=WITHOUT)(*args))
     with jax.enable_x64(True):
         wide = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float64), args)

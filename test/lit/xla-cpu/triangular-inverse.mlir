@@ -1,8 +1,8 @@
-// RUN: hlopt-opt %s -p 'xla-cpu-triangular-inverse{min-rows=1}' --split-input-file | filecheck %s
-// RUN: hlopt-opt %s -p xla-cpu-triangular-inverse --split-input-file | filecheck %s --check-prefix=DEFAULT
+// RUN: hlopt-opt %s -p xla-cpu-triangular-inverse --split-input-file | filecheck %s
+// RUN: hlopt-opt %s -p 'xla-cpu-triangular-inverse{min-rows=8}' --split-input-file | filecheck %s --check-prefix=ROWS8
 
-// The cases below but the last have small factors: by default (min-rows=8) they stay
-// solves, and the first RUN line lowers the bound to see them rewritten.
+// The cases below but the last have factors of fewer than 8 rows: with min-rows=8 they
+// stay solves.
 
 // Three solves with one factor's lower unit triangle, 3 + 3 + 3 right-hand sides for a
 // 4x4 factor, in both spellings (StableHLO and JAX's LAPACK call), from the left plain
@@ -19,11 +19,11 @@
 // CHECK-NOT: stablehlo.triangular_solve
 // CHECK-NOT: lapack_strsm_ffi
 // CHECK: return %[[X]], %[[Y]], %[[Z]]
-// DEFAULT-LABEL: func.func @group
-// DEFAULT: "stablehlo.triangular_solve"(%arg0, %arg1)
-// DEFAULT: stablehlo.custom_call @lapack_strsm_ffi(%arg0, %arg1)
-// DEFAULT: "stablehlo.triangular_solve"(%arg0, %arg2)
-// DEFAULT-NOT: stablehlo.dot_general
+// ROWS8-LABEL: func.func @group
+// ROWS8: "stablehlo.triangular_solve"(%arg0, %arg1)
+// ROWS8: stablehlo.custom_call @lapack_strsm_ffi(%arg0, %arg1)
+// ROWS8: "stablehlo.triangular_solve"(%arg0, %arg2)
+// ROWS8-NOT: stablehlo.dot_general
 func.func @group(%a: tensor<2x4x4xf32>, %b: tensor<2x4x3xf32>, %c: tensor<2x3x4xf32>) -> (tensor<2x4x3xf32>, tensor<2x4x3xf32>, tensor<2x3x4xf32>) {
   %0 = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = true} : (tensor<2x4x4xf32>, tensor<2x4x3xf32>) -> tensor<2x4x3xf32>
   %1 = stablehlo.custom_call @lapack_strsm_ffi(%a, %b) {mhlo.backend_config = {diag = 85 : ui8, side = 76 : ui8, trans_x = 84 : ui8, uplo = 76 : ui8}, mhlo.frontend_attributes = {num_batch_dims = "1"}, operand_layouts = [dense<[1, 2, 0]> : tensor<3xindex>, dense<[1, 2, 0]> : tensor<3xindex>], output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = 1, operand_tuple_indices = []>], result_layouts = [dense<[1, 2, 0]> : tensor<3xindex>]} : (tensor<2x4x4xf32>, tensor<2x4x3xf32>) -> tensor<2x4x3xf32>
@@ -124,14 +124,14 @@ func.func @blocks(%i: tensor<i32>, %a: tensor<4x4xf32>, %b: tensor<4x3xf32>) -> 
 
 // -----
 
-// An 8x8 factor, 5 + 5 columns: rewritten by default too.
+// An 8x8 factor, 5 + 5 columns: rewritten with min-rows=8 too.
 // CHECK-LABEL: func.func @rows8
-// DEFAULT-LABEL: func.func @rows8
-// DEFAULT: %[[INV:.*]] = "stablehlo.triangular_solve"(%arg0, %{{.*}}) <{left_side = true, lower = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false}> : (tensor<3x8x8xf64>, tensor<3x8x8xf64>) -> tensor<3x8x8xf64>
-// DEFAULT: stablehlo.dot_general %[[INV]], %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<3x8x8xf64>, tensor<3x8x5xf64>) -> tensor<3x8x5xf64>
-// DEFAULT: stablehlo.dot_general %arg2, %[[INV]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<3x5x8xf64>, tensor<3x8x8xf64>) -> tensor<3x5x8xf64>
-// DEFAULT-NOT: stablehlo.triangular_solve
-// DEFAULT: return
+// ROWS8-LABEL: func.func @rows8
+// ROWS8: %[[INV:.*]] = "stablehlo.triangular_solve"(%arg0, %{{.*}}) <{left_side = true, lower = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false}> : (tensor<3x8x8xf64>, tensor<3x8x8xf64>) -> tensor<3x8x8xf64>
+// ROWS8: stablehlo.dot_general %[[INV]], %arg1, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<3x8x8xf64>, tensor<3x8x5xf64>) -> tensor<3x8x5xf64>
+// ROWS8: stablehlo.dot_general %arg2, %[[INV]], batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<3x5x8xf64>, tensor<3x8x8xf64>) -> tensor<3x5x8xf64>
+// ROWS8-NOT: stablehlo.triangular_solve
+// ROWS8: return
 func.func @rows8(%a: tensor<3x8x8xf64>, %b: tensor<3x8x5xf64>, %c: tensor<3x5x8xf64>) -> (tensor<3x8x5xf64>, tensor<3x5x8xf64>) {
   %0 = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false} : (tensor<3x8x8xf64>, tensor<3x8x5xf64>) -> tensor<3x8x5xf64>
   %1 = "stablehlo.triangular_solve"(%a, %c) {left_side = false, lower = false, transpose_a = #stablehlo<transpose NO_TRANSPOSE>, unit_diagonal = false} : (tensor<3x8x8xf64>, tensor<3x5x8xf64>) -> tensor<3x5x8xf64>
