@@ -1,8 +1,8 @@
 """What each XLA:CPU tuning pass of hlopt-default buys, on the workloads of the other benchmarks.
 
-For each workload (the hlopt side of bench/jet.py, pde_operators.py, pinn_grad.py and
-sparse.py, and a gradient through a loop that reads rows by index) and each pass of
-`hlopt.passes.registry.DEFAULT_TUNING` that changes its program, the program compiled
+For each workload (the hlopt side of bench/jet.py, pde_operators.py, pinn_grad.py,
+sparse.py and wavefunction.py, and a gradient through a loop that reads rows by index)
+and each pass of `hlopt.passes.registry.DEFAULT_TUNING` that changes its program, the program compiled
 by hlopt-default and by hlopt-default without that pass run interleaved: in each
 round each side's best of `--calls` calls, in alternating order; the ratio per round
 is (without the pass) / (with it), printed as median (min-max) over the rounds with
@@ -37,10 +37,11 @@ import jet as jet_bench  # noqa: E402
 import pde_operators  # noqa: E402
 import pinn_grad  # noqa: E402
 import sparse as sparse_bench  # noqa: E402
+import wavefunction  # noqa: E402
 from record import progress, write_record  # noqa: E402
 
 WORKLOADS = ("jet_mlp", "jet_chain", "laplacian", "stde", "weighted", "randomized", "bilaplacian", "pinn_grad",
-             "loop_grad", "sparse")
+             "loop_grad", "sparse", "wavefunction")
 
 
 def looped(a, x):
@@ -69,6 +70,9 @@ def workloads(a) -> dict[str, list[tuple[str, object, tuple]]]:
     chain_x = jnp.asarray(rng.normal(size=a.n).astype(np.float32))
     chain_v = jnp.asarray(rng.normal(size=a.n).astype(np.float32))
 
+    energies = jax.vmap(wavefunction.kinetic("hlopt"), in_axes=(None, 0))
+    wave_args = wavefunction.inputs(a.electrons, a.walkers, jnp.float32)
+
     def jet_of(f, order):
         return lambda p, x, d: hlopt.jet(lambda y: f(p, y), (x,), ((d,) + (jnp.zeros_like(d),) * (order - 1),))[1][-1]
 
@@ -95,6 +99,9 @@ def workloads(a) -> dict[str, list[tuple[str, object, tuple]]]:
         "loop_grad": lambda: [("fori_loop", jax.grad(lambda c, x: jnp.sum(
             jax.vmap(hlopt.laplacian(lambda y: looped(c, y)))(x) ** 2)), (jnp.linspace(0.5, 1.5, a.dim), xs))],
         "sparse": sparse_cases,
+        "wavefunction": lambda: [(f"kinetic, n = {a.electrons}", energies, wave_args),
+                                 (f"gradient, n = {a.electrons}",
+                                  jax.grad(lambda p, x: jnp.mean(energies(p, x))), wave_args)],
     }
     return {name: chosen[name]() for name in a.workloads}
 
@@ -137,6 +144,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--n", type=int, default=1_000_000, help="points of bench/jet.py's chain workload")
     parser.add_argument("--sparse-n", type=int, default=1024)
+    parser.add_argument("--electrons", type=int, default=4, help="electrons of bench/wavefunction.py's workload")
+    parser.add_argument("--walkers", type=int, default=128, help="walkers of bench/wavefunction.py's workload")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--op-counts", action="store_true", help="only print each module's ops after hlopt-default")

@@ -168,6 +168,21 @@ def _triangular_solve(a: Value, rhs: Value, lead: bool, left: bool, lower: bool,
     return builders.transpose(builders.reshape(x, unfolded), [perm.index(d) for d in range(r)])
 
 
+def product(x: Value, y: Value, tx: str = "N", ty: str = "N") -> Value:
+    """op(x) @ op(y) over the last two dimensions (`tx`, `ty`: N, T or C), batched over the leading ones."""
+    return _mm(x, y, False, False, tx, ty)
+
+
+def triangular_solve(a: Value, rhs: Value, *, left: bool, lower: bool, how: str, unit: bool) -> Value:
+    """X with op(A) X = rhs (`left`) or X op(A) = rhs: one `stablehlo.triangular_solve` (see `_triangular_solve`)."""
+    return _triangular_solve(a, rhs, False, left, lower, how, unit)
+
+
+def identity_like(v: Value) -> Value:
+    """The identity matrix over the last two dimensions of `v`, in its shape and element type."""
+    return _eye_plus(builders.zeros_like(v))
+
+
 def _two_sided(b: "JetBuilder", s: Term, like: Value, k: int, a: Value, left: tuple[bool, str, bool],
                right: tuple[bool, str, bool]) -> tuple[Term, bool]:
     """op_l(A_l)^{-1} S op_r(A_r)^{-1} for S, coefficient k of a value like `like`, with

@@ -1,7 +1,7 @@
 """hlopt-default without its XLA:CPU tuning passes (`DEFAULT_TUNING`) computes the same values.
 
-On jet, Laplacian, bi-Laplacian, reverse-mode (gradients through them, a loop that
-reads rows by a traced index) and BCOO workloads in float64, the program compiled
+On jet, Laplacian (of an MLP and of a log-determinant), bi-Laplacian, reverse-mode
+(gradients through them, a loop that reads rows by a traced index) and BCOO workloads in float64, the program compiled
 with every pass and the one compiled with the tuning passes left out agree to
 1e-12, and each agrees with a JAX reference; each tuning pass changes the program of
 at least one workload, so the comparison covers every pass. On a float32 bi-Laplacian
@@ -105,7 +105,19 @@ def workloads():
             return product, lib.bcoo_reduce_sum(sp, axes=(0,)).todense(), (sp.T @ product)
         return run
 
+    w = jax.random.normal(jax.random.key(7), (8, 4)) / 2
+
+    def log_det(c, x):  # a determinant wavefunction's log|det| (slogdet: LU and its 8x8 triangular solves)
+        z = c @ x
+        return jnp.linalg.slogdet(2 * jnp.eye(8) + 0.2 * jnp.tanh(z[:, None] * z[None, :] + z[None, :]))[1]
+
+    def determinant(laplacian):
+        return jax.grad(lambda c: jnp.mean(jax.vmap(lambda x: laplacian(lambda y: log_det(c, y))(x))(xs) ** 2))
+
     return {
+        "determinant_laplacian": (jax.vmap(lambda x: hlopt.laplacian(lambda y: log_det(w, y))(x)), (xs,),
+                                  jax.vmap(lambda x: nested_laplacian(lambda y: log_det(w, y))(x))),
+        "determinant_gradient": (determinant(hlopt.laplacian), (w,), determinant(nested_laplacian)),
         "jet": (_jet(mlp, 4), (p, xs[0], v), _nested_directional(mlp, 4)),
         "laplacian": (jax.vmap(lap, in_axes=(None, 0)), (p, xs), jax.vmap(ref_lap, in_axes=(None, 0))),
         "weighted_laplacian": (jax.vmap(lambda q, x: hlopt.laplacian(lambda y: mlp(q, y), weights=s)(x),
@@ -120,7 +132,7 @@ def workloads():
 
 
 WORKLOADS = [
-    "jet", "laplacian", "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo"]
+    "determinant_laplacian", "determinant_gradient", "jet", "laplacian", "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo"]
 
 
 def _close(got, want, atol):
