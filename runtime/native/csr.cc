@@ -69,68 +69,35 @@ std::string dims_text(ffi::AnyBuffer::Dimensions dims) {
   return text + "]";
 }
 
-// SpMV gathers x[column] at random: once x outgrows a core's cache (a 1e6-row float32 x is 4 MB)
-// each gather waits on the next level, so the row kernels prefetch the x element of the entry
-// kPrefetchAhead entries on, in the order they stream the entries (rows after this one
-// included): a 1e6-row SpMV (10 entries a row) ran 1.3-1.8x faster on one core with them (a
-// standalone loop over the kernel, loaded 2-core machine). Below kPrefetchBytes they only cost
-// instructions (a 1e4-row SpMV, x in L2, ran 1.45x slower with them), so they are compiled out there.
-constexpr int64_t kPrefetchBytes = int64_t{1} << 20;
-constexpr int64_t kPrefetchAhead = 32;
-
 // Columns are compared unsigned against ku = min(k, 2^31) (a negative one wraps above every k).
 inline uint32_t column_bound(int64_t k) { return static_cast<uint32_t>(std::min<int64_t>(k, int64_t{1} << 31)); }
 
-// One entry's product with x, zero for a column outside [0, k) (read as x[0], never out of bounds:
-// the caller has k > 0). Branch-free, so rows of random columns vectorise and do not mispredict.
-// `stride` is 1 for CSR's columns, 2 for BCOO's (row, column) pairs (col points at the column).
+// acc += data[e] * x[column of e] when the column is in [0, k); `stride` is 1 for CSR's columns,
+// 2 for BCOO's (row, column) pairs (col points at the first column). A branch, not a select: it
+// is taken for every column of a well-formed matrix, so it predicts, and the load of x then waits
+// on the column alone; the processor runs ahead into the next entries and rows and overlaps their
+// gathers. The branch-free form (x[ok ? c : 0]) made every gather wait on the compare too and ran
+// 1.7x slower at 1e6 rows (x of 4 MB past a core's cache), 1.1x at 1e4 (one core, loaded 2-core
+// machine); so did software prefetching of x 32 entries ahead (1.4x slower at 1e6 than this form).
 template <typename T, int stride>
-inline T spmv_term(const T* __restrict data, const int32_t* __restrict col, const T* __restrict x, uint32_t k,
-                   int64_t e) {
+inline void spmv_add(T& acc, const T* __restrict data, const int32_t* __restrict col, const T* __restrict x,
+                     uint32_t k, int64_t e) {
   const uint32_t c = static_cast<uint32_t>(col[stride * e]);
-  const bool ok = c < k;
-  return ok ? data[e] * x[ok ? c : 0] : T(0);
+  if (__builtin_expect(c < k, 1)) acc += data[e] * x[c];
 }
 
+// The sum of entries [p0, p1) of one row times x, in two sums (the adds of a row overlap).
 template <typename T, int stride>
-inline void prefetch_x(const int32_t* __restrict col, const T* __restrict x, uint32_t k, int64_t e) {
-  const uint32_t c = static_cast<uint32_t>(col[stride * e]);
-  __builtin_prefetch(x + (c < k ? c : 0), 0, 3);
-}
-
-// The sum of entries [p0, p1) of one row times x, in four sums (the adds of a row overlap instead
-// of waiting on each other). With `prefetch`, when entry p1 + kPrefetchAhead exists (e < nse:
-// the column read to prefetch is in bounds), each entry also prefetches x for the one kPrefetchAhead on.
-template <typename T, int stride, bool prefetch>
 inline T spmv_row(const T* __restrict data, const int32_t* __restrict col, const T* __restrict x, uint32_t k,
-                  int64_t p0, int64_t p1, int64_t nse) {
-  T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+                  int64_t p0, int64_t p1) {
+  T a0 = 0, a1 = 0;
   int64_t e = p0;
-  if (prefetch && p1 + kPrefetchAhead <= nse) {
-    for (; e + 4 <= p1; e += 4) {
-      prefetch_x<T, stride>(col, x, k, e + kPrefetchAhead);
-      prefetch_x<T, stride>(col, x, k, e + 1 + kPrefetchAhead);
-      prefetch_x<T, stride>(col, x, k, e + 2 + kPrefetchAhead);
-      prefetch_x<T, stride>(col, x, k, e + 3 + kPrefetchAhead);
-      a0 += spmv_term<T, stride>(data, col, x, k, e);
-      a1 += spmv_term<T, stride>(data, col, x, k, e + 1);
-      a2 += spmv_term<T, stride>(data, col, x, k, e + 2);
-      a3 += spmv_term<T, stride>(data, col, x, k, e + 3);
-    }
-    for (; e < p1; ++e) {
-      prefetch_x<T, stride>(col, x, k, e + kPrefetchAhead);
-      a0 += spmv_term<T, stride>(data, col, x, k, e);
-    }
-  } else {
-    for (; e + 4 <= p1; e += 4) {
-      a0 += spmv_term<T, stride>(data, col, x, k, e);
-      a1 += spmv_term<T, stride>(data, col, x, k, e + 1);
-      a2 += spmv_term<T, stride>(data, col, x, k, e + 2);
-      a3 += spmv_term<T, stride>(data, col, x, k, e + 3);
-    }
-    for (; e < p1; ++e) a0 += spmv_term<T, stride>(data, col, x, k, e);
+  for (; e + 2 <= p1; e += 2) {
+    spmv_add<T, stride>(a0, data, col, x, k, e);
+    spmv_add<T, stride>(a1, data, col, x, k, e + 1);
   }
-  return (a0 + a1) + (a2 + a3);
+  if (e < p1) spmv_add<T, stride>(a0, data, col, x, k, e);
+  return a0 + a1;
 }
 
 // The first entry in [lo, hi) whose row is >= r, if rows are sorted (in [lo, hi) otherwise).
@@ -148,35 +115,23 @@ int64_t lower_bound_row(const int32_t* idx, int64_t lo, int64_t hi, int64_t r) {
 
 // out[r, :] for rows [r0, r1) from entries [e0, e1), which must hold exactly those rows' entries
 // in row order; false if they do not (then the rows written are wrong and the caller redoes them).
-// k > 0 (a column is read as x[0] when out of range, see spmv_term); ku = column_bound(k).
-template <typename T, bool prefetch>
+// ku = column_bound(k).
+template <typename T>
 inline bool rows_block(const T* __restrict data, const int32_t* __restrict idx, const T* __restrict x,
-                       T* __restrict out, int64_t nse, uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0,
-                       int64_t e1) {
+                       T* __restrict out, uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
   int64_t e = e0;
   if (n == 1) {
-    // Four entries at a time while all four are in the row (four sums, as CSR's rows), then one
-    // at a time to the row's end. With `prefetch` (see spmv_row), each entry prefetches x for the
-    // one kPrefetchAhead on while that one is before nse (its column read is in bounds).
+    // Two entries at a time while both are in the row (two sums, as CSR's rows), then the last.
     const int32_t* __restrict col = idx + 1;
     for (int64_t r = r0; r < r1; ++r) {
-      T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-      while (e + 4 <= e1 && ((idx[2 * e] == r) & (idx[2 * e + 2] == r) & (idx[2 * e + 4] == r) &
-                             (idx[2 * e + 6] == r))) {
-        if (prefetch && e + 4 + kPrefetchAhead <= nse) {
-          for (int64_t j = 0; j < 4; ++j) prefetch_x<T, 2>(col, x, ku, e + j + kPrefetchAhead);
-        }
-        a0 += spmv_term<T, 2>(data, col, x, ku, e);
-        a1 += spmv_term<T, 2>(data, col, x, ku, e + 1);
-        a2 += spmv_term<T, 2>(data, col, x, ku, e + 2);
-        a3 += spmv_term<T, 2>(data, col, x, ku, e + 3);
-        e += 4;
+      T a0 = 0, a1 = 0;
+      while (e + 2 <= e1 && ((idx[2 * e] == r) & (idx[2 * e + 2] == r))) {
+        spmv_add<T, 2>(a0, data, col, x, ku, e);
+        spmv_add<T, 2>(a1, data, col, x, ku, e + 1);
+        e += 2;
       }
-      for (; e < e1 && static_cast<int64_t>(idx[2 * e]) == r; ++e) {
-        if (prefetch && e + kPrefetchAhead < nse) prefetch_x<T, 2>(col, x, ku, e + kPrefetchAhead);
-        a0 += spmv_term<T, 2>(data, col, x, ku, e);
-      }
-      out[r] = (a0 + a1) + (a2 + a3);
+      if (e < e1 && static_cast<int64_t>(idx[2 * e]) == r) spmv_add<T, 2>(a0, data, col, x, ku, e++);
+      out[r] = a0 + a1;
     }
     return e == e1;
   }
@@ -195,26 +150,22 @@ inline bool rows_block(const T* __restrict data, const int32_t* __restrict idx, 
 }
 
 HLOPT_MULTIVERSION bool rows_block_f32(const float* data, const int32_t* idx, const float* x, float* out,
-                                       int64_t nse, uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0,
-                                       int64_t e1, bool prefetch) {
-  return prefetch ? rows_block<float, true>(data, idx, x, out, nse, ku, n, r0, r1, e0, e1)
-                  : rows_block<float, false>(data, idx, x, out, nse, ku, n, r0, r1, e0, e1);
+                                       uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block(data, idx, x, out, ku, n, r0, r1, e0, e1);
 }
 
 HLOPT_MULTIVERSION bool rows_block_f64(const double* data, const int32_t* idx, const double* x, double* out,
-                                       int64_t nse, uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0,
-                                       int64_t e1, bool prefetch) {
-  return prefetch ? rows_block<double, true>(data, idx, x, out, nse, ku, n, r0, r1, e0, e1)
-                  : rows_block<double, false>(data, idx, x, out, nse, ku, n, r0, r1, e0, e1);
+                                       uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block(data, idx, x, out, ku, n, r0, r1, e0, e1);
 }
 
-inline bool rows_block_typed(const float* d, const int32_t* i, const float* x, float* o, int64_t nse, uint32_t ku,
-                             int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1, bool prefetch) {
-  return rows_block_f32(d, i, x, o, nse, ku, n, r0, r1, e0, e1, prefetch);
+inline bool rows_block_typed(const float* d, const int32_t* i, const float* x, float* o, uint32_t ku, int64_t n,
+                             int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block_f32(d, i, x, o, ku, n, r0, r1, e0, e1);
 }
-inline bool rows_block_typed(const double* d, const int32_t* i, const double* x, double* o, int64_t nse,
-                             uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1, bool prefetch) {
-  return rows_block_f64(d, i, x, o, nse, ku, n, r0, r1, e0, e1, prefetch);
+inline bool rows_block_typed(const double* d, const int32_t* i, const double* x, double* o, uint32_t ku, int64_t n,
+                             int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block_f64(d, i, x, o, ku, n, r0, r1, e0, e1);
 }
 
 // Any order: zero the output, then add every in-range entry into its row.
@@ -252,7 +203,6 @@ void spmm(ffi::ThreadPool& pool, const T* data, const int32_t* idx, const T* x, 
     return;
   }
   const uint32_t ku = column_bound(k);
-  const bool prefetch = n == 1 && k >= kPrefetchBytes / static_cast<int64_t>(sizeof(T));
   // Block b holds rows [row[b], row[b+1]), starting at about entry lo + b * (hi - lo) / blocks.
   // In double: (hi - lo) * n may not fit in int64 for a hostile program's shapes.
   const double work = static_cast<double>(hi - lo + m) * static_cast<double>(n);
@@ -272,7 +222,7 @@ void spmm(ffi::ThreadPool& pool, const T* data, const int32_t* idx, const T* x, 
   for (int64_t b = 1; b < blocks; ++b) start[b] = lower_bound_row(idx, lo, hi, row[b]);
   std::atomic<bool> ok{true};
   auto body = [&](int64_t b) {
-    if (!rows_block_typed(data, idx, x, out, nse, ku, n, row[b], row[b + 1], start[b], start[b + 1], prefetch)) {
+    if (!rows_block_typed(data, idx, x, out, ku, n, row[b], row[b + 1], start[b], start[b + 1])) {
       ok.store(false, std::memory_order_relaxed);
     }
   };
@@ -391,7 +341,7 @@ ffi::Error sddmm_impl(ffi::ThreadPool pool, ffi::AnyBuffer p, ffi::AnyBuffer qt,
 
 // Rows [r0, r1) of out; -1 when every pointer read fit (indptr[r0] in [0, nse], each next one in
 // [previous, nse]), else the first row whose pointers did not (its row and those after are not written).
-template <typename T, bool prefetch>
+template <typename T>
 inline int64_t csr_rows(const T* __restrict data, const int32_t* __restrict col, const int32_t* __restrict ptr,
                         const T* __restrict x, T* __restrict out, int64_t nse, uint32_t k, int64_t n, int64_t r0,
                         int64_t r1) {
@@ -401,7 +351,7 @@ inline int64_t csr_rows(const T* __restrict data, const int32_t* __restrict col,
     const int64_t p1 = ptr[r + 1];
     if (p1 < p0 || p1 > nse) return r;
     if (n == 1) {
-      out[r] = spmv_row<T, 1, prefetch>(data, col, x, k, p0, p1, nse);
+      out[r] = spmv_row<T, 1>(data, col, x, k, p0, p1);
     } else {
       T* __restrict o = out + r * n;
       for (int64_t j = 0; j < n; ++j) o[j] = 0;
@@ -419,26 +369,22 @@ inline int64_t csr_rows(const T* __restrict data, const int32_t* __restrict col,
 }
 
 HLOPT_MULTIVERSION int64_t csr_rows_f32(const float* data, const int32_t* col, const int32_t* ptr, const float* x,
-                                        float* out, int64_t nse, uint32_t k, int64_t n, int64_t r0, int64_t r1,
-                                        bool prefetch) {
-  return prefetch ? csr_rows<float, true>(data, col, ptr, x, out, nse, k, n, r0, r1)
-                  : csr_rows<float, false>(data, col, ptr, x, out, nse, k, n, r0, r1);
+                                        float* out, int64_t nse, uint32_t k, int64_t n, int64_t r0, int64_t r1) {
+  return csr_rows(data, col, ptr, x, out, nse, k, n, r0, r1);
 }
 
 HLOPT_MULTIVERSION int64_t csr_rows_f64(const double* data, const int32_t* col, const int32_t* ptr, const double* x,
-                                        double* out, int64_t nse, uint32_t k, int64_t n, int64_t r0, int64_t r1,
-                                        bool prefetch) {
-  return prefetch ? csr_rows<double, true>(data, col, ptr, x, out, nse, k, n, r0, r1)
-                  : csr_rows<double, false>(data, col, ptr, x, out, nse, k, n, r0, r1);
+                                        double* out, int64_t nse, uint32_t k, int64_t n, int64_t r0, int64_t r1) {
+  return csr_rows(data, col, ptr, x, out, nse, k, n, r0, r1);
 }
 
 inline int64_t csr_rows_typed(const float* d, const int32_t* c, const int32_t* p, const float* x, float* o,
-                              int64_t nse, uint32_t k, int64_t n, int64_t r0, int64_t r1, bool prefetch) {
-  return csr_rows_f32(d, c, p, x, o, nse, k, n, r0, r1, prefetch);
+                              int64_t nse, uint32_t k, int64_t n, int64_t r0, int64_t r1) {
+  return csr_rows_f32(d, c, p, x, o, nse, k, n, r0, r1);
 }
 inline int64_t csr_rows_typed(const double* d, const int32_t* c, const int32_t* p, const double* x, double* o,
-                              int64_t nse, uint32_t k, int64_t n, int64_t r0, int64_t r1, bool prefetch) {
-  return csr_rows_f64(d, c, p, x, o, nse, k, n, r0, r1, prefetch);
+                              int64_t nse, uint32_t k, int64_t n, int64_t r0, int64_t r1) {
+  return csr_rows_f64(d, c, p, x, o, nse, k, n, r0, r1);
 }
 
 // The first row r whose work (its entries and rows before it, ptr[r] - ptr[0] + r) reaches
@@ -469,7 +415,6 @@ int64_t csr_spmm(ffi::ThreadPool& pool, const T* data, const int32_t* col, const
     return -1;
   }
   const uint32_t ku = column_bound(k);
-  const bool prefetch = n == 1 && k >= kPrefetchBytes / static_cast<int64_t>(sizeof(T));
   // Blocks of about equal work (entries + rows) x columns, in double: a hostile program's pointers
   // and shapes may not fit int64 products.
   const double entries = std::max(0.0, static_cast<double>(ptr[m]) - ptr[0]);
@@ -484,7 +429,7 @@ int64_t csr_spmm(ffi::ThreadPool& pool, const T* data, const int32_t* col, const
   }
   std::atomic<int64_t> bad{-1};
   auto body = [&](int64_t b) {
-    const int64_t r = csr_rows_typed(data, col, ptr, x, out, nse, ku, n, row[b], row[b + 1], prefetch);
+    const int64_t r = csr_rows_typed(data, col, ptr, x, out, nse, ku, n, row[b], row[b + 1]);
     if (r >= 0) bad.store(r, std::memory_order_relaxed);
   };
   parallel_for(pool, blocks, body);

@@ -118,10 +118,10 @@ def test_large_matrix_over_threads_equals_scipy():
         np.testing.assert_allclose(got, m @ x, rtol=1e-12, atol=1e-12)
 
 
-def prefetched_layout(m: int, k: int, seed: int):
-    """(data, cols, indptr): 0..12 entries a row (empty rows too), columns at random in [0, k) with
-    some negative, past k and at the int32 extremes; the last rows dense, so that rows end within
-    the kernel's prefetch distance (32 entries) of nse, and `after` entries of padding after indptr[M]."""
+def large_layout(m: int, k: int, seed: int):
+    """(data, cols, indptr): 0..12 entries a row (empty rows too, odd and even lengths), columns at
+    random in [0, k) with some negative, past k and at the int32 extremes; the last rows of 20-40
+    entries, their columns at both edges of x and just past them, and 5 entries of padding after indptr[M]."""
     rng = np.random.default_rng(seed)
     counts = rng.integers(0, 13, m)
     counts[rng.random(m) < 0.1] = 0
@@ -136,12 +136,12 @@ def prefetched_layout(m: int, k: int, seed: int):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 3000, 120_000])
-def test_spmv_with_x_past_the_prefetch_size_equals_scipy(dtype, rows):
-    # x of 300_000 elements (1.2 MB in float32) is past the kernel's 1 MiB: the SpMV prefetches
-    # x ahead of the entries; one row, one block, and several blocks over the threads; padding after
-    # indptr[M] (5 entries, under the prefetch distance) and none (the last rows end at nse).
+def test_large_spmv_equals_scipy(dtype, rows):
+    # x of 300_000 elements (1.2 MB in float32, past a core's L2 on the 2-core bench machine); one
+    # row, one block, and several blocks over the threads; padding after indptr[M] and none (the
+    # last rows end at nse).
     k = 300_000
-    data, cols, indptr = prefetched_layout(rows, k, rows)
+    data, cols, indptr = large_layout(rows, k, rows)
     data = data.astype(dtype)
     x = operand(k, None, dtype, 4)
     spmv = hlopt.jit(lambda d, c, p, x: hs.BCSR((d, c, p), shape=(rows, k)) @ x)

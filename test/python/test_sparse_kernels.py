@@ -129,12 +129,12 @@ def test_rows_claimed_sorted_but_not_are_summed_right(matrix, seed):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 3000, 120_000])
-def test_spmv_with_x_past_the_prefetch_size_equals_scipy(dtype, rows):
-    # x of 300_000 elements (1.2 MB in float32) is past the kernel's 1 MiB: the SpMV prefetches x
-    # ahead of the entries; one row, one block and several blocks over the threads; rows of 0 to
-    # 40 entries (the four-at-a-time loop and the one-at-a-time tail), columns out of range and at
-    # the int32 extremes, the last rows' entries within the prefetch distance (32) of nse, with
-    # padding rows after them and without; and the same entries claimed sorted but shuffled.
+def test_large_spmv_equals_scipy(dtype, rows):
+    # x of 300_000 elements (1.2 MB in float32, past a core's L2 on the 2-core bench machine); one
+    # row, one block and several blocks over the threads; rows of 0 to 40 entries (odd and even:
+    # the two-at-a-time loop and its last entry), columns out of range and at the int32 extremes,
+    # the last rows' columns at both edges of x, with padding rows after them and without; and
+    # the same entries claimed sorted but shuffled (the serial pass).
     k, rng = 300_000, np.random.default_rng(rows)
     counts = rng.integers(0, 13, rows)
     counts[rng.random(rows) < 0.1] = 0
