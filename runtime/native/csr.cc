@@ -42,6 +42,15 @@ namespace {
 // time slice (milliseconds), which smaller blocks turned into a loss (bench/sparse_scipy.py).
 constexpr int64_t kBlockWork = 1 << 21;
 
+// Work (entries + rows, times columns) per parallel block of the CSR kernel and of the BCOO
+// SpMV, a quarter of kBlockWork's: an SpMV of 1e5 rows x 10 entries (about half a millisecond)
+// takes both cores (with kBlockWork the BCOO SpMV ran there on one, at 0.84x scipy's speed
+// where the CSR kernel ran at 1.49x). On the shared 2-core machine at load 13-16, 2^17 and 2^21
+// gave the same interleaved ratio to scipy at 1e5 rows (0.93-0.97, bench/sparse_scipy.py): no
+// loss from preempted helpers measured there. Smaller (2^15: a 1e4-row SpMV on both cores) lost
+// at load 5 (0.45-0.54x scipy's speed against 0.84x on one core).
+constexpr int64_t kCsrBlockWork = 1 << 19;
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // One copy compiled for AVX2 + FMA machines, one for any x86-64; the loader picks one at startup
 // (so a built wheel runs on any x86-64 machine).
@@ -60,6 +69,38 @@ std::string dims_text(ffi::AnyBuffer::Dimensions dims) {
   return text + "]";
 }
 
+// Columns are compared unsigned against ku = min(k, 2^31) (a negative one wraps above every k).
+inline uint32_t column_bound(int64_t k) { return static_cast<uint32_t>(std::min<int64_t>(k, int64_t{1} << 31)); }
+
+// acc += data[e] * x[column of e] when the column is in [0, k); `stride` is 1 for CSR's columns,
+// 2 for BCOO's (row, column) pairs (col points at the first column). A branch, not a select: it
+// is taken for every column of a well-formed matrix, so it predicts, and the load of x then waits
+// on the column alone; the processor runs ahead into the next entries and rows and overlaps their
+// gathers. The branch-free form (x[ok ? c : 0]) made every gather wait on the compare too and ran
+// 1.7x slower at 1e6 rows (x of 4 MB past a core's cache), 1.1x at 1e4 (one core, loaded 2-core
+// machine). Software prefetching of x 32 entries ahead, on the branch-free form, was still 1.3x
+// slower than this one at 1e6 (and 1.45x slower than none at 1e4); on this form it cost 1.15x at 1e6.
+template <typename T, int stride>
+inline void spmv_add(T& acc, const T* __restrict data, const int32_t* __restrict col, const T* __restrict x,
+                     uint32_t k, int64_t e) {
+  const uint32_t c = static_cast<uint32_t>(col[stride * e]);
+  if (__builtin_expect(c < k, 1)) acc += data[e] * x[c];
+}
+
+// The sum of entries [p0, p1) of one row times x, in two sums (the adds of a row overlap).
+template <typename T, int stride>
+inline T spmv_row(const T* __restrict data, const int32_t* __restrict col, const T* __restrict x, uint32_t k,
+                  int64_t p0, int64_t p1) {
+  T a0 = 0, a1 = 0;
+  int64_t e = p0;
+  for (; e + 2 <= p1; e += 2) {
+    spmv_add<T, stride>(a0, data, col, x, k, e);
+    spmv_add<T, stride>(a1, data, col, x, k, e + 1);
+  }
+  if (e < p1) spmv_add<T, stride>(a0, data, col, x, k, e);
+  return a0 + a1;
+}
+
 // The first entry in [lo, hi) whose row is >= r, if rows are sorted (in [lo, hi) otherwise).
 int64_t lower_bound_row(const int32_t* idx, int64_t lo, int64_t hi, int64_t r) {
   while (lo < hi) {
@@ -75,19 +116,23 @@ int64_t lower_bound_row(const int32_t* idx, int64_t lo, int64_t hi, int64_t r) {
 
 // out[r, :] for rows [r0, r1) from entries [e0, e1), which must hold exactly those rows' entries
 // in row order; false if they do not (then the rows written are wrong and the caller redoes them).
+// ku = column_bound(k).
 template <typename T>
 inline bool rows_block(const T* __restrict data, const int32_t* __restrict idx, const T* __restrict x,
-                       T* __restrict out, int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t e0,
-                       int64_t e1) {
+                       T* __restrict out, uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
   int64_t e = e0;
   if (n == 1) {
+    // Two entries at a time while both are in the row (two sums, as CSR's rows), then the last.
+    const int32_t* __restrict col = idx + 1;
     for (int64_t r = r0; r < r1; ++r) {
-      T acc = 0;
-      for (; e < e1 && static_cast<int64_t>(idx[2 * e]) == r; ++e) {
-        const int32_t c = idx[2 * e + 1];
-        if (in_range(c, k)) acc += data[e] * x[c];
+      T a0 = 0, a1 = 0;
+      while (e + 2 <= e1 && ((idx[2 * e] == r) & (idx[2 * e + 2] == r))) {
+        spmv_add<T, 2>(a0, data, col, x, ku, e);
+        spmv_add<T, 2>(a1, data, col, x, ku, e + 1);
+        e += 2;
       }
-      out[r] = acc;
+      if (e < e1 && static_cast<int64_t>(idx[2 * e]) == r) spmv_add<T, 2>(a0, data, col, x, ku, e++);
+      out[r] = a0 + a1;
     }
     return e == e1;
   }
@@ -95,8 +140,8 @@ inline bool rows_block(const T* __restrict data, const int32_t* __restrict idx, 
     T* __restrict o = out + r * n;
     for (int64_t j = 0; j < n; ++j) o[j] = 0;
     for (; e < e1 && static_cast<int64_t>(idx[2 * e]) == r; ++e) {
-      const int32_t c = idx[2 * e + 1];
-      if (!in_range(c, k)) continue;
+      const uint32_t c = static_cast<uint32_t>(idx[2 * e + 1]);
+      if (c >= ku) continue;
       const T v = data[e];
       const T* __restrict xr = x + static_cast<int64_t>(c) * n;
       for (int64_t j = 0; j < n; ++j) o[j] += v * xr[j];
@@ -106,22 +151,22 @@ inline bool rows_block(const T* __restrict data, const int32_t* __restrict idx, 
 }
 
 HLOPT_MULTIVERSION bool rows_block_f32(const float* data, const int32_t* idx, const float* x, float* out,
-                                       int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
-  return rows_block(data, idx, x, out, k, n, r0, r1, e0, e1);
+                                       uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block(data, idx, x, out, ku, n, r0, r1, e0, e1);
 }
 
 HLOPT_MULTIVERSION bool rows_block_f64(const double* data, const int32_t* idx, const double* x, double* out,
-                                       int64_t k, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
-  return rows_block(data, idx, x, out, k, n, r0, r1, e0, e1);
+                                       uint32_t ku, int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block(data, idx, x, out, ku, n, r0, r1, e0, e1);
 }
 
-inline bool rows_block_typed(const float* d, const int32_t* i, const float* x, float* o, int64_t k, int64_t n,
+inline bool rows_block_typed(const float* d, const int32_t* i, const float* x, float* o, uint32_t ku, int64_t n,
                              int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
-  return rows_block_f32(d, i, x, o, k, n, r0, r1, e0, e1);
+  return rows_block_f32(d, i, x, o, ku, n, r0, r1, e0, e1);
 }
-inline bool rows_block_typed(const double* d, const int32_t* i, const double* x, double* o, int64_t k,
-                             int64_t n, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
-  return rows_block_f64(d, i, x, o, k, n, r0, r1, e0, e1);
+inline bool rows_block_typed(const double* d, const int32_t* i, const double* x, double* o, uint32_t ku, int64_t n,
+                             int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+  return rows_block_f64(d, i, x, o, ku, n, r0, r1, e0, e1);
 }
 
 // Any order: zero the output, then add every in-range entry into its row.
@@ -154,11 +199,17 @@ void spmm(ffi::ThreadPool& pool, const T* data, const int32_t* idx, const T* x, 
     return;
   }
   if (n == 0) return;
+  if (k == 0) {  // no column is in range: every row is 0
+    std::memset(out, 0, sizeof(T) * static_cast<size_t>(m * n));
+    return;
+  }
+  const uint32_t ku = column_bound(k);
   // Block b holds rows [row[b], row[b+1]), starting at about entry lo + b * (hi - lo) / blocks.
   // In double: (hi - lo) * n may not fit in int64 for a hostile program's shapes.
   const double work = static_cast<double>(hi - lo + m) * static_cast<double>(n);
+  const double block_work = n == 1 ? kCsrBlockWork : kBlockWork;
   const int64_t blocks = static_cast<int64_t>(std::max(1.0, std::min(static_cast<double>(m),
-                                                                     work / kBlockWork + 1.0)));
+                                                                     work / block_work + 1.0)));
   std::vector<int64_t> row(blocks + 1), start(blocks + 1);
   row[0] = 0;
   row[blocks] = m;
@@ -172,7 +223,7 @@ void spmm(ffi::ThreadPool& pool, const T* data, const int32_t* idx, const T* x, 
   for (int64_t b = 1; b < blocks; ++b) start[b] = lower_bound_row(idx, lo, hi, row[b]);
   std::atomic<bool> ok{true};
   auto body = [&](int64_t b) {
-    if (!rows_block_typed(data, idx, x, out, k, n, row[b], row[b + 1], start[b], start[b + 1])) {
+    if (!rows_block_typed(data, idx, x, out, ku, n, row[b], row[b + 1], start[b], start[b + 1])) {
       ok.store(false, std::memory_order_relaxed);
     }
   };
@@ -288,21 +339,6 @@ ffi::Error sddmm_impl(ffi::ThreadPool pool, ffi::AnyBuffer p, ffi::AnyBuffer qt,
 // ---------------------------------------------------------------------------
 // CSR
 
-// Work (entries + rows, times columns) per parallel block of the CSR kernel, a quarter of
-// kBlockWork's: an SpMV of 1e5 rows x 10 entries (about half a millisecond) takes both cores. On
-// the shared 2-core machine at load 13-16, 2^17 and 2^21 gave the same interleaved ratio to scipy
-// at 1e5 rows (0.93-0.97, bench/sparse_scipy.py): no loss from preempted helpers measured there.
-constexpr int64_t kCsrBlockWork = 1 << 19;
-
-// One entry's product with x, zero for a column outside [0, k) (read as x[0], never out of bounds:
-// the caller has k > 0). Branch-free, so rows of random columns vectorise and do not mispredict.
-template <typename T>
-inline T csr_term(const T* __restrict data, const int32_t* __restrict col, const T* __restrict x, uint32_t k,
-                  int64_t e) {
-  const uint32_t c = static_cast<uint32_t>(col[e]);
-  const bool ok = c < k;
-  return ok ? data[e] * x[ok ? c : 0] : T(0);
-}
 
 // Rows [r0, r1) of out; -1 when every pointer read fit (indptr[r0] in [0, nse], each next one in
 // [previous, nse]), else the first row whose pointers did not (its row and those after are not written).
@@ -316,17 +352,7 @@ inline int64_t csr_rows(const T* __restrict data, const int32_t* __restrict col,
     const int64_t p1 = ptr[r + 1];
     if (p1 < p0 || p1 > nse) return r;
     if (n == 1) {
-      // Four sums: the adds of one row overlap instead of waiting on each other.
-      T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-      int64_t e = p0;
-      for (; e + 4 <= p1; e += 4) {
-        a0 += csr_term(data, col, x, k, e);
-        a1 += csr_term(data, col, x, k, e + 1);
-        a2 += csr_term(data, col, x, k, e + 2);
-        a3 += csr_term(data, col, x, k, e + 3);
-      }
-      for (; e < p1; ++e) a0 += csr_term(data, col, x, k, e);
-      out[r] = (a0 + a1) + (a2 + a3);
+      out[r] = spmv_row<T, 1>(data, col, x, k, p0, p1);
     } else {
       T* __restrict o = out + r * n;
       for (int64_t j = 0; j < n; ++j) o[j] = 0;
@@ -389,8 +415,7 @@ int64_t csr_spmm(ffi::ThreadPool& pool, const T* data, const int32_t* col, const
     std::memset(out, 0, sizeof(T) * static_cast<size_t>(m * n));
     return -1;
   }
-  // Columns are compared unsigned (a negative one wraps above every k); k > 2^31 admits them all.
-  const uint32_t ku = static_cast<uint32_t>(std::min<int64_t>(k, int64_t{1} << 31));
+  const uint32_t ku = column_bound(k);
   // Blocks of about equal work (entries + rows) x columns, in double: a hostile program's pointers
   // and shapes may not fit int64 products.
   const double entries = std::max(0.0, static_cast<double>(ptr[m]) - ptr[0]);

@@ -127,6 +127,34 @@ def test_rows_claimed_sorted_but_not_are_summed_right(matrix, seed):
     np.testing.assert_allclose(compiled(data[perm], indices[perm], x), want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [1, 3000, 120_000])
+def test_large_spmv_equals_scipy(dtype, rows):
+    # x of 300_000 elements (1.2 MB in float32, past a core's L2 on the 2-core bench machine); one
+    # row, one block and several blocks over the threads; rows of 0 to 40 entries (odd and even:
+    # the two-at-a-time loop and its last entry), columns out of range and at the int32 extremes,
+    # the last rows' columns at both edges of x, with padding rows after them and without; and
+    # the same entries claimed sorted but shuffled (the serial pass).
+    k, rng = 300_000, np.random.default_rng(rows)
+    counts = rng.integers(0, 13, rows)
+    counts[rng.random(rows) < 0.1] = 0
+    counts[-8:] = rng.integers(20, 40, min(rows, 8))
+    nse = int(counts.sum())
+    cols = rng.integers(0, k, nse + 5).astype(np.int32)
+    odd = rng.random(len(cols)) < 0.01
+    cols[odd] = rng.choice(np.array([-1, k, k + 7, -(2**31), 2**31 - 1]), int(odd.sum()))
+    cols[-40:] = rng.choice(np.array([0, k - 1, k, -1]), len(cols[-40:]))
+    row_of = np.concatenate([np.repeat(np.arange(rows), counts), [rows, rows, rows + 3, 2**31 - 1, 2**31 - 1]])
+    indices = np.stack([row_of, cols], 1).astype(np.int32)
+    data = rng.standard_normal(len(cols)).astype(dtype)
+    x = rng.standard_normal(k).astype(dtype)
+    spmv = hlopt.jit(lambda d, i, x: hs.BCOO((d, i), shape=(rows, k), indices_sorted=True) @ x)
+    perm = rng.permutation(nse)
+    for d, i in ((data, indices), (data[:nse], indices[:nse]), (data[:nse][perm], indices[:nse][perm])):
+        want = scipy_matrix(d.astype(np.float64), i, (rows, k)) @ x.astype(np.float64)
+        np.testing.assert_allclose(spmv(d, i, x), want, rtol=TOL[dtype], atol=TOL[dtype])
+
+
 def test_gradients_and_vmap_match_jax():
     rng = np.random.default_rng(1)
     m = sp.random(30, 20, density=0.2, random_state=2, format="csr").tocoo()
