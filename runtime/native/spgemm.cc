@@ -27,6 +27,7 @@
 #include <complex>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -226,21 +227,59 @@ ffi::Error check_dims(const Dims& dims, ffi::DataType index_type) {
   return ffi::Error::Success();
 }
 
-// ranks[i]: the number of `cols` below cols[i] (distinct columns), compared branch-free.
-__attribute__((target_clones("avx2", "default"))) void column_ranks(const int32_t* cols, int64_t n, int32_t* ranks) {
-  for (int64_t i = 0; i < n; ++i) {
-    int32_t rank = 0;
-    for (int64_t k = 0; k < n; ++k) rank += cols[k] < cols[i];
-    ranks[i] = rank;
+// Lanes of a rank block: 32 bytes of columns (one AVX2 register).
+template <typename I>
+constexpr int64_t kLanes = 32 / sizeof(I);
+
+// ranks[i0, i0 + B * kLanes): the number of `cols[0, n)` below each of those columns, B vectors of
+// kLanes columns compared at once against every column (a broadcast and B compares a column), so no
+// rank needs a horizontal sum.
+template <int B, typename I>
+__attribute__((always_inline)) inline void rank_blocks(const I* __restrict cols, int64_t n, int64_t i0, I* __restrict ranks) {
+  typedef I Vec __attribute__((vector_size(32)));  // a compare gives -1 (true) or 0 a lane
+  constexpr int64_t L = kLanes<I>;
+  Vec block[B], acc[B];
+  for (int b = 0; b < B; ++b) {
+    __builtin_memcpy(&block[b], cols + i0 + b * L, sizeof(Vec));
+    acc[b] = Vec{};
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const I c = cols[k];
+    for (int b = 0; b < B; ++b) acc[b] -= c < block[b];
+  }
+  for (int b = 0; b < B; ++b) __builtin_memcpy(ranks + i0 + b * L, &acc[b], sizeof(Vec));
+}
+
+// ranks[i]: the number of `cols` below cols[i] (distinct columns), compared branch-free. cols and
+// ranks have room for n rounded up to kLanes; the lanes past n get a rank that is not read.
+template <typename I>
+__attribute__((always_inline)) inline void column_ranks_impl(I* __restrict cols, int64_t n, I* __restrict ranks) {
+  constexpr int64_t L = kLanes<I>;
+  const int64_t blocks = (n + L - 1) / L;
+  for (int64_t i = n; i < blocks * L; ++i) cols[i] = std::numeric_limits<I>::max();
+  int64_t b = 0;
+  for (; b + 4 <= blocks; b += 4) rank_blocks<4>(cols, n, b * L, ranks);
+  switch (blocks - b) {
+    case 3:
+      rank_blocks<3>(cols, n, b * L, ranks);
+      break;
+    case 2:
+      rank_blocks<2>(cols, n, b * L, ranks);
+      break;
+    case 1:
+      rank_blocks<1>(cols, n, b * L, ranks);
+      break;
+    default:
+      break;
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void column_ranks(const int64_t* cols, int64_t n, int64_t* ranks) {
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rank = 0;
-    for (int64_t k = 0; k < n; ++k) rank += cols[k] < cols[i];
-    ranks[i] = rank;
-  }
+__attribute__((target_clones("avx2", "default"))) void column_ranks(int32_t* cols, int64_t n, int32_t* ranks) {
+  column_ranks_impl(cols, n, ranks);
+}
+
+__attribute__((target_clones("avx2", "default"))) void column_ranks(int64_t* cols, int64_t n, int64_t* ranks) {
+  column_ranks_impl(cols, n, ranks);
 }
 
 // How a row of n distinct columns out of `cols` is put in order: by rank (about n^2 / lanes
@@ -249,9 +288,8 @@ enum class Order { kRank, kBitmap, kSort };
 
 template <typename I>
 Order row_order(int64_t n, int64_t cols) {
-  const int64_t lanes = 32 / sizeof(I);
   const int64_t bitmap = 2 * n + cols / 64;
-  if (n <= kRankSortMax && n * n / lanes <= bitmap) return Order::kRank;
+  if (n <= kRankSortMax && n * ((n + kLanes<I> - 1) / kLanes<I>) <= bitmap) return Order::kRank;
   int64_t log2n = 1;
   while ((int64_t{1} << log2n) < n) ++log2n;
   return bitmap <= 2 * n * log2n ? Order::kBitmap : Order::kSort;
@@ -315,12 +353,13 @@ Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* r
       T sum;
     };
     std::vector<Slot> slots(dims.cols, Slot{M(-1), T(0)});
-    std::vector<I> found(dims.cols);  // a row's distinct columns (at most cols)
-    std::vector<I> rank_of(kRankSortMax);
+    // a row's distinct columns (at most cols), with room for column_ranks' padding
+    std::unique_ptr<I[]> found(new I[dims.cols + kLanes<I>]);
+    std::vector<I> rank_of(kRankSortMax + kLanes<I>);
     std::vector<uint64_t> bits((dims.cols + 63) / 64, 0);
     I* ranks = rank_of.data();
     Slot* slot = slots.data();
-    I* cols = found.data();
+    I* cols = found.get();
     uint64_t* bit = bits.data();
     const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
     const I *lc = lhs.col_data, *rc = rhs.col_data;
