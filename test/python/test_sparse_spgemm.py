@@ -339,14 +339,15 @@ def rank_rows_operands(rng: np.random.Generator, cols: int, dtype) -> tuple[sp.c
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_kernel_orders_rows_by_rank_across_vector_and_pass_boundaries(dtype, index_dtype):
-    """Rows of every length around the rank vectors' and passes' boundaries (int32 and int64 columns,
-    out of 2^20, so that rank ordering is the cheapest up to 256 columns and sorting after), their
-    entries unsorted within the rhs's rows: scipy's columns ascending and values, as BCOO (eager, and
-    with nse cutting rows short) and as BCSR."""
+@pytest.mark.parametrize("cols", [4096, 1 << 20])
+def test_kernel_orders_rows_by_rank_across_vector_and_pass_boundaries(dtype, index_dtype, cols):
+    """Rows of every length around the rank vectors' and passes' boundaries (int32 and int64 columns;
+    out of 2^20 rank ordering is the cheapest up to 256 columns and sorting after, out of 4096 rank
+    up to about 32 and the bitmap after), their entries unsorted within the rhs's rows: scipy's
+    columns ascending and values, as BCOO (eager, and with nse cutting rows short) and as BCSR."""
     rng = np.random.default_rng(5)
     with jax.enable_x64(True):
-        lhs, rhs = rank_rows_operands(rng, 1 << 20, dtype)
+        lhs, rhs = rank_rows_operands(rng, cols, dtype)
         want = (lhs.astype(np.float64) @ rhs.astype(np.float64)).tocoo()
         want.sum_duplicates()
         assert np.array_equal(np.diff(want.tocsr().indptr), RANK_ROW_LENGTHS)
