@@ -19,16 +19,21 @@
 //   output's first `nse` column indices and values (padding: column `cols`, value 0).
 //
 // Each phase takes one output row at a time with a dense marker over the output's columns (one
-// per thread); rows are split across threads into ranges of equal work (multiply-adds). A row's
-// columns are put in order by rank (a short row), by a bitmap over the columns (a long one) or by
-// sorting, whichever costs least.
+// per thread); a product of enough multiply-adds shares its rows out to the threads in ranges of
+// about equal entries (the lhs's, and in the fill the output's), each thread taking the next range
+// when done with its last. A row's columns are put in order by rank (a short row: vectors of
+// columns compared with each column), by a bitmap over the columns (a long one) or by sorting,
+// whichever costs least.
 
 #include <algorithm>
+#include <atomic>
 #include <complex>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "parallel.h"
@@ -62,32 +67,61 @@ struct Rows {
   I col(int64_t k) const { return col_data[k * stride]; }
 };
 
+// Whether COO indices[nse, 2] are in row order with every row in [0, n_rows) and every column in
+// [0, n_cols): one pass of compares OR-ed together, no branch an entry (a loop that vectorizes).
+template <typename I>
+__attribute__((always_inline)) inline bool coo_in_order_impl(const I* __restrict idx, int64_t nse, I n_rows,
+                                                             I n_cols) {
+  if (nse == 0) return true;
+  I bad = (idx[0] < 0) | (idx[0] >= n_rows) | (idx[1] < 0) | (idx[1] >= n_cols);
+  for (int64_t k = 1; k < nse; ++k) {
+    const I r = idx[2 * k], c = idx[2 * k + 1];
+    bad |= (r < idx[2 * k - 2]) | (r >= n_rows) | (c < 0) | (c >= n_cols);
+  }
+  return bad == 0;
+}
+
+__attribute__((target_clones("avx2", "default"))) bool coo_in_order(const int32_t* idx, int64_t nse, int32_t n_rows,
+                                                                     int32_t n_cols) {
+  return coo_in_order_impl(idx, nse, n_rows, n_cols);
+}
+
+__attribute__((target_clones("avx2", "default"))) bool coo_in_order(const int64_t* idx, int64_t nse, int64_t n_rows,
+                                                                     int64_t n_cols) {
+  return coo_in_order_impl(idx, nse, n_rows, n_cols);
+}
+
 // Groups a COO operand's entries by row (a stable counting sort, or none when they are in row order).
 template <typename I>
 Rows<I> group_rows(const I* idx, int64_t nse, int64_t n_rows, int64_t n_cols) {
   Rows<I> rows;
   std::vector<int64_t>& ptr = rows.ptr;
+  // In row order with every index in range: read in place, each row's start where the rows change.
+  if (coo_in_order(idx, nse, static_cast<I>(n_rows), static_cast<I>(n_cols))) {
+    ptr.resize(n_rows + 1);
+    ptr[0] = 0;
+    int64_t r = 0;  // ptr[0, r] written: the rows up to the last entry's
+    for (int64_t k = 0; k < nse; ++k)
+      for (const int64_t row = static_cast<int64_t>(idx[2 * k]); r < row;) ptr[++r] = k;
+    while (r < n_rows) ptr[++r] = nse;
+    rows.col_data = idx + 1;
+    rows.stride = 2;
+    rows.identity = true;
+    return rows;
+  }
   ptr.assign(n_rows + 1, 0);
   auto valid = [&](int64_t k) {
     int64_t r = static_cast<int64_t>(idx[2 * k]), c = static_cast<int64_t>(idx[2 * k + 1]);
     return r >= 0 && r < n_rows && c >= 0 && c < n_cols;
   };
-  bool sorted = true;
   int64_t n_valid = 0;
   for (int64_t k = 0; k < nse; ++k) {
-    if (k > 0 && idx[2 * k] < idx[2 * k - 2]) sorted = false;
     if (valid(k)) {
       ++ptr[idx[2 * k] + 1];
       ++n_valid;
     }
   }
   for (int64_t r = 0; r < n_rows; ++r) ptr[r + 1] += ptr[r];
-  if (sorted && n_valid == nse) {
-    rows.col_data = idx + 1;
-    rows.stride = 2;
-    rows.identity = true;
-    return rows;
-  }
   rows.cols.resize(n_valid);
   rows.entries.resize(n_valid);
   std::vector<int64_t> next(ptr.begin(), ptr.end() - 1);
@@ -118,13 +152,18 @@ ffi::Error csr_rows(const I* indptr, const I* indices, int64_t nse, int64_t n_ro
     return ffi::Error::InvalidArgument(std::string("hlopt_spgemm_csr: ") + name +
                                        " indptr must start at 0 or above, never decrease and end at most at nse");
   const int64_t begin = ptr[0], end = ptr[n_rows];
-  int64_t n_valid = 0;
-  for (int64_t k = begin; k < end; ++k) n_valid += indices[k] >= 0 && static_cast<int64_t>(indices[k]) < n_cols;
-  if (n_valid == end - begin) {
+  // Every column in [0, n_cols) when the largest as unsigned (a negative one is above any) is: a max
+  // reduction, which vectorizes; the entries are counted only when some column is not.
+  using U = std::make_unsigned_t<I>;
+  U largest = 0;
+  for (int64_t k = begin; k < end; ++k) largest = std::max(largest, static_cast<U>(indices[k]));
+  if (begin == end || largest < static_cast<U>(n_cols)) {
     rows.col_data = indices;
     rows.identity = true;
     return ffi::Error::Success();
   }
+  int64_t n_valid = 0;
+  for (int64_t k = begin; k < end; ++k) n_valid += static_cast<U>(indices[k]) < static_cast<U>(n_cols);
   rows.cols.resize(n_valid);
   rows.entries.resize(n_valid);
   int64_t at = 0;
@@ -142,45 +181,74 @@ ffi::Error csr_rows(const I* indptr, const I* indices, int64_t nse, int64_t n_ro
   return ffi::Error::Success();
 }
 
-// Row ranges [bounds[b], bounds[b+1]) of about equal work (multiply-adds), one per thread of
-// `pool` and the caller, fewer for a small product.
-template <typename I>
-std::vector<int64_t> split_rows(const Rows<I>& lhs, const Rows<I>& rhs, int64_t end, ffi::ThreadPool& pool) {
-  std::vector<int64_t> work(end + 1, 0);
-  for (int64_t r = 0; r < end; ++r) {
-    int64_t w = 1;
-    for (int64_t a = lhs.ptr[r]; a < lhs.ptr[r + 1]; ++a) w += rhs.ptr[lhs.col(a) + 1] - rhs.ptr[lhs.col(a)];
-    work[r + 1] = work[r] + w;
+// How a phase's rows [0, end) are shared out: `workers` threads (the caller's and the pool's, one
+// for a small product) each take the next of the ranges [bounds[c], bounds[c + 1]) until none is
+// left, so a range that turns out slow holds back one thread, not the others.
+struct Split {
+  std::vector<int64_t> bounds;
+  int64_t workers;
+};
+
+// Ranges a worker (a slow one is a small part of the whole).
+constexpr int64_t kChunksPerWorker = 8;
+
+// The ranges of rows [0, end) for `pool`, of about equal weight: `weight(r)` is a non-decreasing
+// measure of the rows before r, read at O(log end) rows (no pass over the rows). The workers: the
+// product's multiply-adds, estimated as lhs entries times the rhs's entries a row, over
+// kWorkPerBlock, at least one and at most the pool's threads.
+template <typename I, typename W>
+Split split_rows(const Rows<I>& lhs, const Rows<I>& rhs, int64_t end, ffi::ThreadPool& pool, W weight) {
+  const int64_t rhs_rows = static_cast<int64_t>(rhs.ptr.size()) - 1;
+  const double per_row = rhs_rows > 0 ? static_cast<double>(rhs.ptr.back() - rhs.ptr.front()) / rhs_rows : 0.0;
+  const double work = static_cast<double>(lhs.ptr[end] - lhs.ptr[0]) * per_row + static_cast<double>(end);
+  const int64_t threads = std::max<int64_t>(1, pool.num_threads());
+  const int64_t workers = work < static_cast<double>(kWorkPerBlock * threads)
+                              ? std::max<int64_t>(1, static_cast<int64_t>(work / kWorkPerBlock))
+                              : threads;
+  Split split{{0}, workers};
+  const int64_t chunks = workers == 1 ? 1 : std::min(workers * kChunksPerWorker, std::max<int64_t>(end, 1));
+  const int64_t base = weight(0), total = weight(end) - base;
+  for (int64_t c = 1; c < chunks; ++c) {
+    const int64_t target = base + static_cast<int64_t>(static_cast<double>(total) * c / chunks);
+    int64_t lo = split.bounds.back(), hi = end;  // the first row in [lo, end] whose weight reaches target
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (weight(mid) < target) lo = mid + 1;
+      else hi = mid;
+    }
+    split.bounds.push_back(lo);
   }
-  const int64_t total = work.back();
-  const int64_t blocks = std::clamp<int64_t>(total / kWorkPerBlock, 1, pool.num_threads() + 1);
-  std::vector<int64_t> bounds{0};
-  for (int64_t t = 1; t < blocks; ++t) {
-    auto at = std::lower_bound(work.begin(), work.end(), total * t / blocks);
-    bounds.push_back(std::max(bounds.back(), static_cast<int64_t>(at - work.begin())));
-  }
-  bounds.push_back(end);
-  return bounds;
+  split.bounds.push_back(end);
+  return split;
 }
 
 // What the row ranges of a phase came to: every one done, one whose structure disagrees with the
 // given counts, or one that could not allocate its scratch.
 enum class Status { kOk, kMismatch, kNoMemory };
 
-// Runs body(first_row, last_row) on each range of `bounds` over `pool` (false from a call: a
-// mismatch); an allocation that fails in a call ends that call (a pool thread must not throw).
+// Runs body(take) once per worker of `split` over `pool`: the body calls take(first, last) for its
+// next range of rows (false when none is left) and returns false on a mismatch; an allocation
+// that fails in a body ends it (a pool thread must not throw).
 template <typename F>
-Status parallel_rows(ffi::ThreadPool& pool, const std::vector<int64_t>& bounds, F body) {
-  const int64_t n = static_cast<int64_t>(bounds.size()) - 1;
-  std::vector<Status> status(n, Status::kOk);
-  auto block = [&](int64_t b) {
+Status parallel_rows(ffi::ThreadPool& pool, const Split& split, F body) {
+  const int64_t n = static_cast<int64_t>(split.bounds.size()) - 1;
+  std::atomic<int64_t> next{0};
+  auto take = [&](int64_t& first, int64_t& last) {
+    const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+    if (c >= n) return false;
+    first = split.bounds[c];
+    last = split.bounds[c + 1];
+    return true;
+  };
+  std::vector<Status> status(split.workers, Status::kOk);
+  auto worker = [&](int64_t w) {
     try {
-      status[b] = body(bounds[b], bounds[b + 1]) ? Status::kOk : Status::kMismatch;
+      status[w] = body(take) ? Status::kOk : Status::kMismatch;
     } catch (const std::bad_alloc&) {
-      status[b] = Status::kNoMemory;
+      status[w] = Status::kNoMemory;
     }
   };
-  hlopt::parallel_for(pool, n, block);
+  hlopt::parallel_for(pool, split.workers, worker);
   return *std::max_element(status.begin(), status.end());
 }
 
@@ -226,21 +294,60 @@ ffi::Error check_dims(const Dims& dims, ffi::DataType index_type) {
   return ffi::Error::Success();
 }
 
-// ranks[i]: the number of `cols` below cols[i] (distinct columns), compared branch-free.
-__attribute__((target_clones("avx2", "default"))) void column_ranks(const int32_t* cols, int64_t n, int32_t* ranks) {
-  for (int64_t i = 0; i < n; ++i) {
-    int32_t rank = 0;
-    for (int64_t k = 0; k < n; ++k) rank += cols[k] < cols[i];
-    ranks[i] = rank;
+// Lanes of a rank block: 32 bytes of columns (one AVX2 register).
+template <typename I>
+constexpr int64_t kLanes = 32 / sizeof(I);
+
+// ranks[i0, i0 + B * kLanes): the number of `cols[0, n)` below each of those columns, B vectors of
+// kLanes columns compared at once against every column (a broadcast and B compares a column), so no
+// rank needs a horizontal sum.
+template <int B, typename I>
+__attribute__((always_inline)) inline void rank_blocks(const I* __restrict cols, int64_t n, int64_t i0,
+                                                       I* __restrict ranks) {
+  typedef I Vec __attribute__((vector_size(32)));  // a compare gives -1 (true) or 0 a lane
+  constexpr int64_t L = kLanes<I>;
+  Vec block[B], acc[B];
+  for (int b = 0; b < B; ++b) {
+    __builtin_memcpy(&block[b], cols + i0 + b * L, sizeof(Vec));
+    acc[b] = Vec{};
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const I c = cols[k];
+    for (int b = 0; b < B; ++b) acc[b] -= c < block[b];
+  }
+  for (int b = 0; b < B; ++b) __builtin_memcpy(ranks + i0 + b * L, &acc[b], sizeof(Vec));
+}
+
+// ranks[i]: the number of `cols` below cols[i] (distinct columns), compared branch-free. cols and
+// ranks have room for n rounded up to kLanes; the lanes past n get a rank that is not read.
+template <typename I>
+__attribute__((always_inline)) inline void column_ranks_impl(I* __restrict cols, int64_t n, I* __restrict ranks) {
+  constexpr int64_t L = kLanes<I>;
+  const int64_t blocks = (n + L - 1) / L;
+  for (int64_t i = n; i < blocks * L; ++i) cols[i] = std::numeric_limits<I>::max();
+  int64_t b = 0;
+  for (; b + 4 <= blocks; b += 4) rank_blocks<4>(cols, n, b * L, ranks);
+  switch (blocks - b) {
+    case 3:
+      rank_blocks<3>(cols, n, b * L, ranks);
+      break;
+    case 2:
+      rank_blocks<2>(cols, n, b * L, ranks);
+      break;
+    case 1:
+      rank_blocks<1>(cols, n, b * L, ranks);
+      break;
+    default:
+      break;
   }
 }
 
-__attribute__((target_clones("avx2", "default"))) void column_ranks(const int64_t* cols, int64_t n, int64_t* ranks) {
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rank = 0;
-    for (int64_t k = 0; k < n; ++k) rank += cols[k] < cols[i];
-    ranks[i] = rank;
-  }
+__attribute__((target_clones("avx2", "default"))) void column_ranks(int32_t* cols, int64_t n, int32_t* ranks) {
+  column_ranks_impl(cols, n, ranks);
+}
+
+__attribute__((target_clones("avx2", "default"))) void column_ranks(int64_t* cols, int64_t n, int64_t* ranks) {
+  column_ranks_impl(cols, n, ranks);
 }
 
 // How a row of n distinct columns out of `cols` is put in order: by rank (about n^2 / lanes
@@ -249,9 +356,8 @@ enum class Order { kRank, kBitmap, kSort };
 
 template <typename I>
 Order row_order(int64_t n, int64_t cols) {
-  const int64_t lanes = 32 / sizeof(I);
   const int64_t bitmap = 2 * n + cols / 64;
-  if (n <= kRankSortMax && n * n / lanes <= bitmap) return Order::kRank;
+  if (n <= kRankSortMax && n * ((n + kLanes<I> - 1) / kLanes<I>) <= bitmap) return Order::kRank;
   int64_t log2n = 1;
   while ((int64_t{1} << log2n) < n) ++log2n;
   return bitmap <= 2 * n * log2n ? Order::kBitmap : Order::kSort;
@@ -260,22 +366,28 @@ Order row_order(int64_t n, int64_t cols) {
 // The symbolic phase: each row's number of distinct columns, written by `emit(row, count)`.
 template <typename M, typename I, typename E>
 Status count_rows(const Rows<I>& lhs, const Rows<I>& rhs, const Dims& dims, ffi::ThreadPool& pool, E emit) {
-  return parallel_rows(pool, split_rows(lhs, rhs, dims.rows, pool), [&](int64_t first, int64_t last) {
+  const int64_t* lp = lhs.ptr.data();
+  auto weight = [lp](int64_t r) { return lp[r] - lp[0] + r; };  // entries and rows before r
+  return parallel_rows(pool, split_rows(lhs, rhs, dims.rows, pool, weight), [&](auto& take) {
+    int64_t first, last;
+    if (!take(first, last)) return true;
     std::vector<M> mark(dims.cols, M(-1));
-    for (int64_t r = first; r < last; ++r) {
-      int64_t n = 0;
-      for (int64_t a = lhs.ptr[r]; a < lhs.ptr[r + 1]; ++a) {
-        int64_t j = lhs.col(a);
-        for (int64_t b = rhs.ptr[j]; b < rhs.ptr[j + 1]; ++b) {
-          int64_t c = rhs.col(b);
-          if (mark[c] != static_cast<M>(r)) {
-            mark[c] = static_cast<M>(r);
-            ++n;
+    do {
+      for (int64_t r = first; r < last; ++r) {
+        int64_t n = 0;
+        for (int64_t a = lhs.ptr[r]; a < lhs.ptr[r + 1]; ++a) {
+          int64_t j = lhs.col(a);
+          for (int64_t b = rhs.ptr[j]; b < rhs.ptr[j + 1]; ++b) {
+            int64_t c = rhs.col(b);
+            if (mark[c] != static_cast<M>(r)) {
+              mark[c] = static_cast<M>(r);
+              ++n;
+            }
           }
         }
+        emit(r, n);
       }
-      emit(r, n);
-    }
+    } while (take(first, last));
     return true;
   });
 }
@@ -308,68 +420,91 @@ Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* r
   for (size_t k = 0; k < rv.size(); ++k) rv[k] = rd[rhs.entries[k]];
   const T* lx = lhs.identity ? ld : lv.data();
   const T* rx = rhs.identity ? rd : rv.data();
-  return parallel_rows(pool, split_rows(lhs, rhs, last_row, pool), [&](int64_t first, int64_t last) {
+  // Entries before row r, the output's and the lhs's, and rows: what the fill's ranges share evenly.
+  auto weight = [&offset, lp = lhs.ptr.data()](int64_t r) { return offset[r] + lp[r] - lp[0] + r; };
+  return parallel_rows(pool, split_rows(lhs, rhs, last_row, pool, weight), [&](auto& take) {
+    int64_t first, last;
+    if (!take(first, last)) return true;
     // One slot per output column: the last row that touched it and its running sum.
     struct Slot {
       M row;
       T sum;
     };
     std::vector<Slot> slots(dims.cols, Slot{M(-1), T(0)});
-    std::vector<I> found(dims.cols);  // a row's distinct columns (at most cols)
-    std::vector<I> rank_of(kRankSortMax);
+    // a row's distinct columns (at most cols), with room for column_ranks' padding
+    std::unique_ptr<I[]> found(new I[dims.cols + kLanes<I>]);
+    std::vector<I> rank_of(kRankSortMax + kLanes<I>);
     std::vector<uint64_t> bits((dims.cols + 63) / 64, 0);
     I* ranks = rank_of.data();
     Slot* slot = slots.data();
-    I* cols = found.data();
+    I* cols = found.get();
     uint64_t* bit = bits.data();
     const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
     const I *lc = lhs.col_data, *rc = rhs.col_data;
     const int64_t ls = lhs.stride, rs = rhs.stride;
-    for (int64_t r = first; r < last; ++r) {
-      const M row = static_cast<M>(r);
-      int64_t n = 0;
-      for (int64_t a = lp[r], a_end = lp[r + 1]; a < a_end; ++a) {
-        const int64_t j = lc[a * ls];
-        const T x = lx[a];
-        for (int64_t b = rp[j], b_end = rp[j + 1]; b < b_end; ++b) {
-          const I c = rc[b * rs];
-          Slot& s = slot[c];
-          if (s.row != row) {
-            s.row = row;
-            s.sum = x * rx[b];
-            cols[n++] = c;
-          } else {
-            s.sum += x * rx[b];
-          }
-        }
-      }
-      if (n != offset[r + 1] - offset[r]) return false;
-      const int64_t start = offset[r], room = std::min(offset[r + 1], nse) - start;
-      switch (row_order<I>(n, dims.cols)) {
-        case Order::kRank:
-          column_ranks(cols, n, ranks);
-          for (int64_t i = 0; i < n; ++i)
-            if (ranks[i] < room) put(start + ranks[i], r, cols[i], slot[cols[i]].sum);
-          break;
-        case Order::kBitmap: {
-          for (int64_t i = 0; i < n; ++i) bit[cols[i] >> 6] |= uint64_t{1} << (cols[i] & 63);
-          int64_t at = 0;
-          for (int64_t w = 0, words = static_cast<int64_t>(bits.size()); w < words; ++w) {
-            for (uint64_t word = bit[w]; word != 0; word &= word - 1) {
-              const I c = static_cast<I>(w * 64 + __builtin_ctzll(word));
-              if (at < room) put(start + at, r, c, slot[c].sum);
-              ++at;
+    do {
+      for (int64_t r = first; r < last; ++r) {
+        const M row = static_cast<M>(r);
+        int64_t n = 0;
+        for (int64_t a = lp[r], a_end = lp[r + 1]; a < a_end; ++a) {
+          const int64_t j = lc[a * ls];
+          const T x = lx[a];
+          for (int64_t b = rp[j], b_end = rp[j + 1]; b < b_end; ++b) {
+            const I c = rc[b * rs];
+            Slot& s = slot[c];
+            if (s.row != row) {
+              s.row = row;
+              s.sum = x * rx[b];
+              cols[n++] = c;
+            } else {
+              s.sum += x * rx[b];
             }
-            bit[w] = 0;
           }
-          break;
         }
-        case Order::kSort:
-          std::sort(cols, cols + n);
-          for (int64_t i = 0; i < std::min(n, room); ++i) put(start + i, r, cols[i], slot[cols[i]].sum);
-          break;
+        if (n != offset[r + 1] - offset[r]) return false;
+        const int64_t start = offset[r], room = std::min(offset[r + 1], nse) - start;
+        switch (row_order<I>(n, dims.cols)) {
+          case Order::kRank:
+            column_ranks(cols, n, ranks);
+            if (n <= room) {
+              for (int64_t i = 0; i < n; ++i) put(start + ranks[i], r, cols[i], slot[cols[i]].sum);
+            } else {
+              for (int64_t i = 0; i < n; ++i)
+                if (ranks[i] < room) put(start + ranks[i], r, cols[i], slot[cols[i]].sum);
+            }
+            break;
+          case Order::kBitmap: {
+            for (int64_t i = 0; i < n; ++i) bit[cols[i] >> 6] |= uint64_t{1} << (cols[i] & 63);
+            const int64_t words = static_cast<int64_t>(bits.size());
+            if (n <= room) {  // the whole row: no check an entry
+              int64_t at = start;
+              for (int64_t w = 0; w < words; ++w) {
+                for (uint64_t word = bit[w]; word != 0; word &= word - 1) {
+                  const I c = static_cast<I>(w * 64 + __builtin_ctzll(word));
+                  put(at++, r, c, slot[c].sum);
+                }
+                bit[w] = 0;
+              }
+              break;
+            }
+            int64_t at = 0;
+            for (int64_t w = 0; w < words; ++w) {
+              for (uint64_t word = bit[w]; word != 0; word &= word - 1) {
+                const I c = static_cast<I>(w * 64 + __builtin_ctzll(word));
+                if (at < room) put(start + at, r, c, slot[c].sum);
+                ++at;
+              }
+              bit[w] = 0;
+            }
+            break;
+          }
+          case Order::kSort:
+            std::sort(cols, cols + n);
+            for (int64_t i = 0; i < std::min(n, room); ++i) put(start + i, r, cols[i], slot[cols[i]].sum);
+            break;
+        }
       }
-    }
+    } while (take(first, last));
     return true;
   });
 }

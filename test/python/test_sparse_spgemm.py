@@ -310,6 +310,80 @@ def test_kernel_orders_a_long_sparse_row_by_sorting():
         np.testing.assert_allclose(np.asarray(got.data), want.data, rtol=1e-12, atol=1e-12)
 
 
+# Output rows of these many distinct columns: none, under one vector of ranks (8 int32 or 4 int64
+# columns), whole vectors, one more, a pass of 4 vectors and the passes after it, up to the longest
+# row ordered by rank (256) and past it.
+RANK_ROW_LENGTHS = [0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40, 63, 64, 65, 100, 128, 200, 255, 256, 257]
+
+
+def rank_rows_operands(rng: np.random.Generator, cols: int, dtype) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+    """lhs row i sums rhs rows 2i and 2i + 1, which share about a third of their columns, so output row i
+    has RANK_ROW_LENGTHS[i] distinct columns (some of them sums of two products), out of `cols`."""
+    lhs_rows, lhs_cols, rhs_rows, rhs_cols = [], [], [], []
+    for i, n in enumerate(RANK_ROW_LENGTHS):
+        picked = rng.choice(cols, n, replace=False)
+        shared = n // 3
+        first, second = picked[: (n + shared) // 2], np.concatenate([picked[(n + shared) // 2:], picked[:shared]])
+        for j, part in ((2 * i, first), (2 * i + 1, second)):
+            if len(part):
+                lhs_rows.append(i)
+                lhs_cols.append(j)
+            rhs_rows += [j] * len(part)
+            rhs_cols += list(part)
+    lhs = sp.csr_matrix((rng.standard_normal(len(lhs_rows)).astype(dtype), (lhs_rows, lhs_cols)),
+                        shape=(len(RANK_ROW_LENGTHS), 2 * len(RANK_ROW_LENGTHS)))
+    rhs = sp.csr_matrix((rng.standard_normal(len(rhs_rows)).astype(dtype), (rhs_rows, rhs_cols)),
+                        shape=(2 * len(RANK_ROW_LENGTHS), cols))
+    return lhs, rhs
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("cols", [4096, 1 << 20])
+def test_kernel_orders_rows_by_rank_across_vector_and_pass_boundaries(dtype, index_dtype, cols):
+    """Rows of every length around the rank vectors' and passes' boundaries (int32 and int64 columns;
+    out of 2^20 rank ordering is the cheapest up to 256 columns and sorting after, out of 4096 rank
+    up to about 32 and the bitmap after), their entries unsorted within the rhs's rows: scipy's
+    columns ascending and values, as BCOO (eager, and with nse cutting rows short) and as BCSR."""
+    rng = np.random.default_rng(5)
+    with jax.enable_x64(True):
+        lhs, rhs = rank_rows_operands(rng, cols, dtype)
+        want = (lhs.astype(np.float64) @ rhs.astype(np.float64)).tocoo()
+        want.sum_duplicates()
+        assert np.array_equal(np.diff(want.tocsr().indptr), RANK_ROW_LENGTHS)
+        want_idx = np.stack([want.row, want.col], 1)
+        tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+
+        def bcoo(m: sp.csr_matrix, shuffle: bool) -> hs.BCOO:
+            coo = m.tocoo()
+            order = rng.permutation(coo.nnz) if shuffle else np.arange(coo.nnz)
+            idx = np.stack([coo.row, coo.col], 1)[order].astype(index_dtype)
+            return hs.BCOO((jnp.asarray(coo.data[order]), jnp.asarray(idx)), shape=m.shape)
+
+        a, b = bcoo(lhs, False), bcoo(rhs, True)
+        got = a @ b
+        assert got.nse == want.nnz
+        np.testing.assert_array_equal(np.asarray(got.indices), want_idx)
+        np.testing.assert_allclose(np.asarray(got.data), want.data, **tol)
+        ends = np.cumsum(RANK_ROW_LENGTHS)
+        for nse in (int(ends[12]) - 5, int(ends[20]) - 100, int(ends[-2]) + 1):  # mid-row cuts
+            cut = hs.bcoo_spdot_general(a, b, dimension_numbers=MM, nse=nse)
+            np.testing.assert_array_equal(np.asarray(cut.indices), want_idx[:nse])
+            np.testing.assert_allclose(np.asarray(cut.data), want.data[:nse], **tol)
+
+        shuffled = rhs.copy()
+        for r in range(shuffled.shape[0]):  # columns out of order within each row, as BCSR allows
+            lo, hi = shuffled.indptr[r], shuffled.indptr[r + 1]
+            perm = lo + rng.permutation(hi - lo)
+            shuffled.indices[lo:hi], shuffled.data[lo:hi] = shuffled.indices[perm], shuffled.data[perm]
+        to_bcsr = lambda m: BCSR((jnp.asarray(m.data), jnp.asarray(m.indices.astype(index_dtype)),  # noqa: E731
+                                  jnp.asarray(m.indptr.astype(index_dtype))), shape=m.shape)
+        c = bcsr_spdot_general(to_bcsr(lhs), to_bcsr(shuffled))
+        np.testing.assert_array_equal(np.asarray(c.indptr), want.tocsr().indptr)
+        np.testing.assert_array_equal(np.asarray(c.indices), want.col)
+        np.testing.assert_allclose(np.asarray(c.data), want.data, **tol)
+
+
 def test_kernel_nse_below_the_count_keeps_the_first_row_major_entries():
     a = sp.random(40, 30, density=0.2, format="csr", random_state=3, dtype=np.float64)
     b = sp.random(30, 50, density=0.2, format="csr", random_state=4, dtype=np.float64)
