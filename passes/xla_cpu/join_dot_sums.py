@@ -6,16 +6,31 @@ coefficients (primal, directions, collapsed coefficient) of x_k^T ct_k, one
 dot_general each. XLA:CPU (jaxlib 0.10.2) runs them as separate matmuls plus
 adds; concatenated along the contracted axis they are one matmul
 (`bench/xla_cpu_tuning.py` measures it on bench/pinn_grad.py's workload).
+
+The concatenations copy all four operands, which pays where the product is at least
+comparable to them (pinn_grad's 768x768 weights over 16 points x 52 coefficients:
+operands 2.2 times the product) or they are small. Where the operands are far larger
+than the product (bench/wavefunction.py's 32x32 weights over 128 walkers x 8 electrons
+x 25 coefficients, operands 1700 times the product) the copies cost more than the
+separate dot and add: the sum is joined only when the operands number at most
+`JOIN_RATIO` (16) times the product's elements, or `FEW_COPIED` (2^16) elements in all.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.xla_cpu.rewrite import OpRewrite
+
+
+# Two dots are joined only where the operands the concatenations copy (elements of all four)
+# number at most JOIN_RATIO times the sum's, or FEW_COPIED in all.
+JOIN_RATIO = 16
+FEW_COPIED = 1 << 16
 
 
 def _dot(v: ir.Value) -> ir.Operation | None:
@@ -56,7 +71,8 @@ class JoinDotSums(OpRewrite):
     """`dot_general(a1, b1) + dot_general(a2, b2)` with the same dimensions and precision,
     the operands alike but along one contracted dimension pair (or one dot lacking a
     leading contracted pair), becomes one dot_general of a1, a2 and of b1, b2
-    concatenated along it.
+    concatenated along it, unless the operands are more than `JOIN_RATIO` (16) times the sum's
+    size and more than `FEW_COPIED` (2^16) elements.
 
         %p = stablehlo.dot_general %a1, %b1, contracting_dims = [0] x [0]
              : (tensor<4x16xf32>, tensor<4x8xf32>) -> tensor<16x8xf32>
@@ -88,6 +104,9 @@ class JoinDotSums(OpRewrite):
                 return None
             pieces = [(high, tuple(high.operands)), (high, lifted)]
         like = pieces[0][0]
+        copied = sum(math.prod(builders.shape_of(v)) for _, ops in pieces for v in ops)
+        if copied > max(JOIN_RATIO * math.prod(builders.shape_of(op.result)), FEW_COPIED):
+            return None  # the concatenations would copy far more than the separate dot and add cost
         lb, rb, lc, rc = _dims(like)
         pair = _contracted_pair([builders.shape_of(v) for _, ops in pieces for v in ops], lc, rc)
         if pair is None:

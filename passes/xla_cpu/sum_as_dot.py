@@ -16,8 +16,11 @@ buffer is the whole 5x5x16x768 product, and over the inner axis XLA also copies 
 transposed: bench/pde_operators.py's collapsed bi-Laplacian held three such 1.2 MiB
 buffers at once (13.2 MiB instead of 10.5). Such a sum is the terms' sum instead,
 slices of the operand added one after another, which XLA:CPU fuses with the product
-into one loop and runs as fast as the dot. A larger inner-axis sum is the product
-with ones contracting that axis.
+into one loop and runs as fast as the dot. So is any sum of at most `FEW_TERMS` terms
+over an inner axis, whatever the rank: the mean over a few particles inside a vmapped
+function (bench/wavefunction.py's mean-field mixing over n <= 8 electrons, a
+[directions, walkers, electrons, width] operand) would otherwise be copied transposed
+for the dot. A larger inner-axis sum is the product with ones contracting that axis.
 """
 
 from __future__ import annotations
@@ -77,9 +80,9 @@ class SumAsDot(OpRewrite):
     """A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
     ones (or with the weights it is multiplied by), which XLA:CPU runs 10-20x faster; one over
     another single dimension but the last, a `dot_general` of the operand with ones contracting it.
-    A sum of at most `FEW_TERMS` (8) terms over dimension 1, or unweighted over dimension 0, of an
-    operand of rank 4 or more (nested directions) becomes the sum of its slices, which keeps the
-    operand out of memory.
+    A sum of at most `FEW_TERMS` (8) terms over an inner dimension, or unweighted over dimension 0
+    of an operand of rank 4 or more (nested directions), becomes the sum of its slices, which keeps
+    the operand out of memory.
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
@@ -103,9 +106,8 @@ class SumAsDot(OpRewrite):
         shape = builders.shape_of(x)
         if dim == len(shape) - 1:  # a sum along rows in memory: XLA:CPU's reduce is not slow there
             return None
-        nested = len(shape) >= 4 and dim <= 1 and shape[dim] <= FEW_TERMS
-        if nested and (dim == 1 or _weights(x) is None):  # a dot would hold x in memory: add its terms
-            return [_terms_sum(x, dim)]
+        if shape[dim] <= FEW_TERMS and (dim != 0 or (len(shape) >= 4 and _weights(x) is None)):
+            return [_terms_sum(x, dim)]  # a dot would hold x in memory (over an inner axis, transposed): add its terms
         if dim != 0:  # an inner directions axis (the bi-Laplacian's nested jets): x's other dims keep their order
             ones = builders.splat(1, builders.tensor([shape[dim]], elem))
             return [builders.dot_general(x, ones, lhs_batch=[], rhs_batch=[], lhs_contract=[dim], rhs_contract=[0],

@@ -40,3 +40,25 @@ func.func @kept(%a: tensor<4x3xf32>, %b: tensor<4x5xf32>, %c: tensor<4x3xf32>, %
   %8 = stablehlo.add %6, %7 : tensor<3x5xf32>
   return %2, %5, %8, %0 : tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>, tensor<3x5xf32>
 }
+
+// -----
+
+// Operands far larger than the sum (a weight gradient of a 32x32 layer over 25 x 4096
+// rows and one more coefficient's 4096): the concatenations would copy them all to save
+// one small dot and an add, so the sum stays; small operands (at most 2^16 elements in
+// all) are joined whatever the sum's size.
+// CHECK-LABEL: func.func @large_operands
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: stablehlo.add
+// CHECK: stablehlo.concatenate %arg4, %arg5, dim = 0 : (tensor<4x16x512xf32>, tensor<1x16x512xf32>) -> tensor<5x16x512xf32>
+// CHECK: stablehlo.concatenate %arg6, %arg7, dim = 0 : (tensor<4x16x1xf32>, tensor<1x16x1xf32>) -> tensor<5x16x1xf32>
+// CHECK-NOT: stablehlo.add
+func.func @large_operands(%x1: tensor<25x4096x32xf32>, %x2: tensor<1x4096x32xf32>, %c1: tensor<25x4096x32xf32>, %c2: tensor<1x4096x32xf32>, %y1: tensor<4x16x512xf32>, %y2: tensor<1x16x512xf32>, %d1: tensor<4x16x1xf32>, %d2: tensor<1x16x1xf32>) -> (tensor<32x32xf32>, tensor<512x1xf32>) {
+  %0 = stablehlo.dot_general %x1, %c1, contracting_dims = [0, 1] x [0, 1] : (tensor<25x4096x32xf32>, tensor<25x4096x32xf32>) -> tensor<32x32xf32>
+  %1 = stablehlo.dot_general %x2, %c2, contracting_dims = [0, 1] x [0, 1] : (tensor<1x4096x32xf32>, tensor<1x4096x32xf32>) -> tensor<32x32xf32>
+  %2 = stablehlo.add %0, %1 : tensor<32x32xf32>
+  %3 = stablehlo.dot_general %y1, %d1, contracting_dims = [0, 1] x [0, 1] : (tensor<4x16x512xf32>, tensor<4x16x1xf32>) -> tensor<512x1xf32>
+  %4 = stablehlo.dot_general %y2, %d2, contracting_dims = [0, 1] x [0, 1] : (tensor<1x16x512xf32>, tensor<1x16x1xf32>) -> tensor<512x1xf32>
+  %5 = stablehlo.add %3, %4 : tensor<512x1xf32>
+  return %2, %5 : tensor<32x32xf32>, tensor<512x1xf32>
+}

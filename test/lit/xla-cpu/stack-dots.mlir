@@ -98,3 +98,28 @@ func.func @mixed_left(%w: tensor<5x4xf32>, %a: tensor<4x2xf32>, %b: tensor<4x3x2
   %1 = stablehlo.dot_general %w, %b, contracting_dims = [1] x [0] : (tensor<5x4xf32>, tensor<4x3x2xf32>) -> tensor<5x3x2xf32>
   return %0, %1 : tensor<5x2xf32>, tensor<5x3x2xf32>
 }
+
+// -----
+
+// Operands used elsewhere too (an activation the reverse pass reads again), many times
+// larger than the small weights: the concatenation would write them again to save
+// reading 12 weights once, so the dots stay apart. With weights that large beside them
+// (reads saved at least 1/4 of their elements) they stack.
+// CHECK-LABEL: func.func @shared_operands
+// CHECK-NOT: stablehlo.concatenate
+// CHECK: stablehlo.dot_general %arg0, %arg2
+// CHECK: stablehlo.dot_general %arg1, %arg2
+// CHECK-NOT: stablehlo.concatenate
+// CHECK-LABEL: func.func @shared_operands_large_weights
+// CHECK: %[[S:.*]] = stablehlo.concatenate %arg0, %arg1, dim = 0 : (tensor<3x2x64xf32>, tensor<1x2x64xf32>) -> tensor<4x2x64xf32>
+// CHECK: stablehlo.dot_general %[[S]], %arg2
+func.func @shared_operands(%x: tensor<3x64x4xf32>, %y: tensor<1x64x4xf32>, %w: tensor<4x3xf32>) -> (tensor<3x64x3xf32>, tensor<1x64x3xf32>, tensor<3x64x4xf32>, tensor<1x64x4xf32>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [2] x [0] : (tensor<3x64x4xf32>, tensor<4x3xf32>) -> tensor<3x64x3xf32>
+  %1 = stablehlo.dot_general %y, %w, contracting_dims = [2] x [0] : (tensor<1x64x4xf32>, tensor<4x3xf32>) -> tensor<1x64x3xf32>
+  return %0, %1, %x, %y : tensor<3x64x3xf32>, tensor<1x64x3xf32>, tensor<3x64x4xf32>, tensor<1x64x4xf32>
+}
+func.func @shared_operands_large_weights(%x: tensor<3x2x64xf32>, %y: tensor<1x2x64xf32>, %w: tensor<64x64xf32>) -> (tensor<3x2x64xf32>, tensor<1x2x64xf32>, tensor<3x2x64xf32>, tensor<1x2x64xf32>) {
+  %0 = stablehlo.dot_general %x, %w, contracting_dims = [2] x [0] : (tensor<3x2x64xf32>, tensor<64x64xf32>) -> tensor<3x2x64xf32>
+  %1 = stablehlo.dot_general %y, %w, contracting_dims = [2] x [0] : (tensor<1x2x64xf32>, tensor<64x64xf32>) -> tensor<1x2x64xf32>
+  return %0, %1, %x, %y : tensor<3x2x64xf32>, tensor<1x2x64xf32>, tensor<3x2x64xf32>, tensor<1x2x64xf32>
+}

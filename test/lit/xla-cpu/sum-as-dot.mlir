@@ -107,6 +107,27 @@ func.func @nested_outer(%x: tensor<2x3x4x5xf32>) -> tensor<3x4x5xf32> {
   return %0 : tensor<3x4x5xf32>
 }
 
+// A sum of at most 8 terms over an inner axis of any rank (the mean over a few particles
+// in a vmapped function, [walkers, particles, width]) adds the operand's slices too: a
+// dot would copy the product transposed.
+// CHECK-LABEL: func.func @few_inner
+// CHECK: %[[P:.*]] = stablehlo.multiply %arg0, %arg1 : tensor<6x4x5xf32>
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: %[[S0:.*]] = stablehlo.slice %[[P]] [0:6, 0:1, 0:5]
+// CHECK: %[[T0:.*]] = stablehlo.reshape %[[S0]] : (tensor<6x1x5xf32>) -> tensor<6x5xf32>
+// CHECK-COUNT-3: stablehlo.slice %[[P]]
+// CHECK: %[[A:.*]] = stablehlo.add
+// CHECK: %[[B:.*]] = stablehlo.add %[[A]]
+// CHECK: %[[C:.*]] = stablehlo.add %[[B]]
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: return %[[C]]
+func.func @few_inner(%x: tensor<6x4x5xf32>, %y: tensor<6x4x5xf32>) -> tensor<6x5xf32> {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %p = stablehlo.multiply %x, %y : tensor<6x4x5xf32>
+  %0 = stablehlo.reduce(%p init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<6x4x5xf32>, tensor<f32>) -> tensor<6x5xf32>
+  return %0 : tensor<6x5xf32>
+}
+
 // A weighted sum over the outer directions stays a product with the weights; a sum of
 // 9 terms over them, a product with ones.
 // CHECK-LABEL: func.func @nested_outer_kept
