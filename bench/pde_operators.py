@@ -168,8 +168,10 @@ def methods_bilaplacian(dim):
 
 
 def peak_mib(fn, args) -> float:
-    """Arguments + outputs + temporaries of the compiled program (XLA's memory statistics), MiB."""
-    compiled = fn.lower(*args).compile()
+    """Arguments + outputs + temporaries of the compiled program (XLA's memory statistics), MiB;
+    an `hlopt.jit` function's program compiled with its own pipeline, as its calls run it."""
+    lowered = fn.lower(*args)
+    compiled = lowered.compile(fn.pipeline) if isinstance(fn, hlopt.JitFunction) else lowered.compile()
     stats = (compiled.executable.get_compiled_memory_stats() if isinstance(fn, hlopt.JitFunction)
              else compiled.memory_analysis())
     return (stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes) / 2 ** 20
