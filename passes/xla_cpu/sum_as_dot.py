@@ -106,7 +106,7 @@ class SumAsDot(OpRewrite):
         shape = builders.shape_of(x)
         if dim == len(shape) - 1:  # a sum along rows in memory: XLA:CPU's reduce is not slow there
             return None
-        if shape[dim] <= FEW_TERMS and (dim != 0 or (len(shape) >= 4 and _weights(x) is None)):
+        if 0 < shape[dim] <= FEW_TERMS and (dim != 0 or (len(shape) >= 4 and _weights(x) is None)):
             return [_terms_sum(x, dim)]  # a dot would hold x in memory (over an inner axis, transposed): add its terms
         if dim != 0:  # an inner directions axis (the bi-Laplacian's nested jets): x's other dims keep their order
             ones = builders.splat(1, builders.tensor([shape[dim]], elem))

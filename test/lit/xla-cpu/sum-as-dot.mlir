@@ -162,3 +162,15 @@ func.func @kept(%x: tensor<3x4xf32>, %i: tensor<3x4xi32>) -> (tensor<3xf32>, ten
   %3 = stablehlo.reduce(%x init: %c0) applies stablehlo.maximum across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
   return %0, %1, %2, %3 : tensor<3xf32>, tensor<4xi32>, tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// An empty inner axis: no terms to add, so the product with (no) ones, which gives zeros.
+// CHECK-LABEL: func.func @empty_inner
+// CHECK: stablehlo.dot_general %arg0, %{{.*}}, contracting_dims = [1] x [0] : (tensor<3x0x5xf32>, tensor<0xf32>) -> tensor<3x5xf32>
+// CHECK-NOT: stablehlo.reduce
+func.func @empty_inner(%x: tensor<3x0x5xf32>) -> tensor<3x5xf32> {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<3x0x5xf32>, tensor<f32>) -> tensor<3x5xf32>
+  return %0 : tensor<3x5xf32>
+}
