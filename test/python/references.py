@@ -1,7 +1,7 @@
 """Reference results and shared cases the tests compare hlopt against, used by the jet, PDE,
 sparse and vjp tests (the vjp harness is vjp_harness.py): plain Taylor coefficients by nested
-jax.jvp, a jvp-and-gradient comparison, an unbiasedness check, and programs more than one
-test file runs."""
+jax.jvp, a jvp-and-gradient comparison, an unbiasedness check, and programs and sparse layouts
+more than one test file uses."""
 
 from __future__ import annotations
 
@@ -92,3 +92,20 @@ func.func private @second(%x: tensor<4xf32>, %v: tensor<4xf32>) -> tensor<4xf32>
 }
 func.func private @f(%x: tensor<4xf32>) -> tensor<4xf32> {
 """ + f_body.strip("\n") + "\n}"
+
+
+def hostile_csr_layout(m: int, k: int, seed: int):
+    """(data, cols, indptr) of an m x k CSR matrix for the SpMV kernels' tests: 0..12 entries a
+    row (empty rows too, odd and even lengths), columns at random in [0, k) with some negative,
+    past k and at the int32 extremes; the last rows of 20-40 entries, their columns at both edges
+    of x and just past them; and 5 entries of padding after indptr[m]."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 13, m)
+    counts[rng.random(m) < 0.1] = 0
+    counts[-8:] = rng.integers(20, 40, min(m, 8))
+    cols = rng.integers(0, k, int(counts.sum()) + 5).astype(np.int32)
+    odd = rng.random(len(cols)) < 0.01
+    cols[odd] = rng.choice(np.array([-1, k, k + 7, -(2**31), 2**31 - 1]), int(odd.sum()))
+    cols[-40:-5] = rng.choice(np.array([0, k - 1, k, -1]), len(cols[-40:-5]))  # the last rows' ends: both edges of x
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    return rng.standard_normal(len(cols)), cols, indptr

@@ -28,6 +28,7 @@ import hlopt
 from hlopt import sparse as hs
 from hlopt.compiler.program import parse_module
 from hlopt.runtime.portable import PortableCheckError, check_portable
+from references import hostile_csr_layout
 from sandbox import run_hostile_kernel_child
 
 TOL = {np.float32: 2e-5, np.float64: 1e-12, np.complex64: 2e-5, np.complex128: 1e-12}
@@ -118,22 +119,6 @@ def test_large_matrix_over_threads_equals_scipy():
         np.testing.assert_allclose(got, m @ x, rtol=1e-12, atol=1e-12)
 
 
-def large_layout(m: int, k: int, seed: int):
-    """(data, cols, indptr): 0..12 entries a row (empty rows too, odd and even lengths), columns at
-    random in [0, k) with some negative, past k and at the int32 extremes; the last rows of 20-40
-    entries, their columns at both edges of x and just past them, and 5 entries of padding after indptr[M]."""
-    rng = np.random.default_rng(seed)
-    counts = rng.integers(0, 13, m)
-    counts[rng.random(m) < 0.1] = 0
-    counts[-8:] = rng.integers(20, 40, min(m, 8))
-    cols = rng.integers(0, k, int(counts.sum()) + 5).astype(np.int32)
-    odd = rng.random(len(cols)) < 0.01
-    cols[odd] = rng.choice(np.array([-1, k, k + 7, -(2**31), 2**31 - 1]), int(odd.sum()))
-    cols[-40:-5] = rng.choice(np.array([0, k - 1, k, -1]), len(cols[-40:-5]))  # the last rows' ends: both edges of x
-    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-    return rng.standard_normal(len(cols)), cols, indptr
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 3000, 120_000])
 def test_large_spmv_equals_scipy(dtype, rows):
@@ -141,7 +126,7 @@ def test_large_spmv_equals_scipy(dtype, rows):
     # row, one block, and several blocks over the threads; padding after indptr[M] and none (the
     # last rows end at nse).
     k = 300_000
-    data, cols, indptr = large_layout(rows, k, rows)
+    data, cols, indptr = hostile_csr_layout(rows, k, rows)
     data = data.astype(dtype)
     x = operand(k, None, dtype, 4)
     spmv = hlopt.jit(lambda d, c, p, x: hs.BCSR((d, c, p), shape=(rows, k)) @ x)

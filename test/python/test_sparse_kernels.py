@@ -30,6 +30,7 @@ import hlopt
 from hlopt import sparse as hs
 from hlopt.compiler.program import parse_module
 from hlopt.runtime.portable import PortableCheckError, check_portable
+from references import hostile_csr_layout
 from sandbox import run_hostile_kernel_child
 
 MATMUL = (((1,), (0,)), ((), ()))
@@ -135,18 +136,13 @@ def test_large_spmv_equals_scipy(dtype, rows):
     # the two-at-a-time loop and its last entry), columns out of range and at the int32 extremes,
     # the last rows' columns at both edges of x, with padding rows after them and without; and
     # the same entries claimed sorted but shuffled (the serial pass).
-    k, rng = 300_000, np.random.default_rng(rows)
-    counts = rng.integers(0, 13, rows)
-    counts[rng.random(rows) < 0.1] = 0
-    counts[-8:] = rng.integers(20, 40, min(rows, 8))
-    nse = int(counts.sum())
-    cols = rng.integers(0, k, nse + 5).astype(np.int32)
-    odd = rng.random(len(cols)) < 0.01
-    cols[odd] = rng.choice(np.array([-1, k, k + 7, -(2**31), 2**31 - 1]), int(odd.sum()))
-    cols[-40:] = rng.choice(np.array([0, k - 1, k, -1]), len(cols[-40:]))
-    row_of = np.concatenate([np.repeat(np.arange(rows), counts), [rows, rows, rows + 3, 2**31 - 1, 2**31 - 1]])
+    k = 300_000
+    data, cols, indptr = hostile_csr_layout(rows, k, rows)
+    nse = int(indptr[-1])
+    row_of = np.concatenate([np.repeat(np.arange(rows), np.diff(indptr)), [rows, rows, rows + 3, 2**31 - 1, 2**31 - 1]])
     indices = np.stack([row_of, cols], 1).astype(np.int32)
-    data = rng.standard_normal(len(cols)).astype(dtype)
+    data = data.astype(dtype)
+    rng = np.random.default_rng(rows + 1)
     x = rng.standard_normal(k).astype(dtype)
     spmv = hlopt.jit(lambda d, i, x: hs.BCOO((d, i), shape=(rows, k), indices_sorted=True) @ x)
     perm = rng.permutation(nse)
