@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import json
 import os
 import pathlib
 import re
@@ -83,6 +84,33 @@ def test_python_dash_m_hlopt_and_versions():
     for argv in (["-m", "hlopt", "--version"], ["-m", "hlopt.cli.opt", "--version"]):
         proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
         assert proc.returncode == 0 and proc.stdout.strip().endswith(want), proc
+
+
+def test_jax_is_left_as_it_was():
+    """Importing hlopt and compiling with it changes nothing jax's own programs depend on: jax's config,
+    the environment (XLA_FLAGS...), the thread count, and what jax.jit lowers and compiles a function to."""
+    proc = python("""
+        import json, os, threading
+        import jax, jax.numpy as jnp, numpy as np
+
+        def f(x):
+            return jnp.fft.fft(jax.nn.sigmoid(x) @ x.T + jnp.tanh(x)).real.sum(0)
+
+        def state():
+            lowered = jax.jit(f).lower(np.ones((8, 8), np.float32))
+            return {"config": {k: repr(v) for k, v in jax.config.values.items()}, "env": dict(os.environ),
+                    "threads": threading.active_count(), "lowered": lowered.as_text(),
+                    "compiled": lowered.compile().as_text()}
+
+        before = state()
+        import hlopt
+        hlopt.jit(f)(np.ones((8, 8), np.float32))
+        hlopt.deserialize(hlopt.lower(f, np.ones((8, 8), np.float32)).compile().serialize())
+        after = state()
+        print(json.dumps([k for k in before if before[k] != after[k]]))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == []  # what changed
 
 
 def test_public_names_resolve_lazily():
