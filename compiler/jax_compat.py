@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -324,7 +325,19 @@ def sdy_sharding_rule_to_mlir(rule: SdyShardingRule, operand_types: Sequence[Any
 
 
 def partition_spec(op_sharding: Any, mesh: Any) -> Any:
-    """The PartitionSpec of an `xc.OpSharding`/`HloSharding` on `mesh`."""
+    """The PartitionSpec of an `xc.OpSharding` on `mesh`.
+
+    Remembered per serialized sharding and mesh: every `Compiled` (each load of
+    a file) asks for the specs of its parameters and outputs, and jax's parse
+    costs as much as the rest of building one.
+    """
+    return _partition_spec(op_sharding.SerializeToString(), mesh)
+
+
+@functools.lru_cache(maxsize=1024)
+def _partition_spec(serialized: bytes, mesh: Any) -> Any:
+    op_sharding = xla_client.OpSharding()
+    op_sharding.ParseFromString(serialized)
     return _sharding_impls.parse_flatten_op_sharding(op_sharding, mesh)[0]
 
 

@@ -98,7 +98,7 @@ def describe_key() -> str:
 
 def _read_key_file(path: Path) -> str | None:
     """The key in `path`, None if there is no such file; refuses an insecure or malformed one."""
-    problem = folder_problem(path.parent, "the key folder")
+    problem = folder_problem(os.path.dirname(path), "the key folder")
     if problem is not None:
         raise KeyFileError(problem)
     try:

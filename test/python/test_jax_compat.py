@@ -212,6 +212,12 @@ def test_partition_spec_of_an_executable_sharding():
     compiled = jax.jit(lambda x: x * 2, in_shardings=NamedSharding(mesh, P("x"))).lower(np.ones(4)).compile()
     (op_sharding,) = compiled.runtime_executable().get_parameter_shardings()
     assert jax_compat.partition_spec(op_sharding, mesh) == P("x")
+    # remembered per sharding and mesh: the same sharding on another mesh, and another sharding, are parsed anew
+    assert jax_compat.partition_spec(op_sharding, Mesh(np.array(jax.devices()[:2]), ("y",))) == P("y")
+    (replicated,) = jax.jit(lambda x: x * 2, in_shardings=NamedSharding(mesh, P())).lower(
+        np.ones(4)).compile().runtime_executable().get_parameter_shardings()
+    assert jax_compat.partition_spec(replicated, mesh) == P()
+    assert jax_compat.partition_spec(op_sharding, mesh) == P("x")
 
 
 def test_prng_key_dtype():
