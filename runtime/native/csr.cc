@@ -21,6 +21,9 @@
 // rows at the block boundaries, and the walk checks that every entry of the block belongs to
 // it. Entries not sorted by row are still summed right, by a serial pass (slower, never
 // wrong). Blocks of about equal nse run on XLA:CPU's intra-op thread pool.
+//
+// An SpMV whose x is larger than a core's L2 cache prefetches the entries non-temporally and x
+// ahead (far_x below).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -138,7 +141,8 @@ inline uint32_t column_bound(int64_t k) { return static_cast<uint32_t>(std::min<
 // gathers. The branch-free form (x[ok ? c : 0]) made every gather wait on the compare too and ran
 // 1.7x slower at 1e6 rows (x of 4 MB past a core's cache), 1.1x at 1e4 (one core, loaded 2-core
 // machine). Software prefetching of x 32 entries ahead, on the branch-free form, was still 1.3x
-// slower than this one at 1e6 (and 1.45x slower than none at 1e4); on this form it cost 1.15x at 1e6.
+// slower than this one at 1e6 (and 1.45x slower than none at 1e4); on this form it cost 1.15x at 1e6
+// alone, and gains only with the entries' stream kept out of L2 (far_x, above).
 template <typename T, int stride>
 inline void spmv_add(T& acc, const T* __restrict data, const int32_t* __restrict col, const T* __restrict x,
                      uint32_t k, int64_t e) {
