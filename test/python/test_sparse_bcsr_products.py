@@ -120,12 +120,13 @@ def test_large_matrix_over_threads_equals_scipy():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("rows", [1, 3000, 120_000])
-def test_large_spmv_equals_scipy(dtype, rows):
-    # x of 300_000 elements (1.2 MB in float32, past a core's L2 on the 2-core bench machine); one
-    # row, one block, and several blocks over the threads; padding after indptr[M] and none (the
-    # last rows end at nse).
-    k = 300_000
+@pytest.mark.parametrize("rows", [1, 3000, 120_000, 400_000])
+@pytest.mark.parametrize("k", [300_000, 2**21 + 7])
+def test_large_spmv_equals_scipy(dtype, rows, k):
+    # x of 1.2 MB (float32) or 2.4 MB (float64), and of 8 or 16 MB: past any core's L2 (the loop
+    # that prefetches the entries and x ahead, and stops prefetching x in the rows that end less
+    # than its distance before nse); one row, one block, and several blocks over the threads
+    # (400_000 rows: 2.2e6 entries); padding after indptr[M] and none (the last rows end at nse).
     data, cols, indptr = hostile_csr_layout(rows, k, rows)
     data = data.astype(dtype)
     x = operand(k, None, dtype, 4)

@@ -129,14 +129,16 @@ def test_rows_claimed_sorted_but_not_are_summed_right(matrix, seed):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("rows", [1, 3000, 120_000])
-def test_large_spmv_equals_scipy(dtype, rows):
-    # x of 300_000 elements (1.2 MB in float32, past a core's L2 on the 2-core bench machine); one
-    # row, one block and several blocks over the threads; rows of 0 to 40 entries (odd and even:
-    # the two-at-a-time loop and its last entry), columns out of range and at the int32 extremes,
-    # the last rows' columns at both edges of x, with padding rows after them and without; and
-    # the same entries claimed sorted but shuffled (the serial pass).
-    k = 300_000
+@pytest.mark.parametrize("rows", [1, 3000, 120_000, 400_000])
+@pytest.mark.parametrize("k", [300_000, 2**21 + 7])
+def test_large_spmv_equals_scipy(dtype, rows, k):
+    # x of 1.2 MB (float32) or 2.4 MB (float64), and of 8 or 16 MB: past any core's L2 (the loop
+    # that prefetches the entries and x ahead, and stops prefetching x near the last entry); one
+    # row, one block and several blocks over the threads (400_000 rows: 2.2e6 entries); rows of 0
+    # to 40 entries (odd and even: the two-at-a-time loop and its last entry), columns out of
+    # range and at the int32 extremes, the last rows' columns at both edges of x, with padding
+    # rows after them and without; and the same entries claimed sorted but shuffled (the serial
+    # pass).
     data, cols, indptr = hostile_csr_layout(rows, k, rows)
     nse = int(indptr[-1])
     row_of = np.concatenate([np.repeat(np.arange(rows), np.diff(indptr)), [rows, rows, rows + 3, 2**31 - 1, 2**31 - 1]])
