@@ -22,8 +22,9 @@ it records `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT` (YNNPACK's dots kept, its reduce
 fusion off) when the elements of the reductions the fusion runs slowly (rows of
 at most `SHORT_ROW` elements, or leading dimensions) outweigh
 `FAST_PER_SLOW` (1/4) of those of the long-row reductions it runs faster (its
-loss on a short row is 4-8 times its gain on a long one, per element). A module
-with no floating reduction is left alone (XLA compiles it the same either way).
+loss on a short row is 4-8 times its gain on a long one, per element). Reductions
+of fewer than `MIN_ELEMENTS` (4096) elements, which XLA:CPU keeps out of the fusion,
+count for neither; a module with no other floating reduction is left alone.
 
 The choice is a module attribute, `hlopt.compiler_options` (`ATTRIBUTE`), a
 dictionary of XLA option names to values; the runtime (runtime/compile.py) adds
@@ -66,6 +67,8 @@ RECORDABLE: dict[str, tuple[str, ...]] = {OPTION: (WITHOUT_REDUCE,)}
 SHORT_ROW = 16
 # What an element of a long-row reduction weighs against one of a slow reduction.
 FAST_PER_SLOW = 0.25
+# XLA:CPU hands a reduction to the fusion only from this many operand elements (measured).
+MIN_ELEMENTS = 4096
 _YNN_REDUCERS = ("stablehlo.add", "stablehlo.maximum", "stablehlo.minimum")
 
 
@@ -91,6 +94,8 @@ def ynn_weights(module: ir.Operation) -> tuple[int, int]:
         shape = builders.shape_of(x)
         row = _row(shape, set(ir.DenseI64ArrayAttr(op.attributes["dimensions"])))
         size = math.prod(shape)
+        if size < MIN_ELEMENTS:
+            continue
         if row == 1 or row <= SHORT_ROW:
             slow += size
         else:
@@ -127,8 +132,8 @@ def without_recorded_options(module: ir.Operation) -> None:
 class YnnFusion(Pass):
     """Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion
     (`xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) when its floating
-    reductions are mostly ones that fusion runs slowly: rows of at most 16 elements, or leading
-    dimensions only. The runtime adds the option when it compiles for CPU; the user's own wins.
+    reductions (of 4096 elements or more) are mostly ones that fusion runs slowly: rows of at most
+    16 elements, or leading dimensions only. The runtime adds the option when it compiles for CPU; the user's own wins.
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [3]
              : (tensor<24x128x8x3xf32>, tensor<f32>) -> tensor<24x128x8xf32>
