@@ -130,10 +130,11 @@ def without_recorded_options(module: ir.Operation) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class YnnFusion(Pass):
-    """Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion
-    (`xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) when its floating
-    reductions (of 4096 elements or more) are mostly ones that fusion runs slowly: rows of at most
-    16 elements, or leading dimensions only. The runtime adds the option when it compiles for CPU; the user's own wins.
+    """Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion (the XLA
+    option `xla_cpu_experimental_ynn_fusion_type` set to `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) when
+    its floating reductions (of 4096 elements or more) are mostly ones that fusion runs slowly: rows
+    of at most 16 elements, or leading dimensions only. The runtime adds the option when it compiles
+    for CPU; the user's own wins.
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [3]
              : (tensor<24x128x8x3xf32>, tensor<f32>) -> tensor<24x128x8xf32>
