@@ -317,12 +317,16 @@ def calls_user_code(bytecode: bytes) -> bool:
 
 @functools.cache
 def passes_digest() -> str:
-    """SHA-256 of the source of every pass (the `hlopt.passes` package)."""
+    """SHA-256 of the source of every pass (the `hlopt.passes` package and its subpackages:
+    `xla_cpu`, `bcoo`)."""
     folder = os.path.dirname(hlopt.passes.__file__)
     h = hashlib.sha256()
-    for name in sorted(n for n in os.listdir(folder) if n.endswith(".py")):  # os, not pathlib: a hit's first key
-        with open(os.path.join(folder, name), "rb") as f:
-            h.update(name.encode() + b"\0" + f.read() + b"\0")
+    for root, dirs, files in os.walk(folder):  # os, not pathlib: a hit's first key
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("__", ".")))
+        for name in sorted(n for n in files if n.endswith(".py")):
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                h.update(os.path.relpath(path, folder).encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
 
 

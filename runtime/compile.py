@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,7 @@ from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import check_no_annotations
 from hlopt.passes.mlir import ir
 from hlopt.passes.target import compiling_for
+from hlopt.passes.xla_cpu.ynn_fusion import recorded_options
 from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime.executable import Compiled
 from hlopt.runtime.host import HostCompiled
@@ -77,8 +79,8 @@ def compile_program(module: ir.Module, signature: Signature) -> Any:
 
 def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | None, key: str | None,
              compiler_options: CompilerOptions = ()) -> Any:
-    """Compile a post-pass module with the XLA options `compiler_options`; store it under `key` (else
-    under the module's own key).
+    """Compile a post-pass module with the XLA options `compiler_options` and those the module
+    records (`program_options`); store it under `key` (else under the module's own key).
 
     PJRT gets the module with its debug locations stripped, so the executable's
     HLO carries no op metadata (op_name, source_file, source_line): loading it
@@ -87,6 +89,7 @@ def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | 
     """
     devices = program_devices(signature)
     flags = BuildFlags.of(module, signature.use_shardy)
+    compiler_options = program_options(module, devices[0].platform, compiler_options)
     options = with_compiler_options(flags.options(devices), compiler_options)
     stripped = stripped_bytecode(module)  # what PJRT compiles (see above)
     client = get_client()
@@ -104,6 +107,26 @@ def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | 
     except OSError as e:  # a full or read-only disk costs the entry, not the compilation
         warnings.warn(f"hlopt: cannot write to the compilation cache {cache.directory}: {e}", stacklevel=3)
     return executable
+
+
+def program_options(module: ir.Module, platform: str, compiler_options: CompilerOptions = ()) -> CompilerOptions:
+    """The XLA options compiling the post-pass `module` for `platform` takes: the user's
+    `compiler_options` and, on CPU, those the tuning passes recorded on the module
+    (`hlopt.passes.xla_cpu.ynn_fusion.recorded_options`) that neither the user's options nor
+    `XLA_FLAGS` name (the user's choice wins). Sorted pairs.
+
+    Raises ValueError for a recorded option hlopt's passes never record.
+    """
+    recorded = recorded_options(module.operation)
+    if platform != "cpu" or not recorded:
+        return compiler_options
+    named = {name for name, _ in compiler_options} | _xla_flags_names()
+    return tuple(sorted([*compiler_options, *((n, v) for n, v in recorded if n not in named)]))
+
+
+def _xla_flags_names() -> set[str]:
+    """The option names `XLA_FLAGS` sets (`--name=value` or `--name`)."""
+    return {word.lstrip("-").partition("=")[0] for word in os.environ.get("XLA_FLAGS", "").split()}
 
 
 def _from_cache(cache: CompilationCache, key: str, signature: Signature) -> tuple[Any, Callable[[], ir.Module]] | None:

@@ -1,6 +1,6 @@
 """hlopt-default without its XLA:CPU tuning passes (`DEFAULT_TUNING`) computes the same values.
 
-On jet, Laplacian (of an MLP and of a log-determinant), bi-Laplacian, reverse-mode
+On jet, Laplacian (of an MLP, of a log-determinant and of electrons' squared norms), bi-Laplacian, reverse-mode
 (gradients through them, a loop that reads rows by a traced index) and BCOO workloads in float64, the program compiled
 with every pass and the one compiled with the tuning passes left out agree to
 1e-12, and each agrees with a JAX reference; each tuning pass changes the program of
@@ -114,7 +114,14 @@ def workloads():
     def determinant(laplacian):
         return jax.grad(lambda c: jnp.mean(jax.vmap(lambda x: laplacian(lambda y: log_det(c, y))(x))(xs) ** 2))
 
+    def electrons(y):  # a function of 2 electrons' positions through their squared norms (sums over x, y, z)
+        r = y.reshape(2, 3)
+        return jnp.sum(jnp.tanh(jnp.sum(r * r, -1) + r[:, 0]))
+
+    points = jax.random.normal(jax.random.key(8), (512, 6))  # enough for XLA:CPU's YNNPACK reduce fusion
+
     return {
+        "electron_laplacian": (jax.vmap(hlopt.laplacian(electrons)), (points,), jax.vmap(nested_laplacian(electrons))),
         "determinant_laplacian": (jax.vmap(lambda x: hlopt.laplacian(lambda y: log_det(w, y))(x)), (xs,),
                                   jax.vmap(lambda x: nested_laplacian(lambda y: log_det(w, y))(x))),
         "determinant_gradient": (determinant(hlopt.laplacian), (w,), determinant(nested_laplacian)),
@@ -132,7 +139,7 @@ def workloads():
 
 
 WORKLOADS = [
-    "determinant_laplacian", "determinant_gradient", "jet", "laplacian", "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo"]
+    "electron_laplacian", "determinant_laplacian", "determinant_gradient", "jet", "laplacian", "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo"]
 
 
 def _close(got, want, atol):

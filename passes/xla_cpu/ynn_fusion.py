@@ -1,0 +1,158 @@
+"""`xla-cpu-ynn-fusion`: a module whose reductions XLA:CPU's YNNPACK reduce fusion runs slowly is
+compiled without that fusion.
+
+XLA:CPU (jaxlib 0.10.2) hands every floating `reduce` (add, max, min), with the
+elementwise ops that feed it, to a YNNPACK reduce fusion (the XLA option
+`xla_cpu_experimental_ynn_fusion_type`, by default YNNPACK's dots plus
+`LIBRARY_FUSION_TYPE_REDUCE`). How fast that runs depends on the run of
+contiguous elements each result sums, the reduced trailing dimensions (float32,
+2^18 elements, a product or a tanh summed, 2-core machine under load; time with
+the fusion / time without):
+
+- rows of 2 to 8 elements: 3-18x slower than XLA's own loops (the sums over x, y, z
+  of bench/wavefunction.py's electron coordinates: 0.33 ms instead of 0.02 ms for a
+  [24, 128, 8, 3] sum at n = 8); rows of 16: about even;
+- rows of 32 or more: 1.2-2x faster, 5x for a max over rows of 1024 (softmax, logsumexp);
+- a sum over leading dimensions only (no trailing one summed): even to 28x slower
+  (a 24 x 32768 sum of products: 7.8 ms instead of 0.35 ms; `xla-cpu-sum-as-dot`
+  makes most of those dot_generals before this pass runs).
+
+The option is one per executable, so this pass weighs the module's reductions:
+it records `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT` (YNNPACK's dots kept, its reduce
+fusion off) when the elements of the reductions the fusion runs slowly (rows of
+at most `SHORT_ROW` elements, or leading dimensions) outweigh
+`FAST_PER_SLOW` (1/4) of those of the long-row reductions it runs faster (its
+loss on a short row is 4-8 times its gain on a long one, per element). Reductions
+of fewer than `MIN_ELEMENTS` (4096) elements, which XLA:CPU keeps out of the fusion,
+count for neither; a module with no other floating reduction is left alone.
+
+The choice is a module attribute, `hlopt.compiler_options` (`ATTRIBUTE`), a
+dictionary of XLA option names to values; the runtime (runtime/compile.py) adds
+it to the compile options when it compiles for CPU, under the user's own (a
+`compiler_options=` entry or an `XLA_FLAGS` flag naming the option wins). Only
+the options and values of `RECORDABLE` are honoured, so a module from an
+unauthenticated file cannot set others.
+
+    module {
+      func.func @main(%x: tensor<24x128x8x3xf32>) -> tensor<24x128x8xf32> {
+        %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [3] ...
+
+becomes
+
+    module attributes {hlopt.compiler_options =
+        {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}} {
+      ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+from hlopt.passes import builders
+from hlopt.passes.base import Pass
+from hlopt.passes.mlir import ir
+from hlopt.passes.walk import walk_ops
+
+# The module attribute that carries XLA options chosen by the tuning passes.
+ATTRIBUTE = "hlopt.compiler_options"
+OPTION = "xla_cpu_experimental_ynn_fusion_type"
+WITHOUT_REDUCE = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"
+# option -> the values a module may record; the runtime honours nothing else.
+RECORDABLE: dict[str, tuple[str, ...]] = {OPTION: (WITHOUT_REDUCE,)}
+
+# A reduction whose summed rows (its reduced trailing dimensions) hold at most this many elements
+# runs slower in the YNNPACK fusion; one over longer rows runs faster.
+SHORT_ROW = 16
+# What an element of a long-row reduction weighs against one of a slow reduction.
+FAST_PER_SLOW = 0.25
+# XLA:CPU hands a reduction to the fusion only from this many operand elements (measured).
+MIN_ELEMENTS = 4096
+_YNN_REDUCERS = ("stablehlo.add", "stablehlo.maximum", "stablehlo.minimum")
+
+
+def _row(shape: list[int], dims: set[int]) -> int:
+    """The elements of the contiguous run each result reduces: the product of the reduced trailing dims."""
+    row = 1
+    for d in reversed(range(len(shape))):
+        if d not in dims:
+            break
+        row *= shape[d]
+    return row
+
+
+def ynn_weights(module: ir.Operation) -> tuple[int, int]:
+    """(elements of reductions YNNPACK's fusion runs slowly, elements of those it runs faster)."""
+    slow = fast = 0
+    for op in walk_ops(module, "stablehlo.reduce"):
+        if len(op.operands) != 2 or builders.reducer_kind(op) not in _YNN_REDUCERS:
+            continue
+        x = op.operands[0]
+        if not (builders.is_differentiable(x.type) and isinstance(builders.elem_of(x), ir.FloatType)):
+            continue
+        shape = builders.shape_of(x)
+        row = _row(shape, set(ir.DenseI64ArrayAttr(op.attributes["dimensions"])))
+        size = math.prod(shape)
+        if size < MIN_ELEMENTS:
+            continue
+        if row == 1 or row <= SHORT_ROW:
+            slow += size
+        else:
+            fast += size
+    return slow, fast
+
+
+def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
+    """The XLA options `module` records (`ATTRIBUTE`), sorted; raises ValueError for an entry
+    outside `RECORDABLE` or not a string."""
+    if ATTRIBUTE not in module.attributes:
+        return ()
+    attr = module.attributes[ATTRIBUTE]
+    if not isinstance(attr, ir.DictAttr):
+        raise ValueError(f"the module attribute {ATTRIBUTE} is not a dictionary: {str(attr)[:80]}")
+    found = []
+    for named in attr:
+        name, value = named.name, named.attr
+        text = ir.StringAttr(value).value if isinstance(value, ir.StringAttr) else None
+        if text is None or text not in RECORDABLE.get(name, ()):
+            raise ValueError(f"the module attribute {ATTRIBUTE} sets {name} = {str(value)[:80]}, "
+                             f"which hlopt's passes never record")
+        found.append((name, text))
+    return tuple(sorted(found))
+
+
+def without_recorded_options(module: ir.Operation) -> None:
+    """Remove `ATTRIBUTE` from `module` (it is then a plain StableHLO module)."""
+    if ATTRIBUTE in module.attributes:
+        del module.attributes[ATTRIBUTE]
+
+
+@dataclasses.dataclass(frozen=True)
+class YnnFusion(Pass):
+    """Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion (the XLA
+    option `xla_cpu_experimental_ynn_fusion_type` set to `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) when
+    its floating reductions (of 4096 elements or more) are mostly ones that fusion runs slowly: rows
+    of at most 16 elements, or leading dimensions only. The runtime adds the option when it compiles
+    for CPU; the user's own wins.
+
+        %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [3]
+             : (tensor<24x128x8x3xf32>, tensor<f32>) -> tensor<24x128x8xf32>
+
+    puts on the module
+
+        attributes {hlopt.compiler_options =
+                    {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
+    """
+
+    name: ClassVar[str] = "xla-cpu-ynn-fusion"
+
+    def apply(self, module: ir.Operation) -> None:
+        slow, fast = ynn_weights(module)
+        if slow == 0 or slow < FAST_PER_SLOW * fast:
+            return
+        options = {}
+        if ATTRIBUTE in module.attributes and isinstance(module.attributes[ATTRIBUTE], ir.DictAttr):
+            options = {named.name: named.attr for named in module.attributes[ATTRIBUTE]}
+        options[OPTION] = ir.StringAttr.get(WITHOUT_REDUCE)
+        module.attributes[ATTRIBUTE] = ir.DictAttr.get(options)
