@@ -96,7 +96,7 @@ def ynn_weights(module: ir.Operation) -> tuple[int, int]:
         size = math.prod(shape)
         if size < MIN_ELEMENTS:
             continue
-        if row == 1 or row <= SHORT_ROW:
+        if row <= SHORT_ROW:  # a short row, or leading dimensions only (row 1)
             slow += size
         else:
             fast += size
@@ -120,12 +120,6 @@ def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
                              f"which hlopt's passes never record")
         found.append((name, text))
     return tuple(sorted(found))
-
-
-def without_recorded_options(module: ir.Operation) -> None:
-    """Remove `ATTRIBUTE` from `module` (it is then a plain StableHLO module)."""
-    if ATTRIBUTE in module.attributes:
-        del module.attributes[ATTRIBUTE]
 
 
 @dataclasses.dataclass(frozen=True)
