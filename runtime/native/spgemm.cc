@@ -363,6 +363,31 @@ Order row_order(int64_t n, int64_t cols) {
   return bitmap <= 2 * n * log2n ? Order::kBitmap : Order::kSort;
 }
 
+// Lhs entries ahead at which the rhs rows they name are fetched: their row pointers first, then
+// (half the distance ahead, the pointers in cache by then) their columns and values. A product
+// reads one rhs row an lhs entry, at random: without this each is a wait on memory.
+constexpr int64_t kPrefetchAhead = 16;
+
+template <typename I, typename T>
+struct RhsPrefetch {
+  const I* lc;  // lhs columns, col(a) = lc[a * ls]
+  int64_t ls;
+  const int64_t* rp;
+  const I* rc;  // rhs columns, col(b) = rc[b * rs]
+  int64_t rs;
+  const T* rx;  // rhs values (null: none read)
+  int64_t end;  // lhs entries
+
+  __attribute__((always_inline)) void operator()(int64_t a) const {
+    if (a + kPrefetchAhead < end) __builtin_prefetch(rp + lc[(a + kPrefetchAhead) * ls]);
+    if (a + kPrefetchAhead / 2 < end) {
+      const int64_t b = rp[lc[(a + kPrefetchAhead / 2) * ls]];
+      __builtin_prefetch(rc + b * rs);
+      if (rx != nullptr) __builtin_prefetch(rx + b);
+    }
+  }
+};
+
 // The symbolic phase: each row's number of distinct columns, written by `emit(row, count)`.
 template <typename M, typename I, typename E>
 Status count_rows(const Rows<I>& lhs, const Rows<I>& rhs, const Dims& dims, ffi::ThreadPool& pool, E emit) {
@@ -372,13 +397,18 @@ Status count_rows(const Rows<I>& lhs, const Rows<I>& rhs, const Dims& dims, ffi:
     int64_t first, last;
     if (!take(first, last)) return true;
     std::vector<M> mark(dims.cols, M(-1));
+    const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
+    const I *lc = lhs.col_data, *rc = rhs.col_data;
+    const int64_t ls = lhs.stride, rs = rhs.stride;
+    const RhsPrefetch<I, char> ahead{lc, ls, rp, rc, rs, nullptr, lp[dims.rows]};
     do {
       for (int64_t r = first; r < last; ++r) {
         int64_t n = 0;
-        for (int64_t a = lhs.ptr[r]; a < lhs.ptr[r + 1]; ++a) {
-          int64_t j = lhs.col(a);
-          for (int64_t b = rhs.ptr[j]; b < rhs.ptr[j + 1]; ++b) {
-            int64_t c = rhs.col(b);
+        for (int64_t a = lp[r], a_end = lp[r + 1]; a < a_end; ++a) {
+          ahead(a);
+          const int64_t j = lc[a * ls];
+          for (int64_t b = rp[j], b_end = rp[j + 1]; b < b_end; ++b) {
+            const int64_t c = rc[b * rs];
             if (mark[c] != static_cast<M>(r)) {
               mark[c] = static_cast<M>(r);
               ++n;
@@ -442,11 +472,13 @@ Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* r
     const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
     const I *lc = lhs.col_data, *rc = rhs.col_data;
     const int64_t ls = lhs.stride, rs = rhs.stride;
+    const RhsPrefetch<I, T> ahead{lc, ls, rp, rc, rs, rx, lp[dims.rows]};
     do {
       for (int64_t r = first; r < last; ++r) {
         const M row = static_cast<M>(r);
         int64_t n = 0;
         for (int64_t a = lp[r], a_end = lp[r + 1]; a < a_end; ++a) {
+          ahead(a);
           const int64_t j = lc[a * ls];
           const T x = lx[a];
           for (int64_t b = rp[j], b_end = rp[j + 1]; b < b_end; ++b) {
