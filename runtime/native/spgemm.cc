@@ -55,19 +55,17 @@ constexpr int64_t kMaxCols = int64_t{1} << 24;
 constexpr int64_t kRankSortMax = 256;
 
 // One operand's rows as CSR: the in-range entries of row r are `k in [ptr[r], ptr[r+1])`, with
-// column `col(k)` and position `entries[k]` in the operand's buffers (for its data). Entries whose
+// column `col_data[k * stride]` and position `entries[k]` in the operand's buffers (for its data). Entries whose
 // row or column is out of range are dropped. Buffers already in row order with every index in
 // range are read in place (`identity`: entry k is k); others are grouped into `cols` and `entries`.
 template <typename I>
 struct Rows {
   std::vector<int64_t> ptr;
-  const I* col_data = nullptr;  // col(k) = col_data[k * stride]
+  const I* col_data = nullptr;  // entry k's column: col_data[k * stride]
   int64_t stride = 1;
   bool identity = false;
   std::vector<I> cols;
   std::vector<int64_t> entries;
-
-  I col(int64_t k) const { return col_data[k * stride]; }
 };
 
 // Whether COO indices[nse, 2] are in row order with every row in [0, n_rows) and every column in
@@ -406,7 +404,7 @@ Status count_rows(const Rows<I>& lhs, const Rows<I>& rhs, const Dims& dims, int6
     int64_t first, last;
     if (!take(first, last)) return true;
     std::vector<M> mark(dims.cols, M(-1));
-    const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
+    const int64_t* rp = rhs.ptr.data();
     const I *lc = lhs.col_data, *rc = rhs.col_data;
     const int64_t ls = lhs.stride, rs = rhs.stride;
     const RhsPrefetch<I, char> ahead{lc, ls, rp, rc, rs, nullptr, lp[dims.rows]};
