@@ -179,6 +179,15 @@ _INDEX_TYPES = ("i32", "i64")
 _SPGEMM_DATA = tuple(_LAPACK_TYPES.values())
 _SPGEMM_ATTRS = ("rows", "inner", "cols")
 
+# The output rows one count of hlopt_spgemm_count covers in the calls hlopt makes (the kernel reads
+# the run length off the counts' shape): long runs keep the counts a small part of the program's memory.
+SPGEMM_ROWS_PER_COUNT = 64
+
+
+def spgemm_count_runs(rows: int) -> int:
+    """The number of counts (runs of SPGEMM_ROWS_PER_COUNT output rows) hlopt_spgemm_count gives for `rows` rows."""
+    return -(-rows // SPGEMM_ROWS_PER_COUNT)
+
 
 def _coo_matrix(t: ir.RankedTensorType, index: str) -> bool:
     shape, elt = _tensor(t)
@@ -186,19 +195,21 @@ def _coo_matrix(t: ir.RankedTensorType, index: str) -> bool:
 
 
 def _spgemm_count_rule(operands: Types, outs: Types, config: Config) -> str | None:
-    """hlopt_spgemm_count: indices li[n, 2], ri[m, 2] -> counts[rows], one integer type."""
+    """hlopt_spgemm_count: indices li[n, 2], ri[m, 2] -> counts[spgemm_count_runs(rows)], one integer type."""
     if len(operands) != 2 or len(outs) != 1:
         return f"takes 2 operands and returns 1 result, not {len(operands)} and {len(outs)}"
     index = _tensor(operands[0])[1]
     if index not in _INDEX_TYPES or not all(_coo_matrix(t, index) for t in operands):
         return f"operands {_types(operands)} are not i32 or i64 indices [nse, 2] of one type"
-    if _tensor(outs[0]) != ([int(config["rows"])], index):
-        return f"results {_types(outs)}; the kernel writes {_types_of([([int(config['rows'])], index)])}"
+    runs = spgemm_count_runs(int(config["rows"]))
+    if _tensor(outs[0]) != ([runs], index):
+        return f"results {_types(outs)}; the kernel writes {_types_of([([runs], index)])}"
     return None
 
 
 def _spgemm_fill_rule(operands: Types, outs: Types, config: Config) -> str | None:
-    """hlopt_spgemm_fill: (ld[n], li[n, 2], rd[m], ri[m, 2], counts[rows]) -> (data[nse], indices[nse, 2])."""
+    """hlopt_spgemm_fill: (ld[n], li[n, 2], rd[m], ri[m, 2], counts[spgemm_count_runs(rows)]) -> (data[nse],
+    indices[nse, 2])."""
     if len(operands) != 5 or len(outs) != 2:
         return f"takes 5 operands and returns 2 results, not {len(operands)} and {len(outs)}"
     (ld, de), (_, index) = _tensor(operands[0]), _tensor(operands[1])
@@ -206,10 +217,10 @@ def _spgemm_fill_rule(operands: Types, outs: Types, config: Config) -> str | Non
     ok = (de in _SPGEMM_DATA and re == de and index in _INDEX_TYPES and ce == index
           and _coo_matrix(operands[1], index) and _coo_matrix(operands[3], index)
           and ld == _tensor(operands[1])[0][:1] and rd == _tensor(operands[3])[0][:1]
-          and counts == [int(config["rows"])])
+          and counts == [spgemm_count_runs(int(config["rows"]))])
     if not ok:
         return (f"operands {_types(operands)} are not data[n], indices[n, 2], data[m], indices[m, 2] and "
-                "counts[rows] of one float or complex type and one of i32, i64")
+                "counts[runs of rows] of one float or complex type and one of i32, i64")
     nse = _tensor(outs[0])[0]
     if len(nse) != 1 or [_tensor(t) for t in outs] != [(nse, de), (nse + [2], index)]:
         return f"results {_types(outs)} are not data[nse] and indices[nse, 2] of the operands' types"

@@ -8,10 +8,13 @@
 // every index, pointer, count and size is checked before use, and a CSR operand whose indptr is
 // negative, decreases or points past its buffers is refused.
 //
-// - hlopt_spgemm_count (symbolic phase, BCOO operands): `counts[rows]`, the distinct output
-//   columns of each row.
-// - hlopt_spgemm_fill (numeric phase, BCOO operands and output): given `counts` (checked against
-//   the operands' structure), the output's first `nse` entries in row-major order, columns
+// - hlopt_spgemm_count (symbolic phase, BCOO operands): `counts[runs]`, the output entries (distinct
+//   columns summed over the rows) of each run of ceil(rows / runs) consecutive rows, 0 < runs <= rows
+//   (none for no rows): the caller picks the length; a count per row is runs = rows. A run, not a
+//   row, keeps the counts small: with long runs they are a small part of the program's memory
+//   (the BCOO output, 12 bytes an entry in float32, is already 1.5 times a CSR one).
+// - hlopt_spgemm_fill (numeric phase, BCOO operands and output): given `counts` of any run length
+//   (checked against the operands' structure), the output's first `nse` entries in row-major order, columns
 //   ascending within a row (`nse` is the result's size; padding after the last entry has index
 //   (rows, cols) and value 0), the values summed in the data's type.
 // - hlopt_spgemm_csr_count / hlopt_spgemm_csr_fill: the same on CSR operands; the count writes the
@@ -52,19 +55,17 @@ constexpr int64_t kMaxCols = int64_t{1} << 24;
 constexpr int64_t kRankSortMax = 256;
 
 // One operand's rows as CSR: the in-range entries of row r are `k in [ptr[r], ptr[r+1])`, with
-// column `col(k)` and position `entries[k]` in the operand's buffers (for its data). Entries whose
+// column `col_data[k * stride]` and position `entries[k]` in the operand's buffers (for its data). Entries whose
 // row or column is out of range are dropped. Buffers already in row order with every index in
 // range are read in place (`identity`: entry k is k); others are grouped into `cols` and `entries`.
 template <typename I>
 struct Rows {
   std::vector<int64_t> ptr;
-  const I* col_data = nullptr;  // col(k) = col_data[k * stride]
+  const I* col_data = nullptr;  // entry k's column: col_data[k * stride]
   int64_t stride = 1;
   bool identity = false;
   std::vector<I> cols;
   std::vector<int64_t> entries;
-
-  I col(int64_t k) const { return col_data[k * stride]; }
 };
 
 // Whether COO indices[nse, 2] are in row order with every row in [0, n_rows) and every column in
@@ -192,12 +193,14 @@ struct Split {
 // Ranges a worker (a slow one is a small part of the whole).
 constexpr int64_t kChunksPerWorker = 8;
 
-// The ranges of rows [0, end) for `pool`, of about equal weight: `weight(r)` is a non-decreasing
-// measure of the rows before r, read at O(log end) rows (no pass over the rows). The workers: the
-// product's multiply-adds, estimated as lhs entries times the rhs's entries a row, over
-// kWorkPerBlock, at least one and at most the pool's threads.
+// The ranges of rows [0, end) for `pool`, of about equal weight, each starting at a multiple of
+// `unit` rows: `weight(r)` is a non-decreasing measure of the rows before r, read at O(log end)
+// rows (no pass over the rows). The workers: the product's multiply-adds, estimated as lhs
+// entries times the rhs's entries a row, over kWorkPerBlock, at least one and at most the pool's
+// threads.
 template <typename I, typename W>
-Split split_rows(const Rows<I>& lhs, const Rows<I>& rhs, int64_t end, ffi::ThreadPool& pool, W weight) {
+Split split_rows(const Rows<I>& lhs, const Rows<I>& rhs, int64_t end, int64_t unit, ffi::ThreadPool& pool,
+                 W weight) {
   const int64_t rhs_rows = static_cast<int64_t>(rhs.ptr.size()) - 1;
   const double per_row = rhs_rows > 0 ? static_cast<double>(rhs.ptr.back() - rhs.ptr.front()) / rhs_rows : 0.0;
   const double work = static_cast<double>(lhs.ptr[end] - lhs.ptr[0]) * per_row + static_cast<double>(end);
@@ -206,17 +209,19 @@ Split split_rows(const Rows<I>& lhs, const Rows<I>& rhs, int64_t end, ffi::Threa
                               ? std::max<int64_t>(1, static_cast<int64_t>(work / kWorkPerBlock))
                               : threads;
   Split split{{0}, workers};
-  const int64_t chunks = workers == 1 ? 1 : std::min(workers * kChunksPerWorker, std::max<int64_t>(end, 1));
+  const int64_t units = (end + unit - 1) / unit;
+  const int64_t chunks = workers == 1 ? 1 : std::min(workers * kChunksPerWorker, std::max<int64_t>(units, 1));
+  auto at = [&](int64_t u) { return std::min(u * unit, end); };
   const int64_t base = weight(0), total = weight(end) - base;
   for (int64_t c = 1; c < chunks; ++c) {
     const int64_t target = base + static_cast<int64_t>(static_cast<double>(total) * c / chunks);
-    int64_t lo = split.bounds.back(), hi = end;  // the first row in [lo, end] whose weight reaches target
+    int64_t lo = split.bounds.back() / unit, hi = units;  // the first unit in [lo, units] whose weight reaches target
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo) / 2;
-      if (weight(mid) < target) lo = mid + 1;
+      if (weight(at(mid)) < target) lo = mid + 1;
       else hi = mid;
     }
-    split.bounds.push_back(lo);
+    split.bounds.push_back(at(lo));
   }
   split.bounds.push_back(end);
   return split;
@@ -363,22 +368,54 @@ Order row_order(int64_t n, int64_t cols) {
   return bitmap <= 2 * n * log2n ? Order::kBitmap : Order::kSort;
 }
 
-// The symbolic phase: each row's number of distinct columns, written by `emit(row, count)`.
+// Lhs entries ahead at which the rhs rows they name are fetched: their row pointers first, then
+// (half the distance ahead, the pointers in cache by then) their columns and values. A product
+// reads one rhs row an lhs entry, at random: without this each is a wait on memory.
+constexpr int64_t kPrefetchAhead = 16;
+
+template <typename I, typename T>
+struct RhsPrefetch {
+  const I* lc;  // lhs columns, col(a) = lc[a * ls]
+  int64_t ls;
+  const int64_t* rp;
+  const I* rc;  // rhs columns, col(b) = rc[b * rs]
+  int64_t rs;
+  const T* rx;  // rhs values (null: none read)
+  int64_t end;  // lhs entries
+
+  __attribute__((always_inline)) void operator()(int64_t a) const {
+    if (a + kPrefetchAhead < end) __builtin_prefetch(rp + lc[(a + kPrefetchAhead) * ls]);
+    if (a + kPrefetchAhead / 2 < end) {
+      const int64_t b = rp[lc[(a + kPrefetchAhead / 2) * ls]];
+      __builtin_prefetch(rc + b * rs);
+      if (rx != nullptr) __builtin_prefetch(rx + b);
+    }
+  }
+};
+
+// The symbolic phase: each row's number of distinct columns, written by `emit(row, count)`; the
+// rows of a run of `unit` (from a multiple of it) are all emitted by one thread, in order.
 template <typename M, typename I, typename E>
-Status count_rows(const Rows<I>& lhs, const Rows<I>& rhs, const Dims& dims, ffi::ThreadPool& pool, E emit) {
+Status count_rows(const Rows<I>& lhs, const Rows<I>& rhs, const Dims& dims, int64_t unit, ffi::ThreadPool& pool,
+                  E emit) {
   const int64_t* lp = lhs.ptr.data();
   auto weight = [lp](int64_t r) { return lp[r] - lp[0] + r; };  // entries and rows before r
-  return parallel_rows(pool, split_rows(lhs, rhs, dims.rows, pool, weight), [&](auto& take) {
+  return parallel_rows(pool, split_rows(lhs, rhs, dims.rows, unit, pool, weight), [&](auto& take) {
     int64_t first, last;
     if (!take(first, last)) return true;
     std::vector<M> mark(dims.cols, M(-1));
+    const int64_t* rp = rhs.ptr.data();
+    const I *lc = lhs.col_data, *rc = rhs.col_data;
+    const int64_t ls = lhs.stride, rs = rhs.stride;
+    const RhsPrefetch<I, char> ahead{lc, ls, rp, rc, rs, nullptr, lp[dims.rows]};
     do {
       for (int64_t r = first; r < last; ++r) {
         int64_t n = 0;
-        for (int64_t a = lhs.ptr[r]; a < lhs.ptr[r + 1]; ++a) {
-          int64_t j = lhs.col(a);
-          for (int64_t b = rhs.ptr[j]; b < rhs.ptr[j + 1]; ++b) {
-            int64_t c = rhs.col(b);
+        for (int64_t a = lp[r], a_end = lp[r + 1]; a < a_end; ++a) {
+          ahead(a);
+          const int64_t j = lc[a * ls];
+          for (int64_t b = rp[j], b_end = rp[j + 1]; b < b_end; ++b) {
+            const int64_t c = rc[b * rs];
             if (mark[c] != static_cast<M>(r)) {
               mark[c] = static_cast<M>(r);
               ++n;
@@ -392,37 +429,61 @@ Status count_rows(const Rows<I>& lhs, const Rows<I>& rhs, const Dims& dims, ffi:
   });
 }
 
-// The output rows' offsets from `counts[rows]` (`offset_of(r)` gives row r's count) or an error
-// when a count is negative or above cols.
+// Where the output's runs of rows start: run b is rows [b * rows_per, min((b + 1) * rows_per,
+// rows)) (empty past the last row), its entries [offset[b], offset[b + 1]).
+struct Runs {
+  int64_t rows_per = 1;
+  std::vector<int64_t> offset;
+};
+
+// The run length of `runs` counts over `rows` rows (ceil(rows / runs); one when there are none),
+// or -1 when there are more counts than rows, or none for some rows.
+int64_t rows_per_run(int64_t rows, int64_t runs) {
+  if (runs == 0) return rows == 0 ? 1 : -1;
+  return runs > rows ? -1 : (rows + runs - 1) / runs;
+}
+
+// The runs' offsets from `runs` entry counts (`count_of(b)` gives run b's) over dims.rows rows, or
+// an error when there are more counts than rows, none for some rows, or a count is negative or
+// above the run's rows times cols.
 template <typename C>
-ffi::Error row_offsets(const Dims& dims, C count_of, std::vector<int64_t>& offset) {
-  offset.assign(dims.rows + 1, 0);
-  for (int64_t r = 0; r < dims.rows; ++r) {
-    const int64_t c = count_of(r);
-    if (c < 0 || c > dims.cols)
-      return ffi::Error::InvalidArgument("hlopt_spgemm_fill: a row's entry count is negative or above cols");
-    offset[r + 1] = offset[r] + c;
+ffi::Error run_offsets(const Dims& dims, int64_t runs, C count_of, Runs& out) {
+  out.rows_per = rows_per_run(dims.rows, runs);
+  if (out.rows_per < 0)
+    return ffi::Error::InvalidArgument("hlopt_spgemm_fill: counts must be [runs], 0 < runs <= rows (none for no rows)");
+  out.offset.assign(runs + 1, 0);
+  for (int64_t b = 0; b < runs; ++b) {
+    const int64_t c = count_of(b);
+    const int64_t n_rows = std::max<int64_t>(0, std::min(dims.rows - b * out.rows_per, out.rows_per));
+    if (c < 0 || c > n_rows * dims.cols)
+      return ffi::Error::InvalidArgument(
+          "hlopt_spgemm_fill: an entry count is negative or above cols times its rows");
+    out.offset[b + 1] = out.offset[b] + c;
   }
   return ffi::Error::Success();
 }
 
 // The numeric phase: the output's entries before `nse` through `put(position, row, column, value)`,
-// each row's columns ascending; kMismatch when a row's structure disagrees with `offset`.
+// each row's columns ascending, the rows of a run one after the other from its offset; kMismatch
+// when a run's structure disagrees with its count. A run's writes stay in [offset[b],
+// offset[b + 1]) whatever the operands hold.
 template <typename M, typename T, typename I, typename P>
-Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* rd, const std::vector<int64_t>& offset,
-               const Dims& dims, int64_t nse, ffi::ThreadPool& pool, P put) {
-  // Rows whose entries start at or after nse contribute nothing.
-  int64_t last_row = std::upper_bound(offset.begin(), offset.end() - 1, nse - 1) - offset.begin();
-  last_row = std::min(last_row, dims.rows);
+Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* rd, const Runs& runs, const Dims& dims,
+                 int64_t nse, ffi::ThreadPool& pool, P put) {
+  const std::vector<int64_t>& offset = runs.offset;
+  const int64_t per = runs.rows_per;
+  // Runs whose entries start at or after nse contribute nothing.
+  const int64_t last_run = std::upper_bound(offset.begin(), offset.end() - 1, nse - 1) - offset.begin();
+  const int64_t last_row = std::min(last_run * per, dims.rows);
   // Each operand's data in its rows' order (the buffers themselves when read in place).
   std::vector<T> lv(lhs.entries.size()), rv(rhs.entries.size());
   for (size_t k = 0; k < lv.size(); ++k) lv[k] = ld[lhs.entries[k]];
   for (size_t k = 0; k < rv.size(); ++k) rv[k] = rd[rhs.entries[k]];
   const T* lx = lhs.identity ? ld : lv.data();
   const T* rx = rhs.identity ? rd : rv.data();
-  // Entries before row r, the output's and the lhs's, and rows: what the fill's ranges share evenly.
-  auto weight = [&offset, lp = lhs.ptr.data()](int64_t r) { return offset[r] + lp[r] - lp[0] + r; };
-  return parallel_rows(pool, split_rows(lhs, rhs, last_row, pool, weight), [&](auto& take) {
+  // Entries before row r (the output's up to its run, the lhs's) and rows: what the fill's ranges share evenly.
+  auto weight = [&offset, per, lp = lhs.ptr.data()](int64_t r) { return offset[r / per] + lp[r] - lp[0] + r; };
+  return parallel_rows(pool, split_rows(lhs, rhs, last_row, per, pool, weight), [&](auto& take) {
     int64_t first, last;
     if (!take(first, last)) return true;
     // One slot per output column: the last row that touched it and its running sum.
@@ -442,11 +503,15 @@ Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* r
     const int64_t *lp = lhs.ptr.data(), *rp = rhs.ptr.data();
     const I *lc = lhs.col_data, *rc = rhs.col_data;
     const int64_t ls = lhs.stride, rs = rhs.stride;
+    const RhsPrefetch<I, T> ahead{lc, ls, rp, rc, rs, rx, lp[dims.rows]};
     do {
+      int64_t start = offset[first / per];  // where row r's entries start
       for (int64_t r = first; r < last; ++r) {
+        if (r % per == 0 && start != offset[r / per]) return false;  // the run before has other counts
         const M row = static_cast<M>(r);
         int64_t n = 0;
         for (int64_t a = lp[r], a_end = lp[r + 1]; a < a_end; ++a) {
+          ahead(a);
           const int64_t j = lc[a * ls];
           const T x = lx[a];
           for (int64_t b = rp[j], b_end = rp[j + 1]; b < b_end; ++b) {
@@ -461,8 +526,9 @@ Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* r
             }
           }
         }
-        if (n != offset[r + 1] - offset[r]) return false;
-        const int64_t start = offset[r], room = std::min(offset[r + 1], nse) - start;
+        const int64_t end = std::min(offset[r / per + 1], nse);
+        if (start + n > offset[r / per + 1]) return false;  // more entries than the run's count
+        const int64_t room = std::max<int64_t>(0, end - start);
         switch (row_order<I>(n, dims.cols)) {
           case Order::kRank:
             column_ranks(cols, n, ranks);
@@ -503,7 +569,9 @@ Status fill_rows(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* r
             for (int64_t i = 0; i < std::min(n, room); ++i) put(start + i, r, cols[i], slot[cols[i]].sum);
             break;
         }
+        start += n;
       }
+      if (last > first && start != offset[(last - 1) / per + 1]) return false;  // fewer entries than its count
     } while (take(first, last));
     return true;
   });
@@ -545,11 +613,11 @@ ffi::Error by_index(ffi::DataType type, const Dims& dims, F f) {
 // fill_rows, then padding (column cols, value 0; a COO entry's row `rows`) after the last entry.
 template <typename M, typename T, typename I, typename P>
 ffi::Error fill_and_pad(const Rows<I>& lhs, const T* ld, const Rows<I>& rhs, const T* rd,
-                        const std::vector<int64_t>& offset, const Dims& dims, int64_t nse, ffi::ThreadPool& pool, P put,
+                        const Runs& runs, const Dims& dims, int64_t nse, ffi::ThreadPool& pool, P put,
                         const char* target) {
-  if (auto err = status_error(fill_rows<M>(lhs, ld, rhs, rd, offset, dims, nse, pool, put), target); err.failure())
+  if (auto err = status_error(fill_rows<M>(lhs, ld, rhs, rd, runs, dims, nse, pool, put), target); err.failure())
     return err;
-  for (int64_t k = std::min(offset[dims.rows], nse); k < nse; ++k) put(k, dims.rows, static_cast<I>(dims.cols), T(0));
+  for (int64_t k = std::min(runs.offset.back(), nse); k < nse; ++k) put(k, dims.rows, static_cast<I>(dims.cols), T(0));
   return ffi::Error::Success();
 }
 
@@ -564,16 +632,28 @@ ffi::Error SpgemmCountImpl(ffi::ThreadPool pool, ffi::AnyBuffer li, ffi::AnyBuff
     return ffi::Error::InvalidArgument("hlopt_spgemm_count: indices and counts must have one dtype");
   for (auto err : {check_indices(li, "lhs"), check_indices(ri, "rhs"), check_dims(dims, type)})
     if (err.failure()) return err;
-  if (!one_d(*counts, rows)) return ffi::Error::InvalidArgument("hlopt_spgemm_count: counts must be [rows]");
+  const int64_t runs = counts->dimensions().size() == 1 ? counts->dimensions()[0] : -1;
+  const int64_t per = runs < 0 ? -1 : rows_per_run(rows, runs);
+  if (per < 0)
+    return ffi::Error::InvalidArgument("hlopt_spgemm_count: counts must be [runs], 0 < runs <= rows (none for no rows)");
   int64_t lnse = li.dimensions()[0], rnse = ri.dimensions()[0];
   auto run = [&](auto marker, auto index) -> ffi::Error {
     using M = decltype(marker);
     using I = decltype(index);
     Rows<I> lhs = group_rows(li.typed_data<I>(), lnse, dims.rows, dims.inner);
     Rows<I> rhs = group_rows(ri.typed_data<I>(), rnse, dims.inner, dims.cols);
+    // Each run's entries, summed by the one thread that counts its rows.
+    std::vector<int64_t> total(runs, 0);
+    auto emit = [&total, per](int64_t r, int64_t n) { total[r / per] += n; };
+    if (auto err = status_error(count_rows<M>(lhs, rhs, dims, per, pool, emit), "hlopt_spgemm_count"); err.failure())
+      return err;
     I* out = counts->typed_data<I>();
-    return status_error(count_rows<M>(lhs, rhs, dims, pool, [out](int64_t r, int64_t n) { out[r] = static_cast<I>(n); }),
-                        "hlopt_spgemm_count");
+    for (int64_t b = 0; b < runs; ++b) {
+      if (total[b] > std::numeric_limits<I>::max())
+        return ffi::Error::InvalidArgument("hlopt_spgemm_count: a run of rows has more entries than its index type holds");
+      out[b] = static_cast<I>(total[b]);
+    }
+    return ffi::Error::Success();
   };
   return guarded("hlopt_spgemm_count", [&] { return by_index(type, dims, run); });
 }
@@ -584,8 +664,9 @@ ffi::Error coo_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& li, const ff
                     ffi::AnyBuffer& out_idx, ffi::ThreadPool& pool) {
   const int64_t nse = out_data.dimensions()[0];
   const I* count = counts.typed_data<I>();
-  std::vector<int64_t> offset;
-  if (auto err = row_offsets(dims, [count](int64_t r) { return static_cast<int64_t>(count[r]); }, offset);
+  Runs runs;
+  if (auto err = run_offsets(dims, counts.dimensions()[0], [count](int64_t b) { return static_cast<int64_t>(count[b]); },
+                             runs);
       err.failure())
     return err;
   Rows<I> lhs = group_rows(li.typed_data<I>(), li.dimensions()[0], dims.rows, dims.inner);
@@ -597,7 +678,7 @@ ffi::Error coo_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& li, const ff
     idx[2 * at] = static_cast<I>(r);
     idx[2 * at + 1] = c;
   };
-  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), offset, dims, nse, pool, put,
+  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), runs, dims, nse, pool, put,
                          "hlopt_spgemm_fill");
 }
 
@@ -616,9 +697,9 @@ ffi::Error SpgemmFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffe
                    check_dims(dims, type)})
     if (err.failure()) return err;
   if (!one_d(ld, li.dimensions()[0]) || !one_d(rd, ri.dimensions()[0]) ||
-      !one_d(*out_data, out_idx->dimensions()[0]) || !one_d(counts, rows))
+      !one_d(*out_data, out_idx->dimensions()[0]) || counts.dimensions().size() != 1)
     return ffi::Error::InvalidArgument(
-        "hlopt_spgemm_fill: data must be [nse] beside indices [nse, 2], and counts [rows]");
+        "hlopt_spgemm_fill: data must be [nse] beside indices [nse, 2], and counts [runs]");
   return guarded("hlopt_spgemm_fill", [&] { return by_dtype(dtype, "hlopt_spgemm_fill", [&](auto t) {
     return by_index(type, dims, [&](auto m, auto i) {
       return coo_fill<decltype(t), decltype(m), decltype(i)>(ld, li, rd, ri, counts, dims, *out_data, *out_idx, pool);
@@ -664,7 +745,7 @@ ffi::Error SpgemmCsrCountImpl(ffi::ThreadPool pool, ffi::AnyBuffer lp, ffi::AnyB
     if (auto err = both_csr_rows(lp, li, rp, ri, dims, lhs, rhs); err.failure()) return err;
     I* out = indptr->typed_data<I>();
     auto emit = [out](int64_t r, int64_t n) { out[r + 1] = static_cast<I>(n); };
-    if (auto err = status_error(count_rows<decltype(marker)>(lhs, rhs, dims, pool, emit), "hlopt_spgemm_csr_count");
+    if (auto err = status_error(count_rows<decltype(marker)>(lhs, rhs, dims, 1, pool, emit), "hlopt_spgemm_csr_count");
         err.failure())
       return err;
     out[0] = 0;
@@ -687,9 +768,9 @@ ffi::Error csr_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& lp, const ff
   const int64_t nse = out_data.dimensions()[0];
   const I* ptr = indptr.typed_data<I>();
   if (ptr[0] != 0) return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: the output indptr must start at 0");
-  std::vector<int64_t> offset;
+  Runs runs;  // a run a row
   auto count_of = [ptr](int64_t r) { return static_cast<int64_t>(ptr[r + 1]) - static_cast<int64_t>(ptr[r]); };
-  if (auto err = row_offsets(dims, count_of, offset); err.failure()) return err;
+  if (auto err = run_offsets(dims, dims.rows, count_of, runs); err.failure()) return err;
   Rows<I> lhs, rhs;
   if (auto err = both_csr_rows(lp, li, rp, ri, dims, lhs, rhs); err.failure()) return err;
   T* data = out_data.typed_data<T>();
@@ -698,7 +779,7 @@ ffi::Error csr_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& lp, const ff
     data[at] = v;
     idx[at] = c;
   };
-  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), offset, dims, nse, pool, put,
+  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), runs, dims, nse, pool, put,
                          "hlopt_spgemm_csr_fill");
 }
 

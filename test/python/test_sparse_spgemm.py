@@ -472,6 +472,104 @@ def _raw_fill(ld, li, rd, ri, counts, nse, rows, inner, cols):
                                                        inner=np.int64(inner), cols=np.int64(cols))
 
 
+def _run_counts(csr: sp.csr_matrix, per: int) -> np.ndarray:
+    """The output entries of each run of `per` rows of a CSR product (scipy's), what hlopt_spgemm_count gives."""
+    ptr = csr.indptr.astype(np.int64)
+    return np.diff(ptr[np.minimum(np.arange(0, -(-csr.shape[0] // per) * per + 1, per), csr.shape[0])])
+
+
+def messy_coo(rng: np.random.Generator, shape, density: float, dtype, index_dtype) -> tuple[hs.BCOO, np.ndarray]:
+    """A BCOO matrix claimed sorted and unique whose entries are neither: runs of empty rows (two runs
+    of counted rows and some single rows), a quarter of the entries repeated, all shuffled out of
+    row order. Also its dense value (duplicates added)."""
+    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT as per
+
+    m = sp.random(*shape, density=density, format="lil", random_state=int(rng.integers(2**31)), dtype=np.float64)
+    m[per:3 * per] = 0  # two whole runs of empty rows
+    m[rng.choice(shape[0], shape[0] // 10, replace=False)] = 0
+    coo = m.tocoo()
+    rows, cols, vals = coo.row, coo.col, coo.data
+    dup = rng.choice(rows.size, rows.size // 4)
+    rows, cols = np.concatenate([rows, rows[dup]]), np.concatenate([cols, cols[dup]])
+    vals = np.concatenate([vals, rng.standard_normal(dup.size)])
+    order = rng.permutation(rows.size)
+    idx = np.stack([rows[order], cols[order]], 1).astype(index_dtype)
+    dense = np.zeros(shape)
+    np.add.at(dense, (rows, cols), vals)
+    mat = hs.BCOO((jnp.asarray(vals[order].astype(dtype)), jnp.asarray(idx)), shape=shape, indices_sorted=True,
+                  unique_indices=True)
+    return mat, dense
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kernel_runs_of_counted_rows_on_messy_layouts_equal_scipy(dtype, index_dtype):
+    """A product of 1000 rows: many runs of SPGEMM_ROWS_PER_COUNT counted rows, shared out to the
+    threads, with empty rows and runs, duplicates and entries out of row order though claimed
+    sorted. Eager: scipy's nnz and entries (float64: 1e-12). Under hlopt.jit with nse cut inside a
+    run, at a run's end and past the count: the first nse of them, then padding."""
+    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT as per
+
+    rng = np.random.default_rng(5)
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-4, atol=1e-4)
+    with jax.enable_x64(True):
+        a, ad = messy_coo(rng, (1000, 300), 0.02, dtype, index_dtype)
+        b, bd = messy_coo(rng, (300, 700), 0.02, dtype, index_dtype)
+        want = (sp.csr_matrix(pattern_of(a)) @ sp.csr_matrix(pattern_of(b))).tocsr()
+        want.sort_indices()
+        values = (ad @ bd)[want.nonzero()]
+        got = a @ b
+        assert got.nse == want.nnz and got.indices.dtype == index_dtype
+        np.testing.assert_array_equal(np.asarray(got.indices), np.stack(want.nonzero(), 1))
+        np.testing.assert_allclose(np.asarray(got.data), values, **tol)
+        runs = np.cumsum(_run_counts(want, per))
+        assert runs[0] > 0 and runs[1] == runs[2] == runs[0]  # the second and third runs are empty
+        for nse in (int(runs[4]) + 3, int(runs[6]), want.nnz + 5):
+            out = hlopt.jit(lambda x, y, nse=nse: hs.bcoo_spdot_general(x, y, dimension_numbers=MM, nse=nse))(a, b)
+            k = min(nse, want.nnz)
+            np.testing.assert_array_equal(np.asarray(out.indices[:k]), np.stack(want.nonzero(), 1)[:k])
+            np.testing.assert_allclose(np.asarray(out.data[:k]), values[:k], **tol)
+            np.testing.assert_array_equal(np.asarray(out.indices[k:]), np.tile([1000, 700], (nse - k, 1)))
+
+
+def test_fill_kernel_takes_counts_of_any_run_length_and_refuses_forged_ones():
+    """hlopt_spgemm_fill reads the run length off the counts' shape (ceil(rows / runs) rows each, the
+    last run short): a count per row, one for all rows and ragged runs give the same product; counts
+    that move entries between runs, or more counts than rows, are errors (never a write outside a run)."""
+    from hlopt.runtime import kernels
+
+    kernels.register()
+    a = sp.random(150, 40, density=0.05, format="csr", random_state=1, dtype=np.float64)
+    b = sp.random(40, 60, density=0.05, format="csr", random_state=2, dtype=np.float64)
+    want = (a @ b).tocsr()
+    want.sort_indices()
+    with jax.enable_x64(True):
+        A, B = from_csr(a), from_csr(b)
+        li, ri = A.indices, B.indices
+        for runs in (150, 1, 2, 7, 100):
+            per = -(-150 // runs)
+            counts = np.zeros(runs, np.int32)
+            counts[: -(-150 // per)] = _run_counts(want, per)
+            data, idx = _raw_fill(A.data, li, B.data, ri, jnp.asarray(counts), want.nnz, 150, 40, 60)
+            np.testing.assert_array_equal(np.asarray(idx), np.stack(want.nonzero(), 1))
+            np.testing.assert_allclose(np.asarray(data), (a @ b).toarray()[want.nonzero()], rtol=1e-12)
+            out = jax.ffi.ffi_call("hlopt_spgemm_count", jax.ShapeDtypeStruct((runs,), np.int32))(
+                li, ri, rows=np.int64(150), inner=np.int64(40), cols=np.int64(60))
+            np.testing.assert_array_equal(np.asarray(out), counts)
+        counts = _run_counts(want, 10).astype(np.int32)
+        moved = counts.copy()
+        j = int(np.flatnonzero(counts)[0])
+        moved[j] -= 1
+        moved[j + 1] += 1
+        short = counts.copy()
+        short[np.flatnonzero(counts)[-1]] = 0  # a run's entries not counted: its rows would spill past its end
+        for forged in (moved, short):
+            with pytest.raises(Exception, match="do not match"):
+                jax.block_until_ready(_raw_fill(A.data, li, B.data, ri, jnp.asarray(forged), want.nnz, 150, 40, 60))
+        with pytest.raises(Exception, match="counts"):
+            jax.block_until_ready(_raw_fill(A.data, li, B.data, ri, jnp.zeros(151, np.int32), 3, 150, 40, 60))
+
+
 def test_fill_kernel_refuses_forged_counts_and_shapes():
     """Counts that disagree with the operands, negative counts and inconsistent shapes are errors
     (never a read or write out of bounds); huge or negative indices are dropped."""
@@ -498,7 +596,7 @@ def test_portable_rules_accept_the_kernel_calls_and_refuse_changed_ones():
     """A saved program's hlopt_spgemm calls pass runtime/portable.py's rules; a changed attribute,
     an extra one, an i32 one or a result of another size is refused."""
     from hlopt.passes.mlir import ir
-    from hlopt.runtime.portable import PortableCheckError, check_portable
+    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT, PortableCheckError, check_portable
 
     a = from_csr(sp.random(6, 7, density=0.3, format="csr", random_state=0, dtype=np.float32))
     b = from_csr(sp.random(7, 5, density=0.3, format="csr", random_state=1, dtype=np.float32))
@@ -520,7 +618,9 @@ def test_portable_rules_accept_the_kernel_calls_and_refuse_changed_ones():
         for op in calls:
             config = ir.DictAttr(op.attributes["mhlo.backend_config"])
             names = {config[i].name: config[i].attr for i in range(len(config))}
-            edits = [dict(names, rows=i64(7)), dict(names, extra=i64(1)), {k: v for k, v in names.items() if k != "cols"},
+            # rows moved into another run of counts (the count's result and the fill's counts then disagree with it)
+            edits = [dict(names, rows=i64(6 + SPGEMM_ROWS_PER_COUNT)), dict(names, extra=i64(1)),
+                     {k: v for k, v in names.items() if k != "cols"},
                      dict(names, cols=ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 5)), dict(names, inner=i64(-1))]
             for edit in edits:
                 op.attributes["mhlo.backend_config"] = ir.DictAttr.get(edit)
