@@ -15,9 +15,9 @@ from hlopt.passes.base import Pass
 # `hlopt.passes.jet_expand.JetExpand`, and the XLA:CPU passes live in `hlopt.passes.xla_cpu`
 # (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`).
 PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
-              "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-sparse-kernels",
-              "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place",
-              "xla-cpu-ynn-fusion")
+              "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-small-dots",
+              "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-triangular-inverse",
+              "xla-cpu-update-in-place", "xla-cpu-ynn-fusion")
 XLA_CPU_PREFIX = "xla-cpu-"
 
 
@@ -51,7 +51,8 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lo
 # the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only records
 # a compile option on the module.
 DEFAULT_TUNING = ("xla-cpu-triangular-inverse", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-update-in-place",
-                  "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects", "xla-cpu-ynn-fusion")
+                  "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects", "xla-cpu-small-dots",
+                  "xla-cpu-ynn-fusion")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {

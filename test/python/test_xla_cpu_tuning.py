@@ -107,9 +107,9 @@ def workloads():
 
     w = jax.random.normal(jax.random.key(7), (8, 4)) / 2
 
-    def log_det(c, x):  # a determinant wavefunction's log|det| (slogdet: LU and its 8x8 triangular solves)
+    def log_det(c, x):  # a determinant wavefunction's log|det| (slogdet: LU and its triangular solves)
         z = c @ x
-        return jnp.linalg.slogdet(2 * jnp.eye(8) + 0.2 * jnp.tanh(z[:, None] * z[None, :] + z[None, :]))[1]
+        return jnp.linalg.slogdet(2 * jnp.eye(z.size) + 0.2 * jnp.tanh(z[:, None] * z[None, :] + z[None, :]))[1]
 
     def determinant(laplacian):
         return jax.grad(lambda c: jnp.mean(jax.vmap(lambda x: laplacian(lambda y: log_det(c, y))(x))(xs) ** 2))
@@ -125,6 +125,9 @@ def workloads():
         "determinant_laplacian": (jax.vmap(lambda x: hlopt.laplacian(lambda y: log_det(w, y))(x)), (xs,),
                                   jax.vmap(lambda x: nested_laplacian(lambda y: log_det(w, y))(x))),
         "determinant_gradient": (determinant(hlopt.laplacian), (w,), determinant(nested_laplacian)),
+        # 4x4 matrices: their batched products are below XLA:CPU's matmul bound (xla-cpu-small-dots)
+        "small_determinant_laplacian": (jax.vmap(lambda x: hlopt.laplacian(lambda y: log_det(w[:4], y))(x)), (xs,),
+                                        jax.vmap(lambda x: nested_laplacian(lambda y: log_det(w[:4], y))(x))),
         "jet": (_jet(mlp, 4), (p, xs[0], v), _nested_directional(mlp, 4)),
         "laplacian": (jax.vmap(lap, in_axes=(None, 0)), (p, xs), jax.vmap(ref_lap, in_axes=(None, 0))),
         "weighted_laplacian": (jax.vmap(lambda q, x: hlopt.laplacian(lambda y: mlp(q, y), weights=s)(x),
@@ -139,7 +142,8 @@ def workloads():
 
 
 WORKLOADS = [
-    "electron_laplacian", "determinant_laplacian", "determinant_gradient", "jet", "laplacian", "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo"]
+    "electron_laplacian", "determinant_laplacian", "determinant_gradient", "small_determinant_laplacian", "jet", "laplacian",
+    "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo"]
 
 
 def _close(got, want, atol):

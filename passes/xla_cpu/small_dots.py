@@ -1,0 +1,112 @@
+"""`xla-cpu-small-dots`: a batched dot_general of tiny matrices becomes the sum of its broadcast products.
+
+XLA:CPU (jaxlib 0.10.2) gives a dot to its YNNPACK matmul only when one of the
+matrices' sizes m, k or n reaches 8 (`IsDotSupportedByYnn`: smaller ones are left
+out as too small for its overhead). A smaller dot with batch dimensions then runs
+in XLA's own emitter as a loop over the batch that calls a matrix kernel per batch
+element, about half a microsecond each, whatever the matrix's size: bench/wavefunction.py's
+kinetic energy at n = 4 electrons spends most of its time in such dots, the
+per-direction products of 4x4 matrices (a [12, 128, 4, 4] dot of 1536 batch elements
+took 0.8 ms, the same sums as a loop fusion 0.02-0.04 ms; at n = 6 the 6x6 products
+likewise), while at n = 8 the 8x8 products go to YNNPACK and were fast. Here such a
+dot is the sum over its k < 8 contracting positions of the products of the operands'
+slices broadcast to the result's shape, which XLA:CPU fuses into one elementwise loop.
+XLA:CPU fuses the ops that compute the operands into that loop too, so each operand
+element is computed once per result element that reads it (n or m times), where the
+dot read it from memory; an `optimization_barrier` would not stop that (XLA:CPU drops
+barriers before fusion). That recomputation is why the sum's gain shrinks with the
+size: at n = 6 the [18, 128, 6, 6] product's sum took about as long as its dot, while
+the whole kinetic energy still ran 10-20% faster with the pass (2-core machine under load).
+
+Only dots with batch dimensions (a single small product is one call of XLA's own
+small-matrix code), of floating or complex elements and with m, k and n all below
+`max-size` (8, YNNPACK's bound) are rewritten. The terms are added in the order of
+the contracting positions, as a dot of that size accumulates them: the values agree
+to rounding (a fused multiply-add or not).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import ClassVar
+
+from hlopt.passes import builders
+from hlopt.passes.base import option
+from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.xla_cpu.rewrite import OpRewrite
+
+# the attributes of a dot_general whose meaning the sum keeps
+KNOWN = {"dot_dimension_numbers", "precision_config"}
+
+# XLA:CPU leaves a dot to its own emitter when m, k and n are all below this (YNNPACK's bound)
+YNN_MIN_SIZE = 8
+
+
+def _free(v: ir.Value, batch: list[int], contract: list[int]) -> list[int]:
+    """The free dimensions of dot operand `v`."""
+    return [d for d in range(len(builders.shape_of(v))) if d not in batch and d not in contract]
+
+
+def _arranged(v: ir.Value, batch: list[int], contract: list[int], elem: ir.Type) -> ir.Value:
+    """`v` (in `elem`) transposed to (batch, free, contracting) with the contracting
+    dimensions joined into one last dimension."""
+    shape, free = builders.shape_of(v), _free(v, batch, contract)
+    v = builders.transpose(builders.convert(v, elem), [*batch, *free, *contract])
+    joined = [shape[d] for d in batch] + [shape[d] for d in free] + [math.prod(shape[d] for d in contract)]
+    return builders.reshape(v, joined)
+
+
+def _term(v: ir.Value, k: int, out: list[int], dims: list[int]) -> ir.Value:
+    """The slice of arranged `v` at contracting position `k`, broadcast to `out` along `dims`."""
+    shape = builders.shape_of(v)
+    column = builders.reshape(builders.slice_dim(v, len(shape) - 1, k, k + 1), shape[:-1])
+    return builders.broadcast(column, out, dims)
+
+
+@dataclasses.dataclass(frozen=True)
+class SmallDots(OpRewrite):
+    """A `dot_general` with batch dimensions whose matrices are all smaller than `max-size` (8)
+    in m, k and n becomes the sum over the k contracting positions of the broadcast products
+    of the operands' slices, which XLA:CPU fuses into one loop instead of calling a matrix
+    kernel per batch element.
+
+        %d = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1]
+             : (tensor<128x4x2xf32>, tensor<128x2x3xf32>) -> tensor<128x4x3xf32>
+
+    becomes
+
+        %a0 = a[:, :, 0] broadcast to 128x4x3 along [0, 1]; %b0 = b[:, 0, :] along [0, 2]
+        %a1, %b1 likewise at position 1
+        %d = (%a0 * %b0) + (%a1 * %b1)
+    """
+
+    name: ClassVar[str] = "xla-cpu-small-dots"
+    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.dot_general",)
+    max_size: int = option(YNN_MIN_SIZE, low=1, high=1 << 10,
+                           what="a dot is rewritten when its m, k and n are all below this")
+
+    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
+        if set(op.attributes) - KNOWN:
+            return None
+        result = op.results[0]
+        if not builders.is_differentiable(result.type):
+            return None
+        lhs, rhs = op.operands
+        d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+        lb, rb = list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)
+        lc, rc = list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
+        ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
+        lf, rf = _free(lhs, lb, lc), _free(rhs, rb, rc)
+        m, n, k = math.prod(ls[i] for i in lf), math.prod(rs[i] for i in rf), math.prod(ls[i] for i in lc)
+        if not lb or 0 in (m, n, k) or max(m, n, k) >= self.max_size:
+            return None
+        elem, out = builders.elem_of(result), builders.shape_of(result)
+        a, b = _arranged(lhs, lb, lc, elem), _arranged(rhs, rb, rc, elem)
+        nb, nm, nn = len(lb), len(lf), len(rf)
+        a_dims = [*range(nb), *range(nb, nb + nm)]
+        b_dims = [*range(nb), *range(nb + nm, nb + nm + nn)]
+        terms = (builders.mul(_term(a, i, out, a_dims), _term(b, i, out, b_dims)) for i in range(k))
+        return [functools.reduce(builders.add, terms)]
+
