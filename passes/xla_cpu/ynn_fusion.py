@@ -105,7 +105,7 @@ def ynn_weights(module: ir.Operation) -> tuple[int, int]:
 
 def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
     """The XLA options `module` records (`ATTRIBUTE`), sorted; raises ValueError for an entry
-    outside `RECORDABLE` or not a string."""
+    outside `RECORDABLE`, not a string, or whose name holds a NUL byte."""
     if ATTRIBUTE not in module.attributes:
         return ()
     attr = module.attributes[ATTRIBUTE]
@@ -115,7 +115,9 @@ def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
     for named in attr:
         name, value = named.name, named.attr
         text = ir.StringAttr(value).value if isinstance(value, ir.StringAttr) else None
-        if text is None or text not in RECORDABLE.get(name, ()):
+        # A name with a NUL byte reads back cut short at it: honour only a name that is the key itself.
+        seen = {n for n, _ in found}
+        if text is None or text not in RECORDABLE.get(name, ()) or name not in attr or name in seen:
             raise ValueError(f"the module attribute {ATTRIBUTE} sets {name} = {str(value)[:80]}, "
                              f"which hlopt's passes never record")
         found.append((name, text))

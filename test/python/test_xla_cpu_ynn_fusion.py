@@ -111,7 +111,11 @@ def test_program_options():
 
 
 @pytest.mark.parametrize("entry", ['{xla_dump_to = "/tmp/anywhere"}', f'{{{ynn_fusion.OPTION} = ""}}',
-                                   f"{{{ynn_fusion.OPTION} = 1 : i32}}", '"not a dictionary"'])
+                                   f"{{{ynn_fusion.OPTION} = 1 : i32}}", '"not a dictionary"',
+                                   # a key that reads back as the option's name, cut at its NUL byte
+                                   f'{{"{ynn_fusion.OPTION}\\00--xla_dump_to=/tmp" = "{ynn_fusion.WITHOUT_REDUCE}"}}',
+                                   f'{{"{ynn_fusion.OPTION}\\00x" = "{ynn_fusion.WITHOUT_REDUCE}", '
+                                   f'{ynn_fusion.OPTION} = "{ynn_fusion.WITHOUT_REDUCE}"}}'])
 def test_only_recordable_options_are_honoured(entry):
     """A module (say from an unauthenticated file) that records anything hlopt's passes never
     record is refused, not compiled with it."""
