@@ -111,17 +111,17 @@ def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
     attr = module.attributes[ATTRIBUTE]
     if not isinstance(attr, ir.DictAttr):
         raise ValueError(f"the module attribute {ATTRIBUTE} is not a dictionary: {str(attr)[:80]}")
-    found = []
+    found: dict[str, str] = {}
     for named in attr:
         name, value = named.name, named.attr
         text = ir.StringAttr(value).value if isinstance(value, ir.StringAttr) else None
-        # A name with a NUL byte reads back cut short at it: honour only a name that is the key itself.
-        seen = {n for n, _ in found}
-        if text is None or text not in RECORDABLE.get(name, ()) or name not in attr or name in seen:
+        # A name with a NUL byte reads back cut short at it: honour only a name that is the key
+        # itself, once (a cut name may read as the same name as a genuine key beside it).
+        if text is None or text not in RECORDABLE.get(name, ()) or name not in attr or name in found:
             raise ValueError(f"the module attribute {ATTRIBUTE} sets {name} = {str(value)[:80]}, "
                              f"which hlopt's passes never record")
-        found.append((name, text))
-    return tuple(sorted(found))
+        found[name] = text
+    return tuple(sorted(found.items()))
 
 
 @dataclasses.dataclass(frozen=True)
