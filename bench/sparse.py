@@ -7,6 +7,7 @@ the same ratio for the bare PJRT executables called alike (without the Python
 dispatch of either API, which dominates ops under 0.2 ms) and, for
 multiply_sparse and sum_duplicates, the compiled programs' peak memory
 (temporaries + outputs). Run: `python bench/sparse.py [--quick] [--only OP] [--inputs N] [--sync-dispatch]`.
+Every row goes into a record under `bench/results/sparse/` (bench/record.py), times in seconds.
 
 Successive calls cycle through 3 random input sets of the same shapes (the
 same sequence for both sides): called on one input over and over, the CPU's
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -39,6 +41,7 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
+from record import write_record
 
 
 def random_bcoo(rng: np.random.RandomState, shape: tuple[int, ...], nse: int, n_batch: int = 0):
@@ -224,7 +227,7 @@ def product_cases(n: int, nse: int, k: int, batch: int, bn: int, bnse: int, rng:
     ]
 
 
-def spspmm(n: int, nse: int, reps: int, jax_limit_mb: float) -> None:
+def spspmm(n: int, nse: int, reps: int, jax_limit_mb: float) -> dict:
     """Sparse x sparse matmul of two random (n, n) arrays with `nse` entries each: hlopt with the exact
     output nse (counted on the host), JAX with its bound (run only when its peak fits `jax_limit_mb`)."""
     rng = np.random.RandomState(0)
@@ -249,16 +252,33 @@ def spspmm(n: int, nse: int, reps: int, jax_limit_mb: float) -> None:
         ours_mb = peak_bytes(ours.lower(*args).compile().executable.get_compiled_memory_stats()) / 2**20
         print(f"| sparse x sparse ({n}x{n}, nse {nse} each, {out_nse} outputs) | "
               f"{_time(ours, args, reps) * 1e3:.2f} | fails ({type(e).__name__}) | | | {ours_mb:.1f} MB |", flush=True)
-        return
+        return {"op": f"sparse x sparse ({n}x{n}, nse {nse} each)", "out_nse": out_nse, "hlopt_mb": ours_mb,
+                "jax": f"fails ({type(e).__name__})"}
     name = f"sparse x sparse ({n}x{n}, nse {nse} each, {out_nse} outputs)"
     jax.block_until_ready(ours(*args))  # compiled outside the timing
     if ref_mb > jax_limit_mb:
-        print(f"| {name} | {_time(ours, args, reps) * 1e3:.2f} | not run (peak {ref_mb:.0f} MB) | | | {ours_mb:.1f} MB vs {ref_mb:.1f} MB |",
+        t_ours = _time(ours, args, reps)
+        print(f"| {name} | {t_ours * 1e3:.2f} | not run (peak {ref_mb:.0f} MB) | | | {ours_mb:.1f} MB vs {ref_mb:.1f} MB |",
               flush=True)
-        return
+        return {"op": name, "hlopt_ms": t_ours * 1e3, "hlopt_mb": ours_mb, "jax_mb": ref_mb, "jax": "not run"}
     t_ours, t_ref = median_times((ours, ref), [args], reps)
-    print(format_row({"op": name, "hlopt_ms": t_ours * 1e3, "jax_ms": t_ref * 1e3, "speedup": t_ref / t_ours,
-                      "exe_speedup": float("nan"), "hlopt_mb": ours_mb, "jax_mb": ref_mb}), flush=True)
+    row = {"op": name, "hlopt_ms": t_ours * 1e3, "jax_ms": t_ref * 1e3, "speedup": t_ref / t_ours,
+           "exe_speedup": float("nan"), "hlopt_mb": ours_mb, "jax_mb": ref_mb}
+    print(format_row(row), flush=True)
+    return row
+
+
+def figure(row: dict, table: str) -> dict:
+    """A printed row as a record's figure: times in seconds, the ratios named."""
+    out = {"table": table}
+    for key, value in row.items():
+        if key.endswith("_ms"):
+            out[key[:-3] + "_s"] = value / 1e3
+        elif not (isinstance(value, float) and math.isnan(value)):
+            out[key] = value
+    if "speedup" in out:
+        out["speedup_is"] = "jax / hlopt"
+    return out
 
 
 def _time(fn: Callable, args: tuple, reps: int) -> float:
@@ -290,6 +310,7 @@ def main() -> None:
     parser.add_argument("--jax-limit-mb", type=float, default=4096,
                         help="run JAX's sparse x sparse product only when its compiled peak memory is below this")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     jax.config.update("jax_cpu_enable_async_dispatch", not args.sync_dispatch)
     if args.quick:
         n, nse, nse_mul, nse_dup, batch, bn, bnse = 256, 2000, 500, 5000, 4, 64, 500
@@ -310,16 +331,19 @@ def main() -> None:
     tables = [(f"unbatched: shape ({n}, {n}), nse {nse}", unbatched),
               (f"batched: shape ({batch}, {bn}, {bn}), n_batch 1, nse {bnse} per batch", batched),
               (f"products: shape ({pn}, {pn}), nse {pnse}", products)]
+    figures = []
     for title, sets in tables:
         print(f"\n{title}, {args.inputs} input sets\n{header}")
         for cases in zip(*sets):  # one op, each input set
             name, ours, ref, _, *memory = cases[0]
             if args.only in name:
-                compare(name, ours, ref, [case[3] for case in cases], args.reps, bool(memory))
+                row = compare(name, ours, ref, [case[3] for case in cases], args.reps, bool(memory))
+                figures.append(figure(row, title.split(":")[0]))
     if args.only in "sparse x sparse":
         print(f"\nsparse x sparse matmul, 1 input set\n{header}")
         for count in sp_nse:
-            spspmm(sp_n, count, args.reps, args.jax_limit_mb)
+            figures.append(figure(spspmm(sp_n, count, args.reps, args.jax_limit_mb), "sparse x sparse"))
+    write_record("sparse", figures, load_before=load_before, options=vars(args))
 
 
 if __name__ == "__main__":
