@@ -25,6 +25,7 @@ from jax._src import source_info_util as _source_info_util
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
 from jax._src import xla_bridge as _xla_bridge
+from jax._src import custom_derivatives as _custom_derivatives
 from jax._src.custom_partitioning_sharding_rule import (
     SdyShardingRule,
     sdy_sharding_rule_to_mlir as _sdy_sharding_rule_to_mlir,
@@ -35,24 +36,31 @@ from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import hlo as _hlo
 from jax._src.lax import linalg as _linalg
+from jax._src.lax.control_flow import solves as _solves
 from jaxlib import _jax
 from jaxlib import xla_client  # noqa: F401  (compile options, device lists: runtime/pjrt.py)
 
 from hlopt.passes.locations import hlopt_dirs
 
 __all__ = [
+    "ClosedJaxpr",
+    "Jaxpr",
     "LoweringTarget",
     "Placement",
+    "Primitive",
     "SPMDAxisContext",
     "SdyShardingRule",
     "ShardingContext",
+    "Var",
     "api_boundary",
     "arg_avals",
     "build_module",
     "closed_over_refs",
     "compile_args",
+    "concrete_or_error",
     "convert_constvars_jaxpr",
     "cpp_pjit",
+    "custom_jvp_call_p",
     "donated_inputs",
     "extend_axis_env_nd",
     "fastpath_data",
@@ -63,9 +71,11 @@ __all__ = [
     "initialize_lapack",
     "get_backend",
     "is_committed",
+    "jaxpr_as_fun",
     "kept_inputs",
     "key_shape",
     "layout_rank",
+    "linear_solve_p",
     "lower_called_computation",
     "lowering_target",
     "merge_module",
@@ -190,6 +200,18 @@ def lowering_placement(lowered: Any) -> Placement:
 
 
 # --- jaxprs and their lowering ----------------------------------------------------
+
+# jax.extend.core's names, taken from where jax.extend.core takes them: importing any
+# `jax.extend` module runs the package's __init__, which imports Pallas (about 16 ms, paid by a
+# process's first hlopt.jit call of a jet or a sparse op).
+ClosedJaxpr = _core.ClosedJaxpr
+Jaxpr = _core.Jaxpr
+Primitive = _core.Primitive
+Var = _core.Var
+jaxpr_as_fun = _core.jaxpr_as_fun
+concrete_or_error = _core.concrete_or_error
+custom_jvp_call_p = _custom_derivatives.custom_jvp_call_p
+linear_solve_p = _solves.linear_solve_p
 
 
 def under_transformation() -> bool:

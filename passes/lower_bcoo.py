@@ -13,10 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from hlopt.passes import bcoo
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass, PassError
-from hlopt.passes.bcoo.record import PREFIX, is_bcoo_op
+from hlopt.passes.bcoo_names import PREFIX, is_bcoo_op
 from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
 
@@ -44,6 +43,10 @@ class LowerBcoo(Pass):
 
     def apply(self, module: ir.Operation) -> None:
         found = [op for op in walk_ops(module, "stablehlo.custom_call") if is_bcoo_op(op)]
+        if not found:
+            return
+        from hlopt.passes import bcoo  # the op records: imported only for a module that has sparse ops
+
         views = [bcoo.read(op) for op in found]  # every op is checked before any is rewritten
         for view in views:
             with view.op.location, ir.InsertionPoint(view.op):

@@ -19,9 +19,8 @@ from typing import Any, NamedTuple, NoReturn
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes.base import PassError
+from hlopt.passes.bcoo_names import PREFIX, is_bcoo_op, op_name  # noqa: F401  (re-exported)
 from hlopt.passes.mlir import ir
-
-PREFIX = "hlopt.bcoo."
 
 # Operand roles: a BCOO's `data` and `indices`, a `dense` array, gather `starts`.
 DATA, INDICES, DENSE, STARTS = "data", "indices", "dense", "starts"
@@ -255,16 +254,6 @@ class BcooOp:
 
     def result_elem(self, i: int) -> ir.Type:
         return self.result_types[i].element_type
-
-
-def is_bcoo_op(op: ir.Operation) -> bool:
-    """True for a `stablehlo.custom_call` whose target starts with `hlopt.bcoo.`."""
-    return op.name == "stablehlo.custom_call" and ir.StringAttr(op.attributes["call_target_name"]).value.startswith(PREFIX)
-
-
-def op_name(op: ir.Operation) -> str:
-    """The op name of an `hlopt.bcoo.<name>` custom_call (the target after the prefix)."""
-    return ir.StringAttr(op.attributes["call_target_name"]).value[len(PREFIX) :]
 
 
 _MAX_ELEMENTS = (1 << 63) - 1  # the lowerings number the elements of `shape` in int64

@@ -53,14 +53,17 @@ After:
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass
-from hlopt.passes.bcoo import PREFIX, BcooOp, is_bcoo_op, read
+from hlopt.passes.bcoo_names import PREFIX, is_bcoo_op
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.target import target_platform
 from hlopt.passes.walk import call_target, walk_ops
+
+if TYPE_CHECKING:
+    from hlopt.passes.bcoo import BcooOp
 
 SPMM = "hlopt_bcoo_spmm"
 SDDMM = "hlopt_bcoo_sddmm"
@@ -180,6 +183,8 @@ class SparseKernels(Pass):
             rewrite = REWRITES.get(call_target(op)[len(PREFIX):])
             if rewrite is None:
                 continue
+            from hlopt.passes.bcoo import read  # the op records: imported only for a module that has sparse ops
+
             c = read(op)
             if any(0 in t.shape for t in c.result_types):  # nothing to compute: lower-bcoo fills zeros
                 continue

@@ -26,7 +26,6 @@ from typing import Any
 import jax
 import numpy as np
 from jax.experimental.custom_partitioning import custom_partitioning as jax_custom_partitioning
-from jax.extend.core import jaxpr_as_fun
 from jax.interpreters import mlir
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
@@ -36,6 +35,7 @@ from hlopt.compiler.jax_compat import (
     SPMDAxisContext,
     build_module,
     extend_axis_env_nd,
+    jaxpr_as_fun,
     lower_jaxpr_to_fun,
     require_devices_during_lowering,
     sdy_sharding_rule_to_mlir,

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
+from hlopt.compiler.jax_compat import Primitive
 from hlopt.compiler.lowering import annotations_enabled, lower_as_plain_stablehlo
 from hlopt.passes.mlir import ir, stablehlo
 
@@ -93,7 +93,7 @@ def annotation_primitive(
     *,
     multiple_results: bool = True,
     plain_lowering: Callable[..., Sequence[ir.Value]] | None = None,
-) -> jex_core.Primitive:
+) -> Primitive:
     """A primitive whose lowering emits an hlopt annotation.
 
     `lowering(ctx, *operands, **params)` is called inside hlopt's lowering; under
@@ -101,7 +101,7 @@ def annotation_primitive(
     StableHLO (`lower_as_plain_stablehlo`); eager calls compile the op alone with
     `hlopt.jit` (cached per parameters).
     """
-    prim = jex_core.Primitive(name)
+    prim = Primitive(name)
     prim.multiple_results = multiple_results
     prim.def_abstract_eval(abstract_eval)
     eager_cache: dict[Any, Callable] = {}

@@ -17,7 +17,6 @@ from hlopt.compiler.jax_compat import api_boundary
 from hlopt.compiler.lowering import JitOptions, argnums_and_argnames, lower_function, resolve_static_argnums
 from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import CompilerOptions, Lowered, check_compiler_options
-from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse
 from hlopt.passes.locations import shorten
 from hlopt.runtime.compile import compile_lowered
 from hlopt.runtime.dispatch import cpp_function
@@ -30,6 +29,8 @@ def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options
     lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile,
                       user_located=user_located, compiler_options=compiler_options)
     if check_key_reuse:
+        from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse  # imported for checked programs only
+
         # checked on the whole traced program, as jax's checker reads the jaxpr: jax's dead-code
         # elimination (keep_unused=False) would drop a key consumed by a draw no one reads
         whole = lowered if options.keep_unused else Lowered(

@@ -57,11 +57,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend.core import ClosedJaxpr, Jaxpr, Primitive, Var, jaxpr_as_fun
-from jax.extend.core.primitives import custom_jvp_call_p, linear_solve_p
 from jax.interpreters import ad, batching, mlir
 
-from hlopt.compiler.jax_compat import (api_boundary, convert_constvars_jaxpr, lower_called_computation,
+from hlopt.compiler.jax_compat import (ClosedJaxpr, Jaxpr, Primitive, Var, api_boundary, convert_constvars_jaxpr,
+                                       custom_jvp_call_p, jaxpr_as_fun, linear_solve_p, lower_called_computation,
                                        register_dce_rule, under_transformation)
 from hlopt.passes.jet_expand import MAX_ORDER
 from hlopt.passes.jet_rules import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT

@@ -20,10 +20,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.extend.core import ClosedJaxpr, jaxpr_as_fun
 from jax.interpreters import ad, batching
 
-from hlopt.compiler.jax_compat import convert_constvars_jaxpr, lower_called_computation
+from hlopt.compiler.jax_compat import ClosedJaxpr, convert_constvars_jaxpr, jaxpr_as_fun, lower_called_computation
 from hlopt.passes.vjp_expand import ANNOTATION
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 

@@ -62,6 +62,22 @@ def test_hlopt_opt_loads_no_jax(tmp_path):
     assert "call @g" not in out.read_text()  # `inline` ran
 
 
+def test_first_jit_of_a_jet_loads_only_what_it_uses():
+    # jax.extend's package imports Pallas (about 16 ms), the BCOO records and the key-reuse checker
+    # a few more: a process's first compile of a dense jet pays for none of them
+    proc = python("""
+        import sys
+        import jax.numpy as jnp
+        import hlopt
+        f = hlopt.jit(lambda x: hlopt.jet(jnp.sin, (x,), ((jnp.ones(3),),))[1][0])
+        assert jnp.allclose(f(jnp.zeros(3)), 1.0)
+        print(*sorted(m for m in sys.modules if m == "jax.extend" or m.startswith(("jax.extend.", "jax._src.pallas",
+              "hlopt.passes.bcoo.", "hlopt.passes.check_key_reuse"))) or ["none"])
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["none"]
+
+
 def test_no_log_lines_on_stderr():
     # the bindings loaded before jax (hlopt-opt's order), then a PJRT client, a compile and a run
     proc = python("import hlopt.passes.mlir, jax, numpy as np; jax.devices(); import hlopt\n"

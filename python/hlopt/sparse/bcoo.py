@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import core as jex_core
 from jax.interpreters import ad, batching, mlir
 
+from hlopt.compiler.jax_compat import Primitive, concrete_or_error
 from hlopt.compiler.program import aval_str
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.sparse import indexing, ops, rules
@@ -451,7 +451,7 @@ def _result(bufs: Sequence[jax.Array], shape: Sequence[int], sorted_: bool = Fal
 
 # The generic todense of JAX's sparse module: one primitive over the flattened buffers of a BCOO or
 # of a dense array and their pytree, whose transpose is `extract` for a BCOO and the identity otherwise.
-todense_p = jex_core.Primitive("todense")
+todense_p = Primitive("todense")
 bcoo_todense_p = ops.todense_p
 
 
@@ -523,7 +523,7 @@ def bcoo_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
         if n_dense:
             mask = mask.any(tuple(range(mat.ndim - n_dense, mat.ndim)))
         nse = mask.sum(tuple(range(n_batch, mask.ndim))).max(initial=0)
-    nse = jex_core.concrete_or_error(operator.index, nse, _TRACED_NSE_ERROR)
+    nse = concrete_or_error(operator.index, nse, _TRACED_NSE_ERROR)
     bufs = ops.fromdense_p.bind(mat, nse=nse, n_batch=n_batch, n_dense=n_dense, index_dtype=np.dtype(index_dtype))
     return _result(bufs, mat.shape, True, True)
 
@@ -675,7 +675,7 @@ def bcoo_sum_duplicates(mat: BCOO, nse: int | None = None) -> BCOO:
                 "jit, vmap, and other transformations requiring abstract evaluation."
             )
         nse = ops.unique_count(np.asarray(mat.indices), mat.shape[mat.n_batch : mat.n_batch + mat.n_sparse])
-    nse = jex_core.concrete_or_error(operator.index, nse, "nse argument of bcoo_sum_duplicates.")
+    nse = concrete_or_error(operator.index, nse, "nse argument of bcoo_sum_duplicates.")
     bufs = ops.sum_duplicates_p.bind(mat.data, mat.indices, nse=nse, **mat._params)
     return _result(bufs, mat.shape, True, True)
 

@@ -11,8 +11,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend import core as jex_core
 
+from hlopt.compiler.jax_compat import concrete_or_error
 from hlopt.sparse.bcoo import BCOO
 
 _FORMATS = ("bcoo",)
@@ -84,7 +84,7 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None, index_dtype
     _check_format(sparse_format)
     if M is None:
         M = N
-    N, M, k = (jex_core.concrete_or_error(operator.index, v, f"{name} argument of sparse.eye")
+    N, M, k = (concrete_or_error(operator.index, v, f"{name} argument of sparse.eye")
                for name, v in (("N", N), ("M", M), ("k", k)))
     return BCOO._eye(N=N, M=M, k=k, dtype=dtype, index_dtype=index_dtype, **kwds)
 

@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend import core as jex_core
 from jax.interpreters import ad, batching
 
+from hlopt.compiler.jax_compat import Primitive
 from hlopt.passes import bcoo
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes.bcoo import Record
@@ -125,15 +125,15 @@ def abstract_eval(record: Record) -> Callable[..., Any]:
 
 
 # id(record) -> (record, its primitive): a record is defined once, the registry in use resolves names
-_PRIMITIVES: dict[int, tuple[Record, jex_core.Primitive]] = {}
+_PRIMITIVES: dict[int, tuple[Record, Primitive]] = {}
 
 
-def primitive(name: str) -> jex_core.Primitive:
+def primitive(name: str) -> Primitive:
     """The primitive of the op `name` in the registry in use (`hlopt.passes.bcoo.REGISTRY`)."""
     return define(bcoo.REGISTRY[name])
 
 
-def define(record: Record) -> jex_core.Primitive:
+def define(record: Record) -> Primitive:
     """The primitive `bcoo_<name>` of `record` (made once per record): abstract evaluation, a
     lowering to its annotation, its batching rule, and its JVP and transpose rules when the
     record declares a `Derivative`."""
@@ -159,7 +159,7 @@ def define(record: Record) -> jex_core.Primitive:
     return prim
 
 
-def _batch_rule(prim: jex_core.Primitive, record: Record) -> Callable:
+def _batch_rule(prim: Primitive, record: Record) -> Callable:
     """vmap of an op: the mapped axis of every operand becomes a leading batch dim."""
     def rule(args, dims, **params):
         size = mapped_size(args, dims)
@@ -174,11 +174,11 @@ def _batch_rule(prim: jex_core.Primitive, record: Record) -> Callable:
     return rule
 
 
-def _data(prim: jex_core.Primitive, out: Any) -> Any:
+def _data(prim: Primitive, out: Any) -> Any:
     return out[0] if prim.multiple_results else out
 
 
-def _jvp_rule(prim: jex_core.Primitive, record: Record) -> Callable:
+def _jvp_rule(prim: Primitive, record: Record) -> Callable:
     """The JVP of the data result from the record's `Derivative`; indices get zero tangents."""
     derivative = record.derivative
 
@@ -207,7 +207,7 @@ def _jvp_rule(prim: jex_core.Primitive, record: Record) -> Callable:
     return jvp
 
 
-def _transpose_rule(prim: jex_core.Primitive, record: Record, abstract: Callable[..., Any]) -> Callable:
+def _transpose_rule(prim: Primitive, record: Record, abstract: Callable[..., Any]) -> Callable:
     """The transpose from the record's `Derivative`: its rule, or the selection transpose."""
     derivative = record.derivative
 
@@ -230,7 +230,7 @@ def _transpose_rule(prim: jex_core.Primitive, record: Record, abstract: Callable
     return rule
 
 
-def _selection_transpose(prim: jex_core.Primitive, ct: Any, data: Any, rest: Sequence[Any], params: dict) -> Any:
+def _selection_transpose(prim: Primitive, ct: Any, data: Any, rest: Sequence[Any], params: dict) -> Any:
     """The cotangent of the data of an op each of whose output data elements is one input data
     element or 0 (`SELECTS`).
 

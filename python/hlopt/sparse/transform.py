@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-from jax.extend import core as jex_core
 
+from hlopt.compiler.jax_compat import concrete_or_error
 from hlopt.sparse.bcoo import BCOO
 
 
@@ -23,7 +23,7 @@ def _is_sparse(x: Any) -> bool:
 
 def _argnums_tuple(argnums: int | Sequence[int]) -> tuple[int, ...]:
     def index(a: Any) -> int:
-        return jex_core.concrete_or_error(operator.index, a, "argnums of a sparse-aware transform")
+        return concrete_or_error(operator.index, a, "argnums of a sparse-aware transform")
 
     return (index(argnums),) if not isinstance(argnums, Sequence) else tuple(index(a) for a in argnums)
 
