@@ -25,7 +25,10 @@ from jax._src import source_info_util as _source_info_util
 from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
 from jax._src import xla_bridge as _xla_bridge
-from jax._src import custom_derivatives as _custom_derivatives
+# jax.extend.core's names, from where jax.extend.core takes them: importing any `jax.extend` module
+# runs the package's __init__, which imports Pallas (about 16 ms of a process's first hlopt.jit).
+from jax._src.core import ClosedJaxpr, Jaxpr, Primitive, Var, concrete_or_error, jaxpr_as_fun
+from jax._src.custom_derivatives import custom_jvp_call_p
 from jax._src.custom_partitioning_sharding_rule import (
     SdyShardingRule,
     sdy_sharding_rule_to_mlir as _sdy_sharding_rule_to_mlir,
@@ -36,7 +39,7 @@ from jax._src.interpreters import partial_eval as _pe
 from jax._src.interpreters import pxla as _pxla
 from jax._src.lib import hlo as _hlo
 from jax._src.lax import linalg as _linalg
-from jax._src.lax.control_flow import solves as _solves
+from jax._src.lax.control_flow.solves import linear_solve_p
 from jaxlib import _jax
 from jaxlib import xla_client  # noqa: F401  (compile options, device lists: runtime/pjrt.py)
 
@@ -200,18 +203,6 @@ def lowering_placement(lowered: Any) -> Placement:
 
 
 # --- jaxprs and their lowering ----------------------------------------------------
-
-# jax.extend.core's names, taken from where jax.extend.core takes them: importing any
-# `jax.extend` module runs the package's __init__, which imports Pallas (about 16 ms, paid by a
-# process's first hlopt.jit call of a jet or a sparse op).
-ClosedJaxpr = _core.ClosedJaxpr
-Jaxpr = _core.Jaxpr
-Primitive = _core.Primitive
-Var = _core.Var
-jaxpr_as_fun = _core.jaxpr_as_fun
-concrete_or_error = _core.concrete_or_error
-custom_jvp_call_p = _custom_derivatives.custom_jvp_call_p
-linear_solve_p = _solves.linear_solve_p
 
 
 def under_transformation() -> bool:
