@@ -18,7 +18,8 @@ from typing import Any
 
 from hlopt.passes.base import PassError
 from hlopt.passes.bcoo import ops
-from hlopt.passes.bcoo.record import PREFIX, BcooOp, Record, Shape, is_bcoo_op, op_name
+from hlopt.passes.bcoo.record import BcooOp, Record, Shape
+from hlopt.passes.bcoo_names import PREFIX, is_bcoo_op, op_name
 from hlopt.passes.mlir import ir
 
 __all__ = ["PREFIX", "REGISTRY", "BcooOp", "Record", "Registry", "is_bcoo_op", "read"]

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, NoReturn
 
 from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes.base import PassError
-from hlopt.passes.bcoo_names import PREFIX, is_bcoo_op, op_name  # noqa: F401  (re-exported)
+from hlopt.passes.bcoo_names import PREFIX
 from hlopt.passes.mlir import ir
 
 # Operand roles: a BCOO's `data` and `indices`, a `dense` array, gather `starts`.

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass
-from hlopt.passes.bcoo_names import PREFIX, is_bcoo_op
+from hlopt.passes.bcoo_names import is_bcoo_op, op_name
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.target import target_platform
 from hlopt.passes.walk import call_target, walk_ops
@@ -177,19 +177,18 @@ class SparseKernels(Pass):
         if not self.enabled():
             return
         skipped = _annotation_bodies(module)
-        for op in walk_ops(module, "stablehlo.custom_call"):
-            if not is_bcoo_op(op) or _enclosing_function(op) in skipped:
-                continue
-            rewrite = REWRITES.get(call_target(op)[len(PREFIX):])
-            if rewrite is None:
-                continue
-            from hlopt.passes.bcoo import read  # the op records: imported only for a module that has sparse ops
+        found = [op for op in walk_ops(module, "stablehlo.custom_call")
+                 if is_bcoo_op(op) and op_name(op) in REWRITES and _enclosing_function(op) not in skipped]
+        if not found:
+            return
+        from hlopt.passes.bcoo import read  # the op records: imported only for a module that has sparse products
 
+        for op in found:
             c = read(op)
             if any(0 in t.shape for t in c.result_types):  # nothing to compute: lower-bcoo fills zeros
                 continue
             with op.location, ir.InsertionPoint(op):
-                value = rewrite(c)
+                value = REWRITES[c.name](c)
             if value is not None:
                 op.result.replace_all_uses_with(value)
                 op.erase()
