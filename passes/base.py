@@ -2,7 +2,11 @@
 
 A pass is a frozen dataclass: the command-line name is the class variable
 `name`, options are fields (`my-opt` on the command line is the field
-`my_opt`), and `apply(module)` rewrites a `builtin.module` in place. The class
+`my_opt`), and `apply(module)` rewrites a `builtin.module` in place. A pass
+with options is decorated `@dataclasses.dataclass(frozen=True)` itself; one
+without subclasses `Pass` (or a pass base) plainly and inherits the dataclass
+methods, since decorating it again would only generate the same methods again
+(about 0.4 ms a class, paid by the first compile of every process). The class
 docstring holds a summary paragraph followed by a before/after example. An int
 or string option declares the values it accepts with `option(...)`; a bool or
 `Literal` option's type says them.

@@ -26,7 +26,6 @@ becomes
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from hlopt.passes import builders, jet_directions
@@ -139,7 +138,6 @@ def collapse(op: ir.Operation) -> bool:
     return True
 
 
-@dataclasses.dataclass(frozen=True)
 class JetCollapse(Pass):
     """Turn directions-batched jets whose K-th coefficients are only summed over the
     directions into collapsed jets (see the module docstring); runs before `jet-expand`."""

@@ -34,7 +34,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-from hlopt.passes import builders, derivatives, jet_directions, linalg_rules
+from hlopt.passes import builders, derivatives, jet_directions, linalg_names
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir
 from hlopt.passes.terms import Term, TermAlgebra
@@ -794,6 +794,14 @@ def _sort_with_directions(b: JetBuilder, op: ir.Operation, ins: list[Series]) ->
     return outs
 
 
+def _linalg(b, op, ins):
+    """Linear algebra: the operation's record in passes/linalg_rules.py, imported when a module
+    has one (its records cost the first compile of every process a few milliseconds)."""
+    from hlopt.passes import linalg_rules
+
+    return linalg_rules.jet(b, op, ins)
+
+
 def _custom_call(b, op, ins):
     """Sharding annotations are linear; the stop_gradient marker has a zero series and
     stays (the pass removes it last, so an enclosing jet sees it too); any other custom
@@ -804,8 +812,8 @@ def _custom_call(b, op, ins):
         return [b.series(op.result)]
     if target in SHARDING_TARGETS and len(op.operands) == 1:
         return linear(0)(b, op, ins)
-    if linalg_rules.is_linalg(op):
-        return linalg_rules.jet(b, op, ins)
+    if linalg_names.is_linalg(op):
+        return _linalg(b, op, ins)
     raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}", op.location)
 
 
@@ -852,5 +860,5 @@ RULES: dict[str, Rule] = {
     "stablehlo.sort": _sort,
     "stablehlo.custom_call": _custom_call,
     "sdy.sharding_constraint": linear(0),
-    **{name: linalg_rules.jet for name in linalg_rules.OP_NAMES},
+    **{name: _linalg for name in linalg_names.OP_NAMES},
 }

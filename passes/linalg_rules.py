@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Optional, Union
 
 from hlopt.passes import builders
 from hlopt.passes.base import PassError
+from hlopt.passes.linalg_names import LAPACK
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.walk import call_target
 
@@ -788,8 +789,6 @@ def _permutation_matrix(pivots: Value, like: Value) -> Value:
 
 Operation = Union[Cholesky, TriangularSolve, LU, Eigh, QR, HouseholderProduct, "SVD"]
 
-LAPACK = re.compile(r"lapack_[sdcz](potrf|trsm|getrf|syevd|heevd|geqrf|orgqr|ungqr|gesdd|gesvd)_ffi")
-OP_NAMES = ("stablehlo.cholesky", "stablehlo.triangular_solve")
 _TRANSPOSE = {"NO_TRANSPOSE": "N", "TRANSPOSE": "T", "ADJOINT": "C"}
 
 
@@ -829,19 +828,14 @@ def meaning(op: ir.Operation, name: str = "jet-expand") -> Operation | None:
     return LU()
 
 
-def is_linalg(op: ir.Operation) -> bool:
-    """Whether `op` is one of the operations here (in either spelling)."""
-    return op.name in OP_NAMES or bool(LAPACK.fullmatch(call_target(op) or ""))
-
-
 def jet(b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
-    """The Taylor rule of `op`, a linear-algebra operation (`is_linalg`)."""
+    """The Taylor rule of `op`, a linear-algebra operation (`linalg_names.is_linalg`)."""
     _elem_check(op, "jet-expand")
     return meaning(op, "jet-expand").jet(b, op, ins)
 
 
 def vjp(b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
-    """The reverse-mode rule of `op`, a linear-algebra operation (`is_linalg`)."""
+    """The reverse-mode rule of `op`, a linear-algebra operation (`linalg_names.is_linalg`)."""
     _elem_check(op, "vjp-expand")
     return meaning(op, "vjp-expand").vjp(b, op, cts, wants)
 

@@ -10,7 +10,6 @@ every `n_batch`. An index outside `[0, size)` in any sparse dim marks padding.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from hlopt.passes import builders as b
@@ -20,7 +19,6 @@ from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
 
 
-@dataclasses.dataclass(frozen=True)
 class LowerBcoo(Pass):
     """Lower every `hlopt.bcoo.*` custom_call to StableHLO gathers, scatters, sorts and reductions.
 

@@ -24,7 +24,6 @@ The values are the same with and without this pass (test_bcoo_records checks it)
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from hlopt.passes import builders as b
@@ -134,7 +133,6 @@ def _gather_rows(flags: Value, on_true: Value, on_false: Value) -> Value:
                     index_vector_dim=n, slice_sizes=[1] * (n + 1) + [b.shape_of(on_false)[-1]])
 
 
-@dataclasses.dataclass(frozen=True)
 class ColumnSelects(OpRewrite):
     """Row-mask selects over index columns split per column (or, for `any(flags != 0)`, a gather),
     then small and/or reduces over the columns unrolled.

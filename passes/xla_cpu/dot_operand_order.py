@@ -11,7 +11,6 @@ x^T ct of x @ W copies ct), where the swapped dot reads both in place
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from hlopt.passes import builders
@@ -33,7 +32,6 @@ def _free(rank: int, batch: list[int], contract: list[int]) -> int:
     return rank - len(batch) - len(contract)
 
 
-@dataclasses.dataclass(frozen=True)
 class DotOperandOrder(OpRewrite):
     """A transpose of a dot_general's result that swaps the lhs and rhs free dimensions
     becomes the dot_general of the operands swapped, without a transpose.

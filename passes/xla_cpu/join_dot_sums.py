@@ -18,7 +18,6 @@ separate dot and add: the sum is joined only when the operands number at most
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import ClassVar
 
@@ -66,7 +65,6 @@ def _lifted(op: ir.Operation, like: ir.Operation) -> tuple[ir.Value, ir.Value] |
     return builders.reshape(lhs, [1, *builders.shape_of(lhs)]), builders.reshape(rhs, [1, *builders.shape_of(rhs)])
 
 
-@dataclasses.dataclass(frozen=True)
 class JoinDotSums(OpRewrite):
     """`dot_general(a1, b1) + dot_general(a2, b2)` with the same dimensions and precision,
     the operands alike but along one contracted dimension pair (or one dot lacking a

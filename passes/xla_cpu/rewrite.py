@@ -8,7 +8,6 @@ are erased afterwards.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -17,7 +16,6 @@ from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
 
 
-@dataclasses.dataclass(frozen=True)
 class OpRewrite(Pass):
     """Base of the tuning passes: `rewrite` each op named in `anchors`, in walk order."""
 

@@ -251,7 +251,6 @@ def _pays(dots: Sequence[_Dot]) -> bool:
     return saved >= STACKED_READS * sum(math.prod(d.shape) for d in dots)
 
 
-@dataclasses.dataclass(frozen=True)
 class StackDots(Pass):
     """dot_generals of one block that share one operand (same side, dimensions and precision)
     and whose other operands differ along one free dimension (or lack a leading one) become

@@ -25,7 +25,6 @@ for the dot. A larger inner-axis sum is the product with ones contracting that a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import ClassVar
 
@@ -75,7 +74,6 @@ def _terms_sum(x: ir.Value, dim: int) -> ir.Value:
     return functools.reduce(builders.add, terms)
 
 
-@dataclasses.dataclass(frozen=True)
 class SumAsDot(OpRewrite):
     """A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
     ones (or with the weights it is multiplied by), which XLA:CPU runs 10-20x faster; one over

@@ -34,26 +34,30 @@ condition number. The pass trades that for speed on CPU, as a tuning pass of
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from hlopt.passes import linalg_rules
+from hlopt.passes import linalg_names
 from hlopt.passes.base import Pass, PassError, option
 from hlopt.passes.builders import shape_of
-from hlopt.passes.linalg_rules import TriangularSolve
 from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
 from hlopt.passes.xla_cpu.rewrite import erase_unused
 
+if TYPE_CHECKING:
+    from hlopt.passes.linalg_rules import TriangularSolve
+
 
 def _solve(op: ir.Operation) -> TriangularSolve | None:
     """What `op` solves, if it is a triangular solve (either spelling) this pass can read."""
-    if not linalg_rules.is_linalg(op):
+    if not linalg_names.is_linalg(op):
         return None
+    from hlopt.passes import linalg_rules  # only for a module with linear algebra (see linalg_names)
+
     try:
         found = linalg_rules.meaning(op, TriangularInverse.name)
     except PassError:  # a LAPACK call in a layout the rules do not read: left as it is
         return None
-    return found if isinstance(found, TriangularSolve) else None
+    return found if isinstance(found, linalg_rules.TriangularSolve) else None
 
 
 def _columns(op: ir.Operation, solve: TriangularSolve) -> int:
@@ -94,6 +98,10 @@ class TriangularInverse(Pass):
             if solve is not None:
                 key = (op.operands[0], solve.lower, solve.unit, op.parent, op.block)
                 groups.setdefault(key, []).append((op, solve))
+        if not groups:
+            return
+        from hlopt.passes import linalg_rules  # loaded by _solve already
+
         replaced: list[ir.Operation] = []
         for (a, lower, unit, *_), members in groups.items():
             n = shape_of(a)[-1]

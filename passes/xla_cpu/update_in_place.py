@@ -11,7 +11,6 @@ measures it on a scan).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 from hlopt.passes import builders
@@ -31,7 +30,6 @@ def _update_into_zeros(v: ir.Value) -> ir.Operation | None:
     return None
 
 
-@dataclasses.dataclass(frozen=True)
 class UpdateInPlace(OpRewrite):
     """`a + u`, where `u` writes a window (dynamic_update_slice) or adds rows (scatter add)
     into zeros, becomes that update applied to `a`.

@@ -46,7 +46,6 @@ becomes
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import ClassVar
 
@@ -124,7 +123,6 @@ def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(found.items()))
 
 
-@dataclasses.dataclass(frozen=True)
 class YnnFusion(Pass):
     """Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion (the XLA
     option `xla_cpu_experimental_ynn_fusion_type` set to `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) when

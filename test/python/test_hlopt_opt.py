@@ -136,6 +136,23 @@ def test_every_option_rejects_an_out_of_range_value(tmp_path, capsys, name, cls,
         assert capsys.readouterr().err == f"hlopt-opt: error: {message}\n"
 
 
+@pytest.mark.parametrize("name", sorted(PASSES))
+def test_every_annotated_attribute_of_a_pass_is_an_option(name):
+    """A pass without options subclasses Pass undecorated; an option added to such a class
+    without its own @dataclass would be a plain class attribute, never parsed: refused here."""
+    cls = all_passes()[name]
+    fields = {f.name for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls, include_extras=True)
+    declared = {attr for klass in cls.__mro__ for attr in vars(klass).get("__annotations__", {})}
+    options = {attr for attr in declared if typing.get_origin(hints[attr]) is not typing.ClassVar}
+    assert options == fields, f"{name}: annotated {sorted(options)}, options {sorted(fields)}"
+    instance = cls()
+    assert instance == cls() and hash(instance) == hash(cls()) and repr(instance).startswith(cls.__name__)
+    for option in fields:
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(instance, option, getattr(instance, option))
+
+
 def test_bool_options_take_true_and_false():
     (true,), (false,) = (parse_pipeline(f"check-key-reuse{{fold-in-consumes={v}}}") for v in ("true", "false"))
     assert (true.python_pass.fold_in_consumes, false.python_pass.fold_in_consumes) == (True, False)

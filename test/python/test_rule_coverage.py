@@ -27,7 +27,7 @@ import test_derivatives
 import test_jet_rules
 import test_linalg_rules
 import test_vjp_rules
-from hlopt.passes import derivatives, jet_directions, jet_rules, linalg_rules, registry, vjp_rules
+from hlopt.passes import derivatives, jet_directions, jet_rules, linalg_names, registry, vjp_rules
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit"
 OP = re.compile(r"\b((?:stablehlo|chlo|sdy|func)\.[a-z_0-9]+)\b")
@@ -166,7 +166,7 @@ LAPACK_KIND = re.compile(r"lapack_[sdcz]([a-z]+)_ffi")
 
 def test_every_lapack_kind_has_a_lit_case_for_both_transforms():
     """Numeric: test_linalg_rules runs every kind (OPS) against nested jvp and jax.vjp."""
-    kinds = set(linalg_rules.LAPACK.pattern.split("(")[1].split(")")[0].split("|"))
+    kinds = set(linalg_names.LAPACK.pattern.split("(")[1].split(")")[0].split("|"))
     folders = ("jet-expand", "vjp-expand")
     found = {f"{folder}: {k}" for folder in folders for p in (LIT / folder).glob("*.mlir")
              for k in LAPACK_KIND.findall(p.read_text())}
