@@ -63,8 +63,8 @@ def test_hlopt_opt_loads_no_jax(tmp_path):
 
 
 def test_first_jit_of_a_jet_loads_only_what_it_uses():
-    # jax.extend's package imports Pallas (about 16 ms), the BCOO records and the key-reuse checker
-    # a few more: a process's first compile of a dense jet pays for none of them
+    # jax.extend's package imports Pallas (about 16 ms), the BCOO records, the linear-algebra records
+    # and the key-reuse checker a few more: a process's first compile of a dense jet pays for none of them
     proc = python("""
         import sys
         import jax.numpy as jnp
@@ -72,7 +72,7 @@ def test_first_jit_of_a_jet_loads_only_what_it_uses():
         f = hlopt.jit(lambda x: hlopt.jet(jnp.sin, (x,), ((jnp.ones(3),),))[1][0])
         assert jnp.allclose(f(jnp.zeros(3)), 1.0)
         print(*sorted(m for m in sys.modules if m == "jax.extend" or m.startswith(("jax.extend.", "jax._src.pallas",
-              "hlopt.passes.bcoo.", "hlopt.passes.check_key_reuse"))) or ["none"])
+              "hlopt.passes.bcoo.", "hlopt.passes.check_key_reuse", "hlopt.passes.linalg_rules"))) or ["none"])
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["none"]
