@@ -22,8 +22,8 @@
 // it. Entries not sorted by row are still summed right, by a serial pass (slower, never
 // wrong). Blocks of about equal nse run on XLA:CPU's intra-op thread pool.
 //
-// An SpMV whose x is larger than a core's L2 cache prefetches the entries non-temporally and x
-// ahead (far_x below).
+// An SpMV whose x is larger than a core's L2 cache prefetches the entries and x ahead (far_x
+// below).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -74,17 +74,19 @@ constexpr int64_t kCsrBlockWork = 1 << 19;
 #endif
 
 // SpMV with an x larger than a core's L2 cache (`far_x`): each entry's x[column] then misses L2
-// about as often as x is larger than it, and the stream of entries (read once, never again in the
-// call) evicts the x lines that were there. Two prefetches for it, in the row loops below:
-// - the entries' arrays kStreamAhead entries ahead, non-temporal (prefetchnta: into L1 only, on
-//   Intel past L2), so the stream no longer takes L2 from x;
+// about as often as x is larger than it, and a row's gathers wait on each other's misses. Two
+// prefetches for it, in the row loops below:
+// - the entries' arrays kStreamAhead entries ahead, into L1 (prefetcht0);
 // - x[column of entry e + kGatherAhead] into L1, so the gathers of entries not yet reached are
 //   in flight together.
 // At 1e6 rows x 10 entries (x of 4 MB, L2 2 MB) the CSR kernel ran 1.5-1.7x faster with both
-// (1.45x with the first alone, 1.0x with the second alone; one core, CPU time, loaded 2-core
-// machine), and 1.6-1.9x with x of 4 MB and matrices of 1.6-24 MB. With x inside L2 (1e4-5e5
-// rows) they were 1.0-1.7x slower: the stream then stays cached from one call to the next, and a
-// non-temporal line is not kept, so those SpMVs never take this path.
+// than with neither (1.45x with the first alone, 1.0x with the second alone; one core, CPU time,
+// loaded 2-core machine), and 1.6-1.9x with x of 4 MB and matrices of 1.6-24 MB. The stream's
+// prefetch into L1 was 1.05-1.3x faster than a non-temporal one (prefetchnta, meant to keep the
+// stream out of L2 for x) at 1e6 and 2e6 rows with 3 and 10 entries a row (bench/sparse_scipy.py,
+// interleaved runs of both builds, quiet 2-core machine). With x inside L2 (1e4-5e5 rows) they were
+// 1.0-1.7x slower: the stream then stays cached from one call to the next, so those SpMVs never
+// take this path.
 constexpr int64_t kStreamAhead = 256;
 constexpr int64_t kGatherAhead = 64;
 
@@ -103,15 +105,15 @@ int64_t l2_bytes() {
 // Whether an SpMV gathers from an x of k elements of `size` bytes that does not fit L2.
 inline bool far_x(int64_t k, size_t size) { return static_cast<double>(k) * size > static_cast<double>(l2_bytes()); }
 
-// Non-temporal prefetches of data[e] and col[stride * e] for e in [*next, end), a cache line of
+// Prefetches (into L1) of data[e] and col[stride * e] for e in [*next, end), a cache line of
 // the wider array at a time; *next moves to the first entry not prefetched (at least `from`).
 template <typename T, int stride>
 inline void prefetch_stream(const T* data, const int32_t* col, int64_t& next, int64_t from, int64_t end) {
   constexpr int64_t line = 64 / std::max<int64_t>(sizeof(T), stride * sizeof(int32_t));
   if (next < from) next = from;
   for (; next < end; next += line) {
-    __builtin_prefetch(data + next, 0, 0);
-    __builtin_prefetch(col + stride * next, 0, 0);
+    __builtin_prefetch(data + next, 0, 3);
+    __builtin_prefetch(col + stride * next, 0, 3);
   }
 }
 
