@@ -9,8 +9,8 @@ runtime/native/csr.cc (`hlopt_bcoo_spmm`, `hlopt_bcoo_sddmm`, `hlopt_csr_spmm`) 
 one pass, split over XLA's intra-op threads when the product is large. On a
 2-core machine with nothing else running (bench/sparse_scipy.py, float32, 10
 entries a row; scipy's time / hlopt's, median of interleaved rounds) SpMM runs at
-1.3-2.7x scipy's speed from 1e4 to 1e6 rows, SDDMM at 3.8-4.3x, SpMV at 0.6-1.7x
-(below scipy at 1e4 rows, above at 1e6; a BCSR SpMV above from 1e5 rows).
+1.0-6.5x scipy's speed from 1e4 to 1e6 rows, SDDMM at 3.4-4.1x, SpMV at 0.8-3.2x
+(below scipy at 1e4 rows, above from 1e5).
 
 Rewritten, each only where all of its conditions hold (anything else is left to `lower-bcoo`):
 
