@@ -7,15 +7,16 @@ of `hlopt-default` can look for sparse ops in a module without that cost when it
 from __future__ import annotations
 
 from hlopt.passes.mlir import ir
+from hlopt.passes.walk import call_target
 
 PREFIX = "hlopt.bcoo."
 
 
 def is_bcoo_op(op: ir.Operation) -> bool:
     """True for a `stablehlo.custom_call` whose target starts with `hlopt.bcoo.`."""
-    return op.name == "stablehlo.custom_call" and ir.StringAttr(op.attributes["call_target_name"]).value.startswith(PREFIX)
+    return (call_target(op) or "").startswith(PREFIX)
 
 
 def op_name(op: ir.Operation) -> str:
     """The op name of an `hlopt.bcoo.<name>` custom_call (the target after the prefix)."""
-    return ir.StringAttr(op.attributes["call_target_name"]).value[len(PREFIX) :]
+    return call_target(op)[len(PREFIX) :]
