@@ -794,14 +794,6 @@ def _sort_with_directions(b: JetBuilder, op: ir.Operation, ins: list[Series]) ->
     return outs
 
 
-def _linalg(b, op, ins):
-    """Linear algebra: the operation's record in passes/linalg_rules.py, imported when a module
-    has one (its records cost the first compile of every process a few milliseconds)."""
-    from hlopt.passes import linalg_rules
-
-    return linalg_rules.jet(b, op, ins)
-
-
 def _custom_call(b, op, ins):
     """Sharding annotations are linear; the stop_gradient marker has a zero series and
     stays (the pass removes it last, so an enclosing jet sees it too); any other custom
@@ -813,7 +805,7 @@ def _custom_call(b, op, ins):
     if target in SHARDING_TARGETS and len(op.operands) == 1:
         return linear(0)(b, op, ins)
     if linalg_names.is_linalg(op):
-        return _linalg(b, op, ins)
+        return linalg_names.jet(b, op, ins)
     raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}", op.location)
 
 
@@ -860,5 +852,5 @@ RULES: dict[str, Rule] = {
     "stablehlo.sort": _sort,
     "stablehlo.custom_call": _custom_call,
     "sdy.sharding_constraint": linear(0),
-    **{name: _linalg for name in linalg_names.OP_NAMES},
+    **{name: linalg_names.jet for name in linalg_names.OP_NAMES},
 }

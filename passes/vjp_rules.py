@@ -921,14 +921,6 @@ def _optimization_barrier(b, op, cts, wants):
 SPMD_SHAPES = {"SPMDFullToShardShape": "SPMDShardToFullShape", "SPMDShardToFullShape": "SPMDFullToShardShape"}
 
 
-def _linalg(b, op, cts, wants):
-    """Linear algebra: the operation's record in passes/linalg_rules.py, imported when a module
-    has one (its records cost the first compile of every process a few milliseconds)."""
-    from hlopt.passes import linalg_rules
-
-    return linalg_rules.vjp(b, op, cts, wants)
-
-
 def _custom_call(b, op, cts, wants):
     """The partitioner's annotations: `Sharding` is applied to the cotangent; the shard_map
     boundary `SPMDFullToShardShape` / `SPMDShardToFullShape` is crossed the other way. The
@@ -942,7 +934,7 @@ def _custom_call(b, op, cts, wants):
     if target in SPMD_SHAPES and len(op.operands) == 1:
         return [_cross_shard_boundary(op, cts[0], target)]
     if linalg_names.is_linalg(op):
-        return _linalg(b, op, cts, wants)
+        return linalg_names.vjp(b, op, cts, wants)
     lowering = lowering_pass_for(target)
     hint = f" (run '{lowering}' before 'vjp-expand')" if lowering and lowering != "vjp-expand" else ""
     raise PassError(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' @{target}{hint}", op.location)
@@ -1022,5 +1014,5 @@ RULES: dict[str, Rule] = {
     "stablehlo.case": _branches,
     "stablehlo.if": _branches,
     "func.call": _call,
-    **{name: _linalg for name in linalg_names.OP_NAMES},
+    **{name: linalg_names.vjp for name in linalg_names.OP_NAMES},
 }
