@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -55,19 +56,24 @@ def build(workdir: str) -> str:
     return exe
 
 
-def hlopt_spmv_s(rows: int, per_row: int, calls: int) -> float:
-    """Median seconds of hlopt's BCSR SpMV on a random matrix of `rows` rows, `per_row` a row."""
+def hlopt_spmv(rows: int, per_row: int, calls: int) -> Callable[[], float]:
+    """A timer of hlopt's BCSR SpMV on a random matrix of `rows` rows, `per_row` a row: each call
+    gives the median seconds of `calls` calls (the matrix built and the SpMV compiled once)."""
     rng = np.random.default_rng(0)
     A = BCSR.from_scipy_sparse(random_csr(rng, rows, per_row))
     v = jax.device_put(rng.standard_normal(rows, dtype=np.float32))
     f = hlopt.jit(lambda m, x: m @ x)
     jax.block_until_ready(f(A, v))
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        jax.block_until_ready(f(A, v))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+
+    def median_s() -> float:
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            jax.block_until_ready(f(A, v))
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    return median_s
 
 
 def main() -> None:
@@ -80,11 +86,12 @@ def main() -> None:
     load_before = os.getloadavg()
     hlopt.set_cache_dir(None)
     threads = os.cpu_count() or 1
-    before = hlopt_spmv_s(args.rows, args.per_row, args.calls)
+    timer = hlopt_spmv(args.rows, args.per_row, args.calls)
+    before = timer()
     with tempfile.TemporaryDirectory() as workdir:
         out = subprocess.run([build(workdir), str(args.rows), str(args.per_row), str(threads)], check=True,
                              capture_output=True, text=True).stdout
-    after = hlopt_spmv_s(args.rows, args.per_row, args.calls)
+    after = timer()
     times = {name: float(value) for name, value in (line.split() for line in out.splitlines())}
     copy_bw = 2 * (256 << 20) / times.pop("copy")
     nnz = args.rows * args.per_row
