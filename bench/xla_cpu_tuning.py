@@ -1,7 +1,8 @@
 """What each XLA:CPU tuning pass of hlopt-default buys, on the workloads of the other benchmarks.
 
 For each workload (the hlopt side of bench/jet.py, pde_operators.py, pinn_grad.py,
-sparse.py and wavefunction.py, and a gradient through a loop that reads rows by index)
+sparse.py and wavefunction.py, a gradient through a loop that reads rows by index, and
+batched products A^T B of the wavefunction's sizes alone)
 and each pass of `hlopt.passes.registry.DEFAULT_TUNING` that changes its program, the program compiled
 by hlopt-default and by hlopt-default without that pass run interleaved: in each
 round each side's best of `--calls` calls, in alternating order; the ratio per round
@@ -41,7 +42,7 @@ import wavefunction  # noqa: E402
 from record import progress, write_record  # noqa: E402
 
 WORKLOADS = ("jet_mlp", "jet_chain", "laplacian", "stde", "weighted", "randomized", "bilaplacian", "pinn_grad",
-             "loop_grad", "sparse", "wavefunction")
+             "loop_grad", "sparse", "wavefunction", "batched_products")
 
 
 def looped(a, x):
@@ -103,6 +104,10 @@ def workloads(a) -> dict[str, list[tuple[str, object, tuple]]]:
                                  (f"gradient, n = {a.electrons}",
                                   jax.grad(lambda p, x: jnp.mean(energies(p, x))), wave_args)],
     }
+    products = jax.random.normal(jax.random.key(10), (2, 3 * a.electrons, a.walkers, a.electrons, a.electrons))
+    chosen["batched_products"] = lambda: [  # the LU rules' kind of product: A^T B per direction and walker
+        (f"A^T B, {list(products.shape[1:])} float32",
+         lambda m: jax.lax.dot_general(m[0], m[1], (([2], [2]), ([0, 1], [0, 1]))), (products,))]
     return {name: chosen[name]() for name in a.workloads}
 
 

@@ -10,10 +10,14 @@ the tuning passes leave XLA's temporaries no larger than without them.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jax.experimental import sparse as jsparse
 
 import hlopt
@@ -212,3 +216,83 @@ def test_tuning_keeps_the_bilaplacian_temporaries_small():
     dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line and "tensor<5x5x8x128xf32>" in line]
     assert not dots, dots
     assert temp["tuned"] <= temp["untuned"], temp
+
+
+@st.composite
+def transposed_dots(draw):
+    """A batched dot_general with its operands' dimensions in random orders (the lhs's in the
+    order (batch, free, contracting) half the time): (lhs shape, rhs shape, dimension numbers,
+    m, n, k, batch sizes)."""
+    nb, nlf, nrf, nc = (draw(st.integers(lo, hi)) for lo, hi in ((1, 2), (0, 2), (0, 2), (1, 2)))
+    size = st.sampled_from([1, 2, 3, 4, 6, 8, 9, 12])
+    batch = [draw(st.sampled_from([2, 3, 4, 6, 7])) for _ in range(nb)]
+    lfree, rfree, contract = ([draw(size) for _ in range(c)] for c in (nlf, nrf, nc))
+
+    def placed(kinds: list[tuple[str, int]], in_order: bool = False):
+        order = range(len(kinds)) if in_order else draw(st.permutations(range(len(kinds))))
+        return [kinds[i] for i in order]
+
+    lhs = placed([("b", i) for i in range(nb)] + [("f", i) for i in range(nlf)] + [("c", i) for i in range(nc)],
+                 draw(st.booleans()))
+    rhs = placed([("b", i) for i in range(nb)] + [("f", i) for i in range(nrf)] + [("c", i) for i in range(nc)])
+    sizes = {"b": batch, "c": contract}
+
+    def shape(dims, free):
+        return [free[i] if kind == "f" else sizes[kind][i] for kind, i in dims]
+
+    def positions(dims, kind, count):
+        return [dims.index((kind, i)) for i in range(count)]
+
+    numbers = ((positions(lhs, "c", nc), positions(rhs, "c", nc)), (positions(lhs, "b", nb), positions(rhs, "b", nb)))
+    return (shape(lhs, lfree), shape(rhs, rfree), numbers, math.prod(lfree), math.prod(rfree), math.prod(contract),
+            batch)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=transposed_dots(), wide=st.booleans())
+def test_transposed_dots_keep_the_product(case, wide):
+    """xla-cpu-transposed-dots on batched products of random dimension orders: the values equal
+    XLA's own product (float64 and float32), and a product whose lhs does not contract its
+    trailing dimensions, with m, n > 1, a size of 8 or more and a batch that is not one prime
+    dimension, is rewritten (lhs transposed, batch joined or split, no product left as it was)."""
+    lhs_shape, rhs_shape, numbers, m, n, k, batch = case
+    dtype = jnp.float64 if wide else jnp.float32
+    with jax.enable_x64(wide):
+        keys = jax.random.split(jax.random.key(len(lhs_shape) * 7 + m + n + k), 2)
+        a = jax.random.normal(keys[0], lhs_shape, dtype)
+        b = jax.random.normal(keys[1], rhs_shape, dtype)
+        fun = lambda x, y: jax.lax.dot_general(x, y, numbers)  # noqa: E731
+        lowered = hlopt.lower(fun, a, b)
+        text = lowered.apply("xla-cpu-transposed-dots").as_text()
+        got = lowered.compile("xla-cpu-transposed-dots")(a, b)
+        want = jax.jit(fun)(a, b)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12 if wide else 2e-5,
+                               atol=(1e-12 if wide else 2e-5) * max(1.0, k))
+    (lc, rc), (lb, rb) = numbers
+    nb = len(lb)
+    lf = [d for d in range(len(lhs_shape)) if d not in lb and d not in lc]
+    rf = [d for d in range(len(rhs_shape)) if d not in rb and d not in rc]
+    lhs_in_order = lb == list(range(nb)) and lf + lc == list(range(nb, len(lhs_shape)))
+    rhs_in_order = rb == list(range(nb)) and list(range(nb, len(rhs_shape))) in (rc + rf, rf + rc)
+    single_prime = len(batch) == 1 and all(batch[0] % p for p in range(2, batch[0]))
+    rewritten = not (lhs_in_order and rhs_in_order) and m > 1 and n > 1 and max(m, n, k) >= 8 and not single_prime
+    dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+    assert len(dots) == 1, dots
+    original = f"tensor<{'x'.join(map(str, lhs_shape))}x{'f64' if wide else 'f32'}>, "
+    if rewritten:  # the product reads the arranged operands (batch joined or split), and is reshaped back
+        assert original not in dots[0] and "stablehlo.reshape" in text, text
+    else:
+        assert original in dots[0] and "stablehlo.transpose" not in text and "stablehlo.reshape" not in text, text
+
+
+def test_transposed_dot_runs_as_ynnpack_matmul():
+    """The product A^T B of [24, 128, 8, 8] matrices (the LU rules' kind) leaves XLA's own dot
+    emitter for YNNPACK's matmul (a YNNPACK fusion in the compiled program) after the pass, and not without it."""
+    with jax.enable_x64(False):
+        a = jax.random.normal(jax.random.key(0), (24, 128, 8, 8))
+        fun = lambda x, y: jax.lax.dot_general(x, y, (([2], [2]), ([0, 1], [0, 1])))  # noqa: E731
+        lowered = hlopt.lower(fun, a, a)
+        assert "__ynn_fusion" not in lowered.compile("canonicalize").as_text()
+        compiled = lowered.compile("xla-cpu-transposed-dots")
+        assert "__ynn_fusion" in compiled.as_text()
+        np.testing.assert_allclose(np.asarray(compiled(a, a)), np.asarray(jax.jit(fun)(a, a)), rtol=1e-5, atol=1e-5)

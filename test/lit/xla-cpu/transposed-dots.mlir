@@ -1,0 +1,54 @@
+// RUN: hlopt-opt %s -p xla-cpu-transposed-dots --split-input-file | filecheck %s
+
+// A^T B of batched 8x8 matrices (the lhs contracts its rows): the lhs is transposed, the two
+// batch dimensions joined into one, and the product reshaped back; the precision is kept.
+// CHECK-LABEL: func.func @atb
+// CHECK: %[[AT:.*]] = stablehlo.transpose %arg0, dims = [0, 1, 3, 2] : (tensor<24x128x8x8xf32>) -> tensor<24x128x8x8xf32>
+// CHECK: %[[A:.*]] = stablehlo.reshape %[[AT]] : (tensor<24x128x8x8xf32>) -> tensor<3072x8x8xf32>
+// CHECK: %[[B:.*]] = stablehlo.reshape %arg1 : (tensor<24x128x8x8xf32>) -> tensor<3072x8x8xf32>
+// CHECK: %[[P:.*]] = stablehlo.dot_general %[[A]], %[[B]], batching_dims = [0] x [0], contracting_dims = [2] x [1], precision = [HIGHEST, HIGHEST] : (tensor<3072x8x8xf32>, tensor<3072x8x8xf32>) -> tensor<3072x8x8xf32>
+// CHECK: %[[R:.*]] = stablehlo.reshape %[[P]] : (tensor<3072x8x8xf32>) -> tensor<24x128x8x8xf32>
+// CHECK: return %[[R]]
+func.func @atb(%a: tensor<24x128x8x8xf32>, %b: tensor<24x128x8x8xf32>) -> tensor<24x128x8x8xf32> {
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2], precision = [HIGHEST, HIGHEST] : (tensor<24x128x8x8xf32>, tensor<24x128x8x8xf32>) -> tensor<24x128x8x8xf32>
+  return %0 : tensor<24x128x8x8xf32>
+}
+
+// -----
+
+// One batch dimension (128) is split into its smallest prime factor and the rest (2 x 64);
+// the rhs, whose batch dimension does not lead, is transposed to (batch, contracting, free)
+// with its two free dimensions joined.
+// CHECK-LABEL: func.func @single
+// CHECK: %[[AT:.*]] = stablehlo.transpose %arg0, dims = [0, 2, 1] : (tensor<128x8x6xf64>) -> tensor<128x6x8xf64>
+// CHECK: %[[A:.*]] = stablehlo.reshape %[[AT]] : (tensor<128x6x8xf64>) -> tensor<2x64x6x8xf64>
+// CHECK: %[[BT:.*]] = stablehlo.transpose %arg1, dims = [1, 2, 0, 3] : (tensor<6x128x8x16xf64>) -> tensor<128x8x6x16xf64>
+// CHECK: %[[B:.*]] = stablehlo.reshape %[[BT]] : (tensor<128x8x6x16xf64>) -> tensor<2x64x8x96xf64>
+// CHECK: %[[P:.*]] = stablehlo.dot_general %[[A]], %[[B]], batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<2x64x6x8xf64>, tensor<2x64x8x96xf64>) -> tensor<2x64x6x96xf64>
+// CHECK: stablehlo.reshape %[[P]] : (tensor<2x64x6x96xf64>) -> tensor<128x6x6x16xf64>
+func.func @single(%a: tensor<128x8x6xf64>, %b: tensor<6x128x8x16xf64>) -> tensor<128x6x6x16xf64> {
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [1], contracting_dims = [1] x [2] : (tensor<128x8x6xf64>, tensor<6x128x8x16xf64>) -> tensor<128x6x6x16xf64>
+  return %0 : tensor<128x6x6x16xf64>
+}
+
+// -----
+
+// Kept: operands in YNNPACK's order (the rhs (batch, k, n) or (batch, n, k)), a prime batch,
+// a matrix-vector product (m = 1), matrices all below 8 (xla-cpu-small-dots), no batch
+// dimension, and float16.
+// CHECK-LABEL: func.func @kept
+// CHECK-NOT: stablehlo.transpose
+// CHECK-NOT: stablehlo.reshape
+// CHECK-COUNT-7: stablehlo.dot_general
+// CHECK-NOT: stablehlo.transpose
+// CHECK-NOT: stablehlo.reshape
+func.func @kept(%a: tensor<16x8x8xf32>, %b: tensor<16x8x8xf32>, %p: tensor<127x8x8xf32>, %v: tensor<16x8x1xf32>, %s: tensor<16x4x4xf32>, %c: tensor<8x8xf32>, %h: tensor<16x8x8xf16>) -> (tensor<16x8x8xf32>, tensor<16x8x8xf32>, tensor<127x8x8xf32>, tensor<16x1x8xf32>, tensor<16x4x4xf32>, tensor<8x8xf32>, tensor<16x8x8xf16>) {
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<16x8x8xf32>, tensor<16x8x8xf32>) -> tensor<16x8x8xf32>
+  %1 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<16x8x8xf32>, tensor<16x8x8xf32>) -> tensor<16x8x8xf32>
+  %2 = stablehlo.dot_general %p, %p, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<127x8x8xf32>, tensor<127x8x8xf32>) -> tensor<127x8x8xf32>
+  %3 = stablehlo.dot_general %v, %b, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<16x8x1xf32>, tensor<16x8x8xf32>) -> tensor<16x1x8xf32>
+  %4 = stablehlo.dot_general %s, %s, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<16x4x4xf32>, tensor<16x4x4xf32>) -> tensor<16x4x4xf32>
+  %5 = stablehlo.dot_general %c, %c, contracting_dims = [0] x [0] : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  %6 = stablehlo.dot_general %h, %h, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<16x8x8xf16>, tensor<16x8x8xf16>) -> tensor<16x8x8xf16>
+  return %0, %1, %2, %3, %4, %5, %6 : tensor<16x8x8xf32>, tensor<16x8x8xf32>, tensor<127x8x8xf32>, tensor<16x1x8xf32>, tensor<16x4x4xf32>, tensor<8x8xf32>, tensor<16x8x8xf16>
+}
