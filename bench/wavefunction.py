@@ -17,6 +17,10 @@ Methods (each under its jit; hlopt.jit for hlopt):
   folx        folx.forward_laplacian (bench extra), its Laplacian and Jacobian
   hessian     jnp.trace(jax.hessian) + jax.grad
 
+Each round calls the methods in turn, the order rotated from round to round, and times
+each method's call right after an untimed call of the same program: a call that follows
+another program's long run (the Hessian's) ran up to 1.7x slower than the same call after
+itself, whichever method it was, so a fixed order favoured the method that came first.
 Per method: the median over --repeat interleaved rounds, the median of each round's
 ratio folx / method (above 1: faster than folx), the same ratio of the CPU time the
 process spent in the call (all threads; `time.process_time`), which on a loaded shared
@@ -128,10 +132,11 @@ def main() -> None:
             outs = {m: jax.block_until_ready(fn(*args)) for m, fn in fns.items()}
             times = {m: [] for m in METHODS}
             cpu = {m: [] for m in METHODS}
-            for _ in range(a.repeat):
-                for m, fn in fns.items():
+            for r in range(a.repeat):
+                for m in METHODS[r % len(METHODS):] + METHODS[:r % len(METHODS)]:
+                    jax.block_until_ready(fns[m](*args))  # untimed: the timed call follows its own program
                     t0, c0 = time.perf_counter(), time.process_time()
-                    jax.block_until_ready(fn(*args))
+                    jax.block_until_ready(fns[m](*args))
                     times[m].append(time.perf_counter() - t0)
                     cpu[m].append(time.process_time() - c0)
             with jax.enable_x64(True):  # the reference: the Hessian trace in float64 on the same inputs
