@@ -8,6 +8,8 @@ by hlopt-default and by hlopt-default without that pass run interleaved: in each
 round each side's best of `--calls` calls, in alternating order; the ratio per round
 is (without the pass) / (with it), printed as median (min-max) over the rounds with
 the load average. A pass that leaves a workload's program unchanged is reported so.
+Each option of `VARIANTS` is compared likewise: the pass with that option given in
+place of the pass as hlopt-default runs it.
 
     python bench/xla_cpu_tuning.py [--rounds 7] [--workloads laplacian pinn_grad ...]
     python bench/xla_cpu_tuning.py --op-counts      # JSON: ops of each module after hlopt-default
@@ -40,6 +42,9 @@ import pinn_grad  # noqa: E402
 import sparse as sparse_bench  # noqa: E402
 import wavefunction  # noqa: E402
 from record import progress, write_record  # noqa: E402
+
+# pass options compared with hlopt-default as a pass left out is ("without" is the option given)
+VARIANTS = {"xla-cpu-sum-as-dot{max-kept-bytes=0}": "xla-cpu-sum-as-dot"}
 
 WORKLOADS = ("jet_mlp", "jet_chain", "laplacian", "stde", "weighted", "randomized", "bilaplacian", "pinn_grad",
              "loop_grad", "sparse", "wavefunction", "batched_products")
@@ -181,8 +186,11 @@ def main() -> None:
             lowered = hlopt.lower(fn, *args)
             full = lowered.apply(default).as_text()
             tuned = hlopt.jit(fn)
-            for p in DEFAULT_TUNING:
-                rest = ",".join(s for s in default.split(",") if s != p)
+            others = [(p, ",".join(s for s in default.split(",") if s != p), "without the pass / with it")
+                      for p in DEFAULT_TUNING]
+            others += [(variant, default.replace(base, variant), f"with {variant} / with hlopt-default")
+                       for variant, base in VARIANTS.items()]
+            for p, rest, ratio_is in others:
                 if lowered.apply(rest).as_text() == full:
                     print(f"{name:12s} {case:40s} {p:28s} unchanged")
                     continue
@@ -197,7 +205,7 @@ def main() -> None:
                                 "with_s": statistics.median(times["with"]),
                                 "without_s": statistics.median(times["without"]),
                                 "ratio": statistics.median(ratios), "ratio_min": min(ratios),
-                                "ratio_max": max(ratios), "ratio_is": "without the pass / with it",
+                                "ratio_max": max(ratios), "ratio_is": ratio_is,
                                 "load": load})
     write_record("xla_cpu_tuning", figures, load_before=load_before, options=vars(a))
 

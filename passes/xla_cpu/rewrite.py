@@ -8,7 +8,7 @@ are erased afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from hlopt.passes.base import Pass
@@ -26,15 +26,22 @@ class OpRewrite(Pass):
         raise NotImplementedError
 
     def apply(self, module: ir.Operation) -> None:
-        replaced: list[ir.Operation] = []
-        for op in walk_ops(module, *self.anchors):
-            with ir.InsertionPoint(op), op.location:
-                values = self.rewrite(op)
-            if values is not None:
-                for old, new in zip(op.results, values, strict=True):
-                    old.replace_all_uses_with(new)
-                replaced.append(op)
-        erase_unused(replaced)
+        rewrite_ops(module, self.anchors, self.rewrite)
+
+
+def rewrite_ops(module: ir.Operation, anchors: Sequence[str],
+                rewrite: Callable[[ir.Operation], Sequence[ir.Value] | None]) -> None:
+    """Replace the results of each op named in `anchors` (in walk order) by what `rewrite` builds
+    at it (insertion point before it, its location), where that is not None; then erase them."""
+    replaced: list[ir.Operation] = []
+    for op in walk_ops(module, *anchors):
+        with ir.InsertionPoint(op), op.location:
+            values = rewrite(op)
+        if values is not None:
+            for old, new in zip(op.results, values, strict=True):
+                old.replace_all_uses_with(new)
+            replaced.append(op)
+    erase_unused(replaced)
 
 
 def erase_unused(ops: Sequence[ir.Operation]) -> None:

@@ -21,20 +21,45 @@ over an inner axis, whatever the rank: the mean over a few particles inside a vm
 function (bench/wavefunction.py's mean-field mixing over n <= 8 electrons, a
 [directions, walkers, electrons, width] operand) would otherwise be copied transposed
 for the dot. A larger inner-axis sum is the product with ones contracting that axis.
+
+The product with ones needs its operand in memory, where a `reduce` computes it as it
+sums: one more write and read of it. XLA:CPU's own loop (YNNPACK's reduce fusion off)
+sums a few terms of an operand that fits in a core's L2 cache faster than that write
+and read, and more terms, or a larger operand, slower (its strided rows, many at once
+where XLA fuses several sums into one loop, leave the cache and the prefetchers' reach).
+So an unweighted sum over the leading axis of at most `KEPT_TERMS` (16) terms, or over
+an inner axis of at most `FEW_TERMS`, of an operand of at most `max-kept-bytes` (1 MiB,
+one core's L2 on the machine measured) stays a `reduce`, provided the module's
+reductions, with those kept, are ones xla-cpu-ynn-fusion compiles without YNNPACK's
+reduce fusion (which runs a leading-axis sum slowly); the pass then records that option
+on the module itself, so that it holds without xla-cpu-ynn-fusion in the pipeline too.
+On bench/wavefunction.py's programs the sums over 12 directions and over the 4
+electrons (0.75 MiB operands, n = 4) ran faster as reduces, and those over 24
+directions of operands as small (the 8x8 matrices' coefficients at n = 8) slower;
+`bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
+`max-kept-bytes=0`, which keeps none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
 from typing import ClassVar
 
 from hlopt.passes import builders
+from hlopt.passes.base import option
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import OpRewrite
+from hlopt.passes.walk import walk_ops
+from hlopt.passes.xla_cpu import ynn_fusion
+from hlopt.passes.xla_cpu.rewrite import OpRewrite, rewrite_ops
 
 
 # A sum of at most this many terms over a nested directions axis is added term by term.
 FEW_TERMS = 8
+# An unweighted leading-axis sum of at most this many terms (and max-kept-bytes) may stay a reduce
+# (an inner-axis one of at most FEW_TERMS).
+KEPT_TERMS = 16
 
 
 def _summed_dim(op: ir.Operation) -> int | None:
@@ -74,18 +99,29 @@ def _terms_sum(x: ir.Value, dim: int) -> ir.Value:
     return functools.reduce(builders.add, terms)
 
 
+def _bytes(v: ir.Value) -> int:
+    """The bytes of floating or complex tensor `v`."""
+    elem = builders.elem_of(v)
+    width = 2 * ir.FloatType(elem.element_type).width if isinstance(elem, ir.ComplexType) else ir.FloatType(elem).width
+    return math.prod(builders.shape_of(v)) * width // 8
+
+
+@dataclasses.dataclass(frozen=True)
 class SumAsDot(OpRewrite):
     """A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
     ones (or with the weights it is multiplied by), which XLA:CPU runs 10-20x faster; one over
     another single dimension but the last, a `dot_general` of the operand with ones contracting it.
     A sum of at most `FEW_TERMS` (8) terms over an inner dimension, or unweighted over dimension 0
     of an operand of rank 4 or more (nested directions), becomes the sum of its slices, which keeps
-    the operand out of memory.
+    the operand out of memory. Unweighted, either sum of an operand of at most `max-kept-bytes`
+    (over dimension 0, of at most 16 terms) stays a `reduce` when the module's reductions then
+    leave YNNPACK's reduce fusion off, which the pass records on the module as
+    `xla-cpu-ynn-fusion` does.
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
 
-    becomes
+    becomes (with `max-kept-bytes=0`, or where YNNPACK's reduce fusion would stay on)
 
         %ones = stablehlo.constant dense<1.0> : tensor<3xf32>
         %s = stablehlo.dot_general %ones, %x, contracting_dims = [0] x [0]
@@ -94,16 +130,50 @@ class SumAsDot(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-sum-as-dot"
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce",)
+    max_kept_bytes: int = option(1 << 20, low=0, high=1 << 40,
+                                 what="an unweighted sum of few terms of an operand of at most this many bytes "
+                                      "stays a reduce while YNNPACK's reduce fusion is off")
+
+    def apply(self, module: ir.Operation) -> None:
+        sums = list(walk_ops(module, *self.anchors))
+        kept = {op for op in sums if self._may_stay(op)}
+        if kept:
+            rewritten = {op for op in sums if op not in kept and self._rewritten(op)}
+            if ynn_fusion.reduce_fusion_off(module, leaving_out=rewritten):
+                ynn_fusion.record_reduce_fusion_off(module)
+            else:
+                kept = set()
+        rewrite_ops(module, self.anchors, lambda op: None if op in kept else self.rewrite(op))
+
+    def _may_stay(self, op: ir.Operation) -> bool:
+        """Whether `op` may stay a reduce: an unweighted sum of an operand of at most max-kept-bytes
+        over dimension 0 alone of at most `KEPT_TERMS` terms (not one of nested directions, whose
+        terms are added), or over an inner dimension of at most `FEW_TERMS` terms."""
+        dim = _summed_dim(op)
+        if dim is None or _weights(op.operands[0]) is not None:
+            return False
+        shape = builders.shape_of(op.operands[0])
+        if dim == 0:
+            if len(shape) < 2 or shape[0] > KEPT_TERMS or (len(shape) >= 4 and 0 < shape[0] <= FEW_TERMS):
+                return False
+        elif dim == len(shape) - 1 or shape[dim] > FEW_TERMS:
+            return False
+        return _bytes(op.operands[0]) <= self.max_kept_bytes
+
+    @staticmethod
+    def _rewritten(op: ir.Operation) -> bool:
+        """Whether `rewrite` replaces sum `op` when it does not keep it: not a sum along rows in
+        memory (its last dimension), where XLA:CPU's reduce is not slow."""
+        dim = _summed_dim(op)
+        return dim is not None and dim != len(builders.shape_of(op.operands[0])) - 1
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        dim = _summed_dim(op)
-        if dim is None:
+        if not self._rewritten(op):
             return None
+        dim = _summed_dim(op)
         x = op.operands[0]
         elem = builders.elem_of(x)
         shape = builders.shape_of(x)
-        if dim == len(shape) - 1:  # a sum along rows in memory: XLA:CPU's reduce is not slow there
-            return None
         if 0 < shape[dim] <= FEW_TERMS and (dim != 0 or (len(shape) >= 4 and _weights(x) is None)):
             return [_terms_sum(x, dim)]  # a dot would hold x in memory (over an inner axis, transposed): add its terms
         if dim != 0:  # an inner directions axis (the bi-Laplacian's nested jets): x's other dims keep their order

@@ -47,6 +47,7 @@ becomes
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import ClassVar
 
 from hlopt.passes import builders
@@ -81,11 +82,12 @@ def _row(shape: list[int], dims: set[int]) -> int:
     return row
 
 
-def ynn_weights(module: ir.Operation) -> tuple[int, int]:
-    """(elements of reductions YNNPACK's fusion runs slowly, elements of those it runs faster)."""
+def ynn_weights(module: ir.Operation, leaving_out: Collection[ir.Operation] = ()) -> tuple[int, int]:
+    """(elements of reductions YNNPACK's fusion runs slowly, elements of those it runs faster),
+    leaving out the reductions `leaving_out` (ones a pass is about to replace)."""
     slow = fast = 0
     for op in walk_ops(module, "stablehlo.reduce"):
-        if len(op.operands) != 2 or builders.reducer_kind(op) not in _YNN_REDUCERS:
+        if op in leaving_out or len(op.operands) != 2 or builders.reducer_kind(op) not in _YNN_REDUCERS:
             continue
         x = op.operands[0]
         if not (builders.is_differentiable(x.type) and isinstance(builders.elem_of(x), ir.FloatType)):
@@ -100,6 +102,22 @@ def ynn_weights(module: ir.Operation) -> tuple[int, int]:
         else:
             fast += size
     return slow, fast
+
+
+def reduce_fusion_off(module: ir.Operation, leaving_out: Collection[ir.Operation] = ()) -> bool:
+    """Whether `module`'s reductions (but `leaving_out`) are mostly ones YNNPACK's reduce fusion
+    runs slowly, so that the module is compiled without it."""
+    slow, fast = ynn_weights(module, leaving_out)
+    return slow > 0 and slow >= FAST_PER_SLOW * fast
+
+
+def record_reduce_fusion_off(module: ir.Operation) -> None:
+    """Record on `module` (`ATTRIBUTE`) that XLA:CPU compiles it without YNNPACK's reduce fusion."""
+    options = {}
+    if ATTRIBUTE in module.attributes and isinstance(module.attributes[ATTRIBUTE], ir.DictAttr):
+        options = {named.name: named.attr for named in module.attributes[ATTRIBUTE]}
+    options[OPTION] = ir.StringAttr.get(WITHOUT_REDUCE)
+    module.attributes[ATTRIBUTE] = ir.DictAttr.get(options)
 
 
 def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
@@ -142,11 +160,5 @@ class YnnFusion(Pass):
     name: ClassVar[str] = "xla-cpu-ynn-fusion"
 
     def apply(self, module: ir.Operation) -> None:
-        slow, fast = ynn_weights(module)
-        if slow == 0 or slow < FAST_PER_SLOW * fast:
-            return
-        options = {}
-        if ATTRIBUTE in module.attributes and isinstance(module.attributes[ATTRIBUTE], ir.DictAttr):
-            options = {named.name: named.attr for named in module.attributes[ATTRIBUTE]}
-        options[OPTION] = ir.StringAttr.get(WITHOUT_REDUCE)
-        module.attributes[ATTRIBUTE] = ir.DictAttr.get(options)
+        if reduce_fusion_off(module):
+            record_reduce_fusion_off(module)

@@ -118,11 +118,13 @@ def workloads():
     def determinant(laplacian):
         return jax.grad(lambda c: jnp.mean(jax.vmap(lambda x: laplacian(lambda y: log_det(c, y))(x))(xs) ** 2))
 
-    def electrons(y):  # a function of 2 electrons' positions through their squared norms (sums over x, y, z)
-        r = y.reshape(2, 3)
+    def electrons(y):  # a function of 6 electrons' positions through their squared norms (sums over x, y, z)
+        r = y.reshape(6, 3)
         return jnp.sum(jnp.tanh(jnp.sum(r * r, -1) + r[:, 0]))
 
-    points = jax.random.normal(jax.random.key(8), (512, 6))  # enough for XLA:CPU's YNNPACK reduce fusion
+    # enough for XLA:CPU's YNNPACK reduce fusion; 18 directions, whose sums xla-cpu-sum-as-dot makes
+    # products (more than 16 terms), so that xla-cpu-ynn-fusion is what turns that fusion off
+    points = jax.random.normal(jax.random.key(8), (512, 18))
 
     return {
         "electron_laplacian": (jax.vmap(hlopt.laplacian(electrons)), (points,), jax.vmap(nested_laplacian(electrons))),
@@ -296,3 +298,25 @@ def test_transposed_dot_runs_as_ynnpack_matmul():
         compiled = lowered.compile("xla-cpu-transposed-dots")
         assert "__ynn_fusion" in compiled.as_text()
         np.testing.assert_allclose(np.asarray(compiled(a, a)), np.asarray(jax.jit(fun)(a, a)), rtol=1e-5, atol=1e-5)
+
+
+def test_small_leading_sums_stay_reduces():
+    """The collapsed Laplacian of an MLP in 12 dimensions at 64 points: its sums over the 12
+    directions ([12, 64, 32] operands, 192 KiB in float64) stay reduces under hlopt-default, which
+    records that the module is compiled without YNNPACK's reduce fusion, where with
+    max-kept-bytes=0 they are products with ones; the values agree to 1e-12 (float64), and the
+    gradient through them too."""
+    p = params_of([12, 32, 32, 1])
+    xs = jax.random.normal(jax.random.key(3), (64, 12))
+    lap = jax.vmap(hlopt.laplacian(lambda y: mlp(p, y)))
+    grad = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
+    no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{max-kept-bytes=0}")
+    for fun, args in ((lap, (xs,)), (grad, (p,))):
+        lowered = hlopt.lower(fun, *args)
+        kept, products = lowered.apply(DEFAULT).as_text(), lowered.apply(no_keep).as_text()
+        leading = [line for line in kept.splitlines()
+                   if "stablehlo.reduce" in line and "dimensions = [0]" in line and "tensor<12x64x32xf64>" in line]
+        assert leading and "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT" in kept, kept
+        assert not [line for line in products.splitlines()
+                    if "stablehlo.reduce" in line and "dimensions = [0]" in line and "tensor<12x64x32xf64>" in line]
+        _close(lowered.compile(DEFAULT)(*args), lowered.compile(no_keep)(*args), 1e-12)

@@ -174,3 +174,41 @@ func.func @empty_inner(%x: tensor<3x0x5xf32>) -> tensor<3x5xf32> {
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<3x0x5xf32>, tensor<f32>) -> tensor<3x5xf32>
   return %0 : tensor<3x5xf32>
 }
+
+// -----
+
+// Kept: a sum over 12 leading terms of a 12x4096 operand (192 KiB, at most max-kept-bytes)
+// in a module whose reductions are then all ones YNNPACK's reduce fusion runs slowly: the
+// pass records that the module is compiled without that fusion. The 24-term sum beside it
+// becomes a product with ones (more than 16 terms). With max-kept-bytes=0 both do.
+// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{max-kept-bytes=0}' --split-input-file | filecheck %s --check-prefix=NOKEEP
+// CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
+// CHECK-LABEL: func.func @small_leading
+// CHECK: stablehlo.reduce(%arg0 init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+// CHECK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x4096xf32>) -> tensor<4096xf32>
+// NOKEEP-NOT: hlopt.compiler_options
+// NOKEEP-LABEL: func.func @small_leading
+// NOKEEP-NOT: stablehlo.reduce
+// NOKEEP-COUNT-2: stablehlo.dot_general
+func.func @small_leading(%x: tensor<12x4096xf32>, %y: tensor<24x4096xf32>) -> (tensor<4096xf32>, tensor<4096xf32>) {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  %1 = stablehlo.reduce(%y init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<24x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  return %0, %1 : tensor<4096xf32>, tensor<4096xf32>
+}
+
+// -----
+
+// Not kept: beside a sum over long rows (1024 elements, which YNNPACK's reduce fusion runs
+// faster) that outweighs it, the module keeps that fusion, which would run the leading sum
+// slowly, so it becomes a product with ones and nothing is recorded.
+// CHECK-NOT: hlopt.compiler_options
+// CHECK-LABEL: func.func @fusion_stays
+// CHECK: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<12xf32>, tensor<12x4096xf32>) -> tensor<4096xf32>
+// CHECK: stablehlo.reduce(%arg1 init: {{.*}}) applies stablehlo.add across dimensions = [1]
+func.func @fusion_stays(%x: tensor<12x4096xf32>, %rows: tensor<1024x1024xf32>) -> (tensor<4096xf32>, tensor<1024xf32>) {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  %1 = stablehlo.reduce(%rows init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<1024x1024xf32>, tensor<f32>) -> tensor<1024xf32>
+  return %0, %1 : tensor<4096xf32>, tensor<1024xf32>
+}
