@@ -153,6 +153,8 @@ class SumAsDot(OpRewrite):
         if dim is None or _weights(op.operands[0]) is not None:
             return False
         shape = builders.shape_of(op.operands[0])
+        if min(shape) < 0:  # a dynamic dimension
+            return False
         if dim == 0:
             if len(shape) < 2 or shape[0] > KEPT_TERMS or (len(shape) >= 4 and 0 < shape[0] <= FEW_TERMS):
                 return False

@@ -94,6 +94,8 @@ class TransposedDots(OpRewrite):
         if not lb or not lc:
             return None
         ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
+        if min(ls + rs, default=0) < 0:  # a dynamic dimension: no static reshape
+            return None
         lf = [i for i in range(len(ls)) if i not in lb and i not in lc]
         rf = [i for i in range(len(rs)) if i not in rb and i not in rc]
         m, n, k = math.prod(ls[i] for i in lf), math.prod(rs[i] for i in rf), math.prod(ls[i] for i in lc)

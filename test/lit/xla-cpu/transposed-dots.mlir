@@ -52,3 +52,14 @@ func.func @kept(%a: tensor<16x8x8xf32>, %b: tensor<16x8x8xf32>, %p: tensor<127x8
   %6 = stablehlo.dot_general %h, %h, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<16x8x8xf16>, tensor<16x8x8xf16>) -> tensor<16x8x8xf16>
   return %0, %1, %2, %3, %4, %5, %6 : tensor<16x8x8xf32>, tensor<16x8x8xf32>, tensor<127x8x8xf32>, tensor<16x1x8xf32>, tensor<16x4x4xf32>, tensor<8x8xf32>, tensor<16x8x8xf16>
 }
+
+// -----
+
+// Kept: a dynamic dimension (no static reshape joins it).
+// CHECK-LABEL: func.func @dynamic
+// CHECK-NOT: stablehlo.reshape
+// CHECK: stablehlo.dot_general %arg0, %arg1, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2]
+func.func @dynamic(%a: tensor<?x128x8x8xf32>, %b: tensor<?x128x8x8xf32>) -> tensor<?x128x8x8xf32> {
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : (tensor<?x128x8x8xf32>, tensor<?x128x8x8xf32>) -> tensor<?x128x8x8xf32>
+  return %0 : tensor<?x128x8x8xf32>
+}
