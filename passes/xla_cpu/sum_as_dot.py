@@ -160,7 +160,7 @@ class SumAsDot(OpRewrite):
                 return False
         elif dim == len(shape) - 1 or shape[dim] > FEW_TERMS:
             return False
-        return _bytes(op.operands[0]) <= self.max_kept_bytes
+        return 0 < _bytes(op.operands[0]) <= self.max_kept_bytes  # an empty sum: nothing to keep
 
     @staticmethod
     def _rewritten(op: ir.Operation) -> bool:

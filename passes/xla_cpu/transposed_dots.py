@@ -94,7 +94,7 @@ class TransposedDots(OpRewrite):
         if not lb or not lc:
             return None
         ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
-        if min(ls + rs, default=0) < 0:  # a dynamic dimension: no static reshape
+        if min(ls + rs + builders.shape_of(result), default=0) < 0:  # a dynamic dimension: no static reshape
             return None
         lf = [i for i in range(len(ls)) if i not in lb and i not in lc]
         rf = [i for i in range(len(rs)) if i not in rb and i not in rc]
@@ -110,7 +110,7 @@ class TransposedDots(OpRewrite):
         if batch is None:
             return None
         a = builders.reshape(builders.transpose(lhs, lb + lf + lc), batch + [m, k])
-        if rhs_in_order and list(range(nb, len(rs)))[:len(rf)] == rf and rf:
+        if rhs_in_order and list(range(nb, len(rs)))[:len(rf)] == rf:
             b, b_contract = builders.reshape(rhs, batch + [n, k]), len(batch) + 1  # (batch, free, contracting)
         else:
             b, b_contract = builders.reshape(builders.transpose(rhs, rb + rc + rf), batch + [k, n]), len(batch)

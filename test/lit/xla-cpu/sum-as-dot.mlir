@@ -212,3 +212,15 @@ func.func @fusion_stays(%x: tensor<12x4096xf32>, %rows: tensor<1024x1024xf32>) -
   %1 = stablehlo.reduce(%rows init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<1024x1024xf32>, tensor<f32>) -> tensor<1024xf32>
   return %0, %1 : tensor<4096xf32>, tensor<1024xf32>
 }
+
+// -----
+
+// An empty sum is not kept (nothing to keep), so nothing is recorded for it.
+// CHECK-NOT: hlopt.compiler_options
+// CHECK-LABEL: func.func @empty_sum
+func.func @empty_sum(%x: tensor<3x0x5xf32>, %s: tensor<24x128x8x3xf32>) -> (tensor<3x5xf32>, tensor<24x128x8xf32>) {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<3x0x5xf32>, tensor<f32>) -> tensor<3x5xf32>
+  %1 = stablehlo.reduce(%s init: %c0) applies stablehlo.add across dimensions = [3] : (tensor<24x128x8x3xf32>, tensor<f32>) -> tensor<24x128x8xf32>
+  return %0, %1 : tensor<3x5xf32>, tensor<24x128x8xf32>
+}

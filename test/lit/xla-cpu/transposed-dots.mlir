@@ -63,3 +63,14 @@ func.func @dynamic(%a: tensor<?x128x8x8xf32>, %b: tensor<?x128x8x8xf32>) -> tens
   %0 = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : (tensor<?x128x8x8xf32>, tensor<?x128x8x8xf32>) -> tensor<?x128x8x8xf32>
   return %0 : tensor<?x128x8x8xf32>
 }
+
+// -----
+
+// Kept: static operands with a dynamically shaped result.
+// CHECK-LABEL: func.func @dynamic_result
+// CHECK-NOT: stablehlo.reshape
+// CHECK: stablehlo.dot_general %arg0, %arg1
+func.func @dynamic_result(%a: tensor<4x8x8xf32>, %b: tensor<4x8x8xf32>) -> tensor<?x8x8xf32> {
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<4x8x8xf32>, tensor<4x8x8xf32>) -> tensor<?x8x8xf32>
+  return %0 : tensor<?x8x8xf32>
+}
