@@ -32,7 +32,9 @@ an inner axis of at most `FEW_TERMS`, of an operand of at most `max-kept-bytes` 
 one core's L2 on the machine measured) stays a `reduce`, provided the module's
 reductions, with those kept, are ones xla-cpu-ynn-fusion compiles without YNNPACK's
 reduce fusion (which runs a leading-axis sum slowly); the pass then records that option
-on the module itself, so that it holds without xla-cpu-ynn-fusion in the pipeline too.
+on the module itself, so that it holds without xla-cpu-ynn-fusion in the pipeline too
+(as there, a `compiler_options` entry or `XLA_FLAGS` flag of your own naming the option
+wins, and a kept sum then runs as the option you chose runs it).
 On bench/wavefunction.py's programs the sums over 12 directions and over the 4
 electrons (0.75 MiB operands, n = 4) ran faster as reduces, and those over 24
 directions of operands as small (the 8x8 matrices' coefficients at n = 8) slower;
