@@ -20,7 +20,7 @@ Methods (each under its jit; hlopt.jit for hlopt):
 Each round calls the methods in turn, the order rotated from round to round, and times
 each method's call right after an untimed call of the same program: a call that follows
 another program's long run (the Hessian's) ran up to 1.7x slower than the same call after
-itself, whichever method it was, so a fixed order favoured the method that came first.
+itself, whichever method it was, which a fixed order charged to the method after the Hessian.
 Per method: the median over --repeat interleaved rounds, the median of each round's
 ratio folx / method (above 1: faster than folx), the same ratio of the CPU time the
 process spent in the call (all threads; `time.process_time`), which on a loaded shared

@@ -43,7 +43,7 @@ import sparse as sparse_bench  # noqa: E402
 import wavefunction  # noqa: E402
 from record import progress, write_record  # noqa: E402
 
-# pass options compared with hlopt-default as a pass left out is ("without" is the option given)
+# pass options compared with hlopt-default as a left-out pass is (the "without" side runs the pass with the option)
 VARIANTS = {"xla-cpu-sum-as-dot{max-kept-bytes=0}": "xla-cpu-sum-as-dot"}
 
 WORKLOADS = ("jet_mlp", "jet_chain", "laplacian", "stde", "weighted", "randomized", "bilaplacian", "pinn_grad",
