@@ -93,6 +93,13 @@ def _weights(v: ir.Value) -> tuple[ir.Value, ir.Value] | None:
     return None
 
 
+def _adds_terms(x: ir.Value, dim: int) -> bool:
+    """Whether the sum of `x` over `dim` is its terms' sum: at most `FEW_TERMS` of them over an
+    inner dimension, or unweighted over dimension 0 of an operand of rank 4 or more."""
+    shape = builders.shape_of(x)
+    return 0 < shape[dim] <= FEW_TERMS and (dim != 0 or (len(shape) >= 4 and _weights(x) is None))
+
+
 def _terms_sum(x: ir.Value, dim: int) -> ir.Value:
     """The sum of `x` over `dim` as its slices along `dim` added in order."""
     shape = builders.shape_of(x)
@@ -158,7 +165,7 @@ class SumAsDot(OpRewrite):
         if min(shape) < 0:  # a dynamic dimension
             return False
         if dim == 0:
-            if len(shape) < 2 or shape[0] > KEPT_TERMS or (len(shape) >= 4 and 0 < shape[0] <= FEW_TERMS):
+            if len(shape) < 2 or shape[0] > KEPT_TERMS or _adds_terms(op.operands[0], 0):
                 return False
         elif dim == len(shape) - 1 or shape[dim] > FEW_TERMS:
             return False
@@ -178,7 +185,7 @@ class SumAsDot(OpRewrite):
         x = op.operands[0]
         elem = builders.elem_of(x)
         shape = builders.shape_of(x)
-        if 0 < shape[dim] <= FEW_TERMS and (dim != 0 or (len(shape) >= 4 and _weights(x) is None)):
+        if _adds_terms(x, dim):
             return [_terms_sum(x, dim)]  # a dot would hold x in memory (over an inner axis, transposed): add its terms
         if dim != 0:  # an inner directions axis (the bi-Laplacian's nested jets): x's other dims keep their order
             ones = builders.splat(1, builders.tensor([shape[dim]], elem))

@@ -35,7 +35,7 @@ from typing import ClassVar
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.xla_cpu.rewrite import OpRewrite
-from hlopt.passes.xla_cpu.small_dots import KNOWN, YNN_MIN_SIZE
+from hlopt.passes.xla_cpu.small_dots import KNOWN, YNN_MIN_SIZE, _free
 
 
 def _is_ynn_type(t: ir.Type) -> bool:
@@ -96,8 +96,7 @@ class TransposedDots(OpRewrite):
         ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
         if min(ls + rs + builders.shape_of(result), default=0) < 0:  # a dynamic dimension: no static reshape
             return None
-        lf = [i for i in range(len(ls)) if i not in lb and i not in lc]
-        rf = [i for i in range(len(rs)) if i not in rb and i not in rc]
+        lf, rf = _free(lhs, lb, lc), _free(rhs, rb, rc)
         m, n, k = math.prod(ls[i] for i in lf), math.prod(rs[i] for i in rf), math.prod(ls[i] for i in lc)
         if m <= 1 or n <= 1 or max(m, n, k) < YNN_MIN_SIZE:
             return None
