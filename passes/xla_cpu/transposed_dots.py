@@ -1,5 +1,5 @@
-"""`xla-cpu-transposed-dots`: a batched dot_general whose lhs does not contract its trailing
-dimension becomes one of operands copied in the order XLA:CPU's YNNPACK matmul takes.
+"""`xla-cpu-transposed-dots`: a dot_general whose operands are not in the order XLA:CPU's
+YNNPACK matmul takes becomes one of operands copied into that order, the smaller copied.
 
 XLA:CPU (jaxlib 0.10.2) gives a batched dot to its YNNPACK matmul only when the
 lhs is in row-major (batch, m, k) order, contracting its last dimension
@@ -21,6 +21,16 @@ batch dimensions, which is why they are joined; a single batch dimension is spli
 into two (its smallest prime factor and the rest), and a prime one leaves the dot as
 it is. XLA:CPU fuses the transposes into the loops that compute the operands.
 
+Which operand is copied: a product `x^T g` whose lhs `x` contracts its leading
+dimensions (a weight gradient: x the layer's inputs along every direction and
+walker, g the cotangent of a narrow output) makes XLA copy all of `x`, batched or
+not, as a transposing loop that reads its inputs with a stride. With the operands
+swapped, `(g^T x)^T`, the copy is of `g` instead; the operands are swapped, and the
+product's result transposed back, where the copies of the swapped operands and
+that transpose come to at most half of the copies of the operands as they are
+(counted in elements); option `swap=never` keeps their order. An unbatched product
+is otherwise left to XLA, which copies its lhs itself.
+
 Only dots of float32 or float64 operands and result (YNNPACK's element types)
 whose m and n are both above 1 and whose m, k or n reaches 8 (below, YNNPACK does
 not take it: `xla-cpu-small-dots`) are rewritten. The copy adds a pass over each
@@ -29,11 +39,14 @@ transposed operand, small beside the matrix kernel calls it saves at these sizes
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from hlopt.passes import builders
+from hlopt.passes.base import option
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.xla_cpu.dot_operand_order import _swapped_precision
 from hlopt.passes.xla_cpu.rewrite import OpRewrite
 from hlopt.passes.xla_cpu.small_dots import KNOWN, YNN_MIN_SIZE, _free
 
@@ -59,6 +72,7 @@ def _groups_contiguous(order: list[int], first: list[int], second: list[int]) ->
     return order == first + second or order == second + first
 
 
+@dataclasses.dataclass(frozen=True)
 class TransposedDots(OpRewrite):
     """A batched `dot_general` whose lhs does not contract its trailing dimensions (or whose
     batch dimensions do not lead) becomes the product of the operands transposed to
@@ -75,10 +89,23 @@ class TransposedDots(OpRewrite):
         %b3 = stablehlo.reshape %b : (tensor<24x128x8x8xf32>) -> tensor<3072x8x8xf32>
         %p = stablehlo.dot_general %a3, %b3, batching_dims = [0] x [0], contracting_dims = [2] x [1]
         %d = stablehlo.reshape %p : (tensor<3072x8x8xf32>) -> tensor<24x128x8x8xf32>
+
+    A product whose swapped operands need at most half the copies swaps them:
+
+        %d = stablehlo.dot_general %x, %g, contracting_dims = [0, 1] x [0, 1]
+             : (tensor<18x768x32xf32>, tensor<18x768x6xf32>) -> tensor<32x6xf32>
+
+    becomes
+
+        %p = stablehlo.dot_general %g, %x, contracting_dims = [0, 1] x [0, 1]
+             : (tensor<18x768x6xf32>, tensor<18x768x32xf32>) -> tensor<6x32xf32>
+        %d = stablehlo.transpose %p, dims = [1, 0] : (tensor<6x32xf32>) -> tensor<32x6xf32>
     """
 
     name: ClassVar[str] = "xla-cpu-transposed-dots"
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.dot_general",)
+    swap: Literal["smaller", "never"] = option("smaller", what="`smaller` swaps the operands where that copies at "
+                                                       "most half as much; `never` keeps their order")
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
         if set(op.attributes) - KNOWN:
@@ -89,34 +116,90 @@ class TransposedDots(OpRewrite):
                 len({str(ir.RankedTensorType(v.type).element_type) for v in (lhs, rhs, result)}) != 1:
             return None
         d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-        lb, rb = list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)
-        lc, rc = list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
-        if not lb or not lc:
+        left = _Side(lhs, list(d.lhs_batching_dimensions), list(d.lhs_contracting_dimensions))
+        right = _Side(rhs, list(d.rhs_batching_dimensions), list(d.rhs_contracting_dimensions))
+        if not left.contract:
             return None
-        ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
-        if min(ls + rs + builders.shape_of(result), default=0) < 0:  # a dynamic dimension: no static reshape
+        if min(left.shape + right.shape + builders.shape_of(result), default=0) < 0:  # dynamic: no static reshape
             return None
-        lf, rf = _free(lhs, lb, lc), _free(rhs, rb, rc)
-        m, n, k = math.prod(ls[i] for i in lf), math.prod(rs[i] for i in rf), math.prod(ls[i] for i in lc)
+        m, n, k = left.free_size, right.free_size, left.contract_size
         if m <= 1 or n <= 1 or max(m, n, k) < YNN_MIN_SIZE:
             return None
-        nb = len(lb)
-        lhs_in_order = lb == list(range(nb)) and list(range(nb, len(ls))) == lf + lc
-        rhs_in_order = rb == list(range(nb)) and _groups_contiguous(list(range(nb, len(rs))), rc, rf)
-        if lhs_in_order and rhs_in_order:
+        precision = op.attributes["precision_config"] if "precision_config" in op.attributes else None
+        swap = self.swap == "smaller" and 2 * (right.copied_as_lhs() + left.copied_as_rhs() + _size(result)) \
+            <= left.copied_as_lhs() + right.copied_as_rhs()
+        if swap:
+            left, right, precision = right, left, _swapped_precision(precision)
+        product = _in_order(left, right, builders.elem_of(result), precision)
+        if product is None and not swap:
             return None
-        batch = _batch_split([ls[i] for i in lb])
-        if batch is None:
-            return None
-        a = builders.reshape(builders.transpose(lhs, lb + lf + lc), batch + [m, k])
-        if rhs_in_order and list(range(nb, len(rs)))[:len(rf)] == rf:
-            b, b_contract = builders.reshape(rhs, batch + [n, k]), len(batch) + 1  # (batch, free, contracting)
-        else:
-            b, b_contract = builders.reshape(builders.transpose(rhs, rb + rc + rf), batch + [k, n]), len(batch)
-        batch_dims = list(range(len(batch)))
-        product = builders.dot_general(a, b, lhs_batch=batch_dims, rhs_batch=batch_dims,
-                                       lhs_contract=[len(batch) + 1], rhs_contract=[b_contract],
-                                       elem=builders.elem_of(result),
-                                       precision_config=op.attributes["precision_config"]
-                                       if "precision_config" in op.attributes else None)
-        return [builders.reshape(product, builders.shape_of(result))]
+        if product is None:  # no batch dimension: XLA copies the (smaller) lhs itself
+            product = builders.dot_general(left.value, right.value, lhs_batch=left.batch, rhs_batch=right.batch,
+                                           lhs_contract=left.contract, rhs_contract=right.contract,
+                                           elem=builders.elem_of(result), precision_config=precision)
+        if not swap:
+            return [product]
+        # the product's dims are (batch, the original rhs's free, the original lhs's free)
+        nb, rhs_free, lhs_free = len(left.batch), len(left.free), len(right.free)
+        return [builders.transpose(product, [*range(nb), *range(nb + rhs_free, nb + rhs_free + lhs_free),
+                                             *range(nb, nb + rhs_free)])]
+
+
+def _size(v: ir.Value) -> int:
+    return math.prod(builders.shape_of(v))
+
+
+class _Side:
+    """One operand of a dot_general, with its batch and contracting dimensions."""
+
+    def __init__(self, value: ir.Value, batch: list[int], contract: list[int]):
+        self.value, self.batch, self.contract = value, batch, contract
+        self.shape = builders.shape_of(value)
+        self.free = _free(value, batch, contract)
+        self.free_size = math.prod(self.shape[i] for i in self.free)
+        self.contract_size = math.prod(self.shape[i] for i in contract)
+
+    def _rest(self) -> list[int]:
+        nb = len(self.batch)
+        return list(range(nb, len(self.shape))) if self.batch == list(range(nb)) else []
+
+    def lhs_in_order(self) -> bool:
+        """(batch, free, contracting): YNNPACK's lhs."""
+        return bool(self._rest()) and self._rest() == self.free + self.contract
+
+    def rhs_in_order(self) -> bool:
+        """(batch, contracting, free) or (batch, free, contracting): YNNPACK's rhs."""
+        return bool(self._rest()) and _groups_contiguous(self._rest(), self.contract, self.free)
+
+    def copied_as_lhs(self) -> int:
+        """The elements copied to make this operand YNNPACK's lhs."""
+        return 0 if self.lhs_in_order() else _size(self.value)
+
+    def copied_as_rhs(self) -> int:
+        return 0 if self.rhs_in_order() else _size(self.value)
+
+
+def _in_order(left: _Side, right: _Side, elem: ir.Type, precision: ir.Attribute | None) -> ir.Value | None:
+    """The batched product of `left` and `right` with the operands copied into YNNPACK's order
+    and the batch dimensions joined, in dot_general's result shape; None when there is no
+    batch dimension, the operands are in order already, or a single prime batch cannot be
+    split."""
+    if not left.batch or (left.lhs_in_order() and right.rhs_in_order()):
+        return None
+    batch = _batch_split([left.shape[i] for i in left.batch])
+    if batch is None:
+        return None
+    m, n, k = left.free_size, right.free_size, left.contract_size
+    a = builders.reshape(builders.transpose(left.value, left.batch + left.free + left.contract), batch + [m, k])
+    if right.rhs_in_order() and right._rest()[:len(right.free)] == right.free:
+        b, b_contract = builders.reshape(right.value, batch + [n, k]), len(batch) + 1  # (batch, free, contracting)
+    else:
+        b, b_contract = builders.reshape(builders.transpose(right.value, right.batch + right.contract + right.free),
+                                         batch + [k, n]), len(batch)
+    batch_dims = list(range(len(batch)))
+    product = builders.dot_general(a, b, lhs_batch=batch_dims, rhs_batch=batch_dims,
+                                   lhs_contract=[len(batch) + 1], rhs_contract=[b_contract],
+                                   elem=elem, precision_config=precision)
+    shape = [left.shape[i] for i in left.batch] + [left.shape[i] for i in left.free] \
+        + [right.shape[i] for i in right.free]
+    return builders.reshape(product, shape)

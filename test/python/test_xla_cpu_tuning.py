@@ -11,12 +11,13 @@ the tuning passes leave XLA's temporaries no larger than without them.
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from jax.experimental import sparse as jsparse
 
@@ -222,21 +223,30 @@ def test_tuning_keeps_the_bilaplacian_temporaries_small():
 
 @st.composite
 def transposed_dots(draw):
-    """A batched dot_general with its operands' dimensions in random orders (the lhs's in the
-    order (batch, free, contracting) half the time): (lhs shape, rhs shape, dimension numbers,
-    m, n, k, batch sizes)."""
-    nb, nlf, nrf, nc = (draw(st.integers(lo, hi)) for lo, hi in ((1, 2), (0, 2), (0, 2), (1, 2)))
+    """A dot_general, batched or not, with its operands' dimensions in random orders (the lhs's in
+    the order (batch, free, contracting) a third of the time), or a weight gradient's kind (a wide
+    lhs in the order (batch, contracting, free), a narrow rhs, a long sum) a third of the time:
+    (lhs shape, rhs shape, dimension numbers, m, n, k, batch sizes)."""
+    nb, nlf, nrf, nc = (draw(st.integers(lo, hi)) for lo, hi in ((0, 2), (0, 2), (0, 2), (1, 2)))
     size = st.sampled_from([1, 2, 3, 4, 6, 8, 9, 12])
     batch = [draw(st.sampled_from([2, 3, 4, 6, 7])) for _ in range(nb)]
     lfree, rfree, contract = ([draw(size) for _ in range(c)] for c in (nlf, nrf, nc))
+    kind = draw(st.sampled_from(["random", "in order", "gradient"]))
+    if kind == "gradient":
+        lfree = [draw(st.sampled_from([8, 12, 16])) for _ in range(max(nlf, 1))]
+        rfree = [draw(st.sampled_from([2, 3])) for _ in range(max(nrf, 1))]
+        contract = [draw(st.sampled_from([8, 12, 16])) for _ in range(nc)]
+        nlf, nrf = len(lfree), len(rfree)
 
     def placed(kinds: list[tuple[str, int]], in_order: bool = False):
         order = range(len(kinds)) if in_order else draw(st.permutations(range(len(kinds))))
         return [kinds[i] for i in order]
 
-    lhs = placed([("b", i) for i in range(nb)] + [("f", i) for i in range(nlf)] + [("c", i) for i in range(nc)],
-                 draw(st.booleans()))
-    rhs = placed([("b", i) for i in range(nb)] + [("f", i) for i in range(nrf)] + [("c", i) for i in range(nc)])
+    batched, free, contracting = [("b", i) for i in range(nb)], [("f", i) for i in range(nlf)], \
+        [("c", i) for i in range(nc)]
+    lhs = batched + contracting + free if kind == "gradient" else \
+        placed(batched + free + contracting, kind == "in order")
+    rhs = placed(batched + [("f", i) for i in range(nrf)] + contracting)
     sizes = {"b": batch, "c": contract}
 
     def shape(dims, free):
@@ -253,10 +263,12 @@ def transposed_dots(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=transposed_dots(), wide=st.booleans())
 def test_transposed_dots_keep_the_product(case, wide):
-    """xla-cpu-transposed-dots on batched products of random dimension orders: the values equal
-    XLA's own product (float64 and float32), and a product whose lhs does not contract its
-    trailing dimensions, with m, n > 1, a size of 8 or more and a batch that is not one prime
-    dimension, is rewritten (lhs transposed, batch joined or split, no product left as it was)."""
+    """xla-cpu-transposed-dots on products of random dimension orders: the values equal XLA's
+    own product (float64 and float32). With m, n > 1 and a size of 8 or more, the operands are
+    swapped (the result transposed back) where the copies YNNPACK's order needs of the swapped
+    operands, with that transpose, are at most half those of the operands as they are; else a
+    batched product whose operands are not in that order, with a batch that is not one prime
+    dimension, is rewritten (operands arranged, batch joined or split), and any other is kept."""
     lhs_shape, rhs_shape, numbers, m, n, k, batch = case
     dtype = jnp.float64 if wide else jnp.float32
     with jax.enable_x64(wide):
@@ -272,17 +284,32 @@ def test_transposed_dots_keep_the_product(case, wide):
                                atol=(1e-12 if wide else 2e-5) * max(1.0, k))
     (lc, rc), (lb, rb) = numbers
     nb = len(lb)
-    lf = [d for d in range(len(lhs_shape)) if d not in lb and d not in lc]
-    rf = [d for d in range(len(rhs_shape)) if d not in rb and d not in rc]
-    lhs_in_order = lb == list(range(nb)) and lf + lc == list(range(nb, len(lhs_shape)))
-    rhs_in_order = rb == list(range(nb)) and list(range(nb, len(rhs_shape))) in (rc + rf, rf + rc)
+
+    def orders(shape, b, c):
+        """Whether an operand is in the order of YNNPACK's lhs, and of its rhs."""
+        f = [d for d in range(len(shape)) if d not in b and d not in c]
+        rest = list(range(nb, len(shape)))
+        return b == list(range(nb)) and rest == f + c, b == list(range(nb)) and rest in (c + f, f + c)
+
+    (lhs_lhs, lhs_rhs), (rhs_lhs, rhs_rhs) = orders(lhs_shape, lb, lc), orders(rhs_shape, rb, rc)
+    sizes = math.prod(lhs_shape), math.prod(rhs_shape)
+    copies = sizes[0] * (not lhs_lhs) + sizes[1] * (not rhs_rhs)
+    swapped_copies = sizes[1] * (not rhs_lhs) + sizes[0] * (not lhs_rhs) + math.prod(batch) * m * n
+    sized = m > 1 and n > 1 and max(m, n, k) >= 8
+    swapped = sized and 2 * swapped_copies <= copies
     single_prime = len(batch) == 1 and all(batch[0] % p for p in range(2, batch[0]))
-    rewritten = not (lhs_in_order and rhs_in_order) and m > 1 and n > 1 and max(m, n, k) >= 8 and not single_prime
+    rewritten = nb and not (lhs_lhs and rhs_rhs) and sized and not single_prime
     dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
     assert len(dots) == 1, dots
-    original = f"tensor<{'x'.join(map(str, lhs_shape))}x{'f64' if wide else 'f32'}>, "
-    if rewritten:  # the product reads the arranged operands (batch joined or split), and is reshaped back
-        assert original not in dots[0] and "stablehlo.reshape" in text, text
+    element = 'f64' if wide else 'f32'
+    original = f"tensor<{'x'.join(map(str, lhs_shape))}x{element}>, tensor<{'x'.join(map(str, rhs_shape))}x{element}>)"
+    returned = re.search(r"return (%\S+) ", text).group(1)
+    last = next(line for line in text.splitlines() if line.strip().startswith(f"{returned} ="))
+    event("swapped" if swapped else "rewritten" if rewritten else "kept")
+    if swapped:  # the product of the swapped operands, transposed back
+        assert original not in dots[0] and "stablehlo.transpose" in last, text
+    elif rewritten:  # the product reads the arranged operands (batch joined or split), and is reshaped back
+        assert original not in dots[0] and "stablehlo.reshape" in last, text
     else:
         assert original in dots[0] and "stablehlo.transpose" not in text and "stablehlo.reshape" not in text, text
 

@@ -1,4 +1,5 @@
 // RUN: hlopt-opt %s -p xla-cpu-transposed-dots --split-input-file | filecheck %s
+// RUN: hlopt-opt %s -p 'xla-cpu-transposed-dots{swap=never}' --split-input-file | filecheck %s --check-prefix=NEVER
 
 // A^T B of batched 8x8 matrices (the lhs contracts its rows): the lhs is transposed, the two
 // batch dimensions joined into one, and the product reshaped back; the precision is kept.
@@ -73,4 +74,57 @@ func.func @dynamic(%a: tensor<?x128x8x8xf32>, %b: tensor<?x128x8x8xf32>) -> tens
 func.func @dynamic_result(%a: tensor<4x8x8xf32>, %b: tensor<4x8x8xf32>) -> tensor<?x8x8xf32> {
   %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<4x8x8xf32>, tensor<4x8x8xf32>) -> tensor<?x8x8xf32>
   return %0 : tensor<?x8x8xf32>
+}
+
+// -----
+
+// A weight gradient x^T g of a wide x and a narrow g (both contracting their leading
+// dimensions): the operands are swapped, so that XLA copies g (18x768x6) in YNNPACK's order
+// and not x (18x768x32), and the 6x32 product is transposed back; the precision follows its
+// operand.
+// CHECK-LABEL: func.func @gradient
+// CHECK: %[[P:.*]] = stablehlo.dot_general %arg1, %arg0, contracting_dims = [0, 1] x [0, 1], precision = [HIGHEST, DEFAULT] : (tensor<18x768x6xf32>, tensor<18x768x32xf32>) -> tensor<6x32xf32>
+// CHECK: %[[T:.*]] = stablehlo.transpose %[[P]], dims = [1, 0] : (tensor<6x32xf32>) -> tensor<32x6xf32>
+// CHECK: return %[[T]]
+// With swap=never the order is kept (XLA copies x).
+// NEVER-LABEL: func.func @gradient
+// NEVER: stablehlo.dot_general %arg0, %arg1, contracting_dims = [0, 1] x [0, 1]
+// NEVER-NOT: stablehlo.transpose
+// NEVER: return
+func.func @gradient(%x: tensor<18x768x32xf32>, %g: tensor<18x768x6xf32>) -> tensor<32x6xf32> {
+  %0 = stablehlo.dot_general %x, %g, contracting_dims = [0, 1] x [0, 1], precision = [DEFAULT, HIGHEST] : (tensor<18x768x32xf32>, tensor<18x768x6xf32>) -> tensor<32x6xf32>
+  return %0 : tensor<32x6xf32>
+}
+
+// -----
+
+// Batched, with two free dimensions on the lhs: swapped, then arranged (the batch of 6 split
+// into 2 x 3), and the (batch, rhs free, lhs free) product transposed back to (batch, lhs free,
+// rhs free).
+// CHECK-LABEL: func.func @batched_gradient
+// CHECK: %[[GT:.*]] = stablehlo.transpose %arg1, dims = [0, 2, 1] : (tensor<6x64x2xf64>) -> tensor<6x2x64xf64>
+// CHECK: %[[G:.*]] = stablehlo.reshape %[[GT]] : (tensor<6x2x64xf64>) -> tensor<2x3x2x64xf64>
+// CHECK: %[[X:.*]] = stablehlo.reshape %arg0 : (tensor<6x64x8x12xf64>) -> tensor<2x3x64x96xf64>
+// CHECK: %[[P:.*]] = stablehlo.dot_general %[[G]], %[[X]], batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<2x3x2x64xf64>, tensor<2x3x64x96xf64>) -> tensor<2x3x2x96xf64>
+// CHECK: %[[R:.*]] = stablehlo.reshape %[[P]] : (tensor<2x3x2x96xf64>) -> tensor<6x2x8x12xf64>
+// CHECK: %[[T:.*]] = stablehlo.transpose %[[R]], dims = [0, 2, 3, 1] : (tensor<6x2x8x12xf64>) -> tensor<6x8x12x2xf64>
+// CHECK: return %[[T]]
+func.func @batched_gradient(%x: tensor<6x64x8x12xf64>, %g: tensor<6x64x2xf64>) -> tensor<6x8x12x2xf64> {
+  %0 = stablehlo.dot_general %x, %g, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<6x64x8x12xf64>, tensor<6x64x2xf64>) -> tensor<6x8x12x2xf64>
+  return %0 : tensor<6x8x12x2xf64>
+}
+
+// -----
+
+// Kept: the same narrow g, but x already in YNNPACK's lhs order (it contracts its last
+// dimension), and a square weight gradient (swapping copies as much).
+// CHECK-LABEL: func.func @gradient_kept
+// CHECK-NOT: stablehlo.transpose
+// CHECK: stablehlo.dot_general %arg0, %arg1
+// CHECK: stablehlo.dot_general %arg2, %arg2
+// CHECK-NOT: stablehlo.transpose
+func.func @gradient_kept(%x: tensor<32x768xf32>, %g: tensor<768x6xf32>, %s: tensor<768x32xf32>) -> (tensor<32x6xf32>, tensor<32x32xf32>) {
+  %0 = stablehlo.dot_general %x, %g, contracting_dims = [1] x [0] : (tensor<32x768xf32>, tensor<768x6xf32>) -> tensor<32x6xf32>
+  %1 = stablehlo.dot_general %s, %s, contracting_dims = [0] x [0] : (tensor<768x32xf32>, tensor<768x32xf32>) -> tensor<32x32xf32>
+  return %0, %1 : tensor<32x6xf32>, tensor<32x32xf32>
 }
