@@ -26,7 +26,8 @@ dimensions (a weight gradient: x the layer's inputs along every direction and
 walker, g the cotangent of a narrow output) makes XLA copy all of `x`, batched or
 not, as a transposing loop that reads its inputs with a stride. With the operands
 swapped, `(g^T x)^T`, the copy is of `g` instead; the operands are swapped, and the
-product's result transposed back, where the copies of the swapped operands and
+product's result transposed back (its free dimensions joined, as XLA folds a plain
+transpose of a dot's result back into the dot, swapping the operands back), where the copies of the swapped operands and
 that transpose come to at most half of the copies of the operands as they are
 (counted in elements); option `swap=never` keeps their order. An unbatched product
 is otherwise left to XLA, which copies its lhs itself.
@@ -99,7 +100,9 @@ class TransposedDots(OpRewrite):
 
         %p = stablehlo.dot_general %g, %x, contracting_dims = [0, 1] x [0, 1]
              : (tensor<18x768x6xf32>, tensor<18x768x32xf32>) -> tensor<6x32xf32>
-        %d = stablehlo.transpose %p, dims = [1, 0] : (tensor<6x32xf32>) -> tensor<32x6xf32>
+        %j = stablehlo.reshape %p : (tensor<6x32xf32>) -> tensor<1x6x32x1xf32>
+        %t = stablehlo.transpose %j, dims = [0, 2, 1, 3] : (tensor<1x6x32x1xf32>) -> tensor<1x32x6x1xf32>
+        %d = stablehlo.reshape %t : (tensor<1x32x6x1xf32>) -> tensor<32x6xf32>
     """
 
     name: ClassVar[str] = "xla-cpu-transposed-dots"
@@ -139,10 +142,13 @@ class TransposedDots(OpRewrite):
                                            elem=builders.elem_of(result), precision_config=precision)
         if not swap:
             return [product]
-        # the product's dims are (batch, the original rhs's free, the original lhs's free)
-        nb, rhs_free, lhs_free = len(left.batch), len(left.free), len(right.free)
-        return [builders.transpose(product, [*range(nb), *range(nb + rhs_free, nb + rhs_free + lhs_free),
-                                             *range(nb, nb + rhs_free)])]
+        # The product's dims are (batch, the original rhs's free, the original lhs's free): joined
+        # into (batch, n, m, 1) and transposed there, since XLA folds a transpose of a dot's
+        # result straight back into the dot (swapping its operands back).
+        shape = builders.shape_of(product)
+        nb, rhs_free = len(left.batch), len(left.free)
+        joined = builders.reshape(product, [math.prod(shape[:nb]), n, m, 1])
+        return [builders.reshape(builders.transpose(joined, [0, 2, 1, 3]), builders.shape_of(result))]
 
 
 def _size(v: ir.Value) -> int:

@@ -306,8 +306,8 @@ def test_transposed_dots_keep_the_product(case, wide):
     returned = re.search(r"return (%\S+) ", text).group(1)
     last = next(line for line in text.splitlines() if line.strip().startswith(f"{returned} ="))
     event("swapped" if swapped else "rewritten" if rewritten else "kept")
-    if swapped:  # the product of the swapped operands, transposed back
-        assert original not in dots[0] and "stablehlo.transpose" in last, text
+    if swapped:  # the product of the swapped operands, transposed back (free dimensions joined)
+        assert original not in dots[0] and "stablehlo.reshape" in last and "dims = [0, 2, 1, 3]" in text, text
     elif rewritten:  # the product reads the arranged operands (batch joined or split), and is reshaped back
         assert original not in dots[0] and "stablehlo.reshape" in last, text
     else:
@@ -325,6 +325,26 @@ def test_transposed_dot_runs_as_ynnpack_matmul():
         compiled = lowered.compile("xla-cpu-transposed-dots")
         assert "__ynn_fusion" in compiled.as_text()
         np.testing.assert_allclose(np.asarray(compiled(a, a)), np.asarray(jax.jit(fun)(a, a)), rtol=1e-5, atol=1e-5)
+
+
+def test_swapped_weight_gradient_copies_the_narrow_operand():
+    """The weight gradient x^T g of a wide x (18x768x32) and a narrow g (18x768x6), both contracting
+    their leading dimensions: XLA copies x transposed (a 32x13824 copy) as hlopt-default's
+    passes leave it with swap=never; with the operands swapped it copies g (6x13824) and runs
+    the 6x32 product as a YNNPACK matmul (XLA would fold a plain transpose of the result back
+    into its own dot), with the values of XLA's product."""
+    with jax.enable_x64(False):
+        x = jax.random.normal(jax.random.key(0), (18, 768, 32))
+        g = jax.random.normal(jax.random.key(1), (18, 768, 6))
+        fun = lambda x, g: jax.lax.dot_general(x * x, g + 1, (([0, 1], [0, 1]), ([], [])))  # noqa: E731
+        lowered = hlopt.lower(fun, x, g)
+        kept = lowered.compile("xla-cpu-transposed-dots{swap=never}").as_text()
+        compiled = lowered.compile("xla-cpu-transposed-dots")
+        swapped = compiled.as_text()
+        assert "f32[32,13824]" in kept and "f32[6,13824]" not in kept
+        assert "f32[6,13824]" in swapped and "f32[32,13824]" not in swapped
+        assert re.search(r"= f32\[6,32\]\{1,0\} fusion\(.*__ynn_fusion", swapped), swapped
+        np.testing.assert_allclose(np.asarray(compiled(x, g)), np.asarray(jax.jit(fun)(x, g)), rtol=2e-5, atol=2e-3)
 
 
 def test_small_leading_sums_stay_reduces():

@@ -80,12 +80,14 @@ func.func @dynamic_result(%a: tensor<4x8x8xf32>, %b: tensor<4x8x8xf32>) -> tenso
 
 // A weight gradient x^T g of a wide x and a narrow g (both contracting their leading
 // dimensions): the operands are swapped, so that XLA copies g (18x768x6) in YNNPACK's order
-// and not x (18x768x32), and the 6x32 product is transposed back; the precision follows its
-// operand.
+// and not x (18x768x32), and the 6x32 product is transposed back behind a reshape (which XLA
+// does not fold into the dot); the precision follows its operand.
 // CHECK-LABEL: func.func @gradient
 // CHECK: %[[P:.*]] = stablehlo.dot_general %arg1, %arg0, contracting_dims = [0, 1] x [0, 1], precision = [HIGHEST, DEFAULT] : (tensor<18x768x6xf32>, tensor<18x768x32xf32>) -> tensor<6x32xf32>
-// CHECK: %[[T:.*]] = stablehlo.transpose %[[P]], dims = [1, 0] : (tensor<6x32xf32>) -> tensor<32x6xf32>
-// CHECK: return %[[T]]
+// CHECK: %[[J:.*]] = stablehlo.reshape %[[P]] : (tensor<6x32xf32>) -> tensor<1x6x32x1xf32>
+// CHECK: %[[T:.*]] = stablehlo.transpose %[[J]], dims = [0, 2, 1, 3] : (tensor<1x6x32x1xf32>) -> tensor<1x32x6x1xf32>
+// CHECK: %[[D:.*]] = stablehlo.reshape %[[T]] : (tensor<1x32x6x1xf32>) -> tensor<32x6xf32>
+// CHECK: return %[[D]]
 // With swap=never the order is kept (XLA copies x).
 // NEVER-LABEL: func.func @gradient
 // NEVER: stablehlo.dot_general %arg0, %arg1, contracting_dims = [0, 1] x [0, 1]
@@ -100,15 +102,17 @@ func.func @gradient(%x: tensor<18x768x32xf32>, %g: tensor<18x768x6xf32>) -> tens
 
 // Batched, with two free dimensions on the lhs: swapped, then arranged (the batch of 6 split
 // into 2 x 3), and the (batch, rhs free, lhs free) product transposed back to (batch, lhs free,
-// rhs free).
+// rhs free), its free dimensions joined.
 // CHECK-LABEL: func.func @batched_gradient
 // CHECK: %[[GT:.*]] = stablehlo.transpose %arg1, dims = [0, 2, 1] : (tensor<6x64x2xf64>) -> tensor<6x2x64xf64>
 // CHECK: %[[G:.*]] = stablehlo.reshape %[[GT]] : (tensor<6x2x64xf64>) -> tensor<2x3x2x64xf64>
 // CHECK: %[[X:.*]] = stablehlo.reshape %arg0 : (tensor<6x64x8x12xf64>) -> tensor<2x3x64x96xf64>
 // CHECK: %[[P:.*]] = stablehlo.dot_general %[[G]], %[[X]], batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<2x3x2x64xf64>, tensor<2x3x64x96xf64>) -> tensor<2x3x2x96xf64>
 // CHECK: %[[R:.*]] = stablehlo.reshape %[[P]] : (tensor<2x3x2x96xf64>) -> tensor<6x2x8x12xf64>
-// CHECK: %[[T:.*]] = stablehlo.transpose %[[R]], dims = [0, 2, 3, 1] : (tensor<6x2x8x12xf64>) -> tensor<6x8x12x2xf64>
-// CHECK: return %[[T]]
+// CHECK: %[[J:.*]] = stablehlo.reshape %[[R]] : (tensor<6x2x8x12xf64>) -> tensor<6x2x96x1xf64>
+// CHECK: %[[T:.*]] = stablehlo.transpose %[[J]], dims = [0, 2, 1, 3] : (tensor<6x2x96x1xf64>) -> tensor<6x96x2x1xf64>
+// CHECK: %[[D:.*]] = stablehlo.reshape %[[T]] : (tensor<6x96x2x1xf64>) -> tensor<6x8x12x2xf64>
+// CHECK: return %[[D]]
 func.func @batched_gradient(%x: tensor<6x64x8x12xf64>, %g: tensor<6x64x2xf64>) -> tensor<6x8x12x2xf64> {
   %0 = stablehlo.dot_general %x, %g, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<6x64x8x12xf64>, tensor<6x64x2xf64>) -> tensor<6x8x12x2xf64>
   return %0 : tensor<6x8x12x2xf64>
