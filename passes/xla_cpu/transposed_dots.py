@@ -134,9 +134,9 @@ class TransposedDots(OpRewrite):
         if swap:
             left, right, precision = right, left, _swapped_precision(precision)
         product = _in_order(left, right, builders.elem_of(result), precision)
-        if product is None and not swap:
-            return None
-        if product is None:  # no batch dimension: XLA copies the (smaller) lhs itself
+        if product is None and (not swap or left.batch and not (left.lhs_in_order() and right.rhs_in_order())):
+            return None  # in order already, or a single prime batch that the swap leaves out of order
+        if product is None:  # no batch dimension (XLA copies the smaller lhs itself), or in order when swapped
             product = builders.dot_general(left.value, right.value, lhs_batch=left.batch, rhs_batch=right.batch,
                                            lhs_contract=left.contract, rhs_contract=right.contract,
                                            elem=builders.elem_of(result), precision_config=precision)

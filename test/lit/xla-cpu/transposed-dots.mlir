@@ -132,3 +132,16 @@ func.func @gradient_kept(%x: tensor<32x768xf32>, %g: tensor<768x6xf32>, %s: tens
   %1 = stablehlo.dot_general %s, %s, contracting_dims = [0] x [0] : (tensor<768x32xf32>, tensor<768x32xf32>) -> tensor<32x32xf32>
   return %0, %1 : tensor<32x6xf32>, tensor<32x32xf32>
 }
+
+// -----
+
+// Kept: a wide x and a narrow g batched over a prime 7, which the swapped operands leave out of
+// YNNPACK's order too (no batch split joins it).
+// CHECK-LABEL: func.func @prime_gradient
+// CHECK-NOT: stablehlo.transpose
+// CHECK: stablehlo.dot_general %arg0, %arg1
+// CHECK-NOT: stablehlo.transpose
+func.func @prime_gradient(%x: tensor<7x64x32xf32>, %g: tensor<7x64x2xf32>) -> tensor<7x32x2xf32> {
+  %0 = stablehlo.dot_general %x, %g, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<7x64x32xf32>, tensor<7x64x2xf32>) -> tensor<7x32x2xf32>
+  return %0 : tensor<7x32x2xf32>
+}
