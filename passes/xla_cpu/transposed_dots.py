@@ -145,9 +145,8 @@ class TransposedDots(OpRewrite):
         # The product's dims are (batch, the original rhs's free, the original lhs's free): joined
         # into (batch, n, m, 1) and transposed there, since XLA folds a transpose of a dot's
         # result straight back into the dot (swapping its operands back).
-        shape = builders.shape_of(product)
-        nb, rhs_free = len(left.batch), len(left.free)
-        joined = builders.reshape(product, [math.prod(shape[:nb]), n, m, 1])
+        batch = math.prod(builders.shape_of(product)[:len(left.batch)])
+        joined = builders.reshape(product, [batch, n, m, 1])
         return [builders.reshape(builders.transpose(joined, [0, 2, 1, 3]), builders.shape_of(result))]
 
 
@@ -165,23 +164,25 @@ class _Side:
         self.free_size = math.prod(self.shape[i] for i in self.free)
         self.contract_size = math.prod(self.shape[i] for i in contract)
 
-    def _rest(self) -> list[int]:
+    def rest(self) -> list[int]:
+        """The dimensions after the batch ones, in order; none when the batch dimensions do not lead."""
         nb = len(self.batch)
         return list(range(nb, len(self.shape))) if self.batch == list(range(nb)) else []
 
     def lhs_in_order(self) -> bool:
         """(batch, free, contracting): YNNPACK's lhs."""
-        return bool(self._rest()) and self._rest() == self.free + self.contract
+        return bool(self.rest()) and self.rest() == self.free + self.contract
 
     def rhs_in_order(self) -> bool:
         """(batch, contracting, free) or (batch, free, contracting): YNNPACK's rhs."""
-        return bool(self._rest()) and _groups_contiguous(self._rest(), self.contract, self.free)
+        return bool(self.rest()) and _groups_contiguous(self.rest(), self.contract, self.free)
 
     def copied_as_lhs(self) -> int:
         """The elements copied to make this operand YNNPACK's lhs."""
         return 0 if self.lhs_in_order() else _size(self.value)
 
     def copied_as_rhs(self) -> int:
+        """The elements copied to make this operand YNNPACK's rhs."""
         return 0 if self.rhs_in_order() else _size(self.value)
 
 
@@ -197,7 +198,7 @@ def _in_order(left: _Side, right: _Side, elem: ir.Type, precision: ir.Attribute 
         return None
     m, n, k = left.free_size, right.free_size, left.contract_size
     a = builders.reshape(builders.transpose(left.value, left.batch + left.free + left.contract), batch + [m, k])
-    if right.rhs_in_order() and right._rest()[:len(right.free)] == right.free:
+    if right.rhs_in_order() and right.rest()[:len(right.free)] == right.free:
         b, b_contract = builders.reshape(right.value, batch + [n, k]), len(batch) + 1  # (batch, free, contracting)
     else:
         b, b_contract = builders.reshape(builders.transpose(right.value, right.batch + right.contract + right.free),
