@@ -12,9 +12,9 @@ wavefunction --electrons 8` measures the pass on bench/wavefunction.py's program
 where the gradient of the kinetic energy holds such products of the LU's 8x8 factors
 along 24 directions and 128 walkers.
 
-Here the lhs is transposed to (batch, free, contracting) and the rhs, where its
-batch dimensions do not lead or its contracting and free dimensions interleave, to
-(batch, contracting, free); the batch dimensions of both are joined into one, and
+Here the lhs is transposed to (batch, free, contracting) and the rhs, unless it is
+(batch, contracting, free) or (batch, free, contracting) already with its contracting
+dimensions in the lhs's order, to (batch, contracting, free); the batch dimensions of both are joined into one, and
 the product's result is reshaped back. XLA folds a transpose that feeds a dot
 straight back into the dot's dimension numbers, but not one behind a reshape of the
 batch dimensions, which is why they are joined; a single batch dimension is split
@@ -53,8 +53,9 @@ from hlopt.passes.xla_cpu.small_dots import KNOWN, YNN_MIN_SIZE, _free
 
 
 def _is_ynn_type(t: ir.Type) -> bool:
-    elem = ir.RankedTensorType(t).element_type
-    return isinstance(elem, (ir.F32Type, ir.F64Type))
+    """A float32 or float64 ranked tensor without an encoding (whose reshapes keep nothing else)."""
+    return isinstance(t, ir.RankedTensorType) and t.encoding is None and \
+        isinstance(t.element_type, (ir.F32Type, ir.F64Type))
 
 
 def _batch_split(sizes: list[int]) -> list[int] | None:
@@ -75,8 +76,8 @@ def _groups_contiguous(order: list[int], first: list[int], second: list[int]) ->
 
 @dataclasses.dataclass(frozen=True)
 class TransposedDots(OpRewrite):
-    """A batched `dot_general` whose lhs does not contract its trailing dimensions (or whose
-    batch dimensions do not lead) becomes the product of the operands transposed to
+    """A batched `dot_general` whose operands are not in YNNPACK's order (the lhs contracting
+    its trailing dimensions, the batch dimensions leading) becomes the product of the operands transposed to
     (batch, free, contracting) and (batch, contracting, free), with the batch dimensions
     joined into one, reshaped back to the result's shape.
 
@@ -125,12 +126,15 @@ class TransposedDots(OpRewrite):
             return None
         if min(left.shape + right.shape + builders.shape_of(result), default=0) < 0:  # dynamic: no static reshape
             return None
+        sizes = [_size(v) for v in (lhs, rhs, result)]
+        if min(sizes) == 0 or max(sizes) >= 1 << 63:  # empty: nothing to compute; joined sizes past int64
+            return None
         m, n, k = left.free_size, right.free_size, left.contract_size
         if m <= 1 or n <= 1 or max(m, n, k) < YNN_MIN_SIZE:
             return None
         precision = op.attributes["precision_config"] if "precision_config" in op.attributes else None
-        swap = self.swap == "smaller" and 2 * (right.copied_as_lhs() + left.copied_as_rhs() + _size(result)) \
-            <= left.copied_as_lhs() + right.copied_as_rhs()
+        copies = left.copied_as_lhs() + right.copied_as_rhs()
+        swap = self.swap == "smaller" and 2 * (right.copied_as_lhs() + left.copied_as_rhs() + _size(result)) <= copies
         if swap:
             left, right, precision = right, left, _swapped_precision(precision)
         product = _in_order(left, right, builders.elem_of(result), precision)

@@ -145,3 +145,20 @@ func.func @prime_gradient(%x: tensor<7x64x32xf32>, %g: tensor<7x64x2xf32>) -> te
   %0 = stablehlo.dot_general %x, %g, batching_dims = [0] x [0], contracting_dims = [1] x [1] : (tensor<7x64x32xf32>, tensor<7x64x2xf32>) -> tensor<7x32x2xf32>
   return %0 : tensor<7x32x2xf32>
 }
+
+// -----
+
+// Kept: an empty product (nothing to compute), a result type with an encoding (the reshapes
+// would drop it), and batch dimensions whose joined size is past int64.
+// CHECK-LABEL: func.func @edges
+// CHECK-NOT: stablehlo.transpose
+// CHECK-NOT: stablehlo.reshape
+// CHECK-COUNT-3: stablehlo.dot_general
+// CHECK-NOT: stablehlo.transpose
+// CHECK-NOT: stablehlo.reshape
+func.func @edges(%a: tensor<0x8x16xf32>, %b: tensor<0x4x16xf32>, %x: tensor<18x768x32xf32>, %g: tensor<18x768x6xf32>, %h: tensor<4294967296x4294967296x16x8xf32>) -> (tensor<0x8x4xf32>, tensor<32x6xf32, #stablehlo.bounds<?, ?>>, tensor<4294967296x4294967296x8x8xf32>) {
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [2] : (tensor<0x8x16xf32>, tensor<0x4x16xf32>) -> tensor<0x8x4xf32>
+  %1 = stablehlo.dot_general %x, %g, contracting_dims = [0, 1] x [0, 1] : (tensor<18x768x32xf32>, tensor<18x768x6xf32>) -> tensor<32x6xf32, #stablehlo.bounds<?, ?>>
+  %2 = stablehlo.dot_general %h, %h, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : (tensor<4294967296x4294967296x16x8xf32>, tensor<4294967296x4294967296x16x8xf32>) -> tensor<4294967296x4294967296x8x8xf32>
+  return %0, %1, %2 : tensor<0x8x4xf32>, tensor<32x6xf32, #stablehlo.bounds<?, ?>>, tensor<4294967296x4294967296x8x8xf32>
+}
