@@ -14,23 +14,25 @@ along 24 directions and 128 walkers.
 
 Here the lhs is transposed to (batch, free, contracting) and the rhs, unless it is
 (batch, contracting, free) or (batch, free, contracting) already with its contracting
-dimensions in the lhs's order, to (batch, contracting, free); the batch dimensions of both are joined into one, and
-the product's result is reshaped back. XLA folds a transpose that feeds a dot
-straight back into the dot's dimension numbers, but not one behind a reshape of the
-batch dimensions, which is why they are joined; a single batch dimension is split
-into two (its smallest prime factor and the rest), and a prime one leaves the dot as
-it is. XLA:CPU fuses the transposes into the loops that compute the operands.
+dimensions in the lhs's order, to (batch, contracting, free); the batch dimensions of
+both are joined into one, and the product's result is reshaped back. XLA folds a
+transpose that feeds a dot straight back into the dot's dimension numbers, but not
+one behind a reshape of the batch dimensions, which is why they are joined; a single
+batch dimension is split into two (its smallest prime factor and the rest), and a
+prime one leaves the dot as it is. XLA:CPU fuses the transposes into the loops that
+compute the operands.
 
 Which operand is copied: a product `x^T g` whose lhs `x` contracts its leading
 dimensions (a weight gradient: x the layer's inputs along every direction and
 walker, g the cotangent of a narrow output) makes XLA copy all of `x`, batched or
 not, as a transposing loop that reads its inputs with a stride. With the operands
-swapped, `(g^T x)^T`, the copy is of `g` instead; the operands are swapped, and the
-product's result transposed back (its free dimensions joined, as XLA folds a plain
-transpose of a dot's result back into the dot, swapping the operands back), where the copies of the swapped operands and
-that transpose come to at most half of the copies of the operands as they are
-(counted in elements); option `swap=never` keeps their order. An unbatched product
-is otherwise left to XLA, which copies its lhs itself.
+swapped, `(g^T x)^T`, the copy is of `g` instead. The operands are swapped where the
+copies of the swapped operands and the transpose of the result come to at most half
+of the copies of the operands as they are (counted in elements); option
+`swap=never` keeps their order. The result is transposed back with its free
+dimensions joined: XLA folds a plain transpose of a dot's result back into the dot,
+swapping the operands back. An unbatched product is otherwise left to XLA, which
+copies its lhs itself.
 
 Only dots of float32 or float64 operands and result (YNNPACK's element types)
 whose m and n are both above 1 and whose m, k or n reaches 8 (below, YNNPACK does
@@ -77,9 +79,9 @@ def _groups_contiguous(order: list[int], first: list[int], second: list[int]) ->
 @dataclasses.dataclass(frozen=True)
 class TransposedDots(OpRewrite):
     """A batched `dot_general` whose operands are not in YNNPACK's order (the lhs contracting
-    its trailing dimensions, the batch dimensions leading) becomes the product of the operands transposed to
-    (batch, free, contracting) and (batch, contracting, free), with the batch dimensions
-    joined into one, reshaped back to the result's shape.
+    its trailing dimensions, the batch dimensions leading) becomes the product of the
+    operands transposed to (batch, free, contracting) and (batch, contracting, free), with
+    the batch dimensions joined into one, reshaped back to the result's shape.
 
         %d = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2]
              : (tensor<24x128x8x8xf32>, tensor<24x128x8x8xf32>) -> tensor<24x128x8x8xf32>

@@ -331,8 +331,8 @@ def test_transposed_dot_runs_as_ynnpack_matmul():
 
 def test_swapped_weight_gradient_copies_the_narrow_operand():
     """The weight gradient x^T g of a wide x (18x768x32) and a narrow g (18x768x6), both contracting
-    their leading dimensions: XLA copies x transposed (a 32x13824 copy) as hlopt-default's
-    passes leave it with swap=never; with the operands swapped it copies g (6x13824) and runs
+    their leading dimensions: XLA copies x transposed (a 32x13824 copy) where the pass keeps
+    the order (swap=never); with the operands swapped it copies g (6x13824) and runs
     the 6x32 product as a YNNPACK matmul (XLA would fold a plain transpose of the result back
     into its own dot), with the values of XLA's product."""
     with jax.enable_x64(False):
