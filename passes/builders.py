@@ -507,11 +507,11 @@ def select_and_scatter_add(
     return op_.result
 
 
-ZERO_PRESERVING = ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.convert")
+ZERO_PRESERVING = ("stablehlo.broadcast_in_dim", "stablehlo.reshape", "stablehlo.transpose", "stablehlo.convert")
 
 
 def splat_constant(v: Value) -> float | int | None:
-    """The value of a real splat constant (possibly broadcast, reshaped or converted), else None.
+    """The value of a real splat constant (possibly broadcast, reshaped, transposed or converted), else None.
 
     Complex constants give None: the MLIR bindings cannot read complex dense
     attributes (reading one raises), so they are never known by value."""

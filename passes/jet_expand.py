@@ -45,6 +45,13 @@ def _is_pure(op: ir.Operation) -> bool:
     return is_pure_op(op) and not op.regions
 
 
+def known_zero(ins: Sequence[Series]) -> frozenset[tuple[int, int]]:
+    """The (i, k) of the series `ins` known to be zero: coefficients k >= 1 that are None,
+    and (i, 0) where the primal is a zero constant (a jet function reads it as one)."""
+    return frozenset((i, k) for i, s in enumerate(ins) for k in range(len(s))
+                     if (s[k] is None if k else builders.is_zero_constant(s[0])))
+
+
 class FunctionJet:
     """The series of every value of one function being expanded, and the block walker.
 
@@ -150,7 +157,7 @@ class FunctionJet:
     def expand_call(self, op: ir.Operation, ins: list[Series]) -> list[Series]:
         """A call of the callee's jet, specialized to the coefficients known to be zero."""
         callee = callee_of(op)
-        zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, self.order + 1) if s[k] is None)
+        zero = known_zero(ins)
         b = self.builder
         name, zero_out = self.module.jet_function(callee, self.order, zero, op.location, directions=b.directions)
         operands = [s[0] for s in ins] + coefficients(b, ins, range(len(ins)))
@@ -269,7 +276,7 @@ class FunctionJet:
         inexact_in = [i for i, s in enumerate(ins) if builders.is_differentiable(s[0].type)]
         inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
         args = list(ins) + [[b.zeros(ins[i][0])] + b.scaled_derivative(ins[i])[1:] for i in inexact_in]
-        zero = frozenset((n, k) for n, a in enumerate(args) for k in range(1, K + 1) if a[k] is None)
+        zero = known_zero(args)
         name, zero_out = self.module.jet_function(tangents, K, zero, op.location, directions=b.directions)
         out_types = [op.results[j].type for j in inexact_out]
         results = builders.call(name, [a[0] for a in args] + coefficients(b, args, range(len(args))),
@@ -303,6 +310,9 @@ class FunctionJet:
         b, K, d = self.builder, self.order, self.builder.directions
         consts, factors, rhs = ins[:m], ins[m:m + s], ins[m + s:]
         xs = [b.series(r) for r in op.results]
+        if all(builders.is_zero_constant(bi[0]) for bi in rhs):  # S is linear in b: x_0 = S(0) = 0
+            for x in xs:
+                x[0] = builders.splat(0, x[0].type)
         for k in range(1, K + 1):
             lead = d is not None and not (d.collapsed and k == K)
             jb = JetBuilder(k, d if d is None or not lead else Directions(d.size))
@@ -337,7 +347,7 @@ class FunctionJet:
         """The series of the results of `@name` along the series `ins` (of `b`'s order and
         directions): a call of its jet specialized to the coefficients known to be zero."""
         K = b.order
-        zero = frozenset((i, k) for i, s in enumerate(ins) for k in range(1, K + 1) if s[k] is None)
+        zero = known_zero(ins)
         jet, zero_out = self.module.jet_function(name, K, zero, location, directions=b.directions)
         results = self.module.signature(name)[1]
         values = builders.call(jet, [s[0] for s in ins] + coefficients(b, ins, range(len(ins))),
@@ -414,7 +424,8 @@ class ModuleJet(ModuleTransform):
                      location: ir.Location | None = None, public: bool = False,
                      live: frozenset | None = None, directions: Directions | None = None) -> tuple[str, frozenset]:
         """The name of the order-`order` jet of `@name` whose coefficient arguments
-        `(i, k)` in `zero` are known to be zero, and the `(i, k)` of its results known zero.
+        `(i, k)` in `zero` are known to be zero (k = 0: the primal argument i, which the
+        function then reads as a zero constant), and the `(i, k)` of its results known zero.
         With `live` (indices into its results), the other results are returned as zeros
         and not computed. With `directions`, coefficients carry the directions axis
         (`JetBuilder.coefficient_type`)."""
@@ -440,6 +451,11 @@ class ModuleJet(ModuleTransform):
                                     for k in range(1, order + 1)]
             for i, t in enumerate(inputs)
         ]
+        with ir.InsertionPoint.at_block_begin(block), new.location:  # a primal known to be zero: a constant
+            for i in sorted(i for i, k in zero if k == 0):
+                arg_series[i][0] = builders.splat(0, inputs[i])
+                block.arguments[i].replace_all_uses_with(arg_series[i][0])
+                fj.record(arg_series[i][0], arg_series[i])
         outs = fj.expand_block(block, arg_series)
         zero_out = frozenset((i, k) for i, s in enumerate(outs) for k in range(1, order + 1) if s[k] is None)
         fj.finish_block(block, outs, range(len(outs)))
@@ -454,8 +470,9 @@ class ModuleJet(ModuleTransform):
     def expand_annotation(self, op: ir.Operation) -> None:
         callee, order, directions = self.check_annotation(op)
         n_in = len(self.signature(callee)[0])
-        zero = frozenset((i, k) for i in range(n_in) for k in range(1, order + 1)
-                         if builders.is_zero_constant(op.operands[n_in + i * order + k - 1]))
+        zero = known_zero([[op.operands[i]] + [None if builders.is_zero_constant(v) else v
+                                               for v in op.operands[n_in + i * order:n_in + (i + 1) * order]]
+                           for i in range(n_in)])
         used = live_values(op.block, _is_pure)
         live = frozenset(i for i, r in enumerate(op.results) if r in used)
         name, _ = self.jet_function(callee, order, zero, op.location,

@@ -527,7 +527,9 @@ def linear(*positions: int) -> Rule:
 
 
 def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
-    u, w = ins
+    """v_k = sum_j op(u_j, w_{k-j}); a primal that is a zero constant adds no terms (the
+    right-hand side x_0 = 0 of a custom_jvp's solve along t x'(t), say)."""
+    u, w = ([None if builders.is_zero_constant(s[0]) else s[0]] + s[1:] for s in ins)
     out = b.series(op.result)
     for k in range(1, b.order + 1):
         out[k] = b.total([b.apply(op, {0: u[j], 1: w[k - j]})

@@ -180,6 +180,21 @@ def test_laplacian_of_slogdet_is_loop_free():
     assert x.size not in trips, trips
 
 
+def test_laplacian_of_slogdet_solves_no_zero_right_hand_side():
+    """slogdet's JVP rule is trace(solve(a, da)); in the collapsed 2-jet along t x'(t) the
+    primal of da is zero, so the solve's primal is zero without a solve: two triangular
+    solves (L, then U) per order (the stacked directions' first coefficients, the collapsed
+    second), where solving for the zero primal took two more. (The values: the tests above
+    against nested jax.jvp and the Hessian trace.)"""
+    def f(x):
+        return jnp.linalg.slogdet(_matrix(x, 6))[1]
+    x = np.asarray(_x("zero", ()).tolist() + [0.1] * 20, np.float32)
+    text = hlopt.lower(jax.vmap(hlopt.laplacian(f)), np.stack([x, x])).apply(
+        "jet-collapse,jet-expand,inline,symbol-dce,canonicalize,cse").as_text()
+    solves = re.findall(r"lapack_strsm_ffi|stablehlo.triangular_solve", text)
+    assert len(solves) == 4, solves
+
+
 @pytest.mark.parametrize("name", ["slogdet", "inv", "custom_linear_solve"])
 def test_jet_of_a_laplacian_matches_nested_jvp_of_the_hessian_trace(name):
     """A collapsed jet inside a standard one: the solves of the inner jet's directions are
