@@ -47,9 +47,15 @@ def _is_pure(op: ir.Operation) -> bool:
 
 def known_zero(ins: Sequence[Series]) -> frozenset[tuple[int, int]]:
     """The (i, k) of the series `ins` known to be zero: coefficients k >= 1 that are None,
-    and (i, 0) where the primal is a zero constant (a jet function reads it as one)."""
+    and (i, 0) where the primal is a constant +0 (a jet function reads it as one; not -0,
+    whose sign an op such as atan2 or 1/x may read)."""
     return frozenset((i, k) for i, s in enumerate(ins) for k in range(len(s))
-                     if (s[k] is None if k else builders.is_zero_constant(s[0])))
+                     if (s[k] is None if k else _plus_zero(s[0])))
+
+
+def _plus_zero(v: ir.Value) -> bool:
+    value = builders.splat_constant(v)
+    return value == 0 and math.copysign(1.0, value) > 0
 
 
 class FunctionJet:

@@ -425,3 +425,18 @@ def test_order_above_the_bound_is_refused_and_the_bound_is_reachable():
     series = [np.float32(k) for k in range(1, 65)]
     _, out = hlopt.jet(lambda y: 3 * y + jnp.sin(x), (x,), (series,), factorial_scaled=False)
     np.testing.assert_array_equal(np.asarray(out), 3 * np.asarray(series))
+
+
+@pytest.mark.parametrize("zero", [0.0, -0.0])
+def test_a_constant_zero_primal_keeps_its_sign(zero):
+    """A primal that is a constant zero is specialized into the jet function only as +0: at
+    -0, atan2(x, -1) is -pi, and the first coefficient of atan2(x, -1) (1 + x) reads it
+    (jax.jvp's values; a path x0 + t v from t = 0 would start at +0)."""
+    def g(x):
+        return jnp.arctan2(x, -1.0) * (1 + x) + jnp.sin(jnp.zeros_like(x) * x)
+
+    v = np.array([1.0, 2.0, 3.0], np.float32)
+    got, (first,) = hlopt.jit(lambda a: hlopt.jet(g, (jnp.full(3, zero, jnp.float32),), ((a,),)))(v)
+    want, want_first = jax.jvp(g, (jnp.full(3, zero, jnp.float32),), (v,))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(first), np.asarray(want_first), rtol=1e-6)
