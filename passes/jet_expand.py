@@ -67,10 +67,12 @@ class FunctionJet:
 
     STRUCTURE: ClassVar[RuleTable[Callable[["FunctionJet", ir.Operation, list[Series]], list[Series]]]]
 
-    def __init__(self, module: "ModuleJet", order: int, directions: Directions | None = None):
+    def __init__(self, module: "ModuleJet", order: int, directions: Directions | None = None,
+                 linear: bool = False):
         self.module = module
         self.order = order
-        self.builder = JetBuilder(order, directions)
+        self.linear = linear
+        self.builder = JetBuilder(order, directions, zero_primals_vanish=linear)
         self.series: dict[ir.Value, Series] = {}
 
     def series_of(self, value: ir.Value) -> Series:
@@ -165,7 +167,8 @@ class FunctionJet:
         callee = callee_of(op)
         zero = known_zero(ins)
         b = self.builder
-        name, zero_out = self.module.jet_function(callee, self.order, zero, op.location, directions=b.directions)
+        name, zero_out = self.module.jet_function(callee, self.order, zero, op.location, directions=b.directions,
+                                                  linear=self.linear)
         operands = [s[0] for s in ins] + coefficients(b, ins, range(len(ins)))
         types = [r.type for r in op.results] + [b.coefficient_type(r.type, k)
                                                 for r in op.results for k in range(1, self.order + 1)]
@@ -283,7 +286,8 @@ class FunctionJet:
         inexact_out = [j for j, r in enumerate(op.results) if builders.is_differentiable(r.type)]
         args = list(ins) + [[b.zeros(ins[i][0])] + b.scaled_derivative(ins[i])[1:] for i in inexact_in]
         zero = known_zero(args)
-        name, zero_out = self.module.jet_function(tangents, K, zero, op.location, directions=b.directions)
+        name, zero_out = self.module.jet_function(tangents, K, zero, op.location, directions=b.directions,
+                                                  linear=True)
         out_types = [op.results[j].type for j in inexact_out]
         results = builders.call(name, [a[0] for a in args] + coefficients(b, args, range(len(args))),
                                 out_types + [b.coefficient_type(t, k) for t in out_types for k in range(1, K + 1)])
@@ -316,7 +320,7 @@ class FunctionJet:
         b, K, d = self.builder, self.order, self.builder.directions
         consts, factors, rhs = ins[:m], ins[m:m + s], ins[m + s:]
         xs = [b.series(r) for r in op.results]
-        if all(builders.is_zero_constant(bi[0]) for bi in rhs):  # S is linear in b: x_0 = S(0) = 0
+        if self.linear and all(builders.is_zero_constant(bi[0]) for bi in rhs):  # x_0 = S(0) = 0: see `linear`
             for x in xs:
                 x[0] = builders.splat(0, x[0].type)
         for k in range(1, K + 1):
@@ -354,7 +358,8 @@ class FunctionJet:
         directions): a call of its jet specialized to the coefficients known to be zero."""
         K = b.order
         zero = known_zero(ins)
-        jet, zero_out = self.module.jet_function(name, K, zero, location, directions=b.directions)
+        jet, zero_out = self.module.jet_function(name, K, zero, location, directions=b.directions,
+                                                 linear=self.linear)
         results = self.module.signature(name)[1]
         values = builders.call(jet, [s[0] for s in ins] + coefficients(b, ins, range(len(ins))),
                                results + [b.coefficient_type(t, k) for t in results for k in range(1, K + 1)])
@@ -428,18 +433,24 @@ class ModuleJet(ModuleTransform):
 
     def jet_function(self, name: str, order: int, zero: frozenset = frozenset(),
                      location: ir.Location | None = None, public: bool = False,
-                     live: frozenset | None = None, directions: Directions | None = None) -> tuple[str, frozenset]:
+                     live: frozenset | None = None, directions: Directions | None = None,
+                     linear: bool = False) -> tuple[str, frozenset]:
         """The name of the order-`order` jet of `@name` whose coefficient arguments
         `(i, k)` in `zero` are known to be zero (k = 0: the primal argument i, which the
         function then reads as a zero constant), and the `(i, k)` of its results known zero.
         With `live` (indices into its results), the other results are returned as zeros
         and not computed. With `directions`, coefficients carry the directions axis
-        (`JetBuilder.coefficient_type`)."""
-        key = (name, order, zero, live, directions)
+        (`JetBuilder.coefficient_type`). With `linear`, the function is one that JAX requires
+        to be linear in the arguments whose primal is zero (a custom_jvp rule's tangents, along
+        t x'(t)): there a product with a zero primal adds no terms (also where the other factor's
+        coefficient is not finite) and a linear solve of zero right-hand sides is zero without a
+        solve, as the contract of `custom_linear_solve` has it (an unconverged iterative solve
+        from a non-zero guess is affine, not linear, and is not exempt)."""
+        key = (name, order, zero, live, directions, linear)
         return self.generate(key, lambda: self._build_jet(key, location, public))
 
     def _build_jet(self, key: tuple, location: ir.Location | None, public: bool) -> tuple[str, frozenset]:
-        name, order, zero, live, directions = key
+        name, order, zero, live, directions, linear = key
         check_order(order, location)
         src = self.function(name, location)
         self.expand_annotations(src)
@@ -449,7 +460,7 @@ class ModuleJet(ModuleTransform):
         self.generated[key] = (new_name, frozenset())  # what a call of it met while building it reads
 
         block = new.regions[0].blocks[0]
-        fj = FunctionJet(self, order, directions)
+        fj = FunctionJet(self, order, directions, linear)
         coeff_types = [fj.builder.coefficient_type(t, k) for t in inputs for k in range(1, order + 1)]
         coeffs = [block.add_argument(t, new.location) for t in coeff_types]
         arg_series = [

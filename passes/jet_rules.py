@@ -115,9 +115,10 @@ class JetBuilder(TermAlgebra):
     rules: the K-th coefficient of every rule is its linear term in the collapsed
     input plus its nonlinear terms in the batched lower coefficients, summed."""
 
-    def __init__(self, order: int, directions: Directions | None = None):
+    def __init__(self, order: int, directions: Directions | None = None, zero_primals_vanish: bool = False):
         self.order = order
         self.directions = directions
+        self.zero_primals_vanish = zero_primals_vanish  # see ModuleJet.jet_function's `linear`
 
     # --- the directions axis ------------------------------------------------
 
@@ -527,9 +528,10 @@ def linear(*positions: int) -> Rule:
 
 
 def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
-    """v_k = sum_j op(u_j, w_{k-j}); a primal that is a zero constant adds no terms (the
-    right-hand side x_0 = 0 of a custom_jvp's solve along t x'(t), say)."""
-    u, w = ([None if builders.is_zero_constant(s[0]) else s[0]] + s[1:] for s in ins)
+    """v_k = sum_j op(u_j, w_{k-j}); where zero primals vanish (`JetBuilder.zero_primals_vanish`),
+    a primal that is a zero constant adds no terms (the solution x_0 = 0 of a custom_jvp rule's
+    solve of its zero tangent, say)."""
+    u, w = ([None if b.zero_primals_vanish and builders.is_zero_constant(s[0]) else s[0]] + s[1:] for s in ins)
     out = b.series(op.result)
     for k in range(1, b.order + 1):
         out[k] = b.total([b.apply(op, {0: u[j], 1: w[k - j]})

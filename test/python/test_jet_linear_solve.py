@@ -206,3 +206,33 @@ def test_jet_of_a_laplacian_matches_nested_jvp_of_the_hessian_trace(name):
         p, s = hlopt.jet(hlopt.laplacian(_scalar(name)), (x,), (series,), factorial_scaled=False)
         want = taylor_by_nested_jvp(lambda y: jnp.trace(jax.hessian(_scalar(name))(y)), [x], [series], 2)
     _assert_close([p, *s], want, 1e-9, name)
+
+
+def _affine_cg(x):
+    """cg from a non-zero guess, one iteration, of a zero right-hand side: S(0) != 0."""
+    a = jnp.array([[4.0, 1.0, 0.0], [1.0, 3.0, 0.5], [0.0, 0.5, 2.0]], x.dtype) + jnp.diag(jnp.sin(x) ** 2)
+    return jsp_linalg.cg(lambda v: a @ v, jnp.zeros(3, x.dtype), x0=jnp.ones(3, x.dtype), maxiter=1)[0] + x
+
+
+def _signed_zero_solve(x):
+    """A solve of -0: -0 exactly, which atan2(., -1) reads as -pi."""
+    return jnp.arctan2(jnp.linalg.solve(jnp.diag(2.0 + x ** 2), jnp.full(x.shape, -0.0, x.dtype)), -1.0) + x
+
+
+def _zero_times_infinite(x):
+    """0 sqrt(x) at x = 0: the first coefficient is 0 * inf, NaN as jax.jvp gives it."""
+    return jnp.zeros(3, x.dtype) * jnp.sqrt(x) + x
+
+
+@pytest.mark.parametrize("fun,x", [(_affine_cg, [0.3, -0.2, 0.5]), (_signed_zero_solve, [0.3, -0.2, 0.5]),
+                                   (_zero_times_infinite, [0.0, 0.0, 0.0])])
+def test_zero_right_hand_sides_outside_a_jvp_rule_keep_their_values(fun, x):
+    """Only inside a custom_jvp rule's tangents (linear in them, by JAX's contract) is a solve of
+    zero taken as zero and a product with a zero constant dropped; elsewhere the primal and
+    the coefficients are jax.jvp's, an affine solve's S(0), a -0 and a NaN included."""
+    with jax.enable_x64(True):
+        x, v = jnp.asarray(x), jnp.array([1.0, 2.0, 3.0])
+        got, (first,) = hlopt.jet(fun, (x,), ((v,),))
+        want, want_first = jax.jvp(fun, (x,), (v,))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(first), np.asarray(want_first), rtol=1e-12)
