@@ -71,7 +71,6 @@ class FunctionJet:
                  linear: bool = False):
         self.module = module
         self.order = order
-        self.linear = linear
         self.builder = JetBuilder(order, directions, zero_primals_vanish=linear)
         self.series: dict[ir.Value, Series] = {}
 
@@ -168,7 +167,7 @@ class FunctionJet:
         zero = known_zero(ins)
         b = self.builder
         name, zero_out = self.module.jet_function(callee, self.order, zero, op.location, directions=b.directions,
-                                                  linear=self.linear)
+                                                  linear=b.zero_primals_vanish)
         operands = [s[0] for s in ins] + coefficients(b, ins, range(len(ins)))
         types = [r.type for r in op.results] + [b.coefficient_type(r.type, k)
                                                 for r in op.results for k in range(1, self.order + 1)]
@@ -320,7 +319,7 @@ class FunctionJet:
         b, K, d = self.builder, self.order, self.builder.directions
         consts, factors, rhs = ins[:m], ins[m:m + s], ins[m + s:]
         xs = [b.series(r) for r in op.results]
-        if self.linear and all(builders.is_zero_constant(bi[0]) for bi in rhs):  # x_0 = S(0) = 0: see `linear`
+        if b.zero_primals_vanish and all(builders.is_zero_constant(bi[0]) for bi in rhs):  # x_0 = S(0) = 0
             for x in xs:
                 x[0] = builders.splat(0, x[0].type)
         for k in range(1, K + 1):
@@ -359,7 +358,7 @@ class FunctionJet:
         K = b.order
         zero = known_zero(ins)
         jet, zero_out = self.module.jet_function(name, K, zero, location, directions=b.directions,
-                                                 linear=self.linear)
+                                                 linear=self.builder.zero_primals_vanish)
         results = self.module.signature(name)[1]
         values = builders.call(jet, [s[0] for s in ins] + coefficients(b, ins, range(len(ins))),
                                results + [b.coefficient_type(t, k) for t in results for k in range(1, K + 1)])
@@ -487,14 +486,13 @@ class ModuleJet(ModuleTransform):
     def expand_annotation(self, op: ir.Operation) -> None:
         callee, order, directions = self.check_annotation(op)
         n_in = len(self.signature(callee)[0])
-        zero = known_zero([[op.operands[i]] + [None if builders.is_zero_constant(v) else v
-                                               for v in op.operands[n_in + i * order:n_in + (i + 1) * order]]
-                           for i in range(n_in)])
+        b = JetBuilder(order, directions)
+        zero = known_zero([[s[0]] + [None if builders.is_zero_constant(v) else v for v in s[1:]]
+                           for s in split_results(b, op.operands, [True] * n_in)])
         used = live_values(op.block, _is_pure)
         live = frozenset(i for i, r in enumerate(op.results) if r in used)
         name, _ = self.jet_function(callee, order, zero, op.location,
                                     live=None if len(live) == len(op.results) else live, directions=directions)
-        b = JetBuilder(order, directions)
         kth_in = self._collapsed_kth(n_in, order, b)
         kth_out = self._collapsed_kth(len(op.results) // (order + 1), order, b)
         with ir.InsertionPoint(op), op.location:
