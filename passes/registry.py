@@ -16,8 +16,8 @@ from hlopt.passes.base import Pass
 # (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`).
 PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
               "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-small-dots",
-              "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-transposed-dots",
-              "xla-cpu-triangular-inverse", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion")
+              "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-summed-batch-dots",
+              "xla-cpu-transposed-dots", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion")
 XLA_CPU_PREFIX = "xla-cpu-"
 
 
@@ -47,14 +47,16 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lo
 # `hlopt-default` computes the same values. xla-cpu-triangular-inverse runs first: the products
 # with a factor's inverse it makes share that inverse, which xla-cpu-stack-dots then stacks into
 # one dot (and xla-cpu-dot-operand-order sees in place of the solves); it needs cse before it
-# too, so that the solves of one factor read one SSA value. xla-cpu-transposed-dots runs after the
+# too, so that the solves of one factor read one SSA value. xla-cpu-summed-batch-dots runs before
+# xla-cpu-sum-as-dot, which would make the sums over a product's batch dimension it contracts
+# products with ones. xla-cpu-transposed-dots runs after the
 # passes that make or reorder dots and before xla-cpu-small-dots, whose products (all sizes below 8)
 # it leaves alone. xla-cpu-ynn-fusion runs last: it weighs
 # the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only records
 # a compile option on the module.
-DEFAULT_TUNING = ("xla-cpu-triangular-inverse", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-update-in-place",
-                  "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects", "xla-cpu-transposed-dots",
-                  "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
+DEFAULT_TUNING = ("xla-cpu-triangular-inverse", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
+                  "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects",
+                  "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {

@@ -1,0 +1,53 @@
+// RUN: hlopt-opt %s -p xla-cpu-summed-batch-dots --split-input-file | filecheck %s
+
+// A sum over the directions (batch dimension 0) of per-direction, per-point matrix
+// products: one product per point contracting the directions first, its precision kept.
+// CHECK-LABEL: func.func @directions
+// CHECK: %[[S:.*]] = stablehlo.dot_general %arg0, %arg1, batching_dims = [1] x [1], contracting_dims = [0, 3] x [0, 2], precision = [HIGHEST, HIGHEST] : (tensor<6x5x4x3xf32>, tensor<6x5x3x2xf32>) -> tensor<5x4x2xf32>
+// CHECK-NOT: stablehlo.reduce
+// CHECK: return %[[S]]
+func.func @directions(%a: tensor<6x5x4x3xf32>, %b: tensor<6x5x3x2xf32>) -> tensor<5x4x2xf32> {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %p = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2], precision = [HIGHEST, HIGHEST] : (tensor<6x5x4x3xf32>, tensor<6x5x3x2xf32>) -> tensor<6x5x4x2xf32>
+  %s = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<6x5x4x2xf32>, tensor<f32>) -> tensor<5x4x2xf32>
+  return %s : tensor<5x4x2xf32>
+}
+
+// -----
+
+// The second batch dimension summed, batch dimensions anywhere in the operands.
+// CHECK-LABEL: func.func @second_batch
+// CHECK: %[[S:.*]] = stablehlo.dot_general %arg0, %arg1, batching_dims = [2] x [0], contracting_dims = [0, 1] x [2, 1] : (tensor<7x3x5xf64>, tensor<5x3x7x2xf64>) -> tensor<5x2xf64>
+// CHECK: return %[[S]]
+func.func @second_batch(%a: tensor<7x3x5xf64>, %b: tensor<5x3x7x2xf64>) -> tensor<5x2xf64> {
+  %zero = stablehlo.constant dense<0.0> : tensor<f64>
+  %p = stablehlo.dot_general %a, %b, batching_dims = [2, 0] x [0, 2], contracting_dims = [1] x [1] : (tensor<7x3x5xf64>, tensor<5x3x7x2xf64>) -> tensor<5x7x2xf64>
+  %s = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [1] : (tensor<5x7x2xf64>, tensor<f64>) -> tensor<5x2xf64>
+  return %s : tensor<5x2xf64>
+}
+
+// -----
+
+// Kept, each its own product: a sum over a free dimension, over two dimensions, from a
+// non-zero start, a maximum, of integers, and of a product read elsewhere too.
+// CHECK-LABEL: func.func @kept
+// CHECK-COUNT-6: stablehlo.reduce
+// CHECK-NOT: stablehlo.reduce
+func.func @kept(%a: tensor<6x4x3xf32>, %b: tensor<6x3x2xf32>, %i: tensor<6x4x3xi32>, %j: tensor<6x3x2xi32>) -> (tensor<6x2xf32>, tensor<2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<6x4x2xf32>) {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %one = stablehlo.constant dense<1.0> : tensor<f32>
+  %izero = stablehlo.constant dense<0> : tensor<i32>
+  %p0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf32>, tensor<6x3x2xf32>) -> tensor<6x4x2xf32>
+  %free = stablehlo.reduce(%p0 init: %zero) applies stablehlo.add across dimensions = [1] : (tensor<6x4x2xf32>, tensor<f32>) -> tensor<6x2xf32>
+  %p1 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf32>, tensor<6x3x2xf32>) -> tensor<6x4x2xf32>
+  %both = stablehlo.reduce(%p1 init: %zero) applies stablehlo.add across dimensions = [0, 1] : (tensor<6x4x2xf32>, tensor<f32>) -> tensor<2xf32>
+  %p2 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf32>, tensor<6x3x2xf32>) -> tensor<6x4x2xf32>
+  %start = stablehlo.reduce(%p2 init: %one) applies stablehlo.add across dimensions = [0] : (tensor<6x4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
+  %p3 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf32>, tensor<6x3x2xf32>) -> tensor<6x4x2xf32>
+  %max = stablehlo.reduce(%p3 init: %zero) applies stablehlo.maximum across dimensions = [0] : (tensor<6x4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
+  %q = stablehlo.dot_general %i, %j, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xi32>, tensor<6x3x2xi32>) -> tensor<6x4x2xi32>
+  %int = stablehlo.reduce(%q init: %izero) applies stablehlo.add across dimensions = [0] : (tensor<6x4x2xi32>, tensor<i32>) -> tensor<4x2xi32>
+  %p4 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf32>, tensor<6x3x2xf32>) -> tensor<6x4x2xf32>
+  %shared = stablehlo.reduce(%p4 init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<6x4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
+  return %free, %both, %start, %max, %int, %shared, %p4 : tensor<6x2xf32>, tensor<2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<6x4x2xf32>
+}
