@@ -28,9 +28,27 @@ becomes
     %s = stablehlo.dot_general %a, %b, batching_dims = [1] x [1], contracting_dims = [0, 3] x [0, 2]
          : (tensor<24x128x8x8xf32>, tensor<24x128x8x8xf32>) -> tensor<128x8x8xf32>
 
+Reverse mode makes the transposed form: the cotangent of each direction's product is a
+product with the cotangent of their sum, the same for every direction, broadcast along the
+batch dimension. A dot_general one of whose operands is a broadcast along a batch dimension
+(through transposes, or of a size-1 dimension) takes the operand before the broadcast and has
+that dimension free in the other operand (one 8x8 by 8x192 product per walker), its result
+transposed back to the original order:
+
+    %c = stablehlo.broadcast_in_dim %g, dims = [1, 2, 3] : (tensor<128x8x8xf32>) -> tensor<24x128x8x8xf32>
+    %p = stablehlo.dot_general %c, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2]
+         : (tensor<24x128x8x8xf32>, tensor<24x128x8x8xf32>) -> tensor<24x128x8x8xf32>
+
+becomes
+
+    %q = stablehlo.dot_general %g, %b, batching_dims = [0] x [1], contracting_dims = [2] x [2]
+         : (tensor<128x8x8xf32>, tensor<24x128x8x8xf32>) -> tensor<128x8x24x8xf32>
+    %p = stablehlo.transpose %q, dims = [2, 0, 1, 3] : (tensor<128x8x24x8xf32>) -> tensor<24x128x8x8xf32>
+
 The pass runs before `xla-cpu-sum-as-dot`, which would make the sum a product with ones.
-Only a floating sum from zero over one batch dimension, of a dot_general it alone reads,
-is rewritten; the values are the same up to the order of the additions.
+Only floating products are rewritten, and a sum only when it is from zero over one batch
+dimension of a dot_general it alone reads; the values are the same up to the order of
+the additions.
 """
 
 from __future__ import annotations
@@ -62,14 +80,44 @@ def _summed_dot(op: ir.Operation) -> tuple[ir.Operation, int] | None:
     return (dot, dims[0]) if dims[0] < batches else None
 
 
+def _without(v: ir.Value, dim: int) -> ir.Value | None:
+    """`v` with dimension `dim` dropped, where `v` is a broadcast along it (through transposes): the
+    same for every index of `dim`. None where that is not seen."""
+    if not isinstance(v, ir.OpResult):
+        return None
+    op = v.owner.operation
+    shape = builders.shape_of(v)
+    if op.name == "stablehlo.transpose":
+        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+        inner = _without(op.operands[0], perm[dim])
+        if inner is None:
+            return None
+        rest = [p - (p > perm[dim]) for i, p in enumerate(perm) if i != dim]
+        return builders.transpose(inner, rest)
+    if op.name != "stablehlo.broadcast_in_dim" or min(shape) < 0:
+        return None
+    x = op.operands[0]
+    dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
+    kept = [j for j, d in enumerate(dims) if d != dim]
+    if len(kept) < len(dims):
+        if builders.shape_of(x)[dims.index(dim)] != 1:
+            return None
+        x = builders.reshape(x, [builders.shape_of(x)[j] for j in kept])
+    return builders.broadcast(x, shape[:dim] + shape[dim + 1:], [dims[j] - (dims[j] > dim) for j in kept])
+
+
 class SummedBatchDots(OpRewrite):
     """A floating sum from zero over one batch dimension of a dot_general (read by the sum alone)
-    becomes that dot_general with the dimension contracted, first among the contracted ones."""
+    becomes that dot_general with the dimension contracted, first among the contracted ones; a
+    dot_general one of whose operands is a broadcast along a batch dimension has that dimension
+    free in the other operand instead (the result transposed back)."""
 
     name: ClassVar[str] = "xla-cpu-summed-batch-dots"
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce",)
+    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce", "stablehlo.dot_general")
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
+        if op.name == "stablehlo.dot_general":
+            return self._broadcast_batch(op)
         found = _summed_dot(op)
         if found is None:
             return None
@@ -77,8 +125,58 @@ class SummedBatchDots(OpRewrite):
         d = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
         lb, rb = list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)
         lc, rc = list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
-        precision = dot.attributes["precision_config"] if "precision_config" in dot.attributes else None
         return [builders.dot_general(dot.operands[0], dot.operands[1],
                                      lhs_batch=lb[:i] + lb[i + 1:], rhs_batch=rb[:i] + rb[i + 1:],
                                      lhs_contract=[lb[i], *lc], rhs_contract=[rb[i], *rc],
-                                     elem=builders.elem_of(op.results[0]), precision_config=precision)]
+                                     elem=builders.elem_of(op.results[0]), precision_config=_precision(dot))]
+
+    @staticmethod
+    def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
+        """`op` with a batch dimension along which one operand is a broadcast made a free
+        dimension of the other operand, its result transposed back; None if there is none."""
+        if set(op.attributes) - _DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type):
+            return None
+        d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+        batch = [list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)]
+        contract = [list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)]
+        for i in range(len(batch[0])):
+            for side in (0, 1):
+                reduced = _without(op.operands[side], batch[side][i])
+                if reduced is not None:
+                    break
+            else:
+                continue
+            b = batch[side][i]
+            renumber = lambda dims: [x - (x > b) for x in dims]  # noqa: E731
+            other = 1 - side
+            dims = [None, None]
+            dims[side] = (renumber(batch[side][:i] + batch[side][i + 1:]), renumber(contract[side]))
+            dims[other] = (batch[other][:i] + batch[other][i + 1:], contract[other])
+            operands = [None, None]
+            operands[side], operands[other] = reduced, op.operands[other]
+            new = builders.dot_general(operands[0], operands[1], lhs_batch=dims[0][0], rhs_batch=dims[1][0],
+                                       lhs_contract=dims[0][1], rhs_contract=dims[1][1],
+                                       elem=builders.elem_of(op.results[0]), precision_config=_precision(op))
+            return [builders.transpose(new, _back(op, i, other))]
+        return None
+
+
+def _precision(op: ir.Operation) -> ir.Attribute | None:
+    return op.attributes["precision_config"] if "precision_config" in op.attributes else None
+
+
+def _back(op: ir.Operation, i: int, other: int) -> list[int]:
+    """The permutation that puts the result of `op` rewritten with batch dimension i free in operand
+    `other` (ordered among that operand's free dimensions) back into `op`'s result order."""
+    d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    batch = [list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)]
+    contract = [list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)]
+    free = [[x for x in range(len(builders.shape_of(v))) if x not in batch[s] and x not in contract[s]]
+            for s, v in enumerate(op.operands)]
+    original = [("b", k) for k in range(len(batch[0]))] + [(s, x) for s in (0, 1) for x in free[s]]
+    widened = free[:]
+    widened[other] = sorted(free[other] + [batch[other][i]])
+    new = [("b", k) for k in range(len(batch[0])) if k != i] + [(s, x) for s in (0, 1) for x in widened[s]]
+    position = {key: n for n, key in enumerate(new)}
+    position[("b", i)] = position[(other, batch[other][i])]
+    return [position[key] for key in original]

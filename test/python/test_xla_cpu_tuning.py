@@ -1,7 +1,7 @@
 """hlopt-default without its XLA:CPU tuning passes (`DEFAULT_TUNING`) computes the same values.
 
 On jet, Laplacian (of an MLP, of a log-determinant and of electrons' squared norms), bi-Laplacian, reverse-mode
-(gradients through them, a loop that reads rows by a traced index) and BCOO workloads in float64, the program compiled
+(gradients through them, a loop that reads rows by a traced index), BCOO and batched-product workloads in float64, the program compiled
 with every pass and the one compiled with the tuning passes left out agree to
 1e-12, and each agrees with a JAX reference; each tuning pass changes the program of
 at least one workload, so the comparison covers every pass. On a float32 bi-Laplacian
@@ -126,6 +126,7 @@ def workloads():
     # enough for XLA:CPU's YNNPACK reduce fusion; 18 directions, whose sums xla-cpu-sum-as-dot makes
     # products (more than 16 terms), so that xla-cpu-ynn-fusion is what turns that fusion off
     points = jax.random.normal(jax.random.key(8), (512, 18))
+    products = jax.random.normal(jax.random.key(11), (2, 6, 16, 9, 9))
 
     return {
         "electron_laplacian": (jax.vmap(hlopt.laplacian(electrons)), (points,), jax.vmap(nested_laplacian(electrons))),
@@ -145,12 +146,15 @@ def workloads():
         "laplacian_gradient": (pinn(lap), (p,), pinn(ref_lap)),
         "loop_gradient": (loop_grad(hlopt.laplacian), (a,), loop_grad(nested_laplacian)),
         "bcoo": (sparse_ops(hs), (dense, m), sparse_ops(jsparse)),
+        # A^T B per direction and point, neither operand a broadcast (the LU rules' kind of product)
+        "batched_products": (lambda a: jax.lax.dot_general(a[0], a[1], (([2], [2]), ([0, 1], [0, 1]))), (products,),
+                             lambda a: jnp.einsum("dpki,dpkj->dpij", a[0], a[1])),
     }
 
 
 WORKLOADS = [
     "electron_laplacian", "determinant_laplacian", "determinant_gradient", "small_determinant_laplacian", "jet", "laplacian",
-    "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo"]
+    "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo", "batched_products"]
 
 
 def _close(got, want, atol):
@@ -371,6 +375,21 @@ def test_small_leading_sums_stay_reduces():
         _close(lowered.compile(DEFAULT)(*args), lowered.compile(no_keep)(*args), 1e-12)
 
 
+def _einsum_dot(lhs, rhs, numbers, summed=None):
+    """numpy's einsum of dot_general(lhs, rhs, numbers) in float64, its batch dimension `summed` summed."""
+    (lc, rc), (lb, rb) = numbers
+    letters = iter("abcdefghijklmnopqrstuvwxyz")
+    subs = [[None] * np.ndim(lhs), [None] * np.ndim(rhs)]
+    for i, j in [*zip(lb, rb), *zip(lc, rc)]:
+        subs[0][i] = subs[1][j] = next(letters)
+    subs = [[s or next(letters) for s in sub] for sub in subs]
+    out = [subs[0][i] for k, i in enumerate(lb) if k != summed] + \
+        [s for i, s in enumerate(subs[0]) if i not in lb and i not in lc] + \
+        [s for i, s in enumerate(subs[1]) if i not in rb and i not in rc]
+    return np.einsum(f"{''.join(subs[0])},{''.join(subs[1])}->{''.join(out)}", np.asarray(lhs, np.float64),
+                     np.asarray(rhs, np.float64))
+
+
 @st.composite
 def summed_batch_dots(draw):
     """A batched dot_general with its operands' dimensions in random orders and a sum over one
@@ -407,19 +426,7 @@ def test_summed_batch_dots_keep_the_sum(case, wide):
         lowered = hlopt.lower(fun, a, b)
         text = lowered.apply("xla-cpu-summed-batch-dots").as_text()
         got = np.asarray(lowered.compile("xla-cpu-summed-batch-dots")(a, b))
-    (lc, rc), (lb, rb) = numbers
-    letters = iter("abcdefghijklmnopqrstuvwxyz")
-    lhs_sub, rhs_sub = [None] * len(lhs_shape), [None] * len(rhs_shape)
-    for i, j in [*zip(lb, rb), *zip(lc, rc)]:
-        lhs_sub[i] = rhs_sub[j] = next(letters)
-    lhs_sub = [s or next(letters) for s in lhs_sub]
-    rhs_sub = [s or next(letters) for s in rhs_sub]
-    batch = [lhs_sub[i] for i in lb]
-    out = [s for i, s in enumerate(batch) if i != summed] + [s for i, s in enumerate(lhs_sub)
-                                                                if i not in lb and i not in lc] + \
-        [s for i, s in enumerate(rhs_sub) if i not in rb and i not in rc]
-    want = np.einsum(f"{''.join(lhs_sub)},{''.join(rhs_sub)}->{''.join(out)}", np.asarray(a, np.float64),
-                     np.asarray(b, np.float64))
+    want = _einsum_dot(a, b, numbers, summed)
     tol = 1e-12 if wide else 2e-5
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.max(np.abs(want), initial=0))))
     assert text.count("stablehlo.dot_general") == 1 and "stablehlo.reduce" not in text, text
@@ -454,3 +461,46 @@ def test_summed_batch_dots_contract_the_determinant_directions():
         with jax.enable_x64(True):
             want = jax.vmap(nested_laplacian(log_det))(np.asarray(xs, np.float64))
         np.testing.assert_allclose(np.asarray(compiled(xs)), np.asarray(want), rtol=1e-3, atol=1e-3)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=summed_batch_dots(), side=st.integers(0, 1), transposed=st.booleans(), wide=st.booleans())
+def test_broadcast_batch_dots_keep_the_product(case, side, transposed, wide):
+    """xla-cpu-summed-batch-dots on a dot_general of random dimension orders one of whose operands
+    is a broadcast along a random batch dimension (then transposed, or not): the product has one
+    batch dimension fewer, and the values equal numpy's einsum of the operands before the broadcast
+    (float64 and float32)."""
+    lhs_shape, rhs_shape, numbers, broadcast = case
+    (lc, rc), (lb, rb) = numbers
+    shapes, batch = [lhs_shape, rhs_shape], [lb, rb]
+    at = batch[side][broadcast]
+    small = shapes[side][:at] + shapes[side][at + 1:]
+    perm = list(range(len(shapes[side])))[::-1] if transposed else list(range(len(shapes[side])))
+    dtype = jnp.float64 if wide else jnp.float32
+    with jax.enable_x64(wide):
+        keys = jax.random.split(jax.random.key(len(lhs_shape) * 13 + len(rhs_shape) + broadcast + side), 2)
+        p = jax.random.normal(keys[0], small, dtype)
+        q = jax.random.normal(keys[1], shapes[1 - side], dtype)
+        # the broadcast operand is built transposed by `perm` (its dimension numbers follow)
+        inverse = list(np.argsort(perm))
+        moved = [inverse[d] for d in (lc, rc)[side]], [inverse[d] for d in batch[side]]
+        if side == 0:
+            dims = ((moved[0], rc), (moved[1], rb))
+        else:
+            dims = ((lc, moved[0]), (lb, moved[1]))
+
+        def fun(x, y):
+            full = jnp.transpose(jnp.broadcast_to(jnp.expand_dims(x, at), shapes[side]), perm)
+            return jax.lax.dot_general(full, y, dims) if side == 0 else jax.lax.dot_general(y, full, dims)
+
+        lowered = hlopt.lower(fun, p, q)
+        text = lowered.apply("xla-cpu-summed-batch-dots").as_text()
+        got = np.asarray(lowered.compile("xla-cpu-summed-batch-dots")(p, q))
+    full = np.transpose(np.broadcast_to(np.expand_dims(np.asarray(p), at), shapes[side]), perm)
+    want = _einsum_dot(full, q, dims) if side == 0 else _einsum_dot(q, full, dims)
+    tol = 1e-12 if wide else 2e-5
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.max(np.abs(want), initial=0))))
+    dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
+    assert len(dots) == 1, text
+    kept = re.search(r"batching_dims = \[([\d, ]*)\]", dots[0])
+    assert (len(kept.group(1).split(",")) if kept else 0) == len(lb) - 1, dots

@@ -51,3 +51,50 @@ func.func @kept(%a: tensor<6x4x3xf32>, %b: tensor<6x3x2xf32>, %i: tensor<6x4x3xi
   %shared = stablehlo.reduce(%p4 init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<6x4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
   return %free, %both, %start, %max, %int, %shared, %p4 : tensor<6x2xf32>, tensor<2xf32>, tensor<4x2xf32>, tensor<4x2xf32>, tensor<4x2xi32>, tensor<4x2xf32>, tensor<6x4x2xf32>
 }
+
+// -----
+
+// A product whose lhs is a broadcast along batch dimension 0 (through a transpose): that
+// dimension is a free one of the rhs, the result transposed back (the reverse-mode form of
+// @directions: each direction's cotangent is the cotangent of their sum).
+// CHECK-LABEL: func.func @broadcast_lhs
+// CHECK: %[[P:.*]] = stablehlo.transpose %arg0, dims = [0, 2, 1] : (tensor<5x4x3xf32>) -> tensor<5x3x4xf32>
+// CHECK: %[[D:.*]] = stablehlo.dot_general %[[P]], %arg1, batching_dims = [0] x [1], contracting_dims = [1] x [2], precision = [HIGHEST, HIGHEST] : (tensor<5x3x4xf32>, tensor<6x5x3x2xf32>) -> tensor<5x4x6x2xf32>
+// CHECK: %[[T:.*]] = stablehlo.transpose %[[D]], dims = [2, 0, 1, 3] : (tensor<5x4x6x2xf32>) -> tensor<6x5x4x2xf32>
+// CHECK: return %[[T]]
+func.func @broadcast_lhs(%p: tensor<5x4x3xf32>, %r: tensor<6x5x3x2xf32>) -> tensor<6x5x4x2xf32> {
+  %b = stablehlo.broadcast_in_dim %p, dims = [1, 2, 3] : (tensor<5x4x3xf32>) -> tensor<6x5x4x3xf32>
+  %t = stablehlo.transpose %b, dims = [0, 1, 3, 2] : (tensor<6x5x4x3xf32>) -> tensor<6x5x3x4xf32>
+  %o = stablehlo.dot_general %t, %r, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2], precision = [HIGHEST, HIGHEST] : (tensor<6x5x3x4xf32>, tensor<6x5x3x2xf32>) -> tensor<6x5x4x2xf32>
+  return %o : tensor<6x5x4x2xf32>
+}
+
+// -----
+
+// The rhs a broadcast of a size-1 dimension along the second batch dimension: the lhs keeps
+// that dimension as a free one, already in the result's order.
+// CHECK-LABEL: func.func @broadcast_rhs
+// CHECK: %[[P:.*]] = stablehlo.reshape %arg1 : (tensor<1x5x3xf32>) -> tensor<5x3xf32>
+// CHECK: %[[D:.*]] = stablehlo.dot_general %arg0, %[[P]], batching_dims = [2] x [0], contracting_dims = [1] x [1] : (tensor<6x3x5x2xf32>, tensor<5x3xf32>) -> tensor<5x6x2xf32>
+// CHECK-NOT: stablehlo.transpose
+// CHECK: return %[[D]]
+func.func @broadcast_rhs(%r: tensor<6x3x5x2xf32>, %p: tensor<1x5x3xf32>) -> tensor<5x6x2xf32> {
+  %b = stablehlo.broadcast_in_dim %p, dims = [0, 1, 2] : (tensor<1x5x3xf32>) -> tensor<6x5x3xf32>
+  %o = stablehlo.dot_general %r, %b, batching_dims = [2, 0] x [1, 0], contracting_dims = [1] x [2] : (tensor<6x3x5x2xf32>, tensor<6x5x3xf32>) -> tensor<5x6x2xf32>
+  return %o : tensor<5x6x2xf32>
+}
+
+// -----
+
+// Kept: operands that vary along every batch dimension, a broadcast along a contracted
+// dimension only, and integers.
+// CHECK-LABEL: func.func @varying
+// CHECK-COUNT-3: stablehlo.dot_general {{.*}}batching_dims = [0]
+func.func @varying(%a: tensor<6x4x3xf32>, %b: tensor<6x3x2xf32>, %c: tensor<6x4xf32>, %i: tensor<4x3xi32>, %j: tensor<6x3x2xi32>) -> (tensor<6x4x2xf32>, tensor<6x4x2xf32>, tensor<6x4x2xi32>) {
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf32>, tensor<6x3x2xf32>) -> tensor<6x4x2xf32>
+  %bc = stablehlo.broadcast_in_dim %c, dims = [0, 1] : (tensor<6x4xf32>) -> tensor<6x4x3xf32>
+  %1 = stablehlo.dot_general %bc, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf32>, tensor<6x3x2xf32>) -> tensor<6x4x2xf32>
+  %bi = stablehlo.broadcast_in_dim %i, dims = [1, 2] : (tensor<4x3xi32>) -> tensor<6x4x3xi32>
+  %2 = stablehlo.dot_general %bi, %j, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xi32>, tensor<6x3x2xi32>) -> tensor<6x4x2xi32>
+  return %0, %1, %2 : tensor<6x4x2xf32>, tensor<6x4x2xf32>, tensor<6x4x2xi32>
+}
