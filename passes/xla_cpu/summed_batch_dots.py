@@ -74,7 +74,7 @@ def _summed_dot(op: ir.Operation) -> tuple[ir.Operation, int] | None:
             not builders.is_differentiable(x.type) or len(list(x.uses)) != 1:
         return None
     dot = x.owner.operation
-    if set(dot.attributes) - _DOT_ATTRIBUTES or min(builders.shape_of(x)) < 0:
+    if set(dot.attributes) - _DOT_ATTRIBUTES or min(builders.shape_of(x), default=0) < 0:
         return None
     batches = len(stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"]).lhs_batching_dimensions)
     return (dot, dims[0]) if dims[0] < batches else None
@@ -94,7 +94,7 @@ def _without(v: ir.Value, dim: int) -> ir.Value | None:
             return None
         rest = [p - (p > perm[dim]) for i, p in enumerate(perm) if i != dim]
         return builders.transpose(inner, rest)
-    if op.name != "stablehlo.broadcast_in_dim" or min(shape) < 0:
+    if op.name != "stablehlo.broadcast_in_dim" or min(shape, default=0) < 0:
         return None
     x = op.operands[0]
     dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
@@ -134,8 +134,9 @@ class SummedBatchDots(OpRewrite):
     def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
         """`op` with a batch dimension along which one operand is a broadcast made a free
         dimension of the other operand, its result transposed back; None if there is none."""
-        if set(op.attributes) - _DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type):
-            return None
+        if set(op.attributes) - _DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type) or \
+                min(builders.shape_of(op.results[0]), default=0) < 0:
+            return None  # an integer, dynamically shaped or annotated product
         d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
         batch = [list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)]
         contract = [list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)]

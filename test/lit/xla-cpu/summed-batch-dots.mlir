@@ -98,3 +98,20 @@ func.func @varying(%a: tensor<6x4x3xf32>, %b: tensor<6x3x2xf32>, %c: tensor<6x4x
   %2 = stablehlo.dot_general %bi, %j, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xi32>, tensor<6x3x2xi32>) -> tensor<6x4x2xi32>
   return %0, %1, %2 : tensor<6x4x2xf32>, tensor<6x4x2xf32>, tensor<6x4x2xi32>
 }
+
+// -----
+
+// Kept: dynamically shaped products.
+// CHECK-LABEL: func.func @dynamic
+// CHECK: stablehlo.dot_general {{.*}}batching_dims = [0] x [0]
+// CHECK: stablehlo.reduce
+// CHECK: stablehlo.dot_general {{.*}}batching_dims = [0, 1] x [0, 1]
+func.func @dynamic(%a: tensor<?x4x3xf32>, %b: tensor<?x3x2xf32>, %p: tensor<5x4x3xf32>, %r: tensor<?x5x3x2xf32>) -> (tensor<4x2xf32>, tensor<?x5x4x2xf32>) {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<?x4x3xf32>, tensor<?x3x2xf32>) -> tensor<?x4x2xf32>
+  %1 = stablehlo.reduce(%0 init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<?x4x2xf32>, tensor<f32>) -> tensor<4x2xf32>
+  %c = stablehlo.constant dense<[6, 5, 4, 3]> : tensor<4xi64>
+  %bp = stablehlo.dynamic_broadcast_in_dim %p, %c, dims = [1, 2, 3] : (tensor<5x4x3xf32>, tensor<4xi64>) -> tensor<?x5x4x3xf32>
+  %2 = stablehlo.dot_general %bp, %r, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<?x5x4x3xf32>, tensor<?x5x3x2xf32>) -> tensor<?x5x4x2xf32>
+  return %1, %2 : tensor<4x2xf32>, tensor<?x5x4x2xf32>
+}
