@@ -46,9 +46,12 @@ becomes
     %p = stablehlo.transpose %q, dims = [2, 0, 1, 3] : (tensor<128x8x24x8xf32>) -> tensor<24x128x8x8xf32>
 
 The pass runs before `xla-cpu-sum-as-dot`, which would make the sum a product with ones.
-Only floating products are rewritten, and a sum only when it is from zero over one batch
-dimension of a dot_general it alone reads; the values are the same up to the order of
-the additions.
+Only statically shaped floating products without annotations are rewritten (nor those
+fed through an annotated broadcast or transpose), and a sum only when it is from zero over
+one batch dimension of a float32 or float64 dot_general of its own element type that it
+alone reads, in the same block (a sum inside a loop's body of a product outside it stays,
+as does a half-precision one, whose product rounds each batch's result before the sum);
+the values are the same up to the order of the additions.
 """
 
 from __future__ import annotations
@@ -62,19 +65,31 @@ from hlopt.passes.xla_cpu.rewrite import OpRewrite
 _DOT_ATTRIBUTES = {"dot_dimension_numbers", "precision_config"}
 
 
+def _static(*values: ir.Value) -> bool:
+    return all(min(builders.shape_of(v), default=0) >= 0 for v in values)
+
+
+def _wide_float(v: ir.Value) -> bool:
+    """Whether `v` is float32 or float64 (in half precision the product rounds each batch's result
+    before the sum, which contracting the batch dimension would not)."""
+    return isinstance(builders.elem_of(v), (ir.F32Type, ir.F64Type))
+
+
 def _summed_dot(op: ir.Operation) -> tuple[ir.Operation, int] | None:
-    """(the dot_general, the batch index) when `op` is a floating `reduce` add from zero over one
-    dimension of a dot_general's result that is one of its batch dimensions and read by `op` alone."""
-    if len(op.operands) != 2 or builders.reducer_kind(op) != "stablehlo.add" or \
-            not builders.is_zero_constant(op.operands[1]):
+    """(the dot_general, the batch index) when `op` is an unannotated float32 or float64 `reduce` add
+    from zero over one dimension of a statically shaped dot_general's result of its own element type,
+    that dimension one of the dot's batch dimensions, the result read by `op` alone in its block."""
+    if op.name != "stablehlo.reduce" or len(op.operands) != 2 or set(op.attributes) - {"dimensions"} or \
+            builders.reducer_kind(op) != "stablehlo.add" \
+            or not builders.is_zero_constant(op.operands[1]):
         return None
     x = op.operands[0]
     dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
     if len(dims) != 1 or not isinstance(x, ir.OpResult) or x.owner.operation.name != "stablehlo.dot_general" or \
-            not builders.is_differentiable(x.type) or len(list(x.uses)) != 1:
+            not _wide_float(x) or builders.elem_of(op.results[0]) != builders.elem_of(x) or len(list(x.uses)) != 1:
         return None
     dot = x.owner.operation
-    if set(dot.attributes) - _DOT_ATTRIBUTES or min(builders.shape_of(x), default=0) < 0:
+    if set(dot.attributes) - _DOT_ATTRIBUTES or dot.block != op.block or not _static(x, *dot.operands):
         return None
     batches = len(stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"]).lhs_batching_dimensions)
     return (dot, dims[0]) if dims[0] < batches else None
@@ -87,6 +102,8 @@ def _without(v: ir.Value, dim: int) -> ir.Value | None:
         return None
     op = v.owner.operation
     shape = builders.shape_of(v)
+    if set(op.attributes) - {"permutation", "broadcast_dimensions"}:
+        return None  # an annotated transpose or broadcast
     if op.name == "stablehlo.transpose":
         perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
         inner = _without(op.operands[0], perm[dim])
@@ -94,7 +111,7 @@ def _without(v: ir.Value, dim: int) -> ir.Value | None:
             return None
         rest = [p - (p > perm[dim]) for i, p in enumerate(perm) if i != dim]
         return builders.transpose(inner, rest)
-    if op.name != "stablehlo.broadcast_in_dim" or min(shape, default=0) < 0:
+    if op.name != "stablehlo.broadcast_in_dim" or not _static(v, op.operands[0]):
         return None
     x = op.operands[0]
     dims = list(ir.DenseI64ArrayAttr(op.attributes["broadcast_dimensions"]))
@@ -135,8 +152,12 @@ class SummedBatchDots(OpRewrite):
         """`op` with a batch dimension along which one operand is a broadcast made a free
         dimension of the other operand, its result transposed back; None if there is none."""
         if set(op.attributes) - _DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type) or \
-                min(builders.shape_of(op.results[0]), default=0) < 0:
+                not _static(op.results[0], *op.operands):
             return None  # an integer, dynamically shaped or annotated product
+        uses = list(op.results[0].uses)
+        if len(uses) == 1 and _summed_dot(uses[0].owner.operation if hasattr(uses[0].owner, "operation")
+                                          else uses[0].owner) is not None:
+            return None  # a sum over a batch dimension contracts it instead
         d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
         batch = [list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)]
         contract = [list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)]

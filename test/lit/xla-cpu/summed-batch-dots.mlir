@@ -115,3 +115,49 @@ func.func @dynamic(%a: tensor<?x4x3xf32>, %b: tensor<?x3x2xf32>, %p: tensor<5x4x
   %2 = stablehlo.dot_general %bp, %r, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<?x5x4x3xf32>, tensor<?x5x3x2xf32>) -> tensor<?x5x4x2xf32>
   return %1, %2 : tensor<4x2xf32>, tensor<?x5x4x2xf32>
 }
+
+// -----
+
+// Kept: an operand with a dynamic batch dimension under a static product, a broadcast of a
+// dynamic operand, annotations on the sum or the broadcast, a half-precision product (each
+// batch's result rounds before the sum), a sum in another element type, and a sum inside a
+// loop of a product outside it.
+// CHECK-LABEL: func.func @kept_more
+// CHECK-COUNT-7: stablehlo.dot_general {{.*}}batching_dims = [0
+// CHECK-NOT: stablehlo.dot_general
+func.func @kept_more(%a: tensor<6x?x4x3xf32>, %b: tensor<6x5x3x2xf32>, %p: tensor<1x?x3xf32>, %r: tensor<6x4x3x2xf32>, %q: tensor<5x4x3xf32>, %h: tensor<6x4x3xf16>, %k: tensor<6x3x2xf16>, %n: tensor<i32>) -> (tensor<5x4x2xf32>, tensor<6x4x2xf32>, tensor<5x4x2xf32>, tensor<6x5x4x2xf32>, tensor<4x2xf16>, tensor<4x2xf32>, tensor<5x4x2xf32>) {
+  %zero = stablehlo.constant dense<0.0> : tensor<f32>
+  %hzero = stablehlo.constant dense<0.0> : tensor<f16>
+  %0 = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<6x?x4x3xf32>, tensor<6x5x3x2xf32>) -> tensor<6x5x4x2xf32>
+  %1 = stablehlo.reduce(%0 init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<6x5x4x2xf32>, tensor<f32>) -> tensor<5x4x2xf32>
+  %bp = stablehlo.broadcast_in_dim %p, dims = [0, 1, 2] : (tensor<1x?x3xf32>) -> tensor<6x4x3xf32>
+  %2 = stablehlo.dot_general %bp, %r, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : (tensor<6x4x3xf32>, tensor<6x4x3x2xf32>) -> tensor<6x4x2xf32>
+  %a2 = stablehlo.reshape %a : (tensor<6x?x4x3xf32>) -> tensor<6x5x4x3xf32>
+  %3 = stablehlo.dot_general %a2, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<6x5x4x3xf32>, tensor<6x5x3x2xf32>) -> tensor<6x5x4x2xf32>
+  %4 = stablehlo.reduce(%3 init: %zero) applies stablehlo.add across dimensions = [0] {mhlo.sharding = "{replicated}"} : (tensor<6x5x4x2xf32>, tensor<f32>) -> tensor<5x4x2xf32>
+  %bq = stablehlo.broadcast_in_dim %q, dims = [1, 2, 3] {mhlo.sharding = "{replicated}"} : (tensor<5x4x3xf32>) -> tensor<6x5x4x3xf32>
+  %5 = stablehlo.dot_general %bq, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<6x5x4x3xf32>, tensor<6x5x3x2xf32>) -> tensor<6x5x4x2xf32>
+  %6 = stablehlo.dot_general %h, %k, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf16>, tensor<6x3x2xf16>) -> tensor<6x4x2xf16>
+  %7 = stablehlo.reduce(%6 init: %hzero) applies stablehlo.add across dimensions = [0] : (tensor<6x4x2xf16>, tensor<f16>) -> tensor<4x2xf16>
+  %8 = stablehlo.dot_general %h, %k, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<6x4x3xf16>, tensor<6x3x2xf16>) -> tensor<6x4x2xf16>
+  %9 = stablehlo.reduce(%8 init: %zero) across dimensions = [0] : (tensor<6x4x2xf16>, tensor<f32>) -> tensor<4x2xf32>
+   reducer(%x: tensor<f32>, %y: tensor<f32>) {
+     %t = stablehlo.add %x, %y : tensor<f32>
+     stablehlo.return %t : tensor<f32>
+   }
+  %10 = stablehlo.dot_general %a2, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2] : (tensor<6x5x4x3xf32>, tensor<6x5x3x2xf32>) -> tensor<6x5x4x2xf32>
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %c1 = stablehlo.constant dense<1> : tensor<i32>
+  %init = stablehlo.constant dense<0.0> : tensor<5x4x2xf32>
+  %11:2 = stablehlo.while(%i = %c0, %acc = %init) : tensor<i32>, tensor<5x4x2xf32>
+  cond {
+    %lt = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %lt : tensor<i1>
+  } do {
+    %s = stablehlo.reduce(%10 init: %zero) applies stablehlo.add across dimensions = [0] : (tensor<6x5x4x2xf32>, tensor<f32>) -> tensor<5x4x2xf32>
+    %next = stablehlo.add %acc, %s : tensor<5x4x2xf32>
+    %j = stablehlo.add %i, %c1 : tensor<i32>
+    stablehlo.return %j, %next : tensor<i32>, tensor<5x4x2xf32>
+  }
+  return %1, %2, %4, %5, %7, %9, %11#1 : tensor<5x4x2xf32>, tensor<6x4x2xf32>, tensor<5x4x2xf32>, tensor<6x5x4x2xf32>, tensor<4x2xf16>, tensor<4x2xf32>, tensor<5x4x2xf32>
+}
