@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.xla_cpu.rewrite import OpRewrite
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision
 
 
 # Two dots are joined only where the operands the concatenations copy (elements of all four)
@@ -37,25 +37,15 @@ def _dot(v: ir.Value) -> ir.Operation | None:
     if not isinstance(v, ir.OpResult) or v.owner.operation.name != "stablehlo.dot_general" or len(list(v.uses)) != 1:
         return None
     op = v.owner.operation
-    return None if set(op.attributes) - {"dot_dimension_numbers", "precision_config"} else op
-
-
-def _dims(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[int]]:
-    d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-    return (list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions),
-            list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions))
-
-
-def _precision(op: ir.Operation) -> ir.Attribute | None:
-    return op.attributes["precision_config"] if "precision_config" in op.attributes else None
+    return None if set(op.attributes) - DOT_ATTRIBUTES else op
 
 
 def _lifted(op: ir.Operation, like: ir.Operation) -> tuple[ir.Value, ir.Value] | None:
     """The operands of `op` shaped as those of `like` with size 1 along `like`'s first
     contracted dimension, when `like` has one more (leading) contracted dimension on each
     side and is otherwise `op` with every dimension shifted by one; else None."""
-    lb, rb, lc, rc = _dims(op)
-    LB, RB, LC, RC = _dims(like)
+    lb, rb, lc, rc = dot_dims(op)
+    LB, RB, LC, RC = dot_dims(like)
     lhs, rhs = op.operands
     if (LB, RB) != ([b + 1 for b in lb], [b + 1 for b in rb]) or \
             (LC, RC) != ([0] + [c + 1 for c in lc], [0] + [c + 1 for c in rc]):
@@ -91,11 +81,11 @@ class JoinDotSums(OpRewrite):
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
         a, b = (_dot(v) for v in op.operands)
-        if a is None or b is None or a == b or str(_precision(a)) != str(_precision(b)) or \
+        if a is None or b is None or a == b or str(dot_precision(a)) != str(dot_precision(b)) or \
                 builders.elem_of(a.result) != builders.elem_of(b.result):
             return None
         pieces = [(a, tuple(a.operands)), (b, tuple(b.operands))]
-        if _dims(a) != _dims(b):
+        if dot_dims(a) != dot_dims(b):
             low, high = sorted((a, b), key=lambda d: len(builders.shape_of(d.operands[0])))
             lifted = _lifted(low, high)
             if lifted is None:
@@ -105,14 +95,14 @@ class JoinDotSums(OpRewrite):
         copied = sum(math.prod(builders.shape_of(v)) for _, ops in pieces for v in ops)
         if copied > max(JOIN_RATIO * math.prod(builders.shape_of(op.result)), FEW_COPIED):
             return None  # the concatenations would copy far more than the separate dot and add cost
-        lb, rb, lc, rc = _dims(like)
+        lb, rb, lc, rc = dot_dims(like)
         pair = _contracted_pair([builders.shape_of(v) for _, ops in pieces for v in ops], lc, rc)
         if pair is None:
             return None
         lhs = builders.concat([ops[0] for _, ops in pieces], lc[pair])
         rhs = builders.concat([ops[1] for _, ops in pieces], rc[pair])
         return [builders.dot_general(lhs, rhs, lhs_batch=lb, rhs_batch=rb, lhs_contract=lc, rhs_contract=rc,
-                                     elem=builders.elem_of(op.result), precision_config=_precision(like))]
+                                     elem=builders.elem_of(op.result), precision_config=dot_precision(like))]
 
 
 def _contracted_pair(shapes: list[list[int]], lc: list[int], rc: list[int]) -> int | None:

@@ -1,4 +1,5 @@
-"""What the XLA:CPU tuning passes share: a pass that offers each op of some names to a rewrite.
+"""What the XLA:CPU tuning passes share: a pass that offers each op of some names to a rewrite,
+and how they read a dot_general (its dimension numbers, precision and free dimensions).
 
 A tuning pass names the ops it looks at (`anchors`) and says, in `rewrite(op)`,
 the values that replace the op's results, built at the op (insertion point
@@ -11,9 +12,35 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+from hlopt.passes import builders
 from hlopt.passes.base import Pass
-from hlopt.passes.mlir import ir
+from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.walk import walk_ops
+
+# the attributes of a dot_general whose meaning a rewrite of it keeps
+DOT_ATTRIBUTES = {"dot_dimension_numbers", "precision_config"}
+
+
+def dot_dims(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[int]]:
+    """A dot_general's (lhs batch, rhs batch, lhs contracting, rhs contracting) dimensions."""
+    d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    return (list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions),
+            list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions))
+
+
+def dot_precision(op: ir.Operation) -> ir.Attribute | None:
+    """A dot_general's precision_config, if it has one."""
+    return op.attributes["precision_config"] if "precision_config" in op.attributes else None
+
+
+def free_dims(v: ir.Value, batch: list[int], contract: list[int]) -> list[int]:
+    """The free dimensions of dot operand `v`."""
+    return [d for d in range(len(builders.shape_of(v))) if d not in batch and d not in contract]
+
+
+def owner_op(use: ir.OpOperand) -> ir.Operation:
+    """The operation that holds `use`."""
+    return use.owner.operation if hasattr(use.owner, "operation") else use.owner
 
 
 class OpRewrite(Pass):

@@ -35,24 +35,16 @@ from typing import ClassVar
 from hlopt.passes import builders
 from hlopt.passes.base import option
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.xla_cpu.rewrite import OpRewrite
-
-# the attributes of a dot_general whose meaning the sum keeps
-KNOWN = {"dot_dimension_numbers", "precision_config"}
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, free_dims
 
 # XLA:CPU leaves a dot to its own emitter when m, k and n are all below this (YNNPACK's bound)
 YNN_MIN_SIZE = 8
 
 
-def _free(v: ir.Value, batch: list[int], contract: list[int]) -> list[int]:
-    """The free dimensions of dot operand `v`."""
-    return [d for d in range(len(builders.shape_of(v))) if d not in batch and d not in contract]
-
-
 def _arranged(v: ir.Value, batch: list[int], contract: list[int], elem: ir.Type) -> ir.Value:
     """`v` (in `elem`) transposed to (batch, free, contracting) with the contracting
     dimensions joined into one last dimension."""
-    shape, free = builders.shape_of(v), _free(v, batch, contract)
+    shape, free = builders.shape_of(v), free_dims(v, batch, contract)
     v = builders.transpose(builders.convert(v, elem), [*batch, *free, *contract])
     joined = [shape[d] for d in batch] + [shape[d] for d in free] + [math.prod(shape[d] for d in contract)]
     return builders.reshape(v, joined)
@@ -88,7 +80,7 @@ class SmallDots(OpRewrite):
                            what="a dot is rewritten when its m, k and n are all below this")
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        if set(op.attributes) - KNOWN:
+        if set(op.attributes) - DOT_ATTRIBUTES:
             return None
         result = op.results[0]
         if not builders.is_differentiable(result.type):
@@ -98,7 +90,7 @@ class SmallDots(OpRewrite):
         lb, rb = list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)
         lc, rc = list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
         ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
-        lf, rf = _free(lhs, lb, lc), _free(rhs, rb, rc)
+        lf, rf = free_dims(lhs, lb, lc), free_dims(rhs, rb, rc)
         m, n, k = math.prod(ls[i] for i in lf), math.prod(rs[i] for i in rf), math.prod(ls[i] for i in lc)
         if not lb or 0 in (m, n, k) or max(m, n, k) >= self.max_size:
             return None

@@ -34,7 +34,7 @@ from hlopt.passes import builders
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.walk import walk_ops
-from hlopt.passes.xla_cpu.rewrite import erase_unused
+from hlopt.passes.xla_cpu.rewrite import erase_unused, owner_op
 
 
 @dataclasses.dataclass
@@ -167,7 +167,7 @@ def _used_after(dot: _Dot, at: int, where: dict[ir.Operation, int]) -> bool:
     """Whether every use of `dot`'s result lies after position `at` of its block."""
     block = dot.op.block
     for use in dot.op.result.uses:
-        owner = _ancestor_in(use.owner.operation if hasattr(use.owner, "operation") else use.owner, block)
+        owner = _ancestor_in(owner_op(use), block)
         if owner is None or where[owner] <= at:
             return False
     return True

@@ -59,10 +59,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from hlopt.passes import builders
-from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.xla_cpu.rewrite import OpRewrite
-
-_DOT_ATTRIBUTES = {"dot_dimension_numbers", "precision_config"}
+from hlopt.passes.mlir import ir
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision, free_dims, owner_op
 
 
 def _static(*values: ir.Value) -> bool:
@@ -89,10 +87,9 @@ def _summed_dot(op: ir.Operation) -> tuple[ir.Operation, int] | None:
             not _wide_float(x) or builders.elem_of(op.results[0]) != builders.elem_of(x) or len(list(x.uses)) != 1:
         return None
     dot = x.owner.operation
-    if set(dot.attributes) - _DOT_ATTRIBUTES or dot.block != op.block or not _static(x, *dot.operands):
+    if set(dot.attributes) - DOT_ATTRIBUTES or dot.block != op.block or not _static(x, *dot.operands):
         return None
-    batches = len(stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"]).lhs_batching_dimensions)
-    return (dot, dims[0]) if dims[0] < batches else None
+    return (dot, dims[0]) if dims[0] < len(dot_dims(dot)[0]) else None
 
 
 def _without(v: ir.Value, dim: int) -> ir.Value | None:
@@ -139,28 +136,24 @@ class SummedBatchDots(OpRewrite):
         if found is None:
             return None
         dot, i = found
-        d = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
-        lb, rb = list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)
-        lc, rc = list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
+        lb, rb, lc, rc = dot_dims(dot)
         return [builders.dot_general(dot.operands[0], dot.operands[1],
                                      lhs_batch=lb[:i] + lb[i + 1:], rhs_batch=rb[:i] + rb[i + 1:],
                                      lhs_contract=[lb[i], *lc], rhs_contract=[rb[i], *rc],
-                                     elem=builders.elem_of(op.results[0]), precision_config=_precision(dot))]
+                                     elem=builders.elem_of(op.results[0]), precision_config=dot_precision(dot))]
 
     @staticmethod
     def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
         """`op` with a batch dimension along which one operand is a broadcast made a free
         dimension of the other operand, its result transposed back; None if there is none."""
-        if set(op.attributes) - _DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type) or \
+        if set(op.attributes) - DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type) or \
                 not _static(op.results[0], *op.operands):
             return None  # an integer, dynamically shaped or annotated product
         uses = list(op.results[0].uses)
-        if len(uses) == 1 and _summed_dot(uses[0].owner.operation if hasattr(uses[0].owner, "operation")
-                                          else uses[0].owner) is not None:
+        if len(uses) == 1 and _summed_dot(owner_op(uses[0])) is not None:
             return None  # a sum over a batch dimension contracts it instead
-        d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-        batch = [list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)]
-        contract = [list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)]
+        lb, rb, lc, rc = dot_dims(op)
+        batch, contract = [lb, rb], [lc, rc]
         for i in range(len(batch[0])):
             for side in (0, 1):
                 reduced = _without(op.operands[side], batch[side][i])
@@ -178,23 +171,16 @@ class SummedBatchDots(OpRewrite):
             operands[side], operands[other] = reduced, op.operands[other]
             new = builders.dot_general(operands[0], operands[1], lhs_batch=dims[0][0], rhs_batch=dims[1][0],
                                        lhs_contract=dims[0][1], rhs_contract=dims[1][1],
-                                       elem=builders.elem_of(op.results[0]), precision_config=_precision(op))
-            return [builders.transpose(new, _back(op, i, other))]
+                                       elem=builders.elem_of(op.results[0]), precision_config=dot_precision(op))
+            return [builders.transpose(new, _back(op, batch, contract, i, other))]
         return None
 
 
-def _precision(op: ir.Operation) -> ir.Attribute | None:
-    return op.attributes["precision_config"] if "precision_config" in op.attributes else None
-
-
-def _back(op: ir.Operation, i: int, other: int) -> list[int]:
-    """The permutation that puts the result of `op` rewritten with batch dimension i free in operand
-    `other` (ordered among that operand's free dimensions) back into `op`'s result order."""
-    d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-    batch = [list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)]
-    contract = [list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)]
-    free = [[x for x in range(len(builders.shape_of(v))) if x not in batch[s] and x not in contract[s]]
-            for s, v in enumerate(op.operands)]
+def _back(op: ir.Operation, batch: list[list[int]], contract: list[list[int]], i: int, other: int) -> list[int]:
+    """The permutation that puts the result of `op` (its operands' `batch` and `contract` dimensions)
+    rewritten with batch dimension i free in operand `other` (ordered among that operand's free
+    dimensions) back into `op`'s result order."""
+    free = [free_dims(v, batch[s], contract[s]) for s, v in enumerate(op.operands)]
     original = [("b", k) for k in range(len(batch[0]))] + [(s, x) for s in (0, 1) for x in free[s]]
     widened = free[:]
     widened[other] = sorted(free[other] + [batch[other][i]])

@@ -50,8 +50,8 @@ from hlopt.passes import builders
 from hlopt.passes.base import option
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.xla_cpu.dot_operand_order import _swapped_precision
-from hlopt.passes.xla_cpu.rewrite import OpRewrite
-from hlopt.passes.xla_cpu.small_dots import KNOWN, YNN_MIN_SIZE, _free
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, free_dims
+from hlopt.passes.xla_cpu.small_dots import YNN_MIN_SIZE
 
 
 def _is_ynn_type(t: ir.Type) -> bool:
@@ -114,7 +114,7 @@ class TransposedDots(OpRewrite):
                                                        "most half as much; `never` keeps their order")
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        if set(op.attributes) - KNOWN:
+        if set(op.attributes) - DOT_ATTRIBUTES:
             return None
         lhs, rhs = op.operands
         result = op.results[0]
@@ -166,7 +166,7 @@ class _Side:
     def __init__(self, value: ir.Value, batch: list[int], contract: list[int]):
         self.value, self.batch, self.contract = value, batch, contract
         self.shape = builders.shape_of(value)
-        self.free = _free(value, batch, contract)
+        self.free = free_dims(value, batch, contract)
         self.free_size = math.prod(self.shape[i] for i in self.free)
         self.contract_size = math.prod(self.shape[i] for i in contract)
 
