@@ -45,6 +45,7 @@ from record import progress, write_record  # noqa: E402
 
 # pass options compared with hlopt-default as a left-out pass is (the "without" side runs the pass with the option)
 VARIANTS = {"xla-cpu-sum-as-dot{max-kept-bytes=0}": "xla-cpu-sum-as-dot",
+            "xla-cpu-sum-as-dot{block-sums=false}": "xla-cpu-sum-as-dot",
             "xla-cpu-transposed-dots{swap=never}": "xla-cpu-transposed-dots"}
 
 WORKLOADS = ("jet_mlp", "jet_chain", "laplacian", "stde", "weighted", "randomized", "bilaplacian", "pinn_grad",

@@ -40,6 +40,19 @@ electrons (0.75 MiB operands, n = 4) ran faster as reduces, and those over 24
 directions of operands as small (the 8x8 matrices' coefficients at n = 8) slower;
 `bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
 `max-kept-bytes=0`, which keeps none.
+
+A larger leading-axis sum (more terms, or a larger operand) where YNNPACK's reduce fusion
+is off likewise is summed in two steps, so that its operand is never written whole:
+the D terms, split as g blocks of m rows (D = g m, m the fewest rows, at least 2, that
+leave g at most `KEPT_TERMS`), are first summed over the blocks by a `reduce` that
+computes the operand as it sums (XLA:CPU's own loop, g terms per result), and the m
+rows left are then the product with ones. Only the partial sum, m / D of the operand,
+is in memory. bench/wavefunction.py's weight gradient at n = 8 held two 3 MiB summands
+of 24 directions at its peak; as 2 x 32768 partial sums its peak fell from 24.8 to
+21.7 MiB (folx: 23.0), and the sums ran faster than the product with ones of the whole
+summand (`bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
+`block-sums=false`, which makes them products with ones as before). A sum whose D has
+no such split (a prime number of terms above `KEPT_TERMS`) stays a product with ones.
 """
 
 from __future__ import annotations
@@ -108,6 +121,23 @@ def _terms_sum(x: ir.Value, dim: int) -> ir.Value:
     return functools.reduce(builders.add, terms)
 
 
+def _rows(terms: int) -> int | None:
+    """The fewest rows m >= 2 of a split of `terms` = g m into g <= `KEPT_TERMS` blocks (g >= 2)."""
+    return next((m for m in range(2, terms // 2 + 1) if terms % m == 0 and terms // m <= KEPT_TERMS), None)
+
+
+def _block_sum(x: ir.Value, rows: int) -> ir.Value:
+    """The sum of `x` over dimension 0, its D terms taken as D / rows blocks of `rows` rows: a
+    reduce over the blocks (whose operand XLA:CPU computes as it sums), then the product of the
+    rows left with ones."""
+    shape = builders.shape_of(x)
+    elem = builders.elem_of(x)
+    partial = builders.reduce(builders.reshape(x, [shape[0] // rows, rows, *shape[1:]]), [0])
+    ones = builders.splat(1, builders.tensor([rows], elem))
+    return builders.dot_general(ones, partial, lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0],
+                                elem=elem)
+
+
 def _bytes(v: ir.Value) -> int:
     """The bytes of floating or complex tensor `v`."""
     elem = builders.elem_of(v)
@@ -125,7 +155,22 @@ class SumAsDot(OpRewrite):
     the operand out of memory. Unweighted, either sum of an operand of at most `max-kept-bytes`
     (over dimension 0, of at most 16 terms) stays a `reduce` when the module's reductions then
     leave YNNPACK's reduce fusion off, which the pass records on the module as
-    `xla-cpu-ynn-fusion` does.
+    `xla-cpu-ynn-fusion` does. Under the same condition a larger sum over dimension 0 of D = g m
+    terms (m >= 2 the fewest rows that leave g <= 16 blocks; `block-sums`) is a `reduce` over the
+    g blocks, then the product of the m rows left with ones:
+
+        %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
+             : (tensor<24x32768xf32>, tensor<f32>) -> tensor<32768xf32>
+
+    becomes
+
+        %r = stablehlo.reshape %x : (tensor<24x32768xf32>) -> tensor<12x2x32768xf32>
+        %p = stablehlo.reduce(%r init: %zero) applies stablehlo.add across dimensions = [0]
+             : (tensor<12x2x32768xf32>, tensor<f32>) -> tensor<2x32768xf32>
+        %s = stablehlo.dot_general %ones, %p, contracting_dims = [0] x [0]
+             : (tensor<2xf32>, tensor<2x32768xf32>) -> tensor<32768xf32>
+
+    and
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
@@ -142,17 +187,36 @@ class SumAsDot(OpRewrite):
     max_kept_bytes: int = option(1 << 20, low=0, high=1 << 40,
                                  what="an unweighted sum of few terms of an operand of at most this many bytes "
                                       "stays a reduce while YNNPACK's reduce fusion is off")
+    block_sums: bool = option(True, what="a larger leading-axis sum is a reduce over blocks of its terms, then "
+                                         "the product with ones of the rows left, while YNNPACK's reduce fusion is off")
 
     def apply(self, module: ir.Operation) -> None:
         sums = list(walk_ops(module, *self.anchors))
         kept = {op for op in sums if self._may_stay(op)}
-        if kept:
-            rewritten = {op for op in sums if op not in kept and self._rewritten(op)}
-            if ynn_fusion.reduce_fusion_off(module, leaving_out=rewritten):
+        blocked = {op: rows for op in sums if op not in kept and (rows := self._block_rows(op)) is not None}
+        if kept or blocked:
+            as_dots = {op for op in sums if op not in kept and op not in blocked and self._rewritten(op)}
+            if ynn_fusion.reduce_fusion_off(module, leaving_out=as_dots):
                 ynn_fusion.record_reduce_fusion_off(module)
             else:
-                kept = set()
-        rewrite_ops(module, self.anchors, lambda op: None if op in kept else self.rewrite(op))
+                kept, blocked = set(), {}
+        rewrite_ops(module, self.anchors,
+                    lambda op: None if op in kept else
+                    [_block_sum(op.operands[0], blocked[op])] if op in blocked else self.rewrite(op))
+
+    def _block_rows(self, op: ir.Operation) -> int | None:
+        """The rows m left by summing `op`'s operand over blocks first (`_block_sum`), where
+        `op` is a real floating sum over dimension 0 alone of a static operand that `rewrite`
+        would make a product with ones (not kept, not added term by term) and its D terms split
+        as g blocks of m rows, g at most `KEPT_TERMS`; else None."""
+        if not self.block_sums or _summed_dim(op) != 0:
+            return None
+        x = op.operands[0]
+        shape = builders.shape_of(x)
+        if len(shape) < 2 or min(shape) < 0 or _adds_terms(x, 0) or \
+                not isinstance(builders.elem_of(x), ir.FloatType):
+            return None
+        return _rows(shape[0])
 
     def _may_stay(self, op: ir.Operation) -> bool:
         """Whether `op` may stay a reduce: an unweighted sum of an operand of at most max-kept-bytes

@@ -119,13 +119,14 @@ def workloads():
     def determinant(laplacian):
         return jax.grad(lambda c: jnp.mean(jax.vmap(lambda x: laplacian(lambda y: log_det(c, y))(x))(xs) ** 2))
 
-    def electrons(y):  # a function of 6 electrons' positions through their squared norms (sums over x, y, z)
-        r = y.reshape(6, 3)
-        return jnp.sum(jnp.tanh(jnp.sum(r * r, -1) + r[:, 0]))
+    def electrons(y):  # 5 electrons' positions through their squared norms (sums over x, y, z), and 2 more coordinates
+        r = y[:15].reshape(5, 3)
+        return jnp.sum(jnp.tanh(jnp.sum(r * r, -1) + r[:, 0])) + jnp.sin(y[15] * y[16])
 
-    # enough for XLA:CPU's YNNPACK reduce fusion; 18 directions, whose sums xla-cpu-sum-as-dot makes
-    # products (more than 16 terms), so that xla-cpu-ynn-fusion is what turns that fusion off
-    points = jax.random.normal(jax.random.key(8), (512, 18))
+    # enough for XLA:CPU's YNNPACK reduce fusion; 17 directions, whose sums xla-cpu-sum-as-dot makes
+    # products with ones (more than 16 terms, a prime number: no blocks to sum first), so that
+    # xla-cpu-ynn-fusion is what turns that fusion off
+    points = jax.random.normal(jax.random.key(8), (512, 17))
     products = jax.random.normal(jax.random.key(11), (2, 6, 16, 9, 9))
 
     return {
@@ -373,6 +374,42 @@ def test_small_leading_sums_stay_reduces():
         assert not [line for line in products.splitlines()
                     if "stablehlo.reduce" in line and "dimensions = [0]" in line and "tensor<12x64x32xf64>" in line]
         _close(lowered.compile(DEFAULT)(*args), lowered.compile(no_keep)(*args), 1e-12)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dim=st.sampled_from([18, 20, 24, 26, 30, 50]), points=st.sampled_from([16, 48]),
+       width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
+def test_large_leading_sums_are_summed_over_blocks(dim, points, width, wide, grad):
+    """The collapsed Laplacian of an MLP in more than 16 dimensions (or its gradient): its sums over
+    the directions are a reduce over blocks of the directions, then a product with ones of the rows
+    left (the fewest rows that leave at most 16 blocks), where with block-sums=false they are
+    products with ones of the whole summand; the values agree with that program and with the
+    Hessian trace, in float64 and float32."""
+    dtype = jnp.float64 if wide else jnp.float32
+    p = jax.tree_util.tree_map(lambda a: a.astype(dtype), params_of([dim, width, width, 1]))
+    xs = jax.random.normal(jax.random.key(dim), (points, dim), dtype)
+    if grad:
+        fun = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
+        ref = jax.grad(lambda q: jnp.mean(jax.vmap(nested_laplacian(lambda y: mlp(q, y)))(xs) ** 2))
+        args = (p,)
+    else:
+        fun, ref, args = (jax.vmap(hlopt.laplacian(lambda y: mlp(p, y))),
+                          jax.vmap(nested_laplacian(lambda y: mlp(p, y))), (xs,))
+    lowered = hlopt.lower(fun, *args)
+    rows = min(m for m in range(2, dim) if dim % m == 0 and dim // m <= 16)
+    elem = "f64" if wide else "f32"
+    no_blocks = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{block-sums=false}")
+    blocked, products = lowered.apply(DEFAULT).as_text(), lowered.apply(no_blocks).as_text()
+    summand = f"(tensor<{dim}x{elem}>, tensor<{dim}x{points}x{width}x{elem}>)"  # a product with ones of it
+    partial = re.compile(rf"stablehlo\.reduce\(.*dimensions = \[0\] : \(tensor<{dim // rows}x{rows}x{points}x{width}x{elem}>")
+    assert partial.search(blocked), blocked
+    assert not [line for line in blocked.splitlines() if "stablehlo.dot_general" in line and summand in line]
+    assert [line for line in products.splitlines() if "stablehlo.dot_general" in line and summand in line]
+    assert not partial.search(products)
+    assert "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT" in blocked
+    got = lowered.compile(DEFAULT)(*args)
+    _close(got, lowered.compile(no_blocks)(*args), 1e-12 if wide else 2e-5)
+    _close(got, jax.jit(ref)(*args), 1e-9 if wide else 2e-3)
 
 
 def _einsum_dot(lhs, rhs, numbers, summed=None):

@@ -180,21 +180,84 @@ func.func @empty_inner(%x: tensor<3x0x5xf32>) -> tensor<3x5xf32> {
 // Kept: a sum over 12 leading terms of a 12x4096 operand (192 KiB, at most max-kept-bytes)
 // in a module whose reductions are then all ones YNNPACK's reduce fusion runs slowly: the
 // pass records that the module is compiled without that fusion. The 24-term sum beside it
-// becomes a product with ones (more than 16 terms). With max-kept-bytes=0 both do.
+// (more than 16 terms) is summed over 12 blocks of 2 rows by a reduce, then the 2 rows by a
+// product with ones. With max-kept-bytes=0 the 12-term sum is summed over 6 blocks of 2 rows
+// likewise; with block-sums=false too, both are products with ones and nothing is recorded.
 // RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{max-kept-bytes=0}' --split-input-file | filecheck %s --check-prefix=NOKEEP
+// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{max-kept-bytes=0 block-sums=false}' --split-input-file | filecheck %s --check-prefix=NOBLOCK
 // CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
 // CHECK-LABEL: func.func @small_leading
 // CHECK: stablehlo.reduce(%arg0 init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
-// CHECK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x4096xf32>) -> tensor<4096xf32>
-// NOKEEP-NOT: hlopt.compiler_options
+// CHECK: %[[B:.*]] = stablehlo.reshape %arg1 : (tensor<24x4096xf32>) -> tensor<12x2x4096xf32>
+// CHECK: %[[P:.*]] = stablehlo.reduce(%[[B]] init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<12x2x4096xf32>, tensor<f32>) -> tensor<2x4096xf32>
+// CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<2xf32>
+// CHECK: stablehlo.dot_general %[[ONES]], %[[P]], contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2x4096xf32>) -> tensor<4096xf32>
+// NOKEEP: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
 // NOKEEP-LABEL: func.func @small_leading
-// NOKEEP-NOT: stablehlo.reduce
-// NOKEEP-COUNT-2: stablehlo.dot_general
+// NOKEEP: stablehlo.reshape %arg0 : (tensor<12x4096xf32>) -> tensor<6x2x4096xf32>
+// NOKEEP: stablehlo.reduce({{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<6x2x4096xf32>, tensor<f32>) -> tensor<2x4096xf32>
+// NOKEEP: stablehlo.dot_general {{.*}} : (tensor<2xf32>, tensor<2x4096xf32>) -> tensor<4096xf32>
+// NOKEEP: stablehlo.reshape %arg1 : (tensor<24x4096xf32>) -> tensor<12x2x4096xf32>
+// NOBLOCK-NOT: hlopt.compiler_options
+// NOBLOCK-LABEL: func.func @small_leading
+// NOBLOCK-NOT: stablehlo.reduce
+// NOBLOCK: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<12xf32>, tensor<12x4096xf32>) -> tensor<4096xf32>
+// NOBLOCK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x4096xf32>) -> tensor<4096xf32>
+// NOBLOCK-NOT: stablehlo.reduce
+// NOBLOCK: return
 func.func @small_leading(%x: tensor<12x4096xf32>, %y: tensor<24x4096xf32>) -> (tensor<4096xf32>, tensor<4096xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
   %1 = stablehlo.reduce(%y init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<24x4096xf32>, tensor<f32>) -> tensor<4096xf32>
   return %0, %1 : tensor<4096xf32>, tensor<4096xf32>
+}
+
+// -----
+
+// Summed over blocks: the fewest rows that leave at most 16 blocks (50 terms: 10 blocks
+// of 5 rows, not 25 of 2), a weighted sum with its product (the weights' multiply is
+// summed with the rest), and a larger operand above max-kept-bytes (16 terms, 1 MiB + 64
+// KiB: 8 blocks of 2 rows). 17 terms (prime, more than 16) have no split: a product with ones.
+// CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
+// CHECK-LABEL: func.func @blocks
+// CHECK: %[[WP:.*]] = stablehlo.multiply %arg1, %{{.*}} : tensor<4x4096xf64>
+// CHECK: stablehlo.reshape %arg0 : (tensor<50x4096xf32>) -> tensor<10x5x4096xf32>
+// CHECK: stablehlo.dot_general {{.*}} : (tensor<5xf32>, tensor<5x4096xf32>) -> tensor<4096xf32>
+// CHECK: stablehlo.reshape %[[WP]] : (tensor<4x4096xf64>) -> tensor<2x2x4096xf64>
+// CHECK: stablehlo.dot_general {{.*}} : (tensor<2xf64>, tensor<2x4096xf64>) -> tensor<4096xf64>
+// CHECK: stablehlo.reshape %arg2 : (tensor<16x17408xf32>) -> tensor<8x2x17408xf32>
+// CHECK: stablehlo.dot_general {{.*}}, %arg3, contracting_dims = [0] x [0] : (tensor<17xf32>, tensor<17x4096xf32>) -> tensor<4096xf32>
+func.func @blocks(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x17408xf32>, %p: tensor<17x4096xf32>)
+    -> (tensor<4096xf32>, tensor<4096xf64>, tensor<17408xf32>, tensor<4096xf32>) {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %d0 = stablehlo.constant dense<0.0> : tensor<f64>
+  %w = stablehlo.constant dense<[2.0, 0.0, 0.5, 1.0]> : tensor<4xf64>
+  %wb = stablehlo.broadcast_in_dim %w, dims = [0] : (tensor<4xf64>) -> tensor<4x4096xf64>
+  %wy = stablehlo.multiply %y, %wb : tensor<4x4096xf64>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<50x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  %1 = stablehlo.reduce(%wy init: %d0) applies stablehlo.add across dimensions = [0] : (tensor<4x4096xf64>, tensor<f64>) -> tensor<4096xf64>
+  %2 = stablehlo.reduce(%z init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<16x17408xf32>, tensor<f32>) -> tensor<17408xf32>
+  %3 = stablehlo.reduce(%p init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<17x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  return %0, %1, %2, %3 : tensor<4096xf32>, tensor<4096xf64>, tensor<17408xf32>, tensor<4096xf32>
+}
+
+// -----
+
+// Complex sums and sums of a dynamically shaped operand are not summed over blocks (a
+// kept 12-term sum beside them turns YNNPACK's reduce fusion off).
+// CHECK-LABEL: func.func @not_blocked
+// CHECK: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<24xcomplex<f32>>, tensor<24x4096xcomplex<f32>>) -> tensor<4096xcomplex<f32>>
+// CHECK-NOT: stablehlo.reshape
+// CHECK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x?xf32>) -> tensor<?xf32>
+// CHECK-NOT: stablehlo.reshape
+func.func @not_blocked(%x: tensor<24x4096xcomplex<f32>>, %f: tensor<24x?xf32>, %big: tensor<12x4096xf32>)
+    -> (tensor<4096xcomplex<f32>>, tensor<?xf32>, tensor<4096xf32>) {
+  %r0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %c0 = stablehlo.convert %r0 : (tensor<f32>) -> tensor<complex<f32>>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<24x4096xcomplex<f32>>, tensor<complex<f32>>) -> tensor<4096xcomplex<f32>>
+  %1 = stablehlo.reduce(%f init: %r0) applies stablehlo.add across dimensions = [0] : (tensor<24x?xf32>, tensor<f32>) -> tensor<?xf32>
+  %2 = stablehlo.reduce(%big init: %r0) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  return %0, %1, %2 : tensor<4096xcomplex<f32>>, tensor<?xf32>, tensor<4096xf32>
 }
 
 // -----
