@@ -39,20 +39,31 @@ On bench/wavefunction.py's programs the sums over 12 directions and over the 4
 electrons (0.75 MiB operands, n = 4) ran faster as reduces, and those over 24
 directions of operands as small (the 8x8 matrices' coefficients at n = 8) slower;
 `bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
-`max-kept-bytes=0`, which keeps none.
+`max-kept-bytes=0 run-sums=false`, which makes every such sum a product with ones.
 
-A larger leading-axis sum (more terms, or a larger operand) where YNNPACK's reduce fusion
-is off likewise is summed in two steps, so that its operand is never written whole:
-the D terms, split as g blocks of m rows (D = g m, m the fewest rows, at least 2, that
-leave g at most `KEPT_TERMS`), are first summed over the blocks by a `reduce` that
-computes the operand as it sums (XLA:CPU's own loop, g terms per result), and the m
-rows left are then the product with ones. Only the partial sum, m / D of the operand,
-is in memory. bench/wavefunction.py's weight gradient at n = 8 held two 3 MiB summands
-of 24 directions at its peak; as 2 x 32768 partial sums its peak fell from 24.8 to
-21.7 MiB (folx: 23.0), and the sums ran faster than the product with ones of the whole
-summand (`bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
-`block-sums=false`, which makes them products with ones as before). A sum whose D has
-no such split (a prime number of terms above `KEPT_TERMS`) stays a product with ones.
+A larger unweighted leading-axis sum (more terms, or a larger operand) where YNNPACK's reduce
+fusion is off likewise is summed in two steps, so that its operand is never written whole:
+its D terms, taken as m runs of g consecutive terms (D = m g, m the fewest runs, at least
+2, that leave g at most `KEPT_TERMS`), are first summed within each run by a `reduce` that
+computes the operand as it sums (XLA:CPU's own loop, g terms per result), and the m run
+sums are then the product with ones. Only the run sums, m / D of the operand, are in
+memory. Consecutive terms stay together, as in the sum in order: terms that cancel in
+pairs (+x, -x, ...) cancel within a run before anything could overflow.
+bench/wavefunction.py's weight gradient at n = 8 held two 3 MiB summands of 24 directions
+at its peak; as 2 x 32768 run sums its peak fell from 24.8 to 21.7 MiB (folx: 23.0). The
+programs ran no slower than with the products with ones of the whole summands, at n = 6
+faster (`bench/xla_cpu_tuning.py --workloads wavefunction --electrons 6`, or 8, compares
+the pass with `run-sums=false`, which makes them products with ones as before; at n = 4
+the sums are kept whole and nothing changes). Only unweighted float32 and float64 sums are
+summed so: a weighted sum stays the product with its weights, and a narrower float the
+product with ones, which XLA:CPU accumulates in float32 (a reduce of float16 terms would
+round each run sum to float16). A sum whose D has no split (more than `KEPT_TERMS` terms,
+none of whose divisors leaves runs that short: a prime, or 289 = 17 x 17) stays a product
+with ones. Run again, the pass leaves its sums within runs as they are.
+
+Sums annotated with attributes (a sharding, frontend attributes), sums over a dynamically
+sized dimension and sums whose result's element type differs from the operand's are left as
+they are.
 """
 
 from __future__ import annotations
@@ -78,13 +89,18 @@ KEPT_TERMS = 16
 
 
 def _summed_dim(op: ir.Operation) -> int | None:
-    """The dimension a one-operand floating `reduce` add from zero sums over, if one alone."""
-    if len(op.operands) != 2 or builders.reducer_kind(op) != "stablehlo.add":
+    """The dimension a one-operand floating `reduce` add from zero sums over, if one alone, of
+    static size, with the operand's element type and no attributes but its dimensions (a sum
+    annotated with a sharding or frontend attributes is left as it is)."""
+    if len(op.operands) != 2 or builders.reducer_kind(op) != "stablehlo.add" or set(op.attributes) != {"dimensions"}:
         return None
-    if not builders.is_differentiable(op.operands[0].type):
+    x = op.operands[0]
+    if not builders.is_differentiable(x.type) or builders.elem_of(op.results[0]) != builders.elem_of(x):
         return None
     dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
-    return dims[0] if len(dims) == 1 and builders.is_zero_constant(op.operands[1]) else None
+    if len(dims) != 1 or builders.shape_of(x)[dims[0]] < 0 or not builders.is_zero_constant(op.operands[1]):
+        return None
+    return dims[0]
 
 
 def _weights(v: ir.Value) -> tuple[ir.Value, ir.Value] | None:
@@ -121,19 +137,34 @@ def _terms_sum(x: ir.Value, dim: int) -> ir.Value:
     return functools.reduce(builders.add, terms)
 
 
-def _rows(terms: int) -> int | None:
-    """The fewest rows m >= 2 of a split of `terms` = g m into g <= `KEPT_TERMS` blocks (g >= 2)."""
+def _runs(terms: int) -> int | None:
+    """The fewest runs m >= 2 of a split of `terms` = m g into runs of g <= `KEPT_TERMS` consecutive
+    terms (g >= 2), if any."""
     return next((m for m in range(2, terms // 2 + 1) if terms % m == 0 and terms // m <= KEPT_TERMS), None)
 
 
-def _block_sum(x: ir.Value, rows: int) -> ir.Value:
-    """The sum of `x` over dimension 0, its D terms taken as D / rows blocks of `rows` rows: a
-    reduce over the blocks (whose operand XLA:CPU computes as it sums), then the product of the
-    rows left with ones."""
+def _sums_runs(op: ir.Operation) -> bool:
+    """Whether `op` is the sum within runs `_run_sum` builds (over dimension 1 of at most
+    `KEPT_TERMS` terms of an operand reshaped from [m g, ...] to [m, g, ...]), which a second
+    run of the pass leaves as it is."""
+    if _summed_dim(op) != 1:
+        return False
+    x = op.operands[0]
+    if not isinstance(x, ir.OpResult) or x.owner.operation.name != "stablehlo.reshape":
+        return False
+    before, after = builders.shape_of(x.owner.operation.operands[0]), builders.shape_of(x)
+    return len(after) >= 3 and after[1] <= KEPT_TERMS and before[1:] == after[2:] and \
+        before[0] == after[0] * after[1]
+
+
+def _run_sum(x: ir.Value, runs: int) -> ir.Value:
+    """The sum of `x` over dimension 0, its D terms taken as `runs` runs of D / runs consecutive
+    terms: a reduce within the runs (whose operand XLA:CPU computes as it sums), then the
+    product of the run sums with ones."""
     shape = builders.shape_of(x)
     elem = builders.elem_of(x)
-    partial = builders.reduce(builders.reshape(x, [shape[0] // rows, rows, *shape[1:]]), [0])
-    ones = builders.splat(1, builders.tensor([rows], elem))
+    partial = builders.reduce(builders.reshape(x, [runs, shape[0] // runs, *shape[1:]]), [1])
+    ones = builders.splat(1, builders.tensor([runs], elem))
     return builders.dot_general(ones, partial, lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0],
                                 elem=elem)
 
@@ -155,18 +186,18 @@ class SumAsDot(OpRewrite):
     the operand out of memory. Unweighted, either sum of an operand of at most `max-kept-bytes`
     (over dimension 0, of at most 16 terms) stays a `reduce` when the module's reductions then
     leave YNNPACK's reduce fusion off, which the pass records on the module as
-    `xla-cpu-ynn-fusion` does. Under the same condition a larger sum over dimension 0 of D = g m
-    terms (m >= 2 the fewest rows that leave g <= 16 blocks; `block-sums`) is a `reduce` over the
-    g blocks, then the product of the m rows left with ones:
+    `xla-cpu-ynn-fusion` does. Under the same condition a larger unweighted float32 or float64 sum
+    over dimension 0 of D = m g terms (m >= 2 the fewest runs of g <= 16 consecutive terms;
+    `run-sums`) is a `reduce` within the runs, then the product of the m run sums with ones:
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<24x32768xf32>, tensor<f32>) -> tensor<32768xf32>
 
     becomes
 
-        %r = stablehlo.reshape %x : (tensor<24x32768xf32>) -> tensor<12x2x32768xf32>
-        %p = stablehlo.reduce(%r init: %zero) applies stablehlo.add across dimensions = [0]
-             : (tensor<12x2x32768xf32>, tensor<f32>) -> tensor<2x32768xf32>
+        %r = stablehlo.reshape %x : (tensor<24x32768xf32>) -> tensor<2x12x32768xf32>
+        %p = stablehlo.reduce(%r init: %zero) applies stablehlo.add across dimensions = [1]
+             : (tensor<2x12x32768xf32>, tensor<f32>) -> tensor<2x32768xf32>
         %s = stablehlo.dot_general %ones, %p, contracting_dims = [0] x [0]
              : (tensor<2xf32>, tensor<2x32768xf32>) -> tensor<32768xf32>
 
@@ -175,7 +206,8 @@ class SumAsDot(OpRewrite):
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
 
-    becomes (with `max-kept-bytes=0`, or where YNNPACK's reduce fusion would stay on)
+    becomes (with `max-kept-bytes=0`, or where YNNPACK's reduce fusion would stay on; 3 terms
+    have no runs to sum first)
 
         %ones = stablehlo.constant dense<1.0> : tensor<3xf32>
         %s = stablehlo.dot_general %ones, %x, contracting_dims = [0] x [0]
@@ -187,36 +219,39 @@ class SumAsDot(OpRewrite):
     max_kept_bytes: int = option(1 << 20, low=0, high=1 << 40,
                                  what="an unweighted sum of few terms of an operand of at most this many bytes "
                                       "stays a reduce while YNNPACK's reduce fusion is off")
-    block_sums: bool = option(True, what="a larger leading-axis sum is a reduce over blocks of its terms, then "
-                                         "the product with ones of the rows left, while YNNPACK's reduce fusion is off")
+    run_sums: bool = option(True, what="a larger leading-axis sum is a reduce within runs of its terms, then "
+                                         "the product of the run sums with ones, while YNNPACK's reduce fusion is off")
 
     def apply(self, module: ir.Operation) -> None:
         sums = list(walk_ops(module, *self.anchors))
-        kept = {op for op in sums if self._may_stay(op)}
-        blocked = {op: rows for op in sums if op not in kept and (rows := self._block_rows(op)) is not None}
-        if kept or blocked:
-            as_dots = {op for op in sums if op not in kept and op not in blocked and self._rewritten(op)}
+        kept = {op for op in sums if self._may_stay(op) or _sums_runs(op)}
+        in_runs = {op: runs for op in sums if op not in kept and (runs := self._runs(op)) is not None}
+        if kept or in_runs:
+            as_dots = {op for op in sums if op not in kept and op not in in_runs and self._rewritten(op)}
             if ynn_fusion.reduce_fusion_off(module, leaving_out=as_dots):
                 ynn_fusion.record_reduce_fusion_off(module)
             else:
-                kept, blocked = set(), {}
+                kept, in_runs = set(), {}
         rewrite_ops(module, self.anchors,
                     lambda op: None if op in kept else
-                    [_block_sum(op.operands[0], blocked[op])] if op in blocked else self.rewrite(op))
+                    [_run_sum(op.operands[0], in_runs[op])] if op in in_runs else self.rewrite(op))
 
-    def _block_rows(self, op: ir.Operation) -> int | None:
-        """The rows m left by summing `op`'s operand over blocks first (`_block_sum`), where
-        `op` is a real floating sum over dimension 0 alone of a static operand that `rewrite`
-        would make a product with ones (not kept, not added term by term) and its D terms split
-        as g blocks of m rows, g at most `KEPT_TERMS`; else None."""
-        if not self.block_sums or _summed_dim(op) != 0:
+    def _runs(self, op: ir.Operation) -> int | None:
+        """The runs m into which `_run_sum` takes the terms of `op`, where `op` is a sum over
+        dimension 0 alone of a static, non-empty float32 or float64 operand that `rewrite` would
+        make a product with ones (not kept, not added term by term, not weighted) and its D terms
+        split as m runs of g <= `KEPT_TERMS` consecutive terms; else None. Narrower floats are left
+        to the product, which XLA:CPU accumulates in float32 where the reduce would round each
+        run sum to the narrow type."""
+        if not self.run_sums or _summed_dim(op) != 0:
             return None
         x = op.operands[0]
         shape = builders.shape_of(x)
-        if len(shape) < 2 or min(shape) < 0 or _adds_terms(x, 0) or \
-                not isinstance(builders.elem_of(x), ir.FloatType):
+        elem = builders.elem_of(x)
+        if len(shape) < 2 or min(shape) < 0 or _bytes(x) == 0 or _adds_terms(x, 0) or _weights(x) is not None or \
+                not isinstance(elem, ir.FloatType) or ir.FloatType(elem).width < 32:
             return None
-        return _rows(shape[0])
+        return _runs(shape[0])
 
     def _may_stay(self, op: ir.Operation) -> bool:
         """Whether `op` may stay a reduce: an unweighted sum of an operand of at most max-kept-bytes

@@ -124,7 +124,7 @@ def workloads():
         return jnp.sum(jnp.tanh(jnp.sum(r * r, -1) + r[:, 0])) + jnp.sin(y[15] * y[16])
 
     # enough for XLA:CPU's YNNPACK reduce fusion; 17 directions, whose sums xla-cpu-sum-as-dot makes
-    # products with ones (more than 16 terms, a prime number: no blocks to sum first), so that
+    # products with ones (more than 16 terms, a prime number: no runs to sum first), so that
     # xla-cpu-ynn-fusion is what turns that fusion off
     points = jax.random.normal(jax.random.key(8), (512, 17))
     products = jax.random.normal(jax.random.key(11), (2, 6, 16, 9, 9))
@@ -358,13 +358,13 @@ def test_small_leading_sums_stay_reduces():
     """The collapsed Laplacian of an MLP in 12 dimensions at 64 points: its sums over the 12
     directions ([12, 64, 32] operands, 192 KiB in float64) stay reduces under hlopt-default, which
     records that the module is compiled without YNNPACK's reduce fusion, where with
-    max-kept-bytes=0 they are products with ones; the values agree to 1e-12 (float64), and the
-    gradient through them too."""
+    max-kept-bytes=0 and run-sums=false they are products with ones; the values agree to 1e-12
+    (float64), and the gradient through them too."""
     p = params_of([12, 32, 32, 1])
     xs = jax.random.normal(jax.random.key(3), (64, 12))
     lap = jax.vmap(hlopt.laplacian(lambda y: mlp(p, y)))
     grad = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
-    no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{max-kept-bytes=0}")
+    no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false}")
     for fun, args in ((lap, (xs,)), (grad, (p,))):
         lowered = hlopt.lower(fun, *args)
         kept, products = lowered.apply(DEFAULT).as_text(), lowered.apply(no_keep).as_text()
@@ -379,12 +379,12 @@ def test_small_leading_sums_stay_reduces():
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dim=st.sampled_from([18, 20, 24, 26, 30, 50]), points=st.sampled_from([16, 48]),
        width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
-def test_large_leading_sums_are_summed_over_blocks(dim, points, width, wide, grad):
+def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, grad):
     """The collapsed Laplacian of an MLP in more than 16 dimensions (or its gradient): its sums over
-    the directions are a reduce over blocks of the directions, then a product with ones of the rows
-    left (the fewest rows that leave at most 16 blocks), where with block-sums=false they are
-    products with ones of the whole summand; the values agree with that program and with the
-    Hessian trace, in float64 and float32."""
+    the directions are a reduce within runs of consecutive directions (the fewest runs of at most
+    16), then a product of the run sums with ones, where with run-sums=false they are products
+    with ones of the whole summand; the values agree with that program and with the Hessian
+    trace, in float64 and float32."""
     dtype = jnp.float64 if wide else jnp.float32
     p = jax.tree_util.tree_map(lambda a: a.astype(dtype), params_of([dim, width, width, 1]))
     xs = jax.random.normal(jax.random.key(dim), (points, dim), dtype)
@@ -396,19 +396,19 @@ def test_large_leading_sums_are_summed_over_blocks(dim, points, width, wide, gra
         fun, ref, args = (jax.vmap(hlopt.laplacian(lambda y: mlp(p, y))),
                           jax.vmap(nested_laplacian(lambda y: mlp(p, y))), (xs,))
     lowered = hlopt.lower(fun, *args)
-    rows = min(m for m in range(2, dim) if dim % m == 0 and dim // m <= 16)
+    runs = min(m for m in range(2, dim) if dim % m == 0 and dim // m <= 16)
     elem = "f64" if wide else "f32"
-    no_blocks = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{block-sums=false}")
-    blocked, products = lowered.apply(DEFAULT).as_text(), lowered.apply(no_blocks).as_text()
+    no_runs = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{run-sums=false}")
+    in_runs, products = lowered.apply(DEFAULT).as_text(), lowered.apply(no_runs).as_text()
     summand = f"(tensor<{dim}x{elem}>, tensor<{dim}x{points}x{width}x{elem}>)"  # a product with ones of it
-    partial = re.compile(rf"stablehlo\.reduce\(.*dimensions = \[0\] : \(tensor<{dim // rows}x{rows}x{points}x{width}x{elem}>")
-    assert partial.search(blocked), blocked
-    assert not [line for line in blocked.splitlines() if "stablehlo.dot_general" in line and summand in line]
+    partial = re.compile(rf"stablehlo\.reduce\(.*dimensions = \[1\] : \(tensor<{runs}x{dim // runs}x{points}x{width}x{elem}>")
+    assert partial.search(in_runs), in_runs
+    assert not [line for line in in_runs.splitlines() if "stablehlo.dot_general" in line and summand in line]
     assert [line for line in products.splitlines() if "stablehlo.dot_general" in line and summand in line]
     assert not partial.search(products)
-    assert "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT" in blocked
+    assert "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT" in in_runs
     got = lowered.compile(DEFAULT)(*args)
-    _close(got, lowered.compile(no_blocks)(*args), 1e-12 if wide else 2e-5)
+    _close(got, lowered.compile(no_runs)(*args), 1e-12 if wide else 2e-5)
     _close(got, jax.jit(ref)(*args), 1e-9 if wide else 2e-3)
 
 

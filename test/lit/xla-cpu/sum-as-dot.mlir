@@ -180,31 +180,36 @@ func.func @empty_inner(%x: tensor<3x0x5xf32>) -> tensor<3x5xf32> {
 // Kept: a sum over 12 leading terms of a 12x4096 operand (192 KiB, at most max-kept-bytes)
 // in a module whose reductions are then all ones YNNPACK's reduce fusion runs slowly: the
 // pass records that the module is compiled without that fusion. The 24-term sum beside it
-// (more than 16 terms) is summed over 12 blocks of 2 rows by a reduce, then the 2 rows by a
-// product with ones. With max-kept-bytes=0 the 12-term sum is summed over 6 blocks of 2 rows
-// likewise; with block-sums=false too, both are products with ones and nothing is recorded.
+// (more than 16 terms) is summed within 2 runs of 12 consecutive terms by a reduce, then the
+// 2 run sums by a product with ones. With max-kept-bytes=0 the 12-term sum is summed within 2
+// runs of 6 likewise; with run-sums=false too, both are products with ones and nothing is
+// recorded.
 // RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{max-kept-bytes=0}' --split-input-file | filecheck %s --check-prefix=NOKEEP
-// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{max-kept-bytes=0 block-sums=false}' --split-input-file | filecheck %s --check-prefix=NOBLOCK
+// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false}' --split-input-file | filecheck %s --check-prefix=NORUNS
+// Run again, the pass leaves its output as it is.
+// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot' --split-input-file > %t.once
+// RUN: hlopt-opt %t.once -p 'xla-cpu-sum-as-dot' --split-input-file > %t.twice
+// RUN: diff %t.once %t.twice
 // CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
 // CHECK-LABEL: func.func @small_leading
 // CHECK: stablehlo.reduce(%arg0 init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
-// CHECK: %[[B:.*]] = stablehlo.reshape %arg1 : (tensor<24x4096xf32>) -> tensor<12x2x4096xf32>
-// CHECK: %[[P:.*]] = stablehlo.reduce(%[[B]] init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<12x2x4096xf32>, tensor<f32>) -> tensor<2x4096xf32>
+// CHECK: %[[B:.*]] = stablehlo.reshape %arg1 : (tensor<24x4096xf32>) -> tensor<2x12x4096xf32>
+// CHECK: %[[P:.*]] = stablehlo.reduce(%[[B]] init: {{.*}}) applies stablehlo.add across dimensions = [1] : (tensor<2x12x4096xf32>, tensor<f32>) -> tensor<2x4096xf32>
 // CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<2xf32>
 // CHECK: stablehlo.dot_general %[[ONES]], %[[P]], contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2x4096xf32>) -> tensor<4096xf32>
 // NOKEEP: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
 // NOKEEP-LABEL: func.func @small_leading
-// NOKEEP: stablehlo.reshape %arg0 : (tensor<12x4096xf32>) -> tensor<6x2x4096xf32>
-// NOKEEP: stablehlo.reduce({{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<6x2x4096xf32>, tensor<f32>) -> tensor<2x4096xf32>
+// NOKEEP: stablehlo.reshape %arg0 : (tensor<12x4096xf32>) -> tensor<2x6x4096xf32>
+// NOKEEP: stablehlo.reduce({{.*}}) applies stablehlo.add across dimensions = [1] : (tensor<2x6x4096xf32>, tensor<f32>) -> tensor<2x4096xf32>
 // NOKEEP: stablehlo.dot_general {{.*}} : (tensor<2xf32>, tensor<2x4096xf32>) -> tensor<4096xf32>
-// NOKEEP: stablehlo.reshape %arg1 : (tensor<24x4096xf32>) -> tensor<12x2x4096xf32>
-// NOBLOCK-NOT: hlopt.compiler_options
-// NOBLOCK-LABEL: func.func @small_leading
-// NOBLOCK-NOT: stablehlo.reduce
-// NOBLOCK: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<12xf32>, tensor<12x4096xf32>) -> tensor<4096xf32>
-// NOBLOCK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x4096xf32>) -> tensor<4096xf32>
-// NOBLOCK-NOT: stablehlo.reduce
-// NOBLOCK: return
+// NOKEEP: stablehlo.reshape %arg1 : (tensor<24x4096xf32>) -> tensor<2x12x4096xf32>
+// NORUNS-NOT: hlopt.compiler_options
+// NORUNS-LABEL: func.func @small_leading
+// NORUNS-NOT: stablehlo.reduce
+// NORUNS: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<12xf32>, tensor<12x4096xf32>) -> tensor<4096xf32>
+// NORUNS: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x4096xf32>) -> tensor<4096xf32>
+// NORUNS-NOT: stablehlo.reduce
+// NORUNS: return
 func.func @small_leading(%x: tensor<12x4096xf32>, %y: tensor<24x4096xf32>) -> (tensor<4096xf32>, tensor<4096xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
@@ -214,21 +219,21 @@ func.func @small_leading(%x: tensor<12x4096xf32>, %y: tensor<24x4096xf32>) -> (t
 
 // -----
 
-// Summed over blocks: the fewest rows that leave at most 16 blocks (50 terms: 10 blocks
-// of 5 rows, not 25 of 2), a weighted sum with its product (the weights' multiply is
-// summed with the rest), and a larger operand above max-kept-bytes (16 terms, 1 MiB + 64
-// KiB: 8 blocks of 2 rows). 17 terms (prime, more than 16) have no split: a product with ones.
+// Summed within runs: the fewest runs that leave at most 16 terms each (50 terms: 5 runs of
+// 10, not 2 of 25), and a larger operand above max-kept-bytes (16 terms, 1 MiB + 64 KiB: 2
+// runs of 8), in float64 too. 17 terms (prime, more than 16) and 289 = 17 x 17 have no split:
+// products with ones. A weighted sum stays the product with its weights.
 // CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
-// CHECK-LABEL: func.func @blocks
-// CHECK: %[[WP:.*]] = stablehlo.multiply %arg1, %{{.*}} : tensor<4x4096xf64>
-// CHECK: stablehlo.reshape %arg0 : (tensor<50x4096xf32>) -> tensor<10x5x4096xf32>
+// CHECK-LABEL: func.func @runs
+// CHECK: stablehlo.reshape %arg0 : (tensor<50x4096xf32>) -> tensor<5x10x4096xf32>
 // CHECK: stablehlo.dot_general {{.*}} : (tensor<5xf32>, tensor<5x4096xf32>) -> tensor<4096xf32>
-// CHECK: stablehlo.reshape %[[WP]] : (tensor<4x4096xf64>) -> tensor<2x2x4096xf64>
-// CHECK: stablehlo.dot_general {{.*}} : (tensor<2xf64>, tensor<2x4096xf64>) -> tensor<4096xf64>
-// CHECK: stablehlo.reshape %arg2 : (tensor<16x17408xf32>) -> tensor<8x2x17408xf32>
+// CHECK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<4xf64>, tensor<4x4096xf64>) -> tensor<4096xf64>
+// CHECK: stablehlo.reshape %arg2 : (tensor<16x17408xf64>) -> tensor<2x8x17408xf64>
+// CHECK: stablehlo.dot_general {{.*}} : (tensor<2xf64>, tensor<2x17408xf64>) -> tensor<17408xf64>
 // CHECK: stablehlo.dot_general {{.*}}, %arg3, contracting_dims = [0] x [0] : (tensor<17xf32>, tensor<17x4096xf32>) -> tensor<4096xf32>
-func.func @blocks(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x17408xf32>, %p: tensor<17x4096xf32>)
-    -> (tensor<4096xf32>, tensor<4096xf64>, tensor<17408xf32>, tensor<4096xf32>) {
+// CHECK: stablehlo.dot_general {{.*}}, %arg4, contracting_dims = [0] x [0] : (tensor<289xf32>, tensor<289x16xf32>) -> tensor<16xf32>
+func.func @runs(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x17408xf64>, %p: tensor<17x4096xf32>,
+                %q: tensor<289x16xf32>) -> (tensor<4096xf32>, tensor<4096xf64>, tensor<17408xf64>, tensor<4096xf32>, tensor<16xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
   %d0 = stablehlo.constant dense<0.0> : tensor<f64>
   %w = stablehlo.constant dense<[2.0, 0.0, 0.5, 1.0]> : tensor<4xf64>
@@ -236,28 +241,56 @@ func.func @blocks(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16
   %wy = stablehlo.multiply %y, %wb : tensor<4x4096xf64>
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<50x4096xf32>, tensor<f32>) -> tensor<4096xf32>
   %1 = stablehlo.reduce(%wy init: %d0) applies stablehlo.add across dimensions = [0] : (tensor<4x4096xf64>, tensor<f64>) -> tensor<4096xf64>
-  %2 = stablehlo.reduce(%z init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<16x17408xf32>, tensor<f32>) -> tensor<17408xf32>
+  %2 = stablehlo.reduce(%z init: %d0) applies stablehlo.add across dimensions = [0] : (tensor<16x17408xf64>, tensor<f64>) -> tensor<17408xf64>
   %3 = stablehlo.reduce(%p init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<17x4096xf32>, tensor<f32>) -> tensor<4096xf32>
-  return %0, %1, %2, %3 : tensor<4096xf32>, tensor<4096xf64>, tensor<17408xf32>, tensor<4096xf32>
+  %4 = stablehlo.reduce(%q init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<289x16xf32>, tensor<f32>) -> tensor<16xf32>
+  return %0, %1, %2, %3, %4 : tensor<4096xf32>, tensor<4096xf64>, tensor<17408xf64>, tensor<4096xf32>, tensor<16xf32>
 }
 
 // -----
 
-// Complex sums and sums of a dynamically shaped operand are not summed over blocks (a
-// kept 12-term sum beside them turns YNNPACK's reduce fusion off).
-// CHECK-LABEL: func.func @not_blocked
+// Not summed within runs: complex and float16 sums (whose products with ones XLA:CPU accumulates
+// in float32) and sums over a dynamically shaped operand (a kept 12-term sum beside them turns
+// YNNPACK's reduce fusion off).
+// CHECK-LABEL: func.func @not_in_runs
 // CHECK: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<24xcomplex<f32>>, tensor<24x4096xcomplex<f32>>) -> tensor<4096xcomplex<f32>>
+// CHECK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf16>, tensor<24x4096xf16>) -> tensor<4096xf16>
+// CHECK: stablehlo.dot_general {{.*}}, %arg2, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x?xf32>) -> tensor<?xf32>
 // CHECK-NOT: stablehlo.reshape
-// CHECK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x?xf32>) -> tensor<?xf32>
-// CHECK-NOT: stablehlo.reshape
-func.func @not_blocked(%x: tensor<24x4096xcomplex<f32>>, %f: tensor<24x?xf32>, %big: tensor<12x4096xf32>)
-    -> (tensor<4096xcomplex<f32>>, tensor<?xf32>, tensor<4096xf32>) {
+func.func @not_in_runs(%x: tensor<24x4096xcomplex<f32>>, %h: tensor<24x4096xf16>, %f: tensor<24x?xf32>,
+                       %big: tensor<12x4096xf32>) -> (tensor<4096xcomplex<f32>>, tensor<4096xf16>, tensor<?xf32>, tensor<4096xf32>) {
   %r0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %h0 = stablehlo.constant dense<0.0> : tensor<f16>
   %c0 = stablehlo.convert %r0 : (tensor<f32>) -> tensor<complex<f32>>
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<24x4096xcomplex<f32>>, tensor<complex<f32>>) -> tensor<4096xcomplex<f32>>
-  %1 = stablehlo.reduce(%f init: %r0) applies stablehlo.add across dimensions = [0] : (tensor<24x?xf32>, tensor<f32>) -> tensor<?xf32>
-  %2 = stablehlo.reduce(%big init: %r0) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
-  return %0, %1, %2 : tensor<4096xcomplex<f32>>, tensor<?xf32>, tensor<4096xf32>
+  %1 = stablehlo.reduce(%h init: %h0) applies stablehlo.add across dimensions = [0] : (tensor<24x4096xf16>, tensor<f16>) -> tensor<4096xf16>
+  %2 = stablehlo.reduce(%f init: %r0) applies stablehlo.add across dimensions = [0] : (tensor<24x?xf32>, tensor<f32>) -> tensor<?xf32>
+  %3 = stablehlo.reduce(%big init: %r0) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  return %0, %1, %2, %3 : tensor<4096xcomplex<f32>>, tensor<4096xf16>, tensor<?xf32>, tensor<4096xf32>
+}
+
+// -----
+
+// Left as they are: a sum annotated with a sharding and frontend attributes, a sum over a
+// dynamically sized dimension, and a float16 sum accumulated in float32 (its result's
+// element type is not its operand's).
+// CHECK-LABEL: func.func @left
+// CHECK-NOT: stablehlo.dot_general
+// CHECK: stablehlo.reduce(%arg0 {{.*}} {mhlo.frontend_attributes = {foo = "bar"}, mhlo.sharding = "{replicated}"}
+// CHECK: stablehlo.reduce(%arg1 {{.*}} : (tensor<?x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+// CHECK: stablehlo.reduce(%arg2 {{.*}} : (tensor<24x4096xf16>, tensor<f32>) -> tensor<4096xf32>
+// CHECK-NOT: stablehlo.dot_general
+func.func @left(%x: tensor<24x4096xf32>, %d: tensor<?x4096xf32>, %h: tensor<24x4096xf16>)
+    -> (tensor<4096xf32>, tensor<4096xf32>, tensor<4096xf32>) {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] {mhlo.frontend_attributes = {foo = "bar"}, mhlo.sharding = "{replicated}"} : (tensor<24x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  %1 = stablehlo.reduce(%d init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<?x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+  %2 = stablehlo.reduce(%h init: %c0) across dimensions = [0] : (tensor<24x4096xf16>, tensor<f32>) -> tensor<4096xf32>
+   reducer(%a: tensor<f32>, %b: tensor<f32>) {
+    %s = stablehlo.add %a, %b : tensor<f32>
+    stablehlo.return %s : tensor<f32>
+  }
+  return %0, %1, %2 : tensor<4096xf32>, tensor<4096xf32>, tensor<4096xf32>
 }
 
 // -----
