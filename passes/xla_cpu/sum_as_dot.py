@@ -50,11 +50,10 @@ sums are then the product with ones. Only the run sums, m / D of the operand, ar
 memory. Consecutive terms stay together, as in the sum in order: terms that cancel in
 pairs (+x, -x, ...) cancel within a run before anything could overflow.
 bench/wavefunction.py's weight gradient at n = 8 held two 3 MiB summands of 24 directions
-at its peak; as 2 x 32768 run sums its peak fell from 24.8 to 21.7 MiB (folx: 23.0). The
-programs ran no slower than with the products with ones of the whole summands, at n = 6
-faster (`bench/xla_cpu_tuning.py --workloads wavefunction --electrons 6`, or 8, compares
-the pass with `run-sums=false`, which makes them products with ones as before; at n = 4
-the sums are kept whole and nothing changes). Only unweighted float32 and float64 sums are
+at its peak; as 2 x 32768 run sums its peak fell from 24.8 to 21.7 MiB (folx: 23.0).
+`bench/xla_cpu_tuning.py --workloads wavefunction --electrons 6` (or 8) times the pass
+against `run-sums=false`, which makes those sums products with ones as before (at n = 4 the
+sums are kept whole and nothing changes). Only unweighted float32 and float64 sums are
 summed so: a weighted sum stays the product with its weights, and a narrower float the
 product with ones, which XLA:CPU accumulates in float32 (a reduce of float16 terms would
 round each run sum to float16). A sum whose D has no split (more than `KEPT_TERMS` terms,
