@@ -219,7 +219,7 @@ class SumAsDot(OpRewrite):
                                  what="an unweighted sum of few terms of an operand of at most this many bytes "
                                       "stays a reduce while YNNPACK's reduce fusion is off")
     run_sums: bool = option(True, what="a larger leading-axis sum is a reduce within runs of its terms, then "
-                                         "the product of the run sums with ones, while YNNPACK's reduce fusion is off")
+                                       "the product of the run sums with ones, while YNNPACK's reduce fusion is off")
 
     def apply(self, module: ir.Operation) -> None:
         sums = list(walk_ops(module, *self.anchors))
