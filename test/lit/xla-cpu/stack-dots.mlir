@@ -123,3 +123,20 @@ func.func @shared_operands_large_weights(%x: tensor<3x2x64xf32>, %y: tensor<1x2x
   %1 = stablehlo.dot_general %y, %w, contracting_dims = [2] x [0] : (tensor<1x2x64xf32>, tensor<64x64xf32>) -> tensor<1x2x64xf32>
   return %0, %1, %x, %y : tensor<3x2x64xf32>, tensor<1x2x64xf32>, tensor<3x2x64xf32>, tensor<1x2x64xf32>
 }
+
+// -----
+
+// Operands used by their dots alone, but many times larger than the small weights (a
+// jet's 26 coefficient rows of 512 points times a 7x32 layer): stacking would save
+// reading 224 weights twice and keep all rows in one buffer, so the dots stay apart.
+// CHECK-LABEL: func.func @small_weights
+// CHECK-NOT: stablehlo.concatenate
+// CHECK-COUNT-3: stablehlo.dot_general
+// CHECK-NOT: stablehlo.concatenate
+func.func @small_weights(%p: tensor<512x7xf32>, %d: tensor<24x512x7xf32>, %c: tensor<512x7xf32>, %w: tensor<7x32xf32>)
+    -> (tensor<512x32xf32>, tensor<24x512x32xf32>, tensor<512x32xf32>) {
+  %0 = stablehlo.dot_general %p, %w, contracting_dims = [1] x [0] : (tensor<512x7xf32>, tensor<7x32xf32>) -> tensor<512x32xf32>
+  %1 = stablehlo.dot_general %d, %w, contracting_dims = [2] x [0] : (tensor<24x512x7xf32>, tensor<7x32xf32>) -> tensor<24x512x32xf32>
+  %2 = stablehlo.dot_general %c, %w, contracting_dims = [1] x [0] : (tensor<512x7xf32>, tensor<7x32xf32>) -> tensor<512x32xf32>
+  return %0, %1, %2 : tensor<512x32xf32>, tensor<24x512x32xf32>, tensor<512x32xf32>
+}
