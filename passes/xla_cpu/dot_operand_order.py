@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from hlopt.passes import builders
-from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.xla_cpu.rewrite import OpRewrite
+from hlopt.passes.mlir import ir
+from hlopt.passes.xla_cpu.rewrite import OpRewrite, dot_dims, dot_precision
 
 # the attributes of a dot_general this pass knows how to swap
 SWAPPABLE = {"dot_dimension_numbers", "precision_config"}
@@ -57,9 +57,7 @@ class DotOperandOrder(OpRewrite):
         if len(list(source.uses)) != 1 or set(dot.attributes) - SWAPPABLE:
             return None
         lhs, rhs = dot.operands
-        d = stablehlo.DotDimensionNumbers(dot.attributes["dot_dimension_numbers"])
-        lb, rb = list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)
-        lc, rc = list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
+        lb, rb, lc, rc = dot_dims(dot)
         nb = len(lb)
         nl = _free(len(builders.shape_of(lhs)), lb, lc)
         nr = _free(len(builders.shape_of(rhs)), rb, rc)
@@ -67,6 +65,6 @@ class DotOperandOrder(OpRewrite):
         perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
         if not nl or not nr or perm != swap:
             return None
-        precision = dot.attributes["precision_config"] if "precision_config" in dot.attributes else None
+        precision = dot_precision(dot)
         return [builders.dot_general(rhs, lhs, lhs_batch=rb, rhs_batch=lb, lhs_contract=rc, rhs_contract=lc,
                                      elem=builders.elem_of(source), precision_config=_swapped_precision(precision))]

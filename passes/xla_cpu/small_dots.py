@@ -34,8 +34,8 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.base import option
-from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, free_dims
+from hlopt.passes.mlir import ir
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims
 
 # XLA:CPU leaves a dot to its own emitter when m, k and n are all below this (YNNPACK's bound)
 YNN_MIN_SIZE = 8
@@ -86,9 +86,7 @@ class SmallDots(OpRewrite):
         if not builders.is_differentiable(result.type):
             return None
         lhs, rhs = op.operands
-        d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-        lb, rb = list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)
-        lc, rc = list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
+        lb, rb, lc, rc = dot_dims(op)
         ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
         lf, rf = free_dims(lhs, lb, lc), free_dims(rhs, rb, rc)
         m, n, k = math.prod(ls[i] for i in lf), math.prod(rs[i] for i in rf), math.prod(ls[i] for i in lc)

@@ -36,9 +36,9 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.base import Pass
-from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
-from hlopt.passes.xla_cpu.rewrite import erase_unused, owner_op
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, dot_dims, dot_precision, erase_unused, free_dims, owner_op
 
 
 @dataclasses.dataclass
@@ -58,28 +58,21 @@ class _Dot:
         return builders.shape_of(self.x)
 
     def free(self) -> list[int]:
-        return [d for d in range(len(self.shape)) if d not in self.batch and d not in self.contract]
-
-
-def _dims(op: ir.Operation) -> stablehlo.DotDimensionNumbers:
-    return stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+        return free_dims(self.x, self.batch, self.contract)
 
 
 def _view(op: ir.Operation, side: int) -> _Dot:
-    d = _dims(op)
-    batch = [list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)]
-    contract = [list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)]
+    lb, rb, lc, rc = dot_dims(op)
+    batch, contract = [lb, rb], [lc, rc]
     return _Dot(op, side, op.operands[side], op.operands[1 - side], batch[side], contract[side])
 
 
 def _key(dot: _Dot) -> tuple:
     """What the dots of one group share: the block, the shared operand and its side and
     dimensions, the precision and the result's element type."""
-    d = _dims(dot.op)
-    w_dims = ((list(d.rhs_batching_dimensions), list(d.rhs_contracting_dimensions)) if dot.side == 0 else
-              (list(d.lhs_batching_dimensions), list(d.lhs_contracting_dimensions)))
-    precision = str(dot.op.attributes["precision_config"]) if "precision_config" in dot.op.attributes else ""
-    return (dot.op.block, dot.w, dot.side, str(w_dims), precision, str(builders.elem_of(dot.op.result)))
+    lb, rb, lc, rc = dot_dims(dot.op)
+    w_dims = (rb, rc) if dot.side == 0 else (lb, lc)
+    return (dot.op.block, dot.w, dot.side, str(w_dims), str(dot_precision(dot.op)), str(builders.elem_of(dot.op.result)))
 
 
 def _plan(dots: Sequence[_Dot]) -> tuple[Callable[[list[_Dot]], None], list[_Dot]] | None:
@@ -184,18 +177,15 @@ def _stack(dots: list[_Dot], dim: int) -> None:
     pieces = [d.x if len(d.shape) == rank else builders.reshape(d.x, [1, *d.shape]) for d in dots]
     sizes = [builders.shape_of(p)[dim] for p in pieces]
     stacked = builders.concat(pieces, dim)
-    d = _dims(first.op)
+    lb, rb, lc, rc = dot_dims(first.op)
     if first.side == 0:
         lhs, rhs = stacked, first.w
-        lb, rb, lc, rc = first.batch, list(d.rhs_batching_dimensions), first.contract, list(d.rhs_contracting_dimensions)
         w_free = []
     else:
         lhs, rhs = first.w, stacked
-        lb, rb, lc, rc = list(d.lhs_batching_dimensions), first.batch, list(d.lhs_contracting_dimensions), first.contract
-        w_rank = len(builders.shape_of(first.w))
-        w_free = [i for i in range(w_rank) if i not in lb and i not in lc]
+        w_free = free_dims(first.w, lb, lc)
     out = builders.dot_general(lhs, rhs, lhs_batch=lb, rhs_batch=rb, lhs_contract=lc, rhs_contract=rc,
-                               elem=builders.elem_of(first.op.result), precision_config=_precision(first))
+                               elem=builders.elem_of(first.op.result), precision_config=dot_precision(first.op))
     at = len(first.batch) + len(w_free) + first.free().index(dim)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     slices = [builders.slice_dim(out, at, start, start + size) for start, size in zip(starts, sizes)]
@@ -203,10 +193,6 @@ def _stack(dots: list[_Dot], dim: int) -> None:
         if len(dot.shape) != rank:
             piece = builders.reshape(piece, builders.shape_of(dot.op.result))
         dot.op.result.replace_all_uses_with(piece)
-
-
-def _precision(dot: _Dot) -> ir.Attribute | None:
-    return dot.op.attributes["precision_config"] if "precision_config" in dot.op.attributes else None
 
 
 def _stack_flat(dots: list[_Dot], layout: str) -> None:
@@ -225,15 +211,15 @@ def _stack_flat(dots: list[_Dot], layout: str) -> None:
         pieces = [builders.reshape(d.x, [*contract_sizes, n]) for d, n in zip(dots, rows)]
         row_dim, x_contract = k, list(range(k))
     stacked = builders.concat(pieces, row_dim)
-    d = _dims(first.op)
+    _, _, w_lc, w_rc = dot_dims(first.op)
     if first.side == 0:
-        lhs, rhs, lc, rc = stacked, first.w, x_contract, list(d.rhs_contracting_dimensions)
+        lhs, rhs, lc, rc = stacked, first.w, x_contract, w_rc
         at = 0
     else:
-        lhs, rhs, lc, rc = first.w, stacked, list(d.lhs_contracting_dimensions), x_contract
+        lhs, rhs, lc, rc = first.w, stacked, w_lc, x_contract
         at = len(builders.shape_of(first.w)) - k
     out = builders.dot_general(lhs, rhs, lhs_batch=[], rhs_batch=[], lhs_contract=lc, rhs_contract=rc,
-                               elem=builders.elem_of(first.op.result), precision_config=_precision(first))
+                               elem=builders.elem_of(first.op.result), precision_config=dot_precision(first.op))
     starts = [sum(rows[:i]) for i in range(len(rows))]
     for dot, start, n in zip(dots, starts, rows):
         piece = builders.slice_dim(out, at, start, start + n)
@@ -288,7 +274,7 @@ class StackDots(Pass):
         """Stack each group of dots once; whether any were."""
         groups: dict[tuple, list[_Dot]] = {}
         for op in walk_ops(module, "stablehlo.dot_general"):
-            if set(op.attributes) - {"dot_dimension_numbers", "precision_config"}:
+            if set(op.attributes) - DOT_ATTRIBUTES:
                 continue
             for side in (0, 1):
                 view = _view(op, side)

@@ -48,9 +48,9 @@ from typing import ClassVar, Literal
 
 from hlopt.passes import builders
 from hlopt.passes.base import option
-from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.dot_operand_order import _swapped_precision
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, free_dims
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision, free_dims
 from hlopt.passes.xla_cpu.small_dots import YNN_MIN_SIZE
 
 
@@ -121,9 +121,8 @@ class TransposedDots(OpRewrite):
         if not all(_is_ynn_type(v.type) for v in (lhs, rhs, result)) or \
                 len({str(ir.RankedTensorType(v.type).element_type) for v in (lhs, rhs, result)}) != 1:
             return None
-        d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-        left = _Side(lhs, list(d.lhs_batching_dimensions), list(d.lhs_contracting_dimensions))
-        right = _Side(rhs, list(d.rhs_batching_dimensions), list(d.rhs_contracting_dimensions))
+        lb, rb, lc, rc = dot_dims(op)
+        left, right = _Side(lhs, lb, lc), _Side(rhs, rb, rc)
         if not left.contract:
             return None
         if min(left.shape + right.shape + builders.shape_of(result), default=0) < 0:  # dynamic: no static reshape
@@ -134,7 +133,7 @@ class TransposedDots(OpRewrite):
         m, n, k = left.free_size, right.free_size, left.contract_size
         if m <= 1 or n <= 1 or max(m, n, k) < YNN_MIN_SIZE:
             return None
-        precision = op.attributes["precision_config"] if "precision_config" in op.attributes else None
+        precision = dot_precision(op)
         copies = left.copied_as_lhs() + right.copied_as_rhs()
         swap = self.swap == "smaller" and 2 * (right.copied_as_lhs() + left.copied_as_rhs() + _size(result)) <= copies
         if swap:
