@@ -38,6 +38,21 @@ def free_dims(v: ir.Value, batch: list[int], contract: list[int]) -> list[int]:
     return [d for d in range(len(builders.shape_of(v))) if d not in batch and d not in contract]
 
 
+def summed_dim(op: ir.Operation) -> int | None:
+    """The dimension a one-operand floating `reduce` add from zero sums over, if one alone, of
+    static size, with the operand's element type and no attributes but its dimensions (a sum
+    annotated with a sharding or frontend attributes is left as it is)."""
+    if len(op.operands) != 2 or builders.reducer_kind(op) != "stablehlo.add" or set(op.attributes) != {"dimensions"}:
+        return None
+    x = op.operands[0]
+    if not builders.is_differentiable(x.type) or builders.elem_of(op.results[0]) != builders.elem_of(x):
+        return None
+    dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
+    if len(dims) != 1 or builders.shape_of(x)[dims[0]] < 0 or not builders.is_zero_constant(op.operands[1]):
+        return None
+    return dims[0]
+
+
 def owner_op(use: ir.OpOperand) -> ir.Operation:
     """The operation that holds `use`."""
     return use.owner.operation if hasattr(use.owner, "operation") else use.owner

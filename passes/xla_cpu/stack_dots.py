@@ -72,7 +72,8 @@ def _key(dot: _Dot) -> tuple:
     dimensions, the precision and the result's element type."""
     lb, rb, lc, rc = dot_dims(dot.op)
     w_dims = (rb, rc) if dot.side == 0 else (lb, lc)
-    return (dot.op.block, dot.w, dot.side, str(w_dims), str(dot_precision(dot.op)), str(builders.elem_of(dot.op.result)))
+    return (dot.op.block, dot.w, dot.side, str(w_dims), str(dot_precision(dot.op)),
+            str(builders.elem_of(dot.op.result)))
 
 
 def _plan(dots: Sequence[_Dot]) -> tuple[Callable[[list[_Dot]], None], list[_Dot]] | None:

@@ -77,7 +77,7 @@ from hlopt.passes.base import option
 from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
 from hlopt.passes.xla_cpu import ynn_fusion
-from hlopt.passes.xla_cpu.rewrite import OpRewrite, rewrite_ops
+from hlopt.passes.xla_cpu.rewrite import OpRewrite, rewrite_ops, summed_dim
 
 
 # A sum of at most this many terms over a nested directions axis is added term by term.
@@ -85,21 +85,6 @@ FEW_TERMS = 8
 # An unweighted leading-axis sum of at most this many terms (and max-kept-bytes) may stay a reduce
 # (an inner-axis one of at most FEW_TERMS).
 KEPT_TERMS = 16
-
-
-def _summed_dim(op: ir.Operation) -> int | None:
-    """The dimension a one-operand floating `reduce` add from zero sums over, if one alone, of
-    static size, with the operand's element type and no attributes but its dimensions (a sum
-    annotated with a sharding or frontend attributes is left as it is)."""
-    if len(op.operands) != 2 or builders.reducer_kind(op) != "stablehlo.add" or set(op.attributes) != {"dimensions"}:
-        return None
-    x = op.operands[0]
-    if not builders.is_differentiable(x.type) or builders.elem_of(op.results[0]) != builders.elem_of(x):
-        return None
-    dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
-    if len(dims) != 1 or builders.shape_of(x)[dims[0]] < 0 or not builders.is_zero_constant(op.operands[1]):
-        return None
-    return dims[0]
 
 
 def _weights(v: ir.Value) -> tuple[ir.Value, ir.Value] | None:
@@ -146,7 +131,7 @@ def _sums_runs(op: ir.Operation) -> bool:
     """Whether `op` is the sum within runs `_run_sum` builds (over dimension 1 of at most
     `KEPT_TERMS` terms of an operand reshaped from [m g, ...] to [m, g, ...]), which a second
     run of the pass leaves as it is."""
-    if _summed_dim(op) != 1:
+    if summed_dim(op) != 1:
         return False
     x = op.operands[0]
     if not isinstance(x, ir.OpResult) or x.owner.operation.name != "stablehlo.reshape":
@@ -163,9 +148,13 @@ def _run_sum(x: ir.Value, runs: int) -> ir.Value:
     shape = builders.shape_of(x)
     elem = builders.elem_of(x)
     partial = builders.reduce(builders.reshape(x, [runs, shape[0] // runs, *shape[1:]]), [1])
-    ones = builders.splat(1, builders.tensor([runs], elem))
-    return builders.dot_general(ones, partial, lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0],
-                                elem=elem)
+    return _leading_product(builders.splat(1, builders.tensor([runs], elem)), partial)
+
+
+def _leading_product(w: ir.Value, x: ir.Value) -> ir.Value:
+    """The product of vector `w` with `x` contracting `x`'s dimension 0, in `x`'s element type."""
+    return builders.dot_general(w, x, lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0],
+                                elem=builders.elem_of(x))
 
 
 def _bytes(v: ir.Value) -> int:
@@ -242,7 +231,7 @@ class SumAsDot(OpRewrite):
         split as m runs of g <= `KEPT_TERMS` consecutive terms; else None. Narrower floats are left
         to the product, which XLA:CPU accumulates in float32 where the reduce would round each
         run sum to the narrow type."""
-        if not self.run_sums or _summed_dim(op) != 0:
+        if not self.run_sums or summed_dim(op) != 0:
             return None
         x = op.operands[0]
         shape = builders.shape_of(x)
@@ -256,7 +245,7 @@ class SumAsDot(OpRewrite):
         """Whether `op` may stay a reduce: an unweighted sum of an operand of at most max-kept-bytes
         over dimension 0 alone of at most `KEPT_TERMS` terms (not one of nested directions, whose
         terms are added), or over an inner dimension of at most `FEW_TERMS` terms."""
-        dim = _summed_dim(op)
+        dim = summed_dim(op)
         if dim is None or _weights(op.operands[0]) is not None:
             return False
         shape = builders.shape_of(op.operands[0])
@@ -273,13 +262,13 @@ class SumAsDot(OpRewrite):
     def _rewritten(op: ir.Operation) -> bool:
         """Whether `rewrite` replaces sum `op` when it does not keep it: not a sum along rows in
         memory (its last dimension), where XLA:CPU's reduce is not slow."""
-        dim = _summed_dim(op)
+        dim = summed_dim(op)
         return dim is not None and dim != len(builders.shape_of(op.operands[0])) - 1
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
         if not self._rewritten(op):
             return None
-        dim = _summed_dim(op)
+        dim = summed_dim(op)
         x = op.operands[0]
         elem = builders.elem_of(x)
         shape = builders.shape_of(x)
@@ -294,6 +283,5 @@ class SumAsDot(OpRewrite):
             x, w = weighted
             w = builders.convert(w, elem)
         else:
-            w = builders.splat(1, builders.tensor(builders.shape_of(x)[:1], elem))
-        return [builders.dot_general(w, x, lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0],
-                                     elem=elem)]
+            w = builders.splat(1, builders.tensor(shape[:1], elem))
+        return [_leading_product(w, x)]

@@ -60,7 +60,8 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision, free_dims, owner_op
+from hlopt.passes.xla_cpu.rewrite import (DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision, free_dims, owner_op,
+                                         summed_dim)
 
 
 def _static(*values: ir.Value) -> bool:
@@ -77,19 +78,16 @@ def _summed_dot(op: ir.Operation) -> tuple[ir.Operation, int] | None:
     """(the dot_general, the batch index) when `op` is an unannotated float32 or float64 `reduce` add
     from zero over one dimension of a statically shaped dot_general's result of its own element type,
     that dimension one of the dot's batch dimensions, the result read by `op` alone in its block."""
-    if op.name != "stablehlo.reduce" or len(op.operands) != 2 or set(op.attributes) - {"dimensions"} or \
-            builders.reducer_kind(op) != "stablehlo.add" \
-            or not builders.is_zero_constant(op.operands[1]):
+    if op.name != "stablehlo.reduce" or (dim := summed_dim(op)) is None:
         return None
     x = op.operands[0]
-    dims = list(ir.DenseI64ArrayAttr(op.attributes["dimensions"]))
-    if len(dims) != 1 or not isinstance(x, ir.OpResult) or x.owner.operation.name != "stablehlo.dot_general" or \
-            not _wide_float(x) or builders.elem_of(op.results[0]) != builders.elem_of(x) or len(list(x.uses)) != 1:
+    if not isinstance(x, ir.OpResult) or x.owner.operation.name != "stablehlo.dot_general" or \
+            not _wide_float(x) or len(list(x.uses)) != 1:
         return None
     dot = x.owner.operation
     if set(dot.attributes) - DOT_ATTRIBUTES or dot.block != op.block or not _static(x, *dot.operands):
         return None
-    return (dot, dims[0]) if dims[0] < len(dot_dims(dot)[0]) else None
+    return (dot, dim) if dim < len(dot_dims(dot)[0]) else None
 
 
 def _without(v: ir.Value, dim: int) -> ir.Value | None:
