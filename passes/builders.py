@@ -551,6 +551,11 @@ def _is_finite(value: float | int | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
+def power_of_two(value: float) -> bool:
+    """True if `value` is +-2^e: multiplying by it is exact (in range)."""
+    return value != 0 and math.isfinite(value) and math.frexp(abs(value))[0] == 0.5
+
+
 def int_constant(v: Value) -> int | None:
     """The value of a splat integer constant (possibly broadcast or reshaped), else None."""
     if not isinstance(v, ir.OpResult):

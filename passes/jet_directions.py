@@ -368,12 +368,12 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
     values = [1.0] * shape[0] if weights is None else list(weights)
     factors = _Factors(shape[1:])
     negated = factors.split(v)
-    if not factors.invariant and not factors.divisors:  # nothing to take out: v itself, signs included
+    if not factors.invariant and not factors.constants and not factors.divisors:  # nothing to take out
         varying, negated = [v], False
     else:
         varying = factors.varying
     if not varying:  # v does not vary along the axis: the sum is sum(w) times it
-        factors.invariant.append(builders.splat(math.fsum(values), builders.tensor(shape[1:], elem)))
+        factors.constants.append(math.fsum(values))
     out = _broadcast_sum(varying, weights, shape) if varying else None
     if varying and out is None:
         product = functools.reduce(builders.mul, varying)
@@ -382,9 +382,26 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
         out = builders.reduce(product, [0])
     for a in factors.invariant:
         out = a if out is None else builders.mul(out, a)
+    for c in _folded(factors.constants):
+        a = builders.splat(c, builders.tensor(shape[1:], elem))
+        out = a if out is None else builders.mul(out, a)
     for d in factors.divisors:
         out = builders.div(out, d)
     return builders.neg(out) if negated else out
+
+
+def _folded(constants: Sequence[float]) -> list[float]:
+    """`constants` (factors of one product), those whose product is exact multiplied into
+    one: a power of two times any constant is (multiplying by it only moves the exponent),
+    so the collapsed second coefficient's 1/2 cancels the 2 of a square. A product of 1 is
+    left out."""
+    exact, others = 1.0, []
+    for c in constants:
+        if builders.power_of_two(c) or builders.power_of_two(exact):
+            exact *= c
+        else:
+            others.append(c)
+    return ([exact] if exact != 1 else []) + others
 
 
 def _broadcast_sum(varying: Sequence[ir.Value], weights: Sequence[float] | None,
@@ -409,12 +426,13 @@ def _broadcast_sum(varying: Sequence[ir.Value], weights: Sequence[float] | None,
 
 class _Factors:
     """The factors of a product of values with a leading axis (`lead_sum`): those that
-    do not vary along it (without the axis, shaped `shape`), divisors among them, and
-    the others."""
+    do not vary along it (without the axis, shaped `shape`), splat constants apart,
+    divisors among them, and the others."""
 
     def __init__(self, shape: Sequence[int]):
         self.shape = list(shape)
         self.invariant: list[ir.Value] = []
+        self.constants: list[float] = []
         self.divisors: list[ir.Value] = []
         self.varying: list[ir.Value] = []
 
@@ -430,6 +448,10 @@ class _Factors:
             if divisor is not None:
                 self.divisors.append(divisor)
                 return self.split(v.owner.operation.operands[0])
+        value = builders.splat_constant(v)
+        if value is not None:
+            self.constants.append(value)
+            return False
         invariant = self.unstretched(v)
         if invariant is not None:
             self.invariant.append(invariant)

@@ -263,10 +263,6 @@ class JetBuilder(TermAlgebra):
         """[0, 1 u_1, 2 u_2, ..., K u_K]: the coefficients of t u'(t)."""
         return [None] + [self.scale(u[j], j) for j in range(1, len(u))]
 
-    def ode_term(self, du: Series, c: Series, k: int) -> Term:
-        """y_k of y' = c u', given du = scaled_derivative(u): 1/k sum_{j=1..k} j u_j c_{k-j}."""
-        return self.scale(self.cauchy(du, c, k, lo=1), 1.0 / k)
-
 
 def has_series(s: Series) -> bool:
     """True if some coefficient of `s` is not known to be zero."""
@@ -459,12 +455,15 @@ class TaylorOfFormulas:
             def step(k: int) -> Term:
                 conv = b.scale(b.cauchy(dy, c(), k, lo=1, hi=k - 1), 1.0 / k)
                 return b.div(b.sub(u[k], conv), c()[0])
-        else:  # y' = c u': y_k = 1/k sum_{j=1..k} j u_j c_{k-j}
+        else:  # y' = c u': y_k = 1/k sum_{j=1..k-1} j u_j c_{k-j} + u_k c_0
+            # (the j = k term without the multiply by k and by 1/k, and the sum's 1/k on the
+            # products alone: no multiply after the add, which XLA would copy into each consumer)
             du = self.scaled_derivative(u)
 
             def step(k: int) -> Term:
                 factor, inner = c().scaled or (1.0, c())
-                return b.scale(b.cauchy(du, inner, k, lo=1), factor / k)
+                return b.add(b.scale(b.cauchy(du, inner, k, lo=1, hi=k - 1), factor / k),
+                             b.scale(b.mul(u[k], inner[0]), factor))
         return y
 
 

@@ -4,17 +4,26 @@
 // The collapsed K-th coefficient of tanh is sum_r P(y) x1_r^2 (P(y) = -y (1 - y^2),
 // the same for every direction): the sum over the directions is taken of x1_r^2 alone
 // (a dot with ones) and multiplied once by the primal factors; nothing of the primal
-// is broadcast along the 3 directions (coefficient 1 is unused here).
+// is broadcast along the 3 directions (coefficient 1 is unused here). The collapsed
+// coefficient is y2 = (1 - y^2) x2 - y (1 - y^2) sum_r x1_r^2, its last op the add: the
+// ODE step's 1/2 and the square's 2 cancel (no constant 2 or 1/2, no multiply after the add).
 // CHECK-LABEL: func.func private @t_jet2
-// CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %{{[^:]*}}: tensor<1x4xf32>)
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %[[X2:[^:]*]]: tensor<1x4xf32>)
 // CHECK-NOT: -> tensor<3x4xf32>
+// CHECK-NOT: dense<{{2|5}}.0
 // CHECK: %[[Y:.*]] = stablehlo.tanh %[[X]] : tensor<4xf32>
 // CHECK: %[[D:.*]] = stablehlo.add %{{.*}} : tensor<4xf32>
+// CHECK: %[[DB:.*]] = stablehlo.broadcast_in_dim %[[D]], dims = [1] : (tensor<4xf32>) -> tensor<1x4xf32>
+// CHECK: %[[LIN:.*]] = stablehlo.multiply %[[X2]], %[[DB]] : tensor<1x4xf32>
 // CHECK: %[[SQ:.*]] = stablehlo.multiply %[[V]], %[[V]] : tensor<3x4xf32>
 // CHECK: %[[S:.*]] = stablehlo.reduce(%[[SQ]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
 // CHECK: %[[A:.*]] = stablehlo.multiply %[[S]], %[[Y]] : tensor<4xf32>
-// CHECK: stablehlo.multiply %[[A]], %[[D]] : tensor<4xf32>
+// CHECK: %[[B:.*]] = stablehlo.multiply %[[A]], %[[D]] : tensor<4xf32>
+// CHECK: %[[N:.*]] = stablehlo.negate %[[B]] : tensor<4xf32>
+// CHECK: %[[R:.*]] = stablehlo.reshape %[[N]] : (tensor<4xf32>) -> tensor<1x4xf32>
+// CHECK: %[[Y2:.*]] = stablehlo.add %[[R]], %[[LIN]] : tensor<1x4xf32>
 // CHECK-NOT: -> tensor<3x4xf32>
+// CHECK: stablehlo.reduce(%[[Y2]]
 // CHECK: return
 func.func @first(%x: tensor<4xf32>, %v: tensor<3x4xf32>, %z: tensor<4xf32>) -> tensor<f32> {
   %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@t], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) -> (tensor<f32>, tensor<3xf32>, tensor<f32>)
@@ -38,7 +47,7 @@ func.func private @t(%x: tensor<4xf32>) -> tensor<f32> {
 // STACK: %[[SQ0:.*]] = stablehlo.multiply %arg1, %arg1 : tensor<3x4xf32>
 // STACK: %[[S0:.*]] = stablehlo.reduce(%[[SQ0]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
 // STACK: stablehlo.multiply %[[S0]], %[[Y0]] : tensor<4xf32>
-// STACK: %[[X2:.*]] = stablehlo.multiply %{{.*}} : tensor<1x4xf32>
+// STACK: %[[X2:.*]] = stablehlo.add %{{.*}} : tensor<1x4xf32>
 // STACK: %[[P:.*]] = stablehlo.reshape %[[Y0]] : (tensor<4xf32>) -> tensor<1x4xf32>
 // STACK: %[[ST:.*]] = stablehlo.concatenate %[[P]], %[[X1]], %[[X2]], dim = 0 : (tensor<1x4xf32>, tensor<3x4xf32>, tensor<1x4xf32>) -> tensor<5x4xf32>
 // STACK: %[[U:.*]] = stablehlo.dot_general %[[ST]], %{{.*}}, contracting_dims = [1] x [0] : (tensor<5x4xf32>, tensor<4x2xf32>) -> tensor<5x2xf32>
