@@ -44,7 +44,8 @@ import wavefunction  # noqa: E402
 from record import progress, write_record  # noqa: E402
 
 # pass options compared with hlopt-default as a left-out pass is (the "without" side runs the pass with the option)
-VARIANTS = {"xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false}": "xla-cpu-sum-as-dot",
+VARIANTS = {"xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false kept-squares=0}": "xla-cpu-sum-as-dot",
+            "xla-cpu-sum-as-dot{kept-squares=0}": "xla-cpu-sum-as-dot",
             "xla-cpu-sum-as-dot{run-sums=false}": "xla-cpu-sum-as-dot",
             "xla-cpu-transposed-dots{swap=never}": "xla-cpu-transposed-dots"}
 

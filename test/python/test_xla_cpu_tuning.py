@@ -119,14 +119,14 @@ def workloads():
     def determinant(laplacian):
         return jax.grad(lambda c: jnp.mean(jax.vmap(lambda x: laplacian(lambda y: log_det(c, y))(x))(xs) ** 2))
 
-    def electrons(y):  # 5 electrons' positions through their squared norms (sums over x, y, z), and 2 more coordinates
+    def electrons(y):  # 5 electrons' positions through their squared norms (sums over x, y, z), and 14 more coordinates
         r = y[:15].reshape(5, 3)
-        return jnp.sum(jnp.tanh(jnp.sum(r * r, -1) + r[:, 0])) + jnp.sin(y[15] * y[16])
+        return jnp.sum(jnp.tanh(jnp.sum(r * r, -1) + r[:, 0])) + jnp.sin(y[15] * y[16]) + jnp.sum(jnp.cos(y[17:]))
 
-    # enough for XLA:CPU's YNNPACK reduce fusion; 17 directions, whose sums xla-cpu-sum-as-dot makes
-    # products with ones (more than 16 terms, a prime number: no runs to sum first), so that
-    # xla-cpu-ynn-fusion is what turns that fusion off
-    points = jax.random.normal(jax.random.key(8), (512, 17))
+    # enough for XLA:CPU's YNNPACK reduce fusion; 29 directions, whose sums xla-cpu-sum-as-dot makes
+    # products with ones (more terms than a sum kept whole, squares included, and a prime number: no
+    # runs to sum first), so that xla-cpu-ynn-fusion is what turns that fusion off
+    points = jax.random.normal(jax.random.key(8), (512, 29))
     products = jax.random.normal(jax.random.key(11), (2, 6, 16, 9, 9))
 
     return {
@@ -377,14 +377,14 @@ def test_small_leading_sums_stay_reduces():
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dim=st.sampled_from([18, 20, 24, 26, 30, 50]), points=st.sampled_from([16, 48]),
+@given(dim=st.sampled_from([26, 28, 30, 32, 50]), points=st.sampled_from([16, 48]),
        width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
 def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, grad):
-    """The collapsed Laplacian of an MLP in more than 16 dimensions (or its gradient): its sums over
-    the directions are a reduce within runs of consecutive directions (the fewest runs of at most
-    16), then a product of the run sums with ones, where with run-sums=false they are products
-    with ones of the whole summand; the values agree with that program and with the Hessian
-    trace, in float64 and float32."""
+    """The collapsed Laplacian of an MLP in more than 24 dimensions (or its gradient): its sums over
+    the directions (of squares, more terms than kept-squares) are a reduce within runs of
+    consecutive directions (the fewest runs of at most 16), then a product of the run sums with
+    ones, where with run-sums=false they are products with ones of the whole summand; the values
+    agree with that program and with the Hessian trace, in float64 and float32."""
     dtype = jnp.float64 if wide else jnp.float32
     p = jax.tree_util.tree_map(lambda a: a.astype(dtype), params_of([dim, width, width, 1]))
     xs = jax.random.normal(jax.random.key(dim), (points, dim), dtype)
@@ -409,6 +409,41 @@ def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, gra
     assert "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT" in in_runs
     got = lowered.compile(DEFAULT)(*args)
     _close(got, lowered.compile(no_runs)(*args), 1e-12 if wide else 2e-5)
+    _close(got, jax.jit(ref)(*args), 1e-9 if wide else 2e-3)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dim=st.sampled_from([17, 18, 20, 23, 24]), points=st.sampled_from([16, 48]),
+       width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
+def test_sums_of_squares_of_few_terms_stay_reduces(dim, points, width, wide, grad):
+    """The collapsed Laplacian of an MLP in 17-24 dimensions (or its gradient): its sums over the
+    directions of the hidden layers' squared first coefficients stay reduces of the whole
+    summand (kept-squares), where with kept-squares=0 they are summed within runs or as products
+    with ones; the values agree with that program and with the Hessian trace."""
+    dtype = jnp.float64 if wide else jnp.float32
+    p = jax.tree_util.tree_map(lambda a: a.astype(dtype), params_of([dim, width, width, 1]))
+    xs = jax.random.normal(jax.random.key(dim), (points, dim), dtype)
+    if grad:
+        fun = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
+        ref = jax.grad(lambda q: jnp.mean(jax.vmap(nested_laplacian(lambda y: mlp(q, y)))(xs) ** 2))
+        args = (p,)
+    else:
+        fun, ref, args = (jax.vmap(hlopt.laplacian(lambda y: mlp(p, y))),
+                          jax.vmap(nested_laplacian(lambda y: mlp(p, y))), (xs,))
+    lowered = hlopt.lower(fun, *args)
+    elem = "f64" if wide else "f32"
+    unkept = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{kept-squares=0}")
+    kept, other = lowered.apply(DEFAULT).as_text(), lowered.apply(unkept).as_text()
+    square = re.compile(rf"(%\S+) = stablehlo\.multiply (%\S+), \2 : tensor<{dim}x{points}x{width}x{elem}>")
+    squares = square.findall(kept)
+    assert squares, kept
+    for name, _ in squares:
+        whole = f"stablehlo.reduce({name} init:"
+        assert any(whole in line and "dimensions = [0]" in line for line in kept.splitlines()), (name, kept)
+    assert square.findall(other)
+    assert not any(f"stablehlo.reduce({name} init:" in other for name, _ in square.findall(other)), other
+    got = lowered.compile(DEFAULT)(*args)
+    _close(got, lowered.compile(unkept)(*args), 1e-12 if wide else 2e-5)
     _close(got, jax.jit(ref)(*args), 1e-9 if wide else 2e-3)
 
 
