@@ -382,7 +382,7 @@ def lead_sum(v: ir.Value, weights: Sequence[float] | None = None) -> ir.Value:
         out = builders.reduce(product, [0])
     for a in factors.invariant:
         out = a if out is None else builders.mul(out, a)
-    for c in _folded(factors.constants):
+    for c in _folded(factors.constants) or ([1.0] if out is None else []):  # constants whose product is 1
         a = builders.splat(c, builders.tensor(shape[1:], elem))
         out = a if out is None else builders.mul(out, a)
     for d in factors.divisors:
