@@ -39,7 +39,7 @@ On bench/wavefunction.py's programs the sums over 12 directions and over the 4
 electrons (0.75 MiB operands, n = 4) ran faster as reduces, and those over 24
 directions of operands as small (the 8x8 matrices' coefficients at n = 8) slower;
 `bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
-`max-kept-bytes=0 run-sums=false`, which makes every such sum a product with ones.
+`max-kept-bytes=0 run-sums=false kept-squares=0`, which makes every such sum a product with ones.
 
 A larger unweighted leading-axis sum (more terms, or a larger operand) where YNNPACK's reduce
 fusion is off likewise is summed in two steps, so that its operand is never written whole:

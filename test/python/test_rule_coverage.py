@@ -59,7 +59,7 @@ GAPS.update({
     ("derivatives", "lit"): {},
     ("directions", "lit"): dict.fromkeys((
         "sdy.sharding_constraint", "stablehlo.complex", "stablehlo.fft", "stablehlo.gather", "stablehlo.imag",
-        "stablehlo.negate", "stablehlo.real", "stablehlo.reduce_window", "stablehlo.reverse", "stablehlo.scatter",
+        "stablehlo.real", "stablehlo.reduce_window", "stablehlo.reverse", "stablehlo.scatter",
         "stablehlo.select"), NO_LIT),
     ("linalg", "lit"): {},
     ("annotations", "lit"): {},

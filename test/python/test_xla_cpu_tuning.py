@@ -358,13 +358,13 @@ def test_small_leading_sums_stay_reduces():
     """The collapsed Laplacian of an MLP in 12 dimensions at 64 points: its sums over the 12
     directions ([12, 64, 32] operands, 192 KiB in float64) stay reduces under hlopt-default, which
     records that the module is compiled without YNNPACK's reduce fusion, where with
-    max-kept-bytes=0 and run-sums=false they are products with ones; the values agree to 1e-12
-    (float64), and the gradient through them too."""
+    max-kept-bytes=0, run-sums=false and kept-squares=0 they are products with ones; the values
+    agree to 1e-12 (float64), and the gradient through them too."""
     p = params_of([12, 32, 32, 1])
     xs = jax.random.normal(jax.random.key(3), (64, 12))
     lap = jax.vmap(hlopt.laplacian(lambda y: mlp(p, y)))
     grad = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
-    no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false}")
+    no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false kept-squares=0}")
     for fun, args in ((lap, (xs,)), (grad, (p,))):
         lowered = hlopt.lower(fun, *args)
         kept, products = lowered.apply(DEFAULT).as_text(), lowered.apply(no_keep).as_text()

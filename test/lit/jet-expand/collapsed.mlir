@@ -100,3 +100,22 @@ func.func private @h(%x: tensor<f32>) -> tensor<f32> {
   %0 = stablehlo.tanh %x : tensor<f32>
   return %0 : tensor<f32>
 }
+
+// -----
+
+// Negation is linear: coefficient 1 is negated along its 3 directions, the collapsed K-th
+// coefficient (its axis of size 1) as it is; the primal once, without the axis.
+// CHECK-LABEL: func.func private @neg_jet2
+// CHECK-SAME: (%[[X:[^:]*]]: tensor<4xf32>, %[[V:[^:]*]]: tensor<3x4xf32>, %[[Z:[^:]*]]: tensor<1x4xf32>)
+// CHECK-DAG: %[[Y:.*]] = stablehlo.negate %[[X]] : tensor<4xf32>
+// CHECK-DAG: %[[Y1:.*]] = stablehlo.negate %[[V]] : tensor<3x4xf32>
+// CHECK-DAG: %[[Y2:.*]] = stablehlo.negate %[[Z]] : tensor<1x4xf32>
+// CHECK: return %[[Y]], %[[Y1]], %[[Y2]]
+func.func @negated(%x: tensor<4xf32>, %v: tensor<3x4xf32>, %z: tensor<4xf32>) -> (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) {
+  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %v, %z) {api_version = 4 : i32, called_computations = [@neg], backend_config = {order = 2 : i64, collapsed = true}} : (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>) -> (tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>)
+  return %r#0, %r#1, %r#2 : tensor<4xf32>, tensor<3x4xf32>, tensor<4xf32>
+}
+func.func private @neg(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.negate %x : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
