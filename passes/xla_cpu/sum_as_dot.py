@@ -60,9 +60,9 @@ round each run sum to float16). A sum whose D has no split (more than `KEPT_TERM
 none of whose divisors leaves runs that short: a prime, or 289 = 17 x 17) stays a product
 with ones. Run again, the pass leaves its sums within runs as they are.
 
-A sum of squares (`y * y`, one value squared: a collapsed jet's sum over its directions of
-squared first coefficients) of at most `kept-squares` (24) terms stays a `reduce` under the same
-condition whatever its size: XLA:CPU fuses it into its consumer, so neither run sums nor the
+An unweighted float32 or float64 sum of squares (`y * y`, one value squared: a collapsed jet's
+sum over its directions of squared first coefficients) of at most `kept-squares` (24) terms
+stays a `reduce` under the same condition whatever its size: XLA:CPU fuses it into its consumer, so neither run sums nor the
 sum itself are in memory. On bench/wavefunction.py at n = 6 and 8 (18 and 24 directions) the
 hidden layers' sums of squares kept so lowered the kinetic energy's peak (n = 8: 10.43 to 10.29
 MiB) and ran faster in the programs (interleaved, kinetic 1.06 and 1.13, gradient 1.00 and
@@ -131,6 +131,13 @@ def _squares(x: ir.Value) -> bool:
     return a == b
 
 
+def _wide_float(x: ir.Value) -> bool:
+    """Whether `x` is float32 or float64: a reduce of narrower floats rounds its sum to them,
+    where XLA:CPU accumulates a product with ones in float32."""
+    elem = builders.elem_of(x)
+    return isinstance(elem, ir.FloatType) and ir.FloatType(elem).width >= 32
+
+
 def _terms_sum(x: ir.Value, dim: int) -> ir.Value:
     """The sum of `x` over `dim` as its slices along `dim` added in order."""
     shape = builders.shape_of(x)
@@ -192,8 +199,8 @@ class SumAsDot(OpRewrite):
     the operand out of memory. Unweighted, either sum of an operand of at most `max-kept-bytes`
     (over dimension 0, of at most 16 terms) stays a `reduce` when the module's reductions then
     leave YNNPACK's reduce fusion off, which the pass records on the module as
-    `xla-cpu-ynn-fusion` does; so does one of squares of at most `kept-squares` (24) terms of any
-    size. Under the same condition a larger unweighted float32 or float64 sum
+    `xla-cpu-ynn-fusion` does; so does a float32 or float64 one of squares of at most
+    `kept-squares` (24) terms of any size. Under the same condition a larger unweighted float32 or float64 sum
     over dimension 0 of D = m g terms (m >= 2 the fewest runs of g <= 16 consecutive terms;
     `run-sums`) is a `reduce` within the runs, then the product of the m run sums with ones:
 
@@ -257,9 +264,8 @@ class SumAsDot(OpRewrite):
             return None
         x = op.operands[0]
         shape = builders.shape_of(x)
-        elem = builders.elem_of(x)
         if len(shape) < 2 or min(shape) < 0 or _bytes(x) == 0 or _adds_terms(x, 0) or _weights(x) is not None or \
-                not isinstance(elem, ir.FloatType) or ir.FloatType(elem).width < 32:
+                not _wide_float(x):
             return None
         return _runs(shape[0])
 
@@ -275,7 +281,7 @@ class SumAsDot(OpRewrite):
         if min(shape) < 0:  # a dynamic dimension
             return False
         if dim == 0 and len(shape) >= 2 and 0 < shape[0] <= self.kept_squares and _squares(op.operands[0]) and \
-                not _adds_terms(op.operands[0], 0) and math.prod(shape) > 0:
+                not _adds_terms(op.operands[0], 0) and math.prod(shape) > 0 and _wide_float(op.operands[0]):
             return True
         if dim == 0:
             if len(shape) < 2 or shape[0] > KEPT_TERMS or _adds_terms(op.operands[0], 0):

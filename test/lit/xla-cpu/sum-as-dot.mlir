@@ -252,7 +252,8 @@ func.func @runs(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x1
 // Kept whatever its size: a sum of squares (a collapsed jet's sum over its directions of
 // squared first coefficients) of at most kept-squares (24) terms, here of a 3 MiB operand,
 // which XLA:CPU then fuses into its consumer; the module is compiled without YNNPACK's reduce
-// fusion. 25 squared terms, and 24 terms of a product of two values, are summed within runs.
+// fusion. 25 squared terms, and 24 terms of a product of two values, are summed within runs;
+// 24 squared float16 terms are a product with ones (which XLA:CPU accumulates in float32).
 // With kept-squares=0 the 24 squared terms are summed within 2 runs of 12 too.
 // RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{kept-squares=0}' --split-input-file | filecheck %s --check-prefix=NOSQUARES
 // CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
@@ -261,20 +262,24 @@ func.func @runs(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x1
 // CHECK: stablehlo.reduce(%[[SQ]] init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<24x128x8x32xf32>, tensor<f32>) -> tensor<128x8x32xf32>
 // CHECK: stablehlo.reshape {{.*}} : (tensor<25x4096xf32>) -> tensor<5x5x4096xf32>
 // CHECK: stablehlo.reshape {{.*}} : (tensor<24x4096xf32>) -> tensor<2x12x4096xf32>
+// CHECK: stablehlo.dot_general {{.*}} : (tensor<24xf16>, tensor<24x4096xf16>) -> tensor<4096xf16>
 // CHECK-NOT: stablehlo.dot_general {{.*}} : (tensor<24xf32>, tensor<24x128x8x32xf32>)
 // NOSQUARES-LABEL: func.func @squares
 // NOSQUARES: stablehlo.reshape {{.*}} : (tensor<24x128x8x32xf32>) -> tensor<2x12x128x8x32xf32>
 // NOSQUARES: stablehlo.reshape {{.*}} : (tensor<25x4096xf32>) -> tensor<5x5x4096xf32>
-func.func @squares(%x: tensor<24x128x8x32xf32>, %y: tensor<25x4096xf32>, %p: tensor<24x4096xf32>, %q: tensor<24x4096xf32>)
-    -> (tensor<128x8x32xf32>, tensor<4096xf32>, tensor<4096xf32>) {
+func.func @squares(%x: tensor<24x128x8x32xf32>, %y: tensor<25x4096xf32>, %p: tensor<24x4096xf32>, %q: tensor<24x4096xf32>,
+                    %h: tensor<24x4096xf16>) -> (tensor<128x8x32xf32>, tensor<4096xf32>, tensor<4096xf32>, tensor<4096xf16>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %h0 = stablehlo.constant dense<0.0> : tensor<f16>
   %xx = stablehlo.multiply %x, %x : tensor<24x128x8x32xf32>
   %yy = stablehlo.multiply %y, %y : tensor<25x4096xf32>
   %pq = stablehlo.multiply %p, %q : tensor<24x4096xf32>
+  %hh = stablehlo.multiply %h, %h : tensor<24x4096xf16>
   %0 = stablehlo.reduce(%xx init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<24x128x8x32xf32>, tensor<f32>) -> tensor<128x8x32xf32>
   %1 = stablehlo.reduce(%yy init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<25x4096xf32>, tensor<f32>) -> tensor<4096xf32>
   %2 = stablehlo.reduce(%pq init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<24x4096xf32>, tensor<f32>) -> tensor<4096xf32>
-  return %0, %1, %2 : tensor<128x8x32xf32>, tensor<4096xf32>, tensor<4096xf32>
+  %3 = stablehlo.reduce(%hh init: %h0) applies stablehlo.add across dimensions = [0] : (tensor<24x4096xf16>, tensor<f16>) -> tensor<4096xf16>
+  return %0, %1, %2, %3 : tensor<128x8x32xf32>, tensor<4096xf32>, tensor<4096xf32>, tensor<4096xf16>
 }
 
 // -----
