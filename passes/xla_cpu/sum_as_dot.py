@@ -39,7 +39,8 @@ On bench/wavefunction.py's programs the sums over 12 directions and over the 4
 electrons (0.75 MiB operands, n = 4) ran faster as reduces, and those over 24
 directions of operands as small (the 8x8 matrices' coefficients at n = 8) slower;
 `bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
-`max-kept-bytes=0 run-sums=false kept-squares=0`, which makes every such sum a product with ones.
+`max-kept-bytes=0 run-sums=false kept-squares=0`, which makes every such sum a product with
+ones.
 
 A larger unweighted leading-axis sum (more terms, or a larger operand) where YNNPACK's reduce
 fusion is off likewise is summed in two steps, so that its operand is never written whole:
@@ -62,11 +63,12 @@ with ones. Run again, the pass leaves its sums within runs as they are.
 
 An unweighted float32 or float64 sum of squares (`y * y`, one value squared: a collapsed jet's
 sum over its directions of squared first coefficients) of at most `kept-squares` (24) terms
-stays a `reduce` under the same condition whatever its size: XLA:CPU fuses it into its consumer, so neither run sums nor the
-sum itself are in memory. On bench/wavefunction.py at n = 6 and 8 (18 and 24 directions) the
-hidden layers' sums of squares kept so lowered the kinetic energy's peak (n = 8: 10.43 to 10.29
-MiB) and ran faster in the programs (interleaved, kinetic 1.06 and 1.13, gradient 1.00 and
-1.04 times as fast as with `kept-squares=0`). Alone, as one sum before an elementwise product,
+stays a `reduce` under the same condition whatever its size: XLA:CPU fuses it into its
+consumer, so neither run sums nor the sum itself are in memory. On bench/wavefunction.py at
+n = 6 and 8 (18 and 24 directions) the hidden layers' sums of squares kept so lowered the
+kinetic energy's peak (n = 8: 10.43 to 10.29 MiB) and ran faster in the programs
+(interleaved, kinetic 1.06 and 1.13, gradient 1.00 and 1.04 times as fast as with
+`kept-squares=0`). Alone, as one sum before an elementwise product,
 a reduce of 20 squared terms ran 1.1 times as fast as the run sums, of 24 terms 0.96, of 28-32
 terms 0.7 (float32, 32768 terms wide): hence no more than 24.
 
@@ -200,9 +202,10 @@ class SumAsDot(OpRewrite):
     (over dimension 0, of at most 16 terms) stays a `reduce` when the module's reductions then
     leave YNNPACK's reduce fusion off, which the pass records on the module as
     `xla-cpu-ynn-fusion` does; so does a float32 or float64 one of squares of at most
-    `kept-squares` (24) terms of any size. Under the same condition a larger unweighted float32 or float64 sum
-    over dimension 0 of D = m g terms (m >= 2 the fewest runs of g <= 16 consecutive terms;
-    `run-sums`) is a `reduce` within the runs, then the product of the m run sums with ones:
+    `kept-squares` (24) terms of any size. Under the same condition a larger unweighted float32
+    or float64 sum over dimension 0 of D = m g terms (m >= 2 the fewest runs of g <= 16
+    consecutive terms; `run-sums`) is a `reduce` within the runs, then the product of the m run
+    sums with ones:
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<24x32768xf32>, tensor<f32>) -> tensor<32768xf32>
@@ -236,8 +239,9 @@ class SumAsDot(OpRewrite):
     run_sums: bool = option(True, what="a larger leading-axis sum is a reduce within runs of its terms, then "
                                        "the product of the run sums with ones, while YNNPACK's reduce fusion is off")
     kept_squares: int = option(24, low=0, high=1 << 20,
-                               what="an unweighted leading-axis sum of squares of at most this many terms stays a "
-                                    "reduce, whatever its size, while YNNPACK's reduce fusion is off")
+                               what="an unweighted float32 or float64 leading-axis sum of squares of at most "
+                                    "this many terms stays a reduce, whatever its size, while YNNPACK's reduce "
+                                    "fusion is off")
 
     def apply(self, module: ir.Operation) -> None:
         sums = list(walk_ops(module, *self.anchors))
@@ -270,8 +274,8 @@ class SumAsDot(OpRewrite):
         return _runs(shape[0])
 
     def _may_stay(self, op: ir.Operation) -> bool:
-        """Whether `op` may stay a reduce: an unweighted sum over dimension 0 alone of squares of at
-        most kept-squares terms, or of an operand of at most max-kept-bytes over dimension 0 alone
+        """Whether `op` may stay a reduce: an unweighted float32 or float64 sum over dimension 0 alone
+        of squares of at most kept-squares terms, or of an operand of at most max-kept-bytes over dimension 0 alone
         of at most `KEPT_TERMS` terms (neither one of nested directions, whose terms are added), or
         over an inner dimension of at most `FEW_TERMS` terms."""
         dim = summed_dim(op)
