@@ -38,6 +38,12 @@ def free_dims(v: ir.Value, batch: list[int], contract: list[int]) -> list[int]:
     return [d for d in range(len(builders.shape_of(v))) if d not in batch and d not in contract]
 
 
+def wide_float(v: ir.Value) -> bool:
+    """Whether `v` is float32 or float64: in a narrower float a reduce rounds its sum, and a
+    dot_general each batch's result, where XLA:CPU accumulates a product in float32."""
+    return isinstance(builders.elem_of(v), (ir.F32Type, ir.F64Type))
+
+
 def summed_dim(op: ir.Operation) -> int | None:
     """The dimension a one-operand floating `reduce` add from zero sums over, if one alone, of
     static size, with the operand's element type and no attributes but its dimensions (a sum

@@ -89,7 +89,7 @@ from hlopt.passes.base import option
 from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
 from hlopt.passes.xla_cpu import ynn_fusion
-from hlopt.passes.xla_cpu.rewrite import OpRewrite, rewrite_ops, summed_dim
+from hlopt.passes.xla_cpu.rewrite import OpRewrite, rewrite_ops, summed_dim, wide_float
 
 
 # A sum of at most this many terms over a nested directions axis is added term by term.
@@ -131,13 +131,6 @@ def _squares(x: ir.Value) -> bool:
         return False
     a, b = x.owner.operation.operands
     return a == b
-
-
-def _wide_float(x: ir.Value) -> bool:
-    """Whether `x` is float32 or float64: a reduce of narrower floats rounds its sum to them,
-    where XLA:CPU accumulates a product with ones in float32."""
-    elem = builders.elem_of(x)
-    return isinstance(elem, ir.FloatType) and ir.FloatType(elem).width >= 32
 
 
 def _terms_sum(x: ir.Value, dim: int) -> ir.Value:
@@ -269,7 +262,7 @@ class SumAsDot(OpRewrite):
         x = op.operands[0]
         shape = builders.shape_of(x)
         if len(shape) < 2 or min(shape) < 0 or _bytes(x) == 0 or _adds_terms(x, 0) or _weights(x) is not None or \
-                not _wide_float(x):
+                not wide_float(x):
             return None
         return _runs(shape[0])
 
@@ -284,8 +277,8 @@ class SumAsDot(OpRewrite):
         shape = builders.shape_of(op.operands[0])
         if min(shape) < 0:  # a dynamic dimension
             return False
-        if dim == 0 and len(shape) >= 2 and 0 < shape[0] <= self.kept_squares and _squares(op.operands[0]) and \
-                not _adds_terms(op.operands[0], 0) and math.prod(shape) > 0 and _wide_float(op.operands[0]):
+        if dim == 0 and len(shape) >= 2 and shape[0] <= self.kept_squares and _squares(op.operands[0]) and \
+                not _adds_terms(op.operands[0], 0) and math.prod(shape) > 0 and wide_float(op.operands[0]):
             return True
         if dim == 0:
             if len(shape) < 2 or shape[0] > KEPT_TERMS or _adds_terms(op.operands[0], 0):

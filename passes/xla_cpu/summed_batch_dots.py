@@ -61,17 +61,11 @@ from typing import ClassVar
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.rewrite import (DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision, free_dims, owner_op,
-                                         summed_dim)
+                                         summed_dim, wide_float)
 
 
 def _static(*values: ir.Value) -> bool:
     return all(min(builders.shape_of(v), default=0) >= 0 for v in values)
-
-
-def _wide_float(v: ir.Value) -> bool:
-    """Whether `v` is float32 or float64 (in half precision the product rounds each batch's result
-    before the sum, which contracting the batch dimension would not)."""
-    return isinstance(builders.elem_of(v), (ir.F32Type, ir.F64Type))
 
 
 def _summed_dot(op: ir.Operation) -> tuple[ir.Operation, int] | None:
@@ -82,7 +76,7 @@ def _summed_dot(op: ir.Operation) -> tuple[ir.Operation, int] | None:
         return None
     x = op.operands[0]
     if not isinstance(x, ir.OpResult) or x.owner.operation.name != "stablehlo.dot_general" or \
-            not _wide_float(x) or len(list(x.uses)) != 1:
+            not wide_float(x) or len(list(x.uses)) != 1:
         return None
     dot = x.owner.operation
     if set(dot.attributes) - DOT_ATTRIBUTES or dot.block != op.block or not _static(x, *dot.operands):
