@@ -376,15 +376,10 @@ def test_small_leading_sums_stay_reduces():
         _close(lowered.compile(DEFAULT)(*args), lowered.compile(no_keep)(*args), 1e-12)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(dim=st.sampled_from([26, 28, 30, 32, 50]), points=st.sampled_from([16, 48]),
-       width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
-def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, grad):
-    """The collapsed Laplacian of an MLP in more than 24 dimensions (or its gradient): its sums over
-    the directions (of squares, more terms than kept-squares) are a reduce within runs of
-    consecutive directions (the fewest runs of at most 16), then a product of the run sums with
-    ones, where with run-sums=false they are products with ones of the whole summand; the values
-    agree with that program and with the Hessian trace, in float64 and float32."""
+def _mlp_laplacian(dim, points, width, wide, grad):
+    """(the lowered program, its reference, its arguments): the collapsed Laplacian of an MLP
+    (dim -> width -> width -> 1) at `points` points, or with `grad` the gradient with respect to
+    the weights of the mean squared Laplacian; the reference by nested Hessians."""
     dtype = jnp.float64 if wide else jnp.float32
     p = jax.tree_util.tree_map(lambda a: a.astype(dtype), params_of([dim, width, width, 1]))
     xs = jax.random.normal(jax.random.key(dim), (points, dim), dtype)
@@ -395,7 +390,27 @@ def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, gra
     else:
         fun, ref, args = (jax.vmap(hlopt.laplacian(lambda y: mlp(p, y))),
                           jax.vmap(nested_laplacian(lambda y: mlp(p, y))), (xs,))
-    lowered = hlopt.lower(fun, *args)
+    return hlopt.lower(fun, *args), ref, args
+
+
+def _agrees(lowered, other, ref, args, wide):
+    """`lowered` compiled with hlopt-default agrees with it compiled with pipeline `other` and
+    with `ref` under jax.jit."""
+    got = lowered.compile(DEFAULT)(*args)
+    _close(got, lowered.compile(other)(*args), 1e-12 if wide else 2e-5)
+    _close(got, jax.jit(ref)(*args), 1e-9 if wide else 2e-3)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(dim=st.sampled_from([26, 28, 30, 32, 50]), points=st.sampled_from([16, 48]),
+       width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
+def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, grad):
+    """The collapsed Laplacian of an MLP in more than 24 dimensions (or its gradient): its sums over
+    the directions (of squares, more terms than kept-squares) are a reduce within runs of
+    consecutive directions (the fewest runs of at most 16), then a product of the run sums with
+    ones, where with run-sums=false they are products with ones of the whole summand; the values
+    agree with that program and with the Hessian trace, in float64 and float32."""
+    lowered, ref, args = _mlp_laplacian(dim, points, width, wide, grad)
     runs = min(m for m in range(2, dim) if dim % m == 0 and dim // m <= 16)
     elem = "f64" if wide else "f32"
     no_runs = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{run-sums=false}")
@@ -407,9 +422,7 @@ def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, gra
     assert [line for line in products.splitlines() if "stablehlo.dot_general" in line and summand in line]
     assert not partial.search(products)
     assert "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT" in in_runs
-    got = lowered.compile(DEFAULT)(*args)
-    _close(got, lowered.compile(no_runs)(*args), 1e-12 if wide else 2e-5)
-    _close(got, jax.jit(ref)(*args), 1e-9 if wide else 2e-3)
+    _agrees(lowered, no_runs, ref, args, wide)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -420,17 +433,7 @@ def test_sums_of_squares_of_few_terms_stay_reduces(dim, points, width, wide, gra
     directions of the hidden layers' squared first coefficients stay reduces of the whole
     summand (kept-squares), where with kept-squares=0 they are summed within runs or as products
     with ones; the values agree with that program and with the Hessian trace."""
-    dtype = jnp.float64 if wide else jnp.float32
-    p = jax.tree_util.tree_map(lambda a: a.astype(dtype), params_of([dim, width, width, 1]))
-    xs = jax.random.normal(jax.random.key(dim), (points, dim), dtype)
-    if grad:
-        fun = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
-        ref = jax.grad(lambda q: jnp.mean(jax.vmap(nested_laplacian(lambda y: mlp(q, y)))(xs) ** 2))
-        args = (p,)
-    else:
-        fun, ref, args = (jax.vmap(hlopt.laplacian(lambda y: mlp(p, y))),
-                          jax.vmap(nested_laplacian(lambda y: mlp(p, y))), (xs,))
-    lowered = hlopt.lower(fun, *args)
+    lowered, ref, args = _mlp_laplacian(dim, points, width, wide, grad)
     elem = "f64" if wide else "f32"
     unkept = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{kept-squares=0}")
     kept, other = lowered.apply(DEFAULT).as_text(), lowered.apply(unkept).as_text()
@@ -442,9 +445,7 @@ def test_sums_of_squares_of_few_terms_stay_reduces(dim, points, width, wide, gra
         assert any(whole in line and "dimensions = [0]" in line for line in kept.splitlines()), (name, kept)
     assert square.findall(other)
     assert not any(f"stablehlo.reduce({name} init:" in other for name, _ in square.findall(other)), other
-    got = lowered.compile(DEFAULT)(*args)
-    _close(got, lowered.compile(unkept)(*args), 1e-12 if wide else 2e-5)
-    _close(got, jax.jit(ref)(*args), 1e-9 if wide else 2e-3)
+    _agrees(lowered, unkept, ref, args, wide)
 
 
 def _einsum_dot(lhs, rhs, numbers, summed=None):
