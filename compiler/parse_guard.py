@@ -49,8 +49,9 @@ MAX_RANK = 256
 
 BYTECODE_MAGIC = b"ML\xefR"
 
-# Strings and comments: no brackets or aliases inside.
-_SKIPPED = re.compile(rb'"(?:[^"\\\n]|\\.)*"?|//[^\n]*')
+# Strings and comments: no brackets or aliases inside. As in MLIR's lexer (mlir/lib/AsmParser/Lexer.cpp), a
+# comment ends at '\n' or '\r', a string at its closing quote (or, an error, at '\n', '\v', '\f').
+_SKIPPED = re.compile(rb'"(?:[^"\\\n\v\f]|\\[^\n\v\f])*"?|//[^\n\r]*')
 # An escape in a quoted string: \", \\, \n, \t or two hex digits (a byte).
 _STRING_ESCAPE = re.compile(rb'\\(["\\nt]|[0-9A-Fa-f]{2})')
 _ESCAPED = {b'"': b'"', b"\\": b"\\", b"n": b"\n", b"t": b"\t"}
@@ -62,7 +63,13 @@ _BRACKETS[list(b"([{<")], _BRACKETS[list(b")]}>")] = 1, -1
 _BRACES = np.zeros(256, np.int32)
 _BRACES[ord("{")], _BRACES[ord("}")] = 1, -1
 _DIMENSION_CHARS = np.zeros(256, bool)
-_DIMENSION_CHARS[list(b"0123456789?x")] = True
+_DIMENSION_CHARS[list(b"0123456789?x[]")] = True
+_SIZE_LAST = np.zeros(256, bool)  # the last character of a size
+_SIZE_LAST[list(b"0123456789?]")] = True
+_WHITESPACE = np.zeros(256, bool)  # what MLIR's lexer skips between tokens
+_WHITESPACE[list(b" \t\n\r\0")] = True
+_LINE_ENDS = np.zeros(256, bool)
+_LINE_ENDS[list(b"\n\r")] = True
 
 
 class ParseError(PipelineError):
@@ -92,9 +99,12 @@ def check_text(text: str, filename: str = "-") -> None:
     data = text.encode("utf-8")
     codes = np.frombuffer(data, np.uint8)
     skipped = np.zeros(len(codes), bool)
+    comments = np.zeros(len(codes), bool)
     for match in _SKIPPED.finditer(data):
         skipped[match.start():match.end()] = True
-        if data[match.start()] == ord('"') and b"\\" in match.group():
+        if data[match.start()] != ord('"'):
+            comments[match.start():match.end()] = True
+        elif b"\\" in match.group():
             _check_utf8(match.group()[1:-1], data, match.start(), filename)
     counted = ~skipped  # the '>' of '->' and of '>=' closes nothing
     counted[1:] &= ~((codes[1:] == ord(">")) & (codes[:-1] == ord("-")))
@@ -109,7 +119,7 @@ def check_text(text: str, filename: str = "-") -> None:
     if too_deep:
         raise _too_deep(data, filename, *min(too_deep))  # the first place in the text
     _check_aliases(data, codes, skipped, depth, filename, nesting)
-    _check_rank(data, codes, counted, filename)
+    _check_rank(data, codes, counted, comments, filename)
 
 
 def _check_utf8(quoted: bytes, data: bytes, offset: int, filename: str) -> None:
@@ -123,17 +133,24 @@ def _check_utf8(quoted: bytes, data: bytes, offset: int, filename: str) -> None:
                                     f"{raw[e.start]:#04x}); names must be UTF-8 text")) from None
 
 
-def _check_rank(data: bytes, codes: np.ndarray, counted: np.ndarray, filename: str) -> None:
-    """Refuse a dimension list (`1x?x8x`...) of more than MAX_RANK sizes: runs of digits, '?' and 'x'."""
-    dimension = _DIMENSION_CHARS[codes] & counted
-    size_end = np.zeros(len(codes), bool)  # an 'x' right after a size
-    size_end[1:] = (codes[1:] == ord("x")) & dimension[:-1] & (codes[:-1] != ord("x"))
+def _check_rank(data: bytes, codes: np.ndarray, counted: np.ndarray, comments: np.ndarray, filename: str) -> None:
+    """Refuse a dimension list (`1x?x8x`..., `[4]x4x` in a scalable vector) of more than MAX_RANK sizes.
+
+    A list is a run of digits, '?', 'x' and square brackets in the text read
+    as MLIR's lexer reads it: the whitespace and comments between its tokens
+    dropped (`1 x 2 x f32` and `1x//\r2xf32` are lists too).
+    """
+    kept = np.flatnonzero(~comments & ~_WHITESPACE[codes])
+    tokens = codes[kept]
+    dimension = _DIMENSION_CHARS[tokens] & counted[kept]
+    size_end = np.zeros(len(tokens), bool)  # an 'x' right after a size
+    size_end[1:] = (tokens[1:] == ord("x")) & dimension[:-1] & _SIZE_LAST[tokens[:-1]]
     run = np.cumsum(~dimension)
     sizes = np.bincount(run[size_end], minlength=1) if size_end.any() else np.zeros(1, np.int64)
     if sizes.max() > MAX_RANK:
-        start = int(np.argmax(run == np.argmax(sizes))) + 1
+        start = kept[min(int(np.argmax(run == np.argmax(sizes))) + 1, len(kept) - 1)]
         raise ParseError(error_line(
-            f"{filename}:{_position(data, start)}",
+            f"{filename}:{_position(data, int(start))}",
             f"a shape with more than {MAX_RANK} dimensions; hlopt refuses it because MLIR parses dimension "
             "lists in quadratic time"))
 
@@ -154,8 +171,8 @@ def _check_aliases(data: bytes, codes: np.ndarray, skipped: np.ndarray, depth: n
     defines = np.array([define for _, _, define in found]) & (depth[offsets] == 0)
     if not defines.any():
         return
-    # a definition ends with the first line end after it with no bracket open
-    line_ends = np.append(np.flatnonzero((codes == ord("\n")) & (depth == 0)), len(codes))
+    # a definition ends with the first line end ('\n' or '\r') after it with no bracket open
+    line_ends = np.append(np.flatnonzero(_LINE_ENDS[codes] & (depth == 0)), len(codes))
     starts = offsets[defines]
     ends = line_ends[np.searchsorted(line_ends, starts)]
     deepest = np.maximum.reduceat(np.append(depth, 0), np.stack([starts, ends]).T.ravel())[::2]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import re
 import sys
@@ -155,12 +156,58 @@ def _check_upstream(part: str) -> None:
             f"'{nested[0]}' is an hlopt pass or pipeline: it runs on the whole module and cannot be nested "
             f"in '{part}'; put it at the top level of the pipeline"
         )
+    inner = next((w for w in _WORDS.findall(_in_options(part)) if _is_upstream_pipeline(w)), None)
+    if inner:
+        raise PipelineError(f"'{inner}' is a pass pipeline: it cannot be given in the options of '{part}'; "
+                            "put it in the pipeline itself")
+    _check_pipelines_nested(part, part)
     _parse_upstream(part, f"builtin.module({part})")
     for match in _DEFAULT_PIPELINE.finditer(part):
         value = _option_value(part, match.end())
         if value:  # empty: no simplification
             _parse_upstream(part, f"builtin.module(func.func({value}))",
                             f"its default-pipeline '{value}': ")
+
+
+def _check_pipelines_nested(part: str, element: str, under: str = "builtin.module") -> None:
+    """Refuse an upstream pass pipeline (`sdy-propagation-pipeline`) in `part` nested under an operation other
+    than `builtin.module`. MLIR's parser refuses a pass nested where it cannot run, but a pipeline adds its
+    passes unchecked, and one under the wrong operation (`canonicalize(sdy-propagation-pipeline)`) aborts
+    the process."""
+    head, paren, inner = part.partition("(")
+    if paren and "{" not in head:  # `op.name(...)`: a pipeline nested under an operation
+        for nested in split_top_level(inner.rpartition(")")[0]):
+            _check_pipelines_nested(nested, element, head.strip())
+        return
+    name = part.partition("{")[0].strip()
+    if under != "builtin.module" and _is_upstream_pipeline(name):
+        raise PipelineError(f"'{name}' is a pass pipeline: hlopt runs one only at the module level, not nested "
+                            f"under '{under}' in '{element}'; put it at the top level of the pipeline")
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_upstream_pipeline(name: str) -> bool:
+    """Whether `name` is a pipeline MLIR's registry knows: it adds passes with other names.
+
+    Parsed inside `any(...)`, whose pass manager is bound to no operation, so
+    no pass it adds can abort it."""
+    with get_context(), native_stderr():
+        try:
+            printed = str(passmanager.PassManager.parse(f"any({name})"))
+        except ValueError:
+            return False
+    return [entry.partition("{")[0] for entry in split_top_level(printed[len("any("):-1])] != [name]
+
+
+def _in_options(part: str) -> str:
+    """The text of `part` inside option braces (`{...}`), nested pipelines' options included."""
+    depth, inside = 0, []
+    for ch in part:
+        depth -= ch == "}"
+        if depth > 0:
+            inside.append(ch)
+        depth += ch == "{"
+    return "".join(inside)
 
 
 def _option_value(text: str, start: int) -> str:
