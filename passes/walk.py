@@ -47,3 +47,58 @@ def custom_calls_once(func_op: ir.Operation, target: str, seen: set[str]) -> lis
 def callee_of(op: ir.Operation) -> str:
     """The symbol a `func.call` calls."""
     return ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+
+
+def symbols_named(attr: ir.Attribute) -> list[str]:
+    """The symbols an attribute refers to (the root of `@a::@b`), in arrays and dictionaries too."""
+    found, stack = [], [attr]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, ir.FlatSymbolRefAttr):
+            found.append(a.value)
+        elif isinstance(a, ir.SymbolRefAttr):
+            found.append(a.value[0])
+        elif isinstance(a, ir.ArrayAttr):
+            stack.extend(a)
+        elif isinstance(a, ir.DictAttr):
+            stack.extend(a[i].attr for i in range(len(a)))
+    return found
+
+
+def call_cycle(module: ir.Module) -> tuple[ir.Operation, str] | None:
+    """An op that closes a cycle of calls among the module's functions, and what is wrong (naming the
+    functions around the cycle); None if no function reaches itself.
+
+    A call is any op in a function whose attributes name another function
+    (`func.call`'s callee, `called_computations`, a composite's decomposition...).
+    """
+    functions = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations
+                 if op.operation.name == "func.func"}
+    calls: dict[str, list[tuple[str, ir.Operation]]] = {}
+    for name, func_op in functions.items():
+        calls[name] = [(callee, op) for op in walk_ops(func_op.operation) if op != func_op.operation
+                       for i in range(len(op.attributes)) for callee in symbols_named(op.attributes[i].attr)
+                       if callee in functions]
+    done: set[str] = set()
+    for root in calls:
+        if root in done:
+            continue
+        path, on_path, stack = [root], {root}, [iter(calls[root])]
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                finished = path.pop()
+                on_path.discard(finished)
+                done.add(finished)
+                stack.pop()
+                continue
+            callee, op = step
+            if callee in on_path:
+                cycle = " -> ".join(f"@{name}" for name in path[path.index(callee):] + [callee])
+                return op, (f"@{callee} calls itself ({cycle}); hlopt refuses recursive functions: the passes "
+                            "and XLA expand every call, and a cycle would never end")
+            if callee not in done:
+                path.append(callee)
+                on_path.add(callee)
+                stack.append(iter(calls[callee]))
+    return None
