@@ -47,6 +47,7 @@ from hlopt.passes.walk import call_cycle
 MAX_NESTING = 512
 MAX_REGION_NESTING = 100
 MAX_RANK = 256
+MAX_SOURCE_BYTES = 1 << 30  # the largest MLIR text hlopt-opt and `hlopt compile` read
 
 BYTECODE_MAGIC = b"ML\xefR"
 

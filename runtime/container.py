@@ -32,6 +32,7 @@ from typing import Any
 
 from hlopt.runtime.errors import ExecutableFileError
 from hlopt.runtime.keys import Key
+from hlopt.runtime.paths import file_kind
 
 __all__ = ["Container", "ExecutableFileError", "pack", "read_bytes", "read_path"]
 
@@ -114,7 +115,7 @@ def read_path(path: str | os.PathLike, source: str, fmt: str, section_names: Seq
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ExecutableFileError(f"{source}: not a regular file ({_file_kind(st.st_mode)}); "
+            raise ExecutableFileError(f"{source}: not a regular file ({file_kind(st.st_mode)}); "
                                       "executables are read from regular files only")
         try:
             return _read(_Source(fd=fd, size=st.st_size), source, fmt, section_names, key, wanted, magics or {})
@@ -124,14 +125,6 @@ def read_path(path: str | os.PathLike, source: str, fmt: str, section_names: Seq
             raise ExecutableFileError(f"{source}: not enough memory to read it ({st.st_size} bytes)") from None
     finally:
         os.close(fd)
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "another kind of file"
 
 
 def _read(src: _Source, source: str, fmt: str, section_names: Sequence[str], key: Key | None,

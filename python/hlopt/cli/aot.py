@@ -146,6 +146,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     """A `Lowered` from a .mlir file; its signature comes from `@main`."""
     import jax
 
+    from hlopt.cli.opt import read_source
     from hlopt.compiler.parse_guard import parse_source
     from hlopt.compiler.program import Signature
     from hlopt.compiler.stages import Lowered
@@ -156,10 +157,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     from hlopt.runtime.encoding import dtype_from_name
     from hlopt.runtime.files import main_function
 
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read '{path}': {e.strerror}") from None
+    data = read_source(path)
     module = parse_source(data, path)
     main = main_function(module)
     if main is None:
@@ -342,7 +340,7 @@ def _input_source(stack: contextlib.ExitStack, path: str) -> tuple[str, Any, Any
     """(path, the open file, None) for a .npy file; (path, its open ZipFile, its members) for a .npz."""
     import zipfile
 
-    f = stack.enter_context(_open_input(path))
+    f = _open_input(stack, path)
     magic = f.read(6)
     f.seek(0)
     if magic == b"\x93NUMPY":
@@ -356,20 +354,15 @@ def _input_source(stack: contextlib.ExitStack, path: str) -> tuple[str, Any, Any
         raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
 
 
-@contextlib.contextmanager
-def _open_input(path: str) -> Iterator[Any]:
-    """`path` opened for reading if it is a regular file (never a FIFO or a device, which could block)."""
-    import stat
+def _open_input(stack: contextlib.ExitStack, path: str) -> Any:
+    """`path` opened for reading (closed with `stack`) if it is a regular file (never a FIFO or a device,
+    which could block)."""
+    from hlopt.runtime.paths import open_regular
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        return stack.enter_context(open_regular(path))
     except (OSError, ValueError) as e:
         raise ExecutableFileError(f"cannot read input '{printable(path)}': {getattr(e, 'strerror', None) or e}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ExecutableFileError(f"input '{printable(path)}' is not a regular file")
-    with os.fdopen(fd, "rb") as f:
-        yield f
 
 
 def _read_npy(f: Any, aval: Any, path: str, where: str, program: str, index: int, size: int) -> Any:

@@ -46,17 +46,30 @@ def list_passes() -> str:
     return "\n".join(lines)
 
 
-def _read(path: str) -> tuple[str, str]:
-    from hlopt.compiler.parse_guard import decode_source
+def read_source(path: str) -> bytes:
+    """The bytes of the MLIR file `path` (`-`: stdin): a regular file (never a FIFO or a device, which could
+    block or never end) of at most MAX_SOURCE_BYTES; UsageError otherwise."""
+    from hlopt.compiler.parse_guard import MAX_SOURCE_BYTES
+    from hlopt.passes.locations import printable
+    from hlopt.runtime.paths import read_regular
 
     if path == "-":
         stdin = getattr(sys.stdin, "buffer", None)  # a replaced sys.stdin may be text only
-        return decode_source(stdin.read() if stdin else sys.stdin.read().encode(), "<stdin>"), "<stdin>"
+        data = stdin.read(MAX_SOURCE_BYTES + 1) if stdin else sys.stdin.read(MAX_SOURCE_BYTES + 1).encode()
+        if len(data) > MAX_SOURCE_BYTES:
+            raise UsageError(f"cannot read stdin: larger than the {MAX_SOURCE_BYTES} bytes hlopt reads")
+        return data
     try:
-        with open(path, "rb") as f:
-            return decode_source(f.read(), path), path
-    except OSError as e:
-        raise UsageError(f"cannot read '{path}': {e.strerror}") from None
+        return read_regular(path, MAX_SOURCE_BYTES)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot read '{printable(path)}': {getattr(e, 'strerror', None) or e}") from None
+
+
+def _read(path: str) -> tuple[str, str]:
+    from hlopt.compiler.parse_guard import decode_source
+
+    filename = "<stdin>" if path == "-" else path
+    return decode_source(read_source(path), filename), filename
 
 
 def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
