@@ -104,9 +104,10 @@ def collapse(op: ir.Operation) -> bool:
     """Rewrite one directions-batched `hlopt.jet` annotation to the collapsed form if
     its K-th output coefficients are only summed over the directions; True if it did."""
     config = op.attributes["backend_config"] if "backend_config" in op.attributes else None
-    if not isinstance(config, ir.DictAttr) or sorted(a.name for a in config) != ["directions", "order"]:
+    if not isinstance(config, ir.DictAttr) or sorted(a.name for a in config) != ["directions", "order"] \
+            or not isinstance(config["order"], ir.IntegerAttr):  # jet-expand reports a malformed config
         return False
-    order = ir.IntegerAttr(config["order"]).value
+    order = config["order"].value
     if order < 1 or len(op.operands) % (order + 1) or len(op.results) % (order + 1):
         return False
     n_in, n_out = len(op.operands) // (order + 1), len(op.results) // (order + 1)
