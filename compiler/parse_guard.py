@@ -42,7 +42,7 @@ import numpy as np
 from hlopt.compiler.pipeline import PipelineError, mlir_pipeline_error
 from hlopt.passes.locations import error_line, format_location, source_name
 from hlopt.passes.mlir import get_context, ir
-from hlopt.passes.walk import call_cycle
+from hlopt.passes.walk import call_graph_problem
 
 MAX_NESTING = 512
 MAX_REGION_NESTING = 100
@@ -249,7 +249,8 @@ def decode_source(data: bytes, filename: str = "-") -> str:
 
 def parse_source(source: str | bytes, filename: str = "-") -> ir.Module:
     """Parse MLIR text from a user into the hlopt context, after `check_text`, and refuse functions that
-    call themselves (walk.call_cycle); errors name `filename`."""
+    call themselves or grow past a bound once their calls are inlined (walk.call_graph_problem); errors
+    name `filename`."""
     if isinstance(source, bytes):
         source = decode_source(source, filename)
     check_text(source, filename)
@@ -259,7 +260,7 @@ def parse_source(source: str | bytes, filename: str = "-") -> ir.Module:
         except ir.MLIRError as e:
             error = mlir_pipeline_error(e)
             raise ParseError(error.args[0], error.notes) from None
-        cycle = call_cycle(module)
-        if cycle is not None:
-            raise ParseError(error_line(format_location(cycle[0].location), cycle[1]))
+        problem = call_graph_problem(module)
+        if problem is not None:
+            raise ParseError(error_line(format_location(problem[0].location), problem[1]))
         return module

@@ -19,7 +19,7 @@ from hlopt.passes import builders, jet_directions
 from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, PassOptionError, option
 from hlopt.passes.jet_rules import (CUSTOM_JVP, LINEAR_SOLVE, RULES, STOP_GRADIENT, Directions, JetBuilder,
                                     Series, coefficients, has_reduction_rule, has_series, remove_stop_gradients,
-                                    split_results)
+                                    rule_growth, split_results)
 from hlopt.passes.mlir import func, ir, stablehlo
 from hlopt.passes.transform import (ModuleTransform, RuleTable, branch_carried, erase_dead, is_pure_op, live_values,
                                     loop_carried, rewrite_each, uses_any, walk)
@@ -30,10 +30,12 @@ ANNOTATION = "hlopt.jet"
 # K^3 (Faa di Bruno), and the annotation carries K+1 values per primal.
 MAX_ORDER = 64
 # The most ops jet-expand may build in one module, charged before each jet function is built
-# as the ops of its source times K^2 (the Cauchy products of its rules). The order cap alone
-# does not bound the work: nested jets multiply, K^2 per level (a 7 KB module of three nested
-# order-64 jets ran for minutes and died past 5 GB).
-MAX_WORK = 1 << 20
+# as what the rule of each op of its source emits at its order (jet_rules.rule_growth: K for
+# the linear rules, 5 K^2 for products and ODEs, K^3 / 2 for power and lgamma). The order
+# cap alone does not bound the work: nested jets multiply, K^2 per level (a 7 KB module of
+# three nested order-64 jets ran for minutes and died past 5 GB), and 255 lgamma ops at
+# order 64 build 20 times what ops x K^2 counts.
+MAX_WORK = 1 << 21
 RULE_TABLE = RuleTable(RULES)
 
 
@@ -388,14 +390,15 @@ class ModuleJet(ModuleTransform):
         self.work = 0  # ops charged so far against MAX_WORK
 
     def charge(self, src: ir.Operation, name: str, order: int, location: ir.Location | None) -> None:
-        """Count the jet of `@name` (its ops times `order`^2) against MAX_WORK; a PassError past it."""
-        ops = len(builders.nested_ops(src))
-        self.work += ops * order * order
+        """Count the ops the jet of `@name` will build (each op's rule's growth at `order`,
+        jet_rules.rule_growth) against MAX_WORK; a PassError past it."""
+        ops = builders.nested_ops(src)
+        built = sum(rule_growth(op.name).ops(order) for op in ops)
+        self.work += built
         if self.work > MAX_WORK:
-            raise PassError(f"jet-expand: the order-{order} jet of @{name} ({ops} ops, after its own jets) would "
-                            f"build about {ops * order * order} ops, {self.work} in all, past the budget of "
-                            f"{MAX_WORK} ops per module (ops x order^2 per jet function); lower the order or the "
-                            "nesting of jets", location)
+            raise PassError(f"jet-expand: the order-{order} jet of @{name} ({len(ops)} ops, after its own jets) "
+                            f"would build about {built} ops, {self.work} in all, past the budget of {MAX_WORK} "
+                            "ops per module; lower the order or the nesting of jets", location)
 
     def rows_function(self, name: str, constants: int, size: int, location: ir.Location | None,
                       at_primal: bool = False) -> str:

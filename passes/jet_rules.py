@@ -500,13 +500,80 @@ def derivative_series(b: JetBuilder, name: str, u: Series, y0: ir.Value, fixed: 
 def derivative_rules(table: derivatives.Table) -> dict[str, Rule]:
     """A Taylor rule per entry of the derivative table `table`."""
     def rule_of(name: str) -> Rule:
-        return lambda b, op, ins: [derivative_series(b, name, ins[-1], op.result, ins[:-1], table)]
+        return grows(CUBIC if _unbounded_family(name, table) else QUADRATIC)(
+            lambda b, op, ins: [derivative_series(b, name, ins[-1], op.result, ins[:-1], table)])
 
     return {name: rule_of(name) for name in table}
 
 
+def _unbounded_family(name: str, table: derivatives.Table) -> bool:
+    """Whether the series of op `name` needs the series of a new formula per order: its derivative reaches
+    an entry with fixed operands whose derivative applies itself (polygamma of n has polygamma of n + 1),
+    so order K solves K recurrences of K^2 terms (lgamma, digamma, polygamma)."""
+    seen, stack = set(), [name]
+    while stack:
+        entry = stack.pop()
+        if entry in seen or entry not in table:
+            continue
+        seen.add(entry)
+        applied, exprs = set(), [table[entry].formula]
+        while exprs:
+            e = exprs.pop()
+            applied |= {e.value} if e.kind == "apply" else set()
+            exprs.extend(e.args)
+        if table[entry].fixed and entry in applied:
+            return True
+        stack.extend(applied)
+    return False
+
+
+# --- what a rule costs --------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """At most how many ops a rule emits for one op at order K: cubic K^3 + quadratic K^2 + linear K + constant.
+
+    The families' coefficients bound what jet-expand builds for each op at
+    orders 2 to 64 (test_jet_budget.py measures every elementwise rule)."""
+
+    cubic: float = 0
+    quadratic: float = 0
+    linear: float = 0
+    constant: float = 1
+
+    def ops(self, order: int) -> int:
+        return int(((self.cubic * order + self.quadratic) * order + self.linear) * order + self.constant)
+
+
+LINEAR = Growth(linear=1, constant=2)  # one op per coefficient (a zero one materialized where it is used)
+PIECEWISE = Growth(linear=5, constant=16)  # a select of the operands' coefficients (max, min, remainder)
+# Cauchy products, quotients and the ODE recurrences: K^2 / 2 products per series, two to eight series
+# (atan2 and the inverse trigonometric functions build the most)
+QUADRATIC = Growth(quadratic=5, linear=8, constant=16)
+# Faa di Bruno (power) and the unbounded derivative families (lgamma): K series of K^2 terms
+CUBIC = Growth(cubic=0.5, quadratic=8, constant=64)
+
+
+def grows(growth: Growth) -> Callable[[Rule], Rule]:
+    """Record on a rule how its ops grow with the order (`rule_growth`): unmarked rules are QUADRATIC."""
+    def mark(rule: Rule) -> Rule:
+        rule.growth = growth
+        return rule
+
+    return mark
+
+
+def rule_growth(name: str) -> Growth:
+    """How the ops jet-expand emits for op `name` grow with the order. An op without a rule here is
+    control flow (`while`, `case`, `func.call`, a `return`), which carries each coefficient once: its
+    regions' ops are charged on their own."""
+    rule = RULES.get(name)
+    return LINEAR if rule is None else getattr(rule, "growth", QUADRATIC)
+
+
 # --- rule constructors --------------------------------------------------------
 
+@grows(LINEAR)
 def zero(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
     return [None] * len(op.results)
 
@@ -514,6 +581,7 @@ def zero(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Se
 def linear(*positions: int) -> Rule:
     """The op applied to the coefficients of the operands at `positions` (all if none given)."""
 
+    @grows(LINEAR)
     def rule(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
         where = positions or range(len(ins))
         out = b.series(op.result)
@@ -545,11 +613,13 @@ def of_series(fn: Callable[[JetBuilder, Series, ir.Value], Series]) -> Rule:
 
 # --- the rules ----------------------------------------------------------------
 
+@grows(LINEAR)
 def _add(b, op, ins):
     (u, w), out = ins, b.series(op.result)
     return [out[:1] + [b.add(u[k], w[k]) for k in range(1, b.order + 1)]]
 
 
+@grows(LINEAR)
 def _subtract(b, op, ins):
     (u, w), out = ins, b.series(op.result)
     return [out[:1] + [b.sub(u[k], w[k]) for k in range(1, b.order + 1)]]
@@ -572,6 +642,7 @@ def _atan2(b, op, ins):
     return [[op.result] + [b.scale(q[k], 1.0 / k) for k in range(1, b.order + 1)]]
 
 
+@grows(CUBIC)
 def _power(b, op, ins):
     """x^w. With a constant exponent, Faa di Bruno in x (exact at x <= 0 for integer w).
     With a series in w, x^w0 * exp((w - w0) log x): the second factor has primal 1, so
@@ -618,6 +689,7 @@ def _abs(b, op, ins):
     return [[op.result] + [b.mul(sign, u[k]) for k in range(1, b.order + 1)]]
 
 
+@grows(PIECEWISE)
 def _remainder(b, op, ins):
     """rem(x, y) = x - trunc(x / y) y; trunc(x / y) is piecewise constant."""
     (x, y), out = ins, b.series(op.result)
@@ -628,14 +700,17 @@ def _remainder(b, op, ins):
     return [out[:1] + [b.sub(x[k], b.mul(trunc, y[k])) for k in range(1, b.order + 1)]]
 
 
+@grows(PIECEWISE)
 def _maximum(b, op, ins):
     return [choose_series(b, ins[0], ins[1], "GT", op.result)]
 
 
+@grows(PIECEWISE)
 def _minimum(b, op, ins):
     return [choose_series(b, ins[0], ins[1], "LT", op.result)]
 
 
+@grows(PIECEWISE)
 def _clamp(b, op, ins):
     """clamp(lo, x, hi) = min(max(lo, x), hi), ties averaged as in JAX."""
     lo, x, hi = ins

@@ -64,10 +64,11 @@ from hlopt.passes.mlir import ir
 from hlopt.passes.transform import (ModuleTransform, RuleTable, block_ops, branch_carried, erase_dead, is_pure_op,
                                     loop_carried, uses_any)
 from hlopt.passes.vjp_rules import RULES, Term, VjpBuilder
-from hlopt.passes.walk import callee_of
+from hlopt.passes.walk import MAX_INLINED_OPS, CallGraph, callee_of
 
 ANNOTATION = "hlopt.vjp"
 INLINE_OPS = 32  # callees up to this size (JAX's helper wrappers) are differentiated in place
+VJP_GROWTH = 3  # ops a vjp holds per op of its function, at most about: forward, backward, cotangent sum
 RULE_TABLE = RuleTable(RULES)
 
 
@@ -231,6 +232,24 @@ class ModuleVjp(ModuleTransform):
     def __init__(self, module: ir.Operation):
         super().__init__(module)
         self.pure_funcs: dict[str, bool] = {}
+        self.inlined_ops: dict[str, int] | None = None  # of the functions before any vjp, read by `charge`
+
+    def charge(self, name: str, location: ir.Location | None) -> None:
+        """Refuse (PassError) the vjp of `@name` if, once every call in it is inlined (as hlopt-default's
+        `inline` and XLA do), it would hold more than MAX_INLINED_OPS ops: a function that calls another
+        twice doubles its size, and a chain of them grows exponentially."""
+        if self.inlined_ops is None:
+            graph = CallGraph.of(self.module)
+            _, cycle = graph.post_order()
+            if cycle is not None:
+                raise PassError(f"vjp-expand: {cycle[1]}", cycle[0].location)
+            self.inlined_ops = graph.inlined_ops()
+        ops = VJP_GROWTH * self.inlined_ops.get(name, 0)
+        if ops > MAX_INLINED_OPS:
+            raise PassError(f"vjp-expand: the vjp of @{name} would hold about {ops:.3g} ops once its calls are "
+                            f"inlined ({VJP_GROWTH} x the {self.inlined_ops[name]:.3g} ops of @{name} inlined), past "
+                            f"the budget of {MAX_INLINED_OPS} ops; call a function once per loop iteration "
+                            "(stablehlo.while) instead of repeating calls", location)
 
     def vjp_function(self, name: str, zero_cts: frozenset = frozenset(), unwanted: frozenset = frozenset(),
                      location: ir.Location | None = None, public: bool = False) -> tuple[str, frozenset]:
@@ -314,6 +333,7 @@ class ModuleVjp(ModuleTransform):
         zero_cts = frozenset(i for i in range(len(results)) if builders.is_zero_constant(op.operands[len(inputs) + i]))
         unwanted = frozenset(i for i, r in enumerate(op.results) if not builders.has_uses(r))
         if len(unwanted) < len(inputs):
+            self.charge(callee, op.location)
             name, _ = self.vjp_function(callee, zero_cts, unwanted, op.location)
             with ir.InsertionPoint(op), op.location:
                 call = ir.Operation.create("func.call", results=inputs, operands=list(op.operands),
@@ -376,6 +396,7 @@ class VjpExpand(Pass):
     def apply(self, module: ir.Operation) -> None:
         vjps = ModuleVjp(module)
         if self.func:
+            vjps.charge(self.func, None)
             vjps.vjp_function(self.func, public=True)
         vjps.expand_all()
         remove_stop_gradients(module, self.name)

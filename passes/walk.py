@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hlopt.passes.mlir import ir
 
 
@@ -65,40 +67,86 @@ def symbols_named(attr: ir.Attribute) -> list[str]:
     return found
 
 
-def call_cycle(module: ir.Module) -> tuple[ir.Operation, str] | None:
-    """An op that closes a cycle of calls among the module's functions, and what is wrong (naming the
-    functions around the cycle); None if no function reaches itself.
+# The most ops a module's functions may hold once every call is inlined (XLA inlines them all):
+# functions that each call the next twice double it per level.
+MAX_INLINED_OPS = 1 << 22
+
+
+@dataclasses.dataclass
+class CallGraph:
+    """The module's functions and the calls among them.
 
     A call is any op in a function whose attributes name another function
     (`func.call`'s callee, `called_computations`, a composite's decomposition...).
     """
-    functions = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module.body.operations
-                 if op.operation.name == "func.func"}
-    calls: dict[str, list[tuple[str, ir.Operation]]] = {}
-    for name, func_op in functions.items():
-        calls[name] = [(callee, op) for op in walk_ops(func_op.operation) if op != func_op.operation
-                       for i in range(len(op.attributes)) for callee in symbols_named(op.attributes[i].attr)
-                       if callee in functions]
-    done: set[str] = set()
-    for root in calls:
-        if root in done:
-            continue
-        path, on_path, stack = [root], {root}, [iter(calls[root])]
-        while stack:
-            step = next(stack[-1], None)
-            if step is None:
-                finished = path.pop()
-                on_path.discard(finished)
-                done.add(finished)
-                stack.pop()
+
+    functions: dict[str, ir.Operation]
+    calls: dict[str, list[tuple[str, ir.Operation]]]  # caller -> (callee, the op that calls it), in order
+    own_ops: dict[str, int]  # ops of each function, calls counted as one
+
+    @classmethod
+    def of(cls, module: ir.Module | ir.Operation) -> "CallGraph":
+        body = module.body if isinstance(module, ir.Module) else module.regions[0].blocks[0]
+        functions = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in body.operations
+                     if op.operation.name == "func.func"}
+        calls, own_ops = {}, {}
+        for name, func_op in functions.items():
+            ops = walk_ops(func_op)[:-1]  # post-order: the function itself comes last
+            own_ops[name] = len(ops)
+            calls[name] = [(callee, op) for op in ops for i in range(len(op.attributes))
+                           for callee in symbols_named(op.attributes[i].attr) if callee in functions]
+        return cls(functions, calls, own_ops)
+
+    def post_order(self) -> tuple[list[str], tuple[ir.Operation, str] | None]:
+        """The functions, each after those it calls, and a cycle if there is one: the op that closes it and
+        what is wrong (naming the functions around it). An explicit stack: call chains are as long as the input."""
+        done: dict[str, None] = {}
+        for root in self.calls:
+            if root in done:
                 continue
-            callee, op = step
-            if callee in on_path:
-                cycle = " -> ".join(f"@{name}" for name in path[path.index(callee):] + [callee])
-                return op, (f"@{callee} calls itself ({cycle}); hlopt refuses recursive functions: the passes "
-                            "and XLA expand every call, and a cycle would never end")
-            if callee not in done:
-                path.append(callee)
-                on_path.add(callee)
-                stack.append(iter(calls[callee]))
-    return None
+            path, on_path, stack = [root], {root}, [iter(self.calls[root])]
+            while stack:
+                step = next(stack[-1], None)
+                if step is None:
+                    finished = path.pop()
+                    on_path.discard(finished)
+                    done[finished] = None
+                    stack.pop()
+                    continue
+                callee, op = step
+                if callee in on_path:
+                    cycle = " -> ".join(f"@{name}" for name in path[path.index(callee):] + [callee])
+                    return list(done), (op, f"@{callee} calls itself ({cycle}); hlopt refuses recursive functions: "
+                                            "the passes and XLA expand every call, and a cycle would never end")
+                if callee not in done:
+                    path.append(callee)
+                    on_path.add(callee)
+                    stack.append(iter(self.calls[callee]))
+        return list(done), None
+
+    def inlined_ops(self) -> dict[str, int]:
+        """How many ops each function holds once every call in it is inlined (the call graph has no cycle)."""
+        sizes: dict[str, int] = {}
+        for name in self.post_order()[0]:
+            sizes[name] = self.own_ops[name] + sum(sizes[callee] for callee, _ in self.calls[name])
+        return sizes
+
+
+def call_graph_problem(module: ir.Module) -> tuple[ir.Operation, str] | None:
+    """What is wrong with the calls among the module's functions, and the op it is at: a function that calls
+    itself, directly or through others, or one that holds more than MAX_INLINED_OPS ops once its calls are
+    inlined. None if nothing is."""
+    graph = CallGraph.of(module)
+    order, cycle = graph.post_order()
+    if cycle is not None:
+        return cycle
+    sizes = graph.inlined_ops()
+    over = [name for name in order if sizes[name] > MAX_INLINED_OPS]
+    if not over:
+        return None
+    name = min(over, key=sizes.__getitem__)  # where the repetition crosses the bound
+    repeated = max(graph.calls[name], key=lambda call: sizes[call[0]])[0]
+    return graph.functions[name], (
+        f"@{name} holds about {sizes[name]:.3g} ops once its calls are inlined (it calls @{repeated}, of "
+        f"{sizes[repeated]:.3g} ops inlined, and more), more than hlopt's bound of {MAX_INLINED_OPS}: XLA inlines "
+        "every call. Call a function once per loop iteration (stablehlo.while) instead of repeating calls")

@@ -4,8 +4,9 @@ A file whose MAC does not verify never has its native code handed to PJRT;
 with `trust="portable"` its StableHLO is compiled instead, after these
 checks on every operation:
 
-- no function that calls itself, directly or through others (the passes and
-  XLA expand every call);
+- no function that calls itself, directly or through others, or that holds
+  more than `MAX_INLINED_OPS` ops once its calls are inlined (the passes
+  and XLA expand every call);
 - ops from the builtin, func, stablehlo, chlo and sdy dialects only, and no
   host transfers (`infeed`, `outfeed`, `send`, `recv`): they can block forever;
 - every tensor fits in this machine's memory;
@@ -44,7 +45,7 @@ from collections.abc import Callable, Sequence
 from hlopt.compiler.parse_guard import ParseError, check_text
 from hlopt.passes.locations import format_location, printable, shorten
 from hlopt.passes.mlir import ir
-from hlopt.passes.walk import call_cycle
+from hlopt.passes.walk import call_graph_problem
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
 REFUSED_OPS = {
@@ -425,9 +426,9 @@ def check_portable(module: ir.Module) -> None:
         return ir.WalkResult.INTERRUPT if problems else ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
-    cycle = None if problems else call_cycle(module)
-    if cycle is not None:
-        problems.append(f"{_where(cycle[0])}: {cycle[1]}")
+    calls = None if problems else call_graph_problem(module)
+    if calls is not None:
+        problems.append(f"{_where(calls[0])}: {calls[1]}")
     if problems:
         raise PortableCheckError(problems[0])
 

@@ -3,7 +3,11 @@
 Three nested order-64 `@hlopt.jet` annotations of `sin(x) * x` make a 7 KB
 module whose expansion grows as K^2 per level; the order cap alone let it run
 for minutes and die past 5 GB. It runs in a capped process (2 GiB, a timeout);
-the control raises the budget and shows the harness sees the blow-up.
+the control raises the budget and shows the harness sees the blow-up. Each
+rule is charged by its family's growth in K (jet_rules.rule_growth), which is
+checked here against the ops jet-expand builds for every elementwise op: 255
+lgamma, power or atan2 ops at order 64 passed an ops x K^2 budget and built
+20 times that.
 """
 
 from __future__ import annotations
@@ -12,7 +16,12 @@ import time
 
 import pytest
 
+from hlopt.passes import derivatives
+from hlopt.passes.builders import nested_ops
 from hlopt.passes.jet_expand import MAX_WORK
+from hlopt.passes.jet_rules import CUBIC, LINEAR, QUADRATIC, rule_growth
+from hlopt.passes.mlir import get_context, ir
+from hlopt.compiler.pipeline import run_pipeline
 from sandbox import run_capped
 
 T = "tensor<f32>"
@@ -44,7 +53,7 @@ def test_nested_order_64_jets_end_fast_in_one_line(tmp_path, pipeline):
     lines = outcome.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in outcome.stderr, outcome.stderr
     assert f"nested.mlir:7:11: error: jet-expand: the order-64 jet of @f0_jet64" in lines[0]
-    assert f"past the budget of {MAX_WORK} ops per module (ops x order^2 per jet function)" in lines[0]
+    assert f"past the budget of {MAX_WORK} ops per module; lower the order" in lines[0]
     assert elapsed < 30, f"took {elapsed:.1f} s"
 
 
@@ -64,3 +73,69 @@ def test_jets_within_the_budget_expand(tmp_path):
     outcome = run_capped(["hlopt-opt", str(path), "-p", "jet-expand"], timeout=120, memory=2 << 30)
     assert outcome.returncode == 0, outcome.describe()
     assert "hlopt.jet" not in outcome.stdout and outcome.stdout.count("stablehlo.") > 10_000
+
+
+BINARY = ("stablehlo.add", "stablehlo.subtract", "stablehlo.multiply", "stablehlo.divide", "stablehlo.atan2",
+          "stablehlo.power", "stablehlo.remainder", "stablehlo.maximum", "stablehlo.minimum")
+UNARY = tuple(sorted(set(derivatives.DERIVATIVES) - {"chlo.polygamma"} - set(BINARY))) + (
+    "chlo.square", "stablehlo.abs", "stablehlo.negate", "stablehlo.convert", "stablehlo.floor", "stablehlo.sign")
+
+
+def ops_built(name: str, order: int) -> int:
+    """The ops of the order-`order` jet function of one `name` op."""
+    operands, types = ("%x, %y", f"{T}, {T}") if name in BINARY else ("%x", T)
+    text = (f'func.func public @f(%x: {T}, %y: {T}) -> {T} {{\n  %0 = "{name}"({operands}) : ({types}) -> {T}\n'
+            f"  return %0 : {T}\n}}")
+    with get_context():
+        module = ir.Module.parse(text)
+        run_pipeline(module, f"jet-expand{{func=f order={order}}}")
+        (jet,) = [op for op in module.body.operations if ir.StringAttr(op.attributes["sym_name"]).value == f"f_jet{order}"]
+        return len(nested_ops(jet.operation))
+
+
+@pytest.mark.parametrize("name", BINARY + UNARY)
+def test_each_rule_is_charged_at_least_what_it_builds(name):
+    """The charge bounds the ops built from above, and not loosely: within 12 times at order 24 (but for
+    abs, charged for complex operands, whose rule is a square root)."""
+    growth = rule_growth(name)
+    for order in (2, 24):
+        built = ops_built(name, order)
+        assert built <= growth.ops(order), (name, order, built, growth.ops(order))
+    assert growth.ops(24) <= 12 * built or name == "stablehlo.abs", (name, built, growth)
+
+
+def test_the_families_grow_as_measured():
+    assert rule_growth("stablehlo.negate") == LINEAR and rule_growth("stablehlo.sine") == QUADRATIC
+    assert rule_growth("chlo.lgamma") == rule_growth("chlo.digamma") == rule_growth("stablehlo.power") == CUBIC
+    # the cubic ones grow faster than K^2 between orders 8 and 16, the others no faster
+    assert ops_built("chlo.lgamma", 16) > 6 * ops_built("chlo.lgamma", 8)
+    assert ops_built("stablehlo.atan2", 16) < 4 * ops_built("stablehlo.atan2", 8)
+
+
+def ops_chain(name: str, count: int, order: int) -> str:
+    """@main: the order-`order` jet of `count` `name` ops applied one after another."""
+    binary = name in BINARY
+    lines = [f"func.func private @f(%x: {T}) -> {T} {{"]
+    previous = "%x"
+    for i in range(count):
+        lines.append(f'  %v{i} = "{name}"({previous}{", %x" if binary else ""}) : ({T}{", " + T if binary else ""}) -> {T}')
+        previous = f"%v{i}"
+    operands, types = ", ".join(["%x"] * (order + 1)), ", ".join([T] * (order + 1))
+    lines += [f"  return {previous} : {T}", "}",
+              f"func.func public @main(%x: {T}) -> {T} {{\n  %r:{order + 1} = stablehlo.custom_call @hlopt.jet("
+              f"{operands}) {{api_version = 4 : i32, backend_config = {{order = {order} : i64}}, called_computations "
+              f"= [@f]}} : ({types}) -> ({types})\n  return %r#{order} : {T}\n}}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", ["chlo.lgamma", "stablehlo.power", "stablehlo.atan2"])
+def test_255_costly_ops_at_order_64_are_refused_fast(tmp_path, name):
+    """These passed the ops x K^2 budget (255 x 64^2 < 2^20) and then ran out of memory or time."""
+    path = tmp_path / "ops.mlir"
+    path.write_text(ops_chain(name, 255, 64))
+    start = time.perf_counter()
+    outcome = run_capped(["hlopt-opt", str(path), "-p", "hlopt-default"], timeout=60, memory=2 << 30)
+    lines = outcome.stderr.strip().splitlines()
+    assert outcome.returncode == 1 and len(lines) == 1 and "Traceback" not in outcome.stderr, outcome.describe()
+    assert lines[0].startswith(f"{path}:260:11: error: jet-expand: the order-64 jet of @f (256 ops")
+    assert time.perf_counter() - start < 30
