@@ -67,6 +67,9 @@ def symbols_named(attr: ir.Attribute) -> list[str]:
     return found
 
 
+# The attributes by which an op calls functions. Only these are read: the bindings abort on
+# reading some others (complex dense constants).
+CALL_ATTRIBUTES = ("callee", "called_computations", "decomposition")
 # The most ops a module's functions may hold once every call is inlined (XLA inlines them all):
 # functions that each call the next twice double it per level.
 MAX_INLINED_OPS = 1 << 22
@@ -76,8 +79,9 @@ MAX_INLINED_OPS = 1 << 22
 class CallGraph:
     """The module's functions and the calls among them.
 
-    A call is any op in a function whose attributes name another function
-    (`func.call`'s callee, `called_computations`, a composite's decomposition...).
+    A call is any op in a function that names another in a CALL_ATTRIBUTES
+    attribute (`func.call`'s callee, a custom call's `called_computations`, a
+    composite's decomposition): the references XLA and the passes follow.
     """
 
     functions: dict[str, ir.Operation]
@@ -93,8 +97,8 @@ class CallGraph:
         for name, func_op in functions.items():
             ops = walk_ops(func_op)[:-1]  # post-order: the function itself comes last
             own_ops[name] = len(ops)
-            calls[name] = [(callee, op) for op in ops for i in range(len(op.attributes))
-                           for callee in symbols_named(op.attributes[i].attr) if callee in functions]
+            calls[name] = [(callee, op) for op in ops for key in CALL_ATTRIBUTES if key in op.attributes
+                           for callee in symbols_named(op.attributes[key]) if callee in functions]
         return cls(functions, calls, own_ops)
 
     def post_order(self) -> tuple[list[str], tuple[ir.Operation, str] | None]:
