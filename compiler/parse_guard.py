@@ -40,9 +40,8 @@ import re
 import numpy as np
 
 from hlopt.compiler.pipeline import PipelineError, mlir_pipeline_error
-from hlopt.passes.locations import error_line, format_location, source_name
+from hlopt.passes.locations import error_line, source_name
 from hlopt.passes.mlir import get_context, ir
-from hlopt.passes.walk import call_graph_problem
 
 MAX_NESTING = 512
 MAX_REGION_NESTING = 100
@@ -248,19 +247,13 @@ def decode_source(data: bytes, filename: str = "-") -> str:
 
 
 def parse_source(source: str | bytes, filename: str = "-") -> ir.Module:
-    """Parse MLIR text from a user into the hlopt context, after `check_text`, and refuse functions that
-    call themselves or grow past a bound once their calls are inlined (walk.call_graph_problem); errors
-    name `filename`."""
+    """Parse MLIR text from a user into the hlopt context, after `check_text`; errors name `filename`."""
     if isinstance(source, bytes):
         source = decode_source(source, filename)
     check_text(source, filename)
     with get_context(), source_name(filename):
         try:
-            module = ir.Module.parse(source)
+            return ir.Module.parse(source)
         except ir.MLIRError as e:
             error = mlir_pipeline_error(e)
             raise ParseError(error.args[0], error.notes) from None
-        problem = call_graph_problem(module)
-        if problem is not None:
-            raise ParseError(error_line(format_location(problem[0].location), problem[1]))
-        return module

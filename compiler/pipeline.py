@@ -24,6 +24,7 @@ from hlopt.passes import registry
 from hlopt.passes.base import Pass, PassError, PassOptionError
 from hlopt.passes.locations import call_chain, error_line, format_location, shorten
 from hlopt.passes.mlir import get_context, inliner_unavailable, ir, passmanager
+from hlopt.passes.walk import call_graph_problem
 
 
 # Bounds on a pipeline string, far above any real pipeline, so that absurd ones fail fast.
@@ -318,7 +319,8 @@ def run_pipeline(
     verify: bool = True,
     progress: Callable[[str, float], None] | None = None,
 ) -> PipelineResult:
-    """Run `pipeline` on `module` in place and return the IR after each element.
+    """Run `pipeline` on `module` in place and return the IR after each element; refuse a module
+    whose calls no pass could expand (`check_calls`) first.
 
     With `print_ir_after_all`, the IR after each element is also written to
     stderr as soon as the element has run (mlir-opt's `--mlir-print-ir-after-all`).
@@ -326,6 +328,7 @@ def run_pipeline(
     """
     last = [0.0]
     elements = parse_pipeline(pipeline)
+    check_calls(module)
     result = PipelineResult()
     errors: list[BaseException] = []
     ctx = module.context
@@ -354,6 +357,16 @@ def run_pipeline(
         if failure is not None:
             raise mlir_pipeline_error(failure) from None
     return result
+
+
+def check_calls(module: ir.Module) -> None:
+    """Refuse (PipelineError, at the call) a module with a function that calls itself, directly or through
+    others, or that grows past walk.MAX_INLINED_OPS once its calls are inlined: the passes and XLA expand
+    every call, and would never end or run out of memory."""
+    problem = call_graph_problem(module)
+    if problem is not None:
+        with module.context:
+            raise PipelineError(error_line(format_location(problem[0].location), problem[1]))
 
 
 def _as_pipeline_error(err: BaseException) -> BaseException:

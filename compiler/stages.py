@@ -11,7 +11,7 @@ import numpy as np
 from jax.experimental.layout import Format, Layout
 
 from hlopt.compiler.jax_compat import api_boundary, hlo_cost_analysis, hlo_text, xla_computation
-from hlopt.compiler.pipeline import PipelineError, parse_pipeline, run_pipeline
+from hlopt.compiler.pipeline import PipelineError, check_calls, parse_pipeline, run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import get_context, ir
@@ -329,6 +329,8 @@ class Lowered(Stage):
             raise ValueError(
                 f"{self.signature.name}: a program with host callbacks or side effects compiles as under jax.jit, "
                 f"each hlopt operation with '{PLAIN_PIPELINE}'; the pipeline '{pipeline}' cannot be applied to it")
+        if not pipeline:  # run_pipeline checks the calls before any pass
+            check_calls(self.module)
         with partitioner_imports(import_partitioners):
             if self.backend is None:
                 check_no_annotations((self.apply(pipeline) if pipeline else self).module)
