@@ -329,6 +329,7 @@ def run_pipeline(
     last = [0.0]
     elements = parse_pipeline(pipeline)
     check_calls(module)
+    _check_shardy_entry(module, elements)
     result = PipelineResult()
     errors: list[BaseException] = []
     ctx = module.context
@@ -357,6 +358,25 @@ def run_pipeline(
         if failure is not None:
             raise mlir_pipeline_error(failure) from None
     return result
+
+
+# A word of a pipeline element that names one of Shardy's passes or pipelines.
+_SHARDY = re.compile(r"(?<![\w.-])sdy-[\w-]+")
+
+
+def _check_shardy_entry(module: ir.Module, elements: list[Element]) -> None:
+    """Refuse to run Shardy's passes on a module without a public function: several of them look up the
+    module's entry (its first public function, else @main) and abort the process when there is none."""
+    shardy = next((match[0] for el in elements if el.python_pass is None for match in [_SHARDY.search(el.text)]
+                   if match), None)
+    if shardy is None:
+        return
+    public = [op for op in module.body.operations if op.operation.name == "func.func"
+              and ("sym_visibility" not in op.attributes
+                   or ir.StringAttr(op.attributes["sym_visibility"]).value == "public")]
+    if not public:
+        raise PipelineError(f"'{shardy}' needs an entry function, a public func.func such as @main, in the "
+                            "module, and this module has none: Shardy's passes start from it")
 
 
 def check_calls(module: ir.Module) -> None:
