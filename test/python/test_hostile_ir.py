@@ -8,27 +8,37 @@ to kill the process run in a subprocess.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import forge
 from nesting_limits import GENERATORS
+from sandbox import run_capped
 
 import hlopt
 from hlopt.cli.opt import main
 from hlopt.compiler.parse_guard import (
     MAX_NESTING,
     MAX_RANK,
+    MAX_SOURCE_BYTES,
     MAX_REGION_NESTING,
     ParseError,
     check_text,
     parse_source,
 )
 from hlopt.compiler.pipeline import MAX_PIPELINE_ELEMENTS, PipelineError
+from hlopt.compiler.program import parse_module
+from hlopt.compiler.stages import Lowered
 from hlopt.passes.locations import ERROR_LINE_LIMIT
+from hlopt.passes.mlir import get_context, ir, serialize_portable_artifact
+from hlopt.runtime.compile import compile_lowered
 
 GOOD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %a, %a : tensor<4xf32>
@@ -36,6 +46,7 @@ GOOD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
 }
 """
 
+F32 = "tensor<f32>"
 HLOPT_OPT = [sys.executable, "-c", "import sys; from hlopt.cli.opt import main; sys.exit(main())"]
 HLOPT = [sys.executable, "-c", "import sys; from hlopt.cli.main import main; sys.exit(main())"]
 
@@ -219,6 +230,15 @@ BAD_PIPELINES = [
     ("builtin.module(" * 40 + "cse" + ")" * 40, "pipeline nested more than 32 levels deep"),
     ("cse," + "x" * 200_000, "pipeline of 200004 characters; hlopt takes at most 100000"),
     ("builtin.module(cse", "unbalanced brackets"),
+    # a pass pipeline adds its passes unchecked: nested under an operation, MLIR's pass manager aborted
+    ("canonicalize(sdy-propagation-pipeline)", "'sdy-propagation-pipeline' is a pass pipeline: hlopt runs one only "
+                                               "at the module level, not nested under 'canonicalize'"),
+    ("func.func(sdy-propagation-pipeline)", "not nested under 'func.func'"),
+    ("any(sdy-propagation-pipeline)", "not nested under 'any'"),
+    ("builtin.module(x.y(cse,sdy-propagation-pipeline))", "not nested under 'x.y'"),
+    ("inline{default-pipeline=sdy-propagation-pipeline}", "cannot be given in the options"),
+    ("inline{op-pipelines=func.func(sdy-propagation-pipeline)}", "cannot be given in the options"),
+    ("chlo-legalize-to-stablehlo", "restricted to 'func.func'"),
 ]
 
 
@@ -234,6 +254,7 @@ def test_every_pipeline_error_is_one_line_and_exit_1(tmp_path, capfd, pipeline, 
 
 
 @pytest.mark.parametrize("pipeline", ["", "builtin.module()", "builtin.module(cse)", "inline{default-pipeline=}",
+                                      "sdy-propagation-pipeline", "builtin.module(sdy-propagation-pipeline),cse",
                                       "inline{default-pipeline=canonicalize}", "builtin.module(func.func(cse))",
                                       "any(canonicalize),builtin.module(builtin.module(cse))"])
 def test_well_formed_pipelines_still_run(tmp_path, capfd, pipeline):
@@ -248,3 +269,248 @@ def test_the_api_raises_the_same_pipeline_errors():
         lowered.apply("inline{default-pipeline=jet-expand}")
     with pytest.raises(PipelineError, match="at most 1000"):
         lowered.compile(",".join(["cse"] * 2000))
+
+
+
+def test_a_nested_pass_pipeline_aborted_mlir(tmp_path):
+    """The control: MLIR's own parser, given the nested pipeline hlopt now refuses, kills the process."""
+    script = ("from hlopt.passes.mlir import get_context, passmanager\nwith get_context():\n"
+              "    passmanager.PassManager.parse('builtin.module(canonicalize(sdy-propagation-pipeline))')")
+    assert run_capped(["-c", script], timeout=120).signal == "SIGABRT"
+
+
+def test_shardy_passes_need_an_entry_function(tmp_path, capfd):
+    """Shardy's passes look up the module's entry and abort without one (found by the text fuzzer)."""
+    for text in ("module {\n}\n", "func.func private @main() {\n  return\n}\n"):
+        assert run_opt(tmp_path, text, "-p", "cse,sdy-propagation-pipeline") == 1
+        assert_one_error_line(1, capfd.readouterr().err, "hlopt-opt: error: 'sdy-propagation-pipeline' needs an "
+                                                         "entry function, a public func.func")
+    control = run_capped(["-c", "from hlopt.passes.mlir import get_context, ir, passmanager\nwith get_context():\n"
+                                "    passmanager.PassManager.parse('builtin.module(sdy-propagation-pipeline)')"
+                                ".run(ir.Module.parse('module {}').operation)"], timeout=120)
+    assert control.signal == "SIGABRT", control.describe()
+
+
+# --- every line terminator MLIR's lexer accepts ------------------------------------------------
+
+def carriage_returns(text: str) -> str:
+    """`text` as one line for a reader that ends lines at '\n' only: MLIR ends a comment at '\r' too."""
+    return "//\r" + text.replace("\n", "\r")
+
+
+def test_a_comment_ended_by_a_carriage_return_hides_nothing(tmp_path):
+    """The scan ended comments at '\n' only: after `//\r` it skipped the whole module, and MLIR parsed it."""
+    cases = [(HLOPT_OPT, "array.mlir", carriage_returns(GENERATORS["array"](20_000)), "more than 512 levels"),
+             (HLOPT, "if.mlir", carriage_returns(GENERATORS["if"](300)), "more than 100 nested regions"),
+             (HLOPT_OPT, "rank.mlir", carriage_returns(ranked(60_000)), "a shape with more than 256 dimensions")]
+    for command, name, text, message in cases:
+        path = tmp_path / name
+        path.write_bytes(text.encode())
+        argv = [*command, "compile", str(path), "-o", str(tmp_path / "out.hlx")] if command is HLOPT else \
+            [*command, str(path)]
+        start = time.monotonic()
+        outcome = run_capped(argv, timeout=120)
+        assert_one_error_line(outcome.returncode, outcome.stderr, rf"{re.escape(str(path))}:1:\d+: error: {message}")
+        assert time.monotonic() - start < 60
+    # the control: MLIR's parser, unguarded, dies on the first
+    probe = "import sys\nfrom hlopt.passes.mlir import get_context, ir\nwith get_context():\n    ir.Module.parse(sys.stdin.read())"
+    control = run_capped(["-c", probe], input=cases[0][2].encode(), timeout=120)
+    assert control.signal == "SIGSEGV", control.describe()
+
+
+@pytest.mark.parametrize("separator", [" x ", "x//c\r", "x\r", "x // c\n"])
+def test_dimension_lists_are_read_as_mlir_lexes_them(separator):
+    """Whitespace and comments between a list's tokens: MLIR parses the list, so the rank bound counts it."""
+    with get_context():
+        assert ir.RankedTensorType(ir.Type.parse(f"tensor<2{separator}3{separator}f32>")).shape == [2, 3]
+    check_text(f"func.func private @f(tensor<{separator.join(['1'] * MAX_RANK)}{separator}f32>)")
+    with pytest.raises(ParseError, match=f"more than {MAX_RANK} dimensions"):
+        check_text(f"func.func private @f(tensor<{separator.join(['1'] * (MAX_RANK + 1))}{separator}f32>)")
+    with pytest.raises(ParseError, match=f"more than {MAX_RANK} dimensions"):
+        check_text(f"func.func private @f(vector<{separator.join(['[1]'] * (MAX_RANK + 1))}{separator}f32>)")
+
+
+def test_a_60000_dimension_list_is_refused_in_linear_time():
+    for separator in ("x", " x ", "x//\r"):
+        start = time.perf_counter()
+        with pytest.raises(ParseError, match=f"more than {MAX_RANK} dimensions"):
+            check_text(carriage_returns(f"func.func private @f(tensor<{separator.join(['1'] * 60_000)}xf32>)"))
+        assert time.perf_counter() - start < 5
+
+
+# --- calls: cycles and repetition ----------------------------------------------------------------
+
+RECURSIVE = f"""func.func @main(%x: {F32}) -> {F32} {{
+  %0 = func.call @f(%x) : ({F32}) -> {F32}
+  return %0 : {F32}
+}}
+func.func private @f(%x: {F32}) -> {F32} {{
+  %0 = func.call @g(%x) : ({F32}) -> {F32}
+  return %0 : {F32}
+}}
+func.func private @g(%x: {F32}) -> {F32} {{
+  %0 = func.call @f(%x) : ({F32}) -> {F32}
+  return %0 : {F32}
+}}
+"""
+SELF_JET = f"""func.func @main(%x: {F32}) -> {F32} {{
+  %r:2 = stablehlo.custom_call @hlopt.jet(%x, %x) {{api_version = 4 : i32, backend_config = {{order = 1 : i64}}, called_computations = [@main]}} : ({F32}, {F32}) -> ({F32}, {F32})
+  return %r#1 : {F32}
+}}
+"""
+CYCLE = r"error: @f calls itself \(@f -> @g -> @f\); hlopt refuses recursive functions"
+
+
+def doubling_chain(levels: int, annotate: str = "hlopt.vjp") -> str:
+    """@main: the vjp (or plain call) of @c{levels}, each @c{i} calling @c{i-1} twice: 2^levels sines inlined."""
+    out = [f"func.func private @c0(%x: {F32}) -> {F32} {{\n  %0 = stablehlo.sine %x : {F32}\n  return %0 : {F32}\n}}"]
+    out += [f"func.func private @c{i}(%x: {F32}) -> {F32} {{\n  %0 = func.call @c{i - 1}(%x) : ({F32}) -> {F32}\n"
+            f"  %1 = func.call @c{i - 1}(%0) : ({F32}) -> {F32}\n  return %1 : {F32}\n}}" for i in range(1, levels + 1)]
+    out.append(f"func.func public @main(%x: {F32}, %c: {F32}) -> {F32} {{\n  %0 = stablehlo.custom_call @{annotate}(%x, %c) "
+               f"{{api_version = 4 : i32, backend_config = {{}}, called_computations = [@c{levels}]}} : ({F32}, {F32}) "
+               f"-> {F32}\n  return %0 : {F32}\n}}")
+    return "\n".join(out)
+
+
+def test_recursion_is_refused_before_any_pass_or_compile(tmp_path, capfd):
+    path = tmp_path / "rec.mlir"
+    path.write_text(RECURSIVE)
+    for argv in ([*HLOPT_OPT, str(path), "-p", "hlopt-default"], [*HLOPT, "compile", str(path), "-o", str(tmp_path / "r.hlx")],
+                 [*HLOPT, "compile", str(path), "--pipeline", "", "-o", str(tmp_path / "r.hlx")]):
+        outcome = run_capped(argv, timeout=120)
+        assert_one_error_line(outcome.returncode, outcome.stderr, rf"{re.escape(str(path))}:10:8: {CYCLE}")
+    assert run_opt(tmp_path, SELF_JET, "-p", "jet-expand") == 1
+    assert_one_error_line(1, capfd.readouterr().err, r".*in.mlir:2:\d+: error: @main calls itself \(@main -> @main\)")
+    lowered = Lowered(parse_module(RECURSIVE), hlopt.lower(lambda x: x, np.float32(1)).signature, backend=compile_lowered)
+    for pipeline in ("", "cse"):
+        with pytest.raises(PipelineError, match=CYCLE):
+            lowered.compile(pipeline)
+
+
+def test_recursion_crashed_xla():
+    """The control: XLA's compiler, given the recursive module unchecked, dies."""
+    script = ("import sys, jax\nfrom hlopt.compiler.program import module_to_bytecode, parse_module\n"
+              "from hlopt.runtime.pjrt import compile_module\n"
+              "compile_module(module_to_bytecode(parse_module(sys.stdin.read())), jax.devices()[:1], True)")
+    outcome = run_capped(["-c", script], input=RECURSIVE.encode(), timeout=200)
+    assert outcome.signal is not None, outcome.describe()
+
+
+def test_a_forged_recursive_file_fails_the_portable_checks(tmp_path):
+    """Signed by another key, it is compiled only with trust='portable', after the checks: inspect, run
+    and load all refuse it (they segfaulted after inspect said it passed)."""
+    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, np.float32(1)).compile().serialize())
+    artifact = forge.retag(serialize_portable_artifact(parse_module(RECURSIVE)), manifest["signature"])
+    path = tmp_path / "rec.hlx"
+    path.write_bytes(forge.forge(manifest, dict(sections, module=artifact)))
+    np.save(tmp_path / "x.npy", np.float32(1))
+    for argv in (["inspect", str(path), "--trust", "portable"],
+                 ["run", str(path), "--trust", "portable", "--input", str(tmp_path / "x.npy")]):
+        outcome = run_capped([*HLOPT, *argv], timeout=200)
+        assert outcome.returncode == 1 and outcome.signal is None, outcome.describe()
+        last = outcome.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in outcome.stderr and "refused to compile the module section" in last
+        assert "@f calls itself (@f -> @g -> @f)" in last
+    load = run_capped(["-c", "import sys, hlopt\ntry:\n    hlopt.load(sys.argv[1], trust='portable')\n"
+                             "except hlopt.ExecutableFileError as e:\n    print(e)", str(path)], timeout=200)
+    assert load.returncode == 0 and "@f calls itself" in load.stdout, load.describe()
+
+
+def test_a_doubling_call_chain_is_refused_fast(tmp_path, capfd):
+    """Functions that each call the next twice: 8 KB of text, 2^40 ops once inlined (hlopt-default's inline
+    and XLA inline every call). The bound is on the inlined size; within it the chain runs."""
+    for levels, pipeline, message in ((40, "hlopt-default", r"error: @c20 holds about 5.24e\+06 ops once its calls are "
+                                                            r"inlined \(it calls @c19"),
+                                      (19, "vjp-expand", r"error: vjp-expand: the vjp of @c19 would hold about 7.86e\+06 "
+                                                         r"ops once its calls are inlined")):
+        start = time.monotonic()
+        assert run_opt(tmp_path, doubling_chain(levels), "-p", pipeline) == 1
+        assert_one_error_line(1, capfd.readouterr().err, r".*in.mlir:\d+:\d+: " + message)
+        assert time.monotonic() - start < 30
+    assert run_opt(tmp_path, doubling_chain(8), "-p", "hlopt-default") == 0
+    out = capfd.readouterr().out
+    assert "hlopt.vjp" not in out and out.count("stablehlo.sine") > 2 ** 7  # inlined: a sine per call
+
+
+def test_the_inlined_bound_is_what_stops_a_doubling_chain(tmp_path):
+    """The control: with the bounds lifted, hlopt-default on a 26-level chain runs past its time or memory."""
+    path = tmp_path / "chain.mlir"
+    path.write_text(doubling_chain(26))
+    script = ("import sys, hlopt.passes.walk as w, hlopt.passes.vjp_expand as v\nw.MAX_INLINED_OPS = v.MAX_INLINED_OPS = 1 << 62\n"
+              "from hlopt.cli.opt import main\nsys.exit(main([sys.argv[1], '-p', 'hlopt-default', '-o', '/dev/null']))")
+    outcome = run_capped(["-c", script, str(path)], timeout=20, memory=2 << 30)
+    assert outcome.timed_out or outcome.returncode != 0, outcome.describe()
+
+
+# --- special files ---------------------------------------------------------------------------------
+
+def test_only_regular_files_are_read(tmp_path):
+    """A FIFO blocked both tools forever, a link to /dev/zero was read until memory ran out."""
+    fifo, zero, folder, big = tmp_path / "f.mlir", tmp_path / "zero.mlir", tmp_path / "d.mlir", tmp_path / "big.mlir"
+    os.mkfifo(fifo)
+    zero.symlink_to("/dev/zero")
+    folder.mkdir()
+    with open(big, "wb") as f:
+        f.truncate(MAX_SOURCE_BYTES + 1)  # sparse: no disk used
+    cases = [(fifo, "not a regular file \\(a FIFO\\)"), (zero, "not a regular file \\(a character device\\)"),
+             (folder, "not a regular file \\(a folder\\)"), (big, f"larger than the {MAX_SOURCE_BYTES} bytes hlopt reads")]
+    for path, message in cases:
+        for argv, prog in (([*HLOPT_OPT, str(path)], "hlopt-opt"),
+                           ([*HLOPT, "compile", str(path), "-o", str(tmp_path / "o.hlx")], "hlopt")):
+            outcome = run_capped(argv, timeout=60, memory=2 << 30)
+            assert_one_error_line(outcome.returncode, outcome.stderr,
+                                  rf"{prog}: error: cannot read '{re.escape(str(path))}': {message}")
+    # the control: a plain read of the FIFO waits for a writer that never comes
+    assert run_capped(["-c", f"open({str(fifo)!r}, 'rb').read()"], timeout=5).timed_out
+
+
+# --- malformed annotation attributes ---------------------------------------------------------------
+
+def test_a_batched_jet_order_that_is_not_an_integer_is_located(tmp_path, capfd):
+    """jet-collapse read `order` first, under hlopt-default, and raised a bare ValueError."""
+    t, d = F32, "tensor<3xf32>"
+    text = (f"func.func private @f(%x: {t}) -> {t} {{\n  %0 = stablehlo.sine %x : {t}\n  return %0 : {t}\n}}\n"
+            f"func.func @main(%x: {t}, %d: {d}) -> {t} {{\n  %r:3 = stablehlo.custom_call @hlopt.jet(%x, %d, %d) "
+            f"{{api_version = 4 : i32, backend_config = {{order = \"x\" : i64, directions = 3 : i64}}, "
+            f"called_computations = [@f]}} : ({t}, {d}, {d}) -> ({t}, {d}, {d})\n"
+            f"  %z = stablehlo.constant dense<0.0> : {t}\n"
+            f"  %s = stablehlo.reduce(%r#2 init: %z) applies stablehlo.add across dimensions = [0] : ({d}, {t}) -> {t}\n"
+            f"  return %s : {t}\n}}\n")
+    for pipeline in ("hlopt-default", "jet-collapse,jet-expand"):
+        assert run_opt(tmp_path, text, "-p", pipeline) == 1
+        assert_one_error_line(1, capfd.readouterr().err,
+                              r".*in.mlir:6:\d+: error: jet-expand: @hlopt.jet 'order' must be an integer, got \"x\"")
+
+
+# --- the standing fuzz target ----------------------------------------------------------------------
+
+FUZZ_WORKER = str(Path(__file__).parent / "fuzz_worker.py")
+FUZZ_SEED, FUZZ_CASES = 20261206, 60
+
+
+def test_mutated_modules_end_in_success_or_one_typed_line(tmp_path):
+    """hlopt-opt and hlopt compile on mutated valid modules (line terminators, nesting, huge dimension lists,
+    recursion, doubling chains, random pipelines, random bytes), in one capped process: a crash or a hang
+    fails the test naming the case it stopped at; a traceback, an untyped error or more lines fail it too."""
+    outcome = run_capped(["-u", FUZZ_WORKER, "--text", str(FUZZ_SEED), str(FUZZ_CASES), str(tmp_path)], timeout=240)
+    current = (tmp_path / "current").read_text() if (tmp_path / "current").exists() else "none"
+    assert not outcome.timed_out and outcome.signal is None and outcome.returncode == 0, (
+        f"{outcome.describe()}\nstopped at case {current}")
+    counts = json.loads(outcome.stdout.strip().splitlines()[-1])
+    assert counts["errors"] == [], counts["errors"][:5]
+    assert counts["ok"] + counts["refused"] == FUZZ_CASES and counts["ok"] > 0 and counts["refused"] > 0
+
+
+def test_the_text_fuzzer_reports_a_crash_and_an_untyped_error(tmp_path):
+    """The controls: a worker whose tool segfaults dies with SIGSEGV; one whose tool raises a bare KeyError
+    lists it."""
+    prefix = (f"import sys, ctypes; sys.path.insert(0, {str(Path(FUZZ_WORKER).parent)!r}); import fuzz_worker\n"
+              "import hlopt.cli.opt as opt\n")
+    run = f"sys.argv = ['w', '--text', '{FUZZ_SEED}', '9', {str(tmp_path)!r}]\nfuzz_worker.main()"
+    crash = run_capped(["-c", prefix + "opt.process = lambda *a, **k: ctypes.string_at(0)\n" + run], timeout=120)
+    assert crash.signal == "SIGSEGV", crash.describe()
+
+    untyped = run_capped(["-c", prefix + "def process(*a, **k):\n    raise KeyError('x')\nopt.process = process\n" + run],
+                         timeout=120)
+    counts = json.loads(untyped.stdout.strip().splitlines()[-1])
+    assert any("KeyError" in error[-1] for error in counts["errors"]), counts
