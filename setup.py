@@ -57,9 +57,10 @@ class OptionalBuildExt(build_ext):
         except (CCompilerError, ExecError, PlatformError) as e:  # no compiler, or it failed
             if sanitizer_flags():
                 raise
-            print(f"WARNING: hlopt's CPU kernels (hlopt.runtime._native) were not built ({e}); hlopt works "
-                  "without them, with sparse products in plain StableHLO. Install a C++17 compiler and "
-                  "reinstall hlopt for the kernels.", file=sys.stderr)
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            print(f"WARNING: hlopt's CPU kernels (hlopt.runtime._native) were not built, the C++ compiler is missing "
+                  f"or failed ({reason[:200]}); hlopt works without them, with sparse products in plain StableHLO. "
+                  "Install a C++17 compiler and reinstall hlopt for the kernels.", file=sys.stderr)
 
 
 def native_extension() -> Extension:

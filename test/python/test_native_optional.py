@@ -1,5 +1,7 @@
 """hlopt without its CPU kernels (installed without a C++ compiler): sparse products run in plain StableHLO.
 
+A plain (not editable) install holds every package of the tree: pyproject.toml lists each one.
+
 A child process hides `hlopt.runtime._native` (an import hook refuses it) and computes sparse x
 dense and sparse x sparse products of BCOO and BCSR matrices eagerly, under `hlopt.jit` (nse
 given) and under `jax.jit`: each equals numpy's product, and no compiled program names one of
@@ -8,7 +10,10 @@ hlopt's kernels. A control with the kernels built shows such a program does name
 
 from __future__ import annotations
 
+import os
 import textwrap
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -74,3 +79,13 @@ def test_control_the_programs_name_the_kernels_when_they_are_built():
     a = np.eye(4)
     text = hlopt.jit(lambda A, x: A @ x).lower(hs.BCOO.fromdense(a), np.ones(4)).compile().as_text()
     assert "hlopt_bcoo_spmm" in text
+
+
+def test_an_install_holds_every_package():
+    root = Path(__file__).resolve().parents[2]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    tree = root / "python"
+    # through the symbolic links python/hlopt/{compiler,passes,runtime}, which rglob does not enter
+    found = {".".join(Path(folder).relative_to(tree).parts)
+             for folder, _, files in os.walk(tree / "hlopt", followlinks=True) if "__init__.py" in files}
+    assert found == listed, f"pyproject.toml packages: missing {sorted(found - listed)}, extra {sorted(listed - found)}"
