@@ -6,12 +6,13 @@ the package runs with. The code is compiled for any x86-64 (or the build machine
 family), with AVX2 + FMA copies of the hot loops chosen when the library loads
 (`target_clones` in the sources), so a built wheel moves between machines.
 
-The kernels are optional: without a working C++17 compiler (or jaxlib's headers) the build
-prints one warning and installs hlopt without them; sparse products then run through plain
-StableHLO (`hlopt.runtime.kernels.available`).
+The kernels are optional: without a working C++17 compiler the build prints one warning and
+installs hlopt without them; sparse products then run through plain StableHLO
+(`hlopt.runtime.kernels.available`).
 
 `HLOPT_SANITIZE=address` builds them under AddressSanitizer instead (a failed build is then an
-error): load that library with `LD_PRELOAD=$(c++ -print-file-name=libasan.so)` and
+error): python loads that library with its runtime preloaded, `LD_PRELOAD="$(c++
+-print-file-name=libasan.so) $(c++ -print-file-name=libstdc++.so)"` and
 `ASAN_OPTIONS=detect_leaks=0` (test/python/test_native_asan.py does).
 """
 

@@ -75,7 +75,7 @@ def clear_plain_memo() -> None:
 def _plain_bytecode(module: ir.Module, platform: str | None, native_kernels: bool) -> bytes:
     """The bytecode of the annotated `module` (in hlopt's context) after `PLAIN_PIPELINE`, run for
     `platform` (`hlopt.passes.target.compiling_for`, with `native_kernels`; None: portable), which may
-    rewrite `module` in place; memoized on the platform and the module's bytecode."""
+    rewrite `module` in place; memoized on the platform, `native_kernels` and the module's bytecode."""
     key = (platform, native_kernels, module_to_bytecode(module))
     with _plain_memo_lock:
         if key in _PLAIN_MEMO:
