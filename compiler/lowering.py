@@ -58,9 +58,10 @@ def annotations_enabled() -> bool:
 
 
 # The plain StableHLO of each annotated operation module, per platform it is made plain for (None:
-# portable), bytecode to bytecode, least recently used last: jax lowers the same operation again for
-# each program that holds it (and grad, vmap and retracing repeat it).
-_PLAIN_MEMO: collections.OrderedDict[tuple[str | None, bytes], bytes] = collections.OrderedDict()
+# portable) and whether hlopt's kernels may be called, bytecode to bytecode, least recently used
+# last: jax lowers the same operation again for each program that holds it (and grad, vmap and
+# retracing repeat it).
+_PLAIN_MEMO: collections.OrderedDict[tuple[str | None, bool, bytes], bytes] = collections.OrderedDict()
 _PLAIN_MEMO_SIZE = 128
 _plain_memo_lock = threading.Lock()
 
@@ -71,11 +72,11 @@ def clear_plain_memo() -> None:
         _PLAIN_MEMO.clear()
 
 
-def _plain_bytecode(module: ir.Module, platform: str | None) -> bytes:
+def _plain_bytecode(module: ir.Module, platform: str | None, native_kernels: bool) -> bytes:
     """The bytecode of the annotated `module` (in hlopt's context) after `PLAIN_PIPELINE`, run for
-    `platform` (`hlopt.passes.target.compiling_for`; None: portable), which may rewrite `module` in
-    place; memoized on the platform and the module's bytecode."""
-    key = (platform, module_to_bytecode(module))
+    `platform` (`hlopt.passes.target.compiling_for`, with `native_kernels`; None: portable), which may
+    rewrite `module` in place; memoized on the platform, `native_kernels` and the module's bytecode."""
+    key = (platform, native_kernels, module_to_bytecode(module))
     with _plain_memo_lock:
         if key in _PLAIN_MEMO:
             _PLAIN_MEMO.move_to_end(key)
@@ -83,7 +84,7 @@ def _plain_bytecode(module: ir.Module, platform: str | None) -> bytes:
     meshes = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
     # jax's module names its meshes only once it is lowered whole: the sharding attributes of the
     # operation carry theirs inline, as those of jax's module do until then.
-    with compiling_for(platform) if platform is not None else contextlib.nullcontext():
+    with compiling_for(platform, native_kernels=native_kernels) if platform is not None else contextlib.nullcontext():
         run_pipeline(module, PLAIN_PIPELINE + (",sdy-inline-meshes" if meshes else ""))
     check_no_annotations(module)
     for op in walk_ops(module.operation, "stablehlo.custom_call"):
@@ -106,7 +107,8 @@ def compiled_here_for(ctx: Any) -> str | None:
 
 
 def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value], name: str,
-                             prepare: Callable[[str, bytes], None] | None = None) -> list[ir.Value]:
+                             prepare: Callable[[str, bytes], None] | None = None,
+                             native_kernels: bool = False) -> list[ir.Value]:
     """Lower `fun` of `ctx.avals_in` as plain StableHLO into the module that jax is lowering.
 
     This is how an hlopt operation lowers under plain `jax.jit` / `jax.export`:
@@ -119,8 +121,9 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
     Under `jax.jit` the passes run for the platform jax compiles for, as
     `hlopt.jit` runs them (so on CPU `xla-cpu-sparse-kernels` calls hlopt's
     kernels), and `prepare(platform, plain bytecode)` is called first, to
-    register with XLA what its custom calls need before jax compiles them; under
-    `jax.export` they run for no platform, and the module stays portable.
+    register with XLA what its custom calls need before jax compiles them
+    (`native_kernels`: whether hlopt's CPU kernels are built, for the passes);
+    under `jax.export` they run for no platform, and the module stays portable.
     """
     target = lowering_target(ctx)
     if len(target.platforms) != 1:
@@ -138,7 +141,7 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
             constants = module_to_bytecode(constants_module(operands, positions))
         use_constants(annotated, parse_module(constants), list(positions))
     platform = compiled_here_for(ctx)
-    plain = _plain_bytecode(annotated, platform)
+    plain = _plain_bytecode(annotated, platform, native_kernels)
     if platform is not None and prepare is not None:
         prepare(platform, plain)
     with target.context:

@@ -5,7 +5,9 @@ for that platform. The runtime names it while it applies the pipeline of a
 program it is about to compile (`compiling_for`), and so does the rule that
 lowers an hlopt operation inside plain `jax.jit`, with the platform jax compiles
 for; everywhere else (`hlopt-opt`, `Lowered.apply`, hlopt operations lowered
-for `jax.export`) it is None: the module must stay portable.
+for `jax.export`) it is None: the module must stay portable. The runtime also
+says whether hlopt's CPU kernels are built (`native_kernels`): they are optional,
+and a pass calls them only when they are.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextvars
 from collections.abc import Iterator
 
 _PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("hlopt_target_platform", default=None)
+_KERNELS: contextvars.ContextVar[bool] = contextvars.ContextVar("hlopt_native_kernels", default=False)
 
 
 def target_platform() -> str | None:
@@ -22,11 +25,18 @@ def target_platform() -> str | None:
     return _PLATFORM.get()
 
 
+def native_kernels() -> bool:
+    """Whether the module being rewritten may call hlopt's CPU kernels: the runtime compiling it has them."""
+    return _KERNELS.get()
+
+
 @contextlib.contextmanager
-def compiling_for(platform: str) -> Iterator[None]:
-    """Within the block, passes rewrite for `platform` (jax's platform name of the compile's devices)."""
-    token = _PLATFORM.set(platform)
+def compiling_for(platform: str, *, native_kernels: bool = False) -> Iterator[None]:
+    """Within the block, passes rewrite for `platform` (jax's platform name of the compile's devices),
+    calling hlopt's CPU kernels only with `native_kernels` (`hlopt.runtime.kernels.available()`)."""
+    tokens = _PLATFORM.set(platform), _KERNELS.set(native_kernels)
     try:
         yield
     finally:
-        _PLATFORM.reset(token)
+        _PLATFORM.reset(tokens[0])
+        _KERNELS.reset(tokens[1])

@@ -5,10 +5,15 @@ emit custom calls to them for CPU targets. XLA must know a handler before it
 compiles or loads a program that calls it: `register()` does that, once per
 process, and `runtime.pjrt.prepare_runtimes` calls it for every program that
 names an `hlopt_` target, so saved files and cache hits run in a fresh process.
+
+The kernels are optional (hlopt installs without a C++ compiler): `available()`
+is the one answer to whether they are built, which decides both whether the
+passes may emit their calls and whether sparse x sparse products use them.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import jax
@@ -29,6 +34,16 @@ def register() -> None:
         for name, capsule in handlers().items():
             jax.ffi.register_ffi_target(name, capsule, platform="cpu", api_version=1)
         _registered = True
+
+
+@functools.cache
+def available() -> bool:
+    """Whether hlopt's CPU kernels (`hlopt.runtime._native`) are built and load in this process."""
+    try:
+        handlers()
+    except ImportError:
+        return False
+    return True
 
 
 def handlers() -> dict[str, object]:

@@ -31,9 +31,10 @@ check every index, so a hostile program cannot make them read or write out of bo
 program claims sorted but are not are still summed right, by a slower serial walk.
 
 Platform: the kernels exist only in hlopt's runtime on CPU, so the pass rewrites only when the
-module will be compiled for CPU. With `platform=auto` (the default) that is when the runtime
-says so (`hlopt.passes.target.compiling_for`, set by `hlopt.jit`, `Lowered.compile`, `hlopt
-compile` for CPU devices, and hlopt operations lowered inside plain `jax.jit` for CPU);
+module will be compiled for CPU by a runtime that has them built (they are optional). With
+`platform=auto` (the default) that is when the runtime says so (`hlopt.passes.target.compiling_for`,
+set by `hlopt.jit`, `Lowered.compile`, `hlopt compile` for CPU devices, and hlopt operations
+lowered inside plain `jax.jit` for CPU, with `native_kernels` when they are built);
 `hlopt-opt`, `Lowered.apply` and hlopt operations lowered for `jax.export` name no target, and the
 module stays portable. `platform=cpu` forces
 the rewrite (IR tests), `platform=none` turns it off. Products inside functions that another
@@ -59,7 +60,7 @@ from hlopt.passes import builders as b
 from hlopt.passes.base import Pass
 from hlopt.passes.bcoo_names import is_bcoo_op, op_name
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.target import target_platform
+from hlopt.passes.target import native_kernels, target_platform
 from hlopt.passes.walk import call_target, walk_ops
 
 if TYPE_CHECKING:
@@ -170,8 +171,8 @@ class SparseKernels(Pass):
     platform: Literal["auto", "cpu", "none"] = "auto"
 
     def enabled(self) -> bool:
-        """Whether this run rewrites: the module is compiled for CPU."""
-        return self.platform == "cpu" or (self.platform == "auto" and target_platform() == "cpu")
+        """Whether this run rewrites: the module is compiled for CPU, by a runtime with the kernels built."""
+        return self.platform == "cpu" or (self.platform == "auto" and target_platform() == "cpu" and native_kernels())
 
     def apply(self, module: ir.Operation) -> None:
         if not self.enabled():

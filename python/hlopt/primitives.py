@@ -77,6 +77,13 @@ def prepare_runtimes(platform: str, program: bytes) -> None:
     prepare(get_client(platform), program)
 
 
+def kernels_available() -> bool:
+    """Whether hlopt's CPU kernels are built (runtime/kernels.py), for the passes to call."""
+    from hlopt.runtime.kernels import available  # the runtime, once an op lowers
+
+    return available()
+
+
 def _hashable(params: Mapping[str, Any]) -> Any:
     try:
         key = tuple(sorted(params.items()))
@@ -125,7 +132,7 @@ def annotation_primitive(
         if plain_lowering is not None:
             return plain_lowering(ctx, *operands, **params)
         return lower_as_plain_stablehlo(ctx, lambda *a: prim.bind(*a, **params), operands, name=name,
-                                        prepare=prepare_runtimes)
+                                        prepare=prepare_runtimes, native_kernels=kernels_available())
 
     # Lowered inline (not outlined into a function jax reuses per signature), so that under
     # jax's lowering the operands jax computes from constants are visible to the rule.

@@ -437,12 +437,14 @@ ffi::Error sddmm_impl(ffi::ThreadPool pool, ffi::AnyBuffer p, ffi::AnyBuffer qt,
 
 
 // Rows [r0, r1) of out; -1 when every pointer read fit (indptr[r0] in [0, nse], each next one in
-// [previous, nse]), else the first row whose pointers did not (its row and those after are not written).
+// [previous, nse]), else the first row whose pointers did not, a row in [r0, r1) (its row and those
+// after are not written). An empty range reads no pointer: the range that ends at its r0 checks it.
 // With `far` (SpMV only, far_x): the prefetches of the entries' stream and of the x gathers.
 template <typename T, bool far>
 HLOPT_LOOP int64_t csr_rows(const T* __restrict data, const int32_t* __restrict col, const int32_t* __restrict ptr,
                         const T* __restrict x, T* __restrict out, int64_t nse, uint32_t k, int64_t n, int64_t r0,
                         int64_t r1) {
+  if (r0 >= r1) return -1;
   int64_t p0 = ptr[r0];
   if (p0 < 0 || p0 > nse) return r0;
   int64_t next = p0;  // the first entry whose stream is not prefetched yet
@@ -510,7 +512,7 @@ int64_t csr_split(const int32_t* ptr, int64_t m, double target) {
   return lo;
 }
 
-// -1 if the product was written, else a row whose pointers are out of order or range.
+// -1 if the product was written, else a row in [0, m) whose pointers are out of order or range.
 template <typename T>
 int64_t csr_spmm(ffi::ThreadPool& pool, const T* data, const int32_t* col, const int32_t* ptr, const T* x, T* out,
                  int64_t nse, int64_t m, int64_t k, int64_t n) {

@@ -35,6 +35,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -261,12 +262,15 @@ ffi::Error no_memory(const std::string& target) {
   return ffi::Error(ffi::ErrorCode::kResourceExhausted, target + ": out of memory for the kernel's scratch");
 }
 
-// f() (an ffi::Error), or the out-of-memory error if an allocation on the calling thread fails.
+// f() (an ffi::Error), or the out-of-memory error if an allocation on the calling thread fails or
+// asks for more than a vector holds (row pointers for an attribute's rows past 2^60).
 template <typename F>
 ffi::Error guarded(const char* target, F f) {
   try {
     return f();
   } catch (const std::bad_alloc&) {
+    return no_memory(target);
+  } catch (const std::length_error&) {
     return no_memory(target);
   }
 }
@@ -440,7 +444,7 @@ struct Runs {
 // or -1 when there are more counts than rows, or none for some rows.
 int64_t rows_per_run(int64_t rows, int64_t runs) {
   if (runs == 0) return rows == 0 ? 1 : -1;
-  return runs > rows ? -1 : (rows + runs - 1) / runs;
+  return runs > rows ? -1 : (rows - 1) / runs + 1;  // ceil without rows + runs (which may overflow)
 }
 
 // The runs' offsets from `runs` entry counts (`count_of(b)` gives run b's) over dims.rows rows, or
@@ -454,11 +458,15 @@ ffi::Error run_offsets(const Dims& dims, int64_t runs, C count_of, Runs& out) {
   out.offset.assign(runs + 1, 0);
   for (int64_t b = 0; b < runs; ++b) {
     const int64_t c = count_of(b);
-    const int64_t n_rows = std::max<int64_t>(0, std::min(dims.rows - b * out.rows_per, out.rows_per));
-    if (c < 0 || c > n_rows * dims.cols)
+    // Run b's rows (none past the last row) and the most entries they hold: products and sums that
+    // pass int64 are refused, not wrapped.
+    int64_t first = 0, most = 0;
+    const int64_t n_rows = __builtin_mul_overflow(b, out.rows_per, &first) || first >= dims.rows
+                               ? 0 : std::min(dims.rows - first, out.rows_per);
+    if (c < 0 || __builtin_mul_overflow(n_rows, dims.cols, &most) || c > most ||
+        __builtin_add_overflow(out.offset[b], c, &out.offset[b + 1]))
       return ffi::Error::InvalidArgument(
           "hlopt_spgemm_fill: an entry count is negative or above cols times its rows");
-    out.offset[b + 1] = out.offset[b] + c;
   }
   return ffi::Error::Success();
 }

@@ -13,7 +13,8 @@ add, as in JAX's BCOO; the kernels check every index, count and size they read.
 The output data is differentiable: its tangent is the sampled product of the tangents at the
 output indices (`sampled`, a primitive that JAX can transpose), so `jax.grad` works through it.
 Layouts and dtypes the kernels do not cover (batch or dense dims, vectors, several contracting
-dims, integer or half-precision data) take the caller's other path (`plan` returns None).
+dims, integer or half-precision data), and every product when the kernels are not built (they are
+optional), take the caller's other path (`plan` returns None).
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ def plan(lhs: shapes.Layout, rhs: shapes.Layout, dimension_numbers: shapes.DotDi
     """How the kernels compute `bcoo_spdot_general` of these layouts and dtypes, or None where
     they do not (batch or dense dims, not two matrices with one contracting dim each, a result
     dtype (lax.dot_general's for float or complex data) other than DTYPES, indices not
-    int32/int64, more than MAX_COLS output columns)."""
+    int32/int64, more than MAX_COLS output columns) or are not built (`kernels.available`)."""
+    if not kernels.available():
+        return None
     (lc, rc), (lb, rb) = dimension_numbers
     dtype = np.dtype(preferred_element_type if preferred_element_type is not None else
                      jax.dtypes.canonicalize_dtype(jnp.promote_types(lhs_dtype, rhs_dtype)))
