@@ -211,7 +211,7 @@ class Lowered(Stage):
     printing, `apply`, a compile that runs the passes), so that a persistent-cache
     hit, keyed on `source_module`, never parses it. `apply` returns a new
     `Lowered`; the IR after each pass of the last
-    `apply(..., print_ir_after_all=True)` is in `ir_after_passes`. `compile`
+    `apply(..., collect_ir=True)` is in `ir_after_passes`. `compile`
     hands itself and a pipeline to `backend` (see `Backend`).
 
     `host_compile(compiler_options)`, for a program with host callbacks or side
@@ -291,20 +291,43 @@ class Lowered(Stage):
                        self.backend, self.host_compile, self.user_located, self.compiler_options)
 
     @api_boundary
-    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
-              progress: Callable[[str, float], None] | None = None, import_partitioners: bool = False) -> "Lowered":
-        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked.
+    def apply(self, pipeline: str, *, collect_ir: bool = False, print_ir_after_all: bool = False,
+              timing: bool = False, progress: Callable[[str, float], None] | None = None,
+              import_partitioners: bool = False) -> "Lowered":
+        """Run `pipeline` on a copy of the module and return the copy as a new `Lowered`.
 
-        `progress(pass, seconds)` is called as each pass finishes. `import_partitioners=True` lets
-        `lower-custom-partitioning` import the `module:qualname` of a key no partitioner of this
-        process is registered under (running that module's code); by default it refuses such a key.
+        Args:
+          pipeline: comma-separated passes and named pipelines, as `hlopt-opt -p` takes them
+            (`"lower-bcoo,canonicalize"`, `"hlopt-default"`).
+          collect_ir: keep the IR after each pass in the result's `ir_after_passes`, a list of
+            `(pass, text)` pairs, without printing it.
+          print_ir_after_all: keep it and also print it to stderr as each pass ends.
+          timing: print MLIR's time report of the passes to stderr.
+          progress: called as `progress(pass, seconds)` as each pass finishes.
+          import_partitioners: let `lower-custom-partitioning` import the `module:qualname` of a
+            key no partitioner of this process is registered under (running that module's code);
+            by default it refuses such a key.
+
+        Returns:
+          A new `Lowered`; this one is unchanged.
+
+        Raises:
+          PipelineError: the pipeline does not parse, or a pass failed.
+
+        Example:
+          >>> import jax.numpy as jnp
+          >>> import hlopt
+          >>> lowered = hlopt.lower(lambda x: jnp.sin(x) + 0.0, jnp.ones(3))
+          >>> after = lowered.apply("canonicalize,cse", collect_ir=True)
+          >>> [name for name, text in after.ir_after_passes]
+          ['canonicalize', 'cse']
         """
         from hlopt.passes.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
 
         new = self.clone()
         with partitioner_imports(import_partitioners):
-            result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing,
-                                  progress=progress)
+            result = run_pipeline(new.module, pipeline, collect_ir=collect_ir, print_ir_after_all=print_ir_after_all,
+                                  timing=timing, progress=progress)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
         return new
