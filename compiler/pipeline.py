@@ -35,6 +35,15 @@ class PipelineError(ValueError):
     """A pipeline could not be parsed or a pass failed; one line, with the location.
 
     `notes` holds the `note:` lines of the call chain behind that location.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> try:
+      ...     hlopt.lower(lambda x: x, jnp.ones(1)).apply("no-such-pass")
+      ... except hlopt.PipelineError as e:
+      ...     print(str(e).split(" (")[0])
+      unknown pass or pipeline 'no-such-pass'
     """
 
     __module__ = "hlopt"  # raised and printed as users import it

@@ -174,7 +174,19 @@ class CompiledStage(Stage):
 
 
 class AnnotationError(PipelineError):
-    """The module still holds an `hlopt.*` annotation when it reaches PJRT."""
+    """The module still holds an `hlopt.*` annotation when it reaches PJRT: run the pass the message names.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> from hlopt import sparse
+      >>> lowered = hlopt.lower(lambda a: a.todense(), sparse.BCOO.fromdense(jnp.eye(2)))
+      >>> try:
+      ...     lowered.compile(pipeline="canonicalize")
+      ... except hlopt.AnnotationError as e:
+      ...     print("lower-bcoo" in str(e))
+      True
+    """
 
     __module__ = "hlopt"  # raised and printed as users import it
 
@@ -204,31 +216,40 @@ def check_no_annotations(module: ir.Module) -> None:
 
 
 class Lowered(Stage):
-    """A function lowered to StableHLO.
+    """A function lowered to StableHLO (what `hlopt.lower` and `JitFunction.lower` return).
 
-    The module may come in another context (JAX's, from `hlopt.lower`): it is
-    moved into hlopt's context when something first needs it there (`module`,
-    printing, `apply`, a compile that runs the passes), so that a persistent-cache
-    hit, keyed on `source_module`, never parses it. `apply` returns a new
-    `Lowered`; the IR after each pass of the last
-    `apply(..., collect_ir=True)` is in `ir_after_passes`. `compile`
-    hands itself and a pipeline to `backend` (see `Backend`).
+    `as_text` prints the module; `apply` runs passes on a copy and returns a new `Lowered`,
+    whose `ir_after_passes` holds the IR after each pass when asked (`collect_ir=True`);
+    `compile` runs a pipeline (`hlopt-default` by default) and compiles with PJRT. It has
+    `jax.stages.Lowered`'s methods (`compiler_ir`, `cost_analysis`, `out_info`).
 
-    `host_compile(compiler_options)`, for a program with host callbacks or side
-    effects, compiles it the way `jax.jit` does (returning jax's compiled program
-    and the module it compiled) (they call back into this process; see
-    `hlopt.runtime.host`); it is None for every other program. `user_located`,
-    if given, lowers the function again with source locations that leave out
-    hlopt's frames, as jax's leave out its own: what `as_text(debug_info=True)`
-    prints before any pass (the module's own locations keep them, so that an
-    error in a pass can show the whole call chain). `compiler_options` are the
-    XLA options of the `hlopt.jit` that lowered it, which `compile`'s own
-    update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`).
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> lowered = hlopt.lower(lambda x: x + 1, jnp.ones(2))
+      >>> lowered
+      <hlopt.Lowered <lambda>(float32[2]) -> (float32[2]) on 1 device(s)>
+      >>> lowered.compile()(jnp.ones(2)).tolist()
+      [2.0, 2.0]
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
                  backend: Backend | None = None, host_compile: HostCompile | None = None,
                  user_located: Callable[[], ir.Module] | None = None, compiler_options: CompilerOptions = ()):
+        """The module may come in another context (JAX's, from `hlopt.lower`): it is moved into hlopt's
+        context when something first needs it there (`module`, printing, `apply`, a compile that runs
+        the passes), so that a persistent-cache hit, keyed on `source_module`, never parses it.
+        `compile` hands itself and a pipeline to `backend` (see `Backend`).
+
+        `host_compile(compiler_options)`, for a program with host callbacks or side effects, compiles
+        it the way `jax.jit` does (returning jax's compiled program and the module it compiled) (they
+        call back into this process; see `hlopt.runtime.host`); it is None for every other program.
+        `user_located`, if given, lowers the function again with source locations that leave out
+        hlopt's frames, as jax's leave out its own: what `as_text(debug_info=True)` prints before any
+        pass (the module's own locations keep them, so that an error in a pass can show the whole call
+        chain). `compiler_options` are the XLA options of the `hlopt.jit` that lowered it, which
+        `compile`'s own update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`).
+        """
         self._module = MovingModule(module)
         self.compiler_options = compiler_options
         self.host_compile = host_compile

@@ -152,3 +152,35 @@ def test_no_words_only_the_authors_understand():
             continue
         found = INSIDER.findall(page.read_text(encoding="utf-8"))
         assert not found, (page, found)
+
+
+def public_names() -> list[tuple[str, object]]:
+    """(qualified name, object) of every name in `hlopt.__all__` and `hlopt.sparse.__all__` but `__version__`."""
+    import hlopt
+    import hlopt.sparse
+
+    return [(f"{module.__name__}.{name}", getattr(module, name))
+            for module in (hlopt, hlopt.sparse) for name in module.__all__ if not name.startswith("__")]
+
+
+def test_api_reference_documents_exactly_the_public_names():
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\.\. (?:auto\w+|py:\w+):: ([\w.]+)", page, re.M))
+    top_level = {name for name in documented
+                 if re.fullmatch(r"hlopt\.\w+", name) or re.fullmatch(r"hlopt\.sparse\.\w+", name)}
+    public = {name for name, _ in public_names()}
+    assert public - top_level == set(), "public names missing from docs/api.md"
+    assert top_level - public == set(), "docs/api.md documents names that are not in __all__"
+
+
+@pytest.mark.parametrize("name,obj", [pytest.param(n, o, id=n) for n, o in public_names()])
+def test_public_docstring_example_runs(name, obj):
+    import doctest
+
+    tests = doctest.DocTestFinder(recurse=False).find(obj, name, globs={})
+    examples = [ex for test in tests for ex in test.examples]
+    assert examples, f"{name}'s docstring has no example (>>> lines)"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0, f"{name}'s docstring example fails (output above)"
