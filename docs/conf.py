@@ -64,14 +64,14 @@ class MlirLexer(RegexLexer):
     }
 
 
-_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)(\w?)")
+_CODE = re.compile(r"(:\w+:`[^`\n]*`)|(?<!`)`([^`\n]+)`(?!`)(\w?)")  # a role (:math:`x`) stays as it is
 
 
 def code_spans_as_literals(app, what, name, obj, options, lines):
     """hlopt's docstrings write code as `name` (Markdown): make each a reST literal,
-    also where a letter follows (`Array`s)."""
+    also where a letter follows (`Array`s); formulas are :math:`...`."""
     for i, line in enumerate(lines):
-        lines[i] = _CODE.sub(lambda m: f"``{m[1]}``" + (f"\\ {m[2]}" if m[2] else ""), line)
+        lines[i] = _CODE.sub(lambda m: m[1] or f"``{m[2]}``" + (f"\\ {m[3]}" if m[3] else ""), line)
 
 
 def setup(app):

@@ -165,15 +165,16 @@ def laplacian(fun: Callable, argnums: int = 0, *, weights: Any = None, num_sampl
     r"""The Laplacian of `fun` in its argument `argnums`, as a function of `fun`'s arguments.
 
     For each output element of `fun`, the sum of its second derivatives in the elements of
-    argument `argnums` (a floating-point array of any shape), $\Delta f = \sum_i \partial^2 f /
-    \partial x_i^2$, from one collapsed Taylor-mode pass of order 2.
+    argument `argnums` (a floating-point array of any shape),
+    :math:`\Delta f = \sum_i \partial^2 f / \partial x_i^2`, from one collapsed Taylor-mode pass
+    of order 2.
 
     Args:
       fun: the function; its outputs are arrays or pytrees of arrays.
       argnums: the argument to differentiate in.
-      weights: a factor $S$ of shape `x.shape + (R,)`: gives $\operatorname{tr}(S S^T H)$, $H$
-        the Hessian, instead.
-      num_samples: R: the randomized estimate, the mean of $v^T H v$ over R directions drawn
+      weights: a factor :math:`S` of shape `x.shape + (R,)`: gives
+        :math:`\operatorname{tr}(S S^T H)`, :math:`H` the Hessian, instead.
+      num_samples: R: the randomized estimate, the mean of :math:`v^T H v` over R directions drawn
         from `distribution`; the returned function then takes `key=` (a `jax.random` key).
       distribution: `"normal"` or `"rademacher"`.
 
@@ -223,7 +224,7 @@ def laplacian_and_gradient(fun: Callable, argnums: int = 0) -> Callable:
 
     The exact Laplacian as `laplacian` gives it, and the gradient from the same collapsed
     Taylor-mode pass, whose first coefficients along the unit vectors are the partial
-    derivatives: a local energy $-\frac12(\Delta \log\psi + |\nabla \log\psi|^2)$ needs both.
+    derivatives: a local energy :math:`-\frac12(\Delta \log\psi + |\nabla \log\psi|^2)` needs both.
 
     Args:
       fun: the function; its outputs are arrays or pytrees of arrays.
@@ -256,13 +257,14 @@ def _exact_bilaplacian(f: Callable, x: jax.Array, key: Any) -> Any:
 
 def bilaplacian(fun: Callable, argnums: int = 0, *, num_samples: int | None = None,
                 distribution: str = "normal") -> Callable:
-    r"""The bi-Laplacian $\Delta^2 f = \sum_{i,j} \partial^4 f / \partial x_i^2 \partial x_j^2$ of `fun`
-    in its argument `argnums`, as a function of `fun`'s arguments.
+    r"""The bi-Laplacian of `fun` in its argument `argnums`, as a function of `fun`'s arguments.
+
+    :math:`\Delta^2 f = \sum_{i,j} \partial^4 f / \partial x_i^2 \partial x_j^2` for each output element.
 
     Exact: the Laplacian of the Laplacian, nested collapsed Taylor-mode passes of order 2.
     With `num_samples=R`: the unbiased randomized estimate from collapsed passes of order 4
-    (`"normal"`: $8\,\mathrm{mean}_r\, c_4(v_r)$; `"rademacher"`: that plus
-    $16 \sum_i c_4(e_i)$).
+    (`"normal"`: :math:`8\,\mathrm{mean}_r\, c_4(v_r)`; `"rademacher"`: that plus
+    :math:`16 \sum_i c_4(e_i)`).
 
     Args:
       fun: the function; its outputs are arrays or pytrees of arrays.
