@@ -8,7 +8,8 @@ Block kinds (the info string of a fenced block):
   console       commands shown, not run (installs and whole test runs): each line is `$ ` and
                 one of CONSOLE_COMMANDS
   text          output, listings and diagrams: not run
-MyST directives (`{literalinclude}`, `{toctree}`, `{eval-rst}`) are checked by the docs build.
+MyST directives (`{literalinclude}`, `{toctree}`, `{eval-rst}`) are checked by the docs build, which also
+runs the tutorials' `{code-cell}`s (docs/tutorials/, MyST-NB notebooks) and fails on any error.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.S | re.M)
 RUN_KINDS = {"python", "sh", "mlir"}
 CONSOLE_COMMANDS = ("python3 -m pip install -e ", "hlopt demo", "bash test/run_all.sh", "python3 -m sphinx ",
@@ -70,7 +71,7 @@ def test_every_block_has_a_known_kind():
     kinds = {kind for _, _, kind, _ in blocks()}
     directives = {k for k in kinds if k.startswith("{")}
     assert kinds - directives <= RUN_KINDS | {"console", "text"}, kinds
-    assert directives <= {"{literalinclude}", "{toctree}", "{eval-rst}"}, directives
+    assert directives <= {"{literalinclude}", "{toctree}", "{eval-rst}", "{code-cell}"}, directives
 
 
 @pytest.mark.parametrize("code", of_kind("python"))
@@ -184,3 +185,15 @@ def test_public_docstring_example_runs(name, obj):
     for test in tests:
         runner.run(test)
     assert runner.summarize(verbose=False).failed == 0, f"{name}'s docstring example fails (output above)"
+
+
+def test_tutorials_are_notebooks_the_docs_build_runs():
+    conf = _module(ROOT / "docs" / "conf.py")
+    assert conf.nb_execution_mode == "force" and conf.nb_execution_raise_on_error
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    tutorials = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
+    assert tutorials
+    for page in tutorials:
+        text = page.read_text(encoding="utf-8")
+        assert text.startswith("---\nfile_format: mystnb\n") and "{code-cell}" in text, page
+        assert f"tutorials/{page.stem}" in index, f"{page.name} is not in the index's table of contents"

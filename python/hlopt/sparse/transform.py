@@ -164,25 +164,15 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, **kwargs: Any) -> Callable:
-    """`jax.jacrev` where the Jacobian with respect to a BCOO is a BCOO with its indices and the
-    output dims as leading batch dims (dense outputs only, as JAX). `jacobian` is this function.
-
-    Args:
-      fun: the function to differentiate.
-      argnums: the argument(s) to differentiate in.
-      has_aux: as in `jax.jacrev`.
-      **kwargs: passed to `jax.jacrev`.
-
-    Returns:
-      A function returning the Jacobian.
+    """`jacfwd` by reverse mode (`jax.jacrev`), with the same arguments; `jacobian` is this function.
 
     Example:
       >>> import jax.numpy as jnp
       >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
-      >>> j = sparse.jacobian(lambda a: a @ jnp.array([3.0, 4.0]))(a)
-      >>> j.shape, j.todense()[0].tolist()
-      ((2, 2, 2), [[3.0, 0.0], [0.0, 0.0]])
+      >>> rows = sparse.jacobian(lambda a: sparse.todense(a).sum(1))(a)    # row sums
+      >>> rows.todense()[1].tolist()
+      [[0.0, 0.0], [0.0, 1.0]]
     """
     return _sparse_aware(jax.jacrev, fun, argnums, has_aux, kwargs)
 
