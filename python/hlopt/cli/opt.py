@@ -67,7 +67,7 @@ def list_passes() -> str:
             lines += [f"    {option:{width - 2}s}  (default {default})" for option, default in options[name]]
     lines.append("Pipelines:")
     for name, text in sorted(PIPELINES.items()):
-        lines.append(fill.fill(f"  {name:{width}s}  {text.replace(',', ', ')}").replace(", ", ","))
+        lines.append(f"  {name:{width}s}  {text}")  # one line, to copy
     return "\n".join(lines)
 
 
