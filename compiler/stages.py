@@ -356,11 +356,29 @@ class Lowered(Stage):
     @api_boundary
     def compile(self, pipeline: str = "hlopt-default", *, compiler_options: Mapping[str, Any] | None = None,
                 import_partitioners: bool = False) -> Any:
-        """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
-        `hlopt.lower`'s: a cache hit skips the passes too). `compiler_options` are XLA's options, as
-        `jax.stages.Lowered.compile` takes them (`{"xla_cpu_enable_fast_math": True}`; XLA refuses an
-        unknown name when it compiles). A malformed `pipeline` is refused first; `import_partitioners`
-        as for `apply`."""
+        """Apply `pipeline`, then compile the result with PJRT (and the persistent cache, for
+        `hlopt.lower`'s: a cache hit skips the passes too).
+
+        Args:
+          pipeline: the passes to run first (`hlopt-default` makes any annotated module compilable).
+          compiler_options: XLA's options, as `jax.stages.Lowered.compile` takes them
+            (`{"xla_cpu_enable_fast_math": True}`; XLA refuses an unknown name when it compiles).
+          import_partitioners: as for `apply`.
+
+        Returns:
+          The `Compiled` program.
+
+        Raises:
+          PipelineError: `pipeline` does not parse (checked first), or a pass failed.
+          AnnotationError: an `hlopt.*` annotation is left that `pipeline` does not lower.
+
+        Example:
+          >>> import jax.numpy as jnp
+          >>> import hlopt
+          >>> compiled = hlopt.lower(lambda x: jnp.cos(x), jnp.zeros(2)).compile()
+          >>> compiled(jnp.zeros(2)).tolist()
+          [1.0, 1.0]
+        """
         from hlopt.passes.lower_custom_partitioning import partitioner_imports
 
         if isinstance(pipeline, Mapping):
