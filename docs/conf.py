@@ -22,7 +22,7 @@ author = "the hlopt authors"
 copyright = f"2026, {author}"
 release = version = hlopt.__version__
 extensions = ["myst_nb", "sphinx_design", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
-exclude_patterns = ["_build", "jupyter_execute"]
+exclude_patterns = ["_build"]
 myst_heading_anchors = 3
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 autodoc_member_order = "bysource"

@@ -276,14 +276,18 @@ def set_cache_dir(path: str | os.PathLike | None, *, max_bytes: int | None = Non
       max_bytes: the folder's size cap (default `HLOPT_CACHE_MAX_BYTES` or 2 GiB); least
         recently used entries are evicted first.
 
+    Raises:
+      ValueError: `max_bytes` is not positive.
+
     Example:
       >>> import tempfile
       >>> import hlopt
+      >>> previous = hlopt.cache_info().directory
       >>> folder = tempfile.mkdtemp()
       >>> hlopt.set_cache_dir(folder, max_bytes=2**26)
       >>> hlopt.cache_info().directory == folder
       True
-      >>> hlopt.set_cache_dir(None)
+      >>> hlopt.set_cache_dir(previous)            # back to the cache in use before
     """
     if max_bytes is not None and max_bytes <= 0:
         raise ValueError(f"cache size limit must be positive, got {max_bytes}")
@@ -326,12 +330,13 @@ def cache_info() -> CacheInfo:
       >>> import tempfile
       >>> import jax.numpy as jnp
       >>> import hlopt
+      >>> previous = hlopt.cache_info().directory
       >>> hlopt.set_cache_dir(tempfile.mkdtemp())
       >>> _ = hlopt.jit(lambda x: x - 1)(jnp.ones(2))
       >>> info = hlopt.cache_info()
       >>> info.entries, info.misses >= 1
       (1, True)
-      >>> hlopt.set_cache_dir(None)
+      >>> hlopt.set_cache_dir(previous)            # back to the cache in use before
     """
     cache = active_cache()
     if cache is None:
