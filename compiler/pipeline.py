@@ -37,6 +37,15 @@ class PipelineError(ValueError):
     """A pipeline could not be parsed or a pass failed; one line, with the location.
 
     `notes` holds the `note:` lines of the call chain behind that location.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> try:
+      ...     hlopt.lower(lambda x: x, jnp.ones(1)).apply("no-such-pass")
+      ... except hlopt.PipelineError as e:
+      ...     print(str(e).split(" (")[0])
+      unknown pass or pipeline 'no-such-pass'
     """
 
     __module__ = "hlopt"  # raised and printed as users import it
@@ -293,10 +302,11 @@ def _python_pass_runner(p: Pass, errors: list[BaseException]) -> Callable:
     return run
 
 
-def _recorder(name: str, result: PipelineResult) -> Callable:
+def _recorder(name: str, result: PipelineResult, echo: bool) -> Callable:
     def record(op, pass_):
         result.ir_after.append((name, str(op)))
-        sys.stderr.write(result.dump(-1))  # as it runs, as mlir-opt does: a later failure keeps it
+        if echo:
+            sys.stderr.write(result.dump(-1))  # as it runs, as mlir-opt does: a later failure keeps it
 
     return record
 
@@ -310,21 +320,54 @@ def _clock(name: str, progress: Callable[[str, float], None], last: list[float])
     return tick
 
 
+# hlopt's own bookkeeping passes, run between the pipeline's elements: the time report leaves them out
+RECORD_IR = "hlopt-record-ir"
+PROGRESS = "hlopt-progress"
+_TIMING_ROW = re.compile(r"^(\s*)((?:\d+\.\d+ \(\s*\d+\.\d+%\)\s+)+)(\S.*)$")  # columns, then the name
+_TIMING_CELL = re.compile(r"(\d+\.\d+) \(\s*\d+\.\d+%\)(\s+)")
+
+
+def without_bookkeeping(report: str) -> str:
+    """MLIR's time `report` with the rows of RECORD_IR and PROGRESS counted in its `Rest` row (the time
+    outside the pipeline's passes) rather than listed."""
+    rows = [(line, _TIMING_ROW.match(line.rstrip("\n"))) for line in report.splitlines(keepends=True)]
+
+    def seconds(row: re.Match) -> list[float]:
+        return [float(cell[1]) for cell in _TIMING_CELL.finditer(row[2])]
+
+    hidden = [seconds(row) for _, row in rows if row and row[3] in (RECORD_IR, PROGRESS)]
+    totals = next((seconds(row) for _, row in rows if row and row[3] == "Total"), None)
+    out = []
+    for line, row in rows:
+        if row and row[3] in (RECORD_IR, PROGRESS):
+            continue
+        if row and row[3] == "Rest" and totals:
+            rest = [sum(column) for column in zip(seconds(row), *hidden)]
+            gaps = [cell[2] for cell in _TIMING_CELL.finditer(row[2])]
+            cells = "".join(f"{t:.4f} ({100 * t / total if total else 0:5.1f}%){gap}"
+                            for t, total, gap in zip(rest, totals, gaps))
+            line = f"{row[1]}{cells}Rest\n"
+        out.append(line)
+    return "".join(out)
+
+
 def run_pipeline(
     module: ir.Module,
     pipeline: str,
     *,
+    collect_ir: bool = False,
     print_ir_after_all: bool = False,
     timing: bool = False,
     verify: bool = True,
     progress: Callable[[str, float], None] | None = None,
 ) -> PipelineResult:
-    """Run `pipeline` on `module` in place and return the IR after each element; refuse a module
-    whose calls no pass could expand (`check_calls`) first.
+    """Run `pipeline` on `module` in place; the result holds the IR after each element if asked.
+    A module whose calls no pass could expand (`check_calls`) is refused first.
 
-    With `print_ir_after_all`, the IR after each element is also written to
-    stderr as soon as the element has run (mlir-opt's `--mlir-print-ir-after-all`).
-    `progress(element, seconds)` is called as each element finishes.
+    `collect_ir` keeps the IR after each element in the result; `print_ir_after_all`
+    keeps it and also writes it to stderr as soon as the element has run (mlir-opt's
+    `--mlir-print-ir-after-all`). `timing` writes MLIR's time report of the passes to
+    stderr. `progress(element, seconds)` is called as each element finishes.
     """
     last = [0.0]
     elements = parse_pipeline(pipeline)
@@ -343,16 +386,21 @@ def run_pipeline(
                 pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
             else:
                 pm.add(el.text)
-            if print_ir_after_all:
-                pm.add(_recorder(el.text, result), "hlopt-record-ir")
+            if collect_ir or print_ir_after_all:
+                pm.add(_recorder(el.text, result, echo=print_ir_after_all), RECORD_IR)
             if progress is not None:
-                pm.add(_clock(el.text, progress, last), "hlopt-progress")
+                pm.add(_clock(el.text, progress, last), PROGRESS)
         failure = None
         last[0] = time.perf_counter()
         try:
             pm.run(module.operation)
         except ir.MLIRError as e:
             failure = e
+        finally:
+            if timing:
+                with native_stderr() as printed:  # MLIR prints the time report as the pass manager goes
+                    del pm
+                sys.stderr.write(without_bookkeeping(printed[0]))
         if errors:  # raised outside the handler, so that the context _as_pipeline_error sets stays
             raise _as_pipeline_error(errors[0]) from None
         if failure is not None:

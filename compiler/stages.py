@@ -174,7 +174,19 @@ class CompiledStage(Stage):
 
 
 class AnnotationError(PipelineError):
-    """The module still holds an `hlopt.*` annotation when it reaches PJRT."""
+    """The module still holds an `hlopt.*` annotation when it reaches PJRT: run the pass the message names.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> from hlopt import sparse
+      >>> lowered = hlopt.lower(lambda a: a.todense(), sparse.BCOO.fromdense(jnp.eye(2)))
+      >>> try:
+      ...     lowered.compile(pipeline="canonicalize")
+      ... except hlopt.AnnotationError as e:
+      ...     print("lower-bcoo" in str(e))
+      True
+    """
 
     __module__ = "hlopt"  # raised and printed as users import it
 
@@ -204,31 +216,40 @@ def check_no_annotations(module: ir.Module) -> None:
 
 
 class Lowered(Stage):
-    """A function lowered to StableHLO.
+    """A function lowered to StableHLO (what `hlopt.lower` and `JitFunction.lower` return).
 
-    The module may come in another context (JAX's, from `hlopt.lower`): it is
-    moved into hlopt's context when something first needs it there (`module`,
-    printing, `apply`, a compile that runs the passes), so that a persistent-cache
-    hit, keyed on `source_module`, never parses it. `apply` returns a new
-    `Lowered`; the IR after each pass of the last
-    `apply(..., print_ir_after_all=True)` is in `ir_after_passes`. `compile`
-    hands itself and a pipeline to `backend` (see `Backend`).
+    `as_text` prints the module; `apply` runs passes on a copy and returns a new `Lowered`,
+    whose `ir_after_passes` holds the IR after each pass when asked (`collect_ir=True`);
+    `compile` runs a pipeline (`hlopt-default` by default) and compiles with PJRT. It has
+    `jax.stages.Lowered`'s methods (`compiler_ir`, `cost_analysis`, `out_info`).
 
-    `host_compile(compiler_options)`, for a program with host callbacks or side
-    effects, compiles it the way `jax.jit` does (returning jax's compiled program
-    and the module it compiled) (they call back into this process; see
-    `hlopt.runtime.host`); it is None for every other program. `user_located`,
-    if given, lowers the function again with source locations that leave out
-    hlopt's frames, as jax's leave out its own: what `as_text(debug_info=True)`
-    prints before any pass (the module's own locations keep them, so that an
-    error in a pass can show the whole call chain). `compiler_options` are the
-    XLA options of the `hlopt.jit` that lowered it, which `compile`'s own
-    update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`).
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> lowered = hlopt.lower(lambda x: x + 1, jnp.ones(2))
+      >>> lowered
+      <hlopt.Lowered <lambda>(float32[2]) -> (float32[2]) on 1 device(s)>
+      >>> lowered.compile()(jnp.ones(2)).tolist()
+      [2.0, 2.0]
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
                  backend: Backend | None = None, host_compile: HostCompile | None = None,
                  user_located: Callable[[], ir.Module] | None = None, compiler_options: CompilerOptions = ()):
+        """The module may come in another context (JAX's, from `hlopt.lower`): it is moved into hlopt's
+        context when something first needs it there (`module`, printing, `apply`, a compile that runs
+        the passes), so that a persistent-cache hit, keyed on `source_module`, never parses it.
+        `compile` hands itself and a pipeline to `backend` (see `Backend`).
+
+        `host_compile(compiler_options)`, for a program with host callbacks or side effects, compiles
+        it the way `jax.jit` does (returning jax's compiled program and the module it compiled) (they
+        call back into this process; see `hlopt.runtime.host`); it is None for every other program.
+        `user_located`, if given, lowers the function again with source locations that leave out
+        hlopt's frames, as jax's leave out its own: what `as_text(debug_info=True)` prints before any
+        pass (the module's own locations keep them, so that an error in a pass can show the whole call
+        chain). `compiler_options` are the XLA options of the `hlopt.jit` that lowered it, which
+        `compile`'s own update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`).
+        """
         self._module = MovingModule(module)
         self.compiler_options = compiler_options
         self.host_compile = host_compile
@@ -291,20 +312,43 @@ class Lowered(Stage):
                        self.backend, self.host_compile, self.user_located, self.compiler_options)
 
     @api_boundary
-    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
-              progress: Callable[[str, float], None] | None = None, import_partitioners: bool = False) -> "Lowered":
-        """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked.
+    def apply(self, pipeline: str, *, collect_ir: bool = False, print_ir_after_all: bool = False,
+              timing: bool = False, progress: Callable[[str, float], None] | None = None,
+              import_partitioners: bool = False) -> "Lowered":
+        """Run `pipeline` on a copy of the module and return the copy as a new `Lowered`.
 
-        `progress(pass, seconds)` is called as each pass finishes. `import_partitioners=True` lets
-        `lower-custom-partitioning` import the `module:qualname` of a key no partitioner of this
-        process is registered under (running that module's code); by default it refuses such a key.
+        Args:
+          pipeline: comma-separated passes and named pipelines, as `hlopt-opt -p` takes them
+            (`"lower-bcoo,canonicalize"`, `"hlopt-default"`).
+          collect_ir: keep the IR after each pass in the result's `ir_after_passes`, a list of
+            `(pass, text)` pairs, without printing it.
+          print_ir_after_all: keep it and also print it to stderr as each pass ends.
+          timing: print MLIR's time report of the passes to stderr.
+          progress: called as `progress(pass, seconds)` as each pass finishes.
+          import_partitioners: let `lower-custom-partitioning` import the `module:qualname` of a
+            key no partitioner of this process is registered under (running that module's code);
+            by default it refuses such a key.
+
+        Returns:
+          A new `Lowered`; this one is unchanged.
+
+        Raises:
+          PipelineError: the pipeline does not parse, or a pass failed.
+
+        Example:
+          >>> import jax.numpy as jnp
+          >>> import hlopt
+          >>> lowered = hlopt.lower(lambda x: jnp.sin(x) + 0.0, jnp.ones(3))
+          >>> after = lowered.apply("canonicalize,cse", collect_ir=True)
+          >>> [name for name, text in after.ir_after_passes]
+          ['canonicalize', 'cse']
         """
         from hlopt.passes.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
 
         new = self.clone()
         with partitioner_imports(import_partitioners):
-            result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing,
-                                  progress=progress)
+            result = run_pipeline(new.module, pipeline, collect_ir=collect_ir, print_ir_after_all=print_ir_after_all,
+                                  timing=timing, progress=progress)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)
         new.ir_after_passes = result.ir_after
         return new
@@ -312,11 +356,29 @@ class Lowered(Stage):
     @api_boundary
     def compile(self, pipeline: str = "hlopt-default", *, compiler_options: Mapping[str, Any] | None = None,
                 import_partitioners: bool = False) -> Any:
-        """Apply `pipeline`, then compile the result with the backend (PJRT and its persistent cache, for
-        `hlopt.lower`'s: a cache hit skips the passes too). `compiler_options` are XLA's options, as
-        `jax.stages.Lowered.compile` takes them (`{"xla_cpu_enable_fast_math": True}`; XLA refuses an
-        unknown name when it compiles). A malformed `pipeline` is refused first; `import_partitioners`
-        as for `apply`."""
+        """Apply `pipeline`, then compile the result with PJRT (and the persistent cache, for
+        `hlopt.lower`'s: a cache hit skips the passes too).
+
+        Args:
+          pipeline: the passes to run first (`hlopt-default` makes any annotated module compilable).
+          compiler_options: XLA's options, as `jax.stages.Lowered.compile` takes them
+            (`{"xla_cpu_enable_fast_math": True}`; XLA refuses an unknown name when it compiles).
+          import_partitioners: as for `apply`.
+
+        Returns:
+          The `Compiled` program.
+
+        Raises:
+          PipelineError: `pipeline` does not parse (checked first), or a pass failed.
+          AnnotationError: an `hlopt.*` annotation is left that `pipeline` does not lower.
+
+        Example:
+          >>> import jax.numpy as jnp
+          >>> import hlopt
+          >>> compiled = hlopt.lower(lambda x: jnp.cos(x), jnp.zeros(2)).compile()
+          >>> compiled(jnp.zeros(2)).tolist()
+          [1.0, 1.0]
+        """
         from hlopt.passes.lower_custom_partitioning import partitioner_imports
 
         if isinstance(pipeline, Mapping):

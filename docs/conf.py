@@ -1,6 +1,8 @@
-"""Sphinx configuration of hlopt's documentation (Sphinx + MyST, as JAX and flax build theirs).
+"""Sphinx configuration of hlopt's documentation (Sphinx + MyST-NB, as JAX and flax build theirs).
 
-Build: `python -m sphinx -W --keep-going -b html docs docs/_build/html` (warnings are errors).
+Build: `python -m sphinx -W --keep-going -b html docs docs/_build/html` (warnings are errors). The
+tutorials under `tutorials/` are MyST notebooks: the build runs each in a fresh kernel and renders its
+output, and a cell that raises fails the build.
 """
 
 import os
@@ -16,13 +18,24 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import hlopt  # noqa: E402
 
 project = "hlopt"
+author = "the hlopt authors"
+copyright = f"2026, {author}"
 release = version = hlopt.__version__
-extensions = ["myst_parser", "sphinx.ext.autodoc"]
-source_suffix = {".md": "markdown"}
+extensions = ["myst_nb", "sphinx_design", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 exclude_patterns = ["_build"]
 myst_heading_anchors = 3
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
+autodoc_class_signature = "separated"  # a class's constructor is shown only where users call it
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+nb_execution_mode = "force"  # every build runs the tutorials; nothing is cached in the tree
+nb_execution_timeout = 120
+nb_execution_raise_on_error = True
+nb_execution_in_temp = True  # files a tutorial writes land in a temporary folder
+nb_execution_show_tb = True
 html_theme = "furo"
 html_title = f"hlopt {release}"
 templates_path: list[str] = []
@@ -51,14 +64,14 @@ class MlirLexer(RegexLexer):
     }
 
 
-_CODE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)(\w?)")
+_CODE = re.compile(r"(:\w+:`[^`\n]*`)|(?<!`)`([^`\n]+)`(?!`)(\w?)")  # a role (:math:`x`) stays as it is
 
 
 def code_spans_as_literals(app, what, name, obj, options, lines):
     """hlopt's docstrings write code as `name` (Markdown): make each a reST literal,
-    also where a letter follows (`Array`s)."""
+    also where a letter follows (`Array`s); formulas are :math:`...`."""
     for i, line in enumerate(lines):
-        lines[i] = _CODE.sub(lambda m: f"``{m[1]}``" + (f"\\ {m[2]}" if m[2] else ""), line)
+        lines[i] = _CODE.sub(lambda m: m[1] or f"``{m[2]}``" + (f"\\ {m[3]}" if m[3] else ""), line)
 
 
 def setup(app):

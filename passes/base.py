@@ -26,6 +26,8 @@ __all__ = ["Pass", "PassError", "PassOptionError", "format_location", "option", 
 
 # The values of an option naming a function: an MLIR bare identifier.
 SYMBOL_NAME = r"[A-Za-z_][A-Za-z0-9_$.]*"
+# where a docstring's first sentence ends: a full stop before a capital letter or code
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`])")
 
 
 def option(default: Any, *, low: int | None = None, high: int | None = None, pattern: str | None = None,
@@ -73,9 +75,10 @@ class Pass:
 
     @classmethod
     def summary(cls) -> str:
-        """The docstring's first paragraph, on one line."""
+        """The docstring's first sentence, on one line."""
         doc = (cls.__doc__ or "").strip()
-        return " ".join(doc.split("\n\n", 1)[0].split())
+        paragraph = " ".join(doc.split("\n\n", 1)[0].split())
+        return _SENTENCE_END.split(paragraph, maxsplit=1)[0]
 
     @classmethod
     def from_options(cls, options: str) -> "Pass":

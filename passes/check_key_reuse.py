@@ -87,7 +87,19 @@ class KeyReuse:
 
 
 class KeyReuseError(PassError):
-    """A PRNG key is consumed more than once; `reports` lists every reuse."""
+    """A PRNG key is consumed more than once; `reports` lists every reuse.
+
+    Example:
+      >>> import jax
+      >>> import hlopt
+      >>> def f(key):
+      ...     return jax.random.normal(key) + jax.random.uniform(key)
+      >>> try:
+      ...     hlopt.lower(f, jax.random.key(0), check_key_reuse=True)
+      ... except hlopt.KeyReuseError as e:
+      ...     print(len(e.reports), "reuse")
+      1 reuse
+    """
 
     __module__ = "hlopt"  # raised and printed as users import it
 

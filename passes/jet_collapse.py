@@ -140,7 +140,9 @@ def collapse(op: ir.Operation) -> bool:
 
 
 class JetCollapse(Pass):
-    """Turn directions-batched jets whose K-th coefficients are only summed over the
+    """Collapse direction-batched jets summed over their directions.
+
+    Turn directions-batched jets whose K-th coefficients are only summed over the
     directions into collapsed jets (see the module docstring); runs before `jet-expand`."""
 
     name: ClassVar[str] = "jet-collapse"

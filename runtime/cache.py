@@ -80,7 +80,22 @@ MISS_EVENT = "/hlopt/compilation_cache/cache_misses"
 
 @dataclasses.dataclass(frozen=True)
 class CacheInfo:
-    """What `hlopt.cache_info()` reports; counts are for this process."""
+    """What `hlopt.cache_info()` reports; counts are for this process.
+
+    Attributes:
+      directory: the cache folder, or None when caching is off.
+      hits: compiles this process took from the cache.
+      misses: compiles this process stored in the cache.
+      entries: the entries in the folder.
+      size_bytes: the folder's size.
+      max_bytes: the size above which least recently used entries are evicted.
+
+    Example:
+      >>> import hlopt
+      >>> info = hlopt.cache_info()
+      >>> info.hits >= 0 and info.misses >= 0
+      True
+    """
 
     directory: str | None
     hits: int
@@ -253,10 +268,26 @@ def max_bytes_from_env() -> int:
 def set_cache_dir(path: str | os.PathLike | None, *, max_bytes: int | None = None) -> None:
     """Use `path` as the persistent compilation cache (None turns caching off).
 
-    `max_bytes` caps the folder's size (default `HLOPT_CACHE_MAX_BYTES` or
-    2 GiB); least recently used entries are evicted first. A folder that
-    cannot be created, or that others could write into, is refused with a
-    warning, and compiling goes on without a cache.
+    A folder that cannot be created, or that others could write into, is refused with a
+    warning, and compiling goes on without a cache. `HLOPT_CACHE_DIR` sets the folder too.
+
+    Args:
+      path: the cache folder (created if missing), or None.
+      max_bytes: the folder's size cap (default `HLOPT_CACHE_MAX_BYTES` or 2 GiB); least
+        recently used entries are evicted first.
+
+    Raises:
+      ValueError: `max_bytes` is not positive.
+
+    Example:
+      >>> import tempfile
+      >>> import hlopt
+      >>> previous = hlopt.cache_info().directory
+      >>> folder = tempfile.mkdtemp()
+      >>> hlopt.set_cache_dir(folder, max_bytes=2**26)
+      >>> hlopt.cache_info().directory == folder
+      True
+      >>> hlopt.set_cache_dir(previous)            # back to the cache in use before
     """
     if max_bytes is not None and max_bytes <= 0:
         raise ValueError(f"cache size limit must be positive, got {max_bytes}")
@@ -290,7 +321,23 @@ def active_cache() -> CompilationCache | None:
 
 
 def cache_info() -> CacheInfo:
-    """Hits and misses of this process, and the entries and size of the cache folder."""
+    """Hits and misses of this process, and the entries and size of the cache folder.
+
+    Returns:
+      A `CacheInfo`.
+
+    Example:
+      >>> import tempfile
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> previous = hlopt.cache_info().directory
+      >>> hlopt.set_cache_dir(tempfile.mkdtemp())
+      >>> _ = hlopt.jit(lambda x: x - 1)(jnp.ones(2))
+      >>> info = hlopt.cache_info()
+      >>> info.entries, info.misses >= 1
+      (1, True)
+      >>> hlopt.set_cache_dir(previous)            # back to the cache in use before
+    """
     cache = active_cache()
     if cache is None:
         return CacheInfo(None, 0, 0, 0, 0, 0)

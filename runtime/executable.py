@@ -19,13 +19,22 @@ from hlopt.runtime.dispatch import cpp_function
 
 
 class Compiled(CompiledStage):
-    """A compiled hlopt program.
+    """A compiled hlopt program (what `Lowered.compile`, `hlopt.load` and `hlopt.deserialize` return).
 
-    Call it with the function's positional and keyword arguments (static
-    positional arguments may be given, and must then equal the ones it was
-    lowered with); it returns the function's output pytree of `jax.Array`s,
-    sharded as the program says. It has `jax.stages.Compiled`'s attributes
-    (`args_info`, `in_tree`, `out_info`, `input_shardings`, `cost_analysis()`...).
+    Call it with the function's positional and keyword arguments (static positional arguments
+    may be given, and must then equal the ones it was lowered with); it returns the function's
+    output pytree of `jax.Array`s, sharded as the program says. `save` and `serialize` ship it as
+    an executable file. It has `jax.stages.Compiled`'s attributes (`args_info`, `in_tree`,
+    `out_info`, `input_shardings`, `cost_analysis()`...).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> compiled = hlopt.jit(lambda x: x * x).lower(jnp.ones(2)).compile()
+      >>> compiled(jnp.array([2.0, 3.0])).tolist()
+      [4.0, 9.0]
+      >>> hlopt.deserialize(compiled.serialize())(jnp.array([4.0, 5.0])).tolist()
+      [16.0, 25.0]
     """
 
     def __init__(self, executable: Any, signature: Signature, module: ir.Module | Callable[[], ir.Module],

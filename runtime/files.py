@@ -54,7 +54,14 @@ MAGICS = {"module": b"ML\xefR"}  # MLIR bytecode
 
 
 class RecompileWarning(UserWarning):
-    """A file was compiled from its portable artifact: another jaxlib or platform, or not authenticated."""
+    """A file was compiled from its portable artifact: another jaxlib or platform, or not authenticated.
+
+    Example:
+      >>> import warnings
+      >>> import hlopt
+      >>> issubclass(hlopt.RecompileWarning, UserWarning)
+      True
+    """
 
     __module__ = "hlopt"  # raised and printed as users import it
 
@@ -171,18 +178,54 @@ def read_file(path: str | os.PathLike, *, sections: tuple[str, ...] = ()) -> tup
 
 @api_boundary
 def deserialize(data: bytes, source: str = "<bytes>", *, trust: str = "signed") -> Compiled:
-    """The `Compiled` held by an executable file's bytes; raises ExecutableFileError if refused."""
+    """The `Compiled` held by an executable file's bytes (what `Compiled.serialize` returns).
+
+    Args:
+      data: the bytes.
+      source: a name for the bytes in error messages.
+      trust: as for `hlopt.load`.
+
+    Returns:
+      The `Compiled` program.
+
+    Raises:
+      ExecutableFileError: the bytes are damaged, forged, foreign or not signed under your key.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> data = hlopt.jit(lambda x: -x).lower(jnp.ones(2)).compile().serialize()
+      >>> hlopt.deserialize(data)(jnp.ones(2)).tolist()
+      [-1.0, -1.0]
+    """
     wanted = _sections_for(trust, source)
     return _compiled(container.read_bytes(data, source, FORMAT, SECTIONS, _key(), wanted, MAGICS), source)
 
 
 @api_boundary
 def load(path: str | os.PathLike, *, trust: str = "signed") -> Compiled:
-    """The `Compiled` in the executable file at `path`; raises ExecutableFileError if refused.
+    """The `Compiled` program in the executable file at `path` (written by `Compiled.save`).
 
-    `trust="signed"` (the default) loads only a file whose MAC verifies under
-    this user's key; `trust="portable"` compiles any other file from its
-    StableHLO portable artifact, never running its native code.
+    Args:
+      path: the file.
+      trust: `"signed"` (the default) loads only a file whose MAC verifies under this user's
+        key and runs its native code; `"portable"` compiles any other file from its StableHLO
+        portable artifact, never running its native code (with a `RecompileWarning`).
+
+    Returns:
+      The `Compiled` program.
+
+    Raises:
+      ExecutableFileError: the file is damaged, forged, foreign or not signed under your key.
+
+    Example:
+      >>> import os, tempfile
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> path = os.path.join(tempfile.mkdtemp(), "double.hlx")
+      >>> hlopt.jit(lambda x: 2 * x).lower(jnp.ones(2)).compile().save(path)
+      >>> hlopt.load(path)(jnp.ones(2)).tolist()
+      [2.0, 2.0]
     """
     wanted = _sections_for(trust, str(path))
     return _compiled(container.read_path(path, str(path), FORMAT, SECTIONS, _key(), wanted, MAGICS), str(path))

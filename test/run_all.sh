@@ -10,6 +10,6 @@ python3 -m pip install --quiet -e '.[test,docs]'
 export XLA_FLAGS="${XLA_FLAGS:-} --xla_force_host_platform_device_count=8"
 python3 -c "import lit.main; lit.main.main()" -sv test/lit
 docs_out="$(mktemp -d)"
-python3 -m sphinx -W --keep-going -q -b html docs "$docs_out"
+python3 -m sphinx -W --keep-going -q -b html docs "$docs_out/html"  # the tutorials run into $docs_out/jupyter_execute
 rm -rf "$docs_out"
 python3 -m pytest -n logical --dist loadfile test/python

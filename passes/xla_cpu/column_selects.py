@@ -134,7 +134,9 @@ def _gather_rows(flags: Value, on_true: Value, on_false: Value) -> Value:
 
 
 class ColumnSelects(OpRewrite):
-    """Row-mask selects over index columns split per column (or, for `any(flags != 0)`, a gather),
+    """Split row-mask selects over index columns per column.
+
+    Row-mask selects over index columns split per column (or, for `any(flags != 0)`, a gather),
     then small and/or reduces over the columns unrolled.
 
         %m = stablehlo.broadcast_in_dim %ok, dims = [0] : (tensor<5xi1>) -> tensor<5x2xi32>

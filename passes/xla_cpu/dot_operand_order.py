@@ -33,7 +33,9 @@ def _free(rank: int, batch: list[int], contract: list[int]) -> int:
 
 
 class DotOperandOrder(OpRewrite):
-    """A transpose of a dot_general's result that swaps the lhs and rhs free dimensions
+    """Swap dot_general operands instead of transposing the result.
+
+    A transpose of a dot_general's result that swaps the lhs and rhs free dimensions
     becomes the dot_general of the operands swapped, without a transpose.
 
         %d = stablehlo.dot_general %ct, %y, contracting_dims = [0] x [0]

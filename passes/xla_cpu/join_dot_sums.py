@@ -56,7 +56,9 @@ def _lifted(op: ir.Operation, like: ir.Operation) -> tuple[ir.Value, ir.Value] |
 
 
 class JoinDotSums(OpRewrite):
-    """`dot_general(a1, b1) + dot_general(a2, b2)` with the same dimensions and precision,
+    """Join a sum of two alike dot_generals into one dot_general.
+
+    `dot_general(a1, b1) + dot_general(a2, b2)` with the same dimensions and precision,
     the operands alike but along one contracted dimension pair (or one dot lacking a
     leading contracted pair), becomes one dot_general of a1, a2 and of b1, b2
     concatenated along it, unless the operands are more than `JOIN_RATIO` (16) times the sum's

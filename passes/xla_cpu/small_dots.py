@@ -59,7 +59,9 @@ def _term(v: ir.Value, k: int, out: list[int], dims: list[int]) -> ir.Value:
 
 @dataclasses.dataclass(frozen=True)
 class SmallDots(OpRewrite):
-    """A `dot_general` with batch dimensions whose matrices are all smaller than `max-size` (8)
+    """Batched products of small matrices as sums XLA:CPU fuses.
+
+    A `dot_general` with batch dimensions whose matrices are all smaller than `max-size` (8)
     in m, k and n becomes the sum over the k contracting positions of the broadcast products
     of the operands' slices, which XLA:CPU fuses into one loop instead of calling a matrix
     kernel per batch element.

@@ -162,7 +162,9 @@ def _enclosing_function(op: ir.Operation) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class SparseKernels(Pass):
-    """Rewrite row-sorted BCOO and BCSR sparse x dense products (SpMV, SpMM, SDDMM) into calls of hlopt's CPU kernels.
+    """Sparse x dense products as calls of hlopt's CPU kernels.
+
+    Rewrite row-sorted BCOO and BCSR sparse x dense products (SpMV, SpMM, SDDMM) into calls of hlopt's CPU kernels.
 
     On for CPU compiles only (`platform=auto`); `platform=cpu` forces it, `platform=none` turns it off.
     """

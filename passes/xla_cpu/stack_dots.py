@@ -243,7 +243,9 @@ def _pays(dots: Sequence[_Dot]) -> bool:
 
 
 class StackDots(Pass):
-    """dot_generals of one block that share one operand (same side, dimensions and precision)
+    """Stack dot_generals that share an operand into one.
+
+    dot_generals of one block that share one operand (same side, dimensions and precision)
     and whose other operands differ along one free dimension (or lack a leading one) become
     one dot_general of those operands concatenated, its result sliced apart. Where their
     free shapes differ otherwise, operands without batch dimensions that contract their

@@ -186,7 +186,9 @@ def _bytes(v: ir.Value) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class SumAsDot(OpRewrite):
-    """A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
+    """Sums as products with ones, or as sums of slices.
+
+    A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
     ones (or with the weights it is multiplied by), which XLA:CPU runs 10-20x faster; one over
     another single dimension but the last, a `dot_general` of the operand with ones contracting it.
     A sum of at most `FEW_TERMS` (8) terms over an inner dimension, or unweighted over dimension 0

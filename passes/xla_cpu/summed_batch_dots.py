@@ -113,7 +113,9 @@ def _without(v: ir.Value, dim: int) -> ir.Value | None:
 
 
 class SummedBatchDots(OpRewrite):
-    """A floating sum from zero over one batch dimension of a dot_general (read by the sum alone)
+    """Contract a summed batch dimension inside its dot_general.
+
+    A floating sum from zero over one batch dimension of a dot_general (read by the sum alone)
     becomes that dot_general with the dimension contracted, first among the contracted ones; a
     dot_general one of whose operands is a broadcast along a batch dimension has that dimension
     free in the other operand instead (the result transposed back)."""

@@ -78,7 +78,9 @@ def _groups_contiguous(order: list[int], first: list[int], second: list[int]) ->
 
 @dataclasses.dataclass(frozen=True)
 class TransposedDots(OpRewrite):
-    """A batched `dot_general` whose operands are not in YNNPACK's order (the lhs contracting
+    """Batched dot_generals in the operand order YNNPACK takes.
+
+    A batched `dot_general` whose operands are not in YNNPACK's order (the lhs contracting
     its trailing dimensions, the batch dimensions leading) becomes the product of the
     operands transposed to (batch, free, contracting) and (batch, contracting, free), with
     the batch dimensions joined into one, reshaped back to the result's shape.

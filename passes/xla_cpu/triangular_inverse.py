@@ -68,7 +68,9 @@ def _columns(op: ir.Operation, solve: TriangularSolve) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class TriangularInverse(Pass):
-    """The triangular solves (`stablehlo.triangular_solve`, LAPACK trsm) of one factor, triangle
+    """Triangular solves of one factor as products with its inverse.
+
+    The triangular solves (`stablehlo.triangular_solve`, LAPACK trsm) of one factor, triangle
     and diagonal kind in one block, with more right-hand-side columns in all than the factor
     has rows (and at least `min-rows` rows, 1 by default), become products with the triangle's inverse, computed once by a solve against
     the identity: X = op(inv) B (solves from the left) or B op(inv) (from the right).

@@ -31,7 +31,9 @@ def _update_into_zeros(v: ir.Value) -> ir.Operation | None:
 
 
 class UpdateInPlace(OpRewrite):
-    """`a + u`, where `u` writes a window (dynamic_update_slice) or adds rows (scatter add)
+    """`a + (update into zeros)` as the update applied to `a`.
+
+    `a + u`, where `u` writes a window (dynamic_update_slice) or adds rows (scatter add)
     into zeros, becomes that update applied to `a`.
 
         %z = stablehlo.dynamic_update_slice %zeros, %u, %i : (tensor<8x4xf32>, tensor<1x4xf32>, ...)

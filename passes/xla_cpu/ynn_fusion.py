@@ -142,7 +142,9 @@ def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
 
 
 class YnnFusion(Pass):
-    """Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion (the XLA
+    """Turn YNNPACK's reduce fusion off where it runs slowly.
+
+    Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion (the XLA
     option `xla_cpu_experimental_ynn_fusion_type` set to `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) when
     its floating reductions (of 4096 elements or more) are mostly ones that fusion runs slowly: rows
     of at most 16 elements, or leading dimensions only. The runtime adds the option when it compiles

@@ -162,13 +162,35 @@ def _folded(weights: list[float]) -> tuple[tuple[float, ...] | None, float]:
 
 def laplacian(fun: Callable, argnums: int = 0, *, weights: Any = None, num_samples: int | None = None,
               distribution: str = "normal") -> Callable:
-    """A function of `fun`'s arguments giving the Laplacian of each output element of
-    `fun` with respect to argument `argnums` (a floating-point array of any shape).
+    r"""The Laplacian of `fun` in its argument `argnums`, as a function of `fun`'s arguments.
 
-    `weights` (shape x.shape + (R,), a factor S) gives tr(S S^T Hess f) instead;
-    `num_samples=R` the randomized estimate (mean of v^T Hess f v over R directions
-    drawn from `distribution`, "normal" or "rademacher"), whose function then takes
-    `key=` (a jax.random key). Built on the collapsed jet of order 2."""
+    For each output element of `fun`, the sum of its second derivatives in the elements of
+    argument `argnums` (a floating-point array of any shape),
+    :math:`\Delta f = \sum_i \partial^2 f / \partial x_i^2`, from one collapsed Taylor-mode pass
+    of order 2.
+
+    Args:
+      fun: the function; its outputs are arrays or pytrees of arrays.
+      argnums: the argument to differentiate in.
+      weights: a factor :math:`S` of shape `x.shape + (R,)`: gives
+        :math:`\operatorname{tr}(S S^T H)`, :math:`H` the Hessian, instead.
+      num_samples: R: the randomized estimate, the mean of :math:`v^T H v` over R directions drawn
+        from `distribution`; the returned function then takes `key=` (a `jax.random` key).
+      distribution: `"normal"` or `"rademacher"`.
+
+    Returns:
+      A function of `fun`'s arguments whose outputs are shaped as `fun`'s.
+
+    Raises:
+      ValueError: both `weights` and `num_samples`, or weights of the wrong shape.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> u = lambda x: jnp.sum(x**3)            # Laplacian: 6 * sum(x)
+      >>> float(hlopt.laplacian(u)(jnp.array([1.0, 2.0])))
+      18.0
+    """
     _check_options("laplacian", num_samples, distribution)
     if weights is not None and num_samples is not None:
         raise ValueError("hlopt.laplacian: give weights or num_samples, not both")
@@ -198,11 +220,27 @@ def _laplacian_and_gradient(f: Callable, x: jax.Array, key: Any) -> tuple[Any, A
 
 
 def laplacian_and_gradient(fun: Callable, argnums: int = 0) -> Callable:
-    """A function of `fun`'s arguments giving (Laplacian, gradient) of each output element
-    of `fun` with respect to argument `argnums`: the exact Laplacian as `laplacian` gives
-    it and the gradient (shape output.shape + x.shape) from the same collapsed jet, whose
-    first coefficients along the unit vectors are the partial derivatives (no second pass,
-    as a local energy -1/2 (Delta log psi + |grad log psi|^2) needs both)."""
+    r"""The Laplacian and the gradient of `fun` in its argument `argnums`, from one pass.
+
+    The exact Laplacian as `laplacian` gives it, and the gradient from the same collapsed
+    Taylor-mode pass, whose first coefficients along the unit vectors are the partial
+    derivatives: a local energy :math:`-\frac12(\Delta \log\psi + |\nabla \log\psi|^2)` needs both.
+
+    Args:
+      fun: the function; its outputs are arrays or pytrees of arrays.
+      argnums: the argument to differentiate in.
+
+    Returns:
+      A function of `fun`'s arguments returning `(laplacian, gradient)`; each gradient has
+      shape `output.shape + x.shape`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> lap, grad = hlopt.laplacian_and_gradient(lambda x: jnp.sum(x**2))(jnp.array([1.0, 2.0]))
+      >>> float(lap), grad.tolist()
+      (4.0, [2.0, 4.0])
+    """
     return _operator("laplacian_and_gradient", fun, argnums, None, _laplacian_and_gradient)
 
 
@@ -219,13 +257,31 @@ def _exact_bilaplacian(f: Callable, x: jax.Array, key: Any) -> Any:
 
 def bilaplacian(fun: Callable, argnums: int = 0, *, num_samples: int | None = None,
                 distribution: str = "normal") -> Callable:
-    """A function of `fun`'s arguments giving the bi-Laplacian (sum over i, j of
-    d^4 f / dx_i^2 dx_j^2) of each output element with respect to argument `argnums`.
+    r"""The bi-Laplacian of `fun` in its argument `argnums`, as a function of `fun`'s arguments.
 
-    Exact: the Laplacian of the Laplacian, nested collapsed 2-jets along the unit
-    vectors (see this module's docstring for why not 4-jets). `num_samples=R`: the
-    unbiased randomized estimate by collapsed 4-jets ("normal": 8 mean_r c_4(v_r);
-    "rademacher": that plus 16 sum_i c_4(e_i)); its function then takes `key=`."""
+    :math:`\Delta^2 f = \sum_{i,j} \partial^4 f / \partial x_i^2 \partial x_j^2` for each output element.
+
+    Exact: the Laplacian of the Laplacian, nested collapsed Taylor-mode passes of order 2.
+    With `num_samples=R`: the unbiased randomized estimate from collapsed passes of order 4
+    (`"normal"`: :math:`8\,\mathrm{mean}_r\, c_4(v_r)`; `"rademacher"`: that plus
+    :math:`16 \sum_i c_4(e_i)`).
+
+    Args:
+      fun: the function; its outputs are arrays or pytrees of arrays.
+      argnums: the argument to differentiate in.
+      num_samples: R, for the randomized estimate; the returned function then takes `key=`.
+      distribution: `"normal"` or `"rademacher"`.
+
+    Returns:
+      A function of `fun`'s arguments whose outputs are shaped as `fun`'s.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> u = lambda x: jnp.sum(x**4)            # bi-Laplacian: 24 per element
+      >>> float(hlopt.bilaplacian(u)(jnp.array([0.5, -1.0, 2.0])))
+      72.0
+    """
     _check_options("bilaplacian", num_samples, distribution)
     if num_samples is None:
         return _operator("bilaplacian", fun, argnums, None, _exact_bilaplacian)

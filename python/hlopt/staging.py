@@ -51,12 +51,34 @@ def lower(
     static_argnums: int | Sequence[int] = (),
     check_key_reuse: bool = False,
 ) -> Lowered:
-    """Lower `fun` at `args` (arrays or `jax.ShapeDtypeStruct`s) to StableHLO.
+    """Lower `fun` at `args` to StableHLO, as `jax.jit(fun).lower(*args)` does.
 
-    With `check_key_reuse=True`, raise `KeyReuseError` if the program consumes a
-    PRNG key twice (the `check-key-reuse` pass). The module is the whole traced
-    program: every argument and every op, read or not (`hlopt.jit`'s default
-    `keep_unused=False` drops what is unread, as `jax.jit` does).
+    The module is the whole traced program: every argument and every op, read or not
+    (`hlopt.jit`'s default `keep_unused=False` drops what is unread, as `jax.jit` does).
+
+    Args:
+      fun: the function to lower; it takes and returns pytrees of arrays.
+      *args: its arguments: arrays, `jax.ShapeDtypeStruct`s or pytrees of them.
+      mesh: the `jax.sharding.Mesh` the program runs on (needed for shardings).
+      in_shardings: a `PartitionSpec` (or pytree of them) per argument, on `mesh`.
+      out_shardings: the same for the outputs.
+      static_argnums: positions of arguments that are Python values baked into the program.
+      check_key_reuse: run the `check-key-reuse` pass first.
+
+    Returns:
+      A `Lowered`: print it, run passes on it with `apply`, or `compile` it.
+
+    Raises:
+      KeyReuseError: with `check_key_reuse=True`, the program consumes a PRNG key twice.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> lowered = hlopt.lower(lambda x: jnp.sin(x) * 2, jnp.ones(3))
+      >>> "stablehlo.sine" in lowered.as_text()
+      True
+      >>> lowered.compile()(jnp.zeros(3)).tolist()
+      [0.0, 0.0, 0.0]
     """
     static_argnums, static_argnames = argnums_and_argnames(fun, static_argnums, (), "static")
     options = JitOptions(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
@@ -105,7 +127,20 @@ def _static_key(name: int | str, value: Any) -> tuple[int | str, type, Any]:
 
 
 class JitFunction:
-    """A function compiled by hlopt on first call for each input signature."""
+    """A function compiled by hlopt on first call for each input signature (what `hlopt.jit` returns).
+
+    Call it as the function; `lower` and `trace` give the stages of one signature, as
+    `jax.jit`'s function has them.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> double = hlopt.jit(lambda x: 2 * x)
+      >>> double(jnp.arange(3.0)).tolist()
+      [0.0, 2.0, 4.0]
+      >>> double.lower(jnp.arange(3.0)).compile()(jnp.ones(3)).tolist()
+      [2.0, 2.0, 2.0]
+    """
 
     def __init__(self, fun: Callable, *, pipeline: str, options: JitOptions, check_key_reuse: bool = False,
                  compiler_options: CompilerOptions = ()):
@@ -181,16 +216,41 @@ def jit(
     """Compile `fun` with hlopt's pipeline on first call, once per input signature, with `jax.jit`'s
     call contract (positional and keyword arguments, static and donated ones by position or name).
 
-    Without `fun`, a decorator with these options (`@hlopt.jit(static_argnums=1)`).
-    As for `jax.jit`, the compiled program drops the arguments the function does
-    not use unless `keep_unused=True` (a call still takes them; a donated unused
-    argument is then not consumed).
-    `compiler_options` are XLA's options (`{"xla_cpu_enable_fast_math": True}`), as
-    `jax.jit` takes them: checked to be a dict of names to str, bool, int or float
-    values here, the names by XLA when it compiles (`No such compile option`), and
-    part of the persistent cache's key.
-    With `check_key_reuse=True`, each new signature is checked for PRNG key
-    reuse before compiling, raising `KeyReuseError`.
+    Without `fun`, a decorator with these options (`@hlopt.jit(static_argnums=1)`). As for
+    `jax.jit`, the compiled program drops the arguments the function does not use unless
+    `keep_unused=True` (a call still takes them; a donated unused argument is then not consumed).
+
+    Args:
+      fun: the function to compile; it takes and returns pytrees of arrays.
+      pipeline: the passes run before XLA compiles (`hlopt-opt --list-passes` lists them).
+      mesh: the `jax.sharding.Mesh` the program runs on (needed for shardings).
+      in_shardings: a `PartitionSpec` (or pytree of them) per argument, on `mesh`.
+      out_shardings: the same for the outputs.
+      static_argnums: positions of arguments that are Python values baked into the program.
+      static_argnames: the same by name.
+      donate_argnums: positions of arguments whose buffers the program may reuse.
+      donate_argnames: the same by name.
+      keep_unused: keep arguments the function does not read in the compiled program.
+      compiler_options: XLA's options (`{"xla_cpu_enable_fast_math": True}`), as `jax.jit`
+        takes them: names to str, bool, int or float values, checked by XLA when it compiles,
+        and part of the persistent cache's key.
+      check_key_reuse: check each new signature for PRNG key reuse before compiling.
+
+    Returns:
+      A `JitFunction` (or, without `fun`, a decorator that makes one).
+
+    Raises:
+      KeyReuseError: with `check_key_reuse=True`, the program consumes a PRNG key twice.
+      PipelineError: `pipeline` does not parse, or a pass fails (raised at the first call).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> @hlopt.jit
+      ... def f(x, y):
+      ...     return {"s": jnp.sin(x) * y}
+      >>> f(jnp.zeros(2), 3.0)["s"].tolist()
+      [0.0, 0.0]
     """
     options = dict(pipeline=pipeline, mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
                    static_argnums=static_argnums, static_argnames=static_argnames, donate_argnums=donate_argnums,

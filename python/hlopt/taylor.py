@@ -617,14 +617,28 @@ _eager: "weakref.WeakKeyDictionary[Callable, dict[bool, Callable]]" = weakref.We
 @api_boundary
 def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
         factorial_scaled: bool = True) -> tuple[Any, Any]:
-    """Taylor-mode higher-order differentiation, the contract of JAX's experimental `jet.jet`.
+    """Taylor-mode higher-order differentiation, the contract of `jax.experimental.jet.jet`.
 
-    `primals` holds one value (an array or a pytree of arrays) per argument of
-    `fun`; `series` one sequence of K terms per argument, each shaped like its
-    primal. Returns `(fun(*primals), series_out)`, `series_out` holding the K
-    output terms of each output leaf. With `factorial_scaled` (the default)
-    term k is the k-th derivative along the curve; otherwise the plain Taylor
-    coefficient (derivative / k!).
+    Args:
+      fun: the function to expand.
+      primals: one value (an array or a pytree of arrays) per argument of `fun`.
+      series: one sequence of K terms per argument, each shaped like its primal.
+      factorial_scaled: with True (the default) term k is the k-th derivative along the
+        curve, as in JAX's jet; with False, the plain Taylor coefficient (derivative / k!).
+
+    Returns:
+      `(fun(*primals), series_out)`, `series_out` holding the K output terms of each output
+      leaf; with K = 0, `(fun(*primals), [])` per output leaf.
+
+    Raises:
+      ValueError: the order K is above 64, or the series do not match the primals.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import hlopt
+      >>> y, (dy, d2y) = hlopt.jet(jnp.exp, (0.0,), ((1.0, 0.0),))   # exp along t -> t
+      >>> float(y), float(dy), float(d2y)
+      (1.0, 1.0, 1.0)
     """
     from hlopt.staging import jit
 

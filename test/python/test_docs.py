@@ -8,12 +8,14 @@ Block kinds (the info string of a fenced block):
   console       commands shown, not run (installs and whole test runs): each line is `$ ` and
                 one of CONSOLE_COMMANDS
   text          output, listings and diagrams: not run
-MyST directives (`{literalinclude}`, `{toctree}`, `{eval-rst}`) are checked by the docs build.
+MyST directives (`{literalinclude}`, `{toctree}`, `{eval-rst}`) are checked by the docs build, which also
+runs the tutorials' `{code-cell}`s (docs/tutorials/, MyST-NB notebooks) and fails on any error.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 import re
 import shutil
@@ -24,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```\s*$", re.S | re.M)
 RUN_KINDS = {"python", "sh", "mlir"}
 CONSOLE_COMMANDS = ("python3 -m pip install -e ", "hlopt demo", "bash test/run_all.sh", "python3 -m sphinx ",
@@ -70,7 +72,7 @@ def test_every_block_has_a_known_kind():
     kinds = {kind for _, _, kind, _ in blocks()}
     directives = {k for k in kinds if k.startswith("{")}
     assert kinds - directives <= RUN_KINDS | {"console", "text"}, kinds
-    assert directives <= {"{literalinclude}", "{toctree}", "{eval-rst}"}, directives
+    assert directives <= {"{literalinclude}", "{toctree}", "{eval-rst}", "{code-cell}"}, directives
 
 
 @pytest.mark.parametrize("code", of_kind("python"))
@@ -152,3 +154,48 @@ def test_no_words_only_the_authors_understand():
             continue
         found = INSIDER.findall(page.read_text(encoding="utf-8"))
         assert not found, (page, found)
+
+
+def public_names() -> list[tuple[str, object]]:
+    """(qualified name, object) of every name in `hlopt.__all__` and `hlopt.sparse.__all__` but `__version__`."""
+    import hlopt
+    import hlopt.sparse
+
+    return [(f"{module.__name__}.{name}", getattr(module, name))
+            for module in (hlopt, hlopt.sparse) for name in module.__all__ if not name.startswith("__")]
+
+
+def test_api_reference_documents_exactly_the_public_names():
+    page = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\.\. (?:auto\w+|py:\w+):: ([\w.]+)", page, re.M))
+    top_level = {name for name in documented
+                 if re.fullmatch(r"hlopt\.\w+", name) or re.fullmatch(r"hlopt\.sparse\.\w+", name)}
+    public = {name for name, _ in public_names()}
+    assert public - top_level == set(), "public names missing from docs/api.md"
+    assert top_level - public == set(), "docs/api.md documents names that are not in __all__"
+
+
+@pytest.mark.parametrize("name,obj", [pytest.param(n, o, id=n) for n, o in public_names()])
+def test_public_docstring_example_runs(name, obj):
+    import doctest
+
+    # a class's methods' examples run with it; a module's functions are public names of their own
+    tests = doctest.DocTestFinder(recurse=not inspect.ismodule(obj)).find(obj, name, globs={})
+    examples = [ex for test in tests for ex in test.examples]
+    assert examples, f"{name}'s docstring has no example (>>> lines)"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0, f"{name}'s docstring example fails (output above)"
+
+
+def test_tutorials_are_notebooks_the_docs_build_runs():
+    conf = _module(ROOT / "docs" / "conf.py")
+    assert conf.nb_execution_mode == "force" and conf.nb_execution_raise_on_error
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    tutorials = sorted((ROOT / "docs" / "tutorials").glob("*.md"))
+    assert tutorials
+    for page in tutorials:
+        text = page.read_text(encoding="utf-8")
+        assert text.startswith("---\nfile_format: mystnb\n") and "{code-cell}" in text, page
+        assert f"tutorials/{page.stem}" in index, f"{page.name} is not in the index's table of contents"

@@ -147,6 +147,16 @@ def test_apply_returns_new_object_and_keeps_original():
     assert after.pipeline == "canonicalize,cse"
 
 
+def test_collect_ir_keeps_the_ir_after_each_pass_without_printing(capfd):
+    lowered = hlopt.lower(lambda x: jnp.sin(x) * 1.0 + jnp.sin(x) * 1.0, np.ones(4, np.float32))
+    collected = lowered.apply("canonicalize,cse", collect_ir=True)
+    assert capfd.readouterr().err == ""
+    assert [name for name, _ in collected.ir_after_passes] == ["canonicalize", "cse"]
+    assert collected.ir_after_passes[0][1].count("stablehlo.sine") == 2  # cse has not run yet
+    assert collected.ir_after_passes[1][1].strip() == collected.as_text().strip()
+    assert lowered.apply("canonicalize,cse").ir_after_passes == []
+
+
 def _lazy_and_moved(f, *args, **options):
     """`hlopt.lower(f, *args)` (JAX's module, not yet moved) and a twin built from the module in hlopt's context."""
     lazy = hlopt.lower(f, *args, **options)

@@ -12,8 +12,8 @@ import typing
 
 import pytest
 
-from hlopt.cli.opt import main
-from hlopt.compiler.pipeline import PipelineError, parse_pipeline
+from hlopt.cli.opt import ANALYSES_HEADING, LOWERINGS_HEADING, TUNING_HEADINGS, main
+from hlopt.compiler.pipeline import PipelineError, parse_pipeline, without_bookkeeping
 from hlopt.passes.registry import PASSES, PIPELINES, all_passes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -67,10 +67,28 @@ def test_print_ir_after_all_and_timing(tmp_path, capsys):
 def test_timing_report(tmp_path):
     path = tmp_path / "in.mlir"
     path.write_text(GOOD)
-    proc = subprocess.run([sys.executable, "-m", "hlopt.cli.opt", str(path), "-p", "cse", "--timing"],
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "hlopt.cli.opt", str(path), "-p", "cse,canonicalize", "--timing",
+                           "--print-ir-after-all"], capture_output=True, text=True)
     assert proc.returncode == 0
-    assert "Execution time report" in proc.stderr and "CSE" in proc.stderr
+    assert "Execution time report" in proc.stderr and "CSE" in proc.stderr and "Canonicalizer" in proc.stderr
+    assert "hlopt-record-ir" not in proc.stderr  # hlopt's bookkeeping between passes is not a row
+    rows = re.findall(r"^\s+(\d+\.\d+) \(\s*(\d+\.\d+)%\)\s+(\S+)$", proc.stderr, re.M)
+    assert [name for *_, name in rows] == ["CSEPass", "CanonicalizerPass", "Rest", "Total"], rows
+    assert abs(sum(float(s) for s, _, name in rows if name != "Total") - float(rows[-1][0])) < 2e-4
+
+
+def test_without_bookkeeping_counts_hidden_rows_in_rest():
+    report = ("  ----User Time----  ----Wall Time----  ----Name----\n"
+              "    0.0100 ( 10.0%)    0.0200 ( 20.0%)  lower-bcoo\n"
+              "    0.0300 ( 30.0%)    0.0300 ( 30.0%)  hlopt-record-ir\n"
+              "    0.0100 ( 10.0%)    0.0100 ( 10.0%)  hlopt-progress\n"
+              "    0.0500 ( 50.0%)    0.0400 ( 40.0%)  Rest\n"
+              "    0.1000 (100.0%)    0.1000 (100.0%)  Total\n")
+    assert without_bookkeeping(report) == (
+        "  ----User Time----  ----Wall Time----  ----Name----\n"
+        "    0.0100 ( 10.0%)    0.0200 ( 20.0%)  lower-bcoo\n"
+        "    0.0900 ( 90.0%)    0.0800 ( 80.0%)  Rest\n"
+        "    0.1000 (100.0%)    0.1000 (100.0%)  Total\n")
 
 
 def test_stdin(capsys, monkeypatch):
@@ -88,16 +106,32 @@ def test_list_passes(capsys):
         assert re.search(rf"^\s+{re.escape(name)}\s+\S", out, re.M), name
 
 
-def test_list_passes_prints_whole_summaries_and_ranges(capsys):
+def test_list_passes_prints_first_sentences_in_columns(capsys):
     assert main(["--list-passes"]) == 0
     out = capsys.readouterr().out
-    assert max(len(line) for line in out.splitlines() if not line.startswith("  hlopt-default")) <= 100
+    assert max(len(line) for line in out.split("Pipelines:")[0].splitlines()) <= 100
     joined = " ".join(out.split())
     for name, cls in all_passes().items():
         first_paragraph = " ".join(inspect.cleandoc(cls.__doc__).split("\n\n")[0].split())
-        assert f"{name} {first_paragraph}" in joined, name
+        sentence = cls.summary()
+        assert first_paragraph.startswith(sentence) and sentence.endswith((".", ":")), name  # never cut mid-sentence
+        assert f"{name} {sentence}" in joined, name
     assert re.search(r"^    order=1\.\.64 +\(default none\)$", out, re.M), out
     assert re.search(r"^    target=shardy\|gspmd +\(default shardy\)$", out, re.M), out
+    default_columns = {line.index("(default") for line in out.splitlines() if "(default" in line}
+    assert len(default_columns) == 1, default_columns  # the longest option range does not shift its column
+
+
+def test_list_passes_groups_lowerings_analyses_and_tuning(capsys):
+    assert main(["--list-passes"]) == 0
+    out = capsys.readouterr().out
+    headings = re.findall(r"^(\S.*):$", out, re.M)
+    assert headings == [LOWERINGS_HEADING, ANALYSES_HEADING, TUNING_HEADINGS["xla-cpu-"], "Pipelines"]
+    sections = dict(zip(headings, re.split(r"^\S.*:$", out, flags=re.M)[1:]))
+    listed = {heading: re.findall(r"^  (\S+)", text, re.M) for heading, text in sections.items()}
+    assert listed[ANALYSES_HEADING] == ["check-key-reuse"]
+    assert set(listed[TUNING_HEADINGS["xla-cpu-"]]) == {n for n in PASSES if n.startswith("xla-cpu-")}
+    assert set(listed[LOWERINGS_HEADING]) == set(PASSES) - {"check-key-reuse"} - set(listed[TUNING_HEADINGS["xla-cpu-"]])
 
 
 def _out_of_range(cls, field) -> list[str]:

@@ -32,17 +32,42 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# --list-passes headings: tuning passes by their platform prefix, the passes that only report, the rest
+TUNING_HEADINGS = {"xla-cpu-": "Tuning for XLA:CPU"}
+ANALYSES_HEADING = "Analyses (report, change nothing)"
+ANALYSES = ("check-key-reuse",)
+LOWERINGS_HEADING = "Lowerings (make hlopt's annotations plain StableHLO)"
+
+
+def _heading(name: str) -> str:
+    """The heading `--list-passes` lists the pass `name` under."""
+    for prefix, heading in TUNING_HEADINGS.items():
+        if name.startswith(prefix):
+            return heading
+    return ANALYSES_HEADING if name in ANALYSES else LOWERINGS_HEADING
+
+
 def list_passes() -> str:
+    """hlopt's passes grouped under headings, each with its first sentence and options, then the pipelines."""
     from hlopt.passes.registry import PIPELINES, all_passes
 
-    lines = ["Passes:"]
-    for name, cls in all_passes().items():
-        lines.append(textwrap.fill(f"  {name:32s} {cls.summary()}", LIST_WIDTH, subsequent_indent=" " * 35,
-                                   break_on_hyphens=False))
-        lines += [f"    {option:30s} (default {default})" for option, default in cls.options_help()]
+    passes = all_passes()
+    groups: dict[str, list[str]] = {LOWERINGS_HEADING: [], ANALYSES_HEADING: []}
+    for name in passes:
+        groups.setdefault(_heading(name), []).append(name)
+    options = {name: cls.options_help() for name, cls in passes.items()}
+    width = max(len(text) for text in [*passes, *(o for help_ in options.values() for o, _ in help_)]) + 2
+    fill = textwrap.TextWrapper(LIST_WIDTH, subsequent_indent=" " * (width + 4), break_on_hyphens=False,
+                                break_long_words=False)
+    lines = []
+    for heading, names in groups.items():
+        lines.append(f"{heading}:")
+        for name in names:
+            lines.append(fill.fill(f"  {name:{width}s}  {passes[name].summary()}"))
+            lines += [f"    {option:{width - 2}s}  (default {default})" for option, default in options[name]]
     lines.append("Pipelines:")
     for name, text in sorted(PIPELINES.items()):
-        lines.append(f"  {name:32s} {text}")
+        lines.append(f"  {name:{width}s}  {text}")  # one line, to copy
     return "\n".join(lines)
 
 

@@ -4,6 +4,14 @@ The API mirrors JAX's experimental sparse module: build a `BCOO` with
 `BCOO.fromdense` or from `(data, indices)`, use the `bcoo_*` functions or the
 methods, and run under `hlopt.jit` / `hlopt.lower` (or eagerly). Each op is an
 `hlopt.bcoo.*` annotation that the `lower-bcoo` pass turns into StableHLO.
+
+Example:
+  >>> import jax.numpy as jnp
+  >>> import hlopt
+  >>> from hlopt import sparse
+  >>> a = sparse.BCOO.fromdense(jnp.array([[0.0, 2.0], [3.0, 0.0]]))
+  >>> hlopt.jit(lambda a, x: a @ x)(a, jnp.array([1.0, 1.0])).tolist()
+  [2.0, 3.0]
 """
 
 from hlopt.sparse.bcoo import (

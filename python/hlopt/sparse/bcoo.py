@@ -21,13 +21,36 @@ from hlopt.sparse import indexing, ops, rules
 
 
 class SparseEfficiencyError(ValueError):
-    """An operation would store far more elements than its input."""
+    """An operation would store far more elements than its input.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> try:
+      ...     sparse.bcoo_update_layout(a, n_batch=1)      # a batch of 2 rows of nse 3 each
+      ... except sparse.SparseEfficiencyError:
+      ...     print("refused")
+      refused
+    """
 
     __module__ = "hlopt.sparse"  # raised and printed as users import it
 
 
 class SparseEfficiencyWarning(UserWarning):
-    """An operation stores far more elements than its input."""
+    """An operation stores far more elements than its input (with `on_inefficient="warn"`).
+
+    Example:
+      >>> import warnings
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> with warnings.catch_warnings(record=True) as caught:
+      ...     warnings.simplefilter("always")
+      ...     b = sparse.bcoo_update_layout(a, n_batch=1, on_inefficient="warn")
+      >>> caught[0].category.__name__, b.todense().tolist() == a.todense().tolist()
+      ('SparseEfficiencyWarning', True)
+    """
 
     __module__ = "hlopt.sparse"  # raised and printed as users import it
 
@@ -73,7 +96,28 @@ class BCOO:
     """A batched-COO sparse array: `data[*batch, nse, *dense]`, `indices[*batch, nse, n_sparse]`.
 
     Same layout and meaning as the BCOO of JAX's experimental sparse module; an index outside
-    `[0, size)` in any sparse dimension marks a padding entry.
+    `[0, size)` in any sparse dimension marks a padding entry. Build one with `fromdense`,
+    `from_scipy_sparse` or from its buffers; it is a pytree, so it passes through `hlopt.jit`,
+    `jax.jit`, `jax.vmap` and `jax.grad`, and `a @ x`, `a * x`, `a.T`, `a.sum()` work on it.
+
+    Args:
+      args: `(data, indices)`.
+      shape: the shape of the array it represents.
+      indices_sorted: the indices are in row-major order (products take a faster path).
+      unique_indices: no index is stored twice.
+
+    Raises:
+      TypeError: the indices are not integers.
+      ValueError: the buffers' shapes do not fit `shape`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO((jnp.array([1.0, 2.0]), jnp.array([[0, 1], [1, 0]])), shape=(2, 2))
+      >>> a
+      BCOO(float32[2, 2], nse=2)
+      >>> (a @ jnp.array([1.0, 10.0])).tolist()
+      [10.0, 2.0]
     """
 
     __array_priority__ = 2000
@@ -452,11 +496,46 @@ def _result(bufs: Sequence[jax.Array], shape: Sequence[int], sorted_: bool = Fal
 # The generic todense of JAX's sparse module: one primitive over the flattened buffers of a BCOO or
 # of a dense array and their pytree, whose transpose is `extract` for a BCOO and the identity otherwise.
 todense_p = Primitive("todense")
+todense_p.__doc__ = """The primitive that `todense` binds (JAX's `todense_p`), taking a sparse array's leaves and
+giving its dense array.
+
+Example:
+  >>> import jax
+  >>> import jax.numpy as jnp
+  >>> from hlopt import sparse
+  >>> a = sparse.BCOO.fromdense(jnp.eye(2))
+  >>> [eqn.primitive is sparse.todense_p for eqn in jax.make_jaxpr(sparse.todense)(a).eqns]
+  [True]
+"""
 bcoo_todense_p = ops.todense_p
+bcoo_todense_p.__doc__ = """The primitive that `bcoo_todense` binds (JAX's `bcoo_todense_p`), lowered to the
+`hlopt.bcoo.todense` annotation.
+
+Example:
+  >>> import jax
+  >>> from hlopt import sparse
+  >>> jaxpr = jax.make_jaxpr(sparse.bcoo_todense)(sparse.eye(2))
+  >>> jaxpr.eqns[0].primitive is sparse.bcoo_todense_p
+  True
+"""
 
 
 def todense(arr: Any) -> Any:
-    """The dense array of a BCOO array; any other array is returned unchanged (JAX's `sparse.todense`)."""
+    """The dense array of a sparse array; any other array is returned unchanged (JAX's `sparse.todense`).
+
+    Args:
+      arr: a `BCOO` or an array.
+
+    Returns:
+      A dense array.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.todense(a).tolist()
+      [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
+    """
     bufs, tree = jax.tree_util.tree_flatten(arr)
     return todense_p.bind(*bufs, tree=tree)
 
@@ -510,13 +589,46 @@ mlir.register_lowering(todense_p, mlir.lower_fun(_todense_impl, multiple_results
 
 
 def bcoo_todense(mat: BCOO) -> jax.Array:
-    """The dense array `mat` represents (duplicates summed, padding ignored)."""
+    """The dense array `mat` represents (duplicates summed, padding ignored).
+
+    Args:
+      mat: a `BCOO`.
+
+    Returns:
+      A dense array of shape `mat.shape`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_todense(a).tolist()
+      [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
+    """
     return ops.todense_p.bind(mat.data, mat.indices, **mat._params)
 
 
 def bcoo_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dense: int = 0,
                    index_dtype: Any = jnp.int32) -> BCOO:
-    """The nonzeros of `mat` (first `nse` per batch, in row-major order) as a BCOO array."""
+    """The nonzeros of `mat` (first `nse` per batch, in row-major order) as a BCOO array.
+
+    Args:
+      mat: a dense array.
+      nse: the number of stored entries (per batch); None: the largest count, which needs a
+        concrete `mat` (outside `jit`). Under `jit` give it.
+      n_batch: leading dimensions that are batch dimensions.
+      n_dense: trailing dimensions that are dense.
+      index_dtype: the dtype of the indices.
+
+    Returns:
+      A `BCOO` with sorted, unique indices.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.bcoo_fromdense(jnp.array([[0.0, 5.0], [6.0, 0.0]]))
+      >>> a.data.tolist(), a.indices.tolist()
+      ([5.0, 6.0], [[0, 1], [1, 0]])
+    """
     mat = jnp.asarray(mat)
     if nse is None:
         mask = mat != 0
@@ -529,17 +641,46 @@ def bcoo_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
 
 
 def bcoo_multiply_dense(sp_mat: BCOO, v: Any) -> jax.Array:
-    """The data of `sp_mat * v` for a dense `v` that broadcasts to `sp_mat.shape`."""
+    """The data of `sp_mat * v` for a dense `v` that broadcasts to `sp_mat.shape`.
+
+    Args:
+      sp_mat: a `BCOO`.
+      v: a dense array.
+
+    Returns:
+      The product's data, laid out as `sp_mat.data` (its indices are `sp_mat.indices`).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_multiply_dense(a, jnp.array([10.0, 20.0, 30.0])).tolist()
+      [10.0, 60.0, 60.0]
+    """
     v = jnp.asarray(v)
     dtype = jnp.result_type(sp_mat.data, v)  # a Python scalar stays weakly typed
     return ops.multiply_dense_p.bind(sp_mat.data.astype(dtype), sp_mat.indices, v.astype(dtype), **sp_mat._params)
 
 
 def bcoo_multiply_sparse(lhs: BCOO, rhs: BCOO) -> BCOO:
-    """Elementwise product of two BCOO arrays (their shapes broadcast).
+    """The elementwise product of two BCOO arrays (their shapes broadcast).
 
-    The output stores one entry per entry of the operand whose sparse shape is
-    the output's (the smaller one when both are), not `lhs.nse * rhs.nse`.
+    The output stores one entry per entry of the operand whose sparse shape is the output's
+    (the smaller one when both are), not `lhs.nse * rhs.nse`.
+
+    Args:
+      lhs: a `BCOO`.
+      rhs: a `BCOO`.
+
+    Returns:
+      A `BCOO`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_multiply_sparse(a, a).todense().tolist()
+      [[1.0, 0.0, 4.0], [0.0, 9.0, 0.0]]
     """
     dtype = jnp.result_type(lhs.dtype, rhs.dtype)
     bufs = ops.multiply_sparse(lhs.data.astype(dtype), lhs.indices, rhs.data.astype(dtype),
@@ -549,7 +690,30 @@ def bcoo_multiply_sparse(lhs: BCOO, rhs: BCOO) -> BCOO:
 
 def bcoo_update_layout(mat: BCOO, *, n_batch: int | None = None, n_dense: int | None = None,
                        on_inefficient: str | None = "error") -> BCOO:
-    """The same array with `n_batch` batch and `n_dense` dense dimensions."""
+    """The same array with `n_batch` batch and `n_dense` dense dimensions.
+
+    Args:
+      mat: a `BCOO`.
+      n_batch: the new number of batch dimensions (None: unchanged).
+      n_dense: the new number of dense dimensions (None: unchanged).
+      on_inefficient: what to do when the new layout stores far more elements: `"error"`,
+        `"warn"` or None.
+
+    Returns:
+      A `BCOO` representing the same array.
+
+    Raises:
+      SparseEfficiencyError: the new layout is inefficient and `on_inefficient="error"`.
+      ValueError: a negative count, or more batch and dense dimensions than `mat` has.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> b = sparse.bcoo_update_layout(a, n_dense=1, on_inefficient=None)   # each entry a row
+      >>> b.data.shape, b.todense().tolist() == a.todense().tolist()
+      ((3, 3), True)
+    """
     n_batch = mat.n_batch if n_batch is None else operator.index(n_batch)
     n_dense = mat.n_dense if n_dense is None else operator.index(n_dense)
     if (n_batch, n_dense) == (mat.n_batch, mat.n_dense):
@@ -583,7 +747,22 @@ def bcoo_update_layout(mat: BCOO, *, n_batch: int | None = None, n_dense: int | 
 
 
 def bcoo_reduce_sum(mat: BCOO, *, axes: Sequence[int]) -> BCOO:
-    """Sum over `axes` (batch, sparse or dense)."""
+    """The sum over `axes` (batch, sparse or dense) of a BCOO array.
+
+    Args:
+      mat: a `BCOO`.
+      axes: the dimensions to sum over.
+
+    Returns:
+      A `BCOO` without those dimensions.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_reduce_sum(a, axes=(0,)).todense().tolist()
+      [1.0, 3.0, 2.0]
+    """
     axes = tuple(sorted({operator.index(a) for a in axes}))
     if not all(0 <= a < mat.ndim for a in axes):
         raise ValueError(f"bcoo_reduce_sum: axes {axes} out of range for an array of rank {mat.ndim}")
@@ -598,6 +777,25 @@ def bcoo_reshape(mat: BCOO, *, new_sizes: Sequence[int], dimensions: Sequence[in
 
     As JAX's, it refuses an array whose data or indices broadcast along a batch dim (their batch
     shape is not the array's batch shape).
+
+    Args:
+      mat: a `BCOO`.
+      new_sizes: the new shape.
+      dimensions: a permutation applied first (as in `lax.reshape`), or None.
+      sharding: unused, as in JAX.
+
+    Returns:
+      A `BCOO` of shape `new_sizes`.
+
+    Raises:
+      ValueError: the reshape would mix batch, sparse or dense dimensions.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_reshape(a, new_sizes=(3, 2)).todense().tolist()
+      [[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]]
     """
     if sharding is not None:
         raise NotImplementedError("bcoo_reshape: sharding is not supported")
@@ -623,7 +821,24 @@ def _reshape(mat: BCOO, new_sizes: Sequence[int], dimensions: Sequence[int] | No
 
 def bcoo_slice(mat: BCOO, *, start_indices: Sequence[int], limit_indices: Sequence[int],
                strides: Sequence[int] | None = None) -> BCOO:
-    """`lax.slice` of a BCOO array; nse shrinks (duplicates summed) when the slice holds fewer elements."""
+    """`lax.slice` of a BCOO array; nse shrinks (duplicates summed) when the slice holds fewer elements.
+
+    Args:
+      mat: a `BCOO`.
+      start_indices: the first index of each dimension.
+      limit_indices: one past the last index of each dimension.
+      strides: the step of each dimension (None: 1).
+
+    Returns:
+      A `BCOO`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_slice(a, start_indices=(0, 1), limit_indices=(2, 3)).todense().tolist()
+      [[0.0, 2.0], [3.0, 0.0]]
+    """
     if not isinstance(mat, BCOO):
         raise TypeError(f"bcoo_slice: input should be BCOO array, got type(mat)={type(mat)}")
     start = tuple(operator.index(i) for i in start_indices)
@@ -648,13 +863,45 @@ def bcoo_slice(mat: BCOO, *, start_indices: Sequence[int], limit_indices: Sequen
 
 
 def bcoo_sort_indices(mat: BCOO) -> BCOO:
-    """Entries reordered so indices are lexicographically sorted (padding last); one stable sort."""
+    """The entries reordered so the indices are in row-major order (padding last), by one stable sort.
+
+    Sorted indices (`indices_sorted=True`) let products take the faster row-sorted path.
+
+    Args:
+      mat: a `BCOO`.
+
+    Returns:
+      A `BCOO` with `indices_sorted=True`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO((jnp.array([1.0, 2.0]), jnp.array([[1, 0], [0, 1]])), shape=(2, 2))
+      >>> b = sparse.bcoo_sort_indices(a)
+      >>> b.indices.tolist(), b.data.tolist(), b.indices_sorted
+      ([[0, 1], [1, 0]], [2.0, 1.0], True)
+    """
     bufs = ops.sort_indices_p.bind(mat.data, mat.indices, **mat._params)
     return _result(bufs, mat.shape, True, mat.unique_indices)
 
 
 def bcoo_squeeze(arr: BCOO, *, dimensions: Sequence[int]) -> BCOO:
-    """`lax.squeeze` of a BCOO array."""
+    """`lax.squeeze` of a BCOO array: the size-1 `dimensions` removed.
+
+    Args:
+      arr: a `BCOO`.
+      dimensions: the dimensions of size 1 to remove.
+
+    Returns:
+      A `BCOO`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[0.0, 4.0, 0.0]]))
+      >>> sparse.bcoo_squeeze(a, dimensions=(0,)).todense().tolist()
+      [0.0, 4.0, 0.0]
+    """
     dims = tuple(sorted({operator.index(d) % arr.ndim for d in dimensions}))
     lay = shapes.layout(arr.shape, arr.data.shape, arr.indices.shape)
     shape, _, _ = shapes.squeeze(lay, dims)
@@ -665,8 +912,21 @@ def bcoo_squeeze(arr: BCOO, *, dimensions: Sequence[int]) -> BCOO:
 def bcoo_sum_duplicates(mat: BCOO, nse: int | None = None) -> BCOO:
     """Sorted unique indices with the data of duplicates summed; `nse` entries per batch.
 
-    With `nse=None` the smallest sufficient nse is computed from the indices,
-    which needs concrete (not traced) arrays.
+    Args:
+      mat: a `BCOO`.
+      nse: the entries to keep; None: the smallest sufficient count, computed from the
+        indices, which needs concrete (not traced) arrays.
+
+    Returns:
+      A `BCOO` with `indices_sorted=True` and `unique_indices=True`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO((jnp.array([1.0, 2.0, 3.0]), jnp.array([[1], [0], [1]])), shape=(3,))
+      >>> b = sparse.bcoo_sum_duplicates(a)
+      >>> b.data.tolist(), b.indices.tolist()
+      ([2.0, 4.0], [[0], [1]])
     """
     if nse is None:
         if rules.is_traced(mat.indices):
@@ -683,8 +943,31 @@ def bcoo_sum_duplicates(mat: BCOO, nse: int | None = None) -> BCOO:
 def bcoo_gather(operand: BCOO, start_indices: Any, dimension_numbers: jax.lax.GatherDimensionNumbers,
                 slice_sizes: Sequence[int], *, unique_indices: bool = False, indices_are_sorted: bool = False,
                 mode: Any = None, fill_value: Any = None) -> BCOO:
-    """`lax.gather` of a BCOO array: one `hlopt.bcoo.gather` of every window, then squeeze,
-    reshape and transpose to gather's output layout. Start indices are clamped into range."""
+    """`lax.gather` of a BCOO array. Start indices are clamped into range.
+
+    Args:
+      operand: a `BCOO`.
+      start_indices: as in `lax.gather`.
+      dimension_numbers: a `lax.GatherDimensionNumbers`.
+      slice_sizes: as in `lax.gather`.
+      unique_indices: as in `lax.gather`.
+      indices_are_sorted: as in `lax.gather`.
+      mode: as in `lax.gather`.
+      fill_value: as in `lax.gather`.
+
+    Returns:
+      A `BCOO` of the gathered windows.
+
+    Example:
+      >>> from jax import lax
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> dims = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+      >>> rows = sparse.bcoo_gather(a, jnp.array([[1], [0]]), dims, slice_sizes=(1, 3))   # rows 1 and 0
+      >>> rows.todense().tolist()
+      [[0.0, 3.0, 0.0], [1.0, 0.0, 2.0]]
+    """
     if mode is not None and jax.lax.GatherScatterMode.from_any(mode) != jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS:
         raise NotImplementedError(f"bcoo_gather: mode={mode!r} not yet supported.")
     dnums = dimension_numbers
@@ -713,7 +996,22 @@ def bcoo_gather(operand: BCOO, start_indices: Any, dimension_numbers: jax.lax.Ga
 
 
 def bcoo_rev(operand: BCOO, dimensions: Sequence[int]) -> BCOO:
-    """`lax.rev` of a BCOO array: batch and dense dims flip their buffers, sparse dims their indices."""
+    """`lax.rev` of a BCOO array: batch and dense dims flip their buffers, sparse dims their indices.
+
+    Args:
+      operand: a `BCOO`.
+      dimensions: the dimensions to reverse.
+
+    Returns:
+      A `BCOO`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_rev(a, dimensions=(1,)).todense().tolist()
+      [[2.0, 0.0, 1.0], [0.0, 3.0, 0.0]]
+    """
     dims = tuple(operator.index(d) for d in dimensions)
     if len(set(dims)) != len(dims) or not all(0 <= d < operand.ndim for d in dims):
         raise ValueError(f"rev dimensions must be unique and in range for an array of rank {operand.ndim}, "
@@ -733,7 +1031,22 @@ def bcoo_rev(operand: BCOO, dimensions: Sequence[int]) -> BCOO:
 
 
 def bcoo_transpose(mat: BCOO, *, permutation: Sequence[int]) -> BCOO:
-    """Permute dimensions; batch, sparse and dense dims each permute among themselves."""
+    """The dimensions of a BCOO array permuted; batch, sparse and dense dims each permute among themselves.
+
+    Args:
+      mat: a `BCOO`.
+      permutation: the new order of the dimensions.
+
+    Returns:
+      A `BCOO`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_transpose(a, permutation=(1, 0)).todense().tolist()
+      [[1.0, 0.0], [0.0, 3.0], [2.0, 0.0]]
+    """
     perm = tuple(operator.index(p) for p in permutation)
     lay = shapes.layout(mat.shape, mat.data.shape, mat.indices.shape)
     shape, _, _ = shapes.transpose(lay, perm)

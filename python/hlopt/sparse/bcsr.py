@@ -55,7 +55,26 @@ def _check_layout(data: Any, indices: Any, indptr: Any, shape: tuple[int, ...]) 
 class BCSR:
     """A compressed-sparse-row matrix: `data[nse]`, `indices[nse]` (columns), `indptr[M + 1]`.
 
-    Same layout and meaning as JAX's experimental `BCSR` with `n_batch = n_dense = 0`.
+    Same layout and meaning as JAX's experimental `BCSR` with `n_batch = n_dense = 0`. `A @ x`
+    runs on hlopt's CSR kernel on CPU.
+
+    Args:
+      args: `(data, indices, indptr)`.
+      shape: the matrix's shape `(M, N)`.
+      indices_sorted: the columns of each row are sorted.
+      unique_indices: no position is stored twice.
+
+    Raises:
+      ValueError: the buffers do not fit `shape`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> m = sparse.BCSR((jnp.array([1.0, 2.0, 3.0]), jnp.array([0, 2, 1]), jnp.array([0, 2, 3])), shape=(2, 3))
+      >>> m.todense().tolist()
+      [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
+      >>> (m @ jnp.ones(3)).tolist()
+      [3.0, 3.0]
     """
 
     __array_priority__ = 2000
@@ -178,7 +197,26 @@ def _indptr(rows: jax.Array, m: int) -> jax.Array:
 
 def bcsr_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dense: int = 0,
                    index_dtype: Any = jnp.int32) -> BCSR:
-    """The nonzeros of the dense matrix `mat` as a BCSR matrix (`nse` needs to be concrete under jit)."""
+    """The nonzeros of the dense matrix `mat` as a BCSR matrix.
+
+    Args:
+      mat: a dense matrix.
+      nse: the number of stored entries; None: the count of nonzeros, which needs a concrete
+        `mat` (outside `jit`).
+      n_batch: 0 (BCSR here is a matrix).
+      n_dense: 0.
+      index_dtype: the dtype of `indices` and `indptr`.
+
+    Returns:
+      A `BCSR`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> m = sparse.bcsr_fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> m.data.tolist(), m.indices.tolist(), m.indptr.tolist()
+      ([1.0, 2.0, 3.0], [0, 2, 1], [0, 2, 3])
+    """
     mat = jnp.asarray(mat)
     if n_batch or n_dense or mat.ndim != 2:
         raise NotImplementedError(f"hlopt.sparse.BCSR stores matrices only (n_batch = n_dense = 0), got a "
@@ -187,7 +225,21 @@ def bcsr_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
 
 
 def bcsr_todense(mat: BCSR) -> jax.Array:
-    """The dense matrix `mat` represents (duplicates summed, padding ignored)."""
+    """The dense matrix `mat` represents (duplicates summed, padding ignored).
+
+    Args:
+      mat: a `BCSR`.
+
+    Returns:
+      A dense array of shape `mat.shape`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> m = sparse.bcsr_fromdense(jnp.eye(2))
+      >>> sparse.bcsr_todense(m).tolist()
+      [[1.0, 0.0], [0.0, 1.0]]
+    """
     return mat.to_bcoo().todense()
 
 
@@ -209,8 +261,26 @@ def bcsr_dot_general(lhs: BCSR | Any, rhs: Any, *, dimension_numbers: Any, preci
                      preferred_element_type: Any = None, out_sharding: Any = None) -> Any:
     """`lax.dot_general` where `lhs` (or `rhs`) is a BCSR matrix: a dense result.
 
-    `A @ x` (A's columns contracted with x's first dim, x of 1 or 2 dims) is one `bcsr_dot_general`
-    annotation (on CPU hlopt's CSR kernel); any other contraction is the BCOO product of `to_bcoo()`.
+    `A @ x` (A's columns contracted with x's first dim, x of 1 or 2 dims) is one annotation (on
+    CPU hlopt's CSR kernel); any other contraction is the BCOO product of `to_bcoo()`.
+
+    Args:
+      lhs: a `BCSR` or a dense array.
+      rhs: a dense array or a `BCSR`.
+      dimension_numbers: as in `lax.dot_general`.
+      precision: unused, as in JAX.
+      preferred_element_type: the result's dtype.
+      out_sharding: unused, as in JAX.
+
+    Returns:
+      A dense array.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> m = sparse.bcsr_fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcsr_dot_general(m, jnp.ones(3), dimension_numbers=(((1,), (0,)), ((), ()))).tolist()
+      [3.0, 3.0]
     """
     del precision, out_sharding  # as JAX's: unused
     dims = products._dims_key(dimension_numbers)

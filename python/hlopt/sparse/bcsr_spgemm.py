@@ -28,8 +28,26 @@ MATMUL = (((1,), (0,)), ((), ()))
 
 def bcsr_spdot_general(lhs: Any, rhs: Any, *, dimension_numbers: Any = MATMUL, preferred_element_type: Any = None,
                        nse: int | None = None) -> Any:
-    """`lhs @ rhs` of two BCSR matrices (the only contraction: lhs's columns with rhs's rows) as a BCSR
-    matrix with `nse` entries (None: the exact count, from concrete indices)."""
+    """`lhs @ rhs` of two BCSR matrices (the only contraction: lhs's columns with rhs's rows) as a
+    BCSR matrix with `nse` entries.
+
+    Args:
+      lhs: a `BCSR`.
+      rhs: a `BCSR`.
+      dimension_numbers: `(((1,), (0,)), ((), ()))`, the only one supported.
+      preferred_element_type: the result's dtype.
+      nse: the result's stored entries; None: the exact count, from concrete indices.
+
+    Returns:
+      A `BCSR`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> m = sparse.bcsr_fromdense(jnp.array([[1.0, 2.0], [0.0, 3.0]]))
+      >>> sparse.bcsr_spdot_general(m, m).todense().tolist()
+      [[1.0, 8.0], [0.0, 9.0]]
+    """
     if products._dims_key(dimension_numbers) != MATMUL:
         raise NotImplementedError(f"bcsr_spdot_general contracts lhs's columns with rhs's rows "
                                   f"(dimension_numbers {MATMUL}), got {dimension_numbers}: use to_bcoo()")

@@ -71,16 +71,49 @@ def bcoo_eye(N: int, M: int, k: int, *, dtype: Any = None, index_dtype: Any = "i
 
 def empty(shape: Sequence[int], dtype: Any = None, index_dtype: Any = "int32", sparse_format: str = "bcoo",
           **kwds: Any) -> BCOO:
-    """An empty sparse array (JAX's sparse `empty`); `kwds` go to `BCOO._empty`
-    (`n_batch`, `n_dense`, `nse`)."""
+    """An empty sparse array (JAX's sparse `empty`).
+
+    Args:
+      shape: the array's shape.
+      dtype: the data's dtype (default float).
+      index_dtype: the indices' dtype.
+      sparse_format: `"bcoo"`, the only one supported.
+      **kwds: `n_batch`, `n_dense`, `nse`.
+
+    Returns:
+      A `BCOO` of zeros.
+
+    Example:
+      >>> from hlopt import sparse
+      >>> z = sparse.empty((2, 3))
+      >>> z.shape, z.nse, z.todense().sum().item()
+      ((2, 3), 0, 0.0)
+    """
     _check_format(sparse_format)
     return BCOO._empty(tuple(shape), dtype=dtype, index_dtype=index_dtype, **kwds)
 
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None, index_dtype: Any = "int32",
         sparse_format: str = "bcoo", **kwds: Any) -> BCOO:
-    """A 2-D sparse identity with ones on the `k`-th diagonal (JAX's sparse `eye`);
-    `kwds` go to `BCOO._eye` (`n_batch`, `n_dense`)."""
+    """A 2-D sparse identity with ones on the `k`-th diagonal (JAX's sparse `eye`).
+
+    Args:
+      N: the number of rows.
+      M: the number of columns (default N).
+      k: the diagonal: 0 the main one, above it positive.
+      dtype: the data's dtype (default float).
+      index_dtype: the indices' dtype.
+      sparse_format: `"bcoo"`, the only one supported.
+      **kwds: `n_batch`, `n_dense`.
+
+    Returns:
+      A `BCOO`.
+
+    Example:
+      >>> from hlopt import sparse
+      >>> sparse.eye(3, k=1).todense().tolist()
+      [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    """
     _check_format(sparse_format)
     if M is None:
         M = N
@@ -95,8 +128,29 @@ def random_bcoo(key: jax.Array, shape: Sequence[int], *, dtype: Any = jnp.float_
                 **kwds: Any) -> BCOO:
     """A random BCOO array (JAX's sparse `random_bcoo`, same key use, so the same buffers).
 
-    `nse` is a count, or a fraction of the sparse size when `0 < nse < 1`; `generator(key, shape=,
-    dtype=, **kwds)` draws the data; indices are drawn per batch, distinct when `unique_indices`.
+    Args:
+      key: a `jax.random` key.
+      shape: the array's shape.
+      dtype: the data's dtype.
+      indices_dtype: the indices' dtype (default int32).
+      nse: a count, or a fraction of the sparse size when `0 < nse < 1`.
+      n_batch: leading batch dimensions.
+      n_dense: trailing dense dimensions.
+      unique_indices: draw distinct indices per batch.
+      sorted_indices: sort the indices.
+      generator: `generator(key, shape=, dtype=, **kwds)` draws the data.
+      **kwds: passed to `generator`.
+
+    Returns:
+      A `BCOO`.
+
+    Example:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.random_bcoo(jax.random.key(0), (4, 5), dtype=jnp.float32, nse=0.25)
+      >>> a.shape, a.nse
+      ((4, 5), 5)
     """
     shape = tuple(operator.index(s) for s in shape)
     n_batch, n_dense = operator.index(n_batch), operator.index(n_dense)

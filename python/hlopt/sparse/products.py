@@ -78,7 +78,26 @@ def bcoo_dot_general(lhs: BCOO | Any, rhs: BCOO | Any, *, dimension_numbers: Any
     """`lax.dot_general` where either operand (or both) is a BCOO array.
 
     Sparse x dense and dense x sparse give a dense array; sparse x sparse a BCOO array
-    (`bcoo_spdot_general` with JAX's nse bound). `precision` and `out_sharding` are unused, as in JAX.
+    (`bcoo_spdot_general` with JAX's nse bound). `a @ x` calls it.
+
+    Args:
+      lhs: a `BCOO` or a dense array.
+      rhs: a `BCOO` or a dense array.
+      dimension_numbers: `((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`.
+      precision: unused, as in JAX.
+      preferred_element_type: the result's dtype.
+      out_sharding: unused, as in JAX.
+
+    Returns:
+      A dense array, or a `BCOO` when both operands are.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> x = jnp.array([1.0, 1.0, 1.0])
+      >>> sparse.bcoo_dot_general(a, x, dimension_numbers=(((1,), (0,)), ((), ()))).tolist()
+      [3.0, 3.0]
     """
     del precision, out_sharding
     dims = _dims_key(dimension_numbers)
@@ -99,19 +118,39 @@ def bcoo_dot_general(lhs: BCOO | Any, rhs: BCOO | Any, *, dimension_numbers: Any
 
 def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferred_element_type: Any = None,
                        nse: int | None = None) -> BCOO:
-    """The product of two BCOO arrays as a BCOO array with `nse` stored entries (hlopt's extension of
-    JAX's bcoo_spdot_general). None: the exact count when the indices are concrete
-    (`bcoo_spdot_nse`), else JAX's bound, refused above `TRACED_BOUND_LIMIT` entries.
+    """The product of two BCOO arrays as a BCOO array with `nse` stored entries (hlopt's extension
+    of JAX's `bcoo_spdot_general`).
 
     Output batch dims: the batch pairs, lhs's other batch dims, rhs's; sparse dims: lhs's free
-    sparse dims, then rhs's. Entries are the distinct output indices in row-major order; with more
-    distinct indices than `nse`, the first `nse` are kept. With concrete indices the structure is
-    computed on the host first (`hlopt.sparse.symbolic`) and the values are one gather of each
-    operand's data, a product and a sorted segment sum over the matching pairs; with traced ones,
-    the `spdot_general` annotation's work and memory are linear in the operands' nse, `nse` and the
-    pairs processed per chunk (never `lhs.nse * rhs.nse` at once). Products of two matrices (no
-    batch or dense dims) of float or complex data run instead on the native CSR kernels
-    (`hlopt.sparse.spgemm`), eagerly and traced alike.
+    sparse dims, then rhs's. Entries are the distinct output indices in row-major order; with
+    more distinct indices than `nse`, the first `nse` are kept. With concrete indices the
+    structure is computed on the host first and the values are one gather of each operand's
+    data, a product and a sorted segment sum over the matching pairs; with traced ones, the work
+    and memory are linear in the operands' nse, `nse` and the pairs processed per chunk (never
+    `lhs.nse * rhs.nse` at once).
+
+    Args:
+      lhs: a `BCOO`.
+      rhs: a `BCOO`.
+      dimension_numbers: as in `lax.dot_general`.
+      preferred_element_type: the result's dtype.
+      nse: the stored entries of the result; None: the exact count when the indices are
+        concrete (`bcoo_spdot_nse`), else JAX's bound.
+
+    Returns:
+      A `BCOO`.
+
+    Raises:
+      SparseEfficiencyError: traced indices and JAX's bound above `TRACED_BOUND_LIMIT` entries:
+        give `nse`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> dims = (((1,), (1,)), ((), ()))                      # a a^T
+      >>> sparse.bcoo_spdot_general(a, a, dimension_numbers=dims).todense().tolist()
+      [[5.0, 0.0], [0.0, 9.0]]
     """
     dims = _dims_key(dimension_numbers)
     pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
@@ -144,6 +183,21 @@ def bcoo_spdot_nse(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any) -> int:
 
     Call it outside `jit` (or on indices a traced function closes over) and pass the count as
     `nse=` to a traced `bcoo_spdot_general`.
+
+    Args:
+      lhs: a `BCOO` with concrete indices.
+      rhs: a `BCOO` with concrete indices.
+      dimension_numbers: as in `lax.dot_general`.
+
+    Returns:
+      The count, an int.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_spdot_nse(a, a, dimension_numbers=(((1,), (1,)), ((), ())))
+      2
     """
     dims = _dims_key(dimension_numbers)
     if rules.is_traced(lhs.indices, rhs.indices):
@@ -212,7 +266,26 @@ def _pair_values(ld: jax.Array, rd: jax.Array, lhs_entry: jax.Array, rhs_entry: 
 
 
 def bcoo_dot_general_sampled(A: Any, B: Any, indices: Any, *, dimension_numbers: Any) -> jax.Array:
-    """`lax.dot_general(A, B)` at the BCOO `indices`: the data of `bcoo_extract(indices, A . B)` (SDDMM)."""
+    """`lax.dot_general(A, B)` at the BCOO `indices` only (SDDMM): the data of
+    `bcoo_extract(indices, A . B)`.
+
+    Args:
+      A: a dense array.
+      B: a dense array.
+      indices: the indices of a `BCOO` of the product's shape.
+      dimension_numbers: as in `lax.dot_general`.
+
+    Returns:
+      The product's values at `indices`, laid out as a BCOO's data.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> mask = sparse.BCOO.fromdense(jnp.eye(2))
+      >>> A, B = jnp.array([[1.0, 2.0], [3.0, 4.0]]), jnp.array([[1.0, 0.0], [0.0, 1.0]])
+      >>> sparse.bcoo_dot_general_sampled(A, B, mask.indices, dimension_numbers=(((1,), (0,)), ((), ()))).tolist()
+      [1.0, 4.0]
+    """
     return dot_general_sampled(A, B, indices, dimension_numbers)
 
 

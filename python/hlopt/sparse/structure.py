@@ -39,9 +39,28 @@ def _layout(mat: BCOO) -> shapes.Layout:
 
 def bcoo_broadcast_in_dim(mat: BCOO, *, shape: Sequence[int], broadcast_dimensions: Sequence[int],
                           sharding: Any = None) -> BCOO:
-    """`lax.broadcast_in_dim` of a BCOO array: new dims before the first sparse dim are batch dims,
-    new dims among the sparse ones must have size 1, new dims after them are dense when the array
-    has dense dims (JAX's rules)."""
+    """`lax.broadcast_in_dim` of a BCOO array.
+
+    New dims before the first sparse dim are batch dims, new dims among the sparse ones must
+    have size 1, new dims after them are dense when the array has dense dims (JAX's rules).
+
+    Args:
+      mat: a `BCOO`.
+      shape: the result's shape.
+      broadcast_dimensions: where `mat`'s dimensions go in it.
+      sharding: unused, as in JAX.
+
+    Returns:
+      A `BCOO` of shape `shape`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> b = sparse.bcoo_broadcast_in_dim(a, shape=(2, 2, 3), broadcast_dimensions=(1, 2))
+      >>> b.shape, b.n_batch, b.todense()[1].tolist()
+      ((2, 2, 3), 1, [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    """
     if sharding is not None:
         raise NotImplementedError("bcoo_broadcast_in_dim: sharding is not supported")
     shape = tuple(operator.index(s) for s in shape)
@@ -56,9 +75,26 @@ def bcoo_broadcast_in_dim(mat: BCOO, *, shape: Sequence[int], broadcast_dimensio
 
 
 def bcoo_dynamic_slice(mat: BCOO, start_indices: Sequence[Any], slice_sizes: Sequence[int]) -> BCOO:
-    """`lax.dynamic_slice` of a BCOO array: starts may be traced, and are wrapped once when negative
-    and clamped so the slice fits, as lax does; nse shrinks (duplicates summed) when the slice holds
-    fewer elements than nse."""
+    """`lax.dynamic_slice` of a BCOO array.
+
+    Starts may be traced, and are wrapped once when negative and clamped so the slice fits, as
+    lax does; nse shrinks (duplicates summed) when the slice holds fewer elements than nse.
+
+    Args:
+      mat: a `BCOO`.
+      start_indices: the first index of each dimension (traced or not).
+      slice_sizes: the size of each dimension of the slice.
+
+    Returns:
+      A `BCOO` of shape `slice_sizes`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_dynamic_slice(a, (1, 0), (1, 3)).todense().tolist()
+      [[0.0, 3.0, 0.0]]
+    """
     if not isinstance(mat, BCOO):
         raise TypeError(f"bcoo_dynamic_slice: input should be BCOO array, got type(mat)={type(mat)}")
     slice_sizes = tuple(operator.index(i) for i in slice_sizes)
@@ -82,9 +118,25 @@ def bcoo_dynamic_slice(mat: BCOO, start_indices: Sequence[Any], slice_sizes: Seq
 
 
 def bcoo_concatenate(operands: Sequence[BCOO], *, dimension: int) -> BCOO:
-    """`lax.concatenate` of BCOO arrays along a batch or sparse `dimension` (JAX's rules: one layout,
-    an operand with n_batch 0 or 1 aligned when the leading dim has size 1; along a batch dim nse is
-    the largest operand's, along a sparse dim the sum)."""
+    """`lax.concatenate` of BCOO arrays along a batch or sparse `dimension`.
+
+    JAX's rules: one layout, an operand with n_batch 0 or 1 aligned when the leading dim has
+    size 1; along a batch dim nse is the largest operand's, along a sparse dim the sum.
+
+    Args:
+      operands: the `BCOO` arrays.
+      dimension: the dimension to join along.
+
+    Returns:
+      A `BCOO`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_concatenate([a, a], dimension=0).todense().tolist()
+      [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0], [1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
+    """
     dimension = operator.index(dimension)
     operands = list(operands)
     if not all(isinstance(op, BCOO) for op in operands):
@@ -119,8 +171,22 @@ def bcoo_concatenate(operands: Sequence[BCOO], *, dimension: int) -> BCOO:
 def bcoo_extract(sparr: BCOO, arr: Any, *, assume_unique: bool | None = None) -> BCOO:
     """The values of the dense `arr` at the indices of `sparr`, as a BCOO array with its indices.
 
-    With `assume_unique` False (default: `not sparr.unique_indices`), an index stored more than once
-    gets the value at its first entry and 0 at the others (so `todense` gives `arr` there once).
+    Args:
+      sparr: a `BCOO` whose indices are read.
+      arr: a dense array of `sparr`'s shape.
+      assume_unique: with False (default: `not sparr.unique_indices`), an index stored more than
+        once gets the value at its first entry and 0 at the others (so `todense` gives `arr`
+        there once).
+
+    Returns:
+      A `BCOO` with `sparr`'s indices.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+      >>> sparse.bcoo_extract(a, jnp.arange(6.0).reshape(2, 3)).data.tolist()
+      [0.0, 2.0, 4.0]
     """
     if not isinstance(sparr, BCOO):
         raise TypeError(f"First argument to bcoo_extract should be a BCOO array. Got type(sparr)={type(sparr)}")
@@ -142,10 +208,42 @@ def bcoo_conv_general_dilated(lhs: Any, rhs: Any, *, window_strides: Sequence[in
                               dimension_numbers: Any = None, feature_group_count: int = 1,
                               batch_group_count: int = 1, precision: Any = None,
                               preferred_element_type: Any = None, out_sharding: Any = None) -> BCOO:
-    """`lax.conv_general_dilated` where either operand (or both) is a BCOO array, in the cases JAX
-    supports: 1-d, one batch and one feature (leading dims (1, 1)), unit strides and dilations,
-    group counts 1. The result is a BCOO array of shape (1, 1, width) with one entry per pair of
-    stored entries; `precision` and `preferred_element_type` are checked and unused, as in JAX."""
+    """`lax.conv_general_dilated` where either operand (or both) is a BCOO array.
+
+    In the cases JAX supports: 1-d, one batch and one feature (leading dims (1, 1)), unit
+    strides and dilations, group counts 1. The result is a BCOO array of shape (1, 1, width)
+    with one entry per pair of stored entries; `precision` and `preferred_element_type` are
+    checked and unused, as in JAX.
+
+    Args:
+      lhs: the input, `BCOO` or dense, shaped (1, 1, width).
+      rhs: the kernel, `BCOO` or dense, shaped (1, 1, size).
+      window_strides: as in `lax.conv_general_dilated` (ones).
+      padding: as in `lax.conv_general_dilated`.
+      lhs_dilation: ones or None.
+      rhs_dilation: ones or None.
+      dimension_numbers: as in `lax.conv_general_dilated`.
+      feature_group_count: 1.
+      batch_group_count: 1.
+      precision: checked, unused.
+      preferred_element_type: checked, unused.
+      out_sharding: unused, as in JAX.
+
+    Returns:
+      A `BCOO`.
+
+    Raises:
+      NotImplementedError: a case JAX does not support either.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> x = sparse.BCOO.fromdense(jnp.array([[[0.0, 1.0, 0.0, 2.0]]]))
+      >>> kernel = jnp.array([[[1.0, 1.0]]])
+      >>> y = sparse.bcoo_conv_general_dilated(x, kernel, window_strides=(1,), padding="VALID")
+      >>> y.todense().tolist()
+      [[[1.0, 1.0, 2.0]]]
+    """
     for x in (lhs, rhs):
         if not isinstance(x, (BCOO, jax.Array, np.ndarray)):
             raise TypeError(f"bcoo_conv_general_dilated: input of type {type(x)} not recognized.")

@@ -94,24 +94,86 @@ def _sparse_aware(transform: Callable, fun: Callable, argnums: int | Sequence[in
 
 def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
                    **kwargs: Any) -> Callable[..., tuple[Any, Any]]:
-    """`jax.value_and_grad` where the gradient with respect to a BCOO is a BCOO with its indices."""
+    """`jax.value_and_grad` where the gradient with respect to a BCOO is a BCOO with its indices.
+
+    Args:
+      fun: the function to differentiate.
+      argnums: the argument(s) to differentiate in.
+      has_aux: as in `jax.value_and_grad`.
+      **kwargs: passed to `jax.value_and_grad`.
+
+    Returns:
+      A function returning `(value, gradient)`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
+      >>> value, g = sparse.value_and_grad(lambda a: (a.data**2).sum())(a)
+      >>> float(value), g.data.tolist()
+      (5.0, [2.0, 4.0])
+    """
     return _sparse_aware(jax.value_and_grad, fun, argnums, has_aux, kwargs, with_value=True)
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, **kwargs: Any) -> Callable:
-    """`jax.grad` where the gradient with respect to a BCOO is a BCOO with its indices."""
+    """`jax.grad` where the gradient with respect to a BCOO is a BCOO with its indices.
+
+    Args:
+      fun: the function to differentiate.
+      argnums: the argument(s) to differentiate in.
+      has_aux: as in `jax.grad`.
+      **kwargs: passed to `jax.grad`.
+
+    Returns:
+      A function returning the gradient; for a `BCOO` argument a `BCOO` of its sparsity.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
+      >>> g = sparse.grad(lambda a: (a @ jnp.array([3.0, 4.0])).sum())(a)
+      >>> g.todense().tolist()
+      [[3.0, 0.0], [0.0, 4.0]]
+    """
     return _sparse_aware(jax.grad, fun, argnums, has_aux, kwargs)
 
 
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, **kwargs: Any) -> Callable:
     """`jax.jacfwd` where the Jacobian with respect to a BCOO is a BCOO with its indices and the
-    output dims as leading batch dims (dense outputs only, as JAX)."""
+    output dims as leading batch dims (dense outputs only, as JAX).
+
+    Args:
+      fun: the function to differentiate.
+      argnums: the argument(s) to differentiate in.
+      has_aux: as in `jax.jacfwd`.
+      **kwargs: passed to `jax.jacfwd`.
+
+    Returns:
+      A function returning the Jacobian.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
+      >>> j = sparse.jacfwd(lambda a: a @ jnp.array([3.0, 4.0]))(a)
+      >>> j.shape, j.todense()[1].tolist()
+      ((2, 2, 2), [[0.0, 0.0], [0.0, 4.0]])
+    """
     return _sparse_aware(jax.jacfwd, fun, argnums, has_aux, kwargs)
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, **kwargs: Any) -> Callable:
-    """`jax.jacrev` where the Jacobian with respect to a BCOO is a BCOO with its indices and the
-    output dims as leading batch dims (dense outputs only, as JAX)."""
+    """`jacfwd` by reverse mode (`jax.jacrev`), with the same arguments; `jacobian` is this function.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> from hlopt import sparse
+      >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
+      >>> rows = sparse.jacobian(lambda a: sparse.todense(a).sum(1))(a)    # row sums
+      >>> rows.todense()[1].tolist()
+      [[0.0, 0.0], [0.0, 1.0]]
+    """
     return _sparse_aware(jax.jacrev, fun, argnums, has_aux, kwargs)
 
 

@@ -20,6 +20,11 @@ func.func @bad(%a: tensor<4xf32>) -> tensor<4xf32> {
 // UNKNOWN: hlopt-opt: error: unknown pass or pipeline 'no-such-pass'
 // UNKNOWN-NOT: Traceback
 
-// LIST: Passes:
+// LIST: Lowerings
+// LIST: jet-expand
+// LIST: Analyses
+// LIST: check-key-reuse
+// LIST: Tuning for XLA:CPU:
+// LIST: xla-cpu-
 // LIST: Pipelines:
 // LIST-NEXT: hlopt-default {{.*}}canonicalize,cse,symbol-dce
