@@ -19,8 +19,8 @@ minimizes those:
 - A product whose gathered rows would take more than `CHUNK_BYTES` runs as a loop over
   chunks of entries of that size, so a product with 256 columns and 10^7 entries fits in HBM.
 
-No entry's products are summed in another order than `lower-bcoo` sums them: the result is
-the portable lowering's, to its rounding. Padding entries (a row or column index out of range)
+Each output element sums the same products as in `lower-bcoo`'s lowering (the sort is stable,
+so a row's entries keep their order): the result is the portable lowering's, to its rounding. Padding entries (a row or column index out of range)
 add nothing; duplicate entries add up.
 
 Rewritten, each only where all of its conditions hold (anything else is left to `lower-bcoo`):
@@ -81,7 +81,8 @@ def _rows_of(x: Value, index: Value) -> Value:
 
 
 def _elements_of(x: Value, index: Value) -> Value:
-    """`x[index[e]]` for `x[K]` and `index[E]` (in range), read in windows of `WINDOW` lanes: `[E]`."""
+    """`x[index[e]]` for `x[K]` and `index[E]`, read in windows of `WINDOW` lanes: `[E]` (an index out of range
+    reads some element of x; the caller masks it)."""
     k = b.shape_of(x)[0]
     e = b.shape_of(index)[0]
     padded = b.pad(x, [0], [-k % WINDOW], [0], b.scalar(0, b.elem_of(x)))
