@@ -24,9 +24,13 @@ so a row's entries keep their order): the result is the portable lowering's, to 
 add nothing; duplicate entries add up.
 
 Rewritten, each only where all of its conditions hold (anything else is left to `lower-bcoo`):
-`@hlopt.bcoo.dot_general` of a BCOO matrix `[M, K]` (n_batch = n_dense = 0, integer indices,
-M and K below 2^31) with a dense `x[K]` or `x[K, N]` contracting the matrix's columns with x's
-rows, data, x and result of one float type.
+
+- `@hlopt.bcoo.dot_general` of a BCOO matrix `[M, K]` (n_batch = n_dense = 0, integer indices,
+  M and K below 2^31) with a dense `x[K]` or `x[K, N]` contracting the matrix's columns with x's
+  rows, data, x and result of one float type.
+- `@hlopt.bcoo.bcsr_dot_general` of a CSR matrix (`hlopt.sparse.BCSR`) with at least one entry,
+  the same types: each entry's row comes from `indptr` as in `lower-bcoo` (a prefix sum, so the
+  rows are sorted and the SpMM's scatter is marked sorted), then the same product.
 
 Platform: on for TPU compiles only (`platform=auto`, the default: when
 `hlopt.passes.target.target_platform()` is `tpu`); `platform=tpu` forces the rewrite (IR tests),
@@ -130,16 +134,22 @@ def _chunked_products(out: Value, rows: Value, cols: Value, data: Value, x: Valu
     return b.while_loop([b.scalar(0, i32), out], lambda t, _: b.compare(t, b.scalar(chunks, i32), "LT"), step)[1]
 
 
+def _one_float_type(c: BcooOp, data: Value, x: Value) -> bool:
+    """Data, x and the result of one float type, the matrix's sizes within int32."""
+    elem = b.elem_of(data)
+    return (isinstance(elem, ir.FloatType) and b.elem_of(x) == elem == c.result_elem(0)
+            and max(c.config["shape"]) < 2**31 - 1)
+
+
 def _product(c: BcooOp) -> Value | None:
     data, indices, x = c.operands
     shape, xs = c.config["shape"], b.shape_of(x)
-    elem = b.elem_of(data)
     fits = (plain_matrix(c) and c.config["dimension_numbers"] == MATMUL and len(xs) in (1, 2) and xs[0] == shape[1]
-            and c.result_shape(0) == [shape[0], *xs[1:]] and max(shape) < 2**31 - 1
-            and isinstance(b.elem_of(indices), ir.IntegerType)
-            and isinstance(elem, ir.FloatType) and b.elem_of(x) == elem == c.result_elem(0))
+            and c.result_shape(0) == [shape[0], *xs[1:]] and isinstance(b.elem_of(indices), ir.IntegerType)
+            and _one_float_type(c, data, x))
     if not fits:
         return None
+    elem = b.elem_of(data)
     idx = b.convert(indices, b.i32())
     rows, cols = ix.column(idx, 0), ix.column(idx, 1)
     sorted_ = bool(c.config.get("indices_sorted"))
@@ -151,12 +161,26 @@ def _product(c: BcooOp) -> Value | None:
     return _chunked_products(out, rows, cols, data, x, sorted_ and len(xs) == 2)
 
 
-REWRITES = {"dot_general": _product}
+def _csr_product(c: BcooOp) -> Value | None:
+    data, indices, indptr, x = c.operands
+    nse = b.shape_of(data)[0]
+    if not (nse and nse < 2**31 - 1 and _one_float_type(c, data, x)):
+        return None
+    # the op records: imported only for a module that has sparse products
+    from hlopt.passes.bcoo.ops.bcsr_dot_general import entry_rows_of
+
+    i32 = b.i32()
+    rows = entry_rows_of(b.convert(indptr, i32), nse, i32)  # non-decreasing: the scatter's targets are sorted
+    out = b.full(c.result_shape(0), 0, b.elem_of(data))
+    return _chunked_products(out, rows, b.convert(indices, i32), data, x, len(b.shape_of(x)) == 2)
+
+
+REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
 
 
 @dataclasses.dataclass(frozen=True)
 class SparseProducts(Pass):
-    """Rewrite BCOO sparse x dense products (SpMV, SpMM) into the gathers and scatter-adds a TPU runs fastest.
+    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into the gathers and scatter-adds a TPU runs fastest.
 
     On for TPU compiles only (`platform=auto`); `platform=tpu` forces it, `platform=none` turns it off.
 

@@ -137,3 +137,25 @@ def test_unknown_platform_option_is_refused():
     lowered = hlopt.lower(lambda v: v + 1, np.ones(3, np.float32))
     with pytest.raises(hlopt.PipelineError, match="platform.*auto\\|tpu\\|none"):
         lowered.apply("tpu-sparse-products{platform=gpu}")
+
+
+@pytest.mark.parametrize("columns", [None, 4])
+def test_bcsr(columns):
+    """A CSR matrix with empty rows, duplicates and a column past the shape (padding) gives numpy's product."""
+    rng = np.random.default_rng(6)
+    m, k = 9, 11
+    counts = rng.integers(0, 4, m)
+    counts[3] = 0
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+    nse = int(indptr[-1])
+    cols = rng.integers(0, k + 2, nse).astype(np.int32)
+    cols[1] = cols[0]
+    data = rng.standard_normal(nse).astype(np.float32)
+    x = rng.standard_normal((k,) if columns is None else (k, columns)).astype(np.float32)
+    f = lambda d, i, p, v: hs.BCSR((d, i, p), shape=(m, k)) @ v  # noqa: E731
+    lowered = hlopt.lower(f, data, cols, indptr, x)
+    assert "hlopt.bcoo" not in lowered.apply("tpu-sparse-products{platform=tpu}").as_text()
+    got = lowered.compile(FORCED)(data, cols, indptr, x)
+    rows = np.repeat(np.arange(m), counts)
+    want = dense_product(data, np.stack([rows, cols], 1), (m, k), x)
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, atol=1e-5)

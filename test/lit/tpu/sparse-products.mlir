@@ -56,3 +56,18 @@ func.func @kept(%data: tensor<6xf32>, %indices: tensor<6x2xi32>, %y: tensor<4xf3
   %1 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x64) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6x2xi32>, tensor<5xf64>) -> tensor<4xf64>
   return %0, %1 : tensor<5xf32>, tensor<4xf64>
 }
+
+// -----
+
+// CSR SpMM: rows from indptr by a prefix sum (non-decreasing), so the scatter is marked sorted.
+// CHECK-LABEL: func.func @csr_spmm
+// CHECK: "stablehlo.scatter"({{.*}}) <{indices_are_sorted = false, {{.*}}}> ({
+// CHECK: "stablehlo.gather"(%arg3, %{{.*}}) {{.*}} slice_sizes = array<i64: 1, 3>}>
+// CHECK: "stablehlo.scatter"({{.*}}) <{indices_are_sorted = true, {{.*}}update_window_dims = [1]
+// CHECK-NOT: hlopt.bcoo
+// OFF-LABEL: func.func @csr_spmm
+// OFF: stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general
+func.func @csr_spmm(%data: tensor<6xf32>, %indices: tensor<6xi32>, %indptr: tensor<5xi32>, %x: tensor<5x3xf32>) -> tensor<4x3xf32> {
+  %0 = stablehlo.custom_call @hlopt.bcoo.bcsr_dot_general(%data, %indices, %indptr, %x) {api_version = 4 : i32, backend_config = {indices_sorted = true, n_batch = 0 : i64, n_dense = 0 : i64, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<6xf32>, tensor<6xi32>, tensor<5xi32>, tensor<5x3xf32>) -> tensor<4x3xf32>
+  return %0 : tensor<4x3xf32>
+}
