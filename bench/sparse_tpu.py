@@ -1,7 +1,7 @@
 """hlopt's sparse products against jax.experimental.sparse on the device JAX computes on (a TPU).
 
-For SpMV and SpMM (64 and 256 columns) of a random BCOO matrix (`--per-row` random entries a
-row, float32, entries sorted by row and not), hlopt.jit of `A @ x` (on a TPU,
+For SpMV and SpMM (64 and 256 columns) of a random matrix (`--per-row` random entries a row,
+float32; BCOO with entries sorted by row and not, and BCSR), hlopt.jit of `A @ x` (on a TPU,
 `tpu-sparse-products`) and jax.jit of JAX's BCOO product run on the same buffers in one
 process: `--rounds` rounds, each timing both sides (the order flipped every round), the ratio
 JAX / hlopt per round and its median. Each product's bytes (12 an entry, x and the output once)
@@ -48,14 +48,23 @@ def matrix(rng: np.random.Generator, rows: int, per_row: int, sort: bool) -> tup
     return jnp.asarray(rng.standard_normal(nse, dtype=np.float32)), jnp.asarray(idx)
 
 
-def compare(rows: int, per_row: int, columns: int | None, sort: bool, rounds: int, calls: int) -> dict:
+LAYOUTS = ("BCOO", "BCOO sorted", "BCSR")
+
+
+def compare(rows: int, per_row: int, columns: int | None, layout: str, rounds: int, calls: int) -> dict:
     rng = np.random.default_rng(rows)
-    data, idx = matrix(rng, rows, per_row, sort)
+    data, idx = matrix(rng, rows, per_row, layout != "BCOO")
     x = jnp.asarray(rng.standard_normal((rows,) if columns is None else (rows, columns), dtype=np.float32))
-    shape = (rows, rows)
-    ours = hlopt.jit(lambda d, i, v: hs.BCOO((d, i), shape=shape, indices_sorted=sort) @ v)
-    ref = jax.jit(lambda d, i, v: js.BCOO((d, i), shape=shape, indices_sorted=sort) @ v)
-    args = (data, idx, x)
+    shape, sort = (rows, rows), layout != "BCOO"
+    if layout == "BCSR":
+        m = js.BCSR.from_bcoo(js.BCOO((data, idx), shape=shape, indices_sorted=True))
+        ours = hlopt.jit(lambda d, i, p, v: hs.BCSR((d, i, p), shape=shape) @ v)
+        ref = jax.jit(lambda d, i, p, v: js.BCSR((d, i, p), shape=shape) @ v)
+        args = (m.data, m.indices, m.indptr, x)
+    else:
+        ours = hlopt.jit(lambda d, i, v: hs.BCOO((d, i), shape=shape, indices_sorted=sort) @ v)
+        ref = jax.jit(lambda d, i, v: js.BCOO((d, i), shape=shape, indices_sorted=sort) @ v)
+        args = (data, idx, x)
     np.testing.assert_allclose(np.asarray(ours(*args)), np.asarray(ref(*args)), rtol=1e-3, atol=1e-3)
     ratios, t_ours, t_ref = [], [], []
     for r in range(rounds):
@@ -68,7 +77,7 @@ def compare(rows: int, per_row: int, columns: int | None, sort: bool, rounds: in
     width = 1 if columns is None else columns
     moved = 12 * rows * per_row + 2 * 4 * rows * width
     hlopt_s = statistics.median(t_ours)
-    return {"workload": "SpMV" if columns is None else f"SpMM x {columns}", "sorted": sort, "rows": rows,
+    return {"workload": "SpMV" if columns is None else f"SpMM x {columns}", "layout": layout, "rows": rows,
             "per_row": per_row, "hlopt_s": hlopt_s, "jax_s": statistics.median(t_ref),
             "ratio": statistics.median(ratios), "ratio_is": "median over rounds of jax / hlopt",
             "hlopt_bytes_per_s": moved / hlopt_s}
@@ -91,19 +100,19 @@ def main() -> None:
         src = jnp.ones((64 << 20,), jnp.float32)
         copy_bw = 2 * (256 << 20) / seconds(jax.jit(lambda a: a + 1), (src,), 10)
     print(f"{jax.devices()[0].device_kind}: copy {copy_bw / 1e9:.1f} GB/s\n")
-    print("| product | sorted | rows | hlopt ms | jax ms | jax / hlopt | GB/s | share of copy |")
+    print("| product | layout | rows | hlopt ms | jax ms | jax / hlopt | GB/s | share of copy |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     figures = []
     for rows in args.rows:
         for columns in (None, 64, 256):
-            for sort in (False, True):
-                progress(f"{rows} rows, {columns} columns, sorted {sort}")
-                f = compare(rows, args.per_row, columns, sort, args.rounds, args.calls)
+            for layout in LAYOUTS:
+                progress(f"{rows} rows, {columns} columns, {layout}")
+                f = compare(rows, args.per_row, columns, layout, args.rounds, args.calls)
                 f["share_of_copy"] = f["hlopt_bytes_per_s"] / copy_bw
                 if args.gather_bytes_per_s:
                     f["share_of_gather"] = f["hlopt_bytes_per_s"] / args.gather_bytes_per_s
                 figures.append(f)
-                print(f"| {f['workload']} | {sort} | {rows} | {1e3 * f['hlopt_s']:.3f} | {1e3 * f['jax_s']:.3f} "
+                print(f"| {f['workload']} | {layout} | {rows} | {1e3 * f['hlopt_s']:.3f} | {1e3 * f['jax_s']:.3f} "
                       f"| {f['ratio']:.2f} | {f['hlopt_bytes_per_s'] / 1e9:.1f} | {f['share_of_copy']:.3f} |", flush=True)
     write_record("sparse_tpu", figures, load_before=load_before, options={**vars(args), "copy_bytes_per_s": copy_bw})
 
