@@ -65,6 +65,15 @@ def machine() -> dict[str, Any]:
             "memory_bytes": mem, "system": platform.platform(), "python": sys.version.split()[0]}
 
 
+def device() -> dict[str, Any] | None:
+    """The platform and kind of the device JAX computes on, when the script imported JAX (None otherwise)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return None
+    first = jax.devices()[0]
+    return {"platform": first.platform, "kind": first.device_kind, "count": jax.device_count()}
+
+
 def write_record(name: str, figures: Sequence[Mapping[str, Any]], *, load_before: Sequence[float],
                  options: Mapping[str, Any] | None = None, packages: Sequence[str] = ()) -> Path:
     """Write one run's record and return its path; `load_before` is `os.getloadavg()` at the start."""
@@ -74,6 +83,7 @@ def write_record(name: str, figures: Sequence[Mapping[str, Any]], *, load_before
         "time_utc": now.isoformat(timespec="seconds"),
         "commit": _commit(),
         "machine": machine(),
+        "device": device(),
         "load_before": list(load_before),
         "load_after": list(os.getloadavg()),
         "versions": {p: _version(p) for p in ("hlopt", "jax", "jaxlib", "numpy", *packages)},

@@ -5,7 +5,7 @@
 
 Per benchmark (one script `bench/<name>.py`, records in `bench/results/<name>/*.json`,
 written by `record.write_record`): what the script measures (its docstring's first line),
-the machine, load, versions and options of the latest record, a table of its figures,
+the machine (and the device JAX computed on), load, versions and options of the latest record, a table of its figures,
 and a bar plot of every ratio in them (`docs/benchmarks/<name>-<record>.png`). The page
 reads only the JSON records, so it renders the same with or without matplotlib; the plots
 are committed files.
@@ -147,6 +147,8 @@ def render() -> tuple[str, list[tuple[str, dict[str, Any], Path]]]:
             f"- record: `bench/results/{name}/{path.name}` ({count} in all), commit `{record['commit']}`",
             f"- machine: {machine['processor']}, {machine['cores']} cores, "
             f"{(machine['memory_bytes'] or 0) / 2 ** 30:.0f} GiB, {machine['system']}, Python {machine['python']}",
+            *([f"- device: {record['device']['kind']} ({record['device']['platform']}), {record['device']['count']} in all"]
+              if record.get("device") else []),
             f"- load average (1, 5, 15 min) before: {' '.join(f'{x:.1f}' for x in record['load_before'])}; "
             f"after: {' '.join(f'{x:.1f}' for x in record['load_after'])}",
             f"- versions: {versions}",

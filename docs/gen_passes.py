@@ -73,7 +73,7 @@ def _split_docstring(doc: str) -> tuple[str, str]:
 
 def _facts(name: str, module: str, cls: type[Pass]) -> list[str]:
     """What the registry knows about a pass: where it is defined, what it lowers, where it runs."""
-    facts = [f"- defined in `passes/{module}.py` as `{cls.__name__}`"]
+    facts = [f"- defined in `passes/{module.replace('.', '/')}.py` as `{cls.__name__}`"]
     targets = [f"`@{t}*`" if t.endswith(".") else f"`@{t}`" for t, owner in ANNOTATIONS.items() if owner == name]
     if targets:
         facts.append(f"- lowers the annotations {', '.join(targets)}")

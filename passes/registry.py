@@ -13,18 +13,21 @@ from hlopt.passes.base import Pass
 
 # The passes, by name. A name gives the pass's module and class: `jet-expand` is
 # `hlopt.passes.jet_expand.JetExpand`, and the XLA:CPU passes live in `hlopt.passes.xla_cpu`
-# (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`).
+# (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`), the TPU passes in `hlopt.passes.tpu`.
 PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
               "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-small-dots",
               "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-summed-batch-dots",
-              "xla-cpu-transposed-dots", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion")
-XLA_CPU_PREFIX = "xla-cpu-"
+              "xla-cpu-transposed-dots", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion",
+              "tpu-sparse-products")
+# name prefix -> the package under hlopt.passes that holds a platform's passes
+PLATFORM_PACKAGES = {"xla-cpu-": "xla_cpu", "tpu-": "tpu"}
 
 
 def _module_and_class(name: str) -> tuple[str, str]:
     """(module under hlopt.passes, class name) of the pass `name`."""
-    stem = name.removeprefix(XLA_CPU_PREFIX)
-    package = "xla_cpu." if stem != name else ""
+    prefix = next((p for p in PLATFORM_PACKAGES if name.startswith(p)), "")
+    stem = name.removeprefix(prefix)
+    package = PLATFORM_PACKAGES[prefix] + "." if prefix else ""
     return package + stem.replace("-", "_"), "".join(word.capitalize() for word in stem.split("-"))
 
 
@@ -35,10 +38,10 @@ PASSES: dict[str, tuple[str, str]] = {name: _module_and_class(name) for name in 
 # rewrites directions-batched jets whose K-th coefficients are only summed before they expand).
 # vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
 # first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
-# xla-cpu-sparse-kernels runs before lower-bcoo: it reads the sparse products' annotations (and
-# rewrites only when the module is compiled for CPU).
-DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lower-bcoo", "vjp-expand",
-                     "lower-custom-partitioning")
+# xla-cpu-sparse-kernels and tpu-sparse-products run before lower-bcoo: they read the sparse products'
+# annotations (and rewrite only when the module is compiled for CPU, for a TPU).
+DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "tpu-sparse-products", "lower-bcoo",
+                     "vjp-expand", "lower-custom-partitioning")
 
 # The XLA:CPU tuning passes of `hlopt-default` (`hlopt.passes.xla_cpu`), in the order they run:
 # after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees

@@ -154,3 +154,35 @@ def call_graph_problem(module: ir.Module) -> tuple[ir.Operation, str] | None:
         f"@{name} holds about {sizes[name]:.3g} ops once its calls are inlined (it calls @{repeated}, of "
         f"{sizes[repeated]:.3g} ops inlined, and more), more than hlopt's bound of {MAX_INLINED_OPS}: XLA inlines "
         "every call. Call a function once per loop iteration (stablehlo.while) instead of repeating calls")
+
+
+def annotation_bodies(module: ir.Operation) -> set[str]:
+    """The functions an hlopt annotation's `called_computations` reach (through calls and further annotations).
+
+    Passes that substitute a platform's formulation leave these alone: the passes that expand
+    those annotations read plain StableHLO.
+    """
+    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in walk_ops(module, "func.func")}
+    pending = [name for op in walk_ops(module, "stablehlo.custom_call")
+               if (call_target(op) or "").startswith("hlopt.") and "called_computations" in op.attributes
+               for name in symbols_named(op.attributes["called_computations"])]
+    reached: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in reached or name not in funcs:
+            continue
+        reached.add(name)
+        for op in walk_ops(funcs[name], "func.call", "stablehlo.custom_call"):
+            if op.name == "func.call":
+                pending.append(callee_of(op))
+            elif "called_computations" in op.attributes:
+                pending.extend(symbols_named(op.attributes["called_computations"]))
+    return reached
+
+
+def enclosing_function(op: ir.Operation) -> str | None:
+    """The symbol of the `func.func` that holds `op`; None outside any function."""
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        parent = parent.parent
+    return None if parent is None else ir.StringAttr(parent.attributes["sym_name"]).value

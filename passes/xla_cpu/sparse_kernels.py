@@ -58,10 +58,9 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass
-from hlopt.passes.bcoo_names import is_bcoo_op, op_name
+from hlopt.passes.bcoo_substitute import MATMUL, plain_matrix, substitute_products
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.target import native_kernels, target_platform
-from hlopt.passes.walk import call_target, walk_ops
 
 if TYPE_CHECKING:
     from hlopt.passes.bcoo import BcooOp
@@ -70,8 +69,6 @@ SPMM = "hlopt_bcoo_spmm"
 SDDMM = "hlopt_bcoo_sddmm"
 CSR_SPMM = "hlopt_csr_spmm"
 
-# `A @ x` and `P @ Q` as dot_general's dimension numbers: ((lhs_contracting, rhs_contracting), batch).
-_MATMUL = (((1,), (0,)), ((), ()))
 
 
 def _floats(*types: ir.Type) -> bool:
@@ -84,15 +81,10 @@ def _i32(t: ir.Type) -> bool:
     return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 32 and ir.IntegerType(t).is_signless
 
 
-def _plain_matrix(c: BcooOp) -> bool:
-    """The sparse operand is a matrix with one index column per dimension (no batch or dense dims)."""
-    return c.config["n_batch"] == 0 and c.config["n_dense"] == 0 and len(c.config["shape"]) == 2
-
-
 def _spmm(c: BcooOp) -> ir.Value | None:
     data, indices, x = c.operands
     shape, xs, out = c.config["shape"], b.shape_of(x), c.result_shape(0)
-    fits = (_plain_matrix(c) and c.config.get("indices_sorted", False) and c.config["dimension_numbers"] == _MATMUL
+    fits = (plain_matrix(c) and c.config.get("indices_sorted", False) and c.config["dimension_numbers"] == MATMUL
             and len(xs) in (1, 2) and xs[0] == shape[1] and out == [shape[0], *xs[1:]]
             and _i32(b.elem_of(indices)) and _floats(b.elem_of(data), b.elem_of(x), c.result_elem(0)))
     if not fits:
@@ -104,7 +96,7 @@ def _sddmm(c: BcooOp) -> ir.Value | None:
     p, q, indices = c.operands
     shape, ps, qs = c.config["shape"], b.shape_of(p), b.shape_of(q)
     perm = c.config.get("permutation")
-    fits = (_plain_matrix(c) and c.config["dimension_numbers"] == _MATMUL and perm in (None, (0, 1))
+    fits = (plain_matrix(c) and c.config["dimension_numbers"] == MATMUL and perm in (None, (0, 1))
             and len(ps) == 2 and len(qs) == 2 and ps[1] == qs[0] and [ps[0], qs[1]] == list(shape)
             and _i32(b.elem_of(indices)) and _floats(b.elem_of(p), b.elem_of(q), c.result_elem(0)))
     if not fits:
@@ -129,37 +121,6 @@ def _kernel(target: str, operands: list[ir.Value], result: ir.Type) -> ir.Value:
 REWRITES = {"dot_general": _spmm, "dot_general_sampled": _sddmm, "bcsr_dot_general": _csr_spmm}
 
 
-def _annotation_bodies(module: ir.Operation) -> set[str]:
-    """The functions an annotation's `called_computations` reach (through calls and further annotations)."""
-    funcs = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in walk_ops(module, "func.func")}
-    pending = [name for op in walk_ops(module, "stablehlo.custom_call")
-               if (call_target(op) or "").startswith("hlopt.") and "called_computations" in op.attributes
-               for name in _symbols(op.attributes["called_computations"])]
-    reached: set[str] = set()
-    while pending:
-        name = pending.pop()
-        if name in reached or name not in funcs:
-            continue
-        reached.add(name)
-        for op in walk_ops(funcs[name], "func.call", "stablehlo.custom_call"):
-            if op.name == "func.call":
-                pending.append(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-            elif "called_computations" in op.attributes:
-                pending.extend(_symbols(op.attributes["called_computations"]))
-    return reached
-
-
-def _symbols(attr: ir.Attribute) -> list[str]:
-    return [ir.FlatSymbolRefAttr(a).value for a in ir.ArrayAttr(attr)]
-
-
-def _enclosing_function(op: ir.Operation) -> str | None:
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        parent = parent.parent
-    return None if parent is None else ir.StringAttr(parent.attributes["sym_name"]).value
-
-
 @dataclasses.dataclass(frozen=True)
 class SparseKernels(Pass):
     """Sparse x dense products as calls of hlopt's CPU kernels.
@@ -177,21 +138,5 @@ class SparseKernels(Pass):
         return self.platform == "cpu" or (self.platform == "auto" and target_platform() == "cpu" and native_kernels())
 
     def apply(self, module: ir.Operation) -> None:
-        if not self.enabled():
-            return
-        skipped = _annotation_bodies(module)
-        found = [op for op in walk_ops(module, "stablehlo.custom_call")
-                 if is_bcoo_op(op) and op_name(op) in REWRITES and _enclosing_function(op) not in skipped]
-        if not found:
-            return
-        from hlopt.passes.bcoo import read  # the op records: imported only for a module that has sparse products
-
-        for op in found:
-            c = read(op)
-            if any(0 in t.shape for t in c.result_types):  # nothing to compute: lower-bcoo fills zeros
-                continue
-            with op.location, ir.InsertionPoint(op):
-                value = REWRITES[c.name](c)
-            if value is not None:
-                op.result.replace_all_uses_with(value)
-                op.erase()
+        if self.enabled():
+            substitute_products(module, REWRITES)

@@ -41,8 +41,9 @@ def bcsr_dot_general_shapes(config: Mapping[str, Any], data: Shape, indices: Sha
     return [(m, *x[1:])]
 
 
-def _entry_rows(indptr: Value, nse: int, elem: ir.Type) -> Value:
-    """`rows[nse]`: how many of `indptr` are <= each entry's position, less one (JAX's `_csr_to_coo`)."""
+def entry_rows_of(indptr: Value, nse: int, elem: ir.Type) -> Value:
+    """`rows[nse]`: how many of `indptr` are <= each entry's position, less one (JAX's `_csr_to_coo`); a prefix
+    sum, so non-decreasing whatever `indptr` holds."""
     m1 = b.shape_of(indptr)[0]
     marks = b.scatter(b.full([nse], 0, elem), b.reshape(indptr, [m1, 1]), b.full([m1], 1, elem),
                       update_window_dims=[], inserted_window_dims=[0], input_batching_dims=[],
@@ -59,7 +60,7 @@ def lower_bcsr_dot_general(c: BcooOp) -> list[Value]:
         return [b.full(out_shape, 0, out_elem)]
     wide = ir.IntegerType(b.elem_of(indices)).width > 32 or max(m, k, nse) >= 2**31 - 1
     it = b.i64() if wide else b.i32()
-    cols, rows = b.convert(indices, it), _entry_rows(b.convert(indptr, it), nse, it)
+    cols, rows = b.convert(indices, it), entry_rows_of(b.convert(indptr, it), nse, it)
     window = out_shape[1:]
     # x[cols] (the gather clamps an out-of-range column into range; the mask zeroes its product)
     xs = ix.gather_rows(b.reshape(b.convert(x, out_elem), [1, k, *window]), b.reshape(cols, [1, nse]))

@@ -1,0 +1,121 @@
+"""hlopt's sparse products against jax.experimental.sparse on the device JAX computes on (a TPU).
+
+For SpMV and SpMM (64 and 256 columns) of a random matrix (`--per-row` random entries a row,
+float32; BCOO with entries sorted by row and not, and BCSR), hlopt.jit of `A @ x` (on a TPU,
+`tpu-sparse-products`) and jax.jit of JAX's BCOO product run on the same buffers in one
+process: `--rounds` rounds, each timing both sides (the order flipped every round), the ratio
+JAX / hlopt per round and its median. Each product's bytes (12 an entry, x and the output once)
+a second are given as a share of a plain copy's bandwidth and of the gather limit
+(bench/tpu_gather_bound.py: no product runs faster than the gather of its x alone).
+
+Usage: python bench/sparse_tpu.py [--rows 1000 10000 100000 1000000] [--rounds 9]
+Every row goes into a record under `bench/results/sparse_tpu/` with the device's kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import sparse as js
+
+import hlopt
+from hlopt import sparse as hs
+from record import progress, write_record
+
+
+def seconds(fn: Callable, args: tuple, calls: int) -> float:
+    """Median seconds of `calls` calls."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matrix(rng: np.random.Generator, rows: int, per_row: int, sort: bool) -> tuple[jax.Array, jax.Array]:
+    nse = rows * per_row
+    idx = np.stack([rng.integers(0, rows, nse), rng.integers(0, rows, nse)], 1).astype(np.int32)
+    if sort:
+        idx = idx[np.lexsort(idx.T[::-1])]
+    return jnp.asarray(rng.standard_normal(nse, dtype=np.float32)), jnp.asarray(idx)
+
+
+LAYOUTS = ("BCOO", "BCOO sorted", "BCSR")
+
+
+def compare(rows: int, per_row: int, columns: int | None, layout: str, rounds: int, calls: int) -> dict:
+    rng = np.random.default_rng(rows)
+    data, idx = matrix(rng, rows, per_row, layout != "BCOO")
+    x = jnp.asarray(rng.standard_normal((rows,) if columns is None else (rows, columns), dtype=np.float32))
+    shape, sort = (rows, rows), layout != "BCOO"
+    if layout == "BCSR":
+        m = js.BCSR.from_bcoo(js.BCOO((data, idx), shape=shape, indices_sorted=True))
+        ours = hlopt.jit(lambda d, i, p, v: hs.BCSR((d, i, p), shape=shape) @ v)
+        ref = jax.jit(lambda d, i, p, v: js.BCSR((d, i, p), shape=shape) @ v)
+        args = (m.data, m.indices, m.indptr, x)
+    else:
+        ours = hlopt.jit(lambda d, i, v: hs.BCOO((d, i), shape=shape, indices_sorted=sort) @ v)
+        ref = jax.jit(lambda d, i, v: js.BCOO((d, i), shape=shape, indices_sorted=sort) @ v)
+        args = (data, idx, x)
+    np.testing.assert_allclose(np.asarray(ours(*args)), np.asarray(ref(*args)), rtol=1e-3, atol=1e-3)
+    ratios, t_ours, t_ref = [], [], []
+    for r in range(rounds):
+        pair = (ours, ref) if r % 2 == 0 else (ref, ours)
+        first, second = (seconds(f, args, calls) for f in pair)
+        o, j = (first, second) if r % 2 == 0 else (second, first)
+        t_ours.append(o)
+        t_ref.append(j)
+        ratios.append(j / o)
+    width = 1 if columns is None else columns
+    moved = 12 * rows * per_row + 2 * 4 * rows * width
+    hlopt_s = statistics.median(t_ours)
+    return {"workload": "SpMV" if columns is None else f"SpMM x {columns}", "layout": layout, "rows": rows,
+            "per_row": per_row, "hlopt_s": hlopt_s, "jax_s": statistics.median(t_ref),
+            "ratio": statistics.median(ratios), "ratio_is": "median over rounds of jax / hlopt",
+            "hlopt_bytes_per_s": moved / hlopt_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
+    parser.add_argument("--per-row", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--calls", type=int, default=5, help="calls timed a side a round")
+    parser.add_argument("--copy-bytes-per-s", type=float, default=None,
+                        help="a copy's bandwidth (bench/tpu_gather_bound.py's record); measured here if not given")
+    parser.add_argument("--gather-bytes-per-s", type=float, default=None,
+                        help="the gather limit in the same bytes (bench/tpu_gather_bound.py), for the shares")
+    args = parser.parse_args()
+    load_before = os.getloadavg()
+    copy_bw = args.copy_bytes_per_s
+    if copy_bw is None:
+        src = jnp.ones((64 << 20,), jnp.float32)
+        copy_bw = 2 * (256 << 20) / seconds(jax.jit(lambda a: a + 1), (src,), 10)
+    print(f"{jax.devices()[0].device_kind}: copy {copy_bw / 1e9:.1f} GB/s\n")
+    print("| product | layout | rows | hlopt ms | jax ms | jax / hlopt | GB/s | share of copy |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    figures = []
+    for rows in args.rows:
+        for columns in (None, 64, 256):
+            for layout in LAYOUTS:
+                progress(f"{rows} rows, {columns} columns, {layout}")
+                f = compare(rows, args.per_row, columns, layout, args.rounds, args.calls)
+                f["share_of_copy"] = f["hlopt_bytes_per_s"] / copy_bw
+                if args.gather_bytes_per_s:
+                    f["share_of_gather"] = f["hlopt_bytes_per_s"] / args.gather_bytes_per_s
+                figures.append(f)
+                print(f"| {f['workload']} | {layout} | {rows} | {1e3 * f['hlopt_s']:.3f} | {1e3 * f['jax_s']:.3f} "
+                      f"| {f['ratio']:.2f} | {f['hlopt_bytes_per_s'] / 1e9:.1f} | {f['share_of_copy']:.3f} |", flush=True)
+    write_record("sparse_tpu", figures, load_before=load_before, options={**vars(args), "copy_bytes_per_s": copy_bw})
+
+
+if __name__ == "__main__":
+    main()

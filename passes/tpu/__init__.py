@@ -1,0 +1,1 @@
+"""Passes that substitute formulations the TPU runs fast, named `tpu-*`; they rewrite only for a TPU compile."""
