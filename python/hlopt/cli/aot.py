@@ -20,7 +20,7 @@ from typing import Any
 from hlopt.cli.errors import UsageError, as_flags
 from hlopt.cli.opt import ALLOW_IMPORT_HELP
 from hlopt.runtime.errors import ExecutableFileError
-from hlopt.passes.locations import printable
+from hlopt.passes.locations import did_you_mean, printable
 
 PROGRESS_AFTER_S = 2.0
 # `hlopt run` sets up as many host CPU devices as a file's program needs, up to this many.
@@ -83,7 +83,7 @@ def parse_arg_type(text: str) -> Any:
     """`f32[128,8]` -> ShapeDtypeStruct((128, 8), float32)."""
     import jax
 
-    from hlopt.passes.dtypes import SHORT_NAMES, dtype_name
+    from hlopt.passes.dtypes import DTYPES, SHORT_NAMES, dtype_name
     from hlopt.runtime.encoding import dtype_from_name
 
     m = re.fullmatch(r"\s*([a-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*", text)
@@ -91,7 +91,9 @@ def parse_arg_type(text: str) -> Any:
         raise UsageError(f"cannot parse argument type '{text}': expected e.g. f32[128,8] or int32[]")
     name = dtype_name(m.group(1))
     if name is None:
-        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}' (e.g. {', '.join(list(SHORT_NAMES)[:8])}, ...)")
+        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}'"
+                         + (did_you_mean(m.group(1), [*DTYPES, *SHORT_NAMES])
+                            or f" (e.g. {', '.join(list(SHORT_NAMES)[:8])}, ...)"))
     dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
     return jax.ShapeDtypeStruct(dims, dtype_from_name(name))
 
@@ -142,6 +144,10 @@ def import_function(target: str) -> Any:
     """The function named by `pkg.module:qualname` (the current directory is importable)."""
     from hlopt.passes.registry import import_object
 
+    module_name, _, qualname = target.partition(":")
+    if module_name.endswith(".py"):
+        dotted = module_name[:-3].replace(os.sep, ".").strip(".")
+        raise UsageError(f"'{target}' names a file; name its module (did you mean '{dotted}:{qualname}'?)")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -149,12 +155,12 @@ def import_function(target: str) -> Any:
     except ValueError:
         raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function") from None
     except ImportError as e:
-        module_name = target.partition(":")[0]
         if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):
             raise  # raised inside the user's module: located there
         raise UsageError(_not_found(module_name, e.name)) from None
     except AttributeError as e:
-        raise UsageError(str(e)) from None
+        names = [k for k, v in vars(sys.modules.get(module_name, sys)).items() if callable(v) and not k.startswith("_")]
+        raise UsageError(f"{e}{did_you_mean(qualname, names)}") from None
     if not callable(obj):
         raise UsageError(f"'{target}' is not callable")
     return obj
