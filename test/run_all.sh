@@ -20,7 +20,7 @@ SMOKE=(
     test/python/test_driver.py
     test/python/test_hlopt_opt.py
     test/python/test_jet_api.py
-    test/python/test_sparse_util.py
+    test/python/test_sparse_api2.py
     test/python/test_runtime_files.py
     test/python/test_saved_pytrees.py
     test/python/test_plain_jax.py
