@@ -260,6 +260,12 @@ def _structure_error(sig: Signature, args: tuple[Any, ...], kwargs: dict[str, An
         if got == need:
             continue
         have, paths = _leaf_paths(arg), _leaf_paths(want)
+        if paths == [""]:
+            shown = ", ".join(name + p for p in have) or "no array"
+            return f"{sig.name}: argument {name} is one array, but {shown} was given"
+        if have == [""]:
+            return (f"{sig.name}: argument {name} is one array, but the program was compiled for "
+                    f"{', '.join(name + p for p in paths)}")
         missing, extra = [p for p in paths if p not in have], [p for p in have if p not in paths]
         if missing or extra:
             return f"{sig.name}: argument {name} " + " and ".join(
