@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import jax
 from jax._src import core as _core
 from jax._src import dispatch as _dispatch
+from jax._src.export import _export
 from jax._src import sharding_impls as _sharding_impls
 from jax._src import source_info_util as _source_info_util
 from jax._src import traceback_util as _traceback_util
@@ -65,6 +66,8 @@ __all__ = [
     "cpp_pjit",
     "custom_jvp_call_p",
     "donated_inputs",
+    "export_node_deserializer",
+    "export_node_serializer",
     "extend_axis_env_nd",
     "fastpath_data",
     "hlo_cost_analysis",
@@ -88,6 +91,7 @@ __all__ = [
     "output_aval",
     "partition_spec",
     "prng_impl",
+    "pytree_node_builder",
     "require_devices_during_lowering",
     "result_handler",
     "sdy_sharding_rule_to_mlir",
@@ -131,6 +135,27 @@ def locations_without(paths: Sequence[str]) -> Iterator[None]:
 def api_boundary(fun: C) -> C:
     """`fun`, wrapped so that an exception raised below it loses the frames `hide_frames_of` names."""
     return _traceback_util.api_boundary(fun)
+
+
+# --- pytree node registries (jax.tree_util's and jax.export's) -----------------
+
+
+def export_node_serializer(nodetype: type) -> tuple[str, Callable[[Any], bytes]] | None:
+    """`(serialized_name, serialize_auxdata)` of a class registered with
+    `jax.export.register_pytree_node_serialization`; None when it is not."""
+    return _export.serialization_registry.get(nodetype)
+
+
+def export_node_deserializer(serialized_name: str) -> tuple[type, Callable[[bytes], Any], Callable[..., Any]] | None:
+    """`(nodetype, deserialize_auxdata, from_children)` registered with jax.export under `serialized_name`."""
+    return _export.deserialization_registry.get(serialized_name)
+
+
+def pytree_node_builder(nodetype: type) -> Callable[[Any, Iterable[Any]], Any] | None:
+    """The function that builds a `nodetype` node from its aux data and children, as
+    `jax.tree_util` registered it; None when `nodetype` is not a registered node class."""
+    entry = _tree_util._registry.get(nodetype)
+    return None if entry is None else entry.from_iter
 
 
 # --- stage objects of jax.jit(...).lower ---------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 from hlopt.passes import registry
 from hlopt.passes.base import Pass, PassError, PassOptionError
-from hlopt.passes.locations import call_chain, error_line, format_location, shorten
+from hlopt.passes.locations import call_chain, did_you_mean, error_line, format_location, shorten
 from hlopt.passes.mlir import get_context, inliner_unavailable, ir, passmanager
 from hlopt.passes.walk import call_graph_problem
 
@@ -252,9 +252,36 @@ def _parse_upstream(part: str, pipeline: str, what: str = "") -> None:
     unknown = re.match(r"'(.*)' does not refer to a registered pass", detail)
     if unknown:
         where = "" if unknown.group(1) == part else f" in '{part}'"
-        raise PipelineError(f"unknown pass or pipeline '{unknown.group(1)}'{where} "
-                            "(hlopt-opt --list-passes shows hlopt's passes)")
+        known = [*registry.PASSES, *registry.PIPELINES, *_registered_upstream()]
+        raise PipelineError(f"unknown pass or pipeline '{unknown.group(1)}'{where}"
+                            f"{did_you_mean(unknown.group(1), known)} (hlopt-opt --list-passes shows hlopt's passes)")
     raise PipelineError(f"cannot parse pipeline element '{part}': {what}{detail}")
+
+
+# Upstream passes a misspelling is compared with, those of them this jaxlib registers (MLIR's
+# bindings cannot list the registered passes): MLIR's transforms, and StableHLO's, CHLO's and
+# Shardy's passes hlopt's docs name.
+UPSTREAM_PASSES = ("canonicalize", "cse", "inline", "symbol-dce", "symbol-privatize", "sccp",
+                   "loop-invariant-code-motion", "control-flow-sink", "remove-dead-values", "strip-debuginfo",
+                   "topological-sort", "mem2reg", "sroa", "print-ir", "chlo-legalize-to-stablehlo",
+                   "sdy-propagation-pipeline", "stablehlo-aggressive-simplification",
+                   "stablehlo-aggressive-folder", "shape-legalize-to-stablehlo")
+
+
+@functools.cache
+def _registered_upstream() -> tuple[str, ...]:
+    """The names of `UPSTREAM_PASSES` that MLIR parses here (at the module level or in a function)."""
+    registered = []
+    for name in UPSTREAM_PASSES:
+        for pipeline in (f"builtin.module({name})", f"builtin.module(func.func({name}))"):
+            with get_context(), native_stderr():
+                try:
+                    passmanager.PassManager.parse(pipeline)
+                except ValueError:
+                    continue
+            registered.append(name)
+            break
+    return tuple(registered)
 
 
 def _mlir_detail(printed: str, error: Exception | None) -> str:

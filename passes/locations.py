@@ -21,13 +21,14 @@ A module parsed from text without its own locations is located in the buffer
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import importlib.util
 import os
 import re
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from hlopt.passes.mlir import ir
 
@@ -225,6 +226,13 @@ def shorten(text: str, limit: int = ERROR_LINE_LIMIT) -> str:
             keep = (limit - 40) // 2
             lines[i] = f"{line[:keep]} ...[{len(line) - 2 * keep} characters]... {line[-keep:]}"
     return "\n".join(lines)
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` naming the choices closest to the misspelled `word` (difflib's
+    measure), or '' when none is close."""
+    close = difflib.get_close_matches(word, list(dict.fromkeys(choices)), n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
 
 
 def error_line(where: str | None, message: str) -> str:

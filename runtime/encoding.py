@@ -1,15 +1,18 @@
 """JSON encodings of what a program's `Signature` holds, without pickle.
 
-Treedefs of tuples, lists, dicts, None and the node classes of `NODE_TYPES`; avals of the dtypes in `DTYPES`;
-static arguments that are JSON scalars or tuples/lists of them; meshes as
-axis names, shape, axis types and device ids. Decoding validates every field
-and never imports or evaluates anything named in the data.
+Treedefs of tuples, lists, dicts, None and the node classes jax.export or jax.tree_util
+knows; avals of the dtypes in `DTYPES`; static values that are JSON scalars, tuples/lists/dicts of
+them, or objects named by module and qualified name; meshes as axis names, shape, axis types and
+device ids. Decoding validates every field and never imports anything named in the data: it
+finds named classes and objects among the modules the process has already imported.
 """
 
 from __future__ import annotations
 
+import base64
 import math
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -17,6 +20,7 @@ import ml_dtypes
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from hlopt.compiler.jax_compat import export_node_deserializer, export_node_serializer, pytree_node_builder
 from hlopt.compiler.program import Signature, aval_str  # noqa: F401 - aval_str re-exported for older callers
 from hlopt.passes.dtypes import DTYPES  # the dtypes a file may hold
 
@@ -46,44 +50,57 @@ def _check(cond: bool, what: str) -> None:
 
 _LEAF = "*"
 
-# pytree node classes a file may hold besides tuple, list, dict and None: stable name ->
-# class, registered by the package that defines the class with the check of its aux data
-# (`register_node_type`; `hlopt.sparse` registers its BCOO, whose check is the layout rule
-# of `hlopt.passes.bcoo_shapes`: the runtime knows no node class itself). Each is registered with
-# `register_pytree_node_class` and its aux data is a static value (see
-# `encode_static`). Only registered classes are ever built.
-NODE_TYPES: dict[str, type | Callable[[], type]] = {}
-# node name -> what its aux data must satisfy given its children's avals (an error message, or None)
-NODE_CHECKS: dict[str, Callable[[dict[str, Any], Sequence[Any]], str | None]] = {}
+# How a file names a pytree node class other than tuple, list, dict and None:
+# - a class registered with `jax.export.register_pytree_node_serialization` (`hlopt.sparse`'s
+#   BCOO and BCSR are) as {"export": [serialized name, base64 of its serialized aux data, children]};
+# - any other class jax.tree_util knows (equinox modules, flax nnx State and Variables,
+#   registered dataclasses, namedtuples...) defined at the top level of a module as
+#   {"node": ["module:qualname", aux data as a static value (`encode_static`), children]}.
+# Decoding finds the class among jax.export's registrations and the modules this process has
+# already imported (a fresh process imports the same libraries before loading): it imports nothing
+# named in the data, except the hlopt modules of `NODE_LOADERS`.
+# serialized name -> a function importing the hlopt module that registers it (so reading a file that
+# holds no such node imports nothing)
+NODE_LOADERS: dict[str, Callable[[], object]] = {}
+# serialized name -> what a node's aux data must satisfy given its children's avals (an error message, or None)
+NODE_CHECKS: dict[str, Callable[[Any, Sequence[Any]], str | None]] = {}
 
 
-def register_node_type(name: str, cls: type | Callable[[], type],
-                       check: Callable[[dict[str, Any], Sequence[Any]], str | None] | None = None) -> None:
-    """Let files hold pytree nodes of class `cls` under the stable `name`; `check(aux,
-    children)` says what is wrong with a decoded node's aux data for its children's avals.
-
-    `cls` may be a function giving the class, called when a file first holds such a node
-    (so reading a file that holds none imports nothing); a class registered under `name`
-    is never replaced by such a function."""
-    if isinstance(cls, type) or not isinstance(NODE_TYPES.get(name), type):
-        NODE_TYPES[name] = cls
+def register_node_type(serialized_name: str, load: Callable[[], object] | None = None,
+                       check: Callable[[Any, Sequence[Any]], str | None] | None = None) -> None:
+    """Let a file hold nodes of the class registered with jax.export under `serialized_name`:
+    `load()` registers it when a file holds one and it is not yet registered; `check(aux,
+    children)` says what is wrong with a decoded node's aux data for its children's avals."""
+    if load is not None:
+        NODE_LOADERS[serialized_name] = load
     if check is not None:
-        NODE_CHECKS[name] = check
+        NODE_CHECKS[serialized_name] = check
 
 
-def _node_name(x: Any) -> str | None:
-    return next((name for name, cls in NODE_TYPES.items() if type(x) is cls), None)
+def _type_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _node_class(name: str) -> type:
-    cls = NODE_TYPES[name]
-    if not isinstance(cls, type):
-        cls = NODE_TYPES[name] = cls()
-    return cls
+def _is_namedtuple(cls: type) -> bool:
+    return issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple)
+
+
+def _node_builder(cls: type) -> Callable[[Any, Sequence[Any]], Any] | None:
+    """How to build a `cls` node from aux data and children (None: jax.tree_util does not know `cls`)."""
+    if _is_namedtuple(cls):
+        return lambda aux, children: cls(*children)
+    return pytree_node_builder(cls)
+
+
+def _save_hint(cls: type) -> str:
+    return (f"register it with jax.export.register_pytree_node_serialization({cls.__qualname__}, "
+            "serialized_name=..., serialize_auxdata=..., deserialize_auxdata=...) before saving and loading")
 
 
 def encode_tree(treedef: Any) -> Any:
-    """A treedef of tuples, lists, dicts (str or int keys), None and `NODE_TYPES` as JSON."""
+    """A treedef as JSON: tuples, lists, dicts (str or int keys), None and the node classes
+    described above; raises EncodingError naming a node class that cannot be saved and the call
+    that makes it savable."""
     marker = object()
     skeleton = jax.tree_util.tree_unflatten(treedef, [marker] * treedef.num_leaves)
 
@@ -101,17 +118,55 @@ def encode_tree(treedef: Any) -> Any:
                 if type(k) not in (str, int):
                     raise EncodingError(f"dict key {k!r} of type {type(k).__name__}: only str and int keys can be saved")
             return {"dict": [[k, enc(v)] for k, v in x.items()]}
-        name = _node_name(x)
-        if name is None:
-            raise EncodingError(
-                f"pytree node of type {type(x).__module__}.{type(x).__qualname__} cannot be saved: "
-                f"only tuples, lists, dicts, None and {', '.join(NODE_TYPES)} can "
-                "(flatten it to those at the function boundary)"
-            )
         children, level = jax.tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)
-        return {"node": [name, encode_static(level.node_data()[1]), [enc(c) for c in children]]}
+        cls, aux = level.node_data()
+        kids = [enc(c) for c in children]
+        export = export_node_serializer(cls)
+        if export is not None:
+            return {"export": [export[0], base64.b64encode(export[1](aux)).decode("ascii"), kids]}
+        name = global_name(cls)
+        where = f"pytree node of type {_type_name(cls)} cannot be saved"
+        if name is None or _node_builder(cls) is None:
+            raise EncodingError(f"{where}: it is not a pytree class defined at the top level of a module; {_save_hint(cls)}")
+        try:
+            return {"node": [name, encode_static(aux, what="aux data"), kids]}
+        except EncodingError as e:
+            raise EncodingError(f"{where}: {e}; {_save_hint(cls)}") from None
 
     return enc(skeleton)
+
+
+def _build_export_node(name: Any, aux: Any, kids: list[Any]) -> Any:
+    _check(isinstance(name, str) and isinstance(aux, str), f"malformed pytree node {_short([name, aux])}")
+    entry = export_node_deserializer(name)
+    if entry is None and name in NODE_LOADERS:
+        NODE_LOADERS[name]()
+        entry = export_node_deserializer(name)
+    if entry is None:
+        raise EncodingError(f"the program holds pytree nodes registered with jax.export as {name!r}, which this "
+                            "process has not registered: call jax.export.register_pytree_node_serialization "
+                            "for that class (import the library that does) before loading")
+    _, deserialize_aux, build = entry
+    try:
+        raw = base64.b64decode(aux, validate=True)
+    except ValueError:
+        raise EncodingError(f"malformed aux data of pytree node {name!r}") from None
+    return build(deserialize_aux(raw), kids)
+
+
+def _build_named_node(name: Any, aux: Any, kids: list[Any]) -> Any:
+    _check(isinstance(name, str) and ":" in name, f"malformed pytree node {_short(name)}")
+    cls = resolve_global(name)
+    dotted = name.replace(":", ".")
+    if cls is None:
+        raise EncodingError(f"the program holds pytree nodes of type {dotted}, which is not defined in this "
+                            f"process: import {name.partition(':')[0]} before loading")
+    build = _node_builder(cls) if isinstance(cls, type) else None
+    _check(build is not None, f"{dotted} is not a pytree node class in this process")
+    return build(decode_static(aux), kids)
+
+
+_NODE_BUILDERS = {"export": _build_export_node, "node": _build_named_node}
 
 
 def decode_tree(data: Any) -> Any:
@@ -139,17 +194,16 @@ def decode_tree(data: Any) -> Any:
                     raise EncodingError(f"duplicate dict key {item[0]!r}")
                 out[item[0]] = dec(item[1], depth + 1)
             return out
-        if kind == "node":
-            if not (len(children) == 3 and isinstance(children[0], str) and children[0] in NODE_TYPES
-                    and isinstance(children[2], list)):
-                raise EncodingError(f"unknown pytree node {_short(children[:1])} (known: {', '.join(NODE_TYPES)})")
-            aux = decode_static(children[1])
+        if kind in _NODE_BUILDERS:
+            _check(len(children) == 3 and isinstance(children[2], list), f"malformed pytree node {_short(x)}")
             kids = [dec(c, depth + 1) for c in children[2]]
             try:
-                node = _node_class(children[0]).tree_unflatten(aux, kids)
+                node = _NODE_BUILDERS[kind](children[0], children[1], kids)
                 jax.tree_util.tree_structure(node)  # flattening a node built from bad aux data fails here
             except (TypeError, ValueError, AttributeError, KeyError) as e:
-                raise EncodingError(f"cannot build pytree node {children[0]}: {type(e).__name__}: {e}") from None
+                if isinstance(e, EncodingError):
+                    raise
+                raise EncodingError(f"cannot build pytree node {_short(children[0])}: {type(e).__name__}: {e}") from None
             return node
         raise EncodingError(f"unknown pytree node kind {kind!r}")
 
@@ -160,6 +214,36 @@ def decode_tree(data: Any) -> Any:
         raise EncodingError(f"cannot build the pytree: {e}") from None
     _check(encode_tree(treedef) == data, "the pytree is not in canonical form (it does not re-encode to itself)")
     return treedef
+
+
+# --- objects named by module and qualified name ----------------------------------
+
+
+def resolve_global(name: str) -> Any:
+    """The object `module:qualname` names in a module this process has already imported (None
+    when there is none); imports nothing and runs no module `__getattr__`."""
+    module, _, qualname = name.partition(":")
+    obj = sys.modules.get(module)
+    for part in qualname.split("."):
+        namespace = getattr(obj, "__dict__", None)
+        if not part or not isinstance(namespace, Mapping) or part not in namespace:
+            return None
+        obj = namespace[part]
+    return obj
+
+
+def global_name(obj: Any) -> str | None:
+    """`module:qualname` of a class, function or module-level object that `resolve_global` finds
+    again in this process (None: it has no such name)."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not (isinstance(obj, type) or callable(obj)) or not isinstance(qualname, str):
+        module = type(obj).__module__
+        namespace = vars(sys.modules[module]) if module in sys.modules else {}
+        qualname = next((k for k, v in namespace.items() if v is obj), None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    name = f"{module}:{qualname}"
+    return name if resolve_global(name) is obj else None
 
 
 # --- avals ----------------------------------------------------------------------
@@ -197,28 +281,39 @@ def tensor_type(aval: Any) -> str:
 # --- static arguments -------------------------------------------------------
 
 
-def encode_static(value: Any) -> Any:
-    """A static value: None, bool, int, float, str, or tuples/lists/str-keyed dicts of them."""
+def encode_static(value: Any, what: str = "static argument") -> Any:
+    """A static value: None, bool, int, float, str, tuples/lists/str-keyed dicts of them, and
+    classes, functions and module-level objects by name (`global_name`)."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) in (tuple, list):
-        return {type(value).__name__: [encode_static(v) for v in value]}
+        return {type(value).__name__: [encode_static(v, what) for v in value]}
     if type(value) is dict and all(type(k) is str for k in value):
-        return {"dict": [[k, encode_static(v)] for k, v in value.items()]}
+        return {"dict": [[k, encode_static(v, what)] for k, v in value.items()]}
+    name = None if isinstance(value, (np.ndarray, jax.Array)) else global_name(value)
+    if name is not None:
+        return {"global": [name]}
     raise EncodingError(
-        f"static argument {value!r} of type {type(value).__name__} cannot be saved: "
-        "only None, bool, int, float, str and tuples/lists/str-keyed dicts of them can"
+        f"{what} {_short(value)} of type {type(value).__name__} cannot be saved: only None, bool, int, float, "
+        "str, tuples/lists/str-keyed dicts of them, and classes, functions and objects defined at the top "
+        "level of a module can"
     )
 
 
 def decode_static(data: Any, depth: int = 0) -> Any:
-    """The static argument `encode_static` encoded."""
+    """The static value `encode_static` encoded; a named object must be defined in this process."""
     _check(depth < _MAX_DEPTH, f"static argument nested deeper than {_MAX_DEPTH} levels")
     if data is None or type(data) in (bool, int, float, str):
         return data
-    _check(isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list", "dict")
+    _check(isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list", "dict", "global")
            and isinstance(next(iter(data.values())), list), f"malformed static argument {_short(data)}")
     (kind, items), = data.items()
+    if kind == "global":
+        _check(len(items) == 1 and isinstance(items[0], str) and ":" in items[0], f"malformed name {_short(items)}")
+        obj = resolve_global(items[0])
+        _check(obj is not None, f"{items[0].replace(':', '.')} is not defined in this process: import "
+                                f"{items[0].partition(':')[0]} before loading")
+        return obj
     if kind == "dict":
         _check(all(isinstance(i, list) and len(i) == 2 and type(i[0]) is str for i in items),
                f"malformed static dict {_short(items)}")
@@ -391,12 +486,12 @@ def decode_signature(data: Any) -> Signature:
 
 def _check_nodes(treedef: Any, avals: Sequence[Any], encoded: Any, what: str) -> None:
     """Each pytree node of `NODE_CHECKS` must agree with the avals of its children."""
-    names = [name for name in NODE_CHECKS if name in _node_names(encoded)]
+    names = [name for name in NODE_CHECKS if name in _export_names(encoded)]
     if not names:
         return
     tree = jax.tree_util.tree_unflatten(treedef, avals)
     for name in names:
-        cls = _node_class(name)
+        cls = export_node_deserializer(name)[0]
         for node in jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, cls)):
             if isinstance(node, cls):
                 children, level = jax.tree_util.tree_flatten(node, is_leaf=lambda y: y is not node)
@@ -404,14 +499,14 @@ def _check_nodes(treedef: Any, avals: Sequence[Any], encoded: Any, what: str) ->
                 _check(problem is None, f"{what} {problem}")
 
 
-def _node_names(encoded: Any) -> set[str]:
-    """The node names an encoded pytree uses."""
+def _export_names(encoded: Any) -> set[str]:
+    """The serialized names of the jax.export-registered nodes an encoded pytree holds."""
     found, stack = set(), [encoded]
     while stack:
         x = stack.pop()
         if isinstance(x, dict):
-            if isinstance(x.get("node"), list) and x["node"] and isinstance(x["node"][0], str):
-                found.add(x["node"][0])
+            if isinstance(x.get("export"), list) and x["export"] and isinstance(x["export"][0], str):
+                found.add(x["export"][0])
             stack.extend(x.values())
         elif isinstance(x, list):
             stack.extend(x)

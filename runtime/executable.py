@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import operator
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,7 +12,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, SingleDeviceSharding
 
-from hlopt.compiler.jax_compat import key_shape, output_aval, partition_spec, prng_impl, result_handler
+from hlopt.compiler.jax_compat import api_boundary, key_shape, output_aval, partition_spec, prng_impl, result_handler
 from hlopt.compiler.program import Signature, same_value
 from hlopt.compiler.stages import CompiledStage
 from hlopt.passes.locations import shorten
@@ -106,10 +108,8 @@ class Compiled(CompiledStage):
         if not static or len(args) == n_dynamic:
             return args
         if len(args) != n_dynamic + len(static):
-            raise TypeError(
-                f"{self.signature.name}: expected {n_dynamic} arguments "
-                f"(or {n_dynamic + len(static)} with the static ones), got {len(args)}"
-            )
+            raise TypeError(shorten(f"{_takes(self.signature, len(args))} (or {n_dynamic + len(static)} with the "
+                                    "static ones)"))
         dynamic = []
         for i, a in enumerate(args):
             if i in static:
@@ -131,10 +131,7 @@ class Compiled(CompiledStage):
         sig = self.signature
         leaves, tree = jax.tree_util.tree_flatten((self._dynamic_args(args), kwargs))
         if tree != sig.in_tree:
-            raise TypeError(shorten(
-                f"{sig.name}: arguments have structure {tree} but the program was "
-                f"compiled for {sig.in_tree}"
-            ))
+            raise TypeError(shorten(_structure_error(sig, self._dynamic_args(args), kwargs, tree)))
         for i, (leaf, aval) in enumerate(zip(leaves, sig.in_avals)):
             if isinstance(leaf, jax.core.Tracer):
                 raise TypeError(f"{sig.name}: argument {i} is a traced value; a compiled program runs on "
@@ -182,11 +179,12 @@ class Compiled(CompiledStage):
             outs.append(out)
         return jax.tree_util.tree_unflatten(self.signature.out_tree, outs)
 
+    @api_boundary  # an error below loses hlopt's frames
     def _python_call(self, *args: Any, **kwargs: Any) -> Any:
         return self.call_flat(self._flatten_inputs(args, kwargs))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(*args, **kwargs)
+    # Calling the instance calls `_call` with no Python frame of hlopt's in between (see JitFunction).
+    __call__ = property(operator.attrgetter("_call"))
 
 
 def _is_key(dtype: Any) -> bool:
@@ -230,3 +228,57 @@ def _where(sharding: jax.sharding.Sharding) -> str:
     where = f"device {ids[0]}" if len(ids) == 1 else f"devices {ids}"
     return f"{where} as {sharding.spec}" if isinstance(sharding, NamedSharding) else where
 
+
+
+def _parameter_names(sig: Signature) -> list[str]:
+    """The name of each dynamic positional parameter, read off its leaves' names (`args[i]` when unknown)."""
+    names, start = [], 0
+    for i, subtree in enumerate(sig.in_tree.children()[0].children()):
+        leaves = sig.in_names[start:start + subtree.num_leaves]
+        start += subtree.num_leaves
+        names.append(re.match(r"args\[\d+\]|[^\[]*", leaves[0]).group(0) if leaves else f"args[{i}]")
+    return names
+
+
+def _takes(sig: Signature, given: int) -> str:
+    """`predict takes 2 arguments (w, x), 1 was given`."""
+    names = _parameter_names(sig)
+    return (f"{sig.name} takes {len(names)} argument{'' if len(names) == 1 else 's'} ({', '.join(names)}), "
+            f"{given} {'was' if given == 1 else 'were'} given")
+
+
+def _leaf_paths(tree: Any) -> list[str]:
+    return [jax.tree_util.keystr(path) for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def _structure_error(sig: Signature, args: tuple[Any, ...], kwargs: dict[str, Any], tree: Any) -> str:
+    """What differs between the arguments given (of structure `tree`) and those the program
+    was compiled for, named by parameter and path."""
+    want_args, want_kwargs = sig.in_tree.children()
+    if len(args) != len(want_args.children()):
+        return _takes(sig, len(args))
+    want_kw = jax.tree_util.tree_unflatten(want_kwargs, [0] * want_kwargs.num_leaves)
+    missing, extra = sorted(set(want_kw) - set(kwargs)), sorted(set(kwargs) - set(want_kw))
+    if missing or extra:
+        return f"{sig.name}: " + "; ".join([f"missing keyword argument {', '.join(missing)}"] * bool(missing)
+                                           + [f"unexpected keyword argument {', '.join(extra)}"] * bool(extra))
+    wanted = [jax.tree_util.tree_unflatten(t, [0] * t.num_leaves) for t in want_args.children()] + list(want_kw.values())
+    given = list(args) + [kwargs[k] for k in want_kw]
+    for name, arg, want in zip(_parameter_names(sig) + list(want_kw), given, wanted):
+        got, need = jax.tree_util.tree_structure(arg), jax.tree_util.tree_structure(want)
+        if got == need:
+            continue
+        have, paths = _leaf_paths(arg), _leaf_paths(want)
+        if paths == [""]:
+            shown = ", ".join(name + p for p in have) or "no array"
+            return f"{sig.name}: argument {name} is one array, but {shown} was given"
+        if have == [""]:
+            return (f"{sig.name}: argument {name} is one array, but the program was compiled for "
+                    f"{', '.join(name + p for p in paths)}")
+        missing, extra = [p for p in paths if p not in have], [p for p in have if p not in paths]
+        if missing or extra:
+            return f"{sig.name}: argument {name} " + " and ".join(
+                [f"lacks {', '.join(name + p for p in missing)}"] * bool(missing)
+                + [f"has {', '.join(name + p for p in extra)}, which the program was not compiled for"] * bool(extra))
+        return f"{sig.name}: argument {name} has structure {got} but the program was compiled for {need}"
+    return f"{sig.name}: arguments have structure {tree} but the program was compiled for {sig.in_tree}"

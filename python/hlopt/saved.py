@@ -1,25 +1,13 @@
-"""`hlopt.load` and `hlopt.deserialize`: the runtime's, with every pytree node class a
-saved signature may hold registered first. BCOO's class is imported (with `hlopt.sparse`)
-only when a file holds a BCOO, so loading any other program imports no more than it needs."""
+"""`hlopt.load` and `hlopt.deserialize`: the runtime's, able to read files holding
+`hlopt.sparse` arrays. `hlopt.sparse` (which registers them) is imported only when a file
+holds one, so loading any other program imports no more than it needs."""
 
-from typing import Any
+import importlib
 
 from hlopt.runtime.encoding import register_node_type
 from hlopt.runtime.files import deserialize, load
 
 __all__ = ["deserialize", "load"]
 
-
-def _bcoo() -> type:
-    from hlopt.sparse import BCOO
-
-    return BCOO
-
-
-def _bcoo_problem(aux: dict[str, Any], children: Any) -> str | None:
-    from hlopt.sparse.bcoo import node_problem
-
-    return node_problem(aux, children)
-
-
-register_node_type("hlopt.sparse.BCOO", _bcoo, _bcoo_problem)
+for _name in ("hlopt.sparse.BCOO", "hlopt.sparse.BCSR"):
+    register_node_type(_name, load=lambda: importlib.import_module("hlopt.sparse"))

@@ -198,6 +198,7 @@ class JitFunction:
         return outputs, (compiled if compiled.executable is not None else None)
 
 
+@api_boundary
 def jit(
     fun: Callable | None = None,
     *,

@@ -1,5 +1,5 @@
 """pytest setup: eight host CPU devices and cheap XLA compiles (set before jax is imported),
-a key of the tests' own, the partitioner fixture; time per file.
+a key of the tests' own, the partitioner fixture; each file named as it starts and time per file.
 
 The user's key (HLOPT_KEY, else $XDG_CONFIG_HOME/hlopt/key) authenticates
 executable files and cache entries; the tests (and the processes they start)
@@ -71,6 +71,19 @@ def pytest_xdist_node_collection_finished(node, ids):
     """Under pytest-xdist, count each file's tests once (every worker collects the same ids)."""
     if not _tests_left:
         _tests_left.update(_file(nodeid) for nodeid in ids)
+
+
+_started: set[str] = set()
+
+
+def pytest_runtest_logstart(nodeid, location):
+    """Under pytest-xdist, name each file as its first test starts, so a file that runs for
+    minutes is seen running (xdist's own progress is dots)."""
+    path = _file(nodeid)
+    if _tests_left and path not in _started:
+        _started.add(path)
+        reporter = _config.pluginmanager.get_plugin("terminalreporter")
+        reporter.write_line(f"{path}: started, {_tests_left[path]} tests")
 
 
 def pytest_runtest_logreport(report):

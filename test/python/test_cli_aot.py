@@ -360,3 +360,58 @@ def test_compile_verbose_prints_each_stage_with_its_time(workdir):
     assert proc.stdout.startswith("wrote f.hlx (")
     assert hlopt("run", "f.hlx", "--input", "xy.npz", "--output", "out.npz") == 0
     check_outputs(tmp / "out.npz", jax.jit(ref)(X, Y))
+
+
+FLAX_MODEL = """
+import flax.linen as nn
+
+
+class Model(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(2)(nn.tanh(nn.Dense(3)(x)))
+
+
+def predict(params, x):
+    return Model().apply(params, x)
+"""
+
+
+def test_flax_params_from_an_npz_and_inputs_matched_by_name(workdir, capsys, monkeypatch):
+    """`--arg params.npz` describes a flax model's params; `hlopt run` takes .npz arrays by the
+    names `hlopt inspect` prints (in any order), the compile-time .npz's names too, else in order."""
+    from flax import traverse_util
+
+    tmp, _ = workdir
+    (tmp / "flax_model.py").write_text(FLAX_MODEL)
+    monkeypatch.syspath_prepend(str(tmp))
+    import flax_model
+
+    x = RNG.standard_normal((5, 4)).astype(np.float32)
+    params = flax_model.Model().init(jax.random.key(0), x)
+    flat = traverse_util.flatten_dict(params, sep="/")
+    np.savez(tmp / "params.npz", **flat)
+    np.save(tmp / "x5.npy", x)
+    assert hlopt("compile", "flax_model:predict", "--arg", "params.npz", "--arg", "f32[5,4]", "-o", "m.hlx") == 0
+    capsys.readouterr()
+    assert hlopt("inspect", "m.hlx") == 0
+    text = capsys.readouterr().out
+    names = [line.split()[0] for line in text[text.index("inputs:\n") + 8: text.index("outputs:")].splitlines()]
+    assert names == [f"params['params']['{k.split('/')[1]}']['{k.split('/')[2]}']" for k in sorted(flat)] + ["x"]
+    by_path = {f"params['params']['{k.split('/')[1]}']['{k.split('/')[2]}']": v for k, v in flat.items()}
+    np.savez(tmp / "reordered.npz", x=x, **dict(reversed(list(by_path.items()))))
+    want = flax_model.predict(params, x)
+    for inputs in (["reordered.npz"], ["params.npz", "x5.npy"]):
+        assert hlopt("run", "m.hlx", *[a for i in inputs for a in ("--input", i)], "--output", "o.npz") == 0
+        assert "warning" not in capsys.readouterr().err
+        np.testing.assert_allclose(np.load(tmp / "o.npz")["out"], want, rtol=1e-5, atol=1e-6)
+    np.savez(tmp / "unnamed.npz", *[by_path[n] for n in names[:-1]], x)
+    np.savez(tmp / "misnamed.npz", **{f"p{i}": by_path[n] for i, n in enumerate(names[:-1])}, z=x)
+    for path, warned in (("unnamed.npz", False), ("misnamed.npz", True)):
+        assert hlopt("run", "m.hlx", "--input", path, "--output", "o.npz") == 0
+        err = capsys.readouterr().err
+        assert ("hlopt: warning: .npz arrays p0, p1, p2, p3 are not named as the program's inputs" in err) == warned
+        np.testing.assert_allclose(np.load(tmp / "o.npz")["out"], want, rtol=1e-5, atol=1e-6)
+    np.savez(tmp / "clash.npz", **{"a": x, "a/b": x})
+    assert hlopt("compile", "flax_model:predict", "--arg", "clash.npz", "--arg", "f32[5,4]", "-o", "c.hlx") == 1
+    assert "'a/b' lies inside the array 'a'" in capsys.readouterr().err

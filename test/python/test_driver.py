@@ -129,8 +129,10 @@ def test_wrong_arguments_are_refused():
         compiled(np.ones(3, np.float32), np.ones(4, np.float32))
     with pytest.raises(TypeError, match=r"argument 0 is int32\[3\]"):
         compiled(np.ones(3, np.int32), np.ones(3, np.float32))
-    with pytest.raises(TypeError, match="structure"):
+    with pytest.raises(TypeError, match=r"^<lambda>: argument x is one array, but x\[0\] was given"):
         compiled((np.ones(3, np.float32),), np.ones(3, np.float32))
+    with pytest.raises(TypeError, match=r"^<lambda>: argument y is one array, but no array was given"):
+        compiled(np.ones(3, np.float32), None)
 
 
 def test_apply_returns_new_object_and_keeps_original():

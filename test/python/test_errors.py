@@ -362,3 +362,67 @@ def test_hlopt_compile_refuses_a_bad_pipeline_before_importing_the_program(tmp_p
         assert main(["compile", "never_imported:f", "--arg", "f32[4]", "--pipeline", pipeline, "-o", "o.hlx"]) == 1
         assert capsys.readouterr().err == f"hlopt: error: {message}\n"
     assert "never_imported" not in sys.modules
+
+
+def test_argument_structure_errors_name_the_parameters(tmp_path):
+    """A call whose arguments differ from the compiled program's is named by parameter and path, from
+    the program as compiled and as loaded, with none of hlopt's frames."""
+    def predict(w, x):
+        return x @ w["a"] + w["b"]
+
+    w, x = {"a": np.ones((3, 2), np.float32), "b": np.ones(2, np.float32)}, np.ones((4, 3), np.float32)
+    compiled = hlopt.jit(predict).lower(w, x).compile()
+    compiled.save(tmp_path / "p.hlx")
+    cases = [
+        ((w,), {}, "predict takes 2 arguments (w, x), 1 was given"),
+        (({"a": w["a"]}, x), {}, "predict: argument w lacks w['b']"),
+        (({"a": w["a"], "c": w["b"]}, x), {},
+         "predict: argument w lacks w['b'] and has w['c'], which the program was not compiled for"),
+        ((w, x), {"y": x}, "predict: unexpected keyword argument y"),
+        (((w["a"], w["b"]), x), {}, "predict: argument w lacks w['a'], w['b'] and has w[0], w[1], which the "
+                                    "program was not compiled for"),
+    ]
+    for program in (compiled, hlopt.load(tmp_path / "p.hlx")):
+        for args, kwargs, message in cases:
+            with pytest.raises(TypeError) as info:
+                program(*args, **kwargs)
+            assert str(info.value) == message
+            assert _hlopt_frames(info.value) == []
+    same_paths = hlopt.lower(lambda t: t[0] + t[1], [x, x]).compile()
+    with pytest.raises(TypeError, match=r"^<lambda>: argument t has structure PyTreeDef\(\(\*, \*\)\) but the "
+                                        r"program was compiled for PyTreeDef\(\[\*, \*\]\)"):
+        same_paths((x, x))
+
+
+def test_a_misspelled_pass_is_suggested_without_hlopts_frames():
+    with pytest.raises(hlopt.PipelineError) as info:
+        hlopt.jit(lambda x: x, pipeline="inline,canonicalise")
+    assert str(info.value).startswith("unknown pass or pipeline 'canonicalise' (did you mean 'canonicalize'?)")
+    assert _hlopt_frames(info.value) == []
+    for pipeline, suggestion in (("lower-bcco", "lower-bcoo"), ("hlopt-defualt", "hlopt-default"),
+                                 ("symbol-dec", "symbol-dce")):
+        with pytest.raises(hlopt.PipelineError, match=f"did you mean '{suggestion}'"):
+            hlopt.lower(lambda x: x, np.float32(1)).apply(pipeline)
+    with pytest.raises(hlopt.PipelineError) as info:
+        hlopt.lower(lambda x: x, np.float32(1)).apply("zzz-nothing-like-it")
+    assert "did you mean" not in str(info.value)
+
+
+def test_the_command_line_suggests_what_was_meant(tmp_path, monkeypatch, capsys):
+    (tmp_path / "suggested_model.py").write_text("def predict(w, x):\n    return x @ w\n")
+    monkeypatch.chdir(tmp_path)
+    types = ["--arg", "f32[3,2]", "--arg", "f32[4,3]", "-o", "m.hlx"]
+    for argv, message in (
+            (["compile", "suggested_model.py:predict", *types],
+             "'suggested_model.py:predict' names a file; name its module (did you mean 'suggested_model:predict'?)"),
+            (["compile", "suggested_model:predcit", *types],
+             "'suggested_model' has no attribute 'predcit' (did you mean 'predict'?)"),
+            (["compile", "suggested_model:predict", "--arg", "flaot32[3,2]", *types[2:]],
+             "unknown dtype 'flaot32' in 'flaot32[3,2]' (did you mean 'float32'?)"),
+            (["compile", "suggested_model:predict", "--pipeline", "canonicalise", *types],
+             "unknown pass or pipeline 'canonicalise' (did you mean 'canonicalize'?) (hlopt-opt --list-passes "
+             "shows hlopt's passes)"),
+            (["demo", "sparce"], "no demo section 'sparce' (did you mean 'sparse'?) (sections: ")):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"hlopt: error: {message}") and len(err.splitlines()) == 1, err

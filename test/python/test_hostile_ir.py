@@ -197,7 +197,7 @@ def test_api_errors_echoing_arguments_are_capped():
     compiled = hlopt.lower(lambda t: t[0] * 2, [np.float32(1)]).compile()
     with pytest.raises(TypeError) as info:
         compiled([np.float32(1)] * 20_000)
-    assert "arguments have structure" in str(info.value) and len(str(info.value)) <= ERROR_LINE_LIMIT
+    assert "argument t has t[1], t[2]" in str(info.value) and len(str(info.value)) <= ERROR_LINE_LIMIT
     with pytest.raises(PipelineError) as info:
         hlopt.lower(lambda x: x, np.float32(1)).apply("no-such-pass" + "," * 10 + "x" * 50_000)
     assert len(str(info.value)) <= ERROR_LINE_LIMIT

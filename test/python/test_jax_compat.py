@@ -277,3 +277,17 @@ def test_result_handler_builds_an_array():
     out = handler([jax.device_put(np.arange(3, dtype=np.float32), device)])
     assert isinstance(out, jax.Array) and out.committed
     np.testing.assert_array_equal(out, np.arange(3))
+
+
+def test_pytree_node_registries():
+    """jax.export's serialization registries and jax.tree_util's node builders, as encoding.py reads them."""
+    import collections
+
+    name, serialize = jax_compat.export_node_serializer(collections.OrderedDict)
+    assert name == "collections.OrderedDict" and isinstance(serialize(("a",)), bytes)
+    nodetype, deserialize, build = jax_compat.export_node_deserializer(name)
+    assert nodetype is collections.OrderedDict
+    assert build(deserialize(serialize(("a", "b"))), [1, 2]) == collections.OrderedDict(a=1, b=2)
+    assert jax_compat.export_node_serializer(int) is None and jax_compat.export_node_deserializer("no.such") is None
+    assert jax_compat.pytree_node_builder(collections.OrderedDict)(("k",), [3]) == collections.OrderedDict(k=3)
+    assert jax_compat.pytree_node_builder(int) is None

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import collections
+import dataclasses
+import functools
 import json
 import os
 import subprocess
 import sys
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -256,8 +261,23 @@ def test_unsupported_pytrees_and_static_args_are_refused_when_saving():
         arr_static.compile().serialize()
 
 
+Point = collections.namedtuple("Point", "x y")
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["w"], meta_fields=["act", "depth"])
+@dataclasses.dataclass
+class Layer:
+    """A user pytree class whose aux data names a function and holds an int."""
+
+    w: Any
+    act: Any
+    depth: int
+
+
 @pytest.mark.parametrize("tree", [
     ((1, 2), {}),
+    (Point(1, {"a": 2}), Layer(3, act=jnp.tanh, depth=2)),
+    [hlopt.sparse.BCSR.fromdense(np.eye(3))],
     {"b": [1, None, (2,)], "a": {3: 4, 1: []}},
     [],
     None,
@@ -284,11 +304,15 @@ def test_static_encoding_round_trips(value):
     (["*"], "malformed pytree node"),
     ({"dict": [[1, "*"], ["a", "*"]]}, "cannot build the pytree"),
     ({"dict": [["a", "*"], ["a", "*"]]}, "duplicate dict key"),
-    ({"node": ["os.system", None, ["*"]]}, r"unknown pytree node \['os.system'\]"),
-    ({"node": ["hlopt.sparse.BCOO", {"dict": []}, ["*", "*"]]}, "cannot build pytree node hlopt.sparse.BCOO"),
-    ({"node": ["hlopt.sparse.BCOO", {"dict": [["shape", {"tuple": [3]}], ["indices_sorted", True],
-                                              ["unique_indices", False], ["data", "x"]]}, ["*", "*"]]},
-     "not in canonical form"),
+    ({"node": ["os.system", None, ["*"]]}, "malformed pytree node 'os.system'"),
+    ({"node": ["os:system", None, ["*"]]}, "os.system is not a pytree node class"),
+    ({"node": ["no_such_module:Model", None, ["*"]]}, "not defined in this process: import no_such_module"),
+    ({"export": ["no.such.Name", "", []]}, "registered with jax.export as 'no.such.Name', which this process has not"),
+    ({"export": ["hlopt.sparse.BCOO", base64.b64encode(b"{}").decode(), ["*", "*"]]},
+     "cannot build pytree node 'hlopt.sparse.BCOO'"),
+    ({"export": ["hlopt.sparse.BCOO", "not base64!", ["*", "*"]]}, "malformed aux data of pytree node"),
+    ({"export": ["hlopt.sparse.BCOO", base64.b64encode(
+        b'{"shape":[3],"indices_sorted":true,"unique_indices":false}').decode(), ["*", "*"]]}, "not in canonical form"),
     ({"dict": [["b", "*"], ["a", "*"]]}, "not in canonical form"),
 ])
 def test_malformed_trees_are_refused(bad, match):

@@ -192,12 +192,16 @@ def test_from_scipy_sparse_matches_jax():
         for fmt in ["csr", "csc", "coo", "lil", "dok"]:
             mat = sp.coo_matrix(x).asformat(fmt)
             got.append(hs.BCOO.from_scipy_sparse(mat))
-            want.append(js.BCOO.from_scipy_sparse(mat))
+            ref = js.BCOO.from_scipy_sparse(mat)  # JAX's flags are always False: canonical inputs give True
+            canonical = fmt in ("csr", "coo") and mat.has_canonical_format
+            want.append(js.BCOO((ref.data, ref.indices), shape=ref.shape, indices_sorted=canonical,
+                                unique_indices=canonical))
             dtypes.append(dtype)
         narrow = hs.BCOO.from_scipy_sparse(sp.coo_array(x), index_dtype="int16")
         assert narrow.indices.dtype == jnp.int16
         got.append(narrow)
-        want.append(js.BCOO.from_scipy_sparse(sp.coo_array(x), index_dtype="int16"))
+        ref = js.BCOO.from_scipy_sparse(sp.coo_array(x), index_dtype="int16")
+        want.append(js.BCOO((ref.data, ref.indices), shape=ref.shape, indices_sorted=True, unique_indices=True))
         dtypes.append(dtype)
     assert_same_bcoos(got, want, dtypes)
 
@@ -211,6 +215,42 @@ def test_from_scipy_sparse_duplicates_and_errors():
     np.testing.assert_array_equal(got.todense(), mat.toarray())
     with pytest.raises(NotImplementedError, match="n_dense/n_batch"):
         hs.BCOO.from_scipy_sparse(mat, n_batch=1)
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo", "csr_unsorted", "csr_duplicates", "csc", "coo_raw"])
+def test_from_scipy_sparse_keeps_what_scipy_knows_of_the_order(fmt):
+    """A canonical CSR or COO matrix gives sorted, unique indices (a CSR one with duplicates sorted
+    ones); products on them equal scipy's."""
+    import scipy.sparse as sp  # a test dependency only (pyproject test extra)
+    r = np.random.RandomState(1)
+    x = (r.randn(6, 5) * (r.rand(6, 5) < 0.5)).astype(np.float32)
+    rows, cols = np.nonzero(x)
+    order = r.permutation(len(rows))
+    mats = {
+        "csr": (sp.csr_array(x), (True, True)),
+        "coo": (sp.csr_array(x).tocoo(), (True, True)),
+        "csr_unsorted": (sp.csr_array((x[rows, cols][order[::-1]], (rows[order[::-1]], cols[order[::-1]])),
+                                      shape=x.shape), None),
+        "csr_duplicates": (sp.csr_array((np.r_[x[rows, cols], 1.0], np.r_[cols, cols[-1:]],
+                                         np.r_[np.searchsorted(rows, np.arange(6)), len(rows) + 1]), shape=x.shape),
+                           (True, False)),
+        "csc": (sp.csc_array(x), (False, False)),
+        "coo_raw": (sp.coo_array((x[rows, cols][order], (rows[order], cols[order])), shape=x.shape), (False, False)),
+    }
+    mat, flags = mats[fmt]
+    if flags is None:  # scipy's csr constructor from (data, (row, col)) may sort: trust what it says
+        flags = (bool(mat.has_sorted_indices), bool(mat.has_canonical_format))
+    got = hs.BCOO.from_scipy_sparse(mat)
+    assert (got.indices_sorted, got.unique_indices) == flags
+    idx = np.asarray(got.indices)
+    keys = idx[:, 0] * x.shape[1] + idx[:, 1]
+    if flags[0]:
+        assert np.all(np.diff(keys) >= 0)  # the flag is true of the buffers
+    if flags[1]:
+        assert len(set(keys.tolist())) == len(keys)
+    v = r.randn(5).astype(np.float32)
+    np.testing.assert_allclose(hs.bcoo_dot_general(got, v, dimension_numbers=(([1], [0]), ([], []))), mat @ v,
+                               rtol=1e-5, atol=1e-5)
 
 
 # -- sparse-aware grad family -------------------------------------------------------------------

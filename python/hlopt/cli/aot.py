@@ -20,7 +20,7 @@ from typing import Any
 from hlopt.cli.errors import UsageError, as_flags
 from hlopt.cli.opt import ALLOW_IMPORT_HELP
 from hlopt.runtime.errors import ExecutableFileError
-from hlopt.passes.locations import printable
+from hlopt.passes.locations import did_you_mean, printable
 
 PROGRESS_AFTER_S = 2.0
 # `hlopt run` sets up as many host CPU devices as a file's program needs, up to this many.
@@ -34,7 +34,8 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
     """`hlopt compile`'s arguments."""
     p.add_argument("target", help="pkg.module:function, or a .mlir file")
     p.add_argument("--arg", action="append", default=[], metavar="TYPE",
-                   help="an argument's type, e.g. f32[128,8] or int32[] (one per argument, in order)")
+                   help="an argument's type, e.g. f32[128,8] or int32[], or a .npz of its arrays (dicts nested by "
+                        "'/' in their names, as flax's flatten_dict(params, sep='/') writes) (one per argument, in order)")
     p.add_argument("--mesh", help="a device mesh, e.g. x=4,y=2")
     p.add_argument("--in-sharding", action="append", default=[], metavar="SPEC",
                    help="one per argument: dims separated by ',', each an axis, axes joined by '+', or _ "
@@ -48,11 +49,41 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-import", action="store_true", help=ALLOW_IMPORT_HELP)
 
 
+def parse_arg(text: str) -> Any:
+    """An `--arg`: a type (`parse_arg_type`) or a .npz file (`npz_arg`)."""
+    return npz_arg(text) if text.endswith(".npz") else parse_arg_type(text)
+
+
+def npz_arg(path: str) -> Any:
+    """The argument a .npz file describes: dicts nested by its arrays' `/`-separated names (as
+    `flax.traverse_util.flatten_dict(params, sep="/")` names them) of each array's shape and dtype."""
+    import jax
+    import numpy as np
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            specs = {k: jax.ShapeDtypeStruct(z[k].shape, z[k].dtype) for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise UsageError(f"cannot read --arg '{path}': {e}") from None
+    tree: dict[str, Any] = {}
+    for key, spec in specs.items():
+        *groups, leaf = key.split("/")
+        node = tree
+        for group in groups:
+            node = node.setdefault(group, {})
+            if not isinstance(node, dict):
+                raise UsageError(f"--arg '{path}': '{key}' lies inside the array '{group}'")
+        if leaf in node:
+            raise UsageError(f"--arg '{path}': '{key}' is both an array and a group of arrays")
+        node[leaf] = spec
+    return tree
+
+
 def parse_arg_type(text: str) -> Any:
     """`f32[128,8]` -> ShapeDtypeStruct((128, 8), float32)."""
     import jax
 
-    from hlopt.passes.dtypes import SHORT_NAMES, dtype_name
+    from hlopt.passes.dtypes import DTYPES, SHORT_NAMES, dtype_name
     from hlopt.runtime.encoding import dtype_from_name
 
     m = re.fullmatch(r"\s*([a-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*", text)
@@ -60,7 +91,9 @@ def parse_arg_type(text: str) -> Any:
         raise UsageError(f"cannot parse argument type '{text}': expected e.g. f32[128,8] or int32[]")
     name = dtype_name(m.group(1))
     if name is None:
-        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}' (e.g. {', '.join(list(SHORT_NAMES)[:8])}, ...)")
+        raise UsageError(f"unknown dtype '{m.group(1)}' in '{text}'"
+                         + (did_you_mean(m.group(1), [*DTYPES, *SHORT_NAMES])
+                            or f" (e.g. {', '.join(list(SHORT_NAMES)[:8])}, ...)"))
     dims = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
     return jax.ShapeDtypeStruct(dims, dtype_from_name(name))
 
@@ -111,6 +144,10 @@ def import_function(target: str) -> Any:
     """The function named by `pkg.module:qualname` (the current directory is importable)."""
     from hlopt.passes.registry import import_object
 
+    module_name, _, qualname = target.partition(":")
+    if module_name.endswith(".py"):
+        dotted = module_name[:-3].replace(os.sep, ".").strip(".")
+        raise UsageError(f"'{target}' names a file; name its module (did you mean '{dotted}:{qualname}'?)")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
@@ -118,12 +155,12 @@ def import_function(target: str) -> Any:
     except ValueError:
         raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function") from None
     except ImportError as e:
-        module_name = target.partition(":")[0]
         if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):
             raise  # raised inside the user's module: located there
         raise UsageError(_not_found(module_name, e.name)) from None
     except AttributeError as e:
-        raise UsageError(str(e)) from None
+        names = [k for k, v in vars(sys.modules.get(module_name, sys)).items() if callable(v) and not k.startswith("_")]
+        raise UsageError(f"{e}{did_you_mean(qualname, names)}") from None
     if not callable(obj):
         raise UsageError(f"'{target}' is not callable")
     return obj
@@ -246,7 +283,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     parse_pipeline(args.pipeline)  # refused before the program is imported or traced
     if args.host_devices or args.mesh:
         set_host_devices(args.host_devices or math.prod(mesh_axes(args.mesh)[1]))
-    arg_types = [parse_arg_type(a) for a in args.arg]
+    arg_types = [parse_arg(a) for a in args.arg]
     mesh = parse_mesh(args.mesh) if args.mesh else None
     in_shardings = tuple(parse_spec(s) for s in args.in_sharding) or None
     out_shardings = tuple(parse_spec(s) for s in args.out_sharding) or None
@@ -291,7 +328,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     """`hlopt run`'s arguments."""
     p.add_argument("file", help="an executable file written by hlopt compile or Compiled.save")
     p.add_argument("--input", action="append", default=[], metavar="FILE",
-                   help="a .npy (one argument) or .npz (its arrays in order); in argument order")
+                   help="a .npy (one argument) or .npz (arrays named as hlopt inspect names the inputs, else in order); "
+                        "in argument order")
     p.add_argument("--output", help="write the results to this file, as a .npz (keys are the output paths), "
                                     "replacing it atomically (a link there is replaced, its target untouched)")
     add_trust_arg(p, "signed")
@@ -310,30 +348,71 @@ _MAX_NPY_HEADER = 10000  # numpy's own default limit on the header it parses
 
 
 def read_inputs(paths: list[str], avals: list[Any], program: str, names: Sequence[str] = ()) -> list[Any]:
-    """The arrays of .npy and .npz files, in order, each checked against the program's next input.
+    """The arrays of .npy and .npz files, each checked against the program's input it fills.
 
-    Each file is opened once, and only if it is a regular file; the number
-    of arrays (from the .npy magic or the zip directory) is checked first,
-    then each header's shape and dtype (and a zip member's size) against
-    `avals` before any data is read, and no more than those bytes are read,
-    so a zip bomb or a lying header costs nothing. Never unpickles. Raises
-    ExecutableFileError.
+    A .npz whose members are named as the program's inputs (`names`, as `hlopt inspect`
+    prints them) fills those inputs, .npy files the rest in order; otherwise every array
+    fills the next input, with a warning when a member's name is not numpy's default
+    (`arr_0`, ...). Each file is opened once, and only if it is a regular file; the number
+    of arrays (from the .npy magic or the zip directory) is checked first, then each
+    header's shape and dtype (and a zip member's size) against `avals` before any data is
+    read, and no more than those bytes are read, so a zip bomb or a lying header costs
+    nothing. Never unpickles. Raises ExecutableFileError.
     """
     with contextlib.ExitStack() as stack:
-        sources = [_input_source(stack, path) for path in paths]
-        given = sum(1 if members is None else len(members) for _, _, members in sources)
-        if given != len(avals):
+        entries = [(path, f, info) for path, f, members in (_input_source(stack, path) for path in paths)
+                   for info in ([None] if members is None else members)]
+        if len(entries) != len(avals):
             named = f" ({', '.join(names)})" if names else ""
             raise ExecutableFileError(f"{program} takes {_count(len(avals), 'array')}{printable(named)}, "
-                                      f"{given} {'was' if given == 1 else 'were'} given (--input)")
-        arrays: list[Any] = []
-        for path, f, members in sources:
-            if members is None:
-                arrays.append(_read_npy(f, avals[len(arrays)], path, f"input '{printable(path)}'", program,
-                                        len(arrays), os.fstat(f.fileno()).st_size))
-            else:
-                _read_npz(f, members, path, avals, arrays, program)
-        return arrays
+                                      f"{len(entries)} {'was' if len(entries) == 1 else 'were'} given (--input)")
+        return [_read_entry(*entry, aval, program, i)
+                for i, (entry, aval) in enumerate(zip(_by_name(entries, names), avals))]
+
+
+def _by_name(entries: list[tuple[str, Any, Any]], names: Sequence[str]) -> list[tuple[str, Any, Any]]:
+    """`entries` (path, file, .npz member or None) in input order: see `read_inputs`."""
+    aliases = _path_aliases(names)
+    members = {aliases.get(m, m): entry for entry in entries
+               if (info := entry[2]) is not None and (m := info.filename.removesuffix(".npy"))}
+    if members and names and len(members) == sum(e[2] is not None for e in entries) and set(members) <= set(names):
+        unnamed = iter([e for e in entries if e[2] is None])
+        return [members[n] if n in members else next(unnamed) for n in names]
+    strays = [m for m in members if not re.fullmatch(r"arr_[0-9]+", m)]
+    if strays:
+        print(f"hlopt: warning: .npz arrays {printable(', '.join(strays[:4]))} are not named as the program's "
+              f"inputs ({printable(', '.join(names[:8]))}): each array fills the next input in order",
+              file=sys.stderr)
+    return entries
+
+
+def _path_aliases(names: Sequence[str]) -> dict[str, str]:
+    """Input names by their `/`-joined dict keys inside their argument (`params['layer']['w']` as
+    `layer/w`, as an .npz given to `hlopt compile --arg` names it), where that names one input."""
+    paths: dict[str, list[str]] = {}
+    for name in names:
+        m = re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*((?:\['[^'\[\]]*'\])+)", name)
+        if m:
+            paths.setdefault("/".join(re.findall(r"\['([^']*)'\]", m.group(1))), []).append(name)
+    return {path: found[0] for path, found in paths.items() if len(found) == 1}
+
+
+def _read_entry(path: str, f: Any, info: Any, aval: Any, program: str, index: int) -> Any:
+    """The array of a .npy file (`info` None) or of the member `info` of the open .npz `f`."""
+    import zipfile
+    import zlib
+
+    if info is None:
+        return _read_npy(f, aval, path, f"input '{printable(path)}'", program, index, os.fstat(f.fileno()).st_size)
+    where = f"input '{printable(path)}', array '{printable(info.filename)}'"
+    try:
+        with f.open(info) as member:
+            return _read_npy(member, aval, path, where, program, index, info.file_size)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError,
+            zlib.error) as e:
+        if isinstance(e, ExecutableFileError):
+            raise
+        raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
 
 
 def _input_source(stack: contextlib.ExitStack, path: str) -> tuple[str, Any, Any]:
@@ -391,24 +470,6 @@ def _read_npy(f: Any, aval: Any, path: str, where: str, program: str, index: int
     if len(data) != nbytes:
         raise ExecutableFileError(f"{where}: its data is shorter than its header says")
     return np.frombuffer(data, dtype).reshape(shape, order="F" if fortran else "C").copy()
-
-
-def _read_npz(z: Any, members: list[Any], path: str, avals: list[Any], arrays: list[Any], program: str) -> None:
-    """Append the arrays of the open .npz `z`, in order, each checked as `_read_npy` checks one."""
-    import zipfile
-    import zlib
-
-    try:
-        for info in members:
-            where = f"input '{printable(path)}', array '{printable(info.filename)}'"
-            with z.open(info) as member:
-                arrays.append(_read_npy(member, avals[len(arrays)], path, where, program, len(arrays),
-                                        info.file_size))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError,
-            zlib.error) as e:
-        if isinstance(e, ExecutableFileError):
-            raise
-        raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
 
 
 def leaf_names(tree: Any) -> list[str]:

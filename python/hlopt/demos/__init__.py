@@ -15,6 +15,8 @@ from typing import TextIO
 
 import numpy as np
 
+from hlopt.passes.locations import did_you_mean
+
 SECTIONS: dict[str, str] = {
     "driver": "hlopt.demos:driver_section",
     "sparse": "hlopt.demos.sparse:sparse_section",
@@ -68,7 +70,7 @@ def run(out: TextIO = sys.stdout, only: list[str] | None = None) -> int:
     names = only or list(SECTIONS)
     for name in names:
         if name not in SECTIONS:
-            raise ValueError(f"no demo section '{name}' (sections: {', '.join(SECTIONS)})")
+            raise ValueError(f"no demo section '{name}'{did_you_mean(name, SECTIONS)} (sections: {', '.join(SECTIONS)})")
     for i, name in enumerate(names, 1):  # each step announced and timed, flushed as it happens
         out.write(f"\n[{i}/{len(names)}] {name}...\n")
         out.flush()

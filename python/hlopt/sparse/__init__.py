@@ -48,10 +48,11 @@ from hlopt.sparse.structure import (
     bcoo_extract,
 )
 from hlopt.sparse.transform import grad, jacfwd, jacobian, jacrev, value_and_grad
-from hlopt.runtime.encoding import register_node_type
-from hlopt.sparse.bcoo import node_problem
+from hlopt.sparse import bcoo as _bcoo, bcsr as _bcsr, serialization as _serialization
 
-register_node_type("hlopt.sparse.BCOO", BCOO, node_problem)  # executable files may hold BCOO arguments
+# jax.export and executable files may hold BCOO and BCSR arguments and results
+_serialization.register(BCOO, _bcoo.node_problem)
+_serialization.register(BCSR, _bcsr.node_problem)
 
 __all__ = [
     "BCOO",

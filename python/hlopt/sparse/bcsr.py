@@ -51,6 +51,18 @@ def _check_layout(data: Any, indices: Any, indptr: Any, shape: tuple[int, ...]) 
         raise ValueError(f"BCSR shape must have non-negative sizes, got {shape}")
 
 
+def node_problem(aux: dict[str, Any], children: Sequence[Any]) -> str | None:
+    """What is wrong with a BCSR pytree node an executable file holds (None: nothing): its
+    children's avals must be the buffers of a matrix of its shape (`_check_layout`)."""
+    if len(children) != 3:
+        return f"malformed BCSR node of {len(children)} buffers"
+    try:
+        _check_layout(*children, aux["shape"])
+    except (TypeError, ValueError, NotImplementedError) as e:
+        return str(e)
+    return None
+
+
 @jax.tree_util.register_pytree_node_class
 class BCSR:
     """A compressed-sparse-row matrix: `data[nse]`, `indices[nse]` (columns), `indptr[M + 1]`.

@@ -182,9 +182,25 @@ def random_bcoo(key: jax.Array, shape: Sequence[int], *, dtype: Any = jnp.float_
 
 
 def from_scipy_sparse(mat: Any, *, index_dtype: Any = None, n_dense: int = 0, n_batch: int = 0) -> BCOO:
-    """The BCOO array of a `scipy.sparse` array or matrix (any format; its entries as stored)."""
+    """The BCOO array of a `scipy.sparse` array or matrix (any format; its entries as stored).
+
+    What scipy knows of the order is kept: a CSR matrix with sorted indices gives
+    `indices_sorted=True` (and `unique_indices=True` when it is canonical, without
+    duplicates), as does a canonical COO matrix, so products take the sorted path.
+    """
     if n_dense != 0 or n_batch != 0:
         raise NotImplementedError("BCOO.from_scipy_sparse with nonzero n_dense/n_batch")
+    sorted_, unique = _row_major_order(mat)
     mat = mat.tocoo()
     indices = jnp.column_stack((mat.row, mat.col)).astype(index_dtype or jnp.int32)
-    return BCOO((jnp.asarray(mat.data), indices), shape=mat.shape)
+    return BCOO((jnp.asarray(mat.data), indices), shape=mat.shape, indices_sorted=sorted_, unique_indices=unique)
+
+
+def _row_major_order(mat: Any) -> tuple[bool, bool]:
+    """Whether scipy knows the entries of `mat` (as `tocoo` lists them) to be in row-major order,
+    and to hold no duplicates."""
+    if mat.format == "csr":
+        return bool(mat.has_sorted_indices), bool(mat.has_canonical_format)
+    if mat.format == "coo":
+        return (bool(mat.has_canonical_format),) * 2
+    return False, False

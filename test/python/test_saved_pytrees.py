@@ -1,0 +1,117 @@
+"""Programs taking the pytrees users have, saved and run elsewhere.
+
+- an equinox MLP, a flax NNX model and a flax linen model compiled here, saved, and loaded and
+  run in a fresh process that builds the same arguments: equal to `jax.jit` here;
+- a node class that cannot be saved is one line naming its type and the registration call;
+- a `jax.export` taking an `hlopt.sparse.BCOO` serializes, and deserializes and runs in a process
+  where importing hlopt fails (jax.experimental.sparse's BCOO registered under hlopt's name).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+
+import hlopt
+import saved_models_worker
+
+HERE = Path(__file__).parent
+
+
+def test_library_models_run_in_a_fresh_process(tmp_path):
+    want = {}
+    for name, build in saved_models_worker.PROGRAMS.items():
+        fun, args = build()
+        hlopt.jit(fun).lower(*args).compile().save(tmp_path / f"{name}.hlx")
+        want[name] = jax.jit(fun)(*args)
+    subprocess.run([sys.executable, str(HERE / "saved_models_worker.py"), "load", str(tmp_path)],
+                   check=True, timeout=300)
+    for name, value in want.items():
+        np.testing.assert_allclose(np.load(tmp_path / f"{name}.got.npy"), value, rtol=1e-6, atol=1e-6,
+                                   err_msg=name)
+
+
+def test_a_node_class_that_cannot_be_saved_is_named_with_the_fix():
+    class Local:
+        def __init__(self, w):
+            self.w = w
+
+    jax.tree_util.register_pytree_node(Local, lambda n: ((n.w,), None), lambda aux, c: Local(*c))
+    compiled = hlopt.lower(lambda n: n.w * 2, Local(np.ones(2, np.float32))).compile()
+    with pytest.raises(ValueError) as info:
+        compiled.serialize()
+    message = str(info.value)
+    assert "\n" not in message
+    assert "pytree node of type test_saved_pytrees.test_a_node_class_that_cannot_be_saved_is_named_with_the_fix" \
+           ".<locals>.Local cannot be saved" in message
+    assert "jax.export.register_pytree_node_serialization(" in message
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["w"], meta_fields=["tags"])
+@dataclasses.dataclass
+class Tagged:
+    """A pytree class whose aux data (a frozenset) has no JSON form."""
+
+    w: Any
+    tags: frozenset
+
+
+def test_aux_data_that_cannot_be_saved_is_named():
+    compiled = hlopt.lower(lambda t: t.w + 1, Tagged(np.ones(2, np.float32), frozenset({"a"}))).compile()
+    with pytest.raises(ValueError, match=r"pytree node of type test_saved_pytrees.Tagged cannot be saved: aux data "
+                                         r"frozenset\(\{'a'\}\) of type frozenset cannot be saved.*"
+                                         r"register_pytree_node_serialization\(Tagged"):
+        compiled.serialize()
+
+
+BLOCK_HLOPT = textwrap.dedent("""
+    import sys
+    class _NoHlopt:
+        def find_spec(self, name, path=None, target=None):
+            if name == "hlopt" or name.startswith("hlopt."):
+                raise ImportError("hlopt is not installed here")
+    sys.meta_path.insert(0, _NoHlopt())
+    """)
+
+RUN_EXPORT = BLOCK_HLOPT + textwrap.dedent("""
+    import json
+    import jax, numpy as np
+    from jax.experimental import sparse
+
+    def aux_from_json(data):
+        aux = json.loads(data)
+        return dict(aux, shape=tuple(aux["shape"]))
+
+    jax.export.register_pytree_node_serialization(
+        sparse.BCOO, serialized_name="hlopt.sparse.BCOO", deserialize_auxdata=aux_from_json,
+        serialize_auxdata=lambda aux: json.dumps(dict(aux, shape=list(aux["shape"]))).encode())
+    folder = sys.argv[1]
+    inputs = np.load(folder + "/inputs.npz")
+    exported = jax.export.deserialize(bytearray(open(folder + "/f.jax", "rb").read()))
+    out = exported.call(sparse.BCOO.fromdense(inputs["m"]), inputs["x"])
+    np.save(folder + "/got.npy", np.asarray(out))
+    """)
+
+
+def test_a_jax_export_taking_a_bcoo_runs_without_hlopt(tmp_path):
+    rng = np.random.default_rng(0)
+    m = (rng.standard_normal((5, 4)) * (rng.random((5, 4)) < 0.4)).astype(np.float32)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    exported = jax.export.export(jax.jit(lambda a, b: a @ b))(hlopt.sparse.BCOO.fromdense(m), x)
+    assert "@hlopt." not in exported.mlir_module()  # no annotation left for XLA
+    (tmp_path / "f.jax").write_bytes(exported.serialize())
+    np.savez(tmp_path / "inputs.npz", m=m, x=x)
+    subprocess.run([sys.executable, "-c", RUN_EXPORT, str(tmp_path)], check=True, timeout=120)
+    np.testing.assert_allclose(np.load(tmp_path / "got.npy"), m @ x, rtol=1e-5, atol=1e-6)
+    with pytest.raises(subprocess.CalledProcessError):  # the blocker does block hlopt
+        subprocess.run([sys.executable, "-c", BLOCK_HLOPT + "import hlopt"], check=True, timeout=60,
+                       capture_output=True)
