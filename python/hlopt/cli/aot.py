@@ -244,6 +244,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import hlopt
     from hlopt.compiler.pipeline import parse_pipeline
     from hlopt.passes.locations import source_name
+    from hlopt.runtime.compile import compile_lowered
 
     parse_pipeline(args.pipeline)  # refused before the program is imported or traced
     if args.host_devices or args.mesh:
@@ -272,6 +273,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             with stage(f"lowering {args.target}", args.verbose):
                 lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
                                       out_shardings=out_shardings)
+            lowered.backend = compile_lowered  # the file is signed: every custom call must be on the list
         if args.verbose:  # pass by pass, then PJRT (the persistent cache is consulted for PJRT only)
             after = lowered.apply(args.pipeline, progress=lambda name, s: stage_line(f"pass {name}", s),
                                   import_partitioners=args.allow_import)
