@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import math
 import os
@@ -353,9 +352,16 @@ def _input_source(stack: contextlib.ExitStack, path: str) -> tuple[str, Any, Any
         raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
     try:
         z = stack.enter_context(zipfile.ZipFile(f))
-        return path, z, z.infolist()
+        members = z.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
         raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
+    for info in members:  # np.savez and np.savez_compressed store or deflate them, never encrypt them
+        encrypted = info.flag_bits & 0x1
+        if encrypted or info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            how = "encrypted" if encrypted else f"compressed with zip method {info.compress_type}"
+            raise ExecutableFileError(f"input '{printable(path)}', array '{printable(info.filename)}' is {how}; "
+                                      "numpy's .npz members are stored or deflated, never encrypted")
+    return path, z, members
 
 
 @contextlib.contextmanager
@@ -414,7 +420,7 @@ def _read_npz(z: Any, members: list[Any], path: str, avals: list[Any], arrays: l
                 arrays.append(_read_npy(member, avals[len(arrays)], path, where, program, len(arrays),
                                         info.file_size))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError,
-            zlib.error) as e:
+            RuntimeError, zlib.error) as e:
         if isinstance(e, ExecutableFileError):
             raise
         raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
@@ -442,7 +448,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     import hlopt.saved  # noqa: F401 - the node classes a signature may hold
-    from hlopt.runtime import files
+    from hlopt.runtime import files, outputs
 
     found, _ = files.read_file(args.file)
     files.check_manifest(found.manifest, args.file)
@@ -464,11 +470,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     names = leaf_names(out)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
     if args.output:
-        buffer = io.BytesIO()
-        np.savez(buffer, **dict(zip(names, leaves)))
+        data = outputs.results_npz(names, leaves)
         written = args.output if args.output.endswith(".npz") else args.output + ".npz"  # as np.savez names it
-        files.write_atomically(written, buffer.getvalue())
-        print(f"wrote {printable(written)}: {', '.join(printable(n) for n in names)}")
+        outputs.write_atomically(written, data)
+        print(f"wrote {printable(written)}: {', '.join(printable(n) for n in outputs.npz_names(data))}")
     else:
         for name, value in zip(names, leaves):
             print(f"{printable(name)}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
@@ -487,7 +492,7 @@ def add_inspect_args(p: argparse.ArgumentParser) -> None:
 
 
 def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
-    """A readable summary of a checked manifest (no device is needed); every string from the file escaped."""
+    """A readable summary of a checked manifest (no device is needed); every field from the file escaped."""
     import jax
 
     import hlopt.saved  # noqa: F401 - the node classes a signature may hold
@@ -506,14 +511,14 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         mesh = sig.get("mesh")
         width = max(16, *map(len, [*in_names, *out_names]))
         lines = [
-            f"file:       {p(path)} ({size} bytes, format version {manifest['format_version']})",
+            f"file:       {p(path)} ({size} bytes, format version {p(manifest['format_version'])})",
             f"MAC:        {as_flags(p(mac))}",
             f"program:    {p(sig['name'])}",
             f"written by: jax {p(manifest.get('jax_version'))}, jaxlib {p(manifest['jaxlib_version'])}, "
             f"platform {p(manifest['platform'])} {p(manifest['platform_version'])}, "
             f"StableHLO {p(manifest.get('stablehlo_version'))}",
-            f"devices:    {manifest['device_count']}" + (
-                "" if not mesh else f", mesh {' '.join(f'{p(n)}={s}' for n, s in zip(mesh['axis_names'], mesh['shape']))} "
+            f"devices:    {p(manifest['device_count'])}" + (
+                "" if not mesh else f", mesh {' '.join(f'{p(n)}={p(s)}' for n, s in zip(mesh['axis_names'], mesh['shape']))} "
                 f"({p(', '.join(map(str, mesh['axis_types'])))}), device ids {p(mesh['device_ids'][:64])}"),
             f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
             f"pipeline:   {p(manifest['pipeline']) or '(none)'}",
@@ -526,12 +531,12 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         ]
         if sig["static_args"]:
             lines.append("static arguments: " + ", ".join(
-                f"{i}={p(repr(encoding.decode_static(v)))}" for i, v in sig["static_args"]))
+                f"{p(i)}={p(repr(encoding.decode_static(v)))}" for i, v in sig["static_args"]))
     except (encoding.EncodingError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise UsageError(f"{path}: malformed manifest: {p(e)}") from None
     lines.append("sections:")
-    lines += [f"  {s['name']:12s} {s['size']:>10d} bytes  sha256 {s['sha256']}" for s in manifest["sections"]]
-    return "\n".join(lines)
+    lines += [f"  {p(s['name']):12s} {p(s['size']):>10s} bytes  sha256 {p(s['sha256'])}" for s in manifest["sections"]]
+    return "\n".join(map(p, lines))  # each line escaped whole, whatever field a forger filled
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
