@@ -5,8 +5,8 @@ random characters (short, so any name the folder accepts can be written),
 held under an exclusive `flock` while it is written and renamed over the path:
 readers never see half a file. Over an existing regular file the new one keeps
 its permission bits (a 0600 file stays 0600); a file with other hard links is
-refused, since the rename would leave them holding the old contents; a link at
-the path is replaced, never followed. A temporary that a killed write left
+refused, since the rename would leave them holding the old contents, and so is
+a FIFO, device, socket or folder; a link at the path is replaced, never followed. A temporary that a killed write left
 behind (this user's, a regular file, no longer locked) is removed by the next
 write to that folder.
 """
@@ -58,15 +58,19 @@ def write_atomically(path: str | os.PathLike, data: bytes) -> None:
 
 
 def _kept_mode(path: Path) -> int:
-    """The permission bits the new file gets: the existing regular file's, else 0666 less the umask."""
+    """The permission bits the new file gets: the existing regular file's, else 0666 less the umask.
+    Raises FileExistsError for a path that holds something other than a regular file or a link."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
+    if st is None or stat.S_ISLNK(st.st_mode):
         mask = os.umask(0o022)
         os.umask(mask)
         return 0o666 & ~mask
+    if not stat.S_ISREG(st.st_mode):
+        raise FileExistsError(f"{printable(path)} is not a regular file (a FIFO, a device, a socket or a folder): "
+                              "hlopt writes regular files only; name another path")
     if st.st_nlink > 1:
         raise FileExistsError(f"{printable(path)} has {st.st_nlink - 1} other hard link(s); replacing it would leave "
                               "them holding the old contents: remove it first, or write to another path")

@@ -535,6 +535,9 @@ def test_run_outputs_that_would_clash_are_refused_before_writing(tmp_path):
         assert len(kept.files) == 1
     refused = hlopt_cli("run", clash, "--input", str(tmp_path / "in.npz"), "--output", str(out))
     assert_one_line_error(refused, "outputs 0 and 2 are both named 'a.0'")
+    escaping = outputs_program(tmp_path, lambda v: {"../../escape": v}, x)  # a member unzip would write outside
+    refused = hlopt_cli("run", escaping, "--input", str(tmp_path / "in.npz"), "--output", str(out))
+    assert_one_line_error(refused, "output 0 is named '../../escape', which cannot name an array of a .npz")
     assert not out.exists() and not list(tmp_path.glob(".hlopt-tmp-*"))
 
 
@@ -593,6 +596,11 @@ def test_rewrites_keep_modes_and_refuse_to_break_hard_links(tmp_path):
     with pytest.raises(FileExistsError, match="other hard link"):
         hlopt.lower(lambda v: v * 2, x).compile().save(linked)
     assert out.read_bytes() == linked.read_bytes() == before and out.stat().st_nlink == 2
+    fifo = tmp_path / "fifo.npz"
+    os.mkfifo(fifo)
+    refused = hlopt_cli("run", program, "--input", str(tmp_path / "in.npz"), "--output", str(fifo))
+    assert_one_line_error(refused, "is not a regular file (a FIFO, a device, a socket or a folder)")
+    assert fifo.is_fifo()
 
 
 KILLED_SAVE = """import os, signal, sys
