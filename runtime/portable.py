@@ -403,9 +403,15 @@ def check_portable(module: ir.Module, *, traced: bool = False) -> None:
     """
     limit, devices = memory_bytes(), _device_count(module)
     problems: list[str] = []
+    sizes: dict[ir.Type, str | None] = {}  # a type's _size_problem, measured once per check
+
+    def size_problem(t: ir.Type) -> str | None:
+        if t not in sizes:
+            sizes[t] = _size_problem(t, limit)
+        return sizes[t]
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        problem = _op_problem(op, limit, devices, traced)
+        problem = _op_problem(op, size_problem, devices, traced)
         if problem is None:
             return ir.WalkResult.ADVANCE
         problems.append(f"{_where(op)}: {problem}")
@@ -416,11 +422,12 @@ def check_portable(module: ir.Module, *, traced: bool = False) -> None:
         raise PortableCheckError(problems[0])
 
 
-def _op_problem(op: ir.Operation, limit: int, devices: int, traced: bool) -> str | None:
+def _op_problem(op: ir.Operation, size_problem: Callable[[ir.Type], str | None], devices: int,
+                traced: bool) -> str | None:
     """What is wrong with one op of a checked module (see `check_portable`), or None."""
     name = op.name
     for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
-        problem = _size_problem(v.type, limit)
+        problem = size_problem(v.type)
         if problem is not None:
             return f"{name} makes a {problem}"
     if name.split(".", 1)[0] not in DIALECTS:
@@ -473,8 +480,9 @@ def _device_id_problem(op: ir.Operation, devices: int) -> str | None:
 
 
 def _where(op: ir.Operation) -> str:
-    """The op's location for a message, at most _WHERE_CHARS long (a call-site chain can be kilobytes)."""
-    text = format_location(op.location)
+    """The op's location for a message, escaped and at most _WHERE_CHARS long (a call-site chain can be
+    kilobytes; a forger's location names can hold escape sequences and line breaks)."""
+    text = printable(format_location(op.location))
     return text if len(text) <= _WHERE_CHARS else text[: _WHERE_CHARS - 3] + "..."
 
 

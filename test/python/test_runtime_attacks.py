@@ -676,3 +676,34 @@ def test_encrypted_or_bad_lzma_npz_members_are_refused_as_one_line(tmp_path):
             z["arr_0"]
         refused = hlopt_cli("run", program, "--input", path)
         assert_one_line_error(refused, "encrypted" if name == "encrypted" else "compressed with zip method 14")
+
+
+FORGED_LOCATION = r'''func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.custom_call @"ev\1B[2Jil\0D\0AMAC: verified"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    loc("na\1B[2Jme\0D\0AMAC:        verified")
+  return %0 : tensor<4xf32>
+}'''
+
+
+def test_refusals_quote_forged_names_and_locations_escaped(tmp_path):
+    a = np.ones(4, np.float32)
+    (tmp_path / "loc.mlir").write_text(FORGED_LOCATION)
+    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    forged = write(tmp_path, "loc.hlx", forge.forge(manifest, dict(sections, module=forged_artifact(
+        FORGED_LOCATION, manifest["signature"]))))
+    np.save(tmp_path / "a.npy", a)
+    # The control: the location the messages quote holds the forger's raw bytes.
+    from hlopt.compiler.program import parse_module
+    from hlopt.passes.locations import format_location
+    from hlopt.passes.mlir import ir
+
+    locations = []
+    parse_module(FORGED_LOCATION).operation.walk(
+        lambda op: locations.append(format_location(op.location)) or ir.WalkResult.ADVANCE)
+    assert any("\x1b[2J" in where for where in locations), locations
+    for argv in (["compile", str(tmp_path / "loc.mlir"), "-o", str(tmp_path / "out.hlx")],
+                 ["run", forged, "--trust", "portable", "--input", str(tmp_path / "a.npy")],
+                 ["inspect", forged, "--trust", "portable"]):
+        proc = hlopt_cli(*argv)
+        assert_one_line_error(proc, "na\\x1b[2Jme\\r\\nMAC:        verified: custom call to 'ev\\x1b[2Jil\\r\\nMAC")
+        assert not any(c in proc.stderr for c in "\x1b\r"), proc.stderr
