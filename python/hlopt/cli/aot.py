@@ -511,14 +511,14 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         mesh = sig.get("mesh")
         width = max(16, *map(len, [*in_names, *out_names]))
         lines = [
-            f"file:       {p(path)} ({size} bytes, format version {p(manifest['format_version'])})",
+            f"file:       {p(path)} ({size} bytes, format version {manifest['format_version']})",
             f"MAC:        {as_flags(p(mac))}",
             f"program:    {p(sig['name'])}",
             f"written by: jax {p(manifest.get('jax_version'))}, jaxlib {p(manifest['jaxlib_version'])}, "
             f"platform {p(manifest['platform'])} {p(manifest['platform_version'])}, "
             f"StableHLO {p(manifest.get('stablehlo_version'))}",
-            f"devices:    {p(manifest['device_count'])}" + (
-                "" if not mesh else f", mesh {' '.join(f'{p(n)}={p(s)}' for n, s in zip(mesh['axis_names'], mesh['shape']))} "
+            f"devices:    {manifest['device_count']}" + (
+                "" if not mesh else f", mesh {' '.join(f'{p(n)}={s}' for n, s in zip(mesh['axis_names'], mesh['shape']))} "
                 f"({p(', '.join(map(str, mesh['axis_types'])))}), device ids {p(mesh['device_ids'][:64])}"),
             f"partitioner: {'shardy' if sig['use_shardy'] else 'gspmd'}",
             f"pipeline:   {p(manifest['pipeline']) or '(none)'}",
@@ -531,11 +531,11 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         ]
         if sig["static_args"]:
             lines.append("static arguments: " + ", ".join(
-                f"{p(i)}={p(repr(encoding.decode_static(v)))}" for i, v in sig["static_args"]))
+                f"{i}={p(repr(encoding.decode_static(v)))}" for i, v in sig["static_args"]))
     except (encoding.EncodingError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise UsageError(f"{path}: malformed manifest: {p(e)}") from None
     lines.append("sections:")
-    lines += [f"  {p(s['name']):12s} {p(s['size']):>10s} bytes  sha256 {p(s['sha256'])}" for s in manifest["sections"]]
+    lines += [f"  {s['name']:12s} {s['size']:>10d} bytes  sha256 {s['sha256']}" for s in manifest["sections"]]
     return "\n".join(map(p, lines))  # each line escaped whole, whatever field a forger filled
 
 
