@@ -18,6 +18,7 @@ from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls
 from hlopt.runtime import kernels
 from hlopt.runtime.executable import Compiled
 from hlopt.runtime.host import HostCompiled
+from hlopt.runtime.portable import PortableCheckError, check_portable
 from hlopt.runtime.pjrt import (
     BuildFlags,
     CompilerOptions,
@@ -43,13 +44,19 @@ def program_devices(signature: Signature) -> list[jax.Device]:
     return [jax.devices(default)[0]]
 
 
-def compile_lowered(lowered: "Lowered", pipeline: str, compiler_options: CompilerOptions = ()) -> Compiled:
+def compile_lowered(lowered: "Lowered", pipeline: str, compiler_options: CompilerOptions = (), *,
+                    traced: bool = False) -> Compiled:
     """Run `pipeline` on `lowered` and compile the result with the XLA options `compiler_options` (sorted
     pairs, `check_compiler_options`); a persistent-cache hit skips both.
 
-    This is the `Backend` of the `Lowered`s that `hlopt.lower` makes. A program
-    with host callbacks compiles as under `jax.jit` and is never cached
-    (`hlopt.runtime.host`).
+    This is the `Backend` of `Lowered`s made from text (`hlopt compile` of a
+    .mlir, a parsed module); `compile_traced` is that of the ones `hlopt.lower`
+    makes. The module XLA compiles must first pass runtime/portable.py's checks
+    (PortableCheckError): the same custom-call allowlist and type checks, static
+    shapes and memory bound, and device ids as a `trust="portable"` load;
+    `traced` lets custom calls to targets off the list pass (see
+    `check_portable`). A program with host callbacks compiles as under `jax.jit`
+    and is never cached (`hlopt.runtime.host`).
     """
     signature = lowered.signature
     if lowered.host_compile is not None:
@@ -70,8 +77,17 @@ def compile_lowered(lowered: "Lowered", pipeline: str, compiler_options: Compile
     with compiling_for(program_devices(signature)[0].platform, native_kernels=kernels.available()):
         after = lowered.apply(pipeline) if pipeline else lowered
     check_no_annotations(after.module)
+    try:
+        check_portable(after.module, traced=traced)
+    except PortableCheckError as e:
+        raise PortableCheckError(f"{signature.name}: refused to compile: {e}") from None
     return Compiled(_compile(after.module, signature, cache, key, compiler_options), signature, after.module,
                     after.pipeline)
+
+
+def compile_traced(lowered: "Lowered", pipeline: str, compiler_options: CompilerOptions = ()) -> Compiled:
+    """`compile_lowered` for a program jax traced in this process (`hlopt.lower`'s `Backend`)."""
+    return compile_lowered(lowered, pipeline, compiler_options, traced=True)
 
 
 def compile_program(module: ir.Module, signature: Signature) -> Any:

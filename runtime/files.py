@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +41,7 @@ from hlopt.runtime import container, encoding
 from hlopt.runtime.compile import compile_program, program_devices
 from hlopt.runtime.container import Container, ExecutableFileError
 from hlopt.runtime.executable import Compiled, _physical_aval
+from hlopt.runtime.outputs import write_atomically
 from hlopt.runtime.keys import ENV_KEY, Key, KeyFileError, describe_key, key_file_path, user_key
 from hlopt.runtime.pjrt import BuildFlags, get_client, load_executable
 from hlopt.runtime.portable import PortableCheckError, check_portable, scan_artifact
@@ -109,28 +109,9 @@ def _artifact(module: ir.Module, signature: dict[str, Any]) -> bytes:
 
 
 def save(compiled: Compiled, path: str | os.PathLike) -> None:
-    """Write `compiled`'s executable file to `path` (atomically: a temporary file, then a rename)."""
+    """Write `compiled`'s executable file to `path` (atomically, keeping an existing file's mode:
+    runtime/outputs.py's `write_atomically`)."""
     write_atomically(path, serialize(compiled))
-
-
-def write_atomically(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file renamed over it: readers never see half of it,
-    and a link at `path` is replaced, never followed. Mode 0666 less the umask, as `open` gives."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def _sections_for(trust: str, source: str) -> Callable[[bool], tuple[str, ...]]:

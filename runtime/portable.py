@@ -9,7 +9,10 @@ checks on every operation:
   and XLA expand every call);
 - ops from the builtin, func, stablehlo, chlo and sdy dialects only, and no
   host transfers (`infeed`, `outfeed`, `send`, `recv`): they can block forever;
-- every tensor fits in this machine's memory;
+- every tensor has a static shape and fits in this machine's memory (a dynamic
+  dimension would be sized only by XLA, after these checks);
+- collectives name only the program's devices (`replica_groups`,
+  `source_target_pairs` in [0, `mhlo.num_partitions`); one replica);
 - custom calls only to targets in `CUSTOM_CALLS`: the partitioner's markers
   (they never run), the LAPACK kernels jax calls on CPU and hlopt's own CPU
   kernels (runtime/kernels.py: sparse products and SpGEMM, which also check every shape,
@@ -18,6 +21,11 @@ checks on every operation:
   result smaller than its operand would be written past its end). The list
   follows `jax.export`'s targets with guaranteed stability, narrowed to those
   whose types can be checked here.
+
+`hlopt compile`, `Lowered.compile` (runtime/compile.py) and
+`trust="portable"` loads all apply these checks to the module XLA compiles;
+only for a program jax traced in this process do custom calls to targets
+outside the list pass (jax's lowering rules made them, e.g. LAPACK's `geev`).
 
 Before any of that, `scan_artifact` reads the artifact in a separate process and
 refuses it if that process dies or the module, printed, nests deeper than
@@ -391,39 +399,27 @@ def scan_child() -> None:
         sys.exit(f"it is not a StableHLO portable artifact: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
 
 
-def check_portable(module: ir.Module) -> None:
-    """Refuse (PortableCheckError) a module hlopt will not compile from an unauthenticated file."""
-    limit = memory_bytes()
-    problems: list[str] = []
+def check_portable(module: ir.Module, *, traced: bool = False) -> None:
+    """Refuse (PortableCheckError) a module hlopt will not compile from text or an unauthenticated file.
 
-    def tensors(values: Sequence[ir.Value]) -> list[ir.RankedTensorType] | None:
-        out = []
-        for v in values:
-            try:
-                out.append(ir.RankedTensorType(v.type))
-            except ValueError:
-                return None
-        return out
+    `traced`: the module is a program jax traced in this process, whose custom calls to targets outside
+    `CUSTOM_CALLS` its own lowering rules made; they pass (those on the list are still checked).
+    """
+    limit, devices = memory_bytes(), _device_count(module)
+    problems: list[str] = []
+    sizes: dict[ir.Type, str | None] = {}  # a type's _size_problem, measured once per check
+
+    def size_problem(t: ir.Type) -> str | None:
+        if t not in sizes:
+            sizes[t] = _size_problem(t, limit)
+        return sizes[t]
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        name = op.name
-        where = _where(op)
-        for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
-            size = _byte_size(v.type)
-            if size is not None and size > limit:
-                problems.append(f"{where}: {name} makes a {v.type} of {size} bytes, more than this machine's "
-                                f"{limit} bytes of memory")
-                return ir.WalkResult.INTERRUPT
-        if name.split(".", 1)[0] not in DIALECTS:
-            problems.append(f"{where}: {name} is not a StableHLO, CHLO, Shardy or func operation")
-        elif name in REFUSED_OPS:
-            problems.append(f"{where}: {name} {REFUSED_OPS[name]}")
-        elif name == "stablehlo.custom_call":
-            try:
-                problems.extend(_check_custom_call(op, where, tensors))
-            except (ValueError, TypeError, KeyError, IndexError) as e:  # attributes of unexpected types
-                problems.append(f"{where}: custom call with malformed attributes: {e}")
-        return ir.WalkResult.INTERRUPT if problems else ir.WalkResult.ADVANCE
+        problem = _op_problem(op, size_problem, devices, traced)
+        if problem is None:
+            return ir.WalkResult.ADVANCE
+        problems.append(f"{_where(op)}: {problem}")
+        return ir.WalkResult.INTERRUPT
 
     module.operation.walk(visit)
     calls = None if problems else call_graph_problem(module)
@@ -433,46 +429,115 @@ def check_portable(module: ir.Module) -> None:
         raise PortableCheckError(problems[0])
 
 
+def _op_problem(op: ir.Operation, size_problem: Callable[[ir.Type], str | None], devices: int,
+                traced: bool) -> str | None:
+    """What is wrong with one op of a checked module (see `check_portable`), or None."""
+    name = op.name
+    for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
+        problem = size_problem(v.type)
+        if problem is not None:
+            return f"{name} makes a {problem}"
+    if name.split(".", 1)[0] not in DIALECTS:
+        return f"{name} is not a StableHLO, CHLO, Shardy or func operation"
+    if name in REFUSED_OPS:
+        return f"{name} {REFUSED_OPS[name]}"
+    if name != "stablehlo.custom_call":
+        return _device_id_problem(op, devices)
+    try:
+        target = ir.StringAttr(op.attributes["call_target_name"]).value
+        return None if traced and target not in CUSTOM_CALLS else _check_custom_call(op, target)
+    except (ValueError, TypeError, KeyError, IndexError) as e:  # attributes of unexpected types
+        return f"custom call with malformed attributes: {e}"
+
+
+def _device_count(module: ir.Module) -> int:
+    """The devices the module runs on, `mhlo.num_partitions` (hlopt runs one replica of a program)."""
+    attrs = module.operation.attributes
+    counts = {}
+    for name in ("mhlo.num_replicas", "mhlo.num_partitions"):
+        try:
+            counts[name] = ir.IntegerAttr(attrs[name]).value if name in attrs else 1
+        except ValueError:
+            raise PortableCheckError(f"the module's {name} is {printable(attrs[name])}, not an integer") from None
+    if counts["mhlo.num_replicas"] != 1:
+        raise PortableCheckError(f"the module asks for {counts['mhlo.num_replicas']} replicas; "
+                                 "hlopt runs one replica of a program, partitioned over its devices")
+    return max(counts["mhlo.num_partitions"], 1)
+
+
+# Attributes of collectives that name devices (replica, partition or global ids, all below the device
+# count), and whether -1 pads their groups.
+_DEVICE_ID_ATTRS = {"replica_groups": True, "source_target_pairs": False}
+
+
+def _device_id_problem(op: ir.Operation, devices: int) -> str | None:
+    """What names a device outside [0, devices) in a collective's attributes (XLA indexes its devices by them)."""
+    for attr, padded in _DEVICE_ID_ATTRS.items():
+        if attr not in op.attributes:
+            continue
+        try:
+            ids = [int(i) for i in ir.DenseIntElementsAttr(op.attributes[attr])]
+        except (ValueError, TypeError):
+            return f"{op.name} has a {attr} that is not a dense integer array"
+        bad = [i for i in ids if not (0 <= i < devices or (padded and i == -1))]
+        if bad:
+            return (f"{op.name} names device {bad[0]} in {attr}; the program runs on {devices} device(s), "
+                    f"0 to {devices - 1}")
+    return None
+
+
 def _where(op: ir.Operation) -> str:
-    """The op's location for a message, at most _WHERE_CHARS long (a call-site chain can be kilobytes)."""
-    text = format_location(op.location)
+    """The op's location for a message, escaped and at most _WHERE_CHARS long (a call-site chain can be
+    kilobytes; a forger's location names can hold escape sequences and line breaks)."""
+    text = printable(format_location(op.location))
     return text if len(text) <= _WHERE_CHARS else text[: _WHERE_CHARS - 3] + "..."
 
 
-def _check_custom_call(op: ir.Operation, where: str, tensors: Callable) -> list[str]:
-    target = ir.StringAttr(op.attributes["call_target_name"]).value
+def _check_custom_call(op: ir.Operation, target: str) -> str | None:
+    """What is wrong with a custom call to `target`, or None."""
     known = CUSTOM_CALLS.get(target)
     if known is None:
-        return [f"{where}: custom call to {target!r}, which is not on hlopt's list of checked targets "
-                "(a kernel's code is not in the file, and its operands cannot be checked)"]
-    call = f"{where}: custom call to {target!r}"
+        return (f"custom call to {printable(repr(target))}, which is not on hlopt's list of checked targets "
+                "(a kernel's code is not in the file, and its operands cannot be checked)")
+    call = f"custom call to {target!r}"
     if "called_computations" in op.attributes and len(ir.ArrayAttr(op.attributes["called_computations"])):
-        return [f"{call} calls functions; it never does"]
+        return f"{call} calls functions; it never does"
     if target in HLOPT_TARGETS:
         given = [a for a in _BUFFER_ATTRS if a in op.attributes and len(ir.ArrayAttr(op.attributes[a]))]
         if given:
-            return [f"{call} sets {', '.join(given)}; hlopt's kernels take row-major buffers of their own"]
+            return f"{call} sets {', '.join(given)}; hlopt's kernels take row-major buffers of their own"
     config = _kernel_config(op, target.startswith(("lapack_", "hlopt_")))
     if isinstance(config, str):
-        return [f"{call} {config}"]
+        return f"{call} {config}"
     decoded, problem = _decode_config(config, known.attributes, {**_CHARS, **dict(known.chars)},
                                      known.integers)
     if problem is None and target.startswith("lapack_"):
         problem = _check_batch_dims(op)
-    if problem is not None:
-        return [f"{call} {problem}"]
-    operands, results = tensors(op.operands), tensors(op.results)
-    if operands is None or results is None:
-        return [f"{call} takes or returns values that are not ranked tensors"]
-    problem = known.rule(operands, results, decoded)
-    return [] if problem is None else [f"{call} {problem}"]
+    if problem is None:
+        operands, results = _ranked(op.operands), _ranked(op.results)
+        if operands is None or results is None:
+            return f"{call} takes or returns values that are not ranked tensors"
+        problem = known.rule(operands, results, decoded)
+    return None if problem is None else f"{call} {problem}"
+
+
+def _ranked(values: Sequence[ir.Value]) -> list[ir.RankedTensorType] | None:
+    """The types of `values`, if each is a ranked tensor."""
+    out = []
+    for v in values:
+        try:
+            out.append(ir.RankedTensorType(v.type))
+        except ValueError:
+            return None
+    return out
 
 
 def _kernel_config(op: ir.Operation, typed: bool) -> ir.DictAttr | str | None:
     """The one dictionary of attributes the kernel reads (None if there is none), else what is wrong.
 
     jax writes them as `mhlo.backend_config` (api_version 1, `backend_config = ""`);
-    StableHLO's own form is a dictionary `backend_config` with api_version 4.
+    StableHLO's own form is a dictionary `backend_config` with api_version 4. XLA never
+    hands `mhlo.backend_config` to a kernel under api_version 4, so that pair is refused.
     XLA hands the kernel one of them; a call that carries both, or an opaque
     string, could have one checked here and the other read, so it is refused.
     """
@@ -495,8 +560,9 @@ def _kernel_config(op: ir.Operation, typed: bool) -> ir.DictAttr | str | None:
     name, config = forms[0]
     if not isinstance(config, ir.DictAttr):
         return f"has a {name} that is not a dictionary (an opaque string its kernel would parse)"
-    if typed and (api, name) not in ((1, "mhlo.backend_config"), (4, "mhlo.backend_config"), (4, "backend_config")):
-        return f"is not a typed (FFI) call: api_version {api} with a {name} dictionary"
+    if typed and (api, name) not in ((1, "mhlo.backend_config"), (4, "backend_config")):
+        return (f"is not a typed (FFI) call as XLA reads one: api_version {api} with a {name} dictionary "
+                "(XLA hands its kernel mhlo.backend_config under api_version 1, backend_config under 4)")
     return ir.DictAttr(config)
 
 
@@ -540,16 +606,23 @@ def _check_batch_dims(op: ir.Operation) -> str | None:
     return None
 
 
-def _byte_size(t: ir.Type) -> int | None:
-    """The bytes of a statically shaped tensor type, None for other types."""
+def _size_problem(t: ir.Type, limit: int) -> str | None:
+    """What is wrong with a value of type `t` (a dynamic shape, more than `limit` bytes), or None."""
+    if isinstance(t, ir.TupleType):
+        return next((p for i in range(t.num_types) if (p := _size_problem(t.get_type(i), limit))), None)
+    if isinstance(t, ir.ShapedType) and not isinstance(t, ir.RankedTensorType):
+        return f"{t} of unknown rank: hlopt compiles ranked, static shapes only"
     try:
         rt = ir.RankedTensorType(t)
     except ValueError:
         return None
     if not rt.has_static_shape:
-        return None
-    bits = _element_bits(rt.element_type)
-    return math.prod(rt.shape) * bits // 8
+        return (f"{t} with a dynamic dimension: hlopt compiles static shapes only (XLA would size it "
+                "after these checks, unbounded)")
+    size = math.prod(rt.shape) * _element_bits(rt.element_type) // 8
+    if size > limit:
+        return f"{t} of {size} bytes, more than this machine's {limit} bytes of memory"
+    return None
 
 
 def _element_bits(t: ir.Type) -> int:

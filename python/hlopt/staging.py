@@ -18,7 +18,7 @@ from hlopt.compiler.lowering import JitOptions, argnums_and_argnames, lower_func
 from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import CompilerOptions, Lowered, check_compiler_options
 from hlopt.passes.locations import shorten
-from hlopt.runtime.compile import compile_lowered
+from hlopt.runtime.compile import compile_traced
 from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
 
@@ -26,7 +26,7 @@ from hlopt.runtime.executable import Compiled
 def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions,
            check_key_reuse: bool, compiler_options: CompilerOptions = ()) -> Lowered:
     module, signature, host_compile, user_located = lower_function(fun, args, kwargs, options)
-    lowered = Lowered(module, signature, backend=compile_lowered, host_compile=host_compile,
+    lowered = Lowered(module, signature, backend=compile_traced, host_compile=host_compile,
                       user_located=user_located, compiler_options=compiler_options)
     if check_key_reuse:
         from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse  # imported for checked programs only

@@ -4,7 +4,9 @@
 JSON line: for each case either `{"refused": message}` (an ExecutableFileError),
 `{"out": {name: array as list}}` (called on X, Y, or on the arrays of the
 case's "inputs" .npz), or `{"error": "Type: message"}` for any other
-exception (which the tests count as a failure). The process must neither
+exception (which the tests count as a failure). A case with "unchecked"
+turns runtime/portable.py's op checks off: a control that shows what the
+attack does without them. The process must neither
 crash nor hang: the tests run it with a timeout and check its exit status.
 """
 
@@ -41,6 +43,11 @@ def leaves(out) -> dict:
 
 def run(case: dict) -> dict:
     import hlopt
+
+    if case.get("unchecked"):  # the control: runtime/portable.py passes every op, as before its checks
+        from hlopt.runtime import portable
+
+        portable._op_problem = lambda *args: None
 
     args = (X, Y)
     if "inputs" in case:  # a .npz of the arguments, in order

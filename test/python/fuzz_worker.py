@@ -1,16 +1,20 @@
-"""Load mutated copies of genuine executable files, or run the tools on mutated MLIR text, in this process;
-count how each ended.
+"""Hand mutated copies of genuine files to an entry point in this process; count how each ended.
 
 `python fuzz_worker.py SPEC.json` reads a spec {"files": {name: path}, "cases":
-[[name, trust, forged, region, seed], ...]}. For each case it mutates the file's
-bytes in `region` ("header", "manifest", "executable" or "module") with a
-generator seeded by `seed` (flips, random bytes, insertions, deletions,
-truncation, a duplicated range; `forged`: the section or manifest edited and
-every checksum recomputed under an attacker's key, as forge.py does), calls
-`hlopt.deserialize(data, trust=trust)` and, if it loads, calls the program.
-It prints one JSON line: counts of "refused" (ExecutableFileError), "loaded",
-and the cases that raised anything else ("errors"). A crash or a hang kills
-the process: the test sees that from outside.
+[[name, entry, forged, region, seed], ...]}. For each case it mutates the file's
+bytes in `region` ("header", "manifest", "executable" or "module" of an
+executable file; "bytes": anywhere in an input .npy/.npz) with a generator
+seeded by `seed` (flips, random bytes, insertions, deletions, truncation, a
+duplicated range; `forged`: the section or manifest edited and every checksum
+recomputed under an attacker's key, as forge.py does) and hands it to `entry`:
+"signed" or "portable" (`hlopt.deserialize(data, trust=entry)`, then the
+program is called), "inspect" (what `hlopt inspect` prints: every line must be
+printable) or "inputs" (`hlopt run`'s reader of --input files, against
+attack_worker's X and Y; what it reads must have their shapes and dtypes).
+It prints one JSON line: counts of "refused" (ExecutableFileError, or the
+CLI's UsageError), "loaded", and the cases that raised anything else or read
+something wrong ("errors"). A crash or a hang kills the process: the test sees
+that from outside.
 
 `python fuzz_worker.py --text SEED COUNT FOLDER` runs `hlopt-opt` (and, for
 every tenth case, `hlopt compile`) in this process on COUNT mutations of
@@ -83,6 +87,10 @@ def mutate_json(value, rng: random.Random):
 
 def mutated(data: bytes, forged: bool, region: str, seed: int) -> bytes:
     rng = random.Random(seed)
+    if region == "bytes":  # an input file: anywhere in it, possibly more than once
+        for _ in range(rng.choice([1, 1, 2, 4])):
+            data = mutate_bytes(data, rng)
+        return data
     if not forged or region == "header":  # the header holds no checksum to recompute
         start, end = regions(data)[region]
         return data[:start] + mutate_bytes(data[start:end], rng) + data[end:]
@@ -97,14 +105,17 @@ def mutated(data: bytes, forged: bool, region: str, seed: int) -> bytes:
         return mutated(data, False, "manifest", seed)
 
 
-def run(data: bytes, trust: str) -> str:
+def run(data: bytes, entry: str) -> str:
     import hlopt
+    from hlopt.cli.errors import UsageError
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            compiled = hlopt.deserialize(data, trust=trust)
-        except hlopt.ExecutableFileError:
+            if entry in ("inspect", "inputs"):
+                return read(data, entry)
+            compiled = hlopt.deserialize(data, trust=entry)
+        except (hlopt.ExecutableFileError, UsageError):
             return "refused"
         sig = compiled.signature
         args, _ = jax.tree_util.tree_unflatten(sig.in_tree, [np.zeros(a.shape, a.dtype) for a in sig.in_avals])
@@ -241,6 +252,31 @@ def main_text(seed: int, count: int, folder: str) -> None:
     print(json.dumps(counts))
 
 
+def read(data: bytes, entry: str) -> str:
+    """`data` as `hlopt inspect` shows a file, or as `hlopt run` reads an --input file (from a file of its own)."""
+    import tempfile
+
+    from attack_worker import X, Y
+    from hlopt.cli import aot
+    from hlopt.runtime import files
+
+    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        f.write(data)
+        f.flush()
+        if entry == "inspect":
+            found, mac = files.read_file(f.name, sections=files.SECTIONS)
+            text = aot.describe(found.manifest, found.size, f.name, mac)
+            bad = [line for line in text.splitlines() if not line.isprintable()]
+            if bad:
+                raise AssertionError(f"printed unescaped: {bad[0]!r}")
+            return "loaded"
+        avals = [jax.core.ShapedArray(a.shape, a.dtype) for a in (X, Y)]
+        arrays = aot.read_inputs([f.name], avals, "f")
+        if [(a.shape, a.dtype) for a in arrays] != [(a.shape, a.dtype) for a in avals]:
+            raise AssertionError(f"read {[(a.shape, a.dtype) for a in arrays]}")
+        return "loaded"
+
+
 def main() -> None:
     if sys.argv[1] == "--text":
         main_text(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
@@ -248,11 +284,11 @@ def main() -> None:
     spec = json.loads(open(sys.argv[1]).read())
     files = {name: open(path, "rb").read() for name, path in spec["files"].items()}
     counts = {"refused": 0, "loaded": 0, "errors": []}
-    for name, trust, forged, region, seed in spec["cases"]:
+    for name, entry, forged, region, seed in spec["cases"]:
         try:
-            counts[run(mutated(files[name], forged, region, seed), trust)] += 1
+            counts[run(mutated(files[name], forged, region, seed), entry)] += 1
         except Exception as e:  # noqa: BLE001 - reported: the test fails on any
-            counts["errors"].append([name, trust, forged, region, seed, f"{type(e).__name__}: {str(e)[:300]}"])
+            counts["errors"].append([name, entry, forged, region, seed, f"{type(e).__name__}: {str(e)[:300]}"])
     print(json.dumps(counts))
 
 

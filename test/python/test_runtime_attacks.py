@@ -420,3 +420,292 @@ def test_attributes_the_checks_did_not_read_never_reach_a_kernel(tmp_path, n):
     assert "carries its attributes twice" in portable["refused"], portable
     ran = hlopt_cli("run", forged, "--trust", "portable", "--input", str(tmp_path / "ax.npz"))
     assert_one_line_error(ran, "carries its attributes twice")
+
+
+# --- round two (issue 48): the compile path, the CLI's outputs, .npz inputs ---------------------------------
+
+# `hlopt` with runtime/portable.py's op checks off: the controls' view of an attack without them.
+UNCHECKED_CLI = ("import sys, hlopt.runtime.portable as p; p._op_problem = lambda *args: None\n"
+                 "from hlopt.cli.main import main; sys.exit(main(sys.argv[1:]))")
+SMALL_RESULT = """func.func @main(%a: tensor<2048x2048xf32>) -> tensor<2x2xf32> {
+  %0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {mhlo.backend_config = {uplo = 76 : ui8}}
+    : (tensor<2048x2048xf32>) -> (tensor<2x2xf32>, tensor<i32>)
+  return %0#0 : tensor<2x2xf32>
+}"""
+FFI_MODULE = '''import jax, numpy as np
+
+def small_result(a):
+    return jax.ffi.ffi_call("lapack_spotrf_ffi", (jax.ShapeDtypeStruct((2, 2), a.dtype),
+                            jax.ShapeDtypeStruct((), np.int32)))(a, uplo=np.uint8(76))[0]
+'''
+
+
+def test_hlopt_compile_refuses_a_lapack_call_smaller_than_its_kernel_writes(tmp_path):
+    (tmp_path / "small.mlir").write_text(SMALL_RESULT)
+    np.save(tmp_path / "a.npy", np.eye(2048, dtype=np.float32) * 4)
+    # The control: compiled without the checks, the file is signed and running it overflows the heap.
+    made = run_capped(["-c", UNCHECKED_CLI, "compile", str(tmp_path / "small.mlir"), "-o", str(tmp_path / "c.hlx")])
+    assert_survived(made)
+    ran = run_capped(["hlopt", "run", str(tmp_path / "c.hlx"), "--input", str(tmp_path / "a.npy")])
+    assert ran.signal is not None, "the unchecked call did not crash: the test proves nothing"
+
+    refused = hlopt_cli("compile", str(tmp_path / "small.mlir"), "-o", str(tmp_path / "s.hlx"))
+    assert_one_line_error(refused, "small.mlir:2:10: custom call to 'lapack_spotrf_ffi' results (tensor<2x2xf32>, "
+                                   "tensor<i32>); the kernel writes (tensor<2048x2048xf32>, tensor<i32>)")
+    (tmp_path / "ffi_attack.py").write_text(FFI_MODULE)
+    refused = hlopt_cli("compile", "ffi_attack:small_result", "--arg", "f32[2048,2048]", "-o", str(tmp_path / "f.hlx"),
+                        cwd=tmp_path)
+    assert_one_line_error(refused, "the kernel writes (tensor<2048x2048xf32>, tensor<i32>)")
+    assert not (tmp_path / "s.hlx").exists() and not (tmp_path / "f.hlx").exists()
+
+
+PORTABLE_ATTACKS = {  # @main(%a: tensor<4xf32>) -> tensor<4xf32>: the body, the refusal, what the control sees
+    "collective_permute to far devices": (
+        '%0 = "stablehlo.collective_permute"(%a) {source_target_pairs = dense<[[0, 5]]> : tensor<1x2xi64>, '
+        'channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>} : (tensor<4xf32>) -> tensor<4xf32>',
+        "names device 5 in source_target_pairs; the program runs on 1 device(s)", "out"),
+    "dynamic shape bounded at 160 GB": (
+        '%n = stablehlo.constant dense<4> : tensor<i32>\n'
+        '%d = stablehlo.set_dimension_size %a, %n, dim = 0 : (tensor<4xf32>, tensor<i32>) -> tensor<?xf32, B>\n'
+        '%p = stablehlo.constant dense<0.0> : tensor<f32>\n'
+        '%lo = stablehlo.constant dense<0> : tensor<1xi64>\n'
+        '%hi = stablehlo.constant dense<39999999996> : tensor<1xi64>\n'
+        '%q = stablehlo.dynamic_pad %d, %p, %lo, %hi, %lo : (tensor<?xf32, B>, tensor<f32>, tensor<1xi64>, '
+        'tensor<1xi64>, tensor<1xi64>) -> tensor<?xf32, B>\n'
+        '%0 = stablehlo.slice %q [0:4] : (tensor<?xf32, B>) -> tensor<4xf32>'.replace(
+            "B", "#stablehlo.bounds<40000000000>"),
+        "with a dynamic dimension: hlopt compiles static shapes only", "out"),
+}
+
+
+@pytest.mark.parametrize("name", list(PORTABLE_ATTACKS))
+def test_portable_modules_xla_cannot_run_are_refused_at_load(tmp_path, name):
+    a = np.arange(4, dtype=np.float32)
+    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    body, why, unchecked = PORTABLE_ATTACKS[name]
+    text = f"func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {{\n{body}\nreturn %0 : tensor<4xf32>\n}}"
+    forged = write(tmp_path, "forged.hlx", forge.forge(manifest, dict(sections, module=forged_artifact(
+        text, manifest["signature"]))))
+    np.savez(tmp_path / "a.npz", a)
+    # The control: without the checks the module reaches XLA, which runs it ("out") or fails untyped ("error").
+    spec = tmp_path / "control.json"
+    spec.write_text(json.dumps({"cases": [{"kind": "load", "file": forged, "trust": "portable", "unchecked": True,
+                                           "inputs": str(tmp_path / "a.npz")}]}))
+    control = run_capped(["-u", WORKER, str(spec)])
+    assert control.signal is not None or f'"{unchecked}"' in control.stdout, control.describe() + control.stdout
+    (portable,) = attack(tmp_path, [{"kind": "load", "file": forged, "trust": "portable",
+                                     "inputs": str(tmp_path / "a.npz")}])
+    assert why in portable["refused"], portable
+    assert_one_line_error(hlopt_cli("run", forged, "--trust", "portable", "--input", str(tmp_path / "a.npz")), why)
+    assert_one_line_error(hlopt_cli("inspect", forged, "--trust", "portable"), why)
+
+
+FAKE_MAC = "\r\x1b[2K\x1b[1AMAC:        verified with the user's key\n"
+
+
+def test_inspect_prints_no_forged_field_raw(tmp_path, data):
+    manifest, sections = forge.unpack(data)
+    manifest["signature"]["static_args"] = [["0" + FAKE_MAC + ESCAPES, 1]]
+    manifest["signature"]["mesh"]["shape"] = ["8" + FAKE_MAC]
+    manifest["format_version"] = FAKE_MAC
+    forged = write(tmp_path, "fields.hlx", forge.forge(manifest, sections))
+    # The control: the forger's fields reach the file as written (the detector below would see them raw).
+    read = forge.unpack(Path(forged).read_bytes())[0]["signature"]
+    assert read["mesh"]["shape"] == ["8" + FAKE_MAC] and FAKE_MAC in read["static_args"][0][0]
+    for argv in (["inspect", forged], ["inspect", forged, "--json"], ["inspect", forged, "--ir"]):
+        proc = hlopt_cli(*argv)
+        for stream in (proc.stdout, proc.stderr):
+            assert not any(c in stream for c in "\x1b\x07\r\u202e"), (argv, stream)
+            assert not any(line.startswith("MAC:        verified") for line in stream.splitlines()), (argv, stream)
+    shown = hlopt_cli("inspect", forged).stdout  # the fields are shown, escaped
+    assert "mesh x=8\\r\\x1b[2K\\x1b[1AMAC:" in shown and "static arguments: 0\\r\\x1b[2K" in shown, shown
+
+
+def outputs_program(tmp_path: Path, fun, *args) -> str:
+    path = tmp_path / "outputs.hlx"
+    hlopt.lower(fun, *args).compile().save(path)
+    np.savez(tmp_path / "in.npz", *args)
+    return str(path)
+
+
+def test_run_outputs_that_would_clash_are_refused_before_writing(tmp_path):
+    x = np.arange(3, dtype=np.float32)
+    clash = outputs_program(tmp_path, lambda v: {"a": [v, v + 1], "a.0": v + 2}, x)
+    out = tmp_path / "out.npz"
+    # The control: np.savez of these names keeps one array where there were two.
+    with np.load(_savez({"a.0": x, **{"a.0": x + 2}})) as kept:
+        assert len(kept.files) == 1
+    refused = hlopt_cli("run", clash, "--input", str(tmp_path / "in.npz"), "--output", str(out))
+    assert_one_line_error(refused, "outputs 0 and 2 are both named 'a.0'")
+    escaping = outputs_program(tmp_path, lambda v: {"../../escape": v}, x)  # a member unzip would write outside
+    refused = hlopt_cli("run", escaping, "--input", str(tmp_path / "in.npz"), "--output", str(out))
+    assert_one_line_error(refused, "output 0 is named '../../escape', which cannot name an array of a .npz")
+    assert not out.exists() and not list(tmp_path.glob(".hlopt-tmp-*"))
+
+
+def _savez(arrays: dict) -> Path:
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    buffer.seek(0)
+    return buffer
+
+
+def test_run_writes_outputs_named_like_savez_arguments(tmp_path):
+    x = np.arange(3, dtype=np.float32)
+    program = outputs_program(tmp_path, lambda v: {"file": v, "allow_pickle": v + 1, "arr_0": v + 2}, x)
+    with pytest.raises(TypeError):  # the control: np.savez takes `file` as its own argument
+        np.savez(tmp_path / "c.npz", **{"file": x})
+    out = tmp_path / "out.npz"
+    ran = hlopt_cli("run", program, "--input", str(tmp_path / "in.npz"), "--output", str(out))
+    assert ran.returncode == 0, ran.stderr
+    with np.load(out) as got:
+        assert sorted(got.files) == ["allow_pickle", "arr_0", "file"]
+        for name, offset in (("file", 0), ("allow_pickle", 1), ("arr_0", 2)):
+            np.testing.assert_array_equal(got[name], x + offset)
+    assert ran.stdout.strip() == f"wrote {out}: allow_pickle, arr_0, file"
+
+
+def test_run_output_names_up_to_the_folders_limit(tmp_path):
+    x = np.arange(3, dtype=np.float32)
+    program = outputs_program(tmp_path, lambda v: v * 2, x)
+    longest = tmp_path / ("o" * 251 + ".npz")  # 255 characters: the longest name the folder takes
+    ran = hlopt_cli("run", program, "--input", str(tmp_path / "in.npz"), "--output", str(longest))
+    assert ran.returncode == 0, ran.stderr
+    np.testing.assert_array_equal(np.load(longest)["out"], x * 2)
+    # The control: one character more is refused by the folder itself, as one line.
+    assert_one_line_error(hlopt_cli("run", program, "--input", str(tmp_path / "in.npz"), "--output",
+                                    str(tmp_path / ("o" * 252 + ".npz"))), "File name too long")
+
+
+def test_rewrites_keep_modes_and_refuse_to_break_hard_links(tmp_path):
+    x = np.arange(3, dtype=np.float32)
+    program = outputs_program(tmp_path, lambda v: v * 2, x)
+    out, hlx = tmp_path / "out.npz", tmp_path / "again.hlx"
+    for path in (out, hlx):
+        path.write_bytes(b"old")
+        path.chmod(0o600)
+    assert hlopt_cli("run", program, "--input", str(tmp_path / "in.npz"), "--output", str(out)).returncode == 0
+    hlopt.lower(lambda v: v * 2, x).compile().save(hlx)
+    for path in (out, hlx):
+        assert oct(path.stat().st_mode & 0o777) == oct(0o600) and path.read_bytes() != b"old", path
+    linked = tmp_path / "linked.npz"
+    os.link(out, linked)
+    before = out.read_bytes()
+    refused = hlopt_cli("run", program, "--input", str(tmp_path / "in.npz"), "--output", str(out))
+    assert_one_line_error(refused, "has 1 other hard link(s); replacing it would leave them holding the old contents")
+    with pytest.raises(FileExistsError, match="other hard link"):
+        hlopt.lower(lambda v: v * 2, x).compile().save(linked)
+    assert out.read_bytes() == linked.read_bytes() == before and out.stat().st_nlink == 2
+    fifo = tmp_path / "fifo.npz"
+    os.mkfifo(fifo)
+    refused = hlopt_cli("run", program, "--input", str(tmp_path / "in.npz"), "--output", str(fifo))
+    assert_one_line_error(refused, "is not a regular file (a FIFO, a device, a socket or a folder)")
+    assert fifo.is_fifo()
+
+
+KILLED_SAVE = """import os, signal, sys
+from hlopt.runtime import outputs
+os.replace = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # killed once the data is written, before the rename
+outputs.write_atomically(sys.argv[1], b"x" * (8 << 20))
+"""
+LIVE_SAVE = """import os, sys, time
+from hlopt.runtime import outputs
+os.replace = lambda *args: (print("writing", flush=True), time.sleep(60))
+outputs.write_atomically(sys.argv[1], b"y" * 1000)
+"""
+
+
+def test_a_killed_saves_temporary_is_removed_by_the_next_write(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from hlopt.runtime.outputs import SETTLE_S, write_atomically
+
+    killed = run_capped(["-c", KILLED_SAVE, str(tmp_path / "big.hlx")])
+    assert killed.signal == "SIGKILL"
+    (leaked,) = tmp_path.glob(".hlopt-tmp-*")  # the control: the killed save left its temporary
+    assert leaked.stat().st_size == 8 << 20
+    live = subprocess.Popen([sys.executable, "-c", LIVE_SAVE, str(tmp_path / "live.hlx")], stdout=subprocess.PIPE)
+    try:
+        assert live.stdout.readline() == b"writing\n"  # its temporary is written and locked, not yet renamed
+        victim = tmp_path / "victim"
+        victim.write_bytes(b"keep")
+        decoy = tmp_path / ".hlopt-tmp-symlink"
+        decoy.symlink_to(victim)
+        time.sleep(SETTLE_S + 0.1)
+        write_atomically(tmp_path / "small.npz", b"new")
+        left = sorted(p.name for p in tmp_path.glob(".hlopt-tmp-*"))
+        assert leaked.name not in left and len(left) == 2 and decoy.name in left, left  # the live one and the link
+        assert victim.read_bytes() == b"keep" and (tmp_path / "small.npz").read_bytes() == b"new"
+    finally:
+        live.kill()
+        live.wait()
+
+
+def _zip_member(tmp_path: Path, name: str, flag_bits: int, compress_type: int, body: bytes) -> str:
+    """A .npz whose one member holds `body` with the given flags and compression method (as a forger writes it)."""
+    import zipfile
+
+    path = tmp_path / name
+    with zipfile.ZipFile(path, "w") as z:
+        info = zipfile.ZipInfo("arr_0.npy")
+        z.writestr(info, body)
+    data = bytearray(path.read_bytes())
+    for header, flags_at, method_at in ((b"PK\x03\x04", 6, 8), (b"PK\x01\x02", 8, 10)):
+        at = data.find(header)
+        data[at + flags_at : at + flags_at + 2] = flag_bits.to_bytes(2, "little")
+        data[at + method_at : at + method_at + 2] = compress_type.to_bytes(2, "little")
+    path.write_bytes(bytes(data))
+    return str(path)
+
+
+def test_encrypted_or_bad_lzma_npz_members_are_refused_as_one_line(tmp_path):
+    import io
+    import lzma
+    import zipfile
+
+    x = np.arange(3, dtype=np.float32)
+    program = outputs_program(tmp_path, lambda v: v * 2, x)
+    npy = io.BytesIO()
+    np.save(npy, x)
+    cases = {"encrypted": (_zip_member(tmp_path, "enc.npz", 0x1, zipfile.ZIP_STORED, npy.getvalue()), RuntimeError),
+             "bad lzma": (_zip_member(tmp_path, "lzma.npz", 0, zipfile.ZIP_LZMA, b"\x00" * 64), lzma.LZMAError)}
+    for name, (path, error) in cases.items():
+        with pytest.raises(error), np.load(path) as z:  # the control: numpy's reader fails untyped
+            z["arr_0"]
+        refused = hlopt_cli("run", program, "--input", path)
+        assert_one_line_error(refused, "encrypted" if name == "encrypted" else "compressed with zip method 14")
+
+
+FORGED_LOCATION = r'''func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.custom_call @"ev\1B[2Jil\0D\0AMAC: verified"(%a) : (tensor<4xf32>) -> tensor<4xf32>
+    loc("na\1B[2Jme\0D\0AMAC:        verified")
+  return %0 : tensor<4xf32>
+}'''
+
+
+def test_refusals_quote_forged_names_and_locations_escaped(tmp_path):
+    a = np.ones(4, np.float32)
+    (tmp_path / "loc.mlir").write_text(FORGED_LOCATION)
+    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    forged = write(tmp_path, "loc.hlx", forge.forge(manifest, dict(sections, module=forged_artifact(
+        FORGED_LOCATION, manifest["signature"]))))
+    np.save(tmp_path / "a.npy", a)
+    # The control: the location the messages quote holds the forger's raw bytes.
+    from hlopt.compiler.program import parse_module
+    from hlopt.passes.locations import format_location
+    from hlopt.passes.mlir import ir
+
+    locations = []
+    parse_module(FORGED_LOCATION).operation.walk(
+        lambda op: locations.append(format_location(op.location)) or ir.WalkResult.ADVANCE)
+    assert any("\x1b[2J" in where for where in locations), locations
+    for argv in (["compile", str(tmp_path / "loc.mlir"), "-o", str(tmp_path / "out.hlx")],
+                 ["run", forged, "--trust", "portable", "--input", str(tmp_path / "a.npy")],
+                 ["inspect", forged, "--trust", "portable"]):
+        proc = hlopt_cli(*argv)
+        assert_one_line_error(proc, "na\\x1b[2Jme\\r\\nMAC:        verified: custom call to 'ev\\x1b[2Jil\\r\\nMAC")
+        assert not any(c in proc.stderr for c in "\x1b\r"), proc.stderr

@@ -1,4 +1,5 @@
-"""2,000+ mutations of genuine executable files: none crashes, hangs or escapes as an untyped exception.
+"""2,000+ mutations of genuine executable files, and of `hlopt run`'s input files and `hlopt inspect`'s
+manifests: none crashes, hangs or escapes as an untyped exception.
 
 Two genuine programs (one device; eight devices over a mesh) are saved under
 the user's key, and forged copies of them under an attacker's key. Mutations
@@ -18,6 +19,7 @@ import json
 from pathlib import Path
 
 import jax
+import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
@@ -89,6 +91,56 @@ def test_mutated_files_are_refused_or_run(tmp_path, genuine):
     assert totals["errors"] == [], totals["errors"][:10]
     assert totals["refused"] + totals["loaded"] == len(all_cases)
     assert totals["refused"] > 0.9 * len(all_cases)
+
+
+# (file, entry, forged, region, how many): `hlopt run`'s --input reader on mutated .npy and .npz files
+# (stored and deflated), and what `hlopt inspect` prints of mutated and forged manifests.
+READ_PLAN = [
+    ("x.npy", "inputs", False, "bytes", 120), ("xy.npz", "inputs", False, "bytes", 200),
+    ("xy-deflated.npz", "inputs", False, "bytes", 200),
+    ("f", "inspect", False, "header", 40), ("f-foreign", "inspect", False, "manifest", 80),
+    ("f-foreign", "inspect", True, "manifest", 160), ("mesh-foreign", "inspect", True, "manifest", 160),
+]
+
+
+@pytest.fixture(scope="module")
+def genuine_inputs(genuine, tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("fuzz-inputs")
+    np.save(folder / "x.npy", X)
+    np.savez(folder / "xy.npz", X, Y)
+    np.savez_compressed(folder / "xy-deflated.npz", X, Y)
+    return dict(genuine, **{name: str(folder / name) for name in ("x.npy", "xy.npz", "xy-deflated.npz")})
+
+
+def test_mutated_inputs_and_manifests_are_refused_or_read(tmp_path, genuine_inputs):
+    """`hlopt run`'s inputs and `hlopt inspect`: every mutation refused in one typed line, or read right."""
+    batch = [[name, entry, forged, region, 7000 * i + seed] for i, (name, entry, forged, region, count)
+             in enumerate(READ_PLAN) for seed in range(count)]
+    halves = [batch[0::2], batch[1::2]]
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda ib: run_batch(tmp_path, genuine_inputs, ib[1], 100 + ib[0]), enumerate(halves)))
+    counts = {"refused": 0, "loaded": 0}
+    for outcome, cases_run in done:
+        assert not outcome.timed_out and outcome.signal is None and outcome.returncode == 0, (
+            f"{outcome.describe()}\ncases: {cases_run[:5]}...")
+        found = json.loads(outcome.stdout.strip().splitlines()[-1])
+        assert found["errors"] == [], found["errors"][:10]
+        for k in counts:
+            counts[k] += found[k]
+    assert counts["refused"] + counts["loaded"] == len(batch) and counts["refused"] > len(batch) // 4, counts
+
+
+def test_an_untyped_exception_is_reported(tmp_path, genuine_inputs):
+    """The control: a reader that raises something other than a refusal is counted as an error."""
+    spec = tmp_path / "untyped.json"
+    spec.write_text(json.dumps({"files": genuine_inputs, "cases": [["xy.npz", "inputs", False, "bytes", 1]]}))
+    script = (f"import sys; sys.path.insert(0, {str(Path(WORKER).parent)!r}); import fuzz_worker\n"
+              "from hlopt.cli import aot\n"
+              "def fail(*args): raise KeyError('untyped')\n"
+              "aot.read_inputs = fail\nsys.argv = ['w', sys.argv[1]]\nfuzz_worker.main()")
+    outcome = run_capped(["-c", script, str(spec)], timeout=BATCH_TIMEOUT_S)
+    assert outcome.returncode == 0, outcome.describe()
+    assert "KeyError: 'untyped'" in json.loads(outcome.stdout.strip().splitlines()[-1])["errors"][0][-1]
 
 
 def test_a_batch_that_crashes_is_reported(tmp_path, genuine, monkeypatch):

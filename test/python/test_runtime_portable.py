@@ -105,11 +105,11 @@ def test_gspmd_markers_load_portably(other_key):
 
 HOSTILE = {
     "result smaller than the kernel writes": (
-        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {api_version = 4 : i32, mhlo.backend_config = {uplo = 76 : ui8}}'
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {mhlo.backend_config = {uplo = 76 : ui8}}'
         ' : (tensor<4x4xf32>) -> (tensor<2x2xf32>, tensor<i32>)',
         "results (tensor<2x2xf32>, tensor<i32>); the kernel writes (tensor<4x4xf32>, tensor<i32>)"),
     "not square": (
-        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%r) {api_version = 4 : i32, mhlo.backend_config = {uplo = 76 : ui8}}'
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%r) {mhlo.backend_config = {uplo = 76 : ui8}}'
         ' : (tensor<4x3xf32>) -> (tensor<4x3xf32>, tensor<i32>)',
         "is not a batch of square f32 matrices"),
     "wrong element type": (
@@ -124,7 +124,7 @@ HOSTILE = {
         '%0 = stablehlo.custom_call @my_kernel(%a) {api_version = 4 : i32} : (tensor<4x4xf32>) -> tensor<4x4xf32>',
         "custom call to 'my_kernel', which is not on hlopt's list of checked targets"),
     "trsm side": (
-        '%0 = stablehlo.custom_call @lapack_strsm_ffi(%a, %r) {api_version = 4 : i32, mhlo.backend_config = '
+        '%0 = stablehlo.custom_call @lapack_strsm_ffi(%a, %r) {mhlo.backend_config = '
         '{diag = 78 : ui8, side = 82 : ui8, trans_x = 78 : ui8, uplo = 76 : ui8}} : (tensor<4x4xf32>, tensor<4x3xf32>) '
         '-> tensor<4x3xf32>',
         "are not a square a[*b, k, k] and x[*b, m, n] with k = n"),
@@ -183,6 +183,25 @@ HOSTILE = {
         '%tok = stablehlo.create_token : !stablehlo.token\n'
         '%0:2 = "stablehlo.infeed"(%tok) {infeed_config = ""} : (!stablehlo.token) -> (tensor<4x4xf32>, !stablehlo.token)',
         "stablehlo.infeed reads from the host and can block forever"),
+    "attributes XLA never hands the kernel (api_version 4, mhlo.backend_config)": (
+        '%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {api_version = 4 : i32, mhlo.backend_config = {uplo = 76 : ui8}}'
+        ' : (tensor<4x4xf32>) -> (tensor<4x4xf32>, tensor<i32>)',
+        "api_version 4 with a mhlo.backend_config dictionary"),
+    "dynamic shape": (
+        '%n = stablehlo.constant dense<40000000000> : tensor<1xi64>\n'
+        '%0 = stablehlo.dynamic_iota %n, dim = 0 : (tensor<1xi64>) -> tensor<?xf32>',
+        "tensor<?xf32> with a dynamic dimension: hlopt compiles static shapes only"),
+    "unranked tensor": (
+        '%0 = builtin.unrealized_conversion_cast %a : tensor<4x4xf32> to tensor<*xf32>',
+        "tensor<*xf32> of unknown rank"),
+    "collective_permute to a device the program does not have": (
+        '%0 = "stablehlo.collective_permute"(%a) {source_target_pairs = dense<[[0, 1], [1, 9000]]> : tensor<2x2xi64>, '
+        'channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>} : (tensor<4x4xf32>) -> tensor<4x4xf32>',
+        "stablehlo.collective_permute names device 1 in source_target_pairs; the program runs on 1 device(s)"),
+    "all_gather over a group of far devices": (
+        '%0 = "stablehlo.all_gather"(%a) {all_gather_dim = 0 : i64, replica_groups = dense<[[0, 1, 2, 3]]> : '
+        'tensor<1x4xi64>} : (tensor<4x4xf32>) -> tensor<16x4xf32>',
+        "names device 1 in replica_groups"),
     "huge tensor": (
         '%c = stablehlo.constant dense<1.0> : tensor<f32>\n'
         '%0 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<f32>) -> tensor<1000000x1000000xf32>',
@@ -301,3 +320,37 @@ def test_every_target_refuses_a_second_or_changed_attribute_dictionary():
     from hlopt.runtime.portable import CUSTOM_CALLS
 
     assert audited == {t for t in CUSTOM_CALLS if t.startswith("lapack_")}
+
+
+def test_module_asking_for_replicas_is_refused():
+    text = "module attributes {mhlo.num_replicas = 4 : i32} {\n" + hostile_module("") + "\n}"
+    with pytest.raises(PortableCheckError, match="asks for 4 replicas; hlopt runs one replica"):
+        check_portable(parse_module(text))
+
+
+def test_parsed_text_is_checked_before_xla_compiles_it():
+    """`Lowered.compile` on text applies the checks of a portable load; XLA is never asked to compile it."""
+    from hlopt.compiler.stages import Lowered
+    from hlopt.runtime.compile import compile_lowered
+
+    a = np.eye(4, dtype=np.float32) * 4
+    text = ("func.func @main(%a: tensor<4x4xf32>) -> tensor<NxNxf32> {\n"
+            "%0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {mhlo.backend_config = {uplo = 76 : ui8}}"
+            " : (tensor<4x4xf32>) -> (tensor<NxNxf32>, tensor<i32>)\nreturn %0#0 : tensor<NxNxf32>\n}")
+    with pytest.raises(PortableCheckError, match=re.escape("the kernel writes (tensor<4x4xf32>, tensor<i32>)")):
+        Lowered(parse_module(text.replace("N", "2")), hlopt.lower(lambda a: a[:2, :2], a).signature,
+                backend=compile_lowered).compile()
+    lowered = Lowered(parse_module(text.replace("N", "4")), hlopt.lower(lambda a: a, a).signature,
+                      backend=compile_lowered)
+    np.testing.assert_allclose(lowered.compile()(a), np.linalg.cholesky(a))  # the control: the same path compiles
+
+
+def test_traced_programs_keep_jax_targets_off_the_list():
+    """jax's own LAPACK calls outside the list (geev) compile when traced, and are refused from text."""
+    a = np.array([[2.0, 1.0], [0.5, 3.0]], np.float32)
+    compiled = hlopt.lower(lambda m: jnp.linalg.eigvals(m), a).compile()
+    np.testing.assert_allclose(np.sort_complex(np.asarray(compiled(a))), np.sort_complex(np.linalg.eigvals(a)),
+                               rtol=1e-5)
+    with pytest.raises(PortableCheckError, match="geev"):
+        check_portable(compiled.module)
+    check_portable(compiled.module, traced=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
 import math
 import os
@@ -279,6 +278,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     import hlopt
     from hlopt.compiler.pipeline import parse_pipeline
     from hlopt.passes.locations import source_name
+    from hlopt.runtime.compile import compile_lowered
 
     parse_pipeline(args.pipeline)  # refused before the program is imported or traced
     if args.host_devices or args.mesh:
@@ -307,6 +307,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             with stage(f"lowering {args.target}", args.verbose):
                 lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
                                       out_shardings=out_shardings)
+            lowered.backend = compile_lowered  # the file is signed: every custom call must be on the list
         if args.verbose:  # pass by pass, then PJRT (the persistent cache is consulted for PJRT only)
             after = lowered.apply(args.pipeline, progress=lambda name, s: stage_line(f"pass {name}", s),
                                   import_partitioners=args.allow_import)
@@ -409,7 +410,7 @@ def _read_entry(path: str, f: Any, info: Any, aval: Any, program: str, index: in
         with f.open(info) as member:
             return _read_npy(member, aval, path, where, program, index, info.file_size)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError, ValueError,
-            zlib.error) as e:
+            RuntimeError, zlib.error) as e:
         if isinstance(e, ExecutableFileError):
             raise
         raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
@@ -428,9 +429,16 @@ def _input_source(stack: contextlib.ExitStack, path: str) -> tuple[str, Any, Any
         raise ExecutableFileError(f"input '{printable(path)}' is neither a .npy nor a .npz file")
     try:
         z = stack.enter_context(zipfile.ZipFile(f))
-        return path, z, z.infolist()
+        members = z.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError) as e:
         raise ExecutableFileError(f"input '{printable(path)}' is not a valid .npz file: {printable(e)}") from None
+    for info in members:  # np.savez and np.savez_compressed store or deflate them, never encrypt them
+        encrypted = info.flag_bits & 0x1
+        if encrypted or info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            how = "encrypted" if encrypted else f"compressed with zip method {info.compress_type}"
+            raise ExecutableFileError(f"input '{printable(path)}', array '{printable(info.filename)}' is {how}; "
+                                      "numpy's .npz members are stored or deflated, never encrypted")
+    return path, z, members
 
 
 def _open_input(stack: contextlib.ExitStack, path: str) -> Any:
@@ -494,7 +502,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     import hlopt.saved  # noqa: F401 - the node classes a signature may hold
-    from hlopt.runtime import files
+    from hlopt.runtime import files, outputs
 
     found, _ = files.read_file(args.file)
     files.check_manifest(found.manifest, args.file)
@@ -516,11 +524,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     names = leaf_names(out)
     leaves = [np.asarray(x) for x in jax.tree_util.tree_leaves(out)]
     if args.output:
-        buffer = io.BytesIO()
-        np.savez(buffer, **dict(zip(names, leaves)))
+        data = outputs.results_npz(names, leaves)
         written = args.output if args.output.endswith(".npz") else args.output + ".npz"  # as np.savez names it
-        files.write_atomically(written, buffer.getvalue())
-        print(f"wrote {printable(written)}: {', '.join(printable(n) for n in names)}")
+        outputs.write_atomically(written, data)
+        print(f"wrote {printable(written)}: {', '.join(printable(n) for n in outputs.npz_names(data))}")
     else:
         for name, value in zip(names, leaves):
             print(f"{printable(name)}: {value.dtype.name}{list(value.shape)}\n{np.array2string(value, threshold=64)}")
@@ -539,7 +546,7 @@ def add_inspect_args(p: argparse.ArgumentParser) -> None:
 
 
 def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
-    """A readable summary of a checked manifest (no device is needed); every string from the file escaped."""
+    """A readable summary of a checked manifest (no device is needed); every field from the file escaped."""
     import jax
 
     import hlopt.saved  # noqa: F401 - the node classes a signature may hold
@@ -583,7 +590,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         raise UsageError(f"{path}: malformed manifest: {p(e)}") from None
     lines.append("sections:")
     lines += [f"  {s['name']:12s} {s['size']:>10d} bytes  sha256 {s['sha256']}" for s in manifest["sections"]]
-    return "\n".join(lines)
+    return "\n".join(map(p, lines))  # each line escaped whole, whatever field a forger filled
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -100,9 +100,10 @@ def error_message(error: BaseException, prog: str, debug: bool) -> str:
             notes += [f"{f}:{n}:{c}: note: called from here" for f, n, c in frames[1:]]
         else:
             text = f"{prog}: error: {first}"
-    from hlopt.passes.locations import shorten
+    from hlopt.passes.locations import printable, shorten
 
-    return shorten(as_flags("\n".join([text, *notes]) if debug else text))
+    lines = [text, *notes] if debug else [text]  # each escaped: a message can quote a forger's bytes
+    return shorten(as_flags("\n".join(printable(line) for line in "\n".join(lines).split("\n"))))
 
 
 def run_main(body: Callable[[], int], prog: str, debug: bool) -> int:
