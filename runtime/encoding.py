@@ -154,8 +154,9 @@ def _build_export_node(name: Any, aux: Any, kids: list[Any]) -> Any:
     return build(deserialize_aux(raw), kids)
 
 
-def _build_named_node(name: Any, aux: Any, kids: list[Any]) -> Any:
+def _build_named_node(name: Any, aux: Any, kids: list[Any], named: bool = True) -> Any:
     _check(isinstance(name, str) and ":" in name, f"malformed pytree node {_short(name)}")
+    _check(named, f"the pytree names the class {_short(name)}; {UNAUTHENTICATED_NAMES}")
     cls = resolve_global(name)
     dotted = name.replace(":", ".")
     if cls is None:
@@ -163,14 +164,20 @@ def _build_named_node(name: Any, aux: Any, kids: list[Any]) -> Any:
                             f"process: import {name.partition(':')[0]} before loading")
     build = _node_builder(cls) if isinstance(cls, type) else None
     _check(build is not None, f"{dotted} is not a pytree node class in this process")
-    return build(decode_static(aux), kids)
+    return build(decode_static(aux, named=named), kids)
 
 
-_NODE_BUILDERS = {"export": _build_export_node, "node": _build_named_node}
+_NODE_KINDS = ("export", "node")
+# Why a file that is not authenticated may not name classes or objects.
+UNAUTHENTICATED_NAMES = ("a file that is not authenticated may hold only tuples, lists, dicts, None and classes "
+                         "registered with jax.export.register_pytree_node_serialization: load it signed (share "
+                         "HLOPT_KEY) or register the class's serialization")
 
 
-def decode_tree(data: Any) -> Any:
-    """The treedef that `encode_tree` encoded as `data`."""
+def decode_tree(data: Any, *, named: bool = True) -> Any:
+    """The treedef that `encode_tree` encoded as `data`; `named=False` (a file not authenticated)
+    refuses node classes and objects named by `module:qualname`, whose unflattening would run
+    with the file's data."""
 
     def dec(x: Any, depth: int) -> Any:
         _check(depth < _MAX_DEPTH, f"pytree nested deeper than {_MAX_DEPTH} levels")
@@ -194,11 +201,12 @@ def decode_tree(data: Any) -> Any:
                     raise EncodingError(f"duplicate dict key {item[0]!r}")
                 out[item[0]] = dec(item[1], depth + 1)
             return out
-        if kind in _NODE_BUILDERS:
+        if kind in _NODE_KINDS:
             _check(len(children) == 3 and isinstance(children[2], list), f"malformed pytree node {_short(x)}")
             kids = [dec(c, depth + 1) for c in children[2]]
             try:
-                node = _NODE_BUILDERS[kind](children[0], children[1], kids)
+                node = (_build_named_node(children[0], children[1], kids, named) if kind == "node"
+                        else _build_export_node(children[0], children[1], kids))
                 jax.tree_util.tree_structure(node)  # flattening a node built from bad aux data fails here
             except (TypeError, ValueError, AttributeError, KeyError) as e:
                 if isinstance(e, EncodingError):
@@ -300,8 +308,9 @@ def encode_static(value: Any, what: str = "static argument") -> Any:
     )
 
 
-def decode_static(data: Any, depth: int = 0) -> Any:
-    """The static value `encode_static` encoded; a named object must be defined in this process."""
+def decode_static(data: Any, depth: int = 0, *, named: bool = True) -> Any:
+    """The static value `encode_static` encoded; a named object must be defined in this process
+    (and is refused with `named=False`, as `decode_tree` refuses it)."""
     _check(depth < _MAX_DEPTH, f"static argument nested deeper than {_MAX_DEPTH} levels")
     if data is None or type(data) in (bool, int, float, str):
         return data
@@ -310,6 +319,7 @@ def decode_static(data: Any, depth: int = 0) -> Any:
     (kind, items), = data.items()
     if kind == "global":
         _check(len(items) == 1 and isinstance(items[0], str) and ":" in items[0], f"malformed name {_short(items)}")
+        _check(named, f"the file names the object {_short(items[0])}; {UNAUTHENTICATED_NAMES}")
         obj = resolve_global(items[0])
         _check(obj is not None, f"{items[0].replace(':', '.')} is not defined in this process: import "
                                 f"{items[0].partition(':')[0]} before loading")
@@ -317,8 +327,8 @@ def decode_static(data: Any, depth: int = 0) -> Any:
     if kind == "dict":
         _check(all(isinstance(i, list) and len(i) == 2 and type(i[0]) is str for i in items),
                f"malformed static dict {_short(items)}")
-        return {k: decode_static(v, depth + 1) for k, v in items}
-    values = [decode_static(v, depth + 1) for v in items]
+        return {k: decode_static(v, depth + 1, named=named) for k, v in items}
+    values = [decode_static(v, depth + 1, named=named) for v in items]
     return tuple(values) if kind == "tuple" else values
 
 
@@ -439,8 +449,8 @@ def decode_in_names(data: Any, count: int) -> tuple[str, ...]:
     return tuple(data)
 
 
-def decode_signature(data: Any) -> Signature:
-    """The Signature encoded in `data`; checks that trees and avals agree."""
+def decode_signature(data: Any, *, named: bool = True) -> Signature:
+    """The Signature encoded in `data`; checks that trees and avals agree. `named` as for `decode_tree`."""
     _check(isinstance(data, dict) and set(data) - {"kept", "donated"} == _SIGNATURE_FIELDS, "malformed signature")
     _check(isinstance(data["name"], str) and data["name"].isprintable() and len(data["name"]) <= 200,
            f"malformed signature name {_short(data['name'])}")
@@ -450,7 +460,7 @@ def decode_signature(data: Any) -> Signature:
            f"malformed device {_short(device)}")
     for key in ("in_avals", "out_avals", "static_args"):
         _check(isinstance(data[key], list), f"malformed {key}")
-    in_tree, out_tree = decode_tree(data["in_tree"]), decode_tree(data["out_tree"])
+    in_tree, out_tree = decode_tree(data["in_tree"], named=named), decode_tree(data["out_tree"], named=named)
     in_avals = tuple(decode_aval(a) for a in data["in_avals"])
     out_avals = tuple(decode_aval(a) for a in data["out_avals"])
     _check(in_tree.num_leaves == len(in_avals),
@@ -468,7 +478,7 @@ def decode_signature(data: Any) -> Signature:
     for item in data["static_args"]:
         _check(isinstance(item, list) and len(item) == 2 and type(item[0]) is int and item[0] >= 0,
                f"malformed static argument entry {_short(item)}")
-        static.append((item[0], decode_static(item[1])))
+        static.append((item[0], decode_static(item[1], named=named)))
     return Signature(
         in_tree=in_tree,
         in_avals=in_avals,

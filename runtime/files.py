@@ -217,7 +217,7 @@ def _compiled(found: Container, source: str) -> Compiled:
     manifest, sections = found.manifest, found.sections
     check_manifest(manifest, source)
     try:
-        signature = encoding.decode_signature(manifest["signature"])
+        signature = encoding.decode_signature(manifest["signature"], named=found.authenticated)
         in_specs = _specs(manifest.get("in_shardings"), len(signature.in_avals), "in_shardings")
         out_specs = _specs(manifest.get("out_shardings"), len(signature.out_avals), "out_shardings")
         flags = BuildFlags.decode(manifest.get("flags"), len(signature.out_avals))

@@ -115,3 +115,28 @@ def test_a_jax_export_taking_a_bcoo_runs_without_hlopt(tmp_path):
     with pytest.raises(subprocess.CalledProcessError):  # the blocker does block hlopt
         subprocess.run([sys.executable, "-c", BLOCK_HLOPT + "import hlopt"], check=True, timeout=60,
                        capture_output=True)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["w"], meta_fields=["scale"])
+@dataclasses.dataclass
+class Scaled:
+    """A pytree class saved by module:qualname, with aux data."""
+
+    w: Any
+    scale: float
+
+
+def test_a_file_not_authenticated_may_not_name_classes(monkeypatch):
+    """Unflattening a named class runs its code with the file's data: only signed files may name one."""
+    monkeypatch.setenv("HLOPT_KEY", "writer-key-" + "0" * 32)
+    data = hlopt.jit(lambda s: Scaled(s.w * s.scale, s.scale)).lower(Scaled(np.ones(2, np.float32), 3.0)) \
+        .compile().serialize()
+    out = hlopt.deserialize(data)(Scaled(np.ones(2, np.float32), 3.0))  # signed: rebuilt
+    assert isinstance(out, Scaled) and out.scale == 3.0
+    np.testing.assert_allclose(out.w, [3.0, 3.0])
+    monkeypatch.setenv("HLOPT_KEY", "reader-key-" + "1" * 32)
+    with pytest.raises(hlopt.ExecutableFileError, match=r"names the class 'test_saved_pytrees:Scaled'; a file that "
+                                                        r"is not authenticated may hold only"):
+        hlopt.deserialize(data, trust="portable")
+    with pytest.raises(hlopt.ExecutableFileError, match="MAC does not verify"):
+        hlopt.deserialize(data)

@@ -545,7 +545,7 @@ def add_inspect_args(p: argparse.ArgumentParser) -> None:
     add_trust_arg(p, None)
 
 
-def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
+def describe(manifest: dict[str, Any], size: int, path: str, mac: str, authenticated: bool = False) -> str:
     """A readable summary of a checked manifest (no device is needed); every field from the file escaped."""
     import jax
 
@@ -556,7 +556,8 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
     p = printable
     try:
         sig = manifest["signature"]
-        in_tree, out_tree = encoding.decode_tree(sig["in_tree"]), encoding.decode_tree(sig["out_tree"])
+        in_tree = encoding.decode_tree(sig["in_tree"], named=authenticated)
+        out_tree = encoding.decode_tree(sig["out_tree"], named=authenticated)
         in_avals = [encoding.decode_aval(a) for a in sig["in_avals"]]
         out_avals = [encoding.decode_aval(a) for a in sig["out_avals"]]
         in_names = (encoding.decode_in_names(manifest.get("in_names"), len(in_avals))  # files before it: paths
@@ -585,7 +586,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str) -> str:
         ]
         if sig["static_args"]:
             lines.append("static arguments: " + ", ".join(
-                f"{i}={p(repr(encoding.decode_static(v)))}" for i, v in sig["static_args"]))
+                f"{i}={p(repr(encoding.decode_static(v, named=authenticated)))}" for i, v in sig["static_args"]))
     except (encoding.EncodingError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise UsageError(f"{path}: malformed manifest: {p(e)}") from None
     lines.append("sections:")
@@ -602,7 +603,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dict(found.manifest, mac=mac), indent=2, sort_keys=True))
     else:
-        print(describe(found.manifest, found.size, args.file, mac))
+        print(describe(found.manifest, found.size, args.file, mac, found.authenticated))
     if args.ir:
         print(files.module_section(found, args.file))
     if args.trust:

@@ -33,7 +33,7 @@ def section(out: TextIO) -> None:
         path = Path(tmp) / "model.hlx"
         compiled.save(path)
         found, mac = files.read_file(path)
-        out.write(describe(found.manifest, found.size, path.name, mac) + "\n")
+        out.write(describe(found.manifest, found.size, path.name, mac, found.authenticated) + "\n")
         loaded = hlopt.load(path)
         check_close(out, "aot: hlopt.load(file)(params, x)", loaded(params, x), jax.jit(model)(params, x))
 
