@@ -35,7 +35,7 @@ from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
 from hlopt.passes.locations import format_location, hlopt_dirs
 from hlopt.passes.mlir import func, get_context, ir
-from hlopt.passes.target import compiling_for
+from hlopt.passes.target import Target, compiling_for
 from hlopt.passes.walk import call_target, walk_ops
 
 _state = threading.local()
@@ -57,10 +57,9 @@ def annotations_enabled() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
-# The plain StableHLO of each annotated operation module, per platform it is made plain for (None:
-# portable), bytecode to bytecode, least recently used last: jax lowers the same operation again for
+# The plain StableHLO of each annotated operation module, per target it is made plain for, bytecode to bytecode, least recently used last: jax lowers the same operation again for
 # each program that holds it (and grad, vmap and retracing repeat it).
-_PLAIN_MEMO: collections.OrderedDict[tuple[str | None, bytes], bytes] = collections.OrderedDict()
+_PLAIN_MEMO: collections.OrderedDict[tuple[Target, bytes], bytes] = collections.OrderedDict()
 _PLAIN_MEMO_SIZE = 128
 _plain_memo_lock = threading.Lock()
 
@@ -71,11 +70,10 @@ def clear_plain_memo() -> None:
         _PLAIN_MEMO.clear()
 
 
-def _plain_bytecode(module: ir.Module, platform: str | None) -> bytes:
+def _plain_bytecode(module: ir.Module, target: Target) -> bytes:
     """The bytecode of the annotated `module` (in hlopt's context) after `PLAIN_PIPELINE`, run for
-    `platform` (`hlopt.passes.target.compiling_for`; None: portable), which may rewrite `module` in
-    place; memoized on the platform and the module's bytecode."""
-    key = (platform, module_to_bytecode(module))
+    `target`, which may rewrite `module` in place; memoized on the target and the module's bytecode."""
+    key = (target, module_to_bytecode(module))
     with _plain_memo_lock:
         if key in _PLAIN_MEMO:
             _PLAIN_MEMO.move_to_end(key)
@@ -83,7 +81,7 @@ def _plain_bytecode(module: ir.Module, platform: str | None) -> bytes:
     meshes = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
     # jax's module names its meshes only once it is lowered whole: the sharding attributes of the
     # operation carry theirs inline, as those of jax's module do until then.
-    with compiling_for(platform) if platform is not None else contextlib.nullcontext():
+    with compiling_for(target):
         run_pipeline(module, PLAIN_PIPELINE + (",sdy-inline-meshes" if meshes else ""))
     check_no_annotations(module)
     for op in walk_ops(module.operation, "stablehlo.custom_call"):
@@ -98,11 +96,11 @@ def _plain_bytecode(module: ir.Module, platform: str | None) -> bytes:
     return plain
 
 
-def compiled_here_for(ctx: Any) -> str | None:
-    """The platform jax will compile the module that the lowering rule context `ctx` lowers into for, in
-    this process; None for `jax.export` (the module must stay portable) or several platforms."""
+def target_of_lowering(ctx: Any) -> Target:
+    """What the module that the lowering rule context `ctx` lowers into is compiled for: the platforms
+    jax lowers for, in this process under `jax.jit`, elsewhere for `jax.export`."""
     target = lowering_target(ctx)
-    return target.platforms[0] if len(target.platforms) == 1 and not target.for_export else None
+    return Target(tuple(target.platforms), local=not target.for_export)
 
 
 def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value], name: str,
@@ -116,11 +114,10 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
     into StableHLO in hlopt's context; the result is merged into jax's module
     (as jax merges a called `jax.export` artifact) and called with `operands`.
 
-    Under `jax.jit` the passes run for the platform jax compiles for, as
-    `hlopt.jit` runs them (so on CPU `xla-cpu-sparse-kernels` calls hlopt's
-    kernels), and `prepare(platform, plain bytecode)` is called first, to
-    register with XLA what its custom calls need before jax compiles them; under
-    `jax.export` they run for no platform, and the module stays portable.
+    The passes run for the platform jax lowers for, as `hlopt.jit` runs them
+    (`target_of_lowering`). Under `jax.jit`, `prepare(platform, plain bytecode)`
+    is called first, to register with XLA what the custom calls of hlopt's
+    runtime need before jax compiles them; a `jax.export` artifact calls none.
     """
     target = lowering_target(ctx)
     if len(target.platforms) != 1:
@@ -137,10 +134,10 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
         with target.context, ir.Location.unknown():
             constants = module_to_bytecode(constants_module(operands, positions))
         use_constants(annotated, parse_module(constants), list(positions))
-    platform = compiled_here_for(ctx)
-    plain = _plain_bytecode(annotated, platform)
-    if platform is not None and prepare is not None:
-        prepare(platform, plain)
+    compiled_for = target_of_lowering(ctx)
+    plain = _plain_bytecode(annotated, compiled_for)
+    if compiled_for.local and prepare is not None:
+        prepare(compiled_for.platforms[0], plain)
     with target.context:
         module = ir.Module.parse(plain)
         for op in list(module.body.operations):

@@ -23,6 +23,7 @@ from hlopt.passes import registry
 from hlopt.passes.base import Pass, PassError, PassOptionError
 from hlopt.passes.locations import call_chain, error_line, format_location, shorten
 from hlopt.passes.mlir import get_context, inliner_unavailable, ir, passmanager
+from hlopt.passes.target import current_target
 
 
 # Bounds on a pipeline string, far above any real pipeline, so that absurd ones fail fast.
@@ -275,12 +276,14 @@ def run_pipeline(
 
     With `print_ir_after_all`, the IR after each element is also written to
     stderr as soon as the element has run (mlir-opt's `--mlir-print-ir-after-all`).
-    `progress(element, seconds)` is called as each element finishes.
+    `progress(element, seconds)` is called as each element finishes. A pass for other platforms than
+    the target's (`hlopt.passes.target.compiling_for`) leaves the module as it is.
     """
     last = [0.0]
     elements = parse_pipeline(pipeline)
     result = PipelineResult()
     errors: list[BaseException] = []
+    target = current_target()
     ctx = module.context
     with ctx:
         pm = passmanager.PassManager("builtin.module")
@@ -289,7 +292,8 @@ def run_pipeline(
             pm.enable_timing()
         for el in elements:
             if el.python_pass is not None:
-                pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
+                if target.runs(el.python_pass.platforms, el.python_pass.calls_runtime):
+                    pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
             else:
                 pm.add(el.text)
             if print_ir_after_all:

@@ -16,6 +16,7 @@ from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import get_context, ir
 from hlopt.passes.registry import lowering_pass_for
+from hlopt.passes.target import compiling_for, target_of
 from hlopt.passes.walk import call_target, walk_ops
 
 # A compile's XLA options, as `jax.jit(compiler_options=...)` takes them: (name, value) pairs, sorted by name.
@@ -291,9 +292,12 @@ class Lowered(Stage):
                        self.backend, self.host_compile, self.user_located, self.compiler_options)
 
     @api_boundary
-    def apply(self, pipeline: str, *, print_ir_after_all: bool = False, timing: bool = False,
+    def apply(self, pipeline: str, *, platform: str = "none", print_ir_after_all: bool = False, timing: bool = False,
               progress: Callable[[str, float], None] | None = None, import_partitioners: bool = False) -> "Lowered":
         """Run `pipeline` on a copy of the module; print the IR after each pass to stderr if asked.
+
+        `platform` (`cpu`, `tpu`, `cuda`, `rocm`; `none`: none, the module stays portable) is what the
+        module will be compiled for: the passes for another platform leave it as it is.
 
         `progress(pass, seconds)` is called as each pass finishes. `import_partitioners=True` lets
         `lower-custom-partitioning` import the `module:qualname` of a key no partitioner of this
@@ -301,8 +305,9 @@ class Lowered(Stage):
         """
         from hlopt.passes.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
 
+        target = target_of(platform)
         new = self.clone()
-        with partitioner_imports(import_partitioners):
+        with partitioner_imports(import_partitioners), compiling_for(target):
             result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing,
                                   progress=progress)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)

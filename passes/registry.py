@@ -17,7 +17,7 @@ from hlopt.passes.base import Pass
 PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
               "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-small-dots",
               "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-summed-batch-dots",
-              "xla-cpu-transposed-dots", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion")
+              "xla-cpu-transposed-dots", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion")
 XLA_CPU_PREFIX = "xla-cpu-"
 
 
@@ -35,8 +35,8 @@ PASSES: dict[str, tuple[str, str]] = {name: _module_and_class(name) for name in 
 # rewrites directions-batched jets whose K-th coefficients are only summed before they expand).
 # vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
 # first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
-# xla-cpu-sparse-kernels runs before lower-bcoo: it reads the sparse products' annotations (and
-# rewrites only when the module is compiled for CPU).
+# xla-cpu-sparse-kernels runs before lower-bcoo: it reads the sparse products' annotations (and,
+# as every xla-cpu-* pass, rewrites only a module compiled for CPU: `Pass.platforms`).
 DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lower-bcoo", "vjp-expand",
                      "lower-custom-partitioning")
 
@@ -44,17 +44,15 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lo
 # after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees
 # the whole program in one function, and after `cse`, so that equal dots are one before
 # xla-cpu-stack-dots stacks (stacked, XLA would compute the one twice). Without them
-# `hlopt-default` computes the same values. xla-cpu-triangular-inverse runs first: the products
-# with a factor's inverse it makes share that inverse, which xla-cpu-stack-dots then stacks into
-# one dot (and xla-cpu-dot-operand-order sees in place of the solves); it needs cse before it
-# too, so that the solves of one factor read one SSA value. xla-cpu-summed-batch-dots runs before
+# `hlopt-default` computes the same values, and for a target other than CPU (or none) they
+# leave the module as it is. xla-cpu-summed-batch-dots runs before
 # xla-cpu-sum-as-dot, which would make the sums over a product's batch dimension it contracts
 # products with ones. xla-cpu-transposed-dots runs after the
 # passes that make or reorder dots and before xla-cpu-small-dots, whose products (all sizes below 8)
 # it leaves alone. xla-cpu-ynn-fusion runs last: it weighs
 # the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only records
 # a compile option on the module.
-DEFAULT_TUNING = ("xla-cpu-triangular-inverse", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
+DEFAULT_TUNING = ("xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
                   "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects",
                   "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
 

@@ -12,7 +12,6 @@ import jax
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import check_no_annotations
 from hlopt.passes.mlir import ir
-from hlopt.passes.target import compiling_for
 from hlopt.passes.xla_cpu.ynn_fusion import recorded_options
 from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime.executable import Compiled
@@ -65,8 +64,7 @@ def compile_lowered(lowered: "Lowered", pipeline: str, compiler_options: Compile
             if hit is not None:
                 executable, module = hit
                 return Compiled(executable, signature, module, ",".join(p for p in (lowered.pipeline, pipeline) if p))
-    with compiling_for(program_devices(signature)[0].platform):  # platform-specific passes may rewrite
-        after = lowered.apply(pipeline) if pipeline else lowered
+    after = lowered.apply(pipeline, platform=program_devices(signature)[0].platform) if pipeline else lowered
     check_no_annotations(after.module)
     return Compiled(_compile(after.module, signature, cache, key, compiler_options), signature, after.module,
                     after.pipeline)

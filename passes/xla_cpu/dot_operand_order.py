@@ -47,6 +47,7 @@ class DotOperandOrder(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-dot-operand-order"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.transpose",)
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:

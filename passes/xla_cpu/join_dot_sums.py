@@ -77,6 +77,7 @@ class JoinDotSums(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-join-dot-sums"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.add",)
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:

@@ -266,6 +266,7 @@ class StackDots(Pass):
     """
 
     name: ClassVar[str] = "xla-cpu-stack-dots"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def apply(self, module: ir.Operation) -> None:
         while self._stack_once(module):  # a stack may stack again with others (nested directions axes)

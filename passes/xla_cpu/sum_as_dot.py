@@ -225,6 +225,7 @@ class SumAsDot(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-sum-as-dot"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce",)
     max_kept_bytes: int = option(1 << 20, low=0, high=1 << 40,
                                  what="an unweighted sum of few terms of an operand of at most this many bytes "

@@ -119,6 +119,7 @@ class SummedBatchDots(OpRewrite):
     free in the other operand instead (the result transposed back)."""
 
     name: ClassVar[str] = "xla-cpu-summed-batch-dots"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce", "stablehlo.dot_general")
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:

@@ -109,6 +109,7 @@ class TransposedDots(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-transposed-dots"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.dot_general",)
     swap: Literal["smaller", "never"] = option("smaller", what="`smaller` swaps the operands where that copies at "
                                                        "most half as much; `never` keeps their order")

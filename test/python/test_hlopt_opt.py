@@ -95,7 +95,8 @@ def test_list_passes_prints_whole_summaries_and_ranges(capsys):
     joined = " ".join(out.split())
     for name, cls in all_passes().items():
         first_paragraph = " ".join(inspect.cleandoc(cls.__doc__).split("\n\n")[0].split())
-        assert f"{name} {first_paragraph}" in joined, name
+        assert f"{name} [{', '.join(cls.platforms)}] {first_paragraph}" in joined, name
+    assert "xla-cpu-sum-as-dot [cpu] " in joined and "jet-expand [portable] " in joined
     assert re.search(r"^    order=1\.\.64 +\(default none\)$", out, re.M), out
     assert re.search(r"^    target=shardy\|gspmd +\(default shardy\)$", out, re.M), out
 

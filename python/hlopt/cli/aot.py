@@ -273,7 +273,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
                                       out_shardings=out_shardings)
         if args.verbose:  # pass by pass, then PJRT (the persistent cache is consulted for PJRT only)
-            after = lowered.apply(args.pipeline, progress=lambda name, s: stage_line(f"pass {name}", s),
+            from hlopt.runtime.compile import program_devices
+
+            after = lowered.apply(args.pipeline, platform=program_devices(lowered.signature)[0].platform,
+                                  progress=lambda name, s: stage_line(f"pass {name}", s),
                                   import_partitioners=args.allow_import)
             with stage("PJRT compile", True):
                 compiled = after.compile(pipeline="")

@@ -15,9 +15,14 @@ ALLOW_IMPORT_HELP = ("import the module:qualname a custom_partitioning key names
 
 
 def _parser() -> argparse.ArgumentParser:
+    from hlopt.passes.target import NONE, PLATFORMS
+
     p = argparse.ArgumentParser(prog="hlopt-opt", description=__doc__)
     p.add_argument("input", nargs="?", default="-", help="a .mlir file, or - for stdin")
     p.add_argument("-p", "--pipeline", default="", help="comma-separated passes, e.g. 'lower-bcoo,canonicalize'")
+    p.add_argument("--platform", default=NONE, choices=(*PLATFORMS, NONE),
+                   help="what the module will be compiled for: passes for other platforms leave it as it is "
+                        "(default none: portable IR, no platform's tuning)")
     p.add_argument("-o", "--output", default="-", help="where to write the result (default stdout)")
     p.add_argument("--split-input-file", action="store_true", help="process each '// -----' chunk separately")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after each pass to stderr")
@@ -37,8 +42,8 @@ def list_passes() -> str:
 
     lines = ["Passes:"]
     for name, cls in all_passes().items():
-        lines.append(textwrap.fill(f"  {name:32s} {cls.summary()}", LIST_WIDTH, subsequent_indent=" " * 35,
-                                   break_on_hyphens=False))
+        lines.append(textwrap.fill(f"  {name:32s} [{', '.join(cls.platforms)}] {cls.summary()}", LIST_WIDTH,
+                                   subsequent_indent=" " * 35, break_on_hyphens=False))
         lines += [f"    {option:30s} (default {default})" for option, default in cls.options_help()]
     lines.append("Pipelines:")
     for name, text in sorted(PIPELINES.items()):
@@ -74,9 +79,10 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
     return chunks
 
 
-def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bool = False,
+def process(source: str, filename: str, pipeline: str, *, platform: str = "none", print_ir_after_all: bool = False,
             timing: bool = False, debug_info: bool = False, allow_import: bool = False) -> str:
-    """Parse `source`, run `pipeline`, and return the printed module.
+    """Parse `source`, run `pipeline` for `platform` (`hlopt.passes.target.target_of`), and return the
+    printed module.
 
     `allow_import`: see ALLOW_IMPORT_HELP (by default a partitioner key resolves
     only among those registered in this process).
@@ -85,8 +91,9 @@ def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bo
     from hlopt.compiler.pipeline import run_pipeline
     from hlopt.passes.locations import source_name
     from hlopt.passes.mlir import get_context
+    from hlopt.passes.target import compiling_for, target_of
 
-    with get_context(), source_name(filename):
+    with get_context(), source_name(filename), compiling_for(target_of(platform)):
         module = parse_source(source, filename)
         if pipeline:
             from hlopt.passes.lower_custom_partitioning import partitioner_imports
@@ -111,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         outputs, failed, misses = [], False, []
         for chunk, first_line in _chunks(text, args.split_input_file):
             def run(source: str = "\n" * first_line + chunk) -> str:  # keep line numbers of the whole file
-                return process(source, filename, args.pipeline, print_ir_after_all=args.print_ir_after_all,
+                return process(source, filename, args.pipeline, platform=args.platform,
+                               print_ir_after_all=args.print_ir_after_all,
                                timing=args.timing, debug_info=args.debug_info, allow_import=args.allow_import)
 
             if args.verify_diagnostics:
