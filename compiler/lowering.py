@@ -96,11 +96,22 @@ def _plain_bytecode(module: ir.Module, target: Target) -> bytes:
     return plain
 
 
+def program_precision() -> str | None:
+    """The precision (`hlopt.passes.target.PRECISIONS`) jax gives the products of a program it lowers
+    now (`jax.default_matmul_precision`); None when it sets none, or names a dot algorithm instead."""
+    config = jax.config.jax_default_matmul_precision
+    try:
+        return None if config is None else jax.lax.Precision(config).name
+    except ValueError:  # an algorithm preset ('F32_F32_F32', ...): not a precision
+        return None
+
+
 def target_of_lowering(ctx: Any) -> Target:
     """What the module that the lowering rule context `ctx` lowers into is compiled for: the platforms
-    jax lowers for, in this process under `jax.jit`, elsewhere for `jax.export`."""
+    jax lowers for, in this process under `jax.jit`, elsewhere for `jax.export`, with the precision
+    jax lowers the program's products with."""
     target = lowering_target(ctx)
-    return Target(tuple(target.platforms), local=not target.for_export)
+    return Target(tuple(target.platforms), local=not target.for_export, precision=program_precision())
 
 
 def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value], name: str,

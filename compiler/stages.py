@@ -224,13 +224,17 @@ class Lowered(Stage):
     prints before any pass (the module's own locations keep them, so that an
     error in a pass can show the whole call chain). `compiler_options` are the
     XLA options of the `hlopt.jit` that lowered it, which `compile`'s own
-    update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`).
+    update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`). `precision` is that of the
+    products the program leaves unset (`jax.default_matmul_precision` when it was lowered,
+    `hlopt.passes.target.Target.precision`), which the products the passes build carry.
     """
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
                  backend: Backend | None = None, host_compile: HostCompile | None = None,
-                 user_located: Callable[[], ir.Module] | None = None, compiler_options: CompilerOptions = ()):
+                 user_located: Callable[[], ir.Module] | None = None, compiler_options: CompilerOptions = (),
+                 precision: str | None = None):
         self._module = MovingModule(module)
+        self.precision = precision
         self.compiler_options = compiler_options
         self.host_compile = host_compile
         self.user_located = user_located
@@ -289,7 +293,7 @@ class Lowered(Stage):
 
     def clone(self) -> "Lowered":
         return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
-                       self.backend, self.host_compile, self.user_located, self.compiler_options)
+                       self.backend, self.host_compile, self.user_located, self.compiler_options, self.precision)
 
     @api_boundary
     def apply(self, pipeline: str, *, platform: str = "none", print_ir_after_all: bool = False, timing: bool = False,
@@ -305,7 +309,7 @@ class Lowered(Stage):
         """
         from hlopt.passes.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
 
-        target = target_of(platform)
+        target = target_of(platform, self.precision)
         new = self.clone()
         with partitioner_imports(import_partitioners), compiling_for(target):
             result = run_pipeline(new.module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing,

@@ -26,14 +26,22 @@ PORTABLE = ("portable",)
 NONE = "none"
 
 
+# The precisions a program may give its products (StableHLO's names).
+PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST")
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """What a module is compiled for: `platforms` (empty: none, the module stays portable), and
-    whether it runs in this process (`local`), where hlopt's runtime registers its own kernels;
-    a `jax.export` artifact does not, so no pass may call them there."""
+    """What a module is compiled for: `platforms` (empty: none, the module stays portable);
+    whether it runs in this process (`local`), where hlopt's runtime registers its own kernels
+    (a `jax.export` artifact does not, so no pass may call them there); and `precision`, one of
+    `PRECISIONS`, that of the products the program leaves unset (`jax.default_matmul_precision`
+    where JAX lowered it; None: the compiler's default), which a product a pass builds without an
+    op to take it from carries."""
 
     platforms: tuple[str, ...] = ()
     local: bool = True
+    precision: str | None = None
 
     def runs(self, platforms: Sequence[str], calls_runtime: bool = False) -> bool:
         """Whether a pass declaring `platforms` (and, with `calls_runtime`, emitting calls of hlopt's
@@ -54,14 +62,14 @@ def current_target() -> Target:
     return _TARGET.get()
 
 
-def target_of(platform: str) -> Target:
+def target_of(platform: str, precision: str | None = None) -> Target:
     """The target `hlopt-opt --platform` / `Lowered.apply(platform=)` name: one of `PLATFORMS`, or
-    `none`. Raises ValueError, listing the names, for another."""
-    if platform == NONE:
-        return Target()
-    if platform not in PLATFORMS:
+    `none`, with the program's `precision`. Raises ValueError, listing the names, for another."""
+    if platform != NONE and platform not in PLATFORMS:
         raise ValueError(f"unknown platform '{platform}': use one of {', '.join((*PLATFORMS, NONE))}")
-    return Target((platform,))
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"unknown precision '{precision}': use one of {', '.join(PRECISIONS)}")
+    return Target(() if platform == NONE else (platform,), precision=precision)
 
 
 @contextlib.contextmanager

@@ -59,7 +59,7 @@ def compile_lowered(lowered: "Lowered", pipeline: str, compiler_options: Compile
         bytecode = stripped_bytecode(lowered.source_module)  # never moves it: a hit does not parse
         if not calls_user_code(bytecode):
             key = cache_key(bytecode, pipeline, program_devices(signature), signature.use_shardy, get_client(),
-                            compiler_options)
+                            compiler_options, lowered.precision)
             hit = _from_cache(cache, key, signature)
             if hit is not None:
                 executable, module = hit
