@@ -577,3 +577,52 @@ def test_broadcast_batch_dots_keep_the_product(case, side, transposed, wide):
     assert len(dots) == 1, text
     kept = re.search(r"batching_dims = \[([\d, ]*)\]", dots[0])
     assert (len(kept.group(1).split(",")) if kept else 0) == len(lb) - 1, dots
+
+
+def _hard_workloads():
+    """name -> (function, float64 arguments): the workloads above on inputs that are hard for
+    float32 (name -> why): determinants of near-singular matrices (condition numbers near 1e4),
+    whose LU solves amplify rounding, and sums whose terms cancel (points far from the origin,
+    where the Laplacian is a small difference of large terms)."""
+    easy = workloads()
+    w = jax.random.normal(jax.random.key(7), (8, 4)) / 2
+    xs = jax.random.normal(jax.random.key(1), (5, 4))
+
+    def near_singular(c, x):  # a rank-one matrix plus 1e-3 I and a small antisymmetric part
+        z = jnp.tanh(c @ x)
+        return jnp.linalg.slogdet(1e-3 * jnp.eye(z.size) + z[:, None] * z[None, :]
+                                  + 1e-2 * (z[:, None] - z[None, :]))[1]
+
+    def gradient(c):
+        return jnp.mean(jax.vmap(lambda x: hlopt.laplacian(lambda y: near_singular(c, y))(x))(xs) ** 2)
+
+    hard = {
+        "near_singular_laplacian": (jax.vmap(lambda x: hlopt.laplacian(lambda y: near_singular(w, y))(x)), (xs,)),
+        "near_singular_gradient": (jax.grad(gradient), (w,)),
+    }
+    for name in ("electron_laplacian", "small_determinant_laplacian", "batched_products"):
+        fun, args, _ = easy[name]
+        hard[name] = (fun, args)
+    far = easy["laplacian"]
+    hard["cancelling_laplacian"] = (far[0], (far[1][0], far[1][1] + 40.0))  # tanh's terms cancel far out
+    return hard
+
+
+@pytest.mark.parametrize("name", ["near_singular_laplacian", "near_singular_gradient", "electron_laplacian",
+                                  "small_determinant_laplacian", "batched_products", "cancelling_laplacian"])
+def test_tuning_costs_no_accuracy_on_hard_inputs(name):
+    """In float32, on ill-conditioned and cancelling inputs, the tuned program's error (against the
+    untuned program in float64) is within the untuned float32 program's own rounding error (twice
+    it, or a few float32 ulps of the result's scale where that error is near zero)."""
+    fun, args = _hard_workloads()[name]
+    as32 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating)
+                                  else a, args)
+    exact = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=UNTUNED)(*args))
+    tuned = jax.tree_util.tree_leaves(hlopt.jit(fun)(*as32))
+    untuned = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=UNTUNED)(*as32))
+    for t, u, e in zip(tuned, untuned, exact, strict=True):
+        e = np.asarray(e, np.float64)
+        scale = float(np.max(np.abs(e))) if e.size else 1.0
+        own = float(np.max(np.abs(np.asarray(u, np.float64) - e))) if e.size else 0.0
+        err = float(np.max(np.abs(np.asarray(t, np.float64) - e))) if e.size else 0.0
+        assert err <= 2 * own + 8 * np.finfo(np.float32).eps * scale, (name, err, own, scale)
