@@ -171,7 +171,7 @@ def main() -> None:
         counts = {}
         for name, cases in chosen.items():
             for case, fn, args in cases:
-                text = hlopt.lower(fn, *args).apply("hlopt-default").as_text()
+                text = hlopt.lower(fn, *args).apply("hlopt-default", platform="cpu").as_text()
                 c = op_counts(text)
                 counts[f"{name}: {case}"] = {"total": sum(c.values()), **dict(sorted(c.items()))}
         print(json.dumps(counts, indent=1))
@@ -187,14 +187,14 @@ def main() -> None:
         for case, fn, args in cases:
             progress(f"{name}: {case}")
             lowered = hlopt.lower(fn, *args)
-            full = lowered.apply(default).as_text()
+            full = lowered.apply(default, platform="cpu").as_text()
             tuned = hlopt.jit(fn)
             others = [(p, ",".join(s for s in default.split(",") if s != p), "without the pass / with it")
                       for p in DEFAULT_TUNING]
             others += [(variant, default.replace(base, variant), f"with {variant} / with hlopt-default")
                        for variant, base in VARIANTS.items()]
             for p, rest, ratio_is in others:
-                if lowered.apply(rest).as_text() == full:
+                if lowered.apply(rest, platform="cpu").as_text() == full:
                     print(f"{name:12s} {case:40s} {p:28s} unchanged")
                     continue
                 times = compare({"with": tuned, "without": hlopt.jit(fn, pipeline=rest)}, args,

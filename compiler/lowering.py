@@ -35,7 +35,7 @@ from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
 from hlopt.passes.locations import format_location, hlopt_dirs
 from hlopt.passes.mlir import func, get_context, ir
-from hlopt.passes.target import compiling_for
+from hlopt.passes.target import Target, compiling_for
 from hlopt.passes.walk import call_target, walk_ops
 
 _state = threading.local()
@@ -57,11 +57,9 @@ def annotations_enabled() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
-# The plain StableHLO of each annotated operation module, per platform it is made plain for (None:
-# portable) and whether hlopt's kernels may be called, bytecode to bytecode, least recently used
-# last: jax lowers the same operation again for each program that holds it (and grad, vmap and
-# retracing repeat it).
-_PLAIN_MEMO: collections.OrderedDict[tuple[str | None, bool, bytes], bytes] = collections.OrderedDict()
+# The plain StableHLO of each annotated operation module, per target it is made plain for, bytecode to bytecode, least recently used
+# last: jax lowers the same operation again for each program that holds it (and grad, vmap and retracing repeat it).
+_PLAIN_MEMO: collections.OrderedDict[tuple[Target, bytes], bytes] = collections.OrderedDict()
 _PLAIN_MEMO_SIZE = 128
 _plain_memo_lock = threading.Lock()
 
@@ -72,11 +70,10 @@ def clear_plain_memo() -> None:
         _PLAIN_MEMO.clear()
 
 
-def _plain_bytecode(module: ir.Module, platform: str | None, native_kernels: bool) -> bytes:
+def _plain_bytecode(module: ir.Module, target: Target) -> bytes:
     """The bytecode of the annotated `module` (in hlopt's context) after `PLAIN_PIPELINE`, run for
-    `platform` (`hlopt.passes.target.compiling_for`, with `native_kernels`; None: portable), which may
-    rewrite `module` in place; memoized on the platform, `native_kernels` and the module's bytecode."""
-    key = (platform, native_kernels, module_to_bytecode(module))
+    `target`, which may rewrite `module` in place; memoized on the target and the module's bytecode."""
+    key = (target, module_to_bytecode(module))
     with _plain_memo_lock:
         if key in _PLAIN_MEMO:
             _PLAIN_MEMO.move_to_end(key)
@@ -84,7 +81,7 @@ def _plain_bytecode(module: ir.Module, platform: str | None, native_kernels: boo
     meshes = any(op.operation.name == "sdy.mesh" for op in module.body.operations)
     # jax's module names its meshes only once it is lowered whole: the sharding attributes of the
     # operation carry theirs inline, as those of jax's module do until then.
-    with compiling_for(platform, native_kernels=native_kernels) if platform is not None else contextlib.nullcontext():
+    with compiling_for(target):
         run_pipeline(module, PLAIN_PIPELINE + (",sdy-inline-meshes" if meshes else ""))
     check_no_annotations(module)
     for op in walk_ops(module.operation, "stablehlo.custom_call"):
@@ -99,11 +96,24 @@ def _plain_bytecode(module: ir.Module, platform: str | None, native_kernels: boo
     return plain
 
 
-def compiled_here_for(ctx: Any) -> str | None:
-    """The platform jax will compile the module that the lowering rule context `ctx` lowers into for, in
-    this process; None for `jax.export` (the module must stay portable) or several platforms."""
+def program_precision() -> str | None:
+    """The precision (`hlopt.passes.target.PRECISIONS`) jax gives the products of a program it lowers
+    now (`jax.default_matmul_precision`); None when it sets none, or names a dot algorithm instead."""
+    config = jax.config.jax_default_matmul_precision
+    try:
+        return None if config is None else jax.lax.Precision(config).name
+    except ValueError:  # an algorithm preset ('F32_F32_F32', ...): not a precision
+        return None
+
+
+def target_of_lowering(ctx: Any, native_kernels: bool = False) -> Target:
+    """What the module that the lowering rule context `ctx` lowers into is compiled for: the platforms
+    jax lowers for, in this process under `jax.jit` (where hlopt's CPU kernels may be called if
+    `native_kernels`, they are built), elsewhere for `jax.export`, with the precision jax lowers the
+    program's products with."""
     target = lowering_target(ctx)
-    return target.platforms[0] if len(target.platforms) == 1 and not target.for_export else None
+    return Target(tuple(target.platforms), local=not target.for_export, kernels=native_kernels,
+                  precision=program_precision())
 
 
 def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value], name: str,
@@ -118,12 +128,11 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
     into StableHLO in hlopt's context; the result is merged into jax's module
     (as jax merges a called `jax.export` artifact) and called with `operands`.
 
-    Under `jax.jit` the passes run for the platform jax compiles for, as
-    `hlopt.jit` runs them (so on CPU `xla-cpu-sparse-kernels` calls hlopt's
-    kernels), and `prepare(platform, plain bytecode)` is called first, to
-    register with XLA what its custom calls need before jax compiles them
-    (`native_kernels`: whether hlopt's CPU kernels are built, for the passes);
-    under `jax.export` they run for no platform, and the module stays portable.
+    The passes run for the platform jax lowers for, as `hlopt.jit` runs them
+    (`target_of_lowering`). Under `jax.jit`, `prepare(platform, plain bytecode)`
+    is called first, to register with XLA what the custom calls of hlopt's
+    runtime need before jax compiles them; a `jax.export` artifact calls none.
+    (`native_kernels`: whether hlopt's CPU kernels are built, for the passes).
     """
     target = lowering_target(ctx)
     if len(target.platforms) != 1:
@@ -140,10 +149,10 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
         with target.context, ir.Location.unknown():
             constants = module_to_bytecode(constants_module(operands, positions))
         use_constants(annotated, parse_module(constants), list(positions))
-    platform = compiled_here_for(ctx)
-    plain = _plain_bytecode(annotated, platform, native_kernels)
-    if platform is not None and prepare is not None:
-        prepare(platform, plain)
+    compiled_for = target_of_lowering(ctx, native_kernels)
+    plain = _plain_bytecode(annotated, compiled_for)
+    if compiled_for.local and prepare is not None:
+        prepare(compiled_for.platforms[0], plain)
     with target.context:
         module = ir.Module.parse(plain)
         for op in list(module.body.operations):

@@ -25,6 +25,7 @@ from hlopt.passes.base import Pass, PassError, PassOptionError
 from hlopt.passes.locations import call_chain, did_you_mean, error_line, format_location, shorten
 from hlopt.passes.mlir import get_context, inliner_unavailable, ir, passmanager
 from hlopt.passes.walk import call_graph_problem
+from hlopt.passes.target import current_target
 
 
 # Bounds on a pipeline string, far above any real pipeline, so that absurd ones fail fast.
@@ -394,7 +395,8 @@ def run_pipeline(
     `collect_ir` keeps the IR after each element in the result; `print_ir_after_all`
     keeps it and also writes it to stderr as soon as the element has run (mlir-opt's
     `--mlir-print-ir-after-all`). `timing` writes MLIR's time report of the passes to
-    stderr. `progress(element, seconds)` is called as each element finishes.
+    stderr. `progress(element, seconds)` is called as each element finishes. A pass for other platforms than
+    the target's (`hlopt.passes.target.compiling_for`) leaves the module as it is.
     """
     last = [0.0]
     elements = parse_pipeline(pipeline)
@@ -402,6 +404,7 @@ def run_pipeline(
     _check_shardy_entry(module, elements)
     result = PipelineResult()
     errors: list[BaseException] = []
+    target = current_target()
     ctx = module.context
     with ctx:
         pm = passmanager.PassManager("builtin.module")
@@ -410,7 +413,8 @@ def run_pipeline(
             pm.enable_timing()
         for el in elements:
             if el.python_pass is not None:
-                pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
+                if target.runs(el.python_pass.platforms, el.python_pass.calls_runtime):
+                    pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
             else:
                 pm.add(el.text)
             if collect_ir or print_ir_after_all:

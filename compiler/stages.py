@@ -16,6 +16,7 @@ from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.locations import format_location
 from hlopt.passes.mlir import get_context, ir
 from hlopt.passes.registry import lowering_pass_for
+from hlopt.passes.target import Target, compiling_for, target_of
 from hlopt.passes.walk import call_target, walk_ops
 
 # A compile's XLA options, as `jax.jit(compiler_options=...)` takes them: (name, value) pairs, sorted by name.
@@ -235,7 +236,8 @@ class Lowered(Stage):
 
     def __init__(self, module: ir.Module, signature: Signature, pipeline: str = "",
                  backend: Backend | None = None, host_compile: HostCompile | None = None,
-                 user_located: Callable[[], ir.Module] | None = None, compiler_options: CompilerOptions = ()):
+                 user_located: Callable[[], ir.Module] | None = None, compiler_options: CompilerOptions = (),
+                 precision: str | None = None):
         """The module may come in another context (JAX's, from `hlopt.lower`): it is moved into hlopt's
         context when something first needs it there (`module`, printing, `apply`, a compile that runs
         the passes), so that a persistent-cache hit, keyed on `source_module`, never parses it.
@@ -248,9 +250,12 @@ class Lowered(Stage):
         hlopt's frames, as jax's leave out its own: what `as_text(debug_info=True)` prints before any
         pass (the module's own locations keep them, so that an error in a pass can show the whole call
         chain). `compiler_options` are the XLA options of the `hlopt.jit` that lowered it, which
-        `compile`'s own update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`).
+        `compile`'s own update (as `jax.jit(compiler_options=...)`'s are for its `Lowered`). `precision`
+        is that of the products the program leaves unset (`jax.default_matmul_precision` when it was
+        lowered, `hlopt.passes.target.Target.precision`), which the products the passes build carry.
         """
         self._module = MovingModule(module)
+        self.precision = precision
         self.compiler_options = compiler_options
         self.host_compile = host_compile
         self.user_located = user_located
@@ -309,17 +314,21 @@ class Lowered(Stage):
 
     def clone(self) -> "Lowered":
         return Lowered(parse_module(module_to_bytecode(self.source_module)), self.signature, self.pipeline,
-                       self.backend, self.host_compile, self.user_located, self.compiler_options)
+                       self.backend, self.host_compile, self.user_located, self.compiler_options, self.precision)
 
     @api_boundary
-    def apply(self, pipeline: str, *, collect_ir: bool = False, print_ir_after_all: bool = False,
-              timing: bool = False, progress: Callable[[str, float], None] | None = None,
-              import_partitioners: bool = False) -> "Lowered":
+    def apply(self, pipeline: str, *, platform: str | Target = "none", collect_ir: bool = False,
+              print_ir_after_all: bool = False, timing: bool = False,
+              progress: Callable[[str, float], None] | None = None, import_partitioners: bool = False) -> "Lowered":
         """Run `pipeline` on a copy of the module and return the copy as a new `Lowered`.
 
         Args:
           pipeline: comma-separated passes and named pipelines, as `hlopt-opt -p` takes them
             (`"lower-bcoo,canonicalize"`, `"hlopt-default"`).
+          platform: what the module will be compiled for (`cpu`, `tpu`, `cuda`, `rocm`; `none`: no
+            platform, the module stays portable): the passes for another platform leave it as it is.
+            The runtime passes a `hlopt.passes.target.Target` (which also says whether hlopt's CPU
+            kernels may be called).
           collect_ir: keep the IR after each pass in the result's `ir_after_passes`, a list of
             `(pass, text)` pairs, without printing it.
           print_ir_after_all: keep it and also print it to stderr as each pass ends.
@@ -345,8 +354,9 @@ class Lowered(Stage):
         """
         from hlopt.passes.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
 
+        target = platform if isinstance(platform, Target) else target_of(platform, self.precision)
         new = self.clone()
-        with partitioner_imports(import_partitioners):
+        with partitioner_imports(import_partitioners), compiling_for(target):
             result = run_pipeline(new.module, pipeline, collect_ir=collect_ir, print_ir_after_all=print_ir_after_all,
                                   timing=timing, progress=progress)
         new.pipeline = ",".join(p for p in (self.pipeline, pipeline) if p)

@@ -4,7 +4,7 @@
     python docs/gen_passes.py --check  # exit 1 if docs/passes.md differs from what the code gives
 
 Each registered pass contributes its summary (the docstring's first paragraph), what the
-registry says of it (module, the annotations it lowers, its place in `hlopt-default`), a table
+registry says of it (module, platforms, the annotations it lowers, its place in `hlopt-default`), a table
 of its options (one row per dataclass field, as `hlopt-opt --list-passes` shows it), and the
 rest of its docstring, where indented blocks are the before/after IR. A pass whose docstring holds no example is
 followed by its module's docstring. Named pipelines end the page.
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hlopt.passes.base import Pass
 from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, PASSES, PIPELINES, all_passes
+from hlopt.passes.target import PORTABLE
 
 PAGE = Path(__file__).resolve().parent / "passes.md"
 
@@ -72,8 +73,14 @@ def _split_docstring(doc: str) -> tuple[str, str]:
 
 
 def _facts(name: str, module: str, cls: type[Pass]) -> list[str]:
-    """What the registry knows about a pass: where it is defined, what it lowers, where it runs."""
+    """What the registry knows about a pass: where it is defined, its platforms, what it lowers, where it runs."""
     facts = [f"- defined in `passes/{module.replace('.', '/')}.py` as `{cls.__name__}`"]
+    if tuple(cls.platforms) == PORTABLE:
+        facts.append("- portable: runs for every platform, and for none")
+    else:
+        export = "; never for a `jax.export` artifact (it calls hlopt's runtime)" if cls.calls_runtime else ""
+        facts.append(f"- platforms: {', '.join(f'`{p}`' for p in cls.platforms)} (a module compiled for another, "
+                     f"or for none, is left as it is{export})")
     targets = [f"`@{t}*`" if t.endswith(".") else f"`@{t}`" for t, owner in ANNOTATIONS.items() if owner == name]
     if targets:
         facts.append(f"- lowers the annotations {', '.join(targets)}")

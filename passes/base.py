@@ -9,7 +9,8 @@ methods, since decorating it again would only generate the same methods again
 (about 0.4 ms a class, paid by the first compile of every process). The class
 docstring holds a summary paragraph followed by a before/after example. An int
 or string option declares the values it accepts with `option(...)`; a bool or
-`Literal` option's type says them.
+`Literal` option's type says them. The class variable `platforms` says
+which targets the pass rewrites for (`hlopt.passes.target`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,12 @@ class Pass:
     """Base of every hlopt pass."""
 
     name: ClassVar[str] = ""
+    # The platforms the pass is for (`hlopt.passes.target`): `PORTABLE`, or JAX's platform names; every
+    # pass declares them, and the pipeline driver runs it only for a target among them.
+    platforms: ClassVar[tuple[str, ...]]
+    # Whether the pass emits calls of kernels that hlopt's runtime registers in its own process (then
+    # it never runs for a `jax.export` artifact).
+    calls_runtime: ClassVar[bool] = False
 
     def apply(self, module: ir.Operation) -> None:
         """Rewrite the `builtin.module` operation `module` in place."""

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from hlopt.passes.mlir import func, ir, stablehlo
+from hlopt.passes.target import current_target
 
 Value = ir.Value
 
@@ -433,6 +434,21 @@ def dynamic_update_slice(v: Value, update: Value, starts: Sequence[Value]) -> Va
     return stablehlo.dynamic_update_slice(v, update, list(starts))
 
 
+def precision_of(op: ir.Operation) -> ir.Attribute | None:
+    """The `precision_config` of `op` (a dot_general or convolution), if it has one."""
+    return op.attributes["precision_config"] if "precision_config" in op.attributes else None
+
+
+def program_precision() -> ir.Attribute | None:
+    """The `precision_config` of a product of the program being compiled that sets none
+    (`hlopt.passes.target.Target.precision`); None where the program leaves it to the compiler."""
+    name = current_target().precision
+    if name is None:
+        return None
+    each = ir.Attribute.parse(f"#stablehlo<precision {name}>")
+    return ir.ArrayAttr.get([each, each])
+
+
 def dot_general(
     lhs: Value,
     rhs: Value,
@@ -442,9 +458,13 @@ def dot_general(
     lhs_contract: Sequence[int],
     rhs_contract: Sequence[int],
     elem: ir.Type,
-    precision_config: ir.Attribute | None = None,
+    precision_config: ir.Attribute | None,
 ) -> Value:
-    """`dot_general` with result dims (batch, lhs free, rhs free) of element type `elem`."""
+    """`dot_general` with result dims (batch, lhs free, rhs free) of element type `elem`, and the
+    precision `precision_config` (that of the op the product derives from; None: the program's,
+    `program_precision`)."""
+    if precision_config is None:
+        precision_config = program_precision()
     ls, rs = shape_of(lhs), shape_of(rhs)
     lhs_free = [ls[d] for d in range(len(ls)) if d not in lhs_batch and d not in lhs_contract]
     rhs_free = [rs[d] for d in range(len(rs)) if d not in rhs_batch and d not in rhs_contract]

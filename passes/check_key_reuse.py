@@ -50,6 +50,7 @@ import numpy as np
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.locations import Frames, format_frames, source_frames
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.target import PORTABLE
 from hlopt.passes.transform import ModuleTransform, RuleTable, walk
 from hlopt.passes.walk import call_target, callee_of, walk_ops
 
@@ -772,6 +773,7 @@ class CheckKeyReuse(Pass):
     """
 
     name: ClassVar[str] = "check-key-reuse"
+    platforms: ClassVar[tuple[str, ...]] = PORTABLE
     fold_in_consumes: bool = False
 
     def apply(self, module: ir.Operation) -> None:

@@ -31,6 +31,7 @@ from typing import ClassVar
 from hlopt.passes import builders, jet_directions
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.target import PORTABLE
 from hlopt.passes.walk import custom_calls
 
 ANNOTATION = "hlopt.jet"
@@ -146,6 +147,7 @@ class JetCollapse(Pass):
     directions into collapsed jets (see the module docstring); runs before `jet-expand`."""
 
     name: ClassVar[str] = "jet-collapse"
+    platforms: ClassVar[tuple[str, ...]] = PORTABLE
 
     def apply(self, module: ir.Operation) -> None:
         for op in custom_calls(module, ANNOTATION):

@@ -235,10 +235,9 @@ def _dot_of_broadcast(op: ir.Operation, dims: stablehlo.DotDimensionNumbers, ope
     theirs = {"batch": other_batch, "contract": other_contract}
     lhs, rhs = (other, reduced) if side else (reduced, other)
     left, right = (theirs, mine) if side else (mine, theirs)
-    precision = op.attributes["precision_config"] if "precision_config" in op.attributes else None
     out = builders.dot_general(lhs, rhs, lhs_batch=left["batch"], rhs_batch=right["batch"],
                                lhs_contract=left["contract"], rhs_contract=right["contract"],
-                               elem=builders.elem_of(op.result), precision_config=precision)
+                               elem=builders.elem_of(op.result), precision_config=builders.precision_of(op))
     # Label every dimension: ("b", i) batch, ("v", d) free dimension d of `v`, ("o", j) free of the other side.
     other_free = [("o", j) for j in range(len(builders.shape_of(other)))
                   if j not in other_batch and j not in other_contract]

@@ -21,6 +21,7 @@ from hlopt.passes.jet_rules import (CUSTOM_JVP, LINEAR_SOLVE, RULES, STOP_GRADIE
                                     Series, coefficients, has_reduction_rule, has_series, remove_stop_gradients,
                                     rule_growth, split_results)
 from hlopt.passes.mlir import func, ir, stablehlo
+from hlopt.passes.target import PORTABLE
 from hlopt.passes.transform import (ModuleTransform, RuleTable, branch_carried, erase_dead, is_pure_op, live_values,
                                     loop_carried, rewrite_each, uses_any, walk)
 from hlopt.passes.walk import call_target, callee_of
@@ -723,6 +724,7 @@ class JetExpand(Pass):
     """
 
     name: ClassVar[str] = "jet-expand"
+    platforms: ClassVar[tuple[str, ...]] = PORTABLE
     func: str = option("", pattern=SYMBOL_NAME, what="a function name")
     order: int = option(0, low=1, high=MAX_ORDER)
 

@@ -1,9 +1,8 @@
 """Which ops are linear algebra: the LAPACK custom calls JAX emits on CPU and the StableHLO ops.
 
 Kept outside `linalg_rules` (whose import builds every operation's record), so the rule tables
-and xla-cpu-triangular-inverse can tell a linear-algebra op without that cost when a module has
-none: `jet` and `vjp` here import `linalg_rules` when a rule table first meets one, and the pass
-imports it likewise.
+can tell a linear-algebra op without that cost when a module has none: `jet` and `vjp` here
+import `linalg_rules` when a rule table first meets one.
 """
 
 from __future__ import annotations

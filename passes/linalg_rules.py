@@ -141,7 +141,7 @@ def _mm(x: Value, y: Value, lead_x: bool, lead_y: bool, tx: str = "N", ty: str =
     else:
         batch_x, batch_y = list(range(ox, ox + nb)), list(range(oy, oy + nb))
     out = builders.dot_general(x, y, lhs_batch=batch_x, rhs_batch=batch_y, lhs_contract=[xc], rhs_contract=[yc],
-                               elem=builders.elem_of(x))
+                               elem=builders.elem_of(x), precision_config=None)
     if lead_x != lead_y:  # the axis is a free dimension: at nb (lhs) or nb + 1 (rhs)
         at = nb if lead_x else nb + 1
         out = builders.transpose(out, [at, *[d for d in range(nb + 3) if d != at]])

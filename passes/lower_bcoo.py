@@ -16,6 +16,7 @@ from hlopt.passes import builders as b
 from hlopt.passes.base import Pass, PassError
 from hlopt.passes.bcoo_names import PREFIX, is_bcoo_op
 from hlopt.passes.mlir import ir
+from hlopt.passes.target import PORTABLE
 from hlopt.passes.walk import walk_ops
 
 
@@ -38,6 +39,7 @@ class LowerBcoo(Pass):
     """
 
     name: ClassVar[str] = "lower-bcoo"
+    platforms: ClassVar[tuple[str, ...]] = PORTABLE
 
     def apply(self, module: ir.Operation) -> None:
         found = [op for op in walk_ops(module, "stablehlo.custom_call") if is_bcoo_op(op)]

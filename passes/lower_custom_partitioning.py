@@ -43,6 +43,7 @@ from hlopt.passes.sharding_codec import (
     local_shape,
     sharding_text,
 )
+from hlopt.passes.target import PORTABLE
 from hlopt.passes.walk import custom_calls, walk_ops
 
 TARGET = "hlopt.custom_partitioning"
@@ -372,6 +373,7 @@ class LowerCustomPartitioning(Pass):
     """
 
     name: ClassVar[str] = "lower-custom-partitioning"
+    platforms: ClassVar[tuple[str, ...]] = PORTABLE
     target: Literal["shardy", "gspmd"] = "shardy"
 
     def apply(self, module: ir.Operation) -> None:

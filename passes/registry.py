@@ -17,7 +17,7 @@ from hlopt.passes.base import Pass
 PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
               "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-small-dots",
               "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-summed-batch-dots",
-              "xla-cpu-transposed-dots", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion",
+              "xla-cpu-transposed-dots", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion",
               "tpu-sparse-products")
 # name prefix -> the package under hlopt.passes that holds a platform's passes
 PLATFORM_PACKAGES = {"xla-cpu-": "xla_cpu", "tpu-": "tpu"}
@@ -39,7 +39,8 @@ PASSES: dict[str, tuple[str, str]] = {name: _module_and_class(name) for name in 
 # vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
 # first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
 # xla-cpu-sparse-kernels and tpu-sparse-products run before lower-bcoo: they read the sparse products'
-# annotations (and rewrite only when the module is compiled for CPU, for a TPU).
+# annotations (and, as every platform pass, rewrite only a module compiled for their platform:
+# `Pass.platforms`).
 DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "tpu-sparse-products", "lower-bcoo",
                      "vjp-expand", "lower-custom-partitioning")
 
@@ -47,17 +48,15 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "tp
 # after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees
 # the whole program in one function, and after `cse`, so that equal dots are one before
 # xla-cpu-stack-dots stacks (stacked, XLA would compute the one twice). Without them
-# `hlopt-default` computes the same values. xla-cpu-triangular-inverse runs first: the products
-# with a factor's inverse it makes share that inverse, which xla-cpu-stack-dots then stacks into
-# one dot (and xla-cpu-dot-operand-order sees in place of the solves); it needs cse before it
-# too, so that the solves of one factor read one SSA value. xla-cpu-summed-batch-dots runs before
+# `hlopt-default` computes the same values, and for a target other than CPU (or none) they
+# leave the module as it is. xla-cpu-summed-batch-dots runs before
 # xla-cpu-sum-as-dot, which would make the sums over a product's batch dimension it contracts
 # products with ones. xla-cpu-transposed-dots runs after the
 # passes that make or reorder dots and before xla-cpu-small-dots, whose products (all sizes below 8)
 # it leaves alone. xla-cpu-ynn-fusion runs last: it weighs
 # the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only records
 # a compile option on the module.
-DEFAULT_TUNING = ("xla-cpu-triangular-inverse", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
+DEFAULT_TUNING = ("xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
                   "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects",
                   "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
 

@@ -61,6 +61,7 @@ from hlopt.passes import builders
 from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, option
 from hlopt.passes.jet_rules import remove_stop_gradients
 from hlopt.passes.mlir import ir
+from hlopt.passes.target import PORTABLE
 from hlopt.passes.transform import (ModuleTransform, RuleTable, block_ops, branch_carried, erase_dead, is_pure_op,
                                     loop_carried, uses_any)
 from hlopt.passes.vjp_rules import RULES, Term, VjpBuilder
@@ -391,6 +392,7 @@ class VjpExpand(Pass):
     """
 
     name: ClassVar[str] = "vjp-expand"
+    platforms: ClassVar[tuple[str, ...]] = PORTABLE
     func: str = option("", pattern=SYMBOL_NAME, what="a function name")
 
     def apply(self, module: ir.Operation) -> None:

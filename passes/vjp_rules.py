@@ -480,7 +480,7 @@ def _dot_transpose(ct: ir.Value, x: ir.Value, y: ir.Value, x_contract: Sequence[
 def _dot_general(b, op, cts, wants):
     (ct,), (x, y) = cts, op.operands
     d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
-    precision = op.attributes["precision_config"] if "precision_config" in op.attributes else None
+    precision = builders.precision_of(op)
     xc, yc = list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions)
     xb, yb = list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions)
     return [_dot_transpose(ct, x, y, xc, yc, xb, yb, False, precision) if wants[0] else None,

@@ -389,9 +389,10 @@ def hlopt_version() -> str:
 
 
 def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use_shardy: bool, client: Any,
-              compiler_options: Sequence[tuple[str, Any]] = ()) -> str:
-    """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`) and compiling it with
-    the XLA options `compiler_options` (sorted pairs, `hlopt.runtime.pjrt.check_compiler_options`) gives."""
+              compiler_options: Sequence[tuple[str, Any]] = (), precision: str | None = None) -> str:
+    """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`), with the program's
+    `precision` (`Lowered.precision`), and compiling it with the XLA options `compiler_options` (sorted
+    pairs, `hlopt.runtime.pjrt.check_compiler_options`) gives."""
     h = hashlib.sha256()
     for part in (
         b"hlopt-cache-key-v3",  # v3: executables compiled without debug locations
@@ -408,6 +409,7 @@ def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use
         os.environ.get("XLA_FLAGS", ""),
         f"{jax.process_index()}/{jax.process_count()}",
         repr(tuple(compiler_options)),
+        str(precision),
     ):
         data = part if isinstance(part, bytes) else part.encode()
         h.update(len(data).to_bytes(8, "little"))

@@ -12,7 +12,7 @@ import jax
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import check_no_annotations
 from hlopt.passes.mlir import ir
-from hlopt.passes.target import compiling_for
+from hlopt.passes.target import Target
 from hlopt.passes.xla_cpu.ynn_fusion import recorded_options
 from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime import kernels
@@ -68,14 +68,14 @@ def compile_lowered(lowered: "Lowered", pipeline: str, compiler_options: Compile
         bytecode = stripped_bytecode(lowered.source_module)  # never moves it: a hit does not parse
         if not calls_user_code(bytecode):
             key = cache_key(bytecode, pipeline, program_devices(signature), signature.use_shardy, get_client(),
-                            compiler_options)
+                            compiler_options, lowered.precision)
             hit = _from_cache(cache, key, signature)
             if hit is not None:
                 executable, module = hit
                 return Compiled(executable, signature, module, ",".join(p for p in (lowered.pipeline, pipeline) if p))
-    # platform-specific passes may rewrite
-    with compiling_for(program_devices(signature)[0].platform, native_kernels=kernels.available()):
-        after = lowered.apply(pipeline) if pipeline else lowered
+    # platform-specific passes may rewrite; hlopt's CPU kernels are called only where they are built
+    target = Target((program_devices(signature)[0].platform,), kernels=kernels.available(), precision=lowered.precision)
+    after = lowered.apply(pipeline, platform=target) if pipeline else lowered
     check_no_annotations(after.module)
     try:
         check_portable(after.module, traced=traced)

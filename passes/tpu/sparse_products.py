@@ -32,9 +32,8 @@ Rewritten, each only where all of its conditions hold (anything else is left to 
   the same types: each entry's row comes from `indptr` as in `lower-bcoo` (a prefix sum, so the
   rows are sorted and the SpMM's scatter is marked sorted), then the same product.
 
-Platform: on for TPU compiles only (`platform=auto`, the default: when
-`hlopt.passes.target.target_platform()` is `tpu`); `platform=tpu` forces the rewrite (IR tests),
-`platform=none` turns it off. Products inside functions another annotation calls are left alone
+Platform: declared `tpu`, so it rewrites only a module compiled for a TPU (`hlopt-opt --platform
+tpu` for IR work). Products inside functions another annotation calls are left alone
 (`hlopt.passes.bcoo_substitute`).
 
 Before:
@@ -53,14 +52,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar
 
 from hlopt.passes import bcoo_index as ix
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass
 from hlopt.passes.bcoo_substitute import MATMUL, plain_matrix, substitute_products
 from hlopt.passes.mlir import ir
-from hlopt.passes.target import target_platform
 
 if TYPE_CHECKING:
     from hlopt.passes.bcoo import BcooOp
@@ -182,7 +180,7 @@ REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
 class SparseProducts(Pass):
     """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into the gathers and scatter-adds a TPU runs fastest.
 
-    On for TPU compiles only (`platform=auto`); `platform=tpu` forces it, `platform=none` turns it off.
+    For TPU compiles only.
 
     Before:
       %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {backend_config = {...}}
@@ -194,12 +192,6 @@ class SparseProducts(Pass):
 
     name: ClassVar[str] = "tpu-sparse-products"
     platforms: ClassVar[tuple[str, ...]] = ("tpu",)
-    platform: Literal["auto", "tpu", "none"] = "auto"
-
-    def enabled(self) -> bool:
-        """Whether this run rewrites: the module is compiled for a TPU."""
-        return self.platform == "tpu" or (self.platform == "auto" and target_platform() == "tpu")
 
     def apply(self, module: ir.Operation) -> None:
-        if self.enabled():
-            substitute_products(module, REWRITES)
+        substitute_products(module, REWRITES)

@@ -147,6 +147,7 @@ class ColumnSelects(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-column-selects"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.select",)
 
     def rewrite(self, op: ir.Operation) -> list[Value] | None:

@@ -15,7 +15,7 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import OpRewrite, dot_dims, dot_precision
+from hlopt.passes.xla_cpu.rewrite import OpRewrite, dot_dims
 
 # the attributes of a dot_general this pass knows how to swap
 SWAPPABLE = {"dot_dimension_numbers", "precision_config"}
@@ -49,6 +49,7 @@ class DotOperandOrder(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-dot-operand-order"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.transpose",)
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
@@ -67,6 +68,6 @@ class DotOperandOrder(OpRewrite):
         perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
         if not nl or not nr or perm != swap:
             return None
-        precision = dot_precision(dot)
+        precision = builders.precision_of(dot)
         return [builders.dot_general(rhs, lhs, lhs_batch=rb, rhs_batch=lb, lhs_contract=rc, rhs_contract=lc,
                                      elem=builders.elem_of(source), precision_config=_swapped_precision(precision))]

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims
 
 
 # Two dots are joined only where the operands the concatenations copy (elements of all four)
@@ -79,11 +79,12 @@ class JoinDotSums(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-join-dot-sums"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.add",)
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
         a, b = (_dot(v) for v in op.operands)
-        if a is None or b is None or a == b or str(dot_precision(a)) != str(dot_precision(b)) or \
+        if a is None or b is None or a == b or str(builders.precision_of(a)) != str(builders.precision_of(b)) or \
                 builders.elem_of(a.result) != builders.elem_of(b.result):
             return None
         pieces = [(a, tuple(a.operands)), (b, tuple(b.operands))]
@@ -104,7 +105,7 @@ class JoinDotSums(OpRewrite):
         lhs = builders.concat([ops[0] for _, ops in pieces], lc[pair])
         rhs = builders.concat([ops[1] for _, ops in pieces], rc[pair])
         return [builders.dot_general(lhs, rhs, lhs_batch=lb, rhs_batch=rb, lhs_contract=lc, rhs_contract=rc,
-                                     elem=builders.elem_of(op.result), precision_config=dot_precision(like))]
+                                     elem=builders.elem_of(op.result), precision_config=builders.precision_of(like))]
 
 
 def _contracted_pair(shapes: list[list[int]], lc: list[int], rc: list[int]) -> int | None:

@@ -1,5 +1,5 @@
 """What the XLA:CPU tuning passes share: a pass that offers each op of some names to a rewrite,
-and how they read a dot_general (its dimension numbers, precision and free dimensions).
+and how they read a dot_general (its dimension numbers and free dimensions).
 
 A tuning pass names the ops it looks at (`anchors`) and says, in `rewrite(op)`,
 the values that replace the op's results, built at the op (insertion point
@@ -26,11 +26,6 @@ def dot_dims(op: ir.Operation) -> tuple[list[int], list[int], list[int], list[in
     d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     return (list(d.lhs_batching_dimensions), list(d.rhs_batching_dimensions),
             list(d.lhs_contracting_dimensions), list(d.rhs_contracting_dimensions))
-
-
-def dot_precision(op: ir.Operation) -> ir.Attribute | None:
-    """A dot_general's precision_config, if it has one."""
-    return op.attributes["precision_config"] if "precision_config" in op.attributes else None
 
 
 def free_dims(v: ir.Value, batch: list[int], contract: list[int]) -> list[int]:

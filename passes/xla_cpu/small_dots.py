@@ -77,6 +77,7 @@ class SmallDots(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-small-dots"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.dot_general",)
     max_size: int = option(YNN_MIN_SIZE, low=1, high=1 << 10,
                            what="a dot is rewritten when its m, k and n are all below this")

@@ -30,16 +30,12 @@ The kernels follow JAX's BCOO rules (out-of-range entries add nothing, duplicate
 check every index, so a hostile program cannot make them read or write out of bounds; rows a
 program claims sorted but are not are still summed right, by a slower serial walk.
 
-Platform: the kernels exist only in hlopt's runtime on CPU, so the pass rewrites only when the
-module will be compiled for CPU by a runtime that has them built (they are optional). With
-`platform=auto` (the default) that is when the runtime says so (`hlopt.passes.target.compiling_for`,
-set by `hlopt.jit`, `Lowered.compile`, `hlopt compile` for CPU devices, and hlopt operations
-lowered inside plain `jax.jit` for CPU, with `native_kernels` when they are built);
-`hlopt-opt`, `Lowered.apply` and hlopt operations lowered for `jax.export` name no target, and the
-module stays portable. `platform=cpu` forces
-the rewrite (IR tests), `platform=none` turns it off. Products inside functions that another
-annotation calls (`hlopt.vjp`, `hlopt.custom_partitioning`) are left alone: the passes that
-expand those read plain StableHLO.
+Platform: the kernels exist only in hlopt's runtime on CPU, so the pass declares `cpu` and
+`calls_runtime`: it rewrites only a module compiled for CPU in this process (`hlopt.jit`,
+`Lowered.compile`, `hlopt compile`, hlopt operations inside plain `jax.jit` for CPU), never a
+`jax.export` artifact, nor `hlopt-opt` output without `--platform cpu`. Products inside functions
+that another annotation calls (`hlopt.vjp`, `hlopt.custom_partitioning`) are left alone: the
+passes that expand those read plain StableHLO.
 
 Before:
   %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {api_version = 4 : i32,
@@ -54,13 +50,12 @@ After:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar
 
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass
 from hlopt.passes.bcoo_substitute import MATMUL, plain_matrix, substitute_products
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.target import native_kernels, target_platform
 
 if TYPE_CHECKING:
     from hlopt.passes.bcoo import BcooOp
@@ -127,16 +122,12 @@ class SparseKernels(Pass):
 
     Rewrite row-sorted BCOO and BCSR sparse x dense products (SpMV, SpMM, SDDMM) into calls of hlopt's CPU kernels.
 
-    On for CPU compiles only (`platform=auto`); `platform=cpu` forces it, `platform=none` turns it off.
+    For CPU compiles in this process only (the kernels are hlopt's runtime's).
     """
 
     name: ClassVar[str] = "xla-cpu-sparse-kernels"
-    platform: Literal["auto", "cpu", "none"] = "auto"
-
-    def enabled(self) -> bool:
-        """Whether this run rewrites: the module is compiled for CPU, by a runtime with the kernels built."""
-        return self.platform == "cpu" or (self.platform == "auto" and target_platform() == "cpu" and native_kernels())
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
+    calls_runtime: ClassVar[bool] = True
 
     def apply(self, module: ir.Operation) -> None:
-        if self.enabled():
-            substitute_products(module, REWRITES)
+        substitute_products(module, REWRITES)

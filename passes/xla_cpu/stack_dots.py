@@ -38,7 +38,7 @@ from hlopt.passes import builders
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir
 from hlopt.passes.walk import walk_ops
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, dot_dims, dot_precision, erase_unused, free_dims, owner_op
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, dot_dims, erase_unused, free_dims, owner_op
 
 
 @dataclasses.dataclass
@@ -72,7 +72,7 @@ def _key(dot: _Dot) -> tuple:
     dimensions, the precision and the result's element type."""
     lb, rb, lc, rc = dot_dims(dot.op)
     w_dims = (rb, rc) if dot.side == 0 else (lb, lc)
-    return (dot.op.block, dot.w, dot.side, str(w_dims), str(dot_precision(dot.op)),
+    return (dot.op.block, dot.w, dot.side, str(w_dims), str(builders.precision_of(dot.op)),
             str(builders.elem_of(dot.op.result)))
 
 
@@ -186,7 +186,7 @@ def _stack(dots: list[_Dot], dim: int) -> None:
         lhs, rhs = first.w, stacked
         w_free = free_dims(first.w, lb, lc)
     out = builders.dot_general(lhs, rhs, lhs_batch=lb, rhs_batch=rb, lhs_contract=lc, rhs_contract=rc,
-                               elem=builders.elem_of(first.op.result), precision_config=dot_precision(first.op))
+                               elem=builders.elem_of(first.op.result), precision_config=builders.precision_of(first.op))
     at = len(first.batch) + len(w_free) + first.free().index(dim)
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     slices = [builders.slice_dim(out, at, start, start + size) for start, size in zip(starts, sizes)]
@@ -220,7 +220,7 @@ def _stack_flat(dots: list[_Dot], layout: str) -> None:
         lhs, rhs, lc, rc = first.w, stacked, w_lc, x_contract
         at = len(builders.shape_of(first.w)) - k
     out = builders.dot_general(lhs, rhs, lhs_batch=[], rhs_batch=[], lhs_contract=lc, rhs_contract=rc,
-                               elem=builders.elem_of(first.op.result), precision_config=dot_precision(first.op))
+                               elem=builders.elem_of(first.op.result), precision_config=builders.precision_of(first.op))
     starts = [sum(rows[:i]) for i in range(len(rows))]
     for dot, start, n in zip(dots, starts, rows):
         piece = builders.slice_dim(out, at, start, start + n)
@@ -268,6 +268,7 @@ class StackDots(Pass):
     """
 
     name: ClassVar[str] = "xla-cpu-stack-dots"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def apply(self, module: ir.Operation) -> None:
         while self._stack_once(module):  # a stack may stack again with others (nested directions axes)

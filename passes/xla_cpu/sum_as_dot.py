@@ -174,7 +174,7 @@ def _run_sum(x: ir.Value, runs: int) -> ir.Value:
 def _leading_product(w: ir.Value, x: ir.Value) -> ir.Value:
     """The product of vector `w` with `x` contracting `x`'s dimension 0, in `x`'s element type."""
     return builders.dot_general(w, x, lhs_batch=[], rhs_batch=[], lhs_contract=[0], rhs_contract=[0],
-                                elem=builders.elem_of(x))
+                                elem=builders.elem_of(x), precision_config=None)
 
 
 def _bytes(v: ir.Value) -> int:
@@ -227,6 +227,7 @@ class SumAsDot(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-sum-as-dot"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce",)
     max_kept_bytes: int = option(1 << 20, low=0, high=1 << 40,
                                  what="an unweighted sum of few terms of an operand of at most this many bytes "
@@ -308,7 +309,7 @@ class SumAsDot(OpRewrite):
         if dim != 0:  # an inner directions axis (the bi-Laplacian's nested jets): x's other dims keep their order
             ones = builders.splat(1, builders.tensor([shape[dim]], elem))
             return [builders.dot_general(x, ones, lhs_batch=[], rhs_batch=[], lhs_contract=[dim], rhs_contract=[0],
-                                         elem=elem)]
+                                         elem=elem, precision_config=None)]
         weighted = _weights(x)
         if weighted is not None:
             x, w = weighted

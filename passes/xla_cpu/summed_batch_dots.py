@@ -60,7 +60,7 @@ from typing import ClassVar
 
 from hlopt.passes import builders
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import (DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision, free_dims, owner_op,
+from hlopt.passes.xla_cpu.rewrite import (DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims, owner_op,
                                          summed_dim, wide_float)
 
 
@@ -121,6 +121,7 @@ class SummedBatchDots(OpRewrite):
     free in the other operand instead (the result transposed back)."""
 
     name: ClassVar[str] = "xla-cpu-summed-batch-dots"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce", "stablehlo.dot_general")
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
@@ -134,7 +135,7 @@ class SummedBatchDots(OpRewrite):
         return [builders.dot_general(dot.operands[0], dot.operands[1],
                                      lhs_batch=lb[:i] + lb[i + 1:], rhs_batch=rb[:i] + rb[i + 1:],
                                      lhs_contract=[lb[i], *lc], rhs_contract=[rb[i], *rc],
-                                     elem=builders.elem_of(op.results[0]), precision_config=dot_precision(dot))]
+                                     elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(dot))]
 
     @staticmethod
     def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
@@ -165,7 +166,7 @@ class SummedBatchDots(OpRewrite):
             operands[side], operands[other] = reduced, op.operands[other]
             new = builders.dot_general(operands[0], operands[1], lhs_batch=dims[0][0], rhs_batch=dims[1][0],
                                        lhs_contract=dims[0][1], rhs_contract=dims[1][1],
-                                       elem=builders.elem_of(op.results[0]), precision_config=dot_precision(op))
+                                       elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(op))
             return [builders.transpose(new, _back(op, batch, contract, i, other))]
         return None
 

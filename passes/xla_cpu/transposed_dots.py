@@ -50,7 +50,7 @@ from hlopt.passes import builders
 from hlopt.passes.base import option
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.dot_operand_order import _swapped_precision
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, dot_precision, free_dims
+from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims
 from hlopt.passes.xla_cpu.small_dots import YNN_MIN_SIZE
 
 
@@ -111,6 +111,7 @@ class TransposedDots(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-transposed-dots"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.dot_general",)
     swap: Literal["smaller", "never"] = option("smaller", what="`smaller` swaps the operands where that copies at "
                                                        "most half as much; `never` keeps their order")
@@ -135,7 +136,7 @@ class TransposedDots(OpRewrite):
         m, n, k = left.free_size, right.free_size, left.contract_size
         if m <= 1 or n <= 1 or max(m, n, k) < YNN_MIN_SIZE:
             return None
-        precision = dot_precision(op)
+        precision = builders.precision_of(op)
         copies = left.copied_as_lhs() + right.copied_as_rhs()
         swap = self.swap == "smaller" and 2 * (right.copied_as_lhs() + left.copied_as_rhs() + _size(result)) <= copies
         if swap:

@@ -47,6 +47,7 @@ class UpdateInPlace(OpRewrite):
     """
 
     name: ClassVar[str] = "xla-cpu-update-in-place"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     anchors: ClassVar[tuple[str, ...]] = ("stablehlo.add",)
 
     def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:

@@ -160,6 +160,7 @@ class YnnFusion(Pass):
     """
 
     name: ClassVar[str] = "xla-cpu-ynn-fusion"
+    platforms: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def apply(self, module: ir.Operation) -> None:
         if reduce_fusion_off(module):

@@ -14,7 +14,8 @@ import jax
 from jax.sharding import Mesh
 
 from hlopt.compiler.jax_compat import api_boundary
-from hlopt.compiler.lowering import JitOptions, argnums_and_argnames, lower_function, resolve_static_argnums
+from hlopt.compiler.lowering import (JitOptions, argnums_and_argnames, lower_function, program_precision,
+                                     resolve_static_argnums)
 from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import CompilerOptions, Lowered, check_compiler_options
 from hlopt.passes.locations import shorten
@@ -27,7 +28,7 @@ def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options
            check_key_reuse: bool, compiler_options: CompilerOptions = ()) -> Lowered:
     module, signature, host_compile, user_located = lower_function(fun, args, kwargs, options)
     lowered = Lowered(module, signature, backend=compile_traced, host_compile=host_compile,
-                      user_located=user_located, compiler_options=compiler_options)
+                      user_located=user_located, compiler_options=compiler_options, precision=program_precision())
     if check_key_reuse:
         from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse  # imported for checked programs only
 

@@ -12,7 +12,7 @@ import typing
 
 import pytest
 
-from hlopt.cli.opt import ANALYSES_HEADING, LOWERINGS_HEADING, TUNING_HEADINGS, main
+from hlopt.cli.opt import ANALYSES_HEADING, LOWERINGS_HEADING, PLATFORM_HEADING, main
 from hlopt.compiler.pipeline import PipelineError, parse_pipeline, without_bookkeeping
 from hlopt.passes.registry import PASSES, PIPELINES, all_passes
 
@@ -122,16 +122,18 @@ def test_list_passes_prints_first_sentences_in_columns(capsys):
     assert len(default_columns) == 1, default_columns  # the longest option range does not shift its column
 
 
-def test_list_passes_groups_lowerings_analyses_and_tuning(capsys):
+def test_list_passes_groups_lowerings_analyses_and_platform_passes(capsys):
     assert main(["--list-passes"]) == 0
     out = capsys.readouterr().out
     headings = re.findall(r"^(\S.*):$", out, re.M)
-    assert headings == [LOWERINGS_HEADING, ANALYSES_HEADING, TUNING_HEADINGS["xla-cpu-"], "Pipelines"]
+    cpu, tpu = PLATFORM_HEADING.format("cpu"), PLATFORM_HEADING.format("tpu")
+    assert headings == [LOWERINGS_HEADING, ANALYSES_HEADING, cpu, tpu, "Pipelines"]
     sections = dict(zip(headings, re.split(r"^\S.*:$", out, flags=re.M)[1:]))
     listed = {heading: re.findall(r"^  (\S+)", text, re.M) for heading, text in sections.items()}
     assert listed[ANALYSES_HEADING] == ["check-key-reuse"]
-    assert set(listed[TUNING_HEADINGS["xla-cpu-"]]) == {n for n in PASSES if n.startswith("xla-cpu-")}
-    assert set(listed[LOWERINGS_HEADING]) == set(PASSES) - {"check-key-reuse"} - set(listed[TUNING_HEADINGS["xla-cpu-"]])
+    assert set(listed[cpu]) == {n for n in PASSES if n.startswith("xla-cpu-")}
+    assert set(listed[tpu]) == {n for n in PASSES if n.startswith("tpu-")}
+    assert set(listed[LOWERINGS_HEADING]) == set(PASSES) - {"check-key-reuse"} - set(listed[cpu]) - set(listed[tpu])
 
 
 def _out_of_range(cls, field) -> list[str]:

@@ -1,7 +1,7 @@
 """`tpu-sparse-products`: BCOO SpMV and SpMM for a TPU compile, checked on CPU.
 
 The pass emits plain StableHLO (gathers, a sort, a scatter-add), so its programs run on CPU
-too: forced on (`platform=tpu`), or under `compiling_for("tpu")`, their results must be numpy's
+too: made plain for a TPU (`Lowered.apply(..., platform="tpu")`), then compiled here, their results must be numpy's
 dense products on drawn matrices with empty rows, duplicates, padding indices (index >= the
 dimension), no entries, sizes that are not multiples of the 8-lane window, every float type,
 sorted and unsorted entries, and through the sort-first and the chunked paths. Without a TPU
@@ -19,10 +19,8 @@ from hypothesis import given, settings, strategies as st
 import hlopt
 from hlopt import sparse as hs
 from hlopt.passes import registry
-from hlopt.passes.target import compiling_for
 from hlopt.passes.tpu import sparse_products
 
-FORCED = "tpu-sparse-products{platform=tpu},hlopt-default"
 TOL = {np.float32: 1e-5, np.float64: 1e-12, jnp.bfloat16: 5e-2}
 
 pytestmark = pytest.mark.usefixtures("x64_module")
@@ -42,9 +40,14 @@ def dense_product(data: np.ndarray, idx: np.ndarray, shape: tuple[int, int], x: 
     return a @ x.astype(np.float64)
 
 
-def product(data, idx, shape, x, sort: bool, pipeline: str = FORCED) -> np.ndarray:
+def for_tpu(lowered: hlopt.Lowered) -> hlopt.Compiled:
+    """`lowered` made plain as for a TPU (hlopt-default, `tpu-sparse-products` included), compiled here."""
+    return lowered.apply("hlopt-default", platform="tpu").compile("")
+
+
+def product(data, idx, shape, x, sort: bool) -> np.ndarray:
     f = lambda d, i, v: hs.BCOO((d, i), shape=shape, indices_sorted=sort) @ v  # noqa: E731
-    return np.asarray(hlopt.lower(f, data, idx, x).compile(pipeline)(data, idx, x), np.float64)
+    return np.asarray(for_tpu(hlopt.lower(f, data, idx, x))(data, idx, x), np.float64)
 
 
 def check(seed: int, m: int, k: int, nse: int, columns: int | None, sort: bool, dtype=np.float32) -> None:
@@ -79,7 +82,7 @@ def test_sorted_first_when_large(monkeypatch):
     idx = entries(rng, 11, 13, 50, sort=False)
     data, x = rng.standard_normal(50).astype(np.float32), rng.standard_normal((13, 4)).astype(np.float32)
     f = lambda d, i, v: hs.BCOO((d, i), shape=(11, 13)) @ v  # noqa: E731
-    text = hlopt.lower(f, data, idx, x).apply("tpu-sparse-products{platform=tpu}").as_text()
+    text = hlopt.lower(f, data, idx, x).apply("tpu-sparse-products", platform="tpu").as_text()
     assert "stablehlo.sort" in text and "indices_are_sorted = true" in text
     np.testing.assert_allclose(product(data, idx, (11, 13), x, False), dense_product(data, idx, (11, 13), x),
                                atol=1e-4)
@@ -94,7 +97,7 @@ def test_chunked(monkeypatch, columns):
     data = rng.standard_normal(37).astype(np.float32)
     x = rng.standard_normal((10,) if columns is None else (10, columns)).astype(np.float32)
     f = lambda d, i, v: hs.BCOO((d, i), shape=(7, 10), indices_sorted=True) @ v  # noqa: E731
-    assert "stablehlo.while" in hlopt.lower(f, data, idx, x).apply("tpu-sparse-products{platform=tpu}").as_text()
+    assert "stablehlo.while" in hlopt.lower(f, data, idx, x).apply("tpu-sparse-products", platform="tpu").as_text()
     np.testing.assert_allclose(product(data, idx, (7, 10), x, True), dense_product(data, idx, (7, 10), x), atol=1e-4)
 
 
@@ -104,11 +107,8 @@ def test_rewrites_only_for_a_tpu_target():
     data, x = rng.standard_normal(20).astype(np.float32), rng.standard_normal(9).astype(np.float32)
     lowered = hlopt.lower(lambda d, i, v: hs.BCOO((d, i), shape=(6, 9)) @ v, data, idx, x)
     assert "hlopt.bcoo.dot_general" in lowered.apply("tpu-sparse-products").as_text()
-    assert "hlopt.bcoo.dot_general" in lowered.apply("tpu-sparse-products{platform=none}").as_text()
-    with compiling_for("cpu"):
-        assert "hlopt.bcoo.dot_general" in lowered.apply("tpu-sparse-products").as_text()
-    with compiling_for("tpu"):
-        text = lowered.apply("tpu-sparse-products").as_text()
+    assert "hlopt.bcoo.dot_general" in lowered.apply("tpu-sparse-products", platform="cpu").as_text()
+    text = lowered.apply("tpu-sparse-products", platform="tpu").as_text()
     assert "hlopt.bcoo" not in text and "slice_sizes = array<i64: 1, 8>" in text
 
 
@@ -118,7 +118,7 @@ def test_gradient_through_the_rewrite():
     idx = entries(rng, 8, 12, 30, sort=False)
     data, x = rng.standard_normal(30).astype(np.float32), rng.standard_normal((12, 3)).astype(np.float32)
     f = lambda d, v: jnp.sum(jnp.sin(hs.BCOO((d, idx), shape=(8, 12)) @ v))  # noqa: E731
-    got = hlopt.lower(jax.grad(f, argnums=1), data, x).compile(FORCED)(data, x)
+    got = for_tpu(hlopt.lower(jax.grad(f, argnums=1), data, x))(data, x)
     mask = (idx[:, 0] < 8) & (idx[:, 1] < 12)
     dense = np.zeros((8, 12), np.float32)
     np.add.at(dense, (idx[mask, 0], idx[mask, 1]), data[mask])
@@ -131,12 +131,6 @@ def test_registered_before_lower_bcoo_and_tpu_only():
     assert cls.platforms == ("tpu",)
     default = registry.PIPELINES["hlopt-default"].split(",")
     assert default.index("tpu-sparse-products") < default.index("lower-bcoo")
-
-
-def test_unknown_platform_option_is_refused():
-    lowered = hlopt.lower(lambda v: v + 1, np.ones(3, np.float32))
-    with pytest.raises(hlopt.PipelineError, match="platform.*auto\\|tpu\\|none"):
-        lowered.apply("tpu-sparse-products{platform=gpu}")
 
 
 @pytest.mark.parametrize("columns", [None, 4])
@@ -154,8 +148,8 @@ def test_bcsr(columns):
     x = rng.standard_normal((k,) if columns is None else (k, columns)).astype(np.float32)
     f = lambda d, i, p, v: hs.BCSR((d, i, p), shape=(m, k)) @ v  # noqa: E731
     lowered = hlopt.lower(f, data, cols, indptr, x)
-    assert "hlopt.bcoo" not in lowered.apply("tpu-sparse-products{platform=tpu}").as_text()
-    got = lowered.compile(FORCED)(data, cols, indptr, x)
+    assert "hlopt.bcoo" not in lowered.apply("tpu-sparse-products", platform="tpu").as_text()
+    got = for_tpu(lowered)(data, cols, indptr, x)
     rows = np.repeat(np.arange(m), counts)
     want = dense_product(data, np.stack([rows, cols], 1), (m, k), x)
     np.testing.assert_allclose(np.asarray(got, np.float64), want, atol=1e-5)

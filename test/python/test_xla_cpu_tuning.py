@@ -184,7 +184,7 @@ def test_every_tuning_pass_changes_some_workload():
     texts = {}
     for name, (fun, args, _) in workloads().items():
         lowered = hlopt.lower(fun, *args)
-        texts[name] = (lowered.apply(DEFAULT).as_text(), {p: lowered.apply(without(p)).as_text()
+        texts[name] = (lowered.apply(DEFAULT, platform="cpu").as_text(), {p: lowered.apply(without(p), platform="cpu").as_text()
                                                           for p in DEFAULT_TUNING})
     unchanged = [p for p in DEFAULT_TUNING if all(full == rest[p] for full, rest in texts.values())]
     assert not unchanged, f"tuning passes that change none of the workloads: {unchanged}"
@@ -199,7 +199,7 @@ def test_stack_dots_joins_rows_of_mixed_shapes():
     lowered = hlopt.lower(fun, *args)
 
     def weight_products(pipeline):
-        return [line for line in lowered.apply(pipeline).as_text().splitlines()
+        return [line for line in lowered.apply(pipeline, platform="cpu").as_text().splitlines()
                 if "stablehlo.dot_general" in line and ", tensor<12x10xf64>) ->" in line]
 
     assert len(weight_products(DEFAULT)) == 1
@@ -219,7 +219,7 @@ def test_tuning_keeps_the_bilaplacian_temporaries_small():
                               p, xs)
         temp = {name: lowered.compile(pipeline).executable.get_compiled_memory_stats().temp_size_in_bytes
                 for name, pipeline in (("tuned", DEFAULT), ("untuned", UNTUNED))}
-        text = lowered.apply(DEFAULT).as_text()
+        text = lowered.apply(DEFAULT, platform="cpu").as_text()
     # no product with ones over a directions axis of the 5x5x8x128 nested directions
     dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line and "tensor<5x5x8x128xf32>" in line]
     assert not dots, dots
@@ -283,7 +283,7 @@ def test_transposed_dots_keep_the_product(case, wide):
         b = jax.random.normal(keys[1], rhs_shape, dtype)
         fun = lambda x, y: jax.lax.dot_general(x, y, numbers)  # noqa: E731
         lowered = hlopt.lower(fun, a, b)
-        text = lowered.apply("xla-cpu-transposed-dots").as_text()
+        text = lowered.apply("xla-cpu-transposed-dots", platform="cpu").as_text()
         got = lowered.compile("xla-cpu-transposed-dots")(a, b)
         want = jax.jit(fun)(a, b)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12 if wide else 2e-5,
@@ -367,7 +367,7 @@ def test_small_leading_sums_stay_reduces():
     no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false kept-squares=0}")
     for fun, args in ((lap, (xs,)), (grad, (p,))):
         lowered = hlopt.lower(fun, *args)
-        kept, products = lowered.apply(DEFAULT).as_text(), lowered.apply(no_keep).as_text()
+        kept, products = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(no_keep, platform="cpu").as_text()
         leading = [line for line in kept.splitlines()
                    if "stablehlo.reduce" in line and "dimensions = [0]" in line and "tensor<12x64x32xf64>" in line]
         assert leading and "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT" in kept, kept
@@ -414,7 +414,7 @@ def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, gra
     runs = min(m for m in range(2, dim) if dim % m == 0 and dim // m <= 16)
     elem = "f64" if wide else "f32"
     no_runs = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{run-sums=false}")
-    in_runs, products = lowered.apply(DEFAULT).as_text(), lowered.apply(no_runs).as_text()
+    in_runs, products = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(no_runs, platform="cpu").as_text()
     summand = f"(tensor<{dim}x{elem}>, tensor<{dim}x{points}x{width}x{elem}>)"  # a product with ones of it
     partial = re.compile(rf"stablehlo\.reduce\(.*dimensions = \[1\] : \(tensor<{runs}x{dim // runs}x{points}x{width}x{elem}>")
     assert partial.search(in_runs), in_runs
@@ -436,7 +436,7 @@ def test_sums_of_squares_of_few_terms_stay_reduces(dim, points, width, wide, gra
     lowered, ref, args = _mlp_laplacian(dim, points, width, wide, grad)
     elem = "f64" if wide else "f32"
     unkept = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{kept-squares=0}")
-    kept, other = lowered.apply(DEFAULT).as_text(), lowered.apply(unkept).as_text()
+    kept, other = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(unkept, platform="cpu").as_text()
     square = re.compile(rf"(%\S+) = stablehlo\.multiply (%\S+), \2 : tensor<{dim}x{points}x{width}x{elem}>")
     squares = square.findall(kept)
     assert squares, kept
@@ -497,7 +497,7 @@ def test_summed_batch_dots_keep_the_sum(case, wide):
         b = jax.random.normal(keys[1], rhs_shape, dtype)
         fun = lambda x, y: jnp.sum(jax.lax.dot_general(x, y, numbers), axis=summed)  # noqa: E731
         lowered = hlopt.lower(fun, a, b)
-        text = lowered.apply("xla-cpu-summed-batch-dots").as_text()
+        text = lowered.apply("xla-cpu-summed-batch-dots", platform="cpu").as_text()
         got = np.asarray(lowered.compile("xla-cpu-summed-batch-dots")(a, b))
     want = _einsum_dot(a, b, numbers, summed)
     tol = 1e-12 if wide else 2e-5
@@ -521,7 +521,7 @@ def test_summed_batch_dots_contract_the_determinant_directions():
             return jnp.linalg.slogdet(jnp.eye(8) + jnp.tanh(m @ m.T + m[:, :1]))[1]
 
         lowered = hlopt.lower(jax.vmap(hlopt.laplacian(log_det)), xs)
-        text = lowered.apply(DEFAULT).as_text()
+        text = lowered.apply(DEFAULT, platform="cpu").as_text()
         assert not [line for line in text.splitlines()
                     if "stablehlo.dot_general" in line and "-> tensor<24x64x8x8xf32>" in line], text
         compiled = lowered.compile(DEFAULT)
@@ -567,7 +567,7 @@ def test_broadcast_batch_dots_keep_the_product(case, side, transposed, wide):
             return jax.lax.dot_general(full, y, dims) if side == 0 else jax.lax.dot_general(y, full, dims)
 
         lowered = hlopt.lower(fun, p, q)
-        text = lowered.apply("xla-cpu-summed-batch-dots").as_text()
+        text = lowered.apply("xla-cpu-summed-batch-dots", platform="cpu").as_text()
         got = np.asarray(lowered.compile("xla-cpu-summed-batch-dots")(p, q))
     full = np.transpose(np.broadcast_to(np.expand_dims(np.asarray(p), at), shapes[side]), perm)
     want = _einsum_dot(full, q, dims) if side == 0 else _einsum_dot(q, full, dims)
@@ -577,3 +577,52 @@ def test_broadcast_batch_dots_keep_the_product(case, side, transposed, wide):
     assert len(dots) == 1, text
     kept = re.search(r"batching_dims = \[([\d, ]*)\]", dots[0])
     assert (len(kept.group(1).split(",")) if kept else 0) == len(lb) - 1, dots
+
+
+def _hard_workloads():
+    """name -> (function, float64 arguments): the workloads above on inputs that are hard for
+    float32 (name -> why): determinants of near-singular matrices (condition numbers near 1e4),
+    whose LU solves amplify rounding, and sums whose terms cancel (points far from the origin,
+    where the Laplacian is a small difference of large terms)."""
+    easy = workloads()
+    w = jax.random.normal(jax.random.key(7), (8, 4)) / 2
+    xs = jax.random.normal(jax.random.key(1), (5, 4))
+
+    def near_singular(c, x):  # a rank-one matrix plus 1e-3 I and a small antisymmetric part
+        z = jnp.tanh(c @ x)
+        return jnp.linalg.slogdet(1e-3 * jnp.eye(z.size) + z[:, None] * z[None, :]
+                                  + 1e-2 * (z[:, None] - z[None, :]))[1]
+
+    def gradient(c):
+        return jnp.mean(jax.vmap(lambda x: hlopt.laplacian(lambda y: near_singular(c, y))(x))(xs) ** 2)
+
+    hard = {
+        "near_singular_laplacian": (jax.vmap(lambda x: hlopt.laplacian(lambda y: near_singular(w, y))(x)), (xs,)),
+        "near_singular_gradient": (jax.grad(gradient), (w,)),
+    }
+    for name in ("electron_laplacian", "small_determinant_laplacian", "batched_products"):
+        fun, args, _ = easy[name]
+        hard[name] = (fun, args)
+    far = easy["laplacian"]
+    hard["cancelling_laplacian"] = (far[0], (far[1][0], far[1][1] + 40.0))  # tanh's terms cancel far out
+    return hard
+
+
+@pytest.mark.parametrize("name", ["near_singular_laplacian", "near_singular_gradient", "electron_laplacian",
+                                  "small_determinant_laplacian", "batched_products", "cancelling_laplacian"])
+def test_tuning_costs_no_accuracy_on_hard_inputs(name):
+    """In float32, on ill-conditioned and cancelling inputs, the tuned program's error (against the
+    untuned program in float64) is within the untuned float32 program's own rounding error (twice
+    it, or a few float32 ulps of the result's scale where that error is near zero)."""
+    fun, args = _hard_workloads()[name]
+    as32 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating)
+                                  else a, args)
+    exact = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=UNTUNED)(*args))
+    tuned = jax.tree_util.tree_leaves(hlopt.jit(fun)(*as32))
+    untuned = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=UNTUNED)(*as32))
+    for t, u, e in zip(tuned, untuned, exact, strict=True):
+        e = np.asarray(e, np.float64)
+        scale = float(np.max(np.abs(e))) if e.size else 1.0
+        own = float(np.max(np.abs(np.asarray(u, np.float64) - e))) if e.size else 0.0
+        err = float(np.max(np.abs(np.asarray(t, np.float64) - e))) if e.size else 0.0
+        assert err <= 2 * own + 8 * np.finfo(np.float32).eps * scale, (name, err, own, scale)

@@ -61,12 +61,12 @@ W2 = jax.random.normal(jax.random.key(2), (16, 4)) / 4
 def test_option_reaches_the_executable():
     """With the step the sum's program has no YNNPACK fusion; without it, one."""
     lowered = hlopt.lower(squared_norms, R)
-    assert "hlopt.compiler_options" in lowered.apply(DEFAULT).as_text()
-    assert "hlopt.compiler_options" not in lowered.apply(WITHOUT).as_text()
+    assert "hlopt.compiler_options" in lowered.apply(DEFAULT, platform="cpu").as_text()
+    assert "hlopt.compiler_options" not in lowered.apply(WITHOUT, platform="cpu").as_text()
     with_step, without_step = lowered.compile(), lowered.compile(WITHOUT)
     assert ynn_fusions(without_step) == 1 and ynn_fusions(with_step) == 0
     assert ynn_fusions(hlopt.jit(squared_norms).lower(R).compile()) == 0
-    assert ynn_fusions(lowered.apply(DEFAULT).compile(pipeline="")) == 0  # applied, then compiled (hlopt compile -v)
+    assert ynn_fusions(lowered.apply(DEFAULT, platform="cpu").compile(pipeline="")) == 0  # applied, then compiled (hlopt compile -v)
     np.testing.assert_allclose(with_step(R), without_step(R), rtol=1e-6)
     np.testing.assert_allclose(with_step(R), np.sum(np.asarray(R, np.float64) ** 2, -1), rtol=1e-5)
 
@@ -75,7 +75,7 @@ def test_a_long_row_reduction_keeps_the_fusion():
     """A max over rows of 1024, which the fusion runs faster: nothing is recorded."""
     x = jax.random.normal(jax.random.key(3), (64, 1024), jnp.float32)
     lowered = hlopt.lower(lambda v: jnp.max(v, axis=1), x)
-    assert "hlopt.compiler_options" not in lowered.apply(DEFAULT).as_text()
+    assert "hlopt.compiler_options" not in lowered.apply(DEFAULT, platform="cpu").as_text()
     assert ynn_fusions(lowered.compile()) == 1
 
 
@@ -98,7 +98,7 @@ def test_xla_flags_naming_the_option_win(monkeypatch):
 
 def test_program_options():
     """The recorded option joins the user's on CPU only, after theirs; a bare name in XLA_FLAGS counts."""
-    module = hlopt.lower(squared_norms, R).apply(DEFAULT).module
+    module = hlopt.lower(squared_norms, R).apply(DEFAULT, platform="cpu").module
     assert ynn_fusion.recorded_options(module.operation) == RECORDED
     assert program_options(module, "cpu") == RECORDED
     assert program_options(module, "cuda") == ()
@@ -106,7 +106,7 @@ def test_program_options():
     assert program_options(module, "cpu", fast) == (fast[0], RECORDED[0])  # sorted by name
     mine = ((ynn_fusion.OPTION, ""),)
     assert program_options(module, "cpu", mine) == mine
-    plain = hlopt.lower(squared_norms, R).apply(WITHOUT).module
+    plain = hlopt.lower(squared_norms, R).apply(WITHOUT, platform="cpu").module
     assert program_options(plain, "cpu", fast) == fast
 
 
@@ -140,11 +140,11 @@ def test_the_cache_keeps_the_programs_apart(tmp_path):
         assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 2)
         assert ynn_fusions(first) == ynn_fusions(hit) == 0 and ynn_fusions(without_step) == 1
         signature = lowered.signature
-        recorded, plain = lowered.apply(DEFAULT).module, lowered.apply(WITHOUT).module
+        recorded, plain = lowered.apply(DEFAULT, platform="cpu").module, lowered.apply(WITHOUT, platform="cpu").module
         compile_program(recorded, signature)
         compile_program(plain, signature)
         assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 4)
-        compile_program(lowered.apply(DEFAULT).module, signature)
+        compile_program(lowered.apply(DEFAULT, platform="cpu").module, signature)
         assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (2, 4)
 
 
@@ -167,7 +167,7 @@ def test_hlopt_operations_inside_jax_jit_leave_no_attribute():
     jax's module: the attribute does not come with it, and jax compiles with its own options."""
     f = jax.vmap(hlopt.laplacian(lambda y: jnp.sum(squared_norms(y.reshape(-1, 3)) ** 2)))
     xs = jax.random.normal(jax.random.key(4), (512, 6))
-    assert "hlopt.compiler_options" in hlopt.lower(f, xs).apply(DEFAULT).as_text()
+    assert "hlopt.compiler_options" in hlopt.lower(f, xs).apply(DEFAULT, platform="cpu").as_text()
     assert "hlopt.compiler_options" not in jax.jit(f).lower(xs).as_text()
     assert "hlopt.compiler_options" not in jax.export.export(jax.jit(f))(xs).mlir_module()
     np.testing.assert_allclose(jax.jit(f)(xs), hlopt.jit(f)(xs), rtol=1e-5)
@@ -192,7 +192,7 @@ def test_same_numbers_with_and_without_the_step():
         for fun, reference in ((kinetic, energies(hessian_trace)),
                                (gradient, jax.grad(lambda v: jnp.mean(energies(hessian_trace)(v) ** 2)))):
             lowered = hlopt.lower(fun, w)
-            assert "hlopt.compiler_options" in lowered.apply(DEFAULT).as_text()
+            assert "hlopt.compiler_options" in lowered.apply(DEFAULT, platform="cpu").as_text()
             with_step, without_step = lowered.compile()(w), lowered.compile(WITHOUT)(w)
             want = jax.jit(reference)(w)
             scale = float(np.max(np.abs(want)))

@@ -181,7 +181,7 @@ def lower_dot_general(c: BcooOp) -> list[Value]:
                 d, g, lhs_batch=[0, *(1 + x - k for x in dense_batch)],
                 rhs_batch=[0, *(1 + rw.index(pair[x]) for x in dense_batch)],
                 lhs_contract=[1 + x - k for x in dense_contract],
-                rhs_contract=[1 + rw.index(pair[x]) for x in dense_contract], elem=elem)
+                rhs_contract=[1 + rw.index(pair[x]) for x in dense_contract], elem=elem, precision_config=None)
         else:
             p = b.mul(b.broadcast(d, [e, *window_shape], [0]), g)
         ok = _valid_cols(i, gather_cols, lay)
@@ -257,7 +257,8 @@ def lower_dot_general_sampled(c: BcooOp) -> list[Value]:
         p = b.dot_general(
             ga, gb, lhs_batch=[0, *(1 + aw.index(src[s][0]) for s in dense_batch)],
             rhs_batch=[0, *(1 + bw.index(src[s][1]) for s in dense_batch)],
-            lhs_contract=[1 + aw.index(x) for x in lc], rhs_contract=[1 + bw.index(y) for y in rc], elem=elem)
+            lhs_contract=[1 + aw.index(x) for x in lc], rhs_contract=[1 + bw.index(y) for y in rc], elem=elem,
+            precision_config=None)
         p = b.transpose(p, [0, *(1 + result_order.index(s) for s in dense)])
         ok = _valid_cols(i, range(k), lay)
         if ok is not None:

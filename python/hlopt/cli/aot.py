@@ -309,7 +309,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                       out_shardings=out_shardings)
             lowered.backend = compile_lowered  # the file is signed: every custom call must be on the list
         if args.verbose:  # pass by pass, then PJRT (the persistent cache is consulted for PJRT only)
-            after = lowered.apply(args.pipeline, progress=lambda name, s: stage_line(f"pass {name}", s),
+            from hlopt.runtime.compile import program_devices
+
+            after = lowered.apply(args.pipeline, platform=program_devices(lowered.signature)[0].platform,
+                                  progress=lambda name, s: stage_line(f"pass {name}", s),
                                   import_partitioners=args.allow_import)
             with stage("PJRT compile", True):
                 compiled = after.compile(pipeline="")

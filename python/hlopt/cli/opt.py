@@ -15,9 +15,14 @@ ALLOW_IMPORT_HELP = ("import the module:qualname a custom_partitioning key names
 
 
 def _parser() -> argparse.ArgumentParser:
+    from hlopt.passes.target import NONE, PLATFORMS
+
     p = argparse.ArgumentParser(prog="hlopt-opt", description=__doc__)
     p.add_argument("input", nargs="?", default="-", help="a .mlir file, or - for stdin")
     p.add_argument("-p", "--pipeline", default="", help="comma-separated passes, e.g. 'lower-bcoo,canonicalize'")
+    p.add_argument("--platform", default=NONE, choices=(*PLATFORMS, NONE),
+                   help="what the module will be compiled for: passes for other platforms leave it as it is "
+                        "(default none: portable IR, no platform's tuning)")
     p.add_argument("-o", "--output", default="-", help="where to write the result (default stdout)")
     p.add_argument("--split-input-file", action="store_true", help="process each '// -----' chunk separately")
     p.add_argument("--print-ir-after-all", action="store_true", help="print the IR after each pass to stderr")
@@ -33,28 +38,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # --list-passes headings: tuning passes by their platform prefix, the passes that only report, the rest
-TUNING_HEADINGS = {"xla-cpu-": "Tuning for XLA:CPU"}
 ANALYSES_HEADING = "Analyses (report, change nothing)"
 ANALYSES = ("check-key-reuse",)
 LOWERINGS_HEADING = "Lowerings (make hlopt's annotations plain StableHLO)"
+PLATFORM_HEADING = "For {} only (tuning and kernels; run for a module compiled for it, --platform)"
 
 
-def _heading(name: str) -> str:
-    """The heading `--list-passes` lists the pass `name` under."""
-    for prefix, heading in TUNING_HEADINGS.items():
-        if name.startswith(prefix):
-            return heading
+def _heading(name: str, platforms: tuple[str, ...], portable: tuple[str, ...]) -> str:
+    """The heading `--list-passes` lists the pass `name`, declaring `platforms`, under (`portable`: what a
+    semantic pass declares)."""
+    if tuple(platforms) != portable:
+        return PLATFORM_HEADING.format(", ".join(platforms))
     return ANALYSES_HEADING if name in ANALYSES else LOWERINGS_HEADING
 
 
 def list_passes() -> str:
     """hlopt's passes grouped under headings, each with its first sentence and options, then the pipelines."""
     from hlopt.passes.registry import PIPELINES, all_passes
+    from hlopt.passes.target import PORTABLE
 
     passes = all_passes()
     groups: dict[str, list[str]] = {LOWERINGS_HEADING: [], ANALYSES_HEADING: []}
     for name in passes:
-        groups.setdefault(_heading(name), []).append(name)
+        groups.setdefault(_heading(name, passes[name].platforms, PORTABLE), []).append(name)
     options = {name: cls.options_help() for name, cls in passes.items()}
     width = max(len(text) for text in [*passes, *(o for help_ in options.values() for o, _ in help_)]) + 2
     fill = textwrap.TextWrapper(LIST_WIDTH, subsequent_indent=" " * (width + 4), break_on_hyphens=False,
@@ -112,9 +118,10 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
     return chunks
 
 
-def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bool = False,
+def process(source: str, filename: str, pipeline: str, *, platform: str = "none", print_ir_after_all: bool = False,
             timing: bool = False, debug_info: bool = False, allow_import: bool = False) -> str:
-    """Parse `source`, run `pipeline`, and return the printed module.
+    """Parse `source`, run `pipeline` for `platform` (`hlopt.passes.target.target_of`), and return the
+    printed module.
 
     `allow_import`: see ALLOW_IMPORT_HELP (by default a partitioner key resolves
     only among those registered in this process).
@@ -123,8 +130,9 @@ def process(source: str, filename: str, pipeline: str, *, print_ir_after_all: bo
     from hlopt.compiler.pipeline import run_pipeline
     from hlopt.passes.locations import source_name
     from hlopt.passes.mlir import get_context
+    from hlopt.passes.target import compiling_for, target_of
 
-    with get_context(), source_name(filename):
+    with get_context(), source_name(filename), compiling_for(target_of(platform)):
         module = parse_source(source, filename)
         if pipeline:
             from hlopt.passes.lower_custom_partitioning import partitioner_imports
@@ -149,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         outputs, failed, misses = [], False, []
         for chunk, first_line in _chunks(text, args.split_input_file):
             def run(source: str = "\n" * first_line + chunk) -> str:  # keep line numbers of the whole file
-                return process(source, filename, args.pipeline, print_ir_after_all=args.print_ir_after_all,
+                return process(source, filename, args.pipeline, platform=args.platform,
+                               print_ir_after_all=args.print_ir_after_all,
                                timing=args.timing, debug_info=args.debug_info, allow_import=args.allow_import)
 
             if args.verify_diagnostics:

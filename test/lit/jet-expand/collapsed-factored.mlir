@@ -1,5 +1,5 @@
 // RUN: hlopt-opt %s -p jet-expand,canonicalize --split-input-file | filecheck %s
-// RUN: hlopt-opt %s -p 'jet-expand,canonicalize,xla-cpu-stack-dots' --split-input-file | filecheck %s --check-prefix=STACK
+// RUN: hlopt-opt %s --platform cpu -p 'jet-expand,canonicalize,xla-cpu-stack-dots' --split-input-file | filecheck %s --check-prefix=STACK
 
 // The collapsed K-th coefficient of tanh is sum_r P(y) x1_r^2 (P(y) = -y (1 - y^2),
 // the same for every direction): the sum over the directions is taken of x1_r^2 alone

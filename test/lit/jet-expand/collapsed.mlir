@@ -1,5 +1,5 @@
 // RUN: hlopt-opt %s -p jet-expand --split-input-file | filecheck %s
-// RUN: hlopt-opt %s -p 'jet-expand,xla-cpu-stack-dots' --split-input-file | filecheck %s --check-prefix=STACK
+// RUN: hlopt-opt %s --platform cpu -p 'jet-expand,xla-cpu-stack-dots' --split-input-file | filecheck %s --check-prefix=STACK
 
 // A collapsed jet of order 2 along 3 directions: coefficient 1 keeps the leading
 // directions axis, the K-th is carried with an axis of size 1 inside and comes out

@@ -1,5 +1,5 @@
 // RUN: hlopt-opt %s -p 'jet-expand{func=f order=2}' --split-input-file | filecheck %s
-// RUN: hlopt-opt %s -p 'jet-expand{func=f order=2},xla-cpu-stack-dots' --split-input-file | filecheck %s --check-prefix=STACK
+// RUN: hlopt-opt %s --platform cpu -p 'jet-expand{func=f order=2},xla-cpu-stack-dots' --split-input-file | filecheck %s --check-prefix=STACK
 
 // Linear ops apply themselves to each coefficient; the primal ops are kept.
 // CHECK-LABEL: func.func @f_jet2

@@ -1,6 +1,6 @@
-// RUN: hlopt-opt %s --split-input-file -p 'tpu-sparse-products{platform=tpu}' | filecheck %s
-// RUN: hlopt-opt %s --split-input-file -p 'tpu-sparse-products' | filecheck %s --check-prefix=OFF
-// RUN: hlopt-opt %s --split-input-file -p 'tpu-sparse-products{platform=none}' | filecheck %s --check-prefix=OFF
+// RUN: hlopt-opt %s --split-input-file --platform tpu -p tpu-sparse-products | filecheck %s
+// RUN: hlopt-opt %s --split-input-file -p tpu-sparse-products | filecheck %s --check-prefix=OFF
+// RUN: hlopt-opt %s --split-input-file --platform cpu -p tpu-sparse-products | filecheck %s --check-prefix=OFF
 
 // SpMV: x read in windows of 8 lanes, one lane kept per entry, one unsorted scatter-add.
 // CHECK-LABEL: func.func @spmv

@@ -1,5 +1,5 @@
 // RUN: hlopt-opt %s -p 'vjp-expand{func=f}' --split-input-file | filecheck %s
-// RUN: hlopt-opt %s -p 'vjp-expand{func=f},xla-cpu-update-in-place' --split-input-file | filecheck %s --check-prefix=INPLACE
+// RUN: hlopt-opt %s --platform cpu -p 'vjp-expand{func=f},xla-cpu-update-in-place' --split-input-file | filecheck %s --check-prefix=INPLACE
 
 // broadcast_in_dim with permuted dims: the cotangent is summed over the new dim,
 // then put back in operand order.

@@ -1,4 +1,7 @@
-// RUN: hlopt-opt %s -p xla-cpu-column-selects --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-column-selects --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-column-selects --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-column-selects > %t.none
 
 // A row mask broadcast over two index columns selects between the indices and the per-column
 // padding: one select per column (the padding read from its constant), stacked.
@@ -85,3 +88,8 @@ func.func @kept(%ok: tensor<5xi1>, %x: tensor<5x2xf32>, %i: tensor<5x9xi32>, %j:
   %d = stablehlo.reduce(%s init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<5x3xi32>, tensor<i32>) -> tensor<5xi32>
   return %a, %b, %c, %d : tensor<5x2xf32>, tensor<5x9xi32>, tensor<2x5xi32>, tensor<5xi32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none

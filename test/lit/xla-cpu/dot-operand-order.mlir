@@ -1,4 +1,7 @@
-// RUN: hlopt-opt %s -p xla-cpu-dot-operand-order --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-dot-operand-order --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-dot-operand-order --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-dot-operand-order > %t.none
 
 // The weight gradient x^T ct of x @ W as vjp-expand writes it (the cotangent first,
 // then the transpose into W's order) becomes the dot with x first.
@@ -42,3 +45,8 @@ func.func @kept(%a: tensor<2x3x4xf32>, %b: tensor<2x4x6x7xf32>, %c: tensor<3x5xf
   %4 = stablehlo.transpose %c, dims = [1, 0] : (tensor<3x5xf32>) -> tensor<5x3xf32>
   return %1, %3, %2, %4 : tensor<2x7x6x3xf32>, tensor<2x6x7x3xf32>, tensor<2x3x6x7xf32>, tensor<5x3xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none

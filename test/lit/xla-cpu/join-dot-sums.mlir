@@ -1,4 +1,7 @@
-// RUN: hlopt-opt %s -p xla-cpu-join-dot-sums --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-join-dot-sums --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-join-dot-sums --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-join-dot-sums > %t.none
 
 // A weight gradient summed over the primal (no directions axis), the directions and
 // the collapsed coefficient: one dot of the stacks.
@@ -62,3 +65,8 @@ func.func @large_operands(%x1: tensor<25x4096x32xf32>, %x2: tensor<1x4096x32xf32
   %5 = stablehlo.add %3, %4 : tensor<512x1xf32>
   return %2, %5 : tensor<32x32xf32>, tensor<512x1xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none

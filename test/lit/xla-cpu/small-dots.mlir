@@ -1,4 +1,7 @@
-// RUN: hlopt-opt %s -p xla-cpu-small-dots --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-small-dots --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-small-dots --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-small-dots > %t.none
 
 // A batched product of 4x2 and 2x3 matrices (all of m, k, n below 8) becomes the sum of
 // two broadcast products of the operands' slices.
@@ -58,7 +61,7 @@ func.func @kept(%a: tensor<16x8x4xf32>, %b: tensor<16x4x4xf32>, %c: tensor<4x4xf
 // -----
 
 // A smaller bound by the option: a 4x4 product stays when max-size is 4 (goes by default).
-// RUN: hlopt-opt %s -p 'xla-cpu-small-dots{max-size=4}' --split-input-file | filecheck %s --check-prefix=BOUND
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-small-dots{max-size=4}' --split-input-file | filecheck %s --check-prefix=BOUND
 // CHECK-LABEL: func.func @bound
 // CHECK: stablehlo.multiply
 // BOUND-LABEL: func.func @bound
@@ -68,3 +71,8 @@ func.func @bound(%a: tensor<16x4x4xf32>) -> tensor<16x4x4xf32> {
   %0 = stablehlo.dot_general %a, %a, batching_dims = [0] x [0], contracting_dims = [2] x [1] : (tensor<16x4x4xf32>, tensor<16x4x4xf32>) -> tensor<16x4x4xf32>
   return %0 : tensor<16x4x4xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none

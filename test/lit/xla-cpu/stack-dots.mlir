@@ -1,4 +1,7 @@
-// RUN: hlopt-opt %s -p xla-cpu-stack-dots --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-stack-dots --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-stack-dots --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-stack-dots > %t.none
 
 // A collapsed jet's dots of one layer: the primal (no directions axis), 3 directions
 // and the collapsed coefficient times the same weights become one matmul, the
@@ -140,3 +143,8 @@ func.func @small_weights(%p: tensor<512x7xf32>, %d: tensor<24x512x7xf32>, %c: te
   %2 = stablehlo.dot_general %c, %w, contracting_dims = [1] x [0] : (tensor<512x7xf32>, tensor<7x32xf32>) -> tensor<512x32xf32>
   return %0, %1, %2 : tensor<512x32xf32>, tensor<24x512x32xf32>, tensor<512x32xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none

@@ -1,4 +1,7 @@
-// RUN: hlopt-opt %s -p xla-cpu-sum-as-dot --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-sum-as-dot --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-sum-as-dot --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-sum-as-dot > %t.none
 
 // A sum over the leading axis (a collapsed jet's sum over its directions) becomes a
 // product with a vector of ones.
@@ -184,12 +187,11 @@ func.func @empty_inner(%x: tensor<3x0x5xf32>) -> tensor<3x5xf32> {
 // 2 run sums by a product with ones. With max-kept-bytes=0 the 12-term sum is summed within 2
 // runs of 6 likewise; with run-sums=false too, both are products with ones and nothing is
 // recorded.
-// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{max-kept-bytes=0}' --split-input-file | filecheck %s --check-prefix=NOKEEP
-// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false}' --split-input-file | filecheck %s --check-prefix=NORUNS
-// Run again, the pass leaves its output as it is.
-// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot' --split-input-file > %t.once
-// RUN: hlopt-opt %t.once -p 'xla-cpu-sum-as-dot' --split-input-file > %t.twice
-// RUN: diff %t.once %t.twice
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{max-kept-bytes=0}' --split-input-file | filecheck %s --check-prefix=NOKEEP
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false}' --split-input-file | filecheck %s --check-prefix=NORUNS
+// Run again, the pass leaves its output as it is (the diff at the end of the file).
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot' --split-input-file > %t.once
+// RUN: hlopt-opt %t.once --platform cpu -p 'xla-cpu-sum-as-dot' --split-input-file > %t.twice
 // CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
 // CHECK-LABEL: func.func @small_leading
 // CHECK: stablehlo.reduce(%arg0 init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
@@ -255,7 +257,7 @@ func.func @runs(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x1
 // fusion. 25 squared terms, and 24 terms of a product of two values, are summed within runs;
 // 24 squared float16 terms are a product with ones (which XLA:CPU accumulates in float32).
 // With kept-squares=0 the 24 squared terms are summed within 2 runs of 12 too.
-// RUN: hlopt-opt %s -p 'xla-cpu-sum-as-dot{kept-squares=0}' --split-input-file | filecheck %s --check-prefix=NOSQUARES
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{kept-squares=0}' --split-input-file | filecheck %s --check-prefix=NOSQUARES
 // CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
 // CHECK-LABEL: func.func @squares
 // CHECK: %[[SQ:.*]] = stablehlo.multiply %arg0, %arg0 : tensor<24x128x8x32xf32>
@@ -355,3 +357,9 @@ func.func @empty_sum(%x: tensor<3x0x5xf32>, %s: tensor<24x128x8x3xf32>) -> (tens
   %1 = stablehlo.reduce(%s init: %c0) applies stablehlo.add across dimensions = [3] : (tensor<24x128x8x3xf32>, tensor<f32>) -> tensor<24x128x8xf32>
   return %0, %1 : tensor<3x5xf32>, tensor<24x128x8xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none
+// RUN: diff %t.once %t.twice

@@ -1,4 +1,7 @@
-// RUN: hlopt-opt %s -p xla-cpu-summed-batch-dots --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-summed-batch-dots --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-summed-batch-dots --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-summed-batch-dots > %t.none
 
 // A sum over the directions (batch dimension 0) of per-direction, per-point matrix
 // products: one product per point contracting the directions first, its precision kept.
@@ -161,3 +164,8 @@ func.func @kept_more(%a: tensor<6x?x4x3xf32>, %b: tensor<6x5x3x2xf32>, %p: tenso
   }
   return %1, %2, %4, %5, %7, %9, %11#1 : tensor<5x4x2xf32>, tensor<6x4x2xf32>, tensor<5x4x2xf32>, tensor<6x5x4x2xf32>, tensor<4x2xf16>, tensor<4x2xf32>, tensor<5x4x2xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none

@@ -1,5 +1,8 @@
-// RUN: hlopt-opt %s -p xla-cpu-transposed-dots --split-input-file | filecheck %s
-// RUN: hlopt-opt %s -p 'xla-cpu-transposed-dots{swap=never}' --split-input-file | filecheck %s --check-prefix=NEVER
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-transposed-dots --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-transposed-dots{swap=never}' --split-input-file | filecheck %s --check-prefix=NEVER
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-transposed-dots --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-transposed-dots > %t.none
 
 // A^T B of batched 8x8 matrices (the lhs contracts its rows): the lhs is transposed, the two
 // batch dimensions joined into one, and the product reshaped back; the precision is kept.
@@ -162,3 +165,8 @@ func.func @edges(%a: tensor<0x8x16xf32>, %b: tensor<0x4x16xf32>, %x: tensor<18x7
   %2 = stablehlo.dot_general %h, %h, batching_dims = [0, 1] x [0, 1], contracting_dims = [2] x [2] : (tensor<4294967296x4294967296x16x8xf32>, tensor<4294967296x4294967296x16x8xf32>) -> tensor<4294967296x4294967296x8x8xf32>
   return %0, %1, %2 : tensor<0x8x4xf32>, tensor<32x6xf32, #stablehlo.bounds<?, ?>>, tensor<4294967296x4294967296x8x8xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none

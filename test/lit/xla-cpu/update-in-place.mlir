@@ -1,4 +1,7 @@
-// RUN: hlopt-opt %s -p xla-cpu-update-in-place --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-update-in-place --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-update-in-place --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-update-in-place > %t.none
 
 // The cotangents of two dynamic slices of one array, each a window written into zeros,
 // as vjp-expand adds them: the second window is added into the first update in place.
@@ -58,3 +61,8 @@ func.func @kept(%a: tensor<8x4xf32>, %u: tensor<1x4xf32>, %i: tensor<i32>, %idx:
   %2 = stablehlo.add %a, %set : tensor<8x4xf32>
   return %0, %1, %2, %twice : tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>, tensor<8x4xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none

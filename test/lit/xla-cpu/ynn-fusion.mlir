@@ -1,5 +1,8 @@
-// RUN: hlopt-opt %s -p xla-cpu-ynn-fusion --split-input-file | filecheck %s
-// RUN: hlopt-opt %s -p xla-cpu-ynn-fusion,xla-cpu-ynn-fusion --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-ynn-fusion --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --platform cpu -p xla-cpu-ynn-fusion,xla-cpu-ynn-fusion --split-input-file | filecheck %s
+// RUN: hlopt-opt %s --split-input-file > %t.parsed
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-ynn-fusion --platform tpu > %t.tpu
+// RUN: hlopt-opt %s --split-input-file -p xla-cpu-ynn-fusion > %t.none
 
 // A sum over rows of 3 (an electron's x, y, z): YNNPACK's reduce fusion runs it slowly, so
 // the module records the option that turns that fusion off. The IR is unchanged.
@@ -110,3 +113,8 @@ func.func @small(%x: tensor<1365x3xf32>) -> tensor<1365xf32> {
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<1365x3xf32>, tensor<f32>) -> tensor<1365xf32>
   return %0 : tensor<1365xf32>
 }
+
+// lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
+// The pass leaves a module compiled for another platform, or none, as it is.
+// RUN: diff %t.parsed %t.tpu
+// RUN: diff %t.parsed %t.none
