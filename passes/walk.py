@@ -128,24 +128,25 @@ class CallGraph:
                     stack.append(iter(self.calls[callee]))
         return list(done), None
 
-    def inlined_ops(self) -> dict[str, int]:
-        """How many ops each function holds once every call in it is inlined (the call graph has no cycle)."""
+    def inlined_ops(self, order: list[str]) -> dict[str, int]:
+        """How many ops each function holds once every call in it is inlined; `order` is `post_order`'s, of a
+        call graph without a cycle."""
         sizes: dict[str, int] = {}
-        for name in self.post_order()[0]:
+        for name in order:
             sizes[name] = self.own_ops[name] + sum(sizes[callee] for callee, _ in self.calls[name])
         return sizes
 
 
 def call_graph_problem(module: ir.Module) -> tuple[ir.Operation, str] | None:
     """What is wrong with the calls among the module's functions, and the op it is at: a function that calls
-    itself, directly or through others, or one that holds more than MAX_INLINED_OPS ops once its calls are
-    inlined. None if nothing is."""
+    itself, directly or through others, or one whose calls make it hold more than MAX_INLINED_OPS ops once
+    they are inlined. None if nothing is."""
     graph = CallGraph.of(module)
     order, cycle = graph.post_order()
     if cycle is not None:
         return cycle
-    sizes = graph.inlined_ops()
-    over = [name for name in order if sizes[name] > MAX_INLINED_OPS]
+    sizes = graph.inlined_ops(order)
+    over = [name for name in order if sizes[name] > MAX_INLINED_OPS and graph.calls[name]]
     if not over:
         return None
     name = min(over, key=sizes.__getitem__)  # where the repetition crosses the bound
