@@ -73,6 +73,9 @@ CALL_ATTRIBUTES = ("callee", "called_computations", "decomposition")
 # The most ops a module's functions may hold once every call is inlined (XLA inlines them all):
 # functions that each call the next twice double it per level.
 MAX_INLINED_OPS = 1 << 22
+# The longest chain of nested calls: XLA's compiler recurses once per level and died between
+# 10,000 and 20,000 levels (functions each calling the next once); a fifth of the deepest that compiled.
+MAX_CALL_DEPTH = 2000
 
 
 @dataclasses.dataclass
@@ -139,12 +142,19 @@ class CallGraph:
 
 def call_graph_problem(module: ir.Module) -> tuple[ir.Operation, str] | None:
     """What is wrong with the calls among the module's functions, and the op it is at: a function that calls
-    itself, directly or through others, or one whose calls make it hold more than MAX_INLINED_OPS ops once
-    they are inlined. None if nothing is."""
+    itself, directly or through others, one that starts a chain of more than MAX_CALL_DEPTH nested calls, or
+    one whose calls make it hold more than MAX_INLINED_OPS ops once they are inlined. None if nothing is."""
     graph = CallGraph.of(module)
     order, cycle = graph.post_order()
     if cycle is not None:
         return cycle
+    depth: dict[str, int] = {}
+    for name in order:
+        depth[name] = 1 + max((depth[callee] for callee, _ in graph.calls[name]), default=0)
+        if depth[name] > MAX_CALL_DEPTH:
+            return graph.functions[name], (
+                f"@{name} starts a chain of more than {MAX_CALL_DEPTH} nested calls, hlopt's bound: XLA's compiler "
+                "recurses once per level of calls. Inline some of the functions, or loop (stablehlo.while)")
     sizes = graph.inlined_ops(order)
     over = [name for name in order if sizes[name] > MAX_INLINED_OPS and graph.calls[name]]
     if not over:

@@ -39,6 +39,7 @@ from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.locations import ERROR_LINE_LIMIT
 from hlopt.passes.mlir import get_context, ir, serialize_portable_artifact
+from hlopt.passes.walk import MAX_CALL_DEPTH
 from hlopt.runtime.compile import compile_lowered
 
 GOOD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
@@ -390,12 +391,32 @@ def test_recursion_is_refused_before_any_pass_or_compile(tmp_path, capfd):
             lowered.compile(pipeline)
 
 
-def test_recursion_crashed_xla():
-    """The control: XLA's compiler, given the recursive module unchecked, dies."""
+def call_chain(levels: int) -> str:
+    """@main calling @f{levels}, each @f{i} calling @f{i-1} once."""
+    out = [f"func.func private @f0(%x: {F32}) -> {F32} {{\n  %0 = stablehlo.sine %x : {F32}\n  return %0 : {F32}\n}}"]
+    out += [f"func.func private @f{i}(%x: {F32}) -> {F32} {{\n  %0 = func.call @f{i - 1}(%x) : ({F32}) -> {F32}\n"
+            f"  return %0 : {F32}\n}}" for i in range(1, levels + 1)]
+    out.append(f"func.func @main(%x: {F32}) -> {F32} {{\n  %0 = func.call @f{levels}(%x) : ({F32}) -> {F32}\n"
+               f"  return %0 : {F32}\n}}")
+    return "\n".join(out)
+
+
+def test_a_deep_call_chain_is_refused(tmp_path):
+    """20,000 functions each calling the next: XLA's compiler recursed per level and died."""
+    path = tmp_path / "deep.mlir"
+    path.write_text(call_chain(20_000))
+    outcome = run_capped([*HLOPT, "compile", str(path), "--pipeline", "", "-o", str(tmp_path / "d.hlx")], timeout=120)
+    assert_one_error_line(outcome.returncode, outcome.stderr, rf"{re.escape(str(path))}:\d+:1: error: @f2000 starts a "
+                                                              rf"chain of more than {MAX_CALL_DEPTH} nested calls")
+
+
+@pytest.mark.parametrize("text", [RECURSIVE, call_chain(20_000)], ids=["recursion", "deep-chain"])
+def test_unchecked_calls_crashed_xla(text):
+    """The controls: XLA's compiler, given these modules unchecked, dies."""
     script = ("import sys, jax\nfrom hlopt.compiler.program import module_to_bytecode, parse_module\n"
               "from hlopt.runtime.pjrt import compile_module\n"
               "compile_module(module_to_bytecode(parse_module(sys.stdin.read())), jax.devices()[:1], True)")
-    outcome = run_capped(["-c", script], input=RECURSIVE.encode(), timeout=200)
+    outcome = run_capped(["-c", script], input=text.encode(), timeout=200)
     assert outcome.signal is not None, outcome.describe()
 
 
