@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from hlopt.passes.mlir import ir
 
@@ -89,17 +90,18 @@ class CallGraph:
 
     functions: dict[str, ir.Operation]
     calls: dict[str, list[tuple[str, ir.Operation]]]  # caller -> (callee, the op that calls it), in order
-    own_ops: dict[str, int]  # ops of each function, calls counted as one
+    own_ops: dict[str, int]  # ops of each function (or their weights), calls counted as one
 
     @classmethod
-    def of(cls, module: ir.Module | ir.Operation) -> "CallGraph":
+    def of(cls, module: ir.Module | ir.Operation, weigh: Callable[[str], int] | None = None) -> "CallGraph":
+        """The call graph of `module`'s functions; with `weigh`, an op of name N counts as `weigh(N)` ops."""
         body = module.body if isinstance(module, ir.Module) else module.regions[0].blocks[0]
         functions = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in body.operations
                      if op.operation.name == "func.func"}
         calls, own_ops = {}, {}
         for name, func_op in functions.items():
             ops = walk_ops(func_op)[:-1]  # post-order: the function itself comes last
-            own_ops[name] = len(ops)
+            own_ops[name] = len(ops) if weigh is None else sum(weigh(op.name) for op in ops)
             calls[name] = [(callee, op) for op in ops for key in CALL_ATTRIBUTES if key in op.attributes
                            for callee in symbols_named(op.attributes[key]) if callee in functions]
         return cls(functions, calls, own_ops)

@@ -450,6 +450,15 @@ def test_a_doubling_call_chain_is_refused_fast(tmp_path, capfd):
         assert run_opt(tmp_path, doubling_chain(levels), "-p", pipeline) == 1
         assert_one_error_line(1, capfd.readouterr().err, r".*in.mlir:\d+:\d+: " + message)
         assert time.monotonic() - start < 30
+    types = ", ".join([F32] * 9)
+    jet = (doubling_chain(17).rsplit("func.func public @main", 1)[0] + f"func.func public @main(%x: {F32}) -> {F32} {{\n"
+           f"  %r:9 = stablehlo.custom_call @hlopt.jet({', '.join(['%x'] * 9)}) {{api_version = 4 : i32, backend_config = "
+           f"{{order = 8 : i64}}, called_computations = [@c17]}} : ({types}) -> ({types})\n  return %r#8 : {F32}\n}}")
+    start = time.monotonic()  # within the inlined bound, but its jet, inlined, is not: it segfaulted past 2.5 GB
+    assert run_opt(tmp_path, jet, "-p", "hlopt-default") == 1
+    assert_one_error_line(1, capfd.readouterr().err, r".*in.mlir:\d+:\d+: error: jet-expand: the order-8 jet of @c17 would "
+                                                     r"build about 5.77e\+07 ops once its calls are inlined")
+    assert time.monotonic() - start < 30
     assert run_opt(tmp_path, doubling_chain(8), "-p", "hlopt-default") == 0
     out = capfd.readouterr().out
     assert "hlopt.vjp" not in out and out.count("stablehlo.sine") > 2 ** 7  # inlined: a sine per call
