@@ -24,7 +24,7 @@ from hlopt.passes.mlir import func, ir, stablehlo
 from hlopt.passes.target import PORTABLE
 from hlopt.passes.transform import (ModuleTransform, RuleTable, branch_carried, erase_dead, is_pure_op, live_values,
                                     loop_carried, rewrite_each, uses_any, walk)
-from hlopt.passes.walk import call_target, callee_of
+from hlopt.passes.walk import CallGraph, call_target, callee_of
 
 ANNOTATION = "hlopt.jet"
 # The largest order jet-expand builds: a rule's work grows as K^2 (Cauchy products) to
@@ -389,6 +389,24 @@ class ModuleJet(ModuleTransform):
     def __init__(self, module: ir.Operation):
         super().__init__(module)
         self.work = 0  # ops charged so far against MAX_WORK
+        self.inlined_work: dict[int, dict[str, int]] = {}  # order -> what each function's jet builds, inlined
+
+    def charge_calls(self, name: str, order: int, location: ir.Location | None) -> None:
+        """Refuse (PassError) the jet of `@name` if, once every call in it is inlined (as hlopt-default's
+        `inline` and XLA do), its rules would build more than MAX_WORK ops: a function that calls another
+        twice doubles that, which `charge` (once per jet function) does not count."""
+        if order not in self.inlined_work:
+            graph = CallGraph.of(self.module, lambda op_name: rule_growth(op_name).ops(order))
+            calls, cycle = graph.post_order()
+            if cycle is not None:
+                raise PassError(f"jet-expand: {cycle[1]}", cycle[0].location)
+            self.inlined_work[order] = graph.inlined_ops(calls)
+        built = self.inlined_work[order].get(name, 0)
+        if built > MAX_WORK:
+            raise PassError(f"jet-expand: the order-{order} jet of @{name} would build about {built:.3g} ops once "
+                            f"its calls are inlined, past the budget of {MAX_WORK} ops per module; call a function "
+                            "once per loop iteration (stablehlo.while) instead of repeating calls, or lower the "
+                            "order", location)
 
     def charge(self, src: ir.Operation, name: str, order: int, location: ir.Location | None) -> None:
         """Count the ops the jet of `@name` will build (each op's rule's growth at `order`,
@@ -495,6 +513,7 @@ class ModuleJet(ModuleTransform):
                            for s in split_results(b, op.operands, [True] * n_in)])
         used = live_values(op.block, _is_pure)
         live = frozenset(i for i, r in enumerate(op.results) if r in used)
+        self.charge_calls(callee, order, op.location)
         name, _ = self.jet_function(callee, order, zero, op.location,
                                     live=None if len(live) == len(op.results) else live, directions=directions)
         kth_in = self._collapsed_kth(n_in, order, b)
@@ -737,6 +756,7 @@ class JetExpand(Pass):
     def apply(self, module: ir.Operation) -> None:
         jets = ModuleJet(module)
         if self.func:
+            jets.charge_calls(self.func, self.order, None)
             jets.jet_function(self.func, self.order, public=True)
         jets.expand_all()
         jets.remove_markers()

@@ -533,8 +533,9 @@ def _unbounded_family(name: str, table: derivatives.Table) -> bool:
 class Growth:
     """At most how many ops a rule emits for one op at order K: cubic K^3 + quadratic K^2 + linear K + constant.
 
-    The families' coefficients bound what jet-expand builds for each op at
-    orders 2 to 64 (test_jet_budget.py measures every elementwise rule)."""
+    Each family's coefficients bound from above what jet-expand builds for
+    the ops of that family (test_jet_budget.py measures every elementwise
+    rule against its family's bound)."""
 
     cubic: float = 0
     quadratic: float = 0

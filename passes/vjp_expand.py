@@ -241,10 +241,10 @@ class ModuleVjp(ModuleTransform):
         twice doubles its size, and a chain of them grows exponentially."""
         if self.inlined_ops is None:
             graph = CallGraph.of(self.module)
-            _, cycle = graph.post_order()
+            order, cycle = graph.post_order()
             if cycle is not None:
                 raise PassError(f"vjp-expand: {cycle[1]}", cycle[0].location)
-            self.inlined_ops = graph.inlined_ops()
+            self.inlined_ops = graph.inlined_ops(order)
         ops = VJP_GROWTH * self.inlined_ops.get(name, 0)
         if ops > MAX_INLINED_OPS:
             raise PassError(f"vjp-expand: the vjp of @{name} would hold about {ops:.3g} ops once its calls are "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from hlopt.passes.mlir import ir
 
@@ -73,6 +74,9 @@ CALL_ATTRIBUTES = ("callee", "called_computations", "decomposition")
 # The most ops a module's functions may hold once every call is inlined (XLA inlines them all):
 # functions that each call the next twice double it per level.
 MAX_INLINED_OPS = 1 << 22
+# The longest chain of nested calls: XLA's compiler recurses once per level and died between
+# 10,000 and 20,000 levels (functions each calling the next once); a fifth of the deepest that compiled.
+MAX_CALL_DEPTH = 2000
 
 
 @dataclasses.dataclass
@@ -86,17 +90,18 @@ class CallGraph:
 
     functions: dict[str, ir.Operation]
     calls: dict[str, list[tuple[str, ir.Operation]]]  # caller -> (callee, the op that calls it), in order
-    own_ops: dict[str, int]  # ops of each function, calls counted as one
+    own_ops: dict[str, int]  # ops of each function (or their weights), calls counted as one
 
     @classmethod
-    def of(cls, module: ir.Module | ir.Operation) -> "CallGraph":
+    def of(cls, module: ir.Module | ir.Operation, weigh: Callable[[str], int] | None = None) -> "CallGraph":
+        """The call graph of `module`'s functions; with `weigh`, an op of name N counts as `weigh(N)` ops."""
         body = module.body if isinstance(module, ir.Module) else module.regions[0].blocks[0]
         functions = {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in body.operations
                      if op.operation.name == "func.func"}
         calls, own_ops = {}, {}
         for name, func_op in functions.items():
             ops = walk_ops(func_op)[:-1]  # post-order: the function itself comes last
-            own_ops[name] = len(ops)
+            own_ops[name] = len(ops) if weigh is None else sum(weigh(op.name) for op in ops)
             calls[name] = [(callee, op) for op in ops for key in CALL_ATTRIBUTES if key in op.attributes
                            for callee in symbols_named(op.attributes[key]) if callee in functions]
         return cls(functions, calls, own_ops)
@@ -128,24 +133,32 @@ class CallGraph:
                     stack.append(iter(self.calls[callee]))
         return list(done), None
 
-    def inlined_ops(self) -> dict[str, int]:
-        """How many ops each function holds once every call in it is inlined (the call graph has no cycle)."""
+    def inlined_ops(self, order: list[str]) -> dict[str, int]:
+        """How many ops each function holds once every call in it is inlined; `order` is `post_order`'s, of a
+        call graph without a cycle."""
         sizes: dict[str, int] = {}
-        for name in self.post_order()[0]:
+        for name in order:
             sizes[name] = self.own_ops[name] + sum(sizes[callee] for callee, _ in self.calls[name])
         return sizes
 
 
 def call_graph_problem(module: ir.Module) -> tuple[ir.Operation, str] | None:
     """What is wrong with the calls among the module's functions, and the op it is at: a function that calls
-    itself, directly or through others, or one that holds more than MAX_INLINED_OPS ops once its calls are
-    inlined. None if nothing is."""
+    itself, directly or through others, one that starts a chain of more than MAX_CALL_DEPTH nested calls, or
+    one whose calls make it hold more than MAX_INLINED_OPS ops once they are inlined. None if nothing is."""
     graph = CallGraph.of(module)
     order, cycle = graph.post_order()
     if cycle is not None:
         return cycle
-    sizes = graph.inlined_ops()
-    over = [name for name in order if sizes[name] > MAX_INLINED_OPS]
+    depth: dict[str, int] = {}
+    for name in order:
+        depth[name] = 1 + max((depth[callee] for callee, _ in graph.calls[name]), default=0)
+        if depth[name] > MAX_CALL_DEPTH:
+            return graph.functions[name], (
+                f"@{name} starts a chain of more than {MAX_CALL_DEPTH} nested calls, hlopt's bound: XLA's compiler "
+                "recurses once per level of calls. Inline some of the functions, or loop (stablehlo.while)")
+    sizes = graph.inlined_ops(order)
+    over = [name for name in order if sizes[name] > MAX_INLINED_OPS and graph.calls[name]]
     if not over:
         return None
     name = min(over, key=sizes.__getitem__)  # where the repetition crosses the bound

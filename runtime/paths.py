@@ -1,10 +1,9 @@
 """Reading what users name (regular files only, bounded), and whether a folder hlopt keeps private files
 in (the cache, the key's folder) could be tampered with.
 
-`open_regular` and `read_regular` open a path without blocking and refuse
-anything but a regular file (a FIFO would block forever, a link to
-/dev/zero would be read without end), and `read_regular` reads no more than
-its limit.
+`read_regular` opens a path without blocking, refuses anything but a
+regular file (a FIFO would block forever, a link to /dev/zero would be read
+without end) and reads no more than its limit.
 
 As ssh's StrictModes checks the path to a user's keys: the folder itself must
 not be a symbolic link, must be a folder, must belong to this user and must
@@ -17,12 +16,9 @@ this walk goes up to `/`.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
-from typing import BinaryIO
 
 
 def file_kind(mode: int) -> str:
@@ -35,25 +31,19 @@ def file_kind(mode: int) -> str:
     return "another kind of file"
 
 
-@contextlib.contextmanager
-def open_regular(path: str | os.PathLike) -> Iterator[BinaryIO]:
-    """`path` opened for reading if it is a regular file (links followed); OSError for anything else, unread.
-
-    Opened without blocking, so a FIFO with no writer is refused, not waited on."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, f"not a regular file ({file_kind(mode)}); hlopt reads regular files only")
-    with os.fdopen(fd, "rb") as f:
-        yield f
-
-
 def read_regular(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of the regular file `path`; OSError for another kind of file or one of more than `limit` bytes."""
-    with open_regular(path) as f:
-        fits = os.fstat(f.fileno()).st_size <= limit
-        data = f.read(limit + 1) if fits else b""  # limit + 1: the file may grow meanwhile
+    """The bytes of the regular file `path` (links followed); OSError for another kind of file, unread, or
+    one of more than `limit` bytes. Opened without blocking, so a FIFO with no writer is refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"not a regular file ({file_kind(st.st_mode)}); hlopt reads regular files only")
+        fits = st.st_size <= limit
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1) if fits else b""  # limit + 1: the file may grow meanwhile
+    finally:
+        os.close(fd)
     if not fits or len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than the {limit} bytes hlopt reads")
     return data

@@ -54,6 +54,8 @@ def test_every_pass_declares_its_platforms():
     for name, cls in all_passes().items():
         if name.startswith("xla-cpu-"):
             assert cls.platforms == ("cpu",), name
+        elif name.startswith("tpu-"):
+            assert cls.platforms == ("tpu",), name
         else:
             assert cls.platforms == PORTABLE, name
         assert tuple(cls.platforms) == PORTABLE or set(cls.platforms) <= set(PLATFORMS), name

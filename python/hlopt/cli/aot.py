@@ -423,7 +423,7 @@ def _input_source(stack: contextlib.ExitStack, path: str) -> tuple[str, Any, Any
     """(path, the open file, None) for a .npy file; (path, its open ZipFile, its members) for a .npz."""
     import zipfile
 
-    f = _open_input(stack, path)
+    f = stack.enter_context(_open_input(path))
     magic = f.read(6)
     f.seek(0)
     if magic == b"\x93NUMPY":
@@ -444,15 +444,20 @@ def _input_source(stack: contextlib.ExitStack, path: str) -> tuple[str, Any, Any
     return path, z, members
 
 
-def _open_input(stack: contextlib.ExitStack, path: str) -> Any:
-    """`path` opened for reading (closed with `stack`) if it is a regular file (never a FIFO or a device,
-    which could block)."""
-    from hlopt.runtime.paths import open_regular
+@contextlib.contextmanager
+def _open_input(path: str) -> Iterator[Any]:
+    """`path` opened for reading if it is a regular file (never a FIFO or a device, which could block)."""
+    import stat
 
     try:
-        return stack.enter_context(open_regular(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError) as e:
         raise ExecutableFileError(f"cannot read input '{printable(path)}': {getattr(e, 'strerror', None) or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ExecutableFileError(f"input '{printable(path)}' is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        yield f
 
 
 def _read_npy(f: Any, aval: Any, path: str, where: str, program: str, index: int, size: int) -> Any:

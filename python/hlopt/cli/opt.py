@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 
@@ -108,7 +109,7 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
     if not split:
         return [(text, 0)]
     chunks, current, start = [], [], 0
-    for i, line in enumerate(text.splitlines(keepends=True)):
+    for i, line in enumerate(re.findall(r"[^\n]*\n|[^\n]+$", text)):  # lines as MLIR counts them: at '\n' only
         if line.strip().startswith(SPLIT_MARKER) and line.strip().rstrip("-").strip() == "//":
             chunks.append(("".join(current), start))
             current, start = [], i + 1
