@@ -120,3 +120,34 @@ def pytest_terminal_summary(terminalreporter):
     for path, seconds in _seconds_per_file.most_common(10):
         terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
     terminalreporter.write_line(f"{sum(_seconds_per_file.values()):8.1f} s  in {len(_seconds_per_file)} files")
+
+
+# Test files about XLA:CPU alone, skipped (with this reason) when the suite runs on another platform
+# (`bash test/run_tpu.sh`): everything else runs there as on the CPU.
+CPU_ONLY = {
+    "test_xla_cpu_tuning.py": "XLA:CPU tuning passes, which run only for CPU compiles",
+    "test_xla_cpu_column_selects.py": "an XLA:CPU tuning pass, which runs only for CPU compiles",
+    "test_xla_cpu_ynn_fusion.py": "an XLA:CPU compile option",
+    "test_sparse_kernels.py": "hlopt's C++ CPU kernels",
+    "test_native_asan.py": "hlopt's C++ CPU kernels",
+    "test_native_optional.py": "hlopt's C++ CPU kernels",
+    "test_sharded.py": "eight devices (the CPU's --xla_force_host_platform_device_count)",
+    "test_runtime_multiprocess.py": "several processes on one device (one program at a time holds a TPU)",
+    "test_cache.py": "cache entries shared by several processes (one program at a time holds a TPU)",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """On a platform other than CPU, skip with its reason what holds for XLA:CPU alone (`CPU_ONLY`)
+    and what needs float64, which a TPU does not compute (tests under `x64_module`)."""
+    import jax
+
+    platform = jax.default_backend()
+    if platform == "cpu":
+        return
+    for item in items:
+        reason = CPU_ONLY.get(item.path.name)
+        if reason is None and "x64_module" in getattr(item, "fixturenames", ()):
+            reason = "float64, which the TPU does not compute"
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"on {platform}: tests {reason}"))

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The pytest suite on a machine whose JAX sees a TPU (jax and jaxlib 0.10.2 installed; hlopt runs
+# from this checkout, its C++ kernels not needed): one process, since one program at a time holds
+# the chip. Files about XLA:CPU alone and float64 cases are skipped with their reason
+# (test/python/conftest.py); arguments go to pytest (a file, -k, -x...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+export JAX_PLATFORMS="${JAX_PLATFORMS:-tpu,cpu}"
+exec python3 -m pytest -p no:cacheprovider -q -rs --continue-on-collection-errors "${@:-test/python}"
