@@ -24,7 +24,9 @@ func.func @bad(%a: tensor<4xf32>) -> tensor<4xf32> {
 // LIST: jet-expand
 // LIST: Analyses
 // LIST: check-key-reuse
-// LIST: Tuning for XLA:CPU:
+// LIST: For tpu only
+// LIST: tpu-sparse-products
+// LIST: For cpu only
 // LIST: xla-cpu-
 // LIST: Pipelines:
 // LIST-NEXT: hlopt-default {{.*}}canonicalize,cse,symbol-dce
