@@ -15,9 +15,9 @@ from hlopt.passes.base import Pass
 # `hlopt.passes.jet_expand.JetExpand`, and the XLA:CPU passes live in `hlopt.passes.xla_cpu`
 # (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`).
 PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
-              "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-small-dots",
-              "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-summed-batch-dots",
-              "xla-cpu-transposed-dots", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion")
+              "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-gather-blocks", "xla-cpu-join-dot-sums",
+              "xla-cpu-small-dots", "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot",
+              "xla-cpu-summed-batch-dots", "xla-cpu-transposed-dots", "xla-cpu-triangular-inverse", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion")
 XLA_CPU_PREFIX = "xla-cpu-"
 
 
@@ -44,7 +44,10 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lo
 # after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees
 # the whole program in one function, and after `cse`, so that equal dots are one before
 # xla-cpu-stack-dots stacks (stacked, XLA would compute the one twice). Without them
-# `hlopt-default` computes the same values. xla-cpu-triangular-inverse runs first: the products
+# `hlopt-default` computes the same values. xla-cpu-gather-blocks runs first: the sums and
+# scatter-adds of gathered rows that lower-bcoo emits are in the loops it makes before
+# xla-cpu-sum-as-dot or xla-cpu-column-selects would rewrite them. xla-cpu-triangular-inverse
+# runs next: the products
 # with a factor's inverse it makes share that inverse, which xla-cpu-stack-dots then stacks into
 # one dot (and xla-cpu-dot-operand-order sees in place of the solves); it needs cse before it
 # too, so that the solves of one factor read one SSA value. xla-cpu-summed-batch-dots runs before
@@ -54,9 +57,9 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "lo
 # it leaves alone. xla-cpu-ynn-fusion runs last: it weighs
 # the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only records
 # a compile option on the module.
-DEFAULT_TUNING = ("xla-cpu-triangular-inverse", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
-                  "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects",
-                  "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
+DEFAULT_TUNING = ("xla-cpu-gather-blocks", "xla-cpu-triangular-inverse", "xla-cpu-stack-dots",
+                  "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot", "xla-cpu-update-in-place", "xla-cpu-dot-operand-order",
+                  "xla-cpu-join-dot-sums", "xla-cpu-column-selects", "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {
