@@ -16,6 +16,8 @@ from jax import lax
 
 import hlopt
 from hlopt import sparse as hs
+from hlopt.passes.registry import PIPELINES
+from hlopt.passes.target import compiling_for
 from hlopt.sparse import products
 
 MM = (((1,), (0,)), ((), ()))
@@ -247,7 +249,9 @@ def pattern_of(m: hs.BCOO) -> np.ndarray:
 
 
 def uses_kernel(f, *args) -> bool:
-    return "hlopt_spgemm_fill" in str(jax.make_jaxpr(f)(*args))
+    """Whether the program hlopt compiles for CPU calls the SpGEMM kernel (traced indices)."""
+    with compiling_for("cpu"):
+        return "hlopt_spgemm_fill" in hlopt.jit(f).lower(*args).apply(PIPELINES["hlopt-default"]).as_text()
 
 
 @settings(max_examples=25, deadline=None)
@@ -263,7 +267,7 @@ def test_kernel_product_equals_numpy_eager_and_traced(n, k, m, lnse, rnse, orien
         lhs = coo_operand(rng, (k, n) if orient[0] == 0 else (n, k), lnse, dtype, index_dtype, hostile)
         rhs = coo_operand(rng, (m, k) if orient[1] == 1 else (k, m), rnse, dtype, index_dtype, hostile)
         prod = lambda x, y: hs.bcoo_dot_general(x, y, dimension_numbers=dims)  # noqa: E731
-        assert uses_kernel(prod, lhs, rhs)
+        assert uses_kernel(prod, lhs, rhs) == (lnse * rnse > 0)  # an empty product is zeros, no call
         got = prod(lhs, rhs)
         want = lax.dot_general(dense_of(lhs), dense_of(rhs), dims)
         exact = int((lax.dot_general(pattern_of(lhs), pattern_of(rhs), dims) != 0).sum())
@@ -482,7 +486,7 @@ def messy_coo(rng: np.random.Generator, shape, density: float, dtype, index_dtyp
     """A BCOO matrix claimed sorted and unique whose entries are neither: runs of empty rows (two runs
     of counted rows and some single rows), a quarter of the entries repeated, all shuffled out of
     row order. Also its dense value (duplicates added)."""
-    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT as per
+    from hlopt.passes.xla_cpu.sparse_kernels import SPGEMM_ROWS_PER_COUNT as per
 
     m = sp.random(*shape, density=density, format="lil", random_state=int(rng.integers(2**31)), dtype=np.float64)
     m[per:3 * per] = 0  # two whole runs of empty rows
@@ -508,7 +512,7 @@ def test_kernel_runs_of_counted_rows_on_messy_layouts_equal_scipy(dtype, index_d
     threads, with empty rows and runs, duplicates and entries out of row order though claimed
     sorted. Eager: scipy's nnz and entries (float64: 1e-12). Under hlopt.jit with nse cut inside a
     run, at a run's end and past the count: the first nse of them, then padding."""
-    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT as per
+    from hlopt.passes.xla_cpu.sparse_kernels import SPGEMM_ROWS_PER_COUNT as per
 
     rng = np.random.default_rng(5)
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-4, atol=1e-4)
@@ -596,7 +600,8 @@ def test_portable_rules_accept_the_kernel_calls_and_refuse_changed_ones():
     """A saved program's hlopt_spgemm calls pass runtime/portable.py's rules; a changed attribute,
     an extra one, an i32 one or a result of another size is refused."""
     from hlopt.passes.mlir import ir
-    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT, PortableCheckError, check_portable
+    from hlopt.passes.xla_cpu.sparse_kernels import SPGEMM_ROWS_PER_COUNT
+    from hlopt.runtime.portable import PortableCheckError, check_portable
 
     a = from_csr(sp.random(6, 7, density=0.3, format="csr", random_state=0, dtype=np.float32))
     b = from_csr(sp.random(7, 5, density=0.3, format="csr", random_state=1, dtype=np.float32))
