@@ -621,17 +621,17 @@ def test_portable_rules_accept_the_kernel_calls_and_refuse_changed_ones():
     with module.context:
         i64 = lambda v: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)  # noqa: E731
         for op in calls:
-            config = ir.DictAttr(op.attributes["mhlo.backend_config"])
+            config = ir.DictAttr(op.attributes["backend_config"])  # the pass emits StableHLO's typed form
             names = {config[i].name: config[i].attr for i in range(len(config))}
             # rows moved into another run of counts (the count's result and the fill's counts then disagree with it)
             edits = [dict(names, rows=i64(6 + SPGEMM_ROWS_PER_COUNT)), dict(names, extra=i64(1)),
                      {k: v for k, v in names.items() if k != "cols"},
                      dict(names, cols=ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 5)), dict(names, inner=i64(-1))]
             for edit in edits:
-                op.attributes["mhlo.backend_config"] = ir.DictAttr.get(edit)
+                op.attributes["backend_config"] = ir.DictAttr.get(edit)
                 with pytest.raises(PortableCheckError, match="hlopt_spgemm"):
                     check_portable(module)
-            op.attributes["mhlo.backend_config"] = config
+            op.attributes["backend_config"] = config
         check_portable(module)
 
 
@@ -854,9 +854,19 @@ def test_portable_rules_accept_the_csr_kernel_calls():
     from hlopt.passes.mlir import ir
     from hlopt.runtime.portable import PortableCheckError, check_portable
 
+    from hlopt.runtime import kernels
+
+    kernels.register()
     A = BCSR.from_scipy_sparse(sp.random(6, 7, density=0.3, format="csr", random_state=0, dtype=np.float32))
     B = BCSR.from_scipy_sparse(sp.random(7, 5, density=0.3, format="csr", random_state=1, dtype=np.float32))
-    module = hlopt.lower(lambda x, y: bcsr_spdot_general(x, y, nse=9).todense(), A, B).compile().module
+    dims = dict(rows=np.int64(6), inner=np.int64(7), cols=np.int64(5))
+
+    def product(ld, lp, li, rd, rp, ri):  # the two phases called as an FFI user calls them
+        ptr = jax.ffi.ffi_call("hlopt_spgemm_csr_count", jax.ShapeDtypeStruct((7,), lp.dtype))(lp, li, rp, ri, **dims)
+        out = (jax.ShapeDtypeStruct((9,), ld.dtype), jax.ShapeDtypeStruct((9,), lp.dtype))
+        return jax.ffi.ffi_call("hlopt_spgemm_csr_fill", out)(ld, lp, li, rd, rp, ri, ptr, **dims)
+
+    module = hlopt.lower(product, A.data, A.indptr, A.indices, B.data, B.indptr, B.indices).compile().module
     check_portable(module)
     calls = []
     module.operation.walk(lambda op: (calls.append(op) if op.name == "stablehlo.custom_call" else None,
