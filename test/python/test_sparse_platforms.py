@@ -74,10 +74,10 @@ def test_tpu_export_of_sparse_products_is_portable_and_the_cpu_export_runs():
     nse = hs.bcoo_spdot_nse(b, c, dimension_numbers=MM)
     cases = {
         "sparse x dense": (lambda d, i, x: hs.BCOO((d, i), shape=a.shape) @ x, (a.data, a.indices, x),
-                           ja @ x),
+                           jax.jit(lambda j, x: j @ x)(ja, x)),
         "sparse x sparse": (lambda d, i, e, k: hs.bcoo_spdot_general(
             hs.BCOO((d, i), shape=b.shape), hs.BCOO((e, k), shape=c.shape), dimension_numbers=MM, nse=nse).todense(),
-            (b.data, b.indices, c.data, c.indices), (jb @ jc).todense()),
+            (b.data, b.indices, c.data, c.indices), jax.jit(lambda b, c: (b @ c).todense())(jb, jc)),
     }
     for name, (fun, args, want) in cases.items():
         tpu = jax.export.export(jax.jit(fun), platforms=["tpu"])(*args).mlir_module()
@@ -115,7 +115,7 @@ LAYOUTS = st.fixed_dictionaries({
     "dtype": st.sampled_from([np.float32, np.float64, np.complex64]), "seed": st.integers(0, 2**16)})
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(LAYOUTS)
 def test_portable_sparse_x_dense_and_sampled_match_jax(layout):
     """`A @ x`, `x^T A` and the sampled product `(P Q)[A's entries]` through lower-bcoo alone (no
@@ -133,8 +133,8 @@ def test_portable_sparse_x_dense_and_sampled_match_jax(layout):
                                                                   dimension_numbers=((dims[0][::-1]), dims[1][::-1]))),
                              pipeline=PORTABLE)
         got = products(h.data, h.indices, x)
-        want = (js.bcoo_dot_general(j, x, dimension_numbers=dims),
-                js.bcoo_dot_general(x, j, dimension_numbers=((dims[0][::-1]), dims[1][::-1])))
+        want = jax.jit(lambda j, x: (js.bcoo_dot_general(j, x, dimension_numbers=dims),
+                                     js.bcoo_dot_general(x, j, dimension_numbers=((dims[0][::-1]), dims[1][::-1]))))(j, x)
         for g, w in zip(got, want):
             _close(g, w, dtype)
         if not nd:
@@ -143,11 +143,11 @@ def test_portable_sparse_x_dense_and_sampled_match_jax(layout):
             sdims = (((nb + 1,), (nb,)), ((0,), (0,)) if nb else ((), ()))
             sampled = hlopt.jit(lambda p, q, i: hs.bcoo_dot_general_sampled(p, q, i, dimension_numbers=sdims),
                                 pipeline=PORTABLE)
-            _close(sampled(p, q, h.indices), js.bcoo_dot_general_sampled(p, q, j.indices, dimension_numbers=sdims),
-                   dtype)
+            want = jax.jit(lambda p, q, i: js.bcoo_dot_general_sampled(p, q, i, dimension_numbers=sdims))
+            _close(sampled(p, q, h.indices), want(p, q, j.indices), dtype)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(LAYOUTS.filter(lambda layout: layout["n_dense"] == 0))
 def test_portable_sparse_x_sparse_matches_jax(layout):
     """`A @ B` of two BCOO arrays with the exact nse given, traced, through lower-bcoo alone: JAX's
@@ -159,11 +159,12 @@ def test_portable_sparse_x_sparse_matches_jax(layout):
         b, jb = _pair(rng, (2,) * nb + (5, 7), 9, dtype, nb, 0, layout["sort"], False)
         dims = (((nb + 1,), (nb,)), ((0,), (0,)) if nb else ((), ()))
         nse = hs.bcoo_spdot_nse(a, b, dimension_numbers=dims)
-        product = hlopt.jit(lambda a, b: hs.bcoo_spdot_general(a, b, dimension_numbers=dims, nse=nse),
-                            pipeline=PORTABLE)
-        got = product(a, b)
-        assert got.nse == nse
-        _close(got.todense(), js.bcoo_dot_general(ja, jb, dimension_numbers=dims).todense(), dtype)
+        product = hlopt.jit(lambda a, b: (lambda c: (c.data, c.todense()))(
+            hs.bcoo_spdot_general(a, b, dimension_numbers=dims, nse=nse)), pipeline=PORTABLE)
+        data, dense = product(a, b)
+        assert data.shape[-1] == nse
+        want = jax.jit(lambda a, b: js.bcoo_dot_general(a, b, dimension_numbers=dims).todense())(ja, jb)
+        _close(dense, want, dtype)
 
 
 # ---------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def test_without_native_kernels_products_are_portable_and_exact(monkeypatch):
     assert not sparse_kernels.native_kernels_built()
     rng = np.random.RandomState(2)
     (a, ja), (b, jb) = _pair(rng, (12, 9), 20), _pair(rng, (9, 11), 18)
-    want = (ja @ jb).todense()
+    want = jax.jit(lambda a, b: (a @ b).todense())(ja, jb)
     eager = a @ b
     assert eager.nse == int(np.count_nonzero((np.abs(ja.todense()) > 0).astype(float)
                                              @ (np.abs(jb.todense()) > 0).astype(float)))
