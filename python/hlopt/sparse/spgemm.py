@@ -36,7 +36,8 @@ def exact_nse(lhs: shapes.Layout, rhs: shapes.Layout, dimension_numbers: shapes.
     kernels.register()
     cpu = jax.devices("cpu")[0]
     with jax.ensure_compile_time_eval():
-        li, ri = (jax.device_put(np.asarray(x).astype(index), cpu) for x in (lhs_indices, rhs_indices))
+        li, ri = (jax.device_put(x if x.dtype == index else np.asarray(x).astype(index), cpu)
+                  for x in (lhs_indices, rhs_indices))
         counts = _counts(plan, li, ri)
     return int(np.asarray(counts).sum(dtype=np.int64))
 
