@@ -212,6 +212,7 @@ class _Root:
 
     op: ir.Operation
     reads: list[Value]
+    positions: tuple[int, ...]  # the operands of `op` that `reads` are (none for an array root)
     init: Callable[[], Value]
     step: Callable[[dict[Value, Value], Value, Value], Value]  # (block values, start, state) -> state
 
@@ -232,7 +233,7 @@ def _scatter_root(op: ir.Operation) -> _Root | None:
         new.operands[0], new.operands[1], new.operands[2] = state, at[indices], at[updates]
         return new.results[0]
 
-    return _Root(op, [indices, updates], lambda: op.operands[0], step)
+    return _Root(op, [indices, updates], (1, 2), lambda: op.operands[0], step)
 
 
 def _sum_root(op: ir.Operation) -> _Root | None:
@@ -247,7 +248,7 @@ def _sum_root(op: ir.Operation) -> _Root | None:
         new.operands[0] = at[x]
         return b.add(state, new.results[0])
 
-    return _Root(op, [x], lambda: b.full(b.shape_of(out), 0, b.elem_of(out)), step)
+    return _Root(op, [x], (0,), lambda: b.full(b.shape_of(out), 0, b.elem_of(out)), step)
 
 
 def _array_root(v: Value) -> _Root:
@@ -255,7 +256,7 @@ def _array_root(v: Value) -> _Root:
         zero = b.scalar(0, b.elem_of(start))
         return b.dynamic_update_slice(state, at[v], [start] + [zero] * (len(b.shape_of(v)) - 1))
 
-    return _Root(owner_op(v), [v], lambda: b.full(b.shape_of(v), 0, b.elem_of(v)), step)
+    return _Root(owner_op(v), [v], (), lambda: b.full(b.shape_of(v), 0, b.elem_of(v)), step)
 
 
 ROOTS: dict[str, Callable[[ir.Operation], _Root | None]] = {"stablehlo.scatter": _scatter_root,
@@ -269,7 +270,7 @@ def _rows_consumer(use: ir.OpOperand, n: int) -> bool:
     if rows is not None:
         return use.operand_number in rows
     root = ROOTS[user.name](user) if user.name in ROOTS else None
-    return root is not None and use.operand_number in (1, 2) if user.name == "stablehlo.scatter" else root is not None
+    return root is not None and use.operand_number in root.positions
 
 
 def _block_rows(n: int, cone: _Cone) -> int | None:

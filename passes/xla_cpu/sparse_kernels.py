@@ -39,14 +39,13 @@ program claims sorted but are not are still summed right, by a slower serial wal
 
 Platform: the kernels exist only in hlopt's runtime on CPU, so the pass rewrites only when the
 module will be compiled for CPU and hlopt's native extension (`hlopt.runtime._native`) is built
-(without it every product keeps lower-bcoo's portable lowering). With `platform=auto` (the default) that is when the runtime
-says so (`hlopt.passes.target.compiling_for`, set by `hlopt.jit`, `Lowered.compile`, `hlopt
-compile` for CPU devices, and hlopt operations lowered inside plain `jax.jit` for CPU);
-`hlopt-opt`, `Lowered.apply` and hlopt operations lowered for `jax.export` name no target, and the
-module stays portable. `platform=cpu` forces
-the rewrite (IR tests), `platform=none` turns it off. Products inside functions that another
-annotation calls (`hlopt.vjp`, `hlopt.custom_partitioning`) are left alone: the passes that
-expand those read plain StableHLO.
+(without it every product keeps lower-bcoo's portable lowering). With `platform=auto` (the default)
+that is when the runtime says so (`hlopt.passes.target.compiling_for`, set by `hlopt.jit`,
+`Lowered.compile`, `hlopt compile` for CPU devices, and hlopt operations lowered inside plain
+`jax.jit` for CPU); `hlopt-opt`, `Lowered.apply` and hlopt operations lowered for `jax.export` name
+no target, and the module stays portable. `platform=cpu` forces the rewrite (IR tests),
+`platform=none` turns it off. Products inside functions that another annotation calls (`hlopt.vjp`,
+`hlopt.custom_partitioning`) are left alone: the passes that expand those read plain StableHLO.
 
 Before:
   %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {api_version = 4 : i32,

@@ -127,14 +127,15 @@ def test_portable_sparse_x_dense_and_sampled_match_jax(layout):
         h, j = _pair(rng, shape, 7, dtype, nb, nd, layout["sort"], layout["duplicates"])
         x = jnp.asarray(rng.randn(*(2,) * nb, 4, 6).astype(dtype))
         dims = (((nb + 1,), (nb,)), ((0,), (0,)) if nb else ((), ()))
+        flipped = (dims[0][::-1], dims[1][::-1])
         products = hlopt.jit(lambda d, i, x: (hs.bcoo_dot_general(hs.BCOO((d, i), shape=shape), x,
                                                                   dimension_numbers=dims),
                                               hs.bcoo_dot_general(x, hs.BCOO((d, i), shape=shape),
-                                                                  dimension_numbers=((dims[0][::-1]), dims[1][::-1]))),
+                                                                  dimension_numbers=flipped)),
                              pipeline=PORTABLE)
         got = products(h.data, h.indices, x)
         want = jax.jit(lambda j, x: (js.bcoo_dot_general(j, x, dimension_numbers=dims),
-                                     js.bcoo_dot_general(x, j, dimension_numbers=((dims[0][::-1]), dims[1][::-1]))))(j, x)
+                                     js.bcoo_dot_general(x, j, dimension_numbers=flipped)))(j, x)
         for g, w in zip(got, want):
             _close(g, w, dtype)
         if not nd:
