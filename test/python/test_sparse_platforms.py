@@ -1,7 +1,7 @@
 """Sparse products on every platform: portable exports, the portable lowering's values, and CPU
 kernels only where they are built.
 
-- `jax.export(..., platforms=["tpu"])` of BCOO x dense and BCOO x BCOO (with `nse=`) from this
+- `jax.export(..., platforms=["tpu"])` of BCOO x dense, BCOO x BCOO (with `nse=`) and BCOO * BCOO from this
   CPU machine holds no `hlopt_*` or `lapack_*` custom call and no loop of CPU blocks; the same
   export for `cpu` runs and matches jax.experimental.sparse.
 - hlopt-default without its `xla-cpu-*` passes (lower-bcoo's portable StableHLO alone) matches
@@ -78,6 +78,11 @@ def test_tpu_export_of_sparse_products_is_portable_and_the_cpu_export_runs():
         "sparse x sparse": (lambda d, i, e, k: hs.bcoo_spdot_general(
             hs.BCOO((d, i), shape=b.shape), hs.BCOO((e, k), shape=c.shape), dimension_numbers=MM, nse=nse).todense(),
             (b.data, b.indices, c.data, c.indices), jax.jit(lambda b, c: (b @ c).todense())(jb, jc)),
+        "sparse * sparse": (lambda d, i, e, k: hs.bcoo_multiply_sparse(
+            hs.BCOO((d, i), shape=b.shape), hs.BCOO((e, k), shape=b.shape)).todense(),
+            (b.data, b.indices, b.data[::-1], b.indices[::-1]),
+            jax.jit(lambda b: js.bcoo_multiply_sparse(b, js.BCOO((b.data[::-1], b.indices[::-1]), shape=b.shape))
+                    .todense())(jb)),
     }
     for name, (fun, args, want) in cases.items():
         tpu = jax.export.export(jax.jit(fun), platforms=["tpu"])(*args).mlir_module()
