@@ -17,7 +17,7 @@ from hlopt.passes.walk import annotation_bodies, enclosing_function, walk_ops
 if TYPE_CHECKING:
     from hlopt.passes.bcoo import BcooOp
 
-Rule = Callable[["BcooOp"], "ir.Value | None"]
+Rule = Callable[["BcooOp"], "ir.Value | list[ir.Value] | None"]
 
 # `A @ x` and `P @ Q` as dot_general's dimension numbers: ((lhs_contracting, rhs_contracting), batch).
 MATMUL = (((1,), (0,)), ((), ()))
@@ -29,7 +29,8 @@ def plain_matrix(c: BcooOp) -> bool:
 
 
 def substitute_products(module: ir.Operation, rules: Mapping[str, Rule]) -> None:
-    """Replace each `hlopt.bcoo.<name>` op of `module` whose `rules[name]` builds a value by that value.
+    """Replace each `hlopt.bcoo.<name>` op of `module` whose `rules[name]` builds its result (a value, or
+    a list of them for an op with several results) by what it builds.
 
     Ops with an empty result (nothing to compute: `lower-bcoo` fills zeros) and ops inside functions
     another annotation calls (`hlopt.vjp`, `hlopt.custom_partitioning`: the passes that expand those
@@ -49,5 +50,6 @@ def substitute_products(module: ir.Operation, rules: Mapping[str, Rule]) -> None
         with op.location, ir.InsertionPoint(op):
             value = rules[c.name](c)
         if value is not None:
-            op.result.replace_all_uses_with(value)
+            for old, new in zip(op.results, [value] if isinstance(value, ir.Value) else value, strict=True):
+                old.replace_all_uses_with(new)
             op.erase()

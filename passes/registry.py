@@ -15,9 +15,9 @@ from hlopt.passes.base import Pass
 # `hlopt.passes.jet_expand.JetExpand`, and the XLA:CPU passes live in `hlopt.passes.xla_cpu`
 # (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`), the TPU passes in `hlopt.passes.tpu`.
 PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
-              "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-small-dots",
-              "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot", "xla-cpu-summed-batch-dots",
-              "xla-cpu-transposed-dots", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion",
+              "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-gather-blocks", "xla-cpu-join-dot-sums",
+              "xla-cpu-small-dots", "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot",
+              "xla-cpu-summed-batch-dots", "xla-cpu-transposed-dots", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion",
               "tpu-sparse-products")
 # name prefix -> the package under hlopt.passes that holds a platform's passes
 PLATFORM_PACKAGES = {"xla-cpu-": "xla_cpu", "tpu-": "tpu"}
@@ -49,14 +49,16 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "tp
 # the whole program in one function, and after `cse`, so that equal dots are one before
 # xla-cpu-stack-dots stacks (stacked, XLA would compute the one twice). Without them
 # `hlopt-default` computes the same values, and for a target other than CPU (or none) they
-# leave the module as it is. xla-cpu-summed-batch-dots runs before
+# leave the module as it is. xla-cpu-gather-blocks runs first: the sums and
+# scatter-adds of gathered rows that lower-bcoo emits are in the loops it makes before
+# xla-cpu-sum-as-dot or xla-cpu-column-selects would rewrite them. xla-cpu-summed-batch-dots runs before
 # xla-cpu-sum-as-dot, which would make the sums over a product's batch dimension it contracts
 # products with ones. xla-cpu-transposed-dots runs after the
 # passes that make or reorder dots and before xla-cpu-small-dots, whose products (all sizes below 8)
 # it leaves alone. xla-cpu-ynn-fusion runs last: it weighs
 # the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only records
 # a compile option on the module.
-DEFAULT_TUNING = ("xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
+DEFAULT_TUNING = ("xla-cpu-gather-blocks", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
                   "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects",
                   "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
 

@@ -54,6 +54,7 @@ from hlopt.compiler.parse_guard import ParseError, check_text
 from hlopt.passes.locations import format_location, printable, shorten
 from hlopt.passes.mlir import ir
 from hlopt.passes.walk import call_graph_problem
+from hlopt.passes.xla_cpu.sparse_kernels import spgemm_count_runs
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
 REFUSED_OPS = {
@@ -190,16 +191,6 @@ def _lapack_targets() -> dict[str, Target]:
 _INDEX_TYPES = ("i32", "i64")
 _SPGEMM_DATA = tuple(_LAPACK_TYPES.values())
 _SPGEMM_ATTRS = ("rows", "inner", "cols")
-
-# The output rows one count of hlopt_spgemm_count covers in the calls hlopt makes (the kernel reads
-# the run length off the counts' shape): long runs keep the counts a small part of the program's memory.
-SPGEMM_ROWS_PER_COUNT = 64
-
-
-def spgemm_count_runs(rows: int) -> int:
-    """The number of counts (runs of SPGEMM_ROWS_PER_COUNT output rows) hlopt_spgemm_count gives for `rows` rows."""
-    return -(-rows // SPGEMM_ROWS_PER_COUNT)
-
 
 def _coo_matrix(t: ir.RankedTensorType, index: str) -> bool:
     shape, elt = _tensor(t)

@@ -25,6 +25,13 @@ Rewritten, each only where all of its conditions hold (anything else is left to 
 - `@hlopt.bcoo.dot_general_sampled` of `P[M, K] @ Q[K, N]` read at the entries of an `[M, N]`
   matrix (n_batch = n_dense = 0, no permutation, i32 indices), one type f32 or f64 ->
   `@hlopt_bcoo_sddmm(P, transpose(Q), indices)`.
+- `@hlopt.bcoo.spdot_general` of two BCOO matrices (n_batch = n_dense = 0, one contracting dim each,
+  no batch dims, i32 or i64 indices, at most `SPGEMM_MAX_COLS` output columns, a result of f32, f64,
+  complex<f32> or complex<f64>) -> the two phases of a CSR SpGEMM (runtime/native/spgemm.cc):
+  `@hlopt_spgemm_count(li, ri)` counts the output entries of each run of `SPGEMM_ROWS_PER_COUNT`
+  rows, `@hlopt_spgemm_fill(ld, li, rd, ri, counts)` writes the first `nse` in row-major order
+  (padding after them at index (rows, cols), as lower-bcoo's): each operand's index columns are
+  swapped first when it contracts its other dim, its data converted to the result's type.
 
 The kernels follow JAX's BCOO rules (out-of-range entries add nothing, duplicates add up) and
 check every index, so a hostile program cannot make them read or write out of bounds; rows a
@@ -52,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, ClassVar
 
+from hlopt.passes import bcoo_shapes as shapes
 from hlopt.passes import builders as b
 from hlopt.passes.base import Pass
 from hlopt.passes.bcoo_substitute import MATMUL, plain_matrix, substitute_products
@@ -63,6 +71,17 @@ if TYPE_CHECKING:
 SPMM = "hlopt_bcoo_spmm"
 SDDMM = "hlopt_bcoo_sddmm"
 CSR_SPMM = "hlopt_csr_spmm"
+SPGEMM_COUNT = "hlopt_spgemm_count"
+SPGEMM_FILL = "hlopt_spgemm_fill"
+
+# The output rows one count of hlopt_spgemm_count covers in the calls hlopt makes (the kernel reads
+# the run length off the counts' shape): long runs keep the counts a small part of the program's memory.
+SPGEMM_ROWS_PER_COUNT = 64
+# The most output columns the SpGEMM kernels take: each thread keeps a marker and a running sum per
+# column (as scipy's CSR product does), 16 bytes each at most.
+SPGEMM_MAX_COLS = 1 << 24
+SPGEMM_INDICES = {"i32": 2**31 - 1, "i64": 2**63 - 1}  # index type -> its largest value
+SPGEMM_DATA = ("f32", "f64", "complex<f32>", "complex<f64>")
 
 
 
@@ -76,7 +95,7 @@ def _i32(t: ir.Type) -> bool:
     return isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 32 and ir.IntegerType(t).is_signless
 
 
-def _spmm(c: BcooOp) -> ir.Value | None:
+def _spmm(c: BcooOp) -> list[ir.Value] | None:
     data, indices, x = c.operands
     shape, xs, out = c.config["shape"], b.shape_of(x), c.result_shape(0)
     fits = (plain_matrix(c) and c.config.get("indices_sorted", False) and c.config["dimension_numbers"] == MATMUL
@@ -84,10 +103,10 @@ def _spmm(c: BcooOp) -> ir.Value | None:
             and _i32(b.elem_of(indices)) and _floats(b.elem_of(data), b.elem_of(x), c.result_elem(0)))
     if not fits:
         return None
-    return _kernel(SPMM, [data, indices, x], c.result_types[0])
+    return _kernel(SPMM, [data, indices, x], c.result_types)
 
 
-def _sddmm(c: BcooOp) -> ir.Value | None:
+def _sddmm(c: BcooOp) -> list[ir.Value] | None:
     p, q, indices = c.operands
     shape, ps, qs = c.config["shape"], b.shape_of(p), b.shape_of(q)
     perm = c.config.get("permutation")
@@ -96,31 +115,87 @@ def _sddmm(c: BcooOp) -> ir.Value | None:
             and _i32(b.elem_of(indices)) and _floats(b.elem_of(p), b.elem_of(q), c.result_elem(0)))
     if not fits:
         return None
-    return _kernel(SDDMM, [p, b.transpose(q, [1, 0]), indices], c.result_types[0])
+    return _kernel(SDDMM, [p, b.transpose(q, [1, 0]), indices], c.result_types)
 
 
-def _csr_spmm(c: BcooOp) -> ir.Value | None:
+def _csr_spmm(c: BcooOp) -> list[ir.Value] | None:
     data, indices, indptr, x = c.operands
     fits = (_i32(b.elem_of(indices)) and _i32(b.elem_of(indptr))
             and _floats(b.elem_of(data), b.elem_of(x), c.result_elem(0)))
-    return _kernel(CSR_SPMM, [data, indices, indptr, x], c.result_types[0]) if fits else None
+    return _kernel(CSR_SPMM, [data, indices, indptr, x], c.result_types) if fits else None
 
 
-def _kernel(target: str, operands: list[ir.Value], result: ir.Type) -> ir.Value:
-    """A typed (FFI) call of one of hlopt's kernels, which reads no attributes."""
-    op = stablehlo.CustomCallOp([result], operands, target, backend_config=ir.DictAttr.get({}),
+def spgemm_count_runs(rows: int) -> int:
+    """The number of counts (runs of SPGEMM_ROWS_PER_COUNT output rows) hlopt_spgemm_count gives for `rows` rows."""
+    return -(-rows // SPGEMM_ROWS_PER_COUNT)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpgemmPlan:
+    """A sparse x sparse product the SpGEMM kernels compute: `rows x inner` times `inner x cols`, each
+    operand's index columns swapped first when its contracting dim is the other one."""
+
+    rows: int
+    inner: int
+    cols: int
+    swap_lhs: bool
+    swap_rhs: bool
+
+    @property
+    def attrs(self) -> dict[str, int]:
+        """The kernels' attributes."""
+        return {"rows": self.rows, "inner": self.inner, "cols": self.cols}
+
+
+def spgemm_plan(lhs: shapes.Layout, rhs: shapes.Layout, dimension_numbers: shapes.DotDims,
+                index: str) -> SpgemmPlan | None:
+    """How the SpGEMM kernels compute `spdot_general` of these layouts with indices of type `index`
+    (`i32`, `i64`), or None where they do not (batch or dense dims, not two matrices with one
+    contracting dim each, other indices, more than SPGEMM_MAX_COLS output columns)."""
+    (lc, rc), (lb, rb) = dimension_numbers
+    matrices = all(x.n_batch == 0 and x.n_dense == 0 and x.n_sparse == 2 for x in (lhs, rhs))
+    if not matrices or lb or rb or len(lc) != 1 or len(rc) != 1 or index not in SPGEMM_INDICES:
+        return None
+    rows, inner, cols = lhs.shape[1 - lc[0]], lhs.shape[lc[0]], rhs.shape[1 - rc[0]]
+    if cols > SPGEMM_MAX_COLS or max(rows, cols) >= SPGEMM_INDICES[index]:
+        return None
+    return SpgemmPlan(rows, inner, cols, lc[0] == 0, rc[0] == 1)
+
+
+def _spgemm(c: BcooOp) -> list[ir.Value] | None:
+    ld, li, rd, ri = c.operands
+    data_t, index_t = c.result_types
+    plan = spgemm_plan(c.layout(0), c.layout(2, "rhs_shape"), shapes.dot_dims(c.config["dimension_numbers"]),
+                       str(index_t.element_type))
+    if plan is None or str(data_t.element_type) not in SPGEMM_DATA or b.elem_of(ri) != index_t.element_type:
+        return None
+    li, ri = (b.op("stablehlo.reverse", [x], attributes={"dimensions": ir.DenseI64ArrayAttr.get([1])}) if swap else x
+              for x, swap in ((li, plan.swap_lhs), (ri, plan.swap_rhs)))
+    ld, rd = b.convert(ld, data_t.element_type), b.convert(rd, data_t.element_type)
+    attrs = {k: ir.IntegerAttr.get(b.i64(), v) for k, v in plan.attrs.items()}
+    (counts,) = _kernel(SPGEMM_COUNT, [li, ri], [b.tensor([spgemm_count_runs(plan.rows)], index_t.element_type)],
+                        attrs)
+    return _kernel(SPGEMM_FILL, [ld, li, rd, ri, counts], [data_t, index_t], attrs)
+
+
+def _kernel(target: str, operands: list[ir.Value], results: list[ir.Type],
+            attrs: dict[str, ir.Attribute] | None = None) -> list[ir.Value]:
+    """A typed (FFI) call of one of hlopt's kernels with these attributes."""
+    op = stablehlo.CustomCallOp(results, operands, target, backend_config=ir.DictAttr.get(attrs or {}),
                                 api_version=ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 4))
-    return op.result
+    return list(op.results)
 
 
-REWRITES = {"dot_general": _spmm, "dot_general_sampled": _sddmm, "bcsr_dot_general": _csr_spmm}
+REWRITES = {"dot_general": _spmm, "dot_general_sampled": _sddmm, "bcsr_dot_general": _csr_spmm,
+            "spdot_general": _spgemm}
 
 
 @dataclasses.dataclass(frozen=True)
 class SparseKernels(Pass):
-    """Sparse x dense products as calls of hlopt's CPU kernels.
+    """Sparse products as calls of hlopt's CPU kernels.
 
-    Rewrite row-sorted BCOO and BCSR sparse x dense products (SpMV, SpMM, SDDMM) into calls of hlopt's CPU kernels.
+    Rewrite row-sorted BCOO and BCSR sparse x dense products (SpMV, SpMM, SDDMM) and BCOO matrix products
+    (SpGEMM) into calls of hlopt's CPU kernels.
 
     For CPU compiles in this process only (the kernels are hlopt's runtime's).
     """

@@ -16,6 +16,7 @@ from jax import lax
 
 import hlopt
 from hlopt import sparse as hs
+from hlopt.passes.registry import PIPELINES
 from hlopt.sparse import products
 
 MM = (((1,), (0,)), ((), ()))
@@ -247,7 +248,8 @@ def pattern_of(m: hs.BCOO) -> np.ndarray:
 
 
 def uses_kernel(f, *args) -> bool:
-    return "hlopt_spgemm_fill" in str(jax.make_jaxpr(f)(*args))
+    """Whether the program hlopt compiles for CPU calls the SpGEMM kernel (traced indices)."""
+    return "hlopt_spgemm_fill" in hlopt.jit(f).lower(*args).apply(PIPELINES["hlopt-default"], platform="cpu").as_text()
 
 
 @settings(max_examples=25, deadline=None)
@@ -263,7 +265,7 @@ def test_kernel_product_equals_numpy_eager_and_traced(n, k, m, lnse, rnse, orien
         lhs = coo_operand(rng, (k, n) if orient[0] == 0 else (n, k), lnse, dtype, index_dtype, hostile)
         rhs = coo_operand(rng, (m, k) if orient[1] == 1 else (k, m), rnse, dtype, index_dtype, hostile)
         prod = lambda x, y: hs.bcoo_dot_general(x, y, dimension_numbers=dims)  # noqa: E731
-        assert uses_kernel(prod, lhs, rhs)
+        assert uses_kernel(prod, lhs, rhs) == (lnse * rnse > 0)  # an empty product is zeros, no call
         got = prod(lhs, rhs)
         want = lax.dot_general(dense_of(lhs), dense_of(rhs), dims)
         exact = int((lax.dot_general(pattern_of(lhs), pattern_of(rhs), dims) != 0).sum())
@@ -482,7 +484,7 @@ def messy_coo(rng: np.random.Generator, shape, density: float, dtype, index_dtyp
     """A BCOO matrix claimed sorted and unique whose entries are neither: runs of empty rows (two runs
     of counted rows and some single rows), a quarter of the entries repeated, all shuffled out of
     row order. Also its dense value (duplicates added)."""
-    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT as per
+    from hlopt.passes.xla_cpu.sparse_kernels import SPGEMM_ROWS_PER_COUNT as per
 
     m = sp.random(*shape, density=density, format="lil", random_state=int(rng.integers(2**31)), dtype=np.float64)
     m[per:3 * per] = 0  # two whole runs of empty rows
@@ -508,7 +510,7 @@ def test_kernel_runs_of_counted_rows_on_messy_layouts_equal_scipy(dtype, index_d
     threads, with empty rows and runs, duplicates and entries out of row order though claimed
     sorted. Eager: scipy's nnz and entries (float64: 1e-12). Under hlopt.jit with nse cut inside a
     run, at a run's end and past the count: the first nse of them, then padding."""
-    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT as per
+    from hlopt.passes.xla_cpu.sparse_kernels import SPGEMM_ROWS_PER_COUNT as per
 
     rng = np.random.default_rng(5)
     tol = dict(rtol=1e-12, atol=1e-12) if dtype == np.float64 else dict(rtol=1e-4, atol=1e-4)
@@ -596,7 +598,8 @@ def test_portable_rules_accept_the_kernel_calls_and_refuse_changed_ones():
     """A saved program's hlopt_spgemm calls pass runtime/portable.py's rules; a changed attribute,
     an extra one, an i32 one or a result of another size is refused."""
     from hlopt.passes.mlir import ir
-    from hlopt.runtime.portable import SPGEMM_ROWS_PER_COUNT, PortableCheckError, check_portable
+    from hlopt.passes.xla_cpu.sparse_kernels import SPGEMM_ROWS_PER_COUNT
+    from hlopt.runtime.portable import PortableCheckError, check_portable
 
     a = from_csr(sp.random(6, 7, density=0.3, format="csr", random_state=0, dtype=np.float32))
     b = from_csr(sp.random(7, 5, density=0.3, format="csr", random_state=1, dtype=np.float32))
@@ -616,17 +619,17 @@ def test_portable_rules_accept_the_kernel_calls_and_refuse_changed_ones():
     with module.context:
         i64 = lambda v: ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)  # noqa: E731
         for op in calls:
-            config = ir.DictAttr(op.attributes["mhlo.backend_config"])
+            config = ir.DictAttr(op.attributes["backend_config"])  # the pass emits StableHLO's typed form
             names = {config[i].name: config[i].attr for i in range(len(config))}
             # rows moved into another run of counts (the count's result and the fill's counts then disagree with it)
             edits = [dict(names, rows=i64(6 + SPGEMM_ROWS_PER_COUNT)), dict(names, extra=i64(1)),
                      {k: v for k, v in names.items() if k != "cols"},
                      dict(names, cols=ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 5)), dict(names, inner=i64(-1))]
             for edit in edits:
-                op.attributes["mhlo.backend_config"] = ir.DictAttr.get(edit)
+                op.attributes["backend_config"] = ir.DictAttr.get(edit)
                 with pytest.raises(PortableCheckError, match="hlopt_spgemm"):
                     check_portable(module)
-            op.attributes["mhlo.backend_config"] = config
+            op.attributes["backend_config"] = config
         check_portable(module)
 
 
@@ -849,9 +852,19 @@ def test_portable_rules_accept_the_csr_kernel_calls():
     from hlopt.passes.mlir import ir
     from hlopt.runtime.portable import PortableCheckError, check_portable
 
+    from hlopt.runtime import kernels
+
+    kernels.register()
     A = BCSR.from_scipy_sparse(sp.random(6, 7, density=0.3, format="csr", random_state=0, dtype=np.float32))
     B = BCSR.from_scipy_sparse(sp.random(7, 5, density=0.3, format="csr", random_state=1, dtype=np.float32))
-    module = hlopt.lower(lambda x, y: bcsr_spdot_general(x, y, nse=9).todense(), A, B).compile().module
+    dims = dict(rows=np.int64(6), inner=np.int64(7), cols=np.int64(5))
+
+    def product(ld, lp, li, rd, rp, ri):  # the two phases called as an FFI user calls them
+        ptr = jax.ffi.ffi_call("hlopt_spgemm_csr_count", jax.ShapeDtypeStruct((7,), lp.dtype))(lp, li, rp, ri, **dims)
+        out = (jax.ShapeDtypeStruct((9,), ld.dtype), jax.ShapeDtypeStruct((9,), lp.dtype))
+        return jax.ffi.ffi_call("hlopt_spgemm_csr_fill", out)(ld, lp, li, rd, rp, ri, ptr, **dims)
+
+    module = hlopt.lower(product, A.data, A.indptr, A.indices, B.data, B.indptr, B.indices).compile().module
     check_portable(module)
     calls = []
     module.operation.walk(lambda op: (calls.append(op) if op.name == "stablehlo.custom_call" else None,

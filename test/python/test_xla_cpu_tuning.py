@@ -1,7 +1,8 @@
 """hlopt-default without its XLA:CPU tuning passes (`DEFAULT_TUNING`) computes the same values.
 
 On jet, Laplacian (of an MLP, of a log-determinant and of electrons' squared norms), bi-Laplacian, reverse-mode
-(gradients through them, a loop that reads rows by a traced index), BCOO and batched-product workloads in float64, the program compiled
+(gradients through them, a loop that reads rows by a traced index), BCOO (one with enough entries to be computed in
+blocks) and batched-product workloads in float64, the program compiled
 with every pass and the one compiled with the tuning passes left out agree to
 1e-12, and each agrees with a JAX reference; each tuning pass changes the program of
 at least one workload, so the comparison covers every pass. On a float32 bi-Laplacian
@@ -110,6 +111,14 @@ def workloads():
             return product, lib.bcoo_reduce_sum(sp, axes=(0,)).todense(), (sp.T @ product)
         return run
 
+    # enough entries for xla-cpu-gather-blocks to split the product into blocks of gathered rows
+    rows = jax.random.randint(jax.random.key(12), (12000, 2), 0, 3000)
+    entries = jax.random.normal(jax.random.key(13), (12000,))
+    columns = jax.random.normal(jax.random.key(14), (3000, 64))
+
+    def gathered(lib):
+        return lambda d, i, x: lib.BCOO((d, i), shape=(3000, 3000)) @ x
+
     w = jax.random.normal(jax.random.key(7), (8, 4)) / 2
 
     def log_det(c, x):  # a determinant wavefunction's log|det| (slogdet: LU and its triangular solves)
@@ -147,6 +156,7 @@ def workloads():
         "laplacian_gradient": (pinn(lap), (p,), pinn(ref_lap)),
         "loop_gradient": (loop_grad(hlopt.laplacian), (a,), loop_grad(nested_laplacian)),
         "bcoo": (sparse_ops(hs), (dense, m), sparse_ops(jsparse)),
+        "bcoo_gathered_rows": (gathered(hs), (entries, rows, columns), gathered(jsparse)),
         # A^T B per direction and point, neither operand a broadcast (the LU rules' kind of product)
         "batched_products": (lambda a: jax.lax.dot_general(a[0], a[1], (([2], [2]), ([0, 1], [0, 1]))), (products,),
                              lambda a: jnp.einsum("dpki,dpkj->dpij", a[0], a[1])),
@@ -155,7 +165,8 @@ def workloads():
 
 WORKLOADS = [
     "electron_laplacian", "determinant_laplacian", "determinant_gradient", "small_determinant_laplacian", "jet", "laplacian",
-    "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo", "batched_products"]
+    "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo", "bcoo_gathered_rows",
+    "batched_products"]
 
 
 def _close(got, want, atol):
@@ -184,8 +195,8 @@ def test_every_tuning_pass_changes_some_workload():
     texts = {}
     for name, (fun, args, _) in workloads().items():
         lowered = hlopt.lower(fun, *args)
-        texts[name] = (lowered.apply(DEFAULT, platform="cpu").as_text(), {p: lowered.apply(without(p), platform="cpu").as_text()
-                                                          for p in DEFAULT_TUNING})
+        texts[name] = (lowered.apply(DEFAULT, platform="cpu").as_text(),
+                       {p: lowered.apply(without(p), platform="cpu").as_text() for p in DEFAULT_TUNING})
     unchanged = [p for p in DEFAULT_TUNING if all(full == rest[p] for full, rest in texts.values())]
     assert not unchanged, f"tuning passes that change none of the workloads: {unchanged}"
 

@@ -122,12 +122,14 @@ def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferre
     of JAX's `bcoo_spdot_general`).
 
     Output batch dims: the batch pairs, lhs's other batch dims, rhs's; sparse dims: lhs's free
-    sparse dims, then rhs's. Entries are the distinct output indices in row-major order; with
-    more distinct indices than `nse`, the first `nse` are kept. With concrete indices the
-    structure is computed on the host first and the values are one gather of each operand's
-    data, a product and a sorted segment sum over the matching pairs; with traced ones, the work
-    and memory are linear in the operands' nse, `nse` and the pairs processed per chunk (never
-    `lhs.nse * rhs.nse` at once).
+    sparse dims, then rhs's. Entries are the distinct output indices in row-major order; with more
+    distinct indices than `nse`, the first `nse` are kept. The product is the `spdot_general`
+    annotation (portable: its work and memory are linear in the operands' nse, `nse` and the pairs
+    processed per chunk, never `lhs.nse * rhs.nse` at once; on CPU, products of two matrices run on
+    hlopt's SpGEMM kernels). With concrete indices and no `nse`, the exact count of two matrices is
+    taken on the host by the CPU count kernel (`hlopt.sparse.spgemm`); other layouts, or an install
+    without the kernels, compute the structure on the host (`hlopt.sparse.symbolic`) and the values
+    as one gather of each operand's data, a product and a sorted segment sum over the matching pairs.
 
     Args:
       lhs: a `BCOO`.
@@ -156,19 +158,12 @@ def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferre
     pet = None if preferred_element_type is None else np.dtype(preferred_element_type)
     lay_l, lay_r = _layouts(lhs, rhs)
     nse = None if nse is None else operator.index(nse)
-    kernel = spgemm.plan(lay_l, lay_r, dims, lhs.dtype, rhs.dtype, pet, lhs.indices.dtype, rhs.indices.dtype)
-    if kernel is not None:
-        traced = rules.is_traced(lhs.indices, rhs.indices)
-        data, indices = spgemm.product(kernel, lhs.data, lhs.indices, rhs.data, rhs.indices,
-                                       _traced_nse(lhs, rhs, dims) if traced and nse is None else nse,
-                                       spdot_general_sampled_p)
-        return BCOO((data, indices), shape=shapes.spdot_general(lay_l, lay_r, dims).shape, indices_sorted=True,
-                    unique_indices=True)
-    if not rules.is_traced(lhs.indices, rhs.indices):
-        structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims,
-                                             nse)
-        if structure is not None:
-            return _structured_product(lhs, rhs, lay_l, lay_r, dims, pet, structure)
+    if nse is None and not rules.is_traced(lhs.indices, rhs.indices):
+        nse = spgemm.exact_nse(lay_l, lay_r, dims, lhs.indices, rhs.indices)
+        if nse is None:
+            structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims)
+            if structure is not None:
+                return _structured_product(lhs, rhs, lay_l, lay_r, dims, pet, structure)
     plan = shapes.spdot_general(lay_l, lay_r, dims, _traced_nse(lhs, rhs, dims) if nse is None else nse)
     data, indices = spdot_general_p.bind(lhs.data, lhs.indices, rhs.data, rhs.indices.astype(lhs.indices.dtype),
                                          shape=lhs.shape, rhs_shape=rhs.shape, dimension_numbers=dims,
@@ -206,9 +201,9 @@ def bcoo_spdot_nse(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any) -> int:
             "bcoo_spdot_nse counts the output structure from concrete indices: call it outside jit, "
             "on the arrays whose product a traced bcoo_spdot_general takes with nse=")
     lay_l, lay_r = _layouts(lhs, rhs)
-    kernel = spgemm.plan(lay_l, lay_r, dims, lhs.dtype, rhs.dtype, None, lhs.indices.dtype, rhs.indices.dtype)
-    if kernel is not None:
-        return spgemm.exact_nse(kernel, lhs.indices, rhs.indices)
+    counted = spgemm.exact_nse(lay_l, lay_r, dims, lhs.indices, rhs.indices)
+    if counted is not None:
+        return counted
     structure = symbolic.spdot_structure(np.asarray(lhs.indices), lay_l, np.asarray(rhs.indices), lay_r, dims)
     return shapes.spdot_general(lay_l, lay_r, dims).bound if structure is None else structure.nse
 

@@ -92,6 +92,35 @@ func.func @csr_kept(%data: tensor<6xf32>, %i64: tensor<6xi64>, %p64: tensor<5xi6
   return %0, %1, %2 : tensor<4xf32>, tensor<4xf64>, tensor<4xcomplex<f32>>
 }
 
+// -----
+
+// SpGEMM of two matrices: the count phase, then the fill phase reading its counts (one count a run
+// of 64 rows: 1 for 4 rows). The rhs contracts its dim 1: its index columns are swapped first;
+// the i32 data become the f32 result's.
+// CHECK-LABEL: func.func @spgemm
+// CHECK-NOT: hlopt.bcoo
+// CHECK: %[[RI:.*]] = stablehlo.reverse %arg3, dims = [1] : tensor<4x2xi32>
+// CHECK: %[[RD:.*]] = stablehlo.convert %arg2 : (tensor<4xi32>) -> tensor<4xf32>
+// CHECK: %[[N:.*]] = stablehlo.custom_call @hlopt_spgemm_count(%arg1, %[[RI]]) {{.*}}backend_config = {cols = 3 : i64, inner = 5 : i64, rows = 4 : i64}} : (tensor<3x2xi32>, tensor<4x2xi32>) -> tensor<1xi32>
+// CHECK: stablehlo.custom_call @hlopt_spgemm_fill(%{{.*}}, %arg1, %[[RD]], %[[RI]], %[[N]]) {{.*}} -> (tensor<12xf32>, tensor<12x2xi32>)
+func.func @spgemm(%ld: tensor<3xf32>, %li: tensor<3x2xi32>, %rd: tensor<4xi32>, %ri: tensor<4x2xi32>) -> (tensor<12xf32>, tensor<12x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.spdot_general(%ld, %li, %rd, %ri) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 1>], [array<i64>, array<i64>]], indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, nse = 12 : i64, rhs_shape = array<i64: 3, 5>, shape = array<i64: 4, 5>, unique_indices = false}} : (tensor<3xf32>, tensor<3x2xi32>, tensor<4xi32>, tensor<4x2xi32>) -> (tensor<12xf32>, tensor<12x2xi32>)
+  return %0#0, %0#1 : tensor<12xf32>, tensor<12x2xi32>
+}
+
+// -----
+
+// Not rewritten: a batch dim (the kernels multiply two matrices), or integer results.
+// CHECK-LABEL: func.func @spgemm_kept
+// CHECK-NOT: hlopt_spgemm
+// CHECK-COUNT-2: stablehlo.custom_call @hlopt.bcoo.spdot_general(
+// CHECK-NOT: hlopt_spgemm
+func.func @spgemm_kept(%ld: tensor<2x3xf32>, %li: tensor<2x3x2xi32>, %rd: tensor<2x4xf32>, %ri: tensor<2x4x2xi32>, %id: tensor<3xi32>, %ii: tensor<3x2xi32>) -> (tensor<2x12xf32>, tensor<2x12x2xi32>, tensor<5xi32>, tensor<5x2xi32>) {
+  %0:2 = stablehlo.custom_call @hlopt.bcoo.spdot_general(%ld, %li, %rd, %ri) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 2>, array<i64: 1>], [array<i64: 0>, array<i64: 0>]], indices_sorted = false, n_batch = 1 : i64, n_dense = 0 : i64, nse = 12 : i64, rhs_shape = array<i64: 2, 5, 3>, shape = array<i64: 2, 4, 5>, unique_indices = false}} : (tensor<2x3xf32>, tensor<2x3x2xi32>, tensor<2x4xf32>, tensor<2x4x2xi32>) -> (tensor<2x12xf32>, tensor<2x12x2xi32>)
+  %1:2 = stablehlo.custom_call @hlopt.bcoo.spdot_general(%id, %ii, %id, %ii) {api_version = 4 : i32, backend_config = {dimension_numbers = [[array<i64: 1>, array<i64: 0>], [array<i64>, array<i64>]], indices_sorted = false, n_batch = 0 : i64, n_dense = 0 : i64, nse = 5 : i64, rhs_shape = array<i64: 4, 4>, shape = array<i64: 4, 4>, unique_indices = false}} : (tensor<3xi32>, tensor<3x2xi32>, tensor<3xi32>, tensor<3x2xi32>) -> (tensor<5xi32>, tensor<5x2xi32>)
+  return %0#0, %0#1, %1#0, %1#1 : tensor<2x12xf32>, tensor<2x12x2xi32>, tensor<5xi32>, tensor<5x2xi32>
+}
+
 // lit's own diff loses the environment of the commands after it (PYTHONPATH): diffs run last.
 // The pass leaves a module compiled for another platform, or none, as it is.
 // RUN: diff %t.parsed %t.tpu
