@@ -24,7 +24,8 @@ under jax.vmap. Methods, each under its jit (hlopt.jit for hlopt):
                  without jet-collapse): the paper's standard Taylor mode for the bi-Laplacian
     nested       jnp.trace(jax.hessian) of the nested Laplacian
 
-Per method: the median over --repeat interleaved rounds of the time per batch, each
+The jax.jit programs compile with the XLA options hlopt's tuning records for the reference
+method's program (`record.same_options`), so both sides get the same options. Per method: the median over --repeat interleaved rounds of the time per batch, each
 round's ratio to the collapsed method (median of ratios), the time to first result
 (trace + passes + compile + first call), and the peak memory: XLA's compiled-memory
 statistics (arguments + outputs + temporaries) of each jitted program, taken in a fresh
@@ -57,7 +58,7 @@ import numpy as np  # noqa: E402
 from jax.experimental import jet as jax_jet  # noqa: E402
 
 import hlopt  # noqa: E402
-from record import progress, write_record  # noqa: E402
+from record import progress, same_options, write_record  # noqa: E402
 
 STANDARD = "jet-expand,inline,canonicalize,cse,symbol-dce"
 WORKLOADS = ("exact", "weighted", "randomized", "bilaplacian")
@@ -190,6 +191,7 @@ def run(title, methods, args, repeat, memory, ref="collapsed") -> list[dict]:
     result, peak memory (`memory[name]`), and largest difference from `ref`'s output, and
     return those as one figure per method."""
     progress(f"{title}: compiling {len(methods)} methods, then {repeat} interleaved rounds")
+    methods, options = same_options(methods, args, ref)
     first, out = {}, {}
     for name, fn in methods.items():
         t0 = time.perf_counter()
@@ -213,7 +215,8 @@ def run(title, methods, args, repeat, memory, ref="collapsed") -> list[dict]:
               f"{memory[name]:>9.1f} {diff:>17.1e}")
         figures.append({"workload": title, "method": name, "median_s": float(np.median(times[name])),
                         "ratio": float(ratio), "ratio_is": f"method / {ref}, median of per-round ratios",
-                        "first_s": first[name], "peak_mib": memory[name], "max_rel_diff": float(diff)})
+                        "first_s": first[name], "peak_mib": memory[name], "max_rel_diff": float(diff),
+                        "xla_options": ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"})
     return figures
 
 

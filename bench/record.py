@@ -96,3 +96,20 @@ def write_record(name: str, figures: Sequence[Mapping[str, Any]], *, load_before
     path.write_text(json.dumps(record, indent=1, sort_keys=True, default=float) + "\n")
     print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
     return path
+
+
+def same_options(programs: Mapping[str, Any], args: Sequence[Any], ours: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The programs with the same XLA options, and those options: the ones hlopt's tuning passes
+    record for the `hlopt.jit` program `programs[ours]` at `args` (`hlopt.compiler_options`, which
+    `hlopt.jit` compiles with), given to every `jax.jit` program too (jitted again, not yet
+    compiled), so that no side's speed comes from an option the other does not get."""
+    import jax
+
+    from hlopt.passes.xla_cpu.ynn_fusion import recorded_options
+
+    platform = jax.devices()[0].platform
+    lowered = programs[ours].lower(*args).apply("hlopt-default", platform=platform)
+    options = dict(recorded_options(lowered.module.operation))
+    same = {name: jax.jit(fn.__wrapped__, compiler_options=options)
+            if options and not type(fn).__module__.startswith("hlopt") else fn for name, fn in programs.items()}
+    return same, options

@@ -10,7 +10,8 @@ under jax.vmap.
 Workloads, per n in --electrons (4 6 8):
   kinetic     the local kinetic energy -1/2 (Delta log psi + |grad log psi|^2) per walker
   gradient    the gradient with respect to the weights of the mean local kinetic energy
-Methods (each under its jit; hlopt.jit for hlopt):
+Methods (each under its jit; hlopt.jit for hlopt; the jax.jit programs compile with the XLA options
+hlopt's tuning records for its program, `record.same_options`, so both sides get the same options):
   hlopt       hlopt.pde.laplacian_and_gradient: one collapsed 2-jet along the unit vectors gives the
               Laplacian and (its first coefficients) the gradient, as folx's one pass does (slogdet
               by its own JVP rule, a custom_jvp, and the solve's, a custom_linear_solve); jax.grad
@@ -50,7 +51,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from pde_operators import peak_memory_in_subprocess, peak_mib  # noqa: E402
-from record import progress, write_record  # noqa: E402
+from record import progress, same_options, write_record  # noqa: E402
 
 import hlopt  # noqa: E402
 from hlopt.pde import laplacian_and_gradient  # noqa: E402
@@ -128,7 +129,7 @@ def main() -> None:
         args = inputs(n, a.walkers, dtype)
         for workload in ("kinetic", "gradient"):
             progress(f"n = {n}: {workload}, compiling {len(METHODS)} methods, then {a.repeat} interleaved rounds")
-            fns = {m: programs(m)[workload] for m in METHODS}
+            fns, options = same_options({m: programs(m)[workload] for m in METHODS}, args, "hlopt")
             outs = {m: jax.block_until_ready(fn(*args)) for m, fn in fns.items()}
             times = {m: [] for m in METHODS}
             cpu = {m: [] for m in METHODS}
@@ -161,7 +162,8 @@ def main() -> None:
                                 "ratio_max": float(max(ratios)), "ratio_is": "folx / method",
                                 "cpu_s": float(np.median(cpu[m])), "cpu_ratio": float(np.median(cpu_ratios)),
                                 "cpu_ratio_min": float(min(cpu_ratios)), "cpu_ratio_max": float(max(cpu_ratios)),
-                                "peak_mib": peak, "max_rel_diff_vs_float64_hessian": diff})
+                                "peak_mib": peak, "max_rel_diff_vs_float64_hessian": diff,
+                                "xla_options": ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"})
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     write_record("wavefunction", figures, load_before=load_before,
                  options={"electrons": a.electrons, "walkers": a.walkers, "repeat": a.repeat, "x64": a.x64},
