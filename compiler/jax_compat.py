@@ -27,7 +27,7 @@ from jax._src import traceback_util as _traceback_util
 from jax._src import tree_util as _tree_util
 from jax._src import xla_bridge as _xla_bridge
 # jax.extend.core's names, from where jax.extend.core takes them: importing any `jax.extend` module
-# runs the package's __init__, which imports Pallas (about 16 ms of a process's first hlopt.jit).
+# runs the package's __init__, which imports Pallas (a start-up cost of a process's first hlopt.jit).
 from jax._src.core import ClosedJaxpr, Jaxpr, Primitive, Var, concrete_or_error, jaxpr_as_fun
 from jax._src.custom_derivatives import custom_jvp_call_p
 from jax._src.custom_partitioning_sharding_rule import (

@@ -6,7 +6,8 @@ A pass is a frozen dataclass: the command-line name is the class variable
 with options is decorated `@dataclasses.dataclass(frozen=True)` itself; one
 without subclasses `Pass` (or a pass base) plainly and inherits the dataclass
 methods, since decorating it again would only generate the same methods again
-(about 0.4 ms a class, paid by the first compile of every process). The class
+(a cost paid per class by the first compile of every process; bench/startup.py
+measures start-up). The class
 docstring holds a summary paragraph followed by a before/after example. An int
 or string option declares the values it accepts with `option(...)`; a bool or
 `Literal` option's type says them. The class variable `platforms` says
@@ -91,7 +92,7 @@ class Pass:
     def from_options(cls, options: str) -> "Pass":
         """Build the pass from the text between the braces of `name{...}`."""
         given = parse_option_string(options)
-        if not given:  # the common case, every pass of a named pipeline: no type hints to resolve (~0.2 ms each)
+        if not given:  # the common case, every pass of a named pipeline: no type hints to resolve
             return cls()
         fields = {f.name: f for f in dataclasses.fields(cls)}
         hints = typing.get_type_hints(cls)

@@ -258,7 +258,8 @@ def sort_positions(key: Value) -> tuple[Value, Value]:
     """Sort non-negative `key[B, N]` along N: (sorted keys, the position each came from).
 
     Keys below 2**31 travel with their position in one 64-bit word, so XLA sorts
-    a single operand (about 3x faster on CPU than sorting a second operand along).
+    a single operand (XLA:CPU's sort of one operand is much faster than one that moves
+a second operand along).
     """
     bs, n = b.shape_of(key)
     ke = b.elem_of(key)

@@ -51,8 +51,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # No pass builds mhlo ops and importing their Python classes costs hlopt-opt's start-up
-    # about 30 ms: `mhlo` is imported when first asked for (the dialect is registered without it).
+    # No pass builds mhlo ops and importing their Python classes adds to hlopt-opt's start-up
+    # (bench/startup.py): `mhlo` is imported when first asked for (the dialect is registered without it).
     if name == "mhlo":
         from jaxlib.mlir.dialects import mhlo
 

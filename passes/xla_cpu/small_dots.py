@@ -4,19 +4,19 @@ XLA:CPU (jaxlib 0.10.2) gives a dot to its YNNPACK matmul only when one of the
 matrices' sizes m, k or n reaches 8 (`IsDotSupportedByYnn`: smaller ones are left
 out as too small for its overhead). A smaller dot with batch dimensions then runs
 in XLA's own emitter as a loop over the batch that calls a matrix kernel per batch
-element, about half a microsecond each, whatever the matrix's size: bench/wavefunction.py's
-kinetic energy at n = 4 electrons spends most of its time in such dots, the
-per-direction products of 4x4 matrices (a [12, 128, 4, 4] dot of 1536 batch elements
-took 0.8 ms, the same sums as a loop fusion 0.02-0.04 ms; at n = 6 the 6x6 products
-likewise), while at n = 8 the 8x8 products go to YNNPACK and were fast. Here such a
+element, a fixed cost per call whatever the matrix's size: bench/wavefunction.py's
+kinetic energy at n = 4 or 6 electrons spends most of its time in such dots, the
+per-direction products of 4x4 or 6x6 matrices, which the same sums as a loop fusion
+compute far faster, while at n = 8 the 8x8 products go to YNNPACK. Here such a
 dot is the sum over its k < 8 contracting positions of the products of the operands'
 slices broadcast to the result's shape, which XLA:CPU fuses into one elementwise loop.
 XLA:CPU fuses the ops that compute the operands into that loop too, so each operand
 element is computed once per result element that reads it (n or m times), where the
 dot read it from memory; an `optimization_barrier` would not stop that (XLA:CPU drops
 barriers before fusion). That recomputation is why the sum's gain shrinks with the
-size: at n = 6 the [18, 128, 6, 6] product's sum took about as long as its dot, while
-the whole kinetic energy still ran 10-20% faster with the pass (2-core machine under load).
+size, and why `max-size` stops at YNNPACK's bound rather than above it:
+`bench/xla_cpu_tuning.py --workloads wavefunction` measures the pass on those programs
+(records in bench/results/).
 
 Only dots with batch dimensions (a single small product is one call of XLA's own
 small-matrix code), of floating or complex elements and with m, k and n all below

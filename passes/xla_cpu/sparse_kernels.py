@@ -6,11 +6,9 @@ and a batched dot (SDDMM). XLA:CPU runs the gather alone slower than
 scipy.sparse runs the whole CSR product (bench/sparse_scipy.py --breakdown),
 so no formulation in plain StableHLO reaches scipy; the kernels of
 runtime/native/csr.cc (`hlopt_bcoo_spmm`, `hlopt_bcoo_sddmm`, `hlopt_csr_spmm`) walk the rows in
-one pass, split over XLA's intra-op threads when the product is large. On a
-2-core machine with nothing else running (bench/sparse_scipy.py, float32, 10
-entries a row; scipy's time / hlopt's, median of interleaved rounds) SpMM runs at
-1.0-6.5x scipy's speed from 1e4 to 1e6 rows, SDDMM at 3.4-4.1x, SpMV at 0.8-3.2x
-(below scipy at 1e4 rows, above from 1e5).
+one pass, split over XLA's intra-op threads when the product is large.
+bench/sparse_scipy.py compares them with scipy.sparse from 1e4 to 1e6 rows (records
+in bench/results/).
 
 Rewritten, each only where all of its conditions hold (anything else is left to `lower-bcoo`):
 

@@ -21,9 +21,9 @@ its slices is read. So dots stack only where the weights' reads saved are at lea
 `STACKED_READS` (1/4) of the operands' elements: the 768-wide layers of
 bench/pde_operators.py and bench/pinn_grad.py (over 1.2 times) stack, and
 bench/wavefunction.py's 7x32, 32x32 and 32x8 weights times 26 coefficients x 128 walkers
-x 8 electrons (reads saved 0.2% of the operands) stay separate. Stacked, its kinetic
-energy at n = 8 held the primal's and the collapsed coefficient's rows beside the 24
-directions' in two of the three 3 MiB buffers at its peak (10.85 MiB; 10.68 apart).
+x 8 electrons (reads saved a tiny fraction of the operands) stay separate: stacked, its
+kinetic energy would hold the primal's and the collapsed coefficient's rows beside the
+directions' in its largest buffers at its peak, for no saving in reads.
 """
 
 from __future__ import annotations

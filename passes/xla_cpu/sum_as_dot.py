@@ -1,9 +1,9 @@
 """`xla-cpu-sum-as-dot`: a floating sum over the leading axis becomes a matrix-vector product.
 
 XLA:CPU (jaxlib 0.10.2) hands a `reduce` add over a leading axis, with the
-elementwise products that feed it, to a YNNPACK reduce fusion that runs 10-20x
-slower than the same sum as a `dot_general` with a vector of ones, which goes
-to its matmul emitter (the collapsed jets' sums over directions,
+elementwise products that feed it, to a YNNPACK reduce fusion that walks the
+operand in strided rows and runs far slower than the same sum as a `dot_general`
+with a vector of ones, which goes to its matmul emitter (the collapsed jets' sums over directions,
 bench/pde_operators.py; `bench/xla_cpu_tuning.py` measures it). A weighted sum,
 a product with a rank-1 constant broadcast along that axis, is the product with
 the weights instead of ones.
@@ -13,8 +13,8 @@ dot), where the `reduce` computed its elementwise operand on the fly. For a sum 
 at most `FEW_TERMS` terms over the bi-Laplacian's nested directions (an operand of
 rank 4 or more, [outer, inner, batch, width], summed over either direction axis) that
 buffer is the whole 5x5x16x768 product, and over the inner axis XLA also copies it
-transposed: bench/pde_operators.py's collapsed bi-Laplacian held three such 1.2 MiB
-buffers at once (13.2 MiB instead of 10.5). Such a sum is the terms' sum instead,
+transposed, so bench/pde_operators.py's collapsed bi-Laplacian would hold several
+such buffers at once at its peak. Such a sum is the terms' sum instead,
 slices of the operand added one after another, which XLA:CPU fuses with the product
 into one loop and runs as fast as the dot. So is any sum of at most `FEW_TERMS` terms
 over an inner axis, whatever the rank: the mean over a few particles inside a vmapped
@@ -28,16 +28,16 @@ sums a few terms of an operand that fits in a core's L2 cache faster than that w
 and read, and more terms, or a larger operand, slower (its strided rows, many at once
 where XLA fuses several sums into one loop, leave the cache and the prefetchers' reach).
 So an unweighted sum over the leading axis of at most `KEPT_TERMS` (16) terms, or over
-an inner axis of at most `FEW_TERMS`, of an operand of at most `max-kept-bytes` (1 MiB,
-one core's L2 on the machine measured) stays a `reduce`, provided the module's
+an inner axis of at most `FEW_TERMS`, of an operand of at most `max-kept-bytes` (1 MiB
+by default, a typical core's L2 cache) stays a `reduce`, provided the module's
 reductions, with those kept, are ones xla-cpu-ynn-fusion compiles without YNNPACK's
 reduce fusion (which runs a leading-axis sum slowly); the pass then records that option
 on the module itself, so that it holds without xla-cpu-ynn-fusion in the pipeline too
 (as there, a `compiler_options` entry or `XLA_FLAGS` flag of your own naming the option
 wins, and a kept sum then runs as the option you chose runs it).
-On bench/wavefunction.py's programs the sums over 12 directions and over the 4
-electrons (0.75 MiB operands, n = 4) ran faster as reduces, and those over 24
-directions of operands as small (the 8x8 matrices' coefficients at n = 8) slower;
+The term bound matters as well as the size: a few terms of a small operand (the
+sums over directions and electrons of bench/wavefunction.py at n = 4) suit the loop,
+many terms of one as small (24 directions at n = 8) the product with ones.
 `bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
 `max-kept-bytes=0 run-sums=false kept-squares=0`, which makes every such sum a product with
 ones.
@@ -50,10 +50,10 @@ computes the operand as it sums (XLA:CPU's own loop, g terms per result), and th
 sums are then the product with ones. Only the run sums, m / D of the operand, are in
 memory. Consecutive terms stay together, as in the sum in order: terms that cancel in
 pairs (+x, -x, ...) cancel within a run before anything could overflow.
-bench/wavefunction.py's weight gradient at n = 8 held two 3 MiB summands of 24 directions
-at its peak; as 2 x 32768 run sums its peak fell from 24.8 to 21.7 MiB (folx: 23.0).
+This keeps large summands, such as those over 24 directions of bench/wavefunction.py's
+weight gradient at n = 8, out of the program's peak memory.
 `bench/xla_cpu_tuning.py --workloads wavefunction --electrons 6` (or 8) times the pass
-against `run-sums=false`, which makes those sums products with ones as before (at n = 4 the
+against `run-sums=false`, which makes those sums products with ones (at n = 4 the
 sums are kept whole and nothing changes). Only unweighted float32 and float64 sums are
 summed so: a weighted sum stays the product with its weights, and a narrower float the
 product with ones, which XLA:CPU accumulates in float32 (a reduce of float16 terms would
@@ -64,13 +64,11 @@ with ones. Run again, the pass leaves its sums within runs as they are.
 An unweighted float32 or float64 sum of squares (`y * y`, one value squared: a collapsed jet's
 sum over its directions of squared first coefficients) of at most `kept-squares` (24) terms
 stays a `reduce` under the same condition whatever its size: XLA:CPU fuses it into its
-consumer, so neither run sums nor the sum itself are in memory. On bench/wavefunction.py at
-n = 6 and 8 (18 and 24 directions) the hidden layers' sums of squares kept so lowered the
-kinetic energy's peak (n = 8: 10.43 to 10.29 MiB) and ran faster in the programs
-(interleaved, kinetic 1.06 and 1.13, gradient 1.00 and 1.04 times as fast as with
-`kept-squares=0`). Alone, as one sum before an elementwise product,
-a reduce of 20 squared terms ran 1.1 times as fast as the run sums, of 24 terms 0.96, of 28-32
-terms 0.7 (float32, 32768 terms wide): hence no more than 24.
+consumer, so neither run sums nor the sum itself are in memory (the hidden layers' sums of
+squares of bench/wavefunction.py's kinetic energy at n = 6 and 8, 18 and 24 directions).
+Past about 24 terms XLA:CPU's loop over the strided terms loses to the run sums, hence the
+default bound; `bench/xla_cpu_tuning.py --workloads wavefunction` compares the pass with
+`kept-squares=0` (records in bench/results/).
 
 Sums annotated with attributes (a sharding, frontend attributes), sums over a dynamically
 sized dimension and sums whose result's element type differs from the operand's are left as
@@ -189,7 +187,7 @@ class SumAsDot(OpRewrite):
     """Sums as products with ones, or as sums of slices.
 
     A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
-    ones (or with the weights it is multiplied by), which XLA:CPU runs 10-20x faster; one over
+    ones (or with the weights it is multiplied by), which XLA:CPU runs far faster; one over
     another single dimension but the last, a `dot_general` of the operand with ones contracting it.
     A sum of at most `FEW_TERMS` (8) terms over an inner dimension, or unweighted over dimension 0
     of an operand of rank 4 or more (nested directions), becomes the sum of its slices, which keeps

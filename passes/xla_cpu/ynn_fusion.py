@@ -4,25 +4,28 @@ compiled without that fusion.
 XLA:CPU (jaxlib 0.10.2) hands every floating `reduce` (add, max, min), with the
 elementwise ops that feed it, to a YNNPACK reduce fusion (the XLA option
 `xla_cpu_experimental_ynn_fusion_type`, by default YNNPACK's dots plus
-`LIBRARY_FUSION_TYPE_REDUCE`). How fast that runs depends on the run of
-contiguous elements each result sums, the reduced trailing dimensions (float32,
-2^18 elements, a product or a tanh summed, 2-core machine under load; time with
-the fusion / time without):
+`LIBRARY_FUSION_TYPE_REDUCE`). Whether that beats XLA's own loops depends on the
+run of contiguous elements each result sums, the reduced trailing dimensions:
 
-- rows of 2 to 8 elements: 3-18x slower than XLA's own loops (the sums over x, y, z
-  of bench/wavefunction.py's electron coordinates: 0.33 ms instead of 0.02 ms for a
-  [24, 128, 8, 3] sum at n = 8); rows of 16: about even;
-- rows of 32 or more: 1.2-2x faster, 5x for a max over rows of 1024 (softmax, logsumexp);
-- a sum over leading dimensions only (no trailing one summed): even to 28x slower
-  (a 24 x 32768 sum of products: 7.8 ms instead of 0.35 ms; `xla-cpu-sum-as-dot`
-  makes most of those dot_generals before this pass runs).
+- short rows (2 to 8 elements, such as the sums over x, y, z of
+  bench/wavefunction.py's electron coordinates): the fusion's per-row overhead
+  dominates and it is slower than XLA's own loops; rows of 16 are about even;
+- long rows (32 elements or more, such as a max over rows for softmax or
+  logsumexp): the fusion's vectorised inner loop makes it faster;
+- a sum over leading dimensions only (no trailing one summed): the fusion walks
+  the operand with strided rows and is slower (`xla-cpu-sum-as-dot` makes most of
+  those dot_generals before this pass runs).
+
+`bench/xla_cpu_tuning.py` measures this on the other benchmarks' workloads;
+its records are in bench/results/.
 
 The option is one per executable, so this pass weighs the module's reductions:
 it records `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT` (YNNPACK's dots kept, its reduce
 fusion off) when the elements of the reductions the fusion runs slowly (rows of
 at most `SHORT_ROW` elements, or leading dimensions) outweigh
-`FAST_PER_SLOW` (1/4) of those of the long-row reductions it runs faster (its
-loss on a short row is 4-8 times its gain on a long one, per element). Reductions
+`FAST_PER_SLOW` (1/4) of those of the long-row reductions it runs faster (per
+element, the fusion loses several times more on a short row than it gains on a
+long one, so a few short rows outweigh many long ones). Reductions
 of fewer than `MIN_ELEMENTS` (4096) elements, which XLA:CPU keeps out of the fusion,
 count for neither; a module with no other floating reduction is left alone.
 
@@ -67,7 +70,7 @@ RECORDABLE: dict[str, tuple[str, ...]] = {OPTION: (WITHOUT_REDUCE,)}
 SHORT_ROW = 16
 # What an element of a long-row reduction weighs against one of a slow reduction.
 FAST_PER_SLOW = 0.25
-# XLA:CPU hands a reduction to the fusion only from this many operand elements (measured).
+# XLA:CPU hands a reduction to the fusion only from this many operand elements (jaxlib 0.10.2's behaviour).
 MIN_ELEMENTS = 4096
 _YNN_REDUCERS = ("stablehlo.add", "stablehlo.maximum", "stablehlo.minimum")
 

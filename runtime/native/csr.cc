@@ -48,12 +48,11 @@ namespace {
 constexpr int64_t kBlockWork = 1 << 21;
 
 // Work (entries + rows, times columns) per parallel block of the CSR kernel and of the BCOO
-// SpMV, a quarter of kBlockWork's: an SpMV of 1e5 rows x 10 entries (about half a millisecond)
-// takes both cores (with kBlockWork the BCOO SpMV ran there on one, at 0.84x scipy's speed
-// where the CSR kernel ran at 1.49x). On the shared 2-core machine at load 13-16, 2^17 and 2^21
-// gave the same interleaved ratio to scipy at 1e5 rows (0.93-0.97, bench/sparse_scipy.py): no
-// loss from preempted helpers measured there. Smaller (2^15: a 1e4-row SpMV on both cores) lost
-// at load 5 (0.45-0.54x scipy's speed against 0.84x on one core).
+// SpMV, a quarter of kBlockWork's: an SpMV of 1e5 rows x 10 entries splits over two threads (with kBlockWork
+// it would stay on one, though an SpMV that size is already worth splitting). Larger blocks
+// gain nothing there; smaller ones (a 1e4-row SpMV split) pay more in waking and waiting for
+// helpers than the split saves, above all when other processes share the cores.
+// bench/sparse_scipy.py measures it; records in bench/results/.
 constexpr int64_t kCsrBlockWork = 1 << 19;
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -65,8 +64,8 @@ constexpr int64_t kCsrBlockWork = 1 << 19;
 #endif
 
 // A loop that the multiversioned functions call must be inlined into each of their copies (else
-// every copy calls one for the default ISA): GCC stopped inlining rows_block once it held both
-// SpMV loops, and the BCOO SpMV at 1e4 rows ran 1.2x slower.
+// every copy calls one for the default ISA): GCC does not inline rows_block, which holds both
+// SpMV loops, on its own, and a call into the default copy loses the AVX2 + FMA code.
 #if defined(__GNUC__)
 #define HLOPT_LOOP inline __attribute__((always_inline))
 #else
@@ -79,14 +78,12 @@ constexpr int64_t kCsrBlockWork = 1 << 19;
 // - the entries' arrays kStreamAhead entries ahead, into L1 (prefetcht0);
 // - x[column of entry e + kGatherAhead] into L1, so the gathers of entries not yet reached are
 //   in flight together.
-// At 1e6 rows x 10 entries (x of 4 MB, L2 2 MB) the CSR kernel ran 1.5-1.7x faster with both
-// than with neither (1.45x with the first alone, 1.0x with the second alone; one core, CPU time,
-// loaded 2-core machine), and 1.6-1.9x with x of 4 MB and matrices of 1.6-24 MB. The stream's
-// prefetch into L1 was 1.05-1.3x faster than a non-temporal one (prefetchnta, meant to keep the
-// stream out of L2 for x) at 1e6 and 2e6 rows with 3 and 10 entries a row (bench/sparse_scipy.py,
-// interleaved runs of both builds, quiet 2-core machine). With x inside L2 (1e4-5e5 rows) they were
-// 1.0-1.7x slower: the stream then stays cached from one call to the next, so those SpMVs never
-// take this path.
+// Together they overlap the misses of the entries' stream and of x's gathers; the gather
+// prefetch pays only beside the stream's. The stream goes into L1 rather than being prefetched
+// non-temporally (prefetchnta, meant to keep it out of L2 for x), which the gathers of the next
+// entries want close. With x inside L2 the prefetches are pure overhead (the stream then stays
+// cached from one call to the next), so those SpMVs never take this path.
+// bench/sparse_scipy.py measures it; records in bench/results/.
 constexpr int64_t kStreamAhead = 256;
 constexpr int64_t kGatherAhead = 64;
 
@@ -140,11 +137,10 @@ inline uint32_t column_bound(int64_t k) { return static_cast<uint32_t>(std::min<
 // 2 for BCOO's (row, column) pairs (col points at the first column). A branch, not a select: it
 // is taken for every column of a well-formed matrix, so it predicts, and the load of x then waits
 // on the column alone; the processor runs ahead into the next entries and rows and overlaps their
-// gathers. The branch-free form (x[ok ? c : 0]) made every gather wait on the compare too and ran
-// 1.7x slower at 1e6 rows (x of 4 MB past a core's cache), 1.1x at 1e4 (one core, loaded 2-core
-// machine). Software prefetching of x 32 entries ahead, on the branch-free form, was still 1.3x
-// slower than this one at 1e6 (and 1.45x slower than none at 1e4); on this form it cost 1.15x at 1e6
-// alone, and gains only with the entries' stream kept out of L2 (far_x, above).
+// gathers. The branch-free form (x[ok ? c : 0]) would make every gather wait on the compare
+// too, which is slower, most of all when x is larger than a core's cache. Software prefetching
+// of x does not make up for that, and on this form it gains only together with the prefetch of
+// the entries' stream (far_x, above). bench/sparse_scipy.py measures it.
 template <typename T, int stride>
 inline void spmv_add(T& acc, const T* __restrict data, const int32_t* __restrict col, const T* __restrict x,
                      uint32_t k, int64_t e) {
