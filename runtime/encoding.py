@@ -161,7 +161,8 @@ def _build_named_node(name: Any, aux: Any, kids: list[Any], named: bool = True) 
     dotted = name.replace(":", ".")
     if cls is None:
         raise EncodingError(f"the program holds pytree nodes of type {dotted}, which is not defined in this "
-                            f"process: import {name.partition(':')[0]} before loading")
+                            f"process: import {name.partition(':')[0].partition('.')[0]} (which defines it) before "
+                            "loading")
     build = _node_builder(cls) if isinstance(cls, type) else None
     _check(build is not None, f"{dotted} is not a pytree node class in this process")
     return build(decode_static(aux, named=named), kids)

@@ -236,7 +236,7 @@ def _parameter_names(sig: Signature) -> list[str]:
     for i, subtree in enumerate(sig.in_tree.children()[0].children()):
         leaves = sig.in_names[start:start + subtree.num_leaves]
         start += subtree.num_leaves
-        names.append(re.match(r"args\[\d+\]|[^\[]*", leaves[0]).group(0) if leaves else f"args[{i}]")
+        names.append(re.match(r"args\[\d+\]|[^\[.]*", leaves[0]).group(0) if leaves else f"args[{i}]")
     return names
 
 
@@ -256,7 +256,10 @@ def _structure_error(sig: Signature, args: tuple[Any, ...], kwargs: dict[str, An
     was compiled for, named by parameter and path."""
     want_args, want_kwargs = sig.in_tree.children()
     if len(args) != len(want_args.children()):
-        return _takes(sig, len(args))
+        positional = set(_parameter_names(sig))
+        by_name = [k for k in kwargs if k in positional]
+        return _takes(sig, len(args)) + (f" (and {', '.join(by_name)} by keyword: the program takes "
+                                         f"{'it' if len(by_name) == 1 else 'them'} by position)" if by_name else "")
     want_kw = jax.tree_util.tree_unflatten(want_kwargs, [0] * want_kwargs.num_leaves)
     missing, extra = sorted(set(want_kw) - set(kwargs)), sorted(set(kwargs) - set(want_kw))
     if missing or extra:

@@ -340,7 +340,8 @@ def test_files_without_names_still_load_and_malformed_names_are_refused(workdir,
         with pytest.raises(api.ExecutableFileError, match=r"bad\.hlx: manifest: malformed (in_names|input name)"):
             api.load(tmp / "bad.hlx")
         assert hlopt("inspect", "bad.hlx") == 1
-        assert re.fullmatch(r"hlopt: error: bad\.hlx: malformed manifest: malformed (in_names|input name).*\n",
+        assert re.fullmatch(r"hlopt: error: bad\.hlx: cannot describe the program's signature: malformed "
+                            r"(in_names|input name).*\n",
                             capsys.readouterr().err)
 
 

@@ -379,6 +379,8 @@ def test_argument_structure_errors_name_the_parameters(tmp_path):
         (({"a": w["a"], "c": w["b"]}, x), {},
          "predict: argument w lacks w['b'] and has w['c'], which the program was not compiled for"),
         ((w, x), {"y": x}, "predict: unexpected keyword argument y"),
+        ((), {"w": w, "x": x}, "predict takes 2 arguments (w, x), 0 were given (and w, x by keyword: the program "
+                               "takes them by position)"),
         (((w["a"], w["b"]), x), {}, "predict: argument w lacks w['a'], w['b'] and has w[0], w[1], which the "
                                     "program was not compiled for"),
     ]

@@ -140,3 +140,10 @@ def test_a_file_not_authenticated_may_not_name_classes(monkeypatch):
         hlopt.deserialize(data, trust="portable")
     with pytest.raises(hlopt.ExecutableFileError, match="MAC does not verify"):
         hlopt.deserialize(data)
+
+
+def test_a_parameter_holding_a_class_is_named_as_written():
+    """Its leaves are named `s.w` (an attribute): the parameter is `s`."""
+    compiled = hlopt.jit(lambda s: s.w * s.scale).lower(Scaled(np.ones(2, np.float32), 3.0)).compile()
+    with pytest.raises(TypeError, match=r"^<lambda> takes 1 argument \(s\), 0 were given"):
+        compiled()

@@ -596,7 +596,7 @@ def describe(manifest: dict[str, Any], size: int, path: str, mac: str, authentic
             lines.append("static arguments: " + ", ".join(
                 f"{i}={p(repr(encoding.decode_static(v, named=authenticated)))}" for i, v in sig["static_args"]))
     except (encoding.EncodingError, KeyError, TypeError, ValueError, AttributeError) as e:
-        raise UsageError(f"{path}: malformed manifest: {p(e)}") from None
+        raise UsageError(f"{path}: cannot describe the program's signature: {p(e)} (`--json` shows the manifest)") from None
     lines.append("sections:")
     lines += [f"  {s['name']:12s} {s['size']:>10d} bytes  sha256 {s['sha256']}" for s in manifest["sections"]]
     return "\n".join(map(p, lines))  # each line escaped whole, whatever field a forger filled
