@@ -137,15 +137,22 @@ def workloads():
     # runs to sum first), so that xla-cpu-ynn-fusion is what turns that fusion off
     points = jax.random.normal(jax.random.key(8), (512, 29))
     products = jax.random.normal(jax.random.key(11), (2, 6, 16, 9, 9))
+    xs4 = jax.random.normal(jax.random.key(15), (6, 16))
+
+    def small_products(y):
+        m = y.reshape(4, 4)
+        return jnp.sum(jnp.tanh(m @ jnp.tanh(m)))
 
     return {
         "electron_laplacian": (jax.vmap(hlopt.laplacian(electrons)), (points,), jax.vmap(nested_laplacian(electrons))),
         "determinant_laplacian": (jax.vmap(lambda x: hlopt.laplacian(lambda y: log_det(w, y))(x)), (xs,),
                                   jax.vmap(lambda x: nested_laplacian(lambda y: log_det(w, y))(x))),
         "determinant_gradient": (determinant(hlopt.laplacian), (w,), determinant(nested_laplacian)),
-        # 4x4 matrices: their batched products are below XLA:CPU's matmul bound (xla-cpu-small-dots)
         "small_determinant_laplacian": (jax.vmap(lambda x: hlopt.laplacian(lambda y: log_det(w[:4], y))(x)), (xs,),
                                         jax.vmap(lambda x: nested_laplacian(lambda y: log_det(w[:4], y))(x))),
+        # products of 4x4 matrices: batched in the jet, below XLA:CPU's matmul bound (xla-cpu-small-dots)
+        "small_products_laplacian": (jax.vmap(hlopt.laplacian(small_products)), (xs4,),
+                                     jax.vmap(nested_laplacian(small_products))),
         "jet": (_jet(mlp, 4), (p, xs[0], v), _nested_directional(mlp, 4)),
         "laplacian": (jax.vmap(lap, in_axes=(None, 0)), (p, xs), jax.vmap(ref_lap, in_axes=(None, 0))),
         "weighted_laplacian": (jax.vmap(lambda q, x: hlopt.laplacian(lambda y: mlp(q, y), weights=s)(x),
@@ -164,7 +171,8 @@ def workloads():
 
 
 WORKLOADS = [
-    "electron_laplacian", "determinant_laplacian", "determinant_gradient", "small_determinant_laplacian", "jet", "laplacian",
+    "electron_laplacian", "determinant_laplacian", "determinant_gradient", "small_determinant_laplacian",
+    "small_products_laplacian", "jet", "laplacian",
     "weighted_laplacian", "bilaplacian", "laplacian_gradient", "loop_gradient", "bcoo", "bcoo_gathered_rows",
     "batched_products"]
 
