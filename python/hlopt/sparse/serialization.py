@@ -3,7 +3,7 @@
 Each is registered with `jax.export.register_pytree_node_serialization` under the name
 `hlopt.sparse.BCOO` / `hlopt.sparse.BCSR`, its aux data serialized as the JSON object
 `{"shape": [...], "indices_sorted": bool, "unique_indices": bool}`. That is also the aux data
-of `jax.experimental.sparse`'s arrays of the same names, so a process without hlopt calls an
+of JAX's own experimental sparse arrays of the same names, so a process without hlopt calls an
 exported function taking them after registering those classes under these names with
 `aux_to_json` and `aux_from_json` (or their three lines of JSON).
 """
