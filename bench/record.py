@@ -98,6 +98,20 @@ def write_record(name: str, figures: Sequence[Mapping[str, Any]], *, load_before
     return path
 
 
+def median_seconds(fn: Any, args: Sequence[Any], calls: int) -> float:
+    """Median wall-clock seconds of `calls` calls of `fn(*args)`, each waited for."""
+    import statistics
+
+    import jax
+
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def same_options(programs: Mapping[str, Any], args: Sequence[Any], ours: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The programs with the same XLA options, and those options: the ones hlopt's tuning passes
     record for the `hlopt.jit` program `programs[ours]` at `args` (`hlopt.compiler_options`, which

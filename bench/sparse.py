@@ -41,7 +41,7 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from record import write_record
+from record import median_seconds, write_record
 
 
 def random_bcoo(rng: np.random.RandomState, shape: tuple[int, ...], nse: int, n_batch: int = 0):
@@ -284,12 +284,7 @@ def figure(row: dict, table: str) -> dict:
 def _time(fn: Callable, args: tuple, reps: int) -> float:
     """Median time of `fn(*args)` after one warm-up call."""
     jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return median_seconds(fn, args, reps)
 
 
 def _bufs(m: hs.BCOO) -> tuple[jax.Array, jax.Array]:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -27,17 +25,7 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from record import progress, write_record
-
-
-def seconds(fn: Callable, args: tuple, calls: int) -> float:
-    """Median seconds of `calls` calls."""
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from record import median_seconds, progress, write_record
 
 
 def matrix(rng: np.random.Generator, rows: int, per_row: int, sort: bool) -> tuple[jax.Array, jax.Array]:
@@ -69,7 +57,7 @@ def compare(rows: int, per_row: int, columns: int | None, layout: str, rounds: i
     ratios, t_ours, t_ref = [], [], []
     for r in range(rounds):
         pair = (ours, ref) if r % 2 == 0 else (ref, ours)
-        first, second = (seconds(f, args, calls) for f in pair)
+        first, second = (median_seconds(f, args, calls) for f in pair)
         o, j = (first, second) if r % 2 == 0 else (second, first)
         t_ours.append(o)
         t_ref.append(j)
@@ -98,7 +86,7 @@ def main() -> None:
     copy_bw = args.copy_bytes_per_s
     if copy_bw is None:
         src = jnp.ones((64 << 20,), jnp.float32)
-        copy_bw = 2 * (256 << 20) / seconds(jax.jit(lambda a: a + 1), (src,), 10)
+        copy_bw = 2 * (256 << 20) / median_seconds(jax.jit(lambda a: a + 1), (src,), 10)
     print(f"{jax.devices()[0].device_kind}: copy {copy_bw / 1e9:.1f} GB/s\n")
     print("| product | layout | rows | hlopt ms | jax ms | jax / hlopt | GB/s | share of copy |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -617,7 +617,7 @@ _eager: "weakref.WeakKeyDictionary[Callable, dict[bool, Callable]]" = weakref.We
 @api_boundary
 def jet(fun: Callable, primals: Sequence[Any], series: Sequence[Sequence[Any]],
         factorial_scaled: bool = True) -> tuple[Any, Any]:
-    """Taylor-mode higher-order differentiation, the contract of `jax.experimental.jet.jet`.
+    """Taylor-mode higher-order differentiation, the contract of JAX's experimental `jet.jet`.
 
     Args:
       fun: the function to expand.
