@@ -22,9 +22,9 @@ import jax.numpy as jnp
 from jax.experimental.key_reuse import _core as jax_key_reuse
 
 import hlopt
-from hlopt.passes.check_key_reuse import find_key_reuse
+from hlopt.passes.analyses.check_key_reuse import find_key_reuse
 from hlopt.passes.mlir import ir
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.ir.walk import walk_ops
 from record import write_record
 
 

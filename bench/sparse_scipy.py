@@ -64,7 +64,7 @@ import scipy.sparse as sp
 
 import hlopt
 from hlopt import sparse as hs
-from hlopt.passes import bcoo_shapes
+from hlopt.passes.sparse import shapes as bcoo_shapes
 from hlopt.sparse.bcsr import BCSR
 from hlopt.sparse.bcsr_spgemm import bcsr_spdot_general
 

@@ -44,7 +44,7 @@ from jax._src.lax.control_flow.solves import linear_solve_p
 from jaxlib import _jax
 from jaxlib import xla_client  # noqa: F401  (compile options, device lists: runtime/pjrt.py)
 
-from hlopt.passes.locations import hlopt_dirs
+from hlopt.passes.ir.locations import hlopt_dirs
 
 __all__ = [
     "ClosedJaxpr",

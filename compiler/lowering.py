@@ -33,10 +33,10 @@ from hlopt.compiler.constant_operands import constant_positions, constants_modul
 from hlopt.compiler.pipeline import run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.compiler.stages import PLAIN_PIPELINE, check_no_annotations
-from hlopt.passes.locations import format_location, hlopt_dirs
+from hlopt.passes.ir.locations import format_location, hlopt_dirs
 from hlopt.passes.mlir import func, get_context, ir
 from hlopt.passes.target import Target, compiling_for
-from hlopt.passes.walk import call_target, walk_ops
+from hlopt.passes.ir.walk import call_target, walk_ops
 
 _state = threading.local()
 

@@ -40,7 +40,7 @@ import re
 import numpy as np
 
 from hlopt.compiler.pipeline import PipelineError, mlir_pipeline_error
-from hlopt.passes.locations import error_line, source_name
+from hlopt.passes.ir.locations import error_line, source_name
 from hlopt.passes.mlir import get_context, ir
 
 MAX_NESTING = 512

@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator
 
 from hlopt.passes import registry
 from hlopt.passes.base import Pass, PassError, PassOptionError
-from hlopt.passes.locations import call_chain, did_you_mean, error_line, format_location, shorten
+from hlopt.passes.ir.locations import call_chain, did_you_mean, error_line, format_location, shorten
 from hlopt.passes.mlir import get_context, inliner_unavailable, ir, passmanager
-from hlopt.passes.walk import call_graph_problem
+from hlopt.passes.ir.walk import call_graph_problem
 from hlopt.passes.target import current_target
 
 

@@ -13,11 +13,11 @@ from jax.experimental.layout import Format, Layout
 from hlopt.compiler.jax_compat import api_boundary, hlo_cost_analysis, hlo_text, xla_computation
 from hlopt.compiler.pipeline import PipelineError, check_calls, parse_pipeline, run_pipeline
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
-from hlopt.passes.locations import format_location
+from hlopt.passes.ir.locations import format_location
 from hlopt.passes.mlir import get_context, ir
 from hlopt.passes.registry import lowering_pass_for
 from hlopt.passes.target import Target, compiling_for, target_of
-from hlopt.passes.walk import call_target, walk_ops
+from hlopt.passes.ir.walk import call_target, walk_ops
 
 # A compile's XLA options, as `jax.jit(compiler_options=...)` takes them: (name, value) pairs, sorted by name.
 CompilerOptions = tuple[tuple[str, Any], ...]
@@ -352,7 +352,7 @@ class Lowered(Stage):
           >>> [name for name, text in after.ir_after_passes]
           ['canonicalize', 'cse']
         """
-        from hlopt.passes.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
+        from hlopt.passes.partitioning.lower_custom_partitioning import partitioner_imports  # a pass: loaded when used
 
         target = platform if isinstance(platform, Target) else target_of(platform, self.precision)
         new = self.clone()
@@ -389,7 +389,7 @@ class Lowered(Stage):
           >>> compiled(jnp.zeros(2)).tolist()
           [1.0, 1.0]
         """
-        from hlopt.passes.lower_custom_partitioning import partitioner_imports
+        from hlopt.passes.partitioning.lower_custom_partitioning import partitioner_imports
 
         if isinstance(pipeline, Mapping):
             raise TypeError("Lowered.compile takes the pipeline first: pass XLA's options by keyword, "

@@ -21,7 +21,7 @@ import re
 import typing
 from typing import Any, ClassVar
 
-from hlopt.passes.locations import call_chain, error_line, format_location
+from hlopt.passes.ir.locations import call_chain, error_line, format_location
 from hlopt.passes.mlir import ir
 
 __all__ = ["Pass", "PassError", "PassOptionError", "format_location", "option", "parse_option_string"]

@@ -11,28 +11,35 @@ from typing import Any
 
 from hlopt.passes.base import Pass
 
-# The passes, by name. A name gives the pass's module and class: `jet-expand` is
-# `hlopt.passes.jet_expand.JetExpand`, and the XLA:CPU passes live in `hlopt.passes.xla_cpu`
-# (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`), the TPU passes in `hlopt.passes.tpu`.
-PASS_NAMES = ("check-key-reuse", "jet-collapse", "jet-expand", "lower-bcoo", "lower-custom-partitioning", "vjp-expand",
-              "xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-gather-blocks", "xla-cpu-join-dot-sums",
-              "xla-cpu-small-dots", "xla-cpu-sparse-kernels", "xla-cpu-stack-dots", "xla-cpu-sum-as-dot",
-              "xla-cpu-summed-batch-dots", "xla-cpu-transposed-dots", "xla-cpu-update-in-place", "xla-cpu-ynn-fusion",
-              "tpu-sparse-products")
-# name prefix -> the package under hlopt.passes that holds a platform's passes
-PLATFORM_PACKAGES = {"xla-cpu-": "xla_cpu", "tpu-": "tpu"}
+# The passes, by the folder under hlopt.passes that holds their module. A pass's name gives its
+# module and class: `jet-expand` is `autodiff.jet_expand.JetExpand`; a platform's passes drop
+# their prefix (`xla-cpu-stack-dots` is `xla_cpu.stack_dots.StackDots`, `tpu-sparse-products`
+# is `tpu.sparse_products.SparseProducts`).
+PASS_FOLDERS = {
+    "analyses": ("check-key-reuse",),
+    "autodiff": ("jet-collapse", "jet-expand", "vjp-expand"),
+    "partitioning": ("lower-custom-partitioning",),
+    "sparse": ("lower-bcoo",),
+    "xla_cpu": ("xla-cpu-column-selects", "xla-cpu-dot-operand-order", "xla-cpu-gather-blocks",
+                "xla-cpu-join-dot-sums", "xla-cpu-small-dots", "xla-cpu-sparse-kernels", "xla-cpu-stack-dots",
+                "xla-cpu-sum-as-dot", "xla-cpu-summed-batch-dots", "xla-cpu-transposed-dots",
+                "xla-cpu-update-in-place", "xla-cpu-ynn-fusion"),
+    "tpu": ("tpu-sparse-products",),
+}
+# a platform folder -> the prefix of its passes' names
+PLATFORM_PREFIXES = {"xla_cpu": "xla-cpu-", "tpu": "tpu-"}
+PASS_NAMES = tuple(sorted(name for names in PASS_FOLDERS.values() for name in names))
 
 
-def _module_and_class(name: str) -> tuple[str, str]:
-    """(module under hlopt.passes, class name) of the pass `name`."""
-    prefix = next((p for p in PLATFORM_PACKAGES if name.startswith(p)), "")
-    stem = name.removeprefix(prefix)
-    package = PLATFORM_PACKAGES[prefix] + "." if prefix else ""
-    return package + stem.replace("-", "_"), "".join(word.capitalize() for word in stem.split("-"))
+def _module_and_class(folder: str, name: str) -> tuple[str, str]:
+    """(module under hlopt.passes, class name) of the pass `name` in `folder`."""
+    stem = name.removeprefix(PLATFORM_PREFIXES.get(folder, ""))
+    return f"{folder}.{stem.replace('-', '_')}", "".join(word.capitalize() for word in stem.split("-"))
 
 
 # pass name -> (module under hlopt.passes, class name)
-PASSES: dict[str, tuple[str, str]] = {name: _module_and_class(name) for name in PASS_NAMES}
+PASSES: dict[str, tuple[str, str]] = {
+    name: _module_and_class(folder, name) for folder, names in PASS_FOLDERS.items() for name in names}
 
 # The annotation-lowering passes of `hlopt-default`, in the order they run (jet-collapse
 # rewrites directions-batched jets whose K-th coefficients are only summed before they expand).

@@ -22,7 +22,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from hlopt.compiler.jax_compat import export_node_deserializer, export_node_serializer, pytree_node_builder
 from hlopt.compiler.program import Signature, aval_str  # noqa: F401 - aval_str re-exported for older callers
-from hlopt.passes.dtypes import DTYPES  # the dtypes a file may hold
+from hlopt.passes.ir.dtypes import DTYPES  # the dtypes a file may hold
 
 
 class EncodingError(ValueError):

@@ -15,7 +15,7 @@ from jax.sharding import NamedSharding, SingleDeviceSharding
 from hlopt.compiler.jax_compat import api_boundary, key_shape, output_aval, partition_spec, prng_impl, result_handler
 from hlopt.compiler.program import Signature, same_value
 from hlopt.compiler.stages import CompiledStage
-from hlopt.passes.locations import shorten
+from hlopt.passes.ir.locations import shorten
 from hlopt.passes.mlir import ir
 from hlopt.runtime.dispatch import cpp_function
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hlopt.passes.locations import printable
+from hlopt.passes.ir.locations import printable
 from hlopt.runtime.errors import ExecutableFileError
 
 TEMP_PREFIX = ".hlopt-tmp-"

@@ -51,9 +51,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from hlopt.compiler.parse_guard import ParseError, check_text
-from hlopt.passes.locations import format_location, printable, shorten
+from hlopt.passes.ir.locations import format_location, printable, shorten
 from hlopt.passes.mlir import ir
-from hlopt.passes.walk import call_graph_problem
+from hlopt.passes.ir.walk import call_graph_problem
 from hlopt.passes.xla_cpu.sparse_kernels import spgemm_count_runs
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})

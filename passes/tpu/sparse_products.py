@@ -34,7 +34,7 @@ Rewritten, each only where all of its conditions hold (anything else is left to 
 
 Platform: declared `tpu`, so it rewrites only a module compiled for a TPU (`hlopt-opt --platform
 tpu` for IR work). Products inside functions another annotation calls are left alone
-(`hlopt.passes.bcoo_substitute`).
+(`hlopt.passes.sparse.substitute`).
 
 Before:
   %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {api_version = 4 : i32,
@@ -54,14 +54,14 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, ClassVar
 
-from hlopt.passes import bcoo_index as ix
-from hlopt.passes import builders as b
+from hlopt.passes.sparse import index as ix
+from hlopt.passes.ir import builders as b
 from hlopt.passes.base import Pass
-from hlopt.passes.bcoo_substitute import MATMUL, plain_matrix, substitute_products
+from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, substitute_products
 from hlopt.passes.mlir import ir
 
 if TYPE_CHECKING:
-    from hlopt.passes.bcoo import BcooOp
+    from hlopt.passes.sparse.bcoo import BcooOp
 
 Value = ir.Value
 
@@ -165,7 +165,7 @@ def _csr_product(c: BcooOp) -> Value | None:
     if not (nse and nse < 2**31 - 1 and _one_float_type(c, data, x)):
         return None
     # the op records: imported only for a module that has sparse products
-    from hlopt.passes.bcoo.ops.bcsr_dot_general import entry_rows_of
+    from hlopt.passes.sparse.bcoo.ops.bcsr_dot_general import entry_rows_of
 
     i32 = b.i32()
     rows = entry_rows_of(b.convert(indptr, i32), nse, i32)  # non-decreasing: the scatter's targets are sorted

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hlopt.passes import builders as b
+from hlopt.passes.ir import builders as b
 from hlopt.passes.mlir import ir
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.xla_cpu.rewrite import OpRewrite, erase_unused
 
 Value = ir.Value

@@ -46,10 +46,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from hlopt.passes import builders as b
+from hlopt.passes.ir import builders as b
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.xla_cpu.rewrite import erase_unused, owner_op
 
 Value = ir.Value

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.ir.walk import walk_ops
 
 # the attributes of a dot_general whose meaning a rewrite of it keeps
 DOT_ATTRIBUTES = {"dot_dimension_numbers", "precision_config"}

@@ -32,7 +32,7 @@ import functools
 import math
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.base import option
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims

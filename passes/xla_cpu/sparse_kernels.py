@@ -57,14 +57,14 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, ClassVar
 
-from hlopt.passes import bcoo_shapes as shapes
-from hlopt.passes import builders as b
+from hlopt.passes.sparse import shapes
+from hlopt.passes.ir import builders as b
 from hlopt.passes.base import Pass
-from hlopt.passes.bcoo_substitute import MATMUL, plain_matrix, substitute_products
+from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, substitute_products
 from hlopt.passes.mlir import ir, stablehlo
 
 if TYPE_CHECKING:
-    from hlopt.passes.bcoo import BcooOp
+    from hlopt.passes.sparse.bcoo import BcooOp
 
 SPMM = "hlopt_bcoo_spmm"
 SDDMM = "hlopt_bcoo_sddmm"

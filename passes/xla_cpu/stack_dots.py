@@ -34,10 +34,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, dot_dims, erase_unused, free_dims, owner_op
 
 

@@ -82,10 +82,10 @@ import functools
 import math
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.base import option
 from hlopt.passes.mlir import ir
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.xla_cpu import ynn_fusion
 from hlopt.passes.xla_cpu.rewrite import OpRewrite, rewrite_ops, summed_dim, wide_float
 

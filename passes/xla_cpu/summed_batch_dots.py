@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.rewrite import (DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims, owner_op,
                                          summed_dim, wide_float)

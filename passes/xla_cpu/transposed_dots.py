@@ -46,7 +46,7 @@ import dataclasses
 import math
 from typing import ClassVar, Literal
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.base import option
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.dot_operand_order import _swapped_precision

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.rewrite import OpRewrite
 

@@ -53,10 +53,10 @@ import math
 from collections.abc import Collection
 from typing import ClassVar
 
-from hlopt.passes import builders
+from hlopt.passes.ir import builders
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.ir.walk import walk_ops
 
 # The module attribute that carries XLA options chosen by the tuning passes.
 ATTRIBUTE = "hlopt.compiler_options"

@@ -19,7 +19,7 @@ _LAZY: dict[str, str] = {
     "Compiled": "hlopt.runtime.executable",
     "ExecutableFileError": "hlopt.runtime.container",
     "JitFunction": "hlopt.staging",
-    "KeyReuseError": "hlopt.passes.check_key_reuse",
+    "KeyReuseError": "hlopt.passes.analyses.check_key_reuse",
     "Lowered": "hlopt.compiler.stages",
     "PipelineError": "hlopt.compiler.pipeline",
     "RecompileWarning": "hlopt.runtime.files",

@@ -43,14 +43,14 @@ from hlopt.compiler.jax_compat import (
 )
 from hlopt.compiler.lowering import resolve_static_argnums
 from hlopt.compiler.program import same_value
-from hlopt.passes.lower_custom_partitioning import (
+from hlopt.passes.partitioning.lower_custom_partitioning import (
     PartitionPlan,
     PartitionRequest,
     TensorSpec,
     register_partitioner,
     registered_partitioner,
 )
-from hlopt.passes.sharding_codec import DimShardings, MeshSpec, local_shape
+from hlopt.passes.partitioning.sharding_codec import DimShardings, MeshSpec, local_shape
 from hlopt.passes.mlir import ir
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 

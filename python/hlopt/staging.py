@@ -18,7 +18,7 @@ from hlopt.compiler.lowering import (JitOptions, argnums_and_argnames, lower_fun
                                      resolve_static_argnums)
 from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import CompilerOptions, Lowered, check_compiler_options
-from hlopt.passes.locations import shorten
+from hlopt.passes.ir.locations import shorten
 from hlopt.runtime.compile import compile_traced
 from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
@@ -30,7 +30,7 @@ def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options
     lowered = Lowered(module, signature, backend=compile_traced, host_compile=host_compile,
                       user_located=user_located, compiler_options=compiler_options, precision=program_precision())
     if check_key_reuse:
-        from hlopt.passes.check_key_reuse import KeyReuseError, find_key_reuse  # imported for checked programs only
+        from hlopt.passes.analyses.check_key_reuse import KeyReuseError, find_key_reuse  # imported for checked programs only
 
         # checked on the whole traced program, as jax's checker reads the jaxpr: jax's dead-code
         # elimination (keep_unused=False) would drop a key consumed by a draw no one reads

@@ -62,8 +62,8 @@ from jax.interpreters import ad, batching, mlir
 from hlopt.compiler.jax_compat import (ClosedJaxpr, Jaxpr, Primitive, Var, api_boundary, convert_constvars_jaxpr,
                                        custom_jvp_call_p, jaxpr_as_fun, linear_solve_p, lower_called_computation,
                                        register_dce_rule, under_transformation)
-from hlopt.passes.jet_expand import MAX_ORDER
-from hlopt.passes.jet_rules import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT
+from hlopt.passes.autodiff.jet_expand import MAX_ORDER
+from hlopt.passes.autodiff.jet_rules import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 from hlopt.vjp import vjp_at, vjp_of_linear

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax.interpreters import ad, batching
 
 from hlopt.compiler.jax_compat import ClosedJaxpr, convert_constvars_jaxpr, jaxpr_as_fun, lower_called_computation
-from hlopt.passes.vjp_expand import ANNOTATION
+from hlopt.passes.autodiff.vjp_expand import ANNOTATION
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
 __all__ = ["vjp_at", "vjp_of_linear", "vjp_p"]

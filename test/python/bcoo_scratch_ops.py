@@ -1,4 +1,4 @@
-"""Two scratch BCOO ops, written as a record module under `hlopt.passes.bcoo.ops/` would be (it
+"""Two scratch BCOO ops, written as a record module under `hlopt.passes.sparse.bcoo.ops/` would be (it
 imports no jax): test_bcoo_records.py adds them to a scratch registry and checks that
 `hlopt.sparse.rules` builds working primitives (jit, vmap, grad, lower-bcoo) from this alone.
 
@@ -15,11 +15,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from hlopt.passes import bcoo_index as ix
-from hlopt.passes import bcoo_shapes as shapes
-from hlopt.passes import builders as b
-from hlopt.passes.bcoo import terms
-from hlopt.passes.bcoo.record import (
+from hlopt.passes.sparse import index as ix
+from hlopt.passes.sparse import shapes
+from hlopt.passes.ir import builders as b
+from hlopt.passes.sparse.bcoo import terms
+from hlopt.passes.sparse.bcoo.record import (
     DATA, DENSE, INDICES, INT, BcooOp, Derivative, Record, Shape, Signature, same_params,
 )
 

@@ -1,8 +1,8 @@
-"""The BCOO op records (`hlopt.passes.bcoo`): one record per op, read by the Python primitive,
+"""The BCOO op records (`hlopt.passes.sparse.bcoo`): one record per op, read by the Python primitive,
 abstract evaluation, validation and lower-bcoo.
 
 - every record has a primitive whose emitted `backend_config` validates against the record's
-  signature (read back with `hlopt.passes.bcoo.read`), a numeric test here (against the dense
+  signature (read back with `hlopt.passes.sparse.bcoo.read`), a numeric test here (against the dense
   computation) and a lit case in test/lit/lower-bcoo; a record without one fails by name;
 - `Record.config` refuses parameters its signature does not name and fields of the wrong kind;
 - scratch ops (`bcoo_scratch_ops.py`: one record module, no jax) are added to a scratch
@@ -25,9 +25,9 @@ from jax import lax
 
 import hlopt
 import hlopt.sparse as hs
-from hlopt.passes import bcoo
+from hlopt.passes.sparse import bcoo
 from hlopt.passes.base import PassError
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.ir.walk import walk_ops
 from hlopt.sparse import rules
 
 import bcoo_scratch_ops as scratch_ops
@@ -266,8 +266,8 @@ def test_a_scratch_op_is_validated_by_its_signature(scratch):
 
 
 def test_the_jax_terms_implement_the_protocol():
-    """Every name a record's rules may use (`hlopt.passes.bcoo.terms.Terms`) has a jax meaning."""
-    from hlopt.passes.bcoo.terms import Terms
+    """Every name a record's rules may use (`hlopt.passes.sparse.bcoo.terms.Terms`) has a jax meaning."""
+    from hlopt.passes.sparse.bcoo.terms import Terms
 
     wanted = {n for n in vars(Terms) if not n.startswith("_")}
     assert wanted and not sorted(wanted - set(vars(rules.TERMS))), "Terms members rules.TERMS lacks"

@@ -1,4 +1,4 @@
-"""The one derivative table (passes/derivatives.py): an entry gives jet-expand's standard
+"""The one derivative table (passes/optable/derivatives.py): an entry gives jet-expand's standard
 and collapsed rules and vjp-expand's rule, checked against JAX.
 
 The scratch-registry test removes `chlo.asinh` from every table, shows that jet and vjp
@@ -18,8 +18,10 @@ from jax import lax
 from jax.experimental import jet as jax_jet
 
 import hlopt
-from hlopt.passes import derivatives, jet_rules, vjp_rules
-from hlopt.passes.derivatives import X, Y, op, polynomial
+from hlopt.passes.optable import derivatives
+from hlopt.passes.autodiff import jet_rules
+from hlopt.passes.autodiff import vjp_rules
+from hlopt.passes.optable.derivatives import X, Y, op, polynomial
 
 from references import taylor_by_nested_jvp
 from vjp_harness import hlopt_vjp, jax_vjp

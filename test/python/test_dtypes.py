@@ -1,4 +1,4 @@
-"""passes/dtypes.py, the one dtype table, against JAX's own dtype -> MLIR type mapping."""
+"""passes/ir/dtypes.py, the one dtype table, against JAX's own dtype -> MLIR type mapping."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from jax.interpreters import mlir as jax_mlir
 
-from hlopt.passes.dtypes import DTYPE_NAMES, DTYPES, SHORT_NAMES, dtype_name
-from hlopt.passes.lower_custom_partitioning import describe_type
+from hlopt.passes.ir.dtypes import DTYPE_NAMES, DTYPES, SHORT_NAMES, dtype_name
+from hlopt.passes.partitioning.lower_custom_partitioning import describe_type
 from hlopt.passes.mlir import get_context, ir
 from hlopt.runtime.encoding import dtype_from_name
 

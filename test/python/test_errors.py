@@ -277,7 +277,7 @@ def test_a_missing_module_says_where_hlopt_looked(tmp_path):
 
 def _hlopt_frames(error: BaseException) -> list[str]:
     """Frames of hlopt's own files in everything `error`'s printed traceback shows (its chain included)."""
-    from hlopt.passes.locations import hlopt_dirs
+    from hlopt.passes.ir.locations import hlopt_dirs
 
     text = "".join(traceback.format_exception(error))
     files = re.findall(r'File "([^"]+)"', text)

@@ -37,9 +37,9 @@ from hlopt.compiler.parse_guard import (
 from hlopt.compiler.pipeline import MAX_PIPELINE_ELEMENTS, PipelineError
 from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
-from hlopt.passes.locations import ERROR_LINE_LIMIT
+from hlopt.passes.ir.locations import ERROR_LINE_LIMIT
 from hlopt.passes.mlir import get_context, ir, serialize_portable_artifact
-from hlopt.passes.walk import MAX_CALL_DEPTH
+from hlopt.passes.ir.walk import MAX_CALL_DEPTH
 from hlopt.runtime.compile import compile_lowered
 
 GOOD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
@@ -469,7 +469,7 @@ def test_the_inlined_bound_is_what_stops_a_doubling_chain(tmp_path):
     """The control: with the bounds lifted, hlopt-default on a 26-level chain runs past its time or memory."""
     path = tmp_path / "chain.mlir"
     path.write_text(doubling_chain(26))
-    script = ("import sys, hlopt.passes.walk as w, hlopt.passes.vjp_expand as v\nw.MAX_INLINED_OPS = v.MAX_INLINED_OPS = 1 << 62\n"
+    script = ("import sys, hlopt.passes.ir.walk as w, hlopt.passes.autodiff.vjp_expand as v\nw.MAX_INLINED_OPS = v.MAX_INLINED_OPS = 1 << 62\n"
               "from hlopt.cli.opt import main\nsys.exit(main([sys.argv[1], '-p', 'hlopt-default', '-o', '/dev/null']))")
     outcome = run_capped(["-c", script, str(path)], timeout=10, memory=2 << 30)
     assert outcome.timed_out or outcome.returncode != 0, outcome.describe()

@@ -57,7 +57,7 @@ KEYWORDS = {
 
 def test_traceback_filtering_hides_hlopts_frames():
     assert {"path"} <= parameters(jax_compat._traceback_util.register_exclusion)
-    from hlopt.passes.locations import hlopt_dirs
+    from hlopt.passes.ir.locations import hlopt_dirs
 
     assert set(hlopt_dirs()) <= set(jax_compat._traceback_util._exclude_paths)
     info = jax_compat._source_info_util

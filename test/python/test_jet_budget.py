@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from hlopt.passes import derivatives
-from hlopt.passes.builders import nested_ops
-from hlopt.passes.jet_expand import MAX_WORK
-from hlopt.passes.jet_rules import CUBIC, LINEAR, QUADRATIC, rule_growth
+from hlopt.passes.optable import derivatives
+from hlopt.passes.ir.builders import nested_ops
+from hlopt.passes.autodiff.jet_expand import MAX_WORK
+from hlopt.passes.autodiff.jet_rules import CUBIC, LINEAR, QUADRATIC, rule_growth
 from hlopt.passes.mlir import get_context, ir
 from hlopt.compiler.pipeline import run_pipeline
 from sandbox import run_capped
@@ -61,7 +61,7 @@ def test_the_budget_is_what_stops_it(tmp_path):
     """The control: with the budget lifted the same module is still expanding at the timeout (or dies)."""
     path = tmp_path / "nested.mlir"
     path.write_text(nested_jets(64, 2))
-    script = ("import sys, hlopt.passes.jet_expand as j\nj.MAX_WORK = 1 << 62\n"
+    script = ("import sys, hlopt.passes.autodiff.jet_expand as j\nj.MAX_WORK = 1 << 62\n"
               "from hlopt.cli.opt import main\nsys.exit(main([sys.argv[1], '-p', 'jet-expand', '-o', '/dev/null']))")
     outcome = run_capped(["-c", script, str(path)], timeout=15, memory=2 << 30)
     assert outcome.timed_out or outcome.returncode != 0, outcome.describe()

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hlopt.passes import builders, jet_directions
+from hlopt.passes.ir import builders
+from hlopt.passes.autodiff import jet_directions
 from hlopt.passes.mlir import get_context, ir
 
 SOURCE = """

@@ -1,5 +1,5 @@
 """The structural Taylor rule of `custom_linear_solve` and the loop-free custom_jvp rule
-in batched and collapsed jets (passes/jet_expand.py: `expand_linear_solve`,
+in batched and collapsed jets (passes/autodiff/jet_expand.py: `expand_linear_solve`,
 `_custom_jvp_directions`), through what JAX builds on them (`solve`, `inv`, `det`,
 `slogdet`, a hand-written `custom_linear_solve`, `cg`), against nested jax.jvp to
 order 4 (float64 to 1e-9 relative, float32 at its own tolerance), batched matrices

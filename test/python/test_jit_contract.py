@@ -20,7 +20,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDeviceSharding
 
 import hlopt
-from hlopt.passes.locations import hlopt_dirs
+from hlopt.passes.ir.locations import hlopt_dirs
 from hlopt.runtime.host import HostCompiled
 
 RNG = np.random.default_rng(12)

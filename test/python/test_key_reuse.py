@@ -18,8 +18,8 @@ import pytest
 
 import hlopt
 from hlopt.compiler.pipeline import PipelineError
-from hlopt.passes.check_key_reuse import KeyReuse, find_key_reuse
-from hlopt.passes.walk import walk_ops
+from hlopt.passes.analyses.check_key_reuse import KeyReuse, find_key_reuse
+from hlopt.passes.ir.walk import walk_ops
 
 REUSE, CLEAN = True, False
 CASES: dict[str, tuple] = {}

@@ -1,4 +1,4 @@
-"""The linear-algebra rules (passes/linalg_rules.py) against JAX: Taylor coefficients
+"""The linear-algebra rules (passes/autodiff/linalg_rules.py) against JAX: Taylor coefficients
 against nested jax.jvp to order 4 (float64 to 1e-9 relative, float32 at its own
 tolerance, complex where JAX supports it), batched and unbatched; the directions-
 batched and collapsed jets against standard ones and the Hessian trace; reverse mode

@@ -1,4 +1,4 @@
-"""passes/locations.py: parsing MLIR locations, choosing the user's frame, formatting, notes."""
+"""passes/ir/locations.py: parsing MLIR locations, choosing the user's frame, formatting, notes."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import os
 import jax
 import pytest
 
-from hlopt.passes import locations
+from hlopt.passes.ir import locations
 from hlopt.passes.base import PassError
-from hlopt.passes.locations import (
+from hlopt.passes.ir.locations import (
     call_chain,
     format_location,
     in_library,

@@ -1,7 +1,7 @@
 """Every key of every rule table and lowering table has a numeric test and a lit case.
 
 Tables: jet-expand's and vjp-expand's rules, the derivative table both read
-(passes/derivatives.py), the directions-batched/collapsed rules (jet_directions.APPLY),
+(passes/optable/derivatives.py), the directions-batched/collapsed rules (jet_directions.APPLY),
 the LAPACK kinds of the linear-algebra rules, the annotations each lowering pass
 lowers (registry.ANNOTATIONS) and the passes themselves (each XLA:CPU tuning pass
 has its lit test and is compared with and without it in test_xla_cpu_tuning.py).
@@ -27,7 +27,12 @@ import test_derivatives
 import test_jet_rules
 import test_linalg_rules
 import test_vjp_rules
-from hlopt.passes import derivatives, jet_directions, jet_rules, linalg_names, registry, vjp_rules
+from hlopt.passes.optable import derivatives
+from hlopt.passes.autodiff import jet_directions
+from hlopt.passes.autodiff import jet_rules
+from hlopt.passes.optable import linalg_names
+from hlopt.passes import registry
+from hlopt.passes.autodiff import vjp_rules
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit"
 OP = re.compile(r"\b((?:stablehlo|chlo|sdy|func)\.[a-z_0-9]+)\b")

@@ -696,7 +696,7 @@ def test_refusals_quote_forged_names_and_locations_escaped(tmp_path):
     np.save(tmp_path / "a.npy", a)
     # The control: the location the messages quote holds the forger's raw bytes.
     from hlopt.compiler.program import parse_module
-    from hlopt.passes.locations import format_location
+    from hlopt.passes.ir.locations import format_location
     from hlopt.passes.mlir import ir
 
     locations = []

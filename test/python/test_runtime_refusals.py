@@ -181,7 +181,7 @@ def test_nul_bytes_in_a_location_are_refused_typed_and_shown_escaped(program, tm
 def test_locations_are_never_looked_up_on_disk(tmp_path):
     import jax
 
-    from hlopt.passes import locations
+    from hlopt.passes.ir import locations
 
     link = tmp_path / "link"
     link.symlink_to(Path(jax.__file__).parent)

@@ -1,4 +1,4 @@
-"""passes/sharding_codec.py: GSPMD sharding strings against JAX's, and decoding them back."""
+"""passes/partitioning/sharding_codec.py: GSPMD sharding strings against JAX's, and decoding them back."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from hlopt.passes.mlir import get_context, ir
-from hlopt.passes.sharding_codec import (
+from hlopt.passes.partitioning.sharding_codec import (
     MeshSpec,
     dim_shardings,
     dims_from_hlo_sharding,

@@ -197,7 +197,7 @@ def test_without_native_kernels_products_are_portable_and_exact(monkeypatch):
 def test_spgemm_plan_refuses_what_the_kernels_do_not_take():
     """Batch dims, several contracting dims, other index types and too many output columns keep the
     portable lowering."""
-    from hlopt.passes import bcoo_shapes as shapes
+    from hlopt.passes.sparse import shapes
 
     mat = lambda shape: shapes.layout(shape, (4,), (4, 2))  # noqa: E731
     assert sparse_kernels.spgemm_plan(mat((3, 4)), mat((4, 5)), MM, "i32") is not None

@@ -72,7 +72,7 @@ def test_first_jit_of_a_jet_loads_only_what_it_uses():
         f = hlopt.jit(lambda x: hlopt.jet(jnp.sin, (x,), ((jnp.ones(3),),))[1][0])
         assert jnp.allclose(f(jnp.zeros(3)), 1.0)
         print(*sorted(m for m in sys.modules if m == "jax.extend" or m.startswith(("jax.extend.", "jax._src.pallas",
-              "hlopt.passes.bcoo.", "hlopt.passes.check_key_reuse", "hlopt.passes.linalg_rules"))) or ["none"])
+              "hlopt.passes.sparse.bcoo.", "hlopt.passes.analyses.check_key_reuse", "hlopt.passes.autodiff.linalg_rules"))) or ["none"])
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["none"]

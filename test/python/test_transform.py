@@ -1,4 +1,4 @@
-"""The function-transform driver (`hlopt.passes.transform`) that jet-expand, vjp-expand and
+"""The function-transform driver (`hlopt.passes.rewrite.transform`) that jet-expand, vjp-expand and
 check-key-reuse plug into: rule lookup, walking, reach, liveness, one-shot rewrites, the module."""
 
 from __future__ import annotations
@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from hlopt.compiler.program import parse_module
-from hlopt.passes import transform
+from hlopt.passes.rewrite import transform
 from hlopt.passes.base import PassError
-from hlopt.passes.check_key_reuse import _Analysis
-from hlopt.passes.jet_expand import ModuleJet
+from hlopt.passes.analyses.check_key_reuse import _Analysis
+from hlopt.passes.autodiff.jet_expand import ModuleJet
 from hlopt.passes.mlir import get_context, ir, stablehlo
-from hlopt.passes.vjp_expand import ModuleVjp
-from hlopt.passes.walk import call_target, walk_ops
+from hlopt.passes.autodiff.vjp_expand import ModuleVjp
+from hlopt.passes.ir.walk import call_target, walk_ops
 
 LOOP = """
 func.func @f(%x: tensor<f32>, %c: tensor<f32>, %n: tensor<i32>) -> (tensor<i32>, tensor<f32>, tensor<f32>, tensor<f32>) {

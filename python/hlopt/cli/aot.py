@@ -19,7 +19,7 @@ from typing import Any
 from hlopt.cli.errors import UsageError, as_flags
 from hlopt.cli.opt import ALLOW_IMPORT_HELP
 from hlopt.runtime.errors import ExecutableFileError
-from hlopt.passes.locations import did_you_mean, printable
+from hlopt.passes.ir.locations import did_you_mean, printable
 
 PROGRESS_AFTER_S = 2.0
 # `hlopt run` sets up as many host CPU devices as a file's program needs, up to this many.
@@ -82,7 +82,7 @@ def parse_arg_type(text: str) -> Any:
     """`f32[128,8]` -> ShapeDtypeStruct((128, 8), float32)."""
     import jax
 
-    from hlopt.passes.dtypes import DTYPES, SHORT_NAMES, dtype_name
+    from hlopt.passes.ir.dtypes import DTYPES, SHORT_NAMES, dtype_name
     from hlopt.runtime.encoding import dtype_from_name
 
     m = re.fullmatch(r"\s*([a-z0-9_]+)\s*\[\s*([0-9,\s]*)\]\s*", text)
@@ -189,7 +189,7 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
     from hlopt.runtime.compile import compile_lowered
     from hlopt.passes.mlir import get_context, ir
     from hlopt.compiler.program import aval_str
-    from hlopt.passes.dtypes import DTYPE_NAMES
+    from hlopt.passes.ir.dtypes import DTYPE_NAMES
     from hlopt.runtime.encoding import dtype_from_name
     from hlopt.runtime.files import main_function
 
@@ -277,7 +277,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     """Lower, compile and save; print what was written."""
     import hlopt
     from hlopt.compiler.pipeline import parse_pipeline
-    from hlopt.passes.locations import source_name
+    from hlopt.passes.ir.locations import source_name
     from hlopt.runtime.compile import compile_lowered
 
     parse_pipeline(args.pipeline)  # refused before the program is imported or traced

@@ -41,7 +41,7 @@ def _python_dirs() -> tuple[str, ...]:
 
 
 def _is_user_file(path: str) -> bool:
-    from hlopt.passes.locations import in_library
+    from hlopt.passes.ir.locations import in_library
 
     return (os.path.isabs(path) and not in_library(path)
             and not os.path.realpath(path).startswith(_python_dirs()))
@@ -100,7 +100,7 @@ def error_message(error: BaseException, prog: str, debug: bool) -> str:
             notes += [f"{f}:{n}:{c}: note: called from here" for f, n, c in frames[1:]]
         else:
             text = f"{prog}: error: {first}"
-    from hlopt.passes.locations import printable, shorten
+    from hlopt.passes.ir.locations import printable, shorten
 
     lines = [text, *notes] if debug else [text]  # each escaped: a message can quote a forger's bytes
     return shorten(as_flags("\n".join(printable(line) for line in "\n".join(lines).split("\n"))))

@@ -82,7 +82,7 @@ def read_source(path: str) -> bytes:
     """The bytes of the MLIR file `path` (`-`: stdin): a regular file (never a FIFO or a device, which could
     block or never end) of at most MAX_SOURCE_BYTES; UsageError otherwise."""
     from hlopt.compiler.parse_guard import MAX_SOURCE_BYTES
-    from hlopt.passes.locations import printable
+    from hlopt.passes.ir.locations import printable
     from hlopt.runtime.paths import read_regular
 
     if path == "-":
@@ -129,14 +129,14 @@ def process(source: str, filename: str, pipeline: str, *, platform: str = "none"
     """
     from hlopt.compiler.parse_guard import parse_source
     from hlopt.compiler.pipeline import run_pipeline
-    from hlopt.passes.locations import source_name
+    from hlopt.passes.ir.locations import source_name
     from hlopt.passes.mlir import get_context
     from hlopt.passes.target import compiling_for, target_of
 
     with get_context(), source_name(filename), compiling_for(target_of(platform)):
         module = parse_source(source, filename)
         if pipeline:
-            from hlopt.passes.lower_custom_partitioning import partitioner_imports
+            from hlopt.passes.partitioning.lower_custom_partitioning import partitioner_imports
 
             with partitioner_imports(allow_import):
                 run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all, timing=timing)

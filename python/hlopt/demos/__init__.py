@@ -15,7 +15,7 @@ from typing import TextIO
 
 import numpy as np
 
-from hlopt.passes.locations import did_you_mean
+from hlopt.passes.ir.locations import did_you_mean
 
 SECTIONS: dict[str, str] = {
     "driver": "hlopt.demos:driver_section",

@@ -14,7 +14,7 @@ def sparse_section(out: TextIO) -> None:
 
     import hlopt
     from hlopt.demos import banner, check_close
-    from hlopt.passes.walk import walk_ops
+    from hlopt.passes.ir.walk import walk_ops
     from hlopt.sparse import BCOO, bcoo_multiply_sparse
 
     banner(out, "sparse: BCOO arrays lowered by lower-bcoo")

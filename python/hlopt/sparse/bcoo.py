@@ -16,7 +16,7 @@ from jax.interpreters import ad, batching, mlir
 
 from hlopt.compiler.jax_compat import Primitive, concrete_or_error
 from hlopt.compiler.program import aval_str
-from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes.sparse import shapes
 from hlopt.sparse import indexing, ops, rules
 
 

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hlopt.passes.bcoo.ops.bcsr_dot_general import MATMUL, entry_rows
+from hlopt.passes.sparse.bcoo.ops.bcsr_dot_general import MATMUL, entry_rows
 from hlopt.sparse import bcsr_spgemm, products, rules
 from hlopt.sparse.bcoo import BCOO, SparseInfo, bcoo_fromdense
 
@@ -257,7 +257,7 @@ def bcsr_todense(mat: BCSR) -> jax.Array:
 
 # ---------------------------------------------------------------------------
 # Products: `A @ x` for a dense x[K] or x[K, N] is the `bcsr_dot_general` annotation (its record in
-# hlopt.passes.bcoo.ops.bcsr_dot_general); every other contraction is the BCOO product of `to_bcoo()`.
+# hlopt.passes.sparse.bcoo.ops.bcsr_dot_general); every other contraction is the BCOO product of `to_bcoo()`.
 
 _MATMUL = MATMUL
 bcsr_dot_general_p = rules.primitive("bcsr_dot_general")

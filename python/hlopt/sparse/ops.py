@@ -1,5 +1,5 @@
 """The jax primitives behind `hlopt.sparse`: one per `hlopt.bcoo.*` op, each defined from the
-op's record (`hlopt.passes.bcoo`) by `hlopt.sparse.rules`, with the few helpers the API binds
+op's record (`hlopt.passes.sparse.bcoo`) by `hlopt.sparse.rules`, with the few helpers the API binds
 them through.
 
 A record gives the primitive everything: its abstract evaluation (the shape rule lower-bcoo
@@ -21,9 +21,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from hlopt.passes import bcoo_shapes as shapes
-from hlopt.passes.bcoo import REGISTRY
-from hlopt.passes.bcoo import terms
+from hlopt.passes.sparse import shapes
+from hlopt.passes.sparse.bcoo import REGISTRY
+from hlopt.passes.sparse.bcoo import terms
 from hlopt.sparse.rules import TERMS, layout, primitive
 
 PRIMITIVES = {name: primitive(name) for name in REGISTRY}

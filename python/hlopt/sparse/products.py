@@ -2,7 +2,7 @@
 `bcoo_dot_general_sampled` (SDDMM) and `bcoo_spdot_general`, with the primitives behind them.
 
 Each primitive lowers to one `hlopt.bcoo.<op>` annotation (`dot_general`, `dot_general_sampled`,
-`spdot_general`, `spdot_general_sampled`) whose record is in `hlopt.passes.bcoo.ops.products`; the
+`spdot_general`, `spdot_general_sampled`) whose record is in `hlopt.passes.sparse.bcoo.ops.products`; the
 primitives are defined wholly from the records (shapes, `lax.dot_general`'s dtypes, batching,
 and the derivatives: each product is linear in each operand's data, its transposes the
 products that JAX's `lax.dot_general` transpose gives, read at the operand's indices, so a
@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes.sparse import shapes
 from hlopt.sparse import rules, spgemm, symbolic
 from hlopt.sparse.bcoo import BCOO, SparseEfficiencyError, bcoo_squeeze, bcoo_transpose
 from hlopt.sparse.structure import bcoo_broadcast_in_dim

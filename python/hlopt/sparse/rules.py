@@ -1,4 +1,4 @@
-"""How a BCOO op's record (`hlopt.passes.bcoo`) becomes a jax primitive: one generic
+"""How a BCOO op's record (`hlopt.passes.sparse.bcoo`) becomes a jax primitive: one generic
 interpreter of the record, with no rule of any op written here.
 
 `define(record)` gives the primitive `bcoo_<name>`: its abstract evaluation is the record's
@@ -7,7 +7,7 @@ shape rule (with its dtype hook or the default dtype rule), its lowering emits
 makes the mapped axis a leading batch dim with the record's batching parameters (or runs its
 `batch` hook); the JVP and transpose rules come from its `Derivative` (multilinear or joint
 linear operands; a transpose written through other ops, or `SELECTS`). The record's hooks are
-functions over `hlopt.passes.bcoo.terms.Terms`, which `TERMS` here interprets with jax.
+functions over `hlopt.passes.sparse.bcoo.terms.Terms`, which `TERMS` here interprets with jax.
 `primitive(name)` is the primitive of the op of that name in the registry in use.
 """
 
@@ -25,10 +25,10 @@ from jax import lax
 from jax.interpreters import ad, batching
 
 from hlopt.compiler.jax_compat import Primitive
-from hlopt.passes import bcoo
-from hlopt.passes import bcoo_shapes as shapes
-from hlopt.passes.bcoo import Record
-from hlopt.passes.bcoo.record import DATA, DENSE, INDICES, STARTS
+from hlopt.passes.sparse import bcoo
+from hlopt.passes.sparse import shapes
+from hlopt.passes.sparse.bcoo import Record
+from hlopt.passes.sparse.bcoo.record import DATA, DENSE, INDICES, STARTS
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
 # (operand avals, params) -> the dtype of each result
@@ -129,7 +129,7 @@ _PRIMITIVES: dict[int, tuple[Record, Primitive]] = {}
 
 
 def primitive(name: str) -> Primitive:
-    """The primitive of the op `name` in the registry in use (`hlopt.passes.bcoo.REGISTRY`)."""
+    """The primitive of the op `name` in the registry in use (`hlopt.passes.sparse.bcoo.REGISTRY`)."""
     return define(bcoo.REGISTRY[name])
 
 
@@ -269,7 +269,7 @@ def _dot_dtype(lhs: Any, rhs: Any, dimension_numbers: Any, preferred_element_typ
                                                        preferred_element_type=preferred_element_type), a, b).dtype
 
 
-# The jax interpreter of `hlopt.passes.bcoo.terms.Terms`: what a record's rules compute with.
+# The jax interpreter of `hlopt.passes.sparse.bcoo.terms.Terms`: what a record's rules compute with.
 TERMS = types.SimpleNamespace(
     bind=_bind, is_undefined=ad.is_undefined_primal, aval=primal_aval, is_zero=lambda x: type(x) is ad.Zero,
     zeros=lambda shape, dtype: jnp.zeros(tuple(shape), dtype), ones=lambda shape, dtype: jnp.ones(tuple(shape), dtype),

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes.sparse import shapes
 from hlopt.passes.xla_cpu.sparse_kernels import (
     SPGEMM_COUNT, SpgemmPlan, spgemm_count_runs, spgemm_plan,
 )

@@ -3,7 +3,7 @@
 
 Each is one primitive lowering to one `hlopt.bcoo.<op>` annotation (`concatenate`,
 `broadcast_in_dim`, `dynamic_slice`, `extract`, `conv`), defined wholly from the op's record
-(`hlopt.passes.bcoo.ops.<op>`: its lowering, result shapes, batching and derivative): here
+(`hlopt.passes.sparse.bcoo.ops.<op>`: its lowering, result shapes, batching and derivative): here
 are only the API functions that bind them.
 """
 
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes.sparse import shapes
 from hlopt.sparse import ops, rules
 from hlopt.sparse.bcoo import BCOO, bcoo_sum_duplicates, bcoo_update_layout
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from hlopt.passes import bcoo_shapes as shapes
+from hlopt.passes.sparse import shapes
 
 # Pairs of entries whose output keys are sorted at once (the host sorts a chunk in cache).
 PAIRS_PER_CHUNK = 1 << 20

@@ -1,6 +1,6 @@
 // RUN: hlopt-opt %s -p 'jet-expand{func=f order=1}' --split-input-file | filecheck %s
 
-// One case per entry of the derivative table (passes/derivatives.py): the rule
+// One case per entry of the derivative table (passes/optable/derivatives.py): the rule
 // built from it names the op its formula applies (or the product / quotient).
 
 // stablehlo.exponential: f'(x) from the derivative table builds stablehlo.multiply

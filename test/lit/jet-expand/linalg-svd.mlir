@@ -2,7 +2,7 @@
 // RUN: hlopt-opt %s -p "jet-expand{func=svd_wide order=1}" | filecheck %s --check-prefix=WIDE
 // The SVD modes without a rule (full matrices, values only) are in linalg-errors.mlir.
 
-// The SVD record of passes/linalg_rules.py (LAPACK gesdd / gesvd, thin): the primal stays the
+// The SVD record of passes/autodiff/linalg_rules.py (LAPACK gesdd / gesvd, thin): the primal stays the
 // call; its coefficients are products in the primal singular bases, F o (...) with
 // F = 1 / (s_b^2 - s_a^2) off the diagonal, and, for a tall matrix, U's part outside
 // span(U_0) divided by s.

@@ -6,7 +6,7 @@
 // RUN: hlopt-opt %s -p "jet-expand{func=eigh order=1}" | filecheck %s --check-prefix=EIGH
 // RUN: hlopt-opt %s -p "jet-expand{func=qr order=1}" | filecheck %s --check-prefix=QR
 
-// The linear-algebra rules (passes/linalg_rules.py): the LAPACK custom calls JAX emits on
+// The linear-algebra rules (passes/autodiff/linalg_rules.py): the LAPACK custom calls JAX emits on
 // CPU and the StableHLO ops other platforms use map to one rule per operation, whose
 // coefficients are plain StableHLO (triangular solves with the primal factor, products).
 

@@ -1,6 +1,6 @@
 // RUN: hlopt-opt %s -p 'vjp-expand{func=svd}' | filecheck %s
 
-// Reverse mode of the SVD record (passes/linalg_rules.py): Abar = U G V^H plus, for a tall
+// Reverse mode of the SVD record (passes/autodiff/linalg_rules.py): Abar = U G V^H plus, for a tall
 // matrix, (I - U U^H) Ubar S^{-1} V^H; products and elementwise scalings, no solve.
 // CHECK-LABEL: func.func @svd_vjp(
 // CHECK: stablehlo.custom_call @lapack_sgesdd_ffi

@@ -4,7 +4,7 @@
 // RUN: hlopt-opt %s -p 'vjp-expand{func=eigh}' | filecheck %s --check-prefix=EIGH
 // RUN: hlopt-opt %s -p 'vjp-expand{func=qr}' | filecheck %s --check-prefix=QR
 
-// Reverse mode of the linear-algebra rules (passes/linalg_rules.py), whichever spelling.
+// Reverse mode of the linear-algebra rules (passes/autodiff/linalg_rules.py), whichever spelling.
 
 // Cholesky: Abar from G = L^{-H} Phi(L^H Lbar) L^{-1}: a product, then two solves.
 // CHOL-LABEL: func.func @chol_vjp(

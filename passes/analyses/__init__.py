@@ -1,0 +1,2 @@
+"""Analyses of whole programs that report, not rewrite: `check-key-reuse`.
+"""

@@ -1,0 +1,2 @@
+"""The drivers that apply a pass's rules to a module.
+"""
