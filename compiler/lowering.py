@@ -337,6 +337,40 @@ class JitOptions:
     keep_unused: bool = False
 
 
+def _jit_kwargs(options: JitOptions, static_argnums: tuple[int, ...]) -> dict[str, Any]:
+    """The keyword arguments of `jax.jit` that `options` stand for, with these `static_argnums`."""
+    jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "static_argnames": options.static_argnames,
+                                  "donate_argnums": options.donate_argnums,
+                                  "donate_argnames": options.donate_argnames,
+                                  "keep_unused": options.keep_unused}
+    if options.in_shardings is not None:
+        jit_kwargs["in_shardings"] = _named(options.mesh, options.in_shardings)
+    if options.out_shardings is not None:
+        jit_kwargs["out_shardings"] = _named(options.mesh, options.out_shardings)
+    return jit_kwargs
+
+
+def _fresh(fun: Callable) -> Callable:
+    """A new function calling `fun`: jax's caches, keyed on the function, never mix hlopt's lowerings
+    (annotation form) with those of jax's own `jax.jit(fun)`."""
+    @functools.wraps(fun)
+    def wrapped(*a, **k):
+        return fun(*a, **k)
+
+    return wrapped
+
+
+def jax_jitted(fun: Callable, options: JitOptions, compiler_options: dict[str, Any] | None) -> Callable | None:
+    """`jax.jit` of `fun` with `options` and XLA's `compiler_options`: the program each call compiles is
+    the one `Lowered.host_compile` compiles for a program with host callbacks (each hlopt operation made
+    plain by its lowering rule), dispatched by jax itself. None with a `mesh=`, which jax.jit takes
+    from `jax.set_mesh` around the call instead."""
+    if options.mesh is not None:
+        return None
+    return jax.jit(_fresh(fun), **_jit_kwargs(options, tuple(options.static_argnums)),
+                   compiler_options=compiler_options)
+
+
 def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions
                    ) -> tuple[ir.Module, Signature, Callable[[], Any] | None, Callable[[], ir.Module]]:
     """Trace `fun` at `args` and `kwargs` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
@@ -348,28 +382,17 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     module it compiled (`Lowered.host_compile`). The fourth lowers it again with
     source locations that leave out hlopt's frames, as jax's leave out its own (`Lowered.user_located`).
     """
-    mesh, in_shardings, out_shardings = options.mesh, options.in_shardings, options.out_shardings
+    mesh, in_shardings = options.mesh, options.in_shardings
     static_argnums = resolve_static_argnums(options.static_argnums, len(args))
-
-    jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "static_argnames": options.static_argnames,
-                                  "donate_argnums": options.donate_argnums,
-                                  "donate_argnames": options.donate_argnames,
-                                  "keep_unused": options.keep_unused}
+    jit_kwargs = _jit_kwargs(options, static_argnums)
     dynamic = tuple(a for i, a in enumerate(args) if i not in static_argnums)
     if in_shardings is not None:  # else, as jax.jit: committed arguments keep their shardings, others replicate
-        jit_kwargs["in_shardings"] = _named(mesh, in_shardings)
         typed = iter(_typed_by_sharding(dynamic, jit_kwargs["in_shardings"]))
         args = tuple(a if i in static_argnums else next(typed) for i, a in enumerate(args))
-    if out_shardings is not None:
-        jit_kwargs["out_shardings"] = _named(mesh, out_shardings)
 
     def lower_with_jax() -> Any:
-        @functools.wraps(fun)
-        def wrapped(*a, **k):  # a fresh function: jax's caches never mix hlopt's lowerings with others
-            return fun(*a, **k)
-
         with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-            return jax.jit(wrapped, **jit_kwargs).lower(*args, **kwargs)
+            return jax.jit(_fresh(fun), **jit_kwargs).lower(*args, **kwargs)
 
     with annotations_allowed():
         lowered = lower_with_jax()
