@@ -83,6 +83,7 @@ __all__ = [
     "layout_rank",
     "linear_solve_p",
     "lower_called_computation",
+    "lower_per_platform",
     "lowering_target",
     "merge_module",
     "lower_jaxpr_to_fun",
@@ -294,9 +295,10 @@ class LoweringTarget:
 
 
 def lowering_target(ctx: Any) -> LoweringTarget:
-    """The target of the module a `jax.interpreters.mlir` lowering rule context `ctx` lowers into."""
+    """The target of the module a `jax.interpreters.mlir` lowering rule context `ctx` lowers into; its
+    platforms are those the rule lowers for (one branch's, inside a per-platform lowering)."""
     module_context = ctx.module_context
-    return LoweringTarget(context=module_context.context, platforms=tuple(module_context.platforms),
+    return LoweringTarget(context=module_context.context, platforms=tuple(_mlir._platforms_for_eqn(ctx)),
                           axis_context=module_context.axis_context,
                           for_export=bool(module_context.lowering_parameters.for_export))
 
@@ -308,6 +310,16 @@ def merge_module(ctx: Any, *, name: str, module: Any) -> str:
     module_context = ctx.module_context
     return _mlir.merge_mlir_modules(dst_module=module_context.module, sym_name=name, src_module=module,
                                     dst_symtab=module_context.symbol_table)
+
+
+def lower_per_platform(ctx: Any, *, description: str, platform_rules: dict[str, Callable[..., Any]],
+                       default_rule: Callable[..., Any], operands: Sequence[Any]) -> Sequence[Any]:
+    """Lower with `platform_rules[p]` (`rule(ctx, *operands)`) for each platform `p` the module of the
+    lowering rule context `ctx` is lowered for, and `default_rule` for the others: one rule's values
+    where only one applies, else a `stablehlo.case` on the platform the program runs on. The rules
+    have no side effects; `description` names the operation in jax's errors."""
+    ctx = ctx.replace(avals_out=list(ctx.avals_out))  # jax's multi-platform branch adds a list to them
+    return _mlir.lower_per_platform(ctx, description, platform_rules, default_rule, frozenset(), *operands)
 
 
 def require_devices_during_lowering(primitive: Any) -> None:

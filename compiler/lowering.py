@@ -25,6 +25,7 @@ from hlopt.compiler.jax_compat import (
     locations_without,
     kept_inputs,
     lowering_placement,
+    lower_per_platform,
     lowering_target,
     merge_module,
     weak_out_avals,
@@ -106,14 +107,15 @@ def program_precision() -> str | None:
         return None
 
 
-def target_of_lowering(ctx: Any, native_kernels: bool = False) -> Target:
-    """What the module that the lowering rule context `ctx` lowers into is compiled for: the platforms
-    jax lowers for, in this process under `jax.jit` (where hlopt's CPU kernels may be called if
-    `native_kernels`, they are built), elsewhere for `jax.export`, with the precision jax lowers the
-    program's products with."""
+def target_of_lowering(ctx: Any, platform: str, native_kernels: bool = False) -> Target:
+    """What the module that the lowering rule context `ctx` lowers into is compiled for, on `platform`,
+    one of the platforms jax lowers it for: in this process under `jax.jit` lowering for that platform
+    alone (where hlopt's CPU kernels may be called if `native_kernels`, they are built), elsewhere for
+    `jax.export` or a lowering for several platforms, with the precision jax lowers the program's
+    products with."""
     target = lowering_target(ctx)
-    return Target(tuple(target.platforms), local=not target.for_export, kernels=native_kernels,
-                  precision=program_precision())
+    local = not target.for_export and target.platforms == (platform,)
+    return Target((platform,), local=local, kernels=native_kernels, precision=program_precision())
 
 
 def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequence[ir.Value], name: str,
@@ -128,40 +130,59 @@ def lower_as_plain_stablehlo(ctx: Any, fun: Callable[..., Any], operands: Sequen
     into StableHLO in hlopt's context; the result is merged into jax's module
     (as jax merges a called `jax.export` artifact) and called with `operands`.
 
-    The passes run for the platform jax lowers for, as `hlopt.jit` runs them
-    (`target_of_lowering`). Under `jax.jit`, `prepare(platform, plain bytecode)`
-    is called first, to register with XLA what the custom calls of hlopt's
-    runtime need before jax compiles them; a `jax.export` artifact calls none.
-    (`native_kernels`: whether hlopt's CPU kernels are built, for the passes).
+    The passes run for each platform jax lowers for, as `hlopt.jit` runs them
+    (`target_of_lowering`). A program lowered for several platforms at once
+    (`jax.export(..., platforms=...)`) calls one function where the platforms'
+    programs agree, and otherwise chooses among them by the platform it runs on,
+    as jax's own rules with per-platform lowerings do. Under `jax.jit`,
+    `prepare(platform, plain bytecode)` is called first, to register with XLA
+    what the custom calls of hlopt's runtime need before jax compiles them; a
+    `jax.export` artifact calls none. (`native_kernels`: whether hlopt's CPU
+    kernels are built, for the passes).
     """
     target = lowering_target(ctx)
-    if len(target.platforms) != 1:
-        raise NotImplementedError(
-            f"{name}: hlopt operations lower for one platform at a time, but this program is being lowered "
-            f"for {list(target.platforms)}; export it once per platform")
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in ctx.avals_in]
     closed = jax.make_jaxpr(fun)(*avals)
-    with annotations_allowed():  # lowered straight into hlopt's context, where the passes run
-        annotated = build_module(closed, name=name, platform=target.platforms[0], axis_context=target.axis_context,
-                                 context=get_context())
     positions = constant_positions(operands)
+    constants = None
     if positions:  # what is constant in jax's module is constant for the passes too
         with target.context, ir.Location.unknown():
             constants = module_to_bytecode(constants_module(operands, positions))
-        use_constants(annotated, parse_module(constants), list(positions))
-    compiled_for = target_of_lowering(ctx, native_kernels)
-    plain = _plain_bytecode(annotated, compiled_for)
-    if compiled_for.local and prepare is not None:
-        prepare(compiled_for.platforms[0], plain)
-    with target.context:
-        module = ir.Module.parse(plain)
-        for op in list(module.body.operations):
-            if op.operation.name != "func.func":  # meshes, now inlined where they are used
-                op.operation.erase()
-        main = ir.SymbolTable(module.operation)["main"]
-        result_types = list(main.type.results)
-        callee = merge_module(ctx, name=name, module=module)
-        return list(func.CallOp(result_types, ir.FlatSymbolRefAttr.get(callee), list(operands)).results)
+
+    def plain_for(platform: str) -> bytes:
+        with annotations_allowed():  # lowered straight into hlopt's context, where the passes run
+            annotated = build_module(closed, name=name, platform=platform, axis_context=target.axis_context,
+                                     context=get_context())
+        if constants is not None:
+            use_constants(annotated, parse_module(constants), list(positions))
+        compiled_for = target_of_lowering(ctx, platform, native_kernels)
+        plain = _plain_bytecode(annotated, compiled_for)
+        if compiled_for.local and prepare is not None:
+            prepare(platform, plain)
+        return plain
+
+    by_program: dict[bytes, list[str]] = {}
+    for platform in target.platforms:
+        by_program.setdefault(plain_for(platform), []).append(platform)
+
+    def call(plain: bytes) -> Callable[..., list[ir.Value]]:
+        def rule(ctx: Any, *operands: ir.Value) -> list[ir.Value]:
+            with target.context:
+                module = ir.Module.parse(plain)
+                for op in list(module.body.operations):
+                    if op.operation.name != "func.func":  # meshes, now inlined where they are used
+                        op.operation.erase()
+                main = ir.SymbolTable(module.operation)["main"]
+                result_types = list(main.type.results)
+                callee = merge_module(ctx, name=name, module=module)
+                return list(func.CallOp(result_types, ir.FlatSymbolRefAttr.get(callee), list(operands)).results)
+        return rule
+
+    # The program most platforms share is the default; each other platform gets its own.
+    programs = sorted(by_program, key=lambda plain: -len(by_program[plain]))
+    per_platform = {platform: call(plain) for plain in programs[1:] for platform in by_program[plain]}
+    return list(lower_per_platform(ctx, description=name, platform_rules=per_platform,
+                                   default_rule=call(programs[0]), operands=operands))
 
 
 def _named(mesh: Mesh | None, shardings: Any) -> Any:
@@ -316,6 +337,40 @@ class JitOptions:
     keep_unused: bool = False
 
 
+def _jit_kwargs(options: JitOptions, static_argnums: tuple[int, ...]) -> dict[str, Any]:
+    """The keyword arguments of `jax.jit` that `options` stand for, with these `static_argnums`."""
+    jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "static_argnames": options.static_argnames,
+                                  "donate_argnums": options.donate_argnums,
+                                  "donate_argnames": options.donate_argnames,
+                                  "keep_unused": options.keep_unused}
+    if options.in_shardings is not None:
+        jit_kwargs["in_shardings"] = _named(options.mesh, options.in_shardings)
+    if options.out_shardings is not None:
+        jit_kwargs["out_shardings"] = _named(options.mesh, options.out_shardings)
+    return jit_kwargs
+
+
+def _fresh(fun: Callable) -> Callable:
+    """A new function calling `fun`: jax's caches, keyed on the function, never mix hlopt's lowerings
+    (annotation form) with those of jax's own `jax.jit(fun)`."""
+    @functools.wraps(fun)
+    def wrapped(*a, **k):
+        return fun(*a, **k)
+
+    return wrapped
+
+
+def jax_jitted(fun: Callable, options: JitOptions, compiler_options: dict[str, Any] | None) -> Callable | None:
+    """`jax.jit` of `fun` with `options` and XLA's `compiler_options`: the program each call compiles is
+    the one `Lowered.host_compile` compiles for a program with host callbacks (each hlopt operation made
+    plain by its lowering rule), dispatched by jax itself. None with a `mesh=`, which jax.jit takes
+    from `jax.set_mesh` around the call instead."""
+    if options.mesh is not None:
+        return None
+    return jax.jit(_fresh(fun), **_jit_kwargs(options, tuple(options.static_argnums)),
+                   compiler_options=compiler_options)
+
+
 def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions
                    ) -> tuple[ir.Module, Signature, Callable[[], Any] | None, Callable[[], ir.Module]]:
     """Trace `fun` at `args` and `kwargs` (arrays or ShapeDtypeStructs) and lower it to StableHLO.
@@ -327,28 +382,17 @@ def lower_function(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any],
     module it compiled (`Lowered.host_compile`). The fourth lowers it again with
     source locations that leave out hlopt's frames, as jax's leave out its own (`Lowered.user_located`).
     """
-    mesh, in_shardings, out_shardings = options.mesh, options.in_shardings, options.out_shardings
+    mesh, in_shardings = options.mesh, options.in_shardings
     static_argnums = resolve_static_argnums(options.static_argnums, len(args))
-
-    jit_kwargs: dict[str, Any] = {"static_argnums": static_argnums, "static_argnames": options.static_argnames,
-                                  "donate_argnums": options.donate_argnums,
-                                  "donate_argnames": options.donate_argnames,
-                                  "keep_unused": options.keep_unused}
+    jit_kwargs = _jit_kwargs(options, static_argnums)
     dynamic = tuple(a for i, a in enumerate(args) if i not in static_argnums)
     if in_shardings is not None:  # else, as jax.jit: committed arguments keep their shardings, others replicate
-        jit_kwargs["in_shardings"] = _named(mesh, in_shardings)
         typed = iter(_typed_by_sharding(dynamic, jit_kwargs["in_shardings"]))
         args = tuple(a if i in static_argnums else next(typed) for i, a in enumerate(args))
-    if out_shardings is not None:
-        jit_kwargs["out_shardings"] = _named(mesh, out_shardings)
 
     def lower_with_jax() -> Any:
-        @functools.wraps(fun)
-        def wrapped(*a, **k):  # a fresh function: jax's caches never mix hlopt's lowerings with others
-            return fun(*a, **k)
-
         with jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext():
-            return jax.jit(wrapped, **jit_kwargs).lower(*args, **kwargs)
+            return jax.jit(_fresh(fun), **jit_kwargs).lower(*args, **kwargs)
 
     with annotations_allowed():
         lowered = lower_with_jax()

@@ -50,7 +50,8 @@ class HostCompiled(Stage):
     `input_shardings`, `output_shardings`, `input_formats`, `output_formats`,
     `out_info`); `module` is the StableHLO it was compiled from, each hlopt
     operation made plain. `executable` is None: the C++ dispatch of
-    `hlopt.jit` does not replay it (jax's own compiled object has its fast path).
+    `hlopt.jit` does not replay it; `hlopt.jit` sends the later calls of its
+    function to one `jax.jit` of it instead, whose dispatch is jax's own.
     """
 
     executable = None

@@ -14,14 +14,15 @@ import jax
 from jax.sharding import Mesh
 
 from hlopt.compiler.jax_compat import api_boundary
-from hlopt.compiler.lowering import (JitOptions, argnums_and_argnames, lower_function, program_precision,
-                                     resolve_static_argnums)
+from hlopt.compiler.lowering import (JitOptions, argnums_and_argnames, jax_jitted, lower_function,
+                                     program_precision, resolve_static_argnums)
 from hlopt.compiler.pipeline import parse_pipeline
 from hlopt.compiler.stages import CompilerOptions, Lowered, check_compiler_options
 from hlopt.passes.ir.locations import shorten
 from hlopt.runtime.compile import compile_traced
 from hlopt.runtime.dispatch import cpp_function
 from hlopt.runtime.executable import Compiled
+from hlopt.runtime.host import HostCompiled
 
 
 def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions,
@@ -196,7 +197,21 @@ class JitFunction:
             compiled = self.lower(*args, **kwargs).compile(self.pipeline)
             self._cache[key] = compiled
         outputs = compiled.call_flat(leaves)
+        if isinstance(compiled, HostCompiled):
+            self._dispatch_through_jax()
         return outputs, (compiled if compiled.executable is not None else None)
+
+    def _dispatch_through_jax(self) -> None:
+        """Make later calls go straight to one `jax.jit` of the function, once a program of it calls back
+        into Python: such a program compiles as under `jax.jit` (`hlopt.runtime.host`) and cannot be
+        replayed by hlopt's dispatch, so jax's own dispatch (C++ where jax has a fast path) is then the
+        only layer a call crosses. Kept on hlopt's dispatch: functions checked for key reuse, which
+        jax.jit would not check, and those given `mesh=`."""
+        if self.check_key_reuse:
+            return
+        jitted = jax_jitted(self.fun, self.options, dict(self.compiler_options) or None)
+        if jitted is not None:
+            self._call = jitted
 
 
 @api_boundary

@@ -1,12 +1,9 @@
 // Sparse x sparse matrix product (SpGEMM) of two 2-d sparse matrices, CSR-style in two phases.
 //
 // Operands (lhs `rows x inner`, rhs `inner x cols`) come as BCOO buffers (`indices[nse, 2]` of
-// (row, column) and `data[nse]`, no batch or dense dims) or as CSR buffers (`indptr[rows + 1]`,
-// `indices[nse]` of columns, `data[nse]`). A COO entry whose index is out of range (padding, or
-// anything else) is dropped, as JAX's BCOO treats them, and so is a CSR entry whose column is or
-// that lies outside [indptr[0], indptr[rows]); duplicates add. Nothing from an operand is trusted:
-// every index, pointer, count and size is checked before use, and a CSR operand whose indptr is
-// negative, decreases or points past its buffers is refused.
+// (row, column) and `data[nse]`, no batch or dense dims). An entry whose index is out of range
+// (padding, or anything else) is dropped, as JAX's BCOO treats them; duplicates add. Nothing from
+// an operand is trusted: every index, count and size is checked before use.
 //
 // - hlopt_spgemm_count (symbolic phase, BCOO operands): `counts[runs]`, the output entries (distinct
 //   columns summed over the rows) of each run of ceil(rows / runs) consecutive rows, 0 < runs <= rows
@@ -17,9 +14,6 @@
 //   (checked against the operands' structure), the output's first `nse` entries in row-major order, columns
 //   ascending within a row (`nse` is the result's size; padding after the last entry has index
 //   (rows, cols) and value 0), the values summed in the data's type.
-// - hlopt_spgemm_csr_count / hlopt_spgemm_csr_fill: the same on CSR operands; the count writes the
-//   output's `indptr[rows + 1]` directly, the fill takes it (checked the same way) and writes the
-//   output's first `nse` column indices and values (padding: column `cols`, value 0).
 //
 // Each phase takes one output row at a time with a dense marker over the output's columns (one
 // per thread); a product of enough multiply-adds shares its rows out to the threads in ranges of
@@ -135,52 +129,6 @@ Rows<I> group_rows(const I* idx, int64_t nse, int64_t n_rows, int64_t n_cols) {
   }
   rows.col_data = rows.cols.data();
   return rows;
-}
-
-// A CSR operand's rows (`indptr[n_rows + 1]`, `indices[nse]`; entries outside [indptr[0],
-// indptr[n_rows]) are padding): read in place when every column is in range, else without the
-// entries whose column is not. An error when indptr is negative, decreases, or ends past nse.
-template <typename I>
-ffi::Error csr_rows(const I* indptr, const I* indices, int64_t nse, int64_t n_rows, int64_t n_cols, Rows<I>& rows,
-                    const char* name) {
-  std::vector<int64_t>& ptr = rows.ptr;
-  ptr.resize(n_rows + 1);
-  bool monotone = indptr[0] >= 0;
-  for (int64_t r = 0; r <= n_rows; ++r) {
-    ptr[r] = static_cast<int64_t>(indptr[r]);
-    if (r > 0 && ptr[r] < ptr[r - 1]) monotone = false;
-  }
-  if (!monotone || ptr[n_rows] > nse)
-    return ffi::Error::InvalidArgument(std::string("hlopt_spgemm_csr: ") + name +
-                                       " indptr must start at 0 or above, never decrease and end at most at nse");
-  const int64_t begin = ptr[0], end = ptr[n_rows];
-  // Every column in [0, n_cols) when the largest as unsigned (a negative one is above any) is: a max
-  // reduction, which vectorizes; the entries are counted only when some column is not.
-  using U = std::make_unsigned_t<I>;
-  U largest = 0;
-  for (int64_t k = begin; k < end; ++k) largest = std::max(largest, static_cast<U>(indices[k]));
-  if (begin == end || largest < static_cast<U>(n_cols)) {
-    rows.col_data = indices;
-    rows.identity = true;
-    return ffi::Error::Success();
-  }
-  int64_t n_valid = 0;
-  for (int64_t k = begin; k < end; ++k) n_valid += static_cast<U>(indices[k]) < static_cast<U>(n_cols);
-  rows.cols.resize(n_valid);
-  rows.entries.resize(n_valid);
-  int64_t at = 0;
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const int64_t first = ptr[r];
-    ptr[r] = at;
-    for (int64_t k = first; k < ptr[r + 1]; ++k) {
-      if (indices[k] < 0 || static_cast<int64_t>(indices[k]) >= n_cols) continue;
-      rows.cols[at] = indices[k];
-      rows.entries[at++] = k;
-    }
-  }
-  ptr[n_rows] = at;
-  rows.col_data = rows.cols.data();
-  return ffi::Error::Success();
 }
 
 // How a phase's rows [0, end) are shared out: `workers` threads (the caller's and the pool's, one
@@ -715,105 +663,6 @@ ffi::Error SpgemmFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffe
   }); });
 }
 
-// ---- CSR operands ----
-
-// Checks a CSR operand's buffers (indptr[n_rows + 1] and indices[nse], one index type).
-ffi::Error check_csr(const ffi::AnyBuffer& indptr, const ffi::AnyBuffer& indices, int64_t n_rows, ffi::DataType type,
-                     const char* name) {
-  if (indptr.element_type() != type || indices.element_type() != type)
-    return ffi::Error::InvalidArgument("hlopt_spgemm_csr: every indptr and indices must have one dtype");
-  if (!one_d(indptr, n_rows + 1) || indices.dimensions().size() != 1)
-    return ffi::Error::InvalidArgument(std::string("hlopt_spgemm_csr: ") + name +
-                                       " must be indptr[rows + 1] and indices[nse]");
-  return ffi::Error::Success();
-}
-
-template <typename I>
-ffi::Error both_csr_rows(const ffi::AnyBuffer& lp, const ffi::AnyBuffer& li, const ffi::AnyBuffer& rp,
-                         const ffi::AnyBuffer& ri, const Dims& dims, Rows<I>& lhs, Rows<I>& rhs) {
-  if (auto err = csr_rows(lp.typed_data<I>(), li.typed_data<I>(), li.dimensions()[0], dims.rows, dims.inner, lhs, "lhs");
-      err.failure())
-    return err;
-  return csr_rows(rp.typed_data<I>(), ri.typed_data<I>(), ri.dimensions()[0], dims.inner, dims.cols, rhs, "rhs");
-}
-
-ffi::Error SpgemmCsrCountImpl(ffi::ThreadPool pool, ffi::AnyBuffer lp, ffi::AnyBuffer li, ffi::AnyBuffer rp,
-                              ffi::AnyBuffer ri, int64_t rows, int64_t inner, int64_t cols,
-                              ffi::Result<ffi::AnyBuffer> indptr) {
-  Dims dims{rows, inner, cols};
-  auto type = lp.element_type();
-  if (!is_index(type)) return ffi::Error::InvalidArgument("hlopt_spgemm_csr_count: indices must be int32 or int64");
-  for (auto err : {check_dims(dims, type), check_csr(lp, li, rows, type, "lhs"), check_csr(rp, ri, inner, type, "rhs")})
-    if (err.failure()) return err;
-  if (indptr->element_type() != type || !one_d(*indptr, rows + 1))
-    return ffi::Error::InvalidArgument("hlopt_spgemm_csr_count: the output indptr must be [rows + 1] of the indices' dtype");
-  return guarded("hlopt_spgemm_csr_count", [&] { return by_index(type, dims, [&](auto marker, auto index) {
-    using I = decltype(index);
-    Rows<I> lhs, rhs;
-    if (auto err = both_csr_rows(lp, li, rp, ri, dims, lhs, rhs); err.failure()) return err;
-    I* out = indptr->typed_data<I>();
-    auto emit = [out](int64_t r, int64_t n) { out[r + 1] = static_cast<I>(n); };
-    if (auto err = status_error(count_rows<decltype(marker)>(lhs, rhs, dims, 1, pool, emit), "hlopt_spgemm_csr_count");
-        err.failure())
-      return err;
-    out[0] = 0;
-    int64_t total = 0;
-    for (int64_t r = 1; r <= rows; ++r) {
-      total += static_cast<int64_t>(out[r]);
-      if (total > std::numeric_limits<I>::max())
-        return ffi::Error::InvalidArgument("hlopt_spgemm_csr_count: the product has more entries than its index type holds");
-      out[r] = static_cast<I>(total);
-    }
-    return ffi::Error::Success();
-  }); });
-}
-
-template <typename T, typename M, typename I>
-ffi::Error csr_fill(const ffi::AnyBuffer& ld, const ffi::AnyBuffer& lp, const ffi::AnyBuffer& li,
-                    const ffi::AnyBuffer& rd, const ffi::AnyBuffer& rp, const ffi::AnyBuffer& ri,
-                    const ffi::AnyBuffer& indptr, const Dims& dims, ffi::AnyBuffer& out_data, ffi::AnyBuffer& out_idx,
-                    ffi::ThreadPool& pool) {
-  const int64_t nse = out_data.dimensions()[0];
-  const I* ptr = indptr.typed_data<I>();
-  if (ptr[0] != 0) return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: the output indptr must start at 0");
-  Runs runs;  // a run a row
-  auto count_of = [ptr](int64_t r) { return static_cast<int64_t>(ptr[r + 1]) - static_cast<int64_t>(ptr[r]); };
-  if (auto err = run_offsets(dims, dims.rows, count_of, runs); err.failure()) return err;
-  Rows<I> lhs, rhs;
-  if (auto err = both_csr_rows(lp, li, rp, ri, dims, lhs, rhs); err.failure()) return err;
-  T* data = out_data.typed_data<T>();
-  I* idx = out_idx.typed_data<I>();
-  auto put = [data, idx](int64_t at, int64_t, I c, T v) {
-    data[at] = v;
-    idx[at] = c;
-  };
-  return fill_and_pad<M>(lhs, ld.typed_data<T>(), rhs, rd.typed_data<T>(), runs, dims, nse, pool, put,
-                         "hlopt_spgemm_csr_fill");
-}
-
-ffi::Error SpgemmCsrFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer ld, ffi::AnyBuffer lp, ffi::AnyBuffer li,
-                             ffi::AnyBuffer rd, ffi::AnyBuffer rp, ffi::AnyBuffer ri, ffi::AnyBuffer indptr,
-                             int64_t rows, int64_t inner, int64_t cols, ffi::Result<ffi::AnyBuffer> out_data,
-                             ffi::Result<ffi::AnyBuffer> out_idx) {
-  Dims dims{rows, inner, cols};
-  auto type = lp.element_type();
-  auto dtype = ld.element_type();
-  if (!is_index(type)) return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: indices must be int32 or int64");
-  for (auto err : {check_dims(dims, type), check_csr(lp, li, rows, type, "lhs"), check_csr(rp, ri, inner, type, "rhs"),
-                   check_csr(indptr, *out_idx, rows, type, "the output")})
-    if (err.failure()) return err;
-  if (rd.element_type() != dtype || out_data->element_type() != dtype)
-    return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: operand and output data must have one dtype");
-  if (!one_d(ld, li.dimensions()[0]) || !one_d(rd, ri.dimensions()[0]) || !one_d(*out_data, out_idx->dimensions()[0]))
-    return ffi::Error::InvalidArgument("hlopt_spgemm_csr_fill: data must be [nse] beside indices [nse]");
-  return guarded("hlopt_spgemm_csr_fill", [&] { return by_dtype(dtype, "hlopt_spgemm_csr_fill", [&](auto t) {
-    return by_index(type, dims, [&](auto m, auto i) {
-      return csr_fill<decltype(t), decltype(m), decltype(i)>(ld, lp, li, rd, rp, ri, indptr, dims, *out_data,
-                                                             *out_idx, pool);
-    });
-  }); });
-}
-
 // The attributes every SpGEMM kernel reads, added to `binding`.
 template <typename B>
 auto with_dims(B&& binding) {
@@ -829,12 +678,6 @@ XLA_FFI_DEFINE_HANDLER(HloptSpgemmCount, SpgemmCountImpl,
                        with_dims(hlopt::bind_pooled<Buf, Buf>()).Ret<Buf>());
 XLA_FFI_DEFINE_HANDLER(HloptSpgemmFill, SpgemmFillImpl,
                        with_dims(hlopt::bind_pooled<Buf, Buf, Buf, Buf, Buf>()).Ret<Buf>().Ret<Buf>());
-XLA_FFI_DEFINE_HANDLER(HloptSpgemmCsrCount, SpgemmCsrCountImpl,
-                       with_dims(hlopt::bind_pooled<Buf, Buf, Buf, Buf>()).Ret<Buf>());
-XLA_FFI_DEFINE_HANDLER(HloptSpgemmCsrFill, SpgemmCsrFillImpl,
-                       with_dims(hlopt::bind_pooled<Buf, Buf, Buf, Buf, Buf, Buf, Buf>()).Ret<Buf>().Ret<Buf>());
 
 HLOPT_REGISTER_HANDLER("hlopt_spgemm_count", HloptSpgemmCount);
 HLOPT_REGISTER_HANDLER("hlopt_spgemm_fill", HloptSpgemmFill);
-HLOPT_REGISTER_HANDLER("hlopt_spgemm_csr_count", HloptSpgemmCsrCount);
-HLOPT_REGISTER_HANDLER("hlopt_spgemm_csr_fill", HloptSpgemmCsrFill);

@@ -129,3 +129,27 @@ def test_a_custom_pipeline_is_refused_for_host_callbacks():
     assert "stablehlo.custom_call @hlopt.jet" in lowered.as_text()  # the IR is hlopt's annotation form
     with pytest.raises(ValueError, match="compiles as under jax.jit.*'lower-bcoo' cannot be applied"):
         lowered.compile("lower-bcoo")
+
+
+@pytest.mark.parametrize("check_key_reuse", [False, True])
+def test_calls_after_a_host_program_go_through_jax_jits_dispatch(check_key_reuse):
+    """Once a function's program calls back into Python, later calls run through one jax.jit of it: a new
+    signature is traced once, by jax alone (hlopt's lowering and the compile of the host program trace
+    it twice), with the callbacks and results of jax.jit. A function checked for key reuse stays on
+    hlopt's dispatch, which checks each signature."""
+    log, traces = [], []
+
+    def fun(x):
+        traces.append(x.shape)
+        return programs(log)["unordered_io_callback"](x)
+
+    ours = hlopt.jit(fun, check_key_reuse=check_key_reuse)
+    got = [ours(X), ours(X), ours(X[:3])]
+    assert traces.count(X.shape) >= 2  # the first signature: hlopt's lowering, then jax's compile
+    assert (traces.count((3,)) > 1) == check_key_reuse  # jax alone traces a new signature once
+    ours_log = list(log)
+    log.clear()
+    want = [jax.jit(fun)(X), jax.jit(fun)(X), jax.jit(fun)(X[:3])]
+    assert ours_log == log and len(log) == 3
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12)

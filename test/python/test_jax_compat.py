@@ -38,6 +38,8 @@ KEYWORDS = {
                                   "tokens_in"}),
     "lower_jaxpr_to_fun": (mlir.lower_jaxpr_to_fun, {"effects", "num_const_args", "in_avals"}),
     "register_lowering": (mlir.register_lowering, {"cacheable"}),
+    "lower_per_platform": (mlir.lower_per_platform, {"ctx", "description", "platform_rules", "default_rule", "effects"}),
+    "_platforms_for_eqn": (mlir._platforms_for_eqn, {"ctx"}),
     "merge_mlir_modules": (mlir.merge_mlir_modules, {"dst_module", "sym_name", "src_module", "dst_symtab"}),
     "build_mlir_module_helper": (mlir.build_mlir_module_helper,
                                  {"name", "platforms", "backend", "axis_context"}),

@@ -255,11 +255,6 @@ def test_hlopt_op_inside_an_inner_jax_jit_of_hlopt_jit():
     assert "stablehlo.custom_call @hlopt.jet" in hlopt.lower(lambda x: inner(x) * 2, X).as_text()
 
 
-def test_export_for_several_platforms_is_refused_with_the_way_out():
-    with pytest.raises(NotImplementedError, match="one platform at a time.*export it once per platform"):
-        jax.export.export(jax.jit(hlopt.laplacian(f)), platforms=("cpu", "cuda"))(X)
-
-
 def exported_function(data, indices, x):
     """BCOO products (row-sorted: hlopt's CPU kernels on the jax.jit path), `hlopt.jet` and
     `hlopt.laplacian` in one function of arrays."""

@@ -11,10 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import export
+from jax.experimental import jet as jax_jet
 
 import hlopt
 from hlopt.cli.opt import main
 from hlopt.passes.base import Pass
+from hlopt.passes.mlir import get_context, ir
 from hlopt.passes.registry import DEFAULT_LOWERINGS, DEFAULT_TUNING, all_passes
 from hlopt.passes.target import PLATFORMS, PORTABLE, Target
 
@@ -98,9 +100,9 @@ def test_unknown_platform_is_refused(capsys):
     assert "invalid choice: 'gpu'" in capsys.readouterr().err
 
 
-def _exported(fun, args, platform: str) -> export.Exported:
+def _exported(fun, args, *platforms: str) -> export.Exported:
     with jax.default_matmul_precision("highest"):
-        return export.export(jax.jit(fun), platforms=[platform])(*args)
+        return export.export(jax.jit(fun), platforms=platforms)(*args)
 
 
 def _ones_dots(text: str) -> list[str]:
@@ -138,3 +140,62 @@ def test_every_product_carries_the_programs_precision(name):
     for text in texts:
         dots = [line for line in text.splitlines() if "stablehlo.dot_general" in line]
         assert dots and all("precision = [HIGHEST, HIGHEST]" in d for d in dots), dots
+
+
+def _nested_ops(op: ir.Operation):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.operations:
+                yield inner.operation
+                yield from _nested_ops(inner.operation)
+
+
+def _custom_calls_per_platform(exported: export.Exported) -> dict[str, set[str]]:
+    """The custom calls each platform of a multi-platform export runs, for a program whose only
+    platform-dependent part is one hlopt operation: `@main` picks a rule index by the platform index
+    (one `stablehlo.case`), then calls that rule's function (a second one)."""
+    with get_context():
+        module = ir.Module.parse(exported.mlir_module())
+        table = ir.SymbolTable(module.operation)
+
+        def reached(name: str, targets: set[str]) -> set[str]:
+            for op in _nested_ops(table[name].operation):
+                if op.name == "stablehlo.custom_call":
+                    targets.add(ir.StringAttr(op.attributes["call_target_name"]).value)
+                elif op.name == "func.call":
+                    reached(ir.FlatSymbolRefAttr(op.attributes["callee"]).value, targets)
+            return targets
+
+        choose, rules = [op for op in _nested_ops(table["main"].operation) if op.name == "stablehlo.case"]
+        calls = {}
+        for platform, region in zip(exported.platforms, choose.regions):
+            index = list(region.blocks[0].operations)[-1].operands[0].owner
+            rule = int(ir.DenseIntElementsAttr(index.attributes["value"])[0])
+            call, = [op.operation for op in rules.regions[rule].blocks[0].operations
+                     if op.operation.name == "func.call"]
+            calls[platform] = reached(ir.FlatSymbolRefAttr(call.attributes["callee"]).value, set())
+        return calls
+
+
+@pytest.mark.parametrize("name, reference", [
+    ("slogdet_laplacian", lambda x: jnp.trace(jax.hessian(_slogdet)(x))),
+    ("laplacian", lambda x: jnp.trace(jax.hessian(lambda y: _mlp(W1, W2, y))(x))),
+])
+def test_export_for_cpu_and_tpu_runs_on_cpu_with_a_portable_tpu_branch(name, reference):
+    fun, args = PROGRAMS[name]
+    exported = export.deserialize(_exported(fun, args, "cpu", "tpu").serialize())
+    assert exported.platforms == ("cpu", "tpu")
+    with jax.default_matmul_precision("highest"):
+        np.testing.assert_allclose(exported.call(*args), reference(*args), rtol=1e-12)
+    calls = _custom_calls_per_platform(exported)  # the CPU and TPU programs differ: one branch each
+    assert not {t for t in calls["tpu"] if t.startswith(("lapack_", "hlopt"))}, calls
+    if name == "slogdet_laplacian":
+        assert {t for t in calls["cpu"] if t.startswith("lapack_")}, calls  # XLA:CPU's LU, as jax lowers it
+
+
+def test_export_for_platforms_whose_programs_agree_calls_one_function():
+    fun, args = PROGRAMS["jet"]  # a jet of sin: no platform tunes or lowers it differently
+    exported = _exported(fun, args, "cpu", "tpu", "cuda")
+    assert "stablehlo.case" not in exported.mlir_module()
+    want = jax_jet.jet(jnp.sin, (X,), ((X, X),))[1][1]
+    np.testing.assert_allclose(export.deserialize(exported.serialize()).call(*args), want, rtol=1e-12)
