@@ -52,10 +52,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from hlopt.passes.sparse import index as ix
 from hlopt.passes.ir import builders as b
+from hlopt.passes.ir.dtypes import dtype_name
 from hlopt.passes.base import Pass
 from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, substitute_products
 from hlopt.passes.mlir import ir
@@ -72,6 +74,35 @@ SORT_MIN_ENTRIES = 1 << 20
 SORT_MIN_COLUMNS = 64
 # Most bytes of gathered rows one step of a product builds.
 CHUNK_BYTES = 1 << 30
+
+# `(rows, columns, entries, value dtype, index dtype) -> StableHLO text` of a module whose `@main(rows[E],
+# cols[E], data[E], x[K]) -> y[M]` is an SpMV kernel, or None where the kernel does not take the product.
+SpmvKernel = Callable[[int, int, int, str, str], "str | None"]
+_SPMV_KERNEL: list[SpmvKernel] = []
+
+
+def register_spmv_kernel(kernel: SpmvKernel | None) -> SpmvKernel | None:
+    """Make `kernel` the SpMV the pass calls (hlopt's Pallas kernel, registered by `hlopt.sparse`; None: the
+    gather and scatter-add of `_add_products` for every SpMV); the one it replaces."""
+    kept = _SPMV_KERNEL[0] if _SPMV_KERNEL else None
+    _SPMV_KERNEL[:] = [] if kernel is None else [kernel]
+    return kept
+
+
+def _kernel_spmv(c: BcooOp, rows: Value, cols: Value, data: Value, x: Value) -> Value | None:
+    """The registered kernel's `A @ x`, or None where there is none or it does not take the product."""
+    if not _SPMV_KERNEL:
+        return None
+    m, k = c.config["shape"]
+    nse = b.shape_of(data)[0]
+    text = _SPMV_KERNEL[0](m, k, nse, dtype_name(str(b.elem_of(data))), "int32")
+    if text is None:
+        return None
+    module = c.op
+    while module.name != "builtin.module":
+        module = module.parent
+    name = b.import_functions(module, text, "hlopt_tpu_spmv")
+    return b.call(name, [rows, cols, data, x], [c.result_types[0]])[0]
 
 
 def _rows_of(x: Value, index: Value) -> Value:
@@ -151,6 +182,12 @@ def _product(c: BcooOp) -> Value | None:
     idx = b.convert(indices, b.i32())
     rows, cols = ix.column(idx, 0), ix.column(idx, 1)
     sorted_ = bool(c.config.get("indices_sorted"))
+    if len(xs) == 1 and _SPMV_KERNEL:
+        # the kernel's work grows with the rows each chunk of entries spans: entries sorted by row first
+        by_row = (rows, cols, data) if sorted_ else b.sort([rows, cols, data], 0, num_keys=1)
+        y = _kernel_spmv(c, *by_row, x)
+        if y is not None:
+            return y
     if not sorted_ and len(xs) == 2 and b.shape_of(data)[0] >= SORT_MIN_ENTRIES and xs[1] >= SORT_MIN_COLUMNS:
         rows, cols, data = b.sort([rows, cols, data], 0, num_keys=1)
         sorted_ = True
@@ -169,8 +206,13 @@ def _csr_product(c: BcooOp) -> Value | None:
 
     i32 = b.i32()
     rows = entry_rows_of(b.convert(indptr, i32), nse, i32)  # non-decreasing: the scatter's targets are sorted
+    cols = b.convert(indices, i32)
+    if len(b.shape_of(x)) == 1:
+        y = _kernel_spmv(c, rows, cols, data, x)
+        if y is not None:
+            return y
     out = b.full(c.result_shape(0), 0, b.elem_of(data))
-    return _chunked_products(out, rows, b.convert(indices, i32), data, x, len(b.shape_of(x)) == 2)
+    return _chunked_products(out, rows, cols, data, x, len(b.shape_of(x)) == 2)
 
 
 REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
