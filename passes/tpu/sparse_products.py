@@ -7,6 +7,10 @@ costs the same for every update, whether or not the update falls outside the out
 dropped. So a product is as fast as its number of indexed slices allows, and the rewrite
 minimizes those:
 
+- SpMV `A @ x[K]` where an SpMV kernel is registered (`register_spmv_kernel`; `hlopt.sparse` registers its
+  Pallas TPU kernel, `hlopt.sparse.tpu_spmv`, which runs both halves of the product on the matrix
+  unit, with no gather and no scatter) and takes the product: a call of the kernel's function, the
+  entries sorted by row first unless `indices_sorted` says they are. Otherwise:
 - SpMV `A @ x[K]`: x is read as `[K/8, 8]` windows (x padded with zeros), each entry
   gathers the window holding its column and keeps that column's lane (a select and a sum of
   8 lanes, fused by XLA); the products are added into the output by a scatter-add of one
@@ -220,9 +224,9 @@ REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
 
 @dataclasses.dataclass(frozen=True)
 class SparseProducts(Pass):
-    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into the gathers and scatter-adds a TPU runs fastest.
+    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into hlopt's TPU SpMV kernel or the gathers and scatter-adds a TPU runs fastest.
 
-    For TPU compiles only.
+    For TPU compiles only. An SpMV calls the registered kernel where it takes the product.
 
     Before:
       %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {backend_config = {...}}
