@@ -4,7 +4,7 @@ For SpMV and SpMM (64 and 256 columns) of a random matrix (`--per-row` random en
 float32; BCOO with entries sorted by row and not, and BCSR), hlopt.jit of `A @ x` (on a TPU,
 `tpu-sparse-products`) and jax.jit of JAX's BCOO product run on the same buffers in one
 process: `--rounds` rounds, each timing both sides (the order flipped every round), the ratio
-JAX / hlopt per round and its median. Where hlopt takes its Pallas SpMV kernel, a third side times
+JAX / hlopt per round and its median. Where hlopt takes its Pallas kernels, a third side times
 hlopt's gather and scatter-add formulation of the same product (the kernel unregistered), its
 ratio to the kernel recorded as `fallback_over_kernel`. Each product's bytes (12 an entry, x and the output once)
 a second are given as a share of a plain copy's bandwidth and of the gather limit
@@ -29,7 +29,7 @@ from jax.experimental import sparse as js
 import hlopt
 from hlopt import sparse as hs
 from hlopt.passes.tpu import sparse_products
-from hlopt.sparse import tpu_spmv
+from hlopt.sparse import tpu_products
 from record import median_seconds, progress, write_record
 
 
@@ -66,11 +66,11 @@ def compare(rows: int, per_row: int, columns: int | None, layout: str, rounds: i
         args = (data, idx, x)
     ours, ref = programs(shape, layout)
     sides = {"hlopt": ours, "jax": ref}
-    if columns is None and tpu_spmv.takes(rows, rows, "float32"):
-        kernel = sparse_products.register_spmv_kernel(None)
+    if tpu_products.takes(rows, x.shape, "float32"):
+        kernel = sparse_products.register_product_kernel(None)
         sides["fallback"] = programs(shape, layout)[0]
         sides["fallback"](*args)  # compiled now, without the kernel
-        sparse_products.register_spmv_kernel(kernel)
+        sparse_products.register_product_kernel(kernel)
     want = np.asarray(ref(*args))
     for f in sides.values():
         np.testing.assert_allclose(np.asarray(f(*args)), want, rtol=1e-3, atol=1e-3)

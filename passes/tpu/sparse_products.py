@@ -7,10 +7,10 @@ costs the same for every update, whether or not the update falls outside the out
 dropped. So a product is as fast as its number of indexed slices allows, and the rewrite
 minimizes those:
 
-- SpMV `A @ x[K]` where an SpMV kernel is registered (`register_spmv_kernel`; `hlopt.sparse` registers its
-  Pallas TPU kernel, `hlopt.sparse.tpu_spmv`, which runs both halves of the product on the matrix
-  unit, with no gather and no scatter) and takes the product: a call of the kernel's function, the
-  entries sorted by row first unless `indices_sorted` says they are. Otherwise:
+- A product where a kernel is registered (`register_product_kernel`; `hlopt.sparse` registers its
+  Pallas TPU kernels, `hlopt.sparse.tpu_products`, which add the products up on the matrix unit
+  with no scatter) and takes it: a call of the kernel's function, the entries sorted by row first
+  unless `indices_sorted` says they are. Otherwise:
 - SpMV `A @ x[K]`: x is read as `[K/8, 8]` windows (x padded with zeros), each entry
   gathers the window holding its column and keeps that column's lane (a select and a sum of
   8 lanes, fused by XLA); the products are added into the output by a scatter-add of one
@@ -79,33 +79,34 @@ SORT_MIN_COLUMNS = 64
 # Most bytes of gathered rows one step of a product builds.
 CHUNK_BYTES = 1 << 30
 
-# `(rows, columns, entries, value dtype, index dtype) -> StableHLO text` of a module whose `@main(rows[E],
-# cols[E], data[E], x[K]) -> y[M]` is an SpMV kernel, or None where the kernel does not take the product.
-SpmvKernel = Callable[[int, int, int, str, str], "str | None"]
-_SPMV_KERNEL: list[SpmvKernel] = []
+# `(rows, x's shape, entries, value dtype, index dtype) -> StableHLO text` of a module whose `@main(rows[E],
+# cols[E], data[E], x) -> y` is a sparse x dense product kernel, or None where the kernel does not take the product.
+ProductKernel = Callable[[int, tuple[int, ...], int, str, str], "str | None"]
+_KERNEL: list[ProductKernel] = []
 
 
-def register_spmv_kernel(kernel: SpmvKernel | None) -> SpmvKernel | None:
-    """Make `kernel` the SpMV the pass calls (hlopt's Pallas kernel, registered by `hlopt.sparse`; None: the
-    gather and scatter-add of `_add_products` for every SpMV); the one it replaces."""
-    kept = _SPMV_KERNEL[0] if _SPMV_KERNEL else None
-    _SPMV_KERNEL[:] = [] if kernel is None else [kernel]
+def register_product_kernel(kernel: ProductKernel | None) -> ProductKernel | None:
+    """Make `kernel` the product the pass calls (hlopt's Pallas kernels, registered by `hlopt.sparse`; None: the
+    gathers and scatter-adds of `_add_products` for every product); the one it replaces."""
+    kept = _KERNEL[0] if _KERNEL else None
+    _KERNEL[:] = [] if kernel is None else [kernel]
     return kept
 
 
-def _kernel_spmv(c: BcooOp, rows: Value, cols: Value, data: Value, x: Value) -> Value | None:
-    """The registered kernel's `A @ x`, or None where there is none or it does not take the product."""
-    if not _SPMV_KERNEL:
+def _kernel_text(c: BcooOp, data: Value, x: Value) -> str | None:
+    """The registered kernel's function for this product, None where there is none or it does not take it."""
+    if not _KERNEL:
         return None
-    m, k = c.config["shape"]
-    nse = b.shape_of(data)[0]
-    text = _SPMV_KERNEL[0](m, k, nse, dtype_name(str(b.elem_of(data))), "int32")
-    if text is None:
-        return None
+    return _KERNEL[0](c.config["shape"][0], tuple(b.shape_of(x)), b.shape_of(data)[0],
+                      dtype_name(str(b.elem_of(data))), "int32")
+
+
+def _call_kernel(c: BcooOp, text: str, rows: Value, cols: Value, data: Value, x: Value) -> Value:
+    """`A @ x` by the kernel function `text`, brought into the module."""
     module = c.op
     while module.name != "builtin.module":
         module = module.parent
-    name = b.import_functions(module, text, "hlopt_tpu_spmv")
+    name = b.import_functions(module, text, "hlopt_tpu_product")
     return b.call(name, [rows, cols, data, x], [c.result_types[0]])[0]
 
 
@@ -186,12 +187,10 @@ def _product(c: BcooOp) -> Value | None:
     idx = b.convert(indices, b.i32())
     rows, cols = ix.column(idx, 0), ix.column(idx, 1)
     sorted_ = bool(c.config.get("indices_sorted"))
-    if len(xs) == 1 and _SPMV_KERNEL:
+    text = _kernel_text(c, data, x)
+    if text is not None:
         # the kernel's work grows with the rows each chunk of entries spans: entries sorted by row first
-        by_row = (rows, cols, data) if sorted_ else b.sort([rows, cols, data], 0, num_keys=1)
-        y = _kernel_spmv(c, *by_row, x)
-        if y is not None:
-            return y
+        return _call_kernel(c, text, *((rows, cols, data) if sorted_ else b.sort([rows, cols, data], 0, num_keys=1)), x)
     if not sorted_ and len(xs) == 2 and b.shape_of(data)[0] >= SORT_MIN_ENTRIES and xs[1] >= SORT_MIN_COLUMNS:
         rows, cols, data = b.sort([rows, cols, data], 0, num_keys=1)
         sorted_ = True
@@ -211,10 +210,9 @@ def _csr_product(c: BcooOp) -> Value | None:
     i32 = b.i32()
     rows = entry_rows_of(b.convert(indptr, i32), nse, i32)  # non-decreasing: the scatter's targets are sorted
     cols = b.convert(indices, i32)
-    if len(b.shape_of(x)) == 1:
-        y = _kernel_spmv(c, rows, cols, data, x)
-        if y is not None:
-            return y
+    text = _kernel_text(c, data, x)
+    if text is not None:
+        return _call_kernel(c, text, rows, cols, data, x)
     out = b.full(c.result_shape(0), 0, b.elem_of(data))
     return _chunked_products(out, rows, cols, data, x, len(b.shape_of(x)) == 2)
 
@@ -224,9 +222,9 @@ REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
 
 @dataclasses.dataclass(frozen=True)
 class SparseProducts(Pass):
-    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into hlopt's TPU SpMV kernel or the gathers and scatter-adds a TPU runs fastest.
+    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into hlopt's TPU kernels or the gathers and scatter-adds a TPU runs fastest.
 
-    For TPU compiles only. An SpMV calls the registered kernel where it takes the product.
+    For TPU compiles only. A product calls the registered kernel where it takes it.
 
     Before:
       %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {backend_config = {...}}

@@ -56,15 +56,15 @@ _serialization.register(BCOO, _bcoo.node_problem)
 _serialization.register(BCSR, _bcsr.node_problem)
 
 
-def _tpu_spmv(m: int, k: int, nse: int, dtype: str, index_dtype: str) -> str | None:
-    """`tpu-sparse-products`' SpMV kernel: the Pallas kernel of `hlopt.sparse.tpu_spmv` where it takes the product
-    (Pallas is imported only then)."""
-    from hlopt.sparse import tpu_spmv
+def _tpu_product(m: int, x_shape: tuple[int, ...], nse: int, dtype: str, index_dtype: str) -> str | None:
+    """`tpu-sparse-products`' kernel: the Pallas kernels of `hlopt.sparse.tpu_products` where they take the
+    product (Pallas is imported only then)."""
+    from hlopt.sparse import tpu_products
 
-    return tpu_spmv.lowered_text(m, k, nse, dtype, index_dtype) if tpu_spmv.takes(m, k, dtype) else None
+    return tpu_products.lowered_text(m, x_shape, nse, dtype, index_dtype) if tpu_products.takes(m, x_shape, dtype) else None
 
 
-_sparse_products.register_spmv_kernel(_tpu_spmv)
+_sparse_products.register_product_kernel(_tpu_product)
 
 __all__ = [
     "BCOO",
