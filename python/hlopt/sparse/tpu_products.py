@@ -89,10 +89,9 @@ def _spmv_kernel(first_ref, last_ref, row_ref, val_ref, hi_ref, lo_ref, x3_ref, 
     g = g[:LANES] + g[LANES:2 * LANES] + g[2 * LANES:]
     lane = lax.broadcasted_iota(jnp.int32, (LANES, CHUNK), 0)
     xs = jnp.sum(jnp.where(lane == lo_ref[...], g, 0.0), axis=0, keepdims=True)
-    hi, mid, lo = _split3(val_ref[...] * xs)
-    part = lax.broadcasted_iota(jnp.int32, (8, CHUNK), 0)
-    zero = jnp.zeros_like(hi)
-    products = jnp.where(part == 0, hi, jnp.where(part == 1, mid, jnp.where(part == 2, lo, zero)))  # [8, CHUNK]
+    hi, mid, lo = (v.astype(jnp.float32) for v in _split3(val_ref[...] * xs))
+    part = lax.broadcasted_iota(jnp.int32, (16, CHUNK), 0)  # a bfloat16 tile's rows: the three parts, then zeros
+    products = jnp.where(part == 0, hi, jnp.where(part == 1, mid, jnp.where(part == 2, lo, 0.0))).astype(jnp.bfloat16)
 
     def add(w, hit):
         sums = lax.dot_general(products, hit, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
