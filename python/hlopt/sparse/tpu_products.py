@@ -56,12 +56,19 @@ def takes(rows: int, x_shape: tuple[int, ...], dtype: str) -> bool:
     return 0 < x_shape[1] <= MAX_WIDTH and (rows + 1) * x_shape[1] <= MAX_OUTPUT
 
 
+def _leading_bits(v: jax.Array) -> jax.Array:
+    """float32 `v` with all but the 8 leading bits of its significand cleared (a bfloat16 value), by its bits:
+    XLA drops a float32 -> bfloat16 -> float32 round trip as excess precision."""
+    bits = lax.bitcast_convert_type(v, jnp.int32) & jnp.int32(-(1 << 16))
+    return lax.bitcast_convert_type(bits, jnp.float32)
+
+
 def _split3(v: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """float32 `v` as three bfloat16 parts whose sum is `v` (to float32's rounding)."""
-    hi = v.astype(jnp.bfloat16)
-    rest = v - hi.astype(jnp.float32)
-    mid = rest.astype(jnp.bfloat16)
-    return hi, mid, (rest - mid.astype(jnp.float32)).astype(jnp.bfloat16)
+    """float32 `v` as three bfloat16 parts whose sum is exactly `v` (8 bits of its significand each)."""
+    hi = _leading_bits(v)
+    rest = v - hi
+    mid = _leading_bits(rest)
+    return hi.astype(jnp.bfloat16), mid.astype(jnp.bfloat16), (rest - mid).astype(jnp.bfloat16)
 
 
 def _each_window(first_ref, last_ref, rows: jax.Array, add) -> None:
