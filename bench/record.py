@@ -75,8 +75,9 @@ def device() -> dict[str, Any] | None:
 
 
 def write_record(name: str, figures: Sequence[Mapping[str, Any]], *, load_before: Sequence[float],
-                 options: Mapping[str, Any] | None = None, packages: Sequence[str] = ()) -> Path:
-    """Write one run's record and return its path; `load_before` is `os.getloadavg()` at the start."""
+                 options: Mapping[str, Any] | None = None, packages: Sequence[str] = (), path: Path | None = None) -> Path:
+    """Write one run's record and return its path; `load_before` is `os.getloadavg()` at the start; `path`: the
+    record written before in this run, written again with the figures so far (a run stopped early keeps them)."""
     now = datetime.datetime.now(datetime.timezone.utc)
     record = {
         "benchmark": name,
@@ -90,9 +91,10 @@ def write_record(name: str, figures: Sequence[Mapping[str, Any]], *, load_before
         "options": dict(options or {}),
         "figures": [dict(f) for f in figures],
     }
-    folder = RESULTS / name
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{now.strftime('%Y%m%dT%H%M%SZ')}.json"
+    if path is None:
+        folder = RESULTS / name
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{now.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(record, indent=1, sort_keys=True, default=float) + "\n")
     print(f"wrote {path.relative_to(RESULTS.parent.parent)}")
     return path

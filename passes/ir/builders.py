@@ -626,6 +626,21 @@ def clone_function(src: ir.Operation, into: ir.Block, name: str, public: bool) -
     return new
 
 
+def import_functions(module: ir.Operation, text: str, base: str) -> str:
+    """Copy the functions of the module `text` to the end of `module`, private and renamed `base_<name>`
+    (made unique); the new name of its `@main`."""
+    source = ir.Module.parse(text, module.context)
+    into = module.regions[0].blocks[0]
+    taken = {ir.StringAttr(o.attributes["sym_name"]).value for o in into.operations if "sym_name" in o.attributes}
+    functions = [(f.operation, ir.StringAttr(f.attributes["sym_name"]).value) for f in source.body.operations]
+    names = {old: unique_symbol(taken, f"{base}_{old}") for _, old in functions}
+    for old, new in names.items():
+        ir.SymbolTable.replace_all_symbol_uses(old, new, source.operation)
+    for f, old in functions:
+        clone_function(f, into, names[old], public=False)
+    return names["main"]
+
+
 def has_uses(v: Value) -> bool:
     return next(iter(v.uses), None) is not None
 

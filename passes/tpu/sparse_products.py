@@ -7,6 +7,10 @@ costs the same for every update, whether or not the update falls outside the out
 dropped. So a product is as fast as its number of indexed slices allows, and the rewrite
 minimizes those:
 
+- A product where a kernel is registered (`register_product_kernel`; `hlopt.sparse` registers its
+  Pallas TPU kernels, `hlopt.sparse.tpu_products`, which add the products up on the matrix unit
+  with no scatter) and takes it: a call of the kernel's function, the entries sorted by row first
+  unless `indices_sorted` says they are. Otherwise:
 - SpMV `A @ x[K]`: x is read as `[K/8, 8]` windows (x padded with zeros), each entry
   gathers the window holding its column and keeps that column's lane (a select and a sum of
   8 lanes, fused by XLA); the products are added into the output by a scatter-add of one
@@ -52,10 +56,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 from hlopt.passes.sparse import index as ix
 from hlopt.passes.ir import builders as b
+from hlopt.passes.ir.dtypes import dtype_name
 from hlopt.passes.base import Pass
 from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, substitute_products
 from hlopt.passes.mlir import ir
@@ -72,6 +78,36 @@ SORT_MIN_ENTRIES = 1 << 20
 SORT_MIN_COLUMNS = 64
 # Most bytes of gathered rows one step of a product builds.
 CHUNK_BYTES = 1 << 30
+
+# `(rows, x's shape, entries, value dtype, index dtype) -> StableHLO text` of a module whose `@main(rows[E],
+# cols[E], data[E], x) -> y` is a sparse x dense product kernel, or None where the kernel does not take the product.
+ProductKernel = Callable[[int, tuple[int, ...], int, str, str], "str | None"]
+_KERNEL: list[ProductKernel] = []
+
+
+def register_product_kernel(kernel: ProductKernel | None) -> ProductKernel | None:
+    """Make `kernel` the product the pass calls (hlopt's Pallas kernels, registered by `hlopt.sparse`; None: the
+    gathers and scatter-adds of `_add_products` for every product); the one it replaces."""
+    kept = _KERNEL[0] if _KERNEL else None
+    _KERNEL[:] = [] if kernel is None else [kernel]
+    return kept
+
+
+def _kernel_text(c: BcooOp, data: Value, x: Value) -> str | None:
+    """The registered kernel's function for this product, None where there is none or it does not take it."""
+    if not _KERNEL:
+        return None
+    return _KERNEL[0](c.config["shape"][0], tuple(b.shape_of(x)), b.shape_of(data)[0],
+                      dtype_name(str(b.elem_of(data))), "int32")
+
+
+def _call_kernel(c: BcooOp, text: str, rows: Value, cols: Value, data: Value, x: Value) -> Value:
+    """`A @ x` by the kernel function `text`, brought into the module."""
+    module = c.op
+    while module.name != "builtin.module":
+        module = module.parent
+    name = b.import_functions(module, text, "hlopt_tpu_product")
+    return b.call(name, [rows, cols, data, x], [c.result_types[0]])[0]
 
 
 def _rows_of(x: Value, index: Value) -> Value:
@@ -151,6 +187,10 @@ def _product(c: BcooOp) -> Value | None:
     idx = b.convert(indices, b.i32())
     rows, cols = ix.column(idx, 0), ix.column(idx, 1)
     sorted_ = bool(c.config.get("indices_sorted"))
+    text = _kernel_text(c, data, x)
+    if text is not None:
+        # the kernel's work grows with the rows each chunk of entries spans: entries sorted by row first
+        return _call_kernel(c, text, *((rows, cols, data) if sorted_ else b.sort([rows, cols, data], 0, num_keys=1)), x)
     if not sorted_ and len(xs) == 2 and b.shape_of(data)[0] >= SORT_MIN_ENTRIES and xs[1] >= SORT_MIN_COLUMNS:
         rows, cols, data = b.sort([rows, cols, data], 0, num_keys=1)
         sorted_ = True
@@ -169,8 +209,12 @@ def _csr_product(c: BcooOp) -> Value | None:
 
     i32 = b.i32()
     rows = entry_rows_of(b.convert(indptr, i32), nse, i32)  # non-decreasing: the scatter's targets are sorted
+    cols = b.convert(indices, i32)
+    text = _kernel_text(c, data, x)
+    if text is not None:
+        return _call_kernel(c, text, rows, cols, data, x)
     out = b.full(c.result_shape(0), 0, b.elem_of(data))
-    return _chunked_products(out, rows, b.convert(indices, i32), data, x, len(b.shape_of(x)) == 2)
+    return _chunked_products(out, rows, cols, data, x, len(b.shape_of(x)) == 2)
 
 
 REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
@@ -178,9 +222,9 @@ REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
 
 @dataclasses.dataclass(frozen=True)
 class SparseProducts(Pass):
-    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into the gathers and scatter-adds a TPU runs fastest.
+    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into hlopt's TPU kernels or the gathers and scatter-adds a TPU runs fastest.
 
-    For TPU compiles only.
+    For TPU compiles only. A product calls the registered kernel where it takes it.
 
     Before:
       %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {backend_config = {...}}

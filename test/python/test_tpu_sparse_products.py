@@ -5,7 +5,8 @@ too: made plain for a TPU (`Lowered.apply(..., platform="tpu")`), then compiled 
 dense products on drawn matrices with empty rows, duplicates, padding indices (index >= the
 dimension), no entries, sizes that are not multiples of the 8-lane window, every float type,
 sorted and unsorted entries, and through the sort-first and the chunked paths. Without a TPU
-target the annotation stays for `lower-bcoo`.
+target the annotation stays for `lower-bcoo`. The Pallas kernels are unregistered here, so products
+take the gathers and scatter-adds (test_tpu_products.py tests the kernels).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from hlopt.passes.tpu import sparse_products
 
 TOL = {np.float32: 1e-5, np.float64: 1e-12, jnp.bfloat16: 5e-2}
 
-pytestmark = pytest.mark.usefixtures("x64_module")
+pytestmark = pytest.mark.usefixtures("x64_module", "no_kernel")
+
+
+@pytest.fixture
+def no_kernel():
+    kept = sparse_products.register_product_kernel(None)
+    yield
+    sparse_products.register_product_kernel(kept)
 
 
 def entries(rng: np.random.Generator, m: int, k: int, nse: int, sort: bool) -> np.ndarray:

@@ -49,10 +49,22 @@ from hlopt.sparse.structure import (
 )
 from hlopt.sparse.transform import grad, jacfwd, jacobian, jacrev, value_and_grad
 from hlopt.sparse import bcoo as _bcoo, bcsr as _bcsr, serialization as _serialization
+from hlopt.passes.tpu import sparse_products as _sparse_products
 
 # jax.export and executable files may hold BCOO and BCSR arguments and results
 _serialization.register(BCOO, _bcoo.node_problem)
 _serialization.register(BCSR, _bcsr.node_problem)
+
+
+def _tpu_product(m: int, x_shape: tuple[int, ...], nse: int, dtype: str, index_dtype: str) -> str | None:
+    """`tpu-sparse-products`' kernel: the Pallas kernels of `hlopt.sparse.tpu_products` where they take the
+    product (Pallas is imported only then)."""
+    from hlopt.sparse import tpu_products
+
+    return tpu_products.lowered_text(m, x_shape, nse, dtype, index_dtype) if tpu_products.takes(m, x_shape, dtype) else None
+
+
+_sparse_products.register_product_kernel(_tpu_product)
 
 __all__ = [
     "BCOO",
@@ -98,3 +110,4 @@ __all__ = [
     "todense_p",
     "value_and_grad",
 ]
+
