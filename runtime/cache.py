@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import inspect
 import importlib.metadata
 import math
 import os
@@ -49,6 +50,7 @@ import jaxlib
 import hlopt.passes
 from hlopt.compiler.program import module_to_bytecode
 from hlopt.passes.mlir import ir, passmanager
+from hlopt.passes.tpu import sparse_products
 from hlopt.runtime import container
 from hlopt.runtime.keys import KeyFileError, user_key
 from hlopt.runtime.paths import folder_problem
@@ -363,18 +365,36 @@ def calls_user_code(bytecode: bytes) -> bool:
 
 
 @functools.cache
-def passes_digest() -> str:
-    """SHA-256 of the source of every pass (the `hlopt.passes` package and its subpackages:
-    `xla_cpu`, `bcoo`)."""
-    folder = os.path.dirname(hlopt.passes.__file__)
+def _source_digest(folder: str, files: tuple[str, ...]) -> str:
+    """SHA-256 of these files' names (relative to `folder`) and contents."""
     h = hashlib.sha256()
-    for root, dirs, files in os.walk(folder):  # os, not pathlib: a hit's first key
-        dirs[:] = sorted(d for d in dirs if not d.startswith(("__", ".")))
-        for name in sorted(n for n in files if n.endswith(".py")):
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                h.update(os.path.relpath(path, folder).encode() + b"\0" + f.read() + b"\0")
+    for path in files:
+        with open(path, "rb") as f:
+            h.update(os.path.relpath(path, folder).encode() + b"\0" + f.read() + b"\0")
     return h.hexdigest()
+
+
+def passes_digest() -> str:
+    """SHA-256 of the source of every pass (the `hlopt.passes` package and its subpackages) and of
+    the package of each kernel registered with a pass (`hlopt.sparse`, whose Pallas TPU products the
+    passes copy into programs)."""
+    kernel = sparse_products.registered_kernel()
+    source = inspect.getsourcefile(kernel) if kernel is not None else None
+    kernel_files = _python_files(os.path.dirname(source), recursive=False) if source else ()
+    return _source_digest(_PASSES_FOLDER, _python_files(_PASSES_FOLDER, recursive=True) + kernel_files)
+
+
+_PASSES_FOLDER = os.path.dirname(hlopt.passes.__file__)
+
+
+@functools.cache
+def _python_files(folder: str, recursive: bool) -> tuple[str, ...]:
+    """The Python files of `folder` (and, if `recursive`, of its subpackages), in a fixed order."""
+    files = []
+    for root, dirs, names in os.walk(folder):  # os, not pathlib: a hit's first key
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("__", "."))) if recursive else []
+        files.extend(os.path.join(root, name) for name in sorted(n for n in names if n.endswith(".py")))
+    return tuple(files)
 
 
 @functools.cache

@@ -93,6 +93,11 @@ def register_product_kernel(kernel: ProductKernel | None) -> ProductKernel | Non
     return kept
 
 
+def registered_kernel() -> ProductKernel | None:
+    """The kernel the pass calls where it takes a product (None: none is registered)."""
+    return _KERNEL[0] if _KERNEL else None
+
+
 def _kernel_text(c: BcooOp, data: Value, x: Value) -> str | None:
     """The registered kernel's function for this product, None where there is none or it does not take it."""
     if not _KERNEL:

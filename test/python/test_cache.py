@@ -152,6 +152,29 @@ def test_key_covers_the_passes_code(cache_dir, monkeypatch):
     assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
 
 
+def test_digest_covers_the_registered_kernels_source(tmp_path, monkeypatch):
+    """A kernel the passes copy into programs (hlopt.sparse's Pallas products) is part of the passes' code:
+    a kernel of another package gives another digest, and editing a file of that package another again."""
+    from hlopt.passes.tpu import sparse_products
+
+    module = tmp_path / "scratch_kernel.py"
+    module.write_text("def kernel(*args):\n    return None\n")
+    (tmp_path / "scratch_kernel_helpers.py").write_text("LANES = 128\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import scratch_kernel
+
+    before = cache_mod.passes_digest()
+    kept = sparse_products.register_product_kernel(scratch_kernel.kernel)
+    try:
+        with_scratch = cache_mod.passes_digest()
+        (tmp_path / "scratch_kernel_helpers.py").write_text("LANES = 256\n")
+        cache_mod._source_digest.cache_clear()
+        edited = cache_mod.passes_digest()
+    finally:
+        sparse_products.register_product_kernel(kept)
+    assert len({before, with_scratch, edited}) == 3
+
+
 SCALE = {"k": 2.0}
 
 
