@@ -24,7 +24,7 @@ PASS_FOLDERS = {
                 "xla-cpu-join-dot-sums", "xla-cpu-small-dots", "xla-cpu-sparse-kernels", "xla-cpu-stack-dots",
                 "xla-cpu-sum-as-dot", "xla-cpu-summed-batch-dots", "xla-cpu-transposed-dots",
                 "xla-cpu-update-in-place", "xla-cpu-ynn-fusion"),
-    "tpu": ("tpu-sparse-products",),
+    "tpu": ("tpu-folded-solves", "tpu-sparse-products"),
 }
 # a platform folder -> the prefix of its passes' names
 PLATFORM_PREFIXES = {"xla_cpu": "xla-cpu-", "tpu": "tpu-"}
@@ -64,8 +64,9 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "tp
 # passes that make or reorder dots and before xla-cpu-small-dots, whose products (all sizes below 8)
 # it leaves alone. xla-cpu-ynn-fusion runs last: it weighs
 # the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only records
-# a compile option on the module.
-DEFAULT_TUNING = ("xla-cpu-gather-blocks", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
+# a compile option on the module. tpu-folded-solves runs after `cse`, which makes one the
+# equal transposes and reshapes that fold the right-hand sides of a factor's solves.
+DEFAULT_TUNING = ("tpu-folded-solves", "xla-cpu-gather-blocks", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
                   "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects",
                   "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
 

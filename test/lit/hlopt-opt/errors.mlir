@@ -25,6 +25,7 @@ func.func @bad(%a: tensor<4xf32>) -> tensor<4xf32> {
 // LIST: Analyses
 // LIST: check-key-reuse
 // LIST: For tpu only
+// LIST: tpu-folded-solves
 // LIST: tpu-sparse-products
 // LIST: For cpu only
 // LIST: xla-cpu-
