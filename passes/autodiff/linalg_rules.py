@@ -340,7 +340,7 @@ class TriangularSolve(Record):
     def from_op(cls, op: ir.Operation) -> "TriangularSolve":
         attr = lambda key: ir.BoolAttr(op.attributes[key]).value  # noqa: E731
         transpose = stablehlo.TransposeAttr(op.attributes["transpose_a"]).value
-        how = next(h for h, attr in _TRANSPOSE_ATTR.items() if attr == transpose)
+        how = next(h for h, name in _TRANSPOSE_ATTR.items() if name == transpose)
         return cls(attr("left_side"), attr("lower"), how, attr("unit_diagonal"))
 
     def _read(self, a: Value) -> Value:
