@@ -14,7 +14,9 @@ checks on every operation:
 - collectives name only the program's devices (`replica_groups`,
   `source_target_pairs` in [0, `mhlo.num_partitions`); one replica);
 - custom calls only to targets in `CUSTOM_CALLS`: the partitioner's markers
-  (they never run), the LAPACK kernels jax calls on CPU and hlopt's own CPU
+  (they never run), the LAPACK kernels jax calls on CPU (each declared, with the
+  attributes and types checked here, by its entry of the linear-algebra op table,
+  passes/optable/linalg_names.py) and hlopt's own CPU
   kernels (runtime/kernels.py: sparse products and SpGEMM, which also check every shape,
   index and count they read), each with the
   operand and result types jax gives them (a kernel trusts its buffers: a
@@ -54,6 +56,10 @@ from hlopt.compiler.parse_guard import ParseError, check_text
 from hlopt.passes.ir.locations import format_location, printable, shorten
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.walk import call_graph_problem
+from hlopt.passes.optable import linalg_names
+from hlopt.passes.optable.kernel_types import FLOAT_TYPES, I32, Check, Config, Types, shapes_text, tensor, \
+    types_text
+from hlopt.passes.optable.linalg_names import Char, LinalgTable
 from hlopt.passes.xla_cpu.sparse_kernels import spgemm_count_runs
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
@@ -74,126 +80,21 @@ class PortableCheckError(ValueError):
     """A module from an unauthenticated file that hlopt will not compile; the message says where and why."""
 
 
-Types = Sequence[ir.RankedTensorType]
-Config = dict[str, str]  # a kernel's attributes, decoded: name -> the character it holds
-Rule = Callable[[Types, Types, Config], str | None]
-
-_I32 = "i32"
-_LAPACK_TYPES = {"s": "f32", "d": "f64", "c": "complex<f32>", "z": "complex<f64>"}
-_REAL = {"f32": "f32", "f64": "f64", "complex<f32>": "f32", "complex<f64>": "f64"}
-# The attributes each kernel reads (jaxlib's lapack_kernels, all `ui8` characters) and the values it accepts.
-_CHARS = {"uplo": "LU", "side": "LR", "trans_x": "NTC", "diag": "NU", "mode": "NV"}
-_TRSM_ATTRS = ("side", "uplo", "trans_x", "diag")
-
-
 @dataclasses.dataclass(frozen=True)
 class Target:
     """An allowlisted custom-call target: the check of its types, the `ui8` character attributes
     its kernel reads, and its `i64` attributes (each at least 0; `Config` gives them as decimal text)."""
 
-    rule: Rule
-    attributes: tuple[str, ...] = ()
-    chars: tuple[tuple[str, str], ...] = ()  # (attribute, accepted characters) where this kernel's differ from _CHARS
+    rule: Check
+    chars: tuple[Char, ...] = ()
     integers: tuple[str, ...] = ()  # attributes this kernel reads as i64 numbers of at least 0
 
 
-def _tensor(t: ir.RankedTensorType) -> tuple[list[int], str]:
-    return list(t.shape), str(t.element_type)
-
-
-def _matrix_rule(element: str, results: Callable[[list[int], int, int], list[tuple[list[int], str]]],
-                 square: bool = False) -> Rule:
-    """A kernel of one batched matrix `a[*b, m, n]` whose results' types follow from it."""
-
-    def rule(operands: Types, outs: Types, config: Config) -> str | None:
-        if len(operands) != 1:
-            return f"takes 1 operand, not {len(operands)}"
-        shape, elt = _tensor(operands[0])
-        if elt != element or len(shape) < 2 or (square and shape[-1] != shape[-2]):
-            return f"operand {operands[0]} is not a batch of {'square ' if square else ''}{element} matrices"
-        want = results(shape[:-2], shape[-2], shape[-1])
-        got = [_tensor(t) for t in outs]
-        if got != want:
-            return f"results {_types(outs)}; the kernel writes {_types_of(want)}"
-        return None
-
-    return rule
-
-
-def _pair_rule(element: str, fits: Callable[[list[int], list[int], Config], str | None], writes: int) -> Rule:
-    """A kernel of two batched operands that writes over operand `writes`; `fits` names what their shapes miss."""
-
-    def rule(operands: Types, outs: Types, config: Config) -> str | None:
-        if len(operands) != 2:
-            return f"takes 2 operands, not {len(operands)}"
-        (a, ea), (b, eb) = _tensor(operands[0]), _tensor(operands[1])
-        problem = None if ea == eb == element else f"{element} tensors"
-        problem = problem or fits(a, b, config)
-        if problem is not None:
-            return f"operands {_types(operands)} are not {problem}"
-        if [_tensor(t) for t in outs] != [_tensor(operands[writes])]:
-            return f"results {_types(outs)}; the kernel writes {operands[writes]}"
-        return None
-
-    return rule
-
-
-def _orgqr_fits(a: list[int], tau: list[int], config: Config) -> str | None:
-    ok = len(a) >= 2 and len(tau) == len(a) - 1 and tau[:-1] == a[:-2] and tau[-1] <= a[-1] <= a[-2]
-    return None if ok else "a[*b, m, n] and tau[*b, k] with k <= n <= m"
-
-
-def _trsm_fits(a: list[int], x: list[int], config: Config) -> str | None:
-    k = "m" if config["side"] == "L" else "n"
-    ok = len(a) >= 2 and len(x) == len(a) and a[:-2] == x[:-2] and a[-1] == a[-2] == x[-2 if k == "m" else -1]
-    return None if ok else f"a square a[*b, k, k] and x[*b, m, n] with k = {k} (side {config['side']})"
-
-
-def _svd_rule(element: str, real: str) -> Rule:
-    """gesdd / gesvd of `a[*b, m, n]`: (a, s[*b, p], u[*b, m, r], vt[*b, c, n], info[*b]), p = min(m, n),
-    with r = c = p in mode S, r = m and c = n in mode A, and either in mode N (no vectors written)."""
-
-    def results(b: list[int], m: int, n: int, full: bool) -> list[tuple[list[int], str]]:
-        p = min(m, n)
-        return [(b + [m, n], element), (b + [p], real), (b + [m, m if full else p], element),
-                (b + [n if full else p, n], element), (b, _I32)]
-
-    def rule(operands: Types, outs: Types, config: Config) -> str | None:
-        fulls = {"S": (False,), "A": (True,), "N": (False, True)}[config["mode"]]
-        problems = [_matrix_rule(element, lambda b, m, n, full=full: results(b, m, n, full))(operands, outs, config)
-                    for full in fulls]
-        return None if None in problems else f"{problems[0]} in mode {config['mode']}"
-
-    return rule
-
-
-def _lapack_targets() -> dict[str, Target]:
-    targets: dict[str, Target] = {}
-    for prefix, t in _LAPACK_TYPES.items():
-        real = _REAL[t]
-        targets[f"lapack_{prefix}potrf_ffi"] = Target(_matrix_rule(
-            t, lambda b, m, n, t=t: [(b + [m, n], t), (b, _I32)], square=True), ("uplo",))
-        targets[f"lapack_{prefix}getrf_ffi"] = Target(_matrix_rule(
-            t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], _I32), (b, _I32)]))
-        targets[f"lapack_{prefix}geqrf_ffi"] = Target(_matrix_rule(
-            t, lambda b, m, n, t=t: [(b + [m, n], t), (b + [min(m, n)], t)]))
-        targets[f"lapack_{prefix}{'ungqr' if prefix in 'cz' else 'orgqr'}_ffi"] = Target(
-            _pair_rule(t, _orgqr_fits, writes=0))
-        targets[f"lapack_{prefix}{'heevd' if prefix in 'cz' else 'syevd'}_ffi"] = Target(_matrix_rule(
-            t, lambda b, m, n, t=t, real=real: [(b + [m, n], t), (b + [n], real), (b, _I32)], square=True),
-            ("mode", "uplo"))
-        targets[f"lapack_{prefix}trsm_ffi"] = Target(_pair_rule(t, _trsm_fits, writes=1), _TRSM_ATTRS)
-        for svd in ("gesdd", "gesvd"):
-            targets[f"lapack_{prefix}{svd}_ffi"] = Target(_svd_rule(t, real), ("mode",), (("mode", "SAN"),))
-    return targets
-
-
 _INDEX_TYPES = ("i32", "i64")
-_SPGEMM_DATA = tuple(_LAPACK_TYPES.values())
 _SPGEMM_ATTRS = ("rows", "inner", "cols")
 
 def _coo_matrix(t: ir.RankedTensorType, index: str) -> bool:
-    shape, elt = _tensor(t)
+    shape, elt = tensor(t)
     return elt == index and len(shape) == 2 and shape[1] == 2
 
 
@@ -201,12 +102,12 @@ def _spgemm_count_rule(operands: Types, outs: Types, config: Config) -> str | No
     """hlopt_spgemm_count: indices li[n, 2], ri[m, 2] -> counts[spgemm_count_runs(rows)], one integer type."""
     if len(operands) != 2 or len(outs) != 1:
         return f"takes 2 operands and returns 1 result, not {len(operands)} and {len(outs)}"
-    index = _tensor(operands[0])[1]
+    index = tensor(operands[0])[1]
     if index not in _INDEX_TYPES or not all(_coo_matrix(t, index) for t in operands):
-        return f"operands {_types(operands)} are not i32 or i64 indices [nse, 2] of one type"
+        return f"operands {types_text(operands)} are not i32 or i64 indices [nse, 2] of one type"
     runs = spgemm_count_runs(int(config["rows"]))
-    if _tensor(outs[0]) != ([runs], index):
-        return f"results {_types(outs)}; the kernel writes {_types_of([([runs], index)])}"
+    if tensor(outs[0]) != ([runs], index):
+        return f"results {types_text(outs)}; the kernel writes {shapes_text([([runs], index)])}"
     return None
 
 
@@ -215,24 +116,24 @@ def _spgemm_fill_rule(operands: Types, outs: Types, config: Config) -> str | Non
     indices[nse, 2])."""
     if len(operands) != 5 or len(outs) != 2:
         return f"takes 5 operands and returns 2 results, not {len(operands)} and {len(outs)}"
-    (ld, de), (_, index) = _tensor(operands[0]), _tensor(operands[1])
-    (rd, re), (counts, ce) = _tensor(operands[2]), _tensor(operands[4])
-    ok = (de in _SPGEMM_DATA and re == de and index in _INDEX_TYPES and ce == index
+    (ld, de), (_, index) = tensor(operands[0]), tensor(operands[1])
+    (rd, re), (counts, ce) = tensor(operands[2]), tensor(operands[4])
+    ok = (de in FLOAT_TYPES and re == de and index in _INDEX_TYPES and ce == index
           and _coo_matrix(operands[1], index) and _coo_matrix(operands[3], index)
-          and ld == _tensor(operands[1])[0][:1] and rd == _tensor(operands[3])[0][:1]
+          and ld == tensor(operands[1])[0][:1] and rd == tensor(operands[3])[0][:1]
           and counts == [spgemm_count_runs(int(config["rows"]))])
     if not ok:
-        return (f"operands {_types(operands)} are not data[n], indices[n, 2], data[m], indices[m, 2] and "
+        return (f"operands {types_text(operands)} are not data[n], indices[n, 2], data[m], indices[m, 2] and "
                 "counts[runs of rows] of one float or complex type and one of i32, i64")
-    nse = _tensor(outs[0])[0]
-    if len(nse) != 1 or [_tensor(t) for t in outs] != [(nse, de), (nse + [2], index)]:
-        return f"results {_types(outs)} are not data[nse] and indices[nse, 2] of the operands' types"
+    nse = tensor(outs[0])[0]
+    if len(nse) != 1 or [tensor(t) for t in outs] != [(nse, de), (nse + [2], index)]:
+        return f"results {types_text(outs)} are not data[nse] and indices[nse, 2] of the operands' types"
     return None
 
 
 def _csr_operands(types: Types, rows: list[int], index: str) -> bool:
     """(indptr[rows[0] + 1], indices[n]), (indptr[rows[1] + 1], indices[m]), ... of one index type."""
-    return all(_tensor(p) == ([r + 1], index) and len(_tensor(i)[0]) == 1 and _tensor(i)[1] == index
+    return all(tensor(p) == ([r + 1], index) and len(tensor(i)[0]) == 1 and tensor(i)[1] == index
                for p, i, r in zip(types[::2], types[1::2], rows))
 
 
@@ -241,11 +142,12 @@ def _spgemm_csr_count_rule(operands: Types, outs: Types, config: Config) -> str 
     rows, inner = int(config["rows"]), int(config["inner"])
     if len(operands) != 4 or len(outs) != 1:
         return f"takes 4 operands and returns 1 result, not {len(operands)} and {len(outs)}"
-    index = _tensor(operands[0])[1]
+    index = tensor(operands[0])[1]
     if index not in _INDEX_TYPES or not _csr_operands(operands, [rows, inner], index):
-        return f"operands {_types(operands)} are not i32 or i64 indptr[rows + 1], indices[n], indptr[inner + 1], indices[m]"
-    if _tensor(outs[0]) != ([rows + 1], index):
-        return f"results {_types(outs)}; the kernel writes {_types_of([([rows + 1], index)])}"
+        return (f"operands {types_text(operands)} are not i32 or i64 indptr[rows + 1], indices[n], indptr[inner + 1], "
+                "indices[m]")
+    if tensor(outs[0]) != ([rows + 1], index):
+        return f"results {types_text(outs)}; the kernel writes {shapes_text([([rows + 1], index)])}"
     return None
 
 
@@ -254,24 +156,25 @@ def _spgemm_csr_fill_rule(operands: Types, outs: Types, config: Config) -> str |
     rows, inner = int(config["rows"]), int(config["inner"])
     if len(operands) != 7 or len(outs) != 2:
         return f"takes 7 operands and returns 2 results, not {len(operands)} and {len(outs)}"
-    (ld, de), (rd, re) = _tensor(operands[0]), _tensor(operands[3])
-    index = _tensor(operands[1])[1]
-    ok = (de in _SPGEMM_DATA and re == de and index in _INDEX_TYPES
+    (ld, de), (rd, re) = tensor(operands[0]), tensor(operands[3])
+    index = tensor(operands[1])[1]
+    ok = (de in FLOAT_TYPES and re == de and index in _INDEX_TYPES
           and _csr_operands([operands[1], operands[2], operands[4], operands[5]], [rows, inner], index)
-          and ld == _tensor(operands[2])[0] and rd == _tensor(operands[5])[0]
-          and _tensor(operands[6]) == ([rows + 1], index))
+          and ld == tensor(operands[2])[0] and rd == tensor(operands[5])[0]
+          and tensor(operands[6]) == ([rows + 1], index))
     if not ok:
-        return (f"operands {_types(operands)} are not data[n], indptr[rows + 1], indices[n], data[m], "
+        return (f"operands {types_text(operands)} are not data[n], indptr[rows + 1], indices[n], data[m], "
                 "indptr[inner + 1], indices[m], indptr[rows + 1] of one float or complex type and one of i32, i64")
-    nse = _tensor(outs[0])[0]
-    if len(nse) != 1 or [_tensor(t) for t in outs] != [(nse, de), (nse, index)]:
-        return f"results {_types(outs)} are not data[nse] and indices[nse] of the operands' types"
+    nse = tensor(outs[0])[0]
+    if len(nse) != 1 or [tensor(t) for t in outs] != [(nse, de), (nse, index)]:
+        return f"results {types_text(outs)} are not data[nse] and indices[nse] of the operands' types"
     return None
 
 
 def _marker_rule(operands: Types, outs: Types, config: Config) -> str | None:
-    if len(operands) != 1 or len(outs) != 1 or _tensor(operands[0])[1] != _tensor(outs[0])[1]:
-        return f"is not one operand and one result of the same element type: {_types(operands)} -> {_types(outs)}"
+    if len(operands) != 1 or len(outs) != 1 or tensor(operands[0])[1] != tensor(outs[0])[1]:
+        return (f"is not one operand and one result of the same element type: {types_text(operands)} -> "
+                f"{types_text(outs)}")
     return None
 
 
@@ -282,11 +185,11 @@ def _spmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
     """hlopt_bcoo_spmm (runtime/native/csr.cc): data[nse], indices[nse, 2] i32, x[K] or x[K, N] -> [M] or [M, N]."""
     if len(operands) != 3 or len(outs) != 1:
         return f"takes 3 operands and returns 1 result, not {len(operands)} and {len(outs)}"
-    (d, et), (i, ei), (x, ex) = (_tensor(t) for t in operands)
-    o, eo = _tensor(outs[0])
-    ok = (et in _FLOATS and et == ex == eo and ei == _I32 and len(d) == 1 and i == [d[0], 2]
+    (d, et), (i, ei), (x, ex) = (tensor(t) for t in operands)
+    o, eo = tensor(outs[0])
+    ok = (et in _FLOATS and et == ex == eo and ei == I32 and len(d) == 1 and i == [d[0], 2]
           and len(x) in (1, 2) and len(o) == len(x) and o[1:] == x[1:])
-    return None if ok else (f"{_types(operands)} -> {_types(outs)} is not data[nse], indices[nse, 2] (i32), "
+    return None if ok else (f"{types_text(operands)} -> {types_text(outs)} is not data[nse], indices[nse, 2] (i32), "
                             "x[K] or x[K, N] -> [M] or [M, N], all f32 or all f64")
 
 
@@ -294,11 +197,11 @@ def _sddmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
     """hlopt_bcoo_sddmm (runtime/native/csr.cc): p[M, K], qt[N, K], indices[nse, 2] i32 -> [nse]."""
     if len(operands) != 3 or len(outs) != 1:
         return f"takes 3 operands and returns 1 result, not {len(operands)} and {len(outs)}"
-    (p, et), (q, eq), (i, ei) = (_tensor(t) for t in operands)
-    o, eo = _tensor(outs[0])
-    ok = (et in _FLOATS and et == eq == eo and ei == _I32 and len(p) == 2 and len(q) == 2 and p[1] == q[1]
+    (p, et), (q, eq), (i, ei) = (tensor(t) for t in operands)
+    o, eo = tensor(outs[0])
+    ok = (et in _FLOATS and et == eq == eo and ei == I32 and len(p) == 2 and len(q) == 2 and p[1] == q[1]
           and len(i) == 2 and i[1] == 2 and o == [i[0]])
-    return None if ok else (f"{_types(operands)} -> {_types(outs)} is not p[M, K], qt[N, K], indices[nse, 2] "
+    return None if ok else (f"{types_text(operands)} -> {types_text(outs)} is not p[M, K], qt[N, K], indices[nse, 2] "
                             "(i32) -> [nse], all f32 or all f64")
 
 
@@ -307,12 +210,12 @@ def _csr_spmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
     x[K, N] -> [M] or [M, N]."""
     if len(operands) != 4 or len(outs) != 1:
         return f"takes 4 operands and returns 1 result, not {len(operands)} and {len(outs)}"
-    (d, et), (i, ei), (p, ep), (x, ex) = (_tensor(t) for t in operands)
-    o, eo = _tensor(outs[0])
-    ok = (et in _FLOATS and et == ex == eo and ei == ep == _I32 and len(d) == 1 and i == d and len(x) in (1, 2)
+    (d, et), (i, ei), (p, ep), (x, ex) = (tensor(t) for t in operands)
+    o, eo = tensor(outs[0])
+    ok = (et in _FLOATS and et == ex == eo and ei == ep == I32 and len(d) == 1 and i == d and len(x) in (1, 2)
           and len(o) == len(x) and o[1:] == x[1:] and p == [o[0] + 1])
-    return None if ok else (f"{_types(operands)} -> {_types(outs)} is not data[nse], indices[nse], indptr[M + 1] "
-                            "(i32), x[K] or x[K, N] -> [M] or [M, N], all f32 or all f64")
+    return None if ok else (f"{types_text(operands)} -> {types_text(outs)} is not data[nse], indices[nse], "
+                            "indptr[M + 1] (i32), x[K] or x[K, N] -> [M] or [M, N], all f32 or all f64")
 
 
 # hlopt's own sparse-product kernels (runtime/kernels.py), emitted by xla-cpu-sparse-kernels: they read no attributes.
@@ -322,32 +225,31 @@ HLOPT_TARGETS: dict[str, Target] = {
     "hlopt_csr_spmm": Target(_csr_spmm_rule),
 }
 
-# custom-call target -> the check of its operand and result types and the attributes its kernel reads
-CUSTOM_CALLS: dict[str, Target] = {
-    "Sharding": Target(_marker_rule),
-    "SPMDFullToShardShape": Target(_marker_rule),
-    "SPMDShardToFullShape": Target(_marker_rule),
-    **_lapack_targets(),
-    **HLOPT_TARGETS,
-    # hlopt's SpGEMM kernels (runtime/native/spgemm.cc), called through jax.ffi.ffi_call (which gives
-    # their row-major layouts); they check every index and count they read
-    "hlopt_spgemm_count": Target(_spgemm_count_rule, integers=_SPGEMM_ATTRS),
-    "hlopt_spgemm_fill": Target(_spgemm_fill_rule, integers=_SPGEMM_ATTRS),
-    "hlopt_spgemm_csr_count": Target(_spgemm_csr_count_rule, integers=_SPGEMM_ATTRS),
-    "hlopt_spgemm_csr_fill": Target(_spgemm_csr_fill_rule, integers=_SPGEMM_ATTRS),
-}
+
+
+def custom_calls(linalg: LinalgTable) -> dict[str, Target]:
+    """The allowlist with the LAPACK kernels of `linalg`: custom-call target -> the check of its
+    operand and result types and the attributes its kernel reads."""
+    return {
+        "Sharding": Target(_marker_rule),
+        "SPMDFullToShardShape": Target(_marker_rule),
+        "SPMDShardToFullShape": Target(_marker_rule),
+        **{target: Target(entry.check(element), entry.chars) for target, (entry, element) in linalg.targets.items()},
+        **HLOPT_TARGETS,
+        # hlopt's SpGEMM kernels (runtime/native/spgemm.cc), called through jax.ffi.ffi_call (which gives
+        # their row-major layouts); they check every index and count they read
+        "hlopt_spgemm_count": Target(_spgemm_count_rule, integers=_SPGEMM_ATTRS),
+        "hlopt_spgemm_fill": Target(_spgemm_fill_rule, integers=_SPGEMM_ATTRS),
+        "hlopt_spgemm_csr_count": Target(_spgemm_csr_count_rule, integers=_SPGEMM_ATTRS),
+        "hlopt_spgemm_csr_fill": Target(_spgemm_csr_fill_rule, integers=_SPGEMM_ATTRS),
+    }
+
+
+CUSTOM_CALLS = custom_calls(linalg_names.TABLE)
 
 # Attributes that change what buffers a kernel is handed (layouts, results aliasing operands): hlopt's
 # kernels read row-major buffers of their own, so a call of one that carries any is refused.
 _BUFFER_ATTRS = ("operand_layouts", "result_layouts", "output_operand_aliases")
-
-
-def _types(types: Types) -> str:
-    return "(" + ", ".join(str(t) for t in types) + ")"
-
-
-def _types_of(pairs: list[tuple[list[int], str]]) -> str:
-    return "(" + ", ".join(f"tensor<{''.join(f'{d}x' for d in s)}{e}>" for s, e in pairs) + ")"
 
 
 def memory_bytes() -> int:
@@ -500,8 +402,7 @@ def _check_custom_call(op: ir.Operation, target: str) -> str | None:
     config = _kernel_config(op, target.startswith(("lapack_", "hlopt_")))
     if isinstance(config, str):
         return f"{call} {config}"
-    decoded, problem = _decode_config(config, known.attributes, {**_CHARS, **dict(known.chars)},
-                                     known.integers)
+    decoded, problem = _decode_config(config, known.chars, known.integers)
     if problem is None and target.startswith("lapack_"):
         problem = _check_batch_dims(op)
     if problem is None:
@@ -557,23 +458,24 @@ def _kernel_config(op: ir.Operation, typed: bool) -> ir.DictAttr | str | None:
     return ir.DictAttr(config)
 
 
-def _decode_config(config: ir.DictAttr | None, names: tuple[str, ...], chars: dict[str, str],
+def _decode_config(config: ir.DictAttr | None, chars: tuple[Char, ...],
                    integers: tuple[str, ...] = ()) -> tuple[Config, str | None]:
-    """The kernel's attributes decoded, or what is wrong: exactly `names` (each a `ui8` among its
-    `chars`) and `integers` (each an `i64` of at least 0)."""
+    """The kernel's attributes decoded, or what is wrong: exactly `chars` (each a `ui8` among the
+    characters it accepts) and `integers` (each an `i64` of at least 0)."""
+    names = tuple(c.name for c in chars)
     got = sorted(config[i].name for i in range(len(config))) if config is not None else []
     if got != sorted((*names, *integers)):
         want = ", ".join(sorted((*names, *integers))) or "none"
         return {}, f"has attributes {{{', '.join(got)}}}; its kernel reads exactly {{{want}}}"
     decoded = {}
-    for name in names:
-        value = config[name]
+    for attribute in chars:
+        value = config[attribute.name]
         ok = isinstance(value, ir.IntegerAttr) and str(ir.IntegerAttr(value).type) == "ui8"
         char = chr(ir.IntegerAttr(value).value) if ok and 0 < ir.IntegerAttr(value).value < 128 else None
-        if char is None or char not in chars[name]:
-            return {}, (f"has {name} = {printable(str(value))}; its kernel accepts "
-                        f"{' or '.join(f'{ord(c)} : ui8 ({c})' for c in chars[name])}")
-        decoded[name] = char
+        if char is None or char not in attribute.accepted:
+            return {}, (f"has {attribute.name} = {printable(str(value))}; its kernel accepts "
+                        f"{' or '.join(f'{ord(c)} : ui8 ({c})' for c in attribute.accepted)}")
+        decoded[attribute.name] = char
     for name in integers:
         value = config[name]
         ok = isinstance(value, ir.IntegerAttr) and str(ir.IntegerAttr(value).type) == "i64"

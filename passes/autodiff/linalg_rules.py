@@ -4,12 +4,15 @@ JAX spells a factorization or a triangular solve as a LAPACK custom call on CPU
 (`@lapack_{s,d,c,z}potrf_ffi`, `...trsm_ffi`, `...getrf_ffi`, `...syevd_ffi` /
 `...heevd_ffi`, `...geqrf_ffi`, the Householder product `...orgqr_ffi` /
 `...ungqr_ffi` and the SVD `...gesdd_ffi` / `...gesvd_ffi`) and as
-`stablehlo.cholesky` / `stablehlo.triangular_solve` elsewhere. `meaning(op)`
-reads either spelling (the call's `mhlo.backend_config` characters, the op's
-attributes, the operand layouts) into one record: `Cholesky`, `TriangularSolve`,
-`LU`, `Eigh`, `QR`, `HouseholderProduct` or `SVD`. Each record holds its Taylor rule (`jet`, order by order, with the
-derivation in its docstring) and its reverse-mode rule (`vjp`) side by side;
-`jet_rules` and `vjp_rules` reach them through `jet` and `vjp` below.
+`stablehlo.cholesky` / `stablehlo.triangular_solve` elsewhere; the op table
+`passes/optable/linalg_names.py` lists those spellings and names each meaning's
+record here: `Cholesky`, `TriangularSolve`, `LU`, `Eigh`, `QR`,
+`HouseholderProduct` or `SVD`. `meaning(op)` finds the entry and builds its record
+from either spelling (`Record.from_call` reads the call's attribute characters,
+`Record.from_op` the op's attributes). Each record holds its Taylor rule (`jet`,
+order by order, with the derivation in its docstring) and its reverse-mode rule
+(`vjp`) side by side; `jet_rules` and `vjp_rules` reach them through `jet` and
+`vjp` below.
 
 Matrices are the last two dimensions; leading ones are batch dimensions. The
 rules build plain StableHLO: `triangular_solve` on the primal factor,
@@ -26,13 +29,14 @@ applied to the conjugate cotangent, which is how `vjp` rules are written here.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
-import re
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Optional
 
 from hlopt.passes.ir import builders
 from hlopt.passes.base import PassError
-from hlopt.passes.optable.linalg_names import LAPACK
+from hlopt.passes.optable import linalg_names
+from hlopt.passes.optable.kernel_types import Config
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.ir.walk import call_target
 
@@ -148,11 +152,14 @@ def _mm(x: Value, y: Value, lead_x: bool, lead_y: bool, tx: str = "N", ty: str =
     return out
 
 
+_TRANSPOSE_ATTR = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "C": "ADJOINT"}  # `how` -> stablehlo's transpose_a
+
+
 def _triangular_solve(a: Value, rhs: Value, lead: bool, left: bool, lower: bool, how: str, unit: bool) -> Value:
     """X with op(A) X = rhs (`left`) or X op(A) = rhs, A the `lower` (or upper) triangle of
     `a` (unit diagonal if `unit`), op by `how` (N, T, C): one `stablehlo.triangular_solve`,
     a directions axis of `rhs` (`lead`) folded into its free matrix dimension."""
-    transpose = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "C": "ADJOINT"}[how]
+    transpose = _TRANSPOSE_ATTR[how]
     if not lead:
         return stablehlo.triangular_solve(a, rhs, left, lower, unit, stablehlo.TransposeAttr.get(transpose))
     shape = builders.shape_of(rhs)
@@ -214,10 +221,6 @@ def _check_layouts(op: ir.Operation, name: str) -> None:
                                 f"JAX's column-major layout {want}", op.location)
 
 
-def _char(config: ir.DictAttr, key: str, default: str) -> str:
-    return chr(ir.IntegerAttr(config[key]).value) if key in config else default
-
-
 def _elem_check(op: ir.Operation, name: str) -> None:
     if not builders.is_differentiable(op.operands[0].type):
         raise PassError(f"{name}: {op.name} of {op.operands[0].type} has no derivative", op.location)
@@ -226,8 +229,32 @@ def _elem_check(op: ir.Operation, name: str) -> None:
 # --- the operations -----------------------------------------------------------------------
 
 
+class Record(abc.ABC):
+    """The rules of one linear-algebra meaning, built from a spelling of it; `linalg_names.TABLE`
+    names the record of each entry."""
+
+    @classmethod
+    def from_call(cls, chars: Config, op: ir.Operation, name: str) -> "Record":
+        """The record of the LAPACK call `op`, whose attributes hold `chars`; a mode without
+        a rule is refused with a PassError of pass `name`."""
+        return cls()
+
+    @classmethod
+    def from_op(cls, op: ir.Operation) -> "Record":
+        """The record of the StableHLO op `op`."""
+        return cls()
+
+    @abc.abstractmethod
+    def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
+        """The Taylor coefficients of `op`'s results from those of its operands, `ins`."""
+
+    @abc.abstractmethod
+    def vjp(self, b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        """The cotangents of `op`'s operands (those `wants` asks for) from its results' `cts`."""
+
+
 @dataclasses.dataclass(frozen=True)
-class Cholesky:
+class Cholesky(Record):
     """A = L L^H from the `lower` triangle of A (or A = U^H U from the upper one). Only
     that triangle is read (`_hermitian`: it, its adjoint, a real diagonal); the
     LAPACK form (`packed`) returns the other triangle of A unchanged, the StableHLO form
@@ -235,6 +262,14 @@ class Cholesky:
 
     lower: bool
     packed: bool
+
+    @classmethod
+    def from_call(cls, chars: Config, op: ir.Operation, name: str) -> "Cholesky":
+        return cls(lower=chars["uplo"] == "L", packed=True)
+
+    @classmethod
+    def from_op(cls, op: ir.Operation) -> "Cholesky":
+        return cls(lower="lower" in op.attributes and ir.BoolAttr(op.attributes["lower"]).value, packed=False)
 
     def _factor(self, result: Value) -> Value:
         """The lower factor L (for an upper Cholesky, U^H)."""
@@ -287,7 +322,7 @@ class Cholesky:
 
 
 @dataclasses.dataclass(frozen=True)
-class TriangularSolve:
+class TriangularSolve(Record):
     """X with op(A) X = B (`left`) or X op(A) = B, A the `lower` (or upper) triangle of
     its operand (diagonal taken as ones if `unit`), op = N, T or C (`how`)."""
 
@@ -295,6 +330,18 @@ class TriangularSolve:
     lower: bool
     how: str
     unit: bool
+
+    @classmethod
+    def from_call(cls, chars: Config, op: ir.Operation, name: str) -> "TriangularSolve":
+        return cls(left=chars["side"] == "L", lower=chars["uplo"] == "L", how=chars["trans_x"],
+                   unit=chars["diag"] == "U")
+
+    @classmethod
+    def from_op(cls, op: ir.Operation) -> "TriangularSolve":
+        attr = lambda key: ir.BoolAttr(op.attributes[key]).value  # noqa: E731
+        transpose = stablehlo.TransposeAttr(op.attributes["transpose_a"]).value
+        how = next(h for h, name in _TRANSPOSE_ATTR.items() if name == transpose)
+        return cls(attr("left_side"), attr("lower"), how, attr("unit_diagonal"))
 
     def _read(self, a: Value) -> Value:
         """The part of `a` the solve reads (the diagonal is fixed when `unit`)."""
@@ -345,7 +392,7 @@ class TriangularSolve:
 
 
 @dataclasses.dataclass(frozen=True)
-class LU:
+class LU(Record):
     """P A = L U with partial pivoting (LAPACK getrf): the packed factors (L strictly
     below the diagonal, its unit diagonal implied, U on and above it), the pivots (the
     1-based row swaps, in order) and an info code. Square matrices."""
@@ -392,11 +439,18 @@ class LU:
 
 
 @dataclasses.dataclass(frozen=True)
-class Eigh:
+class Eigh(Record):
     """A V = V diag(w), V unitary, w ascending, from the `lower` (or upper) triangle of
     the Hermitian A (LAPACK syevd / heevd, eigenvectors computed: results V, w, info)."""
 
     lower: bool
+
+    @classmethod
+    def from_call(cls, chars: Config, op: ir.Operation, name: str) -> "Eigh":
+        if chars["mode"] != "V":
+            raise PassError(f"{name}: @{call_target(op)} without eigenvectors (mode {chars['mode']!r}) has no "
+                            "rule here: the rules need the eigenvectors (compute_eigenvectors=True)", op.location)
+        return cls(lower=chars["uplo"] == "L")
 
     def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
         """Distinct eigenvalues. In the eigenbasis, A~_i = V_0^H A_i V_0 and C_k = V_0^H V_k
@@ -523,7 +577,7 @@ def _row_terms(taus: list[Term], xs: list[Term], k: int, lo: int = 0) -> list[Va
 
 
 @dataclasses.dataclass(frozen=True)
-class HouseholderProduct:
+class HouseholderProduct(Record):
     """Q = H_1 ... H_n (the first n columns), H_i = I - tau_i v_i v_i^H, from the packed
     reflectors (LAPACK orgqr / ungqr): m x n matrices with m >= n and n reflectors."""
 
@@ -611,7 +665,7 @@ def _effective_reflectors(op: ir.Operation) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class QR:
+class QR(Record):
     """A = Q R (LAPACK geqrf), m x n with m >= n: R above the diagonal of the packed
     result, the Householder reflectors of Q below it, and their factors tau."""
 
@@ -787,45 +841,17 @@ def _permutation_matrix(pivots: Value, like: Value) -> Value:
     return builders.select(hit, builders.full(square, 1, elem), builders.full(square, 0, elem))
 
 
-Operation = Union[Cholesky, TriangularSolve, LU, Eigh, QR, HouseholderProduct, "SVD"]
-
-_TRANSPOSE = {"NO_TRANSPOSE": "N", "TRANSPOSE": "T", "ADJOINT": "C"}
-
-
-def meaning(op: ir.Operation, name: str = "jet-expand") -> Operation | None:
-    """The operation `op` computes (a LAPACK custom call or a StableHLO op), or None if it
-    is none of those here."""
-    if op.name == "stablehlo.cholesky":
-        return Cholesky(lower="lower" in op.attributes and ir.BoolAttr(op.attributes["lower"]).value, packed=False)
-    if op.name == "stablehlo.triangular_solve":
-        attr = lambda key: ir.BoolAttr(op.attributes[key]).value  # noqa: E731
-        how = _TRANSPOSE[stablehlo.TransposeAttr(op.attributes["transpose_a"]).value]
-        return TriangularSolve(attr("left_side"), attr("lower"), how, attr("unit_diagonal"))
-    target = call_target(op)
-    found = LAPACK.fullmatch(target) if target else None
-    if found is None:
+def meaning(op: ir.Operation, name: str = "jet-expand") -> Record | None:
+    """The record of the entry of `linalg_names.TABLE` that `op` spells (a LAPACK custom call
+    or a StableHLO op), or None if it spells none."""
+    entry = linalg_names.TABLE.find(op)
+    if entry is None:
         return None
+    record: type[Record] = globals()[entry.record]
+    if op.name != "stablehlo.custom_call":
+        return record.from_op(op)
     _check_layouts(op, name)
-    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else ir.DictAttr.get({})
-    config = ir.DictAttr(config)
-    kind = found.group(1)
-    if kind == "potrf":
-        return Cholesky(lower=_char(config, "uplo", "L") == "L", packed=True)
-    if kind == "trsm":
-        return TriangularSolve(left=_char(config, "side", "L") == "L", lower=_char(config, "uplo", "L") == "L",
-                               how=_char(config, "trans_x", "N"), unit=_char(config, "diag", "N") == "U")
-    if kind in ("syevd", "heevd"):
-        if _char(config, "mode", "V") != "V":
-            raise PassError(f"{name}: @{target} without eigenvectors (mode {_char(config, 'mode', 'V')!r}) has no "
-                            "rule here: the rules need the eigenvectors (compute_eigenvectors=True)", op.location)
-        return Eigh(lower=_char(config, "uplo", "L") == "L")
-    if kind in ("orgqr", "ungqr"):
-        return HouseholderProduct()
-    if kind == "geqrf":
-        return QR()
-    if kind in ("gesdd", "gesvd"):
-        return SVD()
-    return LU()
+    return record.from_call(entry.read_chars(op), op, name)
 
 
 def jet(b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
@@ -866,10 +892,20 @@ def _imaginary(v: Value, elem: ir.Type) -> Value:
 
 
 @dataclasses.dataclass(frozen=True)
-class SVD:
+class SVD(Record):
     """A = U diag(s) V^H, the thin decomposition (LAPACK gesdd / gesvd in mode 'S', i.e.
     full_matrices=False): A m x n, p = min(m, n), U m x p and V n x p with orthonormal
     columns, s descending and real; results (A overwritten, s, U, V^H, info)."""
+
+    @classmethod
+    def from_call(cls, chars: Config, op: ir.Operation, name: str) -> "SVD":
+        mode = chars["mode"]
+        if mode != "S":
+            what = {"N": "without singular vectors (compute_uv=False)", "A": "with full matrices (full_matrices=True)"}
+            raise PassError(f"{name}: @{call_target(op)} {what.get(mode, f'in mode {mode!r}')} has no rule here: the "
+                            "rules take the thin decomposition with its vectors, jnp.linalg.svd(a, full_matrices=False)",
+                            op.location)
+        return cls()
 
     def jet(self, b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
         """Distinct nonzero singular values. With C_k = U_0^H U_k, D_k = V_0^H V_k (C_0 = D_0 = I)
@@ -894,7 +930,7 @@ class SVD:
         m != n or A is complex so does 1 / s at a zero one: U's and V's coefficients, and s's
         from order 2 on, come out inf or NaN, as JAX's own derivatives do (a real square
         matrix with one zero singular value is fine)."""
-        (a,), (s0, u0, vh0, v0, f, sc, inverse) = ins, _svd_primal(op, "jet-expand")
+        (a,), (s0, u0, vh0, v0, f, sc, inverse) = ins, _svd_primal(op)
         elem, m, n, p = builders.elem_of(u0), builders.shape_of(u0)[-2], builders.shape_of(vh0)[-1], \
             builders.shape_of(s0)[-1]
         us, vs, ss = b.series(u0), b.series(v0), b.series(s0)
@@ -953,7 +989,7 @@ class SVD:
         _, sbar, ubar, vhbar, _ = cts
         if (sbar is None and ubar is None and vhbar is None) or not wants[0]:
             return [None]
-        s0, u0, vh0, v0, f, sc, inverse = _svd_primal(op, "vjp-expand")
+        s0, u0, vh0, v0, f, sc, inverse = _svd_primal(op)
         elem, m, n, p = builders.elem_of(u0), builders.shape_of(u0)[-2], builders.shape_of(vh0)[-1], \
             builders.shape_of(s0)[-1]
         inner = None if sbar is None else _embed_diagonal(builders.convert(sbar, elem))
@@ -995,10 +1031,9 @@ def _outside(b: "JetBuilder", a: "Series", others: list[Term], own: list[Term], 
     return builders.sub(y, _mm(own0, _mm(own0, y, False, lead, "C"), False, lead))
 
 
-def _svd_primal(op: ir.Operation, name: str) -> tuple[Value, ...]:
+def _svd_primal(op: ir.Operation) -> tuple[Value, ...]:
     """s, U, V^H and V of a thin SVD, F (`_inverse_square_gaps`, also the `like` of p x p
-    coefficients), s and 1 / s of U's element type; refuses the modes without a rule."""
-    _svd_mode(op, name)
+    coefficients), s and 1 / s of U's element type."""
     s0, u0, vh0 = op.results[1], op.results[2], op.results[3]
     elem = builders.elem_of(u0)
     sc = builders.convert(s0, elem)
@@ -1018,11 +1053,3 @@ def _real_diagonal_of(t: Term) -> Term:
     return builders.real(_diagonal(t)) if _is_complex(t) else _diagonal(t)
 
 
-def _svd_mode(op: ir.Operation, name: str) -> None:
-    config = op.attributes["mhlo.backend_config"] if "mhlo.backend_config" in op.attributes else ir.DictAttr.get({})
-    mode = _char(ir.DictAttr(config), "mode", "S")
-    if mode != "S":
-        what = {"N": "without singular vectors (compute_uv=False)", "A": "with full matrices (full_matrices=True)"}
-        raise PassError(f"{name}: @{call_target(op)} {what.get(mode, f'in mode {mode!r}')} has no rule here: the rules "
-                        "take the thin decomposition with its vectors, jnp.linalg.svd(a, full_matrices=False)",
-                        op.location)
