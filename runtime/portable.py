@@ -131,46 +131,6 @@ def _spgemm_fill_rule(operands: Types, outs: Types, config: Config) -> str | Non
     return None
 
 
-def _csr_operands(types: Types, rows: list[int], index: str) -> bool:
-    """(indptr[rows[0] + 1], indices[n]), (indptr[rows[1] + 1], indices[m]), ... of one index type."""
-    return all(tensor(p) == ([r + 1], index) and len(tensor(i)[0]) == 1 and tensor(i)[1] == index
-               for p, i, r in zip(types[::2], types[1::2], rows))
-
-
-def _spgemm_csr_count_rule(operands: Types, outs: Types, config: Config) -> str | None:
-    """hlopt_spgemm_csr_count: (lp[rows + 1], li[n], rp[inner + 1], ri[m]) -> indptr[rows + 1], one integer type."""
-    rows, inner = int(config["rows"]), int(config["inner"])
-    if len(operands) != 4 or len(outs) != 1:
-        return f"takes 4 operands and returns 1 result, not {len(operands)} and {len(outs)}"
-    index = tensor(operands[0])[1]
-    if index not in _INDEX_TYPES or not _csr_operands(operands, [rows, inner], index):
-        return (f"operands {types_text(operands)} are not i32 or i64 indptr[rows + 1], indices[n], indptr[inner + 1], "
-                "indices[m]")
-    if tensor(outs[0]) != ([rows + 1], index):
-        return f"results {types_text(outs)}; the kernel writes {shapes_text([([rows + 1], index)])}"
-    return None
-
-
-def _spgemm_csr_fill_rule(operands: Types, outs: Types, config: Config) -> str | None:
-    """hlopt_spgemm_csr_fill: (ld[n], lp, li[n], rd[m], rp, ri[m], indptr[rows + 1]) -> (data[nse], indices[nse])."""
-    rows, inner = int(config["rows"]), int(config["inner"])
-    if len(operands) != 7 or len(outs) != 2:
-        return f"takes 7 operands and returns 2 results, not {len(operands)} and {len(outs)}"
-    (ld, de), (rd, re) = tensor(operands[0]), tensor(operands[3])
-    index = tensor(operands[1])[1]
-    ok = (de in FLOAT_TYPES and re == de and index in _INDEX_TYPES
-          and _csr_operands([operands[1], operands[2], operands[4], operands[5]], [rows, inner], index)
-          and ld == tensor(operands[2])[0] and rd == tensor(operands[5])[0]
-          and tensor(operands[6]) == ([rows + 1], index))
-    if not ok:
-        return (f"operands {types_text(operands)} are not data[n], indptr[rows + 1], indices[n], data[m], "
-                "indptr[inner + 1], indices[m], indptr[rows + 1] of one float or complex type and one of i32, i64")
-    nse = tensor(outs[0])[0]
-    if len(nse) != 1 or [tensor(t) for t in outs] != [(nse, de), (nse, index)]:
-        return f"results {types_text(outs)} are not data[nse] and indices[nse] of the operands' types"
-    return None
-
-
 def _marker_rule(operands: Types, outs: Types, config: Config) -> str | None:
     if len(operands) != 1 or len(outs) != 1 or tensor(operands[0])[1] != tensor(outs[0])[1]:
         return (f"is not one operand and one result of the same element type: {types_text(operands)} -> "
@@ -240,8 +200,6 @@ def custom_calls(linalg: LinalgTable) -> dict[str, Target]:
         # their row-major layouts); they check every index and count they read
         "hlopt_spgemm_count": Target(_spgemm_count_rule, integers=_SPGEMM_ATTRS),
         "hlopt_spgemm_fill": Target(_spgemm_fill_rule, integers=_SPGEMM_ATTRS),
-        "hlopt_spgemm_csr_count": Target(_spgemm_csr_count_rule, integers=_SPGEMM_ATTRS),
-        "hlopt_spgemm_csr_fill": Target(_spgemm_csr_fill_rule, integers=_SPGEMM_ATTRS),
     }
 
 
