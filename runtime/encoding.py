@@ -161,8 +161,7 @@ def _build_named_node(name: Any, aux: Any, kids: list[Any], named: bool = True) 
     dotted = name.replace(":", ".")
     if cls is None:
         raise EncodingError(f"the program holds pytree nodes of type {dotted}, which is not defined in this "
-                            f"process: import {name.partition(':')[0].partition('.')[0]} (which defines it) before "
-                            "loading")
+                            f"process: import {public_module(name.partition(':')[0])} before loading")
     build = _node_builder(cls) if isinstance(cls, type) else None
     _check(build is not None, f"{dotted} is not a pytree node class in this process")
     return build(decode_static(aux, named=named), kids)
@@ -226,6 +225,14 @@ def decode_tree(data: Any, *, named: bool = True) -> Any:
 
 
 # --- objects named by module and qualified name ----------------------------------
+
+
+def public_module(module: str) -> str:
+    """The module a user imports to define what `module` defines: its name up to its first private
+    part (`equinox.nn` for `equinox.nn._mlp`; `flax.nnx.statelib` as it is)."""
+    parts = module.split(".")
+    public = next((i for i, part in enumerate(parts) if part.startswith("_")), len(parts))
+    return ".".join(parts[:max(public, 1)])
 
 
 def resolve_global(name: str) -> Any:
@@ -323,7 +330,7 @@ def decode_static(data: Any, depth: int = 0, *, named: bool = True) -> Any:
         _check(named, f"the file names the object {_short(items[0])}; {UNAUTHENTICATED_NAMES}")
         obj = resolve_global(items[0])
         _check(obj is not None, f"{items[0].replace(':', '.')} is not defined in this process: import "
-                                f"{items[0].partition(':')[0]} before loading")
+                                f"{public_module(items[0].partition(':')[0])} before loading")
         return obj
     if kind == "dict":
         _check(all(isinstance(i, list) and len(i) == 2 and type(i[0]) is str for i in items),

@@ -261,7 +261,7 @@ def test_a_missing_module_says_where_hlopt_looked(tmp_path):
     assert proc.stderr == (
         f"hlopt: error: cannot import 'mymodel': no mymodel.py or mymodel/ in the working directory ({tmp_path}) "
         "or on PYTHONPATH (not set); run hlopt from the folder that holds it, or add that folder to PYTHONPATH "
-        "(PYTHONPATH=/path/to/folder hlopt compile ...)\n")
+        "(PYTHONPATH=/path/to/folder hlopt ...)\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "models")}
     ok = subprocess.run([sys.executable, "-m", "hlopt", "compile", "mymodel:predict", "--arg", "f32[4]", "-o",
                          "o.hlx"], cwd=tmp_path, capture_output=True, text=True, env=env)
