@@ -9,8 +9,10 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
+import json
 import subprocess
 import sys
 import textwrap
@@ -21,8 +23,10 @@ import jax
 import numpy as np
 import pytest
 
+import forge
 import hlopt
 import saved_models_worker
+from hlopt.runtime import container, encoding
 
 HERE = Path(__file__).parent
 
@@ -147,3 +151,37 @@ def test_a_parameter_holding_a_class_is_named_as_written():
     compiled = hlopt.jit(lambda s: s.w * s.scale).lower(Scaled(np.ones(2, np.float32), 3.0)).compile()
     with pytest.raises(TypeError, match=r"^<lambda> takes 1 argument \(s\), 0 were given"):
         compiled()
+
+
+def _as_format_2(tree: Any) -> Any:
+    """An encoded pytree as format version 2 recorded it: a BCOO as a node named "hlopt.sparse.BCOO"
+    whose aux data is a static value, where version 3 records jax.export's serialized form."""
+    if isinstance(tree, list):
+        return [_as_format_2(t) for t in tree]
+    if not isinstance(tree, dict):
+        return tree
+    if "export" in tree:
+        name, aux, kids = tree["export"]
+        aux = json.loads(base64.b64decode(aux))
+        return {"node": [name, encoding.encode_static(dict(aux, shape=tuple(aux["shape"]))), _as_format_2(kids)]}
+    return {k: _as_format_2(v) for k, v in tree.items()}
+
+
+def test_a_format_2_file_holding_a_bcoo_says_to_compile_again(monkeypatch):
+    """Format 3 changed how a BCOO is recorded: a version-2 file (forged here, signed with the
+    user's key, its BCOO in the old form) is refused before its pytree is read."""
+    m = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32)
+    x = np.ones((3, 2), np.float32)
+    data = hlopt.jit(lambda a, b: a @ b).lower(hlopt.sparse.BCOO.fromdense(m), x).compile().serialize()
+    np.testing.assert_allclose(hlopt.deserialize(data)(hlopt.sparse.BCOO.fromdense(m), x), m @ x)
+    manifest, sections = forge.unpack(data)
+    old_tree = _as_format_2(manifest["signature"]["in_tree"])
+    assert "hlopt.sparse.BCOO" in json.dumps(old_tree) and "export" not in json.dumps(old_tree)
+    old_manifest = dict(manifest, signature=dict(manifest["signature"], in_tree=old_tree))
+    with monkeypatch.context() as m2:
+        m2.setattr(container, "FORMAT_VERSION", 2)
+        old = forge.resign(old_manifest, sections)
+    assert container.FORMAT_VERSION == 3
+    with pytest.raises(hlopt.ExecutableFileError, match=r"format version 2, but this hlopt reads version 3; it was "
+                                                        r"written by an older hlopt: compile it again"):
+        hlopt.deserialize(old)
