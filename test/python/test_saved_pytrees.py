@@ -17,7 +17,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -185,3 +185,59 @@ def test_a_format_2_file_holding_a_bcoo_says_to_compile_again(monkeypatch):
     with pytest.raises(hlopt.ExecutableFileError, match=r"format version 2, but this hlopt reads version 3; it was "
                                                         r"written by an older hlopt: compile it again"):
         hlopt.deserialize(old)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A frozen dataclass of static values, saved by class and fields."""
+
+    width: int
+    names: tuple
+
+
+class Point(NamedTuple):
+    x: int
+    y: str
+
+
+def test_static_dataclasses_and_namedtuples_round_trip_in_signed_files_only():
+    value = Config(3, (Point(1, "a"), jax.tree_util.tree_structure({"a": 1, "b": (2, None)})))
+    data = encoding.encode_static(value)
+    assert data["dataclass"][0] == "test_saved_pytrees:Config"
+    back = encoding.decode_static(data)
+    assert back == value and type(back.names[0]) is Point
+    with pytest.raises(encoding.EncodingError, match="names the object 'test_saved_pytrees:Config'; a file that "
+                                                     "is not authenticated"):
+        encoding.decode_static(data, named=False)
+
+    @dataclasses.dataclass
+    class Mutable:
+        width: int
+
+    with pytest.raises(encoding.EncodingError, match="of type Mutable cannot be saved: only .* frozen dataclasses"):
+        encoding.encode_static(Mutable(3))
+    forged = {"dataclass": ["test_saved_pytrees:Config", [["width", 3]]]}
+    with pytest.raises(encoding.EncodingError, match="is not a dataclass with fields"):
+        encoding.decode_static(forged)
+
+
+def test_a_graphdef_holding_local_code_says_to_close_over_it():
+    """A model class and a function defined in a function have no name a file can record."""
+    from flax import nnx
+
+    class WithLambda(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs):
+            self.linear = nnx.Linear(2, 2, rngs=rngs)
+            self.act = lambda z: z * 2
+
+        def __call__(self, x):
+            return self.act(self.linear(x))
+
+    split = nnx.split(WithLambda(nnx.Rngs(0)))
+    compiled = hlopt.jit(lambda model, x: nnx.merge(*model)(x)).lower(split, np.ones(2, np.float32)).compile()
+    with pytest.raises(ValueError) as info:
+        compiled.serialize()
+    message = str(info.value)
+    assert "\n" not in message
+    assert "pytree node of type flax.nnx.graphlib.GraphDef cannot be saved: aux data <" in message
+    assert message.endswith("; or close over it rather than pass it, as it holds no arrays")
