@@ -160,6 +160,8 @@ def test_run_errors(workdir, capsys):
     assert hlopt("run", "f.hlx", "x.npy", "y.npy") == 1
     assert capsys.readouterr().err == ("hlopt: error: inputs are given with --input, one per .npy or .npz, in "
                                        "argument order: hlopt run f.hlx --input x.npy --input y.npy\n")
+    assert hlopt("run", "f.hlx", "--input", "x.npy", "y.npy") == 1  # the second after a --input's one value
+    assert capsys.readouterr().err.endswith(": hlopt run f.hlx --input x.npy --input y.npy\n")
     assert hlopt("compile", f"{name}:f", "-o", "o.hlx") == 1
     assert capsys.readouterr().err == (
         "hlopt: error: f takes 2 arguments (x, y), 0 --arg were given: give one --arg per argument, in order, each "

@@ -565,7 +565,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hlopt.runtime import files, outputs
 
     if args.positional:
-        given = " ".join(f"--input {printable(path)}" for path in args.positional)
+        given = " ".join(f"--input {printable(path)}" for path in [*args.input, *args.positional])
         raise UsageError(f"inputs are given with --input, one per .npy or .npz, in argument order: "
                          f"hlopt run {printable(args.file)} {given}")
     import_modules(args.imports)
