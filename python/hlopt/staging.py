@@ -119,13 +119,14 @@ def _not_an_array(fun: Callable, args: tuple[Any, ...], static: Sequence[int]) -
                 jax.typeof(leaf)
             except TypeError:
                 what = f"argument {i}" + (f" ({params[i]})" if i < len(params) else "") + jax.tree_util.keystr(path)
+                static_hint = f"mark it static: hlopt.jit({name}, static_argnums={i})"
                 if path:  # a model or other pytree holding functions or classes beside its arrays
                     hint = ("; pass arrays only: split them from the rest and close over the rest, e.g. "
                             "`params, static = equinox.partition(model, equinox.is_array)` and call "
                             "`equinox.combine(params, static)` inside (flax: `graphdef, state = nnx.split(model)`), "
-                            f"or, for an argument that holds no arrays, mark it static: hlopt.jit({name}, static_argnums={i})")
+                            f"or, for an argument that holds no arrays, {static_hint}")
                 else:
-                    hint = f"; if it is a setting rather than data, mark it static: hlopt.jit({name}, static_argnums={i})"
+                    hint = f"; if it is a setting rather than data, {static_hint}"
                 return TypeError(shorten(f"{name}: {what} is {type(leaf).__name__} {leaf!r}, not an array") + hint)
     return None
 
@@ -202,8 +203,8 @@ class JitFunction:
         try:
             arg_keys = tuple(_arg_key(x) for x in leaves)
         except TypeError:
-            raise (_not_an_array(self.fun, args, static) or TypeError(f"{getattr(self.fun, '__name__', 'the function')}: an argument is not an array")
-                   ) from None
+            unnamed = TypeError(f"{getattr(self.fun, '__name__', 'the function')}: an argument is not an array")
+            raise _not_an_array(self.fun, args, static) or unnamed from None
         key = (tree, arg_keys, statics, jax.sharding.get_mesh(), jax.config.jax_default_device)
         compiled = self._cache.get(key)
         if compiled is None:
