@@ -37,7 +37,10 @@ from hlopt.runtime.paths import file_kind
 __all__ = ["Container", "ExecutableFileError", "pack", "read_bytes", "read_path"]
 
 MAGIC = b"HLOPT\x00EX"
-FORMAT_VERSION = 2
+# 2: a MAC under the user's key over header and manifest. 3: pytree node classes registered with
+# jax.export (hlopt.sparse's BCOO and BCSR) recorded by their serialized name and aux data, and others
+# by module:qualname (version 2 recorded BCOO as a node named "hlopt.sparse.BCOO" with static aux data).
+FORMAT_VERSION = 3
 HEADER = struct.Struct("<8sIQQ32s")
 _SIGNED = HEADER.size - 32  # the header bytes the MAC covers
 MAX_MANIFEST_BYTES = 64 << 20

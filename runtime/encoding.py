@@ -2,7 +2,8 @@
 
 Treedefs of tuples, lists, dicts, None and the node classes jax.export or jax.tree_util
 knows; avals of the dtypes in `DTYPES`; static values that are JSON scalars, tuples/lists/dicts of
-them, or objects named by module and qualified name; meshes as axis names, shape, axis types and
+them, treedefs, objects named by module and qualified name, or frozen dataclasses, namedtuples and
+hashable mappings of static values (flax NNX's GraphDef); meshes as axis names, shape, axis types and
 device ids. Decoding validates every field and never imports anything named in the data: it
 finds named classes and objects among the modules the process has already imported.
 """
@@ -10,6 +11,7 @@ finds named classes and objects among the modules the process has already import
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -131,7 +133,9 @@ def encode_tree(treedef: Any) -> Any:
         try:
             return {"node": [name, encode_static(aux, what="aux data"), kids]}
         except EncodingError as e:
-            raise EncodingError(f"{where}: {e}; {_save_hint(cls)}") from None
+            # a node without children holds no arrays (flax NNX's GraphDef): the function can close over it
+            close_over = "" if children else "; or close over it rather than pass it, as it holds no arrays"
+            raise EncodingError(f"{where}: {e}; {_save_hint(cls)}{close_over}") from None
 
     return enc(skeleton)
 
@@ -161,8 +165,7 @@ def _build_named_node(name: Any, aux: Any, kids: list[Any], named: bool = True) 
     dotted = name.replace(":", ".")
     if cls is None:
         raise EncodingError(f"the program holds pytree nodes of type {dotted}, which is not defined in this "
-                            f"process: import {name.partition(':')[0].partition('.')[0]} (which defines it) before "
-                            "loading")
+                            f"process: import {public_module(name.partition(':')[0])} before loading")
     build = _node_builder(cls) if isinstance(cls, type) else None
     _check(build is not None, f"{dotted} is not a pytree node class in this process")
     return build(decode_static(aux, named=named), kids)
@@ -228,6 +231,14 @@ def decode_tree(data: Any, *, named: bool = True) -> Any:
 # --- objects named by module and qualified name ----------------------------------
 
 
+def public_module(module: str) -> str:
+    """The module a user imports to define what `module` defines: its name up to its first private
+    part (`equinox.nn` for `equinox.nn._mlp`; `flax.nnx.statelib` as it is)."""
+    parts = module.split(".")
+    public = next((i for i, part in enumerate(parts) if part.startswith("_")), len(parts))
+    return ".".join(parts[:max(public, 1)])
+
+
 def resolve_global(name: str) -> Any:
     """The object `module:qualname` names in a module this process has already imported (None
     when there is none); imports nothing and runs no module `__getattr__`."""
@@ -289,48 +300,102 @@ def tensor_type(aval: Any) -> str:
 
 # --- static arguments -------------------------------------------------------
 
+# The kinds of a static value that name a class (and so need an authenticated file), each with
+# its named class's parts: a frozen dataclass by its init fields, a namedtuple by its values, an
+# immutable (hashable) mapping class by its items. flax NNX's GraphDef is such a dataclass, of
+# dataclasses, namedtuples, mappings and treedefs.
+_CLASS_KINDS = ("dataclass", "namedtuple", "mapping")
+
+
+def _static_parts(value: Any) -> tuple[str, list[Any]] | None:
+    """(kind, parts) of a value of `_CLASS_KINDS`, else None."""
+    cls = type(value)
+    if dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen and all(
+            f.init for f in dataclasses.fields(cls)):
+        return "dataclass", [[f.name, getattr(value, f.name)] for f in dataclasses.fields(cls)]
+    if _is_namedtuple(cls):
+        return "namedtuple", list(value)
+    if isinstance(value, Mapping) and cls.__hash__ is not None and all(type(k) in (str, int) for k in value):
+        return "mapping", [[k, v] for k, v in value.items()]
+    return None
+
 
 def encode_static(value: Any, what: str = "static argument") -> Any:
-    """A static value: None, bool, int, float, str, tuples/lists/str-keyed dicts of them, and
-    classes, functions and module-level objects by name (`global_name`)."""
+    """A static value: None, bool, int, float, str, tuples/lists/str-keyed dicts of them, pytree
+    structures (treedefs), classes, functions and module-level objects by name (`global_name`),
+    and instances of `_CLASS_KINDS` by their class's name and parts."""
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) in (tuple, list):
         return {type(value).__name__: [encode_static(v, what) for v in value]}
     if type(value) is dict and all(type(k) is str for k in value):
         return {"dict": [[k, encode_static(v, what)] for k, v in value.items()]}
+    if isinstance(value, jax.tree_util.PyTreeDef):
+        return {"treedef": [encode_tree(value)]}
     name = None if isinstance(value, (np.ndarray, jax.Array)) else global_name(value)
     if name is not None:
         return {"global": [name]}
+    parts = _static_parts(value)
+    cls_name = global_name(type(value)) if parts is not None else None
+    if cls_name is not None:
+        kind, items = parts
+        encoded = ([[k, encode_static(v, what)] for k, v in items] if kind != "namedtuple"
+                   else [encode_static(v, what) for v in items])
+        return {kind: [cls_name, encoded]}
     raise EncodingError(
         f"{what} {_short(value)} of type {type(value).__name__} cannot be saved: only None, bool, int, float, "
-        "str, tuples/lists/str-keyed dicts of them, and classes, functions and objects defined at the top "
-        "level of a module can"
+        "str, tuples/lists/str-keyed dicts of them, frozen dataclasses, namedtuples and hashable mappings of "
+        "them, and classes, functions and objects defined at the top level of a module can"
     )
 
 
 def decode_static(data: Any, depth: int = 0, *, named: bool = True) -> Any:
-    """The static value `encode_static` encoded; a named object must be defined in this process
-    (and is refused with `named=False`, as `decode_tree` refuses it)."""
+    """The static value `encode_static` encoded; a named class or object must be defined in this
+    process (and is refused with `named=False`, as `decode_tree` refuses it)."""
     _check(depth < _MAX_DEPTH, f"static argument nested deeper than {_MAX_DEPTH} levels")
     if data is None or type(data) in (bool, int, float, str):
         return data
-    _check(isinstance(data, dict) and len(data) == 1 and next(iter(data)) in ("tuple", "list", "dict", "global")
+    _check(isinstance(data, dict) and len(data) == 1
+           and next(iter(data)) in ("tuple", "list", "dict", "global", "treedef", *_CLASS_KINDS)
            and isinstance(next(iter(data.values())), list), f"malformed static argument {_short(data)}")
     (kind, items), = data.items()
-    if kind == "global":
-        _check(len(items) == 1 and isinstance(items[0], str) and ":" in items[0], f"malformed name {_short(items)}")
+    if kind == "treedef":
+        _check(len(items) == 1, f"malformed treedef {_short(items)}")
+        return decode_tree(items[0], named=named)
+    if kind == "global" or kind in _CLASS_KINDS:
+        _check(len(items) == (1 if kind == "global" else 2) and isinstance(items[0], str) and ":" in items[0],
+               f"malformed name {_short(items)}")
         _check(named, f"the file names the object {_short(items[0])}; {UNAUTHENTICATED_NAMES}")
         obj = resolve_global(items[0])
         _check(obj is not None, f"{items[0].replace(':', '.')} is not defined in this process: import "
-                                f"{items[0].partition(':')[0]} before loading")
-        return obj
+                                f"{public_module(items[0].partition(':')[0])} before loading")
+        return obj if kind == "global" else _build_static(kind, obj, items, depth)
     if kind == "dict":
         _check(all(isinstance(i, list) and len(i) == 2 and type(i[0]) is str for i in items),
                f"malformed static dict {_short(items)}")
         return {k: decode_static(v, depth + 1, named=named) for k, v in items}
     values = [decode_static(v, depth + 1, named=named) for v in items]
     return tuple(values) if kind == "tuple" else values
+
+
+def _build_static(kind: str, cls: Any, items: list[Any], depth: int) -> Any:
+    """The instance of the class `cls` that a static value of `kind` in `_CLASS_KINDS` records."""
+    _check(isinstance(cls, type) and isinstance(items[1], list), f"malformed {kind} {_short(items)}")
+    if kind == "namedtuple":
+        _check(_is_namedtuple(cls), f"{_short(items[0])} is not a namedtuple class in this process")
+        return cls(*[decode_static(v, depth + 1) for v in items[1]])
+    _check(all(isinstance(i, list) and len(i) == 2 and type(i[0]) in (str, int) for i in items[1]),
+           f"malformed {kind} {_short(items)}")
+    fields = {k: decode_static(v, depth + 1) for k, v in items[1]}
+    if kind == "dataclass":
+        _check(dataclasses.is_dataclass(cls) and [f.name for f in dataclasses.fields(cls)] == list(fields),
+               f"{_short(items[0])} is not a dataclass with fields {_short(list(fields))} in this process")
+    else:
+        _check(issubclass(cls, Mapping), f"{_short(items[0])} is not a mapping class in this process")
+    try:
+        return cls(**fields) if kind == "dataclass" else cls(fields)
+    except (TypeError, ValueError) as e:
+        raise EncodingError(f"cannot build {_short(items[0])}: {type(e).__name__}: {e}") from None
 
 
 # --- meshes and shardings ---------------------------------------------------

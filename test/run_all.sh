@@ -10,9 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# One or two fast files per area: the API contract and jax seam, pipelines and hlopt-opt,
-# jets and Laplacians, sparse arrays, executable files and their pytrees, the command line's
-# errors, hlopt inside plain jax.
+# One or two fast files per area, or a slow file's fast tests (each entry runs in seconds on an
+# idle machine): the API contract and jax seam, pipelines and hlopt-opt, jets and Laplacians,
+# sparse arrays, executable files and their pytrees, hlopt inside plain jax.
 SMOKE=(
     test/python/test_architecture.py
     test/python/test_install_is_current.py
@@ -20,10 +20,15 @@ SMOKE=(
     test/python/test_driver.py
     test/python/test_hlopt_opt.py
     test/python/test_jet_api.py
-    test/python/test_sparse_api2.py
+    "test/python/test_sparse_api2.py::test_info_and_pytree_round_trip"
+    "test/python/test_sparse_api2.py::test_fromdense_and_sum_duplicates_long_rows"
+    "test/python/test_sparse_api2.py::test_jacobians_match_jax"
+    "test/python/test_sparse_api2.py::test_grad_options_and_errors"
     test/python/test_runtime_files.py
     test/python/test_saved_pytrees.py
-    test/python/test_plain_jax.py
+    "test/python/test_plain_jax.py::test_jax_export_runs_where_hlopt_is_never_imported"
+    "test/python/test_plain_jax.py::test_plain_jax_jit_matches_reference_and_hlopt_jit[laplacian]"
+    "test/python/test_plain_jax.py::test_plain_jax_jit_matches_reference_and_hlopt_jit[bcoo_matvec]"
 )
 
 case "${1:-}" in

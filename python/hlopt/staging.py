@@ -27,7 +27,14 @@ from hlopt.runtime.host import HostCompiled
 
 def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options: JitOptions,
            check_key_reuse: bool, compiler_options: CompilerOptions = ()) -> Lowered:
-    module, signature, host_compile, user_located = lower_function(fun, args, kwargs, options)
+    try:
+        module, signature, host_compile, user_located = lower_function(fun, args, kwargs, options)
+    except TypeError:
+        static = resolve_static_argnums(options.static_argnums, len(args))
+        problem = _not_an_array(fun, args, static)
+        if problem is None:
+            raise
+        raise problem from None
     lowered = Lowered(module, signature, backend=compile_traced, host_compile=host_compile,
                       user_located=user_located, compiler_options=compiler_options, precision=program_precision())
     if check_key_reuse:
@@ -98,8 +105,9 @@ def _arg_key(x: Any) -> Any:
     return (aval.shape, aval.dtype, aval.weak_type, None)
 
 
-def _not_an_array(fun: Callable, args: tuple[Any, ...], static: Sequence[int]) -> TypeError:
-    """The error for a dynamic argument that is no array (a string, an object), naming it and static_argnums."""
+def _not_an_array(fun: Callable, args: tuple[Any, ...], static: Sequence[int]) -> TypeError | None:
+    """The error for the first dynamic argument leaf that is no array (a string, a function, a
+    class), naming its path and how to pass arrays only; None when every leaf is an array."""
     name = getattr(fun, "__name__", "the function")
     try:
         params = [p.name for p in inspect.signature(fun).parameters.values()
@@ -112,10 +120,16 @@ def _not_an_array(fun: Callable, args: tuple[Any, ...], static: Sequence[int]) -
                 jax.typeof(leaf)
             except TypeError:
                 what = f"argument {i}" + (f" ({params[i]})" if i < len(params) else "") + jax.tree_util.keystr(path)
-                hint = (f"; if it is a setting rather than data, mark it static: "
-                        f"hlopt.jit({name}, static_argnums={i})" if not path else "")
-                return TypeError(shorten(f"{name}: {what} is {type(leaf).__name__} {leaf!r}, not an array{hint}"))
-    return TypeError(f"{name}: an argument is not an array")
+                static_hint = f"mark it static: hlopt.jit({name}, static_argnums={i})"
+                if path:  # a model or other pytree holding functions or classes beside its arrays
+                    hint = ("; pass arrays only: split them from the rest and close over the rest, e.g. "
+                            "`params, static = equinox.partition(model, equinox.is_array)` and call "
+                            "`equinox.combine(params, static)` inside (flax: `graphdef, state = nnx.split(model)`), "
+                            f"or, for an argument that holds no arrays, {static_hint}")
+                else:
+                    hint = f"; if it is a setting rather than data, {static_hint}"
+                return TypeError(shorten(f"{name}: {what} is {type(leaf).__name__} {leaf!r}, not an array") + hint)
+    return None
 
 
 def _static_key(name: int | str, value: Any) -> tuple[int | str, type, Any]:
@@ -190,7 +204,8 @@ class JitFunction:
         try:
             arg_keys = tuple(_arg_key(x) for x in leaves)
         except TypeError:
-            raise _not_an_array(self.fun, args, static) from None
+            unnamed = TypeError(f"{getattr(self.fun, '__name__', 'the function')}: an argument is not an array")
+            raise _not_an_array(self.fun, args, static) or unnamed from None
         key = (tree, arg_keys, statics, jax.sharding.get_mesh(), jax.config.jax_default_device)
         compiled = self._cache.get(key)
         if compiled is None:

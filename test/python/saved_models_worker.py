@@ -1,8 +1,9 @@
 """Models of the libraries JAX users write them with, saved in one process and run in a fresh one.
 
 `PROGRAMS` builds, from fixed keys, an equinox MLP (its arrays split from its functions with
-`eqx.partition`), a flax NNX model (its `State`, the graph definition closed over) and a flax
-linen model (its params dict), each with the function that runs it and an input.
+`eqx.partition`), a flax NNX model (its `State`, the graph definition closed over; and the
+`(GraphDef, State)` pair of `nnx.split` passed whole) and a flax linen model (its params dict),
+each with the function that runs it and an input.
 `python saved_models_worker.py load DIR` builds the same arguments in this fresh process,
 runs each DIR/NAME.hlx with `hlopt.load`, and writes the outputs to DIR/NAME.got.npy.
 """
@@ -44,6 +45,11 @@ def flax_nnx() -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return (lambda state, x: nnx.merge(graphdef, state)(x)), (state, X)
 
 
+def flax_nnx_split() -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """The whole of `nnx.split(model)` as the argument: its GraphDef (no arrays) is saved too."""
+    return (lambda model, x: nnx.merge(*model)(x)), (nnx.split(NNXModel(nnx.Rngs(1))), X)
+
+
 class LinenModel(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -55,11 +61,14 @@ def flax_linen() -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return model.apply, (model.init(jax.random.key(2), X), X)
 
 
-PROGRAMS = {"equinox_mlp": equinox_mlp, "flax_nnx": flax_nnx, "flax_linen": flax_linen}
+PROGRAMS = {"equinox_mlp": equinox_mlp, "flax_nnx": flax_nnx, "flax_nnx_split": flax_nnx_split,
+            "flax_linen": flax_linen}
 
 
 if __name__ == "__main__":
+    import saved_models_worker  # files name this module's classes (NNXModel) by its name, not __main__
+
     folder = Path(sys.argv[2])
-    for name, build in PROGRAMS.items():
+    for name, build in saved_models_worker.PROGRAMS.items():
         _, args = build()
         np.save(folder / f"{name}.got.npy", np.asarray(hlopt.load(folder / f"{name}.hlx")(*args)))

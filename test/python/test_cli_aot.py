@@ -157,6 +157,19 @@ def test_run_errors(workdir, capsys):
     capsys.readouterr()
     assert hlopt("run", "f.hlx", "--input", "x.npy") == 1
     assert capsys.readouterr().err == "hlopt: error: f takes 2 arrays (x, y), 1 was given (--input)\n"
+    assert hlopt("run", "f.hlx", "x.npy", "y.npy") == 1
+    assert capsys.readouterr().err == ("hlopt: error: inputs are given with --input, one per .npy or .npz, in "
+                                       "argument order: hlopt run f.hlx --input x.npy --input y.npy\n")
+    assert hlopt("run", "f.hlx", "--input", "x.npy", "y.npy") == 1  # the second after a --input's one value
+    assert capsys.readouterr().err.endswith(": hlopt run f.hlx --input x.npy --input y.npy\n")
+    assert hlopt("compile", f"{name}:f", "-o", "o.hlx") == 1
+    assert capsys.readouterr().err == (
+        "hlopt: error: f takes 2 arguments (x, y), 0 --arg were given: give one --arg per argument, in order, each "
+        f"a type (f32[8,4], int32[]) or a .npz of a pytree's arrays: hlopt compile {name}:f --arg <x> --arg <y> "
+        "-o out.hlx\n")
+    assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "-o", "o.hlx") == 1
+    assert "f takes 2 arguments (x, y), 1 --arg was given" in capsys.readouterr().err
+    assert not (tmp / "o.hlx").exists()
     assert hlopt("run", "f.hlx", "--input", "x.npy", "--input", "x.npy") == 1
     assert "input 'x.npy' holds float32[8, 4] but f takes float32[4, 2] as input 1" in capsys.readouterr().err
     (tmp / "bad.npy").write_bytes(b"nope")
@@ -416,3 +429,45 @@ def test_flax_params_from_an_npz_and_inputs_matched_by_name(workdir, capsys, mon
     np.savez(tmp / "clash.npz", **{"a": x, "a/b": x})
     assert hlopt("compile", "flax_model:predict", "--arg", "clash.npz", "--arg", "f32[5,4]", "-o", "c.hlx") == 1
     assert "'a/b' lies inside the array 'a'" in capsys.readouterr().err
+
+
+EQUINOX_MODEL = """
+import equinox as eqx
+import jax
+
+PARAMS, STATIC = eqx.partition(eqx.nn.MLP(3, 2, 8, 2, key=jax.random.key(0)), eqx.is_array)
+
+
+def predict(params, x):
+    return jax.vmap(eqx.combine(params, STATIC))(x)
+"""
+
+
+def test_run_and_inspect_import_the_modules_that_define_a_files_classes(workdir, monkeypatch):
+    """A program taking an equinox model saved from Python: a fresh `hlopt run` (which imports no
+    equinox) names `--import`, and runs it as jax.jit does with it; inspect too."""
+    tmp, _ = workdir
+    (tmp / "eqx_model.py").write_text(EQUINOX_MODEL)
+    monkeypatch.syspath_prepend(str(tmp))
+    import eqx_model
+
+    key = "the key of the machine that compiled " * 2
+    monkeypatch.setenv("HLOPT_KEY", key)
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    import hlopt as api
+
+    api.jit(eqx_model.predict).lower(eqx_model.PARAMS, x).compile().save(tmp / "m.hlx")
+    np.savez(tmp / "in.npz", *jax.tree_util.tree_leaves(eqx_model.PARAMS), x)
+    env = {"HLOPT_KEY": key, "PYTHONPATH": os.environ.get("PYTHONPATH")}
+    for command in (["run", "m.hlx", "--input", "in.npz"], ["inspect", "m.hlx"]):
+        refused = _cli(tmp, env, *command)
+        assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert re.search(r"pytree nodes of type equinox\.nn\._\w+\.\w+, which is not defined in this process: "
+                         r"pass --import equinox\.nn\b", refused.stderr), refused.stderr
+        ran = _cli(tmp, env, *command, "--import", "equinox", *(["--output", "o.npz"] if command[0] == "run" else []))
+        assert ran.returncode == 0, ran.stderr
+    np.testing.assert_allclose(np.load(tmp / "o.npz")["out"], jax.jit(eqx_model.predict)(eqx_model.PARAMS, x),
+                               rtol=1e-5, atol=1e-6)
+    missing = _cli(tmp, env, "run", "m.hlx", "--input", "in.npz", "--import", "no_such_module")
+    assert missing.returncode == 1 and "hlopt: error: cannot import 'no_such_module': no no_such_module.py" \
+        in missing.stderr

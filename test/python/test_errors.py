@@ -16,6 +16,7 @@ import sys
 import textwrap
 import traceback
 
+import equinox as eqx
 import jax
 import numpy as np
 import pytest
@@ -260,7 +261,7 @@ def test_a_missing_module_says_where_hlopt_looked(tmp_path):
     assert proc.stderr == (
         f"hlopt: error: cannot import 'mymodel': no mymodel.py or mymodel/ in the working directory ({tmp_path}) "
         "or on PYTHONPATH (not set); run hlopt from the folder that holds it, or add that folder to PYTHONPATH "
-        "(PYTHONPATH=/path/to/folder hlopt compile ...)\n")
+        "(PYTHONPATH=/path/to/folder hlopt ...)\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "models")}
     ok = subprocess.run([sys.executable, "-m", "hlopt", "compile", "mymodel:predict", "--arg", "f32[4]", "-o",
                          "o.hlx"], cwd=tmp_path, capture_output=True, text=True, env=env)
@@ -336,6 +337,25 @@ def test_a_string_argument_gets_the_static_argnums_hint():
     assert str(info.value) == ("predict: argument 1 (activation) is str 'relu', not an array; if it is a setting "
                                "rather than data, mark it static: hlopt.jit(predict, static_argnums=1)")
     np.testing.assert_array_equal(hlopt.jit(predict, static_argnums=1)(np.ones(3, np.float32), "relu"), np.ones(3))
+
+
+@pytest.mark.parametrize("stage", ["lower", "call"])
+def test_a_model_holding_functions_is_named_with_how_to_pass_arrays_only(stage):
+    """An equinox model passed whole holds its activation function beside its arrays: the error names
+    the leaf's path and how to split the arrays out, as lowering and as calling; the split runs as jax.jit."""
+    model = eqx.nn.MLP(3, 2, 4, 1, key=jax.random.key(0))
+    x = np.ones(3, np.float32)
+    run = hlopt.jit(lambda m, x: m(x))
+    with pytest.raises(TypeError) as info:
+        run.lower(model, x) if stage == "lower" else run(model, x)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("<lambda>: argument 0 (m).activation is ")
+    assert "not an array; pass arrays only" in message
+    assert "equinox.partition(model, equinox.is_array)" in message and "static_argnums=0" in message
+    params, static = eqx.partition(model, eqx.is_array)
+    split = hlopt.jit(lambda p, x: eqx.combine(p, static)(x))
+    np.testing.assert_allclose(split(params, x), jax.jit(lambda x: model(x))(x), rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.float64, np.uint64])

@@ -56,6 +56,20 @@ def test_stop_gradient_is_a_zero_series():
     np.testing.assert_array_equal(np.asarray(got[1]), [2.0, 0.0])
 
 
+def test_a_result_independent_of_the_input_series_has_zero_coefficients():
+    """Its coefficients are zeros, not its primal, as in JAX's jet (a symbolic zero series made
+    concrete), whether the result is read alone or beside one that has a series."""
+    f = lambda x: (jnp.sin(x), jnp.full((3,), 3.0) + 0 * lax.stop_gradient(x), jnp.cos(lax.stop_gradient(x)))  # noqa: E731
+    x, series = jnp.linspace(0.1, 0.7, 3), ((jnp.ones(3), jnp.zeros(3), jnp.ones(3)),)
+    got, want = hlopt.jet(f, (x,), series), jax_jet.jet(f, (x,), series)
+    for i in range(3):
+        _assert_close([got[0][i], *got[1][i]], [want[0][i], *want[1][i]], rtol=1e-6, atol=1e-6)
+    for i in (1, 2):
+        np.testing.assert_array_equal(np.asarray(got[1][i]), np.zeros((3, 3)))
+        alone = jax.jit(lambda x, i=i: hlopt.jet(f, (x,), series)[1][i])(x)  # the other results unread
+        np.testing.assert_array_equal(np.asarray(alone), np.zeros((3, 3)))
+
+
 def _loop_sg(x):
     return lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) * lax.stop_gradient(v) + x, x)
 

@@ -92,7 +92,7 @@ def test_manifest_version_must_match_header(data, nothing_loads):
     from hlopt.runtime.keys import user_key
 
     forged = forge.forge_head(dict(manifest, format_version=1), forge.table(data), user_key())
-    with pytest.raises(hlopt.ExecutableFileError, match="manifest says format version 1 but the header says 2"):
+    with pytest.raises(hlopt.ExecutableFileError, match=f"manifest says format version 1 but the header says {container.FORMAT_VERSION}"):
         hlopt.deserialize(forged + b"".join(sections.values()))
 
 

@@ -9,20 +9,24 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
+import json
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import pytest
 
+import forge
 import hlopt
 import saved_models_worker
+from hlopt.runtime import container, encoding
 
 HERE = Path(__file__).parent
 
@@ -147,3 +151,93 @@ def test_a_parameter_holding_a_class_is_named_as_written():
     compiled = hlopt.jit(lambda s: s.w * s.scale).lower(Scaled(np.ones(2, np.float32), 3.0)).compile()
     with pytest.raises(TypeError, match=r"^<lambda> takes 1 argument \(s\), 0 were given"):
         compiled()
+
+
+def _as_format_2(tree: Any) -> Any:
+    """An encoded pytree as format version 2 recorded it: a BCOO as a node named "hlopt.sparse.BCOO"
+    whose aux data is a static value, where version 3 records jax.export's serialized form."""
+    if isinstance(tree, list):
+        return [_as_format_2(t) for t in tree]
+    if not isinstance(tree, dict):
+        return tree
+    if "export" in tree:
+        name, aux, kids = tree["export"]
+        aux = json.loads(base64.b64decode(aux))
+        return {"node": [name, encoding.encode_static(dict(aux, shape=tuple(aux["shape"]))), _as_format_2(kids)]}
+    return {k: _as_format_2(v) for k, v in tree.items()}
+
+
+def test_a_format_2_file_holding_a_bcoo_says_to_compile_again(monkeypatch):
+    """Format 3 changed how a BCOO is recorded: a version-2 file (forged here, signed with the
+    user's key, its BCOO in the old form) is refused before its pytree is read."""
+    m = np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]], np.float32)
+    x = np.ones((3, 2), np.float32)
+    data = hlopt.jit(lambda a, b: a @ b).lower(hlopt.sparse.BCOO.fromdense(m), x).compile().serialize()
+    np.testing.assert_allclose(hlopt.deserialize(data)(hlopt.sparse.BCOO.fromdense(m), x), m @ x)
+    manifest, sections = forge.unpack(data)
+    old_tree = _as_format_2(manifest["signature"]["in_tree"])
+    assert "hlopt.sparse.BCOO" in json.dumps(old_tree) and "export" not in json.dumps(old_tree)
+    old_manifest = dict(manifest, signature=dict(manifest["signature"], in_tree=old_tree))
+    with monkeypatch.context() as m2:
+        m2.setattr(container, "FORMAT_VERSION", 2)
+        old = forge.resign(old_manifest, sections)
+    assert container.FORMAT_VERSION == 3
+    with pytest.raises(hlopt.ExecutableFileError, match=r"format version 2, but this hlopt reads version 3; it was "
+                                                        r"written by an older hlopt: compile it again"):
+        hlopt.deserialize(old)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A frozen dataclass of static values, saved by class and fields."""
+
+    width: int
+    names: tuple
+
+
+class Point(NamedTuple):
+    x: int
+    y: str
+
+
+def test_static_dataclasses_and_namedtuples_round_trip_in_signed_files_only():
+    value = Config(3, (Point(1, "a"), jax.tree_util.tree_structure({"a": 1, "b": (2, None)})))
+    data = encoding.encode_static(value)
+    assert data["dataclass"][0] == "test_saved_pytrees:Config"
+    back = encoding.decode_static(data)
+    assert back == value and type(back.names[0]) is Point
+    with pytest.raises(encoding.EncodingError, match="names the object 'test_saved_pytrees:Config'; a file that "
+                                                     "is not authenticated"):
+        encoding.decode_static(data, named=False)
+
+    @dataclasses.dataclass
+    class Mutable:
+        width: int
+
+    with pytest.raises(encoding.EncodingError, match="of type Mutable cannot be saved: only .* frozen dataclasses"):
+        encoding.encode_static(Mutable(3))
+    forged = {"dataclass": ["test_saved_pytrees:Config", [["width", 3]]]}
+    with pytest.raises(encoding.EncodingError, match="is not a dataclass with fields"):
+        encoding.decode_static(forged)
+
+
+def test_a_graphdef_holding_local_code_says_to_close_over_it():
+    """A model class and a function defined in a function have no name a file can record."""
+    from flax import nnx
+
+    class WithLambda(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs):
+            self.linear = nnx.Linear(2, 2, rngs=rngs)
+            self.act = lambda z: z * 2
+
+        def __call__(self, x):
+            return self.act(self.linear(x))
+
+    split = nnx.split(WithLambda(nnx.Rngs(0)))
+    compiled = hlopt.jit(lambda model, x: nnx.merge(*model)(x)).lower(split, np.ones(2, np.float32)).compile()
+    with pytest.raises(ValueError) as info:
+        compiled.serialize()
+    message = str(info.value)
+    assert "\n" not in message
+    assert "pytree node of type flax.nnx.graphlib.GraphDef cannot be saved: aux data <" in message
+    assert message.endswith("; or close over it rather than pass it, as it holds no arrays")

@@ -147,16 +147,13 @@ def import_function(target: str) -> Any:
     if module_name.endswith(".py"):
         dotted = module_name[:-3].replace(os.sep, ".").strip(".")
         raise UsageError(f"'{target}' names a file; name its module (did you mean '{dotted}:{qualname}'?)")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    _cwd_importable()
     try:
         obj = import_object(target)
     except ValueError:
         raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function") from None
     except ImportError as e:
-        if e.name is None or not (module_name == e.name or module_name.startswith(e.name + ".")):
-            raise  # raised inside the user's module: located there
-        raise UsageError(_not_found(module_name, e.name)) from None
+        raise _not_found(module_name, e) from None
     except AttributeError as e:
         names = [k for k, v in vars(sys.modules.get(module_name, sys)).items() if callable(v) and not k.startswith("_")]
         raise UsageError(f"{e}{did_you_mean(qualname, names)}") from None
@@ -165,17 +162,27 @@ def import_function(target: str) -> Any:
     return obj
 
 
-def _not_found(module_name: str, missing: str) -> str:
-    """Where `hlopt compile` looked for `missing` (the module `module_name` or its package), and what to do."""
+def _cwd_importable() -> None:
+    """Let the modules of the current directory be imported, as `python -m` does."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def _not_found(module_name: str, error: ImportError) -> Exception:
+    """Where hlopt looked for the module `module_name` (or its package) that `error` did not find, and what
+    to do; `error` itself when it was raised inside that module (located there)."""
+    missing = error.name
+    if missing is None or not (module_name == missing or module_name.startswith(missing + ".")):
+        return error
     parent, _, leaf = missing.rpartition(".")
     if parent:
         package = sys.modules.get(parent)
         where = ", ".join(getattr(package, "__path__", [])) or "?"
-        return f"cannot import '{module_name}': package '{parent}' ({where}) has no module '{leaf}'"
+        return UsageError(f"cannot import '{module_name}': package '{parent}' ({where}) has no module '{leaf}'")
     pythonpath = os.environ.get("PYTHONPATH", "")
-    return (f"cannot import '{module_name}': no {missing}.py or {missing}/ in the working directory "
-            f"({os.getcwd()}) or on PYTHONPATH ({pythonpath or 'not set'}); run hlopt from the folder that holds "
-            f"it, or add that folder to PYTHONPATH (PYTHONPATH=/path/to/folder hlopt compile ...)")
+    return UsageError(f"cannot import '{module_name}': no {missing}.py or {missing}/ in the working directory "
+                      f"({os.getcwd()}) or on PYTHONPATH ({pythonpath or 'not set'}); run hlopt from the folder that "
+                      f"holds it, or add that folder to PYTHONPATH (PYTHONPATH=/path/to/folder hlopt ...)")
 
 
 def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
@@ -231,6 +238,26 @@ def lower_mlir(path: str, args: list[Any], mesh: Any) -> Any:
         name=Path(path).stem,
     )
     return Lowered(module, signature, backend=compile_lowered)
+
+
+def check_arg_count(fun: Any, target: str, given: Sequence[str]) -> None:
+    """Refuse as many `--arg` as `fun` cannot be called with, naming the parameters that need one and the form."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fun)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: jax says what is wrong
+    try:
+        signature.bind(*given)
+    except TypeError:
+        params = [p.name for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+        example = " ".join(f"--arg <{name}>" for name in params)
+        raise UsageError(f"{target.partition(':')[2] or target} takes {_count(len(params), 'argument')} "
+                         f"({', '.join(params)}), {len(given)} --arg {'was' if len(given) == 1 else 'were'} given: "
+                         f"give one --arg per argument, in order, each a type (f32[8,4], int32[]) or a .npz of a pytree's "
+                         f"arrays: hlopt compile {target} {example} -o out.hlx") from None
 
 
 @contextlib.contextmanager
@@ -300,6 +327,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         else:
             with stage(f"importing {args.target.partition(':')[0]}", args.verbose):
                 fun = import_function(args.target)
+            check_arg_count(fun, args.target, args.arg)
             if in_shardings is not None and len(in_shardings) != len(arg_types):
                 raise UsageError(f"{len(in_shardings)} --in-sharding for {len(arg_types)} --arg")
             if out_shardings is not None and len(out_shardings) == 1:
@@ -331,12 +359,36 @@ def cmd_compile(args: argparse.Namespace) -> int:
 def add_run_args(p: argparse.ArgumentParser) -> None:
     """`hlopt run`'s arguments."""
     p.add_argument("file", help="an executable file written by hlopt compile or Compiled.save")
+    p.add_argument("positional", nargs="*", help=argparse.SUPPRESS)  # refused with the --input form
     p.add_argument("--input", action="append", default=[], metavar="FILE",
                    help="a .npy (one argument) or .npz (arrays named as hlopt inspect names the inputs, else in order); "
                         "in argument order")
     p.add_argument("--output", help="write the results to this file, as a .npz (keys are the output paths), "
                                     "replacing it atomically (a link there is replaced, its target untouched)")
     add_trust_arg(p, "signed")
+    add_import_arg(p)
+
+
+IMPORT_HELP = ("import MODULE before loading, so that the pytree classes the file's arguments and results hold "
+               "(equinox.nn, flax.nnx, your own module's) are known and can be rebuilt; repeatable")
+
+
+def add_import_arg(p: argparse.ArgumentParser) -> None:
+    """`--import MODULE`, repeatable."""
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE", help=IMPORT_HELP)
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Import each `--import` module (the current directory is importable, as for hlopt compile's target)."""
+    import importlib
+
+    if names:
+        _cwd_importable()
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise _not_found(name, e) from None
 
 
 def add_trust_arg(p: argparse.ArgumentParser, default: str | None) -> None:
@@ -512,6 +564,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     import hlopt.saved  # noqa: F401 - the node classes a signature may hold
     from hlopt.runtime import files, outputs
 
+    if args.positional:
+        given = " ".join(f"--input {printable(path)}" for path in [*args.input, *args.positional])
+        raise UsageError(f"inputs are given with --input, one per .npy or .npz, in argument order: "
+                         f"hlopt run {printable(args.file)} {given}")
+    import_modules(args.imports)
     found, _ = files.read_file(args.file)
     files.check_manifest(found.manifest, args.file)
     count = found.manifest["device_count"]
@@ -551,6 +608,7 @@ def add_inspect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ir", action="store_true", help="also print the post-pass module")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     add_trust_arg(p, None)
+    add_import_arg(p)
 
 
 def describe(manifest: dict[str, Any], size: int, path: str, mac: str, authenticated: bool = False) -> str:
@@ -607,6 +665,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     import hlopt.saved  # noqa: F401 - the node classes a signature may hold
     from hlopt.runtime import files
 
+    import_modules(args.imports)
     found, mac = files.read_file(args.file, sections=files.SECTIONS)
     if args.json:
         print(json.dumps(dict(found.manifest, mac=mac), indent=2, sort_keys=True))

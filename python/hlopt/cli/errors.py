@@ -22,11 +22,16 @@ class UsageError(Exception):
 API_TO_FLAGS = {"trust='portable'": "--trust portable", "trust='signed'": "--trust signed"}
 
 
+# A load's advice to import a module first (runtime/encoding.py): on the command line, `--import MODULE`.
+_IMPORT_BEFORE_LOADING = re.compile(r"\bimport ([A-Za-z_][\w.]*) before loading")
+
+
 def as_flags(text: str) -> str:
-    """`text` with the API's argument spellings replaced by the command line's flags (API_TO_FLAGS)."""
+    """`text` with the API's argument spellings replaced by the command line's flags (API_TO_FLAGS,
+    and `import M before loading` as `pass --import M`)."""
     for words, flag in API_TO_FLAGS.items():
         text = text.replace(words, flag)
-    return text
+    return _IMPORT_BEFORE_LOADING.sub(r"pass --import \1", text)
 
 
 # `file:line:col: error:` (or `<name>: error:`) in a message's first line: already located.

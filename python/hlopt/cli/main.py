@@ -42,7 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "run" and not any(a.startswith("-") for a in extra):
+        args.positional += extra  # input files after a --input's one value: `hlopt run` shows the --input form
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     return run_main(lambda: COMMANDS[args.command][2](args), "hlopt", args.debug)
 
 
