@@ -82,7 +82,6 @@ SPGEMM_INDICES = {"i32": 2**31 - 1, "i64": 2**63 - 1}  # index type -> its large
 SPGEMM_DATA = ("f32", "f64", "complex<f32>", "complex<f64>")
 
 
-
 def _floats(*types: ir.Type) -> bool:
     """All of `types` one type, f32 or f64."""
     first = types[0]

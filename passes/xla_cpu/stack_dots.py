@@ -38,7 +38,8 @@ from hlopt.passes.ir import builders
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.walk import walk_ops
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, dot_dims, erase_unused, free_dims, owner_op
+from hlopt.passes.rewrite.patterns import erase_unused
+from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims, owner_op
 
 
 @dataclasses.dataclass

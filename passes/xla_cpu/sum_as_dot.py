@@ -83,11 +83,12 @@ import math
 from typing import ClassVar
 
 from hlopt.passes.ir import builders
-from hlopt.passes.base import option
+from hlopt.passes.base import Pass, option
 from hlopt.passes.mlir import ir
+from hlopt.passes.rewrite.patterns import Pattern, PatternSet
 from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.xla_cpu import ynn_fusion
-from hlopt.passes.xla_cpu.rewrite import OpRewrite, rewrite_ops, summed_dim, wide_float
+from hlopt.passes.xla_cpu.matching import summed_dim, wide_float
 
 
 # A sum of at most this many terms over a nested directions axis is added term by term.
@@ -182,8 +183,39 @@ def _bytes(v: ir.Value) -> int:
     return math.prod(builders.shape_of(v)) * width // 8
 
 
+def _rewritten(op: ir.Operation) -> bool:
+    """Whether `_as_dot` replaces sum `op` when it does not keep it: not a sum along rows in
+    memory (its last dimension), where XLA:CPU's reduce is not slow."""
+    dim = summed_dim(op)
+    return dim is not None and dim != len(builders.shape_of(op.operands[0])) - 1
+
+
+def _as_dot(op: ir.Operation) -> list[ir.Value] | None:
+    """The sum `op` as its terms' sum, or as a product with ones (or its weights); None for a sum over the
+    last dimension or any other reduce."""
+    if not _rewritten(op):
+        return None
+    dim = summed_dim(op)
+    x = op.operands[0]
+    elem = builders.elem_of(x)
+    shape = builders.shape_of(x)
+    if _adds_terms(x, dim):
+        return [_terms_sum(x, dim)]  # a dot would hold x in memory (over an inner axis, transposed): add its terms
+    if dim != 0:  # an inner directions axis (the bi-Laplacian's nested jets): x's other dims keep their order
+        ones = builders.splat(1, builders.tensor([shape[dim]], elem))
+        return [builders.dot_general(x, ones, lhs_batch=[], rhs_batch=[], lhs_contract=[dim], rhs_contract=[0],
+                                     elem=elem, precision_config=None)]
+    weighted = _weights(x)
+    if weighted is not None:
+        x, w = weighted
+        w = builders.convert(w, elem)
+    else:
+        w = builders.splat(1, builders.tensor(shape[:1], elem))
+    return [_leading_product(w, x)]
+
+
 @dataclasses.dataclass(frozen=True)
-class SumAsDot(OpRewrite):
+class SumAsDot(Pass):
     """Sums as products with ones, or as sums of slices.
 
     A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
@@ -226,7 +258,6 @@ class SumAsDot(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-sum-as-dot"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce",)
     max_kept_bytes: int = option(1 << 20, low=0, high=1 << 40,
                                  what="an unweighted sum of few terms of an operand of at most this many bytes "
                                       "stays a reduce while YNNPACK's reduce fusion is off")
@@ -238,22 +269,21 @@ class SumAsDot(OpRewrite):
                                     "fusion is off")
 
     def apply(self, module: ir.Operation) -> None:
-        sums = list(walk_ops(module, *self.anchors))
+        sums = walk_ops(module, "stablehlo.reduce")
         kept = {op for op in sums if self._may_stay(op) or _sums_runs(op)}
         in_runs = {op: runs for op in sums if op not in kept and (runs := self._runs(op)) is not None}
         if kept or in_runs:
-            as_dots = {op for op in sums if op not in kept and op not in in_runs and self._rewritten(op)}
+            as_dots = {op for op in sums if op not in kept and op not in in_runs and _rewritten(op)}
             if ynn_fusion.reduce_fusion_off(module, leaving_out=as_dots):
                 ynn_fusion.record_reduce_fusion_off(module)
             else:
                 kept, in_runs = set(), {}
-        rewrite_ops(module, self.anchors,
-                    lambda op: None if op in kept else
-                    [_run_sum(op.operands[0], in_runs[op])] if op in in_runs else self.rewrite(op))
+        PatternSet(Pattern("stablehlo.reduce", lambda op: None if op in kept else
+                           [_run_sum(op.operands[0], in_runs[op])] if op in in_runs else _as_dot(op))).apply(module)
 
     def _runs(self, op: ir.Operation) -> int | None:
         """The runs m into which `_run_sum` takes the terms of `op`, where `op` is a sum over
-        dimension 0 alone of a static, non-empty float32 or float64 operand that `rewrite` would
+        dimension 0 alone of a static, non-empty float32 or float64 operand that `_as_dot` would
         make a product with ones (not kept, not added term by term, not weighted) and its D terms
         split as m runs of g <= `KEPT_TERMS` consecutive terms; else None. Narrower floats are left
         to the product, which XLA:CPU accumulates in float32 where the reduce would round each
@@ -287,31 +317,3 @@ class SumAsDot(OpRewrite):
         elif dim == len(shape) - 1 or shape[dim] > FEW_TERMS:
             return False
         return 0 < _bytes(op.operands[0]) <= self.max_kept_bytes  # an empty sum: nothing to keep
-
-    @staticmethod
-    def _rewritten(op: ir.Operation) -> bool:
-        """Whether `rewrite` replaces sum `op` when it does not keep it: not a sum along rows in
-        memory (its last dimension), where XLA:CPU's reduce is not slow."""
-        dim = summed_dim(op)
-        return dim is not None and dim != len(builders.shape_of(op.operands[0])) - 1
-
-    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        if not self._rewritten(op):
-            return None
-        dim = summed_dim(op)
-        x = op.operands[0]
-        elem = builders.elem_of(x)
-        shape = builders.shape_of(x)
-        if _adds_terms(x, dim):
-            return [_terms_sum(x, dim)]  # a dot would hold x in memory (over an inner axis, transposed): add its terms
-        if dim != 0:  # an inner directions axis (the bi-Laplacian's nested jets): x's other dims keep their order
-            ones = builders.splat(1, builders.tensor([shape[dim]], elem))
-            return [builders.dot_general(x, ones, lhs_batch=[], rhs_batch=[], lhs_contract=[dim], rhs_contract=[0],
-                                         elem=elem, precision_config=None)]
-        weighted = _weights(x)
-        if weighted is not None:
-            x, w = weighted
-            w = builders.convert(w, elem)
-        else:
-            w = builders.splat(1, builders.tensor(shape[:1], elem))
-        return [_leading_product(w, x)]

@@ -60,8 +60,8 @@ from typing import ClassVar
 
 from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import (DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims, owner_op,
-                                         summed_dim, wide_float)
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
+from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims, owner_op, summed_dim, wide_float
 
 
 def _static(*values: ir.Value) -> bool:
@@ -112,7 +112,54 @@ def _without(v: ir.Value, dim: int) -> ir.Value | None:
     return builders.broadcast(x, shape[:dim] + shape[dim + 1:], [dims[j] - (dims[j] > dim) for j in kept])
 
 
-class SummedBatchDots(OpRewrite):
+def _contracted_sum(op: ir.Operation) -> list[ir.Value] | None:
+    """The sum `op` over a batch dimension of a dot_general as that dot_general with the dimension
+    contracted, first among the contracted ones; None if `op` is no such sum."""
+    found = _summed_dot(op)
+    if found is None:
+        return None
+    dot, i = found
+    lb, rb, lc, rc = dot_dims(dot)
+    return [builders.dot_general(dot.operands[0], dot.operands[1],
+                                 lhs_batch=lb[:i] + lb[i + 1:], rhs_batch=rb[:i] + rb[i + 1:],
+                                 lhs_contract=[lb[i], *lc], rhs_contract=[rb[i], *rc],
+                                 elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(dot))]
+
+
+def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
+    """`op` with a batch dimension along which one operand is a broadcast made a free
+    dimension of the other operand, its result transposed back; None if there is none."""
+    if set(op.attributes) - DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type) or \
+            not _static(op.results[0], *op.operands):
+        return None  # an integer, dynamically shaped or annotated product
+    uses = list(op.results[0].uses)
+    if len(uses) == 1 and _summed_dot(owner_op(uses[0])) is not None:
+        return None  # a sum over a batch dimension contracts it instead
+    lb, rb, lc, rc = dot_dims(op)
+    batch, contract = [lb, rb], [lc, rc]
+    for i in range(len(batch[0])):
+        for side in (0, 1):
+            reduced = _without(op.operands[side], batch[side][i])
+            if reduced is not None:
+                break
+        else:
+            continue
+        b = batch[side][i]
+        renumber = lambda dims: [x - (x > b) for x in dims]  # noqa: E731
+        other = 1 - side
+        dims = [None, None]
+        dims[side] = (renumber(batch[side][:i] + batch[side][i + 1:]), renumber(contract[side]))
+        dims[other] = (batch[other][:i] + batch[other][i + 1:], contract[other])
+        operands = [None, None]
+        operands[side], operands[other] = reduced, op.operands[other]
+        new = builders.dot_general(operands[0], operands[1], lhs_batch=dims[0][0], rhs_batch=dims[1][0],
+                                   lhs_contract=dims[0][1], rhs_contract=dims[1][1],
+                                   elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(op))
+        return [builders.transpose(new, _back(op, batch, contract, i, other))]
+    return None
+
+
+class SummedBatchDots(PatternPass):
     """Contract a summed batch dimension inside its dot_general.
 
     A floating sum from zero over one batch dimension of a dot_general (read by the sum alone)
@@ -122,53 +169,8 @@ class SummedBatchDots(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-summed-batch-dots"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce", "stablehlo.dot_general")
-
-    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        if op.name == "stablehlo.dot_general":
-            return self._broadcast_batch(op)
-        found = _summed_dot(op)
-        if found is None:
-            return None
-        dot, i = found
-        lb, rb, lc, rc = dot_dims(dot)
-        return [builders.dot_general(dot.operands[0], dot.operands[1],
-                                     lhs_batch=lb[:i] + lb[i + 1:], rhs_batch=rb[:i] + rb[i + 1:],
-                                     lhs_contract=[lb[i], *lc], rhs_contract=[rb[i], *rc],
-                                     elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(dot))]
-
-    @staticmethod
-    def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
-        """`op` with a batch dimension along which one operand is a broadcast made a free
-        dimension of the other operand, its result transposed back; None if there is none."""
-        if set(op.attributes) - DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type) or \
-                not _static(op.results[0], *op.operands):
-            return None  # an integer, dynamically shaped or annotated product
-        uses = list(op.results[0].uses)
-        if len(uses) == 1 and _summed_dot(owner_op(uses[0])) is not None:
-            return None  # a sum over a batch dimension contracts it instead
-        lb, rb, lc, rc = dot_dims(op)
-        batch, contract = [lb, rb], [lc, rc]
-        for i in range(len(batch[0])):
-            for side in (0, 1):
-                reduced = _without(op.operands[side], batch[side][i])
-                if reduced is not None:
-                    break
-            else:
-                continue
-            b = batch[side][i]
-            renumber = lambda dims: [x - (x > b) for x in dims]  # noqa: E731
-            other = 1 - side
-            dims = [None, None]
-            dims[side] = (renumber(batch[side][:i] + batch[side][i + 1:]), renumber(contract[side]))
-            dims[other] = (batch[other][:i] + batch[other][i + 1:], contract[other])
-            operands = [None, None]
-            operands[side], operands[other] = reduced, op.operands[other]
-            new = builders.dot_general(operands[0], operands[1], lhs_batch=dims[0][0], rhs_batch=dims[1][0],
-                                       lhs_contract=dims[0][1], rhs_contract=dims[1][1],
-                                       elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(op))
-            return [builders.transpose(new, _back(op, batch, contract, i, other))]
-        return None
+    PATTERNS: ClassVar[PatternSet] = PatternSet(Pattern("stablehlo.reduce", _contracted_sum),
+                                                Pattern("stablehlo.dot_general", _broadcast_batch))
 
 
 def _back(op: ir.Operation, batch: list[list[int]], contract: list[list[int]], i: int, other: int) -> list[int]:
