@@ -13,6 +13,9 @@ declared; the first rule that gives values replaces the op. The ops it replaced 
 afterwards, and with `erase_feeders` (the default) so is every op that fed only them (ops
 without regions, not custom calls). A rule may give `ERASE` for an op whose results are unused:
 it is then erased as a replaced op is.
+
+An `ir.Operation`'s hash changes when its operands do, so a rule that meets an op after earlier
+rewrites may not find it in a set or dictionary built before the walk: test what the op is instead.
 """
 
 from __future__ import annotations

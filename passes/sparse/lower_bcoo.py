@@ -51,8 +51,9 @@ class LowerBcoo(Pass):
             return
         from hlopt.passes.sparse import bcoo  # the op records: imported only for a module that has sparse ops
 
-        views = {op: bcoo.read(op) for op in found}  # every op is checked before any is rewritten
-        PatternSet(Pattern("stablehlo.custom_call", lambda op: _lowered(views[op]) if op in views else None),
+        for op in found:  # every op is checked before any is rewritten
+            bcoo.read(op)
+        PatternSet(Pattern("stablehlo.custom_call", lambda op: _lowered(bcoo.read(op)) if is_bcoo_op(op) else None),
                    erase_feeders=False).apply(module)
 
 

@@ -38,14 +38,16 @@ def substitute_products(module: ir.Operation, rules: Mapping[str, Rule]) -> None
     read plain StableHLO) are left alone.
     """
     skipped = annotation_bodies(module)
-    found = {op for op in walk_ops(module, "stablehlo.custom_call")
-             if is_bcoo_op(op) and op_name(op) in rules and enclosing_function(op) not in skipped}
-    if not found:
+
+    def substituted(op: ir.Operation) -> bool:
+        return is_bcoo_op(op) and op_name(op) in rules and enclosing_function(op) not in skipped
+
+    if not any(substituted(op) for op in walk_ops(module, "stablehlo.custom_call")):
         return
     from hlopt.passes.sparse.bcoo import read  # the op records: imported only for a module that has sparse products
 
     def substitute(op: ir.Operation) -> list[ir.Value] | None:
-        c = read(op) if op in found else None
+        c = read(op) if substituted(op) else None
         if c is None or any(0 in t.shape for t in c.result_types):
             return None
         value = rules[c.name](c)
