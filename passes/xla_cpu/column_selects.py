@@ -7,8 +7,8 @@ XLA:CPU:
 
 - a select whose predicate is a row mask broadcast over the trailing (column) dim becomes, in
   the loop XLA:CPU emits, a branch per entry (LLVM's loop unswitching hoists the loop-invariant
-  predicate out of the column loop), which mispredicts on irregular masks (bcoo_slice: 5x
-  slower); one select per column has no branch. Selects of integer arrays of at most
+  predicate out of the column loop), which mispredicts on irregular masks (bcoo_slice);
+  one select per column has no branch. Selects of integer arrays of at most
   `MAX_COLUMNS` columns are split;
 - a reduce with and/or over at most `MAX_COLUMNS` columns becomes a chain of elementwise ops,
   which XLA:CPU fuses into its consumer (a reduce is a loop of its own);
@@ -166,6 +166,10 @@ REDUCES = PatternSet(Pattern("stablehlo.reduce", _unrolled_reduce))
 
 class ColumnSelects(Pass):
     """Split row-mask selects over index columns per column.
+
+    Backend: XLA:CPU branches per entry on a select whose predicate is a row mask broadcast over
+    index columns, and runs a reduce as a loop of its own; benchmark: `bench/sparse.py`
+    (bcoo_slice, squeeze).
 
     Row-mask selects over index columns split per column (or, for `any(flags != 0)`, a gather),
     then small and/or reduces over the columns unrolled.

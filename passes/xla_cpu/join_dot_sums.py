@@ -8,12 +8,11 @@ adds; concatenated along the contracted axis they are one matmul
 (`bench/xla_cpu_tuning.py` measures it on bench/pinn_grad.py's workload).
 
 The concatenations copy all four operands, which pays where the product is at least
-comparable to them (pinn_grad's 768x768 weights over 16 points x 52 coefficients:
-operands 2.2 times the product) or they are small. Where the operands are far larger
-than the product (bench/wavefunction.py's 32x32 weights over 128 walkers x 8 electrons
-x 25 coefficients, operands 1700 times the product) the copies cost more than the
-separate dot and add: the sum is joined only when the operands number at most
-`JOIN_RATIO` (16) times the product's elements, or `FEW_COPIED` (2^16) elements in all.
+comparable to them (pinn_grad's wide weights over few points) or they are small. Where the
+operands are far larger than the product (bench/wavefunction.py's narrow weights over many
+walkers) the copies cost more than the separate dot and add: the sum is joined only when the
+operands number at most `JOIN_RATIO` (16) times the product's elements, or `FEW_COPIED` (2^16)
+elements in all.
 """
 
 from __future__ import annotations
@@ -85,6 +84,9 @@ def _joined_dots(op: ir.Operation) -> list[ir.Value] | None:
 
 class JoinDotSums(PatternPass):
     """Join a sum of two alike dot_generals into one dot_general.
+
+    Backend: XLA:CPU runs each dot_general of a sum as its own matmul plus an add; benchmark:
+    `bench/xla_cpu_tuning.py` (pinn_grad).
 
     `dot_general(a1, b1) + dot_general(a2, b2)` with the same dimensions and precision,
     the operands alike but along one contracted dimension pair (or one dot lacking a

@@ -4,10 +4,9 @@ XLA:CPU (jaxlib 0.10.2) gives a dot to its YNNPACK matmul only when one of the
 matrices' sizes m, k or n reaches 8 (`IsDotSupportedByYnn`: smaller ones are left
 out as too small for its overhead). A smaller dot with batch dimensions then runs
 in XLA's own emitter as a loop over the batch that calls a matrix kernel per batch
-element, a fixed cost per call whatever the matrix's size: bench/wavefunction.py's
-kinetic energy at n = 4 or 6 electrons spends most of its time in such dots, the
-per-direction products of 4x4 or 6x6 matrices, which the same sums as a loop fusion
-compute far faster, while at n = 8 the 8x8 products go to YNNPACK. Here such a
+element, a fixed cost per call whatever the matrix's size (bench/wavefunction.py's
+kinetic energy at 4 or 6 electrons is made of such per-direction products, where the
+8x8 ones at 8 electrons go to YNNPACK). Here such a
 dot is the sum over its k < 8 contracting positions of the products of the operands'
 slices broadcast to the result's shape, which XLA:CPU fuses into one elementwise loop.
 XLA:CPU fuses the ops that compute the operands into that loop too, so each operand
@@ -85,6 +84,10 @@ def _small_dot(op: ir.Operation, max_size: int) -> list[ir.Value] | None:
 @dataclasses.dataclass(frozen=True)
 class SmallDots(PatternPass):
     """Batched products of small matrices as sums XLA:CPU fuses.
+
+    Backend: XLA:CPU runs a batched dot whose m, k and n are all below YNNPACK's bound as one
+    matrix-kernel call per batch element; benchmark: `bench/xla_cpu_tuning.py --workloads
+    wavefunction`.
 
     A `dot_general` with batch dimensions whose matrices are all smaller than `max-size` (8)
     in m, k and n becomes the sum over the k contracting positions of the broadcast products

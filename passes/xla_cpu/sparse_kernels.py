@@ -191,6 +191,9 @@ REWRITES = {"dot_general": _spmm, "dot_general_sampled": _sddmm, "bcsr_dot_gener
 class SparseKernels(Pass):
     """Sparse products as calls of hlopt's CPU kernels.
 
+    Backend: XLA:CPU runs the gather of a sparse product's dense rows alone slower than a CSR
+    product of the whole; benchmark: `bench/sparse_scipy.py`.
+
     Rewrite row-sorted BCOO and BCSR sparse x dense products (SpMV, SpMM, SDDMM) and BCOO matrix products
     (SpGEMM) into calls of hlopt's CPU kernels.
 

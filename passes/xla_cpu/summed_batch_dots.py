@@ -4,19 +4,18 @@ dimension in the dot instead.
 A collapsed jet sums products over its directions: the second coefficient of a
 linear solve `A x = b` is `A^-1 (b_2 - sum_d A_1d x_1d)`, one small matrix product
 per direction and point, then their sum over the directions (the Laplacian of
-`log|det Phi|` through `slogdet`'s JVP rule, bench/wavefunction.py: 24 x 128
-products of 8x8 matrices at n = 8). XLA:CPU (jaxlib 0.10.2) runs a dot_general
+`log|det Phi|` through `slogdet`'s JVP rule, bench/wavefunction.py: a small product
+per direction and walker). XLA:CPU (jaxlib 0.10.2) runs a dot_general
 with many small batches one small matmul at a time, writes all of them, and sums
 them in another loop. The same sum is one product per point whose contraction
-runs over the direction and the matrices' inner dimension together (an 8x192 by
-192x8 matmul per walker), with no product per direction in memory.
+runs over the direction and the matrices' inner dimension together (one matmul per
+walker), with no product per direction in memory.
 
 The summed dimension goes first among the contracted ones, so each operand is read
 as [batch, free, (summed, contracted)]: where the contracted dimension is
 already the operand's last (a row of a matrix), XLA copies it in runs of whole
 rows. Put last, the summed dimension would be the fastest-varying index of that
-copy (a transpose of single elements, which on bench/wavefunction.py's kinetic
-energy took longer than the products it saved).
+copy: a transpose of single elements.
 
     %p = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2]
          : (tensor<24x128x8x8xf32>, tensor<24x128x8x8xf32>) -> tensor<24x128x8x8xf32>
@@ -32,7 +31,7 @@ Reverse mode makes the transposed form: the cotangent of each direction's produc
 product with the cotangent of their sum, the same for every direction, broadcast along the
 batch dimension. A dot_general one of whose operands is a broadcast along a batch dimension
 (through transposes, or of a size-1 dimension) takes the operand before the broadcast and has
-that dimension free in the other operand (one 8x8 by 8x192 product per walker), its result
+that dimension free in the other operand (one product per walker), its result
 transposed back to the original order:
 
     %c = stablehlo.broadcast_in_dim %g, dims = [1, 2, 3] : (tensor<128x8x8xf32>) -> tensor<24x128x8x8xf32>
@@ -161,6 +160,10 @@ def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
 
 class SummedBatchDots(PatternPass):
     """Contract a summed batch dimension inside its dot_general.
+
+    Backend: XLA:CPU runs a dot_general of many small batches one small matmul at a time and sums
+    the results in another loop; benchmark: `bench/xla_cpu_tuning.py --workloads wavefunction
+    --electrons 8`.
 
     A floating sum from zero over one batch dimension of a dot_general (read by the sum alone)
     becomes that dot_general with the dimension contracted, first among the contracted ones; a

@@ -6,8 +6,8 @@ lhs is in row-major (batch, m, k) order, contracting its last dimension
 (`IsDotSupportedByYnn`: "lhs_canonical"). A product such as `A^T B` of batched
 matrices, which the Taylor and reverse rules of LU and triangular solves are full
 of, then runs in XLA's own emitter as a loop over the batch that calls a matrix
-kernel per batch element, several times slower than YNNPACK's matmul of the
-transposed copy (float32 and float64). `bench/xla_cpu_tuning.py --workloads
+kernel per batch element, slower than YNNPACK's matmul of the transposed copy
+(float32 and float64). `bench/xla_cpu_tuning.py --workloads
 wavefunction --electrons 8` measures the pass on bench/wavefunction.py's programs,
 where the gradient of the kinetic energy holds such products of the LU's 8x8 factors
 along 24 directions and 128 walkers.
@@ -125,6 +125,10 @@ def _in_ynn_order(op: ir.Operation, swap: Literal["smaller", "never"]) -> list[i
 @dataclasses.dataclass(frozen=True)
 class TransposedDots(PatternPass):
     """Batched dot_generals in the operand order YNNPACK takes.
+
+    Backend: XLA:CPU gives a batched dot to YNNPACK's matmul only when its lhs is (batch, m, k),
+    and otherwise calls a matrix kernel per batch element; benchmark: `bench/xla_cpu_tuning.py
+    --workloads wavefunction batched_products --electrons 8`.
 
     A batched `dot_general` whose operands are not in YNNPACK's order (the lhs contracting
     its trailing dimensions, the batch dimensions leading) becomes the product of the

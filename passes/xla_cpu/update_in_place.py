@@ -49,6 +49,9 @@ def _update_in_place(op: ir.Operation) -> list[ir.Value] | None:
 class UpdateInPlace(PatternPass):
     """`a + (update into zeros)` as the update applied to `a`.
 
+    Backend: XLA:CPU materializes the zeros an update is written into and adds the whole array;
+    benchmark: `bench/xla_cpu_tuning.py --workloads loop_grad`.
+
     `a + u`, where `u` writes a window (dynamic_update_slice) or adds rows (scatter add)
     into zeros, becomes that update applied to `a`.
 
