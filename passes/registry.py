@@ -84,30 +84,30 @@ ORDER: dict[str, tuple[Before, ...]] = {
                "inline and cse see the plain semantic StableHLO the lowerings emit"),
     ),
     "cpu": (
-        Before("xla-cpu-sparse-kernels", "lower-bcoo", "it reads the sparse products' annotations, which lower-bcoo "
-                                                        "lowers"),
+        Before("xla-cpu-sparse-kernels", "lower-bcoo",
+               "xla-cpu-sparse-kernels reads the sparse products' annotations, which lower-bcoo lowers"),
         Before(("inline", "cse"), DEFAULT_TUNING, "each tuning pass sees the whole program in one function, with "
                                                   "equal ops made one"),
-        Before("cse", "xla-cpu-stack-dots", "equal dots are one before it stacks them (stacked, XLA would compute "
-                                            "the one twice)"),
+        Before("cse", "xla-cpu-stack-dots", "equal dots are one before xla-cpu-stack-dots stacks them (stacked, XLA "
+                                            "would compute the one twice)"),
         Before("xla-cpu-gather-blocks", ("xla-cpu-sum-as-dot", "xla-cpu-column-selects"),
-               "the sums and scatter-adds of gathered rows that lower-bcoo emits go into its loops before the "
-               "others would rewrite them"),
+               "the sums and scatter-adds of gathered rows that lower-bcoo emits go into xla-cpu-gather-blocks' "
+               "loops before the others would rewrite them"),
         Before("xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
                "xla-cpu-sum-as-dot would make a sum over a product's batch dimension, which it contracts, a "
                "product with ones"),
         Before(("xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot", "xla-cpu-dot-operand-order",
                 "xla-cpu-join-dot-sums"), "xla-cpu-transposed-dots",
-               "it puts the dots the others make or reorder in the operand order YNNPACK takes"),
+               "xla-cpu-transposed-dots puts the dots the others make or reorder in the operand order YNNPACK takes"),
         Before("xla-cpu-transposed-dots", "xla-cpu-small-dots",
                "xla-cpu-small-dots takes the dots below YNNPACK's size, which xla-cpu-transposed-dots leaves alone"),
         Before(DEFAULT_TUNING[:-1], "xla-cpu-ynn-fusion",
-               "it weighs the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only "
-               "records a compile option on the module"),
+               "xla-cpu-ynn-fusion weighs the reductions the others leave (xla-cpu-sum-as-dot makes many of them "
+               "dots) and only records a compile option on the module"),
     ),
     "tpu": (
-        Before("tpu-sparse-products", "lower-bcoo", "it reads the sparse products' annotations, which lower-bcoo "
-                                                     "lowers"),
+        Before("tpu-sparse-products", "lower-bcoo",
+               "tpu-sparse-products reads the sparse products' annotations, which lower-bcoo lowers"),
     ),
 }
 

@@ -25,7 +25,9 @@ func.func @main(%x: tensor<8x3xf32>, %y: tensor<8x5xf32>) -> (tensor<8x3xf32>, t
 
 
 def _negated(v: ir.Value) -> list[ir.Value] | None:
-    return [v.owner.operation.operands[0]] if isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.negate" else None
+    """[x] when `v` is `-x`, else None."""
+    negate = isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.negate"
+    return [v.owner.operation.operands[0]] if negate else None
 
 
 # the scratch rule: one line
