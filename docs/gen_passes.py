@@ -4,7 +4,8 @@
     python docs/gen_passes.py --check  # exit 1 if docs/passes.md differs from what the code gives
 
 Each registered pass contributes its summary (the docstring's first paragraph), what the
-registry says of it (module, platforms, the annotations it lowers, its place in `hlopt-default`), a table
+registry says of it (module, platforms, the annotations it lowers, its place in `hlopt-default` and
+what it runs after and before, with the reasons), a table
 of its options (one row per dataclass field, as `hlopt-opt --list-passes` shows it), and the
 rest of its docstring, where indented blocks are the before/after IR. A pass whose docstring holds no example is
 followed by its module's docstring. Named pipelines end the page.
@@ -20,7 +21,7 @@ import textwrap
 from pathlib import Path
 
 from hlopt.passes.base import Pass
-from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, PASSES, PIPELINES, all_passes
+from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, ORDER, PASSES, PIPELINES, all_passes
 from hlopt.passes.target import PORTABLE
 
 PAGE = Path(__file__).resolve().parent / "passes.md"
@@ -90,6 +91,21 @@ def _facts(name: str, module: str, cls: type[Pass]) -> list[str]:
         facts.append(f"- runs in `hlopt-default`, step {steps.index(name) + 1} of {len(steps)} ({kind})")
     else:
         facts.append("- not in `hlopt-default`: name it in a pipeline")
+    facts += _order_facts(name)
+    return facts
+
+
+def _order_facts(name: str) -> list[str]:
+    """What the pass runs after and before in `hlopt-default`, and why (`ORDER`)."""
+    facts = []
+    for rules in ORDER.values():
+        for rule in rules:
+            first, then = ({rule.first} if isinstance(rule.first, str) else set(rule.first),
+                           {rule.then} if isinstance(rule.then, str) else set(rule.then))
+            for word, here, other in (("after", then, first), ("before", first, then)):
+                if name in here:
+                    listed = ", ".join(f"`{n}`" for n in sorted(other))
+                    facts.append(f"- runs {word} {listed}: {rule.why}")
     return facts
 
 

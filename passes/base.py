@@ -17,6 +17,7 @@ which targets the pass rewrites for (`hlopt.passes.target`).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 import typing
 from typing import Any, ClassVar
@@ -76,6 +77,9 @@ class Pass:
     # Whether the pass emits calls of kernels that hlopt's runtime registers in its own process (then
     # it never runs for a `jax.export` artifact).
     calls_runtime: ClassVar[bool] = False
+    # An option's former spelling -> its name now: a pipeline that spells it the old way is refused with
+    # an error naming the new one.
+    renamed_options: ClassVar[dict[str, str]] = {}
 
     def apply(self, module: ir.Operation) -> None:
         """Rewrite the `builtin.module` operation `module` in place."""
@@ -100,13 +104,21 @@ class Pass:
         for key, value in given.items():
             attr = key.replace("-", "_")
             if attr not in fields:
-                known = ", ".join(f.replace("_", "-") for f in fields) or "none"
-                raise PassOptionError(
-                    f"pass '{cls.name}' has no option '{key}' (options: {known})"
-                )
+                raise PassOptionError(cls._unknown_option(key, [f.replace("_", "-") for f in fields]))
             kwargs[attr] = _convert(cls.name, key, value, hints[attr])
             _check_range(cls.name, key, kwargs[attr], fields[attr])
         return cls(**kwargs)
+
+    @classmethod
+    def _unknown_option(cls, key: str, known: list[str]) -> str:
+        """Why `key` is refused: the option it was renamed to, or the closest option's name if any, and the options."""
+        listed = ", ".join(known) or "none"
+        if key in cls.renamed_options:
+            new = cls.renamed_options[key]
+            return f"pass '{cls.name}': option '{key}' is now called '{new}' (write {new}=...; options: {listed})"
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        return f"pass '{cls.name}' has no option '{key}' (options: {listed}){hint}"
 
     @classmethod
     def options_help(cls) -> list[tuple[str, str]]:

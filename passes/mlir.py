@@ -1,6 +1,6 @@
 """The one place hlopt imports the MLIR Python bindings that ship in jaxlib.
 
-Every other module imports `ir`, `passmanager`, `rewrite` and the dialects from
+Every other module imports `ir`, `passmanager` and the dialects from
 here, so a jaxlib upgrade that moves a private path is fixed in one file.
 """
 
@@ -18,7 +18,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from jaxlib.mlir import ir, passmanager  # noqa: E402
 from jaxlib.mlir._mlir_libs import _jax_mlir_ext, _mlirHlo, _stablehlo  # noqa: E402
-from jaxlib.mlir._mlir_libs._mlir import rewrite  # noqa: E402
 from jaxlib.mlir.dialects import chlo, func, sdy, stablehlo  # noqa: E402
 
 # The func dialect's inliner interface: without it the upstream `inline` pass
@@ -40,7 +39,6 @@ __all__ = [
     "ir",
     "make_context",
     "passmanager",
-    "rewrite",
     "sdy",
     "stablehlo",
     "serialize_portable_artifact",

@@ -6,7 +6,9 @@ a pipeline names the pass (or `--list-passes` asks), so `hlopt-opt` starts fast.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hlopt.passes.base import Pass
@@ -41,42 +43,101 @@ def _module_and_class(folder: str, name: str) -> tuple[str, str]:
 PASSES: dict[str, tuple[str, str]] = {
     name: _module_and_class(folder, name) for folder, names in PASS_FOLDERS.items() for name in names}
 
-# The annotation-lowering passes of `hlopt-default`, in the order they run (jet-collapse
-# rewrites directions-batched jets whose K-th coefficients are only summed before they expand).
-# vjp-expand runs after jet-expand (a jet inside a differentiated function is expanded
-# first) and after lower-bcoo (sparse ops inside one are plain StableHLO by then).
-# xla-cpu-sparse-kernels and tpu-sparse-products run before lower-bcoo: they read the sparse products'
-# annotations (and, as every platform pass, rewrite only a module compiled for their platform:
-# `Pass.platforms`).
+# The annotation-lowering passes of `hlopt-default`, in the order they run; ORDER says why.
 DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "tpu-sparse-products", "lower-bcoo",
                      "vjp-expand", "lower-custom-partitioning")
 
-# The XLA:CPU tuning passes of `hlopt-default` (`hlopt.passes.xla_cpu`), in the order they run:
-# after the lowerings, which emit plain semantic StableHLO, and after `inline`, so each sees
-# the whole program in one function, and after `cse`, so that equal dots are one before
-# xla-cpu-stack-dots stacks (stacked, XLA would compute the one twice). Without them
-# `hlopt-default` computes the same values, and for a target other than CPU (or none) they
-# leave the module as it is. xla-cpu-gather-blocks runs first: the sums and
-# scatter-adds of gathered rows that lower-bcoo emits are in the loops it makes before
-# xla-cpu-sum-as-dot or xla-cpu-column-selects would rewrite them. xla-cpu-summed-batch-dots runs before
-# xla-cpu-sum-as-dot, which would make the sums over a product's batch dimension it contracts
-# products with ones. xla-cpu-transposed-dots runs after the
-# passes that make or reorder dots and before xla-cpu-small-dots, whose products (all sizes below 8)
-# it leaves alone. xla-cpu-ynn-fusion runs last: it weighs
-# the reductions the others leave (xla-cpu-sum-as-dot makes many of them dots) and only records
-# a compile option on the module. tpu-folded-solves runs after `cse`, which makes one the
-# equal transposes and reshapes that fold the right-hand sides of a factor's solves.
-DEFAULT_TUNING = ("tpu-folded-solves", "xla-cpu-gather-blocks", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
-                  "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects",
-                  "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
+# The tuning passes of `hlopt-default` (`hlopt.passes.xla_cpu`, `hlopt.passes.tpu`), in the order they run;
+# ORDER says why. Without them `hlopt-default` computes the same values, and for a target other than
+# their platform (or none) they leave the module as it is.
+DEFAULT_TUNING = ("tpu-folded-solves", "xla-cpu-gather-blocks", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots",
+                  "xla-cpu-sum-as-dot", "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums",
+                  "xla-cpu-column-selects", "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
+CPU_TUNING = tuple(name for name in DEFAULT_TUNING if name.startswith("xla-cpu-"))
 
-# pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
-PIPELINES: dict[str, str] = {
-    "hlopt-default": ",".join(
-        [name for name in DEFAULT_LOWERINGS if name in PASSES] + ["inline", "cse"]
-        + [name for name in DEFAULT_TUNING if name in PASSES] + ["canonicalize", "cse", "symbol-dce"]
+
+@dataclasses.dataclass(frozen=True)
+class Before:
+    """An order constraint of a pipeline: the first occurrence of each pass of `first` comes before
+    the first occurrence of each pass of `then`, for the reason `why`."""
+
+    first: str | tuple[str, ...]
+    then: str | tuple[str, ...]
+    why: str
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """(earlier, later) for each pass of `first` and each of `then`."""
+        first = (self.first,) if isinstance(self.first, str) else self.first
+        then = (self.then,) if isinstance(self.then, str) else self.then
+        return [(a, b) for a in first for b in then]
+
+
+# What runs before what in `hlopt-default`, by the platform whose compiles the constraint matters for
+# (`portable`: every compile). `check_order` holds a pipeline to it.
+ORDER: dict[str, tuple[Before, ...]] = {
+    "portable": (
+        Before("jet-collapse", "jet-expand",
+               "jet-collapse rewrites the directions-batched jets whose K-th coefficients are only summed, "
+               "before jet-expand expands them"),
+        Before("jet-expand", "vjp-expand", "a jet inside a differentiated function is expanded first"),
+        Before("lower-bcoo", "vjp-expand", "sparse ops inside a differentiated function are plain StableHLO by then"),
+        Before(tuple(n for n in DEFAULT_LOWERINGS if not n.startswith(tuple(PLATFORM_PREFIXES.values()))), "inline",
+               "inline and cse see the plain semantic StableHLO the lowerings emit"),
+    ),
+    "cpu": (
+        Before("xla-cpu-sparse-kernels", "lower-bcoo",
+               "xla-cpu-sparse-kernels reads the sparse products' annotations, which lower-bcoo lowers"),
+        Before(("inline", "cse"), CPU_TUNING, "each tuning pass sees the whole program in one function, with "
+                                                  "equal ops made one"),
+        Before("cse", "xla-cpu-stack-dots", "equal dots are one before xla-cpu-stack-dots stacks them (stacked, XLA "
+                                            "would compute the one twice)"),
+        Before("xla-cpu-gather-blocks", ("xla-cpu-sum-as-dot", "xla-cpu-column-selects"),
+               "the sums and scatter-adds of gathered rows that lower-bcoo emits go into xla-cpu-gather-blocks' "
+               "loops before the others would rewrite them"),
+        Before("xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot",
+               "xla-cpu-sum-as-dot would make a sum over a product's batch dimension, which it contracts, a "
+               "product with ones"),
+        Before(("xla-cpu-stack-dots", "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot", "xla-cpu-dot-operand-order",
+                "xla-cpu-join-dot-sums"), "xla-cpu-transposed-dots",
+               "xla-cpu-transposed-dots puts the dots the others make or reorder in the operand order YNNPACK takes"),
+        Before("xla-cpu-transposed-dots", "xla-cpu-small-dots",
+               "xla-cpu-small-dots takes the dots below YNNPACK's size, which xla-cpu-transposed-dots leaves alone"),
+        Before(CPU_TUNING[:-1], "xla-cpu-ynn-fusion",
+               "xla-cpu-ynn-fusion weighs the reductions the others leave (xla-cpu-sum-as-dot makes many of them "
+               "dots) and only records a compile option on the module"),
+    ),
+    "tpu": (
+        Before("tpu-sparse-products", "lower-bcoo",
+               "tpu-sparse-products reads the sparse products' annotations, which lower-bcoo lowers"),
     ),
 }
+
+
+def order_violations(pipeline: Sequence[str], order: Mapping[str, Sequence[Before]] = ORDER) -> list[str]:
+    """What in `pipeline` (pass names in the order they run) breaks `order`: one line per pair of passes
+    that both run but in the wrong order, naming the platform and the reason."""
+    first_at: dict[str, int] = {}
+    for i, name in enumerate(pipeline):
+        first_at.setdefault(name, i)
+    return [f"{later} runs before {earlier} ({platform}): {earlier} must run first, because {rule.why}"
+            for platform, rules in order.items() for rule in rules for earlier, later in rule.pairs()
+            if earlier in first_at and later in first_at and first_at[earlier] > first_at[later]]
+
+
+def default_pipeline(lowerings: Sequence[str], tuning: Sequence[str]) -> str:
+    """`hlopt-default`'s text for these lowerings and tuning passes (the registered ones, in this order);
+    a ValueError listing each violation of ORDER."""
+    names = ([name for name in lowerings if name in PASSES] + ["inline", "cse"]
+             + [name for name in tuning if name in PASSES] + ["canonicalize", "cse", "symbol-dce"])
+    problems = order_violations(names)
+    if problems:
+        raise ValueError("hlopt-default breaks the pass order (hlopt.passes.registry.ORDER):\n  "
+                         + "\n  ".join(problems))
+    return ",".join(names)
+
+
+# pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
+PIPELINES: dict[str, str] = {"hlopt-default": default_pipeline(DEFAULT_LOWERINGS, DEFAULT_TUNING)}
 
 
 def get_pass_class(name: str) -> type[Pass]:

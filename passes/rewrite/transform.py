@@ -18,7 +18,7 @@ cotangents, key cells) in its own class. The driver holds what they share:
   (`reaches`, `uses_any`, `loop_carried`, `branch_carried`);
 - liveness: the values something impure needs, and erasing the pure ops whose
   results nothing uses (`live_values`, `erase_dead`);
-- one-shot lowerings through MLIR's walk-based rewrite driver (`rewrite_each`).
+- one-shot lowerings of one op type through the pattern driver (`rewrite_each`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from typing import ClassVar, Generic, TypeVar
 
 from hlopt.passes.ir import builders
 from hlopt.passes.base import PassError
-from hlopt.passes.mlir import ir, rewrite
+from hlopt.passes.mlir import ir
+from hlopt.passes.rewrite.patterns import Pattern, PatternSet
 from hlopt.passes.ir.walk import call_target, custom_calls_once
 
 R = TypeVar("R")
@@ -158,19 +159,8 @@ def erase_dead(block: ir.Block, is_pure: Callable[[ir.Operation], bool], nested:
 def rewrite_each(root: ir.Operation, op_type: type, rule: Callable[[ir.Operation], Sequence[ir.Value] | None]) -> None:
     """Replace every `op_type` op nested in `root`, in walk order, by the values `rule`
     builds for it at the op (with the op's location), leaving the ops it gives None alone:
-    MLIR's walk-based rewrite driver, which neither folds nor erases anything else."""
-
-    def pattern(op: ir.Operation, rewriter: rewrite.PatternRewriter) -> bool:
-        with rewriter.ip, op.location:
-            values = rule(op.operation)
-        if values is None:
-            return True  # the driver's convention: a truthy result is "no match"
-        rewriter.replace_op(op, list(values))
-        return False
-
-    patterns = rewrite.RewritePatternSet()
-    patterns.add(op_type, pattern)
-    rewrite.walk_and_apply_patterns(root, patterns.freeze())
+    the pattern driver (`patterns.PatternSet`), erasing the replaced ops and nothing else."""
+    PatternSet(Pattern(op_type.OPERATION_NAME, rule), erase_feeders=False).apply(root)
 
 
 # --- the module ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ every `n_batch`. An index outside `[0, size)` in any sparse dim marks padding.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from hlopt.passes.ir import builders as b
 from hlopt.passes.base import Pass, PassError
@@ -18,6 +18,10 @@ from hlopt.passes.sparse.names import PREFIX, is_bcoo_op
 from hlopt.passes.mlir import ir
 from hlopt.passes.target import PORTABLE
 from hlopt.passes.ir.walk import walk_ops
+from hlopt.passes.rewrite.patterns import Pattern, PatternSet
+
+if TYPE_CHECKING:
+    from hlopt.passes.sparse.bcoo import BcooOp
 
 
 class LowerBcoo(Pass):
@@ -47,18 +51,22 @@ class LowerBcoo(Pass):
             return
         from hlopt.passes.sparse import bcoo  # the op records: imported only for a module that has sparse ops
 
-        views = [bcoo.read(op) for op in found]  # every op is checked before any is rewritten
-        for view in views:
-            with view.op.location, ir.InsertionPoint(view.op):
-                if all(0 in t.shape for t in view.result_types):  # empty buffers: nothing to compute
-                    values = [b.full(t.shape, 0, t.element_type) for t in view.result_types]
-                else:
-                    values = bcoo.REGISTRY[view.name].lower(view)
-            for old, new in zip(view.op.results, values, strict=True):
-                if old.type != new.type:
-                    raise PassError(
-                        f"lower-bcoo built {new.type} for a result of type {old.type} of @{PREFIX}{view.name}",
-                        view.op.location,
-                    )
-                old.replace_all_uses_with(new)
-            view.op.erase()
+        for op in found:  # every op is checked before any is rewritten
+            bcoo.read(op)
+        PatternSet(Pattern("stablehlo.custom_call", lambda op: _lowered(bcoo.read(op)) if is_bcoo_op(op) else None),
+                   erase_feeders=False).apply(module)
+
+
+def _lowered(view: BcooOp) -> list[ir.Value]:
+    """The StableHLO values of the checked `hlopt.bcoo.*` op `view`, built at it."""
+    from hlopt.passes.sparse.bcoo import REGISTRY
+
+    if all(0 in t.shape for t in view.result_types):  # empty buffers: nothing to compute
+        values = [b.full(t.shape, 0, t.element_type) for t in view.result_types]
+    else:
+        values = REGISTRY[view.name].lower(view)
+    for old, new in zip(view.op.results, values, strict=True):
+        if old.type != new.type:
+            raise PassError(f"lower-bcoo built {new.type} for a result of type {old.type} of @{PREFIX}{view.name}",
+                            view.op.location)
+    return values

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from hlopt.passes.sparse.names import is_bcoo_op, op_name
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.walk import annotation_bodies, enclosing_function, walk_ops
+from hlopt.passes.rewrite.patterns import Pattern, PatternSet
 
 if TYPE_CHECKING:
     from hlopt.passes.sparse.bcoo import BcooOp
@@ -37,19 +38,19 @@ def substitute_products(module: ir.Operation, rules: Mapping[str, Rule]) -> None
     read plain StableHLO) are left alone.
     """
     skipped = annotation_bodies(module)
-    found = [op for op in walk_ops(module, "stablehlo.custom_call")
-             if is_bcoo_op(op) and op_name(op) in rules and enclosing_function(op) not in skipped]
-    if not found:
+
+    def substituted(op: ir.Operation) -> bool:
+        return is_bcoo_op(op) and op_name(op) in rules and enclosing_function(op) not in skipped
+
+    if not any(substituted(op) for op in walk_ops(module, "stablehlo.custom_call")):
         return
     from hlopt.passes.sparse.bcoo import read  # the op records: imported only for a module that has sparse products
 
-    for op in found:
-        c = read(op)
-        if any(0 in t.shape for t in c.result_types):
-            continue
-        with op.location, ir.InsertionPoint(op):
-            value = rules[c.name](c)
-        if value is not None:
-            for old, new in zip(op.results, [value] if isinstance(value, ir.Value) else value, strict=True):
-                old.replace_all_uses_with(new)
-            op.erase()
+    def substitute(op: ir.Operation) -> list[ir.Value] | None:
+        c = read(op) if substituted(op) else None
+        if c is None or any(0 in t.shape for t in c.result_types):
+            return None
+        value = rules[c.name](c)
+        return [value] if isinstance(value, ir.Value) else value
+
+    PatternSet(Pattern("stablehlo.custom_call", substitute), erase_feeders=False).apply(module)

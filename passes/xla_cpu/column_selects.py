@@ -7,8 +7,8 @@ XLA:CPU:
 
 - a select whose predicate is a row mask broadcast over the trailing (column) dim becomes, in
   the loop XLA:CPU emits, a branch per entry (LLVM's loop unswitching hoists the loop-invariant
-  predicate out of the column loop), which mispredicts on irregular masks (bcoo_slice: 5x
-  slower); one select per column has no branch. Selects of integer arrays of at most
+  predicate out of the column loop), which mispredicts on irregular masks (bcoo_slice);
+  one select per column has no branch. Selects of integer arrays of at most
   `MAX_COLUMNS` columns are split;
 - a reduce with and/or over at most `MAX_COLUMNS` columns becomes a chain of elementwise ops,
   which XLA:CPU fuses into its consumer (a reduce is a loop of its own);
@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from hlopt.passes.base import Pass
 from hlopt.passes.ir import builders as b
 from hlopt.passes.mlir import ir
-from hlopt.passes.ir.walk import walk_ops
-from hlopt.passes.xla_cpu.rewrite import OpRewrite, erase_unused
+from hlopt.passes.rewrite.patterns import ERASE, Pattern, PatternSet
 
 Value = ir.Value
 
@@ -133,8 +133,43 @@ def _gather_rows(flags: Value, on_true: Value, on_false: Value) -> Value:
                     index_vector_dim=n, slice_sizes=[1] * (n + 1) + [b.shape_of(on_false)[-1]])
 
 
-class ColumnSelects(OpRewrite):
+def _split_select(op: ir.Operation) -> list[Value] | None:
+    """The row-mask select `op` over at most `MAX_COLUMNS` integer columns as one select per column
+    (or, for `any(flags != 0)`, a gather); None for any other select."""
+    pred, on_true, on_false = op.operands
+    ok = _row_mask(pred)
+    shape = b.shape_of(on_true)
+    if ok is None or not isinstance(b.elem_of(on_true), ir.IntegerType) or not 0 < shape[-1] <= MAX_COLUMNS:
+        return None
+    flags = _nonzero_flags(ok)
+    if flags is not None:
+        return [_gather_rows(flags, on_true, on_false)]
+    picked = [b.select(ok, _column(on_true, k), _column(on_false, k)) for k in range(shape[-1])]
+    return [b.concat([b.reshape(p, [*shape[:-1], 1]) for p in picked], len(shape) - 1)]
+
+
+def _unrolled_reduce(op: ir.Operation) -> list[Value] | None:
+    """The and/or reduce `op` of i1 columns as a chain of elementwise ops; `ERASE` for a reduce nothing
+    reads any more (one the gather form replaced); None for any other reduce."""
+    if next(iter(op.results[0].uses), None) is None:
+        return ERASE
+    kind = _reduce_kind(op)
+    if kind is None or b.elem_of(op.operands[0]) != b.i1():
+        return None
+    return [_chain(op.operands[0], kind)]
+
+
+# Applied in this order: the gather form of a select reads the reduce it replaces.
+SELECTS = PatternSet(Pattern("stablehlo.select", _split_select))
+REDUCES = PatternSet(Pattern("stablehlo.reduce", _unrolled_reduce))
+
+
+class ColumnSelects(Pass):
     """Split row-mask selects over index columns per column.
+
+    Backend: XLA:CPU branches per entry on a select whose predicate is a row mask broadcast over
+    index columns, and runs a reduce as a loop of its own; benchmark: `bench/sparse.py`
+    (bcoo_slice, squeeze).
 
     Row-mask selects over index columns split per column (or, for `any(flags != 0)`, a gather),
     then small and/or reduces over the columns unrolled.
@@ -148,30 +183,7 @@ class ColumnSelects(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-column-selects"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.select",)
-
-    def rewrite(self, op: ir.Operation) -> list[Value] | None:
-        pred, on_true, on_false = op.operands
-        ok = _row_mask(pred)
-        shape = b.shape_of(on_true)
-        if ok is None or not isinstance(b.elem_of(on_true), ir.IntegerType) or not 0 < shape[-1] <= MAX_COLUMNS:
-            return None
-        flags = _nonzero_flags(ok)
-        if flags is not None:
-            return [_gather_rows(flags, on_true, on_false)]
-        picked = [b.select(ok, _column(on_true, k), _column(on_false, k)) for k in range(shape[-1])]
-        return [b.concat([b.reshape(p, [*shape[:-1], 1]) for p in picked], len(shape) - 1)]
 
     def apply(self, module: ir.Operation) -> None:
-        super().apply(module)  # the selects first: the gather form reads the reduce it replaces
-        replaced = []
-        for op in walk_ops(module, "stablehlo.reduce"):
-            if next(iter(op.results[0].uses), None) is None:  # a reduce the gather form replaced
-                replaced.append(op)
-                continue
-            kind = _reduce_kind(op)
-            if kind is not None and b.elem_of(op.operands[0]) == b.i1():
-                with ir.InsertionPoint(op), op.location:
-                    op.results[0].replace_all_uses_with(_chain(op.operands[0], kind))
-                replaced.append(op)
-        erase_unused(replaced)
+        SELECTS.apply(module)
+        REDUCES.apply(module)

@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from hlopt.passes.ir import builders
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import OpRewrite, dot_dims
+from hlopt.passes.xla_cpu.matching import dot_dims
 
 # the attributes of a dot_general this pass knows how to swap
 SWAPPABLE = {"dot_dimension_numbers", "precision_config"}
@@ -32,8 +33,33 @@ def _free(rank: int, batch: list[int], contract: list[int]) -> int:
     return rank - len(batch) - len(contract)
 
 
-class DotOperandOrder(OpRewrite):
+def _swapped_dot(op: ir.Operation) -> list[ir.Value] | None:
+    """The dot_general of swapped operands that transpose `op` of a dot_general's result is, or None."""
+    source = op.operands[0]
+    if not isinstance(source, ir.OpResult) or source.owner.operation.name != "stablehlo.dot_general":
+        return None
+    dot = source.owner.operation
+    if len(list(source.uses)) != 1 or set(dot.attributes) - SWAPPABLE:
+        return None
+    lhs, rhs = dot.operands
+    lb, rb, lc, rc = dot_dims(dot)
+    nb = len(lb)
+    nl = _free(len(builders.shape_of(lhs)), lb, lc)
+    nr = _free(len(builders.shape_of(rhs)), rb, rc)
+    swap = [*range(nb), *range(nb + nl, nb + nl + nr), *range(nb, nb + nl)]
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    if not nl or not nr or perm != swap:
+        return None
+    precision = builders.precision_of(dot)
+    return [builders.dot_general(rhs, lhs, lhs_batch=rb, rhs_batch=lb, lhs_contract=rc, rhs_contract=lc,
+                                 elem=builders.elem_of(source), precision_config=_swapped_precision(precision))]
+
+
+class DotOperandOrder(PatternPass):
     """Swap dot_general operands instead of transposing the result.
+
+    Backend: XLA:CPU folds a transpose of a dot's result into the dot as a transposed copy of an
+    operand; benchmark: `bench/xla_cpu_tuning.py`.
 
     A transpose of a dot_general's result that swaps the lhs and rhs free dimensions
     becomes the dot_general of the operands swapped, without a transpose.
@@ -50,24 +76,4 @@ class DotOperandOrder(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-dot-operand-order"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.transpose",)
-
-    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        source = op.operands[0]
-        if not isinstance(source, ir.OpResult) or source.owner.operation.name != "stablehlo.dot_general":
-            return None
-        dot = source.owner.operation
-        if len(list(source.uses)) != 1 or set(dot.attributes) - SWAPPABLE:
-            return None
-        lhs, rhs = dot.operands
-        lb, rb, lc, rc = dot_dims(dot)
-        nb = len(lb)
-        nl = _free(len(builders.shape_of(lhs)), lb, lc)
-        nr = _free(len(builders.shape_of(rhs)), rb, rc)
-        swap = [*range(nb), *range(nb + nl, nb + nl + nr), *range(nb, nb + nl)]
-        perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
-        if not nl or not nr or perm != swap:
-            return None
-        precision = builders.precision_of(dot)
-        return [builders.dot_general(rhs, lhs, lhs_batch=rb, rhs_batch=lb, lhs_contract=rc, rhs_contract=lc,
-                                     elem=builders.elem_of(source), precision_config=_swapped_precision(precision))]
+    PATTERNS: ClassVar[PatternSet] = PatternSet(Pattern("stablehlo.transpose", _swapped_dot))

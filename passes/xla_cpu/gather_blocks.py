@@ -49,14 +49,14 @@ from typing import ClassVar
 from hlopt.passes.ir import builders as b
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.ir.walk import walk_ops
-from hlopt.passes.xla_cpu.rewrite import erase_unused, owner_op
+from hlopt.passes.rewrite.patterns import Pattern, PatternSet
+from hlopt.passes.xla_cpu.matching import owner_op
 
 Value = ir.Value
 
 # Bytes of gathered slices a block computes: they stay in cache between the gather and its consumer.
 BLOCK_BYTES = 1 << 20
-# The fewest rows of a block (a loop trip costs a few microseconds).
+# The fewest rows of a block (each loop trip has a fixed cost).
 MIN_ROWS = 1024
 
 ELEMENTWISE = frozenset(f"stablehlo.{name}" for name in (
@@ -302,41 +302,46 @@ def _blocked(root: _Root, n: int) -> Value | None:
     return state
 
 
+def _blocked_root(op: ir.Operation) -> list[Value] | None:
+    """The scatter-add or sum `op` of gathered rows computed in blocks of rows; None where it is not one,
+    or not worth it."""
+    root = ROOTS[op.name](op)
+    n = None if root is None else _lead(root.reads[-1])
+    new = None if n is None else _blocked(root, n)
+    return None if new is None else [new]
+
+
+def _blocked_array(op: ir.Operation) -> list[Value] | None:
+    """The value `op` computes row by row, used whole, in blocks of rows where its gathers take more than
+    twice its own bytes a row; None otherwise."""
+    if len(op.results) != 1:
+        return None
+    v, n = op.results[0], _lead(op.results[0])
+    if n is None or _row_operands(op, n) is None or all(_rows_consumer(u, n) for u in v.uses):
+        return None
+    if _cone([v], n).gathered_bytes() <= 2 * _row_bytes(v):
+        return None
+    new = _blocked(_array_root(v), n)
+    return None if new is None else [new]
+
+
+# Applied in this order: the roots first, then the arrays used whole that no root took.
+ROOT_BLOCKS = PatternSet(Pattern(tuple(ROOTS), _blocked_root))
+ARRAY_BLOCKS = PatternSet(Pattern(tuple(ROW_OPS), _blocked_array))
+
+
 @dataclasses.dataclass(frozen=True)
 class GatherBlocks(Pass):
     """Compute a gather of rows and the products, scatter-add, sum or array it feeds in blocks of rows (XLA:CPU).
 
-    For CPU compiles only.
+    Backend: XLA:CPU materializes a gather's whole `[entries, ...]` result before its consumer reads
+    it, where blocks of it stay in cache; benchmark: `bench/sparse.py` (unsorted and batched SpMM,
+    SDDMM). For CPU compiles only.
     """
 
     name: ClassVar[str] = "xla-cpu-gather-blocks"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
 
     def apply(self, module: ir.Operation) -> None:
-        done: list[ir.Operation] = []
-        for op in walk_ops(module, *ROOTS):
-            root = ROOTS[op.name](op)
-            if root is not None and self._replace(root, op.results[0], _lead(root.reads[-1])):
-                done.append(op)
-        erase_unused(done)
-        done = []
-        for op in walk_ops(module, *ROW_OPS):
-            if op.name == "stablehlo.constant" or len(op.results) != 1:
-                continue
-            v, n = op.results[0], _lead(op.results[0])
-            if n is None or _row_operands(op, n) is None or all(_rows_consumer(u, n) for u in v.uses):
-                continue
-            if _cone([v], n).gathered_bytes() > 2 * _row_bytes(v) and self._replace(_array_root(v), v, n):
-                done.append(op)
-        erase_unused(done)
-
-    @staticmethod
-    def _replace(root: _Root, value: Value, n: int | None) -> bool:
-        if n is None:
-            return False
-        with ir.InsertionPoint(root.op), root.op.location:
-            new = _blocked(root, n)
-        if new is None:
-            return False
-        value.replace_all_uses_with(new)
-        return True
+        ROOT_BLOCKS.apply(module)
+        ARRAY_BLOCKS.apply(module)

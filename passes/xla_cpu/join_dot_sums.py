@@ -8,12 +8,11 @@ adds; concatenated along the contracted axis they are one matmul
 (`bench/xla_cpu_tuning.py` measures it on bench/pinn_grad.py's workload).
 
 The concatenations copy all four operands, which pays where the product is at least
-comparable to them (pinn_grad's 768x768 weights over 16 points x 52 coefficients:
-operands 2.2 times the product) or they are small. Where the operands are far larger
-than the product (bench/wavefunction.py's 32x32 weights over 128 walkers x 8 electrons
-x 25 coefficients, operands 1700 times the product) the copies cost more than the
-separate dot and add: the sum is joined only when the operands number at most
-`JOIN_RATIO` (16) times the product's elements, or `FEW_COPIED` (2^16) elements in all.
+comparable to them (pinn_grad's wide weights over few points) or they are small. Where the
+operands are far larger than the product (bench/wavefunction.py's narrow weights over many
+walkers) the copies cost more than the separate dot and add: the sum is joined only when the
+operands number at most `JOIN_RATIO` (16) times the product's elements, or `FEW_COPIED` (2^16)
+elements in all.
 """
 
 from __future__ import annotations
@@ -22,8 +21,9 @@ import math
 from typing import ClassVar
 
 from hlopt.passes.ir import builders
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims
+from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims
 
 
 # Two dots are joined only where the operands the concatenations copy (elements of all four)
@@ -55,8 +55,38 @@ def _lifted(op: ir.Operation, like: ir.Operation) -> tuple[ir.Value, ir.Value] |
     return builders.reshape(lhs, [1, *builders.shape_of(lhs)]), builders.reshape(rhs, [1, *builders.shape_of(rhs)])
 
 
-class JoinDotSums(OpRewrite):
+def _joined_dots(op: ir.Operation) -> list[ir.Value] | None:
+    """The sum `op` of two alike dot_generals as one of their operands concatenated, or None."""
+    a, b = (_dot(v) for v in op.operands)
+    if a is None or b is None or a == b or str(builders.precision_of(a)) != str(builders.precision_of(b)) or \
+            builders.elem_of(a.result) != builders.elem_of(b.result):
+        return None
+    pieces = [(a, tuple(a.operands)), (b, tuple(b.operands))]
+    if dot_dims(a) != dot_dims(b):
+        low, high = sorted((a, b), key=lambda d: len(builders.shape_of(d.operands[0])))
+        lifted = _lifted(low, high)
+        if lifted is None:
+            return None
+        pieces = [(high, tuple(high.operands)), (high, lifted)]
+    like = pieces[0][0]
+    copied = sum(math.prod(builders.shape_of(v)) for _, ops in pieces for v in ops)
+    if copied > max(JOIN_RATIO * math.prod(builders.shape_of(op.result)), FEW_COPIED):
+        return None  # the concatenations would copy far more than the separate dot and add cost
+    lb, rb, lc, rc = dot_dims(like)
+    pair = _contracted_pair([builders.shape_of(v) for _, ops in pieces for v in ops], lc, rc)
+    if pair is None:
+        return None
+    lhs = builders.concat([ops[0] for _, ops in pieces], lc[pair])
+    rhs = builders.concat([ops[1] for _, ops in pieces], rc[pair])
+    return [builders.dot_general(lhs, rhs, lhs_batch=lb, rhs_batch=rb, lhs_contract=lc, rhs_contract=rc,
+                                 elem=builders.elem_of(op.result), precision_config=builders.precision_of(like))]
+
+
+class JoinDotSums(PatternPass):
     """Join a sum of two alike dot_generals into one dot_general.
+
+    Backend: XLA:CPU runs each dot_general of a sum as its own matmul plus an add; benchmark:
+    `bench/xla_cpu_tuning.py` (pinn_grad).
 
     `dot_general(a1, b1) + dot_general(a2, b2)` with the same dimensions and precision,
     the operands alike but along one contracted dimension pair (or one dot lacking a
@@ -80,32 +110,7 @@ class JoinDotSums(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-join-dot-sums"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.add",)
-
-    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        a, b = (_dot(v) for v in op.operands)
-        if a is None or b is None or a == b or str(builders.precision_of(a)) != str(builders.precision_of(b)) or \
-                builders.elem_of(a.result) != builders.elem_of(b.result):
-            return None
-        pieces = [(a, tuple(a.operands)), (b, tuple(b.operands))]
-        if dot_dims(a) != dot_dims(b):
-            low, high = sorted((a, b), key=lambda d: len(builders.shape_of(d.operands[0])))
-            lifted = _lifted(low, high)
-            if lifted is None:
-                return None
-            pieces = [(high, tuple(high.operands)), (high, lifted)]
-        like = pieces[0][0]
-        copied = sum(math.prod(builders.shape_of(v)) for _, ops in pieces for v in ops)
-        if copied > max(JOIN_RATIO * math.prod(builders.shape_of(op.result)), FEW_COPIED):
-            return None  # the concatenations would copy far more than the separate dot and add cost
-        lb, rb, lc, rc = dot_dims(like)
-        pair = _contracted_pair([builders.shape_of(v) for _, ops in pieces for v in ops], lc, rc)
-        if pair is None:
-            return None
-        lhs = builders.concat([ops[0] for _, ops in pieces], lc[pair])
-        rhs = builders.concat([ops[1] for _, ops in pieces], rc[pair])
-        return [builders.dot_general(lhs, rhs, lhs_batch=lb, rhs_batch=rb, lhs_contract=lc, rhs_contract=rc,
-                                     elem=builders.elem_of(op.result), precision_config=builders.precision_of(like))]
+    PATTERNS: ClassVar[PatternSet] = PatternSet(Pattern("stablehlo.add", _joined_dots))
 
 
 def _contracted_pair(shapes: list[list[int]], lc: list[int], rc: list[int]) -> int | None:

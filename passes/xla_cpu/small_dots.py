@@ -4,10 +4,9 @@ XLA:CPU (jaxlib 0.10.2) gives a dot to its YNNPACK matmul only when one of the
 matrices' sizes m, k or n reaches 8 (`IsDotSupportedByYnn`: smaller ones are left
 out as too small for its overhead). A smaller dot with batch dimensions then runs
 in XLA's own emitter as a loop over the batch that calls a matrix kernel per batch
-element, a fixed cost per call whatever the matrix's size: bench/wavefunction.py's
-kinetic energy at n = 4 or 6 electrons spends most of its time in such dots, the
-per-direction products of 4x4 or 6x6 matrices, which the same sums as a loop fusion
-compute far faster, while at n = 8 the 8x8 products go to YNNPACK. Here such a
+element, a fixed cost per call whatever the matrix's size (bench/wavefunction.py's
+kinetic energy at 4 or 6 electrons is made of such per-direction products, where the
+8x8 ones at 8 electrons go to YNNPACK). Here such a
 dot is the sum over its k < 8 contracting positions of the products of the operands'
 slices broadcast to the result's shape, which XLA:CPU fuses into one elementwise loop.
 XLA:CPU fuses the ops that compute the operands into that loop too, so each operand
@@ -34,8 +33,9 @@ from typing import ClassVar
 
 from hlopt.passes.ir import builders
 from hlopt.passes.base import option
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims
+from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims
 
 # XLA:CPU leaves a dot to its own emitter when m, k and n are all below this (YNNPACK's bound)
 YNN_MIN_SIZE = 8
@@ -57,9 +57,37 @@ def _term(v: ir.Value, k: int, out: list[int], dims: list[int]) -> ir.Value:
     return builders.broadcast(column, out, dims)
 
 
+def _small_dot(op: ir.Operation, max_size: int) -> list[ir.Value] | None:
+    """The batched dot_general `op` of matrices below `max_size` in m, k and n as the sum of its broadcast
+    products; None for any other dot."""
+    if set(op.attributes) - DOT_ATTRIBUTES:
+        return None
+    result = op.results[0]
+    if not builders.is_differentiable(result.type):
+        return None
+    lhs, rhs = op.operands
+    lb, rb, lc, rc = dot_dims(op)
+    ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
+    lf, rf = free_dims(lhs, lb, lc), free_dims(rhs, rb, rc)
+    m, n, k = math.prod(ls[i] for i in lf), math.prod(rs[i] for i in rf), math.prod(ls[i] for i in lc)
+    if not lb or 0 in (m, n, k) or max(m, n, k) >= max_size:
+        return None
+    elem, out = builders.elem_of(result), builders.shape_of(result)
+    a, b = _arranged(lhs, lb, lc, elem), _arranged(rhs, rb, rc, elem)
+    nb, nm, nn = len(lb), len(lf), len(rf)
+    a_dims = [*range(nb), *range(nb, nb + nm)]
+    b_dims = [*range(nb), *range(nb + nm, nb + nm + nn)]
+    terms = (builders.mul(_term(a, i, out, a_dims), _term(b, i, out, b_dims)) for i in range(k))
+    return [functools.reduce(builders.add, terms)]
+
+
 @dataclasses.dataclass(frozen=True)
-class SmallDots(OpRewrite):
+class SmallDots(PatternPass):
     """Batched products of small matrices as sums XLA:CPU fuses.
+
+    Backend: XLA:CPU runs a batched dot whose m, k and n are all below YNNPACK's bound as one
+    matrix-kernel call per batch element; benchmark: `bench/xla_cpu_tuning.py --workloads
+    wavefunction`.
 
     A `dot_general` with batch dimensions whose matrices are all smaller than `max-size` (8)
     in m, k and n becomes the sum over the k contracting positions of the broadcast products
@@ -78,28 +106,8 @@ class SmallDots(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-small-dots"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.dot_general",)
     max_size: int = option(YNN_MIN_SIZE, low=1, high=1 << 10,
                            what="a dot is rewritten when its m, k and n are all below this")
 
-    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        if set(op.attributes) - DOT_ATTRIBUTES:
-            return None
-        result = op.results[0]
-        if not builders.is_differentiable(result.type):
-            return None
-        lhs, rhs = op.operands
-        lb, rb, lc, rc = dot_dims(op)
-        ls, rs = builders.shape_of(lhs), builders.shape_of(rhs)
-        lf, rf = free_dims(lhs, lb, lc), free_dims(rhs, rb, rc)
-        m, n, k = math.prod(ls[i] for i in lf), math.prod(rs[i] for i in rf), math.prod(ls[i] for i in lc)
-        if not lb or 0 in (m, n, k) or max(m, n, k) >= self.max_size:
-            return None
-        elem, out = builders.elem_of(result), builders.shape_of(result)
-        a, b = _arranged(lhs, lb, lc, elem), _arranged(rhs, rb, rc, elem)
-        nb, nm, nn = len(lb), len(lf), len(rf)
-        a_dims = [*range(nb), *range(nb, nb + nm)]
-        b_dims = [*range(nb), *range(nb + nm, nb + nm + nn)]
-        terms = (builders.mul(_term(a, i, out, a_dims), _term(b, i, out, b_dims)) for i in range(k))
-        return [functools.reduce(builders.add, terms)]
-
+    def patterns(self) -> PatternSet:
+        return PatternSet(Pattern("stablehlo.dot_general", functools.partial(_small_dot, max_size=self.max_size)))

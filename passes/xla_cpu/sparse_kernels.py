@@ -82,7 +82,6 @@ SPGEMM_INDICES = {"i32": 2**31 - 1, "i64": 2**63 - 1}  # index type -> its large
 SPGEMM_DATA = ("f32", "f64", "complex<f32>", "complex<f64>")
 
 
-
 def _floats(*types: ir.Type) -> bool:
     """All of `types` one type, f32 or f64."""
     first = types[0]
@@ -191,6 +190,9 @@ REWRITES = {"dot_general": _spmm, "dot_general_sampled": _sddmm, "bcsr_dot_gener
 @dataclasses.dataclass(frozen=True)
 class SparseKernels(Pass):
     """Sparse products as calls of hlopt's CPU kernels.
+
+    Backend: XLA:CPU runs the gather of a sparse product's dense rows alone slower than a CSR
+    product of the whole; benchmark: `bench/sparse_scipy.py`.
 
     Rewrite row-sorted BCOO and BCSR sparse x dense products (SpMV, SpMM, SDDMM) and BCOO matrix products
     (SpGEMM) into calls of hlopt's CPU kernels.

@@ -4,9 +4,8 @@ A jet multiplies each Taylor coefficient of a layer's input by the same weights
 (the primal, each direction, the collapsed coefficient: K + 1 dots of one matrix),
 and reverse mode multiplies each of their cotangents by it again. XLA:CPU
 (jaxlib 0.10.2) runs each dot_general as its own matmul, reading the shared
-operand once per dot; a small batch of points is bound by reading the weights,
-so K + 1 dots take about K + 1 times one (bench/pinn_grad.py,
-`bench/xla_cpu_tuning.py`). Concatenated along a free dimension of the other
+operand once per dot; a small batch of points is bound by reading the weights
+(bench/pinn_grad.py, `bench/xla_cpu_tuning.py`). Concatenated along a free dimension of the other
 side, they are one matmul whose result is sliced apart. Where the other operands' free
 shapes differ (a layer's primal rows beside its directions' and collapsed
 coefficients', 16, 1x16, 8x5x16, 7x1x16 rows in bench/pde_operators.py's
@@ -18,12 +17,11 @@ used by its dot alone straight into it, but one used elsewhere too (an activatio
 reverse pass reads again, a hidden state the next layer adds) is written twice. And the
 stacked result is one buffer, which holds every coefficient's rows for as long as any of
 its slices is read. So dots stack only where the weights' reads saved are at least
-`STACKED_READS` (1/4) of the operands' elements: the 768-wide layers of
-bench/pde_operators.py and bench/pinn_grad.py (over 1.2 times) stack, and
-bench/wavefunction.py's 7x32, 32x32 and 32x8 weights times 26 coefficients x 128 walkers
-x 8 electrons (reads saved a tiny fraction of the operands) stay separate: stacked, its
-kinetic energy would hold the primal's and the collapsed coefficient's rows beside the
-directions' in its largest buffers at its peak, for no saving in reads.
+`STACKED_READS` (1/4) of the operands' elements: the wide layers of
+bench/pde_operators.py and bench/pinn_grad.py stack, and bench/wavefunction.py's narrow
+weights over many walkers (reads saved a tiny fraction of the operands) stay separate:
+stacked, its kinetic energy would hold the primal's and the collapsed coefficient's rows
+beside the directions' in its largest buffers at its peak, for no saving in reads.
 """
 
 from __future__ import annotations
@@ -38,7 +36,8 @@ from hlopt.passes.ir import builders
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.walk import walk_ops
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, dot_dims, erase_unused, free_dims, owner_op
+from hlopt.passes.rewrite.patterns import erase_unused
+from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims, owner_op
 
 
 @dataclasses.dataclass
@@ -244,6 +243,9 @@ def _pays(dots: Sequence[_Dot]) -> bool:
 
 class StackDots(Pass):
     """Stack dot_generals that share an operand into one.
+
+    Backend: XLA:CPU runs each dot_general as its own matmul, reading a shared operand once per
+    dot; benchmark: `bench/xla_cpu_tuning.py` (pde_operators, pinn_grad).
 
     dot_generals of one block that share one operand (same side, dimensions and precision)
     and whose other operands differ along one free dimension (or lack a leading one) become

@@ -4,19 +4,18 @@ dimension in the dot instead.
 A collapsed jet sums products over its directions: the second coefficient of a
 linear solve `A x = b` is `A^-1 (b_2 - sum_d A_1d x_1d)`, one small matrix product
 per direction and point, then their sum over the directions (the Laplacian of
-`log|det Phi|` through `slogdet`'s JVP rule, bench/wavefunction.py: 24 x 128
-products of 8x8 matrices at n = 8). XLA:CPU (jaxlib 0.10.2) runs a dot_general
+`log|det Phi|` through `slogdet`'s JVP rule, bench/wavefunction.py: a small product
+per direction and walker). XLA:CPU (jaxlib 0.10.2) runs a dot_general
 with many small batches one small matmul at a time, writes all of them, and sums
 them in another loop. The same sum is one product per point whose contraction
-runs over the direction and the matrices' inner dimension together (an 8x192 by
-192x8 matmul per walker), with no product per direction in memory.
+runs over the direction and the matrices' inner dimension together (one matmul per
+walker), with no product per direction in memory.
 
 The summed dimension goes first among the contracted ones, so each operand is read
 as [batch, free, (summed, contracted)]: where the contracted dimension is
 already the operand's last (a row of a matrix), XLA copies it in runs of whole
 rows. Put last, the summed dimension would be the fastest-varying index of that
-copy (a transpose of single elements, which on bench/wavefunction.py's kinetic
-energy took longer than the products it saved).
+copy: a transpose of single elements.
 
     %p = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2]
          : (tensor<24x128x8x8xf32>, tensor<24x128x8x8xf32>) -> tensor<24x128x8x8xf32>
@@ -32,7 +31,7 @@ Reverse mode makes the transposed form: the cotangent of each direction's produc
 product with the cotangent of their sum, the same for every direction, broadcast along the
 batch dimension. A dot_general one of whose operands is a broadcast along a batch dimension
 (through transposes, or of a size-1 dimension) takes the operand before the broadcast and has
-that dimension free in the other operand (one 8x8 by 8x192 product per walker), its result
+that dimension free in the other operand (one product per walker), its result
 transposed back to the original order:
 
     %c = stablehlo.broadcast_in_dim %g, dims = [1, 2, 3] : (tensor<128x8x8xf32>) -> tensor<24x128x8x8xf32>
@@ -60,8 +59,8 @@ from typing import ClassVar
 
 from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import (DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims, owner_op,
-                                         summed_dim, wide_float)
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
+from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims, owner_op, summed_dim, wide_float
 
 
 def _static(*values: ir.Value) -> bool:
@@ -112,8 +111,59 @@ def _without(v: ir.Value, dim: int) -> ir.Value | None:
     return builders.broadcast(x, shape[:dim] + shape[dim + 1:], [dims[j] - (dims[j] > dim) for j in kept])
 
 
-class SummedBatchDots(OpRewrite):
+def _contracted_sum(op: ir.Operation) -> list[ir.Value] | None:
+    """The sum `op` over a batch dimension of a dot_general as that dot_general with the dimension
+    contracted, first among the contracted ones; None if `op` is no such sum."""
+    found = _summed_dot(op)
+    if found is None:
+        return None
+    dot, i = found
+    lb, rb, lc, rc = dot_dims(dot)
+    return [builders.dot_general(dot.operands[0], dot.operands[1],
+                                 lhs_batch=lb[:i] + lb[i + 1:], rhs_batch=rb[:i] + rb[i + 1:],
+                                 lhs_contract=[lb[i], *lc], rhs_contract=[rb[i], *rc],
+                                 elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(dot))]
+
+
+def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
+    """`op` with a batch dimension along which one operand is a broadcast made a free
+    dimension of the other operand, its result transposed back; None if there is none."""
+    if set(op.attributes) - DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type) or \
+            not _static(op.results[0], *op.operands):
+        return None  # an integer, dynamically shaped or annotated product
+    uses = list(op.results[0].uses)
+    if len(uses) == 1 and _summed_dot(owner_op(uses[0])) is not None:
+        return None  # a sum over a batch dimension contracts it instead
+    lb, rb, lc, rc = dot_dims(op)
+    batch, contract = [lb, rb], [lc, rc]
+    for i in range(len(batch[0])):
+        for side in (0, 1):
+            reduced = _without(op.operands[side], batch[side][i])
+            if reduced is not None:
+                break
+        else:
+            continue
+        b = batch[side][i]
+        renumber = lambda dims: [x - (x > b) for x in dims]  # noqa: E731
+        other = 1 - side
+        dims = [None, None]
+        dims[side] = (renumber(batch[side][:i] + batch[side][i + 1:]), renumber(contract[side]))
+        dims[other] = (batch[other][:i] + batch[other][i + 1:], contract[other])
+        operands = [None, None]
+        operands[side], operands[other] = reduced, op.operands[other]
+        new = builders.dot_general(operands[0], operands[1], lhs_batch=dims[0][0], rhs_batch=dims[1][0],
+                                   lhs_contract=dims[0][1], rhs_contract=dims[1][1],
+                                   elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(op))
+        return [builders.transpose(new, _back(op, batch, contract, i, other))]
+    return None
+
+
+class SummedBatchDots(PatternPass):
     """Contract a summed batch dimension inside its dot_general.
+
+    Backend: XLA:CPU runs a dot_general of many small batches one small matmul at a time and sums
+    the results in another loop; benchmark: `bench/xla_cpu_tuning.py --workloads wavefunction
+    --electrons 8`.
 
     A floating sum from zero over one batch dimension of a dot_general (read by the sum alone)
     becomes that dot_general with the dimension contracted, first among the contracted ones; a
@@ -122,53 +172,8 @@ class SummedBatchDots(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-summed-batch-dots"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.reduce", "stablehlo.dot_general")
-
-    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        if op.name == "stablehlo.dot_general":
-            return self._broadcast_batch(op)
-        found = _summed_dot(op)
-        if found is None:
-            return None
-        dot, i = found
-        lb, rb, lc, rc = dot_dims(dot)
-        return [builders.dot_general(dot.operands[0], dot.operands[1],
-                                     lhs_batch=lb[:i] + lb[i + 1:], rhs_batch=rb[:i] + rb[i + 1:],
-                                     lhs_contract=[lb[i], *lc], rhs_contract=[rb[i], *rc],
-                                     elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(dot))]
-
-    @staticmethod
-    def _broadcast_batch(op: ir.Operation) -> list[ir.Value] | None:
-        """`op` with a batch dimension along which one operand is a broadcast made a free
-        dimension of the other operand, its result transposed back; None if there is none."""
-        if set(op.attributes) - DOT_ATTRIBUTES or not builders.is_differentiable(op.results[0].type) or \
-                not _static(op.results[0], *op.operands):
-            return None  # an integer, dynamically shaped or annotated product
-        uses = list(op.results[0].uses)
-        if len(uses) == 1 and _summed_dot(owner_op(uses[0])) is not None:
-            return None  # a sum over a batch dimension contracts it instead
-        lb, rb, lc, rc = dot_dims(op)
-        batch, contract = [lb, rb], [lc, rc]
-        for i in range(len(batch[0])):
-            for side in (0, 1):
-                reduced = _without(op.operands[side], batch[side][i])
-                if reduced is not None:
-                    break
-            else:
-                continue
-            b = batch[side][i]
-            renumber = lambda dims: [x - (x > b) for x in dims]  # noqa: E731
-            other = 1 - side
-            dims = [None, None]
-            dims[side] = (renumber(batch[side][:i] + batch[side][i + 1:]), renumber(contract[side]))
-            dims[other] = (batch[other][:i] + batch[other][i + 1:], contract[other])
-            operands = [None, None]
-            operands[side], operands[other] = reduced, op.operands[other]
-            new = builders.dot_general(operands[0], operands[1], lhs_batch=dims[0][0], rhs_batch=dims[1][0],
-                                       lhs_contract=dims[0][1], rhs_contract=dims[1][1],
-                                       elem=builders.elem_of(op.results[0]), precision_config=builders.precision_of(op))
-            return [builders.transpose(new, _back(op, batch, contract, i, other))]
-        return None
+    PATTERNS: ClassVar[PatternSet] = PatternSet(Pattern("stablehlo.reduce", _contracted_sum),
+                                                Pattern("stablehlo.dot_general", _broadcast_batch))
 
 
 def _back(op: ir.Operation, batch: list[list[int]], contract: list[list[int]], i: int, other: int) -> list[int]:

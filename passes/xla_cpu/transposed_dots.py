@@ -6,8 +6,8 @@ lhs is in row-major (batch, m, k) order, contracting its last dimension
 (`IsDotSupportedByYnn`: "lhs_canonical"). A product such as `A^T B` of batched
 matrices, which the Taylor and reverse rules of LU and triangular solves are full
 of, then runs in XLA's own emitter as a loop over the batch that calls a matrix
-kernel per batch element, several times slower than YNNPACK's matmul of the
-transposed copy (float32 and float64). `bench/xla_cpu_tuning.py --workloads
+kernel per batch element, slower than YNNPACK's matmul of the transposed copy
+(float32 and float64). `bench/xla_cpu_tuning.py --workloads
 wavefunction --electrons 8` measures the pass on bench/wavefunction.py's programs,
 where the gradient of the kinetic energy holds such products of the LU's 8x8 factors
 along 24 directions and 128 walkers.
@@ -43,14 +43,16 @@ transposed operand, small beside the matrix kernel calls it saves at these sizes
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar, Literal
 
 from hlopt.passes.ir import builders
 from hlopt.passes.base import option
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.dot_operand_order import _swapped_precision
-from hlopt.passes.xla_cpu.rewrite import DOT_ATTRIBUTES, OpRewrite, dot_dims, free_dims
+from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims
 from hlopt.passes.xla_cpu.small_dots import YNN_MIN_SIZE
 
 
@@ -76,9 +78,57 @@ def _groups_contiguous(order: list[int], first: list[int], second: list[int]) ->
     return order == first + second or order == second + first
 
 
+def _in_ynn_order(op: ir.Operation, swap: Literal["smaller", "never"]) -> list[ir.Value] | None:
+    """The batched dot_general `op` with its operands copied into YNNPACK's order (swapped where `swap` is
+    `smaller` and that copies at most half as much); None where it is in order or not YNNPACK's."""
+    if set(op.attributes) - DOT_ATTRIBUTES:
+        return None
+    lhs, rhs = op.operands
+    result = op.results[0]
+    if not all(_is_ynn_type(v.type) for v in (lhs, rhs, result)) or \
+            len({str(ir.RankedTensorType(v.type).element_type) for v in (lhs, rhs, result)}) != 1:
+        return None
+    lb, rb, lc, rc = dot_dims(op)
+    left, right = _Side(lhs, lb, lc), _Side(rhs, rb, rc)
+    if not left.contract:
+        return None
+    if min(left.shape + right.shape + builders.shape_of(result), default=0) < 0:  # dynamic: no static reshape
+        return None
+    sizes = [_size(v) for v in (lhs, rhs, result)]
+    if min(sizes) == 0 or max(sizes) >= 1 << 63:  # empty: nothing to compute; joined sizes past int64
+        return None
+    m, n, k = left.free_size, right.free_size, left.contract_size
+    if m <= 1 or n <= 1 or max(m, n, k) < YNN_MIN_SIZE:
+        return None
+    precision = builders.precision_of(op)
+    copies = left.copied_as_lhs() + right.copied_as_rhs()
+    swap = swap == "smaller" and 2 * (right.copied_as_lhs() + left.copied_as_rhs() + _size(result)) <= copies
+    if swap:
+        left, right, precision = right, left, _swapped_precision(precision)
+    product = _in_order(left, right, builders.elem_of(result), precision)
+    if product is None and (not swap or left.batch and not (left.lhs_in_order() and right.rhs_in_order())):
+        return None  # in order already, or a single prime batch that the swap leaves out of order
+    if product is None:  # no batch dimension (XLA copies the smaller lhs itself), or in order when swapped
+        product = builders.dot_general(left.value, right.value, lhs_batch=left.batch, rhs_batch=right.batch,
+                                       lhs_contract=left.contract, rhs_contract=right.contract,
+                                       elem=builders.elem_of(result), precision_config=precision)
+    if not swap:
+        return [product]
+    # The product's dims are (batch, the original rhs's free, the original lhs's free): joined
+    # into (batch, n, m, 1) and transposed there, since XLA folds a transpose of a dot's
+    # result straight back into the dot (swapping its operands back).
+    batch = math.prod(builders.shape_of(product)[:len(left.batch)])
+    joined = builders.reshape(product, [batch, n, m, 1])
+    return [builders.reshape(builders.transpose(joined, [0, 2, 1, 3]), builders.shape_of(result))]
+
+
 @dataclasses.dataclass(frozen=True)
-class TransposedDots(OpRewrite):
+class TransposedDots(PatternPass):
     """Batched dot_generals in the operand order YNNPACK takes.
+
+    Backend: XLA:CPU gives a batched dot to YNNPACK's matmul only when its lhs is (batch, m, k),
+    and otherwise calls a matrix kernel per batch element; benchmark: `bench/xla_cpu_tuning.py
+    --workloads wavefunction batched_products --electrons 8`.
 
     A batched `dot_general` whose operands are not in YNNPACK's order (the lhs contracting
     its trailing dimensions, the batch dimensions leading) becomes the product of the
@@ -112,50 +162,11 @@ class TransposedDots(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-transposed-dots"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.dot_general",)
     swap: Literal["smaller", "never"] = option("smaller", what="`smaller` swaps the operands where that copies at "
                                                        "most half as much; `never` keeps their order")
 
-    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        if set(op.attributes) - DOT_ATTRIBUTES:
-            return None
-        lhs, rhs = op.operands
-        result = op.results[0]
-        if not all(_is_ynn_type(v.type) for v in (lhs, rhs, result)) or \
-                len({str(ir.RankedTensorType(v.type).element_type) for v in (lhs, rhs, result)}) != 1:
-            return None
-        lb, rb, lc, rc = dot_dims(op)
-        left, right = _Side(lhs, lb, lc), _Side(rhs, rb, rc)
-        if not left.contract:
-            return None
-        if min(left.shape + right.shape + builders.shape_of(result), default=0) < 0:  # dynamic: no static reshape
-            return None
-        sizes = [_size(v) for v in (lhs, rhs, result)]
-        if min(sizes) == 0 or max(sizes) >= 1 << 63:  # empty: nothing to compute; joined sizes past int64
-            return None
-        m, n, k = left.free_size, right.free_size, left.contract_size
-        if m <= 1 or n <= 1 or max(m, n, k) < YNN_MIN_SIZE:
-            return None
-        precision = builders.precision_of(op)
-        copies = left.copied_as_lhs() + right.copied_as_rhs()
-        swap = self.swap == "smaller" and 2 * (right.copied_as_lhs() + left.copied_as_rhs() + _size(result)) <= copies
-        if swap:
-            left, right, precision = right, left, _swapped_precision(precision)
-        product = _in_order(left, right, builders.elem_of(result), precision)
-        if product is None and (not swap or left.batch and not (left.lhs_in_order() and right.rhs_in_order())):
-            return None  # in order already, or a single prime batch that the swap leaves out of order
-        if product is None:  # no batch dimension (XLA copies the smaller lhs itself), or in order when swapped
-            product = builders.dot_general(left.value, right.value, lhs_batch=left.batch, rhs_batch=right.batch,
-                                           lhs_contract=left.contract, rhs_contract=right.contract,
-                                           elem=builders.elem_of(result), precision_config=precision)
-        if not swap:
-            return [product]
-        # The product's dims are (batch, the original rhs's free, the original lhs's free): joined
-        # into (batch, n, m, 1) and transposed there, since XLA folds a transpose of a dot's
-        # result straight back into the dot (swapping its operands back).
-        batch = math.prod(builders.shape_of(product)[:len(left.batch)])
-        joined = builders.reshape(product, [batch, n, m, 1])
-        return [builders.reshape(builders.transpose(joined, [0, 2, 1, 3]), builders.shape_of(result))]
+    def patterns(self) -> PatternSet:
+        return PatternSet(Pattern("stablehlo.dot_general", functools.partial(_in_ynn_order, swap=self.swap)))
 
 
 def _size(v: ir.Value) -> int:

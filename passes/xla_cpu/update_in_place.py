@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from hlopt.passes.ir import builders
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.rewrite import OpRewrite
 
 
 def _update_into_zeros(v: ir.Value) -> ir.Operation | None:
@@ -30,8 +30,27 @@ def _update_into_zeros(v: ir.Value) -> ir.Operation | None:
     return None
 
 
-class UpdateInPlace(OpRewrite):
+def _update_in_place(op: ir.Operation) -> list[ir.Value] | None:
+    """`a + u` (`op`) as the update `u` writes into zeros applied to `a`, or None."""
+    for a, c in (tuple(op.operands), tuple(op.operands)[::-1]):
+        into = _update_into_zeros(c)
+        if into is None or into.operands[0].type != a.type:
+            continue
+        if into.name == "stablehlo.dynamic_update_slice":
+            update, starts = into.operands[1], list(into.operands)[2:]
+            old = builders.dynamic_slice(a, starts, builders.shape_of(update))
+            return [builders.dynamic_update_slice(a, builders.add(old, update), starts)]
+        new = into.clone(ip=ir.InsertionPoint.current)
+        new.operands[0] = a
+        return [new.results[0]]
+    return None
+
+
+class UpdateInPlace(PatternPass):
     """`a + (update into zeros)` as the update applied to `a`.
+
+    Backend: XLA:CPU materializes the zeros an update is written into and adds the whole array;
+    benchmark: `bench/xla_cpu_tuning.py --workloads loop_grad`.
 
     `a + u`, where `u` writes a window (dynamic_update_slice) or adds rows (scatter add)
     into zeros, becomes that update applied to `a`.
@@ -48,18 +67,4 @@ class UpdateInPlace(OpRewrite):
 
     name: ClassVar[str] = "xla-cpu-update-in-place"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-    anchors: ClassVar[tuple[str, ...]] = ("stablehlo.add",)
-
-    def rewrite(self, op: ir.Operation) -> list[ir.Value] | None:
-        for a, c in (tuple(op.operands), tuple(op.operands)[::-1]):
-            into = _update_into_zeros(c)
-            if into is None or into.operands[0].type != a.type:
-                continue
-            if into.name == "stablehlo.dynamic_update_slice":
-                update, starts = into.operands[1], list(into.operands)[2:]
-                old = builders.dynamic_slice(a, starts, builders.shape_of(update))
-                return [builders.dynamic_update_slice(a, builders.add(old, update), starts)]
-            new = into.clone(ip=ir.InsertionPoint.current)
-            new.operands[0] = a
-            return [new.results[0]]
-        return None
+    PATTERNS: ClassVar[PatternSet] = PatternSet(Pattern("stablehlo.add", _update_in_place))

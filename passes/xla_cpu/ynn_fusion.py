@@ -147,6 +147,9 @@ def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
 class YnnFusion(Pass):
     """Turn YNNPACK's reduce fusion off where it runs slowly.
 
+    Backend: XLA:CPU's YNNPACK reduce fusion runs reductions over short rows or leading dimensions
+    slower than XLA's own loops; benchmark: `bench/xla_cpu_tuning.py`.
+
     Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion (the XLA
     option `xla_cpu_experimental_ynn_fusion_type` set to `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) when
     its floating reductions (of 4096 elements or more) are mostly ones that fusion runs slowly: rows

@@ -377,13 +377,14 @@ def test_small_leading_sums_stay_reduces():
     """The collapsed Laplacian of an MLP in 12 dimensions at 64 points: its sums over the 12
     directions ([12, 64, 32] operands, 192 KiB in float64) stay reduces under hlopt-default, which
     records that the module is compiled without YNNPACK's reduce fusion, where with
-    max-kept-bytes=0, run-sums=false and kept-squares=0 they are products with ones; the values
-    agree to 1e-12 (float64), and the gradient through them too."""
+    reduce-max-bytes=0, split-large-sums=false and reduce-max-square-terms=0 they are products
+    with ones; the values agree to 1e-12 (float64), and the gradient through them too."""
     p = params_of([12, 32, 32, 1])
     xs = jax.random.normal(jax.random.key(3), (64, 12))
     lap = jax.vmap(hlopt.laplacian(lambda y: mlp(p, y)))
     grad = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
-    no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false kept-squares=0}")
+    no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{reduce-max-bytes=0 split-large-sums=false "
+                                                    "reduce-max-square-terms=0}")
     for fun, args in ((lap, (xs,)), (grad, (p,))):
         lowered = hlopt.lower(fun, *args)
         kept, products = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(no_keep, platform="cpu").as_text()
@@ -425,14 +426,14 @@ def _agrees(lowered, other, ref, args, wide):
        width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
 def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, grad):
     """The collapsed Laplacian of an MLP in more than 24 dimensions (or its gradient): its sums over
-    the directions (of squares, more terms than kept-squares) are a reduce within runs of
+    the directions (of squares, more terms than reduce-max-square-terms) are a reduce within runs of
     consecutive directions (the fewest runs of at most 16), then a product of the run sums with
-    ones, where with run-sums=false they are products with ones of the whole summand; the values
+    ones, where with split-large-sums=false they are products with ones of the whole summand; the values
     agree with that program and with the Hessian trace, in float64 and float32."""
     lowered, ref, args = _mlp_laplacian(dim, points, width, wide, grad)
     runs = min(m for m in range(2, dim) if dim % m == 0 and dim // m <= 16)
     elem = "f64" if wide else "f32"
-    no_runs = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{run-sums=false}")
+    no_runs = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{split-large-sums=false}")
     in_runs, products = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(no_runs, platform="cpu").as_text()
     summand = f"(tensor<{dim}x{elem}>, tensor<{dim}x{points}x{width}x{elem}>)"  # a product with ones of it
     partial = re.compile(rf"stablehlo\.reduce\(.*dimensions = \[1\] : \(tensor<{runs}x{dim // runs}x{points}x{width}x{elem}>")
@@ -450,11 +451,11 @@ def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, gra
 def test_sums_of_squares_of_few_terms_stay_reduces(dim, points, width, wide, grad):
     """The collapsed Laplacian of an MLP in 17-24 dimensions (or its gradient): its sums over the
     directions of the hidden layers' squared first coefficients stay reduces of the whole
-    summand (kept-squares), where with kept-squares=0 they are summed within runs or as products
-    with ones; the values agree with that program and with the Hessian trace."""
+    summand (reduce-max-square-terms), where with reduce-max-square-terms=0 they are summed within
+    runs or as products with ones; the values agree with that program and with the Hessian trace."""
     lowered, ref, args = _mlp_laplacian(dim, points, width, wide, grad)
     elem = "f64" if wide else "f32"
-    unkept = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{kept-squares=0}")
+    unkept = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{reduce-max-square-terms=0}")
     kept, other = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(unkept, platform="cpu").as_text()
     square = re.compile(rf"(%\S+) = stablehlo\.multiply (%\S+), \2 : tensor<{dim}x{points}x{width}x{elem}>")
     squares = square.findall(kept)

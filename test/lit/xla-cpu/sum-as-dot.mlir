@@ -180,15 +180,15 @@ func.func @empty_inner(%x: tensor<3x0x5xf32>) -> tensor<3x5xf32> {
 
 // -----
 
-// Kept: a sum over 12 leading terms of a 12x4096 operand (192 KiB, at most max-kept-bytes)
+// Kept: a sum over 12 leading terms of a 12x4096 operand (192 KiB, at most reduce-max-bytes)
 // in a module whose reductions are then all ones YNNPACK's reduce fusion runs slowly: the
 // pass records that the module is compiled without that fusion. The 24-term sum beside it
 // (more than 16 terms) is summed within 2 runs of 12 consecutive terms by a reduce, then the
-// 2 run sums by a product with ones. With max-kept-bytes=0 the 12-term sum is summed within 2
-// runs of 6 likewise; with run-sums=false too, both are products with ones and nothing is
+// 2 run sums by a product with ones. With reduce-max-bytes=0 the 12-term sum is summed within 2
+// runs of 6 likewise; with split-large-sums=false too, both are products with ones and nothing is
 // recorded.
-// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{max-kept-bytes=0}' --split-input-file | filecheck %s --check-prefix=NOKEEP
-// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{max-kept-bytes=0 run-sums=false}' --split-input-file | filecheck %s --check-prefix=NORUNS
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-bytes=0}' --split-input-file | filecheck %s --check-prefix=NOKEEP
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-bytes=0 split-large-sums=false}' --split-input-file | filecheck %s --check-prefix=NORUNS
 // Run again, the pass leaves its output as it is (the diff at the end of the file).
 // RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot' --split-input-file > %t.once
 // RUN: hlopt-opt %t.once --platform cpu -p 'xla-cpu-sum-as-dot' --split-input-file > %t.twice
@@ -222,7 +222,7 @@ func.func @small_leading(%x: tensor<12x4096xf32>, %y: tensor<24x4096xf32>) -> (t
 // -----
 
 // Summed within runs: the fewest runs that leave at most 16 terms each (50 terms: 5 runs of
-// 10, not 2 of 25), and a larger operand above max-kept-bytes (16 terms, 1 MiB + 64 KiB: 2
+// 10, not 2 of 25), and a larger operand above reduce-max-bytes (16 terms, 1 MiB + 64 KiB: 2
 // runs of 8), in float64 too. 17 terms (prime, more than 16) and 289 = 17 x 17 have no split:
 // products with ones. A weighted sum stays the product with its weights.
 // CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
@@ -252,12 +252,12 @@ func.func @runs(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x1
 // -----
 
 // Kept whatever its size: a sum of squares (a collapsed jet's sum over its directions of
-// squared first coefficients) of at most kept-squares (24) terms, here of a 3 MiB operand,
+// squared first coefficients) of at most reduce-max-square-terms (24) terms, here of a 3 MiB operand,
 // which XLA:CPU then fuses into its consumer; the module is compiled without YNNPACK's reduce
 // fusion. 25 squared terms, and 24 terms of a product of two values, are summed within runs;
 // 24 squared float16 terms are a product with ones (which XLA:CPU accumulates in float32).
-// With kept-squares=0 the 24 squared terms are summed within 2 runs of 12 too.
-// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{kept-squares=0}' --split-input-file | filecheck %s --check-prefix=NOSQUARES
+// With reduce-max-square-terms=0 the 24 squared terms are summed within 2 runs of 12 too.
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-square-terms=0}' --split-input-file | filecheck %s --check-prefix=NOSQUARES
 // CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
 // CHECK-LABEL: func.func @squares
 // CHECK: %[[SQ:.*]] = stablehlo.multiply %arg0, %arg0 : tensor<24x128x8x32xf32>

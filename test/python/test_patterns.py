@@ -1,0 +1,112 @@
+"""The pattern driver (`hlopt.passes.rewrite.patterns`): a rewrite is one rule in one pattern set."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+from hlopt.compiler.program import parse_module
+from hlopt.passes.ir.walk import walk_ops
+from hlopt.passes.mlir import get_context, ir
+from hlopt.passes.rewrite.patterns import ERASE, Pattern, PatternPass, PatternSet
+from hlopt.passes.xla_cpu.dot_operand_order import DotOperandOrder
+
+# -(-x) and a dot_general whose result is transposed to swap its free dimensions
+PROGRAM = """
+func.func @main(%x: tensor<8x3xf32>, %y: tensor<8x5xf32>) -> (tensor<8x3xf32>, tensor<5x3xf32>) {
+  %n = stablehlo.negate %x : tensor<8x3xf32>
+  %nn = stablehlo.negate %n : tensor<8x3xf32>
+  %d = stablehlo.dot_general %x, %y, contracting_dims = [0] x [0] : (tensor<8x3xf32>, tensor<8x5xf32>) -> tensor<3x5xf32>
+  %t = stablehlo.transpose %d, dims = [1, 0] : (tensor<3x5xf32>) -> tensor<5x3xf32>
+  return %nn, %t : tensor<8x3xf32>, tensor<5x3xf32>
+}
+"""
+
+
+def _negated(v: ir.Value) -> list[ir.Value] | None:
+    """[x] when `v` is `-x`, else None."""
+    negate = isinstance(v, ir.OpResult) and v.owner.name == "stablehlo.negate"
+    return [v.owner.operation.operands[0]] if negate else None
+
+
+# the scratch rule: one line
+DOUBLE_NEGATE = PatternSet(Pattern("stablehlo.negate", lambda op: _negated(op.operands[0])))
+
+
+def _names(module: ir.Module) -> list[str]:
+    return [op.name for op in walk_ops(module.operation)]
+
+
+def test_a_one_line_rule_in_a_scratch_set_rewrites_and_erases_what_fed_only_the_op():
+    module = parse_module(PROGRAM)
+    with get_context():
+        replaced = DOUBLE_NEGATE.apply(module.operation)
+    assert len(replaced) == 1 and "stablehlo.negate" not in _names(module)
+    returned = list(module.body.operations[0].regions[0].blocks[0].operations)[-1]
+    assert returned.operands[0] == module.body.operations[0].regions[0].blocks[0].arguments[0]
+
+
+def test_a_rule_added_to_a_copy_of_a_tuning_pass_set_runs_beside_the_pass_rules():
+    class Scratch(PatternPass):
+        name: ClassVar[str] = "scratch-tuning"
+        platforms: ClassVar[tuple[str, ...]] = ("cpu",)
+        PATTERNS: ClassVar[PatternSet] = DotOperandOrder.PATTERNS + DOUBLE_NEGATE
+
+    module = parse_module(PROGRAM)
+    with get_context():
+        Scratch().apply(module.operation)
+    names = _names(module)
+    assert "stablehlo.negate" not in names  # the scratch rule
+    assert "stablehlo.transpose" not in names  # the pass's own rule
+    (dot,) = walk_ops(module.operation, "stablehlo.dot_general")
+    args = module.body.operations[0].regions[0].blocks[0].arguments
+    assert list(dot.operands) == [args[1], args[0]]
+    # the pass's own set is unchanged
+    assert [p.names for p in DotOperandOrder.PATTERNS.patterns] == [("stablehlo.transpose",)]
+
+
+def test_the_first_rule_that_matches_wins_and_a_rule_that_gives_none_leaves_the_op():
+    seen: list[str] = []
+
+    def refuse(op: ir.Operation) -> None:
+        seen.append("refuse")
+        return None
+
+    def take(op: ir.Operation) -> list[ir.Value]:
+        seen.append("take")
+        return [op.operands[0]]
+
+    def never(op: ir.Operation) -> list[ir.Value]:
+        raise AssertionError("a later rule ran after one matched")
+
+    module = parse_module(PROGRAM)
+    with get_context():
+        PatternSet(Pattern(("stablehlo.transpose", "stablehlo.negate"), refuse), Pattern("stablehlo.negate", take),
+                   Pattern("stablehlo.negate", never)).apply(module.operation)
+    # two negates and a transpose offered to `refuse`; the negates then to `take`
+    assert seen.count("refuse") == 3 and seen.count("take") == 2
+    assert "stablehlo.transpose" in _names(module) and "stablehlo.negate" not in _names(module)
+
+
+def test_without_erase_feeders_only_the_replaced_ops_go():
+    module = parse_module(PROGRAM)
+    with get_context():
+        PatternSet(Pattern("stablehlo.negate", lambda op: _negated(op.operands[0])),
+                   erase_feeders=False).apply(module.operation)
+    # the outer negate replaced by the inner one's result: the inner one stays, erased by nothing
+    assert _names(module).count("stablehlo.negate") == 1
+
+
+def test_erase_removes_an_unused_op():
+    module = parse_module(PROGRAM.replace("return %nn, %t", "return %x, %t"))
+    with get_context():
+        PatternSet(Pattern("stablehlo.negate", lambda op: ERASE if not list(op.results[0].uses) else None)
+                   ).apply(module.operation)
+    assert "stablehlo.negate" not in _names(module)
+
+
+def test_a_rule_that_gives_the_wrong_number_of_values_is_an_error_naming_the_op():
+    module = parse_module(PROGRAM)
+    with get_context(), pytest.raises(ValueError, match="stablehlo.transpose gave 2 values for an op of 1 results"):
+        PatternSet(Pattern("stablehlo.transpose", lambda op: [op.operands[0], op.operands[0]])).apply(module.operation)
