@@ -114,7 +114,7 @@ def derivative(name: str, formulas: derivatives.Table = derivatives.DERIVATIVES,
 def custom(name: str, *, jet_rule: jet.Rule | None = None, vjp_rule: vjp.Rule | None = None,
            spellings: tuple[str, ...] = (), why: Mapping[str, str] | None = None) -> OpEntry:
     """An op with rules of its own (piecewise ops, compositions, structure, custom calls)."""
-    return OpEntry(name, "custom", jet=jet_rule, vjp=vjp_rule, spellings=spellings, why=why or {})
+    return _entry(name, "custom", why, jet=jet_rule, vjp=vjp_rule, spellings=spellings)
 
 
 def without_rules(why: str, *names: str) -> list[OpEntry]:
