@@ -48,7 +48,9 @@ class OpEntry:
     """What hlopt knows to differentiate op `name` (and its `spellings`): its `family`
     (zero, linear, bilinear, derivative, custom, none), its Taylor rule `jet`, its
     `directions` rule (None where the jet rule needs none: see the module docstring),
-    its reverse-mode rule `vjp`, and, per missing rule ("jet", "vjp"), why (`why`)."""
+    its reverse-mode rule `vjp`, per missing rule ("jet", "vjp") why (`why`), and the JAX
+    primitive that `hlopt.jet` bodies bind as this one op (`kept_from`: JAX lowers it to
+    other ops, whose series are less accurate)."""
 
     name: str
     family: str
@@ -57,6 +59,7 @@ class OpEntry:
     vjp: vjp.Rule | None = None
     spellings: tuple[str, ...] = ()
     why: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    kept_from: str = ""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -104,11 +107,11 @@ def bilinear(name: str, *, vjp_rule: vjp.Rule = vjp.bilinear, directions: lead.A
 
 
 def derivative(name: str, formulas: derivatives.Table = derivatives.DERIVATIVES, *,
-               jet_rule: jet.Rule | None = None, spellings: tuple[str, ...] = ()) -> OpEntry:
+               jet_rule: jet.Rule | None = None, spellings: tuple[str, ...] = (), kept_from: str = "") -> OpEntry:
     """An elementwise op with the formula `formulas[name]` for f'(x): the ODE y' = f'(x) x'
     solved on series, and ct f'(x); `jet_rule` replaces the first."""
     return OpEntry(name, "derivative", jet=jet_rule or jet.derivative_rule(name, formulas),
-                   vjp=vjp.derivative_rule(name, formulas), spellings=spellings)
+                   vjp=vjp.derivative_rule(name, formulas), spellings=spellings, kept_from=kept_from)
 
 
 def custom(name: str, *, jet_rule: jet.Rule | None = None, vjp_rule: vjp.Rule | None = None,
@@ -198,6 +201,7 @@ ENTRIES: list[OpEntry] = [
     # derivative (every other formula of derivatives.DERIVATIVES gets its entry in `build`)
     derivative("stablehlo.tan", spellings=("chlo.tan",)),
     derivative("chlo.square", jet_rule=jet.square),
+    derivative("stablehlo.logistic", kept_from="logistic"),  # JAX spells it 1 / (1 + exp(-x)), NaN where exp overflows
     # piecewise, compositions, structure
     custom("stablehlo.divide", jet_rule=jet.divide, vjp_rule=vjp.divide),
     custom("stablehlo.atan2", jet_rule=jet.atan2, vjp_rule=vjp.atan2),
