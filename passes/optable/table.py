@@ -171,7 +171,7 @@ ENTRIES: list[OpEntry] = [
     linear("chlo.conj"),
     linear("stablehlo.reduce_precision", why={"jet": NOT_YET}),
     linear("sdy.sharding_constraint", 0, directions=lead.identity),
-    linear("stablehlo.convert", 0, transpose=vjp.convert),
+    linear("stablehlo.convert", 0, vjp_rule=vjp.convert),
     linear("stablehlo.real", 0, transpose=lambda b, op, ct: [builders.complex_(ct, b.zeros(ct))]),
     linear("stablehlo.imag", 0, transpose=lambda b, op, ct: [builders.complex_(b.zeros(ct), builders.neg(ct))]),
     linear("stablehlo.complex", 0, 1, transpose=lambda b, op, ct: [builders.real(ct), builders.neg(builders.imag(ct))]),
