@@ -131,10 +131,19 @@ def reduce_add(op, operands, lead, n):
 
 
 def lead_attributes(op: ir.Operation, n: int) -> dict[str, ir.Attribute]:
-    """The attributes of a `reduce` or `reduce_window` `op` on operands with a leading
-    directions axis of size `n` (not reduced: dimensions shifted, windows of size 1)."""
+    """The attributes of a `reduce`, `reduce_window` or `scatter` `op` on operands (and
+    updates) with a leading directions axis of size `n`: not reduced (dimensions shifted,
+    windows of size 1), or a leading window dimension of the scatter."""
     if op.name == "stablehlo.reduce":
         return {"dimensions": _i64s([d + 1 for d in _array(op, "dimensions")])}
+    if op.name == "stablehlo.scatter":
+        s = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+        window, inserted, batching, to_operand = _shifted(s.update_window_dims, s.inserted_window_dims,
+                                                          s.input_batching_dims, s.scattered_dims_to_operand_dims)
+        return {"scatter_dimension_numbers": stablehlo.ScatterDimensionNumbers.get(
+            update_window_dims=[0] + window, inserted_window_dims=inserted, input_batching_dims=batching,
+            scatter_indices_batching_dims=list(s.scatter_indices_batching_dims),
+            scattered_dims_to_operand_dims=to_operand, index_vector_dim=s.index_vector_dim)}
     rank = len(builders.shape_of(op.operands[0])) + 1
     attrs = {name: _i64s([1] + (_array(op, name) if name in op.attributes else [1] * (rank - 1)))
              for name in ("window_dimensions", "window_strides", "base_dilations", "window_dilations")}
@@ -297,14 +306,7 @@ def scatter(op, operands, lead, n):
     """The directions axis is a leading window dimension of the operand and the updates."""
     x, indices, updates = operands
     x, updates = _lead_all([x, updates], [lead[0], lead[2]], n)
-    s = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
-    window, inserted, batching, to_operand = _shifted(s.update_window_dims, s.inserted_window_dims,
-                                                      s.input_batching_dims, s.scattered_dims_to_operand_dims)
-    number = stablehlo.ScatterDimensionNumbers.get(
-        update_window_dims=[0] + window, inserted_window_dims=inserted, input_batching_dims=batching,
-        scatter_indices_batching_dims=list(s.scatter_indices_batching_dims),
-        scattered_dims_to_operand_dims=to_operand, index_vector_dim=s.index_vector_dim)
-    return _rebuilt(op, [x, indices, updates], n, {"scatter_dimension_numbers": number})
+    return _rebuilt(op, [x, indices, updates], n, lead_attributes(op, n))
 
 
 def identity(op, operands, lead, n):

@@ -752,20 +752,24 @@ def _reduce_choose(b: JetBuilder, op: ir.Operation, u: Series) -> Series:
                                for k in range(1, b.order + 1)]
 
 
-def _variadic(b: JetBuilder, op: ir.Operation, values: Sequence[ir.Value], inits: Sequence[ir.Value]) -> list[ir.Value]:
-    """`op` (a reduce or reduce_window with a body filled by the caller) grown to carry
-    `values` (shaped like its operand) with scalar `inits`; its results. In a batched or
-    collapsed jet every value gets the directions axis (a primal broadcast along it, a
-    collapsed K-th coefficient as direction 0 and zeros elsewhere, so the K-th result,
-    linear in it, sums to the collapsed one) and the results carry it."""
+def _variadic(b: JetBuilder, op: ir.Operation, values: Sequence[ir.Value], inits: Sequence[ir.Value] = (),
+              updates: Sequence[ir.Value] = ()) -> list[ir.Value]:
+    """`op` (a reduce or reduce_window with scalar `inits`, or a scatter with `updates`
+    shaped like its updates; its body filled by the caller) grown to carry `values`
+    (shaped like its operand); its results. In a batched or collapsed jet every value and
+    update gets the directions axis (a primal broadcast along it, a collapsed K-th
+    coefficient as direction 0 and zeros elsewhere, so the K-th result, linear in it,
+    sums to the collapsed one) and the results carry it."""
     types = [op.result.type] * len(values)
     attributes = {}
     if b.directions is not None:
         n = b.directions.size
         values = [b.spread(v, op.operands[0], n) for v in values]
+        updates = [b.spread(v, op.operands[-1], n) for v in updates]
         types = [b.coefficient_type(t, 1) for t in types]
         attributes = jet_directions.lead_attributes(op, n)
-    new = builders.regrown(op, list(values) + list(inits), types, regions=1)
+    indices = [op.operands[1]] if op.name == "stablehlo.scatter" else []
+    new = builders.regrown(op, [*values, *inits, *indices, *updates], types, regions=1)
     for name, attr in attributes.items():
         new.attributes[name] = attr
     return list(new.results)
@@ -786,9 +790,29 @@ def _polynomial_product(b: JetBuilder, op: ir.Operation, u: Series, init: Series
         raise jet_directions.unsupported(op, "an init value with a series")
     results = _variadic(b, op, [b.materialize(t, u[0]) for t in u],
                         [b.materialize(t, init[0]) for t in init])
-    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 2),
-                         lambda *args: [b.cauchy(args[: K + 1], args[K + 1:], k) for k in range(K + 1)])
+    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 2), _product_body(b))
     return [_primal(b, op, results)] + results[1:]
+
+
+def _product_body(b: JetBuilder) -> Callable[..., list[ir.Value]]:
+    """The body of a variadic op that multiplies two truncated series of scalars."""
+    K = b.order
+    return lambda *args: [b.cauchy(args[: K + 1], args[K + 1:], k) for k in range(K + 1)]
+
+
+def _choose_body(order: int, direction: str) -> Callable[..., list[ir.Value]]:
+    """The body of a variadic op that combines two (value, coefficients, count) of scalars:
+    the winner's by `direction` (GT: max, LT: min), coefficients and counts summed on ties."""
+
+    def body(*args: ir.Value) -> list[ir.Value]:
+        left, right = args[: order + 2], args[order + 2:]
+        wins = builders.compare(left[0], right[0], direction)
+        ties = builders.compare(left[0], right[0], "EQ")
+        return [builders.select(wins, left[0], right[0])] + [
+            builders.select(ties, builders.add(x, y), builders.select(wins, x, y))
+            for x, y in zip(left[1:], right[1:])]
+
+    return body
 
 
 def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, direction: str) -> Series:
@@ -802,16 +826,7 @@ def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, dir
         raise jet_directions.unsupported(op, "an init value with a series")
     results = _variadic(b, op, [b.materialize(t, u[0]) for t in u] + [b.constant(1, u[0].type)],
                         [init[0]] + [b.constant(0, st) for _ in range(K + 1)])
-
-    def body(*args: ir.Value) -> list[ir.Value]:
-        left, right = args[: K + 2], args[K + 2:]
-        wins = builders.compare(left[0], right[0], direction)
-        ties = builders.compare(left[0], right[0], "EQ")
-        return [builders.select(wins, left[0], right[0])] + [
-            builders.select(ties, builders.add(x, y), builders.select(wins, x, y))
-            for x, y in zip(left[1:], right[1:])]
-
-    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 4), body)
+    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 4), _choose_body(K, direction))
     return [_primal(b, op, results)] + [b.div(c, results[K + 1]) if t is not None else None
                           for c, t in zip(results[1: K + 1], u[1:])]
 
@@ -840,16 +855,42 @@ def reduce_like(linear_rule: Rule) -> Rule:
     return rule
 
 
+SCATTER_KINDS = ("stablehlo.add", "replace", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum")
+
+
 def scatter_of(linear_rule: Rule) -> Rule:
-    """scatter by the kind of its body: add and replace are linear (`linear_rule`)."""
+    """scatter by the kind of its body: add and replace are linear (`linear_rule`); multiply
+    multiplies the series of the operand and of the updates that meet at an element, max and
+    min keep the winner's series (tied ones averaged, as JAX), each as one variadic scatter,
+    exact for repeated indices."""
 
     def rule(b, op, ins):
-        if len(op.operands) != 3 or builders.reducer_kind(op) not in ("stablehlo.add", "replace"):
-            raise PassError("jet-expand: stablehlo.scatter has a Taylor rule only for one operand "
-                            "combined by add or replace", op.location)
-        return linear_rule(b, op, ins)
+        kind = builders.reducer_kind(op)
+        if len(op.operands) != 3 or kind not in SCATTER_KINDS:
+            raise PassError("jet-expand: stablehlo.scatter has a Taylor rule only for one operand combined by "
+                            f"add, replace, multiply, maximum or minimum, not {len(op.operands) // 2} combined "
+                            f"by {kind or 'a general body'}", op.location)
+        if kind in ("stablehlo.add", "replace"):
+            return linear_rule(b, op, ins)
+        return [_scatter_series(b, op, ins[0], ins[2], kind)]
 
     return rule
+
+
+def _scatter_series(b: JetBuilder, op: ir.Operation, x: Series, u: Series, kind: str) -> Series:
+    """The series of a scatter multiply, max or min of operand `x` and updates `u`."""
+    K, st = b.order, scalar_type(x[0].type)
+    values = [b.materialize(t, x[0]) for t in x]
+    updates = [b.materialize(t, u[0]) for t in u]
+    if kind == "stablehlo.multiply":
+        results = _variadic(b, op, values, updates=updates)
+        builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 2), _product_body(b))
+        return [_primal(b, op, results)] + results[1:]
+    results = _variadic(b, op, values + [b.constant(1, x[0].type)], updates=updates + [b.constant(1, u[0].type)])
+    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 4),
+                         _choose_body(K, "GT" if kind == "stablehlo.maximum" else "LT"))
+    return [_primal(b, op, results)] + [None if x[k] is None and u[k] is None else b.div(results[k], results[K + 1])
+                                        for k in range(1, K + 1)]
 
 
 def sort(b, op, ins):

@@ -418,11 +418,16 @@ def gather(b, op, cts, wants):
 def scatter(b, op, cts, wants):
     """scatter add: ct to the operand, the gathered ct to the updates whose window is in range
     (XLA drops the others). scatter replace (set): JAX's id trick: scattered update ids tell
-    which positions were overwritten (their operand cotangent is 0) and which update won."""
+    which positions were overwritten (their operand cotangent is 0) and which update won.
+    scatter max / min: the cotangent is shared evenly among the operand element and the
+    updates equal to the result (as JAX). scatter multiply: the operand's is the cotangent
+    scattered by the same product; the updates' needs unique indices (as JAX)."""
     kind = builders.reducer_kind(op)
-    if len(op.operands) != 3 or kind not in ("stablehlo.add", "replace"):
+    if len(op.operands) != 3 or kind not in ("stablehlo.add", "replace", "stablehlo.multiply", "stablehlo.maximum",
+                                             "stablehlo.minimum"):
         raise PassError(f"vjp-expand: no reverse-mode rule for stablehlo.scatter with a {kind or 'general'} "
-                        f"body over {len(op.operands) // 2} operand(s) (add and replace have one)", op.location)
+                        f"body over {len(op.operands) // 2} operand(s) (add, replace, multiply, maximum and "
+                        "minimum have one)", op.location)
     (ct,), (x, idx, upd) = cts, op.operands
     d = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     shape, upd_shape = builders.shape_of(x), builders.shape_of(upd)
@@ -439,9 +444,23 @@ def scatter(b, op, cts, wants):
                                start_index_map=d.scattered_dims_to_operand_dims, index_vector_dim=d.index_vector_dim,
                                slice_sizes=sizes)
 
+    mask = builders.broadcast(inside, upd_shape, scatter_dims)
     if kind == "stablehlo.add":
-        mask = builders.broadcast(inside, upd_shape, scatter_dims)
         return [ct, None, b.where(mask, gathered(ct)) if wants[2] else None]
+    if kind == "stablehlo.multiply":
+        return _scatter_product_ct(b, op, ct, wants, lambda v: b.where(mask, gathered(v)))
+    if kind != "replace":
+        elem = builders.elem_of(x)
+        hits = b.where(mask, builders.convert(builders.compare(upd, gathered(op.result), "EQ"), elem))
+        kept = builders.convert(builders.compare(x, op.result, "EQ"), elem)
+        counts = builders.scatter(kept, idx, hits, update_window_dims=d.update_window_dims,
+                                  inserted_window_dims=d.inserted_window_dims, input_batching_dims=d.input_batching_dims,
+                                  scatter_indices_batching_dims=d.scatter_indices_batching_dims,
+                                  scattered_dims_to_operand_dims=d.scattered_dims_to_operand_dims,
+                                  index_vector_dim=d.index_vector_dim)
+        share = builders.div(ct, counts)
+        return [builders.mul(share, kept) if wants[0] else None, None,
+                builders.mul(gathered(share), hits) if wants[2] else None]
     batch = [upd_shape[k] for k in scatter_dims]
     count = math.prod(batch)
     ids = builders.add(builders.reshape(builders.iota([count], 0, I32()), batch), builders.full(batch, 1, I32()))
@@ -454,6 +473,26 @@ def scatter(b, op, cts, wants):
     kept = builders.compare(won, builders.full(shape, 0, I32()), "EQ")
     winner = builders.compare(gathered(won), ids, "EQ")
     return [b.where(kept, ct) if wants[0] else None, None, b.where(winner, gathered(ct)) if wants[2] else None]
+
+
+def _scatter_product_ct(b: VjpBuilder, op: ir.Operation, ct: ir.Value, wants: list[bool],
+                        gathered: Callable[[ir.Value], ir.Value]) -> list[Term]:
+    """scatter multiply: the operand's cotangent is `ct` scattered by the same product (it is
+    linear in the operand); an update's is the gathered `ct` times the operand, which holds
+    where no other update meets the same element: the op must promise unique indices."""
+    ct_x = ct_u = None
+    if wants[0]:
+        again = op.clone(ip=ir.InsertionPoint.current)
+        again.operands[0] = ct
+        ct_x = again.result
+    if wants[2]:
+        unique = "unique_indices" in op.attributes and ir.BoolAttr(op.attributes["unique_indices"]).value
+        if not unique:
+            raise PassError("vjp-expand: the cotangent of the updates of a scatter multiply needs unique indices "
+                            "(as in JAX: x.at[i].multiply(y, unique_indices=True)), where repeated indices "
+                            "multiply updates together", op.location)
+        ct_u = gathered(builders.mul(ct, op.operands[0]))
+    return [ct_x, None, ct_u]
 
 
 def _dot_transpose(ct: ir.Value, x: ir.Value, y: ir.Value, x_contract: Sequence[int], y_contract: Sequence[int],
