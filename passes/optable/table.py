@@ -40,7 +40,6 @@ from hlopt.passes.mlir import ir
 from hlopt.passes.optable import derivatives, linalg_names
 
 Transpose = Callable[[vjp.VjpBuilder, ir.Operation, ir.Value], list[vjp.Term]]
-RULE_KINDS = ("jet", "directions", "vjp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +126,8 @@ def without_rules(why: str, *names: str) -> list[OpEntry]:
 
 def build(entries: Iterable[OpEntry], formulas: derivatives.Table = derivatives.DERIVATIVES) -> dict[str, OpEntry]:
     """Op name (every spelling) -> entry: `entries`, and a derivative entry for each formula of
-    `formulas` that no entry names. Two entries for one name are an error."""
+    `formulas` that no entry names (an entry of `entries` keeps the formula it was made
+    with). Two entries for one name are an error."""
     table: dict[str, OpEntry] = {}
     entries = list(entries)
     named = {n for e in entries for n in e.names}
