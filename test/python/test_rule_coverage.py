@@ -44,7 +44,7 @@ GAPS: dict[tuple[str, str], dict[str, str]] = {
     ("jet", "lit"): dict.fromkeys((
         "chlo.conj", "sdy.sharding_constraint", "stablehlo.abs", "stablehlo.ceil", "stablehlo.clamp",
         "stablehlo.fft", "stablehlo.gather", "stablehlo.minimum", "stablehlo.remainder", "stablehlo.reverse", "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even",
-        "stablehlo.scatter", "stablehlo.sign"), NO_LIT),
+        "stablehlo.sign"), NO_LIT),
     ("vjp", "numeric"): {"chlo.tan": FOREIGN, "stablehlo.logistic": FOREIGN, "sdy.sharding_constraint": SHARDING,
                          "stablehlo.custom_call": CUSTOM, "chlo.conj": "jnp.conj lowers to real/imag/complex",
                          "stablehlo.if": "jax lowers lax.cond to stablehlo.case"},
