@@ -5,9 +5,11 @@ collapsed one (`{order = K, collapsed = true}`) every Taylor coefficient carries
 leading axis over the R directions (size 1 for the collapsed K-th coefficient, the
 sum over them) while primals do not: the primal is computed once. The jet rules
 stay the same; where a rule applies an op to coefficients (the linear and bilinear
-families), `apply(op, operands, lead)` builds the op on operands of which those
-marked in `lead` carry that axis, with the axis leading in the result: one entry
-per op name in `APPLY`, like a batching rule of `jax.vmap` with the batch axis at 0.
+families), the op's directions rule `rule(op, operands, lead, n)` builds the op on
+operands of which those marked in `lead` carry that axis (of size `n`), with the
+axis leading in the result, like a batching rule of `jax.vmap` with the batch axis
+at 0. The rules are here; the op table (`hlopt.passes.optable.table`) names each
+op's, or derives it from the op's family (`elementwise` for elementwise ops).
 """
 
 from __future__ import annotations
@@ -58,44 +60,44 @@ def _array(op: ir.Operation, name: str) -> list[int]:
     return list(ir.DenseI64ArrayAttr(op.attributes[name]))
 
 
-def _elementwise(op, operands, lead, n):
+def elementwise(op, operands, lead, n):
     return _rebuilt(op, _lead_all(operands, lead, n), n)
 
 
-def _select(op, operands, lead, n):
+def select(op, operands, lead, n):
     """A scalar predicate stays scalar; a tensor one is broadcast along the directions."""
     pred, on_true, on_false = operands
     if not builders.shape_of(pred):
         return _rebuilt(op, [pred, *_lead_all([on_true, on_false], lead[1:], n)], n)
-    return _elementwise(op, operands, lead, n)
+    return elementwise(op, operands, lead, n)
 
 
-def _broadcast_in_dim(op, operands, lead, n):
+def broadcast_in_dim(op, operands, lead, n):
     dims = [0] + [d + 1 for d in _array(op, "broadcast_dimensions")]
     return _rebuilt(op, operands, n, {"broadcast_dimensions": _i64s(dims)})
 
 
-def _transpose(op, operands, lead, n):
+def transpose(op, operands, lead, n):
     return _rebuilt(op, operands, n, {"permutation": _i64s([0] + [p + 1 for p in _array(op, "permutation")])})
 
 
-def _slice(op, operands, lead, n):
+def slice_(op, operands, lead, n):
     return _rebuilt(op, operands, n, {"start_indices": _i64s([0] + _array(op, "start_indices")),
                                       "limit_indices": _i64s([n] + _array(op, "limit_indices")),
                                       "strides": _i64s([1] + _array(op, "strides"))})
 
 
-def _reverse(op, operands, lead, n):
+def reverse(op, operands, lead, n):
     return _rebuilt(op, operands, n, {"dimensions": _i64s([d + 1 for d in _array(op, "dimensions")])})
 
 
-def _concatenate(op, operands, lead, n):
+def concatenate(op, operands, lead, n):
     dim = ir.IntegerAttr(op.attributes["dimension"]).value
     return _rebuilt(op, _lead_all(operands, lead, n), n,
                     {"dimension": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), dim + 1)})
 
 
-def _pad(op, operands, lead, n):
+def pad(op, operands, lead, n):
     if lead[1]:
         raise unsupported(op, "a padding value with a series")
     return _rebuilt(op, operands, n, {name: _i64s([0] + _array(op, name))
@@ -106,19 +108,19 @@ def _zero_index(like: ir.Value) -> ir.Value:
     return builders.splat(0, like.type)
 
 
-def _dynamic_slice(op, operands, lead, n):
+def dynamic_slice(op, operands, lead, n):
     x, *starts = operands
     return _rebuilt(op, [x, _zero_index(starts[0]), *starts], n,
                     {"slice_sizes": _i64s([n] + _array(op, "slice_sizes"))})
 
 
-def _dynamic_update_slice(op, operands, lead, n):
+def dynamic_update_slice(op, operands, lead, n):
     x, update, *starts = operands
     x, update = _lead_all([x, update], lead[:2], n)
     return _rebuilt(op, [x, update, _zero_index(starts[0]), *starts], n)
 
 
-def _reduce_add(op, operands, lead, n):
+def reduce_add(op, operands, lead, n):
     """A sum over `dimensions` (+ the init value's coefficient, if it has a series)."""
     x, init = operands
     x = _lead_all([x], lead[:1], n)[0]
@@ -129,10 +131,19 @@ def _reduce_add(op, operands, lead, n):
 
 
 def lead_attributes(op: ir.Operation, n: int) -> dict[str, ir.Attribute]:
-    """The attributes of a `reduce` or `reduce_window` `op` on operands with a leading
-    directions axis of size `n` (not reduced: dimensions shifted, windows of size 1)."""
+    """The attributes of a `reduce`, `reduce_window` or `scatter` `op` on operands (and
+    updates) with a leading directions axis of size `n`: not reduced (dimensions shifted,
+    windows of size 1), or a leading window dimension of the scatter."""
     if op.name == "stablehlo.reduce":
         return {"dimensions": _i64s([d + 1 for d in _array(op, "dimensions")])}
+    if op.name == "stablehlo.scatter":
+        s = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
+        window, inserted, batching, to_operand = _shifted(s.update_window_dims, s.inserted_window_dims,
+                                                          s.input_batching_dims, s.scattered_dims_to_operand_dims)
+        return {"scatter_dimension_numbers": stablehlo.ScatterDimensionNumbers.get(
+            update_window_dims=[0] + window, inserted_window_dims=inserted, input_batching_dims=batching,
+            scatter_indices_batching_dims=list(s.scatter_indices_batching_dims),
+            scattered_dims_to_operand_dims=to_operand, index_vector_dim=s.index_vector_dim)}
     rank = len(builders.shape_of(op.operands[0])) + 1
     attrs = {name: _i64s([1] + (_array(op, name) if name in op.attributes else [1] * (rank - 1)))
              for name in ("window_dimensions", "window_strides", "base_dilations", "window_dilations")}
@@ -144,14 +155,14 @@ def lead_attributes(op: ir.Operation, n: int) -> dict[str, ir.Attribute]:
     return attrs
 
 
-def _reduce_window_add(op, operands, lead, n):
+def reduce_window_add(op, operands, lead, n):
     x, init = operands
     if lead[1]:
         raise unsupported(op, "an init value with a series")
     return _rebuilt(op, [x, init], n, lead_attributes(op, n))
 
 
-def _convolution(op, operands, lead, n):
+def convolution(op, operands, lead, n):
     """The directions axis of the input alone joins its batch dimension (one convolution
     over R times the batch); a kernel with the axis, one convolution per direction."""
     lhs, rhs = operands
@@ -179,7 +190,7 @@ def _convolution(op, operands, lead, n):
     return builders.concat(pieces, 0) if n > 1 else pieces[0]
 
 
-def _dot_general(op, operands, lead, n):
+def dot_general(op, operands, lead, n):
     """The directions axis of one side is a free dimension of it, moved to the front
     of the result (one large matmul); when both sides carry it, a batch dimension.
     A side that is a broadcast along free dimensions of it (the unit directions
@@ -213,7 +224,7 @@ def _dot_general(op, operands, lead, n):
 
 def _dot_of_broadcast(op: ir.Operation, dims: stablehlo.DotDimensionNumbers, operands: list[ir.Value], side: int,
                       n: int) -> ir.Value | None:
-    """`_dot_general`'s result when operand `side` (the one with the directions axis) is
+    """`dot_general`'s result when operand `side` (the one with the directions axis) is
     a `broadcast_in_dim` of a value along free dimensions of it only (not along the
     directions axis, no size-1 stretch): the dot of that value, broadcast after, so the
     matmul does not repeat along the broadcast dimensions; else None."""
@@ -277,7 +288,7 @@ def _shifted(*dims: Sequence[int]) -> list[list[int]]:
     return [[d + 1 for d in ds] for ds in dims]
 
 
-def _gather(op, operands, lead, n):
+def gather(op, operands, lead, n):
     """The directions axis is a leading offset (window) dimension of the operand."""
     x, indices = operands
     g = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
@@ -291,21 +302,14 @@ def _gather(op, operands, lead, n):
                                           "slice_sizes": _i64s([n] + _array(op, "slice_sizes"))})
 
 
-def _scatter(op, operands, lead, n):
+def scatter(op, operands, lead, n):
     """The directions axis is a leading window dimension of the operand and the updates."""
     x, indices, updates = operands
     x, updates = _lead_all([x, updates], [lead[0], lead[2]], n)
-    s = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
-    window, inserted, batching, to_operand = _shifted(s.update_window_dims, s.inserted_window_dims,
-                                                      s.input_batching_dims, s.scattered_dims_to_operand_dims)
-    number = stablehlo.ScatterDimensionNumbers.get(
-        update_window_dims=[0] + window, inserted_window_dims=inserted, input_batching_dims=batching,
-        scatter_indices_batching_dims=list(s.scatter_indices_batching_dims),
-        scattered_dims_to_operand_dims=to_operand, index_vector_dim=s.index_vector_dim)
-    return _rebuilt(op, [x, indices, updates], n, {"scatter_dimension_numbers": number})
+    return _rebuilt(op, [x, indices, updates], n, lead_attributes(op, n))
 
 
-def _identity(op, operands, lead, n):
+def identity(op, operands, lead, n):
     """Sharding hints are dropped on the coefficients: their shardings name the primal's rank."""
     return operands[0]
 
@@ -313,31 +317,6 @@ def _identity(op, operands, lead, n):
 def unsupported(op: ir.Operation, what: str) -> PassError:
     return PassError(f"jet-expand: no rule for '{op.name}' with {what} in a directions-batched or collapsed jet; "
                      "use a standard jet (hlopt-default without jet-collapse)", op.location)
-
-
-APPLY: dict[str, Apply] = {
-    **{name: _elementwise for name in (
-        "stablehlo.add", "stablehlo.subtract", "stablehlo.multiply", "stablehlo.divide", "stablehlo.negate",
-        "stablehlo.convert", "stablehlo.real", "stablehlo.imag", "stablehlo.complex",
-        "stablehlo.fft", "stablehlo.reshape")},
-    "stablehlo.select": _select,
-    "stablehlo.broadcast_in_dim": _broadcast_in_dim,
-    "stablehlo.transpose": _transpose,
-    "stablehlo.slice": _slice,
-    "stablehlo.reverse": _reverse,
-    "stablehlo.concatenate": _concatenate,
-    "stablehlo.pad": _pad,
-    "stablehlo.dynamic_slice": _dynamic_slice,
-    "stablehlo.dynamic_update_slice": _dynamic_update_slice,
-    "stablehlo.reduce": _reduce_add,
-    "stablehlo.reduce_window": _reduce_window_add,
-    "stablehlo.dot_general": _dot_general,
-    "stablehlo.convolution": _convolution,
-    "stablehlo.gather": _gather,
-    "stablehlo.scatter": _scatter,
-    "stablehlo.custom_call": _identity,
-    "sdy.sharding_constraint": _identity,
-}
 
 
 def weight_vector(values: Sequence[float], elem: ir.Type) -> ir.Value:
@@ -470,12 +449,3 @@ class _Factors:
         if 0 in dims:
             return None
         return builders.broadcast(op.operands[0], self.shape, [d - 1 for d in dims])
-
-
-def apply(op: ir.Operation, operands: list[ir.Value], lead: list[bool], n: int) -> ir.Value:
-    """`op` on `operands` (those marked in `lead` with a leading directions axis of
-    size `n`, the others shaped as `op`'s own): its result with that axis leading."""
-    rule = APPLY.get(op.name)
-    if rule is None:
-        raise unsupported(op, "coefficients")
-    return rule(op, operands, lead, n)

@@ -1,6 +1,6 @@
 """`jet-expand`: Taylor-mode differentiation of StableHLO functions.
 
-The rules per op live in `hlopt.passes.autodiff.jet_rules.RULES`; this module is
+The rules per op are those of the op table (`hlopt.passes.optable.table`); this module is
 jet-expand's plug-in on the function-transform driver (`hlopt.passes.rewrite.transform`,
 which walks the blocks, caches the generated functions and finds what reaches
 what): it keeps the series of every value, grows loops, branches, calls and
@@ -18,10 +18,11 @@ from typing import ClassVar
 from hlopt.passes.ir import builders
 from hlopt.passes.autodiff import jet_directions
 from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, PassOptionError, option
-from hlopt.passes.autodiff.jet_rules import (CUSTOM_JVP, LINEAR_SOLVE, RULES, STOP_GRADIENT, Directions, JetBuilder,
-                                    Series, coefficients, has_reduction_rule, has_series, remove_stop_gradients,
-                                    rule_growth, split_results)
+from hlopt.passes.autodiff.jet_rules import (CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT, Directions, Growth, JetBuilder,
+                                    Series, coefficients, growth_of, has_reduction_rule, has_series,
+                                    remove_stop_gradients, split_results)
 from hlopt.passes.mlir import func, ir, stablehlo
+from hlopt.passes.optable import table
 from hlopt.passes.target import PORTABLE
 from hlopt.passes.rewrite.transform import (ModuleTransform, RuleTable, branch_carried, erase_dead, is_pure_op, live_values,
                                     loop_carried, rewrite_each, uses_any, walk)
@@ -32,13 +33,18 @@ ANNOTATION = "hlopt.jet"
 # K^3 (Faa di Bruno), and the annotation carries K+1 values per primal.
 MAX_ORDER = 64
 # The most ops jet-expand may build in one module, charged before each jet function is built
-# as what the rule of each op of its source emits at its order (jet_rules.rule_growth: K for
+# as what the rule of each op of its source emits at its order (`rule_growth`: K for
 # the linear rules, 5 K^2 for products and ODEs, K^3 / 2 for power and lgamma). The order
 # cap alone does not bound the work: nested jets multiply, K^2 per level (a 7 KB module of
 # three nested order-64 jets ran for minutes and died past 5 GB), and 255 lgamma ops at
 # order 64 build 20 times what ops x K^2 counts.
 MAX_WORK = 1 << 21
-RULE_TABLE = RuleTable(RULES)
+RULE_TABLE = RuleTable(table.rules(table.TABLE, "jet"))
+
+
+def rule_growth(name: str) -> Growth:
+    """How the ops jet-expand emits for op `name` grow with the order (`jet_rules.growth_of` of its rule)."""
+    return growth_of(RULE_TABLE.by_name.get(name))
 
 
 def _is_pure(op: ir.Operation) -> bool:
@@ -65,7 +71,7 @@ def _plus_zero(v: ir.Value) -> bool:
 class FunctionJet:
     """The series of every value of one function being expanded, and the block walker.
 
-    Per-op algebra is in `jet_rules.RULES`; control flow and custom_jvp markers, which
+    Per-op algebra is in the op table; control flow and custom_jvp markers, which
     need the series of values outside the op or the jets of callees, are expanded here
     (`STRUCTURE`, keyed by op name, or by target for custom calls)."""
 
@@ -191,7 +197,7 @@ class FunctionJet:
         the standard jet of g on scalars. In a batched or collapsed jet the operands are
         spread along the directions as for multiply reductions (`JetBuilder.spread`)."""
         if has_reduction_rule(op):
-            return RULES[op.name](self.builder, op, ins)
+            return RULE_TABLE.by_name[op.name](self.builder, op, ins)
         b, K, n = self.builder, self.order, len(op.results)
         values, inits = ins[:n], ins[n:]
         if any(has_series(s) for s in inits):
@@ -411,7 +417,7 @@ class ModuleJet(ModuleTransform):
 
     def charge(self, src: ir.Operation, name: str, order: int, location: ir.Location | None) -> None:
         """Count the ops the jet of `@name` will build (each op's rule's growth at `order`,
-        jet_rules.rule_growth) against MAX_WORK; a PassError past it."""
+        `rule_growth`) against MAX_WORK; a PassError past it."""
         ops = builders.nested_ops(src)
         built = sum(rule_growth(op.name).ops(order) for op in ops)
         self.work += built

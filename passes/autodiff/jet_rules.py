@@ -1,4 +1,5 @@
-"""Taylor-mode rules of `jet-expand`: one entry per op name in `RULES`.
+"""Taylor-mode rules of `jet-expand` and their constructors; the op table
+(`hlopt.passes.optable.table`) names each op's rule, one entry per op.
 
 A *series* is a list `[x0, x1, ..., xK]` of plain Taylor coefficients
 (x_k = x^(k)(0) / k!) of one SSA value; `x0` is the primal and any coefficient
@@ -14,7 +15,8 @@ Control flow (`while`, `case`, `if`, `func.call`) needs the walker (series of
 values outside the op, jets of callees): `hlopt.passes.autodiff.jet_expand` expands it
 and imports this module, never the other way round.
 
-The families, as in JAX's experimental jet module (`def_deriv` is the ODE one):
+The families, as in JAX's experimental jet module (`def_deriv` is the ODE one),
+of which the table's entries build their rules:
 
 - zero:        floor, sign, ... have zero Taylor coefficients;
 - linear:      the op itself applied to each coefficient (`linear(0, 2)` names
@@ -229,9 +231,11 @@ class JetBuilder(TermAlgebra):
             new.operands[i] = v
         return new
 
-    def apply(self, op: ir.Operation, replace: dict[int, ir.Value]) -> ir.Value:
-        """The result of `op` with some operands replaced by coefficient terms (with
-        the directions axis, through `jet_directions.apply`, when they carry one)."""
+    def apply(self, op: ir.Operation, replace: dict[int, ir.Value],
+              directions: jet_directions.Apply | None) -> ir.Value:
+        """The result of `op` with some operands replaced by coefficient terms; when they
+        carry the directions axis, by the op's `directions` rule (its batching rule with
+        the axis leading; None: the op has none)."""
         if self.directions is None:
             return self.clone(op, replace).result
         operands, lead = list(op.operands), [False] * len(op.operands)
@@ -239,11 +243,13 @@ class JetBuilder(TermAlgebra):
             operands[i], lead[i] = v, bool(self._lead_of(v, op.operands[i]))
         if not any(lead):
             return self.clone(op, replace).result
+        if directions is None:
+            raise jet_directions.unsupported(op, "coefficients")
         sizes = {builders.shape_of(operands[i])[0] for i in range(len(lead)) if lead[i]}
         if len(sizes) > 1:  # batched terms in a linear op with the collapsed K-th one
             operands = [self.summed(v) if d and builders.shape_of(v)[0] != 1 else v for v, d in zip(operands, lead)]
             sizes = {1}
-        return jet_directions.apply(op, operands, lead, sizes.pop())
+        return directions(op, operands, lead, sizes.pop())
 
     # --- series -----------------------------------------------------------
 
@@ -500,13 +506,10 @@ def derivative_series(b: JetBuilder, name: str, u: Series, y0: ir.Value, fixed: 
     return [y[k] for k in range(b.order + 1)]
 
 
-def derivative_rules(table: derivatives.Table) -> dict[str, Rule]:
-    """A Taylor rule per entry of the derivative table `table`."""
-    def rule_of(name: str) -> Rule:
-        return grows(CUBIC if _unbounded_family(name, table) else QUADRATIC)(
-            lambda b, op, ins: [derivative_series(b, name, ins[-1], op.result, ins[:-1], table)])
-
-    return {name: rule_of(name) for name in table}
+def derivative_rule(name: str, table: derivatives.Table) -> Rule:
+    """The Taylor rule of the entry `name` of the derivative table `table`."""
+    return grows(CUBIC if _unbounded_family(name, table) else QUADRATIC)(
+        lambda b, op, ins: [derivative_series(b, name, ins[-1], op.result, ins[:-1], table)])
 
 
 def _unbounded_family(name: str, table: derivatives.Table) -> bool:
@@ -559,7 +562,7 @@ CUBIC = Growth(cubic=0.5, quadratic=8, constant=64)
 
 
 def grows(growth: Growth) -> Callable[[Rule], Rule]:
-    """Record on a rule how its ops grow with the order (`rule_growth`): unmarked rules are QUADRATIC."""
+    """Record on a rule how its ops grow with the order (`growth_of`): unmarked rules are QUADRATIC."""
     def mark(rule: Rule) -> Rule:
         rule.growth = growth
         return rule
@@ -567,11 +570,10 @@ def grows(growth: Growth) -> Callable[[Rule], Rule]:
     return mark
 
 
-def rule_growth(name: str) -> Growth:
-    """How the ops jet-expand emits for op `name` grow with the order. An op without a rule here is
-    control flow (`while`, `case`, `func.call`, a `return`), which carries each coefficient once: its
-    regions' ops are charged on their own."""
-    rule = RULES.get(name)
+def growth_of(rule: Rule | None) -> Growth:
+    """How the ops `rule` emits grow with the order. No rule is control flow (`while`, `case`,
+    `func.call`, a `return`), which carries each coefficient once: its regions' ops are charged
+    on their own."""
     return LINEAR if rule is None else getattr(rule, "growth", QUADRATIC)
 
 
@@ -582,8 +584,9 @@ def zero(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Se
     return [None] * len(op.results)
 
 
-def linear(*positions: int) -> Rule:
-    """The op applied to the coefficients of the operands at `positions` (all if none given)."""
+def linear(*positions: int, directions: jet_directions.Apply | None = None) -> Rule:
+    """The op applied to the coefficients of the operands at `positions` (all if none given);
+    with the directions axis, by the op's `directions` rule."""
 
     @grows(LINEAR)
     def rule(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
@@ -592,49 +595,55 @@ def linear(*positions: int) -> Rule:
         for k in range(1, b.order + 1):
             if all(ins[p][k] is None for p in where):
                 continue
-            out[k] = b.apply(op, {p: b.materialize(ins[p][k], ins[p][0]) for p in where})
+            out[k] = b.apply(op, {p: b.materialize(ins[p][k], ins[p][0]) for p in where}, directions)
         return [out]
 
     return rule
 
 
-def bilinear(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
-    """v_k = sum_j op(u_j, w_{k-j}); where zero primals vanish (`JetBuilder.zero_primals_vanish`),
-    a primal that is a zero constant adds no terms (the solution x_0 = 0 of a custom_jvp rule's
-    solve of its zero tangent, say)."""
-    u, w = ([None if b.zero_primals_vanish and builders.is_zero_constant(s[0]) else s[0]] + s[1:] for s in ins)
-    out = b.series(op.result)
-    for k in range(1, b.order + 1):
-        out[k] = b.total([b.apply(op, {0: u[j], 1: w[k - j]})
-                          for j in range(k + 1) if u[j] is not None and w[k - j] is not None])
-    return [out]
+def bilinear(directions: jet_directions.Apply | None = None) -> Rule:
+    """v_k = sum_j op(u_j, w_{k-j}), with the directions axis by the op's `directions` rule;
+    where zero primals vanish (`JetBuilder.zero_primals_vanish`), a primal that is a zero
+    constant adds no terms (the solution x_0 = 0 of a custom_jvp rule's solve of its zero
+    tangent, say)."""
+
+    def rule(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+        u, w = ([None if b.zero_primals_vanish and builders.is_zero_constant(s[0]) else s[0]] + s[1:] for s in ins)
+        out = b.series(op.result)
+        for k in range(1, b.order + 1):
+            out[k] = b.total([b.apply(op, {0: u[j], 1: w[k - j]}, directions)
+                              for j in range(k + 1) if u[j] is not None and w[k - j] is not None])
+        return [out]
+
+    return rule
 
 
-def of_series(fn: Callable[[JetBuilder, Series, ir.Value], Series]) -> Rule:
-    """A rule for a one-operand, one-result op from a series function."""
-    return lambda b, op, ins: [fn(b, ins[0], op.result)]
+def square(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+    """x^2 by the Cauchy square (half the products), not the ODE of its derivative."""
+    (u,) = ins
+    return [[op.result] + [square_term(b, u, k) for k in range(1, b.order + 1)]]
 
 
 # --- the rules ----------------------------------------------------------------
 
 @grows(LINEAR)
-def _add(b, op, ins):
+def add(b, op, ins):
     (u, w), out = ins, b.series(op.result)
     return [out[:1] + [b.add(u[k], w[k]) for k in range(1, b.order + 1)]]
 
 
 @grows(LINEAR)
-def _subtract(b, op, ins):
+def subtract(b, op, ins):
     (u, w), out = ins, b.series(op.result)
     return [out[:1] + [b.sub(u[k], w[k]) for k in range(1, b.order + 1)]]
 
 
-def _divide(b, op, ins):
+def divide(b, op, ins):
     return [div_series(b, ins[0], ins[1], op.result)]
 
 
 
-def _atan2(b, op, ins):
+def atan2(b, op, ins):
     """atan2(u, w): t y'(t) = (w t u' - u t w') / (u^2 + w^2), which stays finite where
     w0 = 0 (unlike atan(u / w), JAX jet's rule)."""
     u, w = ins
@@ -647,7 +656,7 @@ def _atan2(b, op, ins):
 
 
 @grows(CUBIC)
-def _power(b, op, ins):
+def power(b, op, ins):
     """x^w. With a constant exponent, Faa di Bruno in x (exact at x <= 0 for integer w).
     With a series in w, x^w0 * exp((w - w0) log x): the second factor has primal 1, so
     the large (x_k/x0)^j terms of log x meet x0^w0 in a product instead of cancelling
@@ -681,7 +690,7 @@ def _power(b, op, ins):
                       for k in range(1, b.order + 1)]]
 
 
-def _abs(b, op, ins):
+def abs_(b, op, ins):
     """|u| = sign(u0) u for real u; for complex u, sqrt(re(u)^2 + im(u)^2) (singular at 0)."""
     (u,) = ins
     if isinstance(builders.elem_of(u[0]), ir.ComplexType):
@@ -694,7 +703,7 @@ def _abs(b, op, ins):
 
 
 @grows(PIECEWISE)
-def _remainder(b, op, ins):
+def remainder(b, op, ins):
     """rem(x, y) = x - trunc(x / y) y; trunc(x / y) is piecewise constant."""
     (x, y), out = ins, b.series(op.result)
     if all(t is None for t in y[1:]):
@@ -705,17 +714,17 @@ def _remainder(b, op, ins):
 
 
 @grows(PIECEWISE)
-def _maximum(b, op, ins):
+def maximum(b, op, ins):
     return [choose_series(b, ins[0], ins[1], "GT", op.result)]
 
 
 @grows(PIECEWISE)
-def _minimum(b, op, ins):
+def minimum(b, op, ins):
     return [choose_series(b, ins[0], ins[1], "LT", op.result)]
 
 
 @grows(PIECEWISE)
-def _clamp(b, op, ins):
+def clamp(b, op, ins):
     """clamp(lo, x, hi) = min(max(lo, x), hi), ties averaged as in JAX."""
     lo, x, hi = ins
     t = x[0].type
@@ -743,20 +752,24 @@ def _reduce_choose(b: JetBuilder, op: ir.Operation, u: Series) -> Series:
                                for k in range(1, b.order + 1)]
 
 
-def _variadic(b: JetBuilder, op: ir.Operation, values: Sequence[ir.Value], inits: Sequence[ir.Value]) -> list[ir.Value]:
-    """`op` (a reduce or reduce_window with a body filled by the caller) grown to carry
-    `values` (shaped like its operand) with scalar `inits`; its results. In a batched or
-    collapsed jet every value gets the directions axis (a primal broadcast along it, a
-    collapsed K-th coefficient as direction 0 and zeros elsewhere, so the K-th result,
-    linear in it, sums to the collapsed one) and the results carry it."""
+def _variadic(b: JetBuilder, op: ir.Operation, values: Sequence[ir.Value], inits: Sequence[ir.Value] = (),
+              updates: Sequence[ir.Value] = ()) -> list[ir.Value]:
+    """`op` (a reduce or reduce_window with scalar `inits`, or a scatter with `updates`
+    shaped like its updates; its body filled by the caller) grown to carry `values`
+    (shaped like its operand); its results. In a batched or collapsed jet every value and
+    update gets the directions axis (a primal broadcast along it, a collapsed K-th
+    coefficient as direction 0 and zeros elsewhere, so the K-th result, linear in it,
+    sums to the collapsed one) and the results carry it."""
     types = [op.result.type] * len(values)
     attributes = {}
     if b.directions is not None:
         n = b.directions.size
         values = [b.spread(v, op.operands[0], n) for v in values]
+        updates = [b.spread(v, op.operands[-1], n) for v in updates]
         types = [b.coefficient_type(t, 1) for t in types]
         attributes = jet_directions.lead_attributes(op, n)
-    new = builders.regrown(op, list(values) + list(inits), types, regions=1)
+    indices = [op.operands[1]] if op.name == "stablehlo.scatter" else []
+    new = builders.regrown(op, [*values, *inits, *indices, *updates], types, regions=1)
     for name, attr in attributes.items():
         new.attributes[name] = attr
     return list(new.results)
@@ -777,9 +790,29 @@ def _polynomial_product(b: JetBuilder, op: ir.Operation, u: Series, init: Series
         raise jet_directions.unsupported(op, "an init value with a series")
     results = _variadic(b, op, [b.materialize(t, u[0]) for t in u],
                         [b.materialize(t, init[0]) for t in init])
-    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 2),
-                         lambda *args: [b.cauchy(args[: K + 1], args[K + 1:], k) for k in range(K + 1)])
+    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 2), _product_body(b))
     return [_primal(b, op, results)] + results[1:]
+
+
+def _product_body(b: JetBuilder) -> Callable[..., list[ir.Value]]:
+    """The body of a variadic op that multiplies two truncated series of scalars."""
+    K = b.order
+    return lambda *args: [b.cauchy(args[: K + 1], args[K + 1:], k) for k in range(K + 1)]
+
+
+def _choose_body(order: int, direction: str) -> Callable[..., list[ir.Value]]:
+    """The body of a variadic op that combines two (value, coefficients, count) of scalars:
+    the winner's by `direction` (GT: max, LT: min), coefficients and counts summed on ties."""
+
+    def body(*args: ir.Value) -> list[ir.Value]:
+        left, right = args[: order + 2], args[order + 2:]
+        wins = builders.compare(left[0], right[0], direction)
+        ties = builders.compare(left[0], right[0], "EQ")
+        return [builders.select(wins, left[0], right[0])] + [
+            builders.select(ties, builders.add(x, y), builders.select(wins, x, y))
+            for x, y in zip(left[1:], right[1:])]
+
+    return body
 
 
 def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, direction: str) -> Series:
@@ -793,16 +826,7 @@ def _window_choose(b: JetBuilder, op: ir.Operation, u: Series, init: Series, dir
         raise jet_directions.unsupported(op, "an init value with a series")
     results = _variadic(b, op, [b.materialize(t, u[0]) for t in u] + [b.constant(1, u[0].type)],
                         [init[0]] + [b.constant(0, st) for _ in range(K + 1)])
-
-    def body(*args: ir.Value) -> list[ir.Value]:
-        left, right = args[: K + 2], args[K + 2:]
-        wins = builders.compare(left[0], right[0], direction)
-        ties = builders.compare(left[0], right[0], "EQ")
-        return [builders.select(wins, left[0], right[0])] + [
-            builders.select(ties, builders.add(x, y), builders.select(wins, x, y))
-            for x, y in zip(left[1:], right[1:])]
-
-    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 4), body)
+    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 4), _choose_body(K, direction))
     return [_primal(b, op, results)] + [b.div(c, results[K + 1]) if t is not None else None
                           for c, t in zip(results[1: K + 1], u[1:])]
 
@@ -814,7 +838,7 @@ def has_reduction_rule(op: ir.Operation) -> bool:
         "stablehlo.add", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum")
 
 
-def _reduce_like(linear_rule: Rule) -> Rule:
+def reduce_like(linear_rule: Rule) -> Rule:
     """reduce / reduce_window by the kind of their body: add, multiply, max, min (only
     reductions `has_reduction_rule` accepts reach it)."""
 
@@ -831,14 +855,45 @@ def _reduce_like(linear_rule: Rule) -> Rule:
     return rule
 
 
-def _scatter(b, op, ins):
-    if len(op.operands) != 3 or builders.reducer_kind(op) not in ("stablehlo.add", "replace"):
-        raise PassError("jet-expand: stablehlo.scatter has a Taylor rule only for one operand "
-                        "combined by add or replace", op.location)
-    return linear(0, 2)(b, op, ins)
+SCATTER_KINDS = ("stablehlo.add", "replace", "stablehlo.multiply", "stablehlo.maximum", "stablehlo.minimum")
 
 
-def _sort(b, op, ins):
+def scatter_of(linear_rule: Rule) -> Rule:
+    """scatter by the kind of its body: add and replace are linear (`linear_rule`); multiply
+    multiplies the series of the operand and of the updates that meet at an element, max and
+    min keep the winner's series (tied ones averaged, as JAX), each as one variadic scatter,
+    exact for repeated indices."""
+
+    def rule(b, op, ins):
+        kind = builders.reducer_kind(op)
+        if len(op.operands) != 3 or kind not in SCATTER_KINDS:
+            raise PassError("jet-expand: stablehlo.scatter has a Taylor rule only for one operand combined by "
+                            f"add, replace, multiply, maximum or minimum, not {len(op.operands) // 2} combined "
+                            f"by {kind or 'a general body'}", op.location)
+        if kind in ("stablehlo.add", "replace"):
+            return linear_rule(b, op, ins)
+        return [_scatter_series(b, op, ins[0], ins[2], kind)]
+
+    return rule
+
+
+def _scatter_series(b: JetBuilder, op: ir.Operation, x: Series, u: Series, kind: str) -> Series:
+    """The series of a scatter multiply, max or min of operand `x` and updates `u`."""
+    K, st = b.order, scalar_type(x[0].type)
+    values = [b.materialize(t, x[0]) for t in x]
+    updates = [b.materialize(t, u[0]) for t in u]
+    if kind == "stablehlo.multiply":
+        results = _variadic(b, op, values, updates=updates)
+        builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 2), _product_body(b))
+        return [_primal(b, op, results)] + results[1:]
+    results = _variadic(b, op, values + [b.constant(1, x[0].type)], updates=updates + [b.constant(1, u[0].type)])
+    builders.fill_region(results[0].owner.regions[0], [st] * (2 * K + 4),
+                         _choose_body(K, "GT" if kind == "stablehlo.maximum" else "LT"))
+    return [_primal(b, op, results)] + [None if x[k] is None and u[k] is None else b.div(results[k], results[K + 1])
+                                        for k in range(1, K + 1)]
+
+
+def sort(b, op, ins):
     """The coefficients ride along as extra sort operands: the permutation is the primal's."""
     if b.directions is not None:
         return _sort_with_directions(b, op, ins)
@@ -876,7 +931,7 @@ def _sort_with_directions(b: JetBuilder, op: ir.Operation, ins: list[Series]) ->
     return outs
 
 
-def _custom_call(b, op, ins):
+def custom_call(b, op, ins):
     """Sharding annotations are linear; the stop_gradient marker has a zero series and
     stays (the pass removes it last, so an enclosing jet sees it too); any other custom
     call has no rule."""
@@ -885,54 +940,10 @@ def _custom_call(b, op, ins):
         check_stop_gradient(op)
         return [b.series(op.result)]
     if target in SHARDING_TARGETS and len(op.operands) == 1:
-        return linear(0)(b, op, ins)
+        return linear(0, directions=jet_directions.identity)(b, op, ins)
     if linalg_names.is_linalg(op):
         return linalg_names.jet(b, op, ins)
     raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}", op.location)
 
 
 SHARDING_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
-
-
-RULES: dict[str, Rule] = {
-    # y' = f'(x) x', from the derivative table (exp, log, sine, tanh, erf, lgamma...)
-    **derivative_rules(derivatives.DERIVATIVES),
-    # zero
-    **{name: zero for name in ("stablehlo.sign", "stablehlo.floor", "stablehlo.ceil",
-                               "stablehlo.round_nearest_afz", "stablehlo.round_nearest_even")},
-    # linear
-    "stablehlo.add": _add,
-    "stablehlo.subtract": _subtract,
-    **{name: linear(0) for name in (
-        "stablehlo.negate", "stablehlo.convert", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
-        "stablehlo.transpose", "stablehlo.slice", "stablehlo.reverse", "stablehlo.real", "stablehlo.imag",
-        "stablehlo.fft", "stablehlo.dynamic_slice", "stablehlo.gather")},
-    "stablehlo.complex": linear(0, 1),
-    "stablehlo.concatenate": linear(),
-    "stablehlo.pad": linear(0, 1),
-    "stablehlo.dynamic_update_slice": linear(0, 1),
-    "stablehlo.select": linear(1, 2),
-    "stablehlo.scatter": _scatter,
-    "stablehlo.reduce": _reduce_like(linear(0, 1)),
-    "stablehlo.reduce_window": _reduce_like(linear(0, 1)),
-    # bilinear
-    "stablehlo.multiply": bilinear,
-    "chlo.square": of_series(  # the Cauchy square, not the ODE of its table entry
-        lambda b, u, y0: [y0] + [square_term(b, u, k) for k in range(1, b.order + 1)]),
-    "stablehlo.dot_general": bilinear,  # one dot per coefficient; xla-cpu-stack-dots stacks them
-    "stablehlo.convolution": bilinear,
-    "stablehlo.divide": _divide,
-    "stablehlo.atan2": _atan2,
-    # composition
-    "stablehlo.power": _power,
-    # piecewise
-    "stablehlo.abs": _abs,
-    "stablehlo.remainder": _remainder,
-    "stablehlo.maximum": _maximum,
-    "stablehlo.minimum": _minimum,
-    "stablehlo.clamp": _clamp,
-    "stablehlo.sort": _sort,
-    "stablehlo.custom_call": _custom_call,
-    "sdy.sharding_constraint": linear(0),
-    **{name: linalg_names.jet for name in linalg_names.OP_NAMES},
-}

@@ -1,4 +1,5 @@
-"""Reverse-mode rules of `vjp-expand`: one entry per op name in `RULES`.
+"""Reverse-mode rules of `vjp-expand` and their constructors; the op table
+(`hlopt.passes.optable.table`) names each op's rule, one entry per op.
 
 A rule `rule(b, op, cts, wants) -> cotangents` receives the builder `b` (the
 insertion point is in the backward part of the function, after every forward
@@ -18,7 +19,8 @@ The families, as in JAX's `ad.py` (`deflinear2`, `defbilinear`, `defjvp`):
 - derivative:  elementwise ops, `ct * f'(x)` (or `ct / g(x)` where f' = 1 / g),
                f' from the one derivative table (`hlopt.passes.optable.derivatives`), which
                jet-expand reads as well;
-- bilinear:    multiply and dot_general: the cotangent times the other operand;
+- bilinear:    multiply and dot_general: the cotangent times the other operand
+               (`bilinear` for a symmetric elementwise op);
 - structure:   while, case/if, func.call and sort, which rebuild or wrap
                regions (see `hlopt.passes.autodiff.vjp_expand` for the residual policy).
 """
@@ -163,10 +165,25 @@ def linear(transpose: Callable[[VjpBuilder, ir.Operation, ir.Value], list[Term]]
 
 
 def reapply(b: VjpBuilder, op: ir.Operation, ct: ir.Value) -> list[Term]:
-    """The op itself on the cotangent (sharding constraints, reduce_precision)."""
+    """The op itself on the cotangent: the transpose of a one-operand op that is its own
+    adjoint (negate, conj, sharding constraints, reduce_precision)."""
     new = op.clone(ip=ir.InsertionPoint.current)
     new.operands[0] = ct
     return [new.result]
+
+
+def bilinear(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+    """An elementwise op bilinear in its two operands and symmetric in them (multiply): the
+    op of the cotangent and the other operand, for each operand that needs one (JAX's
+    `defbilinear` with the op as both transposes)."""
+    (ct,), (x, y) = cts, op.operands
+
+    def times(other: ir.Value) -> ir.Value:
+        new = op.clone(ip=ir.InsertionPoint.current)
+        new.operands[0], new.operands[1] = ct, other
+        return new.result
+
+    return [times(y) if wants[0] else None, times(x) if wants[1] else None]
 
 
 # --- elementwise ------------------------------------------------------------------
@@ -179,27 +196,24 @@ def _square(b: VjpBuilder, x: ir.Value) -> ir.Value:
     return builders.mul(x, x)
 
 
-def _add(b, op, cts, wants):
+def add(b, op, cts, wants):
     return [cts[0], cts[0]]
 
 
-def _subtract(b, op, cts, wants):
+def subtract(b, op, cts, wants):
     return [cts[0], b.neg(cts[0])]
 
 
-def _multiply(b, op, cts, wants):
-    x, y = op.operands
-    return [b.mul(cts[0], y) if wants[0] else None, b.mul(cts[0], x) if wants[1] else None]
 
 
-def _divide(b, op, cts, wants):
+def divide(b, op, cts, wants):
     """x / y: ct / y and -ct x / y^2, as JAX."""
     (ct,), (x, y) = cts, op.operands
     return [b.div(ct, y) if wants[0] else None,
             b.div(b.mul(b.neg(ct), x), _square(b, y)) if wants[1] else None]
 
 
-def _power(b, op, cts, wants):
+def power(b, op, cts, wants):
     """x^y: ct y x^(y-1) (zero where y = 0, even at x = 0) and ct log(x) x^y (log(1) at x = 0)."""
     (ct,), (x, y), out = cts, op.operands, op.result
     zero_, one = b.zeros(x), _one(b, x)
@@ -213,13 +227,13 @@ def _power(b, op, cts, wants):
     return [dx, dy]
 
 
-def _atan2(b, op, cts, wants):
+def atan2(b, op, cts, wants):
     (ct,), (x, y) = cts, op.operands
     den = builders.add(_square(b, x), _square(b, y))
     return [b.mul(ct, builders.div(y, den)), b.mul(ct, builders.div(builders.neg(x), den))]
 
 
-def _remainder(b, op, cts, wants):
+def remainder(b, op, cts, wants):
     """rem(x, y) = x - trunc(x / y) y: ct and -ct sign(x/y) floor(|x/y|), as JAX."""
     (ct,), (x, y) = cts, op.operands
     q = builders.div(x, y)
@@ -235,14 +249,14 @@ def _balanced(b: VjpBuilder, x: ir.Value, z: ir.Value, y: ir.Value) -> ir.Value:
     return builders.div(hit, builders.select(builders.compare(y, z, "EQ"), b.constant(2, z.type), one))
 
 
-def _choose(b, op, cts, wants):
+def choose(b, op, cts, wants):
     """max / min: the cotangent goes to the chosen operand, split evenly on ties (as JAX)."""
     (ct,), (x, y), out = cts, op.operands, op.result
     return [b.mul(ct, _balanced(b, x, out, y)) if wants[0] else None,
             b.mul(ct, _balanced(b, y, out, x)) if wants[1] else None]
 
 
-def _clamp(b, op, cts, wants):
+def clamp(b, op, cts, wants):
     """clamp(lo, x, hi) as JAX: x gets ct where lo < x < hi, lo where lo > x and lo < hi,
     hi where hi < x; rank-0 bounds get their cotangents summed."""
     (ct,), (lo, x, hi) = cts, op.operands
@@ -261,13 +275,13 @@ def _clamp(b, op, cts, wants):
     return [part(below, lo, wants[0]), part(inside, x, wants[1]), part(builders.compare(hi_b, x, "LT"), hi, wants[2])]
 
 
-def _select(b, op, cts, wants):
+def select(b, op, cts, wants):
     (ct,), pred = cts, op.operands[0]
     return [None, b.where(pred, ct) if wants[1] else None,
             builders.select(pred, b.zeros(ct), ct) if wants[2] else None]
 
 
-def _abs(b, op, cts, wants):
+def abs_(b, op, cts, wants):
     """Real: ct where x >= 0, -ct elsewhere (as JAX). Complex: ct conj(x) / |x| (0 at x = 0)."""
     (ct,), x, out = cts, op.operands[0], op.result
     if not _is_complex(x):
@@ -278,7 +292,7 @@ def _abs(b, op, cts, wants):
     return [builders.mul(builders.complex_(ct, b.zeros(ct)), builders.div(conj, safe))]
 
 
-def _convert(b, op, cts, wants):
+def convert(b, op, cts, wants):
     """The cotangent converted back: complex -> real keeps the real part, real -> complex
     takes the real part of the cotangent, as JAX's convert_element_type."""
     (ct,), x = cts, op.operands[0]
@@ -291,27 +305,24 @@ def _convert(b, op, cts, wants):
     return [builders.convert(ct, elem)]
 
 
-def derivative_rules(table: derivatives.Table) -> dict[str, Rule]:
-    """A reverse-mode rule per entry of the derivative table `table`: `ct f'(x)`, or
-    `ct / g(x)` for a quotient entry (f' = 1 / g)."""
-    def rule_of(name: str) -> Rule:
-        entry = table[name]
+def derivative_rule(name: str, table: derivatives.Table) -> Rule:
+    """The reverse-mode rule of the entry `name` of the derivative table `table`: `ct f'(x)`,
+    or `ct / g(x)` for a quotient entry (f' = 1 / g)."""
+    entry = table[name]
 
-        def rule(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
-            if any(wants[:entry.fixed]):
-                raise PassError(f"vjp-expand: {name} is not differentiable in operand "
-                                f"{wants.index(True)} (only in its last one)", op.location)
-            d = derivatives.derivative_at(entry, b, list(op.operands), op.result)
-            return [None] * entry.fixed + [b.div(cts[0], d) if entry.reciprocal else b.mul(cts[0], d)]
+    def rule(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        if any(wants[:entry.fixed]):
+            raise PassError(f"vjp-expand: {op.name} is not differentiable in operand "
+                            f"{wants.index(True)} (only in its last one)", op.location)
+        d = derivatives.derivative_at(entry, b, list(op.operands), op.result)
+        return [None] * entry.fixed + [b.div(cts[0], d) if entry.reciprocal else b.mul(cts[0], d)]
 
-        return rule
-
-    return {name: rule_of(name) for name in table}
+    return rule
 
 
 # --- linear and shape ops ---------------------------------------------------------
 
-def _broadcast_in_dim(b, op, ct):
+def broadcast_in_dim(b, op, ct):
     """The sum over the broadcast dims (new ones and stretched size-1 ones), back in operand order."""
     x = op.operands[0]
     dims = i64s(op, "broadcast_dimensions")
@@ -323,12 +334,12 @@ def _broadcast_in_dim(b, op, ct):
     return [builders.reshape(moved, in_shape)]
 
 
-def _transpose(b, op, ct):
+def transpose(b, op, ct):
     perm = i64s(op, "permutation")
     return [builders.transpose(ct, [perm.index(i) for i in range(len(perm))])]
 
 
-def _slice(b, op, ct):
+def slice_(b, op, ct):
     """A strided slice: the cotangent padded back into place with zeros."""
     x = op.operands[0]
     starts, strides = i64s(op, "start_indices"), i64s(op, "strides")
@@ -337,7 +348,7 @@ def _slice(b, op, ct):
     return [builders.pad(ct, starts, high, [st - 1 for st in strides], builders.scalar(0, builders.elem_of(ct)))]
 
 
-def _pad(b, op, cts, wants):
+def pad(b, op, cts, wants):
     """As JAX: the operand's part is the cotangent cropped (negated edge padding) and strided;
     the padding value gets the rest of the sum."""
     (ct,), (x, value) = cts, op.operands
@@ -353,7 +364,7 @@ def _pad(b, op, cts, wants):
     return [ct_x, ct_v]
 
 
-def _concatenate(b, op, ct):
+def concatenate(b, op, ct):
     dim = ir.IntegerAttr(op.attributes["dimension"]).value
     out, start = [], 0
     for v in op.operands:
@@ -363,13 +374,13 @@ def _concatenate(b, op, ct):
     return out
 
 
-def _dynamic_slice(b, op, cts, wants):
+def dynamic_slice(b, op, cts, wants):
     """Written into zeros at the same (equally clamped) start."""
     x, *starts = op.operands
     return [builders.dynamic_update_slice(b.zeros(x), cts[0], starts)] + [None] * len(starts)
 
 
-def _dynamic_update_slice(b, op, cts, wants):
+def dynamic_update_slice(b, op, cts, wants):
     (ct,), (x, update, *starts) = cts, op.operands
     ct_x = builders.dynamic_update_slice(ct, b.zeros(update), starts) if wants[0] else None
     ct_u = builders.dynamic_slice(ct, starts, builders.shape_of(update)) if wants[1] else None
@@ -391,7 +402,7 @@ def _clamped_indices(idx: ir.Value, vector_dim: int, bounds: Sequence[int]) -> t
     return builders.clamp(lower, idx, upper), inside
 
 
-def _gather(b, op, cts, wants):
+def gather(b, op, cts, wants):
     """A scatter-add of the cotangent into zeros at the clamped start indices."""
     (ct,), (x, idx) = cts, op.operands
     d = stablehlo.GatherDimensionNumbers(op.attributes["dimension_numbers"])
@@ -404,14 +415,19 @@ def _gather(b, op, cts, wants):
     return [ct_x, None]
 
 
-def _scatter(b, op, cts, wants):
+def scatter(b, op, cts, wants):
     """scatter add: ct to the operand, the gathered ct to the updates whose window is in range
     (XLA drops the others). scatter replace (set): JAX's id trick: scattered update ids tell
-    which positions were overwritten (their operand cotangent is 0) and which update won."""
+    which positions were overwritten (their operand cotangent is 0) and which update won.
+    scatter max / min: the cotangent is shared evenly among the operand element and the
+    updates equal to the result (as JAX). scatter multiply: the operand's is the cotangent
+    scattered by the same product; the updates' needs unique indices (as JAX)."""
     kind = builders.reducer_kind(op)
-    if len(op.operands) != 3 or kind not in ("stablehlo.add", "replace"):
+    if len(op.operands) != 3 or kind not in ("stablehlo.add", "replace", "stablehlo.multiply", "stablehlo.maximum",
+                                             "stablehlo.minimum"):
         raise PassError(f"vjp-expand: no reverse-mode rule for stablehlo.scatter with a {kind or 'general'} "
-                        f"body over {len(op.operands) // 2} operand(s) (add and replace have one)", op.location)
+                        f"body over {len(op.operands) // 2} operand(s) (add, replace, multiply, maximum and "
+                        "minimum have one)", op.location)
     (ct,), (x, idx, upd) = cts, op.operands
     d = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
     shape, upd_shape = builders.shape_of(x), builders.shape_of(upd)
@@ -421,16 +437,30 @@ def _scatter(b, op, cts, wants):
     starts, inside = _clamped_indices(idx, d.index_vector_dim, [shape[k] - sizes[k] for k in d.scattered_dims_to_operand_dims])
     scatter_dims = [k for k in range(len(upd_shape)) if k not in d.update_window_dims]
 
-    def gather(v: ir.Value) -> ir.Value:
+    def gathered(v: ir.Value) -> ir.Value:
         return builders.gather(v, starts, offset_dims=d.update_window_dims, collapsed_slice_dims=d.inserted_window_dims,
                                operand_batching_dims=d.input_batching_dims,
                                start_indices_batching_dims=d.scatter_indices_batching_dims,
                                start_index_map=d.scattered_dims_to_operand_dims, index_vector_dim=d.index_vector_dim,
                                slice_sizes=sizes)
 
+    mask = builders.broadcast(inside, upd_shape, scatter_dims)
     if kind == "stablehlo.add":
-        mask = builders.broadcast(inside, upd_shape, scatter_dims)
-        return [ct, None, b.where(mask, gather(ct)) if wants[2] else None]
+        return [ct, None, b.where(mask, gathered(ct)) if wants[2] else None]
+    if kind == "stablehlo.multiply":
+        return _scatter_product_ct(b, op, ct, wants, lambda v: b.where(mask, gathered(v)))
+    if kind != "replace":
+        elem = builders.elem_of(x)
+        hits = b.where(mask, builders.convert(builders.compare(upd, gathered(op.result), "EQ"), elem))
+        kept = builders.convert(builders.compare(x, op.result, "EQ"), elem)
+        counts = builders.scatter(kept, idx, hits, update_window_dims=d.update_window_dims,
+                                  inserted_window_dims=d.inserted_window_dims, input_batching_dims=d.input_batching_dims,
+                                  scatter_indices_batching_dims=d.scatter_indices_batching_dims,
+                                  scattered_dims_to_operand_dims=d.scattered_dims_to_operand_dims,
+                                  index_vector_dim=d.index_vector_dim)
+        share = builders.div(ct, counts)
+        return [builders.mul(share, kept) if wants[0] else None, None,
+                builders.mul(gathered(share), hits) if wants[2] else None]
     batch = [upd_shape[k] for k in scatter_dims]
     count = math.prod(batch)
     ids = builders.add(builders.reshape(builders.iota([count], 0, I32()), batch), builders.full(batch, 1, I32()))
@@ -441,8 +471,28 @@ def _scatter(b, op, cts, wants):
                            scattered_dims_to_operand_dims=d.scattered_dims_to_operand_dims,
                            index_vector_dim=d.index_vector_dim, combine="set")
     kept = builders.compare(won, builders.full(shape, 0, I32()), "EQ")
-    winner = builders.compare(gather(won), ids, "EQ")
-    return [b.where(kept, ct) if wants[0] else None, None, b.where(winner, gather(ct)) if wants[2] else None]
+    winner = builders.compare(gathered(won), ids, "EQ")
+    return [b.where(kept, ct) if wants[0] else None, None, b.where(winner, gathered(ct)) if wants[2] else None]
+
+
+def _scatter_product_ct(b: VjpBuilder, op: ir.Operation, ct: ir.Value, wants: list[bool],
+                        gathered: Callable[[ir.Value], ir.Value]) -> list[Term]:
+    """scatter multiply: the operand's cotangent is `ct` scattered by the same product (it is
+    linear in the operand); an update's is the gathered `ct` times the operand, which holds
+    where no other update meets the same element: the op must promise unique indices."""
+    ct_x = ct_u = None
+    if wants[0]:
+        again = op.clone(ip=ir.InsertionPoint.current)
+        again.operands[0] = ct
+        ct_x = again.result
+    if wants[2]:
+        unique = "unique_indices" in op.attributes and ir.BoolAttr(op.attributes["unique_indices"]).value
+        if not unique:
+            raise PassError("vjp-expand: the cotangent of the updates of a scatter multiply needs unique indices "
+                            "(as in JAX: x.at[i].multiply(y, unique_indices=True)), where repeated indices "
+                            "multiply updates together", op.location)
+        ct_u = gathered(builders.mul(ct, op.operands[0]))
+    return [ct_x, None, ct_u]
 
 
 def _dot_transpose(ct: ir.Value, x: ir.Value, y: ir.Value, x_contract: Sequence[int], y_contract: Sequence[int],
@@ -479,7 +529,7 @@ def _dot_transpose(ct: ir.Value, x: ir.Value, y: ir.Value, x_contract: Sequence[
                             builders.elem_of(x))
 
 
-def _dot_general(b, op, cts, wants):
+def dot_general(b, op, cts, wants):
     (ct,), (x, y) = cts, op.operands
     d = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     precision = builders.precision_of(op)
@@ -511,7 +561,7 @@ def _exclusive_products(x: ir.Value, dims: Sequence[int]) -> ir.Value:
     return builders.transpose(back, [perm.index(d) for d in range(rank)])
 
 
-def _reduce(b, op, cts, wants):
+def reduce(b, op, cts, wants):
     """reduce by the kind of its body: add (broadcast back), max/min (split evenly among the
     tied elements, the init value included, as JAX), multiply (the other factors)."""
     kind = builders.reducer_kind(op)
@@ -588,7 +638,7 @@ class Window:
                                       [1] * rank, self.dilation)
 
 
-def _reduce_window(b, op, cts, wants):
+def reduce_window(b, op, cts, wants):
     """add: JAX's transpose; max/min: XLA's select_and_scatter (the first maximum of each
     window gets its cotangent, as JAX's select_and_gather_add transposes); multiply (cumprod):
     per window the product of its nonzero elements and its number of zeros, so the product
@@ -626,7 +676,7 @@ def _reduce_window(b, op, cts, wants):
 
 # --- ops that rebuild the forward -------------------------------------------------
 
-def _sort(b, op, cts, wants):
+def sort(b, op, cts, wants):
     """The forward sort also carries an iota (the permutation, as JAX's sort JVP); the
     cotangents are sorted back by it."""
     dim = ir.IntegerAttr(op.attributes["dimension"]).value
@@ -650,7 +700,7 @@ def _sort(b, op, cts, wants):
     return out
 
 
-def _top_k(b, op, cts, wants):
+def top_k(b, op, cts, wants):
     """The values' cotangent scattered back (added) at the indices along the last dim, as JAX."""
     x, indices = op.operands[0], op.results[1]
     rank = len(builders.shape_of(x))
@@ -726,7 +776,7 @@ def _row(tape: ir.Value, t: ir.Value) -> ir.Value:
     return builders.reshape(row, shape)
 
 
-def _while(b, op, cts, wants):
+def while_(b, op, cts, wants):
     """A backward loop over the iterations in reverse. Known trip count: the forward loop
     fills tapes with what the backward body reads from the forward body (the residuals, as
     JAX's scan stores them) and with the state values it needs; loop-invariant values are
@@ -866,7 +916,7 @@ def _record(scope: "Scope", op: ir.Operation, states: Sequence[int], residuals: 
     return results[n], results[n + 1:]
 
 
-def _branches(b, op, cts, wants):
+def branches(b, op, cts, wants):
     """case / if: a backward case on the same index whose branches recompute their forward
     and return the cotangents of every value any branch captures (zeros where a branch
     has none)."""
@@ -901,7 +951,7 @@ def _branches(b, op, cts, wants):
     return [None] * len(op.operands)
 
 
-def _call(b, op, cts, wants):
+def call(b, op, cts, wants):
     """A call of the callee's vjp, specialized to the cotangents known to be zero and the
     arguments that need none."""
     callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
@@ -916,14 +966,14 @@ def _call(b, op, cts, wants):
     return [None if i in zero_out or not w else r for i, (w, r) in enumerate(zip(wants, call.results))]
 
 
-def _optimization_barrier(b, op, cts, wants):
+def optimization_barrier(b, op, cts, wants):
     return list(cts)
 
 
 SPMD_SHAPES = {"SPMDFullToShardShape": "SPMDShardToFullShape", "SPMDShardToFullShape": "SPMDFullToShardShape"}
 
 
-def _custom_call(b, op, cts, wants):
+def custom_call(b, op, cts, wants):
     """The partitioner's annotations: `Sharding` is applied to the cotangent; the shard_map
     boundary `SPMDFullToShardShape` / `SPMDShardToFullShape` is crossed the other way. The
     stop_gradient marker of a jet body (kept by jet-expand for a vjp of the jet) passes none."""
@@ -961,60 +1011,3 @@ def _cross_shard_boundary(op: ir.Operation, ct: ir.Value, target: str) -> ir.Val
         full = ir.StringAttr(source.attributes["mhlo.sharding"]).value
         return custom("SPMDShardToFullShape", custom("Sharding", ct, ct.type, own), x.type, full)
     return custom("SPMDFullToShardShape", custom("Sharding", ct, ct.type, own), x.type, "{manual}")
-
-
-RULES: dict[str, Rule] = {
-    # zero: piecewise constant, or no differentiable operand
-    **{name: zero for name in (
-        "stablehlo.sign", "stablehlo.floor", "stablehlo.ceil", "stablehlo.round_nearest_afz",
-        "stablehlo.round_nearest_even", "stablehlo.compare", "stablehlo.iota", "stablehlo.constant")},
-    # linear
-    "stablehlo.add": _add,
-    "stablehlo.subtract": _subtract,
-    "stablehlo.negate": linear(lambda b, op, ct: [builders.neg(ct)]),
-    "stablehlo.convert": _convert,
-    "stablehlo.real": linear(lambda b, op, ct: [builders.complex_(ct, b.zeros(ct))]),
-    "stablehlo.imag": linear(lambda b, op, ct: [builders.complex_(b.zeros(ct), builders.neg(ct))]),
-    "stablehlo.complex": linear(lambda b, op, ct: [builders.real(ct), builders.neg(builders.imag(ct))]),
-    "chlo.conj": linear(lambda b, op, ct: [builders.op("chlo.conj", [ct])]),
-    "stablehlo.broadcast_in_dim": linear(_broadcast_in_dim),
-    "stablehlo.reshape": linear(lambda b, op, ct: [builders.reshape(ct, builders.shape_of(op.operands[0]))]),
-    "stablehlo.transpose": linear(_transpose),
-    "stablehlo.reverse": linear(lambda b, op, ct: [builders.reverse(ct, i64s(op, "dimensions"))]),
-    "stablehlo.slice": linear(_slice),
-    "stablehlo.pad": _pad,
-    "stablehlo.concatenate": linear(_concatenate),
-    "stablehlo.dynamic_slice": _dynamic_slice,
-    "stablehlo.dynamic_update_slice": _dynamic_update_slice,
-    "stablehlo.gather": _gather,
-    "stablehlo.scatter": _scatter,
-    "stablehlo.select": _select,
-    "stablehlo.reduce": _reduce,
-    "stablehlo.reduce_window": _reduce_window,
-    "stablehlo.reduce_precision": linear(reapply),
-    "stablehlo.optimization_barrier": _optimization_barrier,
-    "stablehlo.custom_call": _custom_call,
-    "sdy.sharding_constraint": linear(reapply),
-    # bilinear
-    "stablehlo.multiply": _multiply,
-    "stablehlo.dot_general": _dot_general,
-    # elementwise: ct f'(x) (or ct / g(x)), from the derivative table
-    **derivative_rules(derivatives.DERIVATIVES),
-    "stablehlo.divide": _divide,
-    "stablehlo.power": _power,
-    "stablehlo.atan2": _atan2,
-    "stablehlo.remainder": _remainder,
-    # piecewise
-    "stablehlo.abs": _abs,
-    "stablehlo.maximum": _choose,
-    "stablehlo.minimum": _choose,
-    "stablehlo.clamp": _clamp,
-    # structure
-    "stablehlo.sort": _sort,
-    "chlo.top_k": _top_k,
-    "stablehlo.while": _while,
-    "stablehlo.case": _branches,
-    "stablehlo.if": _branches,
-    "func.call": _call,
-    **{name: linalg_names.vjp for name in linalg_names.OP_NAMES},
-}

@@ -15,9 +15,10 @@ primal function and its JVP rule (so the jet follows the rule, as nested
 (`solve`, `inv`, `cg`: its lowering calls the solve alone, on a factorization of
 a stop_gradient'ed matrix) to the `hlopt.jet.linear_solve` marker calling its
 matvec and its solve (jet-expand builds its series order by order from solves
-with the primal's factorization), and `logistic` to one
-`stablehlo.logistic` op (JAX lowers it to 1/(1+exp(-x)), whose expansion is NaN
-where exp(-x) overflows). `jet-expand` removes the markers.
+with the primal's factorization), and the primitives the op table keeps whole
+(`kept_from`: `logistic` to one `stablehlo.logistic` op, where JAX lowers it to
+1/(1+exp(-x)), whose expansion is NaN where exp(-x) overflows). `jet-expand`
+removes the markers.
 
 Automatic differentiation. Forward mode (`_jvp`): the tangent of a jet of f is
 the jet of jvp(f) on (x, dx) and their series, one more `hlopt_jet` that is
@@ -64,7 +65,8 @@ from hlopt.compiler.jax_compat import (ClosedJaxpr, Jaxpr, Primitive, Var, api_b
                                        register_dce_rule, under_transformation)
 from hlopt.passes.autodiff.jet_expand import MAX_ORDER
 from hlopt.passes.autodiff.jet_rules import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT
-from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.mlir import ir
+from hlopt.passes.optable import table
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 from hlopt.vjp import vjp_at, vjp_of_linear
 
@@ -147,9 +149,14 @@ stop_gradient_p = annotation_primitive(
     "hlopt_jet_stop_gradient", lambda x: x,
     lambda ctx, x: emit_annotation(STOP_GRADIENT, [x], result_types(ctx), {}), multiple_results=False)
 
-logistic_p = Primitive("hlopt_jet_logistic")
-logistic_p.def_abstract_eval(lambda x: x)
-mlir.register_lowering(logistic_p, lambda ctx, x: [stablehlo.logistic(x)])
+
+
+def _as_one_op(name: str) -> Primitive:
+    """A primitive of one operand, elementwise, that lowers to the one op `name`."""
+    primitive = Primitive(f"hlopt_jet_{name.rsplit('.', 1)[-1]}")
+    primitive.def_abstract_eval(lambda x: x)
+    mlir.register_lowering(primitive, lambda ctx, x: [ir.Operation.create(name, results=[x.type], operands=[x]).result])
+    return primitive
 
 
 def _custom_jvp_lowering(ctx, *operands, primal: ClosedJaxpr, jvp: ClosedJaxpr):
@@ -171,10 +178,11 @@ def _linear_solve_lowering(ctx, *operands, matvec: ClosedJaxpr, solve: ClosedJax
 taylor_linear_solve_p = annotation_primitive("hlopt_jet_linear_solve", lambda *avals, matvec, solve: solve.out_avals,
                                              _linear_solve_lowering)
 
-# primitive -> the one a jet body binds instead (its parameters dropped)
+# primitive -> the one a jet body binds instead (its parameters dropped): the stop_gradient
+# marker, and the ops the op table keeps whole (`OpEntry.kept_from`)
 TAYLOR_LOWERINGS: dict[Primitive, Primitive] = {
     lax.stop_gradient_p: stop_gradient_p,
-    lax.logistic_p: logistic_p,
+    **{getattr(lax, f"{entry.kept_from}_p"): _as_one_op(entry.name) for entry in table.ENTRIES if entry.kept_from},
 }
 
 # The order of the jets being lowered around the current one: a jet inside a jet

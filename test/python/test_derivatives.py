@@ -19,12 +19,12 @@ from jax.experimental import jet as jax_jet
 
 import hlopt
 from hlopt.passes.optable import derivatives
-from hlopt.passes.autodiff import jet_rules
-from hlopt.passes.autodiff import vjp_rules
+from hlopt.passes.optable import table
 from hlopt.passes.optable.derivatives import X, Y, op, polynomial
 
 from references import taylor_by_nested_jvp
 from vjp_harness import hlopt_vjp, jax_vjp
+import op_tables
 
 ORDER = 5
 _W = np.random.default_rng(7).normal(size=(7, 3)) / 2
@@ -34,13 +34,9 @@ def _asinh_of_layer(x):
     return jnp.arcsinh(jnp.tanh(x) @ _W)
 
 
-def _install(monkeypatch, name: str, table: derivatives.Table | None) -> None:
-    """Make the jet and vjp rules of op `name` those of `table` (None: no rule)."""
-    for module, rules in ((jet_rules, jet_rules.RULES), (vjp_rules, vjp_rules.RULES)):
-        if table is None:
-            monkeypatch.delitem(rules, name)
-        else:
-            monkeypatch.setitem(rules, name, module.derivative_rules(table)[name])
+def _install(monkeypatch, formulas: derivatives.Table) -> None:
+    """Make jet-expand and vjp-expand read the op table built from the derivative table `formulas`."""
+    op_tables.install(monkeypatch, table.build(table.ENTRIES, formulas))
 
 
 def _jets(x, series):
@@ -68,7 +64,7 @@ def test_one_scratch_entry_gives_standard_collapsed_and_reverse_rules(monkeypatc
     ct = rng.normal(size=9)
     scratch = {name: d for name, d in derivatives.DERIVATIVES.items() if name != "chlo.asinh"}
 
-    _install(monkeypatch, "chlo.asinh", None)
+    _install(monkeypatch, scratch)
     with pytest.raises(hlopt.PipelineError, match="no Taylor rule for 'chlo.asinh'"):
         _jets(x, series)
     with pytest.raises(hlopt.PipelineError, match="no reverse-mode rule for 'chlo.asinh'"):
@@ -76,7 +72,7 @@ def test_one_scratch_entry_gives_standard_collapsed_and_reverse_rules(monkeypatc
             hlopt_vjp(jnp.arcsinh, [x], [ct])
 
     derivatives.def_quotient("chlo.asinh", lambda x, y: op("chlo.cosh", y), table=scratch)
-    _install(monkeypatch, "chlo.asinh", scratch)
+    _install(monkeypatch, scratch)
 
     ours, ref, theirs = _jets(x, series)
     for k in range(ORDER + 1):
@@ -136,5 +132,5 @@ def test_formulas_fold_and_know_polynomials():
 
 def test_every_entry_has_both_rules():
     for name in derivatives.DERIVATIVES:
-        assert name in jet_rules.RULES, name
-        assert name in vjp_rules.RULES, name
+        entry = table.TABLE[name]
+        assert entry.family == "derivative" and entry.jet is not None and entry.vjp is not None, name

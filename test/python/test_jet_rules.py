@@ -88,6 +88,10 @@ CASES: dict[str, tuple[Callable, tuple[str, ...], bool]] = {
     "gather": (lambda x: x[jnp.array([3, 0, 0, 4])], ("real",), True),
     "scatter_add": (lambda x, y: x.at[jnp.array([1, 1, 3])].add(y[:3]), ("real", "real"), True),
     "scatter_set": (lambda x, y: x.at[jnp.array([0, 2])].set(y[:2] * x[:2]), ("real", "real"), False),
+    "scatter_max": (lambda x, y: x.at[jnp.array([1, 3, 1, 0, 1])].max(y), ("real", "real"), False),
+    "scatter_min_ties": (lambda x, y: x.at[jnp.array([0, 2, 2])].min(y[:3]), ("ties", "ties2"), False),
+    "scatter_multiply": (lambda x, y: x.at[jnp.array([1, 3, 0])].multiply(y[:3], unique_indices=True),
+                         ("real", "real"), False),
     "select": (lambda x, y: jnp.where(x > 0, x * y, jnp.sin(y)), ("real", "real"), True),
     "reduce_sum": (lambda x: jnp.sum(jnp.outer(x, x), axis=0), ("real",), True),
     "cumsum": (jnp.cumsum, ("real",), True),
@@ -224,3 +228,26 @@ def test_rule_matches_nested_jvp(name):
 def test_rule_matches_jax_jet(name):
     ours, _, theirs = _results(name)
     _assert_series_close(ours, theirs, f"{name} vs jax.experimental.jet")
+
+
+def _onehot_product(x, y, idx):
+    """x.at[idx].multiply(y) without a scatter: x times the product of the updates of each element."""
+    return x * jnp.prod(jnp.where(idx[:, None] == jnp.arange(x.shape[0])[None, :], y[:, None], 1.0), axis=0)
+
+
+def test_scatter_multiply_with_repeated_indices():
+    """JAX's jvp of a scatter multiply refuses repeated indices; the reference multiplies without one."""
+    idx = jnp.array([1, 3, 1, 0, 1])
+    r = np.random.default_rng(3)
+    primals = [r.normal(size=N), r.normal(size=N)]
+    series = [[0.5 * r.normal(size=N) for _ in range(ORDER)] for _ in primals]
+    with jax.enable_x64(True):
+        p, s = hlopt.jet(lambda x, y: x.at[idx].multiply(y), primals, series, factorial_scaled=False)
+        ref = taylor_by_nested_jvp(lambda x, y: _onehot_product(x, y, idx), primals, series, ORDER)
+    _assert_series_close([np.asarray(p)] + [np.asarray(t) for t in s], ref, "scatter multiply, repeated indices")
+
+
+def test_scatter_of_a_general_body_is_refused_by_name():
+    with pytest.raises(hlopt.PipelineError, match="only for one operand combined by add, replace, multiply"):
+        hlopt.jet(lambda x, y: x.at[jnp.array([0, 2])].apply(jnp.sin) * y, (np.ones(N), np.ones(N)),
+                  ([np.ones(N)], [np.ones(N)]))

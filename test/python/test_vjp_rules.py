@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 from jax import lax
 
+import hlopt
+
 from references import while_data_dependent
 from vjp_harness import assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
 
@@ -202,6 +204,13 @@ STRUCTURAL: dict[str, tuple[Callable, tuple[str, ...]]] = {
                             ("real:4x5", "real:4x2")),
     "scatter_set": (lambda x, y: x.at[jnp.array([0, 2, 2])].set(y[:3] * x[:3]), ("real", "real")),
     "scatter_set_out_of_bounds": (lambda x, y: x.at[jnp.array([4, 8])].set(y[:2]), ("real", "real")),
+    "scatter_max": (lambda x, y: x.at[jnp.array([1, 3, 1, 0, 1])].max(y), ("real", "real")),
+    "scatter_min_out_of_bounds": (lambda x, y: x.at[jnp.array([2, 9, 2])].min(y[:3] * y[:3]), ("real", "real")),
+    "scatter_multiply": (lambda x, y: x.at[jnp.array([1, 3, 0])].multiply(y[:3], unique_indices=True),
+                         ("real", "real")),
+    "scatter_max_ties": (lambda x, y: x.at[jnp.array([0, 2, 0])].max(y[:3]), ("ties", "ties2")),
+    "scatter_multiply_operand": (lambda x, y: (x * y).at[jnp.array([1, 1, 0])].multiply(jnp.array([2.0, -1.5, 0.5])),
+                                 ("real", "real")),
     "iota_constant": (lambda x: x * jnp.arange(5.0, dtype=x.dtype) + 2.0, ("real",)),
     "sort": (lambda x: jnp.sort(x * x - x), ("real",)),
     "sort_2d_axis0": (lambda a: jnp.sort(a, axis=0) * a, ("real:4x5",)),
@@ -372,3 +381,10 @@ def test_batches_build():
     for group in GROUPS:
         for dtype in ("float64", "float32"):
             assert _results(group, dtype) is not None, f"{group} {dtype}: the batch failed; see the failing case"
+
+
+def test_scatter_multiply_updates_need_unique_indices():
+    """As in JAX: the updates' cotangent of a product with repeated indices is refused, by name."""
+    with pytest.raises(hlopt.PipelineError, match="scatter multiply needs unique indices"):
+        with jax.enable_x64(True):
+            hlopt_vjp(lambda x, y: x.at[jnp.array([1, 1, 0])].multiply(y[:3]), [np.ones(5), np.ones(5)], [np.ones(5)])

@@ -88,8 +88,8 @@ func.func private @g(%x: tensor<f32>) -> tensor<f32> {
 
 // -----
 
-// A scatter that multiplies has no rule (add and replace have one).
-// expected-error@+7 {{vjp-expand: no reverse-mode rule for stablehlo.scatter with a stablehlo.multiply body over 1 operand(s) (add and replace have one)}}
+// A scatter that multiplies gives its updates a cotangent only with unique indices (as JAX).
+// expected-error@+7 {{vjp-expand: the cotangent of the updates of a scatter multiply needs unique indices}}
 func.func @main(%x: tensor<5xf32>, %u: tensor<2xf32>, %ct: tensor<5xf32>) -> (tensor<5xf32>, tensor<2xf32>) {
   %g:2 = stablehlo.custom_call @hlopt.vjp(%x, %u, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<5xf32>, tensor<2xf32>, tensor<5xf32>) -> (tensor<5xf32>, tensor<2xf32>)
   return %g#0, %g#1 : tensor<5xf32>, tensor<2xf32>
@@ -99,6 +99,24 @@ func.func private @f(%x: tensor<5xf32>, %u: tensor<2xf32>) -> tensor<5xf32> {
   %0 = "stablehlo.scatter"(%x, %idx, %u) <{scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
   ^bb0(%a: tensor<f32>, %b: tensor<f32>):
     %m = stablehlo.multiply %a, %b : tensor<f32>
+    stablehlo.return %m : tensor<f32>
+  }) : (tensor<5xf32>, tensor<2x1xi32>, tensor<2xf32>) -> tensor<5xf32>
+  return %0 : tensor<5xf32>
+}
+
+// -----
+
+// A scatter with another body has no rule.
+// expected-error@+7 {{vjp-expand: no reverse-mode rule for stablehlo.scatter with a stablehlo.subtract body over 1 operand(s) (add, replace, multiply, maximum and minimum have one)}}
+func.func @main(%x: tensor<5xf32>, %u: tensor<2xf32>, %ct: tensor<5xf32>) -> (tensor<5xf32>, tensor<2xf32>) {
+  %g:2 = stablehlo.custom_call @hlopt.vjp(%x, %u, %ct) {api_version = 4 : i32, called_computations = [@f], backend_config = {}} : (tensor<5xf32>, tensor<2xf32>, tensor<5xf32>) -> (tensor<5xf32>, tensor<2xf32>)
+  return %g#0, %g#1 : tensor<5xf32>, tensor<2xf32>
+}
+func.func private @f(%x: tensor<5xf32>, %u: tensor<2xf32>) -> tensor<5xf32> {
+  %idx = stablehlo.constant dense<[[1], [3]]> : tensor<2x1xi32>
+  %0 = "stablehlo.scatter"(%x, %idx, %u) <{scatter_dimension_numbers = #stablehlo.scatter<inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], index_vector_dim = 1>}> ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %m = stablehlo.subtract %a, %b : tensor<f32>
     stablehlo.return %m : tensor<f32>
   }) : (tensor<5xf32>, tensor<2x1xi32>, tensor<2xf32>) -> tensor<5xf32>
   return %0 : tensor<5xf32>

@@ -1,0 +1,161 @@
+"""The op table (passes/optable/table.py): one entry per op gives its rules, and every op JAX can emit
+has its rules or a reason.
+
+Scratch entries: per family (zero, linear, bilinear, derivative formula) an op that the
+shipped table has is taken out of a scratch copy, which makes jet-expand and vjp-expand
+refuse it by name, and put back as ONE entry, from which the standard jet (against nested
+jax.jvp), the collapsed jet of a Laplacian (its directions rule; against the trace of
+jax.hessian) and the vjp (against jax.vjp) all follow.
+
+Coverage: every StableHLO and CHLO op of jaxlib's MLIR bindings (the ops JAX can emit)
+has, for jet-expand and for vjp-expand, a rule or the table's reason why not.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jaxlib.mlir.dialects import chlo, stablehlo
+
+import hlopt
+from hlopt.passes.autodiff.jet_expand import FunctionJet
+from hlopt.passes.optable import derivatives, table
+from hlopt.passes.optable.derivatives import op
+
+import op_tables
+from references import taylor_by_nested_jvp
+from vjp_harness import hlopt_vjp, jax_vjp
+
+ORDER = 3
+_W = np.random.default_rng(5).normal(size=(5, 4)) / 2
+
+
+def _without(name: str, *added: table.OpEntry, formulas: derivatives.Table = derivatives.DERIVATIVES):
+    """A scratch op table: the shipped entries but op `name`'s, then `added`."""
+    return table.build([e for e in table.ENTRIES if name not in e.names] + list(added), formulas)
+
+
+def _sine_formulas(with_sine: bool) -> derivatives.Table:
+    """The shipped derivative formulas with sine's left out, or written again as one entry."""
+    scratch = {n: d for n, d in derivatives.DERIVATIVES.items() if n != "stablehlo.sine"}
+    if with_sine:
+        derivatives.def_deriv("stablehlo.sine", lambda x, y: op("stablehlo.cosine", x), table=scratch)
+    return scratch
+
+
+# family -> (op, function of x in R^5 that holds it, the table without the op, with it as one entry)
+FAMILIES = {
+    "zero": ("stablehlo.floor", lambda x: jnp.floor(3 * x) * jnp.sin(x),
+             lambda: _without("stablehlo.floor"), lambda: _without("stablehlo.floor", table.zero("stablehlo.floor"))),
+    "linear": ("stablehlo.negate", lambda x: jnp.tanh(-(x @ _W)),
+               lambda: _without("stablehlo.negate"),
+               lambda: _without("stablehlo.negate", table.linear("stablehlo.negate"))),
+    "bilinear": ("stablehlo.multiply", lambda x: jnp.tanh(x @ _W) * jnp.sin(x @ _W),
+                 lambda: _without("stablehlo.multiply"),
+                 lambda: _without("stablehlo.multiply", table.bilinear("stablehlo.multiply"))),
+    "derivative": ("stablehlo.sine", lambda x: jnp.sin(jnp.tanh(x) @ _W),
+                   lambda: table.build(table.ENTRIES, _sine_formulas(False)),
+                   lambda: table.build(table.ENTRIES, _sine_formulas(True))),
+}
+
+
+def _inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=5)
+    return x, [0.5 * rng.normal(size=5) for _ in range(ORDER)], rng
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_without_its_entry_an_op_is_refused_by_name(family, monkeypatch):
+    name, fun, without, _ = FAMILIES[family]
+    x, series, rng = _inputs(1)
+    op_tables.install(monkeypatch, without())
+    with jax.enable_x64(True):
+        ct = np.asarray(rng.normal(size=np.shape(fun(x))))
+        with pytest.raises(hlopt.PipelineError, match=f"no Taylor rule for '{name}'"):
+            hlopt.jet(fun, (x,), (series,))
+        with pytest.raises(hlopt.PipelineError, match=f"no reverse-mode rule for '{name}'"):
+            hlopt_vjp(fun, [x], [ct])
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_one_entry_gives_the_jet_the_collapsed_jet_and_the_vjp(family, monkeypatch):
+    name, fun, _, with_entry = FAMILIES[family]
+    x, series, rng = _inputs(2)
+    scratch = with_entry()
+    assert scratch[name] is not table.TABLE[name] and scratch[name].family == family  # the scratch entry
+    op_tables.install(monkeypatch, scratch)
+    with jax.enable_x64(True):
+        p, s = hlopt.jet(fun, (x,), (series,), factorial_scaled=False)
+        ref = taylor_by_nested_jvp(fun, [x], [series], ORDER)
+        for k, (got, want) in enumerate(zip([p, *s], ref)):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10, atol=1e-12,
+                                       err_msg=f"{name}: jet, order {k}")
+        point = rng.normal(size=5)
+        laplacian = np.asarray(hlopt.laplacian(fun)(point))
+        hessian = jax.hessian(fun)(point)
+        np.testing.assert_allclose(laplacian, np.trace(np.asarray(hessian), axis1=-2, axis2=-1),
+                                   rtol=1e-10, atol=1e-12, err_msg=f"{name}: collapsed jet (laplacian)")
+        ct = rng.normal(size=np.shape(p))
+        np.testing.assert_allclose(hlopt_vjp(fun, [x], [ct])[0], jax_vjp(fun, [x], [ct])[0], rtol=1e-12,
+                                   atol=1e-14, err_msg=f"{name}: vjp")
+
+
+def test_two_entries_for_one_op_are_refused():
+    with pytest.raises(ValueError, match="two entries for 'chlo.tan'"):
+        table.build([*table.ENTRIES, table.zero("chlo.tan")])
+
+
+# --- coverage ------------------------------------------------------------------------
+
+def jax_ops() -> set[str]:
+    """Every op of the StableHLO and CHLO dialects of jaxlib's MLIR bindings."""
+    return {cls.OPERATION_NAME for module in (stablehlo, chlo) for cls in vars(module).values()
+            if isinstance(getattr(cls, "OPERATION_NAME", None), str)}
+
+
+def coverage(names: set[str], ops: dict[str, table.OpEntry]) -> dict[str, dict[str, str]]:
+    """Per op, per transform ("jet", "vjp"): "rule" or the table's reason why not; "MISSING"
+    where the table has neither, "STALE: ..." where it gives a reason for a rule it has."""
+    report = {}
+    for name in sorted(names):
+        entry = ops.get(name)
+        row = {}
+        for kind in ("jet", "vjp"):
+            has_rule = entry is not None and getattr(entry, kind) is not None
+            why = entry.why.get(kind) if entry is not None else None
+            if kind == "jet" and why == table.STRUCTURE and name in FunctionJet.STRUCTURE.by_name:
+                has_rule, why = True, None
+            row[kind] = ("STALE: " + why if why else "rule") if has_rule else why or "MISSING"
+        report[name] = row
+    return report
+
+
+def _problems(report: dict[str, dict[str, str]]) -> list[str]:
+    return [f"{name} {kind}: {what}" for name, row in report.items() for kind, what in row.items()
+            if what == "MISSING" or what.startswith("STALE")]
+
+
+def test_every_op_jax_emits_has_its_rules_or_a_reason():
+    report = coverage(jax_ops(), table.TABLE)
+    assert len(report) > 150  # the dialects were found
+    assert not _problems(report), "\n".join(_problems(report))
+    assert report["stablehlo.sine"] == {"jet": "rule", "vjp": "rule"}
+    assert report["stablehlo.while"] == {"jet": "rule", "vjp": "rule"}  # jet-expand's walker
+    assert report["stablehlo.fft"] == {"jet": "rule", "vjp": table.NOT_YET}
+    assert report["stablehlo.and"]["vjp"] == table.NOT_DIFFERENTIABLE
+
+
+def test_an_op_without_rule_or_reason_is_named():
+    scratch = {n: e for n, e in table.TABLE.items() if n != "stablehlo.popcnt"}
+    stale = dict(scratch, **{"stablehlo.sine": table.OpEntry("stablehlo.sine", "custom",
+                                                             jet=table.TABLE["stablehlo.sine"].jet, why={"jet": "y"})})
+    assert _problems(coverage(jax_ops(), scratch)) == ["stablehlo.popcnt jet: MISSING", "stablehlo.popcnt vjp: MISSING"]
+    assert "stablehlo.sine jet: STALE: y" in _problems(coverage(jax_ops(), stale))
+
+
+def test_every_entry_of_the_table_names_an_op_jax_emits_or_one_hlopt_adds():
+    """Spellings and entries that are not StableHLO/CHLO: func.call and Shardy's sharding constraint."""
+    assert set(table.TABLE) - jax_ops() == {"func.call", "sdy.sharding_constraint"}
