@@ -230,13 +230,13 @@ class SumAsDot(Pass):
     renamed_options: ClassVar[dict[str, str]] = {"max-kept-bytes": "reduce-max-bytes",
                                                  "kept-squares": "reduce-max-square-terms",
                                                  "run-sums": "split-large-sums"}
-    reduce_max_bytes: int = option(1 << 20, low=0, high=1 << 40,
+    reduce_max_bytes: int = option(0, low=0, high=1 << 40,
                                    what="an unweighted sum of few terms of an operand of at most this many bytes "
                                         "stays a reduce while YNNPACK's reduce fusion is off")
-    split_large_sums: bool = option(True, what="a larger leading-axis sum is a reduce within runs of its terms, "
+    split_large_sums: bool = option(False, what="a larger leading-axis sum is a reduce within runs of its terms, "
                                                "then the product of the run sums with ones, while YNNPACK's reduce "
                                                "fusion is off")
-    reduce_max_square_terms: int = option(24, low=0, high=1 << 20,
+    reduce_max_square_terms: int = option(0, low=0, high=1 << 20,
                                           what="an unweighted float32 or float64 leading-axis sum of squares of at "
                                                "most this many terms stays a reduce, whatever its size, while "
                                                "YNNPACK's reduce fusion is off")
