@@ -6,6 +6,7 @@ under jax.vmap. Methods, each under its jit (hlopt.jit for hlopt):
 
   exact Laplacian, D = --dim (50):
     collapsed   hlopt.laplacian (the collapsed jet)
+    collapsed-jax  the same under plain jax.jit (hlopt's operation lowered by its plain-JAX rule)
     stde        the user's jax.vmap over directions of hlopt.jet, summed (jet-collapse rewrites it)
     standard    the same program compiled without jet-collapse (standard Taylor mode, primal once)
     nested      jnp.trace(jax.hessian(f))
@@ -99,6 +100,7 @@ def methods_laplacian(dim):
     batched = lambda f: jax.vmap(f, in_axes=(None, 0))  # noqa: E731
     return {
         "collapsed": hlopt.jit(batched(lap)),
+        "collapsed-jax": jax.jit(batched(lap)),
         "stde": hlopt.jit(batched(lambda p, x: stde(p, x, eye))),
         "standard": hlopt.jit(batched(lambda p, x: stde(p, x, eye)), pipeline=STANDARD),
         "nested": jax.jit(batched(nested)),

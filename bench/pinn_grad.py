@@ -6,6 +6,7 @@ mean of u^2 over --batch boundary points. Methods, each the gradient of that
 loss with respect to every weight, under its jit (hlopt.jit for hlopt):
 
     hlopt    jax.grad of the loss with hlopt.laplacian (jet-collapse, jet-expand, vjp-expand)
+    hlopt-jax  the same under plain jax.jit (hlopt's operation lowered by its plain-JAX rule)
     folx     jax.grad of the loss with folx.forward_laplacian
     nested   jax.grad of the loss with jnp.trace(jax.hessian(u))
 
@@ -55,6 +56,7 @@ def methods():
     folx_lap = lambda u: lambda x: forward_laplacian(u)(x).laplacian  # noqa: E731
     return {
         "hlopt": hlopt.jit(jax.grad(pinn_loss(hlopt.laplacian))),
+        "hlopt-jax": jax.jit(jax.grad(pinn_loss(hlopt.laplacian))),
         "folx": jax.jit(jax.grad(pinn_loss(folx_lap))),
         "nested": jax.jit(jax.grad(pinn_loss(nested))),
     }

@@ -15,6 +15,7 @@ hlopt's tuning records for its program, `record.same_options`, so both sides get
   hlopt       hlopt.pde.laplacian_and_gradient: one collapsed 2-jet along the unit vectors gives the
               Laplacian and (its first coefficients) the gradient, as folx's one pass does (slogdet
               by its own JVP rule, a custom_jvp, and the solve's, a custom_linear_solve); jax.grad
+  hlopt-jax   the same function under plain jax.jit (hlopt's operations lowered by their plain-JAX rule)
   folx        folx.forward_laplacian (bench extra), its Laplacian and Jacobian
   hessian     jnp.trace(jax.hessian) + jax.grad
 
@@ -57,7 +58,7 @@ import hlopt  # noqa: E402
 from hlopt.pde import laplacian_and_gradient  # noqa: E402
 
 HIDDEN = 32
-METHODS = ("hlopt", "folx", "hessian")
+METHODS = ("hlopt", "hlopt-jax", "folx", "hessian")
 
 
 def init(key: jax.Array, n: int, dtype) -> dict:
@@ -86,7 +87,7 @@ def kinetic(method: str):
             out = forward_laplacian(lambda y: log_psi(p, y))(x)
             return -0.5 * (out.laplacian + jnp.sum(out.jacobian.dense_array ** 2))
         return fn
-    if method == "hlopt":
+    if method in ("hlopt", "hlopt-jax"):
         def fn(p, x):
             laplacian, gradient = laplacian_and_gradient(lambda y: log_psi(p, y))(x)
             return -0.5 * (laplacian + jnp.sum(gradient ** 2))

@@ -44,10 +44,11 @@ import wavefunction  # noqa: E402
 from record import progress, write_record  # noqa: E402
 
 # pass options compared with hlopt-default as a left-out pass is (the "without" side runs the pass with the option)
-VARIANTS = {"xla-cpu-sum-as-dot{reduce-max-bytes=0 split-large-sums=false reduce-max-square-terms=0}":
+# (xla-cpu-sum-as-dot's keep options are opt-in: they record an XLA option that only hlopt.jit applies)
+VARIANTS = {"xla-cpu-sum-as-dot{reduce-max-bytes=1048576 split-large-sums=true reduce-max-square-terms=24}":
             "xla-cpu-sum-as-dot",
-            "xla-cpu-sum-as-dot{reduce-max-square-terms=0}": "xla-cpu-sum-as-dot",
-            "xla-cpu-sum-as-dot{split-large-sums=false}": "xla-cpu-sum-as-dot",
+            "xla-cpu-sum-as-dot{reduce-max-square-terms=24}": "xla-cpu-sum-as-dot",
+            "xla-cpu-sum-as-dot{split-large-sums=true}": "xla-cpu-sum-as-dot",
             "xla-cpu-transposed-dots{swap=never}": "xla-cpu-transposed-dots"}
 
 WORKLOADS = ("jet_mlp", "jet_chain", "laplacian", "stde", "weighted", "randomized", "bilaplacian", "pinn_grad",

@@ -52,7 +52,7 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "tp
 # their platform (or none) they leave the module as it is.
 DEFAULT_TUNING = ("tpu-folded-solves", "xla-cpu-gather-blocks", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots",
                   "xla-cpu-sum-as-dot", "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums",
-                  "xla-cpu-column-selects", "xla-cpu-transposed-dots", "xla-cpu-small-dots", "xla-cpu-ynn-fusion")
+                  "xla-cpu-column-selects", "xla-cpu-transposed-dots", "xla-cpu-small-dots")
 CPU_TUNING = tuple(name for name in DEFAULT_TUNING if name.startswith("xla-cpu-"))
 
 
@@ -102,9 +102,6 @@ ORDER: dict[str, tuple[Before, ...]] = {
                "xla-cpu-transposed-dots puts the dots the others make or reorder in the operand order YNNPACK takes"),
         Before("xla-cpu-transposed-dots", "xla-cpu-small-dots",
                "xla-cpu-small-dots takes the dots below YNNPACK's size, which xla-cpu-transposed-dots leaves alone"),
-        Before(CPU_TUNING[:-1], "xla-cpu-ynn-fusion",
-               "xla-cpu-ynn-fusion weighs the reductions the others leave (xla-cpu-sum-as-dot makes many of them "
-               "dots) and only records a compile option on the module"),
     ),
     "tpu": (
         Before("tpu-sparse-products", "lower-bcoo",

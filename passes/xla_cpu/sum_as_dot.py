@@ -1,27 +1,33 @@
-"""`xla-cpu-sum-as-dot`: a floating sum over one axis but the last becomes a product with ones, the
-sum of its slices, or a sum within runs of its terms, whichever XLA:CPU runs best.
+"""`xla-cpu-sum-as-dot`: a floating sum over one axis but the last, or over a short last one, becomes
+a product with ones, the sum of its slices, or a sum within runs of its terms, whichever XLA:CPU
+runs best.
 
-XLA:CPU hands a `reduce` add over a leading axis, with the elementwise ops that feed it, to
-YNNPACK's reduce fusion, which walks the operand in strided rows; the same sum as a
-`dot_general` with a vector of ones goes to its matmul emitter instead. The forms:
+XLA:CPU hands a `reduce` add, with the elementwise ops that feed it, to YNNPACK's reduce fusion,
+which walks a sum over a leading axis in strided rows and runs short rows (a sum over a last
+axis of a few terms) slowly; the same sum as a `dot_general` with a vector of ones goes to its
+matmul emitter instead, and a sum of slices to XLA's own fused loops. The forms:
 
 - a sum over dimension 0 (a collapsed jet's sum over its directions) is the product with ones,
   a weighted one (a product with a rank-1 constant broadcast along that axis) the product with
   the weights;
-- a sum of at most `FEW_TERMS` terms over an inner axis, or unweighted over dimension 0 of an
-  operand of rank 4 or more (nested directions), is the sum of its slices, which XLA:CPU fuses
-  with the ops that compute them: a dot needs its operand in memory (over an inner axis, copied
-  transposed);
-- a larger sum over an inner axis is the product with ones contracting that axis.
+- a sum of at most `FEW_TERMS` terms over an inner or the last axis, or unweighted over
+  dimension 0 of an operand of rank 4 or more (nested directions), is the sum of its slices,
+  which XLA:CPU fuses with the ops that compute them: a dot needs its operand in memory (over an
+  inner axis, copied transposed);
+- a larger sum over an inner axis is the product with ones contracting that axis; one over a
+  longer last axis stays a `reduce`.
 
-Where the module's reductions let YNNPACK's reduce fusion be off (as `xla-cpu-ynn-fusion`
-decides; the pass records that option on the module itself, so it holds without
-xla-cpu-ynn-fusion in the pipeline too, and a `compiler_options` entry or `XLA_FLAGS` flag of
-the user's naming the option wins), XLA:CPU's own loop computes the operand as it sums, where a
+These forms need no XLA option, so `hlopt.jit` and plain `jax.jit` (whose compile options a
+lowering rule cannot set) run the same program. Opt-in (the options below, off by default), a
+module whose reductions then let YNNPACK's reduce fusion be off (as `xla-cpu-ynn-fusion`
+decides) keeps some sums as reduces and records that option on the module, which only
+`hlopt.jit` and `Lowered.compile` apply (a `compiler_options` entry or `XLA_FLAGS` flag of the
+user's naming the option wins): XLA:CPU's own loop computes the operand as it sums, where a
 product with ones needs it in memory. Then:
 
 - an unweighted sum of at most `KEPT_TERMS` leading terms (or `FEW_TERMS` inner ones) of an
-  operand of at most `reduce-max-bytes` (by default a typical core's L2 cache) stays a `reduce`;
+  operand of at most `reduce-max-bytes` (a typical core's L2 cache, 1048576, is a fair value)
+  stays a `reduce`;
 - an unweighted float32 or float64 sum of squares (`y * y`: a collapsed jet's sum of squared
   first coefficients) of at most `reduce-max-square-terms` leading terms stays a `reduce`
   whatever its size: XLA:CPU fuses it into its consumer;
@@ -36,9 +42,7 @@ Narrower floats stay products with ones, which XLA:CPU accumulates in float32 (a
 round each run sum). Sums annotated with attributes (a sharding, frontend attributes), over a
 dynamically sized dimension or whose result's element type differs from the operand's are left
 as they are. `bench/xla_cpu_tuning.py` (workloads `laplacian` to `bilaplacian`, `pinn_grad`,
-`wavefunction`) compares the pass with hlopt-default without it, and with
-`reduce-max-bytes=0 split-large-sums=false reduce-max-square-terms=0` (every such sum a product
-with ones) and each option alone.
+`wavefunction`) compares the pass with hlopt-default without it.
 """
 
 from __future__ import annotations
@@ -150,10 +154,11 @@ def _bytes(v: ir.Value) -> int:
 
 
 def _rewritten(op: ir.Operation) -> bool:
-    """Whether `_as_dot` replaces sum `op` when it does not keep it: not a sum along rows in
-    memory (its last dimension), where XLA:CPU's reduce is not slow."""
+    """Whether `_as_dot` replaces sum `op` when it does not keep it: a sum over one dimension but
+    the last, or over a last one of at most `FEW_TERMS` terms (rows YNNPACK's reduce fusion runs
+    slowly); a sum along longer rows in memory is left to XLA:CPU's reduce."""
     dim = summed_dim(op)
-    return dim is not None and dim != len(builders.shape_of(op.operands[0])) - 1
+    return dim is not None and (dim != len(builders.shape_of(op.operands[0])) - 1 or _adds_terms(op.operands[0], dim))
 
 
 def _as_dot(op: ir.Operation) -> list[ir.Value] | None:
@@ -184,22 +189,36 @@ def _as_dot(op: ir.Operation) -> list[ir.Value] | None:
 class SumAsDot(Pass):
     """Sums as products with ones, or as sums of slices.
 
-    Backend: XLA:CPU runs a leading-axis `reduce` add in YNNPACK's reduce fusion over strided
-    rows, where a `dot_general` with ones goes to its matmul emitter; benchmark:
+    Backend: XLA:CPU runs a `reduce` add in YNNPACK's reduce fusion, slowly over strided rows (a
+    leading axis) or short rows (a last axis of a few terms), where a `dot_general` with ones goes
+    to its matmul emitter and a sum of slices to its fused loops; benchmark:
     `bench/xla_cpu_tuning.py`.
 
     A floating `reduce` add over dimension 0 alone becomes a `dot_general` with a vector of
     ones (or with the weights it is multiplied by); one over another single dimension but the
     last, a `dot_general` of the operand with ones contracting it. A sum of at most `FEW_TERMS`
-    (8) terms over an inner dimension, or unweighted over dimension 0 of an operand of rank 4 or
-    more (nested directions), becomes the sum of its slices, which keeps the operand out of
-    memory. Unweighted, either sum of an operand of at most `reduce-max-bytes` (over dimension 0,
-    of at most 16 terms) stays a `reduce` when the module's reductions then leave YNNPACK's
-    reduce fusion off, which the pass records on the module as `xla-cpu-ynn-fusion` does; so does
-    a float32 or float64 one of squares of at most `reduce-max-square-terms` (24) terms of any
-    size. Under the same condition a larger unweighted float32 or float64 sum over dimension 0 of
-    D = m g terms (m >= 2 the fewest runs of g <= 16 consecutive terms; `split-large-sums`) is a
-    `reduce` within the runs, then the product of the m run sums with ones:
+    (8) terms over an inner or the last dimension, or unweighted over dimension 0 of an operand
+    of rank 4 or more (nested directions), becomes the sum of its slices, which keeps the operand
+    out of memory. No XLA option is needed, so `hlopt.jit` and plain `jax.jit` compile the same
+    program:
+
+        %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
+             : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
+
+    becomes
+
+        %ones = stablehlo.constant dense<1.0> : tensor<3xf32>
+        %s = stablehlo.dot_general %ones, %x, contracting_dims = [0] x [0]
+             : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
+
+    Opt-in, for `hlopt.jit` alone: unweighted, either sum of an operand of at most
+    `reduce-max-bytes` (over dimension 0, of at most 16 terms) stays a `reduce` when the module's
+    reductions then leave YNNPACK's reduce fusion off, which the pass records on the module as
+    `xla-cpu-ynn-fusion` does; so does a float32 or float64 one of squares of at most
+    `reduce-max-square-terms` terms of any size. Under the same condition a larger unweighted
+    float32 or float64 sum over dimension 0 of D = m g terms (m >= 2 the fewest runs of g <= 16
+    consecutive terms; `split-large-sums`) is a `reduce` within the runs, then the product of
+    the m run sums with ones:
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
              : (tensor<24x32768xf32>, tensor<f32>) -> tensor<32768xf32>
@@ -211,18 +230,6 @@ class SumAsDot(Pass):
              : (tensor<2x12x32768xf32>, tensor<f32>) -> tensor<2x32768xf32>
         %s = stablehlo.dot_general %ones, %p, contracting_dims = [0] x [0]
              : (tensor<2xf32>, tensor<2x32768xf32>) -> tensor<32768xf32>
-
-    and
-
-        %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0]
-             : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
-
-    becomes (with `reduce-max-bytes=0`, or where YNNPACK's reduce fusion would stay on; 3 terms
-    have no runs to sum first)
-
-        %ones = stablehlo.constant dense<1.0> : tensor<3xf32>
-        %s = stablehlo.dot_general %ones, %x, contracting_dims = [0] x [0]
-             : (tensor<3xf32>, tensor<3x4xf32>) -> tensor<4xf32>
     """
 
     name: ClassVar[str] = "xla-cpu-sum-as-dot"
@@ -230,13 +237,14 @@ class SumAsDot(Pass):
     renamed_options: ClassVar[dict[str, str]] = {"max-kept-bytes": "reduce-max-bytes",
                                                  "kept-squares": "reduce-max-square-terms",
                                                  "run-sums": "split-large-sums"}
-    reduce_max_bytes: int = option(1 << 20, low=0, high=1 << 40,
+    reduce_max_bytes: int = option(0, low=0, high=1 << 40,
                                    what="an unweighted sum of few terms of an operand of at most this many bytes "
-                                        "stays a reduce while YNNPACK's reduce fusion is off")
-    split_large_sums: bool = option(True, what="a larger leading-axis sum is a reduce within runs of its terms, "
+                                        "stays a reduce while YNNPACK's reduce fusion is off (opt-in: it records "
+                                        "that option, which only hlopt.jit applies)")
+    split_large_sums: bool = option(False, what="a larger leading-axis sum is a reduce within runs of its terms, "
                                                "then the product of the run sums with ones, while YNNPACK's reduce "
                                                "fusion is off")
-    reduce_max_square_terms: int = option(24, low=0, high=1 << 20,
+    reduce_max_square_terms: int = option(0, low=0, high=1 << 20,
                                           what="an unweighted float32 or float64 leading-axis sum of squares of at "
                                                "most this many terms stays a reduce, whatever its size, while "
                                                "YNNPACK's reduce fusion is off")

@@ -1,5 +1,13 @@
-"""`xla-cpu-ynn-fusion`: a module whose reductions XLA:CPU's YNNPACK reduce fusion runs slowly is
-compiled without that fusion.
+"""`xla-cpu-ynn-fusion` (opt-in, not in `hlopt-default`): a module whose reductions XLA:CPU's YNNPACK
+reduce fusion runs slowly is compiled without that fusion.
+
+The option it records reaches only programs that `hlopt.jit` or `Lowered.compile` compiles; an
+hlopt operation inside plain `jax.jit` cannot set it, so `hlopt-default` leaves it out and both
+paths compile with the same options. Either path can set it itself, with the same
+`compiler_options={"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}`
+given to `hlopt.jit` or `jax.jit` (or their `.lower(...).compile(...)`); this pass, added after
+the other tuning passes (`pipeline="hlopt-default,xla-cpu-ynn-fusion"`), records it only where
+the module's reductions gain.
 
 XLA:CPU (jaxlib 0.10.2) hands every floating `reduce` (add, max, min), with the
 elementwise ops that feed it, to a YNNPACK reduce fusion (the XLA option
@@ -145,7 +153,8 @@ def recorded_options(module: ir.Operation) -> tuple[tuple[str, str], ...]:
 
 
 class YnnFusion(Pass):
-    """Turn YNNPACK's reduce fusion off where it runs slowly.
+    """Turn YNNPACK's reduce fusion off where it runs slowly (opt-in: not in `hlopt-default`; run it
+    after the other tuning passes).
 
     Backend: XLA:CPU's YNNPACK reduce fusion runs reductions over short rows or leading dimensions
     slower than XLA's own loops; benchmark: `bench/xla_cpu_tuning.py`.
@@ -153,8 +162,9 @@ class YnnFusion(Pass):
     Record on the module that XLA:CPU should compile it without YNNPACK's reduce fusion (the XLA
     option `xla_cpu_experimental_ynn_fusion_type` set to `LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`) when
     its floating reductions (of 4096 elements or more) are mostly ones that fusion runs slowly: rows
-    of at most 16 elements, or leading dimensions only. The runtime adds the option when it compiles
-    for CPU; the user's own wins.
+    of at most 16 elements, or leading dimensions only. `hlopt.jit`'s runtime adds the option when it
+    compiles for CPU; the user's own wins. Plain `jax.jit` never sees it: give it the same option in
+    its `compiler_options` for the same program.
 
         %s = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [3]
              : (tensor<24x128x8x3xf32>, tensor<f32>) -> tensor<24x128x8xf32>

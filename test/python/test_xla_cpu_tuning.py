@@ -28,6 +28,9 @@ from hlopt.passes.registry import DEFAULT_TUNING, PIPELINES
 
 DEFAULT = PIPELINES["hlopt-default"]
 UNTUNED = ",".join(p for p in DEFAULT.split(",") if p not in DEFAULT_TUNING)
+# hlopt-default with xla-cpu-sum-as-dot's opt-in keep options (which record YNNPACK's reduce fusion off)
+KEEP = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{reduce-max-bytes=1048576 split-large-sums=true "
+                                             "reduce-max-square-terms=24}")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -134,7 +137,7 @@ def workloads():
 
     # enough for XLA:CPU's YNNPACK reduce fusion; 29 directions, whose sums xla-cpu-sum-as-dot makes
     # products with ones (more terms than a sum kept whole, squares included, and a prime number: no
-    # runs to sum first), so that xla-cpu-ynn-fusion is what turns that fusion off
+    # runs to sum first)
     points = jax.random.normal(jax.random.key(8), (512, 29))
     products = jax.random.normal(jax.random.key(11), (2, 6, 16, 9, 9))
     xs4 = jax.random.normal(jax.random.key(15), (6, 16))
@@ -375,25 +378,24 @@ def test_swapped_weight_gradient_copies_the_narrow_operand():
 
 def test_small_leading_sums_stay_reduces():
     """The collapsed Laplacian of an MLP in 12 dimensions at 64 points: its sums over the 12
-    directions ([12, 64, 32] operands, 192 KiB in float64) stay reduces under hlopt-default, which
-    records that the module is compiled without YNNPACK's reduce fusion, where with
-    reduce-max-bytes=0, split-large-sums=false and reduce-max-square-terms=0 they are products
-    with ones; the values agree to 1e-12 (float64), and the gradient through them too."""
+    directions ([12, 64, 32] operands, 192 KiB in float64) stay reduces with xla-cpu-sum-as-dot's
+    opt-in keep options, which record that the module is compiled without YNNPACK's reduce fusion,
+    where under hlopt-default they are products with ones and nothing is recorded; the values
+    agree to 1e-12 (float64), and the gradient through them too."""
     p = params_of([12, 32, 32, 1])
     xs = jax.random.normal(jax.random.key(3), (64, 12))
     lap = jax.vmap(hlopt.laplacian(lambda y: mlp(p, y)))
     grad = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
-    no_keep = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{reduce-max-bytes=0 split-large-sums=false "
-                                                    "reduce-max-square-terms=0}")
     for fun, args in ((lap, (xs,)), (grad, (p,))):
         lowered = hlopt.lower(fun, *args)
-        kept, products = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(no_keep, platform="cpu").as_text()
+        kept, products = lowered.apply(KEEP, platform="cpu").as_text(), lowered.apply(DEFAULT, platform="cpu").as_text()
         leading = [line for line in kept.splitlines()
                    if "stablehlo.reduce" in line and "dimensions = [0]" in line and "tensor<12x64x32xf64>" in line]
         assert leading and "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT" in kept, kept
         assert not [line for line in products.splitlines()
                     if "stablehlo.reduce" in line and "dimensions = [0]" in line and "tensor<12x64x32xf64>" in line]
-        _close(lowered.compile(DEFAULT)(*args), lowered.compile(no_keep)(*args), 1e-12)
+        assert "hlopt.compiler_options" not in products
+        _close(lowered.compile(KEEP)(*args), lowered.compile(DEFAULT)(*args), 1e-12)
 
 
 def _mlp_laplacian(dim, points, width, wide, grad):
@@ -414,9 +416,9 @@ def _mlp_laplacian(dim, points, width, wide, grad):
 
 
 def _agrees(lowered, other, ref, args, wide):
-    """`lowered` compiled with hlopt-default agrees with it compiled with pipeline `other` and
-    with `ref` under jax.jit."""
-    got = lowered.compile(DEFAULT)(*args)
+    """`lowered` compiled with `KEEP` agrees with it compiled with pipeline `other` and with `ref`
+    under jax.jit."""
+    got = lowered.compile(KEEP)(*args)
     _close(got, lowered.compile(other)(*args), 1e-12 if wide else 2e-5)
     _close(got, jax.jit(ref)(*args), 1e-9 if wide else 2e-3)
 
@@ -425,16 +427,16 @@ def _agrees(lowered, other, ref, args, wide):
 @given(dim=st.sampled_from([26, 28, 30, 32, 50]), points=st.sampled_from([16, 48]),
        width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
 def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, grad):
-    """The collapsed Laplacian of an MLP in more than 24 dimensions (or its gradient): its sums over
-    the directions (of squares, more terms than reduce-max-square-terms) are a reduce within runs of
+    """The collapsed Laplacian of an MLP in more than 24 dimensions (or its gradient), with
+    xla-cpu-sum-as-dot's opt-in keep options: its sums over the directions (of squares, more terms than reduce-max-square-terms) are a reduce within runs of
     consecutive directions (the fewest runs of at most 16), then a product of the run sums with
     ones, where with split-large-sums=false they are products with ones of the whole summand; the values
     agree with that program and with the Hessian trace, in float64 and float32."""
     lowered, ref, args = _mlp_laplacian(dim, points, width, wide, grad)
     runs = min(m for m in range(2, dim) if dim % m == 0 and dim // m <= 16)
     elem = "f64" if wide else "f32"
-    no_runs = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{split-large-sums=false}")
-    in_runs, products = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(no_runs, platform="cpu").as_text()
+    no_runs = KEEP.replace("split-large-sums=true", "split-large-sums=false")
+    in_runs, products = lowered.apply(KEEP, platform="cpu").as_text(), lowered.apply(no_runs, platform="cpu").as_text()
     summand = f"(tensor<{dim}x{elem}>, tensor<{dim}x{points}x{width}x{elem}>)"  # a product with ones of it
     partial = re.compile(rf"stablehlo\.reduce\(.*dimensions = \[1\] : \(tensor<{runs}x{dim // runs}x{points}x{width}x{elem}>")
     assert partial.search(in_runs), in_runs
@@ -449,14 +451,14 @@ def test_large_leading_sums_are_summed_within_runs(dim, points, width, wide, gra
 @given(dim=st.sampled_from([17, 18, 20, 23, 24]), points=st.sampled_from([16, 48]),
        width=st.sampled_from([16, 24]), wide=st.booleans(), grad=st.booleans())
 def test_sums_of_squares_of_few_terms_stay_reduces(dim, points, width, wide, grad):
-    """The collapsed Laplacian of an MLP in 17-24 dimensions (or its gradient): its sums over the
-    directions of the hidden layers' squared first coefficients stay reduces of the whole
+    """The collapsed Laplacian of an MLP in 17-24 dimensions (or its gradient), with
+    xla-cpu-sum-as-dot's opt-in keep options: its sums over the directions of the hidden layers' squared first coefficients stay reduces of the whole
     summand (reduce-max-square-terms), where with reduce-max-square-terms=0 they are summed within
     runs or as products with ones; the values agree with that program and with the Hessian trace."""
     lowered, ref, args = _mlp_laplacian(dim, points, width, wide, grad)
     elem = "f64" if wide else "f32"
-    unkept = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{reduce-max-square-terms=0}")
-    kept, other = lowered.apply(DEFAULT, platform="cpu").as_text(), lowered.apply(unkept, platform="cpu").as_text()
+    unkept = KEEP.replace("reduce-max-square-terms=24", "reduce-max-square-terms=0")
+    kept, other = lowered.apply(KEEP, platform="cpu").as_text(), lowered.apply(unkept, platform="cpu").as_text()
     square = re.compile(rf"(%\S+) = stablehlo\.multiply (%\S+), \2 : tensor<{dim}x{points}x{width}x{elem}>")
     squares = square.findall(kept)
     assert squares, kept

@@ -149,21 +149,39 @@ func.func @nested_outer_kept(%x: tensor<2x3x4x5xf32>, %z: tensor<9x3x4x5xf32>) -
 
 // -----
 
-// Sums over the last axis, integer sums, sums from another init value and other
-// reductions stay as they are.
+// Sums over a last axis of more than 8 terms, integer sums, sums from another init value and
+// other reductions stay as they are.
 // CHECK-LABEL: func.func @kept
 // CHECK-NOT: stablehlo.dot_general
 // CHECK-COUNT-4: stablehlo.reduce
 // CHECK-NOT: stablehlo.dot_general
-func.func @kept(%x: tensor<3x4xf32>, %i: tensor<3x4xi32>) -> (tensor<3xf32>, tensor<4xi32>, tensor<4xf32>, tensor<4xf32>) {
+func.func @kept(%x: tensor<3x4xf32>, %i: tensor<3x4xi32>, %r: tensor<3x16xf32>) -> (tensor<3xf32>, tensor<4xi32>, tensor<4xf32>, tensor<4xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
   %c1 = stablehlo.constant dense<1.0> : tensor<f32>
   %i0 = stablehlo.constant dense<0> : tensor<i32>
-  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<3x4xf32>, tensor<f32>) -> tensor<3xf32>
+  %0 = stablehlo.reduce(%r init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<3x16xf32>, tensor<f32>) -> tensor<3xf32>
   %1 = stablehlo.reduce(%i init: %i0) applies stablehlo.add across dimensions = [0] : (tensor<3x4xi32>, tensor<i32>) -> tensor<4xi32>
   %2 = stablehlo.reduce(%x init: %c1) applies stablehlo.add across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
   %3 = stablehlo.reduce(%x init: %c0) applies stablehlo.maximum across dimensions = [0] : (tensor<3x4xf32>, tensor<f32>) -> tensor<4xf32>
   return %0, %1, %2, %3 : tensor<3xf32>, tensor<4xi32>, tensor<4xf32>, tensor<4xf32>
+}
+
+// -----
+
+// A sum over a last axis of at most 8 terms (a point's x, y, z) adds the operand's slices:
+// YNNPACK's reduce fusion runs such short rows slowly, XLA:CPU fuses the adds with their operands.
+// CHECK-LABEL: func.func @short_rows
+// CHECK: %[[S0:.*]] = stablehlo.slice %arg0 [0:4096, 0:1]
+// CHECK: %[[T0:.*]] = stablehlo.reshape %[[S0]] : (tensor<4096x1xf32>) -> tensor<4096xf32>
+// CHECK-COUNT-2: stablehlo.slice %arg0
+// CHECK: %[[A:.*]] = stablehlo.add %[[T0]]
+// CHECK: %[[B:.*]] = stablehlo.add %[[A]]
+// CHECK-NOT: stablehlo.reduce
+// CHECK: return %[[B]]
+func.func @short_rows(%x: tensor<4096x3xf32>) -> tensor<4096xf32> {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<4096x3xf32>, tensor<f32>) -> tensor<4096xf32>
+  return %0 : tensor<4096xf32>
 }
 
 // -----
@@ -180,6 +198,10 @@ func.func @empty_inner(%x: tensor<3x0x5xf32>) -> tensor<3x5xf32> {
 
 // -----
 
+// Opt-in, the KEEP prefix below (reduce-max-bytes=1048576 split-large-sums=true
+// reduce-max-square-terms=24); by default every such sum is a product with ones and nothing is
+// recorded.
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-bytes=1048576 split-large-sums=true reduce-max-square-terms=24}' --split-input-file | filecheck %s --check-prefix=KEEP
 // Kept: a sum over 12 leading terms of a 12x4096 operand (192 KiB, at most reduce-max-bytes)
 // in a module whose reductions are then all ones YNNPACK's reduce fusion runs slowly: the
 // pass records that the module is compiled without that fusion. The 24-term sum beside it
@@ -187,18 +209,18 @@ func.func @empty_inner(%x: tensor<3x0x5xf32>) -> tensor<3x5xf32> {
 // 2 run sums by a product with ones. With reduce-max-bytes=0 the 12-term sum is summed within 2
 // runs of 6 likewise; with split-large-sums=false too, both are products with ones and nothing is
 // recorded.
-// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-bytes=0}' --split-input-file | filecheck %s --check-prefix=NOKEEP
-// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-bytes=0 split-large-sums=false}' --split-input-file | filecheck %s --check-prefix=NORUNS
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{split-large-sums=true reduce-max-square-terms=24}' --split-input-file | filecheck %s --check-prefix=NOKEEP
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-square-terms=24}' --split-input-file | filecheck %s --check-prefix=NORUNS
 // Run again, the pass leaves its output as it is (the diff at the end of the file).
-// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot' --split-input-file > %t.once
-// RUN: hlopt-opt %t.once --platform cpu -p 'xla-cpu-sum-as-dot' --split-input-file > %t.twice
-// CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
-// CHECK-LABEL: func.func @small_leading
-// CHECK: stablehlo.reduce(%arg0 init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
-// CHECK: %[[B:.*]] = stablehlo.reshape %arg1 : (tensor<24x4096xf32>) -> tensor<2x12x4096xf32>
-// CHECK: %[[P:.*]] = stablehlo.reduce(%[[B]] init: {{.*}}) applies stablehlo.add across dimensions = [1] : (tensor<2x12x4096xf32>, tensor<f32>) -> tensor<2x4096xf32>
-// CHECK: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<2xf32>
-// CHECK: stablehlo.dot_general %[[ONES]], %[[P]], contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2x4096xf32>) -> tensor<4096xf32>
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-bytes=1048576 split-large-sums=true reduce-max-square-terms=24}' --split-input-file > %t.once
+// RUN: hlopt-opt %t.once --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-bytes=1048576 split-large-sums=true reduce-max-square-terms=24}' --split-input-file > %t.twice
+// KEEP: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
+// KEEP-LABEL: func.func @small_leading
+// KEEP: stablehlo.reduce(%arg0 init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
+// KEEP: %[[B:.*]] = stablehlo.reshape %arg1 : (tensor<24x4096xf32>) -> tensor<2x12x4096xf32>
+// KEEP: %[[P:.*]] = stablehlo.reduce(%[[B]] init: {{.*}}) applies stablehlo.add across dimensions = [1] : (tensor<2x12x4096xf32>, tensor<f32>) -> tensor<2x4096xf32>
+// KEEP: %[[ONES:.*]] = stablehlo.constant dense<1.000000e+00> : tensor<2xf32>
+// KEEP: stablehlo.dot_general %[[ONES]], %[[P]], contracting_dims = [0] x [0] : (tensor<2xf32>, tensor<2x4096xf32>) -> tensor<4096xf32>
 // NOKEEP: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
 // NOKEEP-LABEL: func.func @small_leading
 // NOKEEP: stablehlo.reshape %arg0 : (tensor<12x4096xf32>) -> tensor<2x6x4096xf32>
@@ -225,15 +247,15 @@ func.func @small_leading(%x: tensor<12x4096xf32>, %y: tensor<24x4096xf32>) -> (t
 // 10, not 2 of 25), and a larger operand above reduce-max-bytes (16 terms, 1 MiB + 64 KiB: 2
 // runs of 8), in float64 too. 17 terms (prime, more than 16) and 289 = 17 x 17 have no split:
 // products with ones. A weighted sum stays the product with its weights.
-// CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
-// CHECK-LABEL: func.func @runs
-// CHECK: stablehlo.reshape %arg0 : (tensor<50x4096xf32>) -> tensor<5x10x4096xf32>
-// CHECK: stablehlo.dot_general {{.*}} : (tensor<5xf32>, tensor<5x4096xf32>) -> tensor<4096xf32>
-// CHECK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<4xf64>, tensor<4x4096xf64>) -> tensor<4096xf64>
-// CHECK: stablehlo.reshape %arg2 : (tensor<16x17408xf64>) -> tensor<2x8x17408xf64>
-// CHECK: stablehlo.dot_general {{.*}} : (tensor<2xf64>, tensor<2x17408xf64>) -> tensor<17408xf64>
-// CHECK: stablehlo.dot_general {{.*}}, %arg3, contracting_dims = [0] x [0] : (tensor<17xf32>, tensor<17x4096xf32>) -> tensor<4096xf32>
-// CHECK: stablehlo.dot_general {{.*}}, %arg4, contracting_dims = [0] x [0] : (tensor<289xf32>, tensor<289x16xf32>) -> tensor<16xf32>
+// KEEP: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
+// KEEP-LABEL: func.func @runs
+// KEEP: stablehlo.reshape %arg0 : (tensor<50x4096xf32>) -> tensor<5x10x4096xf32>
+// KEEP: stablehlo.dot_general {{.*}} : (tensor<5xf32>, tensor<5x4096xf32>) -> tensor<4096xf32>
+// KEEP: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<4xf64>, tensor<4x4096xf64>) -> tensor<4096xf64>
+// KEEP: stablehlo.reshape %arg2 : (tensor<16x17408xf64>) -> tensor<2x8x17408xf64>
+// KEEP: stablehlo.dot_general {{.*}} : (tensor<2xf64>, tensor<2x17408xf64>) -> tensor<17408xf64>
+// KEEP: stablehlo.dot_general {{.*}}, %arg3, contracting_dims = [0] x [0] : (tensor<17xf32>, tensor<17x4096xf32>) -> tensor<4096xf32>
+// KEEP: stablehlo.dot_general {{.*}}, %arg4, contracting_dims = [0] x [0] : (tensor<289xf32>, tensor<289x16xf32>) -> tensor<16xf32>
 func.func @runs(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x17408xf64>, %p: tensor<17x4096xf32>,
                 %q: tensor<289x16xf32>) -> (tensor<4096xf32>, tensor<4096xf64>, tensor<17408xf64>, tensor<4096xf32>, tensor<16xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
@@ -257,15 +279,15 @@ func.func @runs(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x1
 // fusion. 25 squared terms, and 24 terms of a product of two values, are summed within runs;
 // 24 squared float16 terms are a product with ones (which XLA:CPU accumulates in float32).
 // With reduce-max-square-terms=0 the 24 squared terms are summed within 2 runs of 12 too.
-// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-square-terms=0}' --split-input-file | filecheck %s --check-prefix=NOSQUARES
-// CHECK: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
-// CHECK-LABEL: func.func @squares
-// CHECK: %[[SQ:.*]] = stablehlo.multiply %arg0, %arg0 : tensor<24x128x8x32xf32>
-// CHECK: stablehlo.reduce(%[[SQ]] init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<24x128x8x32xf32>, tensor<f32>) -> tensor<128x8x32xf32>
-// CHECK: stablehlo.reshape {{.*}} : (tensor<25x4096xf32>) -> tensor<5x5x4096xf32>
-// CHECK: stablehlo.reshape {{.*}} : (tensor<24x4096xf32>) -> tensor<2x12x4096xf32>
-// CHECK: stablehlo.dot_general {{.*}} : (tensor<24xf16>, tensor<24x4096xf16>) -> tensor<4096xf16>
-// CHECK-NOT: stablehlo.dot_general {{.*}} : (tensor<24xf32>, tensor<24x128x8x32xf32>)
+// RUN: hlopt-opt %s --platform cpu -p 'xla-cpu-sum-as-dot{reduce-max-bytes=1048576 split-large-sums=true}' --split-input-file | filecheck %s --check-prefix=NOSQUARES
+// KEEP: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
+// KEEP-LABEL: func.func @squares
+// KEEP: %[[SQ:.*]] = stablehlo.multiply %arg0, %arg0 : tensor<24x128x8x32xf32>
+// KEEP: stablehlo.reduce(%[[SQ]] init: {{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<24x128x8x32xf32>, tensor<f32>) -> tensor<128x8x32xf32>
+// KEEP: stablehlo.reshape {{.*}} : (tensor<25x4096xf32>) -> tensor<5x5x4096xf32>
+// KEEP: stablehlo.reshape {{.*}} : (tensor<24x4096xf32>) -> tensor<2x12x4096xf32>
+// KEEP: stablehlo.dot_general {{.*}} : (tensor<24xf16>, tensor<24x4096xf16>) -> tensor<4096xf16>
+// KEEP-NOT: stablehlo.dot_general {{.*}} : (tensor<24xf32>, tensor<24x128x8x32xf32>)
 // NOSQUARES-LABEL: func.func @squares
 // NOSQUARES: stablehlo.reshape {{.*}} : (tensor<24x128x8x32xf32>) -> tensor<2x12x128x8x32xf32>
 // NOSQUARES: stablehlo.reshape {{.*}} : (tensor<25x4096xf32>) -> tensor<5x5x4096xf32>
@@ -289,11 +311,11 @@ func.func @squares(%x: tensor<24x128x8x32xf32>, %y: tensor<25x4096xf32>, %p: ten
 // Not summed within runs: complex and float16 sums (whose products with ones XLA:CPU accumulates
 // in float32) and sums over a dynamically shaped operand (a kept 12-term sum beside them turns
 // YNNPACK's reduce fusion off).
-// CHECK-LABEL: func.func @not_in_runs
-// CHECK: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<24xcomplex<f32>>, tensor<24x4096xcomplex<f32>>) -> tensor<4096xcomplex<f32>>
-// CHECK: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf16>, tensor<24x4096xf16>) -> tensor<4096xf16>
-// CHECK: stablehlo.dot_general {{.*}}, %arg2, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x?xf32>) -> tensor<?xf32>
-// CHECK-NOT: stablehlo.reshape
+// KEEP-LABEL: func.func @not_in_runs
+// KEEP: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<24xcomplex<f32>>, tensor<24x4096xcomplex<f32>>) -> tensor<4096xcomplex<f32>>
+// KEEP: stablehlo.dot_general {{.*}}, %arg1, contracting_dims = [0] x [0] : (tensor<24xf16>, tensor<24x4096xf16>) -> tensor<4096xf16>
+// KEEP: stablehlo.dot_general {{.*}}, %arg2, contracting_dims = [0] x [0] : (tensor<24xf32>, tensor<24x?xf32>) -> tensor<?xf32>
+// KEEP-NOT: stablehlo.reshape
 func.func @not_in_runs(%x: tensor<24x4096xcomplex<f32>>, %h: tensor<24x4096xf16>, %f: tensor<24x?xf32>,
                        %big: tensor<12x4096xf32>) -> (tensor<4096xcomplex<f32>>, tensor<4096xf16>, tensor<?xf32>, tensor<4096xf32>) {
   %r0 = stablehlo.constant dense<0.0> : tensor<f32>
@@ -336,9 +358,13 @@ func.func @left(%x: tensor<24x4096xf32>, %d: tensor<?x4096xf32>, %h: tensor<24x4
 // faster) that outweighs it, the module keeps that fusion, which would run the leading sum
 // slowly, so it becomes a product with ones and nothing is recorded.
 // CHECK-NOT: hlopt.compiler_options
+// KEEP-NOT: hlopt.compiler_options
 // CHECK-LABEL: func.func @fusion_stays
+// KEEP-LABEL: func.func @fusion_stays
 // CHECK: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<12xf32>, tensor<12x4096xf32>) -> tensor<4096xf32>
+// KEEP: stablehlo.dot_general {{.*}}, %arg0, contracting_dims = [0] x [0] : (tensor<12xf32>, tensor<12x4096xf32>) -> tensor<4096xf32>
 // CHECK: stablehlo.reduce(%arg1 init: {{.*}}) applies stablehlo.add across dimensions = [1]
+// KEEP: stablehlo.reduce(%arg1 init: {{.*}}) applies stablehlo.add across dimensions = [1]
 func.func @fusion_stays(%x: tensor<12x4096xf32>, %rows: tensor<1024x1024xf32>) -> (tensor<4096xf32>, tensor<1024xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<12x4096xf32>, tensor<f32>) -> tensor<4096xf32>
@@ -350,7 +376,9 @@ func.func @fusion_stays(%x: tensor<12x4096xf32>, %rows: tensor<1024x1024xf32>) -
 
 // An empty sum is not kept (nothing to keep), so nothing is recorded for it.
 // CHECK-NOT: hlopt.compiler_options
+// KEEP-NOT: hlopt.compiler_options
 // CHECK-LABEL: func.func @empty_sum
+// KEEP-LABEL: func.func @empty_sum
 func.func @empty_sum(%x: tensor<3x0x5xf32>, %s: tensor<24x128x8x3xf32>) -> (tensor<3x5xf32>, tensor<24x128x8xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<3x0x5xf32>, tensor<f32>) -> tensor<3x5xf32>
