@@ -332,7 +332,7 @@ def test_pytree_paths_are_kept_through_save_and_load(tmp_path, capsys):
 
 
 def test_files_without_names_still_load_and_malformed_names_are_refused(workdir, capsys):
-    from forge import resign, unpack
+    from support.forge import resign, unpack
 
     import hlopt as api
 

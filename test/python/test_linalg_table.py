@@ -19,9 +19,7 @@ import jaxlib.lapack
 import numpy as np
 import pytest
 from jax import lax
-from test_jet_rules import taylor_by_nested_jvp
 from test_linalg_rules import _assert_series, _jet_of_module, _random, _rng
-from vjp_harness import hlopt_vjp, jax_vjp
 
 from hlopt.compiler.program import parse_module
 from hlopt.passes.autodiff import linalg_rules
@@ -30,6 +28,9 @@ from hlopt.passes.optable.kernel_types import I32
 from hlopt.passes.optable.linalg_names import UPLO, LinalgOp, LinalgTable, matrix
 from hlopt.runtime import portable
 from hlopt.runtime.portable import PortableCheckError, check_portable
+
+from support.references import taylor_by_nested_jvp
+from support.vjp_harness import hlopt_vjp, jax_vjp
 
 # The one entry: its spelling, its record of rules, the attributes and types its kernel takes.
 SCRATCH = LinalgOp("cholesky under a scratch name", "Cholesky", ("scratchpotrf",), chars=(UPLO,),
