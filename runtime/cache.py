@@ -399,7 +399,7 @@ def _python_files(folder: str, recursive: bool) -> tuple[str, ...]:
 
 @functools.cache
 def hlopt_version() -> str:
-    """hlopt's installed version, read from the metadata's header (parsing all of it costs milliseconds)."""
+    """hlopt's installed version, read from the metadata's header alone (parsing all of it would slow every lookup)."""
     try:
         found = importlib.metadata.distribution("hlopt")
     except importlib.metadata.PackageNotFoundError:
