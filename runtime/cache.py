@@ -412,7 +412,7 @@ def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use
               compiler_options: Sequence[tuple[str, Any]] = (), precision: str | None = None) -> str:
     """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`), with the program's
     `precision` (`Lowered.precision`), and compiling it with the XLA options `compiler_options` (sorted
-    pairs, `hlopt.runtime.pjrt.check_compiler_options`) gives."""
+    pairs, `hlopt.compiler.stages.check_compiler_options`) gives."""
     h = hashlib.sha256()
     for part in (
         b"hlopt-cache-key-v3",  # v3: executables compiled without debug locations

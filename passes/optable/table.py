@@ -10,9 +10,9 @@ build theirs (`deflinear`, `defbilinear`, `def_deriv`):
     zero("stablehlo.floor")            # no coefficients, no cotangent
     linear("stablehlo.negate")         # the op on each coefficient; its transpose is the
                                        # op on the cotangent; directions: elementwise
-    linear("stablehlo.slice", transpose=vjp.slice_, directions=lead.slice_)
+    linear("stablehlo.slice", 0, transpose=vjp.slice_, directions=lead.slice_)
     bilinear("stablehlo.multiply")     # the Cauchy product; the cotangent times the other operand
-    custom("stablehlo.divide", jet=jet.divide, vjp=vjp.divide)
+    custom("stablehlo.divide", jet_rule=jet.divide, vjp_rule=vjp.divide)
 
 An op of the derivative family is one formula in `hlopt.passes.optable.derivatives`
 (f'(x), from which jet-expand solves the ODE y' = f'(x) x' and vjp-expand takes

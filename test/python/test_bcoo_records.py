@@ -291,7 +291,7 @@ LAYOUT_CASES = [  # (shape, data shape, indices shape, index dtype, the fragment
 @pytest.mark.parametrize("shape, data, indices, dtype, problem", LAYOUT_CASES)
 def test_a_files_bcoo_check_is_the_constructors_layout_rule(shape, data, indices, dtype, problem):
     """The runtime's check of a BCOO node (registered by hlopt.sparse) and the BCOO constructor
-    read one layout rule (bcoo_shapes.layout)."""
+    read one layout rule (hlopt.passes.sparse.shapes.layout)."""
     from hlopt.runtime.encoding import NODE_CHECKS
 
     check = NODE_CHECKS["hlopt.sparse.BCOO"]
