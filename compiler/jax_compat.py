@@ -256,8 +256,8 @@ def lower_jaxpr_to_fun(*, module_context: Any, name: str, jaxpr: Any, in_avals: 
     return _mlir.lower_jaxpr_to_fun(module_context, name, jaxpr, effects=[], num_const_args=0, in_avals=in_avals)
 
 
-# jax makes a new MLIR context for each module it lowers (a few tens of milliseconds: every dialect is
-# loaded again). `build_module(context=...)` lowers into a given one instead: jax's ModuleContext takes its
+# jax makes a new MLIR context for each module it lowers (every dialect loaded again, often more work than
+# lowering a small module). `build_module(context=...)` lowers into a given one instead: jax's ModuleContext takes its
 # context from `make_ir_context`, which is replaced here by one that returns this thread's override, if any.
 _context_override = threading.local()
 _jax_make_ir_context = _mlir.make_ir_context

@@ -3,24 +3,23 @@
 MLIR's parser recurses once per level of nesting (a type inside a type, an
 attribute inside an attribute, an op's region inside another op's region, a
 location inside a location) on the C stack, and so do the printer, the
-verifier and the passes after it. On the 8 MiB main-thread stack of Linux,
-parsing and printing died with SIGSEGV at about 2,000 nested generic ops
-(4,000 brackets), 3,800 nested modules, 5,700 nested dictionaries, 6,500
-nested arrays, 15,000 nested types and 27,000 nested locations (measured
-with jaxlib 0.10.2 by `python test/python/nesting_limits.py`). Aliases nest
-without deep brackets: chains of 16,000 to 19,000 aliases (`#a1 = [#a0]`,
-`#a2 = [#a1]`, ...) crashed the printer as well. A dimension list (`tensor<1x1x...xf32>`) takes time
-quadratic in its length: 16,000 sizes take seconds, 100,000 minutes.
-XLA:CPU's compiler recurses too: it died at 203 nested `stablehlo.while`
-or `stablehlo.if` regions.
+verifier and the passes after it: nesting a few thousand levels deep overflows
+the main thread's stack and kills the process with SIGSEGV. Aliases nest
+without deep brackets: a chain `#a1 = [#a0]`, `#a2 = [#a1]`, ... is as deep
+as its length for the printer. XLA:CPU's compiler recurses over nested
+`stablehlo.while` and `stablehlo.if` regions and overflows at a few hundred.
+A dimension list (`tensor<1x1x...xf32>`) takes the parser time quadratic in
+its length. `python -m support.nesting_limits` (run in test/python) finds the
+depths at which the installed jaxlib crashes; test_hostile_ir.py checks that
+each is refused.
 
 `check_text` scans the text in linear time (vectorized over its bytes) and
 refuses
 - more than `MAX_NESTING` brackets (`(`, `[`, `{`, `<`) open at once,
-  counting an alias as deep as its definition, a seventh of the lowest depth
-  that crashed the parser;
+  counting an alias as deep as its definition: a few times below the lowest
+  depth at which the parser or printer crashes;
 - more than `MAX_REGION_NESTING` braces open at once (regions and
-  dictionaries), half the depth that crashed XLA;
+  dictionaries): below the depth at which XLA crashes;
 - a dimension list of more than `MAX_RANK` sizes (numpy allows 64 dimensions).
 Real programs stay far below: a jax module with nested loops, callsite
 locations and dictionary attributes nests a few dozen brackets deep.

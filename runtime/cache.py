@@ -399,7 +399,7 @@ def _python_files(folder: str, recursive: bool) -> tuple[str, ...]:
 
 @functools.cache
 def hlopt_version() -> str:
-    """hlopt's installed version, read from the metadata's header (parsing all of it costs milliseconds)."""
+    """hlopt's installed version, read from the metadata's header alone (parsing all of it would slow every lookup)."""
     try:
         found = importlib.metadata.distribution("hlopt")
     except importlib.metadata.PackageNotFoundError:
@@ -412,7 +412,7 @@ def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use
               compiler_options: Sequence[tuple[str, Any]] = (), precision: str | None = None) -> str:
     """The SHA-256 naming what running `pipeline` on a module (`stripped_bytecode`), with the program's
     `precision` (`Lowered.precision`), and compiling it with the XLA options `compiler_options` (sorted
-    pairs, `hlopt.runtime.pjrt.check_compiler_options`) gives."""
+    pairs, `hlopt.compiler.stages.check_compiler_options`) gives."""
     h = hashlib.sha256()
     for part in (
         b"hlopt-cache-key-v3",  # v3: executables compiled without debug locations

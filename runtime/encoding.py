@@ -148,8 +148,8 @@ def _build_export_node(name: Any, aux: Any, kids: list[Any]) -> Any:
         entry = export_node_deserializer(name)
     if entry is None:
         raise EncodingError(f"the program holds pytree nodes registered with jax.export as {name!r}, which this "
-                            "process has not registered: call jax.export.register_pytree_node_serialization "
-                            "for that class (import the library that does) before loading")
+                            "process has not registered: import MODULE, the module whose "
+                            "jax.export.register_pytree_node_serialization call registers that class, before loading")
     _, deserialize_aux, build = entry
     try:
         raw = base64.b64decode(aux, validate=True)

@@ -16,7 +16,7 @@ checks on every operation:
 - custom calls only to targets in `CUSTOM_CALLS`: the partitioner's markers
   (they never run), the LAPACK kernels jax calls on CPU (each declared, with the
   attributes and types checked here, by its entry of the linear-algebra op table,
-  passes/optable/linalg_names.py) and hlopt's own CPU
+  passes/optable/linalg.py) and hlopt's own CPU
   kernels (runtime/kernels.py: sparse products and SpGEMM, which also check every shape,
   index and count they read), each with the
   operand and result types jax gives them (a kernel trusts its buffers: a
@@ -56,10 +56,10 @@ from hlopt.compiler.parse_guard import ParseError, check_text
 from hlopt.passes.ir.locations import format_location, printable, shorten
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.walk import call_graph_problem
-from hlopt.passes.optable import linalg_names
+from hlopt.passes.optable import linalg
 from hlopt.passes.optable.kernel_types import FLOAT_TYPES, I32, Check, Config, Types, shapes_text, tensor, \
     types_text
-from hlopt.passes.optable.linalg_names import Char, LinalgTable
+from hlopt.passes.optable.linalg import Char, LinalgTable
 from hlopt.passes.xla_cpu.sparse_kernels import spgemm_count_runs
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
@@ -186,15 +186,14 @@ HLOPT_TARGETS: dict[str, Target] = {
 }
 
 
-
-def custom_calls(linalg: LinalgTable) -> dict[str, Target]:
-    """The allowlist with the LAPACK kernels of `linalg`: custom-call target -> the check of its
+def custom_calls(table: LinalgTable) -> dict[str, Target]:
+    """The allowlist with the LAPACK kernels of `table`: custom-call target -> the check of its
     operand and result types and the attributes its kernel reads."""
     return {
         "Sharding": Target(_marker_rule),
         "SPMDFullToShardShape": Target(_marker_rule),
         "SPMDShardToFullShape": Target(_marker_rule),
-        **{target: Target(entry.check(element), entry.chars) for target, (entry, element) in linalg.targets.items()},
+        **{target: Target(entry.check(element), entry.chars) for target, (entry, element) in table.targets.items()},
         **HLOPT_TARGETS,
         # hlopt's SpGEMM kernels (runtime/native/spgemm.cc), called through jax.ffi.ffi_call (which gives
         # their row-major layouts); they check every index and count they read
@@ -203,7 +202,7 @@ def custom_calls(linalg: LinalgTable) -> dict[str, Target]:
     }
 
 
-CUSTOM_CALLS = custom_calls(linalg_names.TABLE)
+CUSTOM_CALLS = custom_calls(linalg.TABLE)
 
 # Attributes that change what buffers a kernel is handed (layouts, results aliasing operands): hlopt's
 # kernels read row-major buffers of their own, so a call of one that carries any is refused.

@@ -39,7 +39,7 @@ from typing import Optional
 from hlopt.passes.ir import builders
 from hlopt.passes.optable import derivatives
 from hlopt.passes.autodiff import jet_directions
-from hlopt.passes.optable import linalg_names
+from hlopt.passes.optable import linalg
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir
 from hlopt.passes.autodiff.terms import Term, TermAlgebra
@@ -941,8 +941,8 @@ def custom_call(b, op, ins):
         return [b.series(op.result)]
     if target in SHARDING_TARGETS and len(op.operands) == 1:
         return linear(0, directions=jet_directions.identity)(b, op, ins)
-    if linalg_names.is_linalg(op):
-        return linalg_names.jet(b, op, ins)
+    if linalg.is_linalg(op):
+        return linalg.jet(b, op, ins)
     raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}", op.location)
 
 

@@ -5,7 +5,7 @@ JAX spells a factorization or a triangular solve as a LAPACK custom call on CPU
 `...heevd_ffi`, `...geqrf_ffi`, the Householder product `...orgqr_ffi` /
 `...ungqr_ffi` and the SVD `...gesdd_ffi` / `...gesvd_ffi`) and as
 `stablehlo.cholesky` / `stablehlo.triangular_solve` elsewhere; the op table
-`passes/optable/linalg_names.py` lists those spellings and names each meaning's
+`passes/optable/linalg.py` lists those spellings and names each meaning's
 record here: `Cholesky`, `TriangularSolve`, `LU`, `Eigh`, `QR`,
 `HouseholderProduct` or `SVD`. `meaning(op)` finds the entry and builds its record
 from either spelling (`Record.from_call` reads the call's attribute characters,
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Optional
 
 from hlopt.passes.ir import builders
 from hlopt.passes.base import PassError
-from hlopt.passes.optable import linalg_names
+from hlopt.passes.optable import linalg
 from hlopt.passes.optable.kernel_types import Config
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.ir.walk import call_target
@@ -230,7 +230,7 @@ def _elem_check(op: ir.Operation, name: str) -> None:
 
 
 class Record(abc.ABC):
-    """The rules of one linear-algebra meaning, built from a spelling of it; `linalg_names.TABLE`
+    """The rules of one linear-algebra meaning, built from a spelling of it; `linalg.TABLE`
     names the record of each entry."""
 
     @classmethod
@@ -842,9 +842,9 @@ def _permutation_matrix(pivots: Value, like: Value) -> Value:
 
 
 def meaning(op: ir.Operation, name: str = "jet-expand") -> Record | None:
-    """The record of the entry of `linalg_names.TABLE` that `op` spells (a LAPACK custom call
+    """The record of the entry of `linalg.TABLE` that `op` spells (a LAPACK custom call
     or a StableHLO op), or None if it spells none."""
-    entry = linalg_names.TABLE.find(op)
+    entry = linalg.TABLE.find(op)
     if entry is None:
         return None
     record: type[Record] = globals()[entry.record]
@@ -855,13 +855,13 @@ def meaning(op: ir.Operation, name: str = "jet-expand") -> Record | None:
 
 
 def jet(b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
-    """The Taylor rule of `op`, a linear-algebra operation (`linalg_names.is_linalg`)."""
+    """The Taylor rule of `op`, a linear-algebra operation (`linalg.is_linalg`)."""
     _elem_check(op, "jet-expand")
     return meaning(op, "jet-expand").jet(b, op, ins)
 
 
 def vjp(b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
-    """The reverse-mode rule of `op`, a linear-algebra operation (`linalg_names.is_linalg`)."""
+    """The reverse-mode rule of `op`, a linear-algebra operation (`linalg.is_linalg`)."""
     _elem_check(op, "vjp-expand")
     return meaning(op, "vjp-expand").vjp(b, op, cts, wants)
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from hlopt.passes.ir import builders
 from hlopt.passes.optable import derivatives
-from hlopt.passes.optable import linalg_names
+from hlopt.passes.optable import linalg
 from hlopt.passes.base import PassError
 from hlopt.passes.autodiff.jet_rules import STOP_GRADIENT, check_stop_gradient
 from hlopt.passes.mlir import ir, stablehlo
@@ -985,8 +985,8 @@ def custom_call(b, op, cts, wants):
         return reapply(b, op, cts[0])
     if target in SPMD_SHAPES and len(op.operands) == 1:
         return [_cross_shard_boundary(op, cts[0], target)]
-    if linalg_names.is_linalg(op):
-        return linalg_names.vjp(b, op, cts, wants)
+    if linalg.is_linalg(op):
+        return linalg.vjp(b, op, cts, wants)
     lowering = lowering_pass_for(target)
     hint = f" (run '{lowering}' before 'vjp-expand')" if lowering and lowering != "vjp-expand" else ""
     raise PassError(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' @{target}{hint}", op.location)

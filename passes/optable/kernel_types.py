@@ -4,7 +4,7 @@ A kernel trusts its buffers (a result smaller than its operand would be written 
 so `runtime/portable.py` checks every allowlisted call's types with a `Check`: the kernel's
 operand and result types and its decoded attributes in, what is wrong (a phrase that follows
 "custom call to @target") or None out. The LAPACK kernels' checks are entries of the
-linear-algebra table (`linalg_names`); hlopt's own kernels' are in the runtime.
+linear-algebra table (`linalg`); hlopt's own kernels' are in the runtime.
 """
 
 from __future__ import annotations

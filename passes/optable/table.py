@@ -19,7 +19,7 @@ An op of the derivative family is one formula in `hlopt.passes.optable.derivativ
 ct f'(x)); `build` gives every formula an entry unless the table has one for it
 (to add spellings or replace one rule). Linear-algebra ops (LAPACK custom calls,
 cholesky, triangular_solve) have one entry that hands them to
-`hlopt.passes.optable.linalg_names`.
+`hlopt.passes.optable.linalg`.
 
 A rule of the table builds through the builders of `hlopt.passes.autodiff`; a
 directions rule is needed by the rules that apply the op itself to coefficients
@@ -37,7 +37,7 @@ from hlopt.passes.autodiff import jet_rules as jet
 from hlopt.passes.autodiff import vjp_rules as vjp
 from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
-from hlopt.passes.optable import derivatives, linalg_names
+from hlopt.passes.optable import derivatives, linalg
 
 Transpose = Callable[[vjp.VjpBuilder, ir.Operation, ir.Value], list[vjp.Term]]
 
@@ -218,7 +218,7 @@ ENTRIES: list[OpEntry] = [
     custom("stablehlo.case", vjp_rule=vjp.branches, spellings=("stablehlo.if",), why={"jet": STRUCTURE}),
     custom("func.call", vjp_rule=vjp.call, why={"jet": STRUCTURE}),
     custom("stablehlo.custom_call", jet_rule=jet.custom_call, vjp_rule=vjp.custom_call),
-    *(custom(name, jet_rule=linalg_names.jet, vjp_rule=linalg_names.vjp) for name in linalg_names.OP_NAMES),
+    *(custom(name, jet_rule=linalg.jet, vjp_rule=linalg.vjp) for name in linalg.OP_NAMES),
     # no rules
     *without_rules(NOT_DIFFERENTIABLE, *(f"stablehlo.{n}" for n in (
         "and", "or", "not", "xor", "shift_left", "shift_right_arithmetic", "shift_right_logical", "popcnt",

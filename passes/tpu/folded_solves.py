@@ -87,6 +87,10 @@ def _solve(op: ir.Operation) -> list[ir.Value] | None:
 class FoldedSolves(Pass):
     """Triangular solves of folded stacks of right-hand sides as products with the factor's inverse.
 
+    Backend: XLA's TPU compiler copies a folded stack of right-hand sides into the solve's layout
+    and back, copies that cost more than the solve; benchmark: `bench/taylor_tpu.py --without
+    tpu-folded-solves` (kinetic, gradient).
+
     A float32 `triangular_solve` of a factor of at most `BLOCK` rows whose right-hand side
     joins two dimensions of a stack `R` becomes the product of the factor's inverse (the
     solve of the identity) with `R` at HIGHEST precision, reshaped as the solve's result.

@@ -2,7 +2,7 @@
 written the way XLA:CPU (jaxlib 0.10.2) runs them fastest.
 
 lower-bcoo emits the plain forms: a row mask broadcast over the index columns selects between
-two index arrays (`bcoo_index.where`), and an entry's columns are combined by a reduce. On
+two index arrays (`passes/sparse/index.py`'s `where`), and an entry's columns are combined by a reduce. On
 XLA:CPU:
 
 - a select whose predicate is a row mask broadcast over the trailing (column) dim becomes, in

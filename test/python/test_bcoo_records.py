@@ -5,7 +5,7 @@ abstract evaluation, validation and lower-bcoo.
   signature (read back with `hlopt.passes.sparse.bcoo.read`), a numeric test here (against the dense
   computation) and a lit case in test/lit/lower-bcoo; a record without one fails by name;
 - `Record.config` refuses parameters its signature does not name and fields of the wrong kind;
-- scratch ops (`bcoo_scratch_ops.py`: one record module, no jax) are added to a scratch
+- scratch ops (`support/bcoo_scratch_ops.py`: one record module, no jax) are added to a scratch
   registry: their primitives, lowering, validation, eager calls, jit, grad (through other
   ops' primitives), JVP and vmap all come from the records, and the shipped registry does not
   know them.
@@ -30,7 +30,7 @@ from hlopt.passes.base import PassError
 from hlopt.passes.ir.walk import walk_ops
 from hlopt.sparse import rules
 
-import bcoo_scratch_ops as scratch_ops
+from support import bcoo_scratch_ops as scratch_ops
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit" / "lower-bcoo"
 DIMS = (((1,), (0,)), ((), ()))
@@ -150,7 +150,7 @@ def test_a_registry_holds_each_name_once():
 
 
 # ---------------------------------------------------------------------------
-# Scratch ops: everything they need is one record module (bcoo_scratch_ops.py, which imports no
+# Scratch ops: everything they need is one record module (support/bcoo_scratch_ops.py, which imports no
 # jax); `hlopt.sparse.rules` builds their primitives, with vmap, JVP and transpose, from it.
 
 
@@ -291,7 +291,7 @@ LAYOUT_CASES = [  # (shape, data shape, indices shape, index dtype, the fragment
 @pytest.mark.parametrize("shape, data, indices, dtype, problem", LAYOUT_CASES)
 def test_a_files_bcoo_check_is_the_constructors_layout_rule(shape, data, indices, dtype, problem):
     """The runtime's check of a BCOO node (registered by hlopt.sparse) and the BCOO constructor
-    read one layout rule (bcoo_shapes.layout)."""
+    read one layout rule (hlopt.passes.sparse.shapes.layout)."""
     from hlopt.runtime.encoding import NODE_CHECKS
 
     check = NODE_CHECKS["hlopt.sparse.BCOO"]

@@ -25,6 +25,8 @@ from hlopt.passes.mlir import get_context
 from hlopt.runtime import cache as cache_mod
 from hlopt.runtime.pjrt import BuildFlags, get_client
 
+from support import script
+
 X = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
 
 
@@ -455,11 +457,10 @@ def test_concurrent_processes_share_one_entry(tmp_path):
 
 def test_custom_partitioning_hits_across_processes_where_jax_misses(tmp_path):
     """JAX's key holds the partitioner's address; hlopt's annotation names it by a stable key."""
-    worker = str(Path(__file__).parent / "cache_cp_worker.py")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
 
     def run(*argv, **extra):
-        proc = subprocess.run([sys.executable, worker, *argv], env=dict(env, **extra), capture_output=True,
+        proc = subprocess.run([*script("cache_cp_worker"), *argv], env=dict(env, **extra), capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr[-3000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -485,7 +486,7 @@ EVICTING = ("import sys, numpy as np, jax.numpy as jnp, hlopt\n"
 def compile_evicting(cache: Path) -> int:
     """Three compiles through `cache` with a 1-byte limit (each evicts all but its own entry), in a capped
     process; the cache misses it counted (0 if it refused the cache)."""
-    from sandbox import assert_survived, run_capped
+    from support.sandbox import assert_survived, run_capped
 
     outcome = run_capped(["-c", EVICTING], env={cache_mod.ENV_DIR: str(cache), cache_mod.ENV_MAX_BYTES: "1"})
     assert_survived(outcome)

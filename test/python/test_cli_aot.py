@@ -332,7 +332,7 @@ def test_pytree_paths_are_kept_through_save_and_load(tmp_path, capsys):
 
 
 def test_files_without_names_still_load_and_malformed_names_are_refused(workdir, capsys):
-    from forge import resign, unpack
+    from support.forge import resign, unpack
 
     import hlopt as api
 
@@ -471,3 +471,56 @@ def test_run_and_inspect_import_the_modules_that_define_a_files_classes(workdir,
     missing = _cli(tmp, env, "run", "m.hlx", "--input", "in.npz", "--import", "no_such_module")
     assert missing.returncode == 1 and "hlopt: error: cannot import 'no_such_module': no no_such_module.py" \
         in missing.stderr
+
+
+EXPORT_REGISTERED = """
+import dataclasses
+import json
+
+import jax
+
+
+@dataclasses.dataclass
+class Scaled:
+    w: jax.Array
+    scale: float
+
+
+jax.tree_util.register_pytree_node(Scaled, lambda s: ((s.w,), s.scale), lambda scale, kids: Scaled(kids[0], scale))
+jax.export.register_pytree_node_serialization(
+    Scaled, serialized_name="clitest.Scaled", serialize_auxdata=lambda scale: json.dumps(scale).encode(),
+    deserialize_auxdata=json.loads)
+"""
+
+
+def test_a_class_registered_with_jax_export_names_import_for_its_unnamed_module(workdir, monkeypatch):
+    """A file holding a class registered with jax.export names the registration, not a module: the load's
+    error says to import the module that registers it; the command line's says `--import MODULE`."""
+    tmp, _ = workdir
+    (tmp / "export_registered.py").write_text(EXPORT_REGISTERED)
+    monkeypatch.syspath_prepend(str(tmp))
+    import export_registered
+
+    key = "the key of the machine that compiled " * 2
+    monkeypatch.setenv("HLOPT_KEY", key)
+    import hlopt as api
+
+    arg = export_registered.Scaled(np.arange(3, dtype=np.float32), 2.0)
+    api.jit(lambda s: s.w * s.scale).lower(arg).compile().save(tmp / "m.hlx")
+    np.savez(tmp / "in.npz", arg.w)
+    env = {"HLOPT_KEY": key, "PYTHONPATH": os.environ.get("PYTHONPATH")}
+    python = subprocess.run([sys.executable, "-c", "import hlopt; hlopt.load('m.hlx')"], cwd=tmp, capture_output=True,
+                            text=True, env={k: v for k, v in {**os.environ, **env}.items() if v is not None})
+    assert python.returncode == 1
+    assert ("registered with jax.export as 'clitest.Scaled', which this process has not registered: import MODULE, "
+            "the module whose jax.export.register_pytree_node_serialization call registers that class, before loading"
+            ) in python.stderr, python.stderr
+    for command in (["run", "m.hlx", "--input", "in.npz"], ["inspect", "m.hlx"]):
+        refused = _cli(tmp, env, *command)
+        assert refused.returncode == 1 and len(refused.stderr.splitlines()) == 1, refused.stderr
+        assert ("which this process has not registered: pass --import MODULE, the module whose "
+                "jax.export.register_pytree_node_serialization call registers that class") in refused.stderr
+        assert "before loading" not in refused.stderr, refused.stderr
+    ran = _cli(tmp, env, "run", "m.hlx", "--input", "in.npz", "--import", "export_registered", "--output", "o.npz")
+    assert ran.returncode == 0, ran.stderr
+    np.testing.assert_array_equal(np.load(tmp / "o.npz")["out"], arg.w * 2.0)

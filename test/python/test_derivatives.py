@@ -22,9 +22,9 @@ from hlopt.passes.optable import derivatives
 from hlopt.passes.optable import table
 from hlopt.passes.optable.derivatives import X, Y, op, polynomial
 
-from references import taylor_by_nested_jvp
-from vjp_harness import hlopt_vjp, jax_vjp
-import op_tables
+from support import op_tables
+from support.references import taylor_by_nested_jvp
+from support.vjp_harness import hlopt_vjp, jax_vjp
 
 ORDER = 5
 _W = np.random.default_rng(7).normal(size=(7, 3)) / 2

@@ -14,13 +14,9 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-import forge
-from nesting_limits import GENERATORS
-from sandbox import run_capped
 
 import hlopt
 from hlopt.cli.main import main as hlopt_main
@@ -41,6 +37,10 @@ from hlopt.passes.ir.locations import ERROR_LINE_LIMIT
 from hlopt.passes.mlir import get_context, ir, serialize_portable_artifact
 from hlopt.passes.ir.walk import MAX_CALL_DEPTH
 from hlopt.runtime.compile import compile_lowered
+
+from support import TESTS, forge, script
+from support.nesting_limits import GENERATORS
+from support.sandbox import run_capped
 
 GOOD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %a, %a : tensor<4xf32>
@@ -68,7 +68,7 @@ def assert_one_error_line(returncode, stderr, prefix):
     assert "Traceback" not in stderr and len(lines[0]) <= ERROR_LINE_LIMIT
 
 
-# Depths at which the unguarded parser, printer or XLA killed the process (test/python/nesting_limits.py).
+# Depths at which the unguarded parser, printer or XLA killed the process (test/python/support/nesting_limits.py).
 CRASHING_DEPTHS = {
     "tuple": 20_000, "function-type": 20_000, "array": 100_000, "dictionary": 100_000, "module": 5_000,
     "generic-op": 3_000, "callsite-location": 40_000, "fused-location": 40_000, "array-aliases": 30_000,
@@ -271,7 +271,6 @@ def test_the_api_raises_the_same_pipeline_errors():
         lowered.apply("inline{default-pipeline=jet-expand}")
     with pytest.raises(PipelineError, match="at most 1000"):
         lowered.compile(",".join(["cse"] * 2000))
-
 
 
 def test_a_nested_pass_pipeline_aborted_mlir(tmp_path):
@@ -520,7 +519,7 @@ def test_a_batched_jet_order_that_is_not_an_integer_is_located(tmp_path, capfd):
 
 # --- the standing fuzz target ----------------------------------------------------------------------
 
-FUZZ_WORKER = str(Path(__file__).parent / "fuzz_worker.py")
+FUZZ_WORKER = script("fuzz_worker")
 FUZZ_SEED, FUZZ_CASES = 20261206, 60
 
 
@@ -528,7 +527,7 @@ def test_mutated_modules_end_in_success_or_one_typed_line(tmp_path):
     """hlopt-opt and hlopt compile on mutated valid modules (line terminators, nesting, huge dimension lists,
     recursion, doubling chains, random pipelines, random bytes), in one capped process: a crash or a hang
     fails the test naming the case it stopped at; a traceback, an untyped error or more lines fail it too."""
-    outcome = run_capped(["-u", FUZZ_WORKER, "--text", str(FUZZ_SEED), str(FUZZ_CASES), str(tmp_path)], timeout=240)
+    outcome = run_capped([*FUZZ_WORKER, "--text", str(FUZZ_SEED), str(FUZZ_CASES), str(tmp_path)], timeout=240)
     current = (tmp_path / "current").read_text() if (tmp_path / "current").exists() else "none"
     assert not outcome.timed_out and outcome.signal is None and outcome.returncode == 0, (
         f"{outcome.describe()}\nstopped at case {current}")
@@ -540,7 +539,7 @@ def test_mutated_modules_end_in_success_or_one_typed_line(tmp_path):
 def test_the_text_fuzzer_reports_a_crash_and_an_untyped_error(tmp_path):
     """The controls: a worker whose tool segfaults dies with SIGSEGV; one whose tool raises a bare KeyError
     lists it."""
-    prefix = (f"import sys, ctypes; sys.path.insert(0, {str(Path(FUZZ_WORKER).parent)!r}); import fuzz_worker\n"
+    prefix = (f"import sys, ctypes; sys.path.insert(0, {str(TESTS)!r}); from support import fuzz_worker\n"
               "import hlopt.cli.opt as opt\n")
     run = f"sys.argv = ['w', '--text', '{FUZZ_SEED}', '9', {str(tmp_path)!r}]\nfuzz_worker.main()"
     crash = run_capped(["-c", prefix + "opt.process = lambda *a, **k: ctypes.string_at(0)\n" + run], timeout=120)

@@ -22,7 +22,8 @@ from hlopt.passes.autodiff.jet_expand import MAX_WORK, rule_growth
 from hlopt.passes.autodiff.jet_rules import CUBIC, LINEAR, QUADRATIC
 from hlopt.passes.mlir import get_context, ir
 from hlopt.compiler.pipeline import run_pipeline
-from sandbox import run_capped
+
+from support.sandbox import run_capped
 
 T = "tensor<f32>"
 

@@ -19,13 +19,14 @@ import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import jet as jax_jet
-from references import taylor_by_nested_jvp, vjp_of_a_jet
 
 import hlopt
 from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
 from hlopt.runtime.compile import compile_lowered
-from vjp_harness import _signature, jax_vjp
+
+from support.references import taylor_by_nested_jvp, vjp_of_a_jet
+from support.vjp_harness import _signature, jax_vjp
 
 
 def _coefficients(fun: Callable, primals, series) -> list:

@@ -22,9 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jax import lax
 from jax.experimental import jet as jax_jet
-from references import taylor_by_nested_jvp
 
 import hlopt
+
+from support.references import taylor_by_nested_jvp
 
 SHAPE = (2, 3)
 _W = np.random.default_rng(7).normal(size=(3, 3)) / 2

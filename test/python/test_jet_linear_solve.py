@@ -22,9 +22,10 @@ import jax.scipy.sparse.linalg as jsp_linalg
 import numpy as np
 import pytest
 from jax import lax
-from references import taylor_by_nested_jvp
 
 import hlopt
+
+from support.references import taylor_by_nested_jvp
 
 ORDER = 4
 N = 4

@@ -20,10 +20,11 @@ import jax.scipy.sparse.linalg as jsp_linalg
 import numpy as np
 import pytest
 from jax import lax
-from test_jet_rules import taylor_by_nested_jvp
 
 import hlopt
 from hlopt.taylor import _for_taylor
+
+from support.references import taylor_by_nested_jvp
 
 ORDER = 3
 

@@ -20,7 +20,8 @@ from jax import lax
 from jax.experimental import jet as jax_jet
 
 import hlopt
-from references import taylor_by_nested_jvp, while_data_dependent
+
+from support.references import taylor_by_nested_jvp, while_data_dependent
 
 ORDER = 6
 N = 5
@@ -36,7 +37,6 @@ DOMAINS: dict[str, Callable[[np.random.Generator], np.ndarray]] = {
     "ties": lambda r: np.array([0.3, -1.0, 0.3, 2.0, 0.3]),
     "ties2": lambda r: np.array([0.3, 1.0, -0.4, 2.0, 0.1]),  # equal to "ties" at 0 and 4
 }
-
 
 
 def _conv(x, w):

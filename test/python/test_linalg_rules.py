@@ -19,13 +19,14 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 from jax import lax
-from test_jet_rules import taylor_by_nested_jvp
-from vjp_harness import _as_entry, _signature, hlopt_vjp, jax_vjp
 
 import hlopt
 from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
 from hlopt.runtime.compile import compile_lowered
+
+from support.references import taylor_by_nested_jvp
+from support.vjp_harness import _as_entry, _signature, hlopt_vjp, jax_vjp
 
 ORDER = 4
 N = 4

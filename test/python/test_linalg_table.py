@@ -1,4 +1,4 @@
-"""The linear-algebra op table (passes/optable/linalg_names.py): adding a LAPACK-backed op is one entry.
+"""The linear-algebra op table (passes/optable/linalg.py): adding a LAPACK-backed op is one entry.
 
 A scratch copy of the table with one entry more, Cholesky under the scratch kernel name
 `scratchpotrf` (whose float64 target, `@lapack_dscratchpotrf_ffi`, is jaxlib's dpotrf
@@ -19,17 +19,18 @@ import jaxlib.lapack
 import numpy as np
 import pytest
 from jax import lax
-from test_jet_rules import taylor_by_nested_jvp
 from test_linalg_rules import _assert_series, _jet_of_module, _random, _rng
-from vjp_harness import hlopt_vjp, jax_vjp
 
 from hlopt.compiler.program import parse_module
 from hlopt.passes.autodiff import linalg_rules
-from hlopt.passes.optable import linalg_names
+from hlopt.passes.optable import linalg
 from hlopt.passes.optable.kernel_types import I32
-from hlopt.passes.optable.linalg_names import UPLO, LinalgOp, LinalgTable, matrix
+from hlopt.passes.optable.linalg import UPLO, LinalgOp, LinalgTable, matrix
 from hlopt.runtime import portable
 from hlopt.runtime.portable import PortableCheckError, check_portable
+
+from support.references import taylor_by_nested_jvp
+from support.vjp_harness import hlopt_vjp, jax_vjp
 
 # The one entry: its spelling, its record of rules, the attributes and types its kernel takes.
 SCRATCH = LinalgOp("cholesky under a scratch name", "Cholesky", ("scratchpotrf",), chars=(UPLO,),
@@ -48,8 +49,8 @@ def _register_scratch_kernel() -> None:
 @pytest.fixture
 def scratch_table(monkeypatch):
     """The table with SCRATCH, read by the rules and the allowlist for the test."""
-    table = LinalgTable([*linalg_names.TABLE.entries, SCRATCH])
-    monkeypatch.setattr(linalg_names, "TABLE", table)
+    table = LinalgTable([*linalg.TABLE.entries, SCRATCH])
+    monkeypatch.setattr(linalg, "TABLE", table)
     monkeypatch.setattr(portable, "CUSTOM_CALLS", portable.custom_calls(table))
     _register_scratch_kernel()
 
@@ -73,17 +74,17 @@ def _case():
 
 
 def test_every_entry_names_a_record_and_gives_the_allowlist_its_targets():
-    for entry in linalg_names.TABLE.entries:
+    for entry in linalg.TABLE.entries:
         assert issubclass(getattr(linalg_rules, entry.record), linalg_rules.Record), entry.meaning
     lapack = {t: c for t, c in portable.CUSTOM_CALLS.items() if t.startswith("lapack_")}
-    assert set(lapack) == set(linalg_names.TABLE.targets)
-    for target, (entry, _) in linalg_names.TABLE.targets.items():
+    assert set(lapack) == set(linalg.TABLE.targets)
+    for target, (entry, _) in linalg.TABLE.targets.items():
         assert lapack[target].chars == entry.chars, target
 
 
 def test_a_spelling_of_two_entries_is_refused():
     with pytest.raises(ValueError, match="lapack_spotrf_ffi spells 'cholesky under a scratch name' and another"):
-        LinalgTable([*linalg_names.TABLE.entries, dataclasses.replace(SCRATCH, kernels=("potrf",))])
+        LinalgTable([*linalg.TABLE.entries, dataclasses.replace(SCRATCH, kernels=("potrf",))])
 
 
 def _call_module(operand: str, results: str, config: str = "{uplo = 76 : ui8}") -> str:

@@ -1,6 +1,6 @@
 """hlopt's CPU kernels (runtime/native/) never read or write outside their buffers, error paths included.
 
-`native_kernel_child.py` hands every kernel forged operands (negative and oversized indices,
+`support/native_kernel_child.py` hands every kernel forged operands (negative and oversized indices,
 non-monotone and overlong indptr, attributes that disagree with the buffers, no entries, empty
 dims, sizes past int64) and checks numpy's numbers or an error. It runs on the built extension
 in a capped child, and on an AddressSanitizer build (`HLOPT_SANITIZE=address`, setup.py) made
@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import assert_survived, run_capped
+from support import script
+from support.sandbox import assert_survived, run_capped
 
 ROOT = Path(__file__).resolve().parents[2]
-CHILD = Path(__file__).with_name("native_kernel_child.py")
+CHILD = script("native_kernel_child")
 
 
 def compiler() -> str | None:
@@ -49,7 +50,7 @@ def sanitizer_env() -> dict[str, str]:
 
 def run_sanitized(*args: str) -> subprocess.CompletedProcess:
     """The child run with the AddressSanitizer runtime (no address-space cap: its shadow memory needs terabytes)."""
-    return subprocess.run([sys.executable, str(CHILD), *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([*CHILD, *args], capture_output=True, text=True, timeout=300,
                           env=sanitizer_env())
 
 
@@ -70,7 +71,7 @@ def test_forged_operands_on_the_built_kernels():
 
     if not kernels.available():
         pytest.skip("hlopt's CPU kernels are not built (installed without a C++ compiler)")
-    outcome = run_capped([sys.executable, str(CHILD)], env={"JAX_PLATFORMS": "cpu"})
+    outcome = run_capped(CHILD, env={"JAX_PLATFORMS": "cpu"})
     assert_survived(outcome)
     assert "survived" in outcome.stdout, outcome.stdout
 

@@ -20,7 +20,8 @@ import pytest
 
 import hlopt
 from hlopt import sparse as hs
-from sandbox import assert_survived, run_capped
+
+from support.sandbox import assert_survived, run_capped
 
 _CHILD = textwrap.dedent("""
     import importlib.abc, sys

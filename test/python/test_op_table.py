@@ -24,9 +24,9 @@ from hlopt.passes.autodiff.jet_expand import FunctionJet
 from hlopt.passes.optable import derivatives, table
 from hlopt.passes.optable.derivatives import op
 
-import op_tables
-from references import taylor_by_nested_jvp
-from vjp_harness import hlopt_vjp, jax_vjp
+from support import op_tables
+from support.references import taylor_by_nested_jvp
+from support.vjp_harness import hlopt_vjp, jax_vjp
 
 ORDER = 3
 _W = np.random.default_rng(5).normal(size=(5, 4)) / 2

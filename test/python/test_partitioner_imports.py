@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Outcome, run_capped
+from support.sandbox import Outcome, run_capped
 
 MODULE = textwrap.dedent("""\
     sdy.mesh @mesh = <["x"=8]>

@@ -15,7 +15,8 @@ from hypothesis import given, settings, strategies as st
 
 import hlopt
 from hlopt import jet
-from references import assert_unbiased
+
+from support.references import assert_unbiased
 
 RTOL = 1e-10
 

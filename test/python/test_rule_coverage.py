@@ -27,7 +27,7 @@ import test_derivatives
 import test_jet_rules
 import test_linalg_rules
 import test_vjp_rules
-from hlopt.passes.optable import derivatives, linalg_names, table
+from hlopt.passes.optable import derivatives, linalg, table
 from hlopt.passes import registry
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit"
@@ -167,7 +167,7 @@ LAPACK_KIND = re.compile(r"lapack_[sdcz]([a-z]+)_ffi")
 
 def test_every_lapack_kind_has_a_lit_case_for_both_transforms():
     """Numeric: test_linalg_rules runs every kind (OPS) against nested jvp and jax.vjp."""
-    kinds = {k for e in linalg_names.TABLE.entries for k in (*e.kernels, *e.complex_kernels)}
+    kinds = {k for e in linalg.TABLE.entries for k in (*e.kernels, *e.complex_kernels)}
     folders = ("jet-expand", "vjp-expand")
     found = {f"{folder}: {k}" for folder in folders for p in (LIT / folder).glob("*.mlir")
              for k in LAPACK_KIND.findall(p.read_text())}

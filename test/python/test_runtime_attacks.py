@@ -4,7 +4,7 @@ The attacker can edit any byte of a file or cache entry and recompute every
 checksum that needs no key (forge.forge), put FIFOs, devices, symlinks and
 huge sparse files where files are expected, and write terminal escape
 sequences into manifests. Each attack runs in a fresh process
-(attack_worker.py, or the `hlopt` command) with a timeout; the tests check
+(support/attack_worker.py, or the `hlopt` command) with a timeout; the tests check
 that it neither crashed nor hung, that no payload ran, and that every case
 was refused with an ExecutableFileError (the CLI: one line, exit status 1)
 or, with trust="portable", gave the right numbers.
@@ -24,13 +24,14 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-import forge
-from sandbox import Outcome, assert_survived, run_capped
 import hlopt
-from attack_worker import X, Y, f, g
 from hlopt.runtime import container, files
 
-WORKER = str(Path(__file__).parent / "attack_worker.py")
+from support import forge, script
+from support.attack_worker import X, Y, f, g
+from support.sandbox import Outcome, assert_survived, run_capped
+
+WORKER = script("attack_worker")
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def attack(tmp_path: Path, cases: list[dict], env: dict | None = None) -> list[d
     """Run `cases` in a fresh process under sandbox.py's caps; it must exit normally, within the timeout."""
     spec = tmp_path / f"spec-{random.random()}.json"
     spec.write_text(json.dumps({"cases": cases}))
-    proc = run_capped(["-u", WORKER, str(spec)], env=env)
+    proc = run_capped([*WORKER, str(spec)], env=env)
     assert_survived(proc)
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     for case, result in zip(cases, results, strict=True):
@@ -491,7 +492,7 @@ def test_portable_modules_xla_cannot_run_are_refused_at_load(tmp_path, name):
     spec = tmp_path / "control.json"
     spec.write_text(json.dumps({"cases": [{"kind": "load", "file": forged, "trust": "portable", "unchecked": True,
                                            "inputs": str(tmp_path / "a.npz")}]}))
-    control = run_capped(["-u", WORKER, str(spec)])
+    control = run_capped([*WORKER, str(spec)])
     assert control.signal is not None or f'"{unchecked}"' in control.stdout, control.describe() + control.stdout
     (portable,) = attack(tmp_path, [{"kind": "load", "file": forged, "trust": "portable",
                                      "inputs": str(tmp_path / "a.npz")}])

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-import forge
 import hlopt
 from hlopt.runtime import container, encoding, files
+
+from support import forge
 
 RNG = np.random.default_rng(6)
 

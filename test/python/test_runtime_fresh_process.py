@@ -2,7 +2,7 @@
 
 One process compiles and saves programs calling each LAPACK kernel of
 runtime/portable.py's allowlist (four element types), hlopt's own CPU kernels
-(two) and the GSPMD partitioner's markers (fresh_worker.py); fresh processes,
+(two) and the GSPMD partitioner's markers (support/fresh_worker.py); fresh processes,
 each with a timeout and a memory cap, load them by every route (`hlopt.load`,
 `hlopt.deserialize`, `trust="portable"`, a cache hit, `hlopt run`) and call
 them before anything else touched LAPACK or registered hlopt's kernels (a
@@ -14,25 +14,25 @@ A control shows the harness reports a child that segfaults.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hlopt.runtime.portable import CUSTOM_CALLS
-from sandbox import assert_survived, run_capped
 
-WORKER = str(Path(__file__).parent / "fresh_worker.py")
+from support import script
+from support.fresh_worker import PROGRAMS
+from support.sandbox import assert_survived, run_capped
+
+WORKER = script("fresh_worker")
 ENV = {"JAX_ENABLE_X64": "1", "HLOPT_KEY": "fresh-process key " * 2}
-sys.path.insert(0, str(Path(__file__).parent))
-from fresh_worker import PROGRAMS  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> tuple[Path, Path]:
     folder, cache = tmp_path_factory.mktemp("programs"), tmp_path_factory.mktemp("cache") / "c"
-    outcome = run_capped(["-u", WORKER, "save", str(folder)], env=dict(ENV, HLOPT_CACHE_DIR=str(cache)))
+    outcome = run_capped([*WORKER, "save", str(folder)], env=dict(ENV, HLOPT_CACHE_DIR=str(cache)))
     assert_survived(outcome)
     return folder, cache
 
@@ -57,7 +57,7 @@ def test_saved_programs_run_in_a_fresh_process(saved, mode):
     env = dict(ENV, HLOPT_CACHE_DIR=str(cache))
     if mode == "portable":
         env["HLOPT_KEY"] = "another user's key " * 2
-    assert_survived(run_capped(["-u", WORKER, "load", str(folder), mode], env=env))
+    assert_survived(run_capped([*WORKER, "load", str(folder), mode], env=env))
     assert_matches_jax(folder, mode)
 
 

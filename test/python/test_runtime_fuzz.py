@@ -3,7 +3,7 @@ manifests: none crashes, hangs or escapes as an untyped exception.
 
 Two genuine programs (one device; eight devices over a mesh) are saved under
 the user's key, and forged copies of them under an attacker's key. Mutations
-(fuzz_worker.py) edit the header, the manifest, the executable or the module
+(support/fuzz_worker.py) edit the header, the manifest, the executable or the module
 section, with the checksums left as they are or recomputed (`forged`);
 signed files are loaded with trust="signed", the attacker's with
 trust="portable", in CI-sized batches, each a fresh capped process with a
@@ -23,12 +23,13 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-import forge
 import hlopt
-from attack_worker import X, Y, f
-from sandbox import Outcome, run_capped
 
-WORKER = str(Path(__file__).parent / "fuzz_worker.py")
+from support import TESTS, forge, script
+from support.attack_worker import X, Y, f
+from support.sandbox import Outcome, run_capped
+
+WORKER = script("fuzz_worker")
 REGIONS = ("header", "manifest", "executable", "module")
 # (file, trust, forged, regions, how many per region)
 SECTIONS = ("manifest", "executable", "module")
@@ -72,7 +73,7 @@ def cases() -> list[list]:
 def run_batch(tmp_path: Path, files: dict[str, str], batch: list[list], index: int) -> tuple[Outcome, list]:
     spec = tmp_path / f"batch-{index}.json"
     spec.write_text(json.dumps({"files": files, "cases": batch}))
-    return run_capped(["-u", WORKER, str(spec)], timeout=BATCH_TIMEOUT_S), batch
+    return run_capped([*WORKER, str(spec)], timeout=BATCH_TIMEOUT_S), batch
 
 
 def test_mutated_files_are_refused_or_run(tmp_path, genuine):
@@ -134,7 +135,7 @@ def test_an_untyped_exception_is_reported(tmp_path, genuine_inputs):
     """The control: a reader that raises something other than a refusal is counted as an error."""
     spec = tmp_path / "untyped.json"
     spec.write_text(json.dumps({"files": genuine_inputs, "cases": [["xy.npz", "inputs", False, "bytes", 1]]}))
-    script = (f"import sys; sys.path.insert(0, {str(Path(WORKER).parent)!r}); import fuzz_worker\n"
+    script = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); from support import fuzz_worker\n"
               "from hlopt.cli import aot\n"
               "def fail(*args): raise KeyError('untyped')\n"
               "aot.read_inputs = fail\nsys.argv = ['w', sys.argv[1]]\nfuzz_worker.main()")
@@ -147,7 +148,7 @@ def test_a_batch_that_crashes_is_reported(tmp_path, genuine, monkeypatch):
     """The control: a worker that segfaults on its first case fails the batch, not silently."""
     spec = tmp_path / "crash.json"
     spec.write_text(json.dumps({"files": genuine, "cases": [["f", "signed", False, "header", 1]]}))
-    script = (f"import sys, ctypes; sys.path.insert(0, {str(Path(WORKER).parent)!r}); import fuzz_worker\n"
+    script = (f"import sys, ctypes; sys.path.insert(0, {str(TESTS)!r}); from support import fuzz_worker\n"
               "fuzz_worker.run = lambda data, trust: ctypes.string_at(0)\nsys.argv = ['w', sys.argv[1]]\n"
               "fuzz_worker.main()")
     outcome = run_capped(["-c", script, str(spec)], timeout=BATCH_TIMEOUT_S)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -14,9 +13,8 @@ from jax.sharding import PartitionSpec as P
 
 import hlopt
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-from multiprocess_program import ARGS, f  # noqa: E402
+from support import script
+from support.multiprocess_program import ARGS, f
 
 
 def free_port() -> int:
@@ -27,9 +25,8 @@ def free_port() -> int:
 
 def run_two_processes(out_dir: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, str(HERE / "multiprocess_worker.py"), str(port), str(i), str(out_dir)],
+    procs = [subprocess.Popen([*script("multiprocess_worker"), str(port), str(i), str(out_dir)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
     try:

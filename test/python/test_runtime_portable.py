@@ -19,13 +19,13 @@ import numpy as np
 from jax import lax
 import pytest
 
-import forge
-import fresh_worker
 import hlopt
 from hlopt.compiler.program import parse_module
 from hlopt.passes.mlir import ir
 from hlopt.runtime import files
 from hlopt.runtime.portable import PortableCheckError, check_portable
+
+from support import forge, fresh_worker
 
 RNG = np.random.default_rng(11)
 

@@ -1,6 +1,6 @@
 """Every refusal of a file, key or input is an ExecutableFileError (the CLI: one line, exit status 1).
 
-Each case runs in a fresh capped process (sandbox.py): `hlopt run` inputs that
+Each case runs in a fresh capped process (support/sandbox.py): `hlopt run` inputs that
 lie (a zip bomb, a .npy whose header and size disagree, another shape), an
 `--output` that is a link, names that are not UTF-8, NUL bytes in locations,
 a manifest without its signature, weak or unusable keys. Where the harness
@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import forge
 import hlopt
-from attack_worker import X, Y, f
-from sandbox import Outcome, assert_survived, run_capped
 from test_runtime_attacks import attack, write
+
+from support import forge
+from support.attack_worker import X, Y, f
+from support.sandbox import Outcome, assert_survived, run_capped
 
 BOMB_SHAPE = (16384, 16384)  # float64: 2 GiB of zeros, about 10 MB compressed: as much as BOMB_CAP
 BOMB_CAP = 2 << 30  # an hlopt process runs in it, but not with the bomb's data

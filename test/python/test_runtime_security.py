@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-import forge
 import hlopt
-from attack_worker import X, Y, f
 from hlopt.runtime import container, files
+
+from support import forge
+from support.attack_worker import X, Y, f
 
 @pytest.fixture(scope="module")
 def data():

@@ -23,12 +23,10 @@ import jax
 import numpy as np
 import pytest
 
-import forge
 import hlopt
-import saved_models_worker
 from hlopt.runtime import container, encoding
 
-HERE = Path(__file__).parent
+from support import forge, saved_models_worker, script
 
 
 def test_library_models_run_in_a_fresh_process(tmp_path):
@@ -37,7 +35,7 @@ def test_library_models_run_in_a_fresh_process(tmp_path):
         fun, args = build()
         hlopt.jit(fun).lower(*args).compile().save(tmp_path / f"{name}.hlx")
         want[name] = jax.jit(fun)(*args)
-    subprocess.run([sys.executable, str(HERE / "saved_models_worker.py"), "load", str(tmp_path)],
+    subprocess.run([*script("saved_models_worker"), "load", str(tmp_path)],
                    check=True, timeout=300)
     for name, value in want.items():
         np.testing.assert_allclose(np.load(tmp_path / f"{name}.got.npy"), value, rtol=1e-6, atol=1e-6,

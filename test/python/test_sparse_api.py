@@ -10,7 +10,8 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from test_sparse_util import assert_close, buffers, pair, random_data, strict_promotion  # noqa: F401
+
+from support.sparse_util import assert_close, buffers, pair, random_data, strict_promotion  # noqa: F401
 
 # (shape, index): the indexing cases of JAX's BCOO tests plus negative steps, Ellipsis and mixed forms.
 INDEX_CASES = [

@@ -15,7 +15,8 @@ from jax.experimental import sparse as js
 import hlopt
 from hlopt import sparse as hs
 from hlopt.sparse import bcoo as hbcoo
-from test_sparse_util import LAYOUTS, SHAPE, assert_close, buffers, strict_promotion, x64  # noqa: F401
+
+from support.sparse_util import LAYOUTS, SHAPE, assert_close, buffers, strict_promotion, x64  # noqa: F401
 
 
 def assert_same_bcoo(got: hs.BCOO, want: js.BCOO, dtype: str = "float32") -> None:

@@ -14,8 +14,9 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from references import assert_jvp_and_grad_match
-from test_sparse_util import SHAPE, assert_close, buffers, random_data, strict_promotion  # noqa: F401
+
+from support.references import assert_jvp_and_grad_match
+from support.sparse_util import SHAPE, assert_close, buffers, random_data, strict_promotion  # noqa: F401
 
 LAYOUTS = [(0, 0), (1, 1), (2, 0)]
 

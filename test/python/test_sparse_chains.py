@@ -27,7 +27,8 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from test_sparse_util import assert_close
+
+from support.sparse_util import assert_close
 
 DTYPES = ["float32", "int32", "complex64"]
 

@@ -30,8 +30,9 @@ import hlopt
 from hlopt import sparse as hs
 from hlopt.compiler.program import parse_module
 from hlopt.runtime.portable import PortableCheckError, check_portable
-from references import hostile_csr_layout
-from sandbox import run_hostile_kernel_child
+
+from support.references import hostile_csr_layout
+from support.sandbox import run_hostile_kernel_child
 
 MATMUL = (((1,), (0,)), ((), ()))
 TOL = {np.float32: 2e-5, np.float64: 1e-12}

@@ -16,7 +16,8 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from test_sparse_util import (  # noqa: F401 - strict_promotion: autouse
+
+from support.sparse_util import (  # noqa: F401 - strict_promotion: autouse
     DTYPES, LAYOUTS, SHAPE, assert_close, buffers, pair, random_data, strict_promotion, x64,
 )
 

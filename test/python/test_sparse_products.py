@@ -17,7 +17,8 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from test_sparse_util import DTYPES, assert_close, buffers, pair, random_data, strict_promotion, x64  # noqa: F401
+
+from support.sparse_util import DTYPES, assert_close, buffers, pair, random_data, strict_promotion, x64  # noqa: F401
 
 
 def dense_of(m: hs.BCOO) -> np.ndarray:

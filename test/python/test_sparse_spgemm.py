@@ -826,7 +826,7 @@ print("survived")
 def test_hostile_operands_handed_to_the_spgemm_kernels_are_dropped_or_refused():
     """Forged calls (an nse shorter or longer than the structure, huge cols) in a capped child:
     truncated, padded or refused with the kernel's error, never a crash."""
-    from sandbox import assert_survived, run_capped
+    from support.sandbox import assert_survived, run_capped
 
     outcome = run_capped(["-c", _HOSTILE_CHILD], env={"JAX_PLATFORMS": "cpu"})
     assert_survived(outcome)

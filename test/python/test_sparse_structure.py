@@ -17,7 +17,8 @@ from jax.experimental import sparse as js
 
 import hlopt
 from hlopt import sparse as hs
-from test_sparse_util import assert_close, buffers, pair, random_data, strict_promotion, x64  # noqa: F401
+
+from support.sparse_util import assert_close, buffers, pair, random_data, strict_promotion, x64  # noqa: F401
 
 DTYPES = ["float32", "float64", "int32", "complex64"]
 LAYOUTS = [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1)]  # (n_batch, n_dense) over a rank-3 shape

@@ -1,4 +1,4 @@
-"""The XLA:CPU tuning passes explain themselves to a reader: each docstring names the backend behaviour
+"""The tuning passes (XLA:CPU and TPU) explain themselves to a reader: each docstring names the backend behaviour
 it serves and its benchmark, no comment or docstring carries run figures, and options have names a
 user reads (a former spelling is refused with the new name)."""
 
@@ -15,15 +15,17 @@ from hlopt.passes.base import PassOptionError
 from hlopt.passes.xla_cpu.sum_as_dot import SumAsDot
 
 ROOT = Path(__file__).resolve().parents[2]
-XLA_CPU = registry.PASS_FOLDERS["xla_cpu"]
-# "Backend: <what XLA:CPU does>; benchmark: `bench/<file>.py ...`." in the class docstring
+# every platform folder's tuning passes (xla_cpu/, tpu/)
+TUNING = [name for folder in registry.PLATFORM_PREFIXES for name in registry.PASS_FOLDERS[folder]]
+# "Backend: <what the backend does>; benchmark: `bench/<file>.py ...`." in the class docstring
 BACKEND = re.compile(r"Backend: [^;]+; benchmark: `(bench/\w+\.py)[^`]*`", re.S)
-# benchmark figures and run history: "3x faster", "2.5 times slower", "12 ms", "load 13", "2-core"
+# benchmark figures and run history: "3x faster", "2.5 times slower", "12 ms", "load 13", "2-core",
+# "measured with jaxlib ...", "16,000 sizes take seconds"
 FIGURES = re.compile(r"\d+(\.\d+)? ?x (faster|slower)|\d+(\.\d+)? times (faster|slower)|\d+(\.\d+)? ?(ms|us|µs)\b"
-                     r"|load (average )?\d|\d+-core machine")
+                     r"|load (average )?\d|\d+-core machine|\bmeasured (with|on)\b|\btakes? (seconds|minutes)\b")
 
 
-@pytest.mark.parametrize("name", XLA_CPU)
+@pytest.mark.parametrize("name", TUNING)
 def test_each_tuning_pass_names_the_backend_behaviour_and_its_benchmark(name):
     doc = " ".join((registry.get_pass_class(name).__doc__ or "").split())
     found = BACKEND.search(doc)

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
-from vjp_harness import assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
+from support.vjp_harness import assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
 
 SHAPE = (4, 4)
 _PERM = np.array([2, 0, 3, 1, 1])

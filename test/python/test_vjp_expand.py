@@ -18,8 +18,9 @@ from hlopt.compiler.program import parse_module
 from hlopt.passes.base import PassError
 from hlopt.compiler.stages import AnnotationError, Lowered
 from hlopt.runtime.compile import compile_lowered
-from references import vjp_of_a_jet
-from vjp_harness import _signature, assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
+
+from support.references import vjp_of_a_jet
+from support.vjp_harness import _signature, assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
 
 rng = np.random.default_rng(0)
 X4 = rng.normal(size=4).astype(np.float32)

@@ -21,8 +21,8 @@ from jax import lax
 
 import hlopt
 
-from references import while_data_dependent
-from vjp_harness import assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
+from support.references import while_data_dependent
+from support.vjp_harness import assert_cotangents_close, hlopt_vjp, jax_vjp, random_cotangents
 
 RTOL = {"float64": 1e-10, "float32": 2e-5}
 

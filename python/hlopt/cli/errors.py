@@ -22,16 +22,18 @@ class UsageError(Exception):
 API_TO_FLAGS = {"trust='portable'": "--trust portable", "trust='signed'": "--trust signed"}
 
 
-# A load's advice to import a module first (runtime/encoding.py): on the command line, `--import MODULE`.
-_IMPORT_BEFORE_LOADING = re.compile(r"\bimport ([A-Za-z_][\w.]*) before loading")
+# A load's advice to import a module first (runtime/encoding.py), `import M before loading` or, where the
+# file does not say which module, `import MODULE, the module that ..., before loading`: on the command line,
+# `--import M`.
+_IMPORT_BEFORE_LOADING = re.compile(r"\bimport ([A-Za-z_][\w.]*)(?:(, [^,]+),)? before loading")
 
 
 def as_flags(text: str) -> str:
     """`text` with the API's argument spellings replaced by the command line's flags (API_TO_FLAGS,
-    and `import M before loading` as `pass --import M`)."""
+    and `import M[, what M is,] before loading` as `pass --import M[, what M is]`)."""
     for words, flag in API_TO_FLAGS.items():
         text = text.replace(words, flag)
-    return _IMPORT_BEFORE_LOADING.sub(r"pass --import \1", text)
+    return _IMPORT_BEFORE_LOADING.sub(lambda m: f"pass --import {m[1]}{m[2] or ''}", text)
 
 
 # `file:line:col: error:` (or `<name>: error:`) in a message's first line: already located.

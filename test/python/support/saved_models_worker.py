@@ -4,7 +4,7 @@
 `eqx.partition`), a flax NNX model (its `State`, the graph definition closed over; and the
 `(GraphDef, State)` pair of `nnx.split` passed whole) and a flax linen model (its params dict),
 each with the function that runs it and an input.
-`python saved_models_worker.py load DIR` builds the same arguments in this fresh process,
+`python -m support.saved_models_worker load DIR` builds the same arguments in this fresh process,
 runs each DIR/NAME.hlx with `hlopt.load`, and writes the outputs to DIR/NAME.got.npy.
 """
 
@@ -66,7 +66,7 @@ PROGRAMS = {"equinox_mlp": equinox_mlp, "flax_nnx": flax_nnx, "flax_nnx_split": 
 
 
 if __name__ == "__main__":
-    import saved_models_worker  # files name this module's classes (NNXModel) by its name, not __main__
+    from support import saved_models_worker  # files name this module's classes (NNXModel) by its name, not __main__
 
     folder = Path(sys.argv[2])
     for name, build in saved_models_worker.PROGRAMS.items():

@@ -1,6 +1,6 @@
 """One process of test_runtime_multiprocess: 4 host CPU devices of a 2-process, 8-device mesh.
 
-Usage: python multiprocess_worker.py PORT PROCESS_ID OUT_DIR
+Usage: python -m support.multiprocess_worker PORT PROCESS_ID OUT_DIR
 """
 
 import os
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 import hlopt  # noqa: E402
-from multiprocess_program import ARGS, f  # noqa: E402
+from support.multiprocess_program import ARGS, f  # noqa: E402
 
 assert jax.process_count() == 2 and len(jax.devices()) == 8 and len(jax.local_devices()) == 4
 mesh = jax.make_mesh((4, 2), ("x", "y"))

@@ -1,6 +1,6 @@
 """A fresh process that loads what a security test forged, or compiles through a cache it tampered with.
 
-`python attack_worker.py SPEC.json` runs each case of the spec and prints one
+`python -m support.attack_worker SPEC.json` runs each case of the spec and prints one
 JSON line: for each case either `{"refused": message}` (an ExecutableFileError),
 `{"out": {name: array as list}}` (called on X, Y, or on the arrays of the
 case's "inputs" .npz), or `{"error": "Type: message"}` for any other

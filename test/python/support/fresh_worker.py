@@ -1,13 +1,13 @@
 """Programs that call every allowlisted custom-call target, saved in one process and run in fresh ones.
 
-`python fresh_worker.py save DIR` compiles the programs of PROGRAMS (every
+`python -m support.fresh_worker save DIR` compiles the programs of PROGRAMS (every
 LAPACK kernel of runtime/portable.py's allowlist, in the four element types,
 hlopt's own CPU kernels (SpMV, SpMM, SDDMM) in two, the GSPMD
 partitioner's markers and hlopt's SpGEMM kernels), saves each as DIR/NAME.hlx with its
 inputs (DIR/NAME.in.npz, in argument order), jax.jit's outputs
 (DIR/NAME.want.npz) and the custom-call targets of its module
 (DIR/targets.json); it also fills the cache at $HLOPT_CACHE_DIR.
-`python fresh_worker.py load DIR MODE` runs each program in this fresh
+`python -m support.fresh_worker load DIR MODE` runs each program in this fresh
 process, loaded by MODE (`signed`: hlopt.load; `bytes`: hlopt.deserialize;
 `portable`: trust="portable"; `cache`: compiled again, a cache hit) and writes
 DIR/NAME.MODE.npz. Run with JAX_ENABLE_X64=1 and eight host devices.

@@ -1,6 +1,6 @@
 """Hand mutated copies of genuine files to an entry point in this process; count how each ended.
 
-`python fuzz_worker.py SPEC.json` reads a spec {"files": {name: path}, "cases":
+`python -m support.fuzz_worker SPEC.json` reads a spec {"files": {name: path}, "cases":
 [[name, entry, forged, region, seed], ...]}. For each case it mutates the file's
 bytes in `region` ("header", "manifest", "executable" or "module" of an
 executable file; "bytes": anywhere in an input .npy/.npz) with a generator
@@ -16,7 +16,7 @@ CLI's UsageError), "loaded", and the cases that raised anything else or read
 something wrong ("errors"). A crash or a hang kills the process: the test sees
 that from outside.
 
-`python fuzz_worker.py --text SEED COUNT FOLDER` runs `hlopt-opt` (and, for
+`python -m support.fuzz_worker --text SEED COUNT FOLDER` runs `hlopt-opt` (and, for
 every tenth case, `hlopt compile`) in this process on COUNT mutations of
 valid modules (`text_case`: other line terminators, deep nesting, huge
 dimension lists, recursion, doubling call chains, random pipeline strings,
@@ -37,7 +37,8 @@ import warnings
 import jax
 import numpy as np
 
-import forge
+from support import forge
+
 
 
 def regions(data: bytes) -> dict[str, tuple[int, int]]:
@@ -159,7 +160,7 @@ def _terminators(text: str, rng: random.Random) -> str:
 
 def text_case(seed: int) -> tuple[str, str, str]:
     """(what, module text, pipeline) of case `seed`."""
-    from nesting_limits import GENERATORS
+    from support.nesting_limits import GENERATORS
 
     rng = random.Random(seed)
     base, pipeline = rng.choice(TEXT_BASES), random_pipeline(rng) if rng.random() < 0.5 else "hlopt-default"
@@ -256,7 +257,7 @@ def read(data: bytes, entry: str) -> str:
     """`data` as `hlopt inspect` shows a file, or as `hlopt run` reads an --input file (from a file of its own)."""
     import tempfile
 
-    from attack_worker import X, Y
+    from support.attack_worker import X, Y
     from hlopt.cli import aot
     from hlopt.runtime import files
 

@@ -2,10 +2,10 @@
 
 `GENERATORS[kind](n)` is a module nested `n` levels deep in one way;
 test_hostile_ir.py and the lit tests feed them to hlopt-opt
-(`python nesting_limits.py --emit KIND N` prints one). Run this file to
+(`python -m support.nesting_limits --emit KIND N` prints one). Run it as a module to
 measure where each kind crashes without hlopt's guard (each try in a fresh
-process; takes minutes): `python test/python/nesting_limits.py [KIND ...]`.
-The numbers in compiler/parse_guard.py come from it.
+process; takes minutes): `cd test/python && python -m support.nesting_limits [KIND ...]`.
+compiler/parse_guard.py sets its limits below the depths it finds.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Every hlopt CPU kernel (runtime/native/) on forged operands, checked against numpy, in a child process.
 
-`python native_kernel_child.py [EXTENSION]` loads EXTENSION (an `_native*.so`, e.g. the
+`python -m support.native_kernel_child [EXTENSION]` loads EXTENSION (an `_native*.so`, e.g. the
 AddressSanitizer build of test_native_asan.py) as `hlopt.runtime._native`, else the built one,
 registers its handlers and calls each kernel straight through `jax.ffi.ffi_call` with operands no
 hlopt program would pass: negative, oversized and int extreme indices, rows out of order,
