@@ -50,9 +50,9 @@ def test_a_former_option_spelling_is_refused_naming_the_new_one(old, new):
 
 
 def test_the_new_option_names_set_the_options():
-    p = SumAsDot.from_options("reduce-max-bytes=0 split-large-sums=false reduce-max-square-terms=3")
-    assert (p.reduce_max_bytes, p.split_large_sums, p.reduce_max_square_terms) == (0, False, 3)
-    assert str(p) == "xla-cpu-sum-as-dot{reduce-max-bytes=0 split-large-sums=false reduce-max-square-terms=3}"
+    p = SumAsDot.from_options("reduce-max-bytes=4096 split-large-sums=true reduce-max-square-terms=3")
+    assert (p.reduce_max_bytes, p.split_large_sums, p.reduce_max_square_terms) == (4096, True, 3)
+    assert str(p) == "xla-cpu-sum-as-dot{reduce-max-bytes=4096 split-large-sums=true reduce-max-square-terms=3}"
 
 
 def test_a_misspelt_option_gets_a_did_you_mean():
