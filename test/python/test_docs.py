@@ -179,8 +179,14 @@ def test_api_reference_documents_exactly_the_public_names():
 def test_public_docstring_example_runs(name, obj):
     import doctest
 
-    # a class's methods' examples run with it; a module's functions are public names of their own
-    tests = doctest.DocTestFinder(recurse=not inspect.ismodule(obj)).find(obj, name, globs={})
+    import jax.numpy as jnp
+
+    from hlopt import sparse
+
+    # a class's methods' examples run with it; a module's functions are public names of their own. The
+    # examples of hlopt.sparse assume jnp and sparse imported, as its module docstring says; nothing else.
+    globs = {"jnp": jnp, "sparse": sparse} if name.startswith("hlopt.sparse.") else {}
+    tests = doctest.DocTestFinder(recurse=not inspect.ismodule(obj)).find(obj, name, globs=globs)
     examples = [ex for test in tests for ex in test.examples]
     assert examples, f"{name}'s docstring has no example (>>> lines)"
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

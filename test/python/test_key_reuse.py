@@ -18,6 +18,7 @@ import pytest
 
 import hlopt
 from hlopt.compiler.pipeline import PipelineError
+from hlopt.demos.key_reuse import jax_finds_reuse
 from hlopt.passes.analyses.check_key_reuse import KeyReuse, find_key_reuse
 from hlopt.passes.ir.walk import walk_ops
 
@@ -476,13 +477,8 @@ def shard_map_then_outside(key, x, mesh):
 
 # ---- the checks ---------------------------------------------------------------
 
-def jax_verdict(f, *args) -> bool:
-    with jax.debug_key_reuse(True):
-        try:
-            jax.make_jaxpr(f)(*args)
-        except jax.errors.KeyReuseError:
-            return REUSE
-    return CLEAN
+# JAX's own verdict (its key-reuse checker on the jaxpr): REUSE or CLEAN, the demo's check
+jax_verdict = jax_finds_reuse
 
 
 def assert_locations_in(f, reports: list[KeyReuse]) -> None:

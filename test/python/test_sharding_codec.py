@@ -12,20 +12,12 @@ from hypothesis import strategies as st
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from hlopt.passes.mlir import get_context, ir
-from hlopt.passes.partitioning.sharding_codec import (
-    MeshSpec,
-    dim_shardings,
-    dims_from_hlo_sharding,
-    hlo_sharding,
-    local_shape,
-    sharding_text,
-    tile_assignment,
-)
+from hlopt.passes.partitioning import sharding_codec as codec
 
 DEVICES = jax.devices()
 
 
-def jax_string(mesh: MeshSpec, dims, rank: int) -> str:
+def jax_string(mesh: codec.MeshSpec, dims, rank: int) -> str:
     """JAX's HloSharding text of `dims` on a mesh of `mesh`'s shape (the reference).
 
     Its tile assignment holds positions in the mesh's device order; hlopt maps
@@ -37,12 +29,12 @@ def jax_string(mesh: MeshSpec, dims, rank: int) -> str:
     return str(NamedSharding(jmesh, spec)._to_xla_hlo_sharding(rank))
 
 
-def expected(mesh: MeshSpec, dims, rank: int):
+def expected(mesh: codec.MeshSpec, dims, rank: int):
     """The tile assignment hlopt must write: JAX's, each position mapped to its device id."""
     want = jax_string(mesh, dims, rank)
     if want == "{replicated}":
         return want
-    tiles, positions = tile_assignment(want)
+    tiles, positions = codec.tile_assignment(want)
     return tiles, tuple(mesh.ids[p] for p in positions)
 
 
@@ -53,7 +45,7 @@ def layouts(draw):
     names = [f"a{i}" for i in range(len(sizes))]
     n = math.prod(sizes)
     ids = tuple(draw(st.permutations(range(n)))) if draw(st.booleans()) else tuple(range(n))
-    mesh = MeshSpec(tuple(zip(names, sizes)), () if ids == tuple(range(n)) else ids)
+    mesh = codec.MeshSpec(tuple(zip(names, sizes)), () if ids == tuple(range(n)) else ids)
     rank = draw(st.integers(1, 3))
     placement = draw(st.lists(st.integers(-1, rank - 1), min_size=len(names), max_size=len(names)))
     order = draw(st.permutations(names))
@@ -65,30 +57,30 @@ def layouts(draw):
 @given(layouts())
 def test_encode_is_jaxs_and_decode_inverts_it(layout):
     mesh, dims, rank = layout
-    got, want = hlo_sharding(mesh, dims), expected(mesh, dims, rank)
-    assert got == want if want == "{replicated}" else tile_assignment(got) == want
+    got, want = codec.hlo_sharding(mesh, dims), expected(mesh, dims, rank)
+    assert got == want if want == "{replicated}" else codec.tile_assignment(got) == want
     sizes = mesh.axis_sizes
     canonical = tuple(tuple(a for a in d if sizes[a] > 1) for d in dims)  # size-1 axes split nothing
-    assert dims_from_hlo_sharding(mesh, rank, got) == canonical
-    iota = MeshSpec(mesh.axes)
-    assert dims_from_hlo_sharding(iota, rank, jax_string(mesh, dims, rank)) == canonical
+    assert codec.dims_from_hlo_sharding(mesh, rank, got) == canonical
+    iota = codec.MeshSpec(mesh.axes)
+    assert codec.dims_from_hlo_sharding(iota, rank, jax_string(mesh, dims, rank)) == canonical
 
 
 @pytest.mark.parametrize("spec", [P("a"), P(None, "b"), P(("c", "a")), P("c", ("b", "a")), P(), P("b", "c"),
                                   P(("a", "b", "c"))])
 def test_named_cases(spec):
-    plain = MeshSpec((("a", 2), ("b", 2), ("c", 2)))
+    plain = codec.MeshSpec((("a", 2), ("b", 2), ("c", 2)))
     dims = tuple(() if e is None else (e,) if isinstance(e, str) else e for e in tuple(spec) + (None,) * (2 - len(spec)))
     want = jax_string(plain, dims, 2)
-    assert dims_from_hlo_sharding(plain, 2, want) == dims
-    assert hlo_sharding(plain, dims) == want or tile_assignment(hlo_sharding(plain, dims)) == tile_assignment(want)
+    assert codec.dims_from_hlo_sharding(plain, 2, want) == dims
+    assert codec.hlo_sharding(plain, dims) == want or codec.tile_assignment(codec.hlo_sharding(plain, dims)) == codec.tile_assignment(want)
     if any(dims):  # a mesh with device_ids maps each tile's device through them
-        tiles, devices = tile_assignment(want)
-        reversed_ids = MeshSpec(plain.axes, (7, 6, 5, 4, 3, 2, 1, 0))
-        assert tile_assignment(hlo_sharding(reversed_ids, dims)) == (tiles, tuple(7 - d for d in devices))
+        tiles, devices = codec.tile_assignment(want)
+        reversed_ids = codec.MeshSpec(plain.axes, (7, 6, 5, 4, 3, 2, 1, 0))
+        assert codec.tile_assignment(codec.hlo_sharding(reversed_ids, dims)) == (tiles, tuple(7 - d for d in devices))
 
 
-MESH = MeshSpec((("x", 2), ("y", 4)))
+MESH = codec.MeshSpec((("x", 2), ("y", 4)))
 
 
 @pytest.mark.parametrize("text", [
@@ -102,29 +94,29 @@ MESH = MeshSpec((("x", 2), ("y", 4)))
     "{devices=[8]<=[8]} trailing",
 ])
 def test_undecodable_strings_are_none(text):
-    assert dims_from_hlo_sharding(MESH, 1, text) is None
+    assert codec.dims_from_hlo_sharding(MESH, 1, text) is None
 
 
 def test_decode_splits_axes_across_dims_and_replication():
     # x=2, y=4: dim 0 over y then... only whole axes: [y], [x] and [x, y] and replicated parts
     for dims in [(("y",), ()), ((), ("x",)), (("x", "y"), ()), (("y", "x"), ()), (("y",), ("x",))]:
-        assert dims_from_hlo_sharding(MESH, 2, hlo_sharding(MESH, dims)) == dims
-    assert dims_from_hlo_sharding(MESH, 3, "{replicated}") == ((), (), ())
+        assert codec.dims_from_hlo_sharding(MESH, 2, codec.hlo_sharding(MESH, dims)) == dims
+    assert codec.dims_from_hlo_sharding(MESH, 3, "{replicated}") == ((), (), ())
 
 
 def test_decode_of_a_large_mesh_is_direct():
     # 2^10 devices: the search over placements and orders this replaced took (rank+1)^10 * orders steps
     axes = tuple((f"a{i}", 2) for i in range(10))
-    mesh = MeshSpec(axes)
+    mesh = codec.MeshSpec(axes)
     dims = (("a9", "a0"), ("a3",), (), ("a5", "a1", "a7"))
-    assert dims_from_hlo_sharding(mesh, 4, hlo_sharding(mesh, dims)) == dims
+    assert codec.dims_from_hlo_sharding(mesh, 4, codec.hlo_sharding(mesh, dims)) == dims
 
 
 def test_shardy_text_and_local_shape():
     with get_context():
-        attr = ir.Attribute.parse("#sdy.sharding" + sharding_text("mesh", (("x", "y"), ())))
-        assert dim_shardings(attr) == ("mesh", (("x", "y"), ()))
+        attr = ir.Attribute.parse("#sdy.sharding" + codec.sharding_text("mesh", (("x", "y"), ())))
+        assert codec.dim_shardings(attr) == ("mesh", (("x", "y"), ()))
         with pytest.raises(ValueError, match="sub-axis"):
-            dim_shardings(ir.Attribute.parse('#sdy.sharding<@mesh, [{"y":(1)2}, {}]>'))
-    assert local_shape((16, 3), (("x", "y"), ()), MESH) == (2, 3)
-    assert local_shape((12, 3), (("x", "y"), ()), MESH) is None
+            codec.dim_shardings(ir.Attribute.parse('#sdy.sharding<@mesh, [{"y":(1)2}, {}]>'))
+    assert codec.local_shape((16, 3), (("x", "y"), ()), MESH) == (2, 3)
+    assert codec.local_shape((12, 3), (("x", "y"), ()), MESH) is None

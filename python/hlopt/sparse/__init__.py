@@ -5,6 +5,9 @@ The API mirrors JAX's experimental sparse module: build a `BCOO` with
 methods, and run under `hlopt.jit` / `hlopt.lower` (or eagerly). Each op is an
 `hlopt.bcoo.*` annotation that the `lower-bcoo` pass turns into StableHLO.
 
+The examples of this package's functions and classes assume `import jax.numpy as jnp`
+and `from hlopt import sparse`, as JAX's documentation assumes `jnp`.
+
 Example:
   >>> import jax.numpy as jnp
   >>> import hlopt

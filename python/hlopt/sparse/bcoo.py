@@ -24,8 +24,6 @@ class SparseEfficiencyError(ValueError):
     """An operation would store far more elements than its input.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> try:
       ...     sparse.bcoo_update_layout(a, n_batch=1)      # a batch of 2 rows of nse 3 each
@@ -42,8 +40,6 @@ class SparseEfficiencyWarning(UserWarning):
 
     Example:
       >>> import warnings
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> with warnings.catch_warnings(record=True) as caught:
       ...     warnings.simplefilter("always")
@@ -111,8 +107,6 @@ class BCOO:
       ValueError: the buffers' shapes do not fit `shape`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO((jnp.array([1.0, 2.0]), jnp.array([[0, 1], [1, 0]])), shape=(2, 2))
       >>> a
       BCOO(float32[2, 2], nse=2)
@@ -501,8 +495,6 @@ giving its dense array.
 
 Example:
   >>> import jax
-  >>> import jax.numpy as jnp
-  >>> from hlopt import sparse
   >>> a = sparse.BCOO.fromdense(jnp.eye(2))
   >>> [eqn.primitive is sparse.todense_p for eqn in jax.make_jaxpr(sparse.todense)(a).eqns]
   [True]
@@ -513,7 +505,6 @@ bcoo_todense_p.__doc__ = """The primitive that `bcoo_todense` binds (JAX's `bcoo
 
 Example:
   >>> import jax
-  >>> from hlopt import sparse
   >>> jaxpr = jax.make_jaxpr(sparse.bcoo_todense)(sparse.eye(2))
   >>> jaxpr.eqns[0].primitive is sparse.bcoo_todense_p
   True
@@ -530,8 +521,6 @@ def todense(arr: Any) -> Any:
       A dense array.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.todense(a).tolist()
       [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
@@ -598,8 +587,6 @@ def bcoo_todense(mat: BCOO) -> jax.Array:
       A dense array of shape `mat.shape`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_todense(a).tolist()
       [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
@@ -623,8 +610,6 @@ def bcoo_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
       A `BCOO` with sorted, unique indices.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.bcoo_fromdense(jnp.array([[0.0, 5.0], [6.0, 0.0]]))
       >>> a.data.tolist(), a.indices.tolist()
       ([5.0, 6.0], [[0, 1], [1, 0]])
@@ -651,8 +636,6 @@ def bcoo_multiply_dense(sp_mat: BCOO, v: Any) -> jax.Array:
       The product's data, laid out as `sp_mat.data` (its indices are `sp_mat.indices`).
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_multiply_dense(a, jnp.array([10.0, 20.0, 30.0])).tolist()
       [10.0, 60.0, 60.0]
@@ -676,8 +659,6 @@ def bcoo_multiply_sparse(lhs: BCOO, rhs: BCOO) -> BCOO:
       A `BCOO`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_multiply_sparse(a, a).todense().tolist()
       [[1.0, 0.0, 4.0], [0.0, 9.0, 0.0]]
@@ -707,8 +688,6 @@ def bcoo_update_layout(mat: BCOO, *, n_batch: int | None = None, n_dense: int | 
       ValueError: a negative count, or more batch and dense dimensions than `mat` has.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> b = sparse.bcoo_update_layout(a, n_dense=1, on_inefficient=None)   # each entry a row
       >>> b.data.shape, b.todense().tolist() == a.todense().tolist()
@@ -757,8 +736,6 @@ def bcoo_reduce_sum(mat: BCOO, *, axes: Sequence[int]) -> BCOO:
       A `BCOO` without those dimensions.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_reduce_sum(a, axes=(0,)).todense().tolist()
       [1.0, 3.0, 2.0]
@@ -791,8 +768,6 @@ def bcoo_reshape(mat: BCOO, *, new_sizes: Sequence[int], dimensions: Sequence[in
       ValueError: the reshape would mix batch, sparse or dense dimensions.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_reshape(a, new_sizes=(3, 2)).todense().tolist()
       [[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]]
@@ -833,8 +808,6 @@ def bcoo_slice(mat: BCOO, *, start_indices: Sequence[int], limit_indices: Sequen
       A `BCOO`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_slice(a, start_indices=(0, 1), limit_indices=(2, 3)).todense().tolist()
       [[0.0, 2.0], [3.0, 0.0]]
@@ -874,8 +847,6 @@ def bcoo_sort_indices(mat: BCOO) -> BCOO:
       A `BCOO` with `indices_sorted=True`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO((jnp.array([1.0, 2.0]), jnp.array([[1, 0], [0, 1]])), shape=(2, 2))
       >>> b = sparse.bcoo_sort_indices(a)
       >>> b.indices.tolist(), b.data.tolist(), b.indices_sorted
@@ -896,8 +867,6 @@ def bcoo_squeeze(arr: BCOO, *, dimensions: Sequence[int]) -> BCOO:
       A `BCOO`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[0.0, 4.0, 0.0]]))
       >>> sparse.bcoo_squeeze(a, dimensions=(0,)).todense().tolist()
       [0.0, 4.0, 0.0]
@@ -921,8 +890,6 @@ def bcoo_sum_duplicates(mat: BCOO, nse: int | None = None) -> BCOO:
       A `BCOO` with `indices_sorted=True` and `unique_indices=True`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO((jnp.array([1.0, 2.0, 3.0]), jnp.array([[1], [0], [1]])), shape=(3,))
       >>> b = sparse.bcoo_sum_duplicates(a)
       >>> b.data.tolist(), b.indices.tolist()
@@ -960,8 +927,6 @@ def bcoo_gather(operand: BCOO, start_indices: Any, dimension_numbers: jax.lax.Ga
 
     Example:
       >>> from jax import lax
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> dims = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
       >>> rows = sparse.bcoo_gather(a, jnp.array([[1], [0]]), dims, slice_sizes=(1, 3))   # rows 1 and 0
@@ -1006,8 +971,6 @@ def bcoo_rev(operand: BCOO, dimensions: Sequence[int]) -> BCOO:
       A `BCOO`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_rev(a, dimensions=(1,)).todense().tolist()
       [[2.0, 0.0, 1.0], [0.0, 3.0, 0.0]]
@@ -1041,8 +1004,6 @@ def bcoo_transpose(mat: BCOO, *, permutation: Sequence[int]) -> BCOO:
       A `BCOO`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_transpose(a, permutation=(1, 0)).todense().tolist()
       [[1.0, 0.0], [0.0, 3.0], [2.0, 0.0]]

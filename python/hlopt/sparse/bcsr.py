@@ -80,8 +80,6 @@ class BCSR:
       ValueError: the buffers do not fit `shape`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> m = sparse.BCSR((jnp.array([1.0, 2.0, 3.0]), jnp.array([0, 2, 1]), jnp.array([0, 2, 3])), shape=(2, 3))
       >>> m.todense().tolist()
       [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
@@ -223,8 +221,6 @@ def bcsr_fromdense(mat: Any, *, nse: int | None = None, n_batch: int = 0, n_dens
       A `BCSR`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> m = sparse.bcsr_fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> m.data.tolist(), m.indices.tolist(), m.indptr.tolist()
       ([1.0, 2.0, 3.0], [0, 2, 1], [0, 2, 3])
@@ -240,14 +236,14 @@ def bcsr_todense(mat: BCSR) -> jax.Array:
     """The dense matrix `mat` represents (duplicates summed, padding ignored).
 
     Args:
-      mat: a `BCSR`.
+      mat: a `BCSR`; its batch dimensions, if it has any, stay the leading dimensions of
+        the result.
 
     Returns:
-      A dense array of shape `mat.shape`.
+      A dense array of shape `mat.shape`, the values of duplicate entries added, those of
+      padding entries left out.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> m = sparse.bcsr_fromdense(jnp.eye(2))
       >>> sparse.bcsr_todense(m).tolist()
       [[1.0, 0.0], [0.0, 1.0]]
@@ -288,8 +284,6 @@ def bcsr_dot_general(lhs: BCSR | Any, rhs: Any, *, dimension_numbers: Any, preci
       A dense array.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> m = sparse.bcsr_fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcsr_dot_general(m, jnp.ones(3), dimension_numbers=(((1,), (0,)), ((), ()))).tolist()
       [3.0, 3.0]

@@ -39,8 +39,6 @@ def bcsr_spdot_general(lhs: Any, rhs: Any, *, dimension_numbers: Any = MATMUL, p
       A `BCSR`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> m = sparse.bcsr_fromdense(jnp.array([[1.0, 2.0], [0.0, 3.0]]))
       >>> sparse.bcsr_spdot_general(m, m).todense().tolist()
       [[1.0, 8.0], [0.0, 9.0]]

@@ -84,7 +84,6 @@ def empty(shape: Sequence[int], dtype: Any = None, index_dtype: Any = "int32", s
       A `BCOO` of zeros.
 
     Example:
-      >>> from hlopt import sparse
       >>> z = sparse.empty((2, 3))
       >>> z.shape, z.nse, z.todense().sum().item()
       ((2, 3), 0, 0.0)
@@ -110,7 +109,6 @@ def eye(N: int, M: int | None = None, k: int = 0, dtype: Any = None, index_dtype
       A `BCOO`.
 
     Example:
-      >>> from hlopt import sparse
       >>> sparse.eye(3, k=1).todense().tolist()
       [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
     """
@@ -146,8 +144,6 @@ def random_bcoo(key: jax.Array, shape: Sequence[int], *, dtype: Any = jnp.float_
 
     Example:
       >>> import jax
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.random_bcoo(jax.random.key(0), (4, 5), dtype=jnp.float32, nse=0.25)
       >>> a.shape, a.nse
       ((4, 5), 5)

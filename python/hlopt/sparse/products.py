@@ -92,8 +92,6 @@ def bcoo_dot_general(lhs: BCOO | Any, rhs: BCOO | Any, *, dimension_numbers: Any
       A dense array, or a `BCOO` when both operands are.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> x = jnp.array([1.0, 1.0, 1.0])
       >>> sparse.bcoo_dot_general(a, x, dimension_numbers=(((1,), (0,)), ((), ()))).tolist()
@@ -147,8 +145,6 @@ def bcoo_spdot_general(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any, preferre
         give `nse`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> dims = (((1,), (1,)), ((), ()))                      # a a^T
       >>> sparse.bcoo_spdot_general(a, a, dimension_numbers=dims).todense().tolist()
@@ -188,8 +184,6 @@ def bcoo_spdot_nse(lhs: BCOO, rhs: BCOO, *, dimension_numbers: Any) -> int:
       The count, an int.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_spdot_nse(a, a, dimension_numbers=(((1,), (1,)), ((), ())))
       2
@@ -274,8 +268,6 @@ def bcoo_dot_general_sampled(A: Any, B: Any, indices: Any, *, dimension_numbers:
       The product's values at `indices`, laid out as a BCOO's data.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> mask = sparse.BCOO.fromdense(jnp.eye(2))
       >>> A, B = jnp.array([[1.0, 2.0], [3.0, 4.0]]), jnp.array([[1.0, 0.0], [0.0, 1.0]])
       >>> sparse.bcoo_dot_general_sampled(A, B, mask.indices, dimension_numbers=(((1,), (0,)), ((), ()))).tolist()

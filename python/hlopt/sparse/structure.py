@@ -54,8 +54,6 @@ def bcoo_broadcast_in_dim(mat: BCOO, *, shape: Sequence[int], broadcast_dimensio
       A `BCOO` of shape `shape`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> b = sparse.bcoo_broadcast_in_dim(a, shape=(2, 2, 3), broadcast_dimensions=(1, 2))
       >>> b.shape, b.n_batch, b.todense()[1].tolist()
@@ -89,8 +87,6 @@ def bcoo_dynamic_slice(mat: BCOO, start_indices: Sequence[Any], slice_sizes: Seq
       A `BCOO` of shape `slice_sizes`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_dynamic_slice(a, (1, 0), (1, 3)).todense().tolist()
       [[0.0, 3.0, 0.0]]
@@ -131,8 +127,6 @@ def bcoo_concatenate(operands: Sequence[BCOO], *, dimension: int) -> BCOO:
       A `BCOO`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_concatenate([a, a], dimension=0).todense().tolist()
       [[1.0, 0.0, 2.0], [0.0, 3.0, 0.0], [1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]
@@ -182,8 +176,6 @@ def bcoo_extract(sparr: BCOO, arr: Any, *, assume_unique: bool | None = None) ->
       A `BCOO` with `sparr`'s indices.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
       >>> sparse.bcoo_extract(a, jnp.arange(6.0).reshape(2, 3)).data.tolist()
       [0.0, 2.0, 4.0]
@@ -236,8 +228,6 @@ def bcoo_conv_general_dilated(lhs: Any, rhs: Any, *, window_strides: Sequence[in
       NotImplementedError: a case JAX does not support either.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> x = sparse.BCOO.fromdense(jnp.array([[[0.0, 1.0, 0.0, 2.0]]]))
       >>> kernel = jnp.array([[[1.0, 1.0]]])
       >>> y = sparse.bcoo_conv_general_dilated(x, kernel, window_strides=(1,), padding="VALID")

@@ -106,8 +106,6 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
       A function returning `(value, gradient)`.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
       >>> value, g = sparse.value_and_grad(lambda a: (a.data**2).sum())(a)
       >>> float(value), g.data.tolist()
@@ -129,8 +127,6 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
       A function returning the gradient; for a `BCOO` argument a `BCOO` of its sparsity.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
       >>> g = sparse.grad(lambda a: (a @ jnp.array([3.0, 4.0])).sum())(a)
       >>> g.todense().tolist()
@@ -153,8 +149,6 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
       A function returning the Jacobian.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
       >>> j = sparse.jacfwd(lambda a: a @ jnp.array([3.0, 4.0]))(a)
       >>> j.shape, j.todense()[1].tolist()
@@ -167,8 +161,6 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     """`jacfwd` by reverse mode (`jax.jacrev`), with the same arguments; `jacobian` is this function.
 
     Example:
-      >>> import jax.numpy as jnp
-      >>> from hlopt import sparse
       >>> a = sparse.BCOO.fromdense(jnp.array([[1.0, 0.0], [0.0, 2.0]]))
       >>> rows = sparse.jacobian(lambda a: sparse.todense(a).sum(1))(a)    # row sums
       >>> rows.todense()[1].tolist()
