@@ -4,7 +4,7 @@ References: jax.grad of the same loss built on nested jax.jvp along the curve
 x + sum_k t^k/k! s_k (or on JAX's experimental jet where it has the rules), and
 jax.grad of the nested jnp.trace(jax.hessian) PDE losses. Relative error < 1e-10.
 Loops with a data-dependent trip count, which jax.grad refuses, are checked
-against jax.jacfwd of the reference.
+against jax.jacfwd of the reference. The references run under jax.jit (one XLA program each).
 """
 
 import math
@@ -104,7 +104,7 @@ def series_loss(jet_fn, fun, order):
 def test_grad_of_jet_wrt_primal_and_every_coefficient(name, order):
     f = FUNCTIONS[name]
     argnums = tuple(range(order + 1))
-    want = jax.grad(series_loss(nested_jet, f, order), argnums)(X, *S[:order])
+    want = jax.jit(jax.grad(series_loss(nested_jet, f, order), argnums))(X, *S[:order])
     got = jax.grad(series_loss(hlopt.jet, f, order), argnums)(X, *S[:order])
     close(got, want)
 
@@ -114,18 +114,18 @@ def test_custom_jvp_rules_hold_at_their_special_points():
     f = lambda x: jax.nn.relu(x) * jnp.sin(x + 1.0) + jnp.sinc(x) * x  # noqa: E731
     x0 = jnp.array([0.0, 0.5, -0.3])
     s = [jnp.array([1.0, 0.3, -0.2]), jnp.array([0.4, -1.0, 0.7])]
-    want = jax.grad(series_loss(nested_jet, f, 2), (0, 1, 2))(x0, *s)
+    want = jax.jit(jax.grad(series_loss(nested_jet, f, 2), (0, 1, 2)))(x0, *s)
     close(hlopt.jit(jax.grad(series_loss(hlopt.jet, f, 2), (0, 1, 2)))(x0, *s), want)
 
 
 def test_grad_matches_jax_jet():
-    want = jax.grad(series_loss(jax_jet.jet, elementwise, 3), (0, 1, 2, 3))(X, *S)
+    want = jax.jit(jax.grad(series_loss(jax_jet.jet, elementwise, 3), (0, 1, 2, 3)))(X, *S)
     close(hlopt.jit(jax.grad(series_loss(hlopt.jet, elementwise, 3), (0, 1, 2, 3)))(X, *S), want)
 
 
 def test_data_dependent_while_against_forward_mode():
     loss = series_loss(nested_jet, with_while, 2)
-    want = jax.jacfwd(loss, (0, 1, 2))(X, *S[:2])
+    want = jax.jit(jax.jacfwd(loss, (0, 1, 2)))(X, *S[:2])
     close(hlopt.jit(jax.grad(series_loss(hlopt.jet, with_while, 2), (0, 1, 2)))(X, *S[:2]), want)
 
 
@@ -149,7 +149,7 @@ def test_two_arguments_factorial_scaling_and_pytrees():
             out, terms = _ref(f, p, s)
             return out, terms if _fs else [t / math.factorial(k + 1) for k, t in enumerate(terms)]
 
-        want = jax.grad(loss(ref_jet, fs), (0, 1, 2, 3))(X, y0, S[0], S[1])
+        want = jax.jit(jax.grad(loss(ref_jet, fs), (0, 1, 2, 3)))(X, y0, S[0], S[1])
         got = jax.grad(loss(hlopt.jet, fs), (0, 1, 2, 3))(X, y0, S[0], S[1])
         close(got, want)
 
@@ -163,7 +163,7 @@ def test_closed_over_arrays_passed_as_arguments():
 
     w = jnp.linspace(-1.0, 1.0, 12).reshape(4, 3)
     b = jnp.array([0.1, -0.2, 0.3])
-    want = jax.grad(loss(nested_jet), (0, 1, 2))(w, b, X)
+    want = jax.jit(jax.grad(loss(nested_jet), (0, 1, 2)))(w, b, X)
     close(jax.grad(loss(hlopt.jet), (0, 1, 2))(w, b, X), want)
     close(jax.grad(loss(hlopt.jet))(w, b, X), want[0])  # primals and series concrete, only the closure traced
     close(hlopt.jit(jax.grad(loss(hlopt.jet), (0, 1, 2)))(w, b, X), want)
@@ -182,10 +182,10 @@ def test_vjp_value_and_grad_jacrev():
     close(got_out, want_out)
     close(got_vjp(ct), want_vjp(ct))
     close(hlopt.jit(jax.jacrev(outputs(hlopt.jet), (0, 1)))(X, S[0]),
-          jax.jacrev(outputs(nested_jet), (0, 1))(X, S[0]))
+          jax.jit(jax.jacrev(outputs(nested_jet), (0, 1)))(X, S[0]))
     loss = series_loss(hlopt.jet, with_cond, 2)
     got = hlopt.jit(jax.value_and_grad(loss, (0, 1, 2)))(X, *S[:2])
-    close(got, jax.value_and_grad(series_loss(nested_jet, with_cond, 2), (0, 1, 2))(X, *S[:2]))
+    close(got, jax.jit(jax.value_and_grad(series_loss(nested_jet, with_cond, 2), (0, 1, 2)))(X, *S[:2]))
 
 
 def test_vmap_of_grad_and_grad_of_vmap():
@@ -202,12 +202,12 @@ def test_vmap_of_grad_and_grad_of_vmap():
     close(got, want)
     loss = series_loss(hlopt.jet, with_switch, 2)
     close(hlopt.jit(jax.vmap(jax.grad(loss, (0, 1)), (0, None, None)))(xs, *S[:2]),
-          jax.vmap(jax.grad(series_loss(nested_jet, with_switch, 2), (0, 1)), (0, None, None))(xs, *S[:2]))
+          jax.jit(jax.vmap(jax.grad(series_loss(nested_jet, with_switch, 2), (0, 1)), (0, None, None)))(xs, *S[:2]))
 
 
 def test_forward_over_forward_and_reverse_over_forward_still_work():
     loss = series_loss(hlopt.jet, elementwise, 2)
-    want = jax.hessian(series_loss(nested_jet, elementwise, 2))(X, *S[:2])
+    want = jax.jit(jax.hessian(series_loss(nested_jet, elementwise, 2)))(X, *S[:2])
     close(hlopt.jit(jax.jacfwd(jax.jacfwd(loss)))(X, *S[:2]), want)
     close(hlopt.jit(jax.jacrev(jax.jacfwd(loss)))(X, *S[:2]), want)
 
@@ -298,7 +298,7 @@ with jax.enable_x64(True):  # module constants in float64, like the tests that u
 @pytest.mark.parametrize("sizes", [[3, 8, 8, 1], [3, 16, 1]])
 def test_pinn_loss_gradient_wrt_mlp_weights(sizes):
     params = mlp_params(jax.random.key(0), sizes)
-    want = jax.value_and_grad(pinn_loss(nested_laplacian, POINTS, BOUNDARY))(params)
+    want = jax.jit(jax.value_and_grad(pinn_loss(nested_laplacian, POINTS, BOUNDARY)))(params)
     close(hlopt.jit(jax.value_and_grad(pinn_loss(hlopt.laplacian, POINTS, BOUNDARY)))(params), want)
     close(jax.grad(pinn_loss(hlopt.laplacian, POINTS, BOUNDARY))(params), want[1])
 
@@ -316,13 +316,14 @@ def test_pinn_gradient_reads_the_stacked_cotangents_unpadded():
 def test_laplacian_gradient_wrt_the_point_and_weighted():
     params = mlp_params(jax.random.key(2), [3, 8, 1])
     u = lambda x: mlp(params, x)  # noqa: E731
-    close(jax.grad(hlopt.laplacian(u))(POINTS[0]), jax.grad(nested_laplacian(u))(POINTS[0]))
+    close(jax.grad(hlopt.laplacian(u))(POINTS[0]), jax.jit(jax.grad(nested_laplacian(u)))(POINTS[0]))
     w = jnp.array([[1.0, 0.5, 0.0], [0.5, 2.0, 0.1], [0.0, 0.1, 1.5]])
 
     def weighted(p, lap):
         return jnp.sum(jax.vmap(lap(lambda x: mlp(p, x)))(POINTS) ** 2)
 
-    want = jax.grad(weighted)(params, lambda f: lambda x: jnp.einsum("ij,ir,jr->", jax.hessian(f)(x), w, w))
+    want = jax.jit(lambda p: jax.grad(weighted)(p, lambda f: lambda x: jnp.einsum("ij,ir,jr->", jax.hessian(f)(x), w, w)))(
+        params)
     close(jax.grad(weighted)(params, lambda f: hlopt.laplacian(f, weights=w)), want)
 
 
@@ -332,7 +333,7 @@ def test_bilaplacian_gradient_wrt_weights():
     def loss(bilap):
         return lambda p: jnp.sum(jax.vmap(bilap(lambda x: mlp(p, x)))(POINTS[:3, :2]) ** 2)
 
-    want = jax.grad(loss(lambda f: nested_laplacian(nested_laplacian(f))))(params)
+    want = jax.jit(jax.grad(loss(lambda f: nested_laplacian(nested_laplacian(f)))))(params)
     close(hlopt.jit(jax.grad(loss(hlopt.bilaplacian)))(params), want)
 
 

@@ -112,8 +112,13 @@ def test_edge_matrices(case):
 
 
 def test_large_matrix_over_threads_equals_scipy():
-    # Enough work for several blocks of the kernel (the thread-pool split); float64 to 1e-12.
-    m = sp.random(30_000, 20_000, density=4e-4, format="csr", random_state=3)
+    # Enough work for several blocks of the kernel (the thread-pool split); float64 to 1e-12. The
+    # 240,000 entries are drawn at random positions (repeats summed by scipy): sp.random draws them
+    # without replacement from all 6e8 positions, a far larger job than the product.
+    rng = np.random.default_rng(3)
+    entries = 240_000
+    rows, columns = rng.integers(0, 30_000, entries), rng.integers(0, 20_000, entries)
+    m = sp.csr_matrix((rng.standard_normal(entries), (rows, columns)), shape=(30_000, 20_000))
     a = hs.BCSR.from_scipy_sparse(m)
     for x in (operand(20_000, None, np.float64, 2), operand(20_000, 8, np.float64, 3)):
         got = hlopt.jit(lambda a, x: a @ x)(a, x)

@@ -1,6 +1,7 @@
 """Sparse products against jax.experimental.sparse and lax.dot_general of the dense arrays:
 bcoo_dot_general (sparse x dense, dense x sparse, sparse x sparse), bcoo_dot_general_sampled,
-bcoo_spdot_general's nse, `@`; grad and vmap of each; bad input."""
+bcoo_spdot_general's nse, `@`; grad and vmap of each; bad input. References that differentiate or
+batch run under jax.jit: one XLA program, not an op-by-op dispatch of each primitive."""
 
 from __future__ import annotations
 
@@ -115,15 +116,18 @@ def test_matmul_broadcasts_batch_dims():
     mts = [hs.BCOO.fromdense(np.asarray(swap(x)), n_batch=nb) for x, nb in mats]
     got = hlopt.jit(lambda ms, mts, ys: ([m @ y for m, y in zip(ms, ys)], [swap(y) @ m for m, y in zip(mts, ys)]))(
         ms, mts, others)
-    for (x, nb), y, g, gr in zip(mats, others, *got, strict=True):
-        assert_close(g, jnp.matmul(x, y))
-        assert_close(gr, jnp.matmul(swap(y), swap(x)))
-        assert_close(g, js.BCOO.fromdense(x, n_batch=nb) @ y)
+    jms = [js.BCOO.fromdense(x, n_batch=nb) for x, nb in mats]
+    want = jax.jit(lambda xs, jms, ys: [(jnp.matmul(x, y), jnp.matmul(swap(y), swap(x)), m @ y)
+                                        for x, m, y in zip(xs, jms, ys)])([x for x, _ in mats], jms, others)
+    for g, gr, (w, wr, wj) in zip(*got, want, strict=True):
+        assert_close(g, w)
+        assert_close(gr, wr)
+        assert_close(g, wj)
     a = (rng.randn(3, 4, 5) * (rng.rand(3, 4, 5) < 0.6)).astype(np.float32)
     b = (rng.randn(1, 5, 2) * (rng.rand(1, 5, 2) < 0.6)).astype(np.float32)
     for lhs, rhs in [(a, b), (a[:1], b)]:
         got = hlopt.jit(lambda p, q: p @ q)(hs.BCOO.fromdense(lhs, n_batch=1), hs.BCOO.fromdense(rhs, n_batch=1))
-        want = js.BCOO.fromdense(lhs, n_batch=1) @ js.BCOO.fromdense(rhs, n_batch=1)
+        want = jax.jit(lambda p, q: p @ q)(js.BCOO.fromdense(lhs, n_batch=1), js.BCOO.fromdense(rhs, n_batch=1))
         assert (got.shape, got.n_batch, got.nse) == (want.shape, want.n_batch, want.nse)
         assert_close(got.todense(), jnp.matmul(lhs, rhs))
     with pytest.raises(ValueError, match="do not broadcast"):
@@ -391,7 +395,7 @@ def test_second_order_of_sparse_sparse_products():
             return out
 
         got = hlopt.jit(lambda: derivatives(ours))()
-        want = derivatives(ref)
+        want = jax.jit(lambda: derivatives(ref))()
         for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
 
@@ -420,8 +424,8 @@ def test_vmap_of_sampled_sparse_sparse_product():
     for axes in [(0, 0, 0), (0, None, None), (None, 0, None), (None, None, 0)]:
         got = hlopt.jit(jax.vmap(grads(ours), in_axes=axes))(As if axes[0] == 0 else ad_,
                                                               Bs if axes[1] == 0 else bd, Ws if axes[2] == 0 else Ws[0])
-        want = jax.vmap(grads(ref), in_axes=axes)(As if axes[0] == 0 else ad_, Bs if axes[1] == 0 else bd,
-                                                  Ws if axes[2] == 0 else Ws[0])
+        want = jax.jit(jax.vmap(grads(ref), in_axes=axes))(As if axes[0] == 0 else ad_, Bs if axes[1] == 0 else bd,
+                                                           Ws if axes[2] == 0 else Ws[0])
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
