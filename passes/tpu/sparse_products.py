@@ -233,7 +233,7 @@ class SparseProducts(Pass):
 
     Backend: a TPU runs XLA's gathers and scatters one index at a time, at a cost that barely
     depends on the slice's width, so the rewrite minimizes indexed slices; benchmark:
-    `bench/sparse_tpu.py` (against jax.experimental.sparse; `bench/tpu_gather_bound.py` for the bound).
+    `bench/sparse_tpu.py` (against JAX's BCOO; `bench/tpu_gather_bound.py` for the bound).
 
     Before:
       %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {backend_config = {...}}
