@@ -50,6 +50,7 @@ import jaxlib
 import hlopt.passes
 from hlopt.compiler.program import module_to_bytecode
 from hlopt.passes.mlir import ir, passmanager
+from hlopt.passes.sparse.names import PREFIX
 from hlopt.passes.tpu import sparse_products
 from hlopt.runtime import container
 from hlopt.runtime.keys import KeyFileError, user_key
@@ -67,6 +68,8 @@ _ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.hlx")  # cache_key's hex digest + SUFFI
 _TEMP_NAME = re.compile(r"\.tmp-[A-Za-z0-9_]{1,32}\.hlx")  # tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX)
 # The annotation whose lowering runs the user's Python (the partitioner): its IR does not pin the result.
 _USER_CODE_MARKER = b"hlopt.custom_partitioning"
+# the annotations of sparse ops, whose products a platform pass may compute by a registered kernel
+_SPARSE_MARKER = PREFIX.encode()
 
 
 class CacheDirError(ValueError):
@@ -375,13 +378,23 @@ def _source_digest(folder: str, files: tuple[str, ...]) -> str:
 
 
 def passes_digest() -> str:
-    """SHA-256 of the source of every pass (the `hlopt.passes` package and its subpackages) and of
-    the package of each kernel registered with a pass (`hlopt.sparse`, whose Pallas TPU products the
-    passes copy into programs)."""
+    """SHA-256 of the source of every pass (the `hlopt.passes` package and its subpackages)."""
+    return _source_digest(_PASSES_FOLDER, _python_files(_PASSES_FOLDER, recursive=True))
+
+
+def kernels_digest(bytecode: bytes) -> str:
+    """For a module with sparse products, SHA-256 of the package of the kernel registered with
+    `tpu-sparse-products` (`hlopt.sparse`, whose Pallas TPU products the pass copies into programs),
+    or "none" when no kernel is registered; "" for any other module, whose program no kernel changes
+    (so its key is the same whether or not the process imported `hlopt.sparse`)."""
+    if _SPARSE_MARKER not in bytecode:
+        return ""
     kernel = sparse_products.registered_kernel()
     source = inspect.getsourcefile(kernel) if kernel is not None else None
-    kernel_files = _python_files(os.path.dirname(source), recursive=False) if source else ()
-    return _source_digest(_PASSES_FOLDER, _python_files(_PASSES_FOLDER, recursive=True) + kernel_files)
+    if not source:
+        return "none"
+    folder = os.path.dirname(source)
+    return _source_digest(folder, _python_files(folder, recursive=False))
 
 
 _PASSES_FOLDER = os.path.dirname(hlopt.passes.__file__)
@@ -420,6 +433,7 @@ def cache_key(bytecode: bytes, pipeline: str, devices: Sequence[jax.Device], use
         pipeline,
         hlopt_version(),
         passes_digest(),
+        kernels_digest(bytecode),
         ",".join(str(d.id) for d in devices),
         str(bool(use_shardy)),
         client.platform,

@@ -154,9 +154,11 @@ def test_key_covers_the_passes_code(cache_dir, monkeypatch):
     assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
 
 
-def test_digest_covers_the_registered_kernels_source(tmp_path, monkeypatch):
-    """A kernel the passes copy into programs (hlopt.sparse's Pallas products) is part of the passes' code:
-    a kernel of another package gives another digest, and editing a file of that package another again."""
+def test_key_covers_the_registered_kernels_source_for_sparse_modules_only(tmp_path, monkeypatch):
+    """A kernel the passes copy into programs (hlopt.sparse's Pallas products) is part of a sparse module's
+    key: a kernel of another package gives another key, and editing a file of that package another again.
+    A module without sparse ops keys the same whichever kernel is registered (a fresh process that never
+    imported hlopt.sparse finds its entries)."""
     from hlopt.passes.tpu import sparse_products
 
     module = tmp_path / "scratch_kernel.py"
@@ -165,16 +167,19 @@ def test_digest_covers_the_registered_kernels_source(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     import scratch_kernel
 
-    before = cache_mod.passes_digest()
-    kept = sparse_products.register_product_kernel(scratch_kernel.kernel)
+    sparse, dense = b"... @hlopt.bcoo.dot_general ...", b"... stablehlo.dot_general ..."
+    kept = sparse_products.register_product_kernel(None)
     try:
-        with_scratch = cache_mod.passes_digest()
+        keys = [(cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense))]
+        sparse_products.register_product_kernel(scratch_kernel.kernel)
+        keys.append((cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense)))
         (tmp_path / "scratch_kernel_helpers.py").write_text("LANES = 256\n")
         cache_mod._source_digest.cache_clear()
-        edited = cache_mod.passes_digest()
+        keys.append((cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense)))
     finally:
         sparse_products.register_product_kernel(kept)
-    assert len({before, with_scratch, edited}) == 3
+    assert len({k[0] for k in keys}) == 3
+    assert {k[1] for k in keys} == {""}
 
 
 SCALE = {"k": 2.0}
