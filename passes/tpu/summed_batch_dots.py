@@ -1,0 +1,55 @@
+"""`tpu-summed-batch-dots`: for a TPU, a sum over a batch dimension of a dot_general contracts
+that dimension in the dot instead.
+
+A collapsed jet sums products over its directions: the second coefficient of a linear
+solve `A x = b` is `A^-1 (b_2 - sum_d A_1d x_1d)`, one small matrix product per direction
+and point, then their sum over the directions (the Laplacian of `log|det Phi|` through
+`slogdet`'s JVP rule, bench/wavefunction.py). XLA's TPU compiler runs such a product as
+a batch of small matmuls whose results (a matrix per direction and walker) it writes to
+memory, and sums them in another fusion. The same sum is one product per point whose
+contraction runs over the direction and the matrices' inner dimension together: no
+product per direction in memory, and a contraction as long as the directions times the
+matrices' size on the matrix unit, whose tiles the matrices' own size fills only in part.
+
+The rewrites are those of `xla-cpu-summed-batch-dots` (its module's docstring gives
+them and their conditions): the summed dimension first among the contracted ones, and a
+dot_general one of whose operands is a broadcast along a batch dimension (the transposed
+form reverse mode makes) with that dimension free in the other operand.
+
+Platform: declared `tpu`, so it rewrites only a module compiled for a TPU (`hlopt-opt
+--platform tpu` for IR work).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from hlopt.passes.xla_cpu import summed_batch_dots
+
+
+class SummedBatchDots(summed_batch_dots.SummedBatchDots):
+    """Contract a summed batch dimension inside its dot_general, for a TPU.
+
+    Backend: XLA's TPU compiler writes every batch's product of a batched dot_general and sums
+    them in another fusion; benchmark: `bench/taylor_tpu.py --without tpu-summed-batch-dots`
+    (kinetic, gradient).
+
+    The patterns of `xla-cpu-summed-batch-dots`: a floating sum from zero over one batch
+    dimension of a dot_general (read by the sum alone) becomes that dot_general with the
+    dimension contracted, first among the contracted ones; a dot_general one of whose operands
+    is a broadcast along a batch dimension has that dimension free in the other operand
+    instead (the result transposed back).
+
+        %p = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2]
+             : (tensor<96x1024x32x32xf32>, tensor<96x1024x32x32xf32>) -> tensor<96x1024x32x32xf32>
+        %s = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0]
+             : (tensor<96x1024x32x32xf32>, tensor<f32>) -> tensor<1024x32x32xf32>
+
+    becomes
+
+        %s = stablehlo.dot_general %a, %b, batching_dims = [1] x [1], contracting_dims = [0, 3] x [0, 2]
+             : (tensor<96x1024x32x32xf32>, tensor<96x1024x32x32xf32>) -> tensor<1024x32x32xf32>
+    """
+
+    name: ClassVar[str] = "tpu-summed-batch-dots"
+    platforms: ClassVar[tuple[str, ...]] = ("tpu",)
