@@ -4,12 +4,12 @@ that dimension in the dot instead.
 A collapsed jet sums products over its directions: the second coefficient of a linear
 solve `A x = b` is `A^-1 (b_2 - sum_d A_1d x_1d)`, one small matrix product per direction
 and point, then their sum over the directions (the Laplacian of `log|det Phi|` through
-`slogdet`'s JVP rule, bench/wavefunction.py). XLA's TPU compiler runs such a product as
-a batch of small matmuls whose results (a matrix per direction and walker) it writes to
-memory, and sums them in another fusion. The same sum is one product per point whose
-contraction runs over the direction and the matrices' inner dimension together: no
-product per direction in memory, and a contraction as long as the directions times the
-matrices' size on the matrix unit, whose tiles the matrices' own size fills only in part.
+`slogdet`'s JVP rule, bench/wavefunction.py); the gradient of that sum in reverse mode is
+a product per direction with the cotangent of the sum, broadcast along the directions.
+XLA's TPU compiler computes both as written, a product per direction and point. The same
+sum is one product per point whose contraction runs over the direction and the matrices'
+inner dimension together, and the broadcast one product per point with the directions a
+free dimension of the other operand: no copy of the broadcast operand per direction.
 
 The rewrites are those of `xla-cpu-summed-batch-dots` (its module's docstring gives
 them and their conditions): the summed dimension first among the contracted ones, and a
@@ -30,8 +30,8 @@ from hlopt.passes.xla_cpu import summed_batch_dots
 class SummedBatchDots(summed_batch_dots.SummedBatchDots):
     """Contract a summed batch dimension inside its dot_general, for a TPU.
 
-    Backend: XLA's TPU compiler writes every batch's product of a batched dot_general and sums
-    them in another fusion; benchmark: `bench/taylor_tpu.py --without tpu-summed-batch-dots`
+    Backend: XLA's TPU compiler computes a product per batch of a dot_general one of whose operands
+    is a broadcast along that batch dimension, and of one summed over a batch dimension after it; benchmark: `bench/taylor_tpu.py --without tpu-summed-batch-dots`
     (kinetic, gradient).
 
     The patterns of `xla-cpu-summed-batch-dots`: a floating sum from zero over one batch
