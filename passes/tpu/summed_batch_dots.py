@@ -30,25 +30,16 @@ from hlopt.passes.xla_cpu import summed_batch_dots
 class SummedBatchDots(summed_batch_dots.SummedBatchDots):
     """Contract a summed batch dimension inside its dot_general, for a TPU.
 
-    Backend: XLA's TPU compiler computes a product per batch of a dot_general one of whose operands
-    is a broadcast along that batch dimension, and of one summed over a batch dimension after it; benchmark: `bench/taylor_tpu.py --without tpu-summed-batch-dots`
-    (kinetic, gradient).
+    Backend: XLA's TPU compiler computes a product per batch of a dot_general one of whose
+    operands is a broadcast along that batch dimension, and of one summed over a batch dimension
+    after it; benchmark: `bench/taylor_tpu.py --without tpu-summed-batch-dots` (kinetic, gradient).
 
     The patterns of `xla-cpu-summed-batch-dots`: a floating sum from zero over one batch
     dimension of a dot_general (read by the sum alone) becomes that dot_general with the
     dimension contracted, first among the contracted ones; a dot_general one of whose operands
     is a broadcast along a batch dimension has that dimension free in the other operand
-    instead (the result transposed back).
-
-        %p = stablehlo.dot_general %a, %b, batching_dims = [0, 1] x [0, 1], contracting_dims = [3] x [2]
-             : (tensor<96x1024x32x32xf32>, tensor<96x1024x32x32xf32>) -> tensor<96x1024x32x32xf32>
-        %s = stablehlo.reduce(%p init: %zero) applies stablehlo.add across dimensions = [0]
-             : (tensor<96x1024x32x32xf32>, tensor<f32>) -> tensor<1024x32x32xf32>
-
-    becomes
-
-        %s = stablehlo.dot_general %a, %b, batching_dims = [1] x [1], contracting_dims = [0, 3] x [0, 2]
-             : (tensor<96x1024x32x32xf32>, tensor<96x1024x32x32xf32>) -> tensor<1024x32x32xf32>
+    instead (the result transposed back). The module docstring of `xla-cpu-summed-batch-dots`
+    shows both rewrites.
     """
 
     name: ClassVar[str] = "tpu-summed-batch-dots"
