@@ -50,9 +50,10 @@ DEFAULT_LOWERINGS = ("jet-collapse", "jet-expand", "xla-cpu-sparse-kernels", "tp
 # The tuning passes of `hlopt-default` (`hlopt.passes.xla_cpu`, `hlopt.passes.tpu`), in the order they run;
 # ORDER says why. Without them `hlopt-default` computes the same values, and for a target other than
 # their platform (or none) they leave the module as it is.
-DEFAULT_TUNING = ("tpu-folded-solves", "tpu-summed-batch-dots", "xla-cpu-gather-blocks", "xla-cpu-stack-dots", "xla-cpu-summed-batch-dots",
-                  "xla-cpu-sum-as-dot", "xla-cpu-update-in-place", "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums",
-                  "xla-cpu-column-selects", "xla-cpu-transposed-dots", "xla-cpu-small-dots")
+DEFAULT_TUNING = ("tpu-folded-solves", "tpu-summed-batch-dots", "xla-cpu-gather-blocks", "xla-cpu-stack-dots",
+                  "xla-cpu-summed-batch-dots", "xla-cpu-sum-as-dot", "xla-cpu-update-in-place",
+                  "xla-cpu-dot-operand-order", "xla-cpu-join-dot-sums", "xla-cpu-column-selects",
+                  "xla-cpu-transposed-dots", "xla-cpu-small-dots")
 CPU_TUNING = tuple(name for name in DEFAULT_TUNING if name.startswith("xla-cpu-"))
 
 
