@@ -31,7 +31,11 @@ Rewritten, each only where all of its conditions hold (anything else is left to 
 
 - `@hlopt.bcoo.dot_general` of a BCOO matrix `[M, K]` (n_batch = n_dense = 0, integer indices,
   M and K below 2^31) with a dense `x[K]` or `x[K, N]` contracting the matrix's columns with x's
-  rows, data, x and result of one float type.
+  rows, data, x and result of one float type; or its transpose `A^T @ x[M, ...]` (contracting the
+  matrix's rows, as a gradient does): the same product of the entries with rows and columns
+  swapped, which are not sorted by their new rows.
+- `@hlopt.bcoo.dot_general_sampled` (SDDMM) of two matrices at a plain matrix's indices:
+  `hlopt.passes.tpu.sampled_products`.
 - `@hlopt.bcoo.bcsr_dot_general` of a CSR matrix (`hlopt.sparse.BCSR`) with at least one entry,
   the same types: each entry's row comes from `indptr` as in `lower-bcoo` (a prefix sum, so the
   rows are sorted and the SpMM's scatter is marked sorted), then the same product.
@@ -233,13 +237,14 @@ REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product, "dot_gene
 
 @dataclasses.dataclass(frozen=True)
 class SparseProducts(Pass):
-    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into hlopt's TPU kernels or the gathers and scatter-adds a TPU runs fastest.
+    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM, and `A^T @ x`) into hlopt's TPU kernels or the gathers and scatter-adds a TPU runs fastest, and sampled products (SDDMM) into row gathers and a reduce.
 
     For TPU compiles only. A product calls the registered kernel where it takes it.
 
     Backend: a TPU runs XLA's gathers and scatters one index at a time, at a cost that barely
     depends on the slice's width, so the rewrite minimizes indexed slices; benchmark:
-    `bench/sparse_tpu.py` (against JAX's BCOO; `bench/tpu_gather_bound.py` for the bound).
+    `bench/sparse_tpu.py` (against JAX's BCOO; `bench/tpu_gather_bound.py` for the bound),
+    `bench/sparse_tpu_patterns.py` (SDDMM and a GCN step).
 
     Before:
       %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {backend_config = {...}}
