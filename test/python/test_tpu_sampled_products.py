@@ -20,7 +20,8 @@ from jax.experimental import sparse as js
 import hlopt
 from hlopt import sparse as hs
 from hlopt.passes.tpu import sparse_products
-from hlopt.sparse import products, tpu_products
+from hlopt.sparse import products
+from test_tpu_products import interpreted  # noqa: F401 - the kernel in Pallas's interpreter, a fixture
 
 
 def for_tpu(lowered: hlopt.Lowered) -> hlopt.Compiled:
@@ -106,16 +107,6 @@ def test_sampled_layouts_left_to_lower_bcoo(n_batch, n_dense):
 @pytest.fixture
 def no_kernel():
     kept = sparse_products.register_product_kernel(None)
-    yield
-    sparse_products.register_product_kernel(kept)
-
-
-@pytest.fixture
-def interpreted():
-    """The pass's kernel in Pallas's interpreter (portable StableHLO, which runs here) while the test runs."""
-    kept = sparse_products.register_product_kernel(
-        lambda m, shape, nse, dtype, index: tpu_products.lowered_text(m, shape, nse, dtype, index, interpret=True)
-        if tpu_products.takes(m, shape, dtype) else None)
     yield
     sparse_products.register_product_kernel(kept)
 
