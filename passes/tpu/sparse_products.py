@@ -31,7 +31,11 @@ Rewritten, each only where all of its conditions hold (anything else is left to 
 
 - `@hlopt.bcoo.dot_general` of a BCOO matrix `[M, K]` (n_batch = n_dense = 0, integer indices,
   M and K below 2^31) with a dense `x[K]` or `x[K, N]` contracting the matrix's columns with x's
-  rows, data, x and result of one float type.
+  rows, data, x and result of one float type; or its transpose `A^T @ x[M, ...]` (contracting the
+  matrix's rows, as a gradient does): the same product of the entries with rows and columns
+  swapped, which are not sorted by their new rows.
+- `@hlopt.bcoo.dot_general_sampled` (SDDMM) of two matrices at a plain matrix's indices:
+  `hlopt.passes.tpu.sampled_products`.
 - `@hlopt.bcoo.bcsr_dot_general` of a CSR matrix (`hlopt.sparse.BCSR`) with at least one entry,
   the same types: each entry's row comes from `indptr` as in `lower-bcoo` (a prefix sum, so the
   rows are sorted and the SpMM's scatter is marked sorted), then the same product.
@@ -64,6 +68,7 @@ from hlopt.passes.ir import builders as b
 from hlopt.passes.ir.dtypes import dtype_name
 from hlopt.passes.base import Pass
 from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, substitute_products
+from hlopt.passes.tpu.sampled_products import sampled_product
 from hlopt.passes.mlir import ir
 
 if TYPE_CHECKING:
@@ -78,6 +83,9 @@ SORT_MIN_ENTRIES = 1 << 20
 SORT_MIN_COLUMNS = 64
 # Most bytes of gathered rows one step of a product builds.
 CHUNK_BYTES = 1 << 30
+# The products taken, by dot_general's dimension numbers: the matrix dimension the output's rows come from
+# (`A @ x` and `A^T @ x`, the transpose a gradient brings).
+OUTPUT_DIM = {MATMUL: 0, (((0,), (0,)), ((), ())): 1}
 
 # `(rows, x's shape, entries, value dtype, index dtype) -> StableHLO text` of a module whose `@main(rows[E],
 # cols[E], data[E], x) -> y` is a sparse x dense product kernel, or None where the kernel does not take the product.
@@ -102,7 +110,7 @@ def _kernel_text(c: BcooOp, data: Value, x: Value) -> str | None:
     """The registered kernel's function for this product, None where there is none or it does not take it."""
     if not _KERNEL:
         return None
-    return _KERNEL[0](c.config["shape"][0], tuple(b.shape_of(x)), b.shape_of(data)[0],
+    return _KERNEL[0](c.result_shape(0)[0], tuple(b.shape_of(x)), b.shape_of(data)[0],
                       dtype_name(str(b.elem_of(data))), "int32")
 
 
@@ -183,15 +191,17 @@ def _one_float_type(c: BcooOp, data: Value, x: Value) -> bool:
 def _product(c: BcooOp) -> Value | None:
     data, indices, x = c.operands
     shape, xs = c.config["shape"], b.shape_of(x)
-    fits = (plain_matrix(c) and c.config["dimension_numbers"] == MATMUL and len(xs) in (1, 2) and xs[0] == shape[1]
-            and c.result_shape(0) == [shape[0], *xs[1:]] and isinstance(b.elem_of(indices), ir.IntegerType)
+    out_dim = OUTPUT_DIM.get(c.config["dimension_numbers"])
+    fits = (plain_matrix(c) and out_dim is not None and len(xs) in (1, 2) and xs[0] == shape[1 - out_dim]
+            and c.result_shape(0) == [shape[out_dim], *xs[1:]] and isinstance(b.elem_of(indices), ir.IntegerType)
             and _one_float_type(c, data, x))
     if not fits:
         return None
     elem = b.elem_of(data)
     idx = b.convert(indices, b.i32())
-    rows, cols = ix.column(idx, 0), ix.column(idx, 1)
-    sorted_ = bool(c.config.get("indices_sorted"))
+    # `A^T @ x` is the product of the matrix whose rows are A's columns: its entries, unsorted by those rows
+    rows, cols = ix.column(idx, out_dim), ix.column(idx, 1 - out_dim)
+    sorted_ = bool(c.config.get("indices_sorted")) and out_dim == 0
     text = _kernel_text(c, data, x)
     if text is not None:
         # the kernel's work grows with the rows each chunk of entries spans: entries sorted by row first
@@ -222,18 +232,19 @@ def _csr_product(c: BcooOp) -> Value | None:
     return _chunked_products(out, rows, cols, data, x, len(b.shape_of(x)) == 2)
 
 
-REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
+REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product, "dot_general_sampled": sampled_product}
 
 
 @dataclasses.dataclass(frozen=True)
 class SparseProducts(Pass):
-    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into hlopt's TPU kernels or the gathers and scatter-adds a TPU runs fastest.
+    """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM, and `A^T @ x`) into hlopt's TPU kernels or the gathers and scatter-adds a TPU runs fastest, and sampled products (SDDMM) into row gathers and a reduce.
 
     For TPU compiles only. A product calls the registered kernel where it takes it.
 
     Backend: a TPU runs XLA's gathers and scatters one index at a time, at a cost that barely
     depends on the slice's width, so the rewrite minimizes indexed slices; benchmark:
-    `bench/sparse_tpu.py` (against JAX's BCOO; `bench/tpu_gather_bound.py` for the bound).
+    `bench/sparse_tpu.py` (against JAX's BCOO; `bench/tpu_gather_bound.py` for the bound),
+    `bench/sparse_tpu_patterns.py` (SDDMM and a GCN step).
 
     Before:
       %0 = stablehlo.custom_call @hlopt.bcoo.dot_general(%data, %indices, %x) {backend_config = {...}}
