@@ -1,8 +1,9 @@
 """Runs every example of the README and the docs on the platform JAX picks here: a TPU, where there
 is one (`bash test/run_tpu.sh --docs`), where test/python/test_docs.py runs them on the CPU.
 
-The shell examples run first, each by bash in an empty folder holding a copy of examples/, while
-this process holds no device. Then, since one program at a time holds a TPU, the Python examples,
+The shell examples, and Python ones that set an option JAX reads as it starts, run first, each in
+a process of its own in an empty folder holding a copy of examples/, while this process holds no
+device. Then, since one program at a time holds a TPU, the Python examples,
 the tutorials (each one's code cells in order) and the examples of the public docstrings run one
 after another in this process, each in a fresh namespace and an empty folder, with float64 off
 again after each; processes they start run on the CPU. Prints a line per example and exits 1 if
@@ -49,6 +50,12 @@ def run_shell(script: str, folder: Path) -> None:
         raise RuntimeError(f"exit status {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 
+def run_script(code: str, folder: Path) -> None:
+    """`code` as a script of its own process."""
+    (folder / "example.py").write_text(code, encoding="utf-8")
+    run_shell(f"{sys.executable} example.py", folder)
+
+
 def run_python(code: str, folder: Path) -> None:
     """`code` as a script run from `folder` (its folder first on sys.path), in this process."""
     import jax
@@ -71,21 +78,27 @@ def tutorial_code(page: Path) -> str:
 
 
 Example = tuple[str, str, Callable[[Path], None]]
+# a JAX option that holds from the start of a process (a Python example setting it runs in its own)
+STARTUP_OPTION = re.compile(r"jax_num_cpu_devices")
 
 
 def examples() -> tuple[list[Example], list[Example]]:
-    """(file, name, run in an empty folder) of every example: the shell ones, then those run in
+    """(file, name, run in an empty folder) of every example: those run in a process of their own
+    (the shell ones, and Python ones that set a JAX option read as JAX starts), then those run in
     this process."""
     found = [(page, f"{page}:{line}", kind, text) for page, line, kind, text in blocks() if kind in ("sh", "python")]
-    shell = [(page, name, lambda folder, t=text: run_shell(t, folder)) for page, name, kind, text in found if kind == "sh"]
+    own_process = [(page, name, lambda folder, t=text: run_shell(t, folder))
+                   for page, name, kind, text in found if kind == "sh"]
+    own_process += [(page, name, lambda folder, t=text: run_script(t, folder))
+                    for page, name, kind, text in found if kind == "python" and STARTUP_OPTION.search(text)]
     python = [(page, name, lambda folder, t=text: run_python(t, folder))
-              for page, name, kind, text in found if kind == "python"]
+              for page, name, kind, text in found if kind == "python" and not STARTUP_OPTION.search(text)]
     tutorials = [(rel, rel, lambda folder, p=page: run_python(tutorial_code(p), folder))
                  for page in PAGES if "{code-cell}" in page.read_text(encoding="utf-8")
                  for rel in [page.relative_to(ROOT).as_posix()]]
     docstrings = [("docstrings", name, lambda folder, n=name, o=obj: test_public_docstring_example_runs(n, o))
                   for name, obj in public_names()]
-    return shell, [*python, *tutorials, *docstrings]
+    return own_process, [*python, *tutorials, *docstrings]
 
 
 def main() -> int:
@@ -97,12 +110,12 @@ def main() -> int:
     args = parser.parse_args()
     home = Path(tempfile.mkdtemp(prefix="hlopt-docs-"))
     os.environ.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "config"))
-    shell, in_process = ([e for e in group if args.k in e[1] and not any(s in e[1] for s in args.skip)]
+    own_process, in_process = ([e for e in group if args.k in e[1] and not any(s in e[1] for s in args.skip)]
                          for group in examples())
     failed = 0
     try:
-        for i, (file, name, run) in enumerate([*shell, *in_process]):
-            if i == len(shell):
+        for i, (file, name, run) in enumerate([*own_process, *in_process]):
+            if i == len(own_process):
                 import jax
 
                 device = jax.devices()[0]  # this process holds it from here on: processes it starts get the CPU
