@@ -1,9 +1,9 @@
 """Runs every example of the README and the docs on the platform JAX picks here: a TPU, where there
 is one (`bash test/run_tpu.sh --docs`), where test/python/test_docs.py runs them on the CPU.
 
-The shell examples, and Python ones that set an option JAX reads as it starts, run first, each in
-a process of its own in an empty folder holding a copy of examples/, while this process holds no
-device. Then, since one program at a time holds a TPU, the Python examples,
+The shell examples, and Python ones that set an option JAX reads as it starts (the number of host
+CPU devices they shard over: these run on the CPU), run first, each in a process of its own in an
+empty folder holding a copy of examples/, while this process holds no device. Then, since one program at a time holds a TPU, the Python examples,
 the tutorials (each one's code cells in order) and the examples of the public docstrings run one
 after another in this process, each in a fresh namespace and an empty folder, with float64 off
 again after each; processes they start run on the CPU. Prints a line per example and exits 1 if
@@ -42,18 +42,19 @@ def shell_environment(home: Path) -> dict[str, str]:
     return env
 
 
-def run_shell(script: str, folder: Path) -> None:
+def run_shell(script: str, folder: Path, **env: str) -> None:
+    """`script` run by bash in `folder` with a copy of examples/ (and the variables `env` set)."""
     shutil.copytree(ROOT / "examples", folder / "examples")
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=folder, env=shell_environment(folder),
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=folder,
+                          env={**shell_environment(folder), **env}, capture_output=True, text=True, timeout=TIMEOUT_S)
     if proc.returncode != 0:
         raise RuntimeError(f"exit status {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 
 def run_script(code: str, folder: Path) -> None:
-    """`code` as a script of its own process."""
+    """`code` as a script of its own process, on the CPU devices it asks for (`STARTUP_OPTION`)."""
     (folder / "example.py").write_text(code, encoding="utf-8")
-    run_shell(f"{sys.executable} example.py", folder)
+    run_shell(f"{sys.executable} example.py", folder, JAX_PLATFORMS="cpu")
 
 
 def run_python(code: str, folder: Path) -> None:
@@ -78,7 +79,8 @@ def tutorial_code(page: Path) -> str:
 
 
 Example = tuple[str, str, Callable[[Path], None]]
-# a JAX option that holds from the start of a process (a Python example setting it runs in its own)
+# a JAX option read as a process starts: a Python example setting it (examples of sharding over
+# several host CPU devices) runs in a process of its own, on the CPU
 STARTUP_OPTION = re.compile(r"jax_num_cpu_devices")
 
 
@@ -130,7 +132,7 @@ def main() -> int:
                 run(folder)
                 outcome, detail = "passed", None
             except Exception as error:  # an example's assertion or error is its failure
-                outcome, detail = "failed", f"{type(error).__name__}: {error}".splitlines()[0][:500]
+                outcome, detail = "failed", " ".join(f"{type(error).__name__}: {error}".split())[:800]
                 traceback.print_exc()
                 failed += 1
             seconds = time.perf_counter() - start

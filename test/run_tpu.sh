@@ -21,8 +21,10 @@ export JAX_DEFAULT_MATMUL_PRECISION="${JAX_DEFAULT_MATMUL_PRECISION:-highest}"
 if ! command -v hlopt-opt >/dev/null; then
     bin="$(mktemp -d)"
     trap 'rm -rf "$bin"' EXIT
-    printf '#!/bin/sh\nexec python3 -m hlopt "$@"\n' >"$bin/hlopt"
-    printf '#!/bin/sh\nexec python3 -m hlopt.cli.opt "$@"\n' >"$bin/hlopt-opt"
+    for tool in "hlopt hlopt" "hlopt-opt hlopt.cli.opt"; do  # this checkout first, as an install's scripts
+        printf '#!/bin/sh\nPYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m %s "$@"\n' \
+            "$PWD/python" "${tool#* }" >"$bin/${tool%% *}"
+    done
     chmod +x "$bin/hlopt" "$bin/hlopt-opt"
     export PATH="$bin:$PATH"
 fi

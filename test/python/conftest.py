@@ -102,11 +102,11 @@ def _outcome(report: pytest.TestReport) -> str | None:
 
 
 def _detail(report: pytest.TestReport) -> str | None:
-    """A skip's reason, or the line that says why a test failed."""
+    """A skip's reason, or what the error that failed a test says (its start)."""
     if report.skipped and isinstance(report.longrepr, tuple):
         return report.longrepr[2]
     crash = getattr(report.longrepr, "reprcrash", None)
-    return crash.message.splitlines()[0][:500] if crash is not None and crash.message else None
+    return " ".join(crash.message.split())[:800] if crash is not None and crash.message else None
 
 
 _test_outcomes: dict[str, tuple[str, str | None]] = {}
