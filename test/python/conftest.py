@@ -1,5 +1,7 @@
 """pytest setup: eight host CPU devices and cheap XLA compiles (set before jax is imported),
-a key of the tests' own, the partitioner fixture; each file named as it starts and time per file.
+a key of the tests' own, the partitioner fixture; each file named as it starts and time per file;
+on another platform (a TPU), what holds for XLA:CPU alone and float64 skipped with the reason;
+`--shard K/N` and `--outcomes PATH` for runs split over several sittings (test/run_tpu.sh).
 
 The user's key (HLOPT_KEY, else $XDG_CONFIG_HOME/hlopt/key) authenticates
 executable files and cache entries; the tests (and the processes they start)
