@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# The pytest suite on a machine whose JAX sees a TPU (jax and jaxlib 0.10.2 installed; hlopt runs
-# from this checkout, its C++ kernels not needed): one process, since one program at a time holds
-# the chip. Files about XLA:CPU alone and float64 cases are skipped with their reason
-# (test/python/conftest.py); arguments go to pytest (a file, -k, -x...).
+# The pytest suite, or every example of the docs, on a machine whose JAX sees a TPU (jax and jaxlib
+# 0.10.2 installed; hlopt runs from this checkout, its C++ kernels not needed). One process, since
+# one program at a time holds the chip; the processes a test starts run on the CPU. Files about
+# XLA:CPU alone, and tests marked float64, are skipped with their reason (test/python/conftest.py).
+#
+#   bash test/run_tpu.sh [PYTEST ARGS]      the suite (test/python), or the files, -k, @FILE given
+#   bash test/run_tpu.sh --shard 2/4 --outcomes out.jsonl
+#                                           a quarter of the files, a JSON line per test in out.jsonl
+#   bash test/run_tpu.sh --docs [--outcomes out.jsonl] [-k TEXT]
+#                                           every example of the README and the docs (test/docs_examples.py)
+#   python3 test/tpu_record.py out.jsonl    the outcomes as a record in bench/results/tpu_tests/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -10,4 +17,19 @@ export JAX_PLATFORMS="${JAX_PLATFORMS:-tpu,cpu}"
 # float32 products at float32 precision, as on a CPU (a TPU's default passes are bfloat16): the tests
 # compare with references computed the same way, to float32 tolerances
 export JAX_DEFAULT_MATMUL_PRECISION="${JAX_DEFAULT_MATMUL_PRECISION:-highest}"
-exec python3 -m pytest -p no:cacheprovider -q -rs --continue-on-collection-errors "${@:-test/python}"
+# hlopt's console scripts where hlopt is not installed: tests and examples run `hlopt` and `hlopt-opt`
+if ! command -v hlopt-opt >/dev/null; then
+    bin="$(mktemp -d)"
+    trap 'rm -rf "$bin"' EXIT
+    for tool in "hlopt hlopt" "hlopt-opt hlopt.cli.opt"; do  # this checkout first, as an install's scripts
+        printf '#!/bin/sh\nPYTHONPATH="%s${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m %s "$@"\n' \
+            "$PWD/python" "${tool#* }" >"$bin/${tool%% *}"
+    done
+    chmod +x "$bin/hlopt" "$bin/hlopt-opt"
+    export PATH="$bin:$PATH"
+fi
+if [[ "${1:-}" == --docs ]]; then
+    python3 test/docs_examples.py "${@:2}"
+else
+    python3 -m pytest -p no:cacheprovider -q -rfEs --continue-on-collection-errors "$@"
+fi

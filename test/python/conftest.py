@@ -1,5 +1,7 @@
 """pytest setup: eight host CPU devices and cheap XLA compiles (set before jax is imported),
-a key of the tests' own, the partitioner fixture; each file named as it starts and time per file.
+a key of the tests' own, the partitioner fixture; each file named as it starts and time per file;
+on another platform (a TPU), what holds for XLA:CPU alone and float64 skipped with the reason;
+`--shard K/N` and `--outcomes PATH` for runs split over several sittings (test/run_tpu.sh).
 
 The user's key (HLOPT_KEY, else $XDG_CONFIG_HOME/hlopt/key) authenticates
 executable files and cache entries; the tests (and the processes they start)
@@ -8,9 +10,14 @@ use a key file in a temporary folder, never the real ~/.config.
 
 import atexit
 import collections
+import json
 import os
+import re
 import shutil
+import statistics
 import tempfile
+import time
+from pathlib import Path
 
 import pytest
 
@@ -86,17 +93,51 @@ def pytest_runtest_logstart(nodeid, location):
         reporter.write_line(f"{path}: started, {_tests_left[path]} tests")
 
 
+def _outcome(report: pytest.TestReport) -> str | None:
+    """What a report says of its test: the call's outcome, or an error or skip in setup or
+    teardown; None for a setup or teardown that passed."""
+    if report.when == "call":
+        return report.outcome
+    if report.passed:
+        return None
+    return "error" if report.failed else report.outcome
+
+
+def _detail(report: pytest.TestReport) -> str | None:
+    """A skip's reason, or what the error that failed a test says (its start)."""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return report.longrepr[2]
+    crash = getattr(report.longrepr, "reprcrash", None)
+    return " ".join(crash.message.split())[:800] if crash is not None and crash.message else None
+
+
+_test_outcomes: dict[str, tuple[str, str | None]] = {}
+_seconds_per_test: collections.Counter[str] = collections.Counter()
+
+
 def pytest_runtest_logreport(report):
-    """Add up setup, call and teardown time per test file; under pytest-xdist, print a line
-    per file when its last test is done (xdist's own progress names no file)."""
+    """Add up setup, call and teardown time per test file; with `--outcomes`, append the test's
+    line once its teardown is done; under pytest-xdist, print a line per file when its last test is
+    done (xdist's own progress names no file)."""
     path = _file(report.nodeid)
     _seconds_per_file[path] += report.duration
+    _seconds_per_test[report.nodeid] += report.duration
+    outcome = _outcome(report)
+    if outcome is not None and _test_outcomes.get(report.nodeid, ("passed",))[0] == "passed":
+        _test_outcomes[report.nodeid] = (outcome, _detail(report))
+    outcomes = _config.getoption("outcomes")
+    if report.when == "teardown":
+        final, detail = _test_outcomes.pop(report.nodeid, ("passed", None))
+        seconds = _seconds_per_test.pop(report.nodeid)
+        if outcomes and not hasattr(_config, "workerinput"):  # under pytest-xdist, the controller writes
+            line = {"test": report.nodeid, "file": path, "outcome": final, "seconds": round(seconds, 3),
+                    "detail": detail}
+            with open(outcomes, "a", encoding="utf-8") as out:
+                out.write(json.dumps(line) + "\n")
     if not _tests_left:
         return
-    if report.when == "call":
-        _outcomes[path][report.outcome] += 1
-    elif not report.passed:  # an error in setup or teardown, or a skip at setup
-        _outcomes[path]["error" if report.failed else report.outcome] += 1
+    if outcome is not None:
+        _outcomes[path][outcome] += 1
     if report.when != "teardown":
         return
     _tests_left[path] -= 1
@@ -107,9 +148,11 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_configure(config):
-    """Keep the config: the per-file line is written through its terminal reporter."""
+    """Keep the config (the per-file line is written through its terminal reporter) and name the
+    marker `float64`."""
     global _config
     _config = config
+    config.addinivalue_line("markers", "float64: computes in float64 on the device, which a TPU cannot")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -135,19 +178,71 @@ CPU_ONLY = {
     "test_runtime_multiprocess.py": "several processes on one device (one program at a time holds a TPU)",
     "test_cache.py": "cache entries shared by several processes (one program at a time holds a TPU)",
 }
+# Platforms whose compiler computes no float64: a test marked `float64` is skipped there.
+NO_FLOAT64 = {"tpu"}
+RECORDS = Path(__file__).resolve().parents[2] / "bench" / "results" / "tpu_tests"
+
+
+def pytest_addoption(parser):
+    """`--shard K/N` and `--outcomes PATH`, with which `test/run_tpu.sh` splits a run into calls that
+    each fit a time limit and keeps what each test gave when a call is cut short."""
+    group = parser.getgroup("hlopt")
+    group.addoption("--shard", metavar="K/N", help="run only the K-th of N groups of test files (1 <= K <= N), "
+                    "balanced by the seconds per file of the newest record in bench/results/tpu_tests/")
+    group.addoption("--outcomes", metavar="PATH", help="append a JSON line per test to PATH as it ends: its "
+                    "file, outcome, seconds and skip reason (test/tpu_record.py turns the lines into a record)")
+
+
+def _seconds_of_last_record() -> dict[str, float]:
+    """Seconds per test file in the newest record of a run on a TPU (empty when there is none)."""
+    records = sorted(RECORDS.glob("*.json"))
+    if not records:
+        return {}
+    files = json.loads(records[-1].read_text(encoding="utf-8"))["files"]
+    return {path: entry["seconds"] for path, entry in files.items()}
+
+
+def shard_of(files: list[str], shard: str) -> set[str]:
+    """The files of shard `shard` ("K/N"): files go, longest first, to the group with the fewest
+    seconds so far (a file the record lacks counts as the record's median file, 1 s without one)."""
+    match = re.fullmatch(r"(\d+)/(\d+)", shard)
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise pytest.UsageError(f"--shard takes K/N with 1 <= K <= N, as 2/4; got {shard!r}")
+    k, n = int(match[1]), int(match[2])
+    known = _seconds_of_last_record()
+    default = statistics.median(known.values()) if known else 1.0
+    weight = {path: known.get(path, default) for path in files}
+    groups: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(n)]
+    for path in sorted(files, key=lambda p: (-weight[p], p)):
+        i = min(range(n), key=lambda j: (groups[j][0], j))
+        groups[i] = (groups[i][0] + weight[path], [*groups[i][1], path])
+    return set(groups[k - 1][1])
 
 
 def pytest_collection_modifyitems(config, items):
-    """On a platform other than CPU, skip with its reason what holds for XLA:CPU alone (`CPU_ONLY`)
-    and what needs float64, which a TPU does not compute (tests under `x64_module`)."""
+    """Keep the files of `--shard`; on a platform other than CPU, skip with its reason what holds for
+    XLA:CPU alone (`CPU_ONLY`) and, where the platform computes no float64 (`NO_FLOAT64`), the tests
+    marked `float64`. There the processes the tests start run on the CPU: one program at a time
+    holds the chip, and this one does."""
+    shard = config.getoption("shard")
+    if shard:
+        files = shard_of(sorted({_file(item.nodeid) for item in items}), shard)
+        config.hook.pytest_deselected(items=[item for item in items if _file(item.nodeid) not in files])
+        items[:] = [item for item in items if _file(item.nodeid) in files]
     import jax
 
     platform = jax.default_backend()
+    if config.getoption("outcomes") and not hasattr(config, "workerinput"):
+        with open(config.getoption("outcomes"), "a", encoding="utf-8") as out:
+            out.write(json.dumps({"device": {"platform": platform, "kind": jax.devices()[0].device_kind,
+                                             "count": jax.device_count()}, "jax": jax.__version__,
+                                  "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}) + "\n")
     if platform == "cpu":
         return
+    os.environ["JAX_PLATFORMS"] = "cpu"
     for item in items:
         reason = CPU_ONLY.get(item.path.name)
-        if reason is None and "x64_module" in getattr(item, "fixturenames", ()):
-            reason = "float64, which the TPU does not compute"
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"on {platform}: tests {reason}"))
+        elif platform in NO_FLOAT64 and item.get_closest_marker("float64"):
+            item.add_marker(pytest.mark.skip(reason=f"{platform.upper()} has no float64"))

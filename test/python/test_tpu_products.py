@@ -1,23 +1,28 @@
-"""The Pallas TPU sparse product kernels (`hlopt.sparse.tpu_products`) in Pallas's interpreter, and
-`tpu-sparse-products` calling them.
+"""The Pallas TPU sparse product kernels (`hlopt.sparse.tpu_products`), compiled on a TPU and in
+Pallas's interpreter elsewhere, and `tpu-sparse-products` calling them.
 
 The kernels' results (SpMV and SpMM) must be numpy's on entries with empty rows, duplicates, rows
 and columns out of range (padding), no entries, several chunks, chunks whose rows span many output
-windows, sorted and unsorted entries, float32 and bfloat16. The pass must call the kernel for a
+windows, sorted and unsorted entries, float32 and bfloat16; their products of bfloat16 parts keep
+one pass under any default_matmul_precision. The pass must call the kernel for a
 product it takes (BCOO sorted or not, BCSR) and keep its gathers and scatter-adds for the rest; a
 TPU compile holds the kernel as Mosaic's `tpu_custom_call` (lowered here, compiled only on a TPU).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 
 import hlopt
 from hlopt import sparse as hs
 from hlopt.passes.tpu import sparse_products
 from hlopt.sparse import tpu_products
+
+INTERPRET = jax.default_backend() != "tpu"  # on a TPU, the kernels as Mosaic compiles them
 
 
 def draw(seed: int, m: int, k: int, nse: int, sort: bool, dtype=np.float32, columns: int | None = None):
@@ -45,7 +50,7 @@ def draw(seed: int, m: int, k: int, nse: int, sort: bool, dtype=np.float32, colu
 ])
 def test_matches_numpy(m, k, nse, sort, columns):
     rows, cols, data, x = draw(m + nse, m, k, nse, sort, columns=columns)
-    got = tpu_products.product(rows, cols, data, x, m=m, interpret=True)
+    got = tpu_products.product(rows, cols, data, x, m=m, interpret=INTERPRET)
     want = tpu_products.reference(rows, cols, data, x, m)
     assert got.shape == want.shape and got.dtype == np.float32
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=0, atol=2e-6 * (1 + np.abs(want).max()))
@@ -54,10 +59,31 @@ def test_matches_numpy(m, k, nse, sort, columns):
 @pytest.mark.parametrize("columns", [None, 4])
 def test_bfloat16(columns):
     rows, cols, data, x = draw(3, 40, 50, 200, True, jnp.bfloat16, columns)
-    got = tpu_products.product(rows, cols, data, x, m=40, interpret=True)
+    got = tpu_products.product(rows, cols, data, x, m=40, interpret=INTERPRET)
     want = tpu_products.reference(rows, cols, np.asarray(data, np.float32), np.asarray(x, np.float32), 40)
     assert got.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-2, atol=1e-2 * (1 + np.abs(want).max()))
+
+
+def _equations(jaxpr):
+    """Every equation of `jaxpr` and of the jaxprs inside its equations (a jit's, a pallas_call's kernel)."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", param)
+            if hasattr(inner, "eqns"):
+                yield from _equations(inner)
+
+
+@pytest.mark.parametrize("columns", [None, 4])
+def test_products_of_parts_take_one_pass_under_any_default_precision(columns):
+    """Under default_matmul_precision('highest') the kernels' products stay DEFAULT: Mosaic refuses a
+    float32-precision product of bfloat16 operands (SpMV and SpMM alike)."""
+    rows, cols, data, x = draw(1, 40, 50, 200, True, columns=columns)
+    with jax.default_matmul_precision("highest"):
+        jaxpr = jax.make_jaxpr(lambda *a: tpu_products.product(*a, m=40, interpret=False))(rows, cols, data, x)
+    dots = [eqn for eqn in _equations(jaxpr.jaxpr) if eqn.primitive.name == "dot_general"]
+    assert dots and all(eqn.params["precision"] == (lax.Precision.DEFAULT,) * 2 for eqn in dots), dots
 
 
 def test_takes_and_refuses():

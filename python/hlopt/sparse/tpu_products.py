@@ -56,6 +56,11 @@ def takes(rows: int, x_shape: tuple[int, ...], dtype: str) -> bool:
     return 0 < x_shape[1] <= MAX_WIDTH and (rows + 1) * x_shape[1] <= MAX_OUTPUT
 
 
+# The kernels multiply bfloat16 parts, each product exact in one pass: their precision is this one
+# whatever the program's default (Mosaic refuses a float32-precision product of bfloat16 operands).
+ONE_PASS = lax.Precision.DEFAULT
+
+
 def _leading_bits(v: jax.Array) -> jax.Array:
     """float32 `v` with all but the 8 leading bits of its significand cleared (a bfloat16 value), by its bits:
     XLA drops a float32 -> bfloat16 -> float32 round trip as excess precision."""
@@ -92,7 +97,7 @@ def _spmv_kernel(first_ref, last_ref, row_ref, val_ref, hi_ref, lo_ref, x3_ref, 
 
     kh = x3_ref.shape[1]
     onehot = (lax.broadcasted_iota(jnp.int32, (kh, CHUNK), 0) == hi_ref[...]).astype(jnp.bfloat16)
-    g = jnp.dot(x3_ref[...], onehot, preferred_element_type=jnp.float32)  # [3 * 128, CHUNK]: x's rows
+    g = jnp.dot(x3_ref[...], onehot, precision=ONE_PASS, preferred_element_type=jnp.float32)  # [3 * 128, CHUNK]: x's rows
     g = g[:LANES] + g[LANES:2 * LANES] + g[2 * LANES:]
     lane = lax.broadcasted_iota(jnp.int32, (LANES, CHUNK), 0)
     xs = jnp.sum(jnp.where(lane == lo_ref[...], g, 0.0), axis=0, keepdims=True)
@@ -101,7 +106,8 @@ def _spmv_kernel(first_ref, last_ref, row_ref, val_ref, hi_ref, lo_ref, x3_ref, 
     products = jnp.where(part == 0, hi, jnp.where(part == 1, mid, jnp.where(part == 2, lo, 0.0))).astype(jnp.bfloat16)
 
     def add(w, hit):
-        sums = lax.dot_general(products, hit, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        sums = lax.dot_general(products, hit, (((1,), (1,)), ((), ())), precision=ONE_PASS,
+                               preferred_element_type=jnp.float32)
         out_ref[pl.ds(w, 1), :] += jnp.sum(sums, axis=0, keepdims=True)
 
     _each_window(first_ref, last_ref, row_ref[...], add)
@@ -117,7 +123,7 @@ def _spmm_kernel(first_ref, last_ref, row_ref, p_ref, out_ref):
 
     def add(w, hit):
         start = pl.multiple_of(w * LANES, LANES)
-        sums = sum(jnp.dot(hit, part, preferred_element_type=jnp.float32) for part in parts)
+        sums = sum(jnp.dot(hit, part, precision=ONE_PASS, preferred_element_type=jnp.float32) for part in parts)
         out_ref[pl.ds(start, LANES), :] += sums
 
     _each_window(first_ref, last_ref, row_ref[...], add)
