@@ -38,6 +38,8 @@ from jax.experimental.pallas import tpu as pltpu
 CHUNK = 512
 # Entries a grid step of the resident kernel handles (three SMEM blocks of them, double-buffered).
 RESIDENT_CHUNK = 2048
+# Entries the resident kernel loads x's rows for before it stores their sums.
+GROUP = 8
 # Lanes of a TPU vector register: x's rows and the output's windows are this long.
 LANES = 128
 # Most rows of a product.
@@ -47,7 +49,7 @@ MAX_OUTPUT = 1 << 23
 # Most columns of an SpMM's x (a chunk's rows of x stay in VMEM).
 MAX_WIDTH = 1024
 # Most bytes of VMEM the resident kernel's block of x and of the output take together.
-RESIDENT_BYTES = 80 << 20
+RESIDENT_BYTES = 100 << 20
 # The float types the kernels take (they accumulate in float32).
 DTYPES = ("float32", "bfloat16")
 
@@ -155,17 +157,27 @@ def _resident_kernel(rows_ref, cols_ref, data_ref, x_hbm, out_hbm, x_ref, out_re
         out_ref[...] = jnp.zeros_like(out_ref)
         copy.wait()
 
-    def entry(e, carry):
-        total, target = carry
-        row, col = rows_ref[0, e], cols_ref[0, e]
-        at = lax.div(row, packed)  # rows and columns are >= 0: no floor needed
-        g = x_ref[pl.ds(lax.div(col, packed), 1), :]
-        total = jnp.where(at == target, total, 0.0) + _place(g, row, col, data_ref[0, e], packed)
-        out_ref[pl.ds(at, 1), :] = total
-        return total, at
+    def load(q):
+        """Group q's entries (row, column, value) and rows of x."""
+        es = [q * GROUP + i for i in range(GROUP)]
+        cols = [cols_ref[0, e] for e in es]
+        return ([rows_ref[0, e] for e in es], cols, [data_ref[0, e] for e in es],
+                [x_ref[pl.ds(lax.div(c, packed), 1), :] for c in cols])
+
+    groups = RESIDENT_CHUNK // GROUP
+
+    def group(q, carry):
+        total, target, now = carry
+        ahead = load(jnp.minimum(q + 1, groups - 1))  # the next group's loads go before this group's stores
+        for row, col, value, g in zip(*now, strict=True):
+            at = lax.div(row, packed)  # rows and columns are >= 0: no floor needed
+            total = jnp.where(at == target, total, 0.0) + _place(g, row, col, value, packed)
+            out_ref[pl.ds(at, 1), :] = total
+            target = at
+        return total, target, ahead
 
     first = lax.div(rows_ref[0, 0], packed)  # its sum so far: a row can span chunks
-    lax.fori_loop(0, RESIDENT_CHUNK, entry, (out_ref[pl.ds(first, 1), :], first), unroll=8)
+    lax.fori_loop(0, groups, group, (out_ref[pl.ds(first, 1), :], first, load(0)))
 
     @pl.when(chunk == pl.num_programs(1) - 1)
     def _():
@@ -199,7 +211,7 @@ def _resident_product(rows: jax.Array, cols: jax.Array, data: jax.Array, x: jax.
         scratch_shapes=[pltpu.VMEM((kr, lanes), jnp.float32), pltpu.VMEM((mr, lanes), jnp.float32),
                         pltpu.SemaphoreType.DMA(())],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary"),
-                                             vmem_limit_bytes=4 * lanes * (kr + mr) + (16 << 20)),
+                                             vmem_limit_bytes=4 * lanes * (kr + mr) + (12 << 20)),
         interpret=interpret,
     )(rows, cols, data, xb)
     return out.reshape(blocks, mr * packed, w).transpose(1, 0, 2).reshape(mr * packed, n)[:m]
