@@ -1,22 +1,20 @@
-"""Pallas TPU kernels for sparse x dense products `y = A @ x`, with no XLA gather or scatter where x fits in VMEM.
+"""Pallas TPU kernels for sparse x dense products `y = A @ x`, with no scatter (and, for a vector, no gather).
 
-A TPU runs XLA's gathers and scatters one index at a time. Two kernels do without them:
+A TPU runs XLA's gathers and scatters one index at a time; these kernels do the products' sums on
+the matrix unit instead. The entries (row, column, value) go through them in chunks of `CHUNK`
+entries, and each chunk's products are added into the output's windows of 128 rows by a one-hot
+product on the MXU, one per window its rows touch (the chunk's smallest to largest row). Every
+one-hot product reads its float32 operand as three bfloat16 parts, so the 0/1 product is exact.
 
-- Resident (SpMV, and SpMM of 64 columns or a multiple of 128): x and the output stay in VMEM (a
-  block of x's columns at a time, read once), the entries pass through SMEM in chunks of
-  `RESIDENT_CHUNK`, sorted by row. Each entry loads its row of x by its column index, scales it and
-  adds it into a running sum of its output row, stored after every entry: the last store of a row
-  holds its whole sum, in the entries' order, in float32. Narrow rows are packed into the 128 lanes
-  of a vector register (two rows of 64 columns; 128 elements of a vector) and picked by lane.
-- One-hot (other SpMMs, and those whose x and output do not fit in VMEM): the entries' rows of x
-  come from XLA's gather, in chunks of `CHUNK` entries, each chunk's products added into the
-  output's windows of 128 rows by a one-hot product on the MXU, one per window its rows touch;
-  the float32 operand is read as three bfloat16 parts, so the 0/1 product is exact. The output,
-  `[M, N]`, stays in VMEM: up to `MAX_OUTPUT` elements.
+- SpMV, `x[K]`: x is held in VMEM as `[K/128, 128]` rows; an entry's column `c` picks row `c // 128`
+  by another one-hot product and lane `c % 128` by a select and a sum. The work grows with K (each
+  entry reads all of x through the MXU): up to `MAX_COLUMNS` columns.
+- SpMM, `x[K, N]`: the entries' rows of x come from XLA's gather (a row costs it what one value
+  does); the output, `[M, N]`, stays in VMEM: up to `MAX_OUTPUT` elements.
 
-The result does not depend on the order of the entries: the resident kernel sorts unsorted
-entries by row first (`rows_sorted` skips that), the one-hot kernel's work grows with the windows
-a chunk touches. Entries with a row or column out of range add nothing; duplicates add up.
+The result does not depend on the order of the entries, but the work does: entries sorted by row
+touch one or two windows a chunk, unsorted ones every window. Entries with a row or column out of
+range add nothing; duplicates add up.
 
 `product` is the kernels' entry point (`takes` says which products it takes), `reference` the same
 product in numpy, and `lowered_text` a product as the StableHLO function `tpu-sparse-products`
@@ -34,56 +32,28 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-# Entries a grid step of the one-hot kernel handles.
+# Entries a grid step handles.
 CHUNK = 512
-# Entries a grid step of the resident kernel handles (three SMEM blocks of them, double-buffered).
-RESIDENT_CHUNK = 2048
-# Entries the resident kernel loads x's rows for before it stores their sums.
-GROUP = 8
 # Lanes of a TPU vector register: x's rows and the output's windows are this long.
 LANES = 128
-# Most rows of a product.
+# Most columns of an SpMV: each entry costs 3 * K multiply-adds on the MXU.
+MAX_COLUMNS = 1 << 17
+# Most rows of an SpMV and elements of an SpMM's output: the output stays in VMEM (twice, double-buffered).
 MAX_ROWS = 1 << 22
-# Most elements of the one-hot kernel's output: it stays in VMEM (twice, double-buffered).
 MAX_OUTPUT = 1 << 23
 # Most columns of an SpMM's x (a chunk's rows of x stay in VMEM).
 MAX_WIDTH = 1024
-# Most bytes of VMEM the resident kernel's block of x and of the output take together.
-RESIDENT_BYTES = 100 << 20
 # The float types the kernels take (they accumulate in float32).
 DTYPES = ("float32", "bfloat16")
-
-
-def _packed(columns: int) -> int:
-    """Rows of x (of `columns` elements, 0: a vector) the resident kernel packs into one 128-lane row."""
-    return LANES if columns == 0 else max(LANES // columns, 1)
-
-
-def resident_width(rows: int, x_shape: tuple[int, ...]) -> int | None:
-    """Columns of x a pass of the resident kernel holds in VMEM (0: x is a vector), None where it does not take the
-    product: the widest block (64 columns, or a multiple of 128 dividing x's) whose x and output fit `RESIDENT_BYTES`."""
-    n = x_shape[1] if len(x_shape) == 2 else 0
-    widths = [0] if n == 0 else [w for w in range(n - n % LANES, 0, -LANES) if n % w == 0] + [64] * (n % 64 == 0)
-    for w in widths:
-        p = _packed(w)
-        lanes = max(w, LANES)
-        if 4 * lanes * (_padded_rows(x_shape[0], p) + _padded_rows(rows + 1, p)) <= RESIDENT_BYTES:
-            return w
-    return None
-
-
-def _padded_rows(rows: int, packed: int) -> int:
-    """Rows of a resident block holding `rows` rows packed `packed` to a row, a multiple of 8 (a register's sublanes)."""
-    return -(-rows // (8 * packed)) * 8
 
 
 def takes(rows: int, x_shape: tuple[int, ...], dtype: str) -> bool:
     """Whether `product` computes an `[rows, x_shape[0]]` matrix's product with an `x` of that shape and dtype."""
     if dtype not in DTYPES or not 0 < rows <= MAX_ROWS or not 0 < x_shape[0] or len(x_shape) not in (1, 2):
         return False
-    if resident_width(rows, x_shape) is not None:
-        return True
-    return len(x_shape) == 2 and 0 < x_shape[1] <= MAX_WIDTH and (rows + 1) * x_shape[1] <= MAX_OUTPUT
+    if len(x_shape) == 1:
+        return x_shape[0] <= MAX_COLUMNS
+    return 0 < x_shape[1] <= MAX_WIDTH and (rows + 1) * x_shape[1] <= MAX_OUTPUT
 
 
 def _leading_bits(v: jax.Array) -> jax.Array:
@@ -114,6 +84,29 @@ def _each_window(first_ref, last_ref, rows: jax.Array, add) -> None:
     lax.fori_loop(first_ref[i], last_ref[i] + 1, window, 0)
 
 
+def _spmv_kernel(first_ref, last_ref, row_ref, val_ref, hi_ref, lo_ref, x3_ref, out_ref):
+    """One chunk of an SpMV: read its x values, multiply, add into its windows (`out` rows of 128)."""
+    @pl.when(pl.program_id(0) == 0)
+    def _():
+        out_ref[...] = jnp.zeros_like(out_ref)
+
+    kh = x3_ref.shape[1]
+    onehot = (lax.broadcasted_iota(jnp.int32, (kh, CHUNK), 0) == hi_ref[...]).astype(jnp.bfloat16)
+    g = jnp.dot(x3_ref[...], onehot, preferred_element_type=jnp.float32)  # [3 * 128, CHUNK]: x's rows
+    g = g[:LANES] + g[LANES:2 * LANES] + g[2 * LANES:]
+    lane = lax.broadcasted_iota(jnp.int32, (LANES, CHUNK), 0)
+    xs = jnp.sum(jnp.where(lane == lo_ref[...], g, 0.0), axis=0, keepdims=True)
+    hi, mid, lo = (v.astype(jnp.float32) for v in _split3(val_ref[...] * xs))
+    part = lax.broadcasted_iota(jnp.int32, (16, CHUNK), 0)  # a bfloat16 tile's rows: the three parts, then zeros
+    products = jnp.where(part == 0, hi, jnp.where(part == 1, mid, jnp.where(part == 2, lo, 0.0))).astype(jnp.bfloat16)
+
+    def add(w, hit):
+        sums = lax.dot_general(products, hit, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+        out_ref[pl.ds(w, 1), :] += jnp.sum(sums, axis=0, keepdims=True)
+
+    _each_window(first_ref, last_ref, row_ref[...], add)
+
+
 def _spmm_kernel(first_ref, last_ref, row_ref, p_ref, out_ref):
     """One chunk of an SpMM: add its products `p[CHUNK, N]` into its windows (`out` rows 128w to 128w + 127)."""
     @pl.when(pl.program_id(0) == 0)
@@ -130,143 +123,53 @@ def _spmm_kernel(first_ref, last_ref, row_ref, p_ref, out_ref):
     _each_window(first_ref, last_ref, row_ref[...], add)
 
 
-def _place(g: jax.Array, row: jax.Array, col: jax.Array, value: jax.Array, packed: int) -> jax.Array:
-    """`value * x[col]` in output row `row`'s lanes, from `g`, x's packed row holding `x[col]` (`[1, lanes]`)."""
-    if packed == 1:
-        return value * g
-    lane = lax.broadcasted_iota(jnp.int32, g.shape, 1)
-    width = LANES // packed
-    if packed == LANES:  # a vector: x[col] is one lane of g
-        picked = jnp.sum(jnp.where(lane == lax.rem(col, LANES), g, 0.0), axis=1, keepdims=True)
-        return jnp.where(lane == lax.rem(row, LANES), value * picked, 0.0)
-    # two rows a register row: x[col] is a half, moved to row's half (rolled by 64 lanes when they differ)
-    half = lax.div(lane, width)
-    aligned = jnp.where(half == lax.rem(col, packed), g, pltpu.roll(g, width, 1))
-    return jnp.where(half == lax.rem(row, packed), value * aligned, 0.0)
-
-
-def _resident_kernel(rows_ref, cols_ref, data_ref, x_hbm, out_hbm, x_ref, out_ref, sem, *, packed: int):
-    """One chunk of entries, sorted by row, against one block of x's columns: `x_ref` and `out_ref` hold the
-    block of x and of the output in VMEM, `packed` rows to a row."""
-    block, chunk = pl.program_id(0), pl.program_id(1)
-
-    @pl.when(chunk == 0)
-    def _():
-        copy = pltpu.make_async_copy(x_hbm.at[block], x_ref, sem)
-        copy.start()
-        out_ref[...] = jnp.zeros_like(out_ref)
-        copy.wait()
-
-    def load(q):
-        """Group q's entries (row, column, value) and rows of x."""
-        es = [q * GROUP + i for i in range(GROUP)]
-        cols = [cols_ref[0, e] for e in es]
-        return ([rows_ref[0, e] for e in es], cols, [data_ref[0, e] for e in es],
-                [x_ref[pl.ds(lax.div(c, packed), 1), :] for c in cols])
-
-    groups = RESIDENT_CHUNK // GROUP
-
-    def group(q, carry):
-        total, target, now = carry
-        ahead = load(jnp.minimum(q + 1, groups - 1))  # the next group's loads go before this group's stores
-        for row, col, value, g in zip(*now, strict=True):
-            at = lax.div(row, packed)  # rows and columns are >= 0: no floor needed
-            total = jnp.where(at == target, total, 0.0) + _place(g, row, col, value, packed)
-            out_ref[pl.ds(at, 1), :] = total
-            target = at
-        return total, target, ahead
-
-    first = lax.div(rows_ref[0, 0], packed)  # its sum so far: a row can span chunks
-    lax.fori_loop(0, groups, group, (out_ref[pl.ds(first, 1), :], first, load(0)))
-
-    @pl.when(chunk == pl.num_programs(1) - 1)
-    def _():
-        copy = pltpu.make_async_copy(out_ref, out_hbm.at[block], sem)
-        copy.start()
-        copy.wait()
-
-
-def _resident_product(rows: jax.Array, cols: jax.Array, data: jax.Array, x: jax.Array, m: int, width: int,
-                      interpret: bool) -> jax.Array:
-    """`_resident_kernel` over x's blocks of `width` columns (0: x is a vector): `[m, N]` float32, entries sorted by row."""
-    k, n = x.shape[0], (x.shape[1] if x.ndim == 2 else 1)
-    packed, w = _packed(width), max(width, 1)
-    blocks, lanes = n // w, packed * w
-    kr, mr = _padded_rows(k, packed), _padded_rows(m + 1, packed)
-    chunks = max(-(-rows.shape[0] // RESIDENT_CHUNK), 1)
-    fill = chunks * RESIDENT_CHUNK - rows.shape[0]
-    rows, cols, data = (jnp.pad(v, (0, fill), constant_values=pad).reshape(chunks, 1, RESIDENT_CHUNK)
-                        for v, pad in ((rows, m), (cols, 0), (data, 0)))
-    # x's column blocks, each [kr, lanes]: rows packed `packed` to a row
-    xb = jnp.pad(x.astype(jnp.float32).reshape(k, n), ((0, kr * packed - k), (0, 0)))
-    xb = xb.reshape(kr * packed, blocks, w).transpose(1, 0, 2).reshape(blocks, kr, lanes)
-    smem = pl.BlockSpec((None, 1, RESIDENT_CHUNK), lambda j, i: (i, 0, 0), memory_space=pltpu.SMEM)
-    hbm = pl.BlockSpec(memory_space=pl.ANY)
-    out = pl.pallas_call(
-        functools.partial(_resident_kernel, packed=packed),
-        grid=(blocks, chunks),
-        in_specs=[smem, smem, smem, hbm],
-        out_specs=hbm,
-        out_shape=jax.ShapeDtypeStruct((blocks, mr, lanes), jnp.float32),
-        scratch_shapes=[pltpu.VMEM((kr, lanes), jnp.float32), pltpu.VMEM((mr, lanes), jnp.float32),
-                        pltpu.SemaphoreType.DMA(())],
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary", "arbitrary"),
-                                             vmem_limit_bytes=4 * lanes * (kr + mr) + (12 << 20)),
-        interpret=interpret,
-    )(rows, cols, data, xb)
-    return out.reshape(blocks, mr * packed, w).transpose(1, 0, 2).reshape(mr * packed, n)[:m]
-
-
-def _one_hot_product(rows: jax.Array, cols: jax.Array, data: jax.Array, x: jax.Array, m: int,
-                     interpret: bool) -> jax.Array:
-    """`_spmm_kernel` over chunks of entries (in any order): `[m, N]` float32."""
-    nse, n = rows.shape[0], x.shape[1]
-    chunks = max(-(-nse // CHUNK), 1)
-    fill = chunks * CHUNK - nse
-    rows, cols, data = (jnp.pad(v, (0, fill), constant_values=pad) for v, pad in ((rows, m), (cols, 0), (data, 0)))
-    windows = -(-(m + 1) // (8 * LANES)) * 8  # row m holds the dropped entries
-    blocked = rows.reshape(chunks, 1, CHUNK)
-    first, last = (jnp.min(blocked, axis=(1, 2)) // LANES, jnp.max(blocked, axis=(1, 2)) // LANES)
-    p = data.reshape(-1, 1) * x.astype(jnp.float32)[cols]  # [chunks * CHUNK, N]
-    out = pl.pallas_call(
-        _spmm_kernel,
-        grid_spec=pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=2, grid=(chunks,),
-            in_specs=[pl.BlockSpec((None, 1, CHUNK), lambda i, *_: (i, 0, 0)),
-                      pl.BlockSpec((CHUNK, n), lambda i, *_: (i, 0))],
-            out_specs=pl.BlockSpec((windows * LANES, n), lambda i, *_: (0, 0))),
-        out_shape=jax.ShapeDtypeStruct((windows * LANES, n), jnp.float32),
-        compiler_params=pltpu.CompilerParams(
-            dimension_semantics=("arbitrary",),
-            vmem_limit_bytes=min(8 * CHUNK * n * 4 + 2 * 4 * windows * LANES * max(n, LANES) + (16 << 20), 100 << 20)),
-        interpret=interpret,
-    )(first, last, blocked, p)
-    return out[:m]
-
-
-@functools.partial(jax.jit, static_argnames=("m", "rows_sorted", "interpret"))
-def product(rows: jax.Array, cols: jax.Array, data: jax.Array, x: jax.Array, *, m: int, rows_sorted: bool = False,
+@functools.partial(jax.jit, static_argnames=("m", "interpret"))
+def product(rows: jax.Array, cols: jax.Array, data: jax.Array, x: jax.Array, *, m: int,
             interpret: bool = False) -> jax.Array:
-    """`y[m, *x.shape[1:]]` with `y[rows[e]] += data[e] * x[cols[e]]` over the entries (`rows_sorted`: the rows are
-    in non-decreasing order; `interpret`: Pallas's interpreter, for a machine without a TPU)."""
+    """`y[m, *x.shape[1:]]` with `y[rows[e]] += data[e] * x[cols[e]]` over the entries (`interpret`: Pallas's
+    interpreter, for a machine without a TPU)."""
     k = x.shape[0]
     if not takes(m, x.shape, jnp.dtype(x.dtype).name):
-        raise ValueError(f"the TPU sparse product kernels take 1..{MAX_ROWS} rows, x[K] or x[K, N] of "
-                         f"{' or '.join(DTYPES)} where x and the output fit {RESIDENT_BYTES >> 20} MiB of VMEM (N = 64 "
-                         f"or a multiple of 128) or N <= {MAX_WIDTH} and (rows + 1) * N <= {MAX_OUTPUT}, not a "
-                         f"[{m}, {k}] matrix with a {x.dtype} x{list(x.shape)}: check hlopt.sparse.tpu_products.takes first")
+        raise ValueError(f"the TPU sparse product kernels take 1..{MAX_ROWS} rows, x[K] with K <= {MAX_COLUMNS} or "
+                         f"x[K, N] with N <= {MAX_WIDTH} and (rows + 1) * N <= {MAX_OUTPUT}, of "
+                         f"{' or '.join(DTYPES)}, not a [{m}, {k}] matrix with a {x.dtype} x{list(x.shape)}: "
+                         "check hlopt.sparse.tpu_products.takes first")
+    nse = rows.shape[0]
     rows, cols = rows.astype(jnp.int32), cols.astype(jnp.int32)
     valid = (rows >= 0) & (rows < m) & (cols >= 0) & (cols < k)
     data = jnp.where(valid, data.astype(jnp.float32), 0.0)
     rows, cols = jnp.clip(rows, 0, m), jnp.where(valid, cols, 0)  # clip keeps the rows' order
-    width = resident_width(m, x.shape)
-    if width is None:
-        out = _one_hot_product(rows, cols, data, x, m, interpret)
+    chunks = max(-(-nse // CHUNK), 1)
+    fill = chunks * CHUNK - nse
+    rows, cols, data = (jnp.pad(v, (0, fill), constant_values=pad).reshape(chunks, 1, CHUNK)
+                        for v, pad in ((rows, m), (cols, 0), (data, 0)))
+    windows = -(-(m + 1) // (8 * LANES)) * 8  # row m holds the dropped entries
+    first, last = (jnp.min(rows, axis=(1, 2)) // LANES, jnp.max(rows, axis=(1, 2)) // LANES)
+    entry = pl.BlockSpec((None, 1, CHUNK), lambda i, *_: (i, 0, 0))
+    whole = lambda shape: pl.BlockSpec(shape, lambda i, *_: (0,) * len(shape))  # noqa: E731
+    if x.ndim == 1:
+        kh = -(-k // (LANES * LANES)) * LANES  # x's rows, a multiple of 128 (the product's contracted size)
+        x2 = jnp.pad(x.astype(jnp.float32), (0, kh * LANES - k)).reshape(kh, LANES).T
+        x3 = jnp.concatenate(_split3(x2), axis=0)  # [3 * 128, kh]
+        kernel, out_shape, operands = _spmv_kernel, (windows, LANES), (data, cols // LANES, cols % LANES, x3)
+        specs = [entry, entry, entry, whole(x3.shape)]
+        vmem = 2 * x3.size * 2 + 12 * kh * CHUNK
     else:
-        if not rows_sorted:
-            rows, cols, data = lax.sort((rows, cols, data), num_keys=1)
-        out = _resident_product(rows, cols, data, x, m, width, interpret)
-    return out.reshape(m, *x.shape[1:]).astype(x.dtype)
+        n = x.shape[1]
+        p = data.reshape(-1, 1) * x.astype(jnp.float32)[cols.reshape(-1)]  # [chunks * CHUNK, N]
+        kernel, out_shape, operands = _spmm_kernel, (windows * LANES, n), (p,)
+        specs = [pl.BlockSpec((CHUNK, n), lambda i, *_: (i, 0))]
+        vmem = 8 * CHUNK * n * 4
+    vmem += 2 * 4 * out_shape[0] * max(out_shape[1], LANES) + (16 << 20)
+    out = pl.pallas_call(
+        kernel,
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=2, grid=(chunks,), in_specs=[entry, *specs], out_specs=whole(out_shape)),
+        out_shape=jax.ShapeDtypeStruct(out_shape, jnp.float32),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",), vmem_limit_bytes=min(vmem, 100 << 20)),
+        interpret=interpret,
+    )(first, last, rows, *operands)
+    return out.reshape(-1, *x.shape[1:])[:m].astype(x.dtype)
 
 
 def reference(rows: np.ndarray, cols: np.ndarray, data: np.ndarray, x: np.ndarray, m: int) -> np.ndarray:
@@ -283,10 +186,9 @@ def reference(rows: np.ndarray, cols: np.ndarray, data: np.ndarray, x: np.ndarra
 def lowered_text(m: int, x_shape: tuple[int, ...], nse: int, dtype: str, index_dtype: str = "int32", *,
                  interpret: bool = False) -> str:
     """StableHLO text of a module whose public `@main(rows[nse], cols[nse], data[nse], x) -> y[m, *x_shape[1:]]` is
-    `product` of entries sorted by row, as `tpu-sparse-products` passes them (compiled for a TPU; `interpret`:
-    portable, through Pallas's interpreter)."""
+    `product` (compiled for a TPU; `interpret`: portable, through Pallas's interpreter)."""
     index = jax.ShapeDtypeStruct((nse,), index_dtype)
     args = (index, index, jax.ShapeDtypeStruct((nse,), dtype), jax.ShapeDtypeStruct(x_shape, dtype))
-    lowered = jax.jit(functools.partial(product, m=m, rows_sorted=True, interpret=interpret)).trace(*args).lower(
+    lowered = jax.jit(functools.partial(product, m=m, interpret=interpret)).trace(*args).lower(
         lowering_platforms=("cpu",) if interpret else ("tpu",))
     return lowered.as_text()
