@@ -3,8 +3,8 @@ Pallas's interpreter elsewhere, and `tpu-sparse-products` calling them.
 
 The kernels' results (SpMV and SpMM) must be numpy's on entries with empty rows, duplicates, rows
 and columns out of range (padding), no entries, several chunks, chunks whose rows span many output
-windows, sorted and unsorted entries, float32 and bfloat16; their products of bfloat16 parts keep
-one pass under any default_matmul_precision. The pass must call the kernel for a
+windows, sorted and unsorted entries, 3 to 256 columns, float32 and bfloat16; their products of
+bfloat16 parts keep one pass under any default_matmul_precision. The pass must call the kernel for a
 product it takes (BCOO sorted or not, BCSR) and keep its gathers and scatter-adds for the rest; a
 TPU compile holds the kernel as Mosaic's `tpu_custom_call` (lowered here, compiled only on a TPU).
 """
@@ -46,6 +46,8 @@ def draw(seed: int, m: int, k: int, nse: int, sort: bool, dtype=np.float32, colu
     (2000, 20000, 600, True, None),  # few entries over many rows: empty windows between a chunk's rows
     (3, 4, 0, True, 5),
     (300, 70, 1100, True, 64),
+    (130, 50, 900, True, 256),
+    (140, 60, 700, False, 256),  # unsorted: each chunk spans both windows
     (500, 90, 600, False, 3),
 ])
 def test_matches_numpy(m, k, nse, sort, columns):
