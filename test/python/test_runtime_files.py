@@ -332,6 +332,8 @@ def test_static_encoding_round_trips(value):
     ({"node": ["os.system", None, ["*"]]}, "malformed pytree node 'os.system'"),
     ({"node": ["os:system", None, ["*"]]}, "os.system is not a pytree node class"),
     ({"node": ["no_such_module:Model", None, ["*"]]}, "not defined in this process: import no_such_module"),
+    ({"node": ["__main__:NoSuchModel", None, ["*"]]},  # a class of the script that saved the file
+     r"not defined in this process: it was defined in the script that saved the file \(__main__\): define it in a"),
     ({"export": ["no.such.Name", "", []]}, "registered with jax.export as 'no.such.Name', which this process has not"),
     ({"export": ["hlopt.sparse.BCOO", base64.b64encode(b"{}").decode(), ["*", "*"]]},
      "cannot build pytree node 'hlopt.sparse.BCOO'"),
