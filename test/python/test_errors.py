@@ -444,7 +444,19 @@ def test_the_command_line_suggests_what_was_meant(tmp_path, monkeypatch, capsys)
             (["compile", "suggested_model:predict", "--pipeline", "canonicalise", *types],
              "unknown pass or pipeline 'canonicalise' (did you mean 'canonicalize'?) (hlopt-opt --list-passes "
              "shows hlopt's passes)"),
+            (["compile", "suggested_model", *types],
+             "'suggested_model' is neither a .mlir file nor pkg.module:function: name the function after a colon "
+             "(suggested_model defines predict: 'suggested_model:predict')"),
+            (["compile", "suggested_model:predict", "-p", "canonicalise", *types],  # hlopt-opt's -p
+             "unknown pass or pipeline 'canonicalise' (did you mean 'canonicalize'?)"),
             (["demo", "sparce"], "no demo section 'sparce' (did you mean 'sparse'?) (sections: ")):
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert err.startswith(f"hlopt: error: {message}") and len(err.splitlines()) == 1, err
+    for misspelled, meant in (("complie", " (did you mean 'compile'?)"), ("inpsect", " (did you mean 'inspect'?)"),
+                              ("frobnicate", "")):
+        with pytest.raises(SystemExit) as exited:
+            main(["--debug", misspelled, "x.hlx"])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert f"hlopt: error: unknown command '{misspelled}'{meant} (commands: compile, run, inspect, demo)" in err
