@@ -416,6 +416,15 @@ def test_argument_structure_errors_name_the_parameters(tmp_path):
         same_paths((x, x))
 
 
+def test_something_other_than_a_function_is_refused_first_by_name():
+    for api, call in (("hlopt.jit", lambda: hlopt.jit(3)), ("hlopt.lower", lambda: hlopt.lower("f", np.float32(1)))):
+        with pytest.raises(TypeError) as info:
+            call()
+        given = "int 3" if api == "hlopt.jit" else "str 'f'"
+        assert str(info.value) == f"{api} takes the function to compile first (a callable), got {given}"
+        assert _hlopt_frames(info.value) == []
+
+
 def test_a_misspelled_pass_is_suggested_without_hlopts_frames():
     with pytest.raises(hlopt.PipelineError) as info:
         hlopt.jit(lambda x: x, pipeline="inline,canonicalise")
