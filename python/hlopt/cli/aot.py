@@ -545,9 +545,11 @@ def _read_npy(f: Any, aval: Any, path: str, where: str, program: str, index: int
     except (ValueError, OSError, SyntaxError, TypeError) as e:
         raise ExecutableFileError(f"{where}: not a valid .npy header: {printable(e)}") from None
     if dtype.hasobject or tuple(shape) != tuple(want.shape) or dtype != want.dtype:
+        same_shape = not dtype.hasobject and tuple(shape) == tuple(want.shape)
+        convert = f": save it as {want.dtype.name}, `a.astype(np.{want.dtype.name})`" if same_shape else ""
         raise ExecutableFileError(
             f"{where} holds {printable(dtype)}{list(shape)} but {program} takes {want.dtype.name}"
-            f"{list(want.shape)} as input {index}")
+            f"{list(want.shape)} as input {index}{convert}")
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if size - f.tell() != nbytes:
         raise ExecutableFileError(f"{where}: its data is {size - f.tell()} bytes, its header says {nbytes}")
