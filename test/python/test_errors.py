@@ -425,6 +425,13 @@ def test_something_other_than_a_function_is_refused_first_by_name():
         assert _hlopt_frames(info.value) == []
 
 
+def test_a_pde_operators_refusal_arrives_without_hlopts_frames():
+    with pytest.raises(TypeError) as info:
+        hlopt.laplacian(lambda x: jax.numpy.sum(x ** 2))(np.arange(3))  # integers: no second derivative
+    assert str(info.value).startswith("hlopt.laplacian: argument 0 must be a real floating-point array, got int32")
+    assert _hlopt_frames(info.value) == []
+
+
 def test_a_misspelled_pass_is_suggested_without_hlopts_frames():
     with pytest.raises(hlopt.PipelineError) as info:
         hlopt.jit(lambda x: x, pipeline="inline,canonicalise")
