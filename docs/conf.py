@@ -27,7 +27,7 @@ myst_heading_anchors = 3
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
-autodoc_class_signature = "separated"  # a class's constructor is shown only where users call it
+autodoc_class_signature = "separated"  # a class's constructor is shown only where users call it (below)
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 
@@ -74,6 +74,18 @@ def code_spans_as_literals(app, what, name, obj, options, lines):
         lines[i] = _CODE.sub(lambda m: m[1] or f"``{m[2]}``" + (f"\\ {m[3]}" if m[3] else ""), line)
 
 
+def constructors_where_users_call_them(app, what, name, obj, skip, options):
+    """Separated class signatures list `__new__` and `__init__` under every class: keep only the
+    `__init__` that api.md asks for (`:special-members: __init__`, the classes users build), not the
+    internal arguments of the objects hlopt hands out (`Lowered`, `Compiled`, its errors)."""
+    if name == "__new__":
+        return True
+    if name == "__init__":
+        return "__init__" not in (getattr(options, "special_members", None) or ())
+    return None
+
+
 def setup(app):
     app.add_lexer("mlir", MlirLexer)
     app.connect("autodoc-process-docstring", code_spans_as_literals)
+    app.connect("autodoc-skip-member", constructors_where_users_call_them)

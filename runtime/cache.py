@@ -39,7 +39,6 @@ import stat
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,6 +52,7 @@ from hlopt.passes.mlir import ir, passmanager
 from hlopt.passes.sparse.names import PREFIX
 from hlopt.passes.tpu import sparse_products
 from hlopt.runtime import container
+from hlopt.runtime.errors import warn_in_user_code
 from hlopt.runtime.keys import KeyFileError, user_key
 from hlopt.runtime.paths import folder_problem
 from hlopt.runtime.pjrt import BuildFlags
@@ -243,7 +243,7 @@ def _mac_key() -> Any:
     try:
         return user_key()
     except KeyFileError as e:
-        warnings.warn(f"hlopt: compiling without the compilation cache: {e}", stacklevel=4)
+        warn_in_user_code(f"hlopt: compiling without the compilation cache: {e}")
         return None
 
 
@@ -264,8 +264,8 @@ def max_bytes_from_env() -> int:
         except ValueError:
             value = 0
     if value <= 0:
-        warnings.warn(f"hlopt: {ENV_MAX_BYTES}={text[:40]!r} is not a positive number of bytes; "
-                      f"using the default, {DEFAULT_MAX_BYTES}", stacklevel=3)
+        warn_in_user_code(f"hlopt: {ENV_MAX_BYTES}={text[:40]!r} is not a positive number of bytes; "
+                          f"using the default, {DEFAULT_MAX_BYTES}")
         return DEFAULT_MAX_BYTES
     return value
 
@@ -302,7 +302,7 @@ def set_cache_dir(path: str | os.PathLike | None, *, max_bytes: int | None = Non
             cache = CompilationCache(path, max_bytes or max_bytes_from_env())
         except (OSError, CacheDirError) as e:
             detail = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            warnings.warn(f"hlopt: compiling without the compilation cache: {path}: {detail}", stacklevel=2)
+            warn_in_user_code(f"hlopt: compiling without the compilation cache: {path}: {detail}")
     _state["cache"] = cache
     _state["configured"] = True
 

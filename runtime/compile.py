@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,7 @@ from hlopt.passes.target import Target
 from hlopt.passes.xla_cpu.ynn_fusion import recorded_options
 from hlopt.runtime.cache import CompilationCache, active_cache, cache_key, calls_user_code, stripped_bytecode
 from hlopt.runtime import kernels
+from hlopt.runtime.errors import warn_in_user_code
 from hlopt.runtime.executable import Compiled
 from hlopt.runtime.host import HostCompiled
 from hlopt.runtime.portable import PortableCheckError, check_portable
@@ -123,7 +123,7 @@ def _compile(module: ir.Module, signature: Signature, cache: CompilationCache | 
     try:
         cache.put(key, client.serialize_executable(executable), module_to_bytecode(module), flags)
     except OSError as e:  # a full or read-only disk costs the entry, not the compilation
-        warnings.warn(f"hlopt: cannot write to the compilation cache {cache.directory}: {e}", stacklevel=3)
+        warn_in_user_code(f"hlopt: cannot write to the compilation cache {cache.directory}: {e}")
     return executable
 
 

@@ -165,7 +165,7 @@ def _build_named_node(name: Any, aux: Any, kids: list[Any], named: bool = True) 
     dotted = name.replace(":", ".")
     if cls is None:
         raise EncodingError(f"the program holds pytree nodes of type {dotted}, which is not defined in this "
-                            f"process: import {public_module(name.partition(':')[0])} before loading")
+                            f"process: {import_advice(name.partition(':')[0])}")
     build = _node_builder(cls) if isinstance(cls, type) else None
     _check(build is not None, f"{dotted} is not a pytree node class in this process")
     return build(decode_static(aux, named=named), kids)
@@ -237,6 +237,15 @@ def public_module(module: str) -> str:
     parts = module.split(".")
     public = next((i for i, part in enumerate(parts) if part.startswith("_")), len(parts))
     return ".".join(parts[:max(public, 1)])
+
+
+def import_advice(module: str) -> str:
+    """What a loading process that lacks a class or object of `module` does about it: import the module
+    (`import equinox.nn before loading`); for `__main__`, the script that saved the file, define it in a module."""
+    if module == "__main__":
+        return ("it was defined in the script that saved the file (__main__): define it in a module that both "
+                "the saving and the loading process import, or in the loading script too")
+    return f"import {public_module(module)} before loading"
 
 
 def resolve_global(name: str) -> Any:
@@ -367,8 +376,8 @@ def decode_static(data: Any, depth: int = 0, *, named: bool = True) -> Any:
                f"malformed name {_short(items)}")
         _check(named, f"the file names the object {_short(items[0])}; {UNAUTHENTICATED_NAMES}")
         obj = resolve_global(items[0])
-        _check(obj is not None, f"{items[0].replace(':', '.')} is not defined in this process: import "
-                                f"{public_module(items[0].partition(':')[0])} before loading")
+        _check(obj is not None, f"{items[0].replace(':', '.')} is not defined in this process: "
+                                f"{import_advice(items[0].partition(':')[0])}")
         return obj if kind == "global" else _build_static(kind, obj, items, depth)
     if kind == "dict":
         _check(all(isinstance(i, list) and len(i) == 2 and type(i[0]) is str for i in items),

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from hlopt.passes.mlir import current_stablehlo_version, deserialize_portable_ar
 from hlopt.runtime import container, encoding
 from hlopt.runtime.compile import compile_program, program_devices
 from hlopt.runtime.container import Container, ExecutableFileError
+from hlopt.runtime.errors import warn_in_user_code
 from hlopt.runtime.executable import Compiled, _physical_aval
 from hlopt.runtime.outputs import write_atomically
 from hlopt.runtime.keys import ENV_KEY, Key, KeyFileError, describe_key, key_file_path, user_key
@@ -243,7 +243,7 @@ def _compiled(found: Container, source: str) -> Compiled:
         why = (f"written by {', '.join(f'{k} {v!r}' for k, v in stale.items())} "
                f"(this process has {', '.join(f'{k} {here[k]}' for k in stale)})" if stale
                else "not authenticated (trust='portable')")
-        warnings.warn(f"{source}: {why}; compiling it from its portable artifact", RecompileWarning, stacklevel=3)
+        warn_in_user_code(f"{source}: {why}; compiling it from its portable artifact", RecompileWarning)
         module = _portable_module(sections["module"], manifest, signature, flags, source, found.authenticated)
         try:
             executable = compile_program(module, signature)

@@ -39,13 +39,17 @@ SETTLE_S = 1.0
 def write_atomically(path: str | os.PathLike, data: bytes) -> None:
     """Write `data` to `path` through a locked temporary file renamed over it (see the module's docstring).
 
-    Raises FileExistsError if `path` is a file with other hard links, OSError if the folder refuses the write.
+    Raises FileExistsError if `path` is a file with other hard links, OSError (naming `path`) if its folder
+    does not exist or refuses the write.
     """
     path = Path(path)
     folder = path.parent
     mode = _kept_mode(path)
     remove_stale_temporaries(folder)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
+    except OSError as e:
+        raise _unwritable(path, e) from None
     try:
         with os.fdopen(fd, "wb") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # held until the rename: a live write is never removed
@@ -57,12 +61,24 @@ def write_atomically(path: str | os.PathLike, data: bytes) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def _unwritable(path: Path, error: OSError) -> OSError:
+    """`error`, which creating a file in `path`'s folder raised, as the same kind of error naming `path` and the fix."""
+    folder = path.parent
+    if not folder.exists():
+        why = f"its folder {printable(folder)} does not exist: create it first (mkdir -p {printable(folder)})"
+    elif not folder.is_dir():
+        why = f"{printable(folder)} is a file, not a folder"
+    else:
+        why = f"its folder {printable(folder)} takes no new files ({error.strerror or error}): write to another folder"
+    return type(error)(f"cannot write {printable(path)}: {why}")
+
+
 def _kept_mode(path: Path) -> int:
     """The permission bits the new file gets: the existing regular file's, else 0666 less the umask.
     Raises FileExistsError for a path that holds something other than a regular file or a link."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no such file, or no such folder (the write says so)
         st = None
     if st is None or stat.S_ISLNK(st.st_mode):
         mask = os.umask(0o022)

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hlopt.compiler.jax_compat import under_transformation
+from hlopt.compiler.jax_compat import api_boundary, under_transformation
 from hlopt.taylor import _struct, _trace, _zero_series, jet_p, series_positions
 
 __all__ = ["bilaplacian", "laplacian", "laplacian_and_gradient"]
@@ -113,6 +113,7 @@ def _operator(name: str, fun: Callable, argnums: int, num_samples: int | None,
 
     compiled = jit(traced)
 
+    @api_boundary  # an error below (a wrong argument, the user's function failing) loses hlopt's frames
     def operator(*args: Any, key: Any = None) -> Any:
         if num_samples is None and key is not None:
             raise TypeError(f"hlopt.{name}: key= is only for the randomized operator (num_samples=R)")

@@ -50,6 +50,13 @@ def _lower(fun: Callable, args: tuple[Any, ...], kwargs: dict[str, Any], options
     return lowered
 
 
+def _check_function(fun: Any, api: str) -> None:
+    """Raise TypeError, saying what was given, unless `fun` can be called."""
+    if not callable(fun):
+        raise TypeError(f"{api} takes the function to compile first (a callable), got {type(fun).__name__} "
+                        f"{shorten(repr(fun), 80)}")
+
+
 @api_boundary
 def lower(
     fun: Callable,
@@ -89,6 +96,7 @@ def lower(
       >>> lowered.compile()(jnp.zeros(3)).tolist()
       [0.0, 0.0, 0.0]
     """
+    _check_function(fun, "hlopt.lower")
     static_argnums, static_argnames = argnums_and_argnames(fun, static_argnums, (), "static")
     options = JitOptions(mesh=mesh, in_shardings=in_shardings, out_shardings=out_shardings,
                          static_argnums=static_argnums, static_argnames=static_argnames, keep_unused=True)
@@ -291,6 +299,7 @@ def jit(
     xla_options = check_compiler_options(compiler_options)
     if fun is None:
         return functools.partial(jit, **options)
+    _check_function(fun, "hlopt.jit")
     static = argnums_and_argnames(fun, static_argnums, static_argnames, "static")
     donate = argnums_and_argnames(fun, donate_argnums, donate_argnames, "donate")
     jit_options = JitOptions(

@@ -172,6 +172,10 @@ def test_run_errors(workdir, capsys):
     assert not (tmp / "o.hlx").exists()
     assert hlopt("run", "f.hlx", "--input", "x.npy", "--input", "x.npy") == 1
     assert "input 'x.npy' holds float32[8, 4] but f takes float32[4, 2] as input 1" in capsys.readouterr().err
+    np.save(tmp / "x64.npy", np.ones((8, 4)))  # numpy's default dtype, float64: the shape fits, the dtype not
+    assert hlopt("run", "f.hlx", "--input", "x64.npy", "--input", "y.npy") == 1
+    assert capsys.readouterr().err == ("hlopt: error: input 'x64.npy' holds float64[8, 4] but f takes float32[8, 4] as "
+                                       "input 0: save it as float32, `a.astype(np.float32)`\n")
     (tmp / "bad.npy").write_bytes(b"nope")
     assert hlopt("run", "f.hlx", "--input", "bad.npy", "--input", "y.npy") == 1
     assert "input 'bad.npy' is neither a .npy nor a .npz file" in capsys.readouterr().err

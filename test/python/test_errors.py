@@ -416,6 +416,22 @@ def test_argument_structure_errors_name_the_parameters(tmp_path):
         same_paths((x, x))
 
 
+def test_something_other_than_a_function_is_refused_first_by_name():
+    for api, call in (("hlopt.jit", lambda: hlopt.jit(3)), ("hlopt.lower", lambda: hlopt.lower("f", np.float32(1)))):
+        with pytest.raises(TypeError) as info:
+            call()
+        given = "int 3" if api == "hlopt.jit" else "str 'f'"
+        assert str(info.value) == f"{api} takes the function to compile first (a callable), got {given}"
+        assert _hlopt_frames(info.value) == []
+
+
+def test_a_pde_operators_refusal_arrives_without_hlopts_frames():
+    with pytest.raises(TypeError) as info:
+        hlopt.laplacian(lambda x: jax.numpy.sum(x ** 2))(np.arange(3))  # integers: no second derivative
+    assert str(info.value).startswith("hlopt.laplacian: argument 0 must be a real floating-point array, got int32")
+    assert _hlopt_frames(info.value) == []
+
+
 def test_a_misspelled_pass_is_suggested_without_hlopts_frames():
     with pytest.raises(hlopt.PipelineError) as info:
         hlopt.jit(lambda x: x, pipeline="inline,canonicalise")
@@ -444,7 +460,19 @@ def test_the_command_line_suggests_what_was_meant(tmp_path, monkeypatch, capsys)
             (["compile", "suggested_model:predict", "--pipeline", "canonicalise", *types],
              "unknown pass or pipeline 'canonicalise' (did you mean 'canonicalize'?) (hlopt-opt --list-passes "
              "shows hlopt's passes)"),
+            (["compile", "suggested_model", *types],
+             "'suggested_model' is neither a .mlir file nor pkg.module:function: name the function after a colon "
+             "(suggested_model defines predict: 'suggested_model:predict')"),
+            (["compile", "suggested_model:predict", "-p", "canonicalise", *types],  # hlopt-opt's -p
+             "unknown pass or pipeline 'canonicalise' (did you mean 'canonicalize'?)"),
             (["demo", "sparce"], "no demo section 'sparce' (did you mean 'sparse'?) (sections: ")):
         assert main(argv) == 1
         err = capsys.readouterr().err
         assert err.startswith(f"hlopt: error: {message}") and len(err.splitlines()) == 1, err
+    for misspelled, meant in (("complie", " (did you mean 'compile'?)"), ("inpsect", " (did you mean 'inspect'?)"),
+                              ("frobnicate", "")):
+        with pytest.raises(SystemExit) as exited:
+            main(["--debug", misspelled, "x.hlx"])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert f"hlopt: error: unknown command '{misspelled}'{meant} (commands: compile, run, inspect, demo)" in err

@@ -230,6 +230,30 @@ def test_matching_file_loads_without_warning():
         hlopt.deserialize(data)
 
 
+def test_recompile_warning_points_at_the_callers_line():
+    args = CASES["tree-f32"][1]()
+    manifest, sections = forge.unpack(hlopt.lower(tree_f, *args).compile().serialize())
+    data = forge.resign(dict(manifest, jaxlib_version="0.0.1"), sections)
+    with pytest.warns(hlopt.RecompileWarning) as caught:
+        hlopt.deserialize(data)  # the line the warning must name: this file's, not hlopt's or jax's
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, sys._getframe().f_lineno - 1)]
+
+
+@pytest.mark.parametrize("where, says", [
+    ("missing/deeper/p.hlx", "its folder {tmp}/missing/deeper does not exist: create it first (mkdir -p "),
+    ("a_file/p.hlx", "{tmp}/a_file is a file, not a folder"),
+])
+def test_saving_where_no_file_can_be_written_names_the_path_and_the_fix(tmp_path, where, says):
+    (tmp_path / "a_file").write_text("")
+    compiled = hlopt.lower(jnp.sin, np.ones(3, np.float32)).compile()
+    with pytest.raises(OSError) as refused:
+        compiled.save(tmp_path / where)
+    message = str(refused.value)
+    assert message.startswith(f"cannot write {tmp_path / where}: ") and says.format(tmp=tmp_path) in message
+    assert ".hlopt-tmp-" not in message  # the temporary file it would have written is not the user's path
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
 def test_manifest_records_what_inspect_shows(sharded):
     compiled, _, _ = sharded
     manifest, sections = forge.unpack(compiled.serialize())
@@ -308,6 +332,8 @@ def test_static_encoding_round_trips(value):
     ({"node": ["os.system", None, ["*"]]}, "malformed pytree node 'os.system'"),
     ({"node": ["os:system", None, ["*"]]}, "os.system is not a pytree node class"),
     ({"node": ["no_such_module:Model", None, ["*"]]}, "not defined in this process: import no_such_module"),
+    ({"node": ["__main__:NoSuchModel", None, ["*"]]},  # a class of the script that saved the file
+     r"not defined in this process: it was defined in the script that saved the file \(__main__\): define it in a"),
     ({"export": ["no.such.Name", "", []]}, "registered with jax.export as 'no.such.Name', which this process has not"),
     ({"export": ["hlopt.sparse.BCOO", base64.b64encode(b"{}").decode(), ["*", "*"]]},
      "cannot build pytree node 'hlopt.sparse.BCOO'"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import inspect
 import json
 import math
 import os
@@ -40,7 +42,7 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
                    help="one per argument: dims separated by ',', each an axis, axes joined by '+', or _ "
                         "(e.g. x,_ or x+y); '' is replicated")
     p.add_argument("--out-sharding", action="append", default=[], metavar="SPEC", help="one per result")
-    p.add_argument("--pipeline", default="hlopt-default", help="the pipeline to run before compiling")
+    p.add_argument("-p", "--pipeline", default="hlopt-default", help="the pipeline to run before compiling (as hlopt-opt -p)")
     p.add_argument("--host-devices", type=int, metavar="N", help="number of host CPU devices (default: the mesh size)")
     p.add_argument("-o", "--output", required=True, help="the executable file to write")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -139,6 +141,20 @@ def parse_spec(text: str) -> Any:
     return PartitionSpec(*dims)
 
 
+def _functions_of(module_name: str) -> str:
+    """` (mymodel defines predict, loss: 'mymodel:predict')`: the functions the module `module_name` defines, or ''
+    when it names no importable module or the module defines none."""
+    if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", module_name):
+        return ""
+    try:
+        module = importlib.import_module(module_name)
+    except Exception:  # noqa: BLE001 - any failure of the user's module only costs the hint
+        return ""
+    names = [name for name, obj in vars(module).items()
+             if inspect.isfunction(obj) and obj.__module__ == module_name and not name.startswith("_")]
+    return f" ({module_name} defines {', '.join(names)}: '{module_name}:{names[0]}')" if names else ""
+
+
 def import_function(target: str) -> Any:
     """The function named by `pkg.module:qualname` (the current directory is importable)."""
     from hlopt.passes.registry import import_object
@@ -151,7 +167,8 @@ def import_function(target: str) -> Any:
     try:
         obj = import_object(target)
     except ValueError:
-        raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function") from None
+        raise UsageError(f"'{target}' is neither a .mlir file nor pkg.module:function: name the function "
+                         f"after a colon{_functions_of(target)}") from None
     except ImportError as e:
         raise _not_found(module_name, e) from None
     except AttributeError as e:
@@ -528,9 +545,11 @@ def _read_npy(f: Any, aval: Any, path: str, where: str, program: str, index: int
     except (ValueError, OSError, SyntaxError, TypeError) as e:
         raise ExecutableFileError(f"{where}: not a valid .npy header: {printable(e)}") from None
     if dtype.hasobject or tuple(shape) != tuple(want.shape) or dtype != want.dtype:
+        same_shape = not dtype.hasobject and tuple(shape) == tuple(want.shape)
+        convert = f": save it as {want.dtype.name}, `a.astype(np.{want.dtype.name})`" if same_shape else ""
         raise ExecutableFileError(
             f"{where} holds {printable(dtype)}{list(shape)} but {program} takes {want.dtype.name}"
-            f"{list(want.shape)} as input {index}")
+            f"{list(want.shape)} as input {index}{convert}")
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if size - f.tell() != nbytes:
         raise ExecutableFileError(f"{where}: its data is {size - f.tell()} bytes, its header says {nbytes}")

@@ -7,6 +7,7 @@ import sys
 
 from hlopt.cli import aot
 from hlopt.cli.errors import VersionAction, run_main
+from hlopt.passes.ir.locations import did_you_mean
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -43,6 +44,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    words = [a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")]
+    if words and words[0] not in COMMANDS:  # the command comes first: hlopt's own options take no values
+        parser.error(f"unknown command '{words[0]}'{did_you_mean(words[0], COMMANDS)} "
+                     f"(commands: {', '.join(COMMANDS)})")
     args, extra = parser.parse_known_args(argv)
     if extra and args.command == "run" and not any(a.startswith("-") for a in extra):
         args.positional += extra  # input files after a --input's one value: `hlopt run` shows the --input form

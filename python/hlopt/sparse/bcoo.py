@@ -217,10 +217,12 @@ class BCOO:
         return construct.bcoo_eye(N, M, k, **kwds)
 
     def todense(self) -> jax.Array:
+        """The dense array (`bcoo_todense`)."""
         return bcoo_todense(self)
 
     def update_layout(self, *, n_batch: int | None = None, n_dense: int | None = None,
                       on_inefficient: str | None = "error") -> "BCOO":
+        """The same array with other numbers of batch and dense dimensions (`bcoo_update_layout`)."""
         return bcoo_update_layout(self, n_batch=n_batch, n_dense=n_dense, on_inefficient=on_inefficient)
 
     def sum_duplicates(self, nse: int | None = None, remove_zeros: bool = True) -> "BCOO":
@@ -229,6 +231,7 @@ class BCOO:
         return bcoo_sum_duplicates(mat, nse=nse)
 
     def sort_indices(self) -> "BCOO":
+        """The entries in row-major order of their indices, for the faster row-sorted products (`bcoo_sort_indices`)."""
         return bcoo_sort_indices(self)
 
     # -- array methods -------------------------------------------------------
