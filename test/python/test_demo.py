@@ -77,3 +77,12 @@ def test_vmc_section_lowers_the_energy_and_matches_the_hessian_trace():
     assert energy[-1] < energy[0] - 5 * (error[0] + error[-1])
     assert abs(energy[-1] - EXACT) < 0.5 * abs(energy[0] - EXACT)
     assert np.all(energy > EXACT - 5 * error)  # variational: never below the ground state beyond the noise
+
+
+def test_demo_help_lists_every_section():
+    from hlopt.demos import SECTIONS
+
+    proc = subprocess.run([sys.executable, "-m", "hlopt", "demo", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    listed = " ".join(proc.stdout.split())  # argparse wraps the help text
+    assert all(name in listed for name in SECTIONS), listed

@@ -10,6 +10,13 @@ from hlopt.cli.errors import VersionAction, run_main
 from hlopt.passes.ir.locations import did_you_mean
 
 
+def _add_demo_args(p: argparse.ArgumentParser) -> None:
+    from hlopt.demos import SECTIONS
+
+    p.add_argument("sections", nargs="*", metavar="section",
+                   help=f"sections to run, of: {', '.join(SECTIONS)} (default: all)")
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from hlopt import demos
 
@@ -24,8 +31,7 @@ COMMANDS = {
     "run": ("run an executable file on .npy/.npz inputs", aot.add_run_args, aot.cmd_run),
     "inspect": ("show what an executable file holds", aot.add_inspect_args, aot.cmd_inspect),
     "demo": ("an end-to-end tour on built-in examples",
-             lambda p: p.add_argument("sections", nargs="*", help="sections to run (default: all)"),
-             _cmd_demo),
+             _add_demo_args, _cmd_demo),
 }
 
 
