@@ -1,4 +1,4 @@
-"""The op table (passes/optable/table.py): one entry per op gives its rules, and every op JAX can emit
+"""The op table (passes/autodiff/table.py): one entry per op gives its rules, and every op JAX can emit
 has its rules or a reason.
 
 Scratch entries: per family (zero, linear, bilinear, derivative formula) an op that the
@@ -21,7 +21,8 @@ from jaxlib.mlir.dialects import chlo, stablehlo
 
 import hlopt
 from hlopt.passes.autodiff.jet_expand import FunctionJet
-from hlopt.passes.optable import derivatives, table
+from hlopt.passes.optable import derivatives
+from hlopt.passes.autodiff import table
 from hlopt.passes.optable.derivatives import op
 
 from support import op_tables

@@ -1,9 +1,9 @@
 """Every key of every rule table and lowering table has a numeric test and a lit case.
 
 Tables: jet-expand's, vjp-expand's and the directions-batched/collapsed rules of the op table
-(passes/optable/table.py), the derivative table it reads (passes/optable/derivatives.py),
+(passes/autodiff/table.py), the derivative table it reads (passes/optable/derivatives.py),
 the LAPACK kinds of the linear-algebra rules, the annotations each lowering pass
-lowers (registry.ANNOTATIONS) and the passes themselves (each XLA:CPU tuning pass
+lowers (base.ANNOTATIONS) and the passes themselves (each XLA:CPU tuning pass
 has its lit test and is compared with and without it in test_xla_cpu_tuning.py).
 The BCOO op records are checked the same way in test_bcoo_records.py.
 
@@ -27,8 +27,9 @@ import test_derivatives
 import test_jet_rules
 import test_linalg_rules
 import test_vjp_rules
-from hlopt.passes.optable import derivatives, linalg, table
-from hlopt.passes import registry
+from hlopt.passes.autodiff import table
+from hlopt.passes.optable import derivatives, linalg
+from hlopt.passes import base, registry
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit"
 OP = re.compile(r"\b((?:stablehlo|chlo|sdy|func)\.[a-z_0-9]+)\b")
@@ -176,12 +177,12 @@ def test_every_lapack_kind_has_a_lit_case_for_both_transforms():
 
 def test_every_annotation_has_a_lit_case_of_its_pass():
     found = set()
-    for target, pass_name in registry.ANNOTATIONS.items():
+    for target, pass_name in base.ANNOTATIONS.items():
         texts = [p.read_text() for p in (LIT / pass_name).glob("*.mlir")]
         pattern = re.compile(r"@" + re.escape(target) + (r"\w" if target.endswith(".") else r"\b(?![.\w])"))
         if any(pattern.search(t) for t in texts):
             found.add(target)
-    _missing("annotations", "lit", set(registry.ANNOTATIONS), found)
+    _missing("annotations", "lit", set(base.ANNOTATIONS), found)
 
 
 def test_every_pass_has_a_lit_test_that_runs_it():
