@@ -1,4 +1,4 @@
-"""The op table: one entry per StableHLO/CHLO op, read by jet-expand, jet-collapse and vjp-expand.
+"""The op table: one entry per StableHLO/CHLO op and per custom-call target, read by jet-expand and vjp-expand.
 
 An entry (`OpEntry`) declares what hlopt knows to differentiate an op: its family,
 its Taylor rule (jet-expand), its directions rule (the op on coefficients with a
@@ -14,17 +14,25 @@ build theirs (`deflinear`, `defbilinear`, `def_deriv`):
     bilinear("stablehlo.multiply")     # the Cauchy product; the cotangent times the other operand
     custom("stablehlo.divide", jet_rule=jet.divide, vjp_rule=vjp.divide)
 
+`TABLE` is keyed on op names, `CALLS` on the `call_target_name` of a
+`stablehlo.custom_call`, with entries of the same families:
+
+    linear("Sharding", 0, directions=lead.identity, jet_of=jet.one_operand, vjp_rule=...)
+
+A custom call takes its target's entry of `CALLS`; a target without one meets the
+`stablehlo.custom_call` entry of `TABLE`, which refuses it by name.
+
 An op of the derivative family is one formula in `hlopt.passes.optable.derivatives`
 (f'(x), from which jet-expand solves the ODE y' = f'(x) x' and vjp-expand takes
 ct f'(x)); `build` gives every formula an entry unless the table has one for it
-(to add spellings or replace one rule). Linear-algebra ops (LAPACK custom calls,
-cholesky, triangular_solve) have one entry that hands them to
-`hlopt.passes.optable.linalg`.
+(to add spellings or replace one rule). Every spelling of a linear-algebra meaning of
+`hlopt.passes.optable.linalg` (`stablehlo.cholesky` in `TABLE`, the LAPACK targets in
+`CALLS`) has an entry whose rules are those of `linalg_rules`.
 
-A rule of the table builds through the builders of `hlopt.passes.autodiff`; a
-directions rule is needed by the rules that apply the op itself to coefficients
-(the linear and bilinear families), the others build with the jet builder's
-arithmetic, which carries the directions axis itself.
+The rules are the functions of this folder's rule modules (`jet_rules`, `jet_directions`,
+`vjp_rules`, `linalg_rules`); a directions rule is needed by the rules that apply the
+op itself to coefficients (the linear and bilinear families), the others build with
+the jet builder's arithmetic, which carries the directions axis itself.
 """
 
 from __future__ import annotations
