@@ -39,7 +39,7 @@ from typing import Optional
 from hlopt.passes.ir import builders
 from hlopt.passes.optable import derivatives
 from hlopt.passes.autodiff import jet_directions
-from hlopt.passes.base import PassError
+from hlopt.passes.base import PassError, lowering_pass_for
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.terms import Term, TermAlgebra
 from hlopt.passes.ir.walk import call_target, walk_ops
@@ -953,7 +953,12 @@ def one_operand(rule: Rule) -> Rule:
     return checked
 
 
+# What a refusal of a custom call without rules says to do (but for an hlopt annotation, which another pass lowers).
+ADD_CALL_RULES = "a custom call's rules are an entry of CALLS in passes/autodiff/table.py"
+
+
 def unknown_call(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
     """A custom call whose target has no entry in the op table: refused, naming the target."""
-    raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{call_target(op)} (a custom "
-                    "call's rules are an entry of CALLS in passes/autodiff/table.py)", op.location)
+    target = call_target(op)
+    hint = "" if lowering_pass_for(target) else f" ({ADD_CALL_RULES})"
+    raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}{hint}", op.location)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from hlopt.passes.ir import builders
 from hlopt.passes.optable import derivatives
 from hlopt.passes.base import PassError, lowering_pass_for
-from hlopt.passes.autodiff.jet_rules import STOP_GRADIENT, check_stop_gradient
+from hlopt.passes.autodiff.jet_rules import ADD_CALL_RULES, check_stop_gradient
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.ir.terms import Term, TermAlgebra
 from hlopt.passes.ir.walk import call_target
@@ -1000,8 +1000,8 @@ def unknown_call(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[b
     for an annotation of another pass, the pass to run first."""
     target = call_target(op)
     lowering = lowering_pass_for(target)
-    hint = f" (run '{lowering}' before 'vjp-expand')" if lowering and lowering != "vjp-expand" else \
-        " (a custom call's rules are an entry of CALLS in passes/autodiff/table.py)"
+    hint = "" if lowering == "vjp-expand" else f" (run '{lowering}' before 'vjp-expand')" if lowering else \
+        f" ({ADD_CALL_RULES})"
     raise PassError(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' @{target}{hint}", op.location)
 
 
