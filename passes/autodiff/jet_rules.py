@@ -930,6 +930,14 @@ def _sort_with_directions(b: JetBuilder, op: ir.Operation, ins: list[Series]) ->
     return outs
 
 
+def linear_algebra(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+    """The Taylor rule of a spelling of a linear-algebra meaning (`linalg_rules.jet`); that
+    module is imported when a module first holds one, so a dense program loads none of it."""
+    from hlopt.passes.autodiff import linalg_rules
+
+    return linalg_rules.jet(b, op, ins)
+
+
 # --- custom calls, by target (the op table's `CALLS`) -----------------------------------
 
 def stop_gradient(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:

@@ -12,7 +12,9 @@ from either spelling (`Record.from_call` reads the call's attribute characters,
 `Record.from_op` the op's attributes). Each record holds its Taylor rule (`jet`,
 order by order, with the derivation in its docstring) and its reverse-mode rule
 (`vjp`) side by side; the op table (`passes/autodiff/table.py`) gives every
-spelling the rules `jet` and `vjp` below, which find its record.
+spelling the rules `jet` and `vjp` below, which find its record (through
+`jet_rules.linear_algebra` and `vjp_rules.linear_algebra`, which import this module
+when a program first holds a spelling).
 
 Matrices are the last two dimensions; leading ones are batch dimensions. The
 rules build plain StableHLO: `triangular_solve` on the primal factor,

@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterable, Mapping
 
 from hlopt.passes.autodiff import jet_directions as lead
 from hlopt.passes.autodiff import jet_rules as jet
-from hlopt.passes.autodiff import linalg_rules
 from hlopt.passes.autodiff import vjp_rules as vjp
 from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
@@ -158,7 +157,7 @@ def rules(table: Mapping[str, OpEntry], kind: str) -> dict[str, Callable]:
 def linear_algebra(spellings: Iterable[str]) -> list[OpEntry]:
     """An entry per spelling (StableHLO op or LAPACK custom-call target) of a meaning of
     `hlopt.passes.optable.linalg`: `linalg_rules` builds the meaning's record from the op."""
-    return [custom(name, jet_rule=linalg_rules.jet, vjp_rule=linalg_rules.vjp) for name in spellings]
+    return [custom(name, jet_rule=jet.linear_algebra, vjp_rule=vjp.linear_algebra) for name in spellings]
 
 
 def pass_rules(kind: str, ops: Mapping[str, OpEntry], calls: Mapping[str, OpEntry]) -> RuleTable:

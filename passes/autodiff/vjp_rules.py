@@ -969,6 +969,14 @@ def optimization_barrier(b, op, cts, wants):
     return list(cts)
 
 
+def linear_algebra(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+    """The reverse-mode rule of a spelling of a linear-algebra meaning (`linalg_rules.vjp`); that
+    module is imported when a module first holds one, so a dense program loads none of it."""
+    from hlopt.passes.autodiff import linalg_rules
+
+    return linalg_rules.vjp(b, op, cts, wants)
+
+
 # --- custom calls, by target (the op table's `CALLS`) -----------------------------------
 
 def stop_gradient(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
