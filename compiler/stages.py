@@ -15,7 +15,7 @@ from hlopt.compiler.pipeline import PipelineError, check_calls, parse_pipeline, 
 from hlopt.compiler.program import Signature, module_to_bytecode, parse_module
 from hlopt.passes.ir.locations import format_location
 from hlopt.passes.mlir import get_context, ir
-from hlopt.passes.registry import lowering_pass_for
+from hlopt.passes.base import lowering_pass_for
 from hlopt.passes.target import Target, compiling_for, target_of
 from hlopt.passes.ir.walk import call_target, walk_ops
 

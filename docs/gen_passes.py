@@ -20,8 +20,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from hlopt.passes.base import Pass
-from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, ORDER, PASSES, PIPELINES, all_passes
+from hlopt.passes.base import ANNOTATIONS, Pass
+from hlopt.passes.registry import DEFAULT_LOWERINGS, ORDER, PASSES, PIPELINES, all_passes
 from hlopt.passes.target import PORTABLE
 
 PAGE = Path(__file__).resolve().parent / "passes.md"

@@ -42,6 +42,27 @@ def option(default: Any, *, low: int | None = None, high: int | None = None, pat
     return dataclasses.field(default=default, metadata={"low": low, "high": high, "pattern": pattern, "what": what})
 
 
+# custom_call target (or prefix ending in '.') of an hlopt annotation -> the pass that lowers it (a pass
+# refusing an annotation it does not lower names the pass to run first).
+ANNOTATIONS: dict[str, str] = {
+    "hlopt.bcoo.": "lower-bcoo",
+    "hlopt.jet": "jet-expand",
+    "hlopt.jet.stop_gradient": "jet-expand",
+    "hlopt.jet.custom_jvp": "jet-expand",
+    "hlopt.jet.linear_solve": "jet-expand",
+    "hlopt.custom_partitioning": "lower-custom-partitioning",
+    "hlopt.vjp": "vjp-expand",
+}
+
+
+def lowering_pass_for(target: str) -> str | None:
+    """The pass that lowers the annotation `target`, or None if it is not ours."""
+    for key, pass_name in ANNOTATIONS.items():
+        if target == key or (key.endswith(".") and target.startswith(key)):
+            return pass_name
+    return None
+
+
 class PassError(Exception):
     """A pass could not do its job; the message says where and why.
 

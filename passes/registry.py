@@ -154,26 +154,6 @@ def all_passes() -> dict[str, type[Pass]]:
     return {name: get_pass_class(name) for name in sorted(PASSES)}
 
 
-# custom_call target (or prefix ending in '.') -> the pass that lowers it.
-ANNOTATIONS: dict[str, str] = {
-    "hlopt.bcoo.": "lower-bcoo",
-    "hlopt.jet": "jet-expand",
-    "hlopt.jet.stop_gradient": "jet-expand",
-    "hlopt.jet.custom_jvp": "jet-expand",
-    "hlopt.jet.linear_solve": "jet-expand",
-    "hlopt.custom_partitioning": "lower-custom-partitioning",
-    "hlopt.vjp": "vjp-expand",
-}
-
-
-def lowering_pass_for(target: str) -> str | None:
-    """The pass that lowers the annotation `target`, or None if it is not ours."""
-    for key, pass_name in ANNOTATIONS.items():
-        if target == key or (key.endswith(".") and target.startswith(key)):
-            return pass_name
-    return None
-
-
 def import_object(target: str) -> Any:
     """The object `module:qualname` names: `module` imported, then `qualname`'s attributes in turn.
 

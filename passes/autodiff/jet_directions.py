@@ -8,7 +8,7 @@ stay the same; where a rule applies an op to coefficients (the linear and biline
 families), the op's directions rule `rule(op, operands, lead, n)` builds the op on
 operands of which those marked in `lead` carry that axis (of size `n`), with the
 axis leading in the result, like a batching rule of `jax.vmap` with the batch axis
-at 0. The rules are here; the op table (`hlopt.passes.optable.table`) names each
+at 0. The rules are here; the op table (`hlopt.passes.autodiff.table`) names each
 op's, or derives it from the op's family (`elementwise` for elementwise ops).
 """
 

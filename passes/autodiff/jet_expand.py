@@ -1,6 +1,6 @@
 """`jet-expand`: Taylor-mode differentiation of StableHLO functions.
 
-The rules per op are those of the op table (`hlopt.passes.optable.table`); this module is
+The rules per op are those of the op table (`hlopt.passes.autodiff.table`); this module is
 jet-expand's plug-in on the function-transform driver (`hlopt.passes.rewrite.transform`,
 which walks the blocks, caches the generated functions and finds what reaches
 what): it keeps the series of every value, grows loops, branches, calls and
@@ -22,7 +22,7 @@ from hlopt.passes.autodiff.jet_rules import (CUSTOM_JVP, LINEAR_SOLVE, STOP_GRAD
                                     Series, coefficients, growth_of, has_reduction_rule, has_series,
                                     remove_stop_gradients, split_results)
 from hlopt.passes.mlir import func, ir, stablehlo
-from hlopt.passes.optable import table
+from hlopt.passes.autodiff import table
 from hlopt.passes.target import PORTABLE
 from hlopt.passes.rewrite.transform import (ModuleTransform, RuleTable, branch_carried, erase_dead, is_pure_op, live_values,
                                     loop_carried, rewrite_each, uses_any, walk)
@@ -39,7 +39,7 @@ MAX_ORDER = 64
 # three nested order-64 jets ran for minutes and died past 5 GB), and 255 lgamma ops at
 # order 64 build 20 times what ops x K^2 counts.
 MAX_WORK = 1 << 21
-RULE_TABLE = RuleTable(table.rules(table.TABLE, "jet"))
+RULE_TABLE = table.pass_rules("jet", table.TABLE, table.CALLS)
 
 
 def rule_growth(name: str) -> Growth:

@@ -1,5 +1,5 @@
 """Taylor-mode rules of `jet-expand` and their constructors; the op table
-(`hlopt.passes.optable.table`) names each op's rule, one entry per op.
+(`hlopt.passes.autodiff.table`) names each op's rule, one entry per op.
 
 A *series* is a list `[x0, x1, ..., xK]` of plain Taylor coefficients
 (x_k = x^(k)(0) / k!) of one SSA value; `x0` is the primal and any coefficient
@@ -39,10 +39,9 @@ from typing import Optional
 from hlopt.passes.ir import builders
 from hlopt.passes.optable import derivatives
 from hlopt.passes.autodiff import jet_directions
-from hlopt.passes.optable import linalg
-from hlopt.passes.base import PassError
+from hlopt.passes.base import PassError, lowering_pass_for
 from hlopt.passes.mlir import ir
-from hlopt.passes.autodiff.terms import Term, TermAlgebra
+from hlopt.passes.ir.terms import Term, TermAlgebra
 from hlopt.passes.ir.walk import call_target, walk_ops
 
 Series = list  # [primal, c1, ..., cK]; None entries are zero
@@ -931,19 +930,43 @@ def _sort_with_directions(b: JetBuilder, op: ir.Operation, ins: list[Series]) ->
     return outs
 
 
-def custom_call(b, op, ins):
-    """Sharding annotations are linear; the stop_gradient marker has a zero series and
-    stays (the pass removes it last, so an enclosing jet sees it too); any other custom
-    call has no rule."""
+def linear_algebra(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+    """The Taylor rule of a spelling of a linear-algebra meaning (`linalg_rules.jet`); that
+    module is imported when a module first holds one, so a dense program loads none of it."""
+    from hlopt.passes.autodiff import linalg_rules
+
+    return linalg_rules.jet(b, op, ins)
+
+
+# --- custom calls, by target (the op table's `CALLS`) -----------------------------------
+
+def stop_gradient(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+    """The stop_gradient marker: a zero series; the marker stays (the pass removes it last,
+    so an enclosing jet sees it too)."""
+    check_stop_gradient(op)
+    return [b.series(op.result)]
+
+
+def one_operand(rule: Rule) -> Rule:
+    """`rule` for a custom call of one operand (the partitioner's annotations); a call of
+    another arity is refused."""
+
+    def checked(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+        if len(op.operands) != 1:
+            raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{call_target(op)} with "
+                            f"{len(op.operands)} operands (it takes one)", op.location)
+        return rule(b, op, ins)
+
+    checked.growth = growth_of(rule)
+    return checked
+
+
+# What a refusal of a custom call without rules says to do (but for an hlopt annotation, which another pass lowers).
+ADD_CALL_RULES = "a custom call's rules are an entry of CALLS in passes/autodiff/table.py"
+
+
+def unknown_call(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
+    """A custom call whose target has no entry in the op table: refused, naming the target."""
     target = call_target(op)
-    if target == STOP_GRADIENT:
-        check_stop_gradient(op)
-        return [b.series(op.result)]
-    if target in SHARDING_TARGETS and len(op.operands) == 1:
-        return linear(0, directions=jet_directions.identity)(b, op, ins)
-    if linalg.is_linalg(op):
-        return linalg.jet(b, op, ins)
-    raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}", op.location)
-
-
-SHARDING_TARGETS = ("Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape")
+    hint = "" if lowering_pass_for(target) else f" ({ADD_CALL_RULES})"
+    raise PassError(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{target}{hint}", op.location)

@@ -11,8 +11,10 @@ record here: `Cholesky`, `TriangularSolve`, `LU`, `Eigh`, `QR`,
 from either spelling (`Record.from_call` reads the call's attribute characters,
 `Record.from_op` the op's attributes). Each record holds its Taylor rule (`jet`,
 order by order, with the derivation in its docstring) and its reverse-mode rule
-(`vjp`) side by side; `jet_rules` and `vjp_rules` reach them through `jet` and
-`vjp` below.
+(`vjp`) side by side; the op table (`passes/autodiff/table.py`) gives every
+spelling the rules `jet` and `vjp` below, which find its record (through
+`jet_rules.linear_algebra` and `vjp_rules.linear_algebra`, which import this module
+when a program first holds a spelling).
 
 Matrices are the last two dimensions; leading ones are batch dimensions. The
 rules build plain StableHLO: `triangular_solve` on the primal factor,
@@ -855,13 +857,13 @@ def meaning(op: ir.Operation, name: str = "jet-expand") -> Record | None:
 
 
 def jet(b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
-    """The Taylor rule of `op`, a linear-algebra operation (`linalg.is_linalg`)."""
+    """The Taylor rule of `op`, a spelling of an entry of `linalg.TABLE`."""
     _elem_check(op, "jet-expand")
     return meaning(op, "jet-expand").jet(b, op, ins)
 
 
 def vjp(b: "VjpBuilder", op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
-    """The reverse-mode rule of `op`, a linear-algebra operation (`linalg.is_linalg`)."""
+    """The reverse-mode rule of `op`, a spelling of an entry of `linalg.TABLE`."""
     _elem_check(op, "vjp-expand")
     return meaning(op, "vjp-expand").vjp(b, op, cts, wants)
 

@@ -4,7 +4,7 @@
 and returns one cotangent per input. Inputs that are not floating-point or
 complex (integers, booleans) get a zero cotangent of their own type, where
 `jax.vjp` returns float0 zeros. The rules per op are those of the op table
-(`hlopt.passes.optable.table`); this module is vjp-expand's plug-in on the
+(`hlopt.passes.autodiff.table`); this module is vjp-expand's plug-in on the
 function-transform driver (`hlopt.passes.rewrite.transform`, which caches the generated
 functions, finds what reaches what and erases dead values): it records which
 values depend on the differentiated inputs, walks each block backward, and
@@ -61,9 +61,9 @@ from hlopt.passes.ir import builders
 from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, option
 from hlopt.passes.autodiff.jet_rules import remove_stop_gradients
 from hlopt.passes.mlir import ir
-from hlopt.passes.optable import table
+from hlopt.passes.autodiff import table
 from hlopt.passes.target import PORTABLE
-from hlopt.passes.rewrite.transform import (ModuleTransform, RuleTable, block_ops, branch_carried, erase_dead, is_pure_op,
+from hlopt.passes.rewrite.transform import (ModuleTransform, block_ops, branch_carried, erase_dead, is_pure_op,
                                     loop_carried, uses_any)
 from hlopt.passes.autodiff.vjp_rules import Term, VjpBuilder
 from hlopt.passes.ir.walk import MAX_INLINED_OPS, CallGraph, callee_of
@@ -71,7 +71,7 @@ from hlopt.passes.ir.walk import MAX_INLINED_OPS, CallGraph, callee_of
 ANNOTATION = "hlopt.vjp"
 INLINE_OPS = 32  # callees up to this size (JAX's helper wrappers) are differentiated in place
 VJP_GROWTH = 3  # ops a vjp holds per op of its function, at most about: forward, backward, cotangent sum
-RULE_TABLE = RuleTable(table.rules(table.TABLE, "vjp"))
+RULE_TABLE = table.pass_rules("vjp", table.TABLE, table.CALLS)
 
 
 class Scope:

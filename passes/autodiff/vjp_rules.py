@@ -1,5 +1,5 @@
 """Reverse-mode rules of `vjp-expand` and their constructors; the op table
-(`hlopt.passes.optable.table`) names each op's rule, one entry per op.
+(`hlopt.passes.autodiff.table`) names each op's rule, one entry per op.
 
 A rule `rule(b, op, cts, wants) -> cotangents` receives the builder `b` (the
 insertion point is in the backward part of the function, after every forward
@@ -34,12 +34,11 @@ from typing import TYPE_CHECKING
 
 from hlopt.passes.ir import builders
 from hlopt.passes.optable import derivatives
-from hlopt.passes.optable import linalg
-from hlopt.passes.base import PassError
-from hlopt.passes.autodiff.jet_rules import STOP_GRADIENT, check_stop_gradient
+from hlopt.passes.base import PassError, lowering_pass_for
+from hlopt.passes.autodiff.jet_rules import ADD_CALL_RULES, check_stop_gradient
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.autodiff.terms import Term, TermAlgebra
-from hlopt.passes.registry import lowering_pass_for
+from hlopt.passes.ir.terms import Term, TermAlgebra
+from hlopt.passes.ir.walk import call_target
 
 if TYPE_CHECKING:
     from hlopt.passes.autodiff.vjp_expand import Scope
@@ -970,25 +969,47 @@ def optimization_barrier(b, op, cts, wants):
     return list(cts)
 
 
-SPMD_SHAPES = {"SPMDFullToShardShape": "SPMDShardToFullShape", "SPMDShardToFullShape": "SPMDFullToShardShape"}
+def linear_algebra(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+    """The reverse-mode rule of a spelling of a linear-algebra meaning (`linalg_rules.vjp`); that
+    module is imported when a module first holds one, so a dense program loads none of it."""
+    from hlopt.passes.autodiff import linalg_rules
+
+    return linalg_rules.vjp(b, op, cts, wants)
 
 
-def custom_call(b, op, cts, wants):
-    """The partitioner's annotations: `Sharding` is applied to the cotangent; the shard_map
-    boundary `SPMDFullToShardShape` / `SPMDShardToFullShape` is crossed the other way. The
-    stop_gradient marker of a jet body (kept by jet-expand for a vjp of the jet) passes none."""
-    target = ir.StringAttr(op.attributes["call_target_name"]).value
-    if target == STOP_GRADIENT:
-        check_stop_gradient(op, "vjp-expand")
-        return [None]
-    if target == "Sharding" and len(op.operands) == 1:
-        return reapply(b, op, cts[0])
-    if target in SPMD_SHAPES and len(op.operands) == 1:
-        return [_cross_shard_boundary(op, cts[0], target)]
-    if linalg.is_linalg(op):
-        return linalg.vjp(b, op, cts, wants)
+# --- custom calls, by target (the op table's `CALLS`) -----------------------------------
+
+def stop_gradient(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+    """The stop_gradient marker of a jet body (kept by jet-expand for a vjp of the jet) passes none."""
+    check_stop_gradient(op, "vjp-expand")
+    return [None]
+
+
+def one_operand(rule: Rule) -> Rule:
+    """`rule` for a custom call of one operand (the partitioner's annotations); a call of
+    another arity is refused."""
+
+    def checked(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+        if len(op.operands) != 1:
+            raise PassError(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' @{call_target(op)} with "
+                            f"{len(op.operands)} operands (it takes one)", op.location)
+        return rule(b, op, cts, wants)
+
+    return checked
+
+
+def cross_shard_boundary(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+    """The shard_map boundary `SPMDFullToShardShape` / `SPMDShardToFullShape`, crossed the other way."""
+    return [_cross_shard_boundary(op, cts[0], call_target(op))]
+
+
+def unknown_call(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
+    """A custom call whose target has no entry in the op table: refused, naming the target and,
+    for an annotation of another pass, the pass to run first."""
+    target = call_target(op)
     lowering = lowering_pass_for(target)
-    hint = f" (run '{lowering}' before 'vjp-expand')" if lowering and lowering != "vjp-expand" else ""
+    hint = "" if lowering == "vjp-expand" else f" (run '{lowering}' before 'vjp-expand')" if lowering else \
+        f" ({ADD_CALL_RULES})"
     raise PassError(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' @{target}{hint}", op.location)
 
 

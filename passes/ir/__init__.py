@@ -1,3 +1,4 @@
 """Building and reading StableHLO with the MLIR bindings: op builders, the element-type table,
-source locations and walks over nested operations.
+source locations, walks over nested operations, and the zero-aware term algebra
+the autodiff builders share.
 """

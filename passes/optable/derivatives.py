@@ -32,7 +32,7 @@ from typing import Union
 
 from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
-from hlopt.passes.autodiff.terms import TermAlgebra
+from hlopt.passes.ir.terms import TermAlgebra
 
 Number = Union[int, float]
 

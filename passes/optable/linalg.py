@@ -6,9 +6,10 @@ solve, LU, eigh, QR, the Householder product, SVD):
 - its spellings: the LAPACK custom calls JAX emits on CPU, `@lapack_{s,d,c,z}KERNEL_ffi`
   (the kernel's name may differ for complex elements: `syevd` / `heevd`), and the StableHLO
   op other platforms use (`stablehlo.cholesky`);
-- its rules: the record of `passes/autodiff/linalg_rules.py` that reads a call's attributes
-  and holds the Taylor rule (`jet-expand`, batched and collapsed jets included) and the
-  reverse-mode rule (`vjp-expand`); named here, it is imported only when a module holds one;
+- its rules: the name of the record of `passes/autodiff/linalg_rules.py` that reads a call's
+  attributes and holds the Taylor rule (`jet-expand`, batched and collapsed jets included)
+  and the reverse-mode rule (`vjp-expand`); the op table (`passes/autodiff/table.py`) gives
+  every spelling those rules;
 - what `trust="portable"` checks of a call (`runtime/portable.py`): the `ui8` character
   attributes its kernel reads and the characters each accepts, and its operand and result
   types for each element type.
@@ -20,16 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from hlopt.passes.ir.walk import call_target
 from hlopt.passes.mlir import ir
 from hlopt.passes.optable.kernel_types import FLOAT_TYPES, I32, Check, Config, Shapes, Types, shapes_text, \
     tensor, types_text
-
-if TYPE_CHECKING:
-    from hlopt.passes.autodiff.jet_rules import JetBuilder, Series
-    from hlopt.passes.autodiff.vjp_rules import VjpBuilder
 
 ELEMENTS = dict(zip("sdcz", FLOAT_TYPES))  # LAPACK's prefix -> the element type of its kernel's matrices
 _REAL = {"f32": "f32", "f64": "f64", "complex<f32>": "f32", "complex<f64>": "f64"}
@@ -199,24 +196,3 @@ TABLE = LinalgTable([
              types=pair(_householder_fits, writes=0)),
     LinalgOp("svd", "SVD", ("gesdd", "gesvd"), chars=(SVD_MODE,), types=_svd),
 ])
-OP_NAMES = tuple(TABLE.ops)
-
-
-def is_linalg(op: ir.Operation) -> bool:
-    """Whether `op` spells an entry of `TABLE`."""
-    return TABLE.find(op) is not None
-
-
-def jet(b: "JetBuilder", op: ir.Operation, ins: list["Series"]) -> list[Optional["Series"]]:
-    """`linalg_rules.jet`: the Taylor rule of the linear-algebra op `op`."""
-    from hlopt.passes.autodiff import linalg_rules
-
-    return linalg_rules.jet(b, op, ins)
-
-
-def vjp(b: "VjpBuilder", op: ir.Operation, cts: list[Optional[ir.Value]],
-        wants: list[bool]) -> list[Optional[ir.Value]]:
-    """`linalg_rules.vjp`: the reverse-mode rule of the linear-algebra op `op`."""
-    from hlopt.passes.autodiff import linalg_rules
-
-    return linalg_rules.vjp(b, op, cts, wants)

@@ -66,7 +66,7 @@ from hlopt.compiler.jax_compat import (ClosedJaxpr, Jaxpr, Primitive, Var, api_b
 from hlopt.passes.autodiff.jet_expand import MAX_ORDER
 from hlopt.passes.autodiff.jet_rules import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT
 from hlopt.passes.mlir import ir
-from hlopt.passes.optable import table
+from hlopt.passes.autodiff import table
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 from hlopt.vjp import vjp_at, vjp_of_linear
 

@@ -1,12 +1,16 @@
 """The import graph of hlopt's packages, read from the source (every import, function-level ones too).
 
 hlopt (python/) -> hlopt.compiler -> hlopt.passes, and hlopt.runtime -> hlopt.compiler,
-hlopt.passes; never back, no cycles. Private jax/jaxlib APIs only in the two seams.
+hlopt.passes; never back, no cycles. Inside hlopt.passes the folders (and top-level modules)
+import one another without cycles too: the op data (`optable/`) below the rules and the op
+table (`autodiff/`), the IR vocabulary (`ir/`) below both; and a pass imports from the registry,
+which names every pass, only what loads a user's object. Private jax/jaxlib APIs only in the two seams.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 import re
 
@@ -39,7 +43,8 @@ def module_name(package: str, path: pathlib.Path) -> str:
     return ".".join(prefix + parts)
 
 
-def imports(package: str, path: pathlib.Path) -> list[tuple[int, str]]:
+@functools.cache
+def imports(package: str, path: pathlib.Path) -> tuple[tuple[int, str], ...]:
     """(line, absolute module name) of every import in the file, wherever it is."""
     here = module_name(package, path)
     is_package = path.name == "__init__.py"
@@ -53,7 +58,7 @@ def imports(package: str, path: pathlib.Path) -> list[tuple[int, str]]:
                 parent = here.split(".")[: len(here.split(".")) - node.level + (1 if is_package else 0)]
                 base = ".".join(parent + ([base] if base else []))
             found += [(node.lineno, base)] + [(node.lineno, f"{base}.{a.name}") for a in node.names]
-    return found
+    return tuple(found)
 
 
 def owner(name: str) -> str | None:
@@ -82,6 +87,72 @@ def test_no_cycles_between_packages():
         for p in leaves:
             del edges[p]
     assert order.index("passes") < order.index("compiler") < order.index("runtime") < order.index("hlopt")
+
+
+def passes_part(name: str) -> str | None:
+    """The folder (or top-level module) of hlopt.passes that module `name` belongs to, None outside."""
+    parts = name.split(".")
+    return parts[2] if parts[:2] == ["hlopt", "passes"] and len(parts) > 2 else None
+
+
+def passes_graph() -> dict[str, set[str]]:
+    """Folder or top-level module of hlopt.passes -> those it imports (the package's `__init__` aside:
+    it re-exports the registry)."""
+    edges: dict[str, set[str]] = {}
+    for path in files("passes"):
+        here = passes_part(module_name("passes", path))
+        if here is not None:
+            edges.setdefault(here, set()).update(
+                {passes_part(n) for _, n in imports("passes", path)} - {None, here})
+    return edges
+
+
+def cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph `edges`, as the nodes along it, or None."""
+    state: dict[str, str] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = "open"
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                return path[path.index(nxt):] + [nxt] if nxt in path else [node, nxt]
+            if nxt not in state:
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        state[node] = "done"
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node, [node])
+            if found:
+                return found
+    return None
+
+
+def test_pass_folders_import_one_way():
+    edges = passes_graph()
+    assert {"optable", "autodiff", "ir", "rewrite"} <= set(edges)
+    assert cycle(edges) is None, " -> ".join(cycle(edges))
+    assert "autodiff" not in edges["optable"] and "optable" in edges["autodiff"]
+
+
+def test_the_cycle_check_sees_a_cycle():
+    # an edge back from the op data to the rules would be the cycle this file keeps out
+    edges = passes_graph()
+    edges["optable"] = edges["optable"] | {"autodiff"}
+    found = cycle(edges)
+    assert found is not None and {"optable", "autodiff"} <= set(found)
+
+
+def test_passes_import_from_the_registry_only_what_loads_a_user_object():
+    wrong = [f"{path.relative_to(ROOT)}:{line}: imports {name}"
+             for path in files("passes") if path.parent != PACKAGES["passes"]
+             for line, name in imports("passes", path)
+             if name.startswith("hlopt.passes.registry") and name not in ("hlopt.passes.registry",
+                                                                         "hlopt.passes.registry.import_object")]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_passes_import_no_jax():

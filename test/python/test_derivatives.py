@@ -19,7 +19,7 @@ from jax.experimental import jet as jax_jet
 
 import hlopt
 from hlopt.passes.optable import derivatives
-from hlopt.passes.optable import table
+from hlopt.passes.autodiff import table
 from hlopt.passes.optable.derivatives import X, Y, op, polynomial
 
 from support import op_tables

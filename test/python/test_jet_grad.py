@@ -16,18 +16,9 @@ import pytest
 from jax.experimental import jet as jax_jet
 
 import hlopt
-from test_pde import float64, mlp, mlp_params, nested_laplacian  # noqa: F401 (float64: the module-scoped x64 fixture)
 
-RTOL = 1e-10
-
-
-def close(got, want, rtol=RTOL):
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape, (g.shape, w.shape)
-        scale = max(1.0, float(np.max(np.abs(w))) if w.size else 1.0)
-        np.testing.assert_allclose(g, w, rtol=0, atol=rtol * scale)
-    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+from support.pde_references import (  # noqa: F401 - float64: the module-scoped x64 fixture
+    close, float64, mlp, mlp_params, nested_laplacian)
 
 
 def nested_jet(fun, primals, series):

@@ -10,7 +10,6 @@ float64 is enabled only inside `jax.enable_x64(True)` blocks.
 from __future__ import annotations
 
 import itertools
-import zlib
 from collections.abc import Callable
 
 import jax
@@ -23,10 +22,10 @@ from jax import lax
 import hlopt
 from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
-from hlopt.runtime.compile import compile_lowered
 
 from support.references import taylor_by_nested_jvp
-from support.vjp_harness import _as_entry, _signature, hlopt_vjp, jax_vjp
+from support.linalg_cases import assert_series, jet_of_module, random_array, seeded_rng
+from support.vjp_harness import _signature, hlopt_vjp, jax_vjp
 
 ORDER = 4
 N = 4
@@ -42,17 +41,6 @@ def _householder(a, tau):
         vi = v[..., :, i]
         q = q - (q @ vi[..., :, None]) * (tau[..., i, None, None] * jnp.conj(vi)[..., None, :])
     return q[..., :, :n]
-
-
-def _rng(name: str) -> np.random.Generator:
-    return np.random.default_rng(zlib.crc32(name.encode()))
-
-
-def _random(rng: np.random.Generator, shape, dtype) -> np.ndarray:
-    x = rng.normal(size=shape)
-    if np.issubdtype(dtype, np.complexfloating):
-        x = x + 1j * rng.normal(size=shape)
-    return (x / np.sqrt(shape[-1])).astype(dtype)
 
 
 def _spd(a):
@@ -107,18 +95,10 @@ OPS: dict[str, Callable] = {"cholesky": _cholesky, "lu": _lu, "eigh": _eigh, "qr
 
 
 def _case(name: str, dtype, batch: tuple[int, ...]):
-    rng = _rng(f"{name}{np.dtype(dtype).name}{batch}")
-    primals = [_random(rng, (*batch, N, N), dtype), _random(rng, (*batch, N, 2), dtype)]
-    series = [[_random(rng, p.shape, dtype) for _ in range(ORDER)] for p in primals]
+    rng = seeded_rng(f"{name}{np.dtype(dtype).name}{batch}")
+    primals = [random_array(rng, (*batch, N, N), dtype), random_array(rng, (*batch, N, 2), dtype)]
+    series = [[random_array(rng, p.shape, dtype) for _ in range(ORDER)] for p in primals]
     return primals, series
-
-
-def _assert_series(got, want, tol, what):
-    for k, (g, w) in enumerate(zip(got, want)):
-        g, w = np.asarray(g), np.asarray(w)
-        scale = max(np.max(np.abs(w)), 1e-30)
-        err = np.max(np.abs(g - w)) / scale
-        assert err <= tol, f"{what}: order {k} relative error {err:.2e} > {tol}"
 
 
 # Every op unbatched and batched in float64; the twelve triangular solves (side, triangle, op,
@@ -139,7 +119,7 @@ def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
         primals, series = _case(name, dtype, batch)
         p, s = hlopt.jet(OPS[name], primals, series, factorial_scaled=False)
         want = taylor_by_nested_jvp(OPS[name], primals, series, ORDER)
-    _assert_series([p, *s], want, TOL[dtype], name)
+    assert_series([p, *s], want, TOL[dtype], name)
 
 
 @pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "trsm_left_lower_N", "trsm_right_upper_C"])
@@ -147,14 +127,14 @@ def test_directions_batched_jet_matches_standard_jets(name):
     """vmap over the series: one jet batched over 3 directions (the primal once)."""
     with jax.enable_x64(True):
         primals, _ = _case(name, np.float64, (2,))
-        rng = _rng(name + "directions")
-        series = [[np.stack([_random(rng, p.shape, np.float64) for _ in range(3)]) for _ in range(3)]
+        rng = seeded_rng(name + "directions")
+        series = [[np.stack([random_array(rng, p.shape, np.float64) for _ in range(3)]) for _ in range(3)]
                   for p in primals]
         batched = hlopt.jit(jax.vmap(lambda *s: hlopt.jet(OPS[name], primals, [list(s[:3]), list(s[3:])])[1]))(
             *series[0], *series[1])
         for r in range(3):
             one = hlopt.jet(OPS[name], primals, [[c[r] for c in series[0]], [c[r] for c in series[1]]])[1]
-            _assert_series([b[r] for b in batched], one, 1e-12, f"{name} direction {r}")
+            assert_series([b[r] for b in batched], one, 1e-12, f"{name} direction {r}")
 
 
 def _scalar(name: str) -> Callable:
@@ -170,7 +150,7 @@ def _scalar(name: str) -> Callable:
                                   "trsm_right_lower_C_unit"])
 def test_collapsed_laplacian_matches_hessian_trace(name):
     with jax.enable_x64(True):
-        x = _rng(name + "laplacian").normal(size=N * N + N)
+        x = seeded_rng(name + "laplacian").normal(size=N * N + N)
         got = hlopt.laplacian(_scalar(name))(x)
         want = jnp.trace(jax.jit(jax.hessian(_scalar(name)))(x))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
@@ -182,8 +162,8 @@ def test_collapsed_matches_standard_jets(name):
     """The collapsed second coefficient (weights: the sum over directions) equals the sum of
     standard second coefficients along each direction."""
     with jax.enable_x64(True):
-        x = _rng(name + "collapsed").normal(size=N * N + N)
-        dirs = _rng(name + "dirs").normal(size=(3, x.size))
+        x = seeded_rng(name + "collapsed").normal(size=N * N + N)
+        dirs = seeded_rng(name + "dirs").normal(size=(3, x.size))
         got = hlopt.laplacian(_scalar(name), weights=dirs.T)(x)
         want = sum(hlopt.jet(_scalar(name), (x,), ((d, np.zeros_like(d)),))[1][1] for d in dirs)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10)
@@ -201,11 +181,11 @@ VJP_CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))][
 def test_vjp_rule_matches_jax_vjp(name, dtype, batch):
     with jax.enable_x64(dtype != np.float32):
         primals, _ = _case(name, dtype, batch)
-        ct = _random(_rng(name + "ct"), jax.eval_shape(OPS[name], *primals).shape, dtype)
+        ct = random_array(seeded_rng(name + "ct"), jax.eval_shape(OPS[name], *primals).shape, dtype)
         got = hlopt_vjp(OPS[name], primals, [ct])
         want = jax_vjp(OPS[name], primals, [ct])
     for g, w in zip(got, want):
-        _assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, name)
+        assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, name)
 
 
 @pytest.mark.parametrize("dtype,batch", [(np.float64, ()), (np.float64, (2,)), (np.complex128, ()),
@@ -214,34 +194,22 @@ def test_householder_product_of_any_reflectors(dtype, batch):
     """orgqr on reflectors and factors that come from no QR (tau = 0 included), against the
     product written out: its Taylor coefficients and its vjp."""
     with jax.enable_x64(dtype != np.float32):
-        rng = _rng(f"householder{np.dtype(dtype).name}{batch}")
-        a = _random(rng, (*batch, 5, 3), dtype)
-        tau = _random(rng, (*batch, 3), dtype)
+        rng = seeded_rng(f"householder{np.dtype(dtype).name}{batch}")
+        a = random_array(rng, (*batch, 5, 3), dtype)
+        tau = random_array(rng, (*batch, 3), dtype)
         tau = np.where(np.arange(3) == 1, 0, tau).astype(dtype)  # H_2 = I
-        series = [[_random(rng, x.shape, dtype) for _ in range(ORDER)] for x in (a, tau)]
+        series = [[random_array(rng, x.shape, dtype) for _ in range(ORDER)] for x in (a, tau)]
         p, s = hlopt.jet(lax.linalg.householder_product, (a, tau), series, factorial_scaled=False)
         want = taylor_by_nested_jvp(_householder, [a, tau], series, ORDER)
-        _assert_series([p, *s], want, TOL[dtype], "orgqr")
-        ct = _random(rng, (*batch, 5, 3), dtype)
+        assert_series([p, *s], want, TOL[dtype], "orgqr")
+        ct = random_array(rng, (*batch, 5, 3), dtype)
         got = hlopt_vjp(lax.linalg.householder_product, [a, tau], [ct])
         want = jax_vjp(_householder, [a, tau], [ct])
     for g, w in zip(got, want):
-        _assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, "orgqr vjp")
+        assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, "orgqr vjp")
 
 
 # --- the StableHLO spellings ------------------------------------------------------------
-
-
-def _jet_of_module(text: str, primals, series, order: int):
-    """The plain Taylor coefficients of `@main` of `text` by `jet-expand{func=main order=K}`."""
-    module = parse_module(text)
-    coeffs = [c for s in series for c in s]
-    after = Lowered(module, _signature(primals, primals)).apply(f"jet-expand{{func=main order={order}}}")
-    _as_entry(after.module, f"main_jet{order}")
-    n_out = len(jax.tree_util.tree_leaves(primals[:1]))
-    outs = [np.zeros_like(primals[0])] * (n_out * (order + 1))
-    compiled = Lowered(after.module, _signature([*primals, *coeffs], outs), backend=compile_lowered).compile()
-    return [np.asarray(v) for v in compiled(*primals, *coeffs)]
 
 
 # JAX's TPU lowering of cholesky is `stablehlo.cholesky` and its CUDA lowering of
@@ -262,9 +230,9 @@ def test_stablehlo_spelling_matches_nested_jvp(name, platform):
         text = spelling_text(name, platform, primals)
         op = "stablehlo.cholesky" if name == "cholesky" else "stablehlo.triangular_solve"
         assert op in text and "lapack" not in text
-        got = _jet_of_module(text, primals, series, ORDER)
+        got = jet_of_module(text, primals, series, ORDER)
         want = taylor_by_nested_jvp(OPS[name], primals, series, ORDER)
-    _assert_series(got, want, 1e-9, name)
+    assert_series(got, want, 1e-9, name)
 
 
 @pytest.mark.parametrize("name,platform", VJP_SPELLINGS)
@@ -274,7 +242,7 @@ def test_stablehlo_spelling_vjp_matches_jax_vjp(name, platform):
         f = OPS[name]
         text = spelling_text(name, platform, primals)
         assert ("stablehlo.cholesky" if name == "cholesky" else "stablehlo.triangular_solve") in text
-        ct = _random(_rng("ct"), jax.eval_shape(f, *primals).shape, np.float64)
+        ct = random_array(seeded_rng("ct"), jax.eval_shape(f, *primals).shape, np.float64)
         got = hlopt_vjp(text, primals, [ct])
         want = jax_vjp(f, primals, [ct])
     for g, w in zip(got, want):
@@ -305,7 +273,7 @@ def test_unknown_layout_is_refused():
 
 def test_integer_results_have_no_series():
     """LU's pivots come out of the jet as the primal's, with zero coefficients."""
-    a = _random(_rng("pivots"), (N, N), np.float32)
+    a = random_array(seeded_rng("pivots"), (N, N), np.float32)
     p, s = hlopt.jet(lambda x: jsl.lu_factor(x)[1], (a,), ((a, a),))
     np.testing.assert_array_equal(p, jsl.lu_factor(a)[1])
     assert all(not np.any(np.asarray(t, float)) for t in s)
@@ -382,15 +350,15 @@ def test_svd_vjp_rule_matches_jax_vjp(name, dtype, batch):
 def test_svd_vjp_of_singular_values_alone():
     """Only s reaches the output (U, V unused): the cotangent of s alone."""
     with jax.enable_x64(True):
-        a = _random(_rng("svals"), (2, 5, 3), np.float64)
+        a = random_array(seeded_rng("svals"), (2, 5, 3), np.float64)
         f = lambda x: jnp.linalg.svd(x, full_matrices=False)[1] ** 2  # noqa: E731
-        ct = _random(_rng("svals ct"), (2, 3), np.float64)
+        ct = random_array(seeded_rng("svals ct"), (2, 3), np.float64)
         got, want = hlopt_vjp(f, [a], [ct]), jax_vjp(f, [a], [ct])
     np.testing.assert_allclose(got[0], want[0], rtol=1e-10, atol=1e-12)
 
 
 def _tall_system(rng: np.random.Generator, dtype):
-    return _random(rng, (6, 4), dtype), _random(rng, (6, 2), dtype)
+    return random_array(rng, (6, 4), dtype), random_array(rng, (6, 2), dtype)
 
 
 LSTSQ = {"lstsq": lambda a, b: jnp.linalg.lstsq(a, b)[0], "pinv": lambda a, b: jnp.linalg.pinv(a) @ b,
@@ -402,12 +370,12 @@ LSTSQ = {"lstsq": lambda a, b: jnp.linalg.lstsq(a, b)[0], "pinv": lambda a, b: j
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_lstsq_pinv_cho_solve_in_jet_match_nested_jvp(name, dtype):
     with jax.enable_x64(dtype != np.float32):
-        rng = _rng(name + "jet" + np.dtype(dtype).name)
+        rng = seeded_rng(name + "jet" + np.dtype(dtype).name)
         primals = _tall_system(rng, dtype)
-        series = [[_random(rng, p.shape, dtype) for _ in range(ORDER)] for p in primals]
+        series = [[random_array(rng, p.shape, dtype) for _ in range(ORDER)] for p in primals]
         p, s = hlopt.jet(LSTSQ[name], primals, series, factorial_scaled=False)
         want = taylor_by_nested_jvp(LSTSQ[name], primals, series, ORDER)
-    _assert_series([p, *s], want, TOL[dtype], name)
+    assert_series([p, *s], want, TOL[dtype], name)
 
 
 @pytest.mark.parametrize("name", list(LSTSQ))
@@ -418,7 +386,7 @@ def test_lstsq_pinv_cho_solve_in_laplacian_match_hessian_trace(name):
         return jnp.sum(jnp.tanh(LSTSQ[name](a, b)))
 
     with jax.enable_x64(True):
-        x = _rng(name + "laplacian").normal(size=36) * 0.5
+        x = seeded_rng(name + "laplacian").normal(size=36) * 0.5
         got = hlopt.laplacian(f)(x)
         want = jnp.trace(jax.jit(jax.hessian(f))(x))
         grad = jax.jit(jax.grad(hlopt.laplacian(f)))(x)
@@ -433,7 +401,7 @@ def test_lstsq_pinv_cho_solve_in_laplacian_match_hessian_trace(name):
 ])
 def test_svd_modes_without_a_rule_are_refused(how, match):
     with jax.enable_x64(True):
-        a = _random(_rng("modes"), (5, 3), np.float64)
+        a = random_array(seeded_rng("modes"), (5, 3), np.float64)
         with pytest.raises(Exception, match=match + ".*jnp.linalg.svd\\(a, full_matrices=False\\)"):
             hlopt.jet(how, (a,), ((a,),))
         with pytest.raises(Exception, match=match):

@@ -19,16 +19,17 @@ import jaxlib.lapack
 import numpy as np
 import pytest
 from jax import lax
-from test_linalg_rules import _assert_series, _jet_of_module, _random, _rng
 
 from hlopt.compiler.program import parse_module
-from hlopt.passes.autodiff import linalg_rules
+from hlopt.passes.autodiff import linalg_rules, table
 from hlopt.passes.optable import linalg
 from hlopt.passes.optable.kernel_types import I32
 from hlopt.passes.optable.linalg import UPLO, LinalgOp, LinalgTable, matrix
 from hlopt.runtime import portable
 from hlopt.runtime.portable import PortableCheckError, check_portable
 
+from support import op_tables
+from support.linalg_cases import assert_series, jet_of_module, random_array, seeded_rng
 from support.references import taylor_by_nested_jvp
 from support.vjp_harness import hlopt_vjp, jax_vjp
 
@@ -48,10 +49,12 @@ def _register_scratch_kernel() -> None:
 
 @pytest.fixture
 def scratch_table(monkeypatch):
-    """The table with SCRATCH, read by the rules and the allowlist for the test."""
-    table = LinalgTable([*linalg.TABLE.entries, SCRATCH])
-    monkeypatch.setattr(linalg, "TABLE", table)
-    monkeypatch.setattr(portable, "CUSTOM_CALLS", portable.custom_calls(table))
+    """The table with SCRATCH, read by the rules and the allowlist for the test (the op table's
+    custom calls built from it, as they are from the shipped one at import)."""
+    scratch = LinalgTable([*linalg.TABLE.entries, SCRATCH])
+    monkeypatch.setattr(linalg, "TABLE", scratch)
+    monkeypatch.setattr(portable, "CUSTOM_CALLS", portable.custom_calls(scratch))
+    op_tables.install(monkeypatch, calls=table.call_table(linear_algebra_table=scratch))
     _register_scratch_kernel()
 
 
@@ -68,9 +71,9 @@ def _scratch_text(primals) -> str:
 
 
 def _case():
-    rng = _rng("scratch table")
-    primals = [_random(rng, (4, 4), np.float64)]
-    return primals, [[_random(rng, (4, 4), np.float64) for _ in range(ORDER)]]
+    rng = seeded_rng("scratch table")
+    primals = [random_array(rng, (4, 4), np.float64)]
+    return primals, [[random_array(rng, (4, 4), np.float64) for _ in range(ORDER)]]
 
 
 def test_every_entry_names_a_record_and_gives_the_allowlist_its_targets():
@@ -119,15 +122,15 @@ def test_scratch_entry_gives_the_allowlist_check(case, scratch_table):
 def test_scratch_entry_gives_the_taylor_rule(scratch_table):
     with jax.enable_x64(True):
         primals, series = _case()
-        got = _jet_of_module(_scratch_text(primals), primals, series, ORDER)
+        got = jet_of_module(_scratch_text(primals), primals, series, ORDER)
         want = taylor_by_nested_jvp(_cholesky, primals, series, ORDER)
-    _assert_series(got, want, 1e-9, "scratch cholesky")
+    assert_series(got, want, 1e-9, "scratch cholesky")
 
 
 def test_scratch_entry_gives_the_reverse_mode_rule(scratch_table):
     with jax.enable_x64(True):
         primals, _ = _case()
-        ct = _random(_rng("scratch cotangent"), (4, 4), np.float64)
+        ct = random_array(seeded_rng("scratch cotangent"), (4, 4), np.float64)
         got = hlopt_vjp(_scratch_text(primals), primals, [ct])
         want = jax_vjp(_cholesky, primals, [ct])
     for g, w in zip(got, want, strict=True):
@@ -139,7 +142,7 @@ def test_without_the_entry_the_target_has_no_rules_and_is_refused():
         primals, series = _case()
         text = _scratch_text(primals)
         with pytest.raises(Exception, match=re.escape(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' @{TARGET}")):
-            _jet_of_module(text, primals, series, 1)
+            jet_of_module(text, primals, series, 1)
         with pytest.raises(Exception, match=re.escape(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' "
                                                       f"@{TARGET}")):
             hlopt_vjp(text, primals, primals)

@@ -1,4 +1,4 @@
-"""The op table (passes/optable/table.py): one entry per op gives its rules, and every op JAX can emit
+"""The op table (passes/autodiff/table.py): one entry per op gives its rules, and every op JAX can emit
 has its rules or a reason.
 
 Scratch entries: per family (zero, linear, bilinear, derivative formula) an op that the
@@ -7,24 +7,39 @@ refuse it by name, and put back as ONE entry, from which the standard jet (again
 jax.jvp), the collapsed jet of a Laplacian (its directions rule; against the trace of
 jax.hessian) and the vjp (against jax.vjp) all follow.
 
+A scratch custom call: XLA runs jaxlib's LAPACK triangular solve for calls to a scratch
+target, and one entry of the custom-call table keyed on that target (the linear family:
+linear in the right-hand side, whose transpose is the solve with the transposed matrix)
+gives it its jet (against nested jax.jvp) and its vjp (against jax.vjp); without the entry
+both passes refuse the call, naming the target.
+
 Coverage: every StableHLO and CHLO op of jaxlib's MLIR bindings (the ops JAX can emit)
 has, for jet-expand and for vjp-expand, a rule or the table's reason why not.
 """
 
 from __future__ import annotations
 
+import functools
+import re
+
 import jax
 import jax.numpy as jnp
+import jaxlib.lapack
 import numpy as np
 import pytest
+from jax import lax
 from jaxlib.mlir.dialects import chlo, stablehlo
 
 import hlopt
 from hlopt.passes.autodiff.jet_expand import FunctionJet
-from hlopt.passes.optable import derivatives, table
+from hlopt.passes.optable import derivatives
+from hlopt.passes.autodiff import table
+from hlopt.passes.mlir import ir
 from hlopt.passes.optable.derivatives import op
+from hlopt.runtime import portable
 
 from support import op_tables
+from support.linalg_cases import assert_series, jet_of_module
 from support.references import taylor_by_nested_jvp
 from support.vjp_harness import hlopt_vjp, jax_vjp
 
@@ -101,6 +116,78 @@ def test_one_entry_gives_the_jet_the_collapsed_jet_and_the_vjp(family, monkeypat
         ct = rng.normal(size=np.shape(p))
         np.testing.assert_allclose(hlopt_vjp(fun, [x], [ct])[0], jax_vjp(fun, [x], [ct])[0], rtol=1e-12,
                                    atol=1e-14, err_msg=f"{name}: vjp")
+
+
+# --- a custom call: one entry of the custom-call table, keyed on its target -----------------
+
+CALL_TARGET = "scratch_dtrsm"  # jaxlib's lapack_dtrsm_ffi kernel, registered with XLA under this name
+_L = np.tril(np.random.default_rng(7).normal(size=(4, 4))) + 3 * np.eye(4)
+
+
+@functools.cache
+def _register_scratch_solve() -> None:
+    kernels = {name: capsule for name, capsule, _ in jaxlib.lapack.registrations()["cpu"]}
+    jax.ffi.register_ffi_target(CALL_TARGET, kernels["lapack_dtrsm_ffi"], platform="cpu")
+
+
+def _solve(b):
+    return lax.linalg.triangular_solve(_L, b, left_side=True, lower=True)
+
+
+def _solve_text(b) -> str:
+    """`_solve` as jax lowers it for the CPU (a LAPACK call), its target renamed to the scratch one."""
+    text = jax.jit(_solve).lower(b).as_text()
+    assert text.count("@lapack_dtrsm_ffi(") == 1
+    return text.replace("@lapack_dtrsm_ffi(", f"@{CALL_TARGET}(")
+
+
+def _solve_transposed(b, call: ir.Operation, ct: ir.Value) -> list:
+    """The cotangent of the right-hand side: the call on `ct` with the matrix transposed (`trans_x`
+    N -> T); the matrix is a constant of the program, whose cotangent no one asks for."""
+    new = call.clone(ip=ir.InsertionPoint.current)
+    new.operands[1] = ct
+    config = {a.name: a.attr for a in ir.DictAttr(call.attributes["mhlo.backend_config"])}
+    assert chr(ir.IntegerAttr(config["trans_x"]).value) == "N"
+    config["trans_x"] = ir.IntegerAttr.get(ir.IntegerType.get_unsigned(8), ord("T"))
+    new.attributes["mhlo.backend_config"] = ir.DictAttr.get(config)
+    return [None, new.result]
+
+
+SCRATCH_CALL = table.linear(CALL_TARGET, 1, transpose=_solve_transposed)
+
+
+def _solve_case():
+    rng = np.random.default_rng(11)
+    return rng.normal(size=(4, 2)), [rng.normal(size=(4, 2)) for _ in range(ORDER)], rng.normal(size=(4, 2))
+
+
+def test_one_entry_gives_a_custom_call_its_jet_and_vjp(monkeypatch):
+    _register_scratch_solve()
+    # the runtime's allowlist checks the scratch target as the kernel's own (test_linalg_table.py checks it)
+    monkeypatch.setitem(portable.CUSTOM_CALLS, CALL_TARGET, portable.CUSTOM_CALLS["lapack_dtrsm_ffi"])
+    op_tables.install(monkeypatch, calls={**table.CALLS, **table.build([SCRATCH_CALL], {})})
+    with jax.enable_x64(True):
+        b, series, ct = _solve_case()
+        text = _solve_text(b)
+        got = jet_of_module(text, [b], [series], ORDER)
+        want = taylor_by_nested_jvp(_solve, [b], [series], ORDER)
+        assert_series(got, want, 1e-12, "scratch solve")
+        (got_ct,) = hlopt_vjp(text, [b], [ct])
+        (want_ct,) = jax_vjp(_solve, [b], [ct])
+    np.testing.assert_allclose(got_ct, want_ct, rtol=1e-12, atol=1e-12)
+
+
+def test_without_its_entry_a_custom_call_is_refused_by_target():
+    assert CALL_TARGET not in table.CALLS
+    with jax.enable_x64(True):
+        b, series, ct = _solve_case()
+        text = _solve_text(b)
+        with pytest.raises(Exception, match=re.escape(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' "
+                                                      f"@{CALL_TARGET} (a custom call's rules are an entry of CALLS")):
+            jet_of_module(text, [b], [series], 1)
+        with pytest.raises(Exception, match=re.escape(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' "
+                                                      f"@{CALL_TARGET} (a custom call's rules are an entry of CALLS")):
+            hlopt_vjp(text, [b], [ct])
 
 
 def test_two_entries_for_one_op_are_refused():

@@ -18,61 +18,9 @@ from hypothesis import given, settings, strategies as st
 import hlopt
 from hlopt import jet
 
+from support.pde_references import (  # noqa: F401 - float64: the module-scoped x64 fixture
+    close, float64, mlp, mlp_params, nested_bilaplacian, nested_laplacian, nested_weighted)
 from support.references import assert_unbiased
-
-RTOL = 1e-10
-
-
-@pytest.fixture(autouse=True, scope="module")
-def float64():
-    """float64 for this module's tests only: a global switch at import would change every later file."""
-    with jax.enable_x64(True):
-        yield
-
-
-def close(got, want, rtol=RTOL):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
-    np.testing.assert_allclose(got, want, rtol=0, atol=rtol * scale)
-
-
-def nested_laplacian(f):
-    """Laplacian of every output element: trace of the Hessian over x's flattened axes."""
-    def lap(x, *rest):
-        h = jax.hessian(f)(x, *rest)
-        out_shape = jnp.shape(f(x, *rest))
-        h = h.reshape(out_shape + (x.size, x.size))
-        return jnp.trace(h, axis1=-2, axis2=-1)
-    return jax.jit(lap)
-
-
-def nested_weighted(f, S):
-    def op(x):
-        h = jax.hessian(f)(x)
-        out_shape = jnp.shape(f(x))
-        h = h.reshape(out_shape + (x.size, x.size))
-        M = S.reshape(x.size, -1)
-        return jnp.einsum("...ij,ir,jr->...", h, M, M)
-    return jax.jit(op)
-
-
-def nested_bilaplacian(f):
-    return nested_laplacian(nested_laplacian(f))
-
-
-def mlp_params(key, sizes):
-    keys = jax.random.split(key, len(sizes) - 1)
-    return [(jax.random.normal(k, (a, b)) / np.sqrt(a), jnp.linspace(-0.5, 0.5, b)) for k, a, b in
-            zip(keys, sizes[:-1], sizes[1:])]
-
-
-def mlp(params, x):
-    for W, b in params[:-1]:
-        x = jnp.tanh(x @ W + b)
-    W, b = params[-1]
-    return (x @ W + b).squeeze(-1)
-
 
 with jax.enable_x64(True):  # module constants in float64, like the tests that use them
     PARAMS = mlp_params(jax.random.key(0), [4, 16, 16, 1])

@@ -16,7 +16,9 @@ import pytest
 
 import hlopt
 from hlopt import jet
-from test_pde import close, float64, nested_bilaplacian, nested_laplacian, nested_weighted  # noqa: F401 - fixture
+
+from support.pde_references import (  # noqa: F401 - float64: the module-scoped x64 fixture
+    close, float64, nested_bilaplacian, nested_laplacian, nested_weighted)
 
 with jax.enable_x64(True):  # module constants in float64, like the tests that use them
     X = jnp.array([0.31, -0.72, 0.55, 1.1])

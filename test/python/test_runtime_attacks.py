@@ -16,7 +16,6 @@ import hashlib
 import base64
 import json
 import os
-import random
 from pathlib import Path
 
 import jax
@@ -29,7 +28,7 @@ from hlopt.runtime import container, files
 
 from support import forge, script
 from support.attack_worker import X, Y, f, g
-from support.sandbox import Outcome, assert_survived, run_capped
+from support.sandbox import Outcome, assert_survived, attack, run_capped, write
 
 WORKER = script("attack_worker")
 
@@ -51,18 +50,6 @@ def assert_close(got: dict, expected: dict) -> None:
         np.testing.assert_allclose(np.asarray(got[k]), np.asarray(expected[k]), rtol=1e-5, atol=1e-5)
 
 
-def attack(tmp_path: Path, cases: list[dict], env: dict | None = None) -> list[dict]:
-    """Run `cases` in a fresh process under sandbox.py's caps; it must exit normally, within the timeout."""
-    spec = tmp_path / f"spec-{random.random()}.json"
-    spec.write_text(json.dumps({"cases": cases}))
-    proc = run_capped([*WORKER, str(spec)], env=env)
-    assert_survived(proc)
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    for case, result in zip(cases, results, strict=True):
-        assert "error" not in result, (case, result)
-    return results
-
-
 def hlopt_cli(*argv: str, env: dict | None = None, cwd: str | os.PathLike | None = None) -> Outcome:
     """`hlopt ARGV` under sandbox.py's caps; it must neither crash nor hang."""
     proc = run_capped(["hlopt", *argv], env=env, cwd=cwd)
@@ -74,12 +61,6 @@ def assert_one_line_error(proc: Outcome, message: str) -> None:
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.startswith("hlopt: error: ") and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
-
-
-def write(tmp_path: Path, name: str, data: bytes) -> str:
-    path = tmp_path / name
-    path.write_bytes(data)
-    return str(path)
 
 
 @pytest.mark.skipif(not forge.can_patch_kernels(), reason="the payload is x86-64 machine code")

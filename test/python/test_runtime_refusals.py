@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 
 import hlopt
-from test_runtime_attacks import attack, write
 
 from support import forge
 from support.attack_worker import X, Y, f
-from support.sandbox import Outcome, assert_survived, run_capped
+from support.sandbox import Outcome, assert_survived, attack, run_capped, write
 
 BOMB_SHAPE = (16384, 16384)  # float64: 2 GiB of zeros, about 10 MB compressed: as much as BOMB_CAP
 BOMB_CAP = 2 << 30  # an hlopt process runs in it, but not with the bomb's data

@@ -1,5 +1,5 @@
-"""Scratch op tables for tests: make jet-expand and vjp-expand read the rules of a table
-built here (a copy of the shipped entries with some changed) for one test."""
+"""Scratch op tables for tests: make jet-expand and vjp-expand read the rules of tables
+built here (copies of the shipped ones with some entries changed) for one test."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ from collections.abc import Mapping
 
 import pytest
 
-from hlopt.passes.autodiff import jet_expand, vjp_expand
-from hlopt.passes.optable import table
-from hlopt.passes.rewrite.transform import RuleTable
+from hlopt.passes.autodiff import jet_expand, table, vjp_expand
 
 
-def install(monkeypatch: pytest.MonkeyPatch, scratch: Mapping[str, table.OpEntry]) -> None:
+def install(monkeypatch: pytest.MonkeyPatch, ops: Mapping[str, table.OpEntry] = table.TABLE,
+            calls: Mapping[str, table.OpEntry] = table.CALLS) -> None:
     """jet-expand (standard, batched and collapsed jets) and vjp-expand read the rules of
-    the op table `scratch` until the test ends."""
-    monkeypatch.setattr(jet_expand, "RULE_TABLE", RuleTable(table.rules(scratch, "jet")))
-    monkeypatch.setattr(vjp_expand, "RULE_TABLE", RuleTable(table.rules(scratch, "vjp")))
+    the op table `ops` and the custom-call table `calls` until the test ends."""
+    monkeypatch.setattr(jet_expand, "RULE_TABLE", table.pass_rules("jet", ops, calls))
+    monkeypatch.setattr(vjp_expand, "RULE_TABLE", table.pass_rules("vjp", ops, calls))

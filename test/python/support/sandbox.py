@@ -11,11 +11,16 @@ allocates without bound) to show the harness sees each bad outcome.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from support import script
 
 MEMORY_CAP = 4 << 30  # bytes of address space per child (a jax process needs about 1.5 GiB)
 TIMEOUT_S = 240
@@ -64,6 +69,26 @@ def run_capped(argv: Sequence[str], *, timeout: float = TIMEOUT_S, memory: int =
 def assert_survived(outcome: Outcome, allowed: Sequence[int] = (0,)) -> None:
     """The child neither crashed, nor hung, nor exited with a status outside `allowed`."""
     assert not outcome.timed_out and outcome.signal is None and outcome.returncode in allowed, outcome.describe()
+
+
+def attack(tmp_path: Path, cases: list[dict], env: dict | None = None) -> list[dict]:
+    """Run `cases` in a fresh `attack_worker` under the caps; it must exit normally, within the
+    timeout, and no case may report an error. The cases' results."""
+    spec = tmp_path / f"spec-{random.random()}.json"
+    spec.write_text(json.dumps({"cases": cases}))
+    proc = run_capped([*script("attack_worker"), str(spec)], env=env)
+    assert_survived(proc)
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    for case, result in zip(cases, results, strict=True):
+        assert "error" not in result, (case, result)
+    return results
+
+
+def write(tmp_path: Path, name: str, data: bytes) -> str:
+    """`data` written to `tmp_path/name`; the file's path."""
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
 
 
 # Prepended to a hostile-kernel child (`run_hostile_kernel_child`): float64 on and hlopt's kernels

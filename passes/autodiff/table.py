@@ -1,4 +1,4 @@
-"""The op table: one entry per StableHLO/CHLO op, read by jet-expand, jet-collapse and vjp-expand.
+"""The op table: one entry per StableHLO/CHLO op and per custom-call target, read by jet-expand and vjp-expand.
 
 An entry (`OpEntry`) declares what hlopt knows to differentiate an op: its family,
 its Taylor rule (jet-expand), its directions rule (the op on coefficients with a
@@ -14,17 +14,25 @@ build theirs (`deflinear`, `defbilinear`, `def_deriv`):
     bilinear("stablehlo.multiply")     # the Cauchy product; the cotangent times the other operand
     custom("stablehlo.divide", jet_rule=jet.divide, vjp_rule=vjp.divide)
 
+`TABLE` is keyed on op names, `CALLS` on the `call_target_name` of a
+`stablehlo.custom_call`, with entries of the same families:
+
+    linear("Sharding", 0, directions=lead.identity, jet_of=jet.one_operand, vjp_rule=...)
+
+A custom call takes its target's entry of `CALLS`; a target without one meets the
+`stablehlo.custom_call` entry of `TABLE`, which refuses it by name.
+
 An op of the derivative family is one formula in `hlopt.passes.optable.derivatives`
 (f'(x), from which jet-expand solves the ODE y' = f'(x) x' and vjp-expand takes
 ct f'(x)); `build` gives every formula an entry unless the table has one for it
-(to add spellings or replace one rule). Linear-algebra ops (LAPACK custom calls,
-cholesky, triangular_solve) have one entry that hands them to
-`hlopt.passes.optable.linalg`.
+(to add spellings or replace one rule). Every spelling of a linear-algebra meaning of
+`hlopt.passes.optable.linalg` (`stablehlo.cholesky` in `TABLE`, the LAPACK targets in
+`CALLS`) has an entry whose rules are those of `linalg_rules`.
 
-A rule of the table builds through the builders of `hlopt.passes.autodiff`; a
-directions rule is needed by the rules that apply the op itself to coefficients
-(the linear and bilinear families), the others build with the jet builder's
-arithmetic, which carries the directions axis itself.
+The rules are the functions of this folder's rule modules (`jet_rules`, `jet_directions`,
+`vjp_rules`, `linalg_rules`); a directions rule is needed by the rules that apply the
+op itself to coefficients (the linear and bilinear families), the others build with
+the jet builder's arithmetic, which carries the directions axis itself.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from hlopt.passes.autodiff import vjp_rules as vjp
 from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
 from hlopt.passes.optable import derivatives, linalg
+from hlopt.passes.rewrite.transform import RuleTable
 
 Transpose = Callable[[vjp.VjpBuilder, ir.Operation, ir.Value], list[vjp.Term]]
 
@@ -145,6 +154,19 @@ def rules(table: Mapping[str, OpEntry], kind: str) -> dict[str, Callable]:
     return {name: getattr(e, kind) for name, e in table.items() if getattr(e, kind) is not None}
 
 
+def linear_algebra(spellings: Iterable[str]) -> list[OpEntry]:
+    """An entry per spelling (StableHLO op or LAPACK custom-call target) of a meaning of
+    `hlopt.passes.optable.linalg`: `linalg_rules` builds the meaning's record from the op."""
+    return [custom(name, jet_rule=jet.linear_algebra, vjp_rule=vjp.linear_algebra) for name in spellings]
+
+
+def pass_rules(kind: str, ops: Mapping[str, OpEntry], calls: Mapping[str, OpEntry]) -> RuleTable:
+    """The rules of `kind` ("jet" or "vjp") a pass reads: a custom call's by its target from
+    `calls`, any other op's by its name from `ops` (whose `stablehlo.custom_call` entry
+    refuses a target without an entry)."""
+    return RuleTable(rules(ops, kind), rules(calls, kind))
+
+
 # --- reasons for rules hlopt does not have ------------------------------------------
 
 NOT_DIFFERENTIABLE = ("integer or boolean results, which carry no derivative: jet-expand and vjp-expand "
@@ -217,8 +239,8 @@ ENTRIES: list[OpEntry] = [
     custom("stablehlo.while", vjp_rule=vjp.while_, why={"jet": STRUCTURE}),
     custom("stablehlo.case", vjp_rule=vjp.branches, spellings=("stablehlo.if",), why={"jet": STRUCTURE}),
     custom("func.call", vjp_rule=vjp.call, why={"jet": STRUCTURE}),
-    custom("stablehlo.custom_call", jet_rule=jet.custom_call, vjp_rule=vjp.custom_call),
-    *(custom(name, jet_rule=linalg.jet, vjp_rule=linalg.vjp) for name in linalg.OP_NAMES),
+    custom("stablehlo.custom_call", jet_rule=jet.unknown_call, vjp_rule=vjp.unknown_call),  # rules by target: CALLS
+    *linear_algebra(linalg.TABLE.ops),
     # no rules
     *without_rules(NOT_DIFFERENTIABLE, *(f"stablehlo.{n}" for n in (
         "and", "or", "not", "xor", "shift_left", "shift_right_arithmetic", "shift_right_logical", "popcnt",
@@ -249,3 +271,24 @@ ENTRIES: list[OpEntry] = [
 
 TABLE: dict[str, OpEntry] = build(ENTRIES)
 
+# The custom calls, one entry per `call_target_name`: the rules `stablehlo.custom_call` takes for it
+# (`call_table` adds the LAPACK targets of the linear-algebra table).
+CALL_ENTRIES: list[OpEntry] = [
+    custom(jet.STOP_GRADIENT, jet_rule=jet.stop_gradient, vjp_rule=vjp.stop_gradient),
+    # the partitioner's annotations: a sharding applies to the coefficients and the cotangent as
+    # to the value; the shard_map boundary is crossed the other way in reverse mode
+    linear("Sharding", 0, directions=lead.identity, jet_of=jet.one_operand,
+           vjp_rule=vjp.one_operand(vjp.linear(vjp.reapply))),
+    *(linear(name, 0, directions=lead.identity, jet_of=jet.one_operand,
+             vjp_rule=vjp.one_operand(vjp.cross_shard_boundary))
+      for name in ("SPMDFullToShardShape", "SPMDShardToFullShape")),
+]
+
+
+def call_table(entries: Iterable[OpEntry] = CALL_ENTRIES,
+               linear_algebra_table: linalg.LinalgTable = linalg.TABLE) -> dict[str, OpEntry]:
+    """Custom-call target -> entry: `entries`, and one for each LAPACK target of `linear_algebra_table`."""
+    return build([*entries, *linear_algebra(linear_algebra_table.targets)], {})
+
+
+CALLS: dict[str, OpEntry] = call_table()
