@@ -109,5 +109,5 @@ class SmallDots(PatternPass):
     max_size: int = option(YNN_MIN_SIZE, low=1, high=1 << 10,
                            what="a dot is rewritten when its m, k and n are all below this")
 
-    def patterns(self) -> PatternSet:
+    def patterns(self, module: ir.Operation) -> PatternSet:
         return PatternSet(Pattern("stablehlo.dot_general", functools.partial(_small_dot, max_size=self.max_size)))

@@ -165,7 +165,7 @@ class TransposedDots(PatternPass):
     swap: Literal["smaller", "never"] = option("smaller", what="`smaller` swaps the operands where that copies at "
                                                        "most half as much; `never` keeps their order")
 
-    def patterns(self) -> PatternSet:
+    def patterns(self, module: ir.Operation) -> PatternSet:
         return PatternSet(Pattern("stablehlo.dot_general", functools.partial(_in_ynn_order, swap=self.swap)))
 
 
