@@ -1,5 +1,5 @@
 """`xla-cpu-column-selects`: selects and and/or reduces over a few trailing index columns,
-written the way XLA:CPU (jaxlib 0.10.2) runs them fastest.
+written the way XLA:CPU runs them fastest.
 
 lower-bcoo emits the plain forms: a row mask broadcast over the index columns selects between
 two index arrays (`passes/sparse/index.py`'s `where`), and an entry's columns are combined by a reduce. On

@@ -1,6 +1,6 @@
 """`xla-cpu-small-dots`: a batched dot_general of tiny matrices becomes the sum of its broadcast products.
 
-XLA:CPU (jaxlib 0.10.2) gives a dot to its YNNPACK matmul only when one of the
+XLA:CPU gives a dot to its YNNPACK matmul only when one of the
 matrices' sizes m, k or n reaches 8 (`IsDotSupportedByYnn`: smaller ones are left
 out as too small for its overhead). A smaller dot with batch dimensions then runs
 in XLA's own emitter as a loop over the batch that calls a matrix kernel per batch

@@ -3,7 +3,7 @@
 A jet multiplies each Taylor coefficient of a layer's input by the same weights
 (the primal, each direction, the collapsed coefficient: K + 1 dots of one matrix),
 and reverse mode multiplies each of their cotangents by it again. XLA:CPU
-(jaxlib 0.10.2) runs each dot_general as its own matmul, reading the shared
+runs each dot_general as its own matmul, reading the shared
 operand once per dot; a small batch of points is bound by reading the weights
 (bench/pinn_grad.py, `bench/xla_cpu_tuning.py`). Concatenated along a free dimension of the other
 side, they are one matmul whose result is sliced apart. Where the other operands' free
