@@ -62,8 +62,8 @@ from typing import TYPE_CHECKING, ClassVar
 from hlopt.passes.sparse import index as ix
 from hlopt.passes.ir import builders as b
 from hlopt.passes.ir.dtypes import dtype_name
-from hlopt.passes.base import Pass
-from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, substitute_products
+from hlopt.passes.rewrite.patterns import PatternPass, PatternSet
+from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, product_patterns
 from hlopt.passes.mlir import ir
 
 if TYPE_CHECKING:
@@ -226,7 +226,7 @@ REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product}
 
 
 @dataclasses.dataclass(frozen=True)
-class SparseProducts(Pass):
+class SparseProducts(PatternPass):
     """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM) into hlopt's TPU kernels or the gathers and scatter-adds a TPU runs fastest.
 
     For TPU compiles only. A product calls the registered kernel where it takes it.
@@ -246,5 +246,5 @@ class SparseProducts(Pass):
     name: ClassVar[str] = "tpu-sparse-products"
     platforms: ClassVar[tuple[str, ...]] = ("tpu",)
 
-    def apply(self, module: ir.Operation) -> None:
-        substitute_products(module, REWRITES)
+    def patterns(self, module: ir.Operation) -> tuple[PatternSet, ...]:
+        return product_patterns(module, REWRITES)
