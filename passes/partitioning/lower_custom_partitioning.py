@@ -44,7 +44,8 @@ from hlopt.passes.partitioning.sharding_codec import (
     sharding_text,
 )
 from hlopt.passes.target import PORTABLE
-from hlopt.passes.ir.walk import custom_calls, walk_ops
+from hlopt.passes.ir.walk import call_target, custom_calls, walk_ops
+from hlopt.passes.rewrite.patterns import Pattern, PatternSet
 
 TARGET = "hlopt.custom_partitioning"
 
@@ -200,12 +201,14 @@ def _import_gspmd(module: ir.Operation, mesh: MeshSpec) -> None:
                         entries["sdy.sharding"] = found
                     dicts.append(ir.DictAttr.get(entries))
                 o.attributes[attr_name] = ir.ArrayAttr.get(dicts)
-    for o in custom_calls(module, "Sharding"):
-        found = shardy(o.attributes["mhlo.sharding"], o.results[0].type) if "mhlo.sharding" in o.attributes else None
-        if found is not None:
-            with ir.InsertionPoint(o), o.location:
-                constraint = sdy.ShardingConstraintOp(o.operands[0], found)
-            _replace(o, [constraint.result])
+
+    def constraint(o: ir.Operation) -> list[ir.Value] | None:
+        sharding = o.attributes["mhlo.sharding"] if call_target(o) == "Sharding" and "mhlo.sharding" in o.attributes \
+            else None
+        found = None if sharding is None else shardy(sharding, o.results[0].type)
+        return None if found is None else [sdy.ShardingConstraintOp(o.operands[0], found).result]
+
+    PatternSet(Pattern("stablehlo.custom_call", constraint), erase_feeders=False).apply(module)
 
 
 def gspmd_form(module: ir.Operation) -> bool:
@@ -657,7 +660,6 @@ def to_gspmd(module: ir.Operation) -> None:
             raise PassError(f"sharding {attr} names a mesh that the module does not define", location)
         return ir.StringAttr.get(hlo_sharding(meshes[mesh_name], dims))
 
-    constraints: list[ir.Operation] = []
     for o in walk_ops(module):
         if o.name == "func.func":
             for attr_name in ("arg_attrs", "res_attrs"):
@@ -666,7 +668,7 @@ def to_gspmd(module: ir.Operation) -> None:
                         [_convert_dict(ir.DictAttr(d), lambda a, o=o: hlo(a, o.location))
                          for d in ir.ArrayAttr(o.attributes[attr_name])])
         elif o.name == "sdy.sharding_constraint":
-            constraints.append(o)
+            continue  # replaced below
         elif o.name.startswith("sdy.") and o.name != "sdy.mesh":
             raise PassError(f"'{o.name}' has no GSPMD form; lower-custom-partitioning{{target=gspmd}} "
                             "handles argument/result shardings and sharding constraints only", o.location)
@@ -678,11 +680,9 @@ def to_gspmd(module: ir.Operation) -> None:
                     "{" + ", ".join(s.value for s in per_value) + "}")
             for name in [a for a in o.attributes if a.startswith("sdy.")]:
                 del o.attributes[name]
-    for o in constraints:
-        with ir.InsertionPoint(o), o.location:
-            new = _sharding_call("Sharding", o.operands[0], o.results[0].type,
-                                 hlo(o.attributes["sharding"], o.location).value)
-        _replace(o, [new])
+    PatternSet(Pattern("sdy.sharding_constraint", lambda o: [
+        _sharding_call("Sharding", o.operands[0], o.results[0].type, hlo(o.attributes["sharding"], o.location).value)]),
+        erase_feeders=False).apply(module)
     for o in _module_ops(module):
         if o.name == "sdy.mesh":
             o.erase()

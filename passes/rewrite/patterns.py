@@ -11,26 +11,36 @@ A rule that is a one-liner is written as one:
 as the module stood before the first rewrite, to the patterns of its name in the order they were
 declared; the first rule that gives values replaces the op. The ops it replaced are erased
 afterwards, and with `erase_feeders` (the default) so is every op that fed only them (ops
-without regions, not custom calls). A rule may give `ERASE` for an op whose results are unused:
-it is then erased as a replaced op is.
+without regions, not custom calls). A rule may give `ERASE` for an op whose results nothing uses
+once the walk is over (unused already, or replaced by a rule that rewrote a group of ops at its
+last one): it is then erased as a replaced op is.
 
-An `ir.Operation`'s hash changes when its operands do, so a rule that meets an op after earlier
-rewrites may not find it in a set or dictionary built before the walk: test what the op is instead.
+A `PatternPass` declares its set (`PATTERNS`), or several applied one after another, each in a
+walk of its own; where a rule needs facts about the whole module (which ops group together, an
+option of the module as a whole), `patterns(module)` builds the set from them before the walk,
+and a `Plan` holds what was decided per op. With `FIXPOINT`, the pass walks again until a walk
+rewrites nothing (a rewrite may make another possible).
+
+An `ir.Operation`'s hash changes when its operands do, so an op met after earlier rewrites is not
+found in a set or dictionary of ops built before the walk: a `Plan` keys its ops by their first
+result, which stays the same.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
-from hlopt.passes.base import Pass
+from hlopt.passes.base import Pass, PassError
 from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.mlir import ir
 
 Rule = Callable[[ir.Operation], "Sequence[ir.Value] | None"]
+T = TypeVar("T")
 
-# What a rule gives for an op whose results nothing uses, to have it erased with the replaced ops.
+# What a rule gives for an op whose results nothing uses once the walk is over, to have it erased
+# with the replaced ops.
 ERASE: tuple[ir.Value, ...] = ()
 
 
@@ -96,7 +106,7 @@ class PatternSet:
 def erase_unused(ops: Sequence[ir.Operation]) -> None:
     """Erase `ops` and then every op that fed only them, as far as nothing else uses it
     (ops without regions, not custom calls)."""
-    pending = list(dict.fromkeys(ops))  # an op may be listed twice (a dot stacked from both sides)
+    pending = list(ops)
     erased: set[ir.Operation] = set()
     while pending:
         op = pending.pop()
@@ -109,14 +119,51 @@ def erase_unused(ops: Sequence[ir.Operation]) -> None:
                        and f not in pending and f not in erased)
 
 
+class Plan(Generic[T]):
+    """What a pass decided about some ops before the walk (`PatternPass.patterns`), for its rules to read
+    when the driver offers them: keyed by each op's first result, which earlier rewrites leave as it
+    is, where they change the op's operands and with them its hash."""
+
+    def __init__(self) -> None:
+        self._by_result: dict[ir.Value, T] = {}
+
+    def __setitem__(self, op: ir.Operation, decided: T) -> None:
+        if not len(op.results):
+            raise ValueError(f"a Plan keys an op by its first result; {op.name} has none: decide about the op "
+                             "that uses what it does instead")
+        self._by_result[op.results[0]] = decided
+
+    def get(self, op: ir.Operation) -> T | None:
+        """What was decided about `op`, or None."""
+        return self._by_result.get(op.results[0]) if len(op.results) else None
+
+    def __contains__(self, op: ir.Operation) -> bool:
+        return bool(len(op.results)) and op.results[0] in self._by_result
+
+
+# The most walks a FIXPOINT pass makes: its rules must stop rewriting what they built.
+MAX_WALKS = 64
+
+
 class PatternPass(Pass):
-    """A pass that applies one pattern set: `PATTERNS`, or what `patterns()` builds from the pass's options."""
+    """A pass that applies its pattern sets: `PATTERNS` (one set, or sets applied one after another, each in
+    its own walk), or what `patterns(module)` builds from the pass's options and the module; with
+    `FIXPOINT`, again until a walk rewrites nothing."""
 
-    PATTERNS: ClassVar[PatternSet]
+    PATTERNS: ClassVar[PatternSet | tuple[PatternSet, ...]]
+    FIXPOINT: ClassVar[bool] = False
 
-    def patterns(self) -> PatternSet:
-        """The pattern set this pass applies."""
+    def patterns(self, module: ir.Operation) -> PatternSet | tuple[PatternSet, ...]:
+        """The pattern sets this pass applies to `module`, in order."""
         return self.PATTERNS
 
     def apply(self, module: ir.Operation) -> None:
-        self.patterns().apply(module)
+        for _ in range(MAX_WALKS):
+            sets = self.patterns(module)
+            rewrote = False
+            for pattern_set in (sets,) if isinstance(sets, PatternSet) else sets:
+                rewrote |= bool(pattern_set.apply(module))
+            if not (self.FIXPOINT and rewrote):
+                return
+        raise PassError(f"{self.name}: its patterns still rewrote the module after {MAX_WALKS} walks; a rule "
+                        "rewrites what the rules built: make it leave its own results alone", module.location)

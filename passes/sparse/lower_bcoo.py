@@ -13,18 +13,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from hlopt.passes.ir import builders as b
-from hlopt.passes.base import Pass, PassError
+from hlopt.passes.base import PassError
 from hlopt.passes.sparse.names import PREFIX, is_bcoo_op
 from hlopt.passes.mlir import ir
 from hlopt.passes.target import PORTABLE
 from hlopt.passes.ir.walk import walk_ops
-from hlopt.passes.rewrite.patterns import Pattern, PatternSet
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 
 if TYPE_CHECKING:
     from hlopt.passes.sparse.bcoo import BcooOp
 
 
-class LowerBcoo(Pass):
+class LowerBcoo(PatternPass):
     """Lower every `hlopt.bcoo.*` custom_call to StableHLO gathers, scatters, sorts and reductions.
 
     Every op is checked first (`hlopt.passes.sparse.bcoo.read`: a malformed one is an error at its location
@@ -45,16 +45,19 @@ class LowerBcoo(Pass):
     name: ClassVar[str] = "lower-bcoo"
     platforms: ClassVar[tuple[str, ...]] = PORTABLE
 
-    def apply(self, module: ir.Operation) -> None:
+    def patterns(self, module: ir.Operation) -> tuple[PatternSet, ...]:
+        """The lowering of every sparse op, each checked before any is rewritten; no set for a module
+        without sparse ops."""
         found = [op for op in walk_ops(module, "stablehlo.custom_call") if is_bcoo_op(op)]
         if not found:
-            return
+            return ()
         from hlopt.passes.sparse import bcoo  # the op records: imported only for a module that has sparse ops
 
-        for op in found:  # every op is checked before any is rewritten
+        for op in found:
             bcoo.read(op)
-        PatternSet(Pattern("stablehlo.custom_call", lambda op: _lowered(bcoo.read(op)) if is_bcoo_op(op) else None),
-                   erase_feeders=False).apply(module)
+        return (PatternSet(Pattern("stablehlo.custom_call",
+                                   lambda op: _lowered(bcoo.read(op)) if is_bcoo_op(op) else None),
+                           erase_feeders=False),)
 
 
 def _lowered(view: BcooOp) -> list[ir.Value]:

@@ -29,9 +29,10 @@ def plain_matrix(c: BcooOp) -> bool:
     return c.config["n_batch"] == 0 and c.config["n_dense"] == 0 and len(c.config["shape"]) == 2
 
 
-def substitute_products(module: ir.Operation, rules: Mapping[str, Rule]) -> None:
-    """Replace each `hlopt.bcoo.<name>` op of `module` whose `rules[name]` builds its result (a value, or
-    a list of them for an op with several results) by what it builds.
+def product_patterns(module: ir.Operation, rules: Mapping[str, Rule]) -> tuple[PatternSet, ...]:
+    """The pattern set that replaces each `hlopt.bcoo.<name>` op of `module` whose `rules[name]` builds its
+    result (a value, or a list of them for an op with several results) by what it builds; no set for a
+    module without such ops.
 
     Ops with an empty result (nothing to compute: `lower-bcoo` fills zeros) and ops inside functions
     another annotation calls (`hlopt.vjp`, `hlopt.custom_partitioning`: the passes that expand those
@@ -43,7 +44,7 @@ def substitute_products(module: ir.Operation, rules: Mapping[str, Rule]) -> None
         return is_bcoo_op(op) and op_name(op) in rules and enclosing_function(op) not in skipped
 
     if not any(substituted(op) for op in walk_ops(module, "stablehlo.custom_call")):
-        return
+        return ()
     from hlopt.passes.sparse.bcoo import read  # the op records: imported only for a module that has sparse products
 
     def substitute(op: ir.Operation) -> list[ir.Value] | None:
@@ -53,4 +54,4 @@ def substitute_products(module: ir.Operation, rules: Mapping[str, Rule]) -> None
         value = rules[c.name](c)
         return [value] if isinstance(value, ir.Value) else value
 
-    PatternSet(Pattern("stablehlo.custom_call", substitute), erase_feeders=False).apply(module)
+    return (PatternSet(Pattern("stablehlo.custom_call", substitute), erase_feeders=False),)

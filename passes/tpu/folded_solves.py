@@ -31,10 +31,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hlopt.passes.base import Pass
 from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.rewrite.transform import rewrite_each
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 
 # The largest factor XLA's TPU compiler inverts as one block (its triangular-solve expander's block size).
 BLOCK = 128
@@ -84,7 +83,7 @@ def _solve(op: ir.Operation) -> list[ir.Value] | None:
     return [builders.reshape(x, builders.shape_of(op.results[0]))]
 
 
-class FoldedSolves(Pass):
+class FoldedSolves(PatternPass):
     """Triangular solves of folded stacks of right-hand sides as products with the factor's inverse.
 
     Backend: XLA's TPU compiler copies a folded stack of right-hand sides into the solve's layout
@@ -111,6 +110,4 @@ class FoldedSolves(Pass):
 
     name: ClassVar[str] = "tpu-folded-solves"
     platforms: ClassVar[tuple[str, ...]] = ("tpu",)
-
-    def apply(self, module: ir.Operation) -> None:
-        rewrite_each(module, stablehlo.TriangularSolveOp, _solve)
+    PATTERNS: ClassVar[PatternSet] = PatternSet(Pattern("stablehlo.triangular_solve", _solve), erase_feeders=False)

@@ -66,8 +66,8 @@ from typing import TYPE_CHECKING, ClassVar
 from hlopt.passes.sparse import index as ix
 from hlopt.passes.ir import builders as b
 from hlopt.passes.ir.dtypes import dtype_name
-from hlopt.passes.base import Pass
-from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, substitute_products
+from hlopt.passes.rewrite.patterns import PatternPass, PatternSet
+from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, product_patterns
 from hlopt.passes.tpu.sampled_products import sampled_product
 from hlopt.passes.mlir import ir
 
@@ -236,7 +236,7 @@ REWRITES = {"dot_general": _product, "bcsr_dot_general": _csr_product, "dot_gene
 
 
 @dataclasses.dataclass(frozen=True)
-class SparseProducts(Pass):
+class SparseProducts(PatternPass):
     """Rewrite BCOO and BCSR sparse x dense products (SpMV, SpMM, and `A^T @ x`) into hlopt's TPU kernels or the gathers and scatter-adds a TPU runs fastest, and sampled products (SDDMM) into row gathers and a reduce.
 
     For TPU compiles only. A product calls the registered kernel where it takes it.
@@ -257,5 +257,5 @@ class SparseProducts(Pass):
     name: ClassVar[str] = "tpu-sparse-products"
     platforms: ClassVar[tuple[str, ...]] = ("tpu",)
 
-    def apply(self, module: ir.Operation) -> None:
-        substitute_products(module, REWRITES)
+    def patterns(self, module: ir.Operation) -> tuple[PatternSet, ...]:
+        return product_patterns(module, REWRITES)

@@ -1,5 +1,5 @@
 """`xla-cpu-column-selects`: selects and and/or reduces over a few trailing index columns,
-written the way XLA:CPU (jaxlib 0.10.2) runs them fastest.
+written the way XLA:CPU runs them fastest.
 
 lower-bcoo emits the plain forms: a row mask broadcast over the index columns selects between
 two index arrays (`passes/sparse/index.py`'s `where`), and an entry's columns are combined by a reduce. On
@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hlopt.passes.base import Pass
 from hlopt.passes.ir import builders as b
 from hlopt.passes.mlir import ir
-from hlopt.passes.rewrite.patterns import ERASE, Pattern, PatternSet
+from hlopt.passes.rewrite.patterns import ERASE, Pattern, PatternPass, PatternSet
 
 Value = ir.Value
 
@@ -159,12 +158,7 @@ def _unrolled_reduce(op: ir.Operation) -> list[Value] | None:
     return [_chain(op.operands[0], kind)]
 
 
-# Applied in this order: the gather form of a select reads the reduce it replaces.
-SELECTS = PatternSet(Pattern("stablehlo.select", _split_select))
-REDUCES = PatternSet(Pattern("stablehlo.reduce", _unrolled_reduce))
-
-
-class ColumnSelects(Pass):
+class ColumnSelects(PatternPass):
     """Split row-mask selects over index columns per column.
 
     Backend: XLA:CPU branches per entry on a select whose predicate is a row mask broadcast over
@@ -183,7 +177,7 @@ class ColumnSelects(Pass):
 
     name: ClassVar[str] = "xla-cpu-column-selects"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-
-    def apply(self, module: ir.Operation) -> None:
-        SELECTS.apply(module)
-        REDUCES.apply(module)
+    # The selects first, then, in a walk of their own, the reduces: the gather form of a select reads the
+    # reduce it replaces.
+    PATTERNS: ClassVar[tuple[PatternSet, ...]] = (PatternSet(Pattern("stablehlo.select", _split_select)),
+                                                  PatternSet(Pattern("stablehlo.reduce", _unrolled_reduce)))

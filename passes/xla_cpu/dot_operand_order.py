@@ -3,7 +3,7 @@ dimensions of the two sides becomes the dot_general of the swapped operands.
 
 `dot_general` puts its result's dimensions in the order batch, lhs free, rhs free;
 a transpose that puts the rhs free ones first is the same product with the
-operands swapped. XLA:CPU (jaxlib 0.10.2) folds such a transpose into its dot
+operands swapped. XLA:CPU folds such a transpose into its dot
 as a transposed copy of an operand before the matmul (a weight gradient
 x^T ct of x @ W copies ct), where the swapped dot reads both in place
 (`bench/xla_cpu_tuning.py` measures it).

@@ -47,9 +47,8 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from hlopt.passes.ir import builders as b
-from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.rewrite.patterns import Pattern, PatternSet
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.xla_cpu.matching import owner_op
 
 Value = ir.Value
@@ -325,13 +324,7 @@ def _blocked_array(op: ir.Operation) -> list[Value] | None:
     return None if new is None else [new]
 
 
-# Applied in this order: the roots first, then the arrays used whole that no root took.
-ROOT_BLOCKS = PatternSet(Pattern(tuple(ROOTS), _blocked_root))
-ARRAY_BLOCKS = PatternSet(Pattern(tuple(ROW_OPS), _blocked_array))
-
-
-@dataclasses.dataclass(frozen=True)
-class GatherBlocks(Pass):
+class GatherBlocks(PatternPass):
     """Compute a gather of rows and the products, scatter-add, sum or array it feeds in blocks of rows (XLA:CPU).
 
     Backend: XLA:CPU materializes a gather's whole `[entries, ...]` result before its consumer reads
@@ -341,7 +334,6 @@ class GatherBlocks(Pass):
 
     name: ClassVar[str] = "xla-cpu-gather-blocks"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
-
-    def apply(self, module: ir.Operation) -> None:
-        ROOT_BLOCKS.apply(module)
-        ARRAY_BLOCKS.apply(module)
+    # The roots first, then, in a walk of their own, the arrays used whole that no root took.
+    PATTERNS: ClassVar[tuple[PatternSet, ...]] = (PatternSet(Pattern(tuple(ROOTS), _blocked_root)),
+                                                  PatternSet(Pattern(tuple(ROW_OPS), _blocked_array)))

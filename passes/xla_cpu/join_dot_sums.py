@@ -3,7 +3,7 @@ dimension becomes one dot_general of the operands concatenated along it.
 
 The weight gradient of a layer in a jet's reverse pass is a sum over the Taylor
 coefficients (primal, directions, collapsed coefficient) of x_k^T ct_k, one
-dot_general each. XLA:CPU (jaxlib 0.10.2) runs them as separate matmuls plus
+dot_general each. XLA:CPU runs them as separate matmuls plus
 adds; concatenated along the contracted axis they are one matmul
 (`bench/xla_cpu_tuning.py` measures it on bench/pinn_grad.py's workload).
 

@@ -1,6 +1,6 @@
 """`xla-cpu-small-dots`: a batched dot_general of tiny matrices becomes the sum of its broadcast products.
 
-XLA:CPU (jaxlib 0.10.2) gives a dot to its YNNPACK matmul only when one of the
+XLA:CPU gives a dot to its YNNPACK matmul only when one of the
 matrices' sizes m, k or n reaches 8 (`IsDotSupportedByYnn`: smaller ones are left
 out as too small for its overhead). A smaller dot with batch dimensions then runs
 in XLA's own emitter as a loop over the batch that calls a matrix kernel per batch
@@ -109,5 +109,5 @@ class SmallDots(PatternPass):
     max_size: int = option(YNN_MIN_SIZE, low=1, high=1 << 10,
                            what="a dot is rewritten when its m, k and n are all below this")
 
-    def patterns(self) -> PatternSet:
+    def patterns(self, module: ir.Operation) -> PatternSet:
         return PatternSet(Pattern("stablehlo.dot_general", functools.partial(_small_dot, max_size=self.max_size)))

@@ -59,8 +59,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from hlopt.passes.sparse import shapes
 from hlopt.passes.ir import builders as b
-from hlopt.passes.base import Pass
-from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, substitute_products
+from hlopt.passes.rewrite.patterns import PatternPass, PatternSet
+from hlopt.passes.sparse.substitute import MATMUL, plain_matrix, product_patterns
 from hlopt.passes.mlir import ir, stablehlo
 
 if TYPE_CHECKING:
@@ -188,7 +188,7 @@ REWRITES = {"dot_general": _spmm, "dot_general_sampled": _sddmm, "bcsr_dot_gener
 
 
 @dataclasses.dataclass(frozen=True)
-class SparseKernels(Pass):
+class SparseKernels(PatternPass):
     """Sparse products as calls of hlopt's CPU kernels.
 
     Backend: XLA:CPU runs the gather of a sparse product's dense rows alone slower than a CSR
@@ -204,5 +204,5 @@ class SparseKernels(Pass):
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
     calls_runtime: ClassVar[bool] = True
 
-    def apply(self, module: ir.Operation) -> None:
-        substitute_products(module, REWRITES)
+    def patterns(self, module: ir.Operation) -> tuple[PatternSet, ...]:
+        return product_patterns(module, REWRITES)

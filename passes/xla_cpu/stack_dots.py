@@ -3,7 +3,7 @@
 A jet multiplies each Taylor coefficient of a layer's input by the same weights
 (the primal, each direction, the collapsed coefficient: K + 1 dots of one matrix),
 and reverse mode multiplies each of their cotangents by it again. XLA:CPU
-(jaxlib 0.10.2) runs each dot_general as its own matmul, reading the shared
+runs each dot_general as its own matmul, reading the shared
 operand once per dot; a small batch of points is bound by reading the weights
 (bench/pinn_grad.py, `bench/xla_cpu_tuning.py`). Concatenated along a free dimension of the other
 side, they are one matmul whose result is sliced apart. Where the other operands' free
@@ -33,10 +33,9 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from hlopt.passes.ir import builders
-from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.walk import walk_ops
-from hlopt.passes.rewrite.patterns import erase_unused
+from hlopt.passes.rewrite.patterns import ERASE, Pattern, PatternPass, PatternSet, Plan
 from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims, owner_op
 
 
@@ -241,7 +240,7 @@ def _pays(dots: Sequence[_Dot]) -> bool:
     return saved >= STACKED_READS * sum(math.prod(d.shape) for d in dots)
 
 
-class StackDots(Pass):
+class StackDots(PatternPass):
     """Stack dot_generals that share an operand into one.
 
     Backend: XLA:CPU runs each dot_general as its own matmul, reading a shared operand once per
@@ -272,12 +271,12 @@ class StackDots(Pass):
     name: ClassVar[str] = "xla-cpu-stack-dots"
     platforms: ClassVar[tuple[str, ...]] = ("cpu",)
 
-    def apply(self, module: ir.Operation) -> None:
-        while self._stack_once(module):  # a stack may stack again with others (nested directions axes)
-            pass
+    FIXPOINT: ClassVar[bool] = True  # a stack may stack again with others (nested directions axes)
 
-    def _stack_once(self, module: ir.Operation) -> bool:
-        """Stack each group of dots once; whether any were."""
+    def patterns(self, module: ir.Operation) -> PatternSet:
+        """The stacks of this walk, planned before it: each group of dots sharing an operand (the largest
+        groups first, a dot in one stack at most), cut into runs that one dot can stand for, stacked where
+        that pays; each stack is built at its last dot, and its other dots go with it."""
         groups: dict[tuple, list[_Dot]] = {}
         for op in walk_ops(module, "stablehlo.dot_general"):
             if set(op.attributes) - DOT_ATTRIBUTES:
@@ -286,7 +285,7 @@ class StackDots(Pass):
                 view = _view(op, side)
                 groups.setdefault(_key(view), []).append(view)
         taken: set[ir.Operation] = set()
-        replaced: list[ir.Operation] = []
+        plan: Plan[Callable[[], None] | None] = Plan()  # a stack's last dot -> its build; its other dots -> None
         for group in sorted(groups.values(), key=len, reverse=True):
             group = [d for d in group if d.op not in taken]
             if len(group) < 2:
@@ -294,17 +293,24 @@ class StackDots(Pass):
             where = _position(group[0].op.block)
             group.sort(key=lambda d: where[d.op])
             for run in _clusters(group, where):
-                plan = _plan(run) if len(run) > 1 else None
-                if plan is None:
+                stack = _plan(run) if len(run) > 1 else None
+                if stack is None or not _pays(stack[1]):
                     continue
-                build, dots = plan
-                if not _pays(dots):
-                    continue
+                build, dots = stack
                 dots.sort(key=lambda d: where[d.op])
-                anchor = max(dots, key=lambda d: where[d.op]).op
-                with ir.InsertionPoint(anchor), anchor.location:
-                    build(dots)
                 taken.update(d.op for d in dots)
-                replaced.extend(d.op for d in dots)
-        erase_unused(replaced)
-        return bool(replaced)
+                for dot in dots[:-1]:
+                    plan[dot.op] = None
+                plan[dots[-1].op] = functools.partial(build, dots)
+        return PatternSet(Pattern("stablehlo.dot_general", functools.partial(_stacked, plan=plan)))
+
+
+def _stacked(op: ir.Operation, plan: Plan[Callable[[], None] | None]) -> Sequence[ir.Value] | None:
+    """`ERASE` for a dot of a planned stack, the stack built (it replaces every dot of it) at its last dot;
+    None for any other dot."""
+    if op not in plan:
+        return None
+    build = plan.get(op)
+    if build is not None:
+        build()
+    return ERASE

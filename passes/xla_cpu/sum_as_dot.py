@@ -53,9 +53,9 @@ import math
 from typing import ClassVar
 
 from hlopt.passes.ir import builders
-from hlopt.passes.base import Pass, option
+from hlopt.passes.base import option
 from hlopt.passes.mlir import ir
-from hlopt.passes.rewrite.patterns import Pattern, PatternSet
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet, Plan
 from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.xla_cpu import ynn_fusion
 from hlopt.passes.xla_cpu.matching import summed_dim, wide_float
@@ -185,8 +185,16 @@ def _as_dot(op: ir.Operation) -> list[ir.Value] | None:
     return [_leading_product(w, x)]
 
 
+def _planned_sum(op: ir.Operation, plan: Plan[int | None]) -> list[ir.Value] | None:
+    """The sum `op` as `plan` says (None: it stays a reduce; m: a sum within m runs), else `_as_dot`'s form."""
+    if op not in plan:
+        return _as_dot(op)
+    runs = plan.get(op)
+    return None if runs is None else [_run_sum(op.operands[0], runs)]
+
+
 @dataclasses.dataclass(frozen=True)
-class SumAsDot(Pass):
+class SumAsDot(PatternPass):
     """Sums as products with ones, or as sums of slices.
 
     Backend: XLA:CPU runs a `reduce` add in YNNPACK's reduce fusion, slowly over strided rows (a
@@ -249,18 +257,24 @@ class SumAsDot(Pass):
                                                "most this many terms stays a reduce, whatever its size, while "
                                                "YNNPACK's reduce fusion is off")
 
-    def apply(self, module: ir.Operation) -> None:
+    def patterns(self, module: ir.Operation) -> PatternSet:
+        """The rule for each sum, decided before the walk: which sums stay reduces (`_may_stay`, or a sum
+        within runs of an earlier run) and which become sums within runs (`_runs`), when the module's
+        other reductions then leave YNNPACK's reduce fusion off (recorded on the module); the rest
+        become products with ones or sums of slices (`_as_dot`)."""
         sums = walk_ops(module, "stablehlo.reduce")
         kept = {op for op in sums if self._may_stay(op) or _sums_runs(op)}
         in_runs = {op: runs for op in sums if op not in kept and (runs := self._runs(op)) is not None}
+        plan: Plan[int | None] = Plan()  # sum -> its runs, or None for one that stays a reduce
         if kept or in_runs:
             as_dots = {op for op in sums if op not in kept and op not in in_runs and _rewritten(op)}
             if ynn_fusion.reduce_fusion_off(module, leaving_out=as_dots):
                 ynn_fusion.record_reduce_fusion_off(module)
-            else:
-                kept, in_runs = set(), {}
-        PatternSet(Pattern("stablehlo.reduce", lambda op: None if op in kept else
-                           [_run_sum(op.operands[0], in_runs[op])] if op in in_runs else _as_dot(op))).apply(module)
+                for op in kept:
+                    plan[op] = None
+                for op, runs in in_runs.items():
+                    plan[op] = runs
+        return PatternSet(Pattern("stablehlo.reduce", functools.partial(_planned_sum, plan=plan)))
 
     def _runs(self, op: ir.Operation) -> int | None:
         """The runs m into which `_run_sum` takes the terms of `op`, where `op` is a sum over

@@ -5,7 +5,7 @@ A collapsed jet sums products over its directions: the second coefficient of a
 linear solve `A x = b` is `A^-1 (b_2 - sum_d A_1d x_1d)`, one small matrix product
 per direction and point, then their sum over the directions (the Laplacian of
 `log|det Phi|` through `slogdet`'s JVP rule, bench/wavefunction.py: a small product
-per direction and walker). XLA:CPU (jaxlib 0.10.2) runs a dot_general
+per direction and walker). XLA:CPU runs a dot_general
 with many small batches one small matmul at a time, writes all of them, and sums
 them in another loop. The same sum is one product per point whose contraction
 runs over the direction and the matrices' inner dimension together (one matmul per

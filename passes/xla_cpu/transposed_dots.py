@@ -1,7 +1,7 @@
 """`xla-cpu-transposed-dots`: a dot_general whose operands are not in the order XLA:CPU's
 YNNPACK matmul takes becomes one of operands copied into that order, the smaller copied.
 
-XLA:CPU (jaxlib 0.10.2) gives a batched dot to its YNNPACK matmul only when the
+XLA:CPU gives a batched dot to its YNNPACK matmul only when the
 lhs is in row-major (batch, m, k) order, contracting its last dimension
 (`IsDotSupportedByYnn`: "lhs_canonical"). A product such as `A^T B` of batched
 matrices, which the Taylor and reverse rules of LU and triangular solves are full
@@ -165,7 +165,7 @@ class TransposedDots(PatternPass):
     swap: Literal["smaller", "never"] = option("smaller", what="`smaller` swaps the operands where that copies at "
                                                        "most half as much; `never` keeps their order")
 
-    def patterns(self) -> PatternSet:
+    def patterns(self, module: ir.Operation) -> PatternSet:
         return PatternSet(Pattern("stablehlo.dot_general", functools.partial(_in_ynn_order, swap=self.swap)))
 
 

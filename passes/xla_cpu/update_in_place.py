@@ -3,7 +3,7 @@ written into the other summand.
 
 The cotangent of a `dynamic_slice` or a `gather` is a `dynamic_update_slice` or
 a scatter-add into zeros; vjp-expand adds it to the other cotangents of the
-same value, as in every step of a scan's backward loop. XLA:CPU (jaxlib 0.10.2)
+same value, as in every step of a scan's backward loop. XLA:CPU
 materializes the zeros and adds the whole array each time; the update applied
 to the other summand touches only the updated window (`bench/xla_cpu_tuning.py`
 measures it on a scan).

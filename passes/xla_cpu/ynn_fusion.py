@@ -9,7 +9,7 @@ given to `hlopt.jit` or `jax.jit` (or their `.lower(...).compile(...)`); this pa
 the other tuning passes (`pipeline="hlopt-default,xla-cpu-ynn-fusion"`), records it only where
 the module's reductions gain.
 
-XLA:CPU (jaxlib 0.10.2) hands every floating `reduce` (add, max, min), with the
+XLA:CPU hands every floating `reduce` (add, max, min), with the
 elementwise ops that feed it, to a YNNPACK reduce fusion (the XLA option
 `xla_cpu_experimental_ynn_fusion_type`, by default YNNPACK's dots plus
 `LIBRARY_FUSION_TYPE_REDUCE`). Whether that beats XLA's own loops depends on the
@@ -78,7 +78,7 @@ RECORDABLE: dict[str, tuple[str, ...]] = {OPTION: (WITHOUT_REDUCE,)}
 SHORT_ROW = 16
 # What an element of a long-row reduction weighs against one of a slow reduction.
 FAST_PER_SLOW = 0.25
-# XLA:CPU hands a reduction to the fusion only from this many operand elements (jaxlib 0.10.2's behaviour).
+# XLA:CPU hands a reduction to the fusion only from this many operand elements.
 MIN_ELEMENTS = 4096
 _YNN_REDUCERS = ("stablehlo.add", "stablehlo.maximum", "stablehlo.minimum")
 

@@ -8,8 +8,9 @@ import pytest
 
 from hlopt.compiler.program import parse_module
 from hlopt.passes.ir.walk import walk_ops
-from hlopt.passes.mlir import get_context, ir
-from hlopt.passes.rewrite.patterns import ERASE, Pattern, PatternPass, PatternSet
+from hlopt.passes.mlir import get_context, ir, stablehlo
+from hlopt.passes.base import PassError
+from hlopt.passes.rewrite.patterns import ERASE, MAX_WALKS, Pattern, PatternPass, PatternSet, Plan
 from hlopt.passes.xla_cpu.dot_operand_order import DotOperandOrder
 
 # -(-x) and a dot_general whose result is transposed to swap its free dimensions
@@ -110,3 +111,89 @@ def test_a_rule_that_gives_the_wrong_number_of_values_is_an_error_naming_the_op(
     module = parse_module(PROGRAM)
     with get_context(), pytest.raises(ValueError, match="stablehlo.transpose gave 2 values for an op of 1 results"):
         PatternSet(Pattern("stablehlo.transpose", lambda op: [op.operands[0], op.operands[0]])).apply(module.operation)
+
+
+def _twice_negated(op: ir.Operation) -> list[ir.Value]:
+    """-(-x) for the `stablehlo.abs` x: a scratch rule whose output DOUBLE_NEGATE rewrites."""
+    return [stablehlo.negate(stablehlo.negate(op.operands[0]))]
+
+
+ABS_PROGRAM = """
+func.func @main(%x: tensor<8x3xf32>) -> tensor<8x3xf32> {
+  %a = stablehlo.abs %x : tensor<8x3xf32>
+  return %a : tensor<8x3xf32>
+}
+"""
+
+
+def _scratch_pass(patterns: PatternSet | tuple[PatternSet, ...], fixpoint: bool = False) -> PatternPass:
+    class Scratch(PatternPass):
+        name: ClassVar[str] = "scratch-walks"
+        platforms: ClassVar[tuple[str, ...]] = ("cpu",)
+        PATTERNS: ClassVar[PatternSet | tuple[PatternSet, ...]] = patterns
+        FIXPOINT: ClassVar[bool] = fixpoint
+
+    return Scratch()
+
+
+@pytest.mark.parametrize("patterns, fixpoint, left", [
+    # one set, one walk: the negates built during the walk are not offered to it
+    (PatternSet(Pattern("stablehlo.abs", _twice_negated)) + DOUBLE_NEGATE, False, 2),
+    # sets applied one after another: the second walk meets what the first built
+    ((PatternSet(Pattern("stablehlo.abs", _twice_negated)), DOUBLE_NEGATE), False, 0),
+    # one set walked until a walk rewrites nothing
+    (PatternSet(Pattern("stablehlo.abs", _twice_negated)) + DOUBLE_NEGATE, True, 0),
+])
+def test_a_pass_applies_its_sets_in_order_and_with_fixpoint_again_until_nothing_changes(patterns, fixpoint, left):
+    module = parse_module(ABS_PROGRAM)
+    with get_context():
+        _scratch_pass(patterns, fixpoint).apply(module.operation)
+    names = _names(module)
+    assert "stablehlo.abs" not in names and names.count("stablehlo.negate") == left
+
+
+def test_a_fixpoint_pass_whose_rule_rewrites_its_own_output_stops_with_an_error_naming_it():
+    # |x| -> ||x|| at the |x| of the argument: one op more each walk, for ever
+    grow = PatternSet(Pattern("stablehlo.abs", lambda op: None if isinstance(op.operands[0], ir.OpResult) else
+                              [stablehlo.abs(stablehlo.abs(op.operands[0]))]))
+    module = parse_module(ABS_PROGRAM)
+    with get_context(), pytest.raises(PassError, match=f"scratch-walks: its patterns still rewrote the module "
+                                                       f"after {MAX_WALKS} walks"):
+        _scratch_pass(grow, fixpoint=True).apply(module.operation)
+
+
+NESTED_PROGRAM = """
+func.func @main(%x: tensor<8x3xf32>) -> tensor<8x3xf32> {
+  %n = stablehlo.negate %x : tensor<8x3xf32>
+  %nn = stablehlo.negate %n : tensor<8x3xf32>
+  %e = stablehlo.exponential %nn : tensor<8x3xf32>
+  return %e : tensor<8x3xf32>
+}
+"""
+
+
+def test_a_plan_finds_an_op_whose_operand_an_earlier_rewrite_changed_where_a_set_of_ops_does_not():
+    module = parse_module(NESTED_PROGRAM)
+    with get_context():
+        (exp,) = walk_ops(module.operation, "stablehlo.exponential")
+        plan: Plan[str] = Plan()
+        plan[exp] = "log"
+        ops = {exp}
+        found: list[tuple[bool, str | None, bool]] = []
+
+        def planned(op: ir.Operation) -> list[ir.Value] | None:
+            found.append((op in plan, plan.get(op), op in ops))
+            return [stablehlo.log(op.operands[0])] if plan.get(op) == "log" else None
+
+        (DOUBLE_NEGATE + PatternSet(Pattern("stablehlo.exponential", planned))).apply(module.operation)
+    # the double negate went first, so the exponential reads %x now: the set of ops misses it
+    assert found == [(True, "log", False)]
+    assert "stablehlo.log" in _names(module) and "stablehlo.exponential" not in _names(module)
+
+
+def test_a_plan_refuses_an_op_without_results():
+    module = parse_module(PROGRAM)
+    with get_context():
+        (ret,) = walk_ops(module.operation, "func.return")
+        with pytest.raises(ValueError, match="func.return has none"):
+            Plan()[ret] = 1

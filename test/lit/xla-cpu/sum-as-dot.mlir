@@ -273,6 +273,22 @@ func.func @runs(%x: tensor<50x4096xf32>, %y: tensor<4x4096xf64>, %z: tensor<16x1
 
 // -----
 
+// Nested sums: a 9-term sum over an inner axis (a product with ones) feeds a 16-term
+// leading-axis sum of a 16x256 operand (16 KiB), which stays a reduce, as decided before the
+// walk, though the sum it reads was rewritten first (and changed its operand).
+// KEEP: module attributes {hlopt.compiler_options = {xla_cpu_experimental_ynn_fusion_type = "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"}}
+// KEEP-LABEL: func.func @nested_sums
+// KEEP: %[[S:.*]] = stablehlo.dot_general %arg0, %{{.*}}, contracting_dims = [1] x [0] : (tensor<16x9x256xf32>, tensor<9xf32>) -> tensor<16x256xf32>
+// KEEP-NEXT: stablehlo.reduce(%[[S]] init: %{{.*}}) applies stablehlo.add across dimensions = [0] : (tensor<16x256xf32>, tensor<f32>) -> tensor<256xf32>
+func.func @nested_sums(%x: tensor<16x9x256xf32>) -> tensor<256xf32> {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [1] : (tensor<16x9x256xf32>, tensor<f32>) -> tensor<16x256xf32>
+  %1 = stablehlo.reduce(%0 init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<16x256xf32>, tensor<f32>) -> tensor<256xf32>
+  return %1 : tensor<256xf32>
+}
+
+// -----
+
 // Kept whatever its size: a sum of squares (a collapsed jet's sum over its directions of
 // squared first coefficients) of at most reduce-max-square-terms (24) terms, here of a 3 MiB operand,
 // which XLA:CPU then fuses into its consumer; the module is compiled without YNNPACK's reduce
