@@ -165,8 +165,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"{sum(_seconds_per_file.values()):8.1f} s  in {len(_seconds_per_file)} files")
 
 
-# Test files about XLA:CPU alone, skipped (with this reason) when the suite runs on another platform
-# (`bash test/run_tpu.sh`): everything else runs there as on the CPU.
+# Test files, tests (FILE::NAME) or cases (FILE::NAME[ID]) about XLA:CPU alone, skipped (with this reason) when the suite
+# runs on another platform (`bash test/run_tpu.sh`): everything else runs there as on the CPU.
 CPU_ONLY = {
     "test_xla_cpu_tuning.py": "XLA:CPU tuning passes, which run only for CPU compiles",
     "test_xla_cpu_column_selects.py": "an XLA:CPU tuning pass, which runs only for CPU compiles",
@@ -177,6 +177,19 @@ CPU_ONLY = {
     "test_sharded.py": "eight devices (the CPU's --xla_force_host_platform_device_count)",
     "test_runtime_multiprocess.py": "several processes on one device (one program at a time holds a TPU)",
     "test_cache.py": "cache entries shared by several processes (one program at a time holds a TPU)",
+    "test_sparse_bcsr_products.py::test_products_equal_scipy_on_both_paths": "that a compile for the default "
+    "device calls the CPU CSR kernel",
+    "test_sparse_bcsr_products.py::test_edge_matrices": "that a compile for the default device calls the CPU CSR kernel",
+    "test_sparse_bcsr_products.py::test_large_matrix_over_threads_equals_scipy": "the CPU CSR kernel's thread-pool split",
+    "test_sparse_bcsr_products.py::test_large_spmv_equals_scipy": "the CPU CSR kernel's prefetching loop",
+    "test_sparse_bcsr_products.py::test_portable_modules_never_name_the_kernel": "that a compile for the default "
+    "device calls the CPU CSR kernel",
+    "test_sparse_bcsr_products.py::test_a_bad_indptr_is_refused_when_the_program_runs": "the CPU CSR kernel's "
+    "checks of its operands",
+    "test_sparse_bcsr_products.py::test_the_allowlist_accepts_the_call_the_pass_emits": "that a compile for the "
+    "default device calls the CPU CSR kernel",
+    "test_sparse_negative_indices.py::test_matrix_products_treat_negative_indices_as_padding[float32-True]": "that "
+    "a compile for the default device calls the CPU BCOO kernel",
 }
 # Platforms whose compiler computes no float64: a test marked `float64` is skipped there.
 NO_FLOAT64 = {"tpu"}
@@ -241,7 +254,8 @@ def pytest_collection_modifyitems(config, items):
         return
     os.environ["JAX_PLATFORMS"] = "cpu"
     for item in items:
-        reason = CPU_ONLY.get(item.path.name)
+        reason = next((CPU_ONLY[key] for key in (item.path.name, f"{item.path.name}::{item.originalname}",
+                                                  f"{item.path.name}::{item.name}") if key in CPU_ONLY), None)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"on {platform}: tests {reason}"))
         elif platform in NO_FLOAT64 and item.get_closest_marker("float64"):
