@@ -5,8 +5,8 @@
 # XLA:CPU alone, and tests marked float64, are skipped with their reason (test/python/conftest.py).
 #
 #   bash test/run_tpu.sh [PYTEST ARGS]      the suite (test/python), or the files, -k, @FILE given
-#   bash test/run_tpu.sh --shard 2/4 --outcomes out.jsonl
-#                                           a quarter of the files, a JSON line per test in out.jsonl
+#   bash test/run_tpu.sh --shard 2/12 --outcomes out.jsonl
+#                                           a twelfth of the files (a few minutes), a JSON line per test in out.jsonl
 #   bash test/run_tpu.sh --docs [--outcomes out.jsonl] [-k TEXT]
 #                                           every example of the README and the docs (test/docs_examples.py)
 #   bash test/run_tpu.sh --wheels DIR ...   first install the wheels in DIR (test/tpu_wheels.sh saves the

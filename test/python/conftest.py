@@ -193,7 +193,7 @@ CPU_ONLY = {
 }
 # Platforms whose compiler computes no float64: a test marked `float64` is skipped there.
 NO_FLOAT64 = {"tpu"}
-RECORDS = Path(__file__).resolve().parents[2] / "bench" / "results" / "tpu_tests"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 
 
 def pytest_addoption(parser):
@@ -201,14 +201,15 @@ def pytest_addoption(parser):
     each fit a time limit and keeps what each test gave when a call is cut short."""
     group = parser.getgroup("hlopt")
     group.addoption("--shard", metavar="K/N", help="run only the K-th of N groups of test files (1 <= K <= N), "
-                    "balanced by the seconds per file of the newest record in bench/results/tpu_tests/")
+                    "balanced by the seconds per file of the newest records in bench/results/tpu_tests/ and cpu_tests/")
     group.addoption("--outcomes", metavar="PATH", help="append a JSON line per test to PATH as it ends: its "
                     "file, outcome, seconds and skip reason (test/tpu_record.py turns the lines into a record)")
 
 
-def _seconds_of_last_record() -> dict[str, float]:
-    """Seconds per test file in the newest record of a run on a TPU (empty when there is none)."""
-    records = sorted(RECORDS.glob("*.json"))
+def _record_seconds(kind: str) -> dict[str, float]:
+    """Seconds per test file in the newest record of `kind` in bench/results/ (`tpu_tests`: a run on a
+    TPU; `cpu_tests`: a CI run), empty when there is none."""
+    records = sorted((RESULTS / kind).glob("*.json"))
     if not records:
         return {}
     files = json.loads(records[-1].read_text(encoding="utf-8"))["files"]
@@ -217,12 +218,16 @@ def _seconds_of_last_record() -> dict[str, float]:
 
 def shard_of(files: list[str], shard: str) -> set[str]:
     """The files of shard `shard` ("K/N"): files go, longest first, to the group with the fewest
-    seconds so far (a file the record lacks counts as the record's median file, 1 s without one)."""
+    seconds so far. A file's seconds are the newest TPU record's, else the CPU record's scaled by
+    the median ratio of the files both hold, else the median file's."""
     match = re.fullmatch(r"(\d+)/(\d+)", shard)
     if not match or not 1 <= int(match[1]) <= int(match[2]):
         raise pytest.UsageError(f"--shard takes K/N with 1 <= K <= N, as 2/4; got {shard!r}")
     k, n = int(match[1]), int(match[2])
-    known = _seconds_of_last_record()
+    tpu, cpu = _record_seconds("tpu_tests"), _record_seconds("cpu_tests")
+    both = [tpu[p] / cpu[p] for p in tpu.keys() & cpu.keys() if cpu[p] > 0]
+    scale = statistics.median(both) if both else 1.0
+    known = {p: tpu[p] if p in tpu else cpu[p] * scale for p in files if p in tpu or p in cpu}
     default = statistics.median(known.values()) if known else 1.0
     weight = {path: known.get(path, default) for path in files}
     groups: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(n)]
