@@ -165,8 +165,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"{sum(_seconds_per_file.values()):8.1f} s  in {len(_seconds_per_file)} files")
 
 
-# Test files about XLA:CPU alone, skipped (with this reason) when the suite runs on another platform
-# (`bash test/run_tpu.sh`): everything else runs there as on the CPU.
+# Test files, tests (FILE::NAME) or cases (FILE::NAME[ID]) about XLA:CPU alone, skipped (with this reason) when the suite
+# runs on another platform (`bash test/run_tpu.sh`): everything else runs there as on the CPU.
 CPU_ONLY = {
     "test_xla_cpu_tuning.py": "XLA:CPU tuning passes, which run only for CPU compiles",
     "test_xla_cpu_column_selects.py": "an XLA:CPU tuning pass, which runs only for CPU compiles",
@@ -177,10 +177,23 @@ CPU_ONLY = {
     "test_sharded.py": "eight devices (the CPU's --xla_force_host_platform_device_count)",
     "test_runtime_multiprocess.py": "several processes on one device (one program at a time holds a TPU)",
     "test_cache.py": "cache entries shared by several processes (one program at a time holds a TPU)",
+    "test_sparse_bcsr_products.py::test_products_equal_scipy_on_both_paths": "that a compile for the default "
+    "device calls the CPU CSR kernel",
+    "test_sparse_bcsr_products.py::test_edge_matrices": "that a compile for the default device calls the CPU CSR kernel",
+    "test_sparse_bcsr_products.py::test_large_matrix_over_threads_equals_scipy": "the CPU CSR kernel's thread-pool split",
+    "test_sparse_bcsr_products.py::test_large_spmv_equals_scipy": "the CPU CSR kernel's prefetching loop",
+    "test_sparse_bcsr_products.py::test_portable_modules_never_name_the_kernel": "that a compile for the default "
+    "device calls the CPU CSR kernel",
+    "test_sparse_bcsr_products.py::test_a_bad_indptr_is_refused_when_the_program_runs": "the CPU CSR kernel's "
+    "checks of its operands",
+    "test_sparse_bcsr_products.py::test_the_allowlist_accepts_the_call_the_pass_emits": "that a compile for the "
+    "default device calls the CPU CSR kernel",
+    "test_sparse_negative_indices.py::test_matrix_products_treat_negative_indices_as_padding[float32-True]": "that "
+    "a compile for the default device calls the CPU BCOO kernel",
 }
 # Platforms whose compiler computes no float64: a test marked `float64` is skipped there.
 NO_FLOAT64 = {"tpu"}
-RECORDS = Path(__file__).resolve().parents[2] / "bench" / "results" / "tpu_tests"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 
 
 def pytest_addoption(parser):
@@ -188,14 +201,15 @@ def pytest_addoption(parser):
     each fit a time limit and keeps what each test gave when a call is cut short."""
     group = parser.getgroup("hlopt")
     group.addoption("--shard", metavar="K/N", help="run only the K-th of N groups of test files (1 <= K <= N), "
-                    "balanced by the seconds per file of the newest record in bench/results/tpu_tests/")
+                    "balanced by the seconds per file of the newest records in bench/results/tpu_tests/ and cpu_tests/")
     group.addoption("--outcomes", metavar="PATH", help="append a JSON line per test to PATH as it ends: its "
                     "file, outcome, seconds and skip reason (test/tpu_record.py turns the lines into a record)")
 
 
-def _seconds_of_last_record() -> dict[str, float]:
-    """Seconds per test file in the newest record of a run on a TPU (empty when there is none)."""
-    records = sorted(RECORDS.glob("*.json"))
+def _record_seconds(kind: str) -> dict[str, float]:
+    """Seconds per test file in the newest record of `kind` in bench/results/ (`tpu_tests`: a run on a
+    TPU; `cpu_tests`: a CI run), empty when there is none."""
+    records = sorted((RESULTS / kind).glob("*.json"))
     if not records:
         return {}
     files = json.loads(records[-1].read_text(encoding="utf-8"))["files"]
@@ -204,12 +218,16 @@ def _seconds_of_last_record() -> dict[str, float]:
 
 def shard_of(files: list[str], shard: str) -> set[str]:
     """The files of shard `shard` ("K/N"): files go, longest first, to the group with the fewest
-    seconds so far (a file the record lacks counts as the record's median file, 1 s without one)."""
+    seconds so far. A file's seconds are the newest TPU record's, else the CPU record's scaled by
+    the median ratio of the files both hold, else the median file's."""
     match = re.fullmatch(r"(\d+)/(\d+)", shard)
     if not match or not 1 <= int(match[1]) <= int(match[2]):
         raise pytest.UsageError(f"--shard takes K/N with 1 <= K <= N, as 2/4; got {shard!r}")
     k, n = int(match[1]), int(match[2])
-    known = _seconds_of_last_record()
+    tpu, cpu = _record_seconds("tpu_tests"), _record_seconds("cpu_tests")
+    both = [tpu[p] / cpu[p] for p in tpu.keys() & cpu.keys() if cpu[p] > 0]
+    scale = statistics.median(both) if both else 1.0
+    known = {p: tpu[p] if p in tpu else cpu[p] * scale for p in files if p in tpu or p in cpu}
     default = statistics.median(known.values()) if known else 1.0
     weight = {path: known.get(path, default) for path in files}
     groups: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(n)]
@@ -241,7 +259,8 @@ def pytest_collection_modifyitems(config, items):
         return
     os.environ["JAX_PLATFORMS"] = "cpu"
     for item in items:
-        reason = CPU_ONLY.get(item.path.name)
+        reason = next((CPU_ONLY[key] for key in (item.path.name, f"{item.path.name}::{item.originalname}",
+                                                  f"{item.path.name}::{item.name}") if key in CPU_ONLY), None)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"on {platform}: tests {reason}"))
         elif platform in NO_FLOAT64 and item.get_closest_marker("float64"):

@@ -20,7 +20,7 @@ from jax.experimental import sparse as jsparse
 import hlopt
 from hlopt import sparse as hs
 
-DTYPES = [np.float32, np.float64, np.complex64]
+DTYPES = [np.float32, pytest.param(np.float64, marks=pytest.mark.float64), np.complex64]
 
 
 pytestmark = pytest.mark.usefixtures("x64_module")
@@ -54,6 +54,7 @@ def test_fromdense_todense_equal_jax(dtype, shape, empty_rows):
     np.testing.assert_array_equal(jax.jit(lambda m: m.todense())(ours), a)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("nse", [0, 3, 12])
 def test_fromdense_with_nse_pads_as_jax(nse):
     a = dense((4, 5), np.float64, seed=3)
@@ -74,7 +75,7 @@ def test_index_dtype_and_repr():
 
 
 @pytest.mark.parametrize("fmt", ["csr", "coo", "csc"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.float64)])
 def test_from_scipy_sparse(fmt, dtype):
     mat = sp.random(9, 6, density=0.3, format=fmt, dtype=dtype, random_state=1)
     ours, ref = hs.BCSR.from_scipy_sparse(mat), jsparse.BCSR.from_scipy_sparse(mat)
@@ -84,6 +85,7 @@ def test_from_scipy_sparse(fmt, dtype):
     assert ours.indices_sorted == mat.tocsr().has_sorted_indices
 
 
+@pytest.mark.float64
 def test_from_scipy_unsorted_and_duplicate_csr():
     # Row 0 holds columns 3, 1, 3 (unsorted, a duplicate); row 1 nothing; row 2 one entry.
     mat = sp.csr_matrix((np.array([1.0, 2.0, 4.0, 8.0]), np.array([3, 1, 3, 0]), np.array([0, 3, 3, 4])),
@@ -109,6 +111,7 @@ def in_range_dense(data, idx, shape):
     return sp.coo_matrix((data[ok], (idx[ok, 0], idx[ok, 1])), shape=shape).toarray()
 
 
+@pytest.mark.float64
 @settings(max_examples=20, deadline=None)
 @given(m=st.integers(1, 9), k=st.integers(1, 9), nse=st.integers(0, 30), seed=st.integers(0, 2**16),
        claim_sorted=st.booleans())
@@ -133,6 +136,7 @@ def test_from_bcoo_to_bcoo_random_layouts(m, k, nse, seed, claim_sorted):
     np.testing.assert_allclose(ref.todense(), mat.todense(), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.float64
 def test_to_bcoo_rows_as_jax():
     a = dense((6, 5), np.float64, empty_rows=(0, 3, 5))
     ours, ref = hs.BCSR.fromdense(a, nse=14), jsparse.BCSR.fromdense(a, nse=14)
@@ -143,6 +147,7 @@ def test_to_bcoo_rows_as_jax():
     np.testing.assert_array_equal(ob.todense(), a)
 
 
+@pytest.mark.float64
 def test_hostile_indptr_reads_nothing_out_of_bounds():
     # Pointers past nse, negative, decreasing: the portable conversion stays in bounds (unspecified values).
     data, indices = jnp.arange(1.0, 5.0), jnp.array([0, 1, 2, 3], jnp.int32)
@@ -167,6 +172,7 @@ def test_pytree_and_jit_round_trip():
         hs.BCSR.tree_unflatten({"shape": (1, 1)}, leaves)
 
 
+@pytest.mark.float64
 def test_grad_with_respect_to_data_equals_jax():
     a = dense((5, 4), np.float64, seed=5)
     ours, ref = hs.BCSR.fromdense(a), jsparse.BCSR.fromdense(a)
@@ -201,6 +207,7 @@ def test_empty():
         hs.BCSR._empty((3, 4, 5))
 
 
+@pytest.mark.float64
 def test_errors():
     data, idx, ptr = jnp.ones(3), jnp.zeros(3, jnp.int32), jnp.array([0, 1, 3], jnp.int32)
     with pytest.raises(ValueError, match=r"indptr must have shape \[M \+ 1\] = \[3\]"):

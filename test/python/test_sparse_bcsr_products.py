@@ -143,6 +143,7 @@ def test_large_spmv_equals_scipy(dtype, rows, k):
         np.testing.assert_allclose(spmv(d, c, indptr, x), want, rtol=TOL[dtype], atol=TOL[dtype])
 
 
+@pytest.mark.float64
 def test_gradients_and_vmap_equal_jax():
     m = sp.random(30, 20, density=0.2, random_state=2, format="csr")
     ours, ref = hs.BCSR.from_scipy_sparse(m), jsparse.BCSR.from_scipy_sparse(m)
@@ -177,6 +178,7 @@ def test_gradients_and_vmap_equal_jax():
     np.testing.assert_allclose(got, np.stack([m @ x, 2 * (m @ x)]), rtol=1e-12)
 
 
+@pytest.mark.float64
 def test_other_contractions_and_sides():
     m = sp.random(7, 5, density=0.5, random_state=4, format="csr")
     a, d = hs.BCSR.from_scipy_sparse(m), m.toarray()
