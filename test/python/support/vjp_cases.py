@@ -290,6 +290,7 @@ REFERENCES: dict[str, Callable[..., Callable]] = {
     "reduce_prod_init": lambda x, y: lambda x, y: y[0] * jnp.prod(x),
 }
 
+# group name -> (its cases, the shape of their arguments; a fixed-shape case's domains give its own)
 GROUPS = {**{f"elementwise{s}": (ELEMENTWISE, s) for s in ELEMENTWISE_SHAPES}, "structural": (STRUCTURAL, (5,))}
 
 
