@@ -1,6 +1,7 @@
 """pytest setup: eight host CPU devices and cheap XLA compiles (set before jax is imported),
-a key of the tests' own, the partitioner fixture; each file named as it starts and time per file;
-on another platform (a TPU), what holds for XLA:CPU alone and float64 skipped with the reason;
+a key of the tests' own, the partitioner, float64 and Pallas-interpreter fixtures; each file
+named as it starts and time per file; on another platform (a TPU), what holds for XLA:CPU alone
+and float64 skipped with the reason;
 `--shard K/N` and `--outcomes PATH` for runs split over several sittings (test/run_tpu.sh).
 
 The user's key (HLOPT_KEY, else $XDG_CONFIG_HOME/hlopt/key) authenticates
@@ -60,6 +61,20 @@ def x64_module():
     jax.config.update("jax_enable_x64", True)
     yield
     jax.config.update("jax_enable_x64", old)
+
+
+@pytest.fixture
+def interpreted():
+    """`tpu-sparse-products` calls its Pallas kernel in Pallas's interpreter (portable StableHLO, which
+    runs here) while the test runs."""
+    from hlopt.passes.tpu import sparse_products  # after the flags above are set
+    from hlopt.sparse import tpu_products
+
+    kept = sparse_products.register_product_kernel(
+        lambda m, shape, nse, dtype, index: tpu_products.lowered_text(m, shape, nse, dtype, index, interpret=True)
+        if tpu_products.takes(m, shape, dtype) else None)
+    yield
+    sparse_products.register_product_kernel(kept)
 
 
 _seconds_per_file: collections.Counter[str] = collections.Counter()

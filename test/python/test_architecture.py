@@ -5,6 +5,7 @@ hlopt.passes; never back, no cycles. Inside hlopt.passes the folders (and top-le
 import one another without cycles too: the op data (`optable/`) below the rules and the op
 table (`autodiff/`), the IR vocabulary (`ir/`) below both; and a pass imports from the registry,
 which names every pass, only what loads a user's object. Private jax/jaxlib APIs only in the two seams.
+No test file imports another: the tests share cases, helpers and fixtures through support/ and conftest.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ JAX_SEAM = ROOT / "compiler" / "jax_compat.py"
 MLIR_SEAM = ROOT / "passes" / "mlir.py"
 # private attributes of jax objects hlopt relies on (their one home is JAX_SEAM)
 PRIVATE_ATTRIBUTES = re.compile(r"\._(lowering|aval|committed|impl|to_xla_hlo_sharding)\b")
+TESTS = ROOT / "test" / "python"
 
 
 def files(package: str) -> list[pathlib.Path]:
@@ -184,3 +186,32 @@ def test_the_walk_sees_function_level_imports():
     found = dict((name, line) for line, name in imports("hlopt", PACKAGES["hlopt"] / "cli" / "aot.py"))
     assert "hlopt.runtime.files" in found or "hlopt.runtime" in found
     assert owner("hlopt.runtime.files") == "runtime" and owner("hlopt.sparse") == "hlopt" and owner("numpy") is None
+
+
+def imported_tests(source: str, tests: set[str]) -> list[tuple[int, str]]:
+    """(line, module) of each import in Python `source`, wherever it is, that names one of the test
+    modules `tests`: importing one, importing from one, or importing one from a package."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] + [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(node.lineno, name) for name in names if set(name.split(".")) & tests]
+    return found
+
+
+def test_no_test_file_imports_another():
+    tests = {path.stem for path in TESTS.rglob("test_*.py")}
+    wrong = [f"{path.relative_to(ROOT)}:{line}: imports {name}" for path in sorted(TESTS.rglob("*.py"))
+             for line, name in imported_tests(path.read_text(), tests)]
+    assert not wrong, "\n".join(wrong) + ("\nmove what the tests share into test/python/support/ "
+                                           "(a shared fixture into conftest.py) and import it from there")
+
+
+def test_the_test_import_check_sees_every_form():
+    a, b, c = "test_a", "test_b", "test_c"
+    source = f"import numpy, {a}\nfrom {b} import case\nfrom support import jet_cases\ndef f():\n    from . import {c}\n"
+    assert imported_tests(source, {a, b, c}) == [(1, a), (2, b), (5, c)]

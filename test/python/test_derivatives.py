@@ -23,6 +23,7 @@ from hlopt.passes.autodiff import table
 from hlopt.passes.optable.derivatives import X, Y, op, polynomial
 
 from support import op_tables
+from support.jet_cases import TABLE_CASES
 from support.references import taylor_by_nested_jvp
 from support.vjp_harness import hlopt_vjp, jax_vjp
 
@@ -83,16 +84,6 @@ def test_one_scratch_entry_gives_standard_collapsed_and_reverse_rules(monkeypatc
     with jax.enable_x64(True):
         np.testing.assert_allclose(hlopt_vjp(jnp.arcsinh, [x], [ct])[0], jax_vjp(jnp.arcsinh, [x], [ct])[0],
                                    rtol=1e-12, err_msg="vjp")
-
-
-# ops the table gives jet-expand beyond its hand-written rules before (polygamma), and
-# compositions of table entries: name -> (function, low and high end of its inputs)
-TABLE_CASES = {
-    "polygamma": (lambda x: lax.polygamma(2.0 * jnp.ones_like(x), x), 0.8, 2.0),
-    "digamma_of_sin": (lambda x: lax.digamma(2.0 + jnp.sin(x)), -1.0, 1.0),
-    "erf_inv_of_tanh": (lambda x: lax.erf_inv(0.8 * jnp.tanh(x)), -1.0, 1.0),
-    "cbrt_rsqrt": (lambda x: jnp.cbrt(x) * lax.rsqrt(x), 0.5, 2.0),
-}
 
 
 @pytest.mark.parametrize("name", list(TABLE_CASES))

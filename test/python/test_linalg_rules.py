@@ -9,7 +9,6 @@ float64 is enabled only inside `jax.enable_x64(True)` blocks.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 
 import jax
@@ -24,11 +23,11 @@ from hlopt.compiler.program import parse_module
 from hlopt.compiler.stages import Lowered
 
 from support.references import taylor_by_nested_jvp
-from support.linalg_cases import assert_series, jet_of_module, random_array, seeded_rng
+from support import linalg_cases
+from support.linalg_cases import (N, ORDER, SPELLINGS, TRSM, VJP_SPELLINGS, assert_series, case_inputs, jet_of_module,
+                                  random_array, seeded_rng, spelling_text)
 from support.vjp_harness import _signature, hlopt_vjp, jax_vjp
 
-ORDER = 4
-N = 4
 TOL = {np.float64: 1e-9, np.complex128: 1e-9, np.float32: 2e-3}
 
 
@@ -43,62 +42,7 @@ def _householder(a, tau):
     return q[..., :, :n]
 
 
-def _spd(a):
-    """A Hermitian positive definite matrix of `a` (batched)."""
-    return a @ jnp.conj(jnp.swapaxes(a, -1, -2)) + 2.0 * jnp.eye(a.shape[-1], dtype=a.dtype)
-
-
-def _dominant(a):
-    return a + 3.0 * jnp.eye(a.shape[-1], dtype=a.dtype)
-
-
-def _cholesky(a, b):
-    return lax.linalg.cholesky(_spd(a), symmetrize_input=False) * jnp.sum(b)
-
-
-def _lu(a, b):
-    return jsl.lu_factor(_dominant(a) + b[..., :1] * 0.1)[0]
-
-
-def _trsm(left: bool, lower: bool, how: str, unit: bool) -> Callable:
-    def f(a, b):
-        rhs = jnp.sin(b) if left else jnp.swapaxes(jnp.sin(b), -1, -2)
-        return lax.linalg.triangular_solve(_dominant(a), rhs, left_side=left, lower=lower,
-                                           transpose_a=how != "N", conjugate_a=how == "C", unit_diagonal=unit)
-    return f
-
-
-TRSM = {f"trsm_{'left' if left else 'right'}_{'lower' if lower else 'upper'}_{how}{'_unit' if unit else ''}":
-        _trsm(left, lower, how, unit)
-        for left, lower, how in itertools.product((True, False), (True, False), "NTC")
-        for unit in [(left + lower + "NTC".index(how)) % 2 == 1]}
-def _eigh(a, b):
-    """Eigenvectors and eigenvalues in one array (the last row: the eigenvalues)."""
-    v, w = lax.linalg.eigh(a + jnp.conj(jnp.swapaxes(a, -1, -2)) + jnp.real(jnp.sum(b)), symmetrize_input=False)
-    return jnp.concatenate([v, w[..., None, :].astype(v.dtype)], axis=-2)
-
-
-def _qr(a, b):
-    """Q and R of a tall matrix (geqrf, then orgqr) in one array."""
-    q, r = jnp.linalg.qr(jnp.concatenate([a, jnp.swapaxes(b, -1, -2)], axis=-2))
-    return jnp.concatenate([q, r], axis=-2)
-
-
-def _qr_square(a, b):
-    """Square: the last reflector of a real matrix is the identity (tau = 0)."""
-    q, r = jnp.linalg.qr(a + jnp.sum(b))
-    return jnp.concatenate([q, r], axis=-2)
-
-
-OPS: dict[str, Callable] = {"cholesky": _cholesky, "lu": _lu, "eigh": _eigh, "qr": _qr, "qr_square": _qr_square,
-                            **TRSM}
-
-
-def _case(name: str, dtype, batch: tuple[int, ...]):
-    rng = seeded_rng(f"{name}{np.dtype(dtype).name}{batch}")
-    primals = [random_array(rng, (*batch, N, N), dtype), random_array(rng, (*batch, N, 2), dtype)]
-    series = [[random_array(rng, p.shape, dtype) for _ in range(ORDER)] for p in primals]
-    return primals, series
+OPS: dict[str, Callable] = dict(linalg_cases.OPS)  # this file's copy: the SVD ops join it below
 
 
 # Every op unbatched and batched in float64; the twelve triangular solves (side, triangle, op,
@@ -116,7 +60,7 @@ CASES = [(name, np.float64, batch) for name in OPS if name not in TRSM for batch
 @pytest.mark.parametrize("name,dtype,batch", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
 def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
     with jax.enable_x64(dtype != np.float32):
-        primals, series = _case(name, dtype, batch)
+        primals, series = case_inputs(name, dtype, batch)
         p, s = hlopt.jet(OPS[name], primals, series, factorial_scaled=False)
         want = taylor_by_nested_jvp(OPS[name], primals, series, ORDER)
     assert_series([p, *s], want, TOL[dtype], name)
@@ -126,7 +70,7 @@ def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
 def test_directions_batched_jet_matches_standard_jets(name):
     """vmap over the series: one jet batched over 3 directions (the primal once)."""
     with jax.enable_x64(True):
-        primals, _ = _case(name, np.float64, (2,))
+        primals, _ = case_inputs(name, np.float64, (2,))
         rng = seeded_rng(name + "directions")
         series = [[np.stack([random_array(rng, p.shape, np.float64) for _ in range(3)]) for _ in range(3)]
                   for p in primals]
@@ -180,7 +124,7 @@ VJP_CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))][
 @pytest.mark.parametrize("name,dtype,batch", VJP_CASES, ids=lambda v: getattr(v, "__name__", str(v)))
 def test_vjp_rule_matches_jax_vjp(name, dtype, batch):
     with jax.enable_x64(dtype != np.float32):
-        primals, _ = _case(name, dtype, batch)
+        primals, _ = case_inputs(name, dtype, batch)
         ct = random_array(seeded_rng(name + "ct"), jax.eval_shape(OPS[name], *primals).shape, dtype)
         got = hlopt_vjp(OPS[name], primals, [ct])
         want = jax_vjp(OPS[name], primals, [ct])
@@ -212,21 +156,10 @@ def test_householder_product_of_any_reflectors(dtype, batch):
 # --- the StableHLO spellings ------------------------------------------------------------
 
 
-# JAX's TPU lowering of cholesky is `stablehlo.cholesky` and its CUDA lowering of
-# triangular_solve is `stablehlo.triangular_solve`: the same rules, compiled on CPU.
-SPELLINGS = [("cholesky", "tpu"), ("trsm_left_lower_N", "cuda"), ("trsm_left_upper_N_unit", "cuda")]
-VJP_SPELLINGS = [("cholesky", "tpu"), ("trsm_left_upper_T", "cuda")]
-
-
-def spelling_text(name: str, platform: str, primals) -> str:
-    """The StableHLO JAX emits for case `name` on `platform` (float64 inside `jax.enable_x64`)."""
-    return jax.jit(OPS[name]).trace(*primals).lower(lowering_platforms=(platform,)).as_text()
-
-
 @pytest.mark.parametrize("name,platform", SPELLINGS)
 def test_stablehlo_spelling_matches_nested_jvp(name, platform):
     with jax.enable_x64(True):
-        primals, series = _case(name, np.float64, (2,))
+        primals, series = case_inputs(name, np.float64, (2,))
         text = spelling_text(name, platform, primals)
         op = "stablehlo.cholesky" if name == "cholesky" else "stablehlo.triangular_solve"
         assert op in text and "lapack" not in text
@@ -238,7 +171,7 @@ def test_stablehlo_spelling_matches_nested_jvp(name, platform):
 @pytest.mark.parametrize("name,platform", VJP_SPELLINGS)
 def test_stablehlo_spelling_vjp_matches_jax_vjp(name, platform):
     with jax.enable_x64(True):
-        primals, _ = _case(name, np.float64, ())
+        primals, _ = case_inputs(name, np.float64, ())
         f = OPS[name]
         text = spelling_text(name, platform, primals)
         assert ("stablehlo.cholesky" if name == "cholesky" else "stablehlo.triangular_solve") in text
@@ -319,7 +252,7 @@ def test_svd_taylor_rule_matches_nested_jvp(name, dtype, batch):
 
 
 def test_svd_spellings_are_gesdd_and_gesvd():
-    primals, _ = _case("svd_tall", np.float32, ())
+    primals, _ = case_inputs("svd_tall", np.float32, ())
     assert "@lapack_sgesdd_ffi" in _lowered_text(OPS["svd_tall"], *primals)
     assert "@lapack_sgesvd_ffi" in _lowered_text(OPS["svd_qr_algorithm"], *primals)
 

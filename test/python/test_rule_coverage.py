@@ -8,7 +8,8 @@ has its lit test and is compared with and without it in test_xla_cpu_tuning.py).
 The BCOO op records are checked the same way in test_bcoo_records.py.
 
 The numeric tests are the cases of test_jet_rules.py and test_derivatives.py (against nested jax.jvp),
-test_vjp_rules.py (against jax.vjp) and the StableHLO spellings of test_linalg_rules.py: an op is covered when the StableHLO of some case
+test_vjp_rules.py (against jax.vjp) and the StableHLO spellings of test_linalg_rules.py (their tables in
+support/jet_cases.py, vjp_cases.py and linalg_cases.py): an op is covered when the StableHLO of some case
 holds it. A lit case is a test/lit/jet-expand (or jet-collapse) / vjp-expand input that
 holds the op. A new rule without both fails here, by name; `GAPS` lists the keys that
 lack one today, and fails once a gap is closed (remove it then).
@@ -23,13 +24,11 @@ import re
 import jax
 import numpy as np
 
-import test_derivatives
-import test_jet_rules
-import test_linalg_rules
-import test_vjp_rules
 from hlopt.passes.autodiff import table
 from hlopt.passes.optable import derivatives, linalg
 from hlopt.passes import base, registry
+
+from support import jet_cases, linalg_cases, vjp_cases
 
 LIT = pathlib.Path(__file__).resolve().parents[1] / "lit"
 OP = re.compile(r"\b((?:stablehlo|chlo|sdy|func)\.[a-z_0-9]+)\b")
@@ -83,12 +82,12 @@ def _ops(text: str) -> set[str]:
 def jet_numeric() -> set[str]:
     found = set()
     with jax.enable_x64(True):
-        for name, (fun, _, _) in test_jet_rules.CASES.items():
-            primals, _ = test_jet_rules._inputs(name)
+        for name, (fun, _, _) in jet_cases.CASES.items():
+            primals, _ = jet_cases.case_inputs(name)
             found |= _ops(jax.jit(fun).lower(*primals).as_text())
-        for fun, lo, hi in test_derivatives.TABLE_CASES.values():
+        for fun, lo, hi in jet_cases.TABLE_CASES.values():
             found |= _ops(jax.jit(fun).lower(np.linspace(lo, hi, 3)).as_text())
-        found |= _linalg_spellings(test_linalg_rules.SPELLINGS)
+        found |= _linalg_spellings(linalg_cases.SPELLINGS)
     return found
 
 
@@ -96,8 +95,8 @@ def _linalg_spellings(spellings) -> set[str]:
     """The ops of the StableHLO spellings of linear algebra (other platforms') that test_linalg_rules checks."""
     found = set()
     for name, platform in spellings:
-        primals, _ = test_linalg_rules._case(name, np.float64, ())
-        found |= _ops(test_linalg_rules.spelling_text(name, platform, primals))
+        primals, _ = linalg_cases.case_inputs(name, np.float64, ())
+        found |= _ops(linalg_cases.spelling_text(name, platform, primals))
     return found
 
 
@@ -105,11 +104,11 @@ def _linalg_spellings(spellings) -> set[str]:
 def vjp_numeric() -> set[str]:
     found = set()
     with jax.enable_x64(True):
-        for group, (cases, shape) in test_vjp_rules.GROUPS.items():
-            inputs = [test_vjp_rules._case_inputs(cases, n, shape, "float64") for n in cases]
-            f = test_vjp_rules._batched([cases[n][0] for n in cases], [len(i) for i in inputs])
+        for group, (cases, shape) in vjp_cases.GROUPS.items():
+            inputs = [vjp_cases.case_inputs(cases, n, shape, "float64") for n in cases]
+            f = vjp_cases.batched([cases[n][0] for n in cases], [len(i) for i in inputs])
             found |= _ops(jax.jit(f).lower(*[x for i in inputs for x in i]).as_text())
-        found |= _linalg_spellings(test_linalg_rules.VJP_SPELLINGS)
+        found |= _linalg_spellings(linalg_cases.VJP_SPELLINGS)
     return found
 
 

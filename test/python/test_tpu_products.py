@@ -19,7 +19,6 @@ from jax import lax
 
 import hlopt
 from hlopt import sparse as hs
-from hlopt.passes.tpu import sparse_products
 from hlopt.sparse import tpu_products
 
 INTERPRET = jax.default_backend() != "tpu"  # on a TPU, the kernels as Mosaic compiles them
@@ -98,16 +97,6 @@ def test_takes_and_refuses():
     with pytest.raises(ValueError, match=r"not a \[4, 3\] matrix with a float16 x\[3\].*takes"):
         t.product(np.zeros(2, np.int32), np.zeros(2, np.int32), np.zeros(2, np.float16), np.zeros(3, np.float16),
                   m=4, interpret=True)
-
-
-@pytest.fixture
-def interpreted():
-    """The pass's kernel in Pallas's interpreter (portable StableHLO, which runs here) while the test runs."""
-    kept = sparse_products.register_product_kernel(
-        lambda m, shape, nse, dtype, index: tpu_products.lowered_text(m, shape, nse, dtype, index, interpret=True)
-        if tpu_products.takes(m, shape, dtype) else None)
-    yield
-    sparse_products.register_product_kernel(kept)
 
 
 @pytest.mark.parametrize("columns", [None, 6])

@@ -21,7 +21,6 @@ import hlopt
 from hlopt import sparse as hs
 from hlopt.passes.tpu import sparse_products
 from hlopt.sparse import products
-from test_tpu_products import interpreted  # noqa: F401 - the kernel in Pallas's interpreter, a fixture
 
 
 def for_tpu(lowered: hlopt.Lowered) -> hlopt.Compiled:

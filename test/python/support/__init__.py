@@ -3,7 +3,10 @@
 - references and harnesses: `references` (Taylor coefficients by nested jax.jvp, shared
   programs and sparse layouts), `vjp_harness` (vjp-expand next to jax.vjp), `op_tables`
   (scratch op tables), `bcoo_scratch_ops` (a scratch BCOO record module), `sparse_util`
-  (the sparse tests' inputs and tolerances);
+  (the sparse tests' inputs and tolerances), `pde_references` (the PDE tests' references);
+- case tables more than one test reads: `jet_cases` (jet-expand's rules and the derivative
+  table's), `vjp_cases` (vjp-expand's), `linalg_cases` (the linear-algebra rules', with their
+  inputs and checks);
 - the security tests' tools: `forge` (what an attacker can do to a file), `sandbox`
   (a capped child process and how it ended), `nesting_limits` (deeply nested MLIR);
 - scripts the tests run in fresh processes: `attack_worker`, `cache_cp_worker`,
