@@ -167,7 +167,8 @@ def pytest_configure(config):
     marker `float64`."""
     global _config
     _config = config
-    config.addinivalue_line("markers", "float64: computes in float64 on the device, which a TPU cannot")
+    config.addinivalue_line("markers", "float64: factors, solves or transforms (FFT) in float64 on the device, "
+                            "which a TPU cannot")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -206,7 +207,8 @@ CPU_ONLY = {
     "test_sparse_negative_indices.py::test_matrix_products_treat_negative_indices_as_padding[float32-True]": "that "
     "a compile for the default device calls the CPU BCOO kernel",
 }
-# Platforms whose compiler computes no float64: a test marked `float64` is skipped there.
+# Platforms whose compiler has no float64 factorizations (LU, Cholesky, triangular solve, eigh, QR, SVD) or FFT,
+# though it computes float64 elementwise ops and products: a test marked `float64` is skipped there.
 NO_FLOAT64 = {"tpu"}
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 
@@ -254,7 +256,7 @@ def shard_of(files: list[str], shard: str) -> set[str]:
 
 def pytest_collection_modifyitems(config, items):
     """Keep the files of `--shard`; on a platform other than CPU, skip with its reason what holds for
-    XLA:CPU alone (`CPU_ONLY`) and, where the platform computes no float64 (`NO_FLOAT64`), the tests
+    XLA:CPU alone (`CPU_ONLY`) and, where the platform has no float64 factorizations or FFT (`NO_FLOAT64`), the tests
     marked `float64`. There the processes the tests start run on the CPU: one program at a time
     holds the chip, and this one does."""
     shard = config.getoption("shard")
@@ -279,4 +281,4 @@ def pytest_collection_modifyitems(config, items):
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"on {platform}: tests {reason}"))
         elif platform in NO_FLOAT64 and item.get_closest_marker("float64"):
-            item.add_marker(pytest.mark.skip(reason=f"{platform.upper()} has no float64"))
+            item.add_marker(pytest.mark.skip(reason=f"{platform.upper()} has no float64 factorizations or FFT"))

@@ -57,7 +57,7 @@ CASES = [(name, np.float64, batch) for name in OPS if name not in TRSM for batch
      for batch in ((), (2,))]
 
 
-@pytest.mark.parametrize("name,dtype,batch", CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(CASES), ids=lambda v: getattr(v, "__name__", str(v)))
 def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
     with jax.enable_x64(dtype != np.float32):
         primals, series = case_inputs(name, dtype, batch)
@@ -66,6 +66,7 @@ def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
     assert_series([p, *s], want, TOL[dtype], name)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "trsm_left_lower_N", "trsm_right_upper_C"])
 def test_directions_batched_jet_matches_standard_jets(name):
     """vmap over the series: one jet batched over 3 directions (the primal once)."""
@@ -90,6 +91,7 @@ def _scalar(name: str) -> Callable:
     return f
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_T",
                                   "trsm_right_lower_C_unit"])
 def test_collapsed_laplacian_matches_hessian_trace(name):
@@ -100,6 +102,7 @@ def test_collapsed_laplacian_matches_hessian_trace(name):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", ["cholesky", "lu", "eigh", "qr", "qr_square", "trsm_left_upper_T",
                                   "trsm_right_lower_C_unit"])
 def test_collapsed_matches_standard_jets(name):
@@ -121,7 +124,7 @@ VJP_CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))][
     [("cholesky", np.float32, ()), ("lu", np.float32, ()), ("eigh", np.float32, ()), ("qr", np.float32, ())]
 
 
-@pytest.mark.parametrize("name,dtype,batch", VJP_CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(VJP_CASES), ids=lambda v: getattr(v, "__name__", str(v)))
 def test_vjp_rule_matches_jax_vjp(name, dtype, batch):
     with jax.enable_x64(dtype != np.float32):
         primals, _ = case_inputs(name, dtype, batch)
@@ -132,7 +135,9 @@ def test_vjp_rule_matches_jax_vjp(name, dtype, batch):
         assert_series([g], [w], TOL[dtype] if dtype != np.float32 else 1e-4, name)
 
 
-@pytest.mark.parametrize("dtype,batch", [(np.float64, ()), (np.float64, (2,)), (np.complex128, ()),
+@pytest.mark.parametrize("dtype,batch", [pytest.param(np.float64, (), marks=pytest.mark.float64),
+                                         pytest.param(np.float64, (2,), marks=pytest.mark.float64),
+                                         pytest.param(np.complex128, (), marks=pytest.mark.float64),
                                          (np.float32, ())], ids=str)
 def test_householder_product_of_any_reflectors(dtype, batch):
     """orgqr on reflectors and factors that come from no QR (tau = 0 included), against the
@@ -156,6 +161,7 @@ def test_householder_product_of_any_reflectors(dtype, batch):
 # --- the StableHLO spellings ------------------------------------------------------------
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name,platform", SPELLINGS)
 def test_stablehlo_spelling_matches_nested_jvp(name, platform):
     with jax.enable_x64(True):
@@ -168,6 +174,7 @@ def test_stablehlo_spelling_matches_nested_jvp(name, platform):
     assert_series(got, want, 1e-9, name)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name,platform", VJP_SPELLINGS)
 def test_stablehlo_spelling_vjp_matches_jax_vjp(name, platform):
     with jax.enable_x64(True):
@@ -246,7 +253,7 @@ SVD_CASES = [(name, np.float64, batch) for name in SVD_OPS for batch in ((), (2,
     [("svd_tall", np.float32, ()), ("svd_wide", np.float32, ())]
 
 
-@pytest.mark.parametrize("name,dtype,batch", SVD_CASES, ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(SVD_CASES), ids=lambda v: getattr(v, "__name__", str(v)))
 def test_svd_taylor_rule_matches_nested_jvp(name, dtype, batch):
     test_taylor_rule_matches_nested_jvp(name, dtype, batch)
 
@@ -257,29 +264,34 @@ def test_svd_spellings_are_gesdd_and_gesvd():
     assert "@lapack_sgesvd_ffi" in _lowered_text(OPS["svd_qr_algorithm"], *primals)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", ["svd_tall", "svd_wide"])
 def test_svd_directions_batched_jet_matches_standard_jets(name):
     test_directions_batched_jet_matches_standard_jets(name)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", list(SVD_OPS))
 def test_svd_collapsed_laplacian_matches_hessian_trace(name):
     test_collapsed_laplacian_matches_hessian_trace(name)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", ["svd_tall", "svd_wide", "svd_square"])
 def test_svd_collapsed_matches_standard_jets(name):
     test_collapsed_matches_standard_jets(name)
 
 
-@pytest.mark.parametrize("name,dtype,batch", [(name, np.float64, ()) for name in SVD_OPS] +
+@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(
+                         [(name, np.float64, ()) for name in SVD_OPS] +
                          [("svd_wide", np.float64, (2,)), ("svd_tall", np.complex128, ()),
-                          ("svd_wide", np.complex128, ()), ("svd_tall", np.float32, ())],
+                          ("svd_wide", np.complex128, ()), ("svd_tall", np.float32, ())]),
                          ids=lambda v: getattr(v, "__name__", str(v)))
 def test_svd_vjp_rule_matches_jax_vjp(name, dtype, batch):
     test_vjp_rule_matches_jax_vjp(name, dtype, batch)
 
 
+@pytest.mark.float64
 def test_svd_vjp_of_singular_values_alone():
     """Only s reaches the output (U, V unused): the cotangent of s alone."""
     with jax.enable_x64(True):
@@ -300,7 +312,7 @@ LSTSQ = {"lstsq": lambda a, b: jnp.linalg.lstsq(a, b)[0], "pinv": lambda a, b: j
 
 
 @pytest.mark.parametrize("name", list(LSTSQ))
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [pytest.param(np.float64, marks=pytest.mark.float64), np.float32])
 def test_lstsq_pinv_cho_solve_in_jet_match_nested_jvp(name, dtype):
     with jax.enable_x64(dtype != np.float32):
         rng = seeded_rng(name + "jet" + np.dtype(dtype).name)
@@ -311,6 +323,7 @@ def test_lstsq_pinv_cho_solve_in_jet_match_nested_jvp(name, dtype):
     assert_series([p, *s], want, TOL[dtype], name)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", list(LSTSQ))
 def test_lstsq_pinv_cho_solve_in_laplacian_match_hessian_trace(name):
     def f(x):

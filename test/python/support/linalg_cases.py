@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+import pytest
 from jax import lax
 
 from hlopt.compiler.program import parse_module
@@ -108,6 +109,15 @@ def _qr_square(a, b):
 
 OPS: dict[str, Callable] = {"cholesky": _cholesky, "lu": _lu, "eigh": _eigh, "qr": _qr, "qr_square": _qr_square,
                             **TRSM}
+
+
+DOUBLE = (np.dtype(np.float64), np.dtype(np.complex128))
+
+
+def float64_marked(cases: list[tuple]) -> list:
+    """`cases` (name, dtype, ...) as parameters, those in float64 or complex128 marked `float64`: they
+    factor or solve in double precision on the device, which a TPU cannot."""
+    return [pytest.param(*case, marks=pytest.mark.float64) if np.dtype(case[1]) in DOUBLE else case for case in cases]
 
 
 def case_inputs(name: str, dtype, batch: tuple[int, ...]):
