@@ -204,6 +204,14 @@ CPU_ONLY = {
     "checks of its operands",
     "test_sparse_bcsr_products.py::test_the_allowlist_accepts_the_call_the_pass_emits": "that a compile for the "
     "default device calls the CPU CSR kernel",
+    "test_jet_linear_solve.py::test_laplacian_of_slogdet_is_loop_free": "the LAPACK calls of a CPU compile",
+    "test_linalg_table.py::test_scratch_entry_gives_the_taylor_rule": "a CPU LAPACK kernel under a scratch name",
+    "test_linalg_table.py::test_scratch_entry_gives_the_reverse_mode_rule": "a CPU LAPACK kernel under a scratch name",
+    "test_linalg_table.py::test_without_the_entry_the_target_has_no_rules_and_is_refused": "a CPU LAPACK kernel "
+    "under a scratch name",
+    "test_op_table.py::test_one_entry_gives_a_custom_call_its_jet_and_vjp": "a CPU LAPACK kernel under a scratch name",
+    "test_op_table.py::test_without_its_entry_a_custom_call_is_refused_by_target": "a CPU LAPACK kernel under a "
+    "scratch name",
     "test_sparse_negative_indices.py::test_matrix_products_treat_negative_indices_as_padding[float32-True]": "that "
     "a compile for the default device calls the CPU BCOO kernel",
 }

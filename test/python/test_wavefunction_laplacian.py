@@ -68,6 +68,7 @@ def _hessian_trace(f, p, x):
     return jnp.trace(jax.hessian(lambda y: f(p, y))(x))
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", sorted(WAVEFUNCTIONS))
 def test_laplacian_matches_hessian_trace(name):
     f = WAVEFUNCTIONS[name]
@@ -78,6 +79,7 @@ def test_laplacian_matches_hessian_trace(name):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", sorted(WAVEFUNCTIONS))
 def test_weight_gradient_of_the_laplacian(name):
     """d/dtheta of the mean kinetic term over a few walkers, as VMC training takes it."""
@@ -96,6 +98,7 @@ def test_weight_gradient_of_the_laplacian(name):
                                    atol=1e-8 * np.max(np.abs(want[key])), err_msg=key)
 
 
+@pytest.mark.float64
 @pytest.mark.parametrize("name", sorted(WAVEFUNCTIONS))
 def test_laplacian_and_gradient_match_hessian_trace_and_grad(name):
     """One collapsed jet gives both: its first coefficients along e_i are the gradient."""
@@ -111,6 +114,7 @@ def test_laplacian_and_gradient_match_hessian_trace_and_grad(name):
                                atol=1e-12 * np.max(np.abs(want_gradient)))
 
 
+@pytest.mark.float64
 def test_laplacian_and_gradient_of_a_vector_output():
     """The gradient of each output element: shape output.shape + x.shape, the Jacobian."""
     def f(x):
@@ -125,6 +129,7 @@ def test_laplacian_and_gradient_of_a_vector_output():
     np.testing.assert_allclose(np.asarray(jacobian), np.asarray(want_jacobian), rtol=1e-9, atol=1e-14)
 
 
+@pytest.mark.float64
 def test_weight_gradient_of_the_local_kinetic_energy():
     """d/dtheta of the mean of -1/2 (Delta log psi + |grad log psi|^2), both from one jet,
     against the same through the Hessian and jax.grad."""
@@ -151,6 +156,7 @@ def test_laplacian_and_gradient_refuses_an_integer_argument():
         laplacian_and_gradient(lambda y: jnp.sum(y))(np.arange(3))
 
 
+@pytest.mark.float64
 def test_bilaplacian_through_cholesky_matches_nested_hessians():
     def f(x):
         return _cholesky_log_density(_weights(4, n=2, hidden=4), jnp.concatenate([x, 0.3 * x[::-1]]))
@@ -168,7 +174,7 @@ def _near_nodes(p: dict, distances: tuple[float, ...], lines: int = 6) -> tuple[
     along random lines) and their distance index."""
     rng = np.random.default_rng(7)
     points, which = [], []
-    with jax.enable_x64(True):
+    with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):  # float64 LU: on the CPU
         det = jax.jit(jax.vmap(lambda x: jnp.linalg.det(_orbitals(p, x))))
         while len(points) < lines * len(distances):
             x0 = rng.normal(size=3 * ELECTRONS)
@@ -205,7 +211,7 @@ def test_float32_near_nodes_is_as_accurate_as_the_hessian_trace():
                     ("det", lambda p, y: jnp.linalg.det(_orbitals(p, y)))):
         ours = np.asarray(jax.jit(jax.vmap(hlopt.laplacian(lambda y: g(p32, y))))(x), np.float64)
         hessian = np.asarray(jax.jit(jax.vmap(lambda y: _hessian_trace(g, p32, y)))(x), np.float64)
-        with jax.enable_x64(True):
+        with jax.enable_x64(True), jax.default_device(jax.devices("cpu")[0]):  # float64 LU: on the CPU
             want = np.asarray(jax.jit(jax.vmap(lambda y: _hessian_trace(g, p64, y)))(x.astype(np.float64)))
         scale = np.abs(want) if name == "log|det|" else np.median(np.abs(want))
         err_ours, err_hessian = np.abs(ours - want) / scale, np.abs(hessian - want) / scale
