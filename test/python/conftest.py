@@ -209,6 +209,12 @@ CPU_ONLY = {
     "test_linalg_table.py::test_scratch_entry_gives_the_reverse_mode_rule": "a CPU LAPACK kernel under a scratch name",
     "test_linalg_table.py::test_without_the_entry_the_target_has_no_rules_and_is_refused": "a CPU LAPACK kernel "
     "under a scratch name",
+    "test_linalg_rules.py::test_unknown_layout_is_refused": "the layouts of a CPU LAPACK call",
+    "test_linalg_rules.py::test_svd_spellings_are_gesdd_and_gesvd": "the LAPACK calls jax emits for the CPU",
+    "test_linalg_rules.py::test_svd_modes_without_a_rule_are_refused": "the LAPACK calls jax emits for the CPU",
+    "test_runtime_portable.py::test_every_rule_accepts_what_jax_emits": "the LAPACK calls jax emits for the CPU",
+    "test_runtime_portable.py::test_every_target_refuses_a_second_or_changed_attribute_dictionary": "the LAPACK "
+    "calls jax emits for the CPU",
     "test_op_table.py::test_one_entry_gives_a_custom_call_its_jet_and_vjp": "a CPU LAPACK kernel under a scratch name",
     "test_op_table.py::test_without_its_entry_a_custom_call_is_refused_by_target": "a CPU LAPACK kernel under a "
     "scratch name",
