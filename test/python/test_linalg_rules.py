@@ -57,7 +57,8 @@ CASES = [(name, np.float64, batch) for name in OPS if name not in TRSM for batch
      for batch in ((), (2,))]
 
 
-@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(CASES), ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(CASES),
+                         ids=lambda v: getattr(v, "__name__", str(v)))
 def test_taylor_rule_matches_nested_jvp(name, dtype, batch):
     with jax.enable_x64(dtype != np.float32):
         primals, series = case_inputs(name, dtype, batch)
@@ -124,7 +125,8 @@ VJP_CASES = [(name, np.float64, batch) for name in OPS for batch in ((), (2,))][
     [("cholesky", np.float32, ()), ("lu", np.float32, ()), ("eigh", np.float32, ()), ("qr", np.float32, ())]
 
 
-@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(VJP_CASES), ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(VJP_CASES),
+                         ids=lambda v: getattr(v, "__name__", str(v)))
 def test_vjp_rule_matches_jax_vjp(name, dtype, batch):
     with jax.enable_x64(dtype != np.float32):
         primals, _ = case_inputs(name, dtype, batch)
@@ -253,7 +255,8 @@ SVD_CASES = [(name, np.float64, batch) for name in SVD_OPS for batch in ((), (2,
     [("svd_tall", np.float32, ()), ("svd_wide", np.float32, ())]
 
 
-@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(SVD_CASES), ids=lambda v: getattr(v, "__name__", str(v)))
+@pytest.mark.parametrize("name,dtype,batch", linalg_cases.float64_marked(SVD_CASES),
+                         ids=lambda v: getattr(v, "__name__", str(v)))
 def test_svd_taylor_rule_matches_nested_jvp(name, dtype, batch):
     test_taylor_rule_matches_nested_jvp(name, dtype, batch)
 
