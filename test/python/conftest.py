@@ -270,8 +270,8 @@ def shard_of(files: list[str], shard: str) -> set[str]:
 
 def pytest_collection_modifyitems(config, items):
     """Keep the files of `--shard`; on a platform other than CPU, skip with its reason what holds for
-    XLA:CPU alone (`CPU_ONLY`) and, where the platform has no float64 factorizations or FFT (`NO_FLOAT64`), the tests
-    marked `float64`. There the processes the tests start run on the CPU: one program at a time
+    XLA:CPU alone (`CPU_ONLY`) and, where the platform has no float64 factorizations or FFT
+    (`NO_FLOAT64`), the tests marked `float64`. There the processes the tests start run on the CPU: one program at a time
     holds the chip, and this one does."""
     shard = config.getoption("shard")
     if shard:

@@ -1,7 +1,8 @@
 """Inputs, cases and checks the linear-algebra rule tests share (test_linalg_rules.py, test_linalg_table.py,
 test_rule_coverage.py): seeded random matrices, a relative check of Taylor coefficients, jet-expand run on a
-module's text, the factorizations and triangular solves each rule is checked on (OPS) with their inputs, and
-the StableHLO spellings JAX emits for them on other platforms."""
+module's text, the factorizations and triangular solves each rule is checked on (OPS) with their inputs, the
+`float64` mark of their double-precision cases, and the StableHLO spellings JAX emits for them on
+other platforms."""
 
 from __future__ import annotations
 
