@@ -26,7 +26,7 @@ of which the table's entries build their rules:
 - ODE:         y' = c(x) u' gives y_k = 1/k sum_{j=1..k} j u_j c_{k-j}, with
                c = f'(x) the entry of the derivative table (`hlopt.passes.optable.derivatives`,
                which vjp-expand reads too) evaluated on series alongside y (exp,
-               sin/cos, tanh, logistic, erf, lgamma...; `derivative_rules`);
+               sin/cos, tanh, logistic, erf, lgamma...; `derivative_rule`);
 - composition: Faa di Bruno with known derivatives f^(m)(x0) (power).
 """
 
@@ -938,7 +938,7 @@ def linear_algebra(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[O
     return linalg_rules.jet(b, op, ins)
 
 
-# --- custom calls, by target (the op table's `CALLS`) -----------------------------------
+# --- custom calls, by target (the op table's `CALL_ENTRIES`) -----------------------------------
 
 def stop_gradient(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:
     """The stop_gradient marker: a zero series; the marker stays (the pass removes it last,
@@ -962,7 +962,7 @@ def one_operand(rule: Rule) -> Rule:
 
 
 # What a refusal of a custom call without rules says to do (but for an hlopt annotation, which another pass lowers).
-ADD_CALL_RULES = "a custom call's rules are an entry of CALLS in passes/autodiff/table.py"
+ADD_CALL_RULES = "a custom call's rules are an entry of CALL_ENTRIES in passes/autodiff/table.py"
 
 
 def unknown_call(b: JetBuilder, op: ir.Operation, ins: list[Series]) -> list[Optional[Series]]:

@@ -14,12 +14,14 @@ build theirs (`deflinear`, `defbilinear`, `def_deriv`):
     bilinear("stablehlo.multiply")     # the Cauchy product; the cotangent times the other operand
     custom("stablehlo.divide", jet_rule=jet.divide, vjp_rule=vjp.divide)
 
-`TABLE` is keyed on op names, `CALLS` on the `call_target_name` of a
-`stablehlo.custom_call`, with entries of the same families:
+The entries are written in two lists: `ENTRIES`, the ops', and `CALL_ENTRIES`, the custom
+calls', each named by the `call_target_name` of a `stablehlo.custom_call`, with entries of the
+same families:
 
     linear("Sharding", 0, directions=lead.identity, jet_of=jet.one_operand, vjp_rule=...)
 
-A custom call takes its target's entry of `CALLS`; a target without one meets the
+`build` makes them the tables the passes read, `TABLE` (keyed on op names) and `CALLS` (keyed
+on targets). A custom call takes its target's entry of `CALLS`; a target without one meets the
 `stablehlo.custom_call` entry of `TABLE`, which refuses it by name.
 
 An op of the derivative family is one formula in `hlopt.passes.optable.derivatives`

@@ -977,7 +977,7 @@ def linear_algebra(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list
     return linalg_rules.vjp(b, op, cts, wants)
 
 
-# --- custom calls, by target (the op table's `CALLS`) -----------------------------------
+# --- custom calls, by target (the op table's `CALL_ENTRIES`) -----------------------------------
 
 def stop_gradient(b: VjpBuilder, op: ir.Operation, cts: list[Term], wants: list[bool]) -> list[Term]:
     """The stop_gradient marker of a jet body (kept by jet-expand for a vjp of the jet) passes none."""

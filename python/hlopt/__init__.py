@@ -17,7 +17,7 @@ _LAZY: dict[str, str] = {
     "AnnotationError": "hlopt.compiler.stages",
     "CacheInfo": "hlopt.runtime.cache",
     "Compiled": "hlopt.runtime.executable",
-    "ExecutableFileError": "hlopt.runtime.container",
+    "ExecutableFileError": "hlopt.runtime.errors",
     "JitFunction": "hlopt.staging",
     "KeyReuseError": "hlopt.passes.analyses.check_key_reuse",
     "Lowered": "hlopt.compiler.stages",

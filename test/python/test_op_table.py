@@ -183,10 +183,10 @@ def test_without_its_entry_a_custom_call_is_refused_by_target():
         b, series, ct = _solve_case()
         text = _solve_text(b)
         with pytest.raises(Exception, match=re.escape(f"jet-expand: no Taylor rule for 'stablehlo.custom_call' "
-                                                      f"@{CALL_TARGET} (a custom call's rules are an entry of CALLS")):
+                                                      f"@{CALL_TARGET} (a custom call's rules are an entry of CALL_ENTRIES")):
             jet_of_module(text, [b], [series], 1)
         with pytest.raises(Exception, match=re.escape(f"vjp-expand: no reverse-mode rule for 'stablehlo.custom_call' "
-                                                      f"@{CALL_TARGET} (a custom call's rules are an entry of CALLS")):
+                                                      f"@{CALL_TARGET} (a custom call's rules are an entry of CALL_ENTRIES")):
             hlopt_vjp(text, [b], [ct])
 
 

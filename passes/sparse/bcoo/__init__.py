@@ -2,8 +2,10 @@
 
 Every module there defines `RECORDS`, the records of its op (a module holds several only when
 they share their lowering, as the products do); `REGISTRY` collects them once, and lower-bcoo,
-the checks of the IR (`read`) and the Python primitives of `hlopt.sparse` all read it. Adding
-an op is adding one module there.
+the checks of the IR (`read`) and the Python primitives of `hlopt.sparse` all read it (the
+primitive, its JVP and transpose included, is generated from the record). Adding an op is one
+module there, plus the user function that binds its primitive and its export in `hlopt.sparse`
+(docs/architecture.md lists the steps).
 
 `read(op)` is the one way to read an annotation: the op's name and its decoded, checked
 `backend_config` (`BcooOp.name`, `BcooOp.config`).

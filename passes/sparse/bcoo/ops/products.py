@@ -27,7 +27,7 @@ an index column of the entries or a dense dimension of the data, whatever its ro
   index (found by a binary search of the sorted sampled keys).
 
 The sparse x dense products are portable: one gather, product and scatter-add over all the
-entries, no loop sized for any cache (`xla-cpu-entry-blocks` splits them into blocks for
+entries, no loop sized for any cache (`xla-cpu-gather-blocks` splits them into blocks for
 XLA:CPU).
 """
 
