@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from hlopt.passes.autodiff import jet_directions as lead
 from hlopt.passes.autodiff import jet_rules as jet
 from hlopt.passes.autodiff import vjp_rules as vjp
-from hlopt.passes.ir import builders
+from hlopt.passes.ir import annotation_names, builders
 from hlopt.passes.mlir import ir
 from hlopt.passes.optable import derivatives, linalg
 from hlopt.passes.rewrite.transform import RuleTable
@@ -286,7 +286,7 @@ TABLE: dict[str, OpEntry] = build(ENTRIES)
 # The custom calls, one entry per `call_target_name`: the rules `stablehlo.custom_call` takes for it
 # (`call_table` adds the LAPACK targets of the linear-algebra table).
 CALL_ENTRIES: list[OpEntry] = [
-    custom(jet.STOP_GRADIENT, jet_rule=jet.stop_gradient, vjp_rule=vjp.stop_gradient),
+    custom(annotation_names.STOP_GRADIENT, jet_rule=jet.stop_gradient, vjp_rule=vjp.stop_gradient),
     # the partitioner's annotations: a sharding applies to the coefficients and the cotangent as
     # to the value; the shard_map boundary is crossed the other way in reverse mode
     linear("Sharding", 0, directions=lead.identity, jet_of=jet.one_operand,
