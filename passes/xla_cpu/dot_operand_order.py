@@ -16,7 +16,7 @@ from typing import ClassVar
 from hlopt.passes.ir import builders
 from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.matching import dot_dims
+from hlopt.passes.rewrite.matching import dot_dims
 
 # the attributes of a dot_general this pass knows how to swap
 SWAPPABLE = {"dot_dimension_numbers", "precision_config"}

@@ -52,7 +52,7 @@ from hlopt.passes.base import option
 from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
 from hlopt.passes.xla_cpu.dot_operand_order import _swapped_precision
-from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims
+from hlopt.passes.rewrite.matching import DOT_ATTRIBUTES, dot_dims, free_dims
 from hlopt.passes.xla_cpu.small_dots import YNN_MIN_SIZE
 
 
