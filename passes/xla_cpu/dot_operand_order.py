@@ -22,13 +22,6 @@ from hlopt.passes.rewrite.matching import dot_dims
 SWAPPABLE = {"dot_dimension_numbers", "precision_config"}
 
 
-def _swapped_precision(precision: ir.Attribute | None) -> ir.Attribute | None:
-    """A dot_general's precision_config for its operands swapped."""
-    if precision is None:
-        return None
-    return ir.ArrayAttr.get(list(reversed(list(ir.ArrayAttr(precision)))))
-
-
 def _free(rank: int, batch: list[int], contract: list[int]) -> int:
     return rank - len(batch) - len(contract)
 
@@ -52,7 +45,7 @@ def _swapped_dot(op: ir.Operation) -> list[ir.Value] | None:
         return None
     precision = builders.precision_of(dot)
     return [builders.dot_general(rhs, lhs, lhs_batch=rb, rhs_batch=lb, lhs_contract=rc, rhs_contract=lc,
-                                 elem=builders.elem_of(source), precision_config=_swapped_precision(precision))]
+                                 elem=builders.elem_of(source), precision_config=builders.swapped_precision(precision))]
 
 
 class DotOperandOrder(PatternPass):
