@@ -8,7 +8,8 @@ registry says of it (module, platforms, the annotations it lowers, its place in 
 what it runs after and before, with the reasons), a table
 of its options (one row per dataclass field, as `hlopt-opt --list-passes` shows it), and the
 rest of its docstring, where indented blocks are the before/after IR. A pass whose docstring holds no example is
-followed by its module's docstring. Named pipelines end the page.
+followed by its module's docstring, and by that of the module its patterns come from where that is another (a
+rewrite the passes of several platforms share). Named pipelines end the page.
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ def _split_docstring(doc: str) -> tuple[str, str]:
     return " ".join(part.strip() for part in first.splitlines()), rest
 
 
+def _shared_pattern_modules(cls: type[Pass]) -> list[str]:
+    """The modules other than the pass's own that define the rules of its `PATTERNS`, if it has any."""
+    patterns = getattr(cls, "PATTERNS", None)
+    return sorted({p.rule.__module__ for p in getattr(patterns, "patterns", ())} - {cls.__module__})
+
+
 def _facts(name: str, module: str, cls: type[Pass]) -> list[str]:
     """What the registry knows about a pass: where it is defined, its platforms, what it lowers, where it runs."""
     facts = [f"- defined in `passes/{module.replace('.', '/')}.py` as `{cls.__name__}`"]
@@ -124,8 +131,9 @@ def render() -> str:
         parts += _options_table(cls)
         body = _paragraphs_and_blocks(rest) if rest.strip() else []
         if not any(p.startswith("```") for p in body):
-            module_doc = sys.modules[cls.__module__].__doc__ or ""
-            body += _paragraphs_and_blocks(_split_docstring(module_doc)[1])
+            for module_name in [cls.__module__, *_shared_pattern_modules(cls)]:
+                module_doc = sys.modules[module_name].__doc__ or ""
+                body += _paragraphs_and_blocks(_split_docstring(module_doc)[1])
         parts += body
     parts.append("## Named pipelines")
     parts += [f"`{name}`: `{text}`" for name, text in sorted(PIPELINES.items())]

@@ -22,6 +22,7 @@ import re
 import typing
 from typing import Any, ClassVar
 
+from hlopt.passes.ir import annotation_names
 from hlopt.passes.ir.locations import call_chain, error_line, format_location
 from hlopt.passes.mlir import ir
 
@@ -45,13 +46,13 @@ def option(default: Any, *, low: int | None = None, high: int | None = None, pat
 # custom_call target (or prefix ending in '.') of an hlopt annotation -> the pass that lowers it (a pass
 # refusing an annotation it does not lower names the pass to run first).
 ANNOTATIONS: dict[str, str] = {
-    "hlopt.bcoo.": "lower-bcoo",
-    "hlopt.jet": "jet-expand",
-    "hlopt.jet.stop_gradient": "jet-expand",
-    "hlopt.jet.custom_jvp": "jet-expand",
-    "hlopt.jet.linear_solve": "jet-expand",
-    "hlopt.custom_partitioning": "lower-custom-partitioning",
-    "hlopt.vjp": "vjp-expand",
+    annotation_names.BCOO_PREFIX: "lower-bcoo",
+    annotation_names.JET: "jet-expand",
+    annotation_names.STOP_GRADIENT: "jet-expand",
+    annotation_names.CUSTOM_JVP: "jet-expand",
+    annotation_names.LINEAR_SOLVE: "jet-expand",
+    annotation_names.CUSTOM_PARTITIONING: "lower-custom-partitioning",
+    annotation_names.VJP: "vjp-expand",
 }
 
 

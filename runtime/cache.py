@@ -48,8 +48,8 @@ import jaxlib
 
 import hlopt.passes
 from hlopt.compiler.program import module_to_bytecode
+from hlopt.passes.ir.annotation_names import BCOO_PREFIX, CUSTOM_PARTITIONING
 from hlopt.passes.mlir import ir, passmanager
-from hlopt.passes.sparse.names import PREFIX
 from hlopt.passes.tpu import sparse_products
 from hlopt.runtime import container
 from hlopt.runtime.errors import warn_in_user_code
@@ -67,9 +67,9 @@ _STALE_TEMP_SECONDS = 3600
 _ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.hlx")  # cache_key's hex digest + SUFFIX
 _TEMP_NAME = re.compile(r"\.tmp-[A-Za-z0-9_]{1,32}\.hlx")  # tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX)
 # The annotation whose lowering runs the user's Python (the partitioner): its IR does not pin the result.
-_USER_CODE_MARKER = b"hlopt.custom_partitioning"
+_USER_CODE_MARKER = CUSTOM_PARTITIONING.encode()
 # the annotations of sparse ops, whose products a platform pass may compute by a registered kernel
-_SPARSE_MARKER = PREFIX.encode()
+_SPARSE_MARKER = BCOO_PREFIX.encode()
 
 
 class CacheDirError(ValueError):

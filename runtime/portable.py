@@ -60,6 +60,7 @@ from hlopt.passes.optable import linalg
 from hlopt.passes.optable.kernel_types import FLOAT_TYPES, I32, Check, Config, Types, shapes_text, tensor, \
     types_text
 from hlopt.passes.optable.linalg import Char, LinalgTable
+from hlopt.passes.xla_cpu import sparse_kernels
 from hlopt.passes.xla_cpu.sparse_kernels import spgemm_count_runs
 
 DIALECTS = frozenset({"builtin", "func", "stablehlo", "chlo", "sdy"})
@@ -180,9 +181,9 @@ def _csr_spmm_rule(operands: Types, outs: Types, config: Config) -> str | None:
 
 # hlopt's own sparse-product kernels (runtime/kernels.py), emitted by xla-cpu-sparse-kernels: they read no attributes.
 HLOPT_TARGETS: dict[str, Target] = {
-    "hlopt_bcoo_spmm": Target(_spmm_rule),
-    "hlopt_bcoo_sddmm": Target(_sddmm_rule),
-    "hlopt_csr_spmm": Target(_csr_spmm_rule),
+    sparse_kernels.SPMM: Target(_spmm_rule),
+    sparse_kernels.SDDMM: Target(_sddmm_rule),
+    sparse_kernels.CSR_SPMM: Target(_csr_spmm_rule),
 }
 
 
@@ -197,8 +198,8 @@ def custom_calls(table: LinalgTable) -> dict[str, Target]:
         **HLOPT_TARGETS,
         # hlopt's SpGEMM kernels (runtime/native/spgemm.cc), called through jax.ffi.ffi_call (which gives
         # their row-major layouts); they check every index and count they read
-        "hlopt_spgemm_count": Target(_spgemm_count_rule, integers=_SPGEMM_ATTRS),
-        "hlopt_spgemm_fill": Target(_spgemm_fill_rule, integers=_SPGEMM_ATTRS),
+        sparse_kernels.SPGEMM_COUNT: Target(_spgemm_count_rule, integers=_SPGEMM_ATTRS),
+        sparse_kernels.SPGEMM_FILL: Target(_spgemm_fill_rule, integers=_SPGEMM_ATTRS),
     }
 
 

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hlopt.passes.ir import builders
+from hlopt.passes.ir import annotation_names, builders
 from hlopt.passes.autodiff import jet_directions
 from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.target import PORTABLE
 from hlopt.passes.ir.walk import custom_calls
 
-ANNOTATION = "hlopt.jet"
+ANNOTATION = annotation_names.JET
 PASS_THROUGH = ("stablehlo.convert", "stablehlo.reshape", "stablehlo.multiply")
 
 

@@ -15,11 +15,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from hlopt.passes.ir import builders
+from hlopt.passes.ir import annotation_names, builders
 from hlopt.passes.autodiff import jet_directions
 from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, PassOptionError, option
-from hlopt.passes.autodiff.jet_rules import (CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT, Directions, Growth, JetBuilder,
-                                    Series, coefficients, growth_of, has_reduction_rule, has_series,
+from hlopt.passes.ir.annotation_names import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT
+from hlopt.passes.autodiff.jet_rules import (Directions, Growth, JetBuilder, Series, coefficients, growth_of, has_reduction_rule, has_series,
                                     remove_stop_gradients, split_results)
 from hlopt.passes.mlir import func, ir, stablehlo
 from hlopt.passes.autodiff import table
@@ -28,7 +28,7 @@ from hlopt.passes.rewrite.transform import (ModuleTransform, RuleTable, branch_c
                                     loop_carried, rewrite_each, uses_any, walk)
 from hlopt.passes.ir.walk import CallGraph, call_target, callee_of
 
-ANNOTATION = "hlopt.jet"
+ANNOTATION = annotation_names.JET
 # The largest order jet-expand builds: a rule's work grows as K^2 (Cauchy products) to
 # K^3 (Faa di Bruno), and the annotation carries K+1 values per primal.
 MAX_ORDER = 64

@@ -36,7 +36,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Optional
 
-from hlopt.passes.ir import builders
+from hlopt.passes.ir import annotation_names, builders
+from hlopt.passes.ir.annotation_names import STOP_GRADIENT
 from hlopt.passes.optable import derivatives
 from hlopt.passes.autodiff import jet_directions
 from hlopt.passes.base import PassError, lowering_pass_for
@@ -47,7 +48,7 @@ from hlopt.passes.ir.walk import call_target, walk_ops
 Series = list  # [primal, c1, ..., cK]; None entries are zero
 Rule = Callable[["JetBuilder", ir.Operation, list[Series]], list[Optional[Series]]]
 
-# The markers `hlopt.jet` bodies carry, which jet-expand removes when it is done:
+# The markers `hlopt.jet` bodies carry (targets of `annotation_names`), which jet-expand removes when done:
 # `lax.stop_gradient` (the identity on values, a zero series), and a `custom_jvp`
 # function, called_computations = [@primal, @tangents] (its primal function, and
 # its JVP rule from (operands, tangents of the inexact ones) to the tangents of
@@ -59,10 +60,7 @@ Rule = Callable[["JetBuilder", ir.Operation, list[Series]], list[Optional[Series
 # The stop_gradient marker is a zero derivative for vjp-expand too: it stays while
 # an `hlopt.jet` or `hlopt.vjp` annotation is left (`DIFFERENTIATING`), so a vjp of
 # a jet does not differentiate through it, and the last of the two passes removes it.
-STOP_GRADIENT = "hlopt.jet.stop_gradient"
-CUSTOM_JVP = "hlopt.jet.custom_jvp"
-LINEAR_SOLVE = "hlopt.jet.linear_solve"
-DIFFERENTIATING = ("hlopt.jet", "hlopt.vjp")
+DIFFERENTIATING = (annotation_names.JET, annotation_names.VJP)
 
 
 def check_stop_gradient(op: ir.Operation, pass_name: str = "jet-expand") -> None:

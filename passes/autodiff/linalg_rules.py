@@ -188,11 +188,6 @@ def triangular_solve(a: Value, rhs: Value, *, left: bool, lower: bool, how: str,
     return _triangular_solve(a, rhs, False, left, lower, how, unit)
 
 
-def identity_like(v: Value) -> Value:
-    """The identity matrix over the last two dimensions of `v`, in its shape and element type."""
-    return _eye_plus(builders.zeros_like(v))
-
-
 def _two_sided(b: "JetBuilder", s: Term, like: Value, k: int, a: Value, left: tuple[bool, str, bool],
                right: tuple[bool, str, bool]) -> tuple[Term, bool]:
     """op_l(A_l)^{-1} S op_r(A_r)^{-1} for S, coefficient k of a value like `like`, with

@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from hlopt.passes.autodiff import jet_directions as lead
 from hlopt.passes.autodiff import jet_rules as jet
 from hlopt.passes.autodiff import vjp_rules as vjp
-from hlopt.passes.ir import builders
+from hlopt.passes.ir import annotation_names, builders
 from hlopt.passes.mlir import ir
 from hlopt.passes.optable import derivatives, linalg
 from hlopt.passes.rewrite.transform import RuleTable
@@ -138,16 +138,28 @@ def without_rules(why: str, *names: str) -> list[OpEntry]:
 def build(entries: Iterable[OpEntry], formulas: derivatives.Table = derivatives.DERIVATIVES) -> dict[str, OpEntry]:
     """Op name (every spelling) -> entry: `entries`, and a derivative entry for each formula of
     `formulas` that no entry names (an entry of `entries` keeps the formula it was made
-    with). Two entries for one name are an error."""
+    with). Two entries for one name are an error, and so is a formula for an op whose entry
+    is not of the derivative family (the formula would never be read)."""
     table: dict[str, OpEntry] = {}
-    entries = list(entries)
-    named = {n for e in entries for n in e.names}
-    for entry in entries + [derivative(name, formulas) for name in formulas if name not in named]:
+
+    def add(entry: OpEntry) -> None:
         for n in entry.names:
             if n in table:
                 raise ValueError(f"op table: two entries for '{n}' ({table[n].family} and {entry.family}); "
                                  "keep one")
             table[n] = entry
+
+    for entry in entries:
+        add(entry)
+    for name in formulas:
+        entry = table.get(name)
+        if entry is None:
+            add(derivative(name, formulas))
+        elif entry.family != "derivative":
+            reason = "; ".join(sorted(set(entry.why.values()))) or "its own rules"
+            raise ValueError(f"op table: '{name}' has a derivative formula (hlopt.passes.optable.derivatives) "
+                             f"and a {entry.family} entry '{entry.name}' of the table ({reason}); keep one: "
+                             "drop the entry to use the formula, or drop the formula")
     return table
 
 
@@ -276,7 +288,7 @@ TABLE: dict[str, OpEntry] = build(ENTRIES)
 # The custom calls, one entry per `call_target_name`: the rules `stablehlo.custom_call` takes for it
 # (`call_table` adds the LAPACK targets of the linear-algebra table).
 CALL_ENTRIES: list[OpEntry] = [
-    custom(jet.STOP_GRADIENT, jet_rule=jet.stop_gradient, vjp_rule=vjp.stop_gradient),
+    custom(annotation_names.STOP_GRADIENT, jet_rule=jet.stop_gradient, vjp_rule=vjp.stop_gradient),
     # the partitioner's annotations: a sharding applies to the coefficients and the cotangent as
     # to the value; the shard_map boundary is crossed the other way in reverse mode
     linear("Sharding", 0, directions=lead.identity, jet_of=jet.one_operand,

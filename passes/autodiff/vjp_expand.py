@@ -57,7 +57,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar
 
-from hlopt.passes.ir import builders
+from hlopt.passes.ir import annotation_names, builders
 from hlopt.passes.base import SYMBOL_NAME, Pass, PassError, option
 from hlopt.passes.autodiff.jet_rules import remove_stop_gradients
 from hlopt.passes.mlir import ir
@@ -68,7 +68,7 @@ from hlopt.passes.rewrite.transform import (ModuleTransform, block_ops, branch_c
 from hlopt.passes.autodiff.vjp_rules import Term, VjpBuilder
 from hlopt.passes.ir.walk import MAX_INLINED_OPS, CallGraph, callee_of
 
-ANNOTATION = "hlopt.vjp"
+ANNOTATION = annotation_names.VJP
 INLINE_OPS = 32  # callees up to this size (JAX's helper wrappers) are differentiated in place
 VJP_GROWTH = 3  # ops a vjp holds per op of its function, at most about: forward, backward, cotangent sum
 RULE_TABLE = table.pass_rules("vjp", table.TABLE, table.CALLS)

@@ -439,6 +439,13 @@ def precision_of(op: ir.Operation) -> ir.Attribute | None:
     return op.attributes["precision_config"] if "precision_config" in op.attributes else None
 
 
+def swapped_precision(precision: ir.Attribute | None) -> ir.Attribute | None:
+    """A dot_general's `precision_config` (one entry per operand) for its operands swapped."""
+    if precision is None:
+        return None
+    return ir.ArrayAttr.get(list(reversed(list(ir.ArrayAttr(precision)))))
+
+
 def program_precision() -> ir.Attribute | None:
     """The `precision_config` of a product of the program being compiled that sets none
     (`hlopt.passes.target.Target.precision`); None where the program leaves it to the compiler."""

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import ClassVar, Literal, Protocol
 
 from hlopt.passes.base import Pass, PassError
+from hlopt.passes.ir import annotation_names
 from hlopt.passes.ir.dtypes import DTYPE_NAMES
 from hlopt.passes.mlir import func, ir, passmanager, sdy, stablehlo
 from hlopt.passes.registry import import_object
@@ -47,7 +48,7 @@ from hlopt.passes.target import PORTABLE
 from hlopt.passes.ir.walk import call_target, custom_calls, walk_ops
 from hlopt.passes.rewrite.patterns import Pattern, PatternSet
 
-TARGET = "hlopt.custom_partitioning"
+TARGET = annotation_names.CUSTOM_PARTITIONING
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:

@@ -6,10 +6,11 @@ of `hlopt-default` can look for sparse ops in a module without that cost when it
 
 from __future__ import annotations
 
+from hlopt.passes.ir import annotation_names
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.walk import call_target
 
-PREFIX = "hlopt.bcoo."
+PREFIX = annotation_names.BCOO_PREFIX
 
 
 def is_bcoo_op(op: ir.Operation) -> bool:

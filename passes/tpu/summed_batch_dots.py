@@ -11,10 +11,11 @@ sum is one product per point whose contraction runs over the direction and the m
 inner dimension together, and the broadcast one product per point with the directions a
 free dimension of the other operand: no copy of the broadcast operand per direction.
 
-The rewrites are those of `xla-cpu-summed-batch-dots` (its module's docstring gives
-them and their conditions): the summed dimension first among the contracted ones, and a
-dot_general one of whose operands is a broadcast along a batch dimension (the transposed
-form reverse mode makes) with that dimension free in the other operand.
+The rewrites are `hlopt.passes.rewrite.summed_batch_dots` (its docstring gives them and
+their conditions), which `xla-cpu-summed-batch-dots` declares for XLA:CPU too: the summed
+dimension first among the contracted ones, and a dot_general one of whose operands is a
+broadcast along a batch dimension (the transposed form reverse mode makes) with that
+dimension free in the other operand.
 
 Platform: declared `tpu`, so it rewrites only a module compiled for a TPU (`hlopt-opt
 --platform tpu` for IR work).
@@ -24,23 +25,25 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from hlopt.passes.xla_cpu import summed_batch_dots
+from hlopt.passes.rewrite import summed_batch_dots
+from hlopt.passes.rewrite.patterns import PatternPass, PatternSet
 
 
-class SummedBatchDots(summed_batch_dots.SummedBatchDots):
+class SummedBatchDots(PatternPass):
     """Contract a summed batch dimension inside its dot_general, for a TPU.
 
     Backend: XLA's TPU compiler computes a product per batch of a dot_general one of whose
     operands is a broadcast along that batch dimension, and of one summed over a batch dimension
     after it; benchmark: `bench/taylor_tpu.py --without tpu-summed-batch-dots` (kinetic, gradient).
 
-    The patterns of `xla-cpu-summed-batch-dots`: a floating sum from zero over one batch
-    dimension of a dot_general (read by the sum alone) becomes that dot_general with the
-    dimension contracted, first among the contracted ones; a dot_general one of whose operands
-    is a broadcast along a batch dimension has that dimension free in the other operand
-    instead (the result transposed back). The module docstring of `xla-cpu-summed-batch-dots`
+    The patterns of `hlopt.passes.rewrite.summed_batch_dots`, shared with `xla-cpu-summed-batch-dots`:
+    a floating sum from zero over one batch dimension of a dot_general (read by the sum alone)
+    becomes that dot_general with the dimension contracted, first among the contracted ones; a
+    dot_general one of whose operands is a broadcast along a batch dimension has that dimension
+    free in the other operand instead (the result transposed back). The shared module's docstring
     shows both rewrites.
     """
 
     name: ClassVar[str] = "tpu-summed-batch-dots"
     platforms: ClassVar[tuple[str, ...]] = ("tpu",)
+    PATTERNS: ClassVar[PatternSet] = summed_batch_dots.PATTERNS

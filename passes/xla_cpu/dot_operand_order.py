@@ -16,17 +16,10 @@ from typing import ClassVar
 from hlopt.passes.ir import builders
 from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.matching import dot_dims
+from hlopt.passes.rewrite.matching import dot_dims
 
 # the attributes of a dot_general this pass knows how to swap
 SWAPPABLE = {"dot_dimension_numbers", "precision_config"}
-
-
-def _swapped_precision(precision: ir.Attribute | None) -> ir.Attribute | None:
-    """A dot_general's precision_config for its operands swapped."""
-    if precision is None:
-        return None
-    return ir.ArrayAttr.get(list(reversed(list(ir.ArrayAttr(precision)))))
 
 
 def _free(rank: int, batch: list[int], contract: list[int]) -> int:
@@ -52,7 +45,7 @@ def _swapped_dot(op: ir.Operation) -> list[ir.Value] | None:
         return None
     precision = builders.precision_of(dot)
     return [builders.dot_general(rhs, lhs, lhs_batch=rb, rhs_batch=lb, lhs_contract=rc, rhs_contract=lc,
-                                 elem=builders.elem_of(source), precision_config=_swapped_precision(precision))]
+                                 elem=builders.elem_of(source), precision_config=builders.swapped_precision(precision))]
 
 
 class DotOperandOrder(PatternPass):

@@ -49,7 +49,7 @@ from typing import ClassVar
 from hlopt.passes.ir import builders as b
 from hlopt.passes.mlir import ir, stablehlo
 from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
-from hlopt.passes.xla_cpu.matching import owner_op
+from hlopt.passes.rewrite.matching import owner_op
 
 Value = ir.Value
 

@@ -23,7 +23,7 @@ from typing import ClassVar
 from hlopt.passes.ir import builders
 from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir, stablehlo
-from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims
+from hlopt.passes.rewrite.matching import DOT_ATTRIBUTES, dot_dims
 
 
 # Two dots are joined only where the operands the concatenations copy (elements of all four)

@@ -35,7 +35,7 @@ from hlopt.passes.ir import builders
 from hlopt.passes.base import option
 from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims
+from hlopt.passes.rewrite.matching import DOT_ATTRIBUTES, dot_dims, free_dims
 
 # XLA:CPU leaves a dot to its own emitter when m, k and n are all below this (YNNPACK's bound)
 YNN_MIN_SIZE = 8

@@ -36,7 +36,7 @@ from hlopt.passes.ir import builders
 from hlopt.passes.mlir import ir
 from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.rewrite.patterns import ERASE, Pattern, PatternPass, PatternSet, Plan
-from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims, owner_op
+from hlopt.passes.rewrite.matching import DOT_ATTRIBUTES, dot_dims, free_dims, owner_op
 
 
 @dataclasses.dataclass

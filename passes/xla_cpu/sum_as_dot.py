@@ -58,7 +58,7 @@ from hlopt.passes.mlir import ir
 from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet, Plan
 from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.xla_cpu import ynn_fusion
-from hlopt.passes.xla_cpu.matching import summed_dim, wide_float
+from hlopt.passes.rewrite.matching import summed_dim, wide_float
 
 
 # A sum of at most this many terms over a nested directions axis is added term by term.

@@ -51,8 +51,7 @@ from hlopt.passes.ir import builders
 from hlopt.passes.base import option
 from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.mlir import ir
-from hlopt.passes.xla_cpu.dot_operand_order import _swapped_precision
-from hlopt.passes.xla_cpu.matching import DOT_ATTRIBUTES, dot_dims, free_dims
+from hlopt.passes.rewrite.matching import DOT_ATTRIBUTES, dot_dims, free_dims
 from hlopt.passes.xla_cpu.small_dots import YNN_MIN_SIZE
 
 
@@ -104,7 +103,7 @@ def _in_ynn_order(op: ir.Operation, swap: Literal["smaller", "never"]) -> list[i
     copies = left.copied_as_lhs() + right.copied_as_rhs()
     swap = swap == "smaller" and 2 * (right.copied_as_lhs() + left.copied_as_rhs() + _size(result)) <= copies
     if swap:
-        left, right, precision = right, left, _swapped_precision(precision)
+        left, right, precision = right, left, builders.swapped_precision(precision)
     product = _in_order(left, right, builders.elem_of(result), precision)
     if product is None and (not swap or left.batch and not (left.lhs_in_order() and right.rhs_in_order())):
         return None  # in order already, or a single prime batch that the swap leaves out of order

@@ -51,6 +51,7 @@ from hlopt.passes.partitioning.lower_custom_partitioning import (
     registered_partitioner,
 )
 from hlopt.passes.partitioning.sharding_codec import DimShardings, MeshSpec, local_shape
+from hlopt.passes.ir.annotation_names import CUSTOM_PARTITIONING
 from hlopt.passes.mlir import ir
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
 
@@ -375,7 +376,7 @@ def _lowering(ctx, *operands, call, partitioner, static_args, in_tree, out_tree)
     if mesh is not None:
         config["mesh"] = ir.Attribute.parse(mesh.attribute_text())
     types = result_types(ctx)
-    results = emit_annotation("hlopt.custom_partitioning", operands, types, config,
+    results = emit_annotation(CUSTOM_PARTITIONING, operands, types, config,
                               [ir.StringAttr(body.attributes["sym_name"]).value])
     rule = partitioner.sharding_rule
     if rule is not None and mesh is not None:

@@ -64,7 +64,7 @@ from hlopt.compiler.jax_compat import (ClosedJaxpr, Jaxpr, Primitive, Var, api_b
                                        custom_jvp_call_p, jaxpr_as_fun, linear_solve_p, lower_called_computation,
                                        register_dce_rule, under_transformation)
 from hlopt.passes.autodiff.jet_expand import MAX_ORDER
-from hlopt.passes.autodiff.jet_rules import CUSTOM_JVP, LINEAR_SOLVE, STOP_GRADIENT
+from hlopt.passes.ir.annotation_names import CUSTOM_JVP, JET, LINEAR_SOLVE, STOP_GRADIENT
 from hlopt.passes.mlir import ir
 from hlopt.passes.autodiff import table
 from hlopt.primitives import annotation_primitive, emit_annotation, result_types
@@ -281,7 +281,7 @@ def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 
     elif directions:
         config["directions"] = directions
     types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in _all_outputs(jaxpr, order, directions, collapsed)]
-    return _live(emit_annotation("hlopt.jet", operands, types, config, called_computations=[name]), live)
+    return _live(emit_annotation(JET, operands, types, config, called_computations=[name]), live)
 
 
 jet_p = annotation_primitive("hlopt_jet", _abstract_eval, _lowering)

@@ -195,6 +195,17 @@ def test_two_entries_for_one_op_are_refused():
         table.build([*table.ENTRIES, table.zero("chlo.tan")])
 
 
+def test_a_formula_for_an_op_with_another_entry_is_refused():
+    # chlo.bessel_i1e's entry says no rule is written yet: a formula for it would be skipped silently
+    scratch = dict(derivatives.DERIVATIVES)
+    derivatives.def_deriv("chlo.bessel_i1e", lambda x, y: x, table=scratch)
+    with pytest.raises(ValueError, match=re.escape(
+            "'chlo.bessel_i1e' has a derivative formula (hlopt.passes.optable.derivatives) and a none entry "
+            f"'chlo.bessel_i1e' of the table ({table.NOT_YET})")):
+        table.build(table.ENTRIES, scratch)
+    assert _without("chlo.bessel_i1e", formulas=scratch)["chlo.bessel_i1e"].family == "derivative"
+
+
 # --- coverage ------------------------------------------------------------------------
 
 def jax_ops() -> set[str]:

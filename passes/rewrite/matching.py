@@ -1,4 +1,4 @@
-"""How the XLA:CPU tuning passes read the ops their patterns match: a dot_general's dimension
+"""How the platform passes read the ops their patterns match: a dot_general's dimension
 numbers and free dimensions, a sum's summed dimension, the op that holds a use.
 
 The passes declare their rewrites as pattern sets (`hlopt.passes.rewrite.patterns`).
@@ -27,7 +27,7 @@ def free_dims(v: ir.Value, batch: list[int], contract: list[int]) -> list[int]:
 
 def wide_float(v: ir.Value) -> bool:
     """Whether `v` is float32 or float64: in a narrower float a reduce rounds its sum, and a
-    dot_general each batch's result, where XLA:CPU accumulates a product in float32."""
+    dot_general each batch's result, so moving a sum into a product changes the rounding."""
     return isinstance(builders.elem_of(v), (ir.F32Type, ir.F64Type))
 
 
