@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 
+from hlopt.compiler.operations import lower_operations
 from hlopt.passes import registry
 from hlopt.passes.base import Pass, PassError, PassOptionError
 from hlopt.passes.ir.locations import call_chain, did_you_mean, error_line, format_location, shorten
@@ -65,6 +66,7 @@ class Element:
 
     text: str
     python_pass: Pass | None = None
+    per_operation: str | None = None  # a pipeline run on each hlopt operation (`registry.PER_OPERATION`)
 
 
 @dataclasses.dataclass
@@ -129,7 +131,11 @@ def _parse_elements(text: str) -> list[Element]:
         if name in registry.PIPELINES:
             if rest:
                 raise PipelineError(f"pipeline '{name}' takes no options")
-            elements.extend(_parse_elements(registry.PIPELINES[name]))
+            if name in registry.PER_OPERATION:
+                elements.append(Element(name, per_operation=registry.PIPELINES[name]))
+                elements.extend(_parse_elements(registry.PER_OPERATION[name]))
+            else:
+                elements.extend(_parse_elements(registry.PIPELINES[name]))
         elif registry.is_pass(name):
             if rest and not rest.endswith("}"):
                 raise PipelineError(f"malformed options in '{part}'")
@@ -330,6 +336,18 @@ def _python_pass_runner(p: Pass, errors: list[BaseException]) -> Callable:
     return run
 
 
+def _per_operation_runner(pipeline: str, errors: list[BaseException]) -> Callable:
+    def run(op, pass_):
+        try:
+            lower_operations(op.operation if hasattr(op, "operation") else op,
+                             lambda isolated: run_pipeline(isolated, pipeline))
+        except BaseException as e:  # noqa: BLE001 - re-raised after PassManager.run
+            errors.append(e)
+            pass_.signal_pass_failure()
+
+    return run
+
+
 def _recorder(name: str, result: PipelineResult, echo: bool) -> Callable:
     def record(op, pass_):
         result.ir_after.append((name, str(op)))
@@ -415,6 +433,8 @@ def run_pipeline(
             if el.python_pass is not None:
                 if target.runs(el.python_pass.platforms, el.python_pass.calls_runtime):
                     pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
+            elif el.per_operation is not None:
+                pm.add(_per_operation_runner(el.per_operation, errors), el.text)
             else:
                 pm.add(el.text)
             if collect_ir or print_ir_after_all:

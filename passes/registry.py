@@ -136,6 +136,14 @@ def default_pipeline(lowerings: Sequence[str], tuning: Sequence[str]) -> str:
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {"hlopt-default": default_pipeline(DEFAULT_LOWERINGS, DEFAULT_TUNING)}
 
+# The lowerings that read the whole module (the shardings around an annotation), so run on it.
+WHOLE_MODULE_LOWERINGS = ("lower-custom-partitioning",)
+# Named pipelines that run on each hlopt operation of a module in a module of its own, as the plain-JAX lowering
+# rule runs them on the one operation jax hands it (`hlopt.compiler.operations`), so that the passes, tuning
+# included, see the same code under `hlopt.jit` and `jax.jit`; name -> what then runs on the whole module.
+# The pipeline's text given in place of its name runs on the whole module, the program's own code included.
+PER_OPERATION: dict[str, str] = {"hlopt-default": ",".join((*WHOLE_MODULE_LOWERINGS, "inline", "symbol-dce"))}
+
 
 def get_pass_class(name: str) -> type[Pass]:
     module_name, class_name = PASSES[name]
