@@ -8,7 +8,7 @@ expand` drops the terms of a zero coefficient, canonicalization folds a one-hot
 direction. `constant_slices` finds such operands and `constants_module` copies
 the small computations that produce them into a function of their own, whose
 ops `use_constants` moves to the top of the operation's module in place of the
-arguments, as `hlopt.jit` sees them in the whole program.
+arguments, as they are in the program.
 """
 
 from __future__ import annotations

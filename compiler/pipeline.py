@@ -18,7 +18,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from hlopt.compiler.operations import lower_operations
 from hlopt.passes import registry
@@ -66,7 +66,7 @@ class Element:
 
     text: str
     python_pass: Pass | None = None
-    per_operation: str | None = None  # a pipeline run on each hlopt operation (`registry.PER_OPERATION`)
+    per_operation: tuple[Element, ...] | None = None  # run on each hlopt operation (`registry.PER_OPERATION`)
 
 
 @dataclasses.dataclass
@@ -132,7 +132,7 @@ def _parse_elements(text: str) -> list[Element]:
             if rest:
                 raise PipelineError(f"pipeline '{name}' takes no options")
             if name in registry.PER_OPERATION:
-                elements.append(Element(name, per_operation=registry.PIPELINES[name]))
+                elements.append(Element(name, per_operation=tuple(_parse_elements(registry.PIPELINES[name]))))
                 elements.extend(_parse_elements(registry.PER_OPERATION[name]))
             else:
                 elements.extend(_parse_elements(registry.PIPELINES[name]))
@@ -336,11 +336,11 @@ def _python_pass_runner(p: Pass, errors: list[BaseException]) -> Callable:
     return run
 
 
-def _per_operation_runner(pipeline: str, errors: list[BaseException]) -> Callable:
+def _per_operation_runner(elements: Sequence[Element], errors: list[BaseException], verify: bool) -> Callable:
     def run(op, pass_):
         try:
             lower_operations(op.operation if hasattr(op, "operation") else op,
-                             lambda isolated: run_pipeline(isolated, pipeline))
+                             lambda isolated: _run_elements(isolated, elements, verify=verify))
         except BaseException as e:  # noqa: BLE001 - re-raised after PassManager.run
             errors.append(e)
             pass_.signal_pass_failure()
@@ -416,8 +416,15 @@ def run_pipeline(
     stderr. `progress(element, seconds)` is called as each element finishes. A pass for other platforms than
     the target's (`hlopt.passes.target.compiling_for`) leaves the module as it is.
     """
+    return _run_elements(module, parse_pipeline(pipeline), collect_ir=collect_ir,
+                         print_ir_after_all=print_ir_after_all, timing=timing, verify=verify, progress=progress)
+
+
+def _run_elements(module: ir.Module, elements: Sequence[Element], *, collect_ir: bool = False,
+                  print_ir_after_all: bool = False, timing: bool = False, verify: bool = True,
+                  progress: Callable[[str, float], None] | None = None) -> PipelineResult:
+    """`run_pipeline` of the parsed `elements`."""
     last = [0.0]
-    elements = parse_pipeline(pipeline)
     check_calls(module)
     _check_shardy_entry(module, elements)
     result = PipelineResult()
@@ -434,7 +441,7 @@ def run_pipeline(
                 if target.runs(el.python_pass.platforms, el.python_pass.calls_runtime):
                     pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
             elif el.per_operation is not None:
-                pm.add(_per_operation_runner(el.per_operation, errors), el.text)
+                pm.add(_per_operation_runner(el.per_operation, errors, verify), el.text)
             else:
                 pm.add(el.text)
             if collect_ir or print_ir_after_all:

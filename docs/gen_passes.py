@@ -21,7 +21,7 @@ import textwrap
 from pathlib import Path
 
 from hlopt.passes.base import Pass
-from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, ORDER, PASSES, PIPELINES, all_passes
+from hlopt.passes.registry import ANNOTATIONS, DEFAULT_LOWERINGS, ORDER, PASSES, PER_OPERATION, PIPELINES, all_passes
 from hlopt.passes.target import PORTABLE
 
 PAGE = Path(__file__).resolve().parent / "passes.md"
@@ -128,7 +128,12 @@ def render() -> str:
             body += _paragraphs_and_blocks(_split_docstring(module_doc)[1])
         parts += body
     parts.append("## Named pipelines")
-    parts += [f"`{name}`: `{text}`" for name, text in sorted(PIPELINES.items())]
+    parts += [f"`{name}`: `{text}`" + (f" on each hlopt operation, in a module of its own (as the plain-JAX lowering "
+                                       f"rule runs it, so that `hlopt.jit` and `jax.jit` compile the same program), "
+                                       f"then `{PER_OPERATION[name]}` on the whole module; this text given in place "
+                                       f"of the name runs on the whole module, the program's own code included"
+                                       if name in PER_OPERATION else "")
+              for name, text in sorted(PIPELINES.items())]
     return "\n\n".join(parts) + "\n"
 
 

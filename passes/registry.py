@@ -87,8 +87,8 @@ ORDER: dict[str, tuple[Before, ...]] = {
     "cpu": (
         Before("xla-cpu-sparse-kernels", "lower-bcoo",
                "xla-cpu-sparse-kernels reads the sparse products' annotations, which lower-bcoo lowers"),
-        Before(("inline", "cse"), CPU_TUNING, "each tuning pass sees the whole program in one function, with "
-                                                  "equal ops made one"),
+        Before(("inline", "cse"), CPU_TUNING, "each tuning pass sees all the code it tunes (an hlopt operation's) "
+                                                  "in one function, with equal ops made one"),
         Before("cse", "xla-cpu-stack-dots", "equal dots are one before xla-cpu-stack-dots stacks them (stacked, XLA "
                                             "would compute the one twice)"),
         Before("xla-cpu-gather-blocks", ("xla-cpu-sum-as-dot", "xla-cpu-column-selects"),
