@@ -142,7 +142,7 @@ WHOLE_MODULE_LOWERINGS = ("lower-custom-partitioning",)
 # rule runs them on the one operation jax hands it (`hlopt.compiler.operations`), so that the passes, tuning
 # included, see the same code under `hlopt.jit` and `jax.jit`; name -> what then runs on the whole module.
 # The pipeline's text given in place of its name runs on the whole module, the program's own code included.
-PER_OPERATION: dict[str, str] = {"hlopt-default": ",".join((*WHOLE_MODULE_LOWERINGS, "inline", "symbol-dce"))}
+PER_OPERATION: dict[str, str] = {"hlopt-default": ",".join((*WHOLE_MODULE_LOWERINGS, "symbol-dce"))}
 
 
 def get_pass_class(name: str) -> type[Pass]:

@@ -437,15 +437,20 @@ def _same_program_text(compiled_text: str) -> str:
     """XLA's optimized HLO text without what names the program rather than what it computes: debug
     information, instruction, computation and parameter names, the order of backend_config's keys,
     and the module's header attributes (jax.jit's module states its sharding propagation)."""
-    blocks = [b for b in compiled_text.split("\n\n")
-              if not re.match(r"(FileNames|FunctionNames|FileLocations|StackFrames)\n", b)]
+    blocks = [b.strip("\n") for b in compiled_text.split("\n\n")
+              if b.strip() and not re.match(r"(FileNames|FunctionNames|FileLocations|StackFrames)\n", b)]
     text = "\n\n".join(blocks)
     text = re.sub(r", metadata=\{[^{}]*\}", "", text)
-    text = re.sub(r"backend_config=(\{.*\})(?=$|,)",
-                  lambda m: "backend_config=" + json.dumps(json.loads(m[1]), sort_keys=True), text, flags=re.M)
+    text = re.sub(r'backend_config=(\{"[^\n]*)', lambda m: "backend_config=" + _sorted_json(m[1]), text)
     text = re.sub(r"%[\w.\-]+", "%x", text)
-    text = re.sub(r"[\w.\-]+(?=: [a-z]+\d*\[)", "p", text)  # parameter names in computation signatures
-    return re.sub(r"^HloModule .*$", "HloModule", text, count=1, flags=re.M)
+    text = re.sub(r"[\w.\-]+(?=: \(|: [a-z]+\d*\[)", "p", text)  # parameter names in computation signatures
+    return re.sub(r"^HloModule .*$", "HloModule", text, count=1, flags=re.M).strip()
+
+
+def _sorted_json(text: str) -> str:
+    """`text` with the JSON object it starts with printed with sorted keys."""
+    value, end = json.JSONDecoder().raw_decode(text)
+    return json.dumps(value, sort_keys=True) + text[end:]
 
 
 def _pinn_gradient(params, points, boundary):

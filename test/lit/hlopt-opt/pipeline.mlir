@@ -16,10 +16,12 @@ func.func @cse(%a: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+// hlopt-default leaves the program's own code as it is, calls included, as jax.jit hands it to
+// XLA; `inline` inlines them.
 // DEFAULT-LABEL: func.func @main
-// DEFAULT-NOT: call @callee
+// DEFAULT: call @callee
+// DEFAULT: func.func private @callee
 // DEFAULT: stablehlo.cosine
-// DEFAULT-NOT: func.func private @callee
 func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = func.call @callee(%a) : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
@@ -37,11 +39,12 @@ func.func private @callee(%a: tensor<4xf32>) -> tensor<4xf32> {
 // (portable IR) or another, the jet's sums stay reduces too.
 // DEFAULT-LABEL: func.func @main
 // DEFAULT-NOT: stablehlo.dot_general
-// DEFAULT-NOT: func.func private
 // CPU-LABEL: func.func @main
 // CPU: stablehlo.reduce(%arg0
+// CPU: call @hlopt_jet(
+// CPU-LABEL: func.func private @hlopt_jet(
+// CPU-NOT: stablehlo.reduce
 // CPU: stablehlo.dot_general
-// CPU-NOT: func.func private
 func.func @main(%x: tensor<3x4x5xf32>, %x1: tensor<3x4x5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<3x4x5xf32>, tensor<f32>) -> tensor<4x5xf32>
