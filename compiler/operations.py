@@ -108,7 +108,8 @@ def _fresh_name(taken: ir.SymbolTable, base: str) -> str:
 
 def replace_with_call(op: ir.Operation, plain: ir.Module, module: ir.Operation) -> None:
     """Move `plain`'s functions (the operation made plain) into `module`, renamed apart and private,
-    and replace the annotation `op` by a call of its `@main`. `plain` is consumed."""
+    and replace the annotation `op` by a call of its `@main`. `plain` is consumed; its module
+    attributes (an XLA option a pass records) are not moved, as jax's module has no place for them."""
     table = ir.SymbolTable(module)
     base = (call_target(op) or "operation").replace(".", "_")
     entry = None
