@@ -60,7 +60,8 @@ def program_operations(module: ir.Operation) -> list[ir.Operation]:
 
 
 def _called(op: ir.Operation, graph: CallGraph) -> list[str]:
-    """The functions `op` calls, directly or through others, each once."""
+    """The functions `op` calls, directly or through others, in the module's order (the passes
+    expand nested annotations in it)."""
     pending = [callee for key in CALL_ATTRIBUTES if key in op.attributes
                for callee in symbols_named(op.attributes[key]) if callee in graph.functions]
     reached: dict[str, None] = {}
@@ -69,14 +70,22 @@ def _called(op: ir.Operation, graph: CallGraph) -> list[str]:
         if name not in reached:
             reached[name] = None
             pending.extend(callee for callee, _ in graph.calls[name])
-    return list(reached)
+    return [name for name in graph.functions if name in reached]
+
+
+def read_results(op: ir.Operation) -> list[ir.Value]:
+    """The results of `op` that the program reads: those its module returns (jax's lowering rule
+    module returns only those jax's dead-code elimination keeps)."""
+    return [result for result in op.results if any(True for _ in result.uses)]
 
 
 def operation_module(op: ir.Operation, module: ir.Operation, graph: CallGraph) -> ir.Module:
-    """A module whose public `@main` computes the annotation `op` of its operands, with copies of the
-    functions it calls and of `module`'s meshes, and with the operands computed from constants alone
-    computed there from those constants (`use_constants`)."""
+    """A module whose public `@main` computes the results the program reads of the annotation `op`
+    (`read_results`) from its operands, with copies of the functions it calls and of `module`'s
+    meshes, and with the operands computed from constants alone computed there from those constants
+    (`use_constants`)."""
     operands = list(op.operands)
+    read = [result.result_number for result in read_results(op)]
     with ir.Location.unknown():
         isolated = ir.Module.create()
         with ir.InsertionPoint(isolated.body):
@@ -85,13 +94,13 @@ def operation_module(op: ir.Operation, module: ir.Operation, graph: CallGraph) -
                     top.operation.clone()
             for name in _called(op, graph):
                 graph.functions[name].clone()
-            main = func.FuncOp(OPERATION_FUNCTION, ([v.type for v in operands], [r.type for r in op.results]))
+            main = func.FuncOp(OPERATION_FUNCTION, ([v.type for v in operands], [op.results[i].type for i in read]))
         block = main.add_entry_block()
         with ir.InsertionPoint(block):
             copy = op.clone()
             for i, argument in enumerate(block.arguments):
                 copy.operands[i] = argument
-            func.ReturnOp(list(copy.results))
+            func.ReturnOp([copy.results[i] for i in read])
         positions = constant_positions(operands)
         if positions:
             use_constants(isolated, constants_module(operands, positions), list(positions))
@@ -108,7 +117,7 @@ def _fresh_name(taken: ir.SymbolTable, base: str) -> str:
 
 def replace_with_call(op: ir.Operation, plain: ir.Module, module: ir.Operation) -> None:
     """Move `plain`'s functions (the operation made plain) into `module`, renamed apart and private,
-    and replace the annotation `op` by a call of its `@main`. `plain` is consumed; its module
+    and replace the annotation `op` by a call of its `@main` (`operation_module`'s). `plain` is consumed; its module
     attributes (an XLA option a pass records) are not moved, as jax's module has no place for them."""
     table = ir.SymbolTable(module)
     base = (call_target(op) or "operation").replace(".", "_")
@@ -125,9 +134,10 @@ def replace_with_call(op: ir.Operation, plain: ir.Module, module: ir.Operation) 
         table.insert(top.operation)
         if old == OPERATION_FUNCTION:
             entry = new
+    read = read_results(op)
     with op.location, ir.InsertionPoint(op):
-        call = func.CallOp([r.type for r in op.results], ir.FlatSymbolRefAttr.get(entry), list(op.operands))
-    for old_result, new_result in zip(op.results, call.results):
+        call = func.CallOp([r.type for r in read], ir.FlatSymbolRefAttr.get(entry), list(op.operands))
+    for old_result, new_result in zip(read, call.results):
         old_result.replace_all_uses_with(new_result)
     op.erase()
 
