@@ -494,3 +494,24 @@ def test_hlopt_jit_and_jax_jit_compile_the_same_program_for_cpu(name):
             whole = hlopt.jit(fun).lower(*args).compile(PIPELINES["hlopt-default"]).as_text()
             assert _same_program_text(whole) != plain
         assert_tree_close(hlopt.jit(fun)(*args), jax.jit(fun)(*args), rtol=1e-6)
+
+
+def test_an_operation_is_made_plain_for_the_results_the_program_reads():
+    """The module an operation is made plain in returns only the results the program reads, as
+    jax's rule module does: the gradient's vjp returns every cotangent, of which the program
+    reads the weights' alone (made plain with all of them, the tuning passes rewrote the read ones
+    with the others, and a wavefunction gradient lost accuracy)."""
+    from hlopt.compiler.operations import operation_module, program_operations, read_results
+    from hlopt.passes.ir.walk import CallGraph, call_target
+    from hlopt.passes.mlir import ir
+
+    orbitals, walkers = _parity_cases()["kinetic_energy"][1]
+    energy = lambda p, xs: jnp.mean(jax.vmap(_kinetic_energy, in_axes=(None, 0))(p, xs))  # noqa: E731
+    module = hlopt.lower(jax.grad(energy), orbitals, walkers).module.operation
+    with module.context:
+        (vjp,) = [op for op in program_operations(module) if call_target(op) == "hlopt.vjp"]
+        read = read_results(vjp)
+        isolated = operation_module(vjp, module, CallGraph.of(module))
+        main = ir.SymbolTable(isolated.operation)["main"]
+        assert 0 < len(read) < len(vjp.results)
+        assert [str(t) for t in main.type.results] == [str(r.type) for r in read]
