@@ -132,8 +132,10 @@ def _parse_elements(text: str) -> list[Element]:
             if rest:
                 raise PipelineError(f"pipeline '{name}' takes no options")
             if name in registry.PER_OPERATION:
+                before, after = registry.PER_OPERATION[name]
+                elements.extend(_parse_elements(before))
                 elements.append(Element(name, per_operation=tuple(_parse_elements(registry.PIPELINES[name]))))
-                elements.extend(_parse_elements(registry.PER_OPERATION[name]))
+                elements.extend(_parse_elements(after))
             else:
                 elements.extend(_parse_elements(registry.PIPELINES[name]))
         elif registry.is_pass(name):

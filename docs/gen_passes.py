@@ -130,8 +130,9 @@ def render() -> str:
     parts.append("## Named pipelines")
     parts += [f"`{name}`: `{text}`" + (f" on each hlopt operation, in a module of its own (as the plain-JAX lowering "
                                        f"rule runs it, so that `hlopt.jit` and `jax.jit` compile the same program), "
-                                       f"then `{PER_OPERATION[name]}` on the whole module; this text given in place "
-                                       f"of the name runs on the whole module, the program's own code included"
+                                       f"after `{PER_OPERATION[name][0]}` and before `{PER_OPERATION[name][1]}` on the "
+                                       f"whole module; this text given in place of the name runs on the whole module, "
+                                       f"the program's own code included"
                                        if name in PER_OPERATION else "")
               for name, text in sorted(PIPELINES.items())]
     return "\n\n".join(parts) + "\n"
