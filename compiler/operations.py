@@ -5,9 +5,10 @@ time, as the plain-JAX lowering rule makes the one operation jax hands it:
 each operation of the program's own code (an annotation outside every other
 annotation's body) is copied into a module of its own, with the functions it
 calls and those of its operands that the program computes from constants
-alone; the pipeline runs there; the operation becomes a call of the result.
-So the passes, tuning included, see the same code whichever jit compiles the
-program, and the program's own code reaches XLA as under `jax.jit`.
+alone, returning the results the program reads; the pipeline runs there; the
+operation becomes a call of the result. So the passes, tuning included, see the
+same code whichever jit compiles the program, and the program's own code
+reaches XLA as under `jax.jit`.
 
 `hlopt.custom_partitioning` is the exception (`registry.WHOLE_MODULE_LOWERINGS`):
 its lowering propagates shardings through the whole program, and runs on it.
@@ -53,7 +54,8 @@ def _body(module: ir.Operation) -> ir.Block:
 
 
 def program_operations(module: ir.Operation) -> list[ir.Operation]:
-    """The hlopt operations of the program's own code (`module`: a `builtin.module`) that are made plain one by one, in walk order."""
+    """The hlopt operations of the program's own code (`module`: a `builtin.module`) that are made
+    plain one by one."""
     graph = CallGraph.of(module)
     return [op for name in _program_functions(graph) for op in walk_ops(graph.functions[name], "stablehlo.custom_call")
             if _annotation(op) not in (None, *WHOLE_MODULE_LOWERINGS)]
