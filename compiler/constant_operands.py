@@ -13,6 +13,7 @@ arguments, as they are in the program.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from hlopt.passes.mlir import func, ir
@@ -31,8 +32,12 @@ CONSTANTS_FUNCTION = "hlopt_constant_operands"
 
 
 def _small_literal(op: ir.Operation) -> bool:
-    value = ir.DenseElementsAttr(op.attributes["value"])
-    return value.is_splat or len(value) <= MAX_DENSE_ELEMENTS
+    if math.prod(ir.RankedTensorType(op.result.type).shape) <= MAX_DENSE_ELEMENTS:
+        return True
+    try:
+        return ir.DenseElementsAttr(op.attributes["value"]).is_splat
+    except TypeError:  # the bindings read no complex literal: a large one stays an operand
+        return False
 
 
 def constant_slice(value: ir.Value) -> list[ir.Operation] | None:
