@@ -115,8 +115,9 @@ def parse_pipeline(text: str) -> list[Element]:
     if len(text) > MAX_PIPELINE_CHARS:
         raise PipelineError(f"pipeline of {len(text)} characters; hlopt takes at most {MAX_PIPELINE_CHARS}")
     elements = _parse_elements(text)
-    if len(elements) > MAX_PIPELINE_ELEMENTS:
-        raise PipelineError(f"pipeline of {len(elements)} passes; hlopt runs at most {MAX_PIPELINE_ELEMENTS}")
+    count = _count(elements)
+    if count > MAX_PIPELINE_ELEMENTS:
+        raise PipelineError(f"pipeline of {count} passes; hlopt runs at most {MAX_PIPELINE_ELEMENTS}")
     return elements
 
 
@@ -155,9 +156,14 @@ def _parse_elements(text: str) -> list[Element]:
                     "in place. Install the pinned jaxlib, or drop 'inline' from the pipeline"
                 )
             elements.append(Element(part))
-        if len(elements) > MAX_PIPELINE_ELEMENTS:
+        if _count(elements) > MAX_PIPELINE_ELEMENTS:
             break
     return elements
+
+
+def _count(elements: Sequence[Element]) -> int:
+    """The passes `elements` run, those each hlopt operation runs counted once."""
+    return sum(1 + len(el.per_operation or ()) for el in elements)
 
 
 _INLINE = re.compile(r"(?<![\w-])inline(?![\w-])")
