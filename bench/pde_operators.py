@@ -189,7 +189,9 @@ def peak_memory_in_subprocess() -> dict:
 
 
 def run(title, methods, args, repeat, memory, ref="collapsed") -> list[dict]:
-    """Time `methods` interleaved; print each one's median, ratio to `ref`, time to first
+    """Time `methods` interleaved, the order rotated from round to round, each timed call right
+    after an untimed call of the same program (a call that follows another program's long run
+    is slower, whichever it is); print each one's median, ratio to `ref`, time to first
     result, peak memory (`memory[name]`), and largest difference from `ref`'s output, and
     return those as one figure per method."""
     progress(f"{title}: compiling {len(methods)} methods, then {repeat} interleaved rounds")
@@ -201,10 +203,12 @@ def run(title, methods, args, repeat, memory, ref="collapsed") -> list[dict]:
         first[name] = time.perf_counter() - t0
         out[name] = np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree_util.tree_leaves(result)])
     times = {name: [] for name in methods}
-    for _ in range(repeat):
-        for name, fn in methods.items():
+    names = list(methods)
+    for r in range(repeat):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            jax.block_until_ready(methods[name](*args))  # untimed: the timed call follows its own program
             t0 = time.perf_counter()
-            jax.block_until_ready(fn(*args))
+            jax.block_until_ready(methods[name](*args))
             times[name].append(time.perf_counter() - t0)
     figures = []
     print(f"\n== {title}")

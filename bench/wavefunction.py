@@ -24,7 +24,8 @@ each method's call right after an untimed call of the same program: a call that 
 another program's long run (the Hessian's) ran up to 1.7x slower than the same call after
 itself, whichever method it was, which a fixed order charged to the method after the Hessian.
 Per method: the median over --repeat interleaved rounds, the median of each round's
-ratio folx / method (above 1: faster than folx), the same ratio of the CPU time the
+ratio folx / method (above 1: faster than folx) and of method / hlopt (`over_hlopt`: for
+hlopt-jax, jax.jit's time over hlopt.jit's), the same ratio of the CPU time the
 process spent in the call (all threads; `time.process_time`), which on a loaded shared
 machine varies less than wall-clock time does (other processes' work is not counted), the largest difference from the
 Hessian trace in float64 on the same inputs (relative to its largest value; the kinetic
@@ -164,6 +165,8 @@ def main() -> None:
                                 "cpu_s": float(np.median(cpu[m])), "cpu_ratio": float(np.median(cpu_ratios)),
                                 "cpu_ratio_min": float(min(cpu_ratios)), "cpu_ratio_max": float(max(cpu_ratios)),
                                 "peak_mib": peak, "max_rel_diff_vs_float64_hessian": diff,
+                                "over_hlopt": float(np.median([t / h for t, h in zip(times[m], times["hlopt"])])),
+                                "over_hlopt_is": "method / hlopt, median of per-round ratios",
                                 "xla_options": ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"})
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     write_record("wavefunction", figures, load_before=load_before,

@@ -8,11 +8,12 @@ expand` drops the terms of a zero coefficient, canonicalization folds a one-hot
 direction. `constant_slices` finds such operands and `constants_module` copies
 the small computations that produce them into a function of their own, whose
 ops `use_constants` moves to the top of the operation's module in place of the
-arguments, as `hlopt.jit` sees them in the whole program.
+arguments, as they are in the program.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from hlopt.passes.mlir import func, ir
@@ -31,8 +32,12 @@ CONSTANTS_FUNCTION = "hlopt_constant_operands"
 
 
 def _small_literal(op: ir.Operation) -> bool:
-    value = ir.DenseElementsAttr(op.attributes["value"])
-    return value.is_splat or len(value) <= MAX_DENSE_ELEMENTS
+    if math.prod(ir.RankedTensorType(op.result.type).shape) <= MAX_DENSE_ELEMENTS:
+        return True
+    try:
+        return ir.DenseElementsAttr(op.attributes["value"]).is_splat
+    except TypeError:  # the bindings read no complex literal: a large one stays an operand
+        return False
 
 
 def constant_slice(value: ir.Value) -> list[ir.Operation] | None:

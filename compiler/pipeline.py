@@ -18,8 +18,9 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
+from hlopt.compiler.operations import lower_operations
 from hlopt.passes import registry
 from hlopt.passes.base import Pass, PassError, PassOptionError
 from hlopt.passes.ir.locations import call_chain, did_you_mean, error_line, format_location, shorten
@@ -65,6 +66,7 @@ class Element:
 
     text: str
     python_pass: Pass | None = None
+    per_operation: tuple[Element, ...] | None = None  # run on each hlopt operation (`registry.PER_OPERATION`)
 
 
 @dataclasses.dataclass
@@ -113,8 +115,9 @@ def parse_pipeline(text: str) -> list[Element]:
     if len(text) > MAX_PIPELINE_CHARS:
         raise PipelineError(f"pipeline of {len(text)} characters; hlopt takes at most {MAX_PIPELINE_CHARS}")
     elements = _parse_elements(text)
-    if len(elements) > MAX_PIPELINE_ELEMENTS:
-        raise PipelineError(f"pipeline of {len(elements)} passes; hlopt runs at most {MAX_PIPELINE_ELEMENTS}")
+    count = _count(elements)
+    if count > MAX_PIPELINE_ELEMENTS:
+        raise PipelineError(f"pipeline of {count} passes; hlopt runs at most {MAX_PIPELINE_ELEMENTS}")
     return elements
 
 
@@ -129,7 +132,13 @@ def _parse_elements(text: str) -> list[Element]:
         if name in registry.PIPELINES:
             if rest:
                 raise PipelineError(f"pipeline '{name}' takes no options")
-            elements.extend(_parse_elements(registry.PIPELINES[name]))
+            if name in registry.PER_OPERATION:
+                before, after = registry.PER_OPERATION[name]
+                elements.extend(_parse_elements(before))
+                elements.append(Element(name, per_operation=tuple(_parse_elements(registry.PIPELINES[name]))))
+                elements.extend(_parse_elements(after))
+            else:
+                elements.extend(_parse_elements(registry.PIPELINES[name]))
         elif registry.is_pass(name):
             if rest and not rest.endswith("}"):
                 raise PipelineError(f"malformed options in '{part}'")
@@ -147,9 +156,14 @@ def _parse_elements(text: str) -> list[Element]:
                     "in place. Install the pinned jaxlib, or drop 'inline' from the pipeline"
                 )
             elements.append(Element(part))
-        if len(elements) > MAX_PIPELINE_ELEMENTS:
+        if _count(elements) > MAX_PIPELINE_ELEMENTS:
             break
     return elements
+
+
+def _count(elements: Sequence[Element]) -> int:
+    """The passes `elements` run, those each hlopt operation runs counted once."""
+    return sum(1 + len(el.per_operation or ()) for el in elements)
 
 
 _INLINE = re.compile(r"(?<![\w-])inline(?![\w-])")
@@ -330,6 +344,18 @@ def _python_pass_runner(p: Pass, errors: list[BaseException]) -> Callable:
     return run
 
 
+def _per_operation_runner(elements: Sequence[Element], errors: list[BaseException], verify: bool) -> Callable:
+    def run(op, pass_):
+        try:
+            lower_operations(op.operation if hasattr(op, "operation") else op,
+                             lambda isolated: _run_elements(isolated, elements, verify=verify))
+        except BaseException as e:  # noqa: BLE001 - re-raised after PassManager.run
+            errors.append(e)
+            pass_.signal_pass_failure()
+
+    return run
+
+
 def _recorder(name: str, result: PipelineResult, echo: bool) -> Callable:
     def record(op, pass_):
         result.ir_after.append((name, str(op)))
@@ -398,8 +424,15 @@ def run_pipeline(
     stderr. `progress(element, seconds)` is called as each element finishes. A pass for other platforms than
     the target's (`hlopt.passes.target.compiling_for`) leaves the module as it is.
     """
+    return _run_elements(module, parse_pipeline(pipeline), collect_ir=collect_ir,
+                         print_ir_after_all=print_ir_after_all, timing=timing, verify=verify, progress=progress)
+
+
+def _run_elements(module: ir.Module, elements: Sequence[Element], *, collect_ir: bool = False,
+                  print_ir_after_all: bool = False, timing: bool = False, verify: bool = True,
+                  progress: Callable[[str, float], None] | None = None) -> PipelineResult:
+    """`run_pipeline` of the parsed `elements`."""
     last = [0.0]
-    elements = parse_pipeline(pipeline)
     check_calls(module)
     _check_shardy_entry(module, elements)
     result = PipelineResult()
@@ -415,6 +448,8 @@ def run_pipeline(
             if el.python_pass is not None:
                 if target.runs(el.python_pass.platforms, el.python_pass.calls_runtime):
                     pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
+            elif el.per_operation is not None:
+                pm.add(_per_operation_runner(el.per_operation, errors, verify), el.text)
             else:
                 pm.add(el.text)
             if collect_ir or print_ir_after_all:

@@ -54,7 +54,8 @@ Backend = Callable[["Lowered", str, CompilerOptions], Any]
 HostCompile = Callable[[dict[str, Any] | None], tuple[Any, ir.Module]]
 
 # The pipeline that turns the annotation form of one hlopt operation into plain StableHLO
-# when jax itself lowers the operation (hlopt.jit runs the same one on the whole program).
+# when jax itself lowers the operation (hlopt.jit runs the same one, which makes each operation of
+# the program plain in a module of its own: `hlopt.compiler.operations`).
 PLAIN_PIPELINE = "hlopt-default"
 
 

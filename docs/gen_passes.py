@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 
 from hlopt.passes.base import ANNOTATIONS, Pass
-from hlopt.passes.registry import DEFAULT_LOWERINGS, ORDER, PASSES, PIPELINES, all_passes
+from hlopt.passes.registry import DEFAULT_LOWERINGS, ORDER, PASSES, PER_OPERATION, PIPELINES, all_passes
 from hlopt.passes.target import PORTABLE
 
 PAGE = Path(__file__).resolve().parent / "passes.md"
@@ -136,7 +136,13 @@ def render() -> str:
                 body += _paragraphs_and_blocks(_split_docstring(module_doc)[1])
         parts += body
     parts.append("## Named pipelines")
-    parts += [f"`{name}`: `{text}`" for name, text in sorted(PIPELINES.items())]
+    parts += [f"`{name}`: `{text}`" + (f" on each hlopt operation, in a module of its own (as the plain-JAX lowering "
+                                       f"rule runs it, so that `hlopt.jit` and `jax.jit` compile the same program), "
+                                       f"after `{PER_OPERATION[name][0]}` and before `{PER_OPERATION[name][1]}` on the "
+                                       f"whole module; this text given in place of the name runs on the whole module, "
+                                       f"the program's own code included"
+                                       if name in PER_OPERATION else "")
+              for name, text in sorted(PIPELINES.items())]
     return "\n\n".join(parts) + "\n"
 
 

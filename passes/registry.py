@@ -88,8 +88,8 @@ ORDER: dict[str, tuple[Before, ...]] = {
     "cpu": (
         Before("xla-cpu-sparse-kernels", "lower-bcoo",
                "xla-cpu-sparse-kernels reads the sparse products' annotations, which lower-bcoo lowers"),
-        Before(("inline", "cse"), CPU_TUNING, "each tuning pass sees the whole program in one function, with "
-                                                  "equal ops made one"),
+        Before(("inline", "cse"), CPU_TUNING, "each tuning pass sees all the code it tunes (an hlopt operation's) "
+                                                  "in one function, with equal ops made one"),
         Before("cse", "xla-cpu-stack-dots", "equal dots are one before xla-cpu-stack-dots stacks them (stacked, XLA "
                                             "would compute the one twice)"),
         Before("xla-cpu-gather-blocks", ("xla-cpu-sum-as-dot", "xla-cpu-column-selects"),
@@ -136,6 +136,18 @@ def default_pipeline(lowerings: Sequence[str], tuning: Sequence[str]) -> str:
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {"hlopt-default": default_pipeline(DEFAULT_LOWERINGS, DEFAULT_TUNING)}
+
+# The passes of `hlopt-default` that read the program's code around an annotation, so run on the whole
+# module: before its operations are made plain, jet-collapse (which folds the program's sum over a jet's
+# directions into the jet); after, lower-custom-partitioning (which propagates shardings through the program).
+WHOLE_MODULE_BEFORE = ("jet-collapse",)
+WHOLE_MODULE_LOWERINGS = ("lower-custom-partitioning",)
+# Named pipelines that run on each hlopt operation of a module in a module of its own, as the plain-JAX lowering
+# rule runs them on the one operation jax hands it (`hlopt.compiler.operations`), so that the passes, tuning
+# included, see the same code under `hlopt.jit` and `jax.jit`; name -> what runs on the whole module before and
+# after. The pipeline's text given in place of its name runs on the whole module, the program's own code included.
+PER_OPERATION: dict[str, tuple[str, str]] = {
+    "hlopt-default": (",".join(WHOLE_MODULE_BEFORE), ",".join((*WHOLE_MODULE_LOWERINGS, "symbol-dce")))}
 
 
 def get_pass_class(name: str) -> type[Pass]:

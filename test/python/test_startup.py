@@ -57,7 +57,7 @@ def test_hlopt_opt_loads_no_jax(tmp_path):
     assert loaded(f"""
         from hlopt.cli.opt import main
         assert main(["--list-passes"]) == 0
-        assert main([{str(path)!r}, "-p", "hlopt-default,check-key-reuse", "-o", {str(out)!r}]) == 0
+        assert main([{str(path)!r}, "-p", "hlopt-default,inline,check-key-reuse", "-o", {str(out)!r}]) == 0
     """) == []
     assert "call @g" not in out.read_text()  # `inline` ran
 

@@ -16,10 +16,12 @@ func.func @cse(%a: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
+// hlopt-default leaves the program's own code as it is, calls included, as jax.jit hands it to
+// XLA; `inline` inlines them.
 // DEFAULT-LABEL: func.func @main
-// DEFAULT-NOT: call @callee
+// DEFAULT: call @callee
+// DEFAULT: func.func private @callee
 // DEFAULT: stablehlo.cosine
-// DEFAULT-NOT: func.func private @callee
 func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = func.call @callee(%a) : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
@@ -31,16 +33,27 @@ func.func private @callee(%a: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-// hlopt-default tunes for XLA:CPU only when the module is compiled for the cpu platform; for
-// no platform (portable IR) or another, a plain sum stays a reduce.
-// DEFAULT-LABEL: func.func @sum
-// DEFAULT: stablehlo.reduce
+// hlopt-default tunes for XLA:CPU only when the module is compiled for the cpu platform, and only
+// the code an hlopt operation becomes (here the jet of @body), as the plain-JAX lowering rule does:
+// the program's own sum (@main's reduce) stays a reduce, as under jax.jit. For no platform
+// (portable IR) or another, the jet's sums stay reduces too.
+// DEFAULT-LABEL: func.func @main
 // DEFAULT-NOT: stablehlo.dot_general
-// CPU-LABEL: func.func @sum
+// CPU-LABEL: func.func @main
+// CPU: stablehlo.reduce(%arg0
+// CPU: call @hlopt_jet(
+// CPU-LABEL: func.func private @hlopt_jet(
 // CPU-NOT: stablehlo.reduce
 // CPU: stablehlo.dot_general
-func.func @sum(%x: tensor<3x4x5xf32>) -> tensor<4x5xf32> {
+func.func @main(%x: tensor<3x4x5xf32>, %x1: tensor<3x4x5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>) {
   %c0 = stablehlo.constant dense<0.0> : tensor<f32>
   %0 = stablehlo.reduce(%x init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<3x4x5xf32>, tensor<f32>) -> tensor<4x5xf32>
+  %r:2 = stablehlo.custom_call @hlopt.jet(%x, %x1) {api_version = 4 : i32, called_computations = [@body], backend_config = {order = 1 : i64}} : (tensor<3x4x5xf32>, tensor<3x4x5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>)
+  return %0, %r#1 : tensor<4x5xf32>, tensor<4x5xf32>
+}
+func.func private @body(%x: tensor<3x4x5xf32>) -> tensor<4x5xf32> {
+  %c0 = stablehlo.constant dense<0.0> : tensor<f32>
+  %s = stablehlo.sine %x : tensor<3x4x5xf32>
+  %0 = stablehlo.reduce(%s init: %c0) applies stablehlo.add across dimensions = [0] : (tensor<3x4x5xf32>, tensor<f32>) -> tensor<4x5xf32>
   return %0 : tensor<4x5xf32>
 }

@@ -11,11 +11,15 @@
 // CHECK-SAME: (%[[X:[^:]*]]: tensor<3xf32>, %[[W:[^:]*]]: tensor<3xf32>, %[[X1:[^:]*]]: tensor<3xf32>, %[[W1:[^:]*]]: tensor<3xf32>)
 // CHECK-NOT: %[[W1]]
 // CHECK: return
+// hlopt-default makes the operation plain in a function of its own, which @main calls (as
+// under jax.jit); the jet's body @f is gone.
 // DEFAULT-LABEL: func.func @main
-// DEFAULT-NOT: call
+// DEFAULT-NOT: custom_call
+// DEFAULT: call @hlopt_jet(
+// DEFAULT-NOT: func.func private @f(
+// DEFAULT-LABEL: func.func private @hlopt_jet(
 // DEFAULT-NOT: custom_call
 // DEFAULT: stablehlo.cosine
-// DEFAULT-NOT: func.func private
 func.func @main(%x: tensor<3xf32>, %w: tensor<3xf32>, %x1: tensor<3xf32>) -> tensor<3xf32> {
   %z = stablehlo.constant dense<0.0> : tensor<f32>
   %zb = stablehlo.broadcast_in_dim %z, dims = [] : (tensor<f32>) -> tensor<3xf32>
