@@ -154,31 +154,38 @@ def test_key_covers_the_passes_code(cache_dir, monkeypatch):
     assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
 
 
-def test_key_covers_the_registered_kernels_source_for_sparse_modules_only(tmp_path, monkeypatch):
+def test_key_covers_the_registered_kernels_source_for_sparse_modules_only(tmp_path):
     """A kernel the passes copy into programs (hlopt.sparse's Pallas products) is part of a sparse module's
-    key: a kernel of another package gives another key, and editing a file of that package another again.
-    A module without sparse ops keys the same whichever kernel is registered (a fresh process that never
-    imported hlopt.sparse finds its entries)."""
+    key: a kernel of another package gives another key, the same kernel file beside another version of a
+    file of its package another again, and a copy of the package elsewhere the same key (its contents are
+    hashed, not where it lies). A module without sparse ops keys the same whichever kernel is registered
+    (a fresh process that never imported hlopt.sparse finds its entries)."""
+    import importlib.util
+
     from hlopt.passes.tpu import sparse_products
 
-    module = tmp_path / "scratch_kernel.py"
-    module.write_text("def kernel(*args):\n    return None\n")
-    (tmp_path / "scratch_kernel_helpers.py").write_text("LANES = 128\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import scratch_kernel
+    def package(folder: str, lanes: int):
+        """The kernel of a scratch package `folder`, beside a helper file holding `lanes`."""
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "scratch_kernel.py").write_text("def kernel(*args):\n    return None\n")
+        (tmp_path / folder / "scratch_kernel_helpers.py").write_text(f"LANES = {lanes}\n")
+        spec = importlib.util.spec_from_file_location(f"scratch_kernel_{folder}", tmp_path / folder / "scratch_kernel.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.kernel
 
+    kernels = [None, package("a", 128), package("b", 256), package("copy_of_a", 128)]
     sparse, dense = b"... @hlopt.bcoo.dot_general ...", b"... stablehlo.dot_general ..."
     kept = sparse_products.register_product_kernel(None)
     try:
-        keys = [(cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense))]
-        sparse_products.register_product_kernel(scratch_kernel.kernel)
-        keys.append((cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense)))
-        (tmp_path / "scratch_kernel_helpers.py").write_text("LANES = 256\n")
-        cache_mod._source_digest.cache_clear()
-        keys.append((cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense)))
+        keys = []
+        for kernel in kernels:
+            sparse_products.register_product_kernel(kernel)
+            keys.append((cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense)))
     finally:
         sparse_products.register_product_kernel(kept)
-    assert len({k[0] for k in keys}) == 3
+    none, a, b, copy_of_a = (k[0] for k in keys)
+    assert len({none, a, b}) == 3 and copy_of_a == a
     assert {k[1] for k in keys} == {""}
 
 
