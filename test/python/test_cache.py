@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -302,19 +303,30 @@ def test_cache_off_and_bad_limit(tmp_path):
             hlopt.set_cache_dir(tmp_path, max_bytes=0)
 
 
-def test_environment_variable_names_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(cache_mod.ENV_DIR, str(tmp_path / "env-cache"))
-    monkeypatch.setenv(cache_mod.ENV_MAX_BYTES, "12345")
-    with cache_mod.using_cache_dir(None):
-        cache_mod._state["configured"] = False  # as in a process that never called set_cache_dir
-        info = hlopt.cache_info()
-    assert info.directory == str(tmp_path / "env-cache") and info.max_bytes == 12345
+def in_fresh_process(code: str, **env: str) -> str:
+    """The stdout of `code` run in a fresh process (one that never called `set_cache_dir`) whose
+    environment names no cache but what `env` sets; a failure in it fails the test."""
+    base = {k: v for k, v in os.environ.items() if k not in (cache_mod.ENV_DIR, cache_mod.ENV_MAX_BYTES)}
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(base, **env), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_environment_variable_names_the_cache(tmp_path):
+    shown = in_fresh_process("import hlopt; info = hlopt.cache_info(); print(info.directory, info.max_bytes)",
+                             **{cache_mod.ENV_DIR: str(tmp_path / "env-cache"), cache_mod.ENV_MAX_BYTES: "12345"})
+    assert shown.split() == [str(tmp_path / "env-cache"), "12345"]
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv(cache_mod.ENV_DIR, str(tmp_path / "a-file" / "cache"))
-    with cache_mod.using_cache_dir(None):
-        cache_mod._state["configured"] = False
-        with pytest.warns(UserWarning, match="compiling without the compilation cache: .*a-file/cache: Not a directory"):
-            assert cache_mod.active_cache() is None
+    shown = in_fresh_process(
+        "import warnings, hlopt.runtime.cache as c\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    print(c.active_cache())\n"
+        "print(*[f'{w.category.__name__}: {w.message}' for w in caught], sep='\\n')\n",
+        **{cache_mod.ENV_DIR: str(tmp_path / "a-file" / "cache")})
+    assert re.fullmatch(r"None\nUserWarning: hlopt: compiling without the compilation cache: .*a-file/cache: "
+                        r"Not a directory\n", shown), shown
 
 
 def test_folder_is_created_private(tmp_path):
@@ -369,14 +381,14 @@ def test_max_bytes_from_the_environment(tmp_path, monkeypatch, text, expected):
         f"using the default, {cache_mod.DEFAULT_MAX_BYTES}"])
 
 
-def test_bad_max_bytes_without_a_cache_changes_nothing(monkeypatch):
-    monkeypatch.setenv(cache_mod.ENV_MAX_BYTES, "1e9x")
-    monkeypatch.delenv(cache_mod.ENV_DIR, raising=False)
-    with cache_mod.using_cache_dir(None):
-        cache_mod._state["configured"] = False  # as in a fresh process
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            np.testing.assert_allclose(hlopt.lower(f, X).compile()(X), jax.jit(f)(X), rtol=1e-6)
+def test_bad_max_bytes_without_a_cache_changes_nothing():
+    shown = in_fresh_process(
+        "import json, warnings, numpy as np, jax.numpy as jnp, hlopt\n"
+        "warnings.simplefilter('error')\n"
+        f"x = np.array({X.tolist()}, np.float32)\n"
+        "print(json.dumps(np.asarray(hlopt.lower(lambda x: jnp.tanh(x) @ x.T + 1, x).compile()(x)).tolist()))\n",
+        **{cache_mod.ENV_MAX_BYTES: "1e9x"})
+    np.testing.assert_allclose(np.array(json.loads(shown), np.float32), jax.jit(f)(X), rtol=1e-6)
 
 
 def test_entry_under_another_key_is_a_miss(cache_dir, monkeypatch):
