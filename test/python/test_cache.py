@@ -168,9 +168,10 @@ def test_key_covers_the_registered_kernels_source_for_sparse_modules_only(tmp_pa
     def package(folder: str, lanes: int):
         """The kernel of a scratch package `folder`, beside a helper file holding `lanes`."""
         (tmp_path / folder).mkdir()
-        (tmp_path / folder / "scratch_kernel.py").write_text("def kernel(*args):\n    return None\n")
+        source = tmp_path / folder / "scratch_kernel.py"
+        source.write_text("def kernel(*args):\n    return None\n")
         (tmp_path / folder / "scratch_kernel_helpers.py").write_text(f"LANES = {lanes}\n")
-        spec = importlib.util.spec_from_file_location(f"scratch_kernel_{folder}", tmp_path / folder / "scratch_kernel.py")
+        spec = importlib.util.spec_from_file_location(f"scratch_kernel_{folder}", source)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module.kernel
