@@ -251,6 +251,9 @@ def test_entry_under_the_wrong_name_is_a_miss(cache_dir):
 FLAGS = BuildFlags(True, (True,))
 
 
+ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.hlx")  # an entry's file: its key, a SHA-256 in hex, and .hlx
+
+
 def name(letter: str) -> str:
     """A key as cache_key makes them (a SHA-256 in hex), named by a letter."""
     return hashlib.sha256(letter.encode()).hexdigest()
@@ -535,7 +538,7 @@ def test_eviction_removes_only_entries_the_cache_wrote(tmp_path):
     assert hlopt.load(cache / "model.hlx")(X) is not None and (cache / "notes.txt").read_text() == "mine"
     assert (cache / f"{name('z')}.hlx").is_symlink() and (models / "weights.hlx").read_text() == "the target of a link"
     assert (cache / f"{name('y')}.hlx").is_dir()
-    assert len([p for p in cache.glob("*.hlx") if cache_mod._ENTRY_NAME.fullmatch(p.name) and p.is_file()
+    assert len([p for p in cache.glob("*.hlx") if ENTRY_NAME.fullmatch(p.name) and p.is_file()
                 and not p.is_symlink()]) == 1  # the last compile's own entry
 
 
