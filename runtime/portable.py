@@ -266,7 +266,7 @@ def check_portable(module: ir.Module, *, traced: bool = False) -> None:
         return sizes[t]
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        problem = _op_problem(op, size_problem, devices, traced)
+        problem = op_problem(op, size_problem, devices, traced)
         if problem is None:
             return ir.WalkResult.ADVANCE
         problems.append(f"{_where(op)}: {problem}")
@@ -280,9 +280,10 @@ def check_portable(module: ir.Module, *, traced: bool = False) -> None:
         raise PortableCheckError(problems[0])
 
 
-def _op_problem(op: ir.Operation, size_problem: Callable[[ir.Type], str | None], devices: int,
-                traced: bool) -> str | None:
-    """What is wrong with one op of a checked module (see `check_portable`), or None."""
+def op_problem(op: ir.Operation, size_problem: Callable[[ir.Type], str | None], devices: int,
+               traced: bool) -> str | None:
+    """What is wrong with one op of a checked module, or None: the per-op rules `check_portable`
+    applies to every op it walks (sizes, dialects, refused ops, device ids, custom calls)."""
     name = op.name
     for v in list(op.results) + [a for r in op.regions for b in r.blocks for a in b.arguments]:
         problem = size_problem(v.type)

@@ -246,9 +246,9 @@ class _Scope:
         self.consumed: MutableMapping[Pair, Use] = {} if consumed is None else consumed
 
 
-class _Analysis(ModuleTransform):
-    """One run of the analysis over a module: cells, function summaries (`generated`,
-    by function name), reports."""
+class KeyReuseAnalysis(ModuleTransform):
+    """One run of the analysis over a module, the driver's plug-in for `check-key-reuse`
+    (`find_key_reuse` runs it): cells, function summaries (`generated`, by function name), reports."""
 
     pass_name = "check-key-reuse"
 
@@ -760,7 +760,7 @@ MOVES: dict[str, tuple[int, Callable[[ir.Operation, list, tuple[int, ...]], Cell
 
 def find_key_reuse(module: ir.Operation, *, fold_in_consumes: bool = False) -> list[KeyReuse]:
     """Every PRNG key consumed more than once in the `builtin.module` `module`."""
-    return _Analysis(module, fold_in_consumes).run()
+    return KeyReuseAnalysis(module, fold_in_consumes).run()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -190,7 +190,7 @@ TAYLOR_LOWERINGS: dict[Primitive, Primitive] = {
 _enclosing_order: contextvars.ContextVar[int] = contextvars.ContextVar("hlopt_jet_enclosing_order", default=0)
 
 
-def _for_taylor(jaxpr: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
+def for_taylor(jaxpr: Any, budget: int, done: dict[tuple[int, int], tuple[Any, Any]]) -> Any:
     """`jaxpr` (open or closed) with `TAYLOR_LOWERINGS` applied and `custom_jvp`
     calls turned into markers, in sub-jaxprs too, for jets of total order `budget`;
     the same object if nothing changes. `done` memoizes by (id, budget) and keeps
@@ -199,7 +199,7 @@ def _for_taylor(jaxpr: Any, budget: int, done: dict[tuple[int, int], tuple[Any, 
     if key in done:
         return done[key][1]
     if isinstance(jaxpr, ClosedJaxpr):
-        inner = _for_taylor(jaxpr.jaxpr, budget, done)
+        inner = for_taylor(jaxpr.jaxpr, budget, done)
         new = jaxpr if inner is jaxpr.jaxpr else jaxpr.replace(jaxpr=inner)
     else:
         eqns = [_eqn_for_taylor(e, budget, done) for e in jaxpr.eqns]
@@ -214,8 +214,8 @@ def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], tuple[Any
         return eqn.replace(primitive=swap, params={})
     if eqn.primitive is custom_jvp_call_p and budget > 0:
         return eqn.replace(primitive=custom_jvp_p, params={
-            "primal": _for_taylor(eqn.params["call_jaxpr"], budget, done),
-            "jvp": _for_taylor(_custom_jvp_tangents(eqn), budget - 1, done)})
+            "primal": for_taylor(eqn.params["call_jaxpr"], budget, done),
+            "jvp": for_taylor(_custom_jvp_tangents(eqn), budget - 1, done)})
     if eqn.primitive is linear_solve_p and budget > 0:
         # the marker takes the matvec's and the solve's constants and the right-hand sides
         # (the vecmat and the transposed solve serve reverse mode, which JAX traces itself)
@@ -224,7 +224,7 @@ def _eqn_for_taylor(eqn: Any, budget: int, done: dict[tuple[int, int], tuple[Any
         invars = (eqn.invars[:lengths.matvec] + eqn.invars[solve_at:solve_at + lengths.solve]
                   + eqn.invars[sum(lengths):])
         return eqn.replace(primitive=taylor_linear_solve_p, invars=invars, params={
-            "matvec": _for_taylor(jaxprs.matvec, budget, done), "solve": _for_taylor(jaxprs.solve, budget, done)})
+            "matvec": for_taylor(jaxprs.matvec, budget, done), "solve": for_taylor(jaxprs.solve, budget, done)})
     params = {k: _param_for_taylor(v, budget, done) for k, v in eqn.params.items()}
     return eqn if all(params[k] is v for k, v in eqn.params.items()) else eqn.replace(params=params)
 
@@ -234,7 +234,7 @@ def _param_for_taylor(value: Any, budget: int, done: dict[tuple[int, int], tuple
     a tuple stays a tuple and a named tuple (custom_linear_solve's `jaxprs`, with
     `.solve`, `.matvec`...) the same named tuple; the same object if nothing changes."""
     if isinstance(value, (Jaxpr, ClosedJaxpr)):
-        return _for_taylor(value, budget, done)
+        return for_taylor(value, budget, done)
     if isinstance(value, tuple):
         items = [_param_for_taylor(v, budget, done) for v in value]
         if all(a is b for a, b in zip(items, value)):
@@ -270,7 +270,7 @@ def _lowering(ctx, *operands, jaxpr: ClosedJaxpr, order: int, directions: int = 
     budget = order + _enclosing_order.get()
     token = _enclosing_order.set(budget)
     try:
-        name = _lower_called("hlopt_jet_fun", _for_taylor(jaxpr, budget, {}), ctx)
+        name = _lower_called("hlopt_jet_fun", for_taylor(jaxpr, budget, {}), ctx)
     finally:
         _enclosing_order.reset(token)
     config: dict[str, Any] = {"order": order}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -154,31 +155,39 @@ def test_key_covers_the_passes_code(cache_dir, monkeypatch):
     assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
 
 
-def test_key_covers_the_registered_kernels_source_for_sparse_modules_only(tmp_path, monkeypatch):
+def test_key_covers_the_registered_kernels_source_for_sparse_modules_only(tmp_path):
     """A kernel the passes copy into programs (hlopt.sparse's Pallas products) is part of a sparse module's
-    key: a kernel of another package gives another key, and editing a file of that package another again.
-    A module without sparse ops keys the same whichever kernel is registered (a fresh process that never
-    imported hlopt.sparse finds its entries)."""
+    key: a kernel of another package gives another key, the same kernel file beside another version of a
+    file of its package another again, and a copy of the package elsewhere the same key (its contents are
+    hashed, not where it lies). A module without sparse ops keys the same whichever kernel is registered
+    (a fresh process that never imported hlopt.sparse finds its entries)."""
+    import importlib.util
+
     from hlopt.passes.tpu import sparse_products
 
-    module = tmp_path / "scratch_kernel.py"
-    module.write_text("def kernel(*args):\n    return None\n")
-    (tmp_path / "scratch_kernel_helpers.py").write_text("LANES = 128\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import scratch_kernel
+    def package(folder: str, lanes: int):
+        """The kernel of a scratch package `folder`, beside a helper file holding `lanes`."""
+        (tmp_path / folder).mkdir()
+        source = tmp_path / folder / "scratch_kernel.py"
+        source.write_text("def kernel(*args):\n    return None\n")
+        (tmp_path / folder / "scratch_kernel_helpers.py").write_text(f"LANES = {lanes}\n")
+        spec = importlib.util.spec_from_file_location(f"scratch_kernel_{folder}", source)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.kernel
 
+    kernels = [None, package("a", 128), package("b", 256), package("copy_of_a", 128)]
     sparse, dense = b"... @hlopt.bcoo.dot_general ...", b"... stablehlo.dot_general ..."
     kept = sparse_products.register_product_kernel(None)
     try:
-        keys = [(cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense))]
-        sparse_products.register_product_kernel(scratch_kernel.kernel)
-        keys.append((cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense)))
-        (tmp_path / "scratch_kernel_helpers.py").write_text("LANES = 256\n")
-        cache_mod._source_digest.cache_clear()
-        keys.append((cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense)))
+        keys = []
+        for kernel in kernels:
+            sparse_products.register_product_kernel(kernel)
+            keys.append((cache_mod.kernels_digest(sparse), cache_mod.kernels_digest(dense)))
     finally:
         sparse_products.register_product_kernel(kept)
-    assert len({k[0] for k in keys}) == 3
+    none, a, b, copy_of_a = (k[0] for k in keys)
+    assert len({none, a, b}) == 3 and copy_of_a == a
     assert {k[1] for k in keys} == {""}
 
 
@@ -242,6 +251,9 @@ def test_entry_under_the_wrong_name_is_a_miss(cache_dir):
 FLAGS = BuildFlags(True, (True,))
 
 
+ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.hlx")  # an entry's file: its key, a SHA-256 in hex, and .hlx
+
+
 def name(letter: str) -> str:
     """A key as cache_key makes them (a SHA-256 in hex), named by a letter."""
     return hashlib.sha256(letter.encode()).hexdigest()
@@ -295,19 +307,30 @@ def test_cache_off_and_bad_limit(tmp_path):
             hlopt.set_cache_dir(tmp_path, max_bytes=0)
 
 
-def test_environment_variable_names_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv(cache_mod.ENV_DIR, str(tmp_path / "env-cache"))
-    monkeypatch.setenv(cache_mod.ENV_MAX_BYTES, "12345")
-    with cache_mod.using_cache_dir(None):
-        cache_mod._state["configured"] = False  # as in a process that never called set_cache_dir
-        info = hlopt.cache_info()
-    assert info.directory == str(tmp_path / "env-cache") and info.max_bytes == 12345
+def in_fresh_process(code: str, **env: str) -> str:
+    """The stdout of `code` run in a fresh process (one that never called `set_cache_dir`) whose
+    environment names no cache but what `env` sets; a failure in it fails the test."""
+    base = {k: v for k, v in os.environ.items() if k not in (cache_mod.ENV_DIR, cache_mod.ENV_MAX_BYTES)}
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(base, **env), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_environment_variable_names_the_cache(tmp_path):
+    shown = in_fresh_process("import hlopt; info = hlopt.cache_info(); print(info.directory, info.max_bytes)",
+                             **{cache_mod.ENV_DIR: str(tmp_path / "env-cache"), cache_mod.ENV_MAX_BYTES: "12345"})
+    assert shown.split() == [str(tmp_path / "env-cache"), "12345"]
     (tmp_path / "a-file").write_text("")
-    monkeypatch.setenv(cache_mod.ENV_DIR, str(tmp_path / "a-file" / "cache"))
-    with cache_mod.using_cache_dir(None):
-        cache_mod._state["configured"] = False
-        with pytest.warns(UserWarning, match="compiling without the compilation cache: .*a-file/cache: Not a directory"):
-            assert cache_mod.active_cache() is None
+    shown = in_fresh_process(
+        "import warnings, hlopt.runtime.cache as c\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    print(c.active_cache())\n"
+        "print(*[f'{w.category.__name__}: {w.message}' for w in caught], sep='\\n')\n",
+        **{cache_mod.ENV_DIR: str(tmp_path / "a-file" / "cache")})
+    assert re.fullmatch(r"None\nUserWarning: hlopt: compiling without the compilation cache: .*a-file/cache: "
+                        r"Not a directory\n", shown), shown
 
 
 def test_folder_is_created_private(tmp_path):
@@ -362,14 +385,14 @@ def test_max_bytes_from_the_environment(tmp_path, monkeypatch, text, expected):
         f"using the default, {cache_mod.DEFAULT_MAX_BYTES}"])
 
 
-def test_bad_max_bytes_without_a_cache_changes_nothing(monkeypatch):
-    monkeypatch.setenv(cache_mod.ENV_MAX_BYTES, "1e9x")
-    monkeypatch.delenv(cache_mod.ENV_DIR, raising=False)
-    with cache_mod.using_cache_dir(None):
-        cache_mod._state["configured"] = False  # as in a fresh process
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            np.testing.assert_allclose(hlopt.lower(f, X).compile()(X), jax.jit(f)(X), rtol=1e-6)
+def test_bad_max_bytes_without_a_cache_changes_nothing():
+    shown = in_fresh_process(
+        "import json, warnings, numpy as np, jax.numpy as jnp, hlopt\n"
+        "warnings.simplefilter('error')\n"
+        f"x = np.array({X.tolist()}, np.float32)\n"
+        "print(json.dumps(np.asarray(hlopt.lower(lambda x: jnp.tanh(x) @ x.T + 1, x).compile()(x)).tolist()))\n",
+        **{cache_mod.ENV_MAX_BYTES: "1e9x"})
+    np.testing.assert_allclose(np.array(json.loads(shown), np.float32), jax.jit(f)(X), rtol=1e-6)
 
 
 def test_entry_under_another_key_is_a_miss(cache_dir, monkeypatch):
@@ -515,7 +538,7 @@ def test_eviction_removes_only_entries_the_cache_wrote(tmp_path):
     assert hlopt.load(cache / "model.hlx")(X) is not None and (cache / "notes.txt").read_text() == "mine"
     assert (cache / f"{name('z')}.hlx").is_symlink() and (models / "weights.hlx").read_text() == "the target of a link"
     assert (cache / f"{name('y')}.hlx").is_dir()
-    assert len([p for p in cache.glob("*.hlx") if cache_mod._ENTRY_NAME.fullmatch(p.name) and p.is_file()
+    assert len([p for p in cache.glob("*.hlx") if ENTRY_NAME.fullmatch(p.name) and p.is_file()
                 and not p.is_symlink()]) == 1  # the last compile's own entry
 
 

@@ -15,7 +15,7 @@ import hlopt
 from hlopt.compiler.program import module_to_bytecode, parse_module
 from hlopt.compiler.stages import Lowered
 from hlopt.passes.mlir import get_context
-from hlopt.runtime.cache import stripped_bytecode
+from hlopt.runtime.cache import stripped_bytecode, using_cache_dir
 
 RNG = np.random.default_rng(0)
 
@@ -201,23 +201,27 @@ def test_debug_locations_name_user_source():
     assert "test_driver.py" in lowered.as_text(debug_info=True)
 
 
-def test_jit_caches_per_signature():
+@pytest.mark.parametrize("static_argnums", [1, -1], ids=["C++ dispatch", "python path"])
+def test_jit_caches_per_signature(static_argnums, tmp_path):
     calls = []
 
     def f(x, n):
         calls.append(1)  # counts traces
         return x * n
 
-    g = hlopt.jit(f, static_argnums=1)
+    g = hlopt.jit(f, static_argnums=static_argnums)
     x3, x4 = np.ones(3, np.float32), np.ones(4, np.float32)
-    assert_same(g(x3, 2), jax.jit(f, static_argnums=1)(x3, 2))
-    traces = len(calls)
-    g(x3 + 1, 2)
-    assert len(calls) == traces and len(g._cache) == 1
-    g(x4, 2)
-    g(x3, 5)
-    g(x3.astype(np.int32), 2)
-    assert len(g._cache) == 4
+    with using_cache_dir(tmp_path):
+        assert_same(g(x3, 2), jax.jit(f, static_argnums=1)(x3, 2))
+        traces = len(calls)
+        g(x3 + 1, 2)
+        info = hlopt.cache_info()  # each program compiled is a hit or a miss of the compilation cache
+        assert len(calls) == traces and info.hits + info.misses == 1
+        g(x4, 2)
+        g(x3, 5)
+        g(x3.astype(np.int32), 2)
+        info = hlopt.cache_info()
+        assert info.hits + info.misses == 4
     assert isinstance(g.lower(x3, 2), Lowered)
 
 

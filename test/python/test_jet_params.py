@@ -22,7 +22,7 @@ import pytest
 from jax import lax
 
 import hlopt
-from hlopt.taylor import _for_taylor
+from hlopt.taylor import for_taylor
 
 from support.references import taylor_by_nested_jvp
 
@@ -128,7 +128,7 @@ def test_rebuilt_parameters_keep_their_types(name):
     jaxpr = jax.make_jaxpr(fun)(_x())
     before = _equations(jaxpr, primitive)[0]  # the outermost one
     for budget in (0, 2):
-        after = _equations(_for_taylor(jaxpr, budget, {}), primitive)
+        after = _equations(for_taylor(jaxpr, budget, {}), primitive)
         if not after:
             assert budget and primitive in ("custom_jvp_call", "custom_linear_solve")
             continue

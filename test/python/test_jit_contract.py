@@ -21,6 +21,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P, SingleDevi
 
 import hlopt
 from hlopt.passes.ir.locations import hlopt_dirs
+from hlopt.runtime.cache import using_cache_dir
 from hlopt.runtime.host import HostCompiled
 
 RNG = np.random.default_rng(12)
@@ -173,13 +174,15 @@ def add_static(x, n):
 
 
 @pytest.mark.parametrize("static_argnums", [1, -1], ids=["C++ dispatch", "python path"])
-def test_static_arguments_that_compare_equal_are_different_programs(static_argnums):
+def test_static_arguments_that_compare_equal_are_different_programs(static_argnums, tmp_path):
     ours, ref = hlopt.jit(add_static, static_argnums=static_argnums), jax.jit(add_static, static_argnums=1)
     x = jnp.int32(2)
-    for n in (1, 1.0, True, np.int32(1), 1.0, 1, True):  # the second round replays known signatures
-        got, want = ours(x, n), ref(x, n)
-        assert (got.dtype, got.weak_type, got.item()) == (want.dtype, want.weak_type, want.item()), n
-    assert len(ours._cache) == 4
+    with using_cache_dir(tmp_path):
+        for n in (1, 1.0, True, np.int32(1), 1.0, 1, True):  # the second round replays known signatures
+            got, want = ours(x, n), ref(x, n)
+            assert (got.dtype, got.weak_type, got.item()) == (want.dtype, want.weak_type, want.item()), n
+        info = hlopt.cache_info()
+    assert info.hits + info.misses == 4  # programs compiled (each a hit or a miss of the compilation cache)
 
 
 def test_compiled_static_arguments_must_have_the_same_type():

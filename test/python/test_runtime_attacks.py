@@ -407,7 +407,7 @@ def test_attributes_the_checks_did_not_read_never_reach_a_kernel(tmp_path, n):
 # --- round two (issue 48): the compile path, the CLI's outputs, .npz inputs ---------------------------------
 
 # `hlopt` with runtime/portable.py's op checks off: the controls' view of an attack without them.
-UNCHECKED_CLI = ("import sys, hlopt.runtime.portable as p; p._op_problem = lambda *args: None\n"
+UNCHECKED_CLI = ("import sys, hlopt.runtime.portable as p; p.op_problem = lambda *args: None\n"
                  "from hlopt.cli.main import main; sys.exit(main(sys.argv[1:]))")
 SMALL_RESULT = """func.func @main(%a: tensor<2048x2048xf32>) -> tensor<2x2xf32> {
   %0:2 = stablehlo.custom_call @lapack_spotrf_ffi(%a) {mhlo.backend_config = {uplo = 76 : ui8}}

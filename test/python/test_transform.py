@@ -8,7 +8,7 @@ import pytest
 from hlopt.compiler.program import parse_module
 from hlopt.passes.rewrite import transform
 from hlopt.passes.base import PassError
-from hlopt.passes.analyses.check_key_reuse import _Analysis
+from hlopt.passes.analyses.check_key_reuse import KeyReuseAnalysis
 from hlopt.passes.autodiff.jet_expand import ModuleJet
 from hlopt.passes.mlir import get_context, ir, stablehlo
 from hlopt.passes.autodiff.vjp_expand import ModuleVjp
@@ -256,7 +256,8 @@ def test_module_transform_refuses_a_function_it_cannot_read(name, message):
 def test_the_three_passes_are_plug_ins_of_the_driver():
     module = parse(FUNCS)
     with get_context():
-        plugins = [ModuleJet(module.operation), ModuleVjp(module.operation), _Analysis(module.operation, False)]
+        plugins = [ModuleJet(module.operation), ModuleVjp(module.operation),
+                   KeyReuseAnalysis(module.operation, False)]
     assert all(isinstance(p, transform.ModuleTransform) for p in plugins)
     assert [p.pass_name for p in plugins] == ["jet-expand", "vjp-expand", "check-key-reuse"]
     assert [p.annotation for p in plugins] == ["hlopt.jet", "hlopt.vjp", ""]
