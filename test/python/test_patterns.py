@@ -133,6 +133,15 @@ def test_none_for_a_result_an_op_without_results_still_reads_is_an_error_naming_
         PatternSet(Pattern("stablehlo.negate", outer)).apply(module.operation)
 
 
+def test_a_rule_error_reaches_the_caller():
+    def refuse(op: ir.Operation) -> None:
+        raise PassError("scratch: refused", op.location)
+
+    module = parse_module(PROGRAM)
+    with get_context(), pytest.raises(PassError, match="scratch: refused"):
+        PatternSet(Pattern("stablehlo.transpose", refuse)).apply(module.operation)
+
+
 def test_a_rule_that_gives_the_wrong_number_of_values_is_an_error_naming_the_op():
     module = parse_module(PROGRAM)
     with get_context(), pytest.raises(ValueError, match="stablehlo.transpose gave 2 values for an op of 1 results"):
