@@ -30,10 +30,10 @@ from typing import ClassVar
 
 from hlopt.passes.ir import annotation_names, builders
 from hlopt.passes.autodiff import jet_directions
-from hlopt.passes.base import Pass
 from hlopt.passes.mlir import ir, stablehlo
+from hlopt.passes.rewrite.patterns import Pattern, PatternPass, PatternSet
 from hlopt.passes.target import PORTABLE
-from hlopt.passes.ir.walk import custom_calls
+from hlopt.passes.ir.walk import call_target
 
 ANNOTATION = annotation_names.JET
 PASS_THROUGH = ("stablehlo.convert", "stablehlo.reshape", "stablehlo.multiply")
@@ -80,12 +80,11 @@ def only_summed(value: ir.Value) -> bool:
     return True
 
 
-def _rebuild(value: ir.Value, summed: ir.Value, dead: list[ir.Operation]) -> None:
+def _rebuild(value: ir.Value, summed: ir.Value) -> None:
     """Replace each sum over the directions reached from `value` by the same chain on
-    `summed` (value summed over the directions); the old ops go to `dead`."""
+    `summed` (value summed over the directions), leaving the old chain unused."""
     for use in list(value.uses):
         op = use.owner
-        dead.append(op)
         if _is_direction_sum(op):
             op.result.replace_all_uses_with(summed)
             continue
@@ -99,49 +98,44 @@ def _rebuild(value: ir.Value, summed: ir.Value, dead: list[ir.Operation]) -> Non
                 factor = _splat_factor(op, value)
                 t = builders.tensor(shape, builders.elem_of(op.result))
                 new = builders.mul(summed, stablehlo.constant(ir.DenseElementsAttr.get_splat(t, factor)))
-        _rebuild(op.result, new, dead)
+        _rebuild(op.result, new)
 
 
-def collapse(op: ir.Operation) -> bool:
-    """Rewrite one directions-batched `hlopt.jet` annotation to the collapsed form if
-    its K-th output coefficients are only summed over the directions; True if it did."""
+def collapse(op: ir.Operation) -> list[ir.Value | None] | None:
+    """The collapsed form of one directions-batched `hlopt.jet` annotation, if its K-th
+    output coefficients are only summed over the directions: its results, None for each
+    K-th coefficient, whose sums are rebuilt on the collapsed one; None to leave the op."""
+    if call_target(op) != ANNOTATION:
+        return None
     config = op.attributes["backend_config"] if "backend_config" in op.attributes else None
     if not isinstance(config, ir.DictAttr) or sorted(a.name for a in config) != ["directions", "order"] \
             or not isinstance(config["order"], ir.IntegerAttr):  # jet-expand reports a malformed config
-        return False
+        return None
     order = config["order"].value
     if order < 1 or len(op.operands) % (order + 1) or len(op.results) % (order + 1):
-        return False
+        return None
     n_in, n_out = len(op.operands) // (order + 1), len(op.results) // (order + 1)
     kth_out = [op.results[n_out + i * order + order - 1] for i in range(n_out)]
     if not any(next(iter(r.uses), None) is not None for r in kth_out) or not all(only_summed(r) for r in kth_out):
-        return False
+        return None
     kth_in = {n_in + i * order + order - 1 for i in range(n_in)}
-    with ir.InsertionPoint(op), op.location:
-        operands = [v if i not in kth_in else
-                    builders.splat(0, builders.tensor(builders.shape_of(v)[1:], builders.elem_of(v)))
-                    if builders.is_zero_constant(v) else jet_directions.lead_sum(v)
-                    for i, v in enumerate(op.operands)]
-        kth_types = {n_out + i * order + order - 1 for i in range(n_out)}
-        types = [builders.tensor(builders.shape_of(r)[1:], builders.elem_of(r)) if i in kth_types else r.type
-                 for i, r in enumerate(op.results)]
-        new = ir.Operation.create(op.name, results=types, operands=operands,
-                                  attributes={name: op.attributes[name] for name in op.attributes})
-        new.attributes["backend_config"] = ir.DictAttr.get({"order": config["order"],
-                                                            "collapsed": ir.BoolAttr.get(True)})
-    dead: list[ir.Operation] = []
-    for i, (old, value) in enumerate(zip(op.results, new.results)):
-        if i in kth_types:
-            _rebuild(old, value, dead)
-        else:
-            old.replace_all_uses_with(value)
-    for d in reversed(dead):
-        d.erase()
-    op.erase()
-    return True
+    operands = [v if i not in kth_in else
+                builders.splat(0, builders.tensor(builders.shape_of(v)[1:], builders.elem_of(v)))
+                if builders.is_zero_constant(v) else jet_directions.lead_sum(v)
+                for i, v in enumerate(op.operands)]
+    kth_types = {n_out + i * order + order - 1 for i in range(n_out)}
+    types = [builders.tensor(builders.shape_of(r)[1:], builders.elem_of(r)) if i in kth_types else r.type
+             for i, r in enumerate(op.results)]
+    new = ir.Operation.create(op.name, results=types, operands=operands,
+                              attributes={name: op.attributes[name] for name in op.attributes})
+    new.attributes["backend_config"] = ir.DictAttr.get({"order": config["order"],
+                                                        "collapsed": ir.BoolAttr.get(True)})
+    for i in kth_types:
+        _rebuild(op.results[i], new.results[i])
+    return [None if i in kth_types else value for i, value in enumerate(new.results)]
 
 
-class JetCollapse(Pass):
+class JetCollapse(PatternPass):
     """Collapse direction-batched jets summed over their directions.
 
     Turn directions-batched jets whose K-th coefficients are only summed over the
@@ -149,7 +143,4 @@ class JetCollapse(Pass):
 
     name: ClassVar[str] = "jet-collapse"
     platforms: ClassVar[tuple[str, ...]] = PORTABLE
-
-    def apply(self, module: ir.Operation) -> None:
-        for op in custom_calls(module, ANNOTATION):
-            collapse(op)
+    PATTERNS: ClassVar[PatternSet] = PatternSet(Pattern("stablehlo.custom_call", collapse), erase_feeders=False)

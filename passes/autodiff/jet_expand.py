@@ -24,8 +24,9 @@ from hlopt.passes.autodiff.jet_rules import (Directions, Growth, JetBuilder, Ser
 from hlopt.passes.mlir import func, ir, stablehlo
 from hlopt.passes.autodiff import table
 from hlopt.passes.target import PORTABLE
+from hlopt.passes.rewrite.patterns import Pattern, PatternSet
 from hlopt.passes.rewrite.transform import (ModuleTransform, RuleTable, branch_carried, erase_dead, is_pure_op, live_values,
-                                    loop_carried, rewrite_each, uses_any, walk)
+                                    loop_carried, uses_any, walk)
 from hlopt.passes.ir.walk import CallGraph, call_target, callee_of
 
 ANNOTATION = annotation_names.JET
@@ -591,7 +592,7 @@ class ModuleJet(ModuleTransform):
         linear_solve marker by a call of its solve, and every
         stop_gradient marker by its operand unless vjp-expand still needs it: what is left
         of them once the jets are built."""
-        rewrite_each(self.module, stablehlo.CustomCallOp, self._primal_call)
+        PatternSet(Pattern("stablehlo.custom_call", self._primal_call), erase_feeders=False).apply(self.module)
         remove_stop_gradients(self.module, "jet-expand")
 
     def _primal_call(self, op: ir.Operation) -> list[ir.Value] | None:

@@ -393,9 +393,14 @@ class LowerCustomPartitioning(Pass):
         if annotations:
             shardings = propagated_shardings(module, gspmd_mesh) if meshes else {}
             splicer = _Splicer(module, self.target)
-            for index, annotation in enumerate(annotations):
-                with annotation.op.location:
-                    splicer.lower(annotation, shardings.get(index))
+
+            def lower(op: ir.Operation) -> list[ir.Value] | None:
+                for index, annotation in enumerate(annotations):
+                    if annotation.op == op:
+                        return splicer.lower(annotation, shardings.get(index))
+                return None
+
+            PatternSet(Pattern("stablehlo.custom_call", lower), erase_feeders=False).apply(module)
             splicer.finish()
         if self.target == "gspmd":
             with module.location:
@@ -413,14 +418,15 @@ class _Splicer:
         self.count = 0
         self.next_channel = 1 + max(_channel_handles(module), default=0)
 
-    def lower(self, annotation: _Annotation, found: Found | None) -> None:
+    def lower(self, annotation: _Annotation, found: Found | None) -> list[ir.Value]:
+        """The values replacing the annotation's results, built before it: its body called, on one device,
+        else the per-device body its partitioner gives between the shardings it gives."""
         op, body, key, mesh = annotation.op, annotation.body, annotation.key, annotation.mesh
         self.bodies.add(body)
         if mesh is None:  # one device: nothing to partition
             with ir.InsertionPoint(op), op.location:
                 call = func.CallOp([r.type for r in op.results], ir.FlatSymbolRefAttr.get(body), list(op.operands))
-            _replace(op, list(call.results))
-            return
+            return list(call.results)
         operand_attrs, result_attrs = found
         request = PartitionRequest(
             key=key,
@@ -444,10 +450,11 @@ class _Splicer:
         local_out = self._local_types(op.results, plan.result_shardings, plan.mesh, where, "result", op)
         main = self._import_body(plan.body, annotation, where, local_in, local_out)
         if self.target == "shardy":
-            self._manual_computation(op, plan, main, local_in)
+            values = self._manual_computation(op, plan, main, local_in)
         else:
-            self._gspmd(op, plan, main)
+            values = self._gspmd(op, plan, main)
         main.operation.erase()
+        return values
 
     def _local_types(self, values: Sequence[ir.Value], shardings: Sequence[DimShardings], mesh: MeshSpec,
                      where: str, what: str, op: ir.Operation) -> list[ir.Type]:
@@ -529,7 +536,7 @@ class _Splicer:
         return name
 
     def _manual_computation(self, op: ir.Operation, plan: PartitionPlan, main: func.FuncOp,
-                            local_in: list[ir.Type]) -> None:
+                            local_in: list[ir.Type]) -> list[ir.Value]:
         mesh_name = self._mesh_symbol(plan.mesh)
 
         def per_value(dims_list: Sequence[DimShardings]) -> ir.Attribute:
@@ -544,9 +551,9 @@ class _Splicer:
                 ir.Attribute.parse(f"#sdy<manual_axes{{{axes}}}>"))
             block = manual.body.blocks.append(*local_in)
         _inline_into(main, block, list(block.arguments), sdy.ReturnOp)
-        _replace(op, list(manual.results))
+        return list(manual.results)
 
-    def _gspmd(self, op: ir.Operation, plan: PartitionPlan, main: func.FuncOp) -> None:
+    def _gspmd(self, op: ir.Operation, plan: PartitionPlan, main: func.FuncOp) -> list[ir.Value]:
         entry = main.entry_block
         with ir.InsertionPoint(op), op.location:
             locals_ = []
@@ -559,7 +566,7 @@ class _Splicer:
             for v, r, dims in zip(returned, op.results, plan.result_shardings):
                 manual = _sharding_call("Sharding", v, v.type, "{manual}")
                 outs.append(_sharding_call("SPMDShardToFullShape", manual, r.type, hlo_sharding(plan.mesh, dims)))
-        _replace(op, outs)
+        return outs
 
     def finish(self) -> None:
         """Erase the annotations' body functions, and private functions only they called."""
@@ -612,12 +619,6 @@ def _sharding_call(target: str, value: ir.Value, result: ir.Type, sharding: str)
     op = stablehlo.CustomCallOp([result], [value], target, backend_config=ir.StringAttr.get(""))
     op.attributes["mhlo.sharding"] = ir.StringAttr.get(sharding)
     return op.result
-
-
-def _replace(op: ir.Operation, values: Sequence[ir.Value]) -> None:
-    for old, new in zip(op.results, values, strict=True):
-        old.replace_all_uses_with(new)
-    op.erase()
 
 
 def _inline_into(main: func.FuncOp, block: ir.Block, args: Sequence[ir.Value], terminator: Callable) -> None:

@@ -13,7 +13,9 @@ declared; the first rule that gives values replaces the op. The ops it replaced 
 afterwards, and with `erase_feeders` (the default) so is every op that fed only them (ops
 without regions, not custom calls). A rule may give `ERASE` for an op whose results nothing uses
 once the walk is over (unused already, or replaced by a rule that rewrote a group of ops at its
-last one): it is then erased as a replaced op is.
+last one): it is then erased as a replaced op is. A rule that rewrote the ops reading a result
+itself gives None for that result: its old readers, and the ops reading them, are then erased with
+the op (they must be left unused: the rule replaced what they computed).
 
 A `PatternPass` declares its set (`PATTERNS`), or several applied one after another, each in a
 walk of its own; where a rule needs facts about the whole module (which ops group together, an
@@ -36,7 +38,7 @@ from hlopt.passes.base import Pass, PassError
 from hlopt.passes.ir.walk import walk_ops
 from hlopt.passes.mlir import ir
 
-Rule = Callable[[ir.Operation], "Sequence[ir.Value] | None"]
+Rule = Callable[[ir.Operation], "Sequence[ir.Value | None] | None"]
 T = TypeVar("T")
 
 # What a rule gives for an op whose results nothing uses once the walk is over, to have it erased
@@ -72,7 +74,7 @@ class PatternSet:
         """The patterns of both sets, this set's first (a pass extending another's set)."""
         return PatternSet(*self.patterns, *other.patterns, erase_feeders=self.erase_feeders)
 
-    def rewrite(self, op: ir.Operation) -> Sequence[ir.Value] | None:
+    def rewrite(self, op: ir.Operation) -> Sequence[ir.Value | None] | None:
         """What the first rule for `op`'s name that matches gives, built at `op`; None if none matches."""
         with ir.InsertionPoint(op), op.location:
             for rule in self.by_name.get(op.name, ()):
@@ -84,6 +86,7 @@ class PatternSet:
     def apply(self, root: ir.Operation) -> list[ir.Operation]:
         """Rewrite the ops nested in `root` (see the module docstring); the ops replaced, now erased."""
         replaced: list[ir.Operation] = []
+        rewritten_readers: list[ir.Value] = []
         for op in walk_ops(root, *self.by_name):
             values = self.rewrite(op)
             if values is None:
@@ -93,14 +96,32 @@ class PatternSet:
                     raise ValueError(f"a pattern for {op.name} gave {len(values)} values for an op of "
                                      f"{len(op.results)} results; a rule gives one value per result, or None")
                 for old, new in zip(op.results, values):
-                    old.replace_all_uses_with(new)
+                    if new is None:
+                        rewritten_readers.append(old)
+                    else:
+                        old.replace_all_uses_with(new)
             replaced.append(op)
+        for value in rewritten_readers:
+            erase_readers(value)
         if self.erase_feeders:
             erase_unused(replaced)
         else:
             for op in replaced:
                 op.erase()
         return replaced
+
+
+def erase_readers(value: ir.Value) -> None:
+    """Erase the ops reading `value`, each after the ops reading its results (a rule that gave None for
+    `value` rewrote them); an op without results among them is an error, as it would be lost."""
+    while (use := next(iter(value.uses), None)) is not None:
+        reader = use.owner
+        if not len(reader.results):
+            raise ValueError(f"a pattern gave None for a result that {reader.name} still reads; a rule gives None "
+                             "only for a result whose readers it replaced, as far as the ops without results")
+        for result in reader.results:
+            erase_readers(result)
+        reader.erase()
 
 
 def erase_unused(ops: Sequence[ir.Operation]) -> None:

@@ -17,8 +17,7 @@ cotangents, key cells) in its own class. The driver holds what they share:
   of a `while` (a fixpoint over its body), the results of a `case` / `if`
   (`reaches`, `uses_any`, `loop_carried`, `branch_carried`);
 - liveness: the values something impure needs, and erasing the pure ops whose
-  results nothing uses (`live_values`, `erase_dead`);
-- one-shot lowerings of one op type through the pattern driver (`rewrite_each`).
+  results nothing uses (`live_values`, `erase_dead`).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from typing import ClassVar, Generic, TypeVar
 from hlopt.passes.ir import builders
 from hlopt.passes.base import PassError
 from hlopt.passes.mlir import ir
-from hlopt.passes.rewrite.patterns import Pattern, PatternSet
 from hlopt.passes.ir.walk import call_target, custom_calls_once
 
 R = TypeVar("R")
@@ -152,15 +150,6 @@ def erase_dead(block: ir.Block, is_pure: Callable[[ir.Operation], bool], nested:
             for region in op.regions:
                 for inner in region.blocks:
                     erase_dead(inner, is_pure, nested)
-
-
-# --- one-shot lowerings -----------------------------------------------------------------
-
-def rewrite_each(root: ir.Operation, op_type: type, rule: Callable[[ir.Operation], Sequence[ir.Value] | None]) -> None:
-    """Replace every `op_type` op nested in `root`, in walk order, by the values `rule`
-    builds for it at the op (with the op's location), leaving the ops it gives None alone:
-    the pattern driver (`patterns.PatternSet`), erasing the replaced ops and nothing else."""
-    PatternSet(Pattern(op_type.OPERATION_NAME, rule), erase_feeders=False).apply(root)
 
 
 # --- the module ---------------------------------------------------------------------------

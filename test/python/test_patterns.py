@@ -107,6 +107,41 @@ def test_erase_removes_an_unused_op():
     assert "stablehlo.negate" not in _names(module)
 
 
+def _cancelled_with_its_reader(op: ir.Operation) -> list[None] | None:
+    """For -x read by a negate: that negate's uses take x, and the op gives None (its reader rewritten)."""
+    use = next(iter(op.results[0].uses), None)
+    if use is None or use.owner.name != "stablehlo.negate":
+        return None
+    use.owner.result.replace_all_uses_with(op.operands[0])
+    return [None]
+
+
+def test_a_rule_that_rewrote_the_readers_of_a_result_gives_none_and_they_go_with_the_op():
+    module = parse_module(PROGRAM)
+    with get_context():
+        replaced = PatternSet(Pattern("stablehlo.negate", _cancelled_with_its_reader),
+                              erase_feeders=False).apply(module.operation)
+    assert len(replaced) == 1 and "stablehlo.negate" not in _names(module)
+    block = module.body.operations[0].regions[0].blocks[0]
+    assert list(block.operations)[-1].operands[0] == block.arguments[0]
+
+
+def test_none_for_a_result_an_op_without_results_still_reads_is_an_error_naming_it():
+    module = parse_module(PROGRAM)
+    outer = lambda op: [None] if isinstance(op.operands[0], ir.OpResult) else None  # noqa: E731
+    with get_context(), pytest.raises(ValueError, match="gave None for a result that func.return still reads"):
+        PatternSet(Pattern("stablehlo.negate", outer)).apply(module.operation)
+
+
+def test_a_rule_error_reaches_the_caller():
+    def refuse(op: ir.Operation) -> None:
+        raise PassError("scratch: refused", op.location)
+
+    module = parse_module(PROGRAM)
+    with get_context(), pytest.raises(PassError, match="scratch: refused"):
+        PatternSet(Pattern("stablehlo.transpose", refuse)).apply(module.operation)
+
+
 def test_a_rule_that_gives_the_wrong_number_of_values_is_an_error_naming_the_op():
     module = parse_module(PROGRAM)
     with get_context(), pytest.raises(ValueError, match="stablehlo.transpose gave 2 values for an op of 1 results"):

@@ -185,30 +185,6 @@ def test_erase_dead_erases_pure_unused_ops_last_first_and_nested_blocks_on_reque
     assert ("stablehlo.exponential" in names) != nested
 
 
-def test_rewrite_each_replaces_what_the_rule_builds_and_leaves_the_rest():
-    module = parse(FUNCS)
-
-    def rule(op: ir.Operation) -> list[ir.Value] | None:
-        if call_target(op) != "ann":
-            return None
-        return [stablehlo.NegOp(op.operands[0]).result]
-
-    with get_context():
-        transform.rewrite_each(module.operation, stablehlo.CustomCallOp, rule)
-    assert [call_target(op) for op in walk_ops(module.operation, "stablehlo.custom_call")] == ["other"]
-    assert len(walk_ops(module.operation, "stablehlo.negate")) == 2
-
-
-def test_rewrite_each_passes_the_rule_error_on():
-    module = parse(FUNCS)
-
-    def rule(op: ir.Operation) -> list[ir.Value] | None:
-        raise PassError("test: refused", op.location)
-
-    with get_context(), pytest.raises(PassError, match="test: refused"):
-        transform.rewrite_each(module.operation, stablehlo.CustomCallOp, rule)
-
-
 class Recorder(transform.ModuleTransform):
     pass_name = "test-pass"
     annotation = "ann"
