@@ -140,6 +140,9 @@ def default_pipeline(lowerings: Sequence[str], tuning: Sequence[str]) -> str:
 
 # pipeline name -> pipeline text; `hlopt-default` makes any annotated module compilable.
 PIPELINES: dict[str, str] = {"hlopt-default": default_pipeline(DEFAULT_LOWERINGS, DEFAULT_TUNING)}
+# `hlopt-default`'s text with its opt-in tuning passes (OPT_IN_TUNING) too; as the text of a pipeline, it runs on
+# the whole module.
+WITH_OPT_IN_TUNING = default_pipeline(DEFAULT_LOWERINGS, (*OPT_IN_TUNING, *DEFAULT_TUNING))
 
 # The passes of `hlopt-default` that read the program's code around an annotation, so run on the whole
 # module: before its operations are made plain, jet-collapse (which folds the program's sum over a jet's

@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 
 from hlopt.passes import registry
-from hlopt.passes.registry import (DEFAULT_LOWERINGS, DEFAULT_TUNING, OPT_IN_TUNING, ORDER, PIPELINES, Before,
-                                   default_pipeline)
+from hlopt.passes.registry import (DEFAULT_LOWERINGS, DEFAULT_TUNING, ORDER, PIPELINES, WITH_OPT_IN_TUNING,
+                                   Before, default_pipeline)
 from hlopt.passes.target import PORTABLE
 
 DEFAULT = PIPELINES["hlopt-default"].split(",")
-# hlopt-default with its opt-in tuning passes
-WITH_OPT_IN = default_pipeline(DEFAULT_LOWERINGS, (*OPT_IN_TUNING, *DEFAULT_TUNING)).split(",")
+WITH_OPT_IN = WITH_OPT_IN_TUNING.split(",")
 CONSTRAINTS = [(platform, rule, pair) for platform, rules in ORDER.items() for rule in rules for pair in rule.pairs()]
 
 

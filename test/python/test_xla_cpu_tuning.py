@@ -25,12 +25,11 @@ from jax.experimental import sparse as jsparse
 import hlopt
 import hlopt.sparse as hs
 from hlopt.pde import laplacian_and_gradient
-from hlopt.passes.registry import CPU_TUNING, DEFAULT_LOWERINGS, DEFAULT_TUNING, PIPELINES, default_pipeline
+from hlopt.passes.registry import CPU_TUNING, DEFAULT_TUNING, PIPELINES, WITH_OPT_IN_TUNING
 
 DEFAULT = PIPELINES["hlopt-default"]
 UNTUNED = ",".join(p for p in DEFAULT.split(",") if p not in DEFAULT_TUNING)
-# hlopt-default with the opt-in xla-cpu-stack-dots
-STACKED = default_pipeline(DEFAULT_LOWERINGS, ("xla-cpu-stack-dots", *DEFAULT_TUNING))
+STACKED = WITH_OPT_IN_TUNING  # hlopt-default with the opt-in xla-cpu-stack-dots
 # hlopt-default with xla-cpu-sum-as-dot's opt-in keep options (which record YNNPACK's reduce fusion off)
 KEEP = DEFAULT.replace("xla-cpu-sum-as-dot", "xla-cpu-sum-as-dot{reduce-max-bytes=1048576 split-large-sums=true "
                                              "reduce-max-square-terms=24}")
