@@ -16,6 +16,7 @@ import pytest
 from jax.experimental import jet as jax_jet
 
 import hlopt
+from hlopt.passes.registry import WITH_OPT_IN_TUNING
 
 from support.pde_references import (  # noqa: F401 - float64: the module-scoped x64 fixture
     close, float64, mlp, mlp_params, nested_laplacian)
@@ -295,12 +296,12 @@ def test_pinn_loss_gradient_wrt_mlp_weights(sizes):
 
 
 def test_pinn_gradient_reads_the_stacked_cotangents_unpadded():
-    """hlopt-default stacks each layer's coefficients into one dot_general and slices its
-    result apart (xla-cpu-stack-dots, after vjp-expand): the gradient pads no cotangent
+    """hlopt-default with its opt-in xla-cpu-stack-dots stacks each layer's coefficients into one
+    dot_general and slices its result apart (after vjp-expand): the gradient pads no cotangent
     back into a stack (no pad of zeros, no work on them)."""
     params = mlp_params(jax.random.key(0), [3, 8, 8, 1])
     lowered = hlopt.lower(jax.grad(pinn_loss(hlopt.laplacian, POINTS, BOUNDARY)), params)
-    text = lowered.apply("hlopt-default", platform="cpu").as_text()
+    text = lowered.apply(WITH_OPT_IN_TUNING, platform="cpu").as_text()
     assert text.count("stablehlo.dot_general") > 8 and "stablehlo.pad" not in text
 
 

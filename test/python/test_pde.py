@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 import hlopt
 from hlopt import jet
+from hlopt.passes.registry import WITH_OPT_IN_TUNING
 
 from support.pde_references import (  # noqa: F401 - float64: the module-scoped x64 fixture
     close, float64, mlp, mlp_params, nested_bilaplacian, nested_laplacian, nested_weighted)
@@ -399,7 +400,8 @@ def test_stacked_primal_dot(name):
 
 
 def test_stacked_primal_dot_is_one_matmul_per_layer():
-    """The hidden layer's dot of the MLP Laplacian is one [1 + 4 + 1, 7, 16] x [16, 16] matmul
+    """With the opt-in xla-cpu-stack-dots, the hidden layer's dot of the MLP Laplacian is one
+    [1 + 4 + 1, 7, 16] x [16, 16] matmul
     (primal, 4 directions, collapsed coefficient; 7 points), with no separate primal dot, in the
     forward program and in its gradient with respect to the weights, whose weight gradient is one
     dot over the same stacked rows."""
@@ -408,7 +410,7 @@ def test_stacked_primal_dot_is_one_matmul_per_layer():
     gradient = hlopt.lower(jax.grad(lambda p, x: jnp.sum(jax.vmap(hlopt.laplacian(lambda y: mlp(p, y)))(x) ** 2)),
                            PARAMS, xs)
     for lowered in (forward, gradient):
-        dots = [line for line in lowered.apply("hlopt-default", platform="cpu").as_text().splitlines()
+        dots = [line for line in lowered.apply(WITH_OPT_IN_TUNING, platform="cpu").as_text().splitlines()
                 if "stablehlo.dot_general" in line]
         assert sum("contracting_dims = [2] x [0], precision = [DEFAULT, DEFAULT] : (tensor<6x7x16xf64>, "
                    "tensor<16x16xf64>) -> tensor<6x7x16xf64>" in line for line in dots) == 1, dots

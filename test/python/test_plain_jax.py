@@ -144,11 +144,12 @@ def _mlp_laplacian(weights, x):
 def test_plain_path_sees_the_constant_series_hlopt_jit_sees():
     """The zero series of closed-over weights and the identity directions are constants in jax's
     module: the per-operation passes must see them, as hlopt-default does in the whole program
-    (else jet-expand keeps every term of the zero series: 23 dot_generals here instead of 5)."""
+    (else jet-expand keeps every term of the zero series: 23 dot_generals here instead of 8, 5 with
+    the opt-in xla-cpu-stack-dots)."""
     weights = [RNG.standard_normal((5, 16)), RNG.standard_normal((16, 16)), RNG.standard_normal((16, 1))]
     plain = jax.jit(_mlp_laplacian).lower(weights, X).as_text()
     whole = hlopt.lower(_mlp_laplacian, weights, X).apply("hlopt-default", platform="cpu").as_text()
-    assert plain.count("stablehlo.dot_general") == whole.count("stablehlo.dot_general") <= 6
+    assert plain.count("stablehlo.dot_general") == whole.count("stablehlo.dot_general") <= 8
     np.testing.assert_allclose(jax.jit(_mlp_laplacian)(weights, X), hessian_trace(lambda y: _mlp(weights, y))(X),
                                rtol=1e-10)
 
