@@ -123,7 +123,9 @@ def replace_with_call(op: ir.Operation, plain: ir.Module, module: ir.Operation) 
     and replace the annotation `op` by a call of its `@main` (`operation_module`'s). `plain` is consumed; its module
     attributes (an XLA option a pass records) are not moved, as jax's module has no place for them."""
     table = ir.SymbolTable(module)
-    base = (call_target(op) or "operation").replace(".", "_")
+    # Named after the annotation without hlopt's prefix: `hlopt_` names hlopt's CPU kernels, and a program
+    # naming one has them registered before it compiles (runtime/pjrt.py's prepare_runtimes).
+    base = (call_target(op) or "operation").removeprefix("hlopt.").replace(".", "_")
     entry = None
     for top in list(plain.body.operations):
         if top.operation.name != "func.func":

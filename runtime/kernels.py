@@ -4,7 +4,7 @@ Each kernel is an XLA FFI handler named `hlopt_...`; the passes of `passes/xla_c
 emit custom calls to them for CPU targets. XLA must know a handler before it
 compiles or loads a program that calls it: `register()` does that, once per
 process, and `runtime.pjrt.prepare_runtimes` calls it for every program that
-names an `hlopt_` target, so saved files and cache hits run in a fresh process.
+names one of them (`passes/xla_cpu/sparse_kernels.KERNELS`), so saved files and cache hits run in a fresh process.
 
 The kernels are optional (hlopt installs without a C++ compiler): `available()`
 is the one answer to whether they are built, which decides both whether the
@@ -17,9 +17,6 @@ import functools
 import threading
 
 import jax
-
-# What every kernel's custom-call target starts with (runtime/native/registry.h).
-TARGET_PREFIX = "hlopt_"
 
 _lock = threading.Lock()
 _registered = False

@@ -12,6 +12,7 @@ from hlopt.compiler.jax_compat import get_backend, initialize_lapack
 from hlopt.compiler.jax_compat import xla_client as xc
 from hlopt.compiler.stages import CompilerOptions
 from hlopt.passes.mlir import ir
+from hlopt.passes.xla_cpu.sparse_kernels import KERNELS
 from hlopt.runtime import kernels
 
 
@@ -128,18 +129,18 @@ def prepare_runtimes(client: Any, program: bytes) -> None:
     partitioner's markers never run). Both forms name each custom-call target
     in plain bytes; initialising LAPACK imports scipy's (a third of a second),
     so a program that names no `lapack_` target skips it, and one that names
-    no `hlopt_` target skips hlopt's.
+    none of hlopt's kernels skips hlopt's.
     """
     if client.platform != "cpu":
         return
     if _LAPACK_TARGET in program:
         initialize_lapack()
-    if _HLOPT_TARGET in program:
+    if any(name in program for name in _HLOPT_TARGETS):
         kernels.register()
 
 
 _LAPACK_TARGET = b"lapack_"
-_HLOPT_TARGET = kernels.TARGET_PREFIX.encode()
+_HLOPT_TARGETS = tuple(name.encode() for name in KERNELS)  # whole names: a function may start with hlopt_
 
 
 @dataclasses.dataclass(frozen=True)

@@ -71,6 +71,8 @@ SDDMM = "hlopt_bcoo_sddmm"
 CSR_SPMM = "hlopt_csr_spmm"
 SPGEMM_COUNT = "hlopt_spgemm_count"
 SPGEMM_FILL = "hlopt_spgemm_fill"
+# Every kernel a program may call (runtime/native/registry.h registers each under its name).
+KERNELS = (SPMM, SDDMM, CSR_SPMM, SPGEMM_COUNT, SPGEMM_FILL)
 
 # The output rows one count of hlopt_spgemm_count covers in the calls hlopt makes (the kernel reads
 # the run length off the counts' shape): long runs keep the counts a small part of the program's memory.

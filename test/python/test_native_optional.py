@@ -62,6 +62,12 @@ _CHILD = textwrap.dedent("""
     close((A @ B).todense(), a @ b)
     close((As @ Bs).todense(), a @ b)
     close((A @ x), a @ x)
+
+    @jax.jit
+    def hlopt_scaled(v):  # a function of the program whose name starts as the kernels' do
+        return 2 * v
+
+    close(hlopt.jit(lambda v: hlopt_scaled(v) + 1)(x), 2 * x + 1)
     print("kernels named:", any(named))
 """)
 

@@ -41,8 +41,8 @@ func.func private @callee(%a: tensor<4xf32>) -> tensor<4xf32> {
 // DEFAULT-NOT: stablehlo.dot_general
 // CPU-LABEL: func.func @main
 // CPU: stablehlo.reduce(%arg0
-// CPU: call @hlopt_jet(
-// CPU-LABEL: func.func private @hlopt_jet(
+// CPU: call @jet(
+// CPU-LABEL: func.func private @jet(
 // CPU-NOT: stablehlo.reduce
 // CPU: stablehlo.dot_general
 func.func @main(%x: tensor<3x4x5xf32>, %x1: tensor<3x4x5xf32>) -> (tensor<4x5xf32>, tensor<4x5xf32>) {

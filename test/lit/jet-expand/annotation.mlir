@@ -15,9 +15,9 @@
 // under jax.jit); the jet's body @f is gone.
 // DEFAULT-LABEL: func.func @main
 // DEFAULT-NOT: custom_call
-// DEFAULT: call @hlopt_jet(
+// DEFAULT: call @jet(
 // DEFAULT-NOT: func.func private @f(
-// DEFAULT-LABEL: func.func private @hlopt_jet(
+// DEFAULT-LABEL: func.func private @jet(
 // DEFAULT-NOT: custom_call
 // DEFAULT: stablehlo.cosine
 func.func @main(%x: tensor<3xf32>, %w: tensor<3xf32>, %x1: tensor<3xf32>) -> tensor<3xf32> {

@@ -14,8 +14,8 @@
 // CHECK: stablehlo.cosine
 // DEFAULT-LABEL: func.func @main
 // DEFAULT-NOT: custom_call
-// DEFAULT: call @hlopt_vjp(
-// DEFAULT-LABEL: func.func private @hlopt_vjp(
+// DEFAULT: call @vjp(
+// DEFAULT-LABEL: func.func private @vjp(
 // DEFAULT-NOT: custom_call
 // DEFAULT: stablehlo.cosine
 // DEFAULT-NOT: func.func private
@@ -73,7 +73,7 @@ func.func private @f(%x: tensor<4xf32>, %w: tensor<4xf32>) -> (tensor<4xf32>, te
 // CHECK: stablehlo.sine
 // CHECK: stablehlo.negate
 // DEFAULT-LABEL: func.func @main
-// DEFAULT: call @hlopt_vjp(
+// DEFAULT: call @vjp(
 // DEFAULT: stablehlo.sine
 // DEFAULT: stablehlo.negate
 func.func @main(%x: tensor<f32>, %ct: tensor<f32>) -> tensor<f32> {
@@ -97,7 +97,7 @@ func.func private @f(%x: tensor<f32>) -> tensor<f32> {
 // d/dx [(x e^x)'] = (2 + x) e^x.
 // DEFAULT-LABEL: func.func @main
 // DEFAULT-NOT: custom_call
-// DEFAULT: call @hlopt_vjp(
+// DEFAULT: call @vjp(
 // DEFAULT: stablehlo.exponential
 // DEFAULT: return
 func.func @main(%x: tensor<f32>, %ct: tensor<f32>) -> tensor<f32> {
