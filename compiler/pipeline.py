@@ -333,10 +333,11 @@ def native_stderr() -> Iterator[list[str]]:
             collected.append(tmp.read().decode("utf-8", "replace"))
 
 
-def _python_pass_runner(p: Pass, errors: list[BaseException]) -> Callable:
+def _python_runner(apply: Callable[[ir.Operation], None], errors: list[BaseException]) -> Callable:
+    """A PassManager callback running `apply` on the module; its exception is kept in `errors`."""
     def run(op, pass_):
         try:
-            p.apply(op.operation if hasattr(op, "operation") else op)
+            apply(op.operation if hasattr(op, "operation") else op)
         except BaseException as e:  # noqa: BLE001 - re-raised after PassManager.run
             errors.append(e)
             pass_.signal_pass_failure()
@@ -344,16 +345,9 @@ def _python_pass_runner(p: Pass, errors: list[BaseException]) -> Callable:
     return run
 
 
-def _per_operation_runner(elements: Sequence[Element], errors: list[BaseException], verify: bool) -> Callable:
-    def run(op, pass_):
-        try:
-            lower_operations(op.operation if hasattr(op, "operation") else op,
-                             lambda isolated: _run_elements(isolated, elements, verify=verify))
-        except BaseException as e:  # noqa: BLE001 - re-raised after PassManager.run
-            errors.append(e)
-            pass_.signal_pass_failure()
-
-    return run
+def _per_operation(elements: Sequence[Element], verify: bool) -> Callable[[ir.Operation], None]:
+    """Run `elements` on each hlopt operation of a module, in a module of its own."""
+    return lambda module: lower_operations(module, lambda isolated: _run_elements(isolated, elements, verify=verify))
 
 
 def _recorder(name: str, result: PipelineResult, echo: bool) -> Callable:
@@ -447,9 +441,9 @@ def _run_elements(module: ir.Module, elements: Sequence[Element], *, collect_ir:
         for el in elements:
             if el.python_pass is not None:
                 if target.runs(el.python_pass.platforms, el.python_pass.calls_runtime):
-                    pm.add(_python_pass_runner(el.python_pass, errors), el.python_pass.name)
+                    pm.add(_python_runner(el.python_pass.apply, errors), el.python_pass.name)
             elif el.per_operation is not None:
-                pm.add(_per_operation_runner(el.per_operation, errors, verify), el.text)
+                pm.add(_python_runner(_per_operation(el.per_operation, verify), errors), el.text)
             else:
                 pm.add(el.text)
             if collect_ir or print_ir_after_all:
