@@ -25,12 +25,15 @@ import pytest
 flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in flags:
     flags += " --xla_force_host_platform_device_count=8"
-# XLA:CPU's LLVM back end at -O0 without its expensive passes (what JAX's own
-# `jax_disable_most_optimizations` sets): most of the suite's time is compiling small programs,
-# and each result is compared with a reference compiled the same way. An
-# --xla_backend_optimization_level in XLA_FLAGS runs the tests at that level instead.
+# XLA:CPU compiling fast: its LLVM back end at -O0 without its expensive passes (what JAX's own
+# `jax_disable_most_optimizations` sets), its loop emitters rather than the fusion emitters, and
+# each program's code generated in one piece (the tests' workers already fill the cores). Most
+# of the suite's time is compiling small programs, and each result is compared with a reference
+# compiled the same way. An --xla_backend_optimization_level in XLA_FLAGS runs the tests with
+# XLA's own settings at that level instead.
 if "xla_backend_optimization_level" not in flags:
-    flags += " --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    flags += (" --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+              " --xla_cpu_use_fusion_emitters=false --xla_cpu_parallel_codegen_split_count=1")
 os.environ["XLA_FLAGS"] = flags.strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
