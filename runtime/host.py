@@ -38,7 +38,24 @@ def _forwarded_call(name: str, doc: str) -> Any:
 
 
 class HostCallbackError(ValueError):
-    """A program that calls back into this Python process was asked to leave it (saved, serialized, cached)."""
+    """A program that calls back into this Python process was asked to leave it (saved, serialized, cached).
+
+    It still runs in this process.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, hlopt
+      >>> def noisy(x):
+      ...     jax.debug.print("x = {}", x)
+      ...     return x + 1
+      >>> compiled = hlopt.jit(noisy).lower(jnp.ones(2)).compile()
+      >>> try:
+      ...     compiled.serialize()
+      ... except hlopt.HostCallbackError:
+      ...     print("refused")
+      refused
+    """
+
+    __module__ = "hlopt"  # raised and printed as users import it
 
 
 class HostCompiled(Stage):

@@ -28,7 +28,17 @@ _MAX_KEY_FILE_BYTES = 4096
 
 
 class KeyFileError(ExecutableFileError):
-    """The user's key cannot be used: an insecure or unreadable key file, or a weak HLOPT_KEY."""
+    """The user's key cannot be used: an insecure or unreadable key file, or a weak HLOPT_KEY.
+
+    Loading and saving files refuse with it; the compilation cache turns itself off with a warning.
+
+    Example:
+      >>> import hlopt
+      >>> issubclass(hlopt.KeyFileError, hlopt.ExecutableFileError)
+      True
+    """
+
+    __module__ = "hlopt"  # raised and printed as users import it
 
 
 @dataclasses.dataclass(frozen=True)
