@@ -693,6 +693,9 @@ def test_the_mesh_comes_from_sharding_constraints_in_the_body_as_for_jax_jit():
 # --- compiler_options: XLA's options, as jax.jit takes them ---------------------------------------
 
 def _fusions(compiled):
+    """The number of fusion instructions in the optimized program: what XLA's fusion pass changes (more
+    of them without it under XLA:CPU's fusion emitters, which wrap single operations; none under its loop
+    emitters)."""
     return compiled.as_text().count(" fusion(")
 
 
@@ -722,7 +725,7 @@ def test_compiler_options_change_the_program_as_under_jax_jit(name):
         theirs, ours = make(jax.jit), make(hlopt.jit)
         counts[form] = (_fusions(theirs), _fusions(ours))
         np.testing.assert_allclose(ours(X3), theirs(X3), rtol=1e-6)
-    assert counts["default"][0] < counts["jit"][0], counts  # the option does something
+    assert counts["default"][0] != counts["jit"][0], counts  # the option does something
     assert len(set(counts.values()) - {counts["default"]}) == 1, counts  # and the same in each form
     for theirs, ours in counts.values():
         assert ours == theirs, counts
@@ -773,7 +776,7 @@ def test_compiler_options_are_part_of_the_persistent_cache_key(tmp_path):
         assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
         again = hlopt.jit(fun).lower(X3).compile(compiler_options=dict(NO_FUSION))  # the same options: a hit
         assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 2)
-    assert _fusions(unfused) == _fusions(again) > _fusions(plain)
+    assert _fusions(unfused) == _fusions(again) != _fusions(plain)
 
 
 def test_xla_dump_options_dump_the_program_as_under_jax_jit(tmp_path):
