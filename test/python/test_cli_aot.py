@@ -151,6 +151,22 @@ def test_errors_are_one_line(workdir, capsys, argv, message):
     assert "Traceback" not in err and len(err.splitlines()) == 1
 
 
+def test_a_tracing_error_names_the_arg_each_parameter_got(workdir, capsys):
+    """A pytree's .npz given in another parameter's place fails inside the user's code; the one line
+    says which --arg each parameter got, by name, in order."""
+    tmp, _ = workdir
+    (tmp / "cli_params.py").write_text("def predict(params, x):\n    return x @ params['w'] + params['b']\n")
+    np.savez(tmp / "params.npz", w=np.ones((3, 2), np.float32), b=np.ones(2, np.float32))
+    assert hlopt("compile", "cli_params:predict", "--arg", "f32[4,3]", "--arg", "params.npz", "-o", "o.hlx") == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert re.match(r".*cli_params\.py:2:\d+: error: ", err), err  # located at the user's line
+    assert err.endswith("(while tracing predict with params = f32[4,3], x = params.npz: --arg gives the arguments "
+                        "in order)"), err
+    assert hlopt("compile", "cli_params:predict", "--arg", "params.npz", "--arg", "f32[4,3]", "-o", "o.hlx") == 0
+    capsys.readouterr()
+
+
 def test_run_errors(workdir, capsys):
     tmp, name = workdir
     assert hlopt("compile", f"{name}:f", "--arg", "f32[8,4]", "--arg", "f32[4,2]", "-o", "f.hlx") == 0

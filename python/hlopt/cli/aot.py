@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from hlopt.cli.errors import UsageError, as_flags
+from hlopt.cli.errors import UsageError, add_context, as_flags
 from hlopt.cli.opt import ALLOW_IMPORT_HELP
 from hlopt.runtime.errors import ExecutableFileError
 from hlopt.passes.ir.locations import did_you_mean, printable
@@ -278,6 +278,32 @@ def check_arg_count(fun: Any, target: str, given: Sequence[str]) -> None:
 
 
 @contextlib.contextmanager
+def tracing_context(fun: Any, target: str, given: Sequence[str]) -> Iterator[None]:
+    """An error the user's function raises while traced ends with which `--arg` each parameter got
+    (`while tracing predict with params = f32[2,3], x = params.npz`): a pytree's .npz given in another
+    parameter's place fails inside the user's code, or a library's, far from the command line."""
+    import inspect
+
+    from hlopt.compiler.pipeline import PipelineError
+
+    try:
+        yield
+    except (UsageError, PipelineError):
+        raise
+    except Exception as e:
+        try:
+            names = [p.name for p in inspect.signature(fun).parameters.values()
+                     if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            names = []
+        names += [f"argument {i}" for i in range(len(names), len(given))]
+        pairs = ", ".join(f"{name} = {text}" for name, text in zip(names, given))
+        add_context(e, f"while tracing {target.partition(':')[2] or target} with {pairs}: --arg gives the "
+                       "arguments in order")
+        raise
+
+
+@contextlib.contextmanager
 def progress(what: str) -> Iterator[None]:
     """Say on stderr that `what` is running if it takes longer than PROGRESS_AFTER_S."""
     start = time.perf_counter()
@@ -349,7 +375,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 raise UsageError(f"{len(in_shardings)} --in-sharding for {len(arg_types)} --arg")
             if out_shardings is not None and len(out_shardings) == 1:
                 out_shardings = out_shardings[0]
-            with stage(f"lowering {args.target}", args.verbose):
+            with stage(f"lowering {args.target}", args.verbose), tracing_context(fun, args.target, args.arg):
                 lowered = hlopt.lower(fun, *arg_types, mesh=mesh, in_shardings=in_shardings,
                                       out_shardings=out_shardings)
             lowered.backend = compile_lowered  # the file is signed: every custom call must be on the list

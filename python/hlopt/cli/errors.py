@@ -17,6 +17,16 @@ class UsageError(Exception):
     """Bad command-line input: reported as one line, exit status 1."""
 
 
+# A note (PEP 678) that the tools' line for an error ends with, in parentheses: what the command was
+# doing, in the user's terms (`while tracing predict with params = f32[2,3] ...`).
+_CONTEXT = "hlopt context: "
+
+
+def add_context(error: BaseException, context: str) -> None:
+    """End the tools' one line for `error` with `(context)`."""
+    error.add_note(_CONTEXT + context)
+
+
 # The Python API's words for what the command line spells as flags: messages from the runtime name
 # arguments (`trust='portable'`); the tools print them with the flag (`--trust portable`).
 API_TO_FLAGS = {"trust='portable'": "--trust portable", "trust='signed'": "--trust signed"}
@@ -92,6 +102,7 @@ def error_message(error: BaseException, prog: str, debug: bool) -> str:
     """
     text = (error.msg if isinstance(error, SyntaxError) else str(error)).strip() or type(error).__name__
     notes = list(getattr(error, "notes", []))
+    contexts = [n.removeprefix(_CONTEXT) for n in getattr(error, "__notes__", []) if n.startswith(_CONTEXT)]
     if not _LOCATED.match(text):
         if not isinstance(error, _EXPECTED):
             text = f"{type(error).__name__}: {text}"
@@ -101,6 +112,7 @@ def error_message(error: BaseException, prog: str, debug: bool) -> str:
             first += f" (`{prog} --debug` shows the rest of this message)"
         elif rest.strip():
             notes = [rest.strip(), *notes]
+        first += "".join(f" ({context})" for context in contexts)
         if frames:
             file, line, col = frames[0]
             text = f"{file}:{line}:{col}: error: {first}"
