@@ -279,9 +279,10 @@ def check_arg_count(fun: Any, target: str, given: Sequence[str]) -> None:
 
 @contextlib.contextmanager
 def tracing_context(fun: Any, target: str, given: Sequence[str]) -> Iterator[None]:
-    """An error the user's function raises while traced ends with which `--arg` each parameter got
-    (`while tracing predict with params = f32[2,3], x = params.npz`): a pytree's .npz given in another
-    parameter's place fails inside the user's code, or a library's, far from the command line."""
+    """Where an `--arg` is a pytree's .npz, an error the user's function raises while traced ends with
+    which `--arg` each parameter got (`while tracing predict with params = f32[2,3], x = params.npz`):
+    a .npz given in another parameter's place fails inside the user's code, or a library's, with a
+    message that names neither. (An array type in the wrong place shows in the error's shapes.)"""
     import inspect
 
     from hlopt.compiler.pipeline import PipelineError
@@ -291,6 +292,8 @@ def tracing_context(fun: Any, target: str, given: Sequence[str]) -> Iterator[Non
     except (UsageError, PipelineError):
         raise
     except Exception as e:
+        if not any(text.endswith(".npz") for text in given):
+            raise
         try:
             names = [p.name for p in inspect.signature(fun).parameters.values()
                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
