@@ -2,7 +2,7 @@
 
 Block kinds (the info string of a fenced block):
   python        run as a script in a fresh process, in an empty folder (forked from one that has
-                imported jax: support/block_runner.py)
+                imported jax: support/zygote.py)
   sh            run by bash in an empty folder holding a copy of examples/
   mlir          a lit test (`RUN:` lines) must be a file of examples/lit/, which a sh block runs;
                 any other block must parse with hlopt-opt
@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import json
 import os
 import re
-import select
 import shutil
 import subprocess
 import sys
@@ -28,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from support import script
+from support.zygote import Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
@@ -80,45 +78,22 @@ def test_every_block_has_a_known_kind():
     assert directives <= {"{literalinclude}", "{toctree}", "{eval-rst}", "{code-cell}"}, directives
 
 
-class BlockRunner:
-    """support/block_runner.py, started with a user's environment (again after a block hung)."""
-
-    def __init__(self, home: Path) -> None:
-        self.home, self.proc = home, None
-
-    def run(self, folder: Path) -> tuple[int, str, str]:
-        """Exit status, stdout and stderr of `folder/example.py` run in a process of its own; fails on a hang."""
-        if self.proc is None or self.proc.poll() is not None:
-            self.proc = subprocess.Popen(script("block_runner"), cwd=self.home, env=environment(self.home),
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                         start_new_session=True)
-        self.proc.stdin.write(json.dumps({"cwd": str(folder), "env": environment(folder)}) + "\n")
-        self.proc.stdin.flush()
-        if not select.select([self.proc.stdout], [], [], TIMEOUT_S)[0]:
-            self.close()  # the runner and the block's process
-            pytest.fail(f"the block ran past {TIMEOUT_S} s")
-        answer = self.proc.stdout.readline()
-        assert answer, "the block runner died"
-        out, err = ((folder / name).read_text(errors="backslashreplace") for name in ("stdout.txt", "stderr.txt"))
-        return json.loads(answer)["returncode"], out, err
-
-    def close(self) -> None:
-        os.killpg(self.proc.pid, 9)
-        self.proc.wait()
-
-
 @pytest.fixture(scope="module")
-def block_runner(tmp_path_factory):
-    runner = BlockRunner(tmp_path_factory.mktemp("runner"))
-    yield runner
-    if runner.proc is not None:
-        runner.close()
+def zygote(tmp_path_factory):
+    """Forks each python block's process from one that imported jax with a user's environment."""
+    server = Zygote(environment(tmp_path_factory.mktemp("zygote")))
+    yield server
+    server.close()
 
 
 @pytest.mark.parametrize("code", of_kind("python"))
-def test_python_block(code, tmp_path, block_runner):
-    (tmp_path / "example.py").write_text(code, encoding="utf-8")
-    returncode, out, err = block_runner.run(tmp_path)
+def test_python_block(code, tmp_path, zygote):
+    folder = tmp_path / "block"  # the block's folder, empty but for it; its output goes to tmp_path
+    folder.mkdir()
+    (folder / "example.py").write_text(code, encoding="utf-8")
+    returncode, timed_out = zygote.run(["example.py"], tmp_path, cwd=folder, env=environment(folder), timeout=TIMEOUT_S)
+    assert not timed_out, f"the block ran past {TIMEOUT_S} s"
+    out, err = ((tmp_path / name).read_text(errors="backslashreplace") for name in ("stdout.txt", "stderr.txt"))
     assert returncode == 0, f"exit status {returncode}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
 
 

@@ -3,8 +3,9 @@
 The attacker can edit any byte of a file or cache entry and recompute every
 checksum that needs no key (forge.forge), put FIFOs, devices, symlinks and
 huge sparse files where files are expected, and write terminal escape
-sequences into manifests. Each attack runs in a fresh process
-(support/attack_worker.py, or the `hlopt` command) with a timeout; the tests check
+sequences into manifests. Each attack runs in a process of its own
+(support/attack_worker.py, or the `hlopt` command), forked from one that has only imported jax
+(sandbox.run_forked), with a timeout; the tests check
 that it neither crashed nor hung, that no payload ran, and that every case
 was refused with an ExecutableFileError (the CLI: one line, exit status 1)
 or, with trust="portable", gave the right numbers.
@@ -28,7 +29,7 @@ from hlopt.runtime import container, files
 
 from support import forge, script
 from support.attack_worker import X, Y, f, g
-from support.sandbox import Outcome, assert_survived, attack, run_capped, write
+from support.sandbox import Outcome, assert_survived, attack, run_capped, run_forked, write
 
 WORKER = script("attack_worker")
 
@@ -51,8 +52,8 @@ def assert_close(got: dict, expected: dict) -> None:
 
 
 def hlopt_cli(*argv: str, env: dict | None = None, cwd: str | os.PathLike | None = None) -> Outcome:
-    """`hlopt ARGV` under sandbox.py's caps; it must neither crash nor hang."""
-    proc = run_capped(["hlopt", *argv], env=env, cwd=cwd)
+    """`hlopt ARGV` under sandbox.py's caps (a process forked from its server); it must neither crash nor hang."""
+    proc = run_forked(["hlopt", *argv], env=env, cwd=cwd)
     assert not proc.timed_out and proc.signal is None, proc.describe()
     return proc
 
@@ -278,14 +279,15 @@ def test_escape_sequences_in_a_manifest_are_shown_escaped(tmp_path, data):
     manifest["signature"]["mesh"]["axis_names"] = ["x" + ESCAPES]
     manifest["signature"]["out_tree"] = {"dict": [["s" + ESCAPES, "*"], ["t", "*"]]}
     forged = write(tmp_path, "escapes.hlx", forge.forge(manifest, sections))
+    shown = None
     for argv in (["inspect", forged], ["inspect", forged, "--json"], ["run", forged],
                  ["run", forged, "--trust", "portable"], ["inspect", forged, "--trust", "portable"]):
         proc = hlopt_cli(*argv)
+        shown = proc.stdout if shown is None else shown  # `hlopt inspect FILE`'s
         for stream in (proc.stdout, proc.stderr):
             assert not any(c in stream for c in "\x1b\x07\r\u202e"), (argv, stream)
         if argv[0] == "run" or "--trust" in argv:
             assert_one_line_error(proc, "")
-    shown = hlopt_cli("inspect", forged).stdout
     assert "program:    f\\x1b]0;owned\\x07" in shown and "pipeline:   hlopt-default\\x1b" in shown
     assert "s\\x1b]0;owned" in shown and "mesh x\\x1b" in shown
 
@@ -494,12 +496,14 @@ def test_inspect_prints_no_forged_field_raw(tmp_path, data):
     # The control: the forger's fields reach the file as written (the detector below would see them raw).
     read = forge.unpack(Path(forged).read_bytes())[0]["signature"]
     assert read["mesh"]["shape"] == ["8" + FAKE_MAC] and FAKE_MAC in read["static_args"][0][0]
+    shown = None
     for argv in (["inspect", forged], ["inspect", forged, "--json"], ["inspect", forged, "--ir"]):
         proc = hlopt_cli(*argv)
+        shown = proc.stdout if shown is None else shown  # `hlopt inspect FILE`'s
         for stream in (proc.stdout, proc.stderr):
             assert not any(c in stream for c in "\x1b\x07\r\u202e"), (argv, stream)
             assert not any(line.startswith("MAC:        verified") for line in stream.splitlines()), (argv, stream)
-    shown = hlopt_cli("inspect", forged).stdout  # the fields are shown, escaped
+    # the fields are shown, escaped
     assert "mesh x=8\\r\\x1b[2K\\x1b[1AMAC:" in shown and "static arguments: 0\\r\\x1b[2K" in shown, shown
 
 
