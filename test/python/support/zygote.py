@@ -2,9 +2,9 @@
 
 `python -m support.zygote` (the server) imports jax and numpy, nothing more: no backend is
 initialized, no thread started, no hlopt module loaded. It then reads one JSON request a line,
-`{"argv": [...], "argv0": NAME, "cwd": FOLDER, "env": {...}, "stdin": PATH|null, "out": FOLDER,
-"timeout": SECONDS}`, and for each forks a child that takes `env` as its whole environment,
-enters `cwd`, reads `stdin` (else /dev/null), writes OUT/stdout.txt and OUT/stderr.txt, and runs
+`{"argv": [...], "argv0": NAME, "cwd": FOLDER, "env": {...}, "out": FOLDER, "timeout": SECONDS}`,
+and for each forks a child that takes `env` as its whole environment, enters `cwd`, reads
+/dev/null, writes OUT/stdout.txt and OUT/stderr.txt, and runs
 `argv` as `python ARGV` would (`-c CODE ...`, `-m MODULE ...` or `SCRIPT ...`; `-u` is accepted;
 sys.path from the child's PYTHONPATH) with `argv0` as sys.argv[0] when given: its own `__main__` globals, exit handlers run, an uncaught
 exception printed and exit status 1. It answers `{"returncode": N, "timed_out": false}` (negative N:
@@ -24,6 +24,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Sequence
@@ -71,7 +72,7 @@ def _child(request: dict) -> int:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    os.dup2(os.open(request["stdin"] or os.devnull, os.O_RDONLY), 0)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
         os.dup2(os.open(Path(request["out"], name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
     return _run_python(request["argv"], request["argv0"])
@@ -113,16 +114,22 @@ class Zygote:
         from support import script
 
         self.command, self.env, self.proc = [*launch, *script("zygote")], dict(env), None
+        self.lock = threading.Lock()  # one request at a time: the server answers them in order
 
     def run(self, argv: Sequence[str], out: Path, *, cwd: str | os.PathLike, env: dict[str, str] | None = None,
-            stdin: Path | None = None, timeout: float, argv0: str | None = None) -> tuple[int | None, bool]:
+            timeout: float, argv0: str | None = None) -> tuple[int | None, bool]:
         """(exit code or None, timed out) of `python ARGV` in a child; its output is in out/stdout.txt, stderr.txt."""
+        with self.lock:
+            return self._run(argv, out, cwd=cwd, env=env, timeout=timeout, argv0=argv0)
+
+    def _run(self, argv: Sequence[str], out: Path, *, cwd: str | os.PathLike, env: dict[str, str] | None,
+             timeout: float, argv0: str | None) -> tuple[int | None, bool]:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = subprocess.Popen(self.command, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          text=True, start_new_session=True)
             atexit.register(self.close)
-        request = {"argv": list(argv), "argv0": argv0, "cwd": str(cwd), "env": dict(env or self.env),
-                   "stdin": None if stdin is None else str(stdin), "out": str(out), "timeout": timeout}
+        request = {"argv": list(argv), "argv0": argv0, "cwd": str(cwd), "env": dict(env or self.env), "out": str(out),
+                   "timeout": timeout}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         answer = self.proc.stdout.readline()
