@@ -29,7 +29,7 @@ from hlopt.runtime import container, files
 
 from support import forge, script
 from support.attack_worker import X, Y, f, g
-from support.sandbox import Outcome, assert_survived, attack, run_capped, run_forked, write
+from support.sandbox import Outcome, assert_survived, attack, run_forked, write
 
 WORKER = script("attack_worker")
 
@@ -77,7 +77,7 @@ def test_patched_kernel_never_runs(tmp_path):
               "xc.DeviceList(tuple(jax.devices()[:1])), xc.CompileOptions())\n"
               "a = [jax.device_put(np.ones((8, 4), np.float32)), jax.device_put(np.ones((4, 2), np.float32))]\n"
               "e.execute_sharded(a).disassemble_into_single_device_arrays()[0][0].block_until_ready()\n")
-    run_capped(["-c", script, control])
+    run_forked(["-c", script, control])
     assert marker.exists(), "the payload did not run even when PJRT loaded it: the test proves nothing"
     marker.unlink()
 
@@ -259,7 +259,7 @@ def test_bcoo_file_under_another_key_gives_the_right_sums(tmp_path):
               "dense = np.array([[1, 0, 2, 0], [0, 0, 3, 4], [5, 0, 0, 0]], np.float32)\n"
               "out = c(hlopt.sparse.BCOO.fromdense(dense), np.arange(1, 5, dtype=np.float32))\n"
               "np.savez(sys.argv[2], t=np.asarray(out['t'].todense()), mv=np.asarray(out['mv']))\n")
-    assert_survived(run_capped(["-c", script, str(path), str(tmp_path / "out.npz")],
+    assert_survived(run_forked(["-c", script, str(path), str(tmp_path / "out.npz")],
                                env={"HLOPT_KEY": "another key " * 4}))
     out = np.load(tmp_path / "out.npz")
     np.testing.assert_array_equal(out["t"], dense.T)
@@ -345,7 +345,7 @@ def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_pa
         script = ("import sys; from hlopt.passes.mlir import deserialize_portable_artifact\n"
                   "print(deserialize_portable_artifact(open(sys.argv[1], 'rb').read()))")
         control = write(tmp_path, "artifact.bin", artifact)
-        proc = run_capped(["-c", script, control])
+        proc = run_forked(["-c", script, control])
         assert proc.signal is not None, "reading the deep module did not crash: the test proves nothing"
     cases = [{"kind": "load", "file": forged, "trust": t} for t in files.TRUST_LEVELS]
     signed, portable = attack(tmp_path, cases)
@@ -387,7 +387,7 @@ def test_attributes_the_checks_did_not_read_never_reach_a_kernel(tmp_path, n):
     np.savez(tmp_path / "ax.npz", a, x)
     text = TRSM_BOTH_FORMS.replace("N", str(n))
     (tmp_path / "trsm.mlir").write_text(text)
-    control = run_capped(["-c", TRSM_CONTROL, str(tmp_path / "trsm.mlir"), str(tmp_path / "ax.npz"),
+    control = run_forked(["-c", TRSM_CONTROL, str(tmp_path / "trsm.mlir"), str(tmp_path / "ax.npz"),
                           str(tmp_path / "out.npy")])
     right = np.linalg.solve(a.astype(np.float64), x)
     assert control.signal is not None or not np.allclose(np.load(tmp_path / "out.npy"), right, atol=1e-3), \
@@ -428,9 +428,9 @@ def test_hlopt_compile_refuses_a_lapack_call_smaller_than_its_kernel_writes(tmp_
     (tmp_path / "small.mlir").write_text(SMALL_RESULT)
     np.save(tmp_path / "a.npy", np.eye(2048, dtype=np.float32) * 4)
     # The control: compiled without the checks, the file is signed and running it overflows the heap.
-    made = run_capped(["-c", UNCHECKED_CLI, "compile", str(tmp_path / "small.mlir"), "-o", str(tmp_path / "c.hlx")])
+    made = run_forked(["-c", UNCHECKED_CLI, "compile", str(tmp_path / "small.mlir"), "-o", str(tmp_path / "c.hlx")])
     assert_survived(made)
-    ran = run_capped(["hlopt", "run", str(tmp_path / "c.hlx"), "--input", str(tmp_path / "a.npy")])
+    ran = run_forked(["hlopt", "run", str(tmp_path / "c.hlx"), "--input", str(tmp_path / "a.npy")])
     assert ran.signal is not None, "the unchecked call did not crash: the test proves nothing"
 
     refused = hlopt_cli("compile", str(tmp_path / "small.mlir"), "-o", str(tmp_path / "s.hlx"))
@@ -475,7 +475,7 @@ def test_portable_modules_xla_cannot_run_are_refused_at_load(tmp_path, name):
     spec = tmp_path / "control.json"
     spec.write_text(json.dumps({"cases": [{"kind": "load", "file": forged, "trust": "portable", "unchecked": True,
                                            "inputs": str(tmp_path / "a.npz")}]}))
-    control = run_capped([*WORKER, str(spec)])
+    control = run_forked([*WORKER, str(spec)])
     assert control.signal is not None or f'"{unchecked}"' in control.stdout, control.describe() + control.stdout
     (portable,) = attack(tmp_path, [{"kind": "load", "file": forged, "trust": "portable",
                                      "inputs": str(tmp_path / "a.npz")}])
@@ -610,7 +610,7 @@ def test_a_killed_saves_temporary_is_removed_by_the_next_write(tmp_path):
 
     from hlopt.runtime.outputs import SETTLE_S, write_atomically
 
-    killed = run_capped(["-c", KILLED_SAVE, str(tmp_path / "big.hlx")])
+    killed = run_forked(["-c", KILLED_SAVE, str(tmp_path / "big.hlx")])
     assert killed.signal == "SIGKILL"
     (leaked,) = tmp_path.glob(".hlopt-tmp-*")  # the control: the killed save left its temporary
     assert leaked.stat().st_size == 8 << 20

@@ -91,7 +91,9 @@ def run_forked(argv: Sequence[str], *, timeout: float = TIMEOUT_S, memory: int =
     server capped at `memory`; a child whose JAX_ variables (read as jax is imported) differ from the
     server's is exec'd instead."""
     full_env = _environment(env)
-    server = _zygotes.setdefault(memory, Zygote(dict(os.environ), launch=_caps(memory)))
+    if memory not in _zygotes:
+        _zygotes[memory] = Zygote(dict(os.environ), launch=_caps(memory))
+    server = _zygotes[memory]
     jax_vars = lambda e: {k: v for k, v in e.items() if k.startswith("JAX_")}  # noqa: E731
     if jax_vars(full_env) != jax_vars(server.env):
         return run_capped(argv, timeout=timeout, memory=memory, env=env, cwd=cwd)

@@ -115,6 +115,7 @@ class Zygote:
 
         self.command, self.env, self.proc = [*launch, *script("zygote")], dict(env), None
         self.lock = threading.Lock()  # one request at a time: the server answers them in order
+        atexit.register(self.close)
 
     def run(self, argv: Sequence[str], out: Path, *, cwd: str | os.PathLike, env: dict[str, str] | None = None,
             timeout: float, argv0: str | None = None) -> tuple[int | None, bool]:
@@ -125,9 +126,9 @@ class Zygote:
     def _run(self, argv: Sequence[str], out: Path, *, cwd: str | os.PathLike, env: dict[str, str] | None,
              timeout: float, argv0: str | None) -> tuple[int | None, bool]:
         if self.proc is None or self.proc.poll() is not None:
+            self.close()
             self.proc = subprocess.Popen(self.command, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          text=True, start_new_session=True)
-            atexit.register(self.close)
         request = {"argv": list(argv), "argv0": argv0, "cwd": str(cwd), "env": dict(env or self.env), "out": str(out),
                    "timeout": timeout}
         self.proc.stdin.write(json.dumps(request) + "\n")
@@ -138,9 +139,15 @@ class Zygote:
         return result["returncode"], result["timed_out"]
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        """Kill the server and any child it runs."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        self.proc = None
 
 
 if __name__ == "__main__":
