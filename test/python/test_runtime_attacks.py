@@ -35,6 +35,12 @@ WORKER = script("attack_worker")
 
 
 @pytest.fixture(scope="module")
+def identity() -> bytes:
+    """The file of `lambda x: x` on a float32[4], whose module section the forger replaces."""
+    return hlopt.lower(lambda x: x, np.ones(4, np.float32)).compile().serialize()
+
+
+@pytest.fixture(scope="module")
 def data():
     mesh = jax.make_mesh((8,), ("x",))
     return hlopt.lower(f, X, Y, mesh=mesh, in_shardings=(P("x"), P())).compile().serialize()
@@ -216,7 +222,9 @@ def test_forged_device_counts_are_capped(tmp_path, data):
     assert_one_line_error(proc, "the program runs on 100000 devices; hlopt run sets up at most 1024 host devices")
 
 
+@pytest.fixture(scope="module")
 def bcoo_program():
+    """A compiled program with BCOO arguments and results, its arguments (m, v), and m as a dense array."""
     dense = np.array([[1, 0, 2, 0], [0, 0, 3, 4], [5, 0, 0, 0]], np.float32)
 
     def h(m, v):
@@ -234,8 +242,8 @@ BCOO_LIES = {
 
 
 @pytest.mark.parametrize("lie", list(BCOO_LIES))
-def test_forged_bcoo_shapes_are_refused(tmp_path, lie):
-    compiled, (m, v), dense = bcoo_program()
+def test_forged_bcoo_shapes_are_refused(tmp_path, lie, bcoo_program):
+    compiled, (m, v), dense = bcoo_program
     manifest, sections = forge.unpack(compiled.serialize())
     shape, match = BCOO_LIES[lie]
     transposed = manifest["signature"]["out_tree"]["dict"][1][1]["export"]  # [name, aux, children] of "t"
@@ -250,8 +258,8 @@ def test_forged_bcoo_shapes_are_refused(tmp_path, lie):
     assert match in portable["refused"], portable
 
 
-def test_bcoo_file_under_another_key_gives_the_right_sums(tmp_path):
-    compiled, (m, v), dense = bcoo_program()
+def test_bcoo_file_under_another_key_gives_the_right_sums(tmp_path, bcoo_program):
+    compiled, (m, v), dense = bcoo_program
     path = tmp_path / "bcoo.hlx"
     compiled.save(path)
     script = ("import sys, numpy as np, hlopt, warnings\nwarnings.simplefilter('ignore')\n"
@@ -335,9 +343,9 @@ def forged_artifact(text: str, signature: dict) -> bytes:
     ("case", 250, "more than 100 nested regions"),  # XLA:CPU's compiler died at 203
     ("attribute", 25_000, "killed the process that read it (SIGSEGV)"),  # the reader died at 20,000, not 10,000
 ])
-def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_path, shape, depth, why):
+def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_path, identity, shape, depth, why):
     a = np.ones(4, np.float32)
-    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    manifest, sections = forge.unpack(identity)
     text = nested_cases(depth) if shape == "case" else nested_attribute(depth)
     artifact = forged_artifact(text, manifest["signature"])
     forged = write(tmp_path, "deep.hlx", forge.forge(manifest, dict(sections, module=artifact)))
@@ -463,9 +471,9 @@ PORTABLE_ATTACKS = {  # @main(%a: tensor<4xf32>) -> tensor<4xf32>: the body, the
 
 
 @pytest.mark.parametrize("name", list(PORTABLE_ATTACKS))
-def test_portable_modules_xla_cannot_run_are_refused_at_load(tmp_path, name):
+def test_portable_modules_xla_cannot_run_are_refused_at_load(tmp_path, identity, name):
     a = np.arange(4, dtype=np.float32)
-    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    manifest, sections = forge.unpack(identity)
     body, why, unchecked = PORTABLE_ATTACKS[name]
     text = f"func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {{\n{body}\nreturn %0 : tensor<4xf32>\n}}"
     forged = write(tmp_path, "forged.hlx", forge.forge(manifest, dict(sections, module=forged_artifact(
@@ -673,10 +681,10 @@ FORGED_LOCATION = r'''func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
 }'''
 
 
-def test_refusals_quote_forged_names_and_locations_escaped(tmp_path):
+def test_refusals_quote_forged_names_and_locations_escaped(tmp_path, identity):
     a = np.ones(4, np.float32)
     (tmp_path / "loc.mlir").write_text(FORGED_LOCATION)
-    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    manifest, sections = forge.unpack(identity)
     forged = write(tmp_path, "loc.hlx", forge.forge(manifest, dict(sections, module=forged_artifact(
         FORGED_LOCATION, manifest["signature"]))))
     np.save(tmp_path / "a.npy", a)
