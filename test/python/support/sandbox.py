@@ -81,7 +81,6 @@ def _caps(memory: int) -> list[str]:
     return ["/bin/sh", "-c", f'ulimit -v {memory // 1024} && ulimit -c 0 && exec "$@"', "sh"]
 
 
-HLOPT_MAIN = "import sys; from hlopt.cli.main import main; sys.exit(main())"  # what the `hlopt` script runs
 _zygotes: dict[int, Zygote] = {}  # memory cap -> the server started under it
 
 
@@ -97,14 +96,12 @@ def run_forked(argv: Sequence[str], *, timeout: float = TIMEOUT_S, memory: int =
     jax_vars = lambda e: {k: v for k, v in e.items() if k.startswith("JAX_")}  # noqa: E731
     if jax_vars(full_env) != jax_vars(server.env):
         return run_capped(argv, timeout=timeout, memory=memory, env=env, cwd=cwd)
-    argv0 = None
-    if argv[0] == "hlopt":
-        argv, argv0 = ["-c", HLOPT_MAIN, *argv[1:]], "hlopt"
+    if argv[0] == "hlopt":  # the console script next to this interpreter, run as its shebang's python runs it
+        argv = [str(Path(sys.executable).parent / "hlopt"), *argv[1:]]
     elif argv[0] == sys.executable:
         argv = argv[1:]
     with tempfile.TemporaryDirectory() as out:
-        returncode, timed_out = server.run(argv, Path(out), cwd=cwd or os.getcwd(), env=full_env, timeout=timeout,
-                                           argv0=argv0)
+        returncode, timed_out = server.run(argv, Path(out), cwd=cwd or os.getcwd(), env=full_env, timeout=timeout)
         text = lambda name: Path(out, name).read_bytes().decode("utf-8", "backslashreplace")  # noqa: E731
         return Outcome(returncode, text("stdout.txt"), text("stderr.txt"), timed_out)
 

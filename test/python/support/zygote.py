@@ -2,11 +2,11 @@
 
 `python -m support.zygote` (the server) imports jax and numpy, nothing more: no backend is
 initialized, no thread started, no hlopt module loaded. It then reads one JSON request a line,
-`{"argv": [...], "argv0": NAME, "cwd": FOLDER, "env": {...}, "out": FOLDER, "timeout": SECONDS}`,
+`{"argv": [...], "cwd": FOLDER, "env": {...}, "out": FOLDER, "timeout": SECONDS}`,
 and for each forks a child that takes `env` as its whole environment, enters `cwd`, reads
 /dev/null, writes OUT/stdout.txt and OUT/stderr.txt, and runs
-`argv` as `python ARGV` would (`-c CODE ...`, `-m MODULE ...` or `SCRIPT ...`; `-u` is accepted;
-sys.path from the child's PYTHONPATH) with `argv0` as sys.argv[0] when given: its own `__main__` globals, exit handlers run, an uncaught
+`argv` as `python ARGV` would (`-c CODE ...`, `-m MODULE ...` or `SCRIPT ...`, a console script
+included; `-u` is accepted; sys.path from the child's PYTHONPATH): its own `__main__` globals, exit handlers run, an uncaught
 exception printed and exit status 1. It answers `{"returncode": N, "timed_out": false}` (negative N:
 killed by that signal), or kills a child that runs past its timeout and answers `{"returncode":
 null, "timed_out": true}`. Each child is a process of its own with the server's rlimits (sandbox.py
@@ -31,19 +31,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def _run_python(argv: list[str], argv0: str | None) -> int:
-    """The exit status of `python ARGV` (sys.argv[0] `argv0` when given) run in this forked process."""
+def _run_python(argv: list[str]) -> int:
+    """The exit status of `python ARGV` run in this forked process."""
     while argv and argv[0] == "-u":
         argv = argv[1:]
     try:
         if argv[0] == "-c":
-            sys.argv, sys.path[0] = [argv0 or "-c", *argv[2:]], ""
+            sys.argv, sys.path[0] = ["-c", *argv[2:]], ""
             exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
         elif argv[0] == "-m":
-            sys.argv, sys.path[0] = [argv0 or argv[1], *argv[2:]], os.getcwd()
+            sys.argv, sys.path[0] = [argv[1], *argv[2:]], os.getcwd()
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
-            sys.argv, sys.path[0] = [argv0 or argv[0], *argv[1:]], str(Path(argv[0]).resolve().parent)
+            sys.argv, sys.path[0] = list(argv), str(Path(argv[0]).resolve().parent)
             runpy.run_path(argv[0], run_name="__main__")
         code = 0
     except SystemExit as e:
@@ -75,7 +75,7 @@ def _child(request: dict) -> int:
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
         os.dup2(os.open(Path(request["out"], name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), fd)
-    return _run_python(request["argv"], request["argv0"])
+    return _run_python(request["argv"])
 
 
 def _wait(pid: int, timeout: float) -> int | None:
@@ -118,18 +118,18 @@ class Zygote:
         atexit.register(self.close)
 
     def run(self, argv: Sequence[str], out: Path, *, cwd: str | os.PathLike, env: dict[str, str] | None = None,
-            timeout: float, argv0: str | None = None) -> tuple[int | None, bool]:
+            timeout: float) -> tuple[int | None, bool]:
         """(exit code or None, timed out) of `python ARGV` in a child; its output is in out/stdout.txt, stderr.txt."""
         with self.lock:
-            return self._run(argv, out, cwd=cwd, env=env, timeout=timeout, argv0=argv0)
+            return self._run(argv, out, cwd=cwd, env=env, timeout=timeout)
 
     def _run(self, argv: Sequence[str], out: Path, *, cwd: str | os.PathLike, env: dict[str, str] | None,
-             timeout: float, argv0: str | None) -> tuple[int | None, bool]:
+             timeout: float) -> tuple[int | None, bool]:
         if self.proc is None or self.proc.poll() is not None:
             self.close()
             self.proc = subprocess.Popen(self.command, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          text=True, start_new_session=True)
-        request = {"argv": list(argv), "argv0": argv0, "cwd": str(cwd), "env": dict(env or self.env), "out": str(out),
+        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env or self.env), "out": str(out),
                    "timeout": timeout}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
