@@ -27,6 +27,7 @@ from hlopt.runtime import cache as cache_mod
 from hlopt.runtime.pjrt import BuildFlags, get_client
 
 from support import script
+from support.sandbox import run_forked
 
 X = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
 
@@ -308,12 +309,10 @@ def test_cache_off_and_bad_limit(tmp_path):
 
 
 def in_fresh_process(code: str, **env: str) -> str:
-    """The stdout of `code` run in a fresh process (one that never called `set_cache_dir`) whose
-    environment names no cache but what `env` sets; a failure in it fails the test."""
-    base = {k: v for k, v in os.environ.items() if k not in (cache_mod.ENV_DIR, cache_mod.ENV_MAX_BYTES)}
-    proc = subprocess.run([sys.executable, "-c", code], env=dict(base, **env), capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """The stdout of `code` run in a fresh process (one that never imported hlopt, forked by
+    sandbox.run_forked) whose environment names no cache but what `env` sets; a failure in it fails the test."""
+    proc = run_forked(["-c", code], env={cache_mod.ENV_DIR: None, cache_mod.ENV_MAX_BYTES: None, **env}, timeout=120)
+    assert proc.returncode == 0, proc.describe()
     return proc.stdout
 
 

@@ -18,6 +18,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from hlopt.cli import aot
 from hlopt.cli.main import main
 
+from support.sandbox import Outcome, run_forked
+
 MODULE = """
 import jax.numpy as jnp
 
@@ -267,9 +269,9 @@ def test_command_line_in_a_fresh_process(workdir):
     assert proc.stderr.strip().splitlines()[-1].startswith("hlopt: error: ")
 
 
-def _cli(cwd, env, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hlopt", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={k: v for k, v in {**os.environ, **env}.items() if v is not None})
+def _cli(cwd, env, *argv: str) -> Outcome:
+    """`python -m hlopt ARGV` in a process of its own (sandbox.run_forked); `env`: variables to set, None to unset."""
+    return run_forked(["-m", "hlopt", *argv], cwd=cwd, env=env)
 
 
 SHARE = ("Share the key between the machines that share files (HLOPT_KEY), or, if you trust its source, load it "

@@ -7,17 +7,34 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HLOPT = str(pathlib.Path(sys.executable).parent / "hlopt")  # the console script next to this interpreter
 
 
-def test_demo_runs_every_section(tmp_path):
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> subprocess.CompletedProcess:
+    """`hlopt demo`, every section, run once for the tests that read its output."""
     # From the folder that holds the clone (named hlopt), with one host device and the user's log level:
     # the partitioning section reruns itself with 8 devices, and nothing may shadow the package or log.
-    (tmp_path / "hlopt").symlink_to(ROOT)
+    folder = tmp_path_factory.mktemp("demo")
+    (folder / "hlopt").symlink_to(ROOT)
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL")}
-    proc = subprocess.run([HLOPT, "demo"], capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+    return subprocess.run([HLOPT, "demo"], capture_output=True, text=True, timeout=900, cwd=folder, env=env)
+
+
+def section_output(demo: subprocess.CompletedProcess, name: str) -> str:
+    """What the demo's section `name` printed, between its announcement and its "done" line."""
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    match = re.search(rf"^\[\d+/\d+\] {re.escape(name)}\.\.\.\n(.*)^\[\d+/\d+\] {re.escape(name)}: done in ",
+                      demo.stdout, re.S | re.M)
+    assert match, demo.stdout[-3000:]
+    return match[1]
+
+
+def test_demo_runs_every_section(demo):
+    proc = demo
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr == ""
     from hlopt.demos import SECTIONS
@@ -33,7 +50,7 @@ def test_demo_unknown_section():
     assert "Traceback" not in proc.stderr
 
 
-def test_key_reuse_section_names_the_example_lines():
+def test_key_reuse_section_names_the_example_lines(demo):
     # The example is compiled under its own file name: reports point into it, not at hlopt's
     # console script (which is the first frame outside hlopt's folders).
     from hlopt.demos.key_reuse import EXAMPLE, EXAMPLE_FILE
@@ -41,9 +58,7 @@ def test_key_reuse_section_names_the_example_lines():
     lines = EXAMPLE.splitlines()
     second = next(n for n, line in enumerate(lines, 1) if "bernoulli(key" in line)
     first = next(n for n, line in enumerate(lines, 1) if "normal(key" in line)
-    proc = subprocess.run([HLOPT, "demo", "key-reuse"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = proc.stdout.splitlines()
+    out = section_output(demo, "key-reuse").splitlines()
     column = lines[second - 1].index("jax.random.bernoulli")
     assert f"{EXAMPLE_FILE}:{second}:{column}: error: PRNG key is consumed a second time" in out
     column = lines[first - 1].index("jax.random.normal")
@@ -62,12 +77,11 @@ def test_demo_announces_and_times_each_section():
     assert out.index("[1/2] driver...") < out.index("=== driver") < out.index("[1/2] driver: done in")
 
 
-def test_vmc_section_lowers_the_energy_and_matches_the_hessian_trace():
-    """`hlopt demo vmc`: the printed energies fall toward the exact 6.5, and on every step the
+def test_vmc_section_lowers_the_energy_and_matches_the_hessian_trace(demo):
+    """`hlopt demo`'s vmc section: the printed energies fall toward the exact 6.5, and on every step the
     kinetic energy by hlopt.laplacian equals the one by jnp.trace(jax.hessian)."""
-    proc = subprocess.run([HLOPT, "demo", "vmc"], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = [line.split() for line in proc.stdout.splitlines() if re.fullmatch(r"\s*\d+( +[-+\d.e]+){6}", line)]
+    rows = [line.split() for line in section_output(demo, "vmc").splitlines()
+            if re.fullmatch(r"\s*\d+( +[-+\d.e]+){6}", line)]
     from hlopt.demos.vmc import EXACT, STEPS
 
     assert [int(r[0]) for r in rows] == list(range(STEPS))

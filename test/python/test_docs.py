@@ -1,7 +1,8 @@
 """The README and the docs cannot drift: every code block runs, and the generated pages are fresh.
 
 Block kinds (the info string of a fenced block):
-  python        run as a script in a fresh process, in an empty folder
+  python        run as a script in a fresh process, in an empty folder (forked from one that has
+                imported jax: support/zygote.py)
   sh            run by bash in an empty folder holding a copy of examples/
   mlir          a lit test (`RUN:` lines) must be a file of examples/lit/, which a sh block runs;
                 any other block must parse with hlopt-opt
@@ -24,6 +25,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from support.zygote import Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "docs" / "tutorials").glob("*.md"))]
@@ -75,10 +78,23 @@ def test_every_block_has_a_known_kind():
     assert directives <= {"{literalinclude}", "{toctree}", "{eval-rst}", "{code-cell}"}, directives
 
 
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    """Forks each python block's process from one that imported jax with a user's environment."""
+    server = Zygote(environment(tmp_path_factory.mktemp("zygote")))
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("code", of_kind("python"))
-def test_python_block(code, tmp_path):
-    (tmp_path / "example.py").write_text(code, encoding="utf-8")
-    run([sys.executable, "example.py"], tmp_path)
+def test_python_block(code, tmp_path, zygote):
+    folder = tmp_path / "block"  # the block's folder, empty but for it; its output goes to tmp_path
+    folder.mkdir()
+    (folder / "example.py").write_text(code, encoding="utf-8")
+    returncode, timed_out = zygote.run(["example.py"], tmp_path, cwd=folder, env=environment(folder), timeout=TIMEOUT_S)
+    assert not timed_out, f"the block ran past {TIMEOUT_S} s"
+    out, err = ((tmp_path / name).read_text(errors="backslashreplace") for name in ("stdout.txt", "stderr.txt"))
+    assert returncode == 0, f"exit status {returncode}\n--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}"
 
 
 @pytest.mark.parametrize("script", of_kind("sh"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import subprocess
 import sys
 import textwrap
 import traceback
@@ -24,6 +23,8 @@ from jax.sharding import PartitionSpec as P
 
 import hlopt
 from hlopt.cli.main import main
+
+from support.sandbox import Outcome, run_forked
 
 SOURCES = {
     "jet": """
@@ -232,9 +233,9 @@ TRACING = {
 }
 
 
-def hlopt_cli(cwd, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hlopt", *argv], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": ""})
+def hlopt_cli(cwd, *argv: str, pythonpath: str = "") -> Outcome:
+    """`python -m hlopt ARGV` in a process of its own (sandbox.run_forked) with PYTHONPATH set to `pythonpath`."""
+    return run_forked(["-m", "hlopt", *argv], cwd=cwd, env={"PYTHONPATH": pythonpath})
 
 
 @pytest.mark.parametrize("kind", list(TRACING))
@@ -262,9 +263,8 @@ def test_a_missing_module_says_where_hlopt_looked(tmp_path):
         f"hlopt: error: cannot import 'mymodel': no mymodel.py or mymodel/ in the working directory ({tmp_path}) "
         "or on PYTHONPATH (not set); run hlopt from the folder that holds it, or add that folder to PYTHONPATH "
         "(PYTHONPATH=/path/to/folder hlopt ...)\n")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "models")}
-    ok = subprocess.run([sys.executable, "-m", "hlopt", "compile", "mymodel:predict", "--arg", "f32[4]", "-o",
-                         "o.hlx"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    ok = hlopt_cli(tmp_path, "compile", "mymodel:predict", "--arg", "f32[4]", "-o", "o.hlx",
+                   pythonpath=str(tmp_path / "models"))
     assert ok.returncode == 0, ok.stderr
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("")

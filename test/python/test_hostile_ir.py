@@ -40,7 +40,7 @@ from hlopt.runtime.compile import compile_lowered
 
 from support import TESTS, forge, script
 from support.nesting_limits import GENERATORS
-from support.sandbox import run_capped
+from support.sandbox import run_capped, run_forked
 
 GOOD = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %a, %a : tensor<4xf32>
@@ -310,7 +310,7 @@ def test_a_comment_ended_by_a_carriage_return_hides_nothing(tmp_path):
         argv = [*command, "compile", str(path), "-o", str(tmp_path / "out.hlx")] if command is HLOPT else \
             [*command, str(path)]
         start = time.monotonic()
-        outcome = run_capped(argv, timeout=120)
+        outcome = run_forked(argv, timeout=120)
         assert_one_error_line(outcome.returncode, outcome.stderr, rf"{re.escape(str(path))}:1:\d+: error: {message}")
         assert time.monotonic() - start < 60
     # the control: MLIR's parser, unguarded, dies on the first
@@ -378,7 +378,7 @@ def test_recursion_is_refused_before_any_pass_or_compile(tmp_path, capfd):
     path.write_text(RECURSIVE)
     for argv in ([*HLOPT, "compile", str(path), "-o", str(tmp_path / "r.hlx")],
                  [*HLOPT, "compile", str(path), "--pipeline", "", "-o", str(tmp_path / "r.hlx")]):
-        outcome = run_capped(argv, timeout=120)
+        outcome = run_forked(argv, timeout=120)
         assert_one_error_line(outcome.returncode, outcome.stderr, rf"{re.escape(str(path))}:10:8: {CYCLE}")
     assert main([str(path), "-p", "hlopt-default"]) == 1
     assert_one_error_line(1, capfd.readouterr().err, rf"{re.escape(str(path))}:10:8: {CYCLE}")
@@ -404,7 +404,7 @@ def test_a_deep_call_chain_is_refused(tmp_path):
     """20,000 functions each calling the next: XLA's compiler recursed per level and died."""
     path = tmp_path / "deep.mlir"
     path.write_text(call_chain(20_000))
-    outcome = run_capped([*HLOPT, "compile", str(path), "--pipeline", "", "-o", str(tmp_path / "d.hlx")], timeout=120)
+    outcome = run_forked([*HLOPT, "compile", str(path), "--pipeline", "", "-o", str(tmp_path / "d.hlx")], timeout=120)
     assert_one_error_line(outcome.returncode, outcome.stderr, rf"{re.escape(str(path))}:\d+:1: error: @f2000 starts a "
                                                               rf"chain of more than {MAX_CALL_DEPTH} nested calls")
 
@@ -429,7 +429,7 @@ def test_a_forged_recursive_file_fails_the_portable_checks(tmp_path):
     np.save(tmp_path / "x.npy", np.float32(1))
     for argv in (["inspect", str(path), "--trust", "portable"],
                  ["run", str(path), "--trust", "portable", "--input", str(tmp_path / "x.npy")]):
-        outcome = run_capped([*HLOPT, *argv], timeout=200)
+        outcome = run_forked([*HLOPT, *argv], timeout=200)
         assert outcome.returncode == 1 and outcome.signal is None, outcome.describe()
         last = outcome.stderr.strip().splitlines()[-1]
         assert "Traceback" not in outcome.stderr and "refused to compile the module section" in last

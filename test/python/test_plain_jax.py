@@ -28,6 +28,8 @@ import hlopt
 from hlopt import sparse as hs
 from hlopt.passes.registry import PIPELINES
 
+from support.sandbox import run_forked
+
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -291,10 +293,9 @@ def test_jax_export_runs_where_hlopt_is_never_imported(tmp_path):
     assert "custom_call @hlopt" not in exported.mlir_module()  # no kernel call (hlopt_...) or annotation (hlopt....)
     (tmp_path / "f.jax").write_bytes(exported.serialize())
     np.savez(tmp_path / "args.npz", data=args[0], indices=args[1], x=args[2])
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    run = subprocess.run([sys.executable, "-c", _EXPORT_SCRIPT, str(tmp_path / "f.jax"), str(tmp_path / "args.npz")],
-                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert run.returncode == 0, run.stderr
+    run = run_forked(["-c", _EXPORT_SCRIPT, str(tmp_path / "f.jax"), str(tmp_path / "args.npz")], timeout=300,
+                     env={"PYTHONPATH": None}, cwd=tmp_path)  # a process that has imported jax, never hlopt
+    assert run.returncode == 0, run.describe()
     got = json.loads(run.stdout)
     want = hlopt.jit(exported_function)(*args)
     np.testing.assert_allclose(got, [float(want[0]), *np.asarray(want[1])], rtol=1e-12)

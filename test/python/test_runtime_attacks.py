@@ -3,8 +3,9 @@
 The attacker can edit any byte of a file or cache entry and recompute every
 checksum that needs no key (forge.forge), put FIFOs, devices, symlinks and
 huge sparse files where files are expected, and write terminal escape
-sequences into manifests. Each attack runs in a fresh process
-(support/attack_worker.py, or the `hlopt` command) with a timeout; the tests check
+sequences into manifests. Each attack runs in a process of its own
+(support/attack_worker.py, or the `hlopt` command), forked from one that has only imported jax
+(sandbox.run_forked), with a timeout; the tests check
 that it neither crashed nor hung, that no payload ran, and that every case
 was refused with an ExecutableFileError (the CLI: one line, exit status 1)
 or, with trust="portable", gave the right numbers.
@@ -28,9 +29,15 @@ from hlopt.runtime import container, files
 
 from support import forge, script
 from support.attack_worker import X, Y, f, g
-from support.sandbox import Outcome, assert_survived, attack, run_capped, write
+from support.sandbox import Outcome, assert_survived, attack, run_forked, write
 
 WORKER = script("attack_worker")
+
+
+@pytest.fixture(scope="module")
+def identity() -> bytes:
+    """The file of `lambda x: x` on a float32[4], whose module section the forger replaces."""
+    return hlopt.lower(lambda x: x, np.ones(4, np.float32)).compile().serialize()
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +58,8 @@ def assert_close(got: dict, expected: dict) -> None:
 
 
 def hlopt_cli(*argv: str, env: dict | None = None, cwd: str | os.PathLike | None = None) -> Outcome:
-    """`hlopt ARGV` under sandbox.py's caps; it must neither crash nor hang."""
-    proc = run_capped(["hlopt", *argv], env=env, cwd=cwd)
+    """`hlopt ARGV` under sandbox.py's caps (a process forked from its server); it must neither crash nor hang."""
+    proc = run_forked(["hlopt", *argv], env=env, cwd=cwd)
     assert not proc.timed_out and proc.signal is None, proc.describe()
     return proc
 
@@ -76,7 +83,7 @@ def test_patched_kernel_never_runs(tmp_path):
               "xc.DeviceList(tuple(jax.devices()[:1])), xc.CompileOptions())\n"
               "a = [jax.device_put(np.ones((8, 4), np.float32)), jax.device_put(np.ones((4, 2), np.float32))]\n"
               "e.execute_sharded(a).disassemble_into_single_device_arrays()[0][0].block_until_ready()\n")
-    run_capped(["-c", script, control])
+    run_forked(["-c", script, control])
     assert marker.exists(), "the payload did not run even when PJRT loaded it: the test proves nothing"
     marker.unlink()
 
@@ -215,7 +222,9 @@ def test_forged_device_counts_are_capped(tmp_path, data):
     assert_one_line_error(proc, "the program runs on 100000 devices; hlopt run sets up at most 1024 host devices")
 
 
+@pytest.fixture(scope="module")
 def bcoo_program():
+    """A compiled program with BCOO arguments and results, its arguments (m, v), and m as a dense array."""
     dense = np.array([[1, 0, 2, 0], [0, 0, 3, 4], [5, 0, 0, 0]], np.float32)
 
     def h(m, v):
@@ -233,8 +242,8 @@ BCOO_LIES = {
 
 
 @pytest.mark.parametrize("lie", list(BCOO_LIES))
-def test_forged_bcoo_shapes_are_refused(tmp_path, lie):
-    compiled, (m, v), dense = bcoo_program()
+def test_forged_bcoo_shapes_are_refused(tmp_path, lie, bcoo_program):
+    compiled, (m, v), dense = bcoo_program
     manifest, sections = forge.unpack(compiled.serialize())
     shape, match = BCOO_LIES[lie]
     transposed = manifest["signature"]["out_tree"]["dict"][1][1]["export"]  # [name, aux, children] of "t"
@@ -249,8 +258,8 @@ def test_forged_bcoo_shapes_are_refused(tmp_path, lie):
     assert match in portable["refused"], portable
 
 
-def test_bcoo_file_under_another_key_gives_the_right_sums(tmp_path):
-    compiled, (m, v), dense = bcoo_program()
+def test_bcoo_file_under_another_key_gives_the_right_sums(tmp_path, bcoo_program):
+    compiled, (m, v), dense = bcoo_program
     path = tmp_path / "bcoo.hlx"
     compiled.save(path)
     script = ("import sys, numpy as np, hlopt, warnings\nwarnings.simplefilter('ignore')\n"
@@ -258,7 +267,7 @@ def test_bcoo_file_under_another_key_gives_the_right_sums(tmp_path):
               "dense = np.array([[1, 0, 2, 0], [0, 0, 3, 4], [5, 0, 0, 0]], np.float32)\n"
               "out = c(hlopt.sparse.BCOO.fromdense(dense), np.arange(1, 5, dtype=np.float32))\n"
               "np.savez(sys.argv[2], t=np.asarray(out['t'].todense()), mv=np.asarray(out['mv']))\n")
-    assert_survived(run_capped(["-c", script, str(path), str(tmp_path / "out.npz")],
+    assert_survived(run_forked(["-c", script, str(path), str(tmp_path / "out.npz")],
                                env={"HLOPT_KEY": "another key " * 4}))
     out = np.load(tmp_path / "out.npz")
     np.testing.assert_array_equal(out["t"], dense.T)
@@ -278,14 +287,15 @@ def test_escape_sequences_in_a_manifest_are_shown_escaped(tmp_path, data):
     manifest["signature"]["mesh"]["axis_names"] = ["x" + ESCAPES]
     manifest["signature"]["out_tree"] = {"dict": [["s" + ESCAPES, "*"], ["t", "*"]]}
     forged = write(tmp_path, "escapes.hlx", forge.forge(manifest, sections))
+    shown = None
     for argv in (["inspect", forged], ["inspect", forged, "--json"], ["run", forged],
                  ["run", forged, "--trust", "portable"], ["inspect", forged, "--trust", "portable"]):
         proc = hlopt_cli(*argv)
+        shown = proc.stdout if shown is None else shown  # `hlopt inspect FILE`'s
         for stream in (proc.stdout, proc.stderr):
             assert not any(c in stream for c in "\x1b\x07\r\u202e"), (argv, stream)
         if argv[0] == "run" or "--trust" in argv:
             assert_one_line_error(proc, "")
-    shown = hlopt_cli("inspect", forged).stdout
     assert "program:    f\\x1b]0;owned\\x07" in shown and "pipeline:   hlopt-default\\x1b" in shown
     assert "s\\x1b]0;owned" in shown and "mesh x\\x1b" in shown
 
@@ -333,9 +343,9 @@ def forged_artifact(text: str, signature: dict) -> bytes:
     ("case", 250, "more than 100 nested regions"),  # XLA:CPU's compiler died at 203
     ("attribute", 25_000, "killed the process that read it (SIGSEGV)"),  # the reader died at 20,000, not 10,000
 ])
-def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_path, shape, depth, why):
+def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_path, identity, shape, depth, why):
     a = np.ones(4, np.float32)
-    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    manifest, sections = forge.unpack(identity)
     text = nested_cases(depth) if shape == "case" else nested_attribute(depth)
     artifact = forged_artifact(text, manifest["signature"])
     forged = write(tmp_path, "deep.hlx", forge.forge(manifest, dict(sections, module=artifact)))
@@ -343,7 +353,7 @@ def test_deeply_nested_modules_are_refused_before_this_process_reads_them(tmp_pa
         script = ("import sys; from hlopt.passes.mlir import deserialize_portable_artifact\n"
                   "print(deserialize_portable_artifact(open(sys.argv[1], 'rb').read()))")
         control = write(tmp_path, "artifact.bin", artifact)
-        proc = run_capped(["-c", script, control])
+        proc = run_forked(["-c", script, control])
         assert proc.signal is not None, "reading the deep module did not crash: the test proves nothing"
     cases = [{"kind": "load", "file": forged, "trust": t} for t in files.TRUST_LEVELS]
     signed, portable = attack(tmp_path, cases)
@@ -385,7 +395,7 @@ def test_attributes_the_checks_did_not_read_never_reach_a_kernel(tmp_path, n):
     np.savez(tmp_path / "ax.npz", a, x)
     text = TRSM_BOTH_FORMS.replace("N", str(n))
     (tmp_path / "trsm.mlir").write_text(text)
-    control = run_capped(["-c", TRSM_CONTROL, str(tmp_path / "trsm.mlir"), str(tmp_path / "ax.npz"),
+    control = run_forked(["-c", TRSM_CONTROL, str(tmp_path / "trsm.mlir"), str(tmp_path / "ax.npz"),
                           str(tmp_path / "out.npy")])
     right = np.linalg.solve(a.astype(np.float64), x)
     assert control.signal is not None or not np.allclose(np.load(tmp_path / "out.npy"), right, atol=1e-3), \
@@ -426,9 +436,9 @@ def test_hlopt_compile_refuses_a_lapack_call_smaller_than_its_kernel_writes(tmp_
     (tmp_path / "small.mlir").write_text(SMALL_RESULT)
     np.save(tmp_path / "a.npy", np.eye(2048, dtype=np.float32) * 4)
     # The control: compiled without the checks, the file is signed and running it overflows the heap.
-    made = run_capped(["-c", UNCHECKED_CLI, "compile", str(tmp_path / "small.mlir"), "-o", str(tmp_path / "c.hlx")])
+    made = run_forked(["-c", UNCHECKED_CLI, "compile", str(tmp_path / "small.mlir"), "-o", str(tmp_path / "c.hlx")])
     assert_survived(made)
-    ran = run_capped(["hlopt", "run", str(tmp_path / "c.hlx"), "--input", str(tmp_path / "a.npy")])
+    ran = run_forked(["hlopt", "run", str(tmp_path / "c.hlx"), "--input", str(tmp_path / "a.npy")])
     assert ran.signal is not None, "the unchecked call did not crash: the test proves nothing"
 
     refused = hlopt_cli("compile", str(tmp_path / "small.mlir"), "-o", str(tmp_path / "s.hlx"))
@@ -461,9 +471,9 @@ PORTABLE_ATTACKS = {  # @main(%a: tensor<4xf32>) -> tensor<4xf32>: the body, the
 
 
 @pytest.mark.parametrize("name", list(PORTABLE_ATTACKS))
-def test_portable_modules_xla_cannot_run_are_refused_at_load(tmp_path, name):
+def test_portable_modules_xla_cannot_run_are_refused_at_load(tmp_path, identity, name):
     a = np.arange(4, dtype=np.float32)
-    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    manifest, sections = forge.unpack(identity)
     body, why, unchecked = PORTABLE_ATTACKS[name]
     text = f"func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {{\n{body}\nreturn %0 : tensor<4xf32>\n}}"
     forged = write(tmp_path, "forged.hlx", forge.forge(manifest, dict(sections, module=forged_artifact(
@@ -473,7 +483,7 @@ def test_portable_modules_xla_cannot_run_are_refused_at_load(tmp_path, name):
     spec = tmp_path / "control.json"
     spec.write_text(json.dumps({"cases": [{"kind": "load", "file": forged, "trust": "portable", "unchecked": True,
                                            "inputs": str(tmp_path / "a.npz")}]}))
-    control = run_capped([*WORKER, str(spec)])
+    control = run_forked([*WORKER, str(spec)])
     assert control.signal is not None or f'"{unchecked}"' in control.stdout, control.describe() + control.stdout
     (portable,) = attack(tmp_path, [{"kind": "load", "file": forged, "trust": "portable",
                                      "inputs": str(tmp_path / "a.npz")}])
@@ -494,12 +504,14 @@ def test_inspect_prints_no_forged_field_raw(tmp_path, data):
     # The control: the forger's fields reach the file as written (the detector below would see them raw).
     read = forge.unpack(Path(forged).read_bytes())[0]["signature"]
     assert read["mesh"]["shape"] == ["8" + FAKE_MAC] and FAKE_MAC in read["static_args"][0][0]
+    shown = None
     for argv in (["inspect", forged], ["inspect", forged, "--json"], ["inspect", forged, "--ir"]):
         proc = hlopt_cli(*argv)
+        shown = proc.stdout if shown is None else shown  # `hlopt inspect FILE`'s
         for stream in (proc.stdout, proc.stderr):
             assert not any(c in stream for c in "\x1b\x07\r\u202e"), (argv, stream)
             assert not any(line.startswith("MAC:        verified") for line in stream.splitlines()), (argv, stream)
-    shown = hlopt_cli("inspect", forged).stdout  # the fields are shown, escaped
+    # the fields are shown, escaped
     assert "mesh x=8\\r\\x1b[2K\\x1b[1AMAC:" in shown and "static arguments: 0\\r\\x1b[2K" in shown, shown
 
 
@@ -606,7 +618,7 @@ def test_a_killed_saves_temporary_is_removed_by_the_next_write(tmp_path):
 
     from hlopt.runtime.outputs import SETTLE_S, write_atomically
 
-    killed = run_capped(["-c", KILLED_SAVE, str(tmp_path / "big.hlx")])
+    killed = run_forked(["-c", KILLED_SAVE, str(tmp_path / "big.hlx")])
     assert killed.signal == "SIGKILL"
     (leaked,) = tmp_path.glob(".hlopt-tmp-*")  # the control: the killed save left its temporary
     assert leaked.stat().st_size == 8 << 20
@@ -669,10 +681,10 @@ FORGED_LOCATION = r'''func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
 }'''
 
 
-def test_refusals_quote_forged_names_and_locations_escaped(tmp_path):
+def test_refusals_quote_forged_names_and_locations_escaped(tmp_path, identity):
     a = np.ones(4, np.float32)
     (tmp_path / "loc.mlir").write_text(FORGED_LOCATION)
-    manifest, sections = forge.unpack(hlopt.lower(lambda x: x, a).compile().serialize())
+    manifest, sections = forge.unpack(identity)
     forged = write(tmp_path, "loc.hlx", forge.forge(manifest, dict(sections, module=forged_artifact(
         FORGED_LOCATION, manifest["signature"]))))
     np.save(tmp_path / "a.npy", a)

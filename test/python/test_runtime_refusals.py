@@ -1,6 +1,6 @@
 """Every refusal of a file, key or input is an ExecutableFileError (the CLI: one line, exit status 1).
 
-Each case runs in a fresh capped process (support/sandbox.py): `hlopt run` inputs that
+Each case runs in a capped process of its own (support/sandbox.py): `hlopt run` inputs that
 lie (a zip bomb, a .npy whose header and size disagree, another shape), an
 `--output` that is a link, names that are not UTF-8, NUL bytes in locations,
 a manifest without its signature, weak or unusable keys. Where the harness
@@ -22,7 +22,7 @@ import hlopt
 
 from support import forge
 from support.attack_worker import X, Y, f
-from support.sandbox import Outcome, assert_survived, attack, run_capped, write
+from support.sandbox import Outcome, assert_survived, attack, run_capped, run_forked, write
 
 BOMB_SHAPE = (16384, 16384)  # float64: 2 GiB of zeros, about 10 MB compressed: as much as BOMB_CAP
 BOMB_CAP = 2 << 30  # an hlopt process runs in it, but not with the bomb's data
@@ -39,7 +39,7 @@ def program(tmp_path_factory) -> Path:
 
 
 def cli(*argv: str, cwd: Path, env: dict | None = None, memory: int = CAP) -> Outcome:
-    outcome = run_capped(["hlopt", *argv], cwd=cwd, env=env, memory=memory)
+    outcome = run_forked(["hlopt", *argv], cwd=cwd, env=env, memory=memory)
     assert not outcome.timed_out and outcome.signal is None, outcome.describe()
     return outcome
 
@@ -217,7 +217,7 @@ def test_a_folder_at_the_key_path_warns_and_compiles(program, tmp_path):
     script = ("import warnings, numpy as np, hlopt\nwith warnings.catch_warnings(record=True) as w:\n"
               "    warnings.simplefilter('always')\n    c = hlopt.lower(lambda x: x + 1, np.ones(3, np.float32)).compile()\n"
               "print(float(c(np.ones(3, np.float32)).sum()), [str(m.message) for m in w])")
-    outcome = run_capped(["-c", script], env=env)
+    outcome = run_forked(["-c", script], env=env)
     assert_survived(outcome)
     assert outcome.stdout.startswith("6.0 ") and "compiling without the compilation cache: the key file" in outcome.stdout
     one_line_error(cli("run", "f.hlx", "--input", "x.npy", "--input", "y.npy", cwd=program, env=env),

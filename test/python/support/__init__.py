@@ -9,6 +9,8 @@
   inputs and checks);
 - the security tests' tools: `forge` (what an attacker can do to a file), `sandbox`
   (a capped child process and how it ended), `nesting_limits` (deeply nested MLIR);
+- `zygote`: python processes forked from one that imported jax once (sandbox.run_forked, the
+  docs' python blocks);
 - scripts the tests run in fresh processes: `attack_worker`, `cache_cp_worker`,
   `fresh_worker`, `fuzz_worker`, `multiprocess_worker` (with `multiprocess_program`),
   `native_kernel_child`, `saved_models_worker`. `script(NAME)` is the command that runs one.

@@ -1,4 +1,4 @@
-"""A fresh process that loads what a security test forged, or compiles through a cache it tampered with.
+"""A process of its own (sandbox.run_forked) that loads what a security test forged, or compiles through a cache it tampered with.
 
 `python -m support.attack_worker SPEC.json` runs each case of the spec and prints one
 JSON line: for each case either `{"refused": message}` (an ExecutableFileError),

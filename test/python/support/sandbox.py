@@ -4,6 +4,9 @@
 MemoryError or an abort instead of taking the machine) and reports how it
 ended; `assert_survived` fails a test if the child was killed by a signal,
 ran past its timeout or exited with a status other than the ones allowed.
+`run_forked` is `run_capped` for `python ...` and `hlopt ...` children forked from a capped
+server that imported jax once (support/zygote.py): each is still a process of its own, under the
+same caps, in the state of a fresh interpreter after `import jax`.
 The tests that use it also run a control (a child that segfaults, hangs or
 allocates without bound) to show the harness sees each bad outcome.
 """
@@ -17,10 +20,12 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from support import script
+from support.zygote import Zygote
 
 MEMORY_CAP = 4 << 30  # bytes of address space per child (a jax process needs about 1.5 GiB)
 TIMEOUT_S = 240
@@ -49,21 +54,56 @@ class Outcome:
 
 
 def run_capped(argv: Sequence[str], *, timeout: float = TIMEOUT_S, memory: int = MEMORY_CAP,
-               env: dict[str, str] | None = None, cwd: str | os.PathLike | None = None,
+               env: dict[str, str | None] | None = None, cwd: str | os.PathLike | None = None,
                input: bytes | None = None) -> Outcome:
-    """Run `argv` (a `python` argv when it starts with '-') under the caps; never raises on how it ended."""
+    """Run `argv` (a `python` argv when it starts with '-') under the caps, with this process's environment
+    and `env` (variables to set, None to unset); never raises on how it ended."""
     if argv and argv[0].startswith("-"):
         argv = [sys.executable, *argv]
-    # the caps are set by a shell that then execs the child: no preexec_fn (fork in a threaded parent)
-    capped = ["/bin/sh", "-c", f'ulimit -v {memory // 1024} && ulimit -c 0 && exec "$@"', "sh", *argv]
+    capped = [*_caps(memory), *argv]
     try:
         proc = subprocess.run(capped, input=input, capture_output=True, timeout=timeout, cwd=cwd,
-                              env=dict(os.environ, **(env or {})))
+                              env=_environment(env))
     except subprocess.TimeoutExpired as e:
         text = lambda b: (b or b"").decode("utf-8", "backslashreplace")  # noqa: E731
         return Outcome(None, text(e.stdout), text(e.stderr), True)
     return Outcome(proc.returncode, proc.stdout.decode("utf-8", "backslashreplace"),
                    proc.stderr.decode("utf-8", "backslashreplace"), False)
+
+
+def _environment(env: dict[str, str | None] | None) -> dict[str, str]:
+    return {k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None}
+
+
+def _caps(memory: int) -> list[str]:
+    """The argv prefix that runs a command under the caps: a shell sets them, then execs it (no preexec_fn:
+    fork in a threaded parent)."""
+    return ["/bin/sh", "-c", f'ulimit -v {memory // 1024} && ulimit -c 0 && exec "$@"', "sh"]
+
+
+_zygotes: dict[int, Zygote] = {}  # memory cap -> the server started under it
+
+
+def run_forked(argv: Sequence[str], *, timeout: float = TIMEOUT_S, memory: int = MEMORY_CAP,
+               env: dict[str, str | None] | None = None, cwd: str | os.PathLike | None = None) -> Outcome:
+    """`run_capped(argv)` for a `python` argv (starting with '-') or `hlopt ARGS`, the child forked from the
+    server capped at `memory`; a child whose JAX_ variables (read as jax is imported) differ from the
+    server's is exec'd instead."""
+    full_env = _environment(env)
+    if memory not in _zygotes:
+        _zygotes[memory] = Zygote(dict(os.environ), launch=_caps(memory))
+    server = _zygotes[memory]
+    jax_vars = lambda e: {k: v for k, v in e.items() if k.startswith("JAX_")}  # noqa: E731
+    if jax_vars(full_env) != jax_vars(server.env):
+        return run_capped(argv, timeout=timeout, memory=memory, env=env, cwd=cwd)
+    if argv[0] == "hlopt":  # the console script next to this interpreter, run as its shebang's python runs it
+        argv = [str(Path(sys.executable).parent / "hlopt"), *argv[1:]]
+    elif argv[0] == sys.executable:
+        argv = argv[1:]
+    with tempfile.TemporaryDirectory() as out:
+        returncode, timed_out = server.run(argv, Path(out), cwd=cwd or os.getcwd(), env=full_env, timeout=timeout)
+        text = lambda name: Path(out, name).read_bytes().decode("utf-8", "backslashreplace")  # noqa: E731
+        return Outcome(returncode, text("stdout.txt"), text("stderr.txt"), timed_out)
 
 
 def assert_survived(outcome: Outcome, allowed: Sequence[int] = (0,)) -> None:
@@ -72,11 +112,11 @@ def assert_survived(outcome: Outcome, allowed: Sequence[int] = (0,)) -> None:
 
 
 def attack(tmp_path: Path, cases: list[dict], env: dict | None = None) -> list[dict]:
-    """Run `cases` in a fresh `attack_worker` under the caps; it must exit normally, within the
+    """Run `cases` in a new `attack_worker` process (run_forked) under the caps; it must exit normally, within the
     timeout, and no case may report an error. The cases' results."""
     spec = tmp_path / f"spec-{random.random()}.json"
     spec.write_text(json.dumps({"cases": cases}))
-    proc = run_capped([*script("attack_worker"), str(spec)], env=env)
+    proc = run_forked([*script("attack_worker"), str(spec)], env=env)
     assert_survived(proc)
     results = json.loads(proc.stdout.strip().splitlines()[-1])
     for case, result in zip(cases, results, strict=True):
