@@ -1,6 +1,7 @@
 """References and helpers of the float64 PDE and jet-gradient tests (test_pde.py, test_pde_custom_jvp.py,
-test_jet_grad.py): a module-scoped float64 fixture, a closeness check relative to the reference's scale,
-the Laplacian and weighted Laplacian by nested jax.hessian, and a small tanh MLP."""
+test_jet_grad.py; test_wavefunction_laplacian.py's bi-Laplacian): a module-scoped float64 fixture, a closeness
+check relative to the reference's scale, the Laplacian, bi-Laplacian and weighted Laplacian by nested
+jax.hessian, and a small tanh MLP."""
 
 from __future__ import annotations
 
