@@ -64,5 +64,5 @@ def test_matches_hessian(workload: str) -> None:
     assert summed_batch_dots(plain.as_text()) == 0
     got = np.asarray(plain.compile("")(w, xs), np.float64)
     with jax.default_device(jax.devices("cpu")[0]):  # the float64 reference, on the CPU also beside a TPU
-        want = np.asarray(ref(np.asarray(w, np.float64), np.asarray(xs, np.float64)))
+        want = np.asarray(jax.jit(ref)(np.asarray(w, np.float64), np.asarray(xs, np.float64)))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -11,6 +11,7 @@ the tuning passes leave XLA's temporaries no larger than without them.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -86,8 +87,9 @@ def _nested_directional(f, order):
     return run
 
 
+@functools.cache
 def workloads():
-    """name -> (function, arguments, JAX reference function)."""
+    """name -> (function, arguments, JAX reference function), built once per module."""
     p = params_of([4, 12, 10, 1])
     xs = jax.random.normal(jax.random.key(1), (5, 4))
     s = jax.random.normal(jax.random.key(2), (4, 3))
@@ -190,11 +192,18 @@ def _close(got, want, atol):
         np.testing.assert_allclose(g, w, rtol=0, atol=atol * scale)
 
 
+@functools.cache
+def _jitted(fun, pipeline: str):
+    """hlopt.jit(fun, pipeline=pipeline), one per workload and pipeline (the hard inputs' float64
+    program is the untuned one compared above)."""
+    return hlopt.jit(fun, pipeline=pipeline)
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_untuned_pipeline_gives_the_same_values(name):
     fun, args, reference = workloads()[name]
-    tuned = hlopt.jit(fun)(*args)
-    untuned = hlopt.jit(fun, pipeline=UNTUNED)(*args)
+    tuned = _jitted(fun, "hlopt-default")(*args)
+    untuned = _jitted(fun, UNTUNED)(*args)
     _close(tuned, untuned, 1e-12)
     _close(tuned, jax.jit(reference)(*args), 1e-9)
 
@@ -205,12 +214,18 @@ def test_every_tuning_pass_changes_some_workload():
     order = DEFAULT.split(",")
     assert all(order.index(p) > order.index(lowering) for p in DEFAULT_TUNING
                for lowering in ("jet-expand", "lower-bcoo", "vjp-expand"))
-    texts = {}
-    for name, (fun, args, _) in workloads().items():
-        lowered = hlopt.lower(fun, *args)
-        texts[name] = (lowered.apply(DEFAULT, platform="cpu").as_text(),
-                       {p: lowered.apply(without(p), platform="cpu").as_text() for p in CPU_TUNING})
-    unchanged = [p for p in CPU_TUNING if all(full == rest[p] for full, rest in texts.values())]
+    @functools.cache
+    def lowered(name):  # each workload lowered and run through hlopt-default once, when a pass first needs it
+        fun, args, _ = workloads()[name]
+        program = hlopt.lower(fun, *args)
+        return program, program.apply(DEFAULT, platform="cpu").as_text()
+
+    def changes(p, name):
+        program, full = lowered(name)
+        return program.apply(without(p), platform="cpu").as_text() != full
+
+    # a pass's search stops at the first workload it changes
+    unchanged = [p for p in CPU_TUNING if not any(changes(p, name) for name in WORKLOADS)]
     assert not unchanged, f"tuning passes that change none of the workloads: {unchanged}"
 
 
@@ -293,6 +308,13 @@ def test_tuning_keeps_the_bilaplacian_temporaries_small():
     assert temp["tuned"] <= temp["untuned"], temp
 
 
+def _normals(seed: int, shapes, dtype) -> list[np.ndarray]:
+    """Standard normal numpy arrays of `shapes` in `dtype` (numpy's, so that no example compiles a
+    program of its own to draw them)."""
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(shape).astype(dtype) for shape in shapes]
+
+
 @st.composite
 def transposed_dots(draw):
     """A dot_general, batched or not, with its operands' dimensions in random orders (the lhs's in
@@ -335,24 +357,21 @@ def transposed_dots(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=transposed_dots(), wide=st.booleans())
 def test_transposed_dots_keep_the_product(case, wide):
-    """xla-cpu-transposed-dots on products of random dimension orders: the values equal XLA's
-    own product (float64 and float32). With m, n > 1 and a size of 8 or more, the operands are
+    """xla-cpu-transposed-dots on products of random dimension orders: the values equal numpy's
+    einsum of the same product (float64 and float32). With m, n > 1 and a size of 8 or more, the operands are
     swapped (the result transposed back) where the copies YNNPACK's order needs of the swapped
     operands, with that transpose, are at most half those of the operands as they are (and a
     single prime batch does not leave the swapped operands out of that order); else a
     batched product whose operands are not in that order, with a batch that is not one prime
     dimension, is rewritten (operands arranged, batch joined or split), and any other is kept."""
     lhs_shape, rhs_shape, numbers, m, n, k, batch = case
-    dtype = jnp.float64 if wide else jnp.float32
+    a, b = _normals(len(lhs_shape) * 7 + m + n + k, (lhs_shape, rhs_shape), np.float64 if wide else np.float32)
     with jax.enable_x64(wide):
-        keys = jax.random.split(jax.random.key(len(lhs_shape) * 7 + m + n + k), 2)
-        a = jax.random.normal(keys[0], lhs_shape, dtype)
-        b = jax.random.normal(keys[1], rhs_shape, dtype)
         fun = lambda x, y: jax.lax.dot_general(x, y, numbers)  # noqa: E731
         lowered = hlopt.lower(fun, a, b)
         text = lowered.apply("xla-cpu-transposed-dots", platform="cpu").as_text()
         got = lowered.compile("xla-cpu-transposed-dots")(a, b)
-        want = jax.jit(fun)(a, b)
+    want = _einsum_dot(a, b, numbers)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12 if wide else 2e-5,
                                atol=(1e-12 if wide else 2e-5) * max(1.0, k))
     (lc, rc), (lb, rb) = numbers
@@ -447,9 +466,10 @@ def _mlp_laplacian(dim, points, width, wide, grad):
     """(the lowered program, its reference, its arguments): the collapsed Laplacian of an MLP
     (dim -> width -> width -> 1) at `points` points, or with `grad` the gradient with respect to
     the weights of the mean squared Laplacian; the reference by nested Hessians."""
-    dtype = jnp.float64 if wide else jnp.float32
-    p = jax.tree_util.tree_map(lambda a: a.astype(dtype), params_of([dim, width, width, 1]))
-    xs = jax.random.normal(jax.random.key(dim), (points, dim), dtype)
+    dtype = np.float64 if wide else np.float32
+    sizes = [dim, width, width, 1]
+    *weights, xs = _normals(dim, [*zip(sizes[:-1], sizes[1:]), (points, dim)], dtype)
+    p = [(w / np.sqrt(w.shape[0], dtype=dtype), np.linspace(-0.3, 0.4, w.shape[1], dtype=dtype)) for w in weights]
     if grad:
         fun = jax.grad(lambda q: jnp.mean(jax.vmap(hlopt.laplacian(lambda y: mlp(q, y)))(xs) ** 2))
         ref = jax.grad(lambda q: jnp.mean(jax.vmap(nested_laplacian(lambda y: mlp(q, y)))(xs) ** 2))
@@ -557,11 +577,9 @@ def test_summed_batch_dots_keep_the_sum(case, wide):
     dimension orders: one dot_general and no reduce remain, and the values equal numpy's einsum
     of the same product and sum (float64 and float32)."""
     lhs_shape, rhs_shape, numbers, summed = case
-    dtype = jnp.float64 if wide else jnp.float32
+    a, b = _normals(len(lhs_shape) * 11 + len(rhs_shape) + summed, (lhs_shape, rhs_shape),
+                    np.float64 if wide else np.float32)
     with jax.enable_x64(wide):
-        keys = jax.random.split(jax.random.key(len(lhs_shape) * 11 + len(rhs_shape) + summed), 2)
-        a = jax.random.normal(keys[0], lhs_shape, dtype)
-        b = jax.random.normal(keys[1], rhs_shape, dtype)
         fun = lambda x, y: jnp.sum(jax.lax.dot_general(x, y, numbers), axis=summed)  # noqa: E731
         lowered = hlopt.lower(fun, a, b)
         text = lowered.apply("xla-cpu-summed-batch-dots", platform="cpu").as_text()
@@ -599,7 +617,7 @@ def test_summed_batch_dots_contract_the_determinant_directions():
                                    np.asarray(lowered.compile(without("xla-cpu-summed-batch-dots"))(xs)),
                                    rtol=2e-4, atol=2e-4)
         with jax.enable_x64(True):
-            want = jax.vmap(nested_laplacian(log_det))(np.asarray(xs, np.float64))
+            want = jax.jit(jax.vmap(nested_laplacian(log_det)))(np.asarray(xs, np.float64))
         np.testing.assert_allclose(np.asarray(compiled(xs)), np.asarray(want), rtol=1e-3, atol=1e-3)
 
 
@@ -616,11 +634,9 @@ def test_broadcast_batch_dots_keep_the_product(case, side, transposed, wide):
     at = batch[side][broadcast]
     small = shapes[side][:at] + shapes[side][at + 1:]
     perm = list(range(len(shapes[side])))[::-1] if transposed else list(range(len(shapes[side])))
-    dtype = jnp.float64 if wide else jnp.float32
+    p, q = _normals(len(lhs_shape) * 13 + len(rhs_shape) + broadcast + side, (small, shapes[1 - side]),
+                    np.float64 if wide else np.float32)
     with jax.enable_x64(wide):
-        keys = jax.random.split(jax.random.key(len(lhs_shape) * 13 + len(rhs_shape) + broadcast + side), 2)
-        p = jax.random.normal(keys[0], small, dtype)
-        q = jax.random.normal(keys[1], shapes[1 - side], dtype)
         # the broadcast operand is built transposed by `perm` (its dimension numbers follow)
         inverse = list(np.argsort(perm))
         moved = [inverse[d] for d in (lc, rc)[side]], [inverse[d] for d in batch[side]]
@@ -684,9 +700,9 @@ def test_tuning_costs_no_accuracy_on_hard_inputs(name):
     fun, args = _hard_workloads()[name]
     as32 = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating)
                                   else a, args)
-    exact = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=UNTUNED)(*args))
-    tuned = jax.tree_util.tree_leaves(hlopt.jit(fun)(*as32))
-    untuned = jax.tree_util.tree_leaves(hlopt.jit(fun, pipeline=UNTUNED)(*as32))
+    exact = jax.tree_util.tree_leaves(_jitted(fun, UNTUNED)(*args))
+    tuned = jax.tree_util.tree_leaves(_jitted(fun, "hlopt-default")(*as32))
+    untuned = jax.tree_util.tree_leaves(_jitted(fun, UNTUNED)(*as32))
     for t, u, e in zip(tuned, untuned, exact, strict=True):
         e = np.asarray(e, np.float64)
         scale = float(np.max(np.abs(e))) if e.size else 1.0

@@ -1,8 +1,11 @@
 """References and helpers of the float64 PDE and jet-gradient tests (test_pde.py, test_pde_custom_jvp.py,
-test_jet_grad.py): a module-scoped float64 fixture, a closeness check relative to the reference's scale,
-the Laplacian and weighted Laplacian by nested jax.hessian, and a small tanh MLP."""
+test_jet_grad.py; test_wavefunction_laplacian.py's bi-Laplacian): a module-scoped float64 fixture, a closeness
+check relative to the reference's scale, the Laplacian, bi-Laplacian and weighted Laplacian by nested
+jax.hessian, and a small tanh MLP."""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -30,14 +33,21 @@ def close(got, want, rtol=RTOL):
     assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
 
 
-def nested_laplacian(f):
-    """Laplacian of every output element: trace of the Hessian over x's flattened axes."""
+def _laplacian_of(f):
+    """Laplacian of every output element, traced (not jitted): trace of the Hessian over x's flattened axes."""
     def lap(x, *rest):
         h = jax.hessian(f)(x, *rest)
         out_shape = jnp.shape(f(x, *rest))
         h = h.reshape(out_shape + (x.size, x.size))
         return jnp.trace(h, axis1=-2, axis2=-1)
-    return jax.jit(lap)
+    return lap
+
+
+@functools.cache
+def nested_laplacian(f):
+    """Laplacian of every output element: trace of the Hessian over x's flattened axes, as one jitted
+    function per `f` (the tests that compare against the same function's reference share its compile)."""
+    return jax.jit(_laplacian_of(f))
 
 
 def nested_weighted(f, S):
@@ -51,8 +61,11 @@ def nested_weighted(f, S):
     return jax.jit(op)
 
 
+@functools.cache
 def nested_bilaplacian(f):
-    return nested_laplacian(nested_laplacian(f))
+    """The Laplacian of the Laplacian, one jitted function per `f` (the inner Laplacian traced into the
+    outer one's Hessian, not a jitted function the Hessian's transformations would trace again)."""
+    return jax.jit(_laplacian_of(_laplacian_of(f)))
 
 
 def mlp_params(key, sizes):
