@@ -722,7 +722,9 @@ def test_compiler_options_change_the_program_as_under_jax_jit(name):
         theirs, ours = make(jax.jit), make(hlopt.jit)
         counts[form] = (_fusions(theirs), _fusions(ours))
         np.testing.assert_allclose(ours(X3), theirs(X3), rtol=1e-6)
-    assert counts["default"][0] < counts["jit"][0], counts  # the option does something
+    # the option does something: the count of fusions changes (it grows with XLA:CPU's fusion emitters,
+    # which wrap single ops in fusions, and drops to none with its loop emitters, as the tests compile)
+    assert counts["default"][0] != counts["jit"][0], counts
     assert len(set(counts.values()) - {counts["default"]}) == 1, counts  # and the same in each form
     for theirs, ours in counts.values():
         assert ours == theirs, counts
@@ -773,7 +775,7 @@ def test_compiler_options_are_part_of_the_persistent_cache_key(tmp_path):
         assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (0, 2)
         again = hlopt.jit(fun).lower(X3).compile(compiler_options=dict(NO_FUSION))  # the same options: a hit
         assert (hlopt.cache_info().hits, hlopt.cache_info().misses) == (1, 2)
-    assert _fusions(unfused) == _fusions(again) > _fusions(plain)
+    assert _fusions(unfused) == _fusions(again) != _fusions(plain)
 
 
 def test_xla_dump_options_dump_the_program_as_under_jax_jit(tmp_path):
