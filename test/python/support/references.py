@@ -25,7 +25,7 @@ def taylor_by_nested_jvp(f: Callable, primals, series, order: int):
     """
     inexact = [jnp.issubdtype(np.asarray(x).dtype, jnp.inexact) for x in primals]
     dtypes = [np.asarray(x).dtype for x, d in zip(primals, inexact) if d]
-    t0 = jnp.zeros((), jnp.finfo(dtypes[0]).dtype if dtypes else float)
+    t0 = np.zeros((), jnp.finfo(dtypes[0]).dtype if dtypes else float)
 
     def derivatives(t):
         return (f(*[x0 + sum(c * t**k for k, c in enumerate(cs, 1)) if d else x0
@@ -36,8 +36,10 @@ def taylor_by_nested_jvp(f: Callable, primals, series, order: int):
             values, tangents = jax.jvp(inner, (t,), (jnp.ones_like(t),))
             return values + (tangents[-1],)
 
-    out = jax.jit(derivatives)(t0)
-    return [jax.tree_util.tree_map(lambda v, k=k: v / math.factorial(k), d) for k, d in enumerate(out)]
+    def coefficients(t):  # the division in the same program: no op compiled on its own per coefficient
+        return [jax.tree_util.tree_map(lambda v, k=k: v / math.factorial(k), d) for k, d in enumerate(derivatives(t))]
+
+    return jax.jit(coefficients)(t0)
 
 
 
