@@ -71,7 +71,7 @@ def bcoo_buffers(draw, shape=None, n_batch=None, n_dense=None, dtype=None):
 
 
 def _dense(data, indices, shape):
-    return np.asarray(js.BCOO((jnp.asarray(data), jnp.asarray(indices)), shape=shape).todense())
+    return np.asarray(js.BCOO((jax.device_put(data), jax.device_put(indices)), shape=shape).todense())
 
 
 @st.composite

@@ -91,7 +91,7 @@ def test_matmul_against_jax(dtype, n_batch, n_dense):
         v = random_data(rng, (shape[-1], 3), dtype)
         w = random_data(rng, (3, shape[-2]), dtype)
         if n_dense:  # JAX does not contract dense dims: against the dense product
-            jm = jnp.asarray(dense_of(m))
+            jm = jax.device_put(dense_of(m))
         want = jax.jit(lambda jm, v, w: (jm @ v, w @ jm, jm @ v[:, 0]))(jm, v, w)
         assert_close(hlopt.jit(lambda m, v: m @ v)(m, v), want[0], dtype)
         assert_close(hlopt.jit(lambda m, w: w @ m)(m, w), want[1], dtype)

@@ -32,14 +32,15 @@ def x64(dtype: str) -> contextlib.AbstractContextManager:
 
 
 def random_data(rng: np.random.RandomState, shape: tuple[int, ...], dtype: str) -> jax.Array:
-    """Random values of `dtype`, converted in numpy (a conversion by jnp compiles a program per shape)."""
+    """Random values of `dtype`, converted in numpy and put on the device (jnp.asarray of a numpy array
+    compiles a program per shape and dtype)."""
     if dtype == "int32":
         values = rng.randint(-4, 5, size=shape)
     elif dtype == "complex64":
         values = rng.randn(*shape) + 1j * rng.randn(*shape)
     else:
         values = rng.randn(*shape)
-    return jnp.asarray(np.asarray(values).astype(jnp.dtype(dtype)))
+    return jax.device_put(np.asarray(values).astype(jnp.dtype(dtype)))
 
 
 def dense(data, indices, shape: tuple[int, ...]) -> np.ndarray:
