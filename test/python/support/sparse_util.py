@@ -50,13 +50,17 @@ def dense(data, indices, shape: tuple[int, ...]) -> np.ndarray:
     n_batch, n_sparse = indices.ndim - 2, indices.shape[-1]
     batch, sparse = tuple(shape[:n_batch]), np.array(shape[n_batch:n_batch + n_sparse])
     nse = indices.shape[-2]
-    data = np.broadcast_to(data, (*batch, *data.shape[n_batch:])).reshape(-1, *data.shape[n_batch + 1:])
-    cols = np.broadcast_to(indices, (*batch, nse, n_sparse)).reshape(-1, n_sparse)
+    entries = int(np.prod(batch)) * nse
+    data = np.broadcast_to(data, (*batch, *data.shape[n_batch:])).reshape(entries, *data.shape[n_batch + 1:])
+    cols = np.broadcast_to(indices, (*batch, nse, n_sparse)).reshape(entries, n_sparse)
     rows = np.indices((*batch, nse)).reshape(n_batch + 1, -1)[:n_batch]
     keep = np.all((cols >= 0) & (cols < sparse), axis=1)
-    out = np.zeros(shape, data.dtype)
-    np.add.at(out, (*rows[:, keep], *cols[keep].T), data[keep])
-    return out
+    dims = (*batch, *sparse)
+    strides = np.cumprod((1, *dims[::-1]))[:-1][::-1].astype(np.int64)
+    position = (np.concatenate([rows, cols.T], 0)[:, keep] * strides[:, None]).sum(0)
+    out = np.zeros((int(np.prod(dims)), *shape[len(dims):]), data.dtype)
+    np.add.at(out, position, data[keep])
+    return out.reshape(shape)
 
 
 def fromdense_nse(x: np.ndarray, n_batch: int = 0, n_dense: int = 0) -> int:
