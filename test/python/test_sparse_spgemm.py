@@ -19,6 +19,8 @@ from hlopt import sparse as hs
 from hlopt.passes.registry import PIPELINES
 from hlopt.sparse import products
 
+from support.sparse_util import dense
+
 MM = (((1,), (0,)), ((), ()))
 
 
@@ -31,8 +33,7 @@ def from_csr(m: sp.csr_matrix, sorted_: bool = True) -> hs.BCOO:
 
 def pattern(m: hs.BCOO) -> np.ndarray:
     """The dense 0/1 structure of a BCOO array (padding dropped, duplicates counted once), float64."""
-    ones = hs.BCOO((jnp.ones(m.data.shape, jnp.float32), m.indices), shape=m.shape)
-    return (np.asarray(ones.todense()) != 0).astype(np.float64)
+    return (dense(np.ones(m.data.shape), m.indices, m.shape) != 0).astype(np.float64)
 
 
 def structural_nse(lhs: hs.BCOO, rhs: hs.BCOO, dims, n_batch: int) -> int:
@@ -118,7 +119,7 @@ def test_spdot_general_exact_on_layouts(lshape, lnb, rshape, rnb, dims):
     with jax.enable_x64(True):
         lhs, rhs = random_bcoo(rng, lshape, lnb, 9), random_bcoo(rng, rshape, rnb, 8)
         got = hs.bcoo_dot_general(lhs, rhs, dimension_numbers=dims)
-        want = lax.dot_general(np.asarray(lhs.todense()), np.asarray(rhs.todense()), dims)
+        want = lax.dot_general(dense(lhs.data, lhs.indices, lhs.shape), dense(rhs.data, rhs.indices, rhs.shape), dims)
         n_batch = len(dims[1][0]) + (lnb - len(dims[1][0])) + (rnb - len(dims[1][1]))
         exact = structural_nse(lhs, rhs, dims, n_batch)
         assert got.nse == exact == hs.bcoo_spdot_nse(lhs, rhs, dimension_numbers=dims)
@@ -150,7 +151,7 @@ def test_broadcast_batch_buffers_and_no_pairs():
     rhs = random_bcoo(rng, (3, 5, 4), 1, 7)
     dims = (((2,), (1,)), ((0,), (0,)))
     got = hs.bcoo_dot_general(lhs, rhs, dimension_numbers=dims)
-    want = lax.dot_general(np.asarray(lhs.todense()), np.asarray(rhs.todense()), dims)
+    want = lax.dot_general(dense(lhs.data, lhs.indices, lhs.shape), dense(rhs.data, rhs.indices, rhs.shape), dims)
     assert got.nse == structural_nse(lhs, rhs, dims, 1)
     np.testing.assert_allclose(np.asarray(got.todense()), np.asarray(want), rtol=1e-5, atol=1e-5)
     a = hs.BCOO((jnp.ones(2), jnp.asarray([[0, 0], [1, 0]], jnp.int32)), shape=(2, 3))
@@ -232,11 +233,7 @@ def coo_operand(rng: np.random.Generator, shape, nse: int, dtype, index_dtype, h
 
 def dense_of(m: hs.BCOO) -> np.ndarray:
     """The dense array of a BCOO matrix in numpy (entries with an out-of-range index dropped)."""
-    idx, data = np.asarray(m.indices).astype(np.int64), np.asarray(m.data)
-    keep = np.all((idx >= 0) & (idx < m.shape), axis=1)
-    out = np.zeros(m.shape, data.dtype)
-    np.add.at(out, (idx[keep, 0], idx[keep, 1]), data[keep])
-    return out
+    return dense(m.data, m.indices, m.shape)
 
 
 def pattern_of(m: hs.BCOO) -> np.ndarray:
