@@ -68,8 +68,8 @@ def _dense_sum_grad():
 CASES = {
     "todense": (lambda m: m.todense(), X),
     "fromdense": (lambda m: hs.BCOO.fromdense(m.todense(), nse=M.nse).todense(), X),
-    "extract": (lambda m: hs.bcoo_extract(m, jnp.asarray(X2)).todense(), X2 * MASK),
-    "multiply_dense": (lambda m: hs.bcoo_multiply_dense(m, jnp.asarray(V)), (X * V)[_AT]),
+    "extract": (lambda m: hs.bcoo_extract(m, jax.device_put(X2)).todense(), X2 * MASK),
+    "multiply_dense": (lambda m: hs.bcoo_multiply_dense(m, jax.device_put(V)), (X * V)[_AT]),
     "multiply_sparse": (lambda m: hs.bcoo_multiply_sparse(m, M2).todense(), X * X2),
     "update_layout": (lambda m: hs.bcoo_update_layout(m, n_batch=1, on_inefficient=None).todense(), X),
     "reduce_sum": (lambda m: hs.bcoo_reduce_sum(m, axes=(1,)).todense(), X.sum(1)),
@@ -80,10 +80,10 @@ CASES = {
     "sum_duplicates": (lambda m: hs.bcoo_sum_duplicates(m, nse=M.nse).todense(), X),
     "transpose": (lambda m: hs.bcoo_transpose(m, permutation=(1, 0)).todense(), X.T),
     "gather": (lambda m: m[jnp.array([2, 0])].todense(), X[[2, 0]]),
-    "dot_general": (lambda m: m @ jnp.asarray(Y), X @ Y),
-    "bcsr_dot_general": (lambda m: hs.BCSR.from_bcoo(m) @ jnp.asarray(Y), X @ Y),
+    "dot_general": (lambda m: m @ jax.device_put(Y), X @ Y),
+    "bcsr_dot_general": (lambda m: hs.BCSR.from_bcoo(m) @ jax.device_put(Y), X @ Y),
     "dot_general_sampled": (
-        lambda m: hs.bcoo_dot_general_sampled(jnp.asarray(A), jnp.asarray(B), m.indices, dimension_numbers=DIMS),
+        lambda m: hs.bcoo_dot_general_sampled(jax.device_put(A), jax.device_put(B), m.indices, dimension_numbers=DIMS),
         (A @ B)[_AT]),
     # a matrix times a sparse vector: a layout the native SpGEMM kernels leave to the annotation
     "spdot_general": (lambda m: (m @ V_SPARSE).todense(), X @ V),
@@ -161,7 +161,7 @@ def _scale(m: hs.BCOO, factor: int) -> hs.BCOO:
 
 def _times_dense(m: hs.BCOO, arr) -> jax.Array:
     """The data of `m * arr` (arr dense, of m's shape) at m's indices."""
-    return rules.primitive("times_dense").bind(m.data, m.indices, jnp.asarray(arr), **m._params)
+    return rules.primitive("times_dense").bind(m.data, m.indices, jax.device_put(arr), **m._params)
 
 
 @pytest.fixture
@@ -224,11 +224,11 @@ def test_a_bilinear_scratch_op_differentiates_through_other_ops(scratch):
         return (_dense_times(d, w) ** 2).sum()
 
     for argnum in (0, 1):
-        got = hlopt.jit(jax.grad(loss, argnums=argnum))(M.data, jnp.asarray(W))
-        ref = jax.grad(dense_loss, argnums=argnum)(M.data, jnp.asarray(W))
+        got = hlopt.jit(jax.grad(loss, argnums=argnum))(M.data, jax.device_put(W))
+        ref = jax.grad(dense_loss, argnums=argnum)(M.data, jax.device_put(W))
         np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-6)
-    tangent = jax.jvp(loss, (M.data, jnp.asarray(W)), (jnp.ones_like(M.data), jnp.asarray(X2)))[1]
-    ref = jax.jvp(dense_loss, (M.data, jnp.asarray(W)), (jnp.ones_like(M.data), jnp.asarray(X2)))[1]
+    tangent = jax.jvp(loss, (M.data, jax.device_put(W)), (jnp.ones_like(M.data), jax.device_put(X2)))[1]
+    ref = jax.jvp(dense_loss, (M.data, jax.device_put(W)), (jnp.ones_like(M.data), jax.device_put(X2)))[1]
     np.testing.assert_allclose(np.asarray(tangent), np.asarray(ref), rtol=1e-5)
 
 

@@ -1,4 +1,5 @@
-"""The BCOO object against jax.experimental.sparse's: repr, sum, operators, len/iter and NumPy indexing."""
+"""The BCOO object against jax.experimental.sparse's: repr, sum, operators, len/iter and NumPy indexing.
+JAX's BCOO operations run under jax.jit (one XLA program, not an op-by-op dispatch of each primitive)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from jax.experimental import sparse as js
 import hlopt
 from hlopt import sparse as hs
 
-from support.sparse_util import assert_close, buffers, pair, random_data, strict_promotion  # noqa: F401
+from support.sparse_util import assert_close, buffers, fromdense_nse, pair, random_data, strict_promotion  # noqa: F401
 
 # (shape, index): the indexing cases of JAX's BCOO tests plus negative steps, Ellipsis and mixed forms.
 INDEX_CASES = [
@@ -45,7 +46,8 @@ INDEX_CASES = [
 def _sparse(shape, n_batch, seed=0, dtype="float32"):
     r = np.random.RandomState(seed)
     x = np.asarray(random_data(r, shape, dtype)) * (r.rand(*shape) < 0.6)
-    return x.astype(dtype), hs.BCOO.fromdense(x, n_batch=n_batch), js.BCOO.fromdense(x, n_batch=n_batch)
+    ref = jax.jit(lambda x: js.BCOO.fromdense(x, n_batch=n_batch, nse=fromdense_nse(x_np, n_batch)))(x_np := x.astype(dtype))
+    return x_np, hs.BCOO.fromdense(x, n_batch=n_batch), ref
 
 
 @pytest.mark.parametrize("shape, n_batch", [(s, n) for s in sorted({s for s, _ in INDEX_CASES})
@@ -83,7 +85,7 @@ def test_indexing_with_traced_arrays_and_gradient():
     assert_close(got, x[rows, 1:])
     w = np.asarray(random_data(np.random.RandomState(3), (3, 4), "float32"))
     grad = hlopt.jit(jax.grad(lambda d: (hs.BCOO((d, m.indices), shape=(4, 5))[rows, 1:].todense() * w).sum()))
-    want = jax.grad(lambda d: (js.BCOO((d, m.indices), shape=(4, 5)).todense()[rows, 1:] * w).sum())
+    want = jax.jit(jax.grad(lambda d: (js.BCOO((d, m.indices), shape=(4, 5)).todense()[rows, 1:] * w).sum()))
     assert_close(grad(m.data), want(m.data))
 
 
@@ -138,13 +140,14 @@ def test_repr_matches_jax():
 def test_sum_matches_jax(n_batch, n_dense):
     bufs = buffers(np.random.RandomState(5), n_batch=n_batch, n_dense=n_dense)
     ours, ref = pair(bufs, (2, 3, 4, 2))
-    total, want = ours.sum(), ref.sum()
+    want, ref_dense = jax.jit(lambda r: (r.sum(), r.todense()))(ref)
+    total = ours.sum()
     assert not isinstance(total, hs.BCOO) and total.shape == () and total.dtype == want.dtype
     assert_close(total, want)
     for kwargs in [dict(axis=1), dict(axis=(0, -1)), dict(axis=2, keepdims=True), dict(axis=None, keepdims=True)]:
         out = ours.sum(**kwargs)
         assert isinstance(out, hs.BCOO)
-        assert_close(out.todense(), np.asarray(ref.todense()).sum(**kwargs))
+        assert_close(out.todense(), np.asarray(ref_dense).sum(**kwargs))
     ints = hs.BCOO((bufs[0].astype(jnp.int8), bufs[1]), shape=(2, 3, 4, 2))
     assert ints.sum().dtype == jnp.sum(ints.todense()).dtype  # narrow integers sum as jnp.sum does
 
@@ -154,32 +157,40 @@ def test_operators_match_jax():
     x = np.asarray(random_data(r, (3, 4), "float32")) * (r.rand(3, 4) < 0.5)
     y = np.asarray(random_data(r, (3, 4), "float32")) * (r.rand(3, 4) < 0.5)
     a, b = hs.BCOO.fromdense(x), hs.BCOO.fromdense(y)
-    ja, jb = js.BCOO.fromdense(x), js.BCOO.fromdense(y)
     cases = {
-        "a + b": (a + b, ja + jb),
-        "a - b": (a - b, ja - jb),
-        "a + a": (a + a, ja + ja),
-        "a + a.T.T": (a + a.T.T, ja + ja.T.T),
-        "-a": (-a, -ja),
-        "+a": (+a, +ja),
-        "abs(a)": (abs(a), abs(ja)),
-        "a * 2": (a * 2, ja * 2),
-        "2 * a": (2 * a, 2 * ja),
-        "a / 2": (a / 2, ja / 2),
-        "a / y": (a / (y + 10), ja / (y + 10)),
-        "a ** 3": (a**3, ja**3),
-        "a * b": (a * b, ja * jb),
-        "a.astype(int)": (a.astype(jnp.int32), ja.astype(jnp.int32)),
+        "a + b": lambda a, b: a + b,
+        "a - b": lambda a, b: a - b,
+        "a + a": lambda a, b: a + a,
+        "a + a.T.T": lambda a, b: a + a.T.T,
+        "-a": lambda a, b: -a,
+        "+a": lambda a, b: +a,
+        "abs(a)": lambda a, b: abs(a),
+        "a * 2": lambda a, b: a * 2,
+        "2 * a": lambda a, b: 2 * a,
+        "a / 2": lambda a, b: a / 2,
+        "a / y": lambda a, b: a / (y + 10),
+        "a ** 3": lambda a, b: a**3,
+        "a * b": lambda a, b: a * b,
+        "a.astype(int)": lambda a, b: a.astype(jnp.int32),
     }
-    for name, (got, want) in cases.items():
+    ints = np.arange(6, dtype=np.int32).reshape(2, 3)
+
+    def jax_results(x, y, ints_):
+        ja, jb = js.BCOO.fromdense(x, nse=a.nse), js.BCOO.fromdense(y, nse=b.nse)
+        outs = {name: op(ja, jb) for name, op in cases.items()}
+        return ({name: (out, out.todense()) for name, out in outs.items()}, ja + y, y + ja,
+                (js.BCOO.fromdense(ints_, nse=fromdense_nse(ints)) / 2).todense())
+
+    wants, a_plus_y, y_plus_a, ints_half = jax.jit(jax_results)(x, y, ints)
+    for name, op in cases.items():
+        got, (want, want_dense) = op(a, b), wants[name]
         assert isinstance(got, hs.BCOO), name
         # a * b stores one entry per entry of the smaller operand, not every pair (docs/sparse.md)
         assert got.nse == want.nse if name != "a * b" else got.nse == min(a.nse, b.nse) < want.nse, name
-        assert_close(got.todense(), want.todense(), "int32" if got.dtype == jnp.int32 else "float32")
-    assert_close(a + y, ja + y)  # sparse + dense of the full shape is dense
-    assert_close(y + a, jnp.asarray(y) + ja)  # numpy + a JAX BCOO is an object array
-    ints = hs.BCOO.fromdense(np.arange(6, dtype=np.int32).reshape(2, 3))
-    assert_close((ints / 2).todense(), (js.BCOO.fromdense(np.arange(6, dtype=np.int32).reshape(2, 3)) / 2).todense())
+        assert_close(got.todense(), want_dense, "int32" if got.dtype == jnp.int32 else "float32")
+    assert_close(a + y, a_plus_y)  # sparse + dense of the full shape is dense
+    assert_close(y + a, y_plus_a)  # numpy + a JAX BCOO is an object array; a jnp array + a JAX BCOO is dense
+    assert_close((hs.BCOO.fromdense(ints) / 2).todense(), ints_half)
 
 
 @pytest.mark.parametrize(
@@ -229,8 +240,10 @@ def test_hash_is_refused_as_jax():
 def test_rev_matches_jax():
     bufs = buffers(np.random.RandomState(7), n_batch=1, n_dense=1, nse=6)
     ours, ref = pair(bufs, (2, 3, 4, 2))
-    for dims in [(0,), (1, 2), (3,), (0, 1, 2, 3)]:
-        assert_close(hs.bcoo_rev(ours, dims).todense(), js.bcoo_rev(ref, dims).todense())
+    all_dims = [(0,), (1, 2), (3,), (0, 1, 2, 3)]
+    wants = jax.jit(lambda r: [js.bcoo_rev(r, dims).todense() for dims in all_dims])(ref)
+    for dims, want in zip(all_dims, wants, strict=True):
+        assert_close(hs.bcoo_rev(ours, dims).todense(), want)
     with pytest.raises(ValueError, match="unique and in range"):
         hs.bcoo_rev(ours, (4,))
 
@@ -279,10 +292,10 @@ def test_todense_p_jacobians_match_jax(shape, n_batch, n_dense, nse):
     bufs = buffers(np.random.RandomState(nse), shape, n_batch, n_dense, nse)
     ours, ref = pair(bufs, shape)
     got = []
-    for mod, m in ((hs, ours), (js, ref)):
+    for mod, m, run in ((hs, ours, lambda f: f), (js, ref, jax.jit)):  # ours eagerly, JAX's reference in one program
         leaves, tree = jax.tree.flatten(m)
         f = lambda d, i: mod.todense_p.bind(d, i, tree=tree)  # noqa: B023 - called in this iteration
-        fwd, rev = jax.jacfwd(f)(*leaves), jax.jacrev(f)(*leaves)
+        fwd, rev = run(lambda *a: (jax.jacfwd(f)(*a), jax.jacrev(f)(*a)))(*leaves)  # noqa: B023
         assert_close(fwd, rev)
         got.append(fwd)
     assert_close(*got)
@@ -299,17 +312,19 @@ def test_todense_grad_vmap_jit_match_jax(shape, n_batch, n_dense, nse):
     def loss(mod, m):
         return lambda d: jnp.sum(mod.todense(mod.BCOO((d, m.indices), shape=m.shape)) * w)
 
-    assert_close(hlopt.jit(jax.grad(loss(hs, ours)))(ours.data), jax.grad(loss(js, ref))(ref.data))
-    assert_close(hlopt.jit(hs.todense)(ours), js.todense(ref))
+    stacked = jnp.stack([ours.data, 2 * ours.data])  # data mapped, indices shared: dims (0, None)
+    want_grad, want_dense, want_mapped, want_stacked = jax.jit(lambda r, stacked: (
+        jax.grad(loss(js, r))(r.data), js.todense(r), jax.vmap(js.todense)(r) if n_batch else None,
+        jax.vmap(lambda d: js.todense(js.BCOO((d, r.indices), shape=shape)))(stacked)))(ref, stacked)
+    assert_close(hlopt.jit(jax.grad(loss(hs, ours)))(ours.data), want_grad)
+    assert_close(hlopt.jit(hs.todense)(ours), want_dense)
     assert_close(jax.grad(lambda a: jnp.sum(hs.todense(a) * w))(w), w)
     if n_batch:
-        assert_close(jax.vmap(hs.todense)(ours), jax.vmap(js.todense)(ref))
-        assert_close(hlopt.jit(jax.vmap(hs.todense))(ours), jax.vmap(js.todense)(ref))
+        assert_close(jax.vmap(hs.todense)(ours), want_mapped)
+        assert_close(hlopt.jit(jax.vmap(hs.todense))(ours), want_mapped)
     assert_close(jax.vmap(hs.todense)(w), w)
-    stacked = jnp.stack([ours.data, 2 * ours.data])  # data mapped, indices shared: dims (0, None)
-    assert_close(jax.vmap(lambda d: hs.todense(hs.BCOO((d, ours.indices), shape=shape)))(stacked),
-                 jax.vmap(lambda d: js.todense(js.BCOO((d, ref.indices), shape=shape)))(stacked))
-    assert_close(jax.vmap(hs.todense)(ours.todense()), ref.todense())
+    assert_close(jax.vmap(lambda d: hs.todense(hs.BCOO((d, ours.indices), shape=shape)))(stacked), want_stacked)
+    assert_close(jax.vmap(hs.todense)(ours.todense()), want_dense)
 
 
 
@@ -331,12 +346,12 @@ def test_bcoo_gather_matches_lax_gather_and_jax(shape, n_batch, indices, dnums, 
     x, m, ref = _sparse(shape, n_batch, seed=8)
     indices = np.asarray(indices, np.int32)
     got = hs.bcoo_gather(m, indices, dnums, slice_sizes)
-    want = jax.lax.gather(jnp.asarray(x), indices, dnums, slice_sizes, mode="clip")
+    want = jax.lax.gather(jax.device_put(x), indices, dnums, slice_sizes, mode="clip")
     assert_close(got.todense(), want)
     if all(slice_sizes[d] == n for d, n in enumerate(shape) if d not in dnums.start_index_map):
-        assert_close(got.todense(), js.bcoo_gather(ref, indices, dnums, slice_sizes).todense())
+        assert_close(got.todense(), jax.jit(lambda r: js.bcoo_gather(r, indices, dnums, slice_sizes).todense())(ref))
     else:  # JAX cuts unindexed dims to their full size, then fails to reshape
         with pytest.raises(TypeError, match="cannot reshape"):
-            js.bcoo_gather(ref, indices, dnums, slice_sizes)
+            jax.jit(lambda r: js.bcoo_gather(r, indices, dnums, slice_sizes))(ref)
     with pytest.raises(NotImplementedError, match="mode"):
         hs.bcoo_gather(m, indices, dnums, slice_sizes, mode="fill")

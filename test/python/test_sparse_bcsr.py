@@ -185,7 +185,7 @@ def test_grad_with_respect_to_data_equals_jax():
     np.testing.assert_allclose(jax.grad(loss(hs.BCSR, ours))(ours.data), want, rtol=1e-12)
     np.testing.assert_allclose(hlopt.jit(jax.grad(loss(hs.BCSR, ours)))(ours.data), want, rtol=1e-12)
     # through fromdense: d/dA sum(w * todense(fromdense(A))) is w at the nonzeros of A
-    got = jax.grad(lambda x: jnp.sum(w * hs.BCSR.fromdense(x, nse=ours.nse).todense()))(jnp.asarray(a))
+    got = jax.grad(lambda x: jnp.sum(w * hs.BCSR.fromdense(x, nse=ours.nse).todense()))(jax.device_put(a))
     np.testing.assert_allclose(got, np.where(a != 0, w, 0), rtol=1e-12)
 
 

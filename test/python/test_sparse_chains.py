@@ -29,6 +29,7 @@ import hlopt
 from hlopt import sparse as hs
 
 from support.sparse_util import assert_close
+from support.sparse_util import dense as _dense
 
 DTYPES = ["float32", "int32", "complex64"]
 
@@ -68,10 +69,6 @@ def bcoo_buffers(draw, shape=None, n_batch=None, n_dense=None, dtype=None):
     values = r.randint(-3, 4, size=(*db, nse, *dense))
     data = values.astype(dtype) if dtype != "complex64" else (values + 1j * r.randint(-2, 3, size=values.shape))
     return np.asarray(data, dtype), idx.astype(np.int32), shape
-
-
-def _dense(data, indices, shape):
-    return np.asarray(js.BCOO((jnp.asarray(data), jnp.asarray(indices)), shape=shape).todense())
 
 
 @st.composite

@@ -51,7 +51,7 @@ def _pair(rng: np.random.RandomState, shape, nse: int, dtype=np.float32, n_batch
     data = rng.randn(*batch, nse, *dense)
     if np.issubdtype(dtype, np.complexfloating):
         data = data + 1j * rng.randn(*batch, nse, *dense)
-    data, idx = jnp.asarray(data.astype(dtype)), jnp.asarray(idx)
+    data, idx = jax.device_put(data.astype(dtype)), jax.device_put(idx)
     return (hs.BCOO((data, idx), shape=shape, indices_sorted=sort),
             js.BCOO((data, idx), shape=shape, indices_sorted=sort))
 
@@ -70,7 +70,7 @@ def test_tpu_export_of_sparse_products_is_portable_and_the_cpu_export_runs():
     """Enough entries for two CPU blocks of gathered rows: the TPU export has no loop and no CPU
     custom call; the CPU export of the same functions runs and agrees with JAX."""
     rng = np.random.RandomState(0)
-    (a, ja), x = _pair(rng, (3000, 3000), 12000), jnp.asarray(rng.randn(3000, 64).astype(np.float32))
+    (a, ja), x = _pair(rng, (3000, 3000), 12000), jax.device_put(rng.randn(3000, 64).astype(np.float32))
     (b, jb), (c, jc) = _pair(rng, (40, 30), 90), _pair(rng, (30, 50), 80)
     nse = hs.bcoo_spdot_nse(b, c, dimension_numbers=MM)
     cases = {
@@ -100,7 +100,7 @@ def test_cpu_compiles_use_the_kernels_and_blocks_other_targets_do_not():
     """What hlopt.jit compiles for CPU substitutes the SpGEMM kernels and blocks the gathered rows;
     for any other target (or none) the program is the portable one."""
     rng = np.random.RandomState(1)
-    (a, _), x = _pair(rng, (3000, 3000), 12000), jnp.asarray(rng.randn(3000, 64).astype(np.float32))
+    (a, _), x = _pair(rng, (3000, 3000), 12000), jax.device_put(rng.randn(3000, 64).astype(np.float32))
     (b, _), (c, _) = _pair(rng, (40, 30), 90), _pair(rng, (30, 50), 80)
     spmm = hlopt.jit(lambda a, x: a @ x).lower(a, x)
     spgemm = hlopt.jit(lambda b, c: hs.bcoo_spdot_general(b, c, dimension_numbers=MM, nse=300)).lower(b, c)
@@ -131,7 +131,7 @@ def test_portable_sparse_x_dense_and_sampled_match_jax(layout):
     shape = (2,) * nb + (5, 4) + (3,) * nd
     with jax.enable_x64(dtype == np.float64):
         h, j = _pair(rng, shape, 7, dtype, nb, nd, layout["sort"], layout["duplicates"])
-        x = jnp.asarray(rng.randn(*(2,) * nb, 4, 6).astype(dtype))
+        x = jax.device_put(rng.randn(*(2,) * nb, 4, 6).astype(dtype))
         dims = (((nb + 1,), (nb,)), ((0,), (0,)) if nb else ((), ()))
         flipped = (dims[0][::-1], dims[1][::-1])
         products = hlopt.jit(lambda d, i, x: (hs.bcoo_dot_general(hs.BCOO((d, i), shape=shape), x,
@@ -145,8 +145,8 @@ def test_portable_sparse_x_dense_and_sampled_match_jax(layout):
         for g, w in zip(got, want):
             _close(g, w, dtype)
         if not nd:
-            p = jnp.asarray(rng.randn(*(2,) * nb, 5, 3).astype(dtype))
-            q = jnp.asarray(rng.randn(*(2,) * nb, 3, 4).astype(dtype))
+            p = jax.device_put(rng.randn(*(2,) * nb, 5, 3).astype(dtype))
+            q = jax.device_put(rng.randn(*(2,) * nb, 3, 4).astype(dtype))
             sdims = (((nb + 1,), (nb,)), ((0,), (0,)) if nb else ((), ()))
             sampled = hlopt.jit(lambda p, q, i: hs.bcoo_dot_general_sampled(p, q, i, dimension_numbers=sdims),
                                 pipeline=PORTABLE)

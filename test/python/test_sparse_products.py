@@ -1,7 +1,7 @@
 """Sparse products against jax.experimental.sparse and lax.dot_general of the dense arrays:
 bcoo_dot_general (sparse x dense, dense x sparse, sparse x sparse), bcoo_dot_general_sampled,
-bcoo_spdot_general's nse, `@`; grad and vmap of each; bad input. References that differentiate or
-batch run under jax.jit: one XLA program, not an op-by-op dispatch of each primitive."""
+bcoo_spdot_general's nse, `@`; grad and vmap of each; bad input. JAX references run under jax.jit
+(one XLA program, not an op-by-op dispatch of each primitive); dense arrays of buffers in numpy."""
 
 from __future__ import annotations
 
@@ -19,11 +19,12 @@ from jax.experimental import sparse as js
 import hlopt
 from hlopt import sparse as hs
 
-from support.sparse_util import DTYPES, assert_close, buffers, pair, random_data, strict_promotion, x64  # noqa: F401
+from support.sparse_util import (DTYPES, assert_close, buffers, dense, fromdense_nse, pair, random_data,  # noqa: F401
+                                 strict_promotion, x64)
 
 
 def dense_of(m: hs.BCOO) -> np.ndarray:
-    return np.asarray(js.BCOO((m.data, m.indices), shape=m.shape).todense())
+    return dense(m.data, m.indices, m.shape)
 
 
 @st.composite
@@ -62,16 +63,20 @@ def test_dot_general_random_layouts_and_dims(case):
     bufs = buffers(rng, shape, nb, nd, nse=5)
     m, jm = pair(bufs, shape)
     rhs = random_data(rng, rhs_shape, "float32")
-    want = lax.dot_general(jnp.asarray(dense_of(m)), rhs, dims)
-    got = hlopt.jit(lambda m, r: hs.bcoo_dot_general(m, r, dimension_numbers=dims))(m, rhs)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     (lc, rc), (lb, rb) = dims
     rdims = ((rc, lc), (rb, lb))
+    allowed = jax_allows(nb, ns, dims)
+    want, want_r, *want_jax = jax.jit(lambda x, r, jm: (
+        lax.dot_general(x, r, dims), lax.dot_general(r, x, rdims),
+        *((js.bcoo_dot_general(jm, r, dimension_numbers=dims), js.bcoo_dot_general(r, jm, dimension_numbers=rdims))
+          if allowed else ())))(dense_of(m), rhs, jm)
+    got = hlopt.jit(lambda m, r: hs.bcoo_dot_general(m, r, dimension_numbers=dims))(m, rhs)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     got_r = hlopt.jit(lambda r, m: hs.bcoo_dot_general(r, m, dimension_numbers=rdims))(rhs, m)
-    np.testing.assert_allclose(got_r, lax.dot_general(rhs, dense_of(m), rdims), rtol=1e-5, atol=1e-5)
-    if jax_allows(nb, ns, dims):
-        assert_close(got, js.bcoo_dot_general(jm, rhs, dimension_numbers=dims))
-        assert_close(got_r, js.bcoo_dot_general(rhs, jm, dimension_numbers=rdims))
+    np.testing.assert_allclose(got_r, want_r, rtol=1e-5, atol=1e-5)
+    if allowed:
+        assert_close(got, want_jax[0])
+        assert_close(got_r, want_jax[1])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -86,10 +91,11 @@ def test_matmul_against_jax(dtype, n_batch, n_dense):
         v = random_data(rng, (shape[-1], 3), dtype)
         w = random_data(rng, (3, shape[-2]), dtype)
         if n_dense:  # JAX does not contract dense dims: against the dense product
-            jm = jnp.asarray(dense_of(m))
-        assert_close(hlopt.jit(lambda m, v: m @ v)(m, v), jm @ v, dtype)
-        assert_close(hlopt.jit(lambda m, w: w @ m)(m, w), w @ jm, dtype)
-        assert_close(hlopt.jit(lambda m, v: m @ v[:, 0])(m, v), jm @ v[:, 0], dtype)
+            jm = jax.device_put(dense_of(m))
+        want = jax.jit(lambda jm, v, w: (jm @ v, w @ jm, jm @ v[:, 0]))(jm, v, w)
+        assert_close(hlopt.jit(lambda m, v: m @ v)(m, v), want[0], dtype)
+        assert_close(hlopt.jit(lambda m, w: w @ m)(m, w), want[1], dtype)
+        assert_close(hlopt.jit(lambda m, v: m @ v[:, 0])(m, v), want[2], dtype)
 
 
 # BCOO shape, n_batch, other operand's shape: batch dims that broadcast (size 1 against n, missing dims)
@@ -116,9 +122,10 @@ def test_matmul_broadcasts_batch_dims():
     mts = [hs.BCOO.fromdense(np.asarray(swap(x)), n_batch=nb) for x, nb in mats]
     got = hlopt.jit(lambda ms, mts, ys: ([m @ y for m, y in zip(ms, ys)], [swap(y) @ m for m, y in zip(mts, ys)]))(
         ms, mts, others)
-    jms = [js.BCOO.fromdense(x, n_batch=nb) for x, nb in mats]
-    want = jax.jit(lambda xs, jms, ys: [(jnp.matmul(x, y), jnp.matmul(swap(y), swap(x)), m @ y)
-                                        for x, m, y in zip(xs, jms, ys)])([x for x, _ in mats], jms, others)
+    nses = [fromdense_nse(x, nb) for x, nb in mats]
+    want = jax.jit(lambda xs, ys: [(jnp.matmul(x, y), jnp.matmul(swap(y), swap(x)),
+                                    js.BCOO.fromdense(x, n_batch=nb, nse=nse) @ y)
+                                   for x, (_, nb), nse, y in zip(xs, mats, nses, ys)])([x for x, _ in mats], others)
     for g, gr, (w, wr, wj) in zip(*got, want, strict=True):
         assert_close(g, w)
         assert_close(gr, wr)
@@ -127,7 +134,9 @@ def test_matmul_broadcasts_batch_dims():
     b = (rng.randn(1, 5, 2) * (rng.rand(1, 5, 2) < 0.6)).astype(np.float32)
     for lhs, rhs in [(a, b), (a[:1], b)]:
         got = hlopt.jit(lambda p, q: p @ q)(hs.BCOO.fromdense(lhs, n_batch=1), hs.BCOO.fromdense(rhs, n_batch=1))
-        want = jax.jit(lambda p, q: p @ q)(js.BCOO.fromdense(lhs, n_batch=1), js.BCOO.fromdense(rhs, n_batch=1))
+        nses = fromdense_nse(lhs, 1), fromdense_nse(rhs, 1)
+        want = jax.jit(lambda p, q: js.BCOO.fromdense(p, n_batch=1, nse=nses[0]) @ js.BCOO.fromdense(q, n_batch=1, nse=nses[1]))(
+            lhs, rhs)
         assert (got.shape, got.n_batch, got.nse) == (want.shape, want.n_batch, want.nse)
         assert_close(got.todense(), jnp.matmul(lhs, rhs))
     with pytest.raises(ValueError, match="do not broadcast"):
@@ -144,7 +153,7 @@ def test_preferred_element_type(pet):
         v = random_data(rng, (5, 2), "bfloat16")
         dims = (((1,), (0,)), ((), ()))
         got = hlopt.jit(lambda m, v: hs.bcoo_dot_general(m, v, dimension_numbers=dims, preferred_element_type=pet))(m, v)
-        want = js.bcoo_dot_general(jm, v, dimension_numbers=dims, preferred_element_type=pet)
+        want = jax.jit(lambda jm, v: js.bcoo_dot_general(jm, v, dimension_numbers=dims, preferred_element_type=pet))(jm, v)
         assert_close(got, want, "bfloat16" if pet is None else "float32")
 
 
@@ -154,7 +163,7 @@ def test_mixed_dtypes_promote_as_jax():
     v = random_data(rng, (5, 2), "float32")
     with jax.numpy_dtype_promotion("standard"):
         got = hlopt.jit(lambda m, v: hs.bcoo_dot_general(m, v, dimension_numbers=(((1,), (0,)), ((), ()))))(m, v)
-        want = js.bcoo_dot_general(jm, v, dimension_numbers=(((1,), (0,)), ((), ())))
+        want = jax.jit(lambda jm, v: js.bcoo_dot_general(jm, v, dimension_numbers=(((1,), (0,)), ((), ()))))(jm, v)
     assert_close(got, want)
 
 
@@ -184,7 +193,7 @@ def test_dot_general_sampled_against_jax(n_batch, lc, rc):
     _, indices = buffers(rng, (4, 5), n_batch, 0, nse=6)
     dims = (((lc,), (rc,)), ((), ()))
     got = hlopt.jit(lambda a, b, i: hs.bcoo_dot_general_sampled(a, b, i, dimension_numbers=dims))(a, b, indices)
-    assert_close(got, js.bcoo_dot_general_sampled(a, b, indices, dimension_numbers=dims))
+    assert_close(got, jax.jit(lambda a, b, i: js.bcoo_dot_general_sampled(a, b, i, dimension_numbers=dims))(a, b, indices))
 
 
 def test_dot_general_sampled_batched_and_dense_dims():
@@ -195,7 +204,7 @@ def test_dot_general_sampled_batched_and_dense_dims():
     for nb, nd in [(1, 0), (1, 1), (0, 1), (2, 1)]:
         _, indices = buffers(rng, (2, 4, 5), nb, nd, nse=4)
         got = hlopt.jit(lambda a, b, i: hs.bcoo_dot_general_sampled(a, b, i, dimension_numbers=dims))(a, b, indices)
-        assert_close(got, js.bcoo_dot_general_sampled(a, b, indices, dimension_numbers=dims))
+        assert_close(got, jax.jit(lambda a, b, i: js.bcoo_dot_general_sampled(a, b, i, dimension_numbers=dims))(a, b, indices))
 
 
 # ---------------------------------------------------------------------------
@@ -222,9 +231,10 @@ def test_spdot_general_against_jax(lshape, lnb, rshape, rnb, dims):
     lm, jl = pair(buffers(rng, lshape, lnb, 0, nse=5), lshape)
     rm, jr = pair(buffers(rng, rshape, rnb, 0, nse=4), rshape)
     got = hlopt.jit(lambda a, b: hs.bcoo_dot_general(a, b, dimension_numbers=dims))(lm, rm)
-    want = js.bcoo_dot_general(jl, jr, dimension_numbers=dims)
+    want, want_dense = jax.jit(lambda a, b: (lambda c: (c, c.todense()))(js.bcoo_dot_general(a, b, dimension_numbers=dims)))(
+        jl, jr)
     assert got.shape == want.shape and got.nse == want.nse and got.n_batch == want.n_batch
-    assert_close(got.todense(), want.todense())
+    assert_close(got.todense(), want_dense)
     assert_close(got.todense(), lax.dot_general(dense_of(lm), dense_of(rm), dims))
 
 
@@ -269,7 +279,7 @@ def test_grad_of_sparse_dense_products():
         return (js.bcoo_dot_general(js.BCOO((d, indices), shape=shape), v, dimension_numbers=dims) ** 2).sum()
 
     got = hlopt.jit(jax.grad(ours, argnums=(0, 1)))(data, v)
-    want = jax.grad(ref, argnums=(0, 1))(data, v)
+    want = jax.jit(jax.grad(ref, argnums=(0, 1)))(data, v)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
@@ -281,7 +291,7 @@ def test_grad_of_sparse_dense_products():
 
     w = random_data(rng, (2, 3, 4), "float32")
     got = hlopt.jit(jax.grad(ours_r, argnums=(0, 1)))(data, w)
-    want = jax.grad(ref_r, argnums=(0, 1))(data, w)
+    want = jax.jit(jax.grad(ref_r, argnums=(0, 1)))(data, w)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
@@ -303,7 +313,7 @@ def test_grad_of_dot_general_random_dims(case):
         return (lax.dot_general(js.BCOO((d, indices), shape=shape).todense(), r, dims) * weights).sum()
 
     got = hlopt.jit(jax.grad(ours, argnums=(0, 1)))(data, rhs)
-    want = jax.grad(ref, argnums=(0, 1))(data, rhs)
+    want = jax.jit(jax.grad(ref, argnums=(0, 1)))(data, rhs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
@@ -319,7 +329,7 @@ def test_grad_of_sampled_product():
         return lambda a, b: (fn(a, b, indices, dimension_numbers=dims) * w).sum()
 
     got = hlopt.jit(jax.grad(loss(hs.bcoo_dot_general_sampled), argnums=(0, 1)))(a, b)
-    want = jax.grad(loss(js.bcoo_dot_general_sampled), argnums=(0, 1))(a, b)
+    want = jax.jit(jax.grad(loss(js.bcoo_dot_general_sampled), argnums=(0, 1)))(a, b)
     for g, r in zip(got, want):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
 
@@ -343,7 +353,7 @@ def test_grad_of_sparse_sparse_product(lshape, lnb, rshape, rnb, dims):
         return (lax.dot_general(x, y, dims) * w).sum()
 
     got = hlopt.jit(jax.grad(ours, argnums=(0, 1)))(ld, rd)
-    want = jax.grad(ref, argnums=(0, 1))(ld, rd)
+    want = jax.jit(jax.grad(ref, argnums=(0, 1)))(ld, rd)
     for g, r in zip(got, want):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
 
@@ -445,7 +455,7 @@ def test_jvp_of_sparse_sparse_product():
         return js.BCOO((a, li), shape=(4, 5)).todense() @ js.BCOO((b, ri), shape=(5, 3)).todense()
 
     got = hlopt.jit(lambda a, b, x, y: jax.jvp(ours, (a, b), (x, y)))(ld, rd, td, tr)
-    want = jax.jvp(ref, (ld, rd), (td, tr))
+    want = jax.jit(lambda a, b, x, y: jax.jvp(ref, (a, b), (x, y)))(ld, rd, td, tr)
     for g, r in zip(got, want):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-5)
 
@@ -471,7 +481,7 @@ def test_vmap_of_each_product():
     a = rng.randn(3, 4, 6).astype(np.float32)
     b = rng.randn(6, 5).astype(np.float32)
     got = hlopt.jit(jax.vmap(lambda a: hs.bcoo_dot_general_sampled(a, b, m0.indices, dimension_numbers=dims)))(a)
-    want = jax.vmap(lambda a: js.bcoo_dot_general_sampled(a, b, m0.indices, dimension_numbers=dims))(a)
+    want = jax.jit(jax.vmap(lambda a: js.bcoo_dot_general_sampled(a, b, m0.indices, dimension_numbers=dims)))(a)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     # sparse x sparse
     rs = hs.BCOO.fromdense(np.swapaxes(mats, 1, 2).copy(), n_batch=1)
@@ -486,7 +496,7 @@ def test_grad_under_vmap():
     got = hlopt.jit(jax.vmap(jax.grad(lambda d, v: (hs.BCOO((d, m.indices), shape=m.shape) @ v).sum())))(
         jnp.broadcast_to(m.data, (3, m.nse)), vs)
     jm = js.BCOO((m.data, m.indices), shape=m.shape)
-    want = jax.vmap(jax.grad(lambda d, v: (js.BCOO((d, jm.indices), shape=m.shape) @ v).sum()))(
+    want = jax.jit(jax.vmap(jax.grad(lambda d, v: (js.BCOO((d, jm.indices), shape=m.shape) @ v).sum())))(
         jnp.broadcast_to(m.data, (3, m.nse)), vs)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 

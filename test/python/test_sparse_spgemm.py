@@ -19,20 +19,21 @@ from hlopt import sparse as hs
 from hlopt.passes.registry import PIPELINES
 from hlopt.sparse import products
 
+from support.sparse_util import dense
+
 MM = (((1,), (0,)), ((), ()))
 
 
 def from_csr(m: sp.csr_matrix, sorted_: bool = True) -> hs.BCOO:
     coo = m.tocoo()
     idx = np.stack([coo.row, coo.col], 1).astype(np.int32)
-    return hs.BCOO((jnp.asarray(coo.data), jnp.asarray(idx)), shape=m.shape, indices_sorted=sorted_,
+    return hs.BCOO((jax.device_put(coo.data), jax.device_put(idx)), shape=m.shape, indices_sorted=sorted_,
                    unique_indices=sorted_)
 
 
 def pattern(m: hs.BCOO) -> np.ndarray:
     """The dense 0/1 structure of a BCOO array (padding dropped, duplicates counted once), float64."""
-    ones = hs.BCOO((jnp.ones(m.data.shape, jnp.float32), m.indices), shape=m.shape)
-    return (np.asarray(ones.todense()) != 0).astype(np.float64)
+    return (dense(np.ones(m.data.shape), m.indices, m.shape) != 0).astype(np.float64)
 
 
 def structural_nse(lhs: hs.BCOO, rhs: hs.BCOO, dims, n_batch: int) -> int:
@@ -107,7 +108,7 @@ def random_bcoo(rng: np.random.RandomState, shape, n_batch: int, nse: int) -> hs
     idx = np.stack([rng.randint(0, s, size=(*batch, nse)) for s in sparse], -1)
     idx[..., -1, :] = sparse
     data = rng.randn(*batch, nse)
-    return hs.BCOO((jnp.asarray(data), jnp.asarray(idx.astype(np.int32))), shape=shape)
+    return hs.BCOO((jax.device_put(data), jax.device_put(idx.astype(np.int32))), shape=shape)
 
 
 @pytest.mark.parametrize("lshape,lnb,rshape,rnb,dims", LAYOUTS)
@@ -118,7 +119,7 @@ def test_spdot_general_exact_on_layouts(lshape, lnb, rshape, rnb, dims):
     with jax.enable_x64(True):
         lhs, rhs = random_bcoo(rng, lshape, lnb, 9), random_bcoo(rng, rshape, rnb, 8)
         got = hs.bcoo_dot_general(lhs, rhs, dimension_numbers=dims)
-        want = lax.dot_general(np.asarray(lhs.todense()), np.asarray(rhs.todense()), dims)
+        want = lax.dot_general(dense(lhs.data, lhs.indices, lhs.shape), dense(rhs.data, rhs.indices, rhs.shape), dims)
         n_batch = len(dims[1][0]) + (lnb - len(dims[1][0])) + (rnb - len(dims[1][1]))
         exact = structural_nse(lhs, rhs, dims, n_batch)
         assert got.nse == exact == hs.bcoo_spdot_nse(lhs, rhs, dimension_numbers=dims)
@@ -146,11 +147,11 @@ def test_broadcast_batch_buffers_and_no_pairs():
     """An operand whose indices broadcast over a batch dim, and operands that share no contracting index."""
     rng = np.random.RandomState(1)
     idx = rng.randint(0, 5, size=(1, 6, 2)).astype(np.int32)
-    lhs = hs.BCOO((jnp.asarray(rng.randn(3, 6).astype(np.float32)), jnp.asarray(idx)), shape=(3, 5, 5))
+    lhs = hs.BCOO((jax.device_put(rng.randn(3, 6).astype(np.float32)), jax.device_put(idx)), shape=(3, 5, 5))
     rhs = random_bcoo(rng, (3, 5, 4), 1, 7)
     dims = (((2,), (1,)), ((0,), (0,)))
     got = hs.bcoo_dot_general(lhs, rhs, dimension_numbers=dims)
-    want = lax.dot_general(np.asarray(lhs.todense()), np.asarray(rhs.todense()), dims)
+    want = lax.dot_general(dense(lhs.data, lhs.indices, lhs.shape), dense(rhs.data, rhs.indices, rhs.shape), dims)
     assert got.nse == structural_nse(lhs, rhs, dims, 1)
     np.testing.assert_allclose(np.asarray(got.todense()), np.asarray(want), rtol=1e-5, atol=1e-5)
     a = hs.BCOO((jnp.ones(2), jnp.asarray([[0, 0], [1, 0]], jnp.int32)), shape=(2, 3))
@@ -193,7 +194,7 @@ def test_gradients_through_exact_product_match_dense():
     """jax.grad of both operands' data through eager `A @ B` (exact nse) against the dense product's."""
     rng = np.random.RandomState(6)
     lhs, rhs = random_bcoo(rng, (6, 7), 0, 12), random_bcoo(rng, (7, 5), 0, 10)
-    w = jnp.asarray(rng.randn(6, 5).astype(np.float32))
+    w = jax.device_put(rng.randn(6, 5).astype(np.float32))
 
     def sparse_loss(ld, rd):
         out = hs.BCOO((ld, lhs.indices), shape=lhs.shape) @ hs.BCOO((rd, rhs.indices), shape=rhs.shape)
@@ -227,16 +228,12 @@ def coo_operand(rng: np.random.Generator, shape, nse: int, dtype, index_dtype, h
     data = rng.standard_normal(nse)
     if np.issubdtype(dtype, np.complexfloating):
         data = data + 1j * rng.standard_normal(nse)
-    return hs.BCOO((jnp.asarray(data.astype(dtype)), jnp.asarray(idx)), shape=shape)
+    return hs.BCOO((jax.device_put(data.astype(dtype)), jax.device_put(idx)), shape=shape)
 
 
 def dense_of(m: hs.BCOO) -> np.ndarray:
     """The dense array of a BCOO matrix in numpy (entries with an out-of-range index dropped)."""
-    idx, data = np.asarray(m.indices).astype(np.int64), np.asarray(m.data)
-    keep = np.all((idx >= 0) & (idx < m.shape), axis=1)
-    out = np.zeros(m.shape, data.dtype)
-    np.add.at(out, (idx[keep, 0], idx[keep, 1]), data[keep])
-    return out
+    return dense(m.data, m.indices, m.shape)
 
 
 def pattern_of(m: hs.BCOO) -> np.ndarray:
@@ -360,7 +357,7 @@ def test_kernel_orders_rows_by_rank_across_vector_and_pass_boundaries(dtype, ind
             coo = m.tocoo()
             order = rng.permutation(coo.nnz) if shuffle else np.arange(coo.nnz)
             idx = np.stack([coo.row, coo.col], 1)[order].astype(index_dtype)
-            return hs.BCOO((jnp.asarray(coo.data[order]), jnp.asarray(idx)), shape=m.shape)
+            return hs.BCOO((jax.device_put(coo.data[order]), jax.device_put(idx)), shape=m.shape)
 
         a, b = bcoo(lhs, False), bcoo(rhs, True)
         got = a @ b
@@ -378,8 +375,8 @@ def test_kernel_orders_rows_by_rank_across_vector_and_pass_boundaries(dtype, ind
             lo, hi = shuffled.indptr[r], shuffled.indptr[r + 1]
             perm = lo + rng.permutation(hi - lo)
             shuffled.indices[lo:hi], shuffled.data[lo:hi] = shuffled.indices[perm], shuffled.data[perm]
-        to_bcsr = lambda m: BCSR((jnp.asarray(m.data), jnp.asarray(m.indices.astype(index_dtype)),  # noqa: E731
-                                  jnp.asarray(m.indptr.astype(index_dtype))), shape=m.shape)
+        to_bcsr = lambda m: BCSR((jax.device_put(m.data), jax.device_put(m.indices.astype(index_dtype)),  # noqa: E731
+                                  jax.device_put(m.indptr.astype(index_dtype))), shape=m.shape)
         c = bcsr_spdot_general(to_bcsr(lhs), to_bcsr(shuffled))
         np.testing.assert_array_equal(np.asarray(c.indptr), want.tocsr().indptr)
         np.testing.assert_array_equal(np.asarray(c.indices), want.col)
@@ -410,7 +407,7 @@ def test_kernel_gradients_match_dense(where):
         lhs, rhs = coo_operand(rng, (8, 6), 20, np.float64, np.int32, True), coo_operand(
             rng, (9, 6), 15, np.float64, np.int32, True)
         dims = ORIENTED[(1, 1)]
-        w = jnp.asarray(rng.standard_normal((8, 9)))
+        w = jax.device_put(rng.standard_normal((8, 9)))
         exact = hs.bcoo_spdot_nse(lhs, rhs, dimension_numbers=dims)
 
         def sparse_loss(ld, li, rd, ri):
@@ -429,7 +426,7 @@ def test_kernel_gradients_match_dense(where):
         want = jax.grad(dense_loss, (0, 1))(lhs.data, rhs.data)
         for g, e in zip(got, want):
             np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-12)
-        tangents = (jnp.asarray(rng.standard_normal(20)), jnp.asarray(rng.standard_normal(15)))
+        tangents = (jax.device_put(rng.standard_normal(20)), jax.device_put(rng.standard_normal(15)))
         _, got_t = jax.jvp(lambda a, b: sparse_loss(a, lhs.indices, b, rhs.indices), (lhs.data, rhs.data), tangents)
         _, want_t = jax.jvp(dense_loss, (lhs.data, rhs.data), tangents)
         np.testing.assert_allclose(float(got_t), float(want_t), rtol=1e-10)
@@ -440,8 +437,8 @@ def test_kernel_product_under_vmap_of_data():
     rng = np.random.default_rng(2)
     lhs, rhs = coo_operand(rng, (7, 5), 12, np.float32, np.int32, False), coo_operand(
         rng, (5, 6), 10, np.float32, np.int32, False)
-    ld = jnp.asarray(rng.standard_normal((3, 12)).astype(np.float32))
-    rd = jnp.asarray(rng.standard_normal((3, 10)).astype(np.float32))
+    ld = jax.device_put(rng.standard_normal((3, 12)).astype(np.float32))
+    rd = jax.device_put(rng.standard_normal((3, 10)).astype(np.float32))
     f = lambda a, b: (hs.BCOO((a, lhs.indices), shape=lhs.shape) @ hs.BCOO((b, rhs.indices), shape=rhs.shape)  # noqa: E731
                       ).todense()
     got = jax.vmap(f)(ld, rd)
@@ -498,7 +495,7 @@ def messy_coo(rng: np.random.Generator, shape, density: float, dtype, index_dtyp
     idx = np.stack([rows[order], cols[order]], 1).astype(index_dtype)
     dense = np.zeros(shape)
     np.add.at(dense, (rows, cols), vals)
-    mat = hs.BCOO((jnp.asarray(vals[order].astype(dtype)), jnp.asarray(idx)), shape=shape, indices_sorted=True,
+    mat = hs.BCOO((jax.device_put(vals[order].astype(dtype)), jax.device_put(idx)), shape=shape, indices_sorted=True,
                   unique_indices=True)
     return mat, dense
 
@@ -552,7 +549,7 @@ def test_fill_kernel_takes_counts_of_any_run_length_and_refuses_forged_ones():
             per = -(-150 // runs)
             counts = np.zeros(runs, np.int32)
             counts[: -(-150 // per)] = _run_counts(want, per)
-            data, idx = _raw_fill(A.data, li, B.data, ri, jnp.asarray(counts), want.nnz, 150, 40, 60)
+            data, idx = _raw_fill(A.data, li, B.data, ri, jax.device_put(counts), want.nnz, 150, 40, 60)
             np.testing.assert_array_equal(np.asarray(idx), np.stack(want.nonzero(), 1))
             np.testing.assert_allclose(np.asarray(data), (a @ b).toarray()[want.nonzero()], rtol=1e-12)
             out = jax.ffi.ffi_call("hlopt_spgemm_count", jax.ShapeDtypeStruct((runs,), np.int32))(
@@ -567,7 +564,7 @@ def test_fill_kernel_takes_counts_of_any_run_length_and_refuses_forged_ones():
         short[np.flatnonzero(counts)[-1]] = 0  # a run's entries not counted: its rows would spill past its end
         for forged in (moved, short):
             with pytest.raises(Exception, match="do not match"):
-                jax.block_until_ready(_raw_fill(A.data, li, B.data, ri, jnp.asarray(forged), want.nnz, 150, 40, 60))
+                jax.block_until_ready(_raw_fill(A.data, li, B.data, ri, jax.device_put(forged), want.nnz, 150, 40, 60))
         with pytest.raises(Exception, match="counts"):
             jax.block_until_ready(_raw_fill(A.data, li, B.data, ri, jnp.zeros(151, np.int32), 3, 150, 40, 60))
 
@@ -665,7 +662,7 @@ def messy_csr(rng: np.random.Generator, shape, density, dtype, index_dtype, shuf
     data = np.concatenate([junk[:lead], np.asarray(data, np.complex128), junk[lead:]])
     data = (data if np.iscomplexobj(np.zeros(1, dtype)) else data.real).astype(dtype)
     cols = np.concatenate([rng.integers(0, max(k, 1), lead), np.asarray(cols, np.int64), rng.integers(0, max(k, 1), pad)])
-    mat = BCSR((jnp.asarray(data), jnp.asarray(cols.astype(index_dtype)), jnp.asarray(np.asarray(ptr, index_dtype))),
+    mat = BCSR((jax.device_put(data), jax.device_put(cols.astype(index_dtype)), jax.device_put(np.asarray(ptr, index_dtype))),
                shape=shape)
     return mat, dense.astype(dtype) if np.iscomplexobj(np.zeros(1, dtype)) else dense.real.astype(dtype)
 

@@ -32,11 +32,43 @@ def x64(dtype: str) -> contextlib.AbstractContextManager:
 
 
 def random_data(rng: np.random.RandomState, shape: tuple[int, ...], dtype: str) -> jax.Array:
+    """Random values of `dtype`, converted in numpy and put on the device (jnp.asarray of a numpy array
+    compiles a program per shape and dtype)."""
     if dtype == "int32":
-        return jnp.asarray(rng.randint(-4, 5, size=shape), jnp.int32)
-    if dtype == "complex64":
-        return jnp.asarray(rng.randn(*shape) + 1j * rng.randn(*shape), jnp.complex64)
-    return jnp.asarray(rng.randn(*shape), dtype)
+        values = rng.randint(-4, 5, size=shape)
+    elif dtype == "complex64":
+        values = rng.randn(*shape) + 1j * rng.randn(*shape)
+    else:
+        values = rng.randn(*shape)
+    return jax.device_put(np.asarray(values).astype(jnp.dtype(dtype)))
+
+
+def dense(data, indices, shape: tuple[int, ...]) -> np.ndarray:
+    """The dense array of BCOO buffers in numpy, the reference: duplicates summed, entries with an
+    out-of-range index (padding) dropped, batch dims of size 1 broadcast."""
+    data, indices = np.asarray(data), np.asarray(indices).astype(np.int64)
+    n_batch, n_sparse = indices.ndim - 2, indices.shape[-1]
+    batch, sparse = tuple(shape[:n_batch]), np.array(shape[n_batch:n_batch + n_sparse])
+    nse = indices.shape[-2]
+    entries = int(np.prod(batch)) * nse
+    data = np.broadcast_to(data, (*batch, *data.shape[n_batch:])).reshape(entries, *data.shape[n_batch + 1:])
+    cols = np.broadcast_to(indices, (*batch, nse, n_sparse)).reshape(entries, n_sparse)
+    rows = np.indices((*batch, nse)).reshape(n_batch + 1, -1)[:n_batch]
+    keep = np.all((cols >= 0) & (cols < sparse), axis=1)
+    dims = (*batch, *sparse)
+    strides = np.cumprod((1, *dims[::-1]))[:-1][::-1].astype(np.int64)
+    position = (np.concatenate([rows, cols.T], 0)[:, keep] * strides[:, None]).sum(0)
+    out = np.zeros((int(np.prod(dims)), *shape[len(dims):]), data.dtype)
+    np.add.at(out, position, data[keep])
+    return out.reshape(shape)
+
+
+def fromdense_nse(x: np.ndarray, n_batch: int = 0, n_dense: int = 0) -> int:
+    """The nse BCOO.fromdense picks by default (the most nonzeros of a batch), for calls under jit."""
+    x = np.asarray(x)
+    blocks = x.reshape(int(np.prod(x.shape[:n_batch])), *x.shape[n_batch:])
+    nonzero = np.any(blocks != 0, axis=tuple(range(blocks.ndim - n_dense, blocks.ndim)))
+    return int(nonzero.reshape(len(blocks), -1).sum(1).max(initial=0))
 
 
 def buffers(rng: np.random.RandomState, shape=SHAPE, n_batch=0, n_dense=0, nse=6, dtype="float32",
