@@ -18,7 +18,7 @@ import hlopt
 from hlopt import sparse as hs
 
 from support.sparse_util import (  # noqa: F401 - strict_promotion: autouse
-    DTYPES, LAYOUTS, SHAPE, assert_close, buffers, pair, random_data, strict_promotion, x64,
+    DTYPES, LAYOUTS, SHAPE, assert_close, buffers, dense, pair, random_data, strict_promotion, x64,
 )
 
 
@@ -458,21 +458,6 @@ def test_validation_errors():
         hs.bcoo_multiply_dense(mat, np.ones((5,), np.float32))
 
 
-def numpy_dense(data, indices, shape, n_batch=0):
-    """The dense array of BCOO buffers with hlopt's rule: any out-of-range index is padding."""
-    data, indices = np.asarray(data), np.asarray(indices)
-    batch = shape[:n_batch]
-    data = np.broadcast_to(data, (*batch, *data.shape[n_batch:]))
-    indices = np.broadcast_to(indices, (*batch, *indices.shape[n_batch:]))
-    n_sparse = indices.shape[-1]
-    sizes = np.array(shape[n_batch : n_batch + n_sparse])
-    out = np.zeros(shape, data.dtype)
-    for b in np.ndindex(*batch):
-        valid = np.all((indices[b] >= 0) & (indices[b] < sizes), -1)
-        np.add.at(out[b], tuple(indices[b][valid].T), data[b][valid])
-    return out
-
-
 def test_random_entries_against_numpy():
     """Many random buffers (duplicates, padding, negative indices) at fixed shapes: one compile per op."""
     shape = (2, 5, 4)
@@ -499,7 +484,7 @@ def test_random_entries_against_numpy():
     for _ in range(8):
         indices = r.randint(-1, 6, size=(2, 12, 2)).astype(np.int32)
         data = r.randint(-3, 4, size=(2, 12)).astype(np.float32)
-        x = numpy_dense(data, indices, shape, n_batch=1)
+        x = dense(data, indices, shape)
         for name, fn in compiled.items():
             assert_close(fn(data, indices), dense_ops[name](x))
 
@@ -526,7 +511,7 @@ def test_extreme_indices_are_padding():
         extreme = r.rand(*indices.shape) < 0.3
         indices = np.where(extreme, r.choice(values, size=indices.shape), indices).astype(np.int32)
         data = r.randint(1, 5, size=20).astype(np.float32)
-        x = numpy_dense(data, indices, shape)
+        x = dense(data, indices, shape)
         for name, fn in compiled.items():
             assert_close(fn(data, indices), ops[name][1](x))
 
@@ -611,7 +596,7 @@ def test_size_zero_dims(shape, n_batch, n_dense, nse):
     data = r.rand(*shape[:n_batch], nse, *shape[n_batch + n_sparse :]).astype(np.float32)
     sizes = shape[n_batch : n_batch + n_sparse]
     indices = np.stack([r.randint(0, max(s, 1), size=(*shape[:n_batch], nse)) for s in sizes], -1).astype(np.int32)
-    x = numpy_dense(data, indices, shape, n_batch)
+    x = dense(data, indices, shape)
     last = len(shape) - 1
     window = tuple(slice(0, max(s - 1, 0)) for s in shape)
     cases = {

@@ -19,12 +19,9 @@ from jax.experimental import sparse as js
 import hlopt
 from hlopt import sparse as hs
 
-from support.sparse_util import (DTYPES, assert_close, buffers, dense, fromdense_nse, pair, random_data,  # noqa: F401
+from support.sparse_util import (DTYPES, assert_close, buffers, dense_of, fromdense_nse, pair, random_data,  # noqa: F401
                                  strict_promotion, x64)
 
-
-def dense_of(m: hs.BCOO) -> np.ndarray:
-    return dense(m.data, m.indices, m.shape)
 
 
 @st.composite

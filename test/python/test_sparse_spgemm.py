@@ -19,7 +19,7 @@ from hlopt import sparse as hs
 from hlopt.passes.registry import PIPELINES
 from hlopt.sparse import products
 
-from support.sparse_util import dense
+from support.sparse_util import dense, dense_of
 
 MM = (((1,), (0,)), ((), ()))
 
@@ -119,7 +119,7 @@ def test_spdot_general_exact_on_layouts(lshape, lnb, rshape, rnb, dims):
     with jax.enable_x64(True):
         lhs, rhs = random_bcoo(rng, lshape, lnb, 9), random_bcoo(rng, rshape, rnb, 8)
         got = hs.bcoo_dot_general(lhs, rhs, dimension_numbers=dims)
-        want = lax.dot_general(dense(lhs.data, lhs.indices, lhs.shape), dense(rhs.data, rhs.indices, rhs.shape), dims)
+        want = lax.dot_general(dense_of(lhs), dense_of(rhs), dims)
         n_batch = len(dims[1][0]) + (lnb - len(dims[1][0])) + (rnb - len(dims[1][1]))
         exact = structural_nse(lhs, rhs, dims, n_batch)
         assert got.nse == exact == hs.bcoo_spdot_nse(lhs, rhs, dimension_numbers=dims)
@@ -151,7 +151,7 @@ def test_broadcast_batch_buffers_and_no_pairs():
     rhs = random_bcoo(rng, (3, 5, 4), 1, 7)
     dims = (((2,), (1,)), ((0,), (0,)))
     got = hs.bcoo_dot_general(lhs, rhs, dimension_numbers=dims)
-    want = lax.dot_general(dense(lhs.data, lhs.indices, lhs.shape), dense(rhs.data, rhs.indices, rhs.shape), dims)
+    want = lax.dot_general(dense_of(lhs), dense_of(rhs), dims)
     assert got.nse == structural_nse(lhs, rhs, dims, 1)
     np.testing.assert_allclose(np.asarray(got.todense()), np.asarray(want), rtol=1e-5, atol=1e-5)
     a = hs.BCOO((jnp.ones(2), jnp.asarray([[0, 0], [1, 0]], jnp.int32)), shape=(2, 3))
@@ -230,10 +230,6 @@ def coo_operand(rng: np.random.Generator, shape, nse: int, dtype, index_dtype, h
         data = data + 1j * rng.standard_normal(nse)
     return hs.BCOO((jax.device_put(data.astype(dtype)), jax.device_put(idx)), shape=shape)
 
-
-def dense_of(m: hs.BCOO) -> np.ndarray:
-    """The dense array of a BCOO matrix in numpy (entries with an out-of-range index dropped)."""
-    return dense(m.data, m.indices, m.shape)
 
 
 def pattern_of(m: hs.BCOO) -> np.ndarray:

@@ -18,15 +18,11 @@ from jax.experimental import sparse as js
 import hlopt
 from hlopt import sparse as hs
 
-from support.sparse_util import assert_close, buffers, dense, pair, random_data, strict_promotion, x64  # noqa: F401
+from support.sparse_util import assert_close, buffers, dense_of, pair, random_data, strict_promotion, x64  # noqa: F401
 
 DTYPES = ["float32", "float64", "int32", "complex64"]
 LAYOUTS = [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1)]  # (n_batch, n_dense) over a rank-3 shape
 
-
-def dense_of(m: hs.BCOO) -> np.ndarray:
-    """The reference dense array of hlopt BCOO buffers in numpy (duplicates summed, padding dropped)."""
-    return dense(m.data, m.indices, m.shape)
 
 
 def sparse_of(rng: np.random.RandomState, shape, n_batch: int, n_dense: int, dtype: str = "float32"):

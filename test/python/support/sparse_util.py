@@ -63,6 +63,11 @@ def dense(data, indices, shape: tuple[int, ...]) -> np.ndarray:
     return out.reshape(shape)
 
 
+def dense_of(m) -> np.ndarray:
+    """`dense` of a BCOO's buffers (hlopt's or JAX's)."""
+    return dense(m.data, m.indices, m.shape)
+
+
 def fromdense_nse(x: np.ndarray, n_batch: int = 0, n_dense: int = 0) -> int:
     """The nse BCOO.fromdense picks by default (the most nonzeros of a batch), for calls under jit."""
     x = np.asarray(x)
